@@ -1,0 +1,13 @@
+"""tilemm: tiled matrix multiplication on NVIDIA GPUs and the CPU, rung by rung.
+
+    import tilemm
+    c = tilemm.matmul(a, b)                        # NumPy, CuPy or torch in, same kind out
+    c = tilemm.matmul(a, b, kernel="cpu-tiled", block_m=32)
+    tilemm.kernels()                               # the ladder
+"""
+from . import _compat  # noqa: F401  (before anything imports numba.cuda)
+from .api import KernelUnavailable, matmul
+from .registry import Kernel, get as kernel, kernels
+
+__version__ = "0.1.0"
+__all__ = ["matmul", "kernels", "kernel", "Kernel", "KernelUnavailable", "__version__"]

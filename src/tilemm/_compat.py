@@ -1,0 +1,21 @@
+"""Shims for the library versions tilemm meets in the wild.
+
+Import this module before numba.cuda: numba-cuda 0.30 still names
+``numpy.row_stack``, which NumPy 2.5 removed (it was an alias of vstack).
+"""
+import os
+
+import numpy as np
+
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
+
+def cuda_simulator() -> bool:
+    """True when numba-cuda runs kernels in its CPU simulator."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def triton_interpreter() -> bool:
+    """True when Triton runs kernels in its interpreter on the CPU."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -1,0 +1,87 @@
+"""The reference answer and the test every result must pass.
+
+Integers: equal, bit for bit, to numpy.matmul (which wraps).
+Floats: within the classical dot-product error bound of a float64 reference,
+    |c - ref| <= 2 * K * u_acc * (|A| @ |B|)  +  u_out * |ref|  (+ a denormal floor)
+where u_acc is the unit roundoff of the accumulation type and u_out that of the
+output type (one final rounding). Blocked and tiled sums stay well inside it.
+NaN and Inf must sit where the reference, rounded to the output type, has them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import ACCUMULATE, UNIT_ROUNDOFF, is_integer
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    worst: float  # worst |error| / allowed error over finite entries (ints: count of mismatches)
+    message: str
+
+
+def reference(a: np.ndarray, b: np.ndarray, result: str) -> np.ndarray:
+    """numpy.matmul for integers; float64 matmul for floats (not yet rounded)."""
+    if is_integer(result):
+        return np.matmul(a.astype(result), b.astype(result))
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def tolerance(result: str, k: int) -> tuple[float, float]:
+    """(relative to |A|@|B|, relative to |ref|) for a float result of inner size k."""
+    return 2.0 * max(k, 1) * UNIT_ROUNDOFF[ACCUMULATE[result]], UNIT_ROUNDOFF[result]
+
+
+def compare(c: np.ndarray, a: np.ndarray, b: np.ndarray, result: str) -> Verdict:
+    """Check c (a host array of dtype ``result``, float64 for bfloat16) against the reference."""
+    ref = reference(a, b, result)
+    if c.shape != ref.shape:
+        return Verdict(False, np.inf, f"shape {c.shape}, expected {ref.shape}")
+    if c.size == 0:
+        return Verdict(True, 0.0, "empty")
+    if is_integer(result):
+        bad = int(np.count_nonzero(c != ref))
+        if bad:
+            i = np.unravel_index(np.argmax(c != ref), c.shape)
+            return Verdict(False, bad, f"{bad} of {c.size} entries differ; first at {i}: {c[i]} != {ref[i]}")
+        return Verdict(True, 0.0, "bit-exact")
+    c64 = np.asarray(c, dtype=np.float64)
+    rounded = _round_to(ref, result)
+    # Non-finite entries must match the reference's exactly (NaN where NaN, same-signed Inf).
+    ref_bad = ~np.isfinite(rounded)
+    mismatch = (np.isnan(c64) != np.isnan(rounded)) | (np.isinf(c64) != np.isinf(rounded)) \
+        | (np.isinf(rounded) & (c64 != rounded))
+    if mismatch.any():
+        i = np.unravel_index(np.argmax(mismatch), c.shape)
+        return Verdict(False, np.inf, f"NaN/Inf pattern differs from the reference; e.g. at {i}: {c64[i]} vs {rounded[i]}")
+    fin = ~ref_bad
+    if not fin.any():
+        return Verdict(True, 0.0, "all non-finite, as the reference")
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
+    rel_sum, rel_out = tolerance(result, a.shape[1])
+    tiny = np.finfo(np.float32 if result in ("float32", "float16", "bfloat16") else np.float64).tiny
+    allowed = rel_sum * scale[fin] + rel_out * np.abs(ref[fin]) + tiny
+    err = np.abs(c64[fin] - ref[fin])
+    ratio = err / allowed
+    worst = float(ratio.max())
+    if worst > 1.0:
+        j = int(np.argmax(ratio))
+        return Verdict(False, worst, f"error {err[j]:.3g} exceeds the allowed {allowed[j]:.3g} "
+                                     f"({worst:.3g}x the {result} bound)")
+    return Verdict(True, worst, f"within {worst:.2g}x the {result} bound")
+
+
+def _round_to(x: np.ndarray, result: str) -> np.ndarray:
+    """x rounded to the output type and back to float64 (bfloat16 by bit truncation with rounding)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if result == "bfloat16":
+            f32 = x.astype(np.float32)
+            bits = f32.view(np.uint32).astype(np.uint64)
+            bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16  # round to nearest even
+            out = (bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
+            return np.where(np.isnan(f32), np.nan, out)
+        return x.astype(result).astype(np.float64)

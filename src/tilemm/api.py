@@ -1,0 +1,125 @@
+"""tilemm.matmul: argument checks at the boundary, array interop, dispatch to a rung."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from . import arrays, registry
+from .dtypes import check_supported, result_dtype
+from .registry import Problem
+
+_SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
+
+
+class KernelUnavailable(ValueError):
+    """The chosen kernel can't run this problem on this machine; the message says why."""
+
+
+def matmul(a, b, *, kernel: str | None = None, out=None, **params):
+    """``a @ b`` as numpy.matmul computes it, with the kernel of your choice.
+
+    a, b: NumPy arrays, PyTorch tensors or CuPy arrays (both of one kind, on one device),
+        1-D, 2-D or stacks of matrices, any strides. The result is the same kind of array
+        on the same device, with numpy.matmul's shape and dtype (torch's for bfloat16).
+    kernel: a name from ``tilemm.kernels()``; None picks the default for the inputs' device.
+    out: optional array to write the result into (its shape, dtype, kind and device must match).
+    params: the kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``).
+
+    Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
+    ``tilemm.accuracy``. Errors are raised before any kernel runs.
+    """
+    da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
+    check_supported(da.dtype, "0")
+    check_supported(db.dtype, "1")
+    if da.kind != db.kind:
+        raise TypeError(f"matmul: operand 0 is a {da.kind} array and operand 1 a {db.kind} array; "
+                        "pass both as the same kind")
+    if da.device != db.device:
+        raise ValueError(f"matmul: operand 0 is on {da.device} and operand 1 on {db.device}; "
+                         "move them to one device")
+    for i, d in enumerate((da, db)):
+        if len(d.shape) == 0:
+            raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "
+                             f"(has 0, gufunc core with signature {_SIGNATURE} requires 1)")
+    m, k = (1, da.shape[0]) if len(da.shape) == 1 else da.shape[-2:]
+    k2, n = (db.shape[0], 1) if len(db.shape) == 1 else db.shape[-2:]
+    if k != k2:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                         f"signature {_SIGNATURE} (size {k2} is different from {k}); "
+                         f"shapes {da.shape} and {db.shape}")
+    batch = _broadcast_batch(da.shape[:-2], db.shape[:-2], da.shape, db.shape)
+    shape = batch + ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
+    result = result_dtype(da.dtype, db.dtype)
+
+    chosen = registry.get(kernel) if kernel is not None else _default_kernel(da.device)
+    resolved = chosen.resolve(params)
+    compute = chosen.compute_dtype(result)
+    if compute is None:
+        raise TypeError(f"matmul: kernel {chosen.name!r} does not compute {result} "
+                        f"(it computes {', '.join(chosen.dtypes)}); try kernel='numpy'")
+    reason = chosen.why_not(Problem(m, n, k, compute), resolved)
+    if reason:
+        raise KernelUnavailable(f"matmul: kernel {chosen.name!r} can't run this problem: {reason}")
+    if out is not None:
+        _check_out(out, da, shape, result)
+
+    a2 = a if len(da.shape) > 1 else a[None, :]
+    b2 = b if len(db.shape) > 1 else b[:, None]
+    c = _EXECUTORS[chosen.device](chosen, a2, b2, da, batch, (m, n, k), compute, resolved)
+    c = c.reshape(shape)
+    value = arrays.from_host(c, da, result)
+    if out is None:
+        return value
+    arrays.assign(out, value)
+    return out
+
+
+def _broadcast_batch(sa, sb, full_a, full_b) -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(sa, sb))
+    except ValueError:
+        raise ValueError(f"matmul: the stacks of matrices can't be broadcast together: "
+                         f"shapes {full_a} and {full_b} (batch dimensions {sa} and {sb})") from None
+
+
+def _check_out(out, da, shape, result) -> None:
+    do = arrays.describe(out, "out")
+    if (do.kind, do.device) != (da.kind, da.device):
+        raise TypeError(f"matmul: out is a {do.kind} array on {do.device}; the result is a "
+                        f"{da.kind} array on {da.device}")
+    if tuple(do.shape) != tuple(shape) or do.dtype != result:
+        raise ValueError(f"matmul: out has shape {tuple(do.shape)} and dtype {do.dtype}; "
+                         f"the result has shape {tuple(shape)} and dtype {result}")
+
+
+def _default_kernel(device: str) -> registry.Kernel:
+    """Host arrays: NumPy. Device arrays: the highest rung of the ladder that can run here."""
+    if device != "cpu":
+        for k in reversed(registry.kernels("cuda")):
+            if k.available() is None:
+                return k
+    return registry.get("numpy")
+
+
+def _batches(batch, a, b):
+    """(index into C, slice of A, slice of B) for each matrix of the broadcast stack."""
+    sa, sb = a.shape[:-2], b.shape[:-2]
+    for idx in itertools.product(*map(range, batch)):
+        ia = tuple(i if d != 1 else 0 for i, d in zip(idx[len(idx) - len(sa):], sa))
+        ib = tuple(i if d != 1 else 0 for i, d in zip(idx[len(idx) - len(sb):], sb))
+        yield idx, a[ia], b[ib]
+
+
+def _run_on_host(kernel, a, b, da, batch, mnk, compute, params):
+    """Copy to the host if needed, run the kernel on each matrix; returns C in ``compute``."""
+    m, n, k = mnk
+    a_h, b_h = arrays.to_host(a, compute), arrays.to_host(b, compute)
+    c = np.empty(batch + (m, n), compute)
+    if m and n:  # an empty output needs no launch
+        for idx, a_i, b_i in _batches(batch, a_h, b_h):
+            kernel.run(a_i, b_i, c[idx], **params)
+    return c
+
+
+_EXECUTORS = {"cpu": _run_on_host}

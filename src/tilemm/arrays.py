@@ -1,0 +1,90 @@
+"""Which kind of array came in (NumPy, PyTorch, CuPy), where it lives, and moving it.
+
+Nothing here imports torch or cupy: a user who has neither never pays for them.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import dtype_name
+
+
+@dataclass(frozen=True)
+class Operand:
+    kind: str      # "numpy", "torch" or "cupy"
+    device: str    # "cpu" or "cuda:N"
+    dtype: str     # canonical dtype name
+    shape: tuple
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _cupy():
+    return sys.modules.get("cupy")
+
+
+def describe(x, operand: str) -> Operand:
+    torch, cupy = _torch(), _cupy()
+    if torch is not None and isinstance(x, torch.Tensor):
+        dev = "cpu" if x.device.type == "cpu" else f"{x.device.type}:{x.device.index or 0}"
+        return Operand("torch", dev, dtype_name(x.dtype), tuple(x.shape))
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return Operand("cupy", f"cuda:{x.device.id}", dtype_name(x.dtype), x.shape)
+    if isinstance(x, np.ndarray):
+        return Operand("numpy", "cpu", dtype_name(x.dtype), x.shape)
+    raise TypeError(f"matmul: operand {operand} is a {type(x).__module__}.{type(x).__name__}; "
+                    "pass a NumPy array, a PyTorch tensor or a CuPy array (np.asarray(x) for lists)")
+
+
+def to_host(x, dtype: str) -> np.ndarray:
+    """A NumPy array of ``dtype`` holding x's values (bfloat16 comes out as float32, exactly)."""
+    torch, cupy = _torch(), _cupy()
+    if torch is not None and isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
+            x = x.float()
+        x = x.numpy()
+    elif cupy is not None and isinstance(x, cupy.ndarray):
+        x = cupy.asnumpy(x)
+    return x.astype(dtype, copy=False)
+
+
+def from_host(c: np.ndarray, like: Operand, dtype: str):
+    """c (host, any dtype) converted to ``dtype`` in the kind and on the device of ``like``."""
+    if like.kind == "numpy":
+        return c.astype(dtype, copy=False)
+    if like.kind == "cupy":
+        cupy = _cupy()
+        with cupy.cuda.Device(int(like.device.split(":")[1])):
+            return cupy.asarray(c.astype(dtype, copy=False))
+    torch = _torch()
+    if dtype == "bfloat16":
+        t = torch.from_numpy(np.ascontiguousarray(c.astype(np.float32))).to(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(c.astype(dtype, copy=False)))
+    return t.to(like.device)
+
+
+def empty(like: Operand, shape: tuple, dtype: str):
+    """An uninitialised array of the same kind and device as ``like``."""
+    if like.kind == "numpy":
+        return np.empty(shape, dtype)
+    if like.kind == "cupy":
+        cupy = _cupy()
+        with cupy.cuda.Device(int(like.device.split(":")[1])):
+            return cupy.empty(shape, dtype)
+    torch = _torch()
+    return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+
+
+def assign(out, value) -> None:
+    """out[...] = value for any of the three kinds (value of the same kind)."""
+    if hasattr(out, "copy_"):
+        out.copy_(value)
+    else:
+        out[...] = value

@@ -1,0 +1,19 @@
+"""Rung 0: NumPy itself, the reference and the CPU anchor (OpenBLAS for floats,
+an exact wrapping loop for integers)."""
+import numpy as np
+
+from ..dtypes import FLOATS, INTS
+from ..registry import Kernel, Traffic, register
+
+
+def run_numpy(a, b, c):
+    np.matmul(a, b, out=c)
+
+
+register(Kernel(
+    name="numpy", rung=0, device="cpu", backend="numpy",
+    dtypes=tuple(d for d in FLOATS + INTS if d != "bfloat16"),
+    seed="anchor", summary="numpy.matmul: OpenBLAS for floats, NumPy's exact loop for integers",
+    run=run_numpy,
+    traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
+))

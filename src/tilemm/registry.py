@@ -1,0 +1,106 @@
+"""The kernel record and the ladder: the one list of kernels in tilemm.
+
+Each kernel module builds a ``Kernel`` and passes it to ``register``; the CLI,
+the benchmark, ``explain`` and the README table all read this registry.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .dtypes import compute_dtype
+
+
+@dataclass(frozen=True)
+class Param:
+    """A kernel parameter: its default and the values it may take."""
+    name: str
+    default: Any
+    choices: tuple = ()
+    doc: str = ""
+
+    def validate(self, kernel: str, value: Any) -> Any:
+        if self.choices and value not in self.choices:
+            raise ValueError(f"kernel {kernel!r}: {self.name}={value!r} is not allowed; "
+                             f"choose one of {', '.join(map(repr, self.choices))}")
+        return value
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Global-memory traffic of one launch, in elements (multiply by the itemsize for bytes)."""
+    read: float
+    written: float
+
+    def bytes(self, itemsize: int) -> float:
+        return (self.read + self.written) * itemsize
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a kernel is asked to compute: (m, k) @ (k, n) in ``dtype`` (the compute dtype)."""
+    m: int
+    n: int
+    k: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    rung: int                 # position in the ladder; `tilemm kernels` lists in this order
+    device: str               # "cpu" or "cuda"
+    backend: str              # "numba", "numba-cuda", "triton", "numpy", "library"
+    dtypes: tuple[str, ...]   # dtypes it computes natively; others are promoted (see dtypes.py)
+    seed: str                 # where the idea comes from ("seeds 000-003", "beyond")
+    summary: str              # one line: the idea of the rung
+    run: Callable             # run(a, b, c, **params): c = a @ b, arrays of the kernel's device
+    traffic: Callable[..., Traffic]   # traffic(problem, **params)
+    params: tuple[Param, ...] = ()
+    limits: Callable[..., str | None] = field(default=lambda problem, **p: None)  # why it can't run it
+    available: Callable[[], str | None] = field(default=lambda: None)         # why it can't run here
+
+    def resolve(self, given: dict) -> dict:
+        """Defaults filled in, unknown names refused (TypeError), values checked (ValueError)."""
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            have = ", ".join(f"{p.name} (default {p.default!r})" for p in self.params) or "none"
+            raise TypeError(f"kernel {self.name!r} has no parameter {', '.join(map(repr, unknown))}; "
+                            f"its parameters: {have}")
+        return {name: p.validate(self.name, given.get(name, p.default)) for name, p in known.items()}
+
+    def compute_dtype(self, result: str) -> str | None:
+        return compute_dtype(result, self.dtypes)
+
+    def why_not(self, problem: Problem, params: dict) -> str | None:
+        """The reason this kernel can't compute ``problem`` here, or None if it can."""
+        reason = self.available()
+        if reason:
+            return reason
+        return self.limits(problem, **params)
+
+
+_LADDER: dict[str, Kernel] = {}
+
+
+def register(kernel: Kernel) -> Kernel:
+    if kernel.name in _LADDER:
+        raise RuntimeError(f"kernel {kernel.name!r} registered twice")
+    _LADDER[kernel.name] = kernel
+    return kernel
+
+
+def kernels(device: str | None = None) -> list[Kernel]:
+    """The ladder in order (optionally only one device's kernels)."""
+    importlib.import_module("tilemm.kernels")  # importing the package registers every rung
+    ladder = sorted(_LADDER.values(), key=lambda k: k.rung)
+    return [k for k in ladder if device is None or k.device == device]
+
+
+def get(name: str) -> Kernel:
+    ladder = {k.name: k for k in kernels()}
+    if name not in ladder:
+        raise ValueError(f"unknown kernel {name!r}; known kernels: {', '.join(ladder)}")
+    return ladder[name]
