@@ -6,8 +6,8 @@
     tilemm.kernels()                               # the ladder
 """
 from . import _compat  # noqa: F401  (before anything imports numba.cuda)
-from .api import KernelUnavailable, matmul
+from .api import KernelUnavailable, matmul, plan
 from .registry import Kernel, get as kernel, kernels
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "kernels", "kernel", "Kernel", "KernelUnavailable", "__version__"]
+__all__ = ["matmul", "plan", "kernels", "kernel", "Kernel", "KernelUnavailable", "__version__"]

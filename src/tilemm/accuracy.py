@@ -64,7 +64,7 @@ def compare(c: np.ndarray, a: np.ndarray, b: np.ndarray, result: str) -> Verdict
         scale = np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
     rel_sum, rel_out = tolerance(result, a.shape[1])
     tiny = np.finfo(np.float32 if result in ("float32", "float16", "bfloat16") else np.float64).tiny
-    allowed = rel_sum * scale[fin] + rel_out * np.abs(ref[fin]) + tiny
+    allowed = rel_sum * scale[fin] * (1 + rel_out) + rel_out * np.abs(ref[fin]) + tiny
     err = np.abs(c64[fin] - ref[fin])
     ratio = err / allowed
     worst = float(ratio.max())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +30,46 @@ def matmul(a, b, *, kernel: str | None = None, out=None, **params):
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
     ``tilemm.accuracy``. Errors are raised before any kernel runs.
     """
+    return plan(a, b, kernel=kernel, out=out, **params).execute()
+
+
+@dataclass
+class Plan:
+    """A checked call: which kernel, which dtypes and shapes. ``execute`` runs it."""
+    a: object
+    b: object
+    operand: arrays.Operand      # what operand 0 is (kind, device, dtype)
+    kernel: registry.Kernel
+    params: dict
+    problem: Problem             # one matrix of the stack, in the compute dtype
+    batch: tuple
+    shape: tuple                 # the result's shape
+    result: str                  # the result's dtype
+    out: object = None
+
+    def execute(self, poison: bool = False):
+        """Run the kernel and return the result as matmul does. ``poison`` fills the output
+        with NaN (or 0xA5 bytes) first, so an entry the kernel never writes can't pass a check."""
+        launch, result = self.prepare(poison)
+        launch()
+        value = arrays.from_host(result().reshape(self.shape), self.operand, self.result)
+        if self.out is None:
+            return value
+        arrays.assign(self.out, value)
+        return self.out
+
+    def prepare(self, poison: bool = False, copy: bool = False):
+        """(launch, result): operands moved and cast for the kernel, the output allocated.
+        ``launch()`` runs the kernel alone, as often as a benchmark likes; ``result()`` gives C
+        in the compute dtype with shape batch + (m, n). ``copy`` gives the kernel operands of its
+        own (benchmarks rotate several such sets so the inputs do not sit in cache)."""
+        a2 = self.a if len(self.a.shape) > 1 else self.a[None, :]
+        b2 = self.b if len(self.b.shape) > 1 else self.b[:, None]
+        return _PREPARE[self.kernel.device](self, a2, b2, poison, copy)
+
+
+def plan(a, b, *, kernel: str | None = None, out=None, **params) -> Plan:
+    """Check everything about ``matmul(a, b, ...)`` and return what would run."""
     da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
     check_supported(da.dtype, "0")
     check_supported(db.dtype, "1")
@@ -58,21 +99,13 @@ def matmul(a, b, *, kernel: str | None = None, out=None, **params):
     if compute is None:
         raise TypeError(f"matmul: kernel {chosen.name!r} does not compute {result} "
                         f"(it computes {', '.join(chosen.dtypes)}); try kernel='numpy'")
-    reason = chosen.why_not(Problem(m, n, k, compute), resolved)
+    problem = Problem(m, n, k, compute)
+    reason = chosen.why_not(problem, resolved)
     if reason:
         raise KernelUnavailable(f"matmul: kernel {chosen.name!r} can't run this problem: {reason}")
     if out is not None:
         _check_out(out, da, shape, result)
-
-    a2 = a if len(da.shape) > 1 else a[None, :]
-    b2 = b if len(db.shape) > 1 else b[:, None]
-    c = _EXECUTORS[chosen.device](chosen, a2, b2, da, batch, (m, n, k), compute, resolved)
-    c = c.reshape(shape)
-    value = arrays.from_host(c, da, result)
-    if out is None:
-        return value
-    arrays.assign(out, value)
-    return out
+    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out)
 
 
 def _broadcast_batch(sa, sb, full_a, full_b) -> tuple:
@@ -111,15 +144,29 @@ def _batches(batch, a, b):
         yield idx, a[ia], b[ib]
 
 
-def _run_on_host(kernel, a, b, da, batch, mnk, compute, params):
-    """Copy to the host if needed, run the kernel on each matrix; returns C in ``compute``."""
-    m, n, k = mnk
-    a_h, b_h = arrays.to_host(a, compute), arrays.to_host(b, compute)
-    c = np.empty(batch + (m, n), compute)
-    if m and n:  # an empty output needs no launch
-        for idx, a_i, b_i in _batches(batch, a_h, b_h):
-            kernel.run(a_i, b_i, c[idx], **params)
+def poisoned(shape, dtype, poison: bool) -> np.ndarray:
+    c = np.empty(shape, dtype)
+    if poison:
+        if c.dtype.kind == "f":
+            c.fill(np.nan)
+        else:
+            c.view(np.uint8).fill(0xA5)
     return c
 
 
-_EXECUTORS = {"cpu": _run_on_host}
+def _prepare_host(plan: Plan, a, b, poison: bool, copy: bool):
+    """Copy to the host if needed; the kernel runs once per matrix of the stack."""
+    p = plan.problem
+    a_h, b_h = arrays.to_host(a, p.dtype), arrays.to_host(b, p.dtype)
+    if copy:
+        a_h, b_h = a_h.copy(), b_h.copy()
+    c = poisoned(plan.batch + (p.m, p.n), p.dtype, poison)
+
+    def launch():
+        if p.m and p.n:  # an empty output needs no launch
+            for idx, a_i, b_i in _batches(plan.batch, a_h, b_h):
+                plan.kernel.run(a_i, b_i, c[idx], **plan.params)
+    return launch, lambda: c
+
+
+_PREPARE = {"cpu": _prepare_host}

@@ -88,3 +88,13 @@ def assign(out, value) -> None:
         out.copy_(value)
     else:
         out[...] = value
+
+
+def to_device(x: np.ndarray):
+    """A CUDA copy of a host array: a CuPy array where CuPy is installed, else a torch tensor."""
+    try:
+        import cupy
+        return cupy.asarray(x)
+    except ImportError:
+        import torch
+        return torch.from_numpy(np.ascontiguousarray(x)).cuda()

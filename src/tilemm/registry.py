@@ -94,7 +94,7 @@ def register(kernel: Kernel) -> Kernel:
 
 def kernels(device: str | None = None) -> list[Kernel]:
     """The ladder in order (optionally only one device's kernels)."""
-    importlib.import_module("tilemm.kernels")  # importing the package registers every rung
+    importlib.import_module("tilemm.ladder")  # importing the package registers every rung
     ladder = sorted(_LADDER.values(), key=lambda k: k.rung)
     return [k for k in ladder if device is None or k.device == device]
 

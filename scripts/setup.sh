@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up .venv with tilemm and everything its tests, benchmarks and reports use.
+# torch is pinned: an unpinned torch on a CPU-only machine pulls a CUDA build of several GB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q "torch==2.13.0" -e ".[cuda,triton,report,test]" 2>&1 \
+    | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import tilemm, numba, torch, triton; print('tilemm', tilemm.__version__, 'ready')"

@@ -1,0 +1,153 @@
+"""The report: results.jsonl, tables (Markdown and HTML) and PNG plots in one folder.
+
+Plots need matplotlib (the `report` extra); without it the tables are still written and
+the page says which plots are missing and why.
+"""
+from __future__ import annotations
+
+import html
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from .. import machine
+
+COLUMNS = ["kernel", "params", "dtype", "m x n x k", "status", "median ms", "GFLOP/s", "vs baseline",
+           "GB/s (model)", "seed's figure"]
+
+
+def row(r: dict) -> list[str]:
+    params = ",".join(f"{k}={v}" for k, v in r["params"].items())
+    if r.get("host_inputs"):
+        params = (params + ",with copies").strip(",")
+    shape = f"{r['m']}x{r['n']}x{r['k']}"
+    if r["status"] != "ok":
+        return [r["kernel"], params, r["dtype"], shape, r["status"], r.get("reason", ""), "", "", "", ""]
+    fig = r.get("seed_figure")
+    seed = f"{fig['value']:g} {fig['unit']} ({r['seed']})" if fig else ""
+    ratio = f"{r['ratio']:.2f}x {r['baseline']}" if r.get("ratio") else ""
+    return [r["kernel"], params, r["dtype"], shape, "ok", f"{r['median_ms']:.3f}", f"{r['gflops']:.1f}",
+            ratio, f"{r['gbps']:.0f}" if r.get("gbps") else "", seed]
+
+
+def markdown(records: list[dict]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row(r)) + " |" for r in records]
+    return "\n".join(lines) + "\n"
+
+
+def _series(records):
+    """(kernel label, dtype) -> sorted [(n, record)] for square, device-resident cases."""
+    out = defaultdict(list)
+    for r in records:
+        if r["status"] == "ok" and r["m"] == r["n"] == r["k"] and not r.get("host_inputs"):
+            label = r["kernel"] + "".join(f" {k}={v}" for k, v in r["params"].items())
+            out[(label, r["dtype"])].append((r["n"], r))
+    return {key: sorted(v, key=lambda x: x[0]) for key, v in out.items()}
+
+
+def plots(records: list[dict], folder: Path) -> tuple[list[str], str | None]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return [], "matplotlib is not installed (pip install 'tilemm[report]'): no plots"
+    series = _series(records)
+    made = []
+
+    def figure(name, title, xlabel, ylabel, draw, logx=True, logy=False):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        draw(ax)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if logx:
+            ax.set_xscale("log", base=2)
+        if logy:
+            ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(folder / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+
+    def lines(metric):
+        def draw(ax):
+            for (label, dtype), pts in series.items():
+                ax.plot([n for n, _ in pts], [metric(r) for _, r in pts], marker="o", label=f"{label} ({dtype})")
+        return draw
+
+    figure("gflops_vs_n.png", "GFLOP/s against n (square n x n x n)", "n", "GFLOP/s", lines(lambda r: r["gflops"]))
+    figure("time_vs_n.png", "Time against n (log-log)", "n", "median time (ms)",
+           lines(lambda r: r["median_ms"]), logy=True)
+
+    def speedup(ax):
+        for (label, dtype), pts in series.items():
+            base = next((v for (lb, dt), v in series.items() if dt == dtype and lb in ("naive", "cpu-naive")), None)
+            if not base:
+                continue
+            bt = {n: r["median_ms"] for n, r in base}
+            xs = [(n, bt[n] / r["median_ms"]) for n, r in pts if n in bt]
+            ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", label=f"{label} ({dtype})")
+    figure("speedup_vs_naive.png", "Speed-up over the naive rung of the same device", "n", "x naive", speedup,
+           logy=True)
+    figure("roofline.png", "Roofline: each kernel at its largest n", "arithmetic intensity (FLOP / byte, model)",
+           "GFLOP/s", lambda ax: _roofline(ax, series), logy=True)
+    return made, None
+
+
+def _roofline(ax, series):
+    import numpy as np
+    gpu = machine.gpu()
+    xs = []
+    for (label, dtype), pts in series.items():
+        n, r = pts[-1]
+        if not r.get("traffic_bytes"):
+            continue
+        ai = 2.0 * r["m"] * r["n"] * r["k"] / r["traffic_bytes"]
+        xs.append(ai)
+        ax.scatter([ai], [r["gflops"]], label=f"{label} ({dtype}) n={n}")
+    if not xs:
+        return
+    grid = np.logspace(np.log10(min(xs) / 4), np.log10(max(xs) * 4), 100)
+    if gpu and gpu.bandwidth_gbs():
+        bw = gpu.bandwidth_gbs()
+        for dtype in sorted({d for _, d in series}):
+            peak = gpu.peak(dtype)
+            if peak:
+                ax.plot(grid, np.minimum(grid * bw, peak * 1e3), "--", label=f"roof {dtype}: {peak:g} TFLOP/s, {bw:g} GB/s")
+    else:
+        best = max(r["gflops"] for pts in series.values() for _, r in pts)
+        ax.axhline(best, linestyle="--", color="gray", label=f"best measured here: {best:.0f} GFLOP/s")
+
+
+def write(records: list[dict], folder: Path, title: str = "tilemm report") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "results.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    (folder / "results.md").write_text(markdown(records))
+    images, why_not = plots(records, folder)
+    info = machine.describe()
+    body = [f"<h1>{html.escape(title)}</h1>",
+            f"<p>Device: <b>{html.escape(info['device'])}</b>; versions: "
+            f"{html.escape(', '.join(f'{k} {v}' for k, v in info['versions'].items()))}; "
+            f"date: {html.escape(records[0]['date'] if records else '')}</p>"]
+    if why_not:
+        body.append(f"<p><b>No plots:</b> {html.escape(why_not)}</p>")
+    body += [f'<figure><img src="{name}" alt="{name}" width="760"><figcaption>{name}</figcaption></figure>'
+             for name in images]
+    for suite in dict.fromkeys(r["suite"] for r in records):
+        rows = [r for r in records if r["suite"] == suite]
+        body.append(f"<h2>Suite {html.escape(suite)}</h2><table><tr>"
+                    + "".join(f"<th>{c}</th>" for c in COLUMNS) + "</tr>")
+        body += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row(r)) + "</tr>" for r in rows]
+        body.append("</table>")
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>tilemm report</title><style>"
+            "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;font-size:13px}"
+            "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}</style></head><body>"
+            + "\n".join(body) + "</body></html>\n")
+    (folder / "index.html").write_text(page)
+    return folder / "index.html"

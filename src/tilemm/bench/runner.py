@@ -1,0 +1,128 @@
+"""Run a suite: check every kernel's answer, then time it; one JSON record per measurement.
+
+A kernel whose answer fails the check is recorded as FAILED and never timed. A case whose
+predicted time (from the same rung at a smaller size, scaled by the flop count) exceeds the
+budget is recorded as skipped, with the prediction.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .. import api, arrays, registry
+from ..accuracy import compare
+from ..data import operands
+from ..machine import describe, gpu
+from .seeds import published
+from .suites import Case
+from .timing import summary, time_cuda, time_host
+
+L2_ROTATE_BYTES = 64 * 2**20  # rotate input sets until they span more than any L2 cache
+
+
+def run_suite(cases: list[Case], *, suite: str, budget_s: float = 2.0, skip_over_s: float = 60.0,
+              results: Path | None = None, progress: bool = True) -> list[dict]:
+    machine = describe()
+    stamp = {"device": machine["device"], "versions": machine["versions"], "suite": suite,
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "command": " ".join(["tilemm"] + sys.argv[1:])}
+    records, seen = [], {}
+    for case, rec in _each(cases, progress):
+        rec.update(_measure(case, budget_s, skip_over_s, seen))
+        rec.update(stamp)
+        records.append(rec)
+    _add_ratios(records)
+    if results is not None:
+        with open(results, "a") as f:
+            f.writelines(json.dumps(rec) + "\n" for rec in records)
+    return records
+
+
+def _each(cases, progress):
+    if not progress:
+        for c in cases:
+            yield c, _base(c)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    cols = (TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*cols, transient=False) as bar:
+        task = bar.add_task("bench", total=len(cases))
+        for c in cases:
+            bar.update(task, description=f"{c.kernel} {_fmt(c.params)} {c.dtype} {c.m}x{c.n}x{c.k}")
+            yield c, _base(c)
+            bar.advance(task)
+
+
+def _fmt(params):
+    return ",".join(f"{k}={v}" for k, v in params.items())
+
+
+def _base(c: Case) -> dict:
+    return {"kernel": c.kernel, "params": dict(c.params), "dtype": c.dtype, "m": c.m, "n": c.n, "k": c.k,
+            "seed": c.seed, "host_inputs": c.host_inputs}
+
+
+def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dict:
+    try:
+        kernel = registry.get(case.kernel)
+    except ValueError as e:
+        return {"status": "skipped", "reason": str(e)}
+    flops = 2.0 * case.m * case.n * case.k
+    prev = seen.get(case.key)
+    if prev and prev[1] * flops / prev[0] > skip_over_s * 1e3:
+        return {"status": "skipped", "reason": f"predicted {prev[1] * flops / prev[0] / 1e3:.0f} s "
+                                                f"> budget {skip_over_s:.0f} s"}
+    a, b = operands(hash((case.m, case.n, case.k)) % 2**31, case.m, case.n, case.k, case.dtype)
+    on_gpu = kernel.device == "cuda" and not case.host_inputs
+    try:
+        da, db = (arrays.to_device(a), arrays.to_device(b)) if on_gpu else (a, b)
+        plan = api.plan(da, db, kernel=case.kernel, **case.params)
+    except (ValueError, TypeError) as e:
+        return {"status": "skipped", "reason": str(e)}
+    verdict = compare(arrays.to_host(plan.execute(poison=True), case.dtype), a, b, case.dtype)
+    if not verdict.ok:
+        return {"status": "FAILED", "reason": verdict.message}
+    out = {"status": "ok", "check": verdict.message}
+    if case.host_inputs:  # the whole call, copies included, as the seeds' wall clock did
+        t = summary(time_host([plan.execute], budget_s))
+    else:
+        copies = 1 if kernel.device == "cpu" else max(1, -(-L2_ROTATE_BYTES // max(1, a.nbytes + b.nbytes)))
+        launches = [plan.prepare(copy=copies > 1)[0] for _ in range(min(copies, 8))]
+        t = summary((time_cuda if kernel.device == "cuda" else time_host)(launches, budget_s))
+    out.update(t)
+    ms = t["median_ms"]
+    out["gflops"] = flops / ms / 1e6 if ms > 0 else None
+    p = plan.problem
+    itemsize = np.dtype(p.dtype).itemsize
+    traffic = kernel.traffic(p, **plan.params)
+    out["traffic_bytes"] = traffic.bytes(itemsize)
+    out["gbps"] = traffic.bytes(itemsize) / ms / 1e6 if ms > 0 else None
+    g = gpu()
+    if kernel.device == "cuda" and g and g.peak(case.dtype):
+        out["peak_fraction"] = out["gflops"] / 1e3 / g.peak(case.dtype)
+    fig = published(case.seed, case.kernel, case.params, case.dtype, case.n) if case.seed else None
+    if fig:
+        out["seed_figure"] = {"value": fig.value, "unit": fig.unit, "where": fig.where}
+    seen[case.key] = (flops, ms)
+    return out
+
+
+BASELINE = {"cpu": "numpy", "cuda": "cublas"}
+
+
+def _add_ratios(records: list[dict]) -> None:
+    """Speed relative to the device's anchor at the same dtype and shape (>1: faster)."""
+    times = {(r["kernel"], r["dtype"], r["m"], r["n"], r["k"]): r.get("median_ms")
+             for r in records if r.get("status") == "ok" and not r["host_inputs"]}
+    for r in records:
+        if r.get("status") != "ok":
+            continue
+        device = registry.get(r["kernel"]).device
+        base = BASELINE[device]
+        t = times.get((base, r["dtype"], r["m"], r["n"], r["k"]))
+        r["baseline"] = base
+        r["ratio"] = t / r["median_ms"] if t and r["median_ms"] else None

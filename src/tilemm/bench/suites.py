@@ -1,0 +1,75 @@
+"""What each suite measures: (kernel, params, dtype, shape) in the order they run.
+
+`cpu`: the CPU rungs against NumPy (what a machine without a GPU can show).
+`seeds`: the seeds' own experiments, beside their published figures (see seeds.py).
+`ladder`: every GPU rung at its default parameters, fp32 and int32, n = 1024 ... 4096.
+`shapes`: square, odd, skinny and LLM-like shapes, the fastest rungs against the library.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Case:
+    kernel: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    params: dict = field(default_factory=dict)
+    seed: str = ""            # which seed's experiment this reproduces
+    host_inputs: bool = False  # inputs start on the host: time the copies too (seed 000)
+
+    @property
+    def key(self):
+        return (self.kernel, tuple(sorted(self.params.items())), self.dtype)
+
+
+def square(kernel, dtype, sizes, seed="", **params):
+    return [Case(kernel, dtype, n, n, n, dict(params), seed) for n in sizes]
+
+
+def cpu_suite(sizes=(256, 512, 1024, 2048)):
+    cases = []
+    for dtype in ("float32", "int32"):
+        for kernel in ("numpy", "cpu-tiled", "cpu-naive"):
+            cases += square(kernel, dtype, sizes)
+    return cases
+
+
+def seeds_suite(sizes=None):
+    cases = []
+    # seed 000: int32 at 2000^2: naive, tiled 16, CPU; with and without the host<->device copies.
+    for host in (False, True):
+        cases += [Case("naive", "int32", 2000, 2000, 2000, {}, "000", host),
+                  Case("tiled", "int32", 2000, 2000, 2000, {"tile": 16}, "000", host)]
+    cases.append(Case("cpu-naive", "int32", 2000, 2000, 2000, {}, "000"))
+    # seed 002: fp64 simple vs shared 16 vs 32; the sum in a register vs in global memory.
+    s002 = sizes or (1024, 4096, 8192, 16384)
+    cases += square("naive", "float64", s002, "002")
+    cases += square("tiled", "float64", s002, "002", tile=16)
+    cases += square("tiled", "float64", s002, "002", tile=32)
+    cases += square("naive-global", "float64", sizes or (64, 1024, 10240), "002")
+    cases += square("naive", "float64", sizes or (64, 10240), "002")
+    # seed 003: int32 host vs global vs shared, n = 128 ... 8192.
+    s003 = sizes or (128, 256, 512, 1024, 2048, 4096, 8192)
+    cases += square("cpu-naive", "int32", s003, "003")
+    cases += square("naive", "int32", s003, "003")
+    cases += square("tiled", "int32", s003, "003", tile=32)
+    return cases
+
+
+def ladder_suite(kernels, sizes=(1024, 2048, 4096)):
+    cases = []
+    for dtype in ("float32", "int32"):
+        for k in kernels:
+            if k.device == "cuda":
+                cases += square(k.name, dtype, sizes)
+    return cases
+
+
+def shapes_suite(kernels):
+    shapes = [(4096, 4096, 4096), (1000, 1000, 1000), (3000, 3000, 3000), (8191, 8191, 8191),
+              (16, 8192, 8192), (8192, 8192, 128), (4096, 4096, 14336)]
+    return [Case(k, "float32", m, n, kk) for k in kernels for (m, n, kk) in shapes]

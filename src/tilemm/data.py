@@ -1,0 +1,26 @@
+"""Test and benchmark inputs: random, never zeros (zeros hide unwritten outputs and run
+faster than real data), integers over their full range so sums overflow and must wrap."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def random_operand(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+
+
+def operands(seed: int, m: int, n: int, k: int, dtype: str, layout: str = "nn"):
+    """A (m, k) and B (k, n); per operand 'n' is row-major, 't' a transposed view,
+    's' a view of every other column."""
+    rng = np.random.default_rng(seed)
+
+    def make(rows, cols, how):
+        if how == "t":
+            return random_operand(rng, (cols, rows), dtype).T
+        if how == "s":
+            return random_operand(rng, (rows, 2 * cols), dtype)[:, ::2]
+        return random_operand(rng, (rows, cols), dtype)
+    return make(m, k, layout[0]), make(k, n, layout[1])

@@ -1,0 +1,116 @@
+"""What this machine is: library versions, the CPU, the GPU and its limits and peaks."""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from dataclasses import asdict, dataclass
+from importlib import metadata
+
+from . import _compat
+
+LIBRARIES = ("tilemm", "numpy", "numba", "numba-cuda", "triton", "torch", "cupy-cuda13x", "cupy-cuda12x",
+             "rich", "matplotlib")
+
+# Datasheet peaks (dense, TFLOP/s or TOPS) and memory bandwidth (GB/s), keyed by a name fragment.
+# The H100 figures are the SXM5 datasheet's; a measured ceiling is better, and bench reports one.
+DATASHEET = {
+    "H100": {"float64": 67.0, "float32": 67.0, "int32": 33.5, "tf32": 494.7, "float16": 989.4,
+             "bfloat16": 989.4, "int8": 1978.9, "float8": 1978.9, "bandwidth_gbs": 3350.0},
+    "H200": {"float64": 67.0, "float32": 67.0, "int32": 33.5, "tf32": 494.7, "float16": 989.4,
+             "bfloat16": 989.4, "int8": 1978.9, "float8": 1978.9, "bandwidth_gbs": 4800.0},
+    "A100": {"float64": 19.5, "float32": 19.5, "int32": 9.7, "tf32": 156.0, "float16": 312.0,
+             "bfloat16": 312.0, "int8": 624.0, "bandwidth_gbs": 2039.0},
+}
+
+
+@dataclass(frozen=True)
+class GPU:
+    """The limits a launch must respect and what the chip can do."""
+    name: str
+    compute_capability: tuple
+    sms: int
+    max_threads_per_block: int
+    max_block_dim: tuple
+    max_grid_dim: tuple
+    max_shared_per_block: int          # static __shared__ arrays (what numba-cuda kernels get)
+    max_shared_per_block_optin: int    # dynamic shared memory after opting in
+    l2_bytes: int
+    clock_mhz: float
+    memory_gb: float
+    simulated: bool = False
+
+    def peak(self, dtype: str) -> float | None:
+        """Datasheet TFLOP/s for SIMT arithmetic in this dtype (None if the chip is unknown)."""
+        for key, table in DATASHEET.items():
+            if key in self.name:
+                return table.get(dtype)
+        return None
+
+    def bandwidth_gbs(self) -> float | None:
+        for key, table in DATASHEET.items():
+            if key in self.name:
+                return table["bandwidth_gbs"]
+        return None
+
+
+# A typical Hopper part: the limits that apply when no GPU is here (or under the simulator).
+H100 = GPU("NVIDIA H100 80GB HBM3 (assumed)", (9, 0), 132, 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
+           48 * 1024, 227 * 1024, 50 * 2**20, 1980.0, 80.0, simulated=True)
+
+
+@functools.lru_cache(maxsize=None)
+def gpu() -> GPU | None:
+    """The real CUDA GPU numba-cuda sees, or None (no GPU, or running under the simulator)."""
+    if _compat.cuda_simulator():
+        return None
+    try:
+        from numba import cuda
+        if not cuda.is_available():
+            return None
+        d = cuda.get_current_device()
+        free, total = cuda.current_context().get_memory_info()
+        name = d.name.decode() if isinstance(d.name, bytes) else str(d.name)
+        return GPU(name, d.compute_capability, d.MULTIPROCESSOR_COUNT, d.MAX_THREADS_PER_BLOCK,
+                   (d.MAX_BLOCK_DIM_X, d.MAX_BLOCK_DIM_Y, d.MAX_BLOCK_DIM_Z),
+                   (d.MAX_GRID_DIM_X, d.MAX_GRID_DIM_Y, d.MAX_GRID_DIM_Z),
+                   d.MAX_SHARED_MEMORY_PER_BLOCK, d.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d.L2_CACHE_SIZE,
+                   d.CLOCK_RATE / 1000.0, total / 1e9)
+    except Exception:  # a broken driver is "no GPU" for dispatch; `tilemm info` shows why
+        return None
+
+
+def limits() -> GPU:
+    """The GPU whose limits a launch is checked against: the real one, else a typical H100."""
+    return gpu() or H100
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def cpu() -> dict:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"model": model, "cores": os.cpu_count()}
+
+
+def describe() -> dict:
+    """Everything a result record needs to say where it was measured."""
+    g = gpu()
+    return {"device": g.name if g else f"CPU: {cpu()['model']}", "cpu": cpu(),
+            "gpu": asdict(g) if g else None, "versions": versions(),
+            "simulator": _compat.cuda_simulator(), "interpreter": _compat.triton_interpreter()}

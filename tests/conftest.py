@@ -1,0 +1,26 @@
+"""Test set-up. The CUDA simulator and the Triton interpreter must be switched on
+before numba.cuda or triton is first imported, so this runs before any test module
+imports tilemm. On the GPU machine, TILEMM_TEST_GPU=1 leaves them off and runs the
+tests marked ``gpu`` too."""
+import os
+
+ON_GPU = os.environ.get("TILEMM_TEST_GPU") == "1"
+if not ON_GPU:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
+settings.register_profile("dev", max_examples=10, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if ON_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: run with TILEMM_TEST_GPU=1 on the device machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

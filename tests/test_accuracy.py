@@ -1,0 +1,43 @@
+"""The checker itself must fail wrong answers, or every green test above means nothing."""
+import numpy as np
+
+from tilemm.accuracy import compare, tolerance
+
+from .cases import operands
+
+
+def test_exact_integers_catch_one_bit():
+    a, b = operands(1, 8, 9, 10, "int32")
+    c = a @ b
+    assert compare(c, a, b, "int32").ok
+    c[3, 4] ^= 1
+    v = compare(c, a, b, "int32")
+    assert not v.ok and "1 of 72" in v.message
+
+
+def test_float_bound_catches_a_large_error_and_passes_rounding():
+    a, b = operands(2, 8, 9, 10, "float32")
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert compare(ref.astype(np.float32), a, b, "float32").ok
+    c = ref.astype(np.float32)
+    c[1, 1] += 1e-3 * abs(c[1, 1]) + 1e-3
+    assert not compare(c, a, b, "float32").ok
+
+
+def test_nan_is_never_a_pass():
+    a, b = operands(3, 4, 4, 4, "float64")
+    c = a @ b
+    c[0, 0] = np.nan
+    assert not compare(c, a, b, "float64").ok
+    c[0, 0] = np.inf
+    assert not compare(c, a, b, "float64").ok
+
+
+def test_wrong_shape_fails():
+    a, b = operands(4, 3, 4, 5, "float64")
+    assert not compare((a @ b)[:, :3], a, b, "float64").ok
+
+
+def test_float16_uses_float32_accumulation_bound():
+    rel_sum, rel_out = tolerance("float16", 100)
+    assert rel_sum == 2 * 100 * 2.0**-24 and rel_out == 2.0**-11

@@ -1,0 +1,120 @@
+"""matmul's contract at the boundary: NumPy's shapes and dtypes, and clear errors."""
+import numpy as np
+import pytest
+import torch
+
+import tilemm
+
+from .cases import operands
+
+CPU_KERNELS = ["numpy", "cpu-naive", "cpu-tiled"]
+
+
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
+@pytest.mark.parametrize("sa,sb", [((5,), (5,)), ((5,), (5, 3)), ((4, 5), (5,)),
+                                   ((2, 4, 5), (5, 3)), ((4, 5), (3, 5, 2)), ((2, 1, 4, 5), (3, 5, 2))])
+def test_shapes_as_numpy(kernel, sa, sb):
+    rng = np.random.default_rng(0)
+    a = rng.integers(-50, 50, sa).astype(np.int32)
+    b = rng.integers(-50, 50, sb).astype(np.int32)
+    c = tilemm.matmul(a, b, kernel=kernel)
+    expected = np.matmul(a, b)
+    assert np.shape(c) == expected.shape
+    np.testing.assert_array_equal(c, expected)
+
+
+@pytest.mark.parametrize("da,db", [("int8", "uint8"), ("int8", "float32"), ("float16", "float32"),
+                                   ("uint32", "int32"), ("uint64", "int64"), ("float16", "float16")])
+def test_mixed_dtypes_follow_numpy(da, db):
+    a, _ = operands(1, 6, 5, 7, da)
+    _, b = operands(2, 6, 5, 7, db)
+    c = tilemm.matmul(a, b, kernel="cpu-tiled")
+    assert c.dtype == np.matmul(a, b).dtype
+
+
+def test_torch_in_torch_out_bfloat16():
+    a = torch.randn(9, 17, dtype=torch.bfloat16)
+    b = torch.randn(17, 5, dtype=torch.bfloat16)
+    c = tilemm.matmul(a, b, kernel="cpu-tiled")
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.bfloat16 and c.shape == (9, 5)
+    ref = a.double() @ b.double()
+    assert torch.allclose(c.double(), ref, rtol=2**-7, atol=1e-2)
+
+
+def test_torch_integers_exact():
+    a = torch.randint(-2**31, 2**31 - 1, (13, 31), dtype=torch.int32)
+    b = torch.randint(-2**31, 2**31 - 1, (31, 7), dtype=torch.int32)
+    c = tilemm.matmul(a, b, kernel="cpu-tiled")
+    assert c.dtype == torch.int32
+    np.testing.assert_array_equal(c.numpy(), np.matmul(a.numpy(), b.numpy()))
+
+
+def test_out_is_filled_and_returned():
+    a, b = operands(3, 4, 5, 6, "float64")
+    out = np.empty((4, 5))
+    assert tilemm.matmul(a, b, kernel="cpu-naive", out=out) is out
+    np.testing.assert_allclose(out, a @ b)
+
+
+def test_default_kernel_on_host_is_numpy():
+    a, b = operands(3, 4, 5, 6, "float32")
+    assert tilemm.plan(a, b).kernel.name == "numpy"
+
+
+def test_kernels_have_metadata():
+    for k in tilemm.kernels():
+        assert k.name and k.device in ("cpu", "cuda") and k.dtypes and k.seed and k.summary
+        t = k.traffic(tilemm.registry.Problem(64, 64, 64, "float32"), **{p.name: p.default for p in k.params})
+        assert t.read >= 2 * 64 * 64 and t.written >= 64 * 64
+    assert [k.rung for k in tilemm.kernels()] == sorted(k.rung for k in tilemm.kernels())
+
+
+# --- bad input: the error names the problem, before any kernel runs -------------------------
+
+def bad(exc, match, *args, **kwargs):
+    with pytest.raises(exc, match=match):
+        tilemm.matmul(*args, **kwargs)
+
+
+def test_mismatched_inner_dimensions_show_both_shapes():
+    bad(ValueError, r"mismatch in its core dimension 0.*size 4 is different from 3.*\(2, 3\) and \(4, 5\)",
+        np.ones((2, 3)), np.ones((4, 5)))
+
+
+def test_scalars_refused():
+    bad(ValueError, "operand 0 does not have enough dimensions", np.array(3.0), np.ones(3))
+
+
+def test_unbroadcastable_stacks():
+    bad(ValueError, "can't be broadcast", np.ones((2, 3, 4)), np.ones((3, 4, 5)))
+
+
+@pytest.mark.parametrize("dtype,word", [(bool, "booleans"), (complex, "complex"), (object, "Python objects")])
+def test_unsupported_dtypes(dtype, word):
+    bad(TypeError, word, np.ones((2, 2), dtype), np.ones((2, 2)))
+
+
+def test_lists_are_refused_with_a_hint():
+    bad(TypeError, "np.asarray", [[1, 2]], np.ones((2, 1)))
+
+
+def test_mixed_kinds_refused():
+    bad(TypeError, "numpy array and operand 1 a torch", np.ones((2, 2)), torch.ones(2, 2, dtype=torch.float64))
+
+
+def test_unknown_kernel_lists_known_ones():
+    bad(ValueError, "unknown kernel 'tilde'.*cpu-tiled", np.ones((2, 2)), np.ones((2, 2)), kernel="tilde")
+
+
+def test_unknown_parameter_lists_parameters():
+    bad(TypeError, "no parameter 'tile'.*block_m", np.ones((2, 2)), np.ones((2, 2)), kernel="cpu-tiled", tile=3)
+
+
+def test_bad_parameter_value():
+    bad(ValueError, "block_m=3 is not allowed", np.ones((2, 2)), np.ones((2, 2)), kernel="cpu-tiled", block_m=3)
+
+
+@pytest.mark.parametrize("out,match", [(np.empty((3, 3)), "shape"), (np.empty((2, 2), np.float32), "dtype"),
+                                       (torch.empty(2, 2, dtype=torch.float64), "torch")])
+def test_bad_out(out, match):
+    bad((ValueError, TypeError), match, np.ones((2, 3)), np.ones((3, 2)), out=out)
