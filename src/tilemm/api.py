@@ -52,7 +52,7 @@ class Plan:
         with NaN (or 0xA5 bytes) first, so an entry the kernel never writes can't pass a check."""
         launch, result = self.prepare(poison)
         launch()
-        value = arrays.from_host(result().reshape(self.shape), self.operand, self.result)
+        value = arrays.convert(result().reshape(self.shape), self.operand, self.result)
         if self.out is None:
             return value
         arrays.assign(self.out, value)
@@ -169,4 +169,30 @@ def _prepare_host(plan: Plan, a, b, poison: bool, copy: bool):
     return launch, lambda: c
 
 
-_PREPARE = {"cpu": _prepare_host}
+def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
+    """Operands cast on the device (host arrays copied in), C allocated in the inputs' kind;
+    numba-cuda sees torch and CuPy memory through __cuda_array_interface__, with no copy."""
+    from numba import cuda
+    p = plan.problem
+    host = plan.operand.kind == "numpy"
+    if host:
+        a_d = cuda.to_device(np.ascontiguousarray(arrays.to_host(a, p.dtype)))
+        b_d = cuda.to_device(np.ascontiguousarray(arrays.to_host(b, p.dtype)))
+        c_d = cuda.to_device(poisoned(plan.batch + (p.m, p.n), p.dtype, poison))
+        keep = ()
+    else:
+        keep = (arrays.device_cast(a, p.dtype, copy), arrays.device_cast(b, p.dtype, copy),
+                arrays.device_empty(plan.operand, plan.batch + (p.m, p.n), p.dtype, poison))
+        a_d, b_d, c_d = (cuda.as_cuda_array(x) for x in keep)
+
+    def launch():
+        if p.m and p.n:  # a grid of zero blocks is an invalid launch
+            for idx, a_i, b_i in _batches(plan.batch, a_d, b_d):
+                plan.kernel.run(a_i, b_i, c_d[idx] if idx else c_d, **plan.params)
+
+    def result():
+        return c_d.copy_to_host() if host else keep[2]
+    return launch, result
+
+
+_PREPARE = {"cpu": _prepare_host, "cuda": _prepare_cuda}

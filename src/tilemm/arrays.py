@@ -70,16 +70,41 @@ def from_host(c: np.ndarray, like: Operand, dtype: str):
     return t.to(like.device)
 
 
-def empty(like: Operand, shape: tuple, dtype: str):
-    """An uninitialised array of the same kind and device as ``like``."""
-    if like.kind == "numpy":
-        return np.empty(shape, dtype)
+def convert(c, like: Operand, dtype: str):
+    """The result in ``dtype``, in the kind and on the device of ``like``: a host array is
+    moved there, a device array is cast in place (integers wrap, floats round)."""
+    if isinstance(c, np.ndarray):
+        return from_host(c, like, dtype)
+    return device_cast(c, dtype, copy=False)
+
+
+def device_cast(x, dtype: str, copy: bool):
+    """A torch or CuPy array cast to ``dtype`` on its device (a fresh copy if ``copy``)."""
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        y = x.to(getattr(torch, dtype))
+        return y.clone() if copy and y is x else y
+    y = x.astype(dtype, copy=copy)
+    return y
+
+
+def device_empty(like: Operand, shape: tuple, dtype: str, poison: bool):
+    """An array on the device of ``like``, poisoned (NaN, or 0xA5 bytes) if asked."""
     if like.kind == "cupy":
         cupy = _cupy()
         with cupy.cuda.Device(int(like.device.split(":")[1])):
-            return cupy.empty(shape, dtype)
-    torch = _torch()
-    return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+            c = cupy.empty(shape, dtype)
+            bytes_view = c.view(cupy.uint8)
+    else:
+        torch = _torch()
+        c = torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+        bytes_view = c.view(torch.uint8)
+    if poison:
+        if np.dtype(dtype).kind == "f":
+            c.fill_(float("nan")) if hasattr(c, "fill_") else c.fill(np.nan)
+        else:
+            bytes_view.fill_(0xA5) if hasattr(bytes_view, "fill_") else bytes_view.fill(0xA5)
+    return c
 
 
 def assign(out, value) -> None:

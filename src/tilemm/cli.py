@@ -21,6 +21,7 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("kernels", help="the ladder: names, devices, dtypes, parameters")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="the table README.md carries")
 
     p = sub.add_parser("info", help="device, versions, which kernels can run here")
     p.add_argument("--json", action="store_true")
@@ -52,7 +53,17 @@ def _kernel_rows():
         yield k, params, k.available()
 
 
+def markdown_table() -> str:
+    lines = ["| rung | kernel | device | dtypes (native) | parameters | from | idea |", "|---|---|---|---|---|---|---|"]
+    for k, params, _ in _kernel_rows():
+        lines.append(f"| {k.rung} | `{k.name}` | {k.device} | {' '.join(k.dtypes)} | {params} | {k.seed} | {k.summary} |")
+    return "\n".join(lines) + "\n"
+
+
 def cmd_kernels(args) -> int:
+    if args.markdown:
+        print(markdown_table(), end="")
+        return 0
     if args.json:
         print(json.dumps([{"rung": k.rung, "name": k.name, "device": k.device, "backend": k.backend,
                            "dtypes": k.dtypes, "params": params, "seed": k.seed, "summary": k.summary,

@@ -1,2 +1,3 @@
 """The ladder. Importing this package registers every rung, in ladder order."""
 from . import reference, cpu  # noqa: F401
+from .simt import s1_naive, s2_naive_global, s3_uncoalesced, s4_tiled, s5_rect, s6_regblock  # noqa: F401

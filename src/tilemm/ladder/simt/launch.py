@@ -1,0 +1,98 @@
+"""One launcher for the SIMT rungs: the grid (ceil-div over the output tile), the limits a
+launch must respect, and the compiled-kernel cache.
+
+The limits are the GPU's own (numba-cuda reads them off the device) or, with no GPU or
+under the simulator, a typical H100's: CUDA refuses a block of more than 1024 threads with
+"invalid configuration argument" (seed 000's TILE_WIDTH > 32); here the refusal comes
+first, and says which limit and why.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import _compat, machine
+from ...registry import Kernel, Problem, register
+
+SIMT_DTYPES = ("int32", "int64", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    grid: tuple          # blocks along (x, y): x walks the columns of C, y its rows
+    block: tuple         # threads along (x, y)
+    shared_bytes: int    # static shared memory per block
+    per_thread: tuple    # outputs each thread computes (rows, cols)
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1]
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check(shape: LaunchShape) -> str | None:
+    """The limit this launch would break, with the reason, or None."""
+    gpu = machine.limits()
+    where = f"on {gpu.name}"
+    if shape.threads > gpu.max_threads_per_block:
+        return (f"a block of {shape.block[0]}x{shape.block[1]} = {shape.threads} threads exceeds the "
+                f"{gpu.max_threads_per_block} threads per block allowed {where} (CUDA would fail with "
+                f"'invalid configuration argument'); use a smaller tile")
+    for axis, (d, lim) in enumerate(zip(shape.block, gpu.max_block_dim)):
+        if d > lim:
+            return f"block dimension {'xyz'[axis]} = {d} exceeds {lim} {where}"
+    for axis, (d, lim) in enumerate(zip(shape.grid, gpu.max_grid_dim)):
+        if d > lim:
+            return (f"grid dimension {'xyz'[axis]} = {d} blocks exceeds {lim} {where}; "
+                    "the matrix is too large for this tile")
+    if shape.shared_bytes > gpu.max_shared_per_block:
+        return (f"{shape.shared_bytes} bytes of static shared memory per block exceed the "
+                f"{gpu.max_shared_per_block} bytes a block may declare statically {where}")
+    return None
+
+
+def available() -> str | None:
+    """Why numba-cuda kernels can't run here, or None."""
+    if _compat.cuda_simulator():
+        return None
+    try:
+        from numba import cuda
+    except ImportError:
+        return "needs numba-cuda (pip install 'tilemm[cuda]')"
+    if not cuda.is_available():
+        return ("needs a CUDA GPU (numba.cuda finds none); run it in the simulator at toy sizes with "
+                "NUMBA_ENABLE_CUDASIM=1, or use kernel='cpu-tiled' or 'numpy'")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(factory, dtype: str, **params):
+    """factory(numba scalar type, **params) -> a @cuda.jit kernel, built once per combination.
+    numba-cuda caches the machine code on disk (cache=True) across processes."""
+    import numba
+    return factory(getattr(numba, dtype), **params)
+
+
+def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary, compile_params=(), limits=None):
+    """Register a numba-cuda rung: one run, one limits check, one availability test for all.
+
+    shape_fn(problem, **params) -> LaunchShape; factory(scalar type, **compile params) -> kernel.
+    """
+    def run(a, b, c, **p):
+        problem = Problem(a.shape[0], b.shape[1], a.shape[1], np.dtype(c.dtype).name)
+        kernel = compiled(factory, problem.dtype, **{k: p[k] for k in compile_params})
+        grid = shape_fn(problem, **p)
+        kernel[grid.grid, grid.block](a, b, c)
+
+    def launch_limits(problem, **p):
+        return check(shape_fn(problem, **p))
+
+    return register(Kernel(name=name, rung=rung, device="cuda", backend="numba-cuda", dtypes=SIMT_DTYPES,
+                           seed=seed, summary=summary, run=run, traffic=traffic, params=params,
+                           limits=limits or launch_limits,
+                           available=available))

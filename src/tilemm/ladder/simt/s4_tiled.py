@@ -1,0 +1,65 @@
+"""Rung 6, `tiled`: shared-memory tiles (seeds 000-004). Each block computes a TILE x TILE
+tile of C; per phase, its threads copy a TILE x TILE tile of A and of B into shared memory
+(one element each, coalesced), synchronise, and take TILE products from shared memory.
+Each global element is loaded once per block instead of once per thread: TILE times fewer.
+
+Unlike seed 003, any M, N, K: loads past an edge write zeros into the tile, and the
+phase count is ceil(K / TILE), never derived from the grid.
+
+Constraints: TILE in {8, 16, 32} (64 would be 4096 threads a block: refused with the
+reason); any M, N, K, any strides.
+"""
+from numba import cuda, uint32
+
+from ...registry import Param, Traffic
+from . import launch
+
+
+def make_tiled(acc, tile):
+    @cuda.jit(cache=True)
+    def tiled(a, b, c):
+        tile_a = cuda.shared.array((tile, tile), acc)  # one shared array per line: the simulator
+        tile_b = cuda.shared.array((tile, tile), acc)  # names them by line, two on one would alias
+        m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
+        tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
+        row = uint32(cuda.blockIdx.y * tile + ty)
+        col = uint32(cuda.blockIdx.x * tile + tx)
+        total = acc(0)
+        phase = uint32(0)
+        while phase < k:                               # phase walks K in steps of TILE
+            ka = uint32(phase + tx)
+            if row < m and ka < k:
+                tile_a[ty, tx] = a[row, ka]            # (TILE, TILE) of A: a warp reads a row segment
+            else:
+                tile_a[ty, tx] = acc(0)
+            kb = uint32(phase + ty)
+            if kb < k and col < n:
+                tile_b[ty, tx] = b[kb, col]            # (TILE, TILE) of B
+            else:
+                tile_b[ty, tx] = acc(0)
+            cuda.syncthreads()
+            for j in range(tile):                      # TILE is a constant: fully unrolled
+                total = acc(total + tile_a[ty, j] * tile_b[j, tx])
+            cuda.syncthreads()
+            phase = uint32(phase + tile)
+        if row < m and col < n:
+            c[row, col] = total
+    return tiled
+
+
+def shape(p, tile):
+    itemsize = 8 if p.dtype.endswith("64") else 4
+    return launch.LaunchShape((launch.ceil_div(p.n, tile), launch.ceil_div(p.m, tile)), (tile, tile),
+                              2 * tile * tile * itemsize, (1, 1))
+
+
+def traffic(p, tile):
+    # Each block reads its (TILE, K) strip of A and (K, TILE) strip of B once: 2MNK / TILE.
+    return Traffic(read=p.m * p.k * launch.ceil_div(p.n, tile) + p.k * p.n * launch.ceil_div(p.m, tile),
+                   written=p.m * p.n)
+
+
+TILE = Param("tile", 16, (8, 16, 32, 64), "TILE_WIDTH: a block is TILE x TILE threads and tiles")
+
+launch.register_simt("tiled", 13, make_tiled, shape, traffic, (TILE,), "seeds 000-004",
+                     "shared-memory tiles of A and B, any M, N, K", compile_params=("tile",))

@@ -1,0 +1,73 @@
+"""Rung 7, `rect`: seed 001's rectangular tiles. Per phase a block loads one TILE x TILE
+tile of A and F tiles of B side by side, and each thread computes F outputs, TILE columns
+apart. Every A value read from shared memory now feeds F products, and A is read from
+global memory F times less often than in `tiled`.
+
+(Seed 001's own code indexes its second B tile as ds_mat2[ty * TILE + TILE + tx], which
+overlaps the next row of the first tile; here the B tile is a (TILE, F * TILE) array.)
+
+Constraints: TILE in {8, 16, 32}, F in {2, 4}; any M, N, K, any strides.
+"""
+from numba import cuda, uint32
+
+from ...registry import Param, Traffic
+from . import launch
+from .s4_tiled import TILE
+
+
+def make_rect(acc, tile, f):
+    @cuda.jit(cache=True)
+    def rect(a, b, c):
+        tile_a = cuda.shared.array((tile, tile), acc)      # (TILE, TILE) of A
+        tile_b = cuda.shared.array((tile, tile * f), acc)  # (TILE, F*TILE) of B: F tiles side by side
+        m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
+        tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
+        row = uint32(cuda.blockIdx.y * tile + ty)
+        col0 = uint32(cuda.blockIdx.x * (tile * f) + tx)   # this thread's columns: col0 + i*TILE
+        total = cuda.local.array(f, acc)
+        for i in range(f):
+            total[i] = acc(0)
+        phase = uint32(0)
+        while phase < k:
+            ka = uint32(phase + tx)
+            if row < m and ka < k:
+                tile_a[ty, tx] = a[row, ka]
+            else:
+                tile_a[ty, tx] = acc(0)
+            kb = uint32(phase + ty)
+            for i in range(f):
+                col = uint32(col0 + i * tile)
+                if kb < k and col < n:
+                    tile_b[ty, tx + i * tile] = b[kb, col]
+                else:
+                    tile_b[ty, tx + i * tile] = acc(0)
+            cuda.syncthreads()
+            for j in range(tile):
+                a_val = tile_a[ty, j]                      # one shared read feeds F products
+                for i in range(f):
+                    total[i] = acc(total[i] + a_val * tile_b[j, tx + i * tile])
+            cuda.syncthreads()
+            phase = uint32(phase + tile)
+        for i in range(f):
+            col = uint32(col0 + i * tile)
+            if row < m and col < n:
+                c[row, col] = total[i]
+    return rect
+
+
+def shape(p, tile, f):
+    itemsize = 8 if p.dtype.endswith("64") else 4
+    return launch.LaunchShape((launch.ceil_div(p.n, tile * f), launch.ceil_div(p.m, tile)), (tile, tile),
+                              (tile * tile + tile * tile * f) * itemsize, (1, f))
+
+
+def traffic(p, tile, f):
+    # A strip read once per block column (F*TILE wide), B strip once per block row.
+    return Traffic(read=p.m * p.k * launch.ceil_div(p.n, tile * f) + p.k * p.n * launch.ceil_div(p.m, tile),
+                   written=p.m * p.n)
+
+
+launch.register_simt("rect", 14, make_rect, shape, traffic,
+                     (TILE, Param("f", 2, (2, 4), "B tiles per phase = outputs per thread")),
+                     "seed 001", "one A tile, F B tiles per phase: F outputs per thread",
+                     compile_params=("tile", "f"))

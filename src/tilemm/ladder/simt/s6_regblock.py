@@ -1,0 +1,133 @@
+"""Rung 8, `regblock`: beyond the seeds. A block computes a BLOCK_M x BLOCK_N tile of C and
+each thread a THREAD_M x THREAD_N tile of it, held in registers (seed 001's idea carried to
+both dimensions). Per step of the K loop a thread reads THREAD_M values of A and THREAD_N of
+B from shared memory and does THREAD_M * THREAD_N multiply-adds: 8 x 8 gives 64 FMAs for
+16 shared loads, where `tiled` gives 1 for 2.
+
+    grid:   (ceil(N / BLOCK_N), ceil(M / BLOCK_M)) blocks
+    block:  (BLOCK_N / THREAD_N, BLOCK_M / THREAD_M) threads
+    thread: rows ty + i * threads_y, columns tx + j * threads_x  (i < THREAD_M, j < THREAD_N):
+            spread out, so a warp's shared reads hit 32 banks and its stores to C coalesce.
+
+Shared memory is double-buffered: while the block computes on one (BLOCK_K, BLOCK_M) tile of
+A (stored K-major, rows padded by 4 against bank conflicts) and (BLOCK_K, BLOCK_N) tile of B,
+each thread already holds its share of the next tiles in registers, loaded before the
+arithmetic so their latency hides behind it: one barrier per K step instead of two.
+
+Constraints: any M, N, K, any strides (edges are zero-filled); BLOCK_M * BLOCK_K and
+BLOCK_K * BLOCK_N multiples of the thread count; at most 1024 threads and 48 KiB of shared
+memory a block. numba-cuda has no vector (16-byte) loads from arrays, so loads are scalar.
+"""
+from numba import cuda, uint32
+
+from ...registry import Param, Traffic
+from . import launch
+
+PAD = 4
+
+
+def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
+    threads_x = block_n // thread_n
+    threads_y = block_m // thread_m
+    threads = threads_x * threads_y
+    a_loads = block_m * block_k // threads
+    b_loads = block_k * block_n // threads
+
+    @cuda.jit(cache=True)
+    def regblock(a, b, c):
+        a_s = cuda.shared.array((2, block_k, block_m + PAD), acc)   # (2, BK, BM+pad): A, K-major
+        b_s = cuda.shared.array((2, block_k, block_n), acc)         # (2, BK, BN)
+        c_r = cuda.local.array((thread_m, thread_n), acc)          # (TM, TN) in registers
+        a_r = cuda.local.array(thread_m, acc)
+        b_r = cuda.local.array(thread_n, acc)
+        a_next = cuda.local.array(a_loads, acc)                     # the next tiles, in flight
+        b_next = cuda.local.array(b_loads, acc)
+        m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
+        tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
+        tid = uint32(ty * threads_x + tx)
+        row0 = uint32(cuda.blockIdx.y * block_m)
+        col0 = uint32(cuda.blockIdx.x * block_n)
+        for i in range(thread_m):
+            for j in range(thread_n):
+                c_r[i, j] = acc(0)
+
+        k0 = uint32(0)
+        for l in range(a_loads):                    # tile 0: global -> registers
+            e = uint32(tid + l * threads)           # consecutive threads: consecutive k
+            r, q = uint32(row0 + e // block_k), uint32(k0 + e % block_k)
+            a_next[l] = a[r, q] if r < m and q < k else acc(0)
+        for l in range(b_loads):
+            e = uint32(tid + l * threads)           # consecutive threads: consecutive columns
+            q, col = uint32(k0 + e // block_n), uint32(col0 + e % block_n)
+            b_next[l] = b[q, col] if q < k and col < n else acc(0)
+        buf = uint32(0)
+        while True:
+            for l in range(a_loads):                # registers -> shared, A transposed
+                e = uint32(tid + l * threads)
+                a_s[buf, e % block_k, e // block_k] = a_next[l]
+            for l in range(b_loads):
+                e = uint32(tid + l * threads)
+                b_s[buf, e // block_n, e % block_n] = b_next[l]
+            cuda.syncthreads()
+            k0 = uint32(k0 + block_k)
+            if k0 < k:                              # issue the next tile's loads now...
+                for l in range(a_loads):
+                    e = uint32(tid + l * threads)
+                    r, q = uint32(row0 + e // block_k), uint32(k0 + e % block_k)
+                    a_next[l] = a[r, q] if r < m and q < k else acc(0)
+                for l in range(b_loads):
+                    e = uint32(tid + l * threads)
+                    q, col = uint32(k0 + e // block_n), uint32(col0 + e % block_n)
+                    b_next[l] = b[q, col] if q < k and col < n else acc(0)
+            for p in range(block_k):                # ...and compute while they arrive
+                for i in range(thread_m):
+                    a_r[i] = a_s[buf, p, ty + i * threads_y]
+                for j in range(thread_n):
+                    b_r[j] = b_s[buf, p, tx + j * threads_x]
+                for i in range(thread_m):
+                    for j in range(thread_n):
+                        c_r[i, j] = acc(c_r[i, j] + a_r[i] * b_r[j])
+            if k0 >= k:
+                break
+            buf = uint32(1 - buf)                   # the other buffer: nobody reads it now
+
+        for i in range(thread_m):
+            r = uint32(row0 + ty + i * threads_y)
+            for j in range(thread_n):
+                col = uint32(col0 + tx + j * threads_x)
+                if r < m and col < n:
+                    c[r, col] = c_r[i, j]
+    return regblock
+
+
+def shape(p, block_m, block_n, block_k, thread_m, thread_n):
+    itemsize = 8 if p.dtype.endswith("64") else 4
+    block = (max(1, block_n // thread_n), max(1, block_m // thread_m))
+    return launch.LaunchShape((launch.ceil_div(p.n, block_n), launch.ceil_div(p.m, block_m)), block,
+                              2 * block_k * (block_m + PAD + block_n) * itemsize, (thread_m, thread_n))
+
+
+def limits(p, block_m, block_n, block_k, thread_m, thread_n):
+    if block_m % thread_m or block_n % thread_n:
+        return f"BLOCK_M={block_m} and BLOCK_N={block_n} must be multiples of THREAD_M={thread_m}, THREAD_N={thread_n}"
+    threads = (block_m // thread_m) * (block_n // thread_n)
+    if (block_m * block_k) % threads or (block_k * block_n) % threads:
+        return (f"the {block_m}x{block_k} A tile and {block_k}x{block_n} B tile must split evenly over "
+                f"{threads} threads")
+    return launch.check(shape(p, block_m, block_n, block_k, thread_m, thread_n))
+
+
+def traffic(p, block_m, block_n, **_):
+    return Traffic(read=p.m * p.k * launch.ceil_div(p.n, block_n) + p.k * p.n * launch.ceil_div(p.m, block_m),
+                   written=p.m * p.n)
+
+
+SIZES = (4, 8, 16, 32, 64, 128, 256)
+launch.register_simt(
+    "regblock", 15, make_regblock, shape, traffic,
+    (Param("block_m", 128, SIZES, "rows of C per block"), Param("block_n", 128, SIZES, "columns of C per block"),
+     Param("block_k", 8, (4, 8, 16, 32), "depth of one K step"),
+     Param("thread_m", 8, (1, 2, 4, 8, 16), "rows of C per thread"),
+     Param("thread_n", 8, (1, 2, 4, 8, 16), "columns of C per thread")),
+    "beyond", "THREAD_M x THREAD_N register tiles, double-buffered shared memory",
+    compile_params=("block_m", "block_n", "block_k", "thread_m", "thread_n"), limits=limits)

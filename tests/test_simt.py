@@ -1,0 +1,93 @@
+"""The numba-cuda rungs under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set by conftest),
+at small odd shapes with small tiles, output poisoned before every launch; and the launch
+limits, which are checked before any launch on any machine."""
+import numpy as np
+import pytest
+
+import tilemm
+from tilemm.accuracy import compare
+
+from .cases import operands
+
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+
+# Small tiles keep the simulated thread count (and the run time) down.
+SMALL = {"naive": dict(block=8), "naive-global": dict(block=8), "uncoalesced": dict(block=8),
+         "tiled": dict(tile=8), "rect": dict(tile=8, f=2),
+         "regblock": dict(block_m=16, block_n=16, block_k=4, thread_m=4, thread_n=4)}
+SIMT = [k.name for k in tilemm.kernels("cuda") if k.backend == "numba-cuda"]
+
+
+def run(kernel, a, b, **params):
+    c = tilemm.plan(a, b, kernel=kernel, **params).execute(poison=True)
+    return c, compare(c, a, b, c.dtype.name)
+
+
+def test_every_simt_rung_has_a_small_configuration():
+    assert set(SIMT) == set(SMALL)
+
+
+@pytest.mark.parametrize("kernel", SIMT)
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float32", "float64"])
+def test_native_dtypes_odd_shape(kernel, dtype):
+    a, b = operands(5, 17, 33, 9, dtype, "tn")
+    c, verdict = run(kernel, a, b, **SMALL[kernel])
+    assert c.dtype == dtype and verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("kernel", SIMT)
+@pytest.mark.parametrize("m,n,k,dtype", [(1, 1, 1, "int32"), (40, 7, 65, "float32"), (3, 5, 0, "float32"),
+                                         (0, 4, 3, "int32"), (9, 20, 19, "int8"), (9, 20, 19, "uint64"),
+                                         (9, 20, 19, "float16")])
+def test_edges_and_promoted_dtypes(kernel, m, n, k, dtype):
+    a, b = operands(m + n + k, m, n, k, dtype, "nt")
+    c, verdict = run(kernel, a, b, **SMALL[kernel])
+    assert c.dtype == np.matmul(a, b).dtype and verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("kernel,params", [("tiled", dict(tile=16)), ("rect", dict(tile=8, f=4)),
+                                           ("regblock", dict(block_m=32, block_n=16, block_k=8, thread_m=8,
+                                                             thread_n=2))])
+def test_other_tiles(kernel, params):
+    a, b = operands(9, 37, 29, 41, "int32")
+    c, verdict = run(kernel, a, b, **params)
+    assert verdict.ok, verdict.message
+
+
+def test_default_kernel_for_host_arrays_stays_numpy():
+    a, b = operands(1, 3, 3, 3, "float32")
+    assert tilemm.plan(a, b).kernel.name == "numpy"
+
+
+# --- launch limits: refused before the launch, with the limit and the reason ----------------
+
+def refused(match, kernel, **params):
+    a, b = operands(1, 64, 64, 64, "float32")
+    with pytest.raises(tilemm.KernelUnavailable, match=match):
+        tilemm.plan(a, b, kernel=kernel, **params)
+
+
+def test_tile_64_is_seed_000s_invalid_configuration():
+    refused(r"64x64 = 4096 threads exceeds the 1024 threads per block.*invalid configuration argument",
+            "tiled", tile=64)
+
+
+def test_naive_block_64_refused():
+    refused("4096 threads", "naive", block=64)
+
+
+def test_regblock_shared_memory_limit():
+    refused(r"bytes of static shared memory per block exceed", "regblock",
+            block_m=256, block_n=256, block_k=32, thread_m=16, thread_n=16)
+
+
+def test_regblock_uneven_split():
+    refused("must be multiples", "regblock", block_m=8, block_n=8, thread_m=16, thread_n=8)
+    refused("split evenly", "regblock", block_m=16, block_n=16, block_k=4, thread_m=1, thread_n=1)
+
+
+def test_grid_limit():
+    a = np.ones((70000 * 8, 1), np.float32)
+    b = np.ones((1, 70000 * 32), np.float32)
+    with pytest.raises(tilemm.KernelUnavailable, match="grid dimension y"):
+        tilemm.plan(a, b, kernel="uncoalesced", block=8)
