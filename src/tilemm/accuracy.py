@@ -9,9 +9,12 @@ NaN and Inf must sit where the reference, rounded to the output type, has them.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
+
+_np = np
 
 from .dtypes import ACCUMULATE, UNIT_ROUNDOFF, is_integer
 
@@ -23,11 +26,21 @@ class Verdict:
     message: str
 
 
-def reference(a: np.ndarray, b: np.ndarray, result: str) -> np.ndarray:
-    """numpy.matmul for integers; float64 matmul for floats (not yet rounded)."""
+def array_module(x):
+    """NumPy, or CuPy for CuPy arrays: the check runs where the data is (a 16384^2 float64
+    reference takes minutes on a laptop's cores and milliseconds on the GPU)."""
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+        return cupy
+    return np
+
+
+def reference(a, b, result: str):
+    """numpy.matmul for integers (exact, wrapping); float64 matmul for floats (not yet rounded)."""
+    xp = array_module(a)
     if is_integer(result):
-        return np.matmul(a.astype(result), b.astype(result))
-    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+        return xp.matmul(a.astype(result), b.astype(result))
+    return xp.matmul(a.astype(xp.float64), b.astype(xp.float64))
 
 
 def tolerance(result: str, k: int) -> tuple[float, float]:
@@ -35,8 +48,10 @@ def tolerance(result: str, k: int) -> tuple[float, float]:
     return 2.0 * max(k, 1) * UNIT_ROUNDOFF[ACCUMULATE[result]], UNIT_ROUNDOFF[result]
 
 
-def compare(c: np.ndarray, a: np.ndarray, b: np.ndarray, result: str) -> Verdict:
-    """Check c (a host array of dtype ``result``, float64 for bfloat16) against the reference."""
+def compare(c, a, b, result: str) -> Verdict:
+    """Check c (of dtype ``result``, float32 for bfloat16) against the reference; NumPy arrays
+    or CuPy arrays, all three of one kind."""
+    np = array_module(c)  # noqa: F811  (the same code serves NumPy and CuPy)
     ref = reference(a, b, result)
     if c.shape != ref.shape:
         return Verdict(False, np.inf, f"shape {c.shape}, expected {ref.shape}")
@@ -45,22 +60,22 @@ def compare(c: np.ndarray, a: np.ndarray, b: np.ndarray, result: str) -> Verdict
     if is_integer(result):
         bad = int(np.count_nonzero(c != ref))
         if bad:
-            i = np.unravel_index(np.argmax(c != ref), c.shape)
+            i = tuple(int(x) for x in np.unravel_index(np.argmax(c != ref), c.shape))
             return Verdict(False, bad, f"{bad} of {c.size} entries differ; first at {i}: {c[i]} != {ref[i]}")
         return Verdict(True, 0.0, "bit-exact")
     c64 = np.asarray(c, dtype=np.float64)
-    rounded = _round_to(ref, result)
+    rounded = _round_to(np, ref, result)
     # Non-finite entries must match the reference's exactly (NaN where NaN, same-signed Inf).
     ref_bad = ~np.isfinite(rounded)
     mismatch = (np.isnan(c64) != np.isnan(rounded)) | (np.isinf(c64) != np.isinf(rounded)) \
         | (np.isinf(rounded) & (c64 != rounded))
-    if mismatch.any():
-        i = np.unravel_index(np.argmax(mismatch), c.shape)
+    if bool(mismatch.any()):
+        i = tuple(int(x) for x in np.unravel_index(np.argmax(mismatch), c.shape))
         return Verdict(False, np.inf, f"NaN/Inf pattern differs from the reference; e.g. at {i}: {c64[i]} vs {rounded[i]}")
     fin = ~ref_bad
-    if not fin.any():
+    if not bool(fin.any()):
         return Verdict(True, 0.0, "all non-finite, as the reference")
-    with np.errstate(invalid="ignore", over="ignore"):
+    with _quiet(np):
         scale = np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
     rel_sum, rel_out = tolerance(result, a.shape[1])
     tiny = np.finfo(np.float32 if result in ("float32", "float16", "bfloat16") else np.float64).tiny
@@ -70,14 +85,19 @@ def compare(c: np.ndarray, a: np.ndarray, b: np.ndarray, result: str) -> Verdict
     worst = float(ratio.max())
     if worst > 1.0:
         j = int(np.argmax(ratio))
-        return Verdict(False, worst, f"error {err[j]:.3g} exceeds the allowed {allowed[j]:.3g} "
+        return Verdict(False, worst, f"error {float(err[j]):.3g} exceeds the allowed {float(allowed[j]):.3g} "
                                      f"({worst:.3g}x the {result} bound)")
     return Verdict(True, worst, f"within {worst:.2g}x the {result} bound")
 
 
-def _round_to(x: np.ndarray, result: str) -> np.ndarray:
+def _quiet(xp):
+    """Overflow to Inf is expected here (float16 results): NumPy would warn, CuPy never does."""
+    return xp.errstate(invalid="ignore", over="ignore") if xp is _np else contextlib.nullcontext()
+
+
+def _round_to(np, x, result: str):
     """x rounded to the output type and back to float64 (bfloat16 by bit truncation with rounding)."""
-    with np.errstate(over="ignore", invalid="ignore"):
+    with _quiet(np):
         if result == "bfloat16":
             f32 = x.astype(np.float32)
             bits = f32.view(np.uint32).astype(np.uint64)

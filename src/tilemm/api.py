@@ -93,7 +93,7 @@ def plan(a, b, *, kernel: str | None = None, out=None, **params) -> Plan:
     shape = batch + ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
     result = result_dtype(da.dtype, db.dtype)
 
-    chosen = registry.get(kernel) if kernel is not None else _default_kernel(da.device)
+    chosen = registry.get(kernel) if kernel is not None else _default_kernel(da.device, result, m, n, k)
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:
@@ -126,12 +126,14 @@ def _check_out(out, da, shape, result) -> None:
                          f"the result has shape {tuple(shape)} and dtype {result}")
 
 
-def _default_kernel(device: str) -> registry.Kernel:
-    """Host arrays: NumPy. Device arrays: the highest rung of the ladder that can run here."""
+def _default_kernel(device: str, result: str, m: int, n: int, k: int) -> registry.Kernel:
+    """Host arrays: NumPy. Device arrays: the highest rung of the ladder that can run this
+    problem here at its default parameters (NumPy, with copies, if none can)."""
     if device != "cpu":
-        for k in reversed(registry.kernels("cuda")):
-            if k.available() is None:
-                return k
+        for kern in reversed(registry.kernels("cuda")):
+            compute = kern.compute_dtype(result)
+            if compute and kern.why_not(Problem(m, n, k, compute), kern.resolve({})) is None:
+                return kern
     return registry.get("numpy")
 
 

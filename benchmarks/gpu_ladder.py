@@ -1,0 +1,165 @@
+"""Issue 3's measurements on a GPU: every SIMT rung against its CUDA C twin and cuBLAS.
+
+    PYTHONPATH=src python3 benchmarks/gpu_ladder.py --out DIR [--sizes 2048 4096] [--dtypes float32 int32]
+
+The twins (benchmarks/twins/twins.cu, the seeds' kernels in CUDA C) are built with nvcc -O3
+for sm_90 and called through ctypes on the same CuPy buffers as the Python rungs. Timing:
+a pre-warm of the GPU, then interleaved rounds (the order rotated each round), each launch
+timed with CUDA events, the median over all launches of a variant. Every variant's answer is
+checked against a float64 (or exact integer) reference before it is timed.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import tilemm  # first: its shim lets numba-cuda import under NumPy 2.5
+from tilemm import machine
+from tilemm.accuracy import compare
+from tilemm.data import operands
+
+import cupy as cp  # noqa: E402
+
+HERE = Path(__file__).parent
+
+# (label, kernel, params, twin): the twin runs the same launch shape in CUDA C.
+VARIANTS = [
+    ("naive", "naive", {"block": 16}, ("naive", 16)),
+    ("naive-global", "naive-global", {"block": 16}, None),
+    ("uncoalesced", "uncoalesced", {"block": 16}, None),
+    ("tiled16", "tiled", {"tile": 16}, ("tiled", 16)),
+    ("tiled32", "tiled", {"tile": 32}, ("tiled", 32)),
+    ("rect32x2", "rect", {"tile": 32, "f": 2}, None),
+    ("rect16x4", "rect", {"tile": 16, "f": 4}, None),
+    ("regblock", "regblock", {}, None),
+    ("cublas", "cublas", {}, None),
+]
+
+
+def build_twins(out: Path) -> ctypes.CDLL:
+    lib = out / "libtwins.so"
+    subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-Xcompiler", "-fPIC", "-shared", str(HERE / "twins" / "twins.cu"),
+                    "-o", str(lib)], check=True)
+    return ctypes.CDLL(str(lib))
+
+
+def twin_launcher(lib, name, param, dtype, a, b, c):
+    fn = getattr(lib, f"twin_{name}_{dtype}")
+    m, k = a.shape
+    n = b.shape[1]
+    args = [ctypes.c_void_p(a.data.ptr), ctypes.c_void_p(b.data.ptr), ctypes.c_void_p(c.data.ptr),
+            ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(param)]
+
+    def launch():
+        rc = fn(*args)
+        if rc:
+            raise RuntimeError(f"twin {name} failed with CUDA error {rc}")
+    return launch
+
+
+def time_rounds(launchers: dict, rounds: int, per_round_s: float) -> dict:
+    """Interleaved rounds: each variant gets per_round_s of back-to-back event-timed launches."""
+    times = {label: [] for label in launchers}
+    labels = list(launchers)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    for r in range(rounds):
+        order = labels[r % len(labels):] + labels[:r % len(labels)]
+        for label in order:
+            launch = launchers[label]
+            launch()
+            t_stop = time.perf_counter() + per_round_s
+            while time.perf_counter() < t_stop:
+                start.record()
+                launch()
+                end.record()
+                end.synchronize()
+                times[label].append(cp.cuda.get_elapsed_time(start, end))
+    return times
+
+
+def prewarm(seconds: float):
+    x = cp.random.standard_normal((8192, 8192), dtype=cp.float32)
+    t_stop = time.perf_counter() + seconds
+    while time.perf_counter() < t_stop:
+        x @ x
+        cp.cuda.Device().synchronize()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "int32"])
+    ap.add_argument("--variants", nargs="+")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-round", type=float, default=0.3)
+    ap.add_argument("--prewarm", type=float, default=5.0)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    lib = build_twins(args.out)
+    info = machine.describe()
+    stamp = {"device": info["device"], "versions": info["versions"],
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "command": "PYTHONPATH=src python3 benchmarks/gpu_ladder.py " + " ".join(
+                 f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                 for k, v in vars(args).items() if k != "out" and v is not None)}
+    variants = [v for v in VARIANTS if not args.variants or v[0] in args.variants]
+    prewarm(args.prewarm)
+    records = []
+    for dtype in args.dtypes:
+        for n in args.sizes:
+            a_h, b_h = operands(n, n, n, n, dtype)
+            a, b = cp.asarray(a_h), cp.asarray(b_h)
+            launchers, outputs = {}, {}
+            for label, kernel, params, twin in variants:
+                plan = tilemm.plan(a, b, kernel=kernel, **params)
+                launch, result = plan.prepare(poison=True)
+                t0 = time.perf_counter()
+                launch()
+                cp.cuda.Device().synchronize()
+                first = time.perf_counter() - t0
+                launchers[label], outputs[label] = launch, (result, first)
+                if twin:
+                    c = cp.full((n, n), cp.nan if dtype.startswith("float") else -0x5A5A5A5A, dtype=dtype)
+                    launchers[label + "-cuda-c"] = twin_launcher(lib, twin[0], twin[1], dtype, a, b, c)
+                    launchers[label + "-cuda-c"]()
+                    outputs[label + "-cuda-c"] = (lambda c=c: c, None)
+            cp.cuda.Device().synchronize()
+            verdicts = {label: compare(res(), a, b, dtype) for label, (res, _) in outputs.items()}
+            good = {label: fn for label, fn in launchers.items() if verdicts[label].ok}
+            times = time_rounds(good, args.rounds, args.per_round)
+            for label in launchers:
+                rec = {"variant": label, "dtype": dtype, "m": n, "n": n, "k": n, "check": verdicts[label].message,
+                       "status": "ok" if verdicts[label].ok else "FAILED", **stamp}
+                if label in good:
+                    med = statistics.median(times[label])
+                    rec.update(median_ms=med, tflops=2 * n**3 / med / 1e9, launches=len(times[label]))
+                if outputs[label][1] is not None:
+                    rec["first_call_s"] = outputs[label][1]
+                records.append(rec)
+            for label in launchers:
+                if label.endswith("-cuda-c") and label in good and label[:-7] in good:
+                    py = next(r for r in records[-len(launchers):] if r["variant"] == label[:-7])
+                    tw = next(r for r in records[-len(launchers):] if r["variant"] == label)
+                    py["vs_cuda_c"] = tw["median_ms"] / py["median_ms"]
+            cub = next((r for r in records[-len(launchers):] if r["variant"] == "cublas" and "median_ms" in r), None)
+            for r in records[-len(launchers):]:
+                if cub and "median_ms" in r:
+                    r["vs_cublas"] = cub["median_ms"] / r["median_ms"]
+                print(f"{r['variant']:18} {dtype:8} {n:6} {r.get('median_ms', float('nan')):9.3f} ms "
+                      f"{r.get('tflops', float('nan')):7.2f} T  vs C {r.get('vs_cuda_c', float('nan')):5.2f}  "
+                      f"vs cuBLAS {r.get('vs_cublas', float('nan')):5.2f}  {r['status']} {r['check']}", flush=True)
+            del a, b, launchers, outputs
+            cp.get_default_memory_pool().free_all_blocks()
+    with open(args.out / "gpu_ladder.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+if __name__ == "__main__":
+    main()
