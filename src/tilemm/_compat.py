@@ -7,6 +7,9 @@ import os
 
 import numpy as np
 
+# A library launches small grids for small problems; numba-cuda would warn on each one.
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+
 if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack
 

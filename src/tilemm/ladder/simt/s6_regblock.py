@@ -32,10 +32,11 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     threads = threads_x * threads_y
     a_loads = block_m * block_k // threads
     b_loads = block_k * block_n // threads
+    a_rows = block_m + PAD  # Python ints: shared array shapes must be compile-time constants
 
     @cuda.jit(cache=True)
     def regblock(a, b, c):
-        a_s = cuda.shared.array((2, block_k, block_m + PAD), acc)   # (2, BK, BM+pad): A, K-major
+        a_s = cuda.shared.array((2, block_k, a_rows), acc)         # (2, BK, BM+pad): A, K-major
         b_s = cuda.shared.array((2, block_k, block_n), acc)         # (2, BK, BN)
         c_r = cuda.local.array((thread_m, thread_n), acc)          # (TM, TN) in registers
         a_r = cuda.local.array(thread_m, acc)
