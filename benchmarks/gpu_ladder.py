@@ -22,6 +22,7 @@ from pathlib import Path
 import tilemm  # first: its shim lets numba-cuda import under NumPy 2.5
 from tilemm import machine
 from tilemm.accuracy import compare
+from tilemm.bench.timing import launch_overhead_us, time_cuda
 from tilemm.data import operands
 
 import cupy as cp  # noqa: E402
@@ -64,22 +65,13 @@ def twin_launcher(lib, name, param, dtype, a, b, c):
 
 
 def time_rounds(launchers: dict, rounds: int, per_round_s: float) -> dict:
-    """Interleaved rounds: each variant gets per_round_s of back-to-back event-timed launches."""
+    """Interleaved rounds (order rotated): each variant gets per_round_s of samples per round.
+    tilemm's timer keeps each launch's CPU cost out of the GPU time (see time_cuda)."""
     times = {label: [] for label in launchers}
     labels = list(launchers)
-    start, end = cp.cuda.Event(), cp.cuda.Event()
     for r in range(rounds):
-        order = labels[r % len(labels):] + labels[:r % len(labels)]
-        for label in order:
-            launch = launchers[label]
-            launch()
-            t_stop = time.perf_counter() + per_round_s
-            while time.perf_counter() < t_stop:
-                start.record()
-                launch()
-                end.record()
-                end.synchronize()
-                times[label].append(cp.cuda.get_elapsed_time(start, end))
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            times[label] += time_cuda([launchers[label]], per_round_s, warmup_s=0.02)
     return times
 
 
@@ -139,7 +131,9 @@ def main():
                        "status": "ok" if verdicts[label].ok else "FAILED", **stamp}
                 if label in good:
                     med = statistics.median(times[label])
-                    rec.update(median_ms=med, tflops=2 * n**3 / med / 1e9, launches=len(times[label]))
+                    rec.update(median_ms=med, tflops=2 * n**3 / med / 1e9, samples=len(times[label]),
+                               spread=(max(times[label]) - min(times[label])) / med,
+                               launch_overhead_us=launch_overhead_us(good[label]))
                 if outputs[label][1] is not None:
                     rec["first_call_s"] = outputs[label][1]
                 records.append(rec)

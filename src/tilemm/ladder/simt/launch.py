@@ -17,6 +17,9 @@ from ... import _compat, machine
 from ...registry import Kernel, Problem, register
 
 SIMT_DTYPES = ("int32", "int64", "float32", "float64")
+# 16-byte aligned shared arrays let the compiler merge four neighbouring loads into one
+# ld.shared.v4; the simulator refuses any alignment argument but None.
+SHARED_ALIGN = None if _compat.cuda_simulator() else 16
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,12 @@ from . import launch
 
 
 def make_tiled(acc, tile):
+    align = launch.SHARED_ALIGN
+
     @cuda.jit(cache=True)
     def tiled(a, b, c):
-        tile_a = cuda.shared.array((tile, tile), acc)  # one shared array per line: the simulator
-        tile_b = cuda.shared.array((tile, tile), acc)  # names them by line, two on one would alias
+        tile_a = cuda.shared.array((tile, tile), acc, alignment=align)  # one shared array a line: the
+        tile_b = cuda.shared.array((tile, tile), acc, alignment=align)  # simulator names them by line
         m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
         tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
         row = uint32(cuda.blockIdx.y * tile + ty)

@@ -17,11 +17,12 @@ from .s4_tiled import TILE
 
 def make_rect(acc, tile, f):
     width = tile * f  # a Python int: shared array shapes must be compile-time constants
+    align = launch.SHARED_ALIGN
 
     @cuda.jit(cache=True)
     def rect(a, b, c):
-        tile_a = cuda.shared.array((tile, tile), acc)      # (TILE, TILE) of A
-        tile_b = cuda.shared.array((tile, width), acc)     # (TILE, F*TILE) of B: F tiles side by side
+        tile_a = cuda.shared.array((tile, tile), acc, alignment=align)   # (TILE, TILE) of A
+        tile_b = cuda.shared.array((tile, width), acc, alignment=align)  # (TILE, F*TILE) of B: F tiles
         m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
         tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
         row = uint32(cuda.blockIdx.y * tile + ty)

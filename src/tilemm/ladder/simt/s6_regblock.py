@@ -6,8 +6,8 @@ B from shared memory and does THREAD_M * THREAD_N multiply-adds: 8 x 8 gives 64 
 
     grid:   (ceil(N / BLOCK_N), ceil(M / BLOCK_M)) blocks
     block:  (BLOCK_N / THREAD_N, BLOCK_M / THREAD_M) threads
-    thread: rows ty + i * threads_y, columns tx + j * threads_x  (i < THREAD_M, j < THREAD_N):
-            spread out, so a warp's shared reads hit 32 banks and its stores to C coalesce.
+    thread: THREAD_M rows in runs of 4 neighbours, runs 4 * threads_y apart (columns alike),
+            so each run is one 16-byte shared load and a warp's loads cover a contiguous span.
 
 Shared memory is double-buffered: while the block computes on one (BLOCK_K, BLOCK_M) tile of
 A (stored K-major, rows padded by 4 against bank conflicts) and (BLOCK_K, BLOCK_N) tile of B,
@@ -16,7 +16,8 @@ arithmetic so their latency hides behind it: one barrier per K step instead of t
 
 Constraints: any M, N, K, any strides (edges are zero-filled); BLOCK_M * BLOCK_K and
 BLOCK_K * BLOCK_N multiples of the thread count; at most 1024 threads and 48 KiB of shared
-memory a block. numba-cuda has no vector (16-byte) loads from arrays, so loads are scalar.
+memory a block. Global loads are scalar (numba-cuda can't prove a strided row 16-byte aligned);
+shared loads become 16-byte vectors where the compiler sees the alignment.
 """
 from numba import cuda, uint32
 
@@ -33,15 +34,20 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     a_loads = block_m * block_k // threads
     b_loads = block_k * block_n // threads
     a_rows = block_m + PAD  # Python ints: shared array shapes must be compile-time constants
+    # A thread's rows (and columns) come in runs of VEC neighbours, runs threads_y*VEC apart:
+    # each run is one 16-byte shared load, and a warp's runs tile a contiguous span.
+    vec_m = 4 if thread_m % 4 == 0 else 1
+    vec_n = 4 if thread_n % 4 == 0 else 1
+    align = launch.SHARED_ALIGN
 
     @cuda.jit(cache=True)
     def regblock(a, b, c):
-        a_s = cuda.shared.array((2, block_k, a_rows), acc)         # (2, BK, BM+pad): A, K-major
-        b_s = cuda.shared.array((2, block_k, block_n), acc)         # (2, BK, BN)
-        c_r = cuda.local.array((thread_m, thread_n), acc)          # (TM, TN) in registers
+        a_s = cuda.shared.array((2, block_k, a_rows), acc, alignment=align)  # (2, BK, BM+pad): A, K-major
+        b_s = cuda.shared.array((2, block_k, block_n), acc, alignment=align)  # (2, BK, BN)
+        c_r = cuda.local.array((thread_m, thread_n), acc)                    # (TM, TN) in registers
         a_r = cuda.local.array(thread_m, acc)
         b_r = cuda.local.array(thread_n, acc)
-        a_next = cuda.local.array(a_loads, acc)                     # the next tiles, in flight
+        a_next = cuda.local.array(a_loads, acc)                              # the next tiles, in flight
         b_next = cuda.local.array(b_loads, acc)
         m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
         tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
@@ -82,9 +88,9 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
                     b_next[l] = b[q, col] if q < k and col < n else acc(0)
             for p in range(block_k):                # ...and compute while they arrive
                 for i in range(thread_m):
-                    a_r[i] = a_s[buf, p, ty + i * threads_y]
+                    a_r[i] = a_s[buf, p, (i // vec_m) * (threads_y * vec_m) + ty * vec_m + i % vec_m]
                 for j in range(thread_n):
-                    b_r[j] = b_s[buf, p, tx + j * threads_x]
+                    b_r[j] = b_s[buf, p, (j // vec_n) * (threads_x * vec_n) + tx * vec_n + j % vec_n]
                 for i in range(thread_m):
                     for j in range(thread_n):
                         c_r[i, j] = acc(c_r[i, j] + a_r[i] * b_r[j])
@@ -93,9 +99,9 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
             buf = uint32(1 - buf)                   # the other buffer: nobody reads it now
 
         for i in range(thread_m):
-            r = uint32(row0 + ty + i * threads_y)
+            r = uint32(row0 + (i // vec_m) * (threads_y * vec_m) + ty * vec_m + i % vec_m)
             for j in range(thread_n):
-                col = uint32(col0 + tx + j * threads_x)
+                col = uint32(col0 + (j // vec_n) * (threads_x * vec_n) + tx * vec_n + j % vec_n)
                 if r < m and col < n:
                     c[r, col] = c_r[i, j]
     return regblock
