@@ -41,7 +41,7 @@ with open(args.out / f"asm_{args.label}.txt", "w") as f:
                                    dict(block_m=128, block_n=128, block_k=8, thread_m=8, thread_n=8))]:
         kern = launch.compiled(factory, "float32", **params)
         for sig, ptx in kern.inspect_asm().items():
-            counts = {op: ptx.count(op) for op in ("ld.global", "ld.shared", "st.shared", "ld.local", "st.local",
+            counts = {op: ptx.count(op) for op in ("ld.global", "ld.shared", "ld.shared.v4", "st.shared", "ld.local", "st.local",
                                                    "fma.rn.f32", "selp", "setp", "bar.sync", "mul.wide")}
             print(name, counts, flush=True)
             f.write(f"===== {name} {sig} PTX\n{ptx}\n")

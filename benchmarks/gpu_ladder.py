@@ -39,6 +39,9 @@ VARIANTS = [
     ("rect32x2", "rect", {"tile": 32, "f": 2}, None),
     ("rect16x4", "rect", {"tile": 16, "f": 4}, None),
     ("regblock", "regblock", {}, None),
+    ("regblock-bk16", "regblock", {"block_k": 16}, None),
+    ("regblock-128x64", "regblock", {"block_n": 64, "thread_n": 4}, None),
+    ("regblock-64x128", "regblock", {"block_m": 64, "thread_m": 4}, None),
     ("cublas", "cublas", {}, None),
 ]
 
