@@ -29,10 +29,11 @@ def time_cuda(launches: list, budget_s: float, min_reps: int = 5, max_reps: int 
     t_end = time.perf_counter() + warmup_s
     count = 0
     while time.perf_counter() < t_end or count < len(launches):
+        t0 = time.perf_counter()
         launches[count % len(launches)]()
+        cuda.synchronize()                                  # one at a time: never a deep queue
+        per_launch_s = time.perf_counter() - t0
         count += 1
-    cuda.synchronize()
-    per_launch_s = warmup_s / count
     batch = max(1, min(100, int(1e-3 / max(per_launch_s, 1e-7))))  # about 1 ms of work per sample
     times = []
     start = time.perf_counter()
