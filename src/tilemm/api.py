@@ -139,6 +139,9 @@ def _default_kernel(device: str, result: str, m: int, n: int, k: int) -> registr
 
 def _batches(batch, a, b):
     """(index into C, slice of A, slice of B) for each matrix of the broadcast stack."""
+    if not batch:
+        yield (), a, b
+        return
     sa, sb = a.shape[:-2], b.shape[:-2]
     for idx in itertools.product(*map(range, batch)):
         ia = tuple(i if d != 1 else 0 for i, d in zip(idx[len(idx) - len(sa):], sa))
@@ -188,9 +191,14 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
         a_d, b_d, c_d = (cuda.as_cuda_array(x) for x in keep)
 
     def launch():
-        if p.m and p.n:  # a grid of zero blocks is an invalid launch
+        if p.m and p.n and p.k:
             for idx, a_i, b_i in _batches(plan.batch, a_d, b_d):
                 plan.kernel.run(a_i, b_i, c_d[idx] if idx else c_d, **plan.params)
+        elif p.m and p.n:  # K = 0: an empty sum, zeros with no launch (a zero-size operand
+            if host:       # can't even be sliced on the device)
+                c_d.copy_to_device(np.zeros(c_d.shape, c_d.dtype))
+            else:
+                keep[2].zero_() if hasattr(keep[2], "zero_") else keep[2].fill(0)
 
     def result():
         return c_d.copy_to_host() if host else keep[2]
