@@ -144,8 +144,9 @@ def cmd_bench(args) -> int:
         cases = [c for c in cases if c.kernel in args.kernels]
     if args.dtypes:
         cases = [c for c in cases if c.dtype in args.dtypes]
+    results = args.report / "results.jsonl" if args.report else None
     records = runner.run_suite(cases, suite=suite, budget_s=args.budget, skip_over_s=args.skip_over,
-                               progress=not args.json and sys.stderr.isatty() or not args.json)
+                               results=results, progress=not args.json)
     if args.json:
         for r in records:
             print(json.dumps(r))
@@ -157,7 +158,7 @@ def cmd_bench(args) -> int:
             t.add_row(*report.row(r))
         console.print(t)
     if args.report:
-        page = report.write(records, args.report, title=f"tilemm bench --suite {suite}")
+        page = report.write(args.report, title="tilemm bench")
         console.print(f"report: {page}")
     return 1 if any(r["status"] == "FAILED" for r in records) else 0
 

@@ -124,10 +124,17 @@ def _roofline(ax, series):
         ax.axhline(best, linestyle="--", color="gray", label=f"best measured here: {best:.0f} GFLOP/s")
 
 
-def write(records: list[dict], folder: Path, title: str = "tilemm report") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "results.jsonl", "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
+def load(folder: Path) -> list[dict]:
+    """Every record the runs wrote into folder/results.jsonl, with ratios derived."""
+    from .runner import with_ratios
+    path = folder / "results.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return with_ratios(records)
+
+
+def write(folder: Path, title: str = "tilemm report") -> Path:
+    """Tables, plots and index.html for everything in folder/results.jsonl."""
+    records = load(folder)
     (folder / "results.md").write_text(markdown(records))
     images, why_not = plots(records, folder)
     info = machine.describe()
