@@ -42,8 +42,21 @@ def main(argv=None) -> int:
     p.add_argument("--report", type=Path, metavar="DIR")
     p.add_argument("--json", action="store_true", help="print the records as JSON lines")
 
+    p = sub.add_parser("explain", help="launch shape, traffic model, roofline bound; loads counted in the simulator")
+    p.add_argument("kernel", choices=names, metavar="KERNEL")
+    p.add_argument("--size", type=int, default=4096, help="square size n (default 4096)")
+    p.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"))
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--param", nargs="+", default=[], metavar="NAME=VALUE", help="kernel parameters, e.g. tile=32")
+    p.add_argument("--tile", type=int, help="shorthand for --param tile=N")
+    p.add_argument("--simulate", type=int, default=32, help="size at which to count loads in the simulator (0: off)")
+    p.add_argument("--ncu", action="store_true", help="read the real DRAM bytes with Nsight Compute")
+    p.add_argument("--json", action="store_true")
+
     args = parser.parse_args(argv)
-    return {"kernels": cmd_kernels, "info": cmd_info, "check": cmd_check, "bench": cmd_bench}[args.command](args)
+    commands = {"kernels": cmd_kernels, "info": cmd_info, "check": cmd_check, "bench": cmd_bench,
+                "explain": cmd_explain}
+    return commands[args.command](args)
 
 
 def _kernel_rows():
@@ -165,3 +178,54 @@ def cmd_bench(args) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _param_value(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def cmd_explain(args) -> int:
+    from . import explain
+    params = dict(p.split("=", 1) for p in args.param)
+    params = {k: _param_value(v) for k, v in params.items()}
+    if args.tile is not None:
+        params["tile"] = args.tile
+    m, n, k = args.shape or (args.size,) * 3
+    info = explain.explain(args.kernel, m, n, k, args.dtype, params, simulate=args.simulate or None)
+    if args.ncu:
+        info["ncu"] = explain.ncu_bytes(args.kernel, m, n, k, args.dtype, info["params"])
+    if args.json:
+        print(json.dumps(info, indent=1, default=str))
+        return 0
+    c = console
+    c.print(f"[b]{info['kernel']}[/b] ({info['seed']}): {info['summary']}")
+    c.print(f"problem: {m} x {k} @ {k} x {n}, {args.dtype}; parameters {info['params'] or 'none'}; "
+            f"limits of {info['device']}")
+    if "launch" in info:
+        L = info["launch"]
+        c.print(f"launch: grid {L['grid'][0]} x {L['grid'][1]} = {L['blocks']} blocks of {L['block'][0]} x "
+                f"{L['block'][1]} = {L['threads_per_block']} threads; {L['shared_bytes_per_block']} B shared memory "
+                f"a block; {L['outputs_per_thread'][0]} x {L['outputs_per_thread'][1]} outputs a thread")
+        c.print(f"limits: {L['limit']}")
+    t = info["traffic"]
+    c.print(f"traffic model: {t['elements_read']:.4g} elements read, {t['elements_written']:.4g} written = "
+            f"{t['bytes'] / 1e9:.4g} GB, {t['times_minimum']:.4g}x the minimum ({t['minimum_bytes'] / 1e9:.4g} GB: "
+            "each input read once, C written once)")
+    c.print(f"arithmetic intensity: {info['intensity_flop_per_byte']:.3g} FLOP per byte of modelled traffic")
+    if "roofline" in info:
+        r = info["roofline"]
+        c.print(f"roofline ({r['peak_tflops']:g} TFLOP/s, {r['bandwidth_gbs']:g} GB/s): compute {r['compute_ms']:.3g} ms, "
+                f"memory {r['memory_ms']:.3g} ms -> at best {r['bound_ms']:.3g} ms, bound by {r['bound_by']}. "
+                "Caches serve many of the modelled loads, so a rung can beat its memory bound.")
+    if "simulated" in info:
+        s = info["simulated"]
+        verdict = "[green]they agree[/green]" if s["agree"] else "[red]they differ[/red]"
+        c.print(f"counted in the simulator at {' x '.join(map(str, s['size']))}: {s['counted_read']} loads "
+                f"(A {s['loads_a']}, B {s['loads_b']}, C {s['loads_c']}), {s['counted_written']} stores; the model "
+                f"says {s['model_read']:.0f} and {s['model_written']:.0f}: {verdict}")
+    if "ncu" in info:
+        c.print(f"Nsight Compute: {info['ncu']}")
+    return 0

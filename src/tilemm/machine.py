@@ -42,16 +42,15 @@ class GPU:
 
     def peak(self, dtype: str) -> float | None:
         """Datasheet TFLOP/s for SIMT arithmetic in this dtype (None if the chip is unknown)."""
-        for key, table in DATASHEET.items():
-            if key in self.name:
-                return table.get(dtype)
-        return None
+        return (datasheet(self.name) or {}).get(dtype)
 
     def bandwidth_gbs(self) -> float | None:
-        for key, table in DATASHEET.items():
-            if key in self.name:
-                return table["bandwidth_gbs"]
-        return None
+        return (datasheet(self.name) or {}).get("bandwidth_gbs")
+
+
+def datasheet(device_name: str) -> dict | None:
+    """The datasheet figures for a GPU named like this, or None."""
+    return next((table for key, table in DATASHEET.items() if key in device_name), None)
 
 
 # A typical Hopper part: the limits that apply when no GPU is here (or under the simulator).

@@ -60,6 +60,7 @@ class Kernel:
     params: tuple[Param, ...] = ()
     limits: Callable[..., str | None] = field(default=lambda problem, **p: None)  # why it can't run it
     available: Callable[[], str | None] = field(default=lambda: None)         # why it can't run here
+    launch_shape: Callable | None = None      # launch_shape(problem, **params) -> grid, block, shared memory
 
     def resolve(self, given: dict) -> dict:
         """Defaults filled in, unknown names refused (TypeError), values checked (ValueError)."""

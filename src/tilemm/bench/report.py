@@ -55,53 +55,69 @@ def plots(records: list[dict], folder: Path) -> tuple[list[str], str | None]:
         return [], "matplotlib is not installed (pip install 'tilemm[report]'): no plots"
     series = _series(records)
     made = []
+    labels = sorted({label for label, _ in series})
+    cmap = plt.get_cmap("tab20")
+    color = {label: cmap(i % 20) for i, label in enumerate(labels)}
+    dtypes = sorted({d for _, d in series})
 
-    def figure(name, title, xlabel, ylabel, draw, logx=True, logy=False):
-        fig, ax = plt.subplots(figsize=(8, 5))
-        draw(ax)
-        ax.set_title(title)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        if logx:
-            ax.set_xscale("log", base=2)
-        if logy:
-            ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+    def figure(name, title, xlabel, ylabel, draw, logx=True, logy=False, facets=False):
+        panels = dtypes if facets and dtypes else [None]
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 1, 4.6), squeeze=False)
+        for ax, dtype in zip(axes[0], panels):
+            draw(ax, dtype) if facets else draw(ax)
+            ax.set_title(f"{title} ({dtype})" if dtype else title, fontsize=10)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            if logx:
+                ax.set_xscale("log", base=2)
+            if logy:
+                ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(folder / name, dpi=110)
+        fig.savefig(folder / name, dpi=100)
         plt.close(fig)
         made.append(name)
 
-    def lines(metric):
-        def draw(ax):
-            for (label, dtype), pts in series.items():
-                ax.plot([n for n, _ in pts], [metric(r) for _, r in pts], marker="o", label=f"{label} ({dtype})")
+    def lines(metric, with_seeds=False):
+        def draw(ax, dtype):
+            for (label, dt), pts in series.items():
+                if dt != dtype:
+                    continue
+                ax.plot([n for n, _ in pts], [metric(r) for _, r in pts], marker="o", color=color[label], label=label)
+                seeds = [(n, r["seed_figure"]["value"]) for n, r in pts
+                         if with_seeds and r.get("seed_figure", {}).get("unit") == "GFLOP/s"]
+                if seeds:
+                    ax.plot(*zip(*seeds), linestyle=":", marker="x", color=color[label],
+                            label=f"{label}: the seed's figure")
         return draw
 
-    figure("gflops_vs_n.png", "GFLOP/s against n (square n x n x n)", "n", "GFLOP/s", lines(lambda r: r["gflops"]))
-    figure("time_vs_n.png", "Time against n (log-log)", "n", "median time (ms)",
-           lines(lambda r: r["median_ms"]), logy=True)
+    figure("gflops_vs_n.png", "GFLOP/s against n", "n (square n x n x n)", "GFLOP/s",
+           lines(lambda r: r["gflops"], with_seeds=True), logy=True, facets=True)
+    figure("time_vs_n.png", "Time against n", "n", "median time (ms)",
+           lines(lambda r: r["median_ms"]), logy=True, facets=True)
 
-    def speedup(ax):
+    def speedup(ax, only):
         for (label, dtype), pts in series.items():
+            if dtype != only:
+                continue
             base = next((v for (lb, dt), v in series.items() if dt == dtype and lb in ("naive", "cpu-naive")), None)
             if not base:
                 continue
             bt = {n: r["median_ms"] for n, r in base}
             xs = [(n, bt[n] / r["median_ms"]) for n, r in pts if n in bt]
-            ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", label=f"{label} ({dtype})")
-    figure("speedup_vs_naive.png", "Speed-up over the naive rung of the same device", "n", "x naive", speedup,
-           logy=True)
-    figure("roofline.png", "Roofline: each kernel at its largest n", "arithmetic intensity (FLOP / byte, model)",
-           "GFLOP/s", lambda ax: _roofline(ax, series), logy=True)
+            ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", color=color[label], label=label)
+    figure("speedup_vs_naive.png", "Speed-up over the naive rung", "n", "x naive", speedup, logy=True, facets=True)
+    figure("roofline.png", "Roofline: each kernel at its largest n (datasheet roofs)",
+           "arithmetic intensity (FLOP / byte, traffic model)", "GFLOP/s", lambda ax: _roofline(ax, series), logy=True)
     return made, None
 
 
 def _roofline(ax, series):
     import numpy as np
-    gpu = machine.gpu()
+    names = {r["device"] for pts in series.values() for _, r in pts}
+    peaks = next((machine.datasheet(name) for name in names if machine.datasheet(name)), None)
     xs = []
     for (label, dtype), pts in series.items():
         n, r = pts[-1]
@@ -109,19 +125,31 @@ def _roofline(ax, series):
             continue
         ai = 2.0 * r["m"] * r["n"] * r["k"] / r["traffic_bytes"]
         xs.append(ai)
-        ax.scatter([ai], [r["gflops"]], label=f"{label} ({dtype}) n={n}")
+        ax.scatter([ai], [r["gflops"]], label=f"{label} ({dtype}) n={n}", s=18)
     if not xs:
         return
     grid = np.logspace(np.log10(min(xs) / 4), np.log10(max(xs) * 4), 100)
-    if gpu and gpu.bandwidth_gbs():
-        bw = gpu.bandwidth_gbs()
+    if peaks:
+        bw = peaks["bandwidth_gbs"]
         for dtype in sorted({d for _, d in series}):
-            peak = gpu.peak(dtype)
+            peak = peaks.get(dtype)
             if peak:
                 ax.plot(grid, np.minimum(grid * bw, peak * 1e3), "--", label=f"roof {dtype}: {peak:g} TFLOP/s, {bw:g} GB/s")
     else:
         best = max(r["gflops"] for pts in series.values() for _, r in pts)
         ax.axhline(best, linestyle="--", color="gray", label=f"best measured here: {best:.0f} GFLOP/s")
+
+
+# The page checks its own images once loaded: a missing plot is a console error, and the
+# count of good images lands in <body data-images-loaded> for a headless browser to read.
+SELF_CHECK = """<script>
+window.addEventListener("load", () => {
+  const images = Array.from(document.images);
+  const broken = images.filter((img) => !img.complete || img.naturalWidth === 0);
+  broken.forEach((img) => console.error("image did not load: " + img.getAttribute("src")));
+  document.body.dataset.imagesLoaded = String(images.length - broken.length);
+});
+</script>"""
 
 
 def load(folder: Path) -> list[dict]:
@@ -155,6 +183,6 @@ def write(folder: Path, title: str = "tilemm report") -> Path:
     page = ("<!doctype html><html><head><meta charset='utf-8'><title>tilemm report</title><style>"
             "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;font-size:13px}"
             "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}</style></head><body>"
-            + "\n".join(body) + "</body></html>\n")
+            + "\n".join(body) + SELF_CHECK + "</body></html>\n")
     (folder / "index.html").write_text(page)
     return folder / "index.html"

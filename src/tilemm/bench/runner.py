@@ -132,13 +132,15 @@ BASELINE = {"cpu": "numpy", "cuda": "cublas"}
 def with_ratios(records: list[dict]) -> list[dict]:
     """Each record with its speed relative to its device's anchor at the same dtype, shape and
     device (>1: faster), derived from the records themselves."""
-    times = {(r["kernel"], r["dtype"], r["m"], r["n"], r["k"], r["device"]): r.get("median_ms")
+    def key(r, kernel):  # the anchor measured in the same suite run, on the same device
+        return kernel, r["dtype"], r["m"], r["n"], r["k"], r["device"], r["suite"], r["date"][:10]
+    times = {key(r, r["kernel"]): r.get("median_ms")
              for r in records if r.get("status") == "ok" and not r["host_inputs"]}
     for r in records:
         if r.get("status") != "ok":
             continue
         base = BASELINE[registry.get(r["kernel"]).device]
-        t = times.get((base, r["dtype"], r["m"], r["n"], r["k"], r["device"]))
+        t = times.get(key(r, base))
         r["baseline"] = base
         r["ratio"] = t / r["median_ms"] if t and r["median_ms"] else None
     return records

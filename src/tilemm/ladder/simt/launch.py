@@ -97,5 +97,4 @@ def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary,
 
     return register(Kernel(name=name, rung=rung, device="cuda", backend="numba-cuda", dtypes=SIMT_DTYPES,
                            seed=seed, summary=summary, run=run, traffic=traffic, params=params,
-                           limits=limits or launch_limits,
-                           available=available))
+                           limits=limits or launch_limits, available=available, launch_shape=shape_fn))

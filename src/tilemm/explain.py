@@ -1,0 +1,117 @@
+"""`tilemm explain`: what a rung does to memory, and what bounds its speed.
+
+For a kernel and a problem: the launch (grid, block, threads and shared memory per block)
+and the limits it meets; the global-memory traffic the kernel's model predicts against the
+minimum (each input read once); the arithmetic intensity and the roofline bound on this GPU
+(or a typical H100). For the numba-cuda rungs it also counts, in the CUDA simulator, every
+global load a launch really makes at a small size, and sets the count beside the model.
+With Nsight Compute installed, ``--ncu`` reads the DRAM bytes of a real launch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+from . import machine, registry
+from .ladder.simt import launch as simt_launch
+from .registry import Problem
+
+SIMT_PEAK_KIND = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int32"}
+
+
+def explain(name: str, m: int, n: int, k: int, dtype: str = "float32", params: dict | None = None,
+            simulate: int | None = 32) -> dict:
+    kernel = registry.get(name)
+    p = kernel.resolve(params or {})
+    problem = Problem(m, n, k, dtype)
+    itemsize = np.dtype(dtype).itemsize
+    gpu = machine.limits()
+    out = {"kernel": kernel.name, "summary": kernel.summary, "seed": kernel.seed, "params": p,
+           "problem": {"m": m, "n": n, "k": k, "dtype": dtype}, "device": gpu.name}
+    if kernel.launch_shape:
+        shape = kernel.launch_shape(problem, **p)
+        out["launch"] = {"grid": shape.grid, "block": shape.block, "threads_per_block": shape.threads,
+                         "blocks": shape.grid[0] * shape.grid[1], "shared_bytes_per_block": shape.shared_bytes,
+                         "outputs_per_thread": shape.per_thread,
+                         "limit": simt_launch.check(shape) or "within every limit"}
+    t = kernel.traffic(problem, **p)
+    minimum = (m * k + k * n + m * n) * itemsize
+    flops = 2.0 * m * n * k
+    out["traffic"] = {"elements_read": t.read, "elements_written": t.written, "bytes": t.bytes(itemsize),
+                      "minimum_bytes": minimum, "times_minimum": t.bytes(itemsize) / minimum if minimum else None}
+    out["flops"] = flops
+    out["intensity_flop_per_byte"] = flops / t.bytes(itemsize) if t.bytes(itemsize) else None
+    peak = gpu.peak(SIMT_PEAK_KIND.get(dtype, dtype)) if kernel.device == "cuda" else None
+    bw = gpu.bandwidth_gbs() if kernel.device == "cuda" else None
+    if peak and bw:
+        t_compute, t_memory = flops / (peak * 1e12), t.bytes(itemsize) / (bw * 1e9)
+        out["roofline"] = {"peak_tflops": peak, "bandwidth_gbs": bw, "compute_ms": t_compute * 1e3,
+                           "memory_ms": t_memory * 1e3, "bound_ms": max(t_compute, t_memory) * 1e3,
+                           "bound_by": "memory (if every load went to DRAM)" if t_memory > t_compute else "compute"}
+    if simulate and kernel.backend == "numba-cuda":
+        out["simulated"] = count_loads(name, simulate, simulate, simulate, dtype, p)
+    return out
+
+
+def count_loads(name: str, m: int, n: int, k: int, dtype: str, params: dict) -> dict:
+    """Global loads and stores of one launch, counted in the CUDA simulator (a subprocess:
+    the simulator must be switched on before numba-cuda is imported), beside the model."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    code = "import sys, json; from tilemm.explain import _count_here; print(json.dumps(_count_here(*json.loads(sys.argv[1]))))"
+    res = subprocess.run([sys.executable, "-c", code, json.dumps([name, m, n, k, dtype, params])],
+                         env=env, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _count_here(name, m, n, k, dtype, params):
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    from .data import operands
+
+    class Counting(FakeCUDAArray):
+        def __init__(self, ary):
+            super().__init__(ary)
+            self.loads = self.stores = 0
+
+        def __getitem__(self, idx):
+            self.loads += 1
+            return super().__getitem__(idx)
+
+        def __setitem__(self, idx, value):
+            self.stores += 1
+            return super().__setitem__(idx, value)
+
+    kernel = registry.get(name)
+    a, b = operands(0, m, n, k, dtype)
+    ca, cb, cc = Counting(a), Counting(b), Counting(np.zeros((m, n), dtype))
+    kernel.run(ca, cb, cc, **params)
+    model = kernel.traffic(Problem(m, n, k, dtype), **params)
+    return {"size": [m, n, k], "loads_a": ca.loads, "loads_b": cb.loads, "loads_c": cc.loads,
+            "stores_c": cc.stores, "counted_read": ca.loads + cb.loads + cc.loads, "model_read": model.read,
+            "counted_written": cc.stores, "model_written": model.written,
+            "agree": ca.loads + cb.loads + cc.loads == model.read and cc.stores == model.written}
+
+
+def ncu_bytes(name: str, m: int, n: int, k: int, dtype: str, params: dict) -> dict:
+    """DRAM bytes read and written by one launch, read by Nsight Compute."""
+    ncu = shutil.which("ncu")
+    if not ncu:
+        return {"error": "Nsight Compute (ncu) is not on the PATH"}
+    code = ("import sys, json, cupy; import tilemm; from tilemm.data import operands; "
+            "name, m, n, k, dtype, params = json.loads(sys.argv[1]); a, b = operands(0, m, n, k, dtype); "
+            "tilemm.matmul(cupy.asarray(a), cupy.asarray(b), kernel=name, **params); cupy.cuda.Device().synchronize()")
+    res = subprocess.run([ncu, "--csv", "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum",
+                          "-k", f"regex:{name.replace('-', '_')}", sys.executable, "-c", code,
+                          json.dumps([name, m, n, k, dtype, params])], capture_output=True, text=True)
+    got = {}
+    for line in res.stdout.splitlines():
+        cells = [c.strip('"') for c in line.split('","')]
+        if len(cells) > 3 and cells[-3].startswith("dram__bytes"):
+            scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(cells[-2], 1)
+            got[cells[-3]] = float(cells[-1].replace(",", "")) * scale
+    return got or {"error": (res.stderr or res.stdout)[-400:]}

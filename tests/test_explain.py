@@ -1,0 +1,33 @@
+"""`tilemm explain`: the traffic model must match the loads a launch really makes (counted in
+the CUDA simulator), and a launch a GPU would refuse is explained, not attempted."""
+import pytest
+
+from tilemm import cli, explain
+
+from .test_simt import SMALL
+
+
+@pytest.mark.parametrize("kernel", sorted(SMALL))
+def test_model_agrees_with_counted_loads(kernel):
+    info = explain.explain(kernel, 256, 256, 256, "float32", SMALL[kernel], simulate=16)
+    sim = info["simulated"]
+    assert sim["agree"], sim
+    assert info["launch"]["limit"] == "within every limit"
+    assert info["traffic"]["times_minimum"] >= 1
+
+
+def test_tiling_cuts_traffic_by_the_tile():
+    naive = explain.explain("naive", 1024, 1024, 1024, simulate=None)["traffic"]["elements_read"]
+    tiled = explain.explain("tiled", 1024, 1024, 1024, params={"tile": 32}, simulate=None)["traffic"]["elements_read"]
+    assert naive / tiled == 32
+
+
+def test_refused_launch_is_explained():
+    info = explain.explain("tiled", 4096, 4096, 4096, params={"tile": 64}, simulate=None)
+    assert "4096 threads exceeds the 1024" in info["launch"]["limit"]
+
+
+def test_cli_explain_runs(capsys):
+    assert cli.main(["explain", "rect", "--size", "512", "--param", "tile=8", "f=2", "--simulate", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "they agree" in out and "traffic model" in out

@@ -1,0 +1,55 @@
+"""The report a person opens: built from a real (tiny, CPU) benchmark run, then loaded in
+headless Chromium, which must show every image and log nothing to the console."""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tilemm.bench import report, runner, suites
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    cases = [c for c in suites.cpu_suite((16, 32)) if c.kernel in ("numpy", "cpu-tiled")]
+    runner.run_suite(cases, suite="cpu", budget_s=0.01, results=out / "results.jsonl", progress=False)
+    report.write(out)
+    return out
+
+
+def test_report_files_and_ratios(folder):
+    records = report.load(folder)
+    assert len(records) == 8 and all(r["status"] == "ok" for r in records)
+    assert all(r["device"] and r["versions"] and r["date"] for r in records)
+    assert all(r["ratio"] is not None for r in records)
+    assert (folder / "results.md").read_text().count("\n") == 10
+    for png in ("gflops_vs_n.png", "time_vs_n.png", "speedup_vs_naive.png", "roofline.png"):
+        assert (folder / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def open_in_chromium(page):
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (scripts/setup.sh installs Debian's package where it can)")
+    res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                          "--v=0", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    console = [line for line in res.stderr.splitlines() if ":CONSOLE" in line]
+    loaded = re.search(r'data-images-loaded="(\d+)"', res.stdout)
+    return console, int(loaded.group(1)) if loaded else None
+
+
+def test_page_loads_in_chromium_with_every_image(folder):
+    console, loaded = open_in_chromium(folder / "index.html")
+    assert console == []
+    assert loaded == 4
+
+
+def test_a_missing_image_is_caught(folder, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    (broken / "roofline.png").unlink()
+    console, loaded = open_in_chromium(broken / "index.html")
+    assert loaded == 3 and any("image did not load: roofline.png" in line for line in console)
