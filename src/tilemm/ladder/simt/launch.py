@@ -34,6 +34,24 @@ class LaunchShape:
         return self.block[0] * self.block[1]
 
 
+def register_cap(threads: int, blocks_per_sm: int = 2) -> int | None:
+    """A register budget that lets blocks_per_sm blocks of this size share one SM's 65536
+    registers (None: no cap needed). Unrolled loops keep many loads in flight and the compiler
+    spends registers on them; at 1024 threads a block, 33 registers a thread already halve
+    the blocks an SM can hold."""
+    cap = 65536 // (threads * blocks_per_sm) // 8 * 8
+    return cap if cap < 255 else None
+
+
+def jit_options(registers: int | None = None) -> dict:
+    """cuda.jit options: machine code cached on disk across processes, and a register cap
+    where one is asked for (the simulator takes no cap)."""
+    options = {"cache": True}
+    if registers and not _compat.cuda_simulator():
+        options["max_registers"] = registers
+    return options
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

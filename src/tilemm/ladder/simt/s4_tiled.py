@@ -18,7 +18,7 @@ from . import launch
 def make_tiled(acc, tile):
     align = launch.SHARED_ALIGN
 
-    @cuda.jit(cache=True)
+    @cuda.jit(**launch.jit_options(launch.register_cap(tile * tile)))
     def tiled(a, b, c):
         tile_a = cuda.shared.array((tile, tile), acc, alignment=align)  # one shared array a line: the
         tile_b = cuda.shared.array((tile, tile), acc, alignment=align)  # simulator names them by line

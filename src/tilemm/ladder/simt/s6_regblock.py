@@ -39,8 +39,11 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     vec_m = 4 if thread_m % 4 == 0 else 1
     vec_n = 4 if thread_n % 4 == 0 else 1
     align = launch.SHARED_ALIGN
+    # 8x8 float32 accumulators and their operands fit in 128 registers: two blocks an SM.
+    # 64-bit accumulators need twice that; they get what the compiler asks for.
+    regs = launch.register_cap(threads) if acc.bitwidth == 32 else None
 
-    @cuda.jit(cache=True)
+    @cuda.jit(**launch.jit_options(regs))
     def regblock(a, b, c):
         a_s = cuda.shared.array((2, block_k, a_rows), acc, alignment=align)  # (2, BK, BM+pad): A, K-major
         b_s = cuda.shared.array((2, block_k, block_n), acc, alignment=align)  # (2, BK, BN)
