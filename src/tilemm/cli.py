@@ -176,9 +176,6 @@ def cmd_bench(args) -> int:
     return 1 if any(r["status"] == "FAILED" for r in records) else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def _param_value(text: str):
     try:
@@ -229,3 +226,7 @@ def cmd_explain(args) -> int:
     if "ncu" in info:
         c.print(f"Nsight Compute: {info['ncu']}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,7 +18,7 @@ from . import launch
 def make_tiled(acc, tile):
     align = launch.SHARED_ALIGN
 
-    @cuda.jit(**launch.jit_options(launch.register_cap(tile * tile)))
+    @cuda.jit(**launch.jit_options(launch.register_cap(1024) if tile == 32 else None))
     def tiled(a, b, c):
         tile_a = cuda.shared.array((tile, tile), acc, alignment=align)  # one shared array a line: the
         tile_b = cuda.shared.array((tile, tile), acc, alignment=align)  # simulator names them by line

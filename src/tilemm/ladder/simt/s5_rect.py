@@ -19,7 +19,7 @@ def make_rect(acc, tile, f):
     width = tile * f  # a Python int: shared array shapes must be compile-time constants
     align = launch.SHARED_ALIGN
 
-    @cuda.jit(**launch.jit_options(launch.register_cap(tile * tile)))
+    @cuda.jit(**launch.jit_options(launch.register_cap(1024) if tile == 32 else None))
     def rect(a, b, c):
         tile_a = cuda.shared.array((tile, tile), acc, alignment=align)   # (TILE, TILE) of A
         tile_b = cuda.shared.array((tile, width), acc, alignment=align)  # (TILE, F*TILE) of B: F tiles

@@ -38,6 +38,7 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     # each run is one 16-byte shared load, and a warp's runs tile a contiguous span.
     vec_m = 4 if thread_m % 4 == 0 else 1
     vec_n = 4 if thread_n % 4 == 0 else 1
+    a_step, b_step = threads_y * vec_m, threads_x * vec_n
     align = launch.SHARED_ALIGN
     # 8x8 float32 accumulators and their operands fit in 128 registers: two blocks an SM.
     # 64-bit accumulators need twice that; they get what the compiler asks for.
@@ -48,13 +49,16 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
         a_s = cuda.shared.array((2, block_k, a_rows), acc, alignment=align)  # (2, BK, BM+pad): A, K-major
         b_s = cuda.shared.array((2, block_k, block_n), acc, alignment=align)  # (2, BK, BN)
         c_r = cuda.local.array((thread_m, thread_n), acc)                    # (TM, TN) in registers
-        a_r = cuda.local.array(thread_m, acc)
+        a_r = cuda.local.array(thread_m, acc)                               # this K step's operands
         b_r = cuda.local.array(thread_n, acc)
+        a_q = cuda.local.array(thread_m, acc)                               # the next step's
+        b_q = cuda.local.array(thread_n, acc)
         a_next = cuda.local.array(a_loads, acc)                              # the next tiles, in flight
         b_next = cuda.local.array(b_loads, acc)
         m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
         tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
         tid = uint32(ty * threads_x + tx)
+        a_base, b_base = uint32(ty * vec_m), uint32(tx * vec_n)  # this thread's first row and column
         row0 = uint32(cuda.blockIdx.y * block_m)
         col0 = uint32(cuda.blockIdx.x * block_n)
         for i in range(thread_m):
@@ -89,22 +93,36 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
                     e = uint32(tid + l * threads)
                     q, col = uint32(k0 + e // block_n), uint32(col0 + e % block_n)
                     b_next[l] = b[q, col] if q < k and col < n else acc(0)
-            for p in range(block_k):                # ...and compute while they arrive
+            # ...and compute while they arrive, two K steps at a time: the operands of step
+            # p + 1 are read from shared memory while step p's products are computed.
+            for i in range(thread_m):
+                a_r[i] = a_s[buf, 0, (i // vec_m) * a_step + a_base + i % vec_m]
+            for j in range(thread_n):
+                b_r[j] = b_s[buf, 0, (j // vec_n) * b_step + b_base + j % vec_n]
+            for p in range(0, block_k, 2):
                 for i in range(thread_m):
-                    a_r[i] = a_s[buf, p, (i // vec_m) * (threads_y * vec_m) + ty * vec_m + i % vec_m]
+                    a_q[i] = a_s[buf, p + 1, (i // vec_m) * a_step + a_base + i % vec_m]
                 for j in range(thread_n):
-                    b_r[j] = b_s[buf, p, (j // vec_n) * (threads_x * vec_n) + tx * vec_n + j % vec_n]
+                    b_q[j] = b_s[buf, p + 1, (j // vec_n) * b_step + b_base + j % vec_n]
                 for i in range(thread_m):
                     for j in range(thread_n):
                         c_r[i, j] = acc(c_r[i, j] + a_r[i] * b_r[j])
+                if p + 2 < block_k:
+                    for i in range(thread_m):
+                        a_r[i] = a_s[buf, p + 2, (i // vec_m) * a_step + a_base + i % vec_m]
+                    for j in range(thread_n):
+                        b_r[j] = b_s[buf, p + 2, (j // vec_n) * b_step + b_base + j % vec_n]
+                for i in range(thread_m):
+                    for j in range(thread_n):
+                        c_r[i, j] = acc(c_r[i, j] + a_q[i] * b_q[j])
             if k0 >= k:
                 break
             buf = uint32(1 - buf)                   # the other buffer: nobody reads it now
 
         for i in range(thread_m):
-            r = uint32(row0 + (i // vec_m) * (threads_y * vec_m) + ty * vec_m + i % vec_m)
+            r = uint32(row0 + (i // vec_m) * a_step + a_base + i % vec_m)
             for j in range(thread_n):
-                col = uint32(col0 + (j // vec_n) * (threads_x * vec_n) + tx * vec_n + j % vec_n)
+                col = uint32(col0 + (j // vec_n) * b_step + b_base + j % vec_n)
                 if r < m and col < n:
                     c[r, col] = c_r[i, j]
     return regblock
@@ -136,7 +154,7 @@ SIZES = (4, 8, 16, 32, 64, 128, 256)
 launch.register_simt(
     "regblock", 15, make_regblock, shape, traffic,
     (Param("block_m", 128, SIZES, "rows of C per block"), Param("block_n", 128, SIZES, "columns of C per block"),
-     Param("block_k", 8, (4, 8, 16, 32), "depth of one K step"),
+     Param("block_k", 8, (4, 8, 16, 32), "depth of one K tile (even: two steps a turn)"),
      Param("thread_m", 8, (1, 2, 4, 8, 16), "rows of C per thread"),
      Param("thread_n", 8, (1, 2, 4, 8, 16), "columns of C per thread")),
     "beyond", "THREAD_M x THREAD_N register tiles, double-buffered shared memory",
