@@ -179,7 +179,7 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
     numba-cuda sees torch and CuPy memory through __cuda_array_interface__, with no copy."""
     from numba import cuda
     p = plan.problem
-    host = plan.operand.kind == "numpy"
+    host = plan.operand.device == "cpu"  # NumPy arrays or CPU tensors: copy in and out
     if host:
         a_d = cuda.to_device(np.ascontiguousarray(arrays.to_host(a, p.dtype)))
         b_d = cuda.to_device(np.ascontiguousarray(arrays.to_host(b, p.dtype)))

@@ -134,6 +134,10 @@ def cmd_check(args) -> int:
         t.add_row(kernel, dtype, str(count), "[green]ok[/green]" if not bad else f"[red]FAILED[/red] {bad[0]}",
                   f"{worst:.2g}x bound" if worst else "exact" if dtype.startswith(("int", "uint")) else "0")
     console.print(t)
+    for k in registry.kernels():
+        why = k.available()
+        if why and (not args.kernels or k.name in args.kernels):
+            console.print(f"skipped {k.name}: {why}")
     if not groups:
         console.print("[red]no kernel could run here[/red]")
         return 1
