@@ -45,11 +45,14 @@ def test_edges_and_promoted_dtypes(kernel, m, n, k, dtype):
     assert c.dtype == np.matmul(a, b).dtype and verdict.ok, verdict.message
 
 
-@pytest.mark.parametrize("kernel,params", [("tiled", dict(tile=16)), ("rect", dict(tile=8, f=4)),
-                                           ("regblock", dict(block_m=32, block_n=16, block_k=8, thread_m=8,
-                                                             thread_n=2))])
-def test_other_tiles(kernel, params):
-    a, b = operands(9, 37, 29, 41, "int32")
+@pytest.mark.parametrize("kernel,params,shape", [
+    ("tiled", dict(tile=16), (37, 29, 41)), ("rect", dict(tile=8, f=4), (37, 29, 41)),
+    ("regblock", dict(block_m=32, block_n=16, block_k=8, thread_m=8, thread_n=2), (37, 29, 41)),
+    # whole tiles only: regblock's unchecked interior path, then its ragged K tail
+    ("regblock", dict(block_m=16, block_n=16, block_k=8, thread_m=4, thread_n=4), (32, 48, 16)),
+    ("regblock", dict(block_m=16, block_n=16, block_k=8, thread_m=4, thread_n=4), (32, 16, 21))])
+def test_other_tiles(kernel, params, shape):
+    a, b = operands(9, *shape, "int32")
     c, verdict = run(kernel, a, b, **params)
     assert verdict.ok, verdict.message
 

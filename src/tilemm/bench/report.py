@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import machine
 
 COLUMNS = ["kernel", "params", "dtype", "m x n x k", "status", "median ms", "GFLOP/s", "vs baseline",
-           "GB/s (model)", "seed's figure"]
+           "% peak", "GB/s (model)", "seed's figure"]
 
 
 def row(r: dict) -> list[str]:
@@ -22,12 +22,13 @@ def row(r: dict) -> list[str]:
         params = (params + ",with copies").strip(",")
     shape = f"{r['m']}x{r['n']}x{r['k']}"
     if r["status"] != "ok":
-        return [r["kernel"], params, r["dtype"], shape, r["status"], r.get("reason", ""), "", "", "", ""]
+        return [r["kernel"], params, r["dtype"], shape, r["status"], r.get("reason", ""), "", "", "", "", ""]
     fig = r.get("seed_figure")
     seed = f"{fig['value']:g} {fig['unit']} ({r['seed']})" if fig else ""
     ratio = f"{r['ratio']:.2f}x {r['baseline']}" if r.get("ratio") else ""
     return [r["kernel"], params, r["dtype"], shape, "ok", f"{r['median_ms']:.3f}", f"{r['gflops']:.1f}",
-            ratio, f"{r['gbps']:.0f}" if r.get("gbps") else "", seed]
+            ratio, f"{100 * r['peak_fraction']:.0f}%" if r.get("peak_fraction") else "",
+            f"{r['gbps']:.0f}" if r.get("gbps") else "", seed]
 
 
 def markdown(records: list[dict]) -> str:

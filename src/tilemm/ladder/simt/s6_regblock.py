@@ -65,15 +65,26 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
             for j in range(thread_n):
                 c_r[i, j] = acc(0)
 
+        # A block wholly inside C, on a K tile wholly inside K, needs no bounds checks: the
+        # branch is the same for every thread of the block, and most tiles take the short one.
+        inside_mn = row0 + block_m <= m and col0 + block_n <= n
         k0 = uint32(0)
-        for l in range(a_loads):                    # tile 0: global -> registers
-            e = uint32(tid + l * threads)           # consecutive threads: consecutive k
-            r, q = uint32(row0 + e // block_k), uint32(k0 + e % block_k)
-            a_next[l] = a[r, q] if r < m and q < k else acc(0)
-        for l in range(b_loads):
-            e = uint32(tid + l * threads)           # consecutive threads: consecutive columns
-            q, col = uint32(k0 + e // block_n), uint32(col0 + e % block_n)
-            b_next[l] = b[q, col] if q < k and col < n else acc(0)
+        if inside_mn and k0 + block_k <= k:
+            for l in range(a_loads):                # tile 0: global -> registers
+                e = uint32(tid + l * threads)       # consecutive threads: consecutive k
+                a_next[l] = a[uint32(row0 + e // block_k), uint32(k0 + e % block_k)]
+            for l in range(b_loads):
+                e = uint32(tid + l * threads)       # consecutive threads: consecutive columns
+                b_next[l] = b[uint32(k0 + e // block_n), uint32(col0 + e % block_n)]
+        else:
+            for l in range(a_loads):
+                e = uint32(tid + l * threads)
+                r, q = uint32(row0 + e // block_k), uint32(k0 + e % block_k)
+                a_next[l] = a[r, q] if r < m and q < k else acc(0)
+            for l in range(b_loads):
+                e = uint32(tid + l * threads)
+                q, col = uint32(k0 + e // block_n), uint32(col0 + e % block_n)
+                b_next[l] = b[q, col] if q < k and col < n else acc(0)
         buf = uint32(0)
         while True:
             for l in range(a_loads):                # registers -> shared, A transposed
@@ -84,7 +95,14 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
                 b_s[buf, e // block_n, e % block_n] = b_next[l]
             cuda.syncthreads()
             k0 = uint32(k0 + block_k)
-            if k0 < k:                              # issue the next tile's loads now...
+            if inside_mn and k0 + block_k <= k:     # issue the next tile's loads now...
+                for l in range(a_loads):
+                    e = uint32(tid + l * threads)
+                    a_next[l] = a[uint32(row0 + e // block_k), uint32(k0 + e % block_k)]
+                for l in range(b_loads):
+                    e = uint32(tid + l * threads)
+                    b_next[l] = b[uint32(k0 + e // block_n), uint32(col0 + e % block_n)]
+            elif k0 < k:
                 for l in range(a_loads):
                     e = uint32(tid + l * threads)
                     r, q = uint32(row0 + e // block_k), uint32(k0 + e % block_k)
