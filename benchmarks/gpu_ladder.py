@@ -39,7 +39,7 @@ VARIANTS = [
     ("rect32x2", "rect", {"tile": 32, "f": 2}, None),
     ("rect16x4", "rect", {"tile": 16, "f": 4}, None),
     ("regblock", "regblock", {}, None),
-    ("regblock-bk16", "regblock", {"block_k": 16}, None),
+    ("regblock-bk8", "regblock", {"block_k": 8}, None),
     ("regblock-128x64", "regblock", {"block_n": 64, "thread_n": 4}, None),
     ("regblock-64x128", "regblock", {"block_m": 64, "thread_m": 4}, None),
     ("cublas", "cublas", {}, None),
@@ -130,7 +130,9 @@ def main():
             good = {label: fn for label, fn in launchers.items() if verdicts[label].ok}
             times = time_rounds(good, args.rounds, args.per_round)
             for label in launchers:
-                rec = {"variant": label, "dtype": dtype, "m": n, "n": n, "k": n, "check": verdicts[label].message,
+                spec = next((v for v in variants if v[0] == label), None)
+                rec = {"variant": label, "kernel": spec[1] if spec else label, "params": spec[2] if spec else {},
+                       "dtype": dtype, "m": n, "n": n, "k": n, "check": verdicts[label].message,
                        "status": "ok" if verdicts[label].ok else "FAILED", **stamp}
                 if label in good:
                     med = statistics.median(times[label])

@@ -172,7 +172,7 @@ SIZES = (4, 8, 16, 32, 64, 128, 256)
 launch.register_simt(
     "regblock", 15, make_regblock, shape, traffic,
     (Param("block_m", 128, SIZES, "rows of C per block"), Param("block_n", 128, SIZES, "columns of C per block"),
-     Param("block_k", 8, (4, 8, 16, 32), "depth of one K tile (even: two steps a turn)"),
+     Param("block_k", 16, (4, 8, 16, 32), "depth of one K tile (even: two steps a turn)"),
      Param("thread_m", 8, (1, 2, 4, 8, 16), "rows of C per thread"),
      Param("thread_n", 8, (1, 2, 4, 8, 16), "columns of C per thread")),
     "beyond", "THREAD_M x THREAD_N register tiles, double-buffered shared memory",
