@@ -44,8 +44,9 @@ from tilemm.ladder.simt import launch, s1_naive, s4_tiled, s6_regblock  # noqa: 
 
 with open(args.out / f"asm_{args.label}.txt", "w") as f:
     for name, factory, params in [("naive", s1_naive.make_naive, {}), ("tiled16", s4_tiled.make_tiled, {"tile": 16}),
+                                  ("tiled32", s4_tiled.make_tiled, {"tile": 32}),
                                   ("regblock", s6_regblock.make_regblock,
-                                   dict(block_m=128, block_n=128, block_k=8, thread_m=8, thread_n=8))]:
+                                   dict(block_m=128, block_n=128, block_k=16, thread_m=8, thread_n=8))]:
         kern = launch.compiled(factory, "float32", **params)
         for sig, ptx in kern.inspect_asm().items():
             counts = {op: ptx.count(op) for op in ("ld.global", "ld.shared", "ld.shared.v4", "st.shared", "ld.local", "st.local",

@@ -40,6 +40,8 @@ VARIANTS = [
     ("rect16x4", "rect", {"tile": 16, "f": 4}, None),
     ("regblock", "regblock", {}, None),
     ("regblock-bk8", "regblock", {"block_k": 8}, None),
+    ("regblock-8x16", "regblock", {"block_n": 256, "thread_n": 16, "block_k": 8}, None),
+    ("regblock-16x8", "regblock", {"block_m": 256, "thread_m": 16, "block_k": 8}, None),
     ("regblock-128x64", "regblock", {"block_n": 64, "thread_n": 4}, None),
     ("regblock-64x128", "regblock", {"block_m": 64, "thread_m": 4}, None),
     ("cublas", "cublas", {}, None),

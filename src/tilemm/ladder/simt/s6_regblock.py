@@ -41,8 +41,8 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     a_step, b_step = threads_y * vec_m, threads_x * vec_n
     align = launch.SHARED_ALIGN
     # 8x8 float32 accumulators and their operands fit in 128 registers: two blocks an SM.
-    # 64-bit accumulators need twice that; they get what the compiler asks for.
-    regs = launch.register_cap(threads) if acc.bitwidth == 32 else None
+    # 64-bit accumulators, or larger thread tiles, need more; they get what the compiler asks for.
+    regs = launch.register_cap(threads) if acc.bitwidth == 32 and thread_m * thread_n <= 64 else None
 
     @cuda.jit(**launch.jit_options(regs))
     def regblock(a, b, c):
