@@ -62,6 +62,14 @@ def test_default_kernel_for_host_arrays_stays_numpy():
     assert tilemm.plan(a, b).kernel.name == "numpy"
 
 
+@pytest.mark.parametrize("kernel", SIMT)
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float32", "float64"])
+def test_default_parameters_fit_every_native_dtype(kernel, dtype):
+    """The defaults must launch on an H100 for every dtype a rung claims (checked, not run)."""
+    a, b = operands(1, 300, 300, 300, dtype)
+    assert tilemm.plan(a, b, kernel=kernel).kernel.name == kernel
+
+
 # --- launch limits: refused before the launch, with the limit and the reason ----------------
 
 def refused(match, kernel, **params):
