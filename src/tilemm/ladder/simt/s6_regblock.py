@@ -33,7 +33,7 @@ def default_block_k(block_k, bits):
     return block_k or (16 if bits == 32 else 8)
 
 
-def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, group_m):
+def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     block_k = default_block_k(block_k, acc.bitwidth)
     threads_x = block_n // thread_n
     threads_y = block_m // thread_m
@@ -66,14 +66,8 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, group_m):
         tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
         tid = uint32(ty * threads_x + tx)
         a_base, b_base = uint32(ty * vec_m), uint32(tx * vec_n)  # this thread's first row and column
-        # Grouped order (Triton's GROUP_SIZE_M): consecutive blocks walk GROUP_M block rows
-        # before the next column, so the B panels they share are still in L2.
-        blocks_n, blocks_m = uint32(cuda.gridDim.x), uint32(cuda.gridDim.y)
-        pid = uint32(cuda.blockIdx.y * blocks_n + cuda.blockIdx.x)
-        first_m = uint32(pid // (group_m * blocks_n) * group_m)
-        rows_in_group = uint32(min(blocks_m - first_m, group_m))
-        row0 = uint32((first_m + pid % (group_m * blocks_n) % rows_in_group) * block_m)
-        col0 = uint32(pid % (group_m * blocks_n) // rows_in_group * block_n)
+        row0 = uint32(cuda.blockIdx.y * block_m)
+        col0 = uint32(cuda.blockIdx.x * block_n)
         for i in range(thread_m):
             for j in range(thread_n):
                 c_r[i, j] = acc(0)
@@ -159,7 +153,7 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, group_m):
     return regblock
 
 
-def shape(p, block_m, block_n, block_k, thread_m, thread_n, group_m=1):
+def shape(p, block_m, block_n, block_k, thread_m, thread_n):
     itemsize = 8 if p.dtype.endswith("64") else 4
     block_k = default_block_k(block_k, 8 * itemsize)
     block = (max(1, block_n // thread_n), max(1, block_m // thread_m))
@@ -167,7 +161,7 @@ def shape(p, block_m, block_n, block_k, thread_m, thread_n, group_m=1):
                               2 * block_k * (block_m + PAD + block_n) * itemsize, (thread_m, thread_n))
 
 
-def limits(p, block_m, block_n, block_k, thread_m, thread_n, group_m=1):
+def limits(p, block_m, block_n, block_k, thread_m, thread_n):
     block_k = default_block_k(block_k, 64 if p.dtype.endswith("64") else 32)
     if block_m % thread_m or block_n % thread_n:
         return f"BLOCK_M={block_m} and BLOCK_N={block_n} must be multiples of THREAD_M={thread_m}, THREAD_N={thread_n}"
@@ -190,7 +184,6 @@ launch.register_simt(
      Param("block_k", None, (None, 4, 8, 16, 32),
            "depth of one K tile (even: two steps a turn); None: 16 for 32-bit types, 8 for 64-bit"),
      Param("thread_m", 8, (1, 2, 4, 8, 16), "rows of C per thread"),
-     Param("thread_n", 8, (1, 2, 4, 8, 16), "columns of C per thread"),
-     Param("group_m", 1, (1, 4, 8, 16), "block rows walked before the next block column (L2 reuse)")),
+     Param("thread_n", 8, (1, 2, 4, 8, 16), "columns of C per thread")),
     "beyond", "THREAD_M x THREAD_N register tiles, double-buffered shared memory",
-    compile_params=("block_m", "block_n", "block_k", "thread_m", "thread_n", "group_m"), limits=limits)
+    compile_params=("block_m", "block_n", "block_k", "thread_m", "thread_n"), limits=limits)
