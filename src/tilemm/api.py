@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import arrays, registry
+from . import _compat, arrays, registry
 from .dtypes import check_supported, result_dtype
 from .registry import Problem
 
@@ -65,7 +65,8 @@ class Plan:
         own (benchmarks rotate several such sets so the inputs do not sit in cache)."""
         a2 = self.a if len(self.a.shape) > 1 else self.a[None, :]
         b2 = self.b if len(self.b.shape) > 1 else self.b[:, None]
-        return _PREPARE[self.kernel.device](self, a2, b2, poison, copy)
+        prepare = _PREPARE.get(self.kernel.backend) or _PREPARE[self.kernel.device]
+        return prepare(self, a2, b2, poison, copy)
 
 
 def plan(a, b, *, kernel: str | None = None, out=None, **params) -> Plan:
@@ -205,4 +206,39 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
     return launch, result
 
 
-_PREPARE = {"cpu": _prepare_host, "cuda": _prepare_cuda}
+def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool):
+    """Triton takes torch tensors: host arrays are copied to the GPU (to CPU tensors under
+    Triton's interpreter), CuPy arrays are viewed through __cuda_array_interface__."""
+    import torch
+    p = plan.problem
+    where = "cpu" if _compat.triton_interpreter() else "cuda"
+    dtype = getattr(torch, p.dtype)
+
+    def tensor(x):
+        if isinstance(x, np.ndarray):
+            x = torch.from_numpy(x)
+        elif not isinstance(x, torch.Tensor):
+            x = torch.as_tensor(x, device="cuda")
+        y = x.to(where, dtype)
+        return y.clone() if copy and y is x else y
+    a_t, b_t = tensor(a), tensor(b)
+    c = torch.empty(plan.batch + (p.m, p.n), dtype=dtype, device=where)
+    if poison:
+        c.fill_(float("nan"))
+
+    def launch():
+        if p.m and p.n:
+            for idx, a_i, b_i in _batches(plan.batch, a_t, b_t):
+                plan.kernel.run(a_i, b_i, c[idx] if idx else c, **plan.params)
+
+    def result():
+        if plan.operand.device == "cpu":
+            return c.cpu().numpy() if p.dtype != "bfloat16" else c.cpu()
+        if plan.operand.kind == "cupy":
+            import cupy
+            return cupy.asarray(c)
+        return c
+    return launch, result
+
+
+_PREPARE = {"cpu": _prepare_host, "cuda": _prepare_cuda, "triton": _prepare_triton}

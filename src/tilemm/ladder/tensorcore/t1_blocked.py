@@ -1,0 +1,56 @@
+"""Rung 20, `tensorcore`: the tiled GEMM on tensor cores, in Triton (Triton's matmul tutorial,
+with masked edges and any strides; the program itself is in t1_blocked_kernel.py). Each program computes a BLOCK_M x BLOCK_N tile of C:
+per K step it loads a (BLOCK_M, BLOCK_K) tile of A and a (BLOCK_K, BLOCK_N) tile of B and
+`tl.dot` multiplies them on the tensor cores into float32 accumulators; Triton stages the
+tiles through shared memory (num_stages deep) itself. Programs are numbered in groups of
+GROUP_M block rows so that neighbours share their B tiles in L2.
+
+float16 and bfloat16 in, float32 accumulation, rounded once to the input type: what NumPy
+does for float16 (and torch for bfloat16).
+
+Constraints: float16 / bfloat16 only; BLOCK_* >= 16 (tl.dot's smallest tile); any M, N, K,
+any strides; shared memory of a configuration must fit the GPU (checked before launch).
+"""
+from __future__ import annotations
+
+from ... import _compat
+from ...registry import Kernel, Param, Traffic, register
+from .. import _tensorcore_support as support
+
+
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+    from .t1_blocked_kernel import matmul_kernel  # Triton loads on first use
+    m, k = a.shape
+    n = b.shape[1]
+    # Triton 3.9's interpreter gets bfloat16 wrong twice (tl.dot, and float32 -> bfloat16 by
+    # truncation): there, the kernel multiplies in float32 and torch rounds the result.
+    upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
+    out = c.float() if upcast else c
+    grid = (-(-m // block_m) * -(-n // block_n),)
+    matmul_kernel[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                        out.stride(0), out.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                        GROUP_M=group_m, UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
+    if upcast:
+        c.copy_(out)
+
+
+def traffic(p, block_m, block_n, **_):
+    return Traffic(read=p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m), written=p.m * p.n)
+
+
+def limits(p, block_m, block_n, block_k, num_stages, **_):
+    return support.check_shared(block_m, block_n, block_k, num_stages, 2)
+
+
+BLOCKS = (16, 32, 64, 128, 256)
+register(Kernel(
+    name="tensorcore", rung=20, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
+    seed="beyond", summary="Triton tl.dot on tensor cores: tiles staged through shared memory, grouped order",
+    run=run, traffic=traffic, limits=limits, available=support.available,
+    params=(Param("block_m", 128, BLOCKS, "rows of C per program"),
+            Param("block_n", 256, BLOCKS, "columns of C per program"),
+            Param("block_k", 64, (16, 32, 64, 128), "depth of one K step"),
+            Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
+            Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
+            Param("num_stages", 3, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)")),
+))

@@ -1,0 +1,102 @@
+"""The Triton rung under TRITON_INTERPRET=1 (set by conftest) with CPU torch tensors at small odd
+shapes against a float64 reference, plus a compile-only tier: every default configuration is
+compiled for sm_90 (PTX and cubin) on this CPU machine and its shared memory checked."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import tilemm
+from tilemm.accuracy import compare
+
+from .conftest import ON_GPU
+
+SMALL = dict(block_m=16, block_n=16, block_k=16, num_warps=1, num_stages=1)
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+def run(a, b, **params):
+    c = tilemm.plan(a, b, kernel="tensorcore", **(params or SMALL)).execute(poison=True)
+    host = lambda x: x.float().cpu().numpy()  # noqa: E731
+    return c, compare(host(c), host(a), host(b), str(a.dtype).removeprefix("torch."))
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests: on the GPU the conformance table covers this rung")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (17, 33, 9), (40, 7, 65), (3, 5, 0), (0, 4, 3), (33, 70, 48)])
+def test_interpreter_odd_shapes(dtype, m, n, k):
+    torch.manual_seed(m * 100 + n * 10 + k)
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    c, verdict = run(a, b)
+    assert c.dtype == dtype and c.shape == (m, n) and verdict.ok, verdict.message
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_interpreter_transposed_views_and_nan(dtype):
+    a = torch.randn(37, 19, dtype=dtype).T           # (19, 37), column-major
+    b = torch.randn(29, 37, dtype=dtype).T           # (37, 29)
+    a[3, 5] = float("nan")
+    c, verdict = run(a, b)
+    assert verdict.ok, verdict.message
+    assert torch.isnan(c[3]).all() and not torch.isnan(c[4]).any()
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_numpy_float16_in_numpy_out():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((21, 34)).astype(np.float16)
+    b = rng.standard_normal((34, 13)).astype(np.float16)
+    c = tilemm.matmul(a, b, kernel="tensorcore", **SMALL)
+    assert isinstance(c, np.ndarray) and c.dtype == np.float16
+    assert compare(c, a, b, "float16").ok
+
+
+def test_float32_is_not_claimed():
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(TypeError, match="does not compute float32"):
+        tilemm.plan(a, a, kernel="tensorcore")
+
+
+def test_shared_memory_refused_before_compiling():
+    a = torch.ones(64, 64, dtype=torch.float16)
+    with pytest.raises(tilemm.KernelUnavailable, match="bytes of shared memory"):
+        tilemm.plan(a, a, kernel="tensorcore", block_m=256, block_n=256, block_k=128, num_stages=5)
+
+
+COMPILE = r"""
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import tilemm
+from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
+from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
+p = {q.name: q.default for q in tilemm.kernel("tensorcore").params}
+out = {}
+for dtype, ty in (("float16", "*fp16"), ("bfloat16", "*bf16")):
+    sig = dict(a_ptr=ty, b_ptr=ty, c_ptr=ty, M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
+               stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
+               BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr")
+    const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False)
+    k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+    out[dtype] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
+                      cubin=len(k.asm["cubin"]))
+print(json.dumps(out))
+"""
+
+
+def test_default_configs_compile_for_sm90():
+    """The interpreter can't see what the compiler refuses; compiling for Hopper can."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for dtype, info in json.loads(res.stdout.strip().splitlines()[-1]).items():
+        assert info["cubin"] > 0 and info["wgmma"], (dtype, info)
+        assert info["shared"] <= info["limit"], (dtype, info)
