@@ -54,7 +54,7 @@ def test_shapes(kernel, dtype, m, n, k):
 @pytest.mark.parametrize("kernel", [k.name for k in RUNNABLE])
 @pytest.mark.parametrize("layout", ["tn", "nt", "tt", "sn", "ns"])
 def test_layouts(kernel, layout):
-    for dtype in ("int32", "float32"):
+    for dtype in [d for d in ("int32", "float32", "float16") if claims(tilemm.kernel(kernel), d)]:
         a, b = operands(7, 19, 23, 21, dtype, layout)
         c, verdict = checked(kernel, a, b)
         assert verdict.ok, f"{dtype} {layout}: {verdict.message}"
@@ -62,7 +62,8 @@ def test_layouts(kernel, layout):
 
 @pytest.mark.parametrize("kernel", [k.name for k in RUNNABLE])
 def test_nan_and_inf_propagate(kernel):
-    a, b = operands(3, 9, 10, 11, "float32")
+    dtype = next(d for d in ("float32", "float16") if claims(tilemm.kernel(kernel), d))
+    a, b = operands(3, 9, 10, 11, dtype)
     a[2, 4] = np.nan
     a[5, 0] = np.inf
     b[3, 7] = -np.inf
@@ -75,7 +76,7 @@ def test_nan_and_inf_propagate(kernel):
 
 @pytest.mark.parametrize("kernel", [k.name for k in RUNNABLE])
 def test_integer_extremes_wrap(kernel):
-    for dtype in ("int32", "int64", "uint32", "int8"):
+    for dtype in [d for d in ("int32", "int64", "uint32", "int8") if claims(tilemm.kernel(kernel), d)]:
         info = np.iinfo(dtype)
         for fill in (info.min, info.max, -1 if info.min < 0 else info.max):
             a = np.full((5, 37), fill, dtype)

@@ -52,5 +52,5 @@ register(Kernel(
             Param("block_k", 64, (16, 32, 64, 128), "depth of one K step"),
             Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
             Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
-            Param("num_stages", 3, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)")),
+            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)")),
 ))
