@@ -75,18 +75,41 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
         # A block wholly inside C, on a K tile wholly inside K, needs no bounds checks: the
         # branch is the same for every thread of the block, and most tiles take the short one.
         inside_mn = row0 + block_m <= m and col0 + block_n <= n
-        tiles = uint32((k + block_k - 1) // block_k)
-        t = uint32(0)
-        while t <= tiles:                           # one turn more than tiles: the last only computes
-            k0 = uint32(t * block_k)
-            if t < tiles and inside_mn and k0 + block_k <= k:  # tile t: global -> registers...
+        k0 = uint32(0)
+        if inside_mn and k0 + block_k <= k:
+            for l in range(a_loads):                # tile 0: global -> registers
+                e = uint32(tid + l * threads)       # consecutive threads: consecutive k
+                a_next[l] = a[uint32(row0 + e // block_k), uint32(k0 + e % block_k)]
+            for l in range(b_loads):
+                e = uint32(tid + l * threads)       # consecutive threads: consecutive columns
+                b_next[l] = b[uint32(k0 + e // block_n), uint32(col0 + e % block_n)]
+        else:
+            for l in range(a_loads):
+                e = uint32(tid + l * threads)
+                r, q = uint32(row0 + e // block_k), uint32(k0 + e % block_k)
+                a_next[l] = a[r, q] if r < m and q < k else acc(0)
+            for l in range(b_loads):
+                e = uint32(tid + l * threads)
+                q, col = uint32(k0 + e // block_n), uint32(col0 + e % block_n)
+                b_next[l] = b[q, col] if q < k and col < n else acc(0)
+        buf = uint32(0)
+        while True:
+            for l in range(a_loads):                # registers -> shared, A transposed
+                e = uint32(tid + l * threads)
+                a_s[buf, e % block_k, e // block_k] = a_next[l]
+            for l in range(b_loads):
+                e = uint32(tid + l * threads)
+                b_s[buf, e // block_n, e % block_n] = b_next[l]
+            cuda.syncthreads()
+            k0 = uint32(k0 + block_k)
+            if inside_mn and k0 + block_k <= k:     # issue the next tile's loads now...
                 for l in range(a_loads):
-                    e = uint32(tid + l * threads)   # consecutive threads: consecutive k
+                    e = uint32(tid + l * threads)
                     a_next[l] = a[uint32(row0 + e // block_k), uint32(k0 + e % block_k)]
                 for l in range(b_loads):
-                    e = uint32(tid + l * threads)   # consecutive threads: consecutive columns
+                    e = uint32(tid + l * threads)
                     b_next[l] = b[uint32(k0 + e // block_n), uint32(col0 + e % block_n)]
-            elif t < tiles:
+            elif k0 < k:
                 for l in range(a_loads):
                     e = uint32(tid + l * threads)
                     r, q = uint32(row0 + e // block_k), uint32(k0 + e % block_k)
@@ -95,38 +118,31 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
                     e = uint32(tid + l * threads)
                     q, col = uint32(k0 + e // block_n), uint32(col0 + e % block_n)
                     b_next[l] = b[q, col] if q < k and col < n else acc(0)
-            if t > 0:                               # ...in flight while tile t - 1 is computed from
-                buf = uint32((t - 1) % 2)           # shared memory, two K steps at a time: step
-                for i in range(thread_m):           # p + 1's operands load during step p's FMAs
-                    a_r[i] = a_s[buf, 0, (i // vec_m) * a_step + a_base + i % vec_m]
+            # ...and compute while they arrive, two K steps at a time: the operands of step
+            # p + 1 are read from shared memory while step p's products are computed.
+            for i in range(thread_m):
+                a_r[i] = a_s[buf, 0, (i // vec_m) * a_step + a_base + i % vec_m]
+            for j in range(thread_n):
+                b_r[j] = b_s[buf, 0, (j // vec_n) * b_step + b_base + j % vec_n]
+            for p in range(0, block_k, 2):
+                for i in range(thread_m):
+                    a_q[i] = a_s[buf, p + 1, (i // vec_m) * a_step + a_base + i % vec_m]
                 for j in range(thread_n):
-                    b_r[j] = b_s[buf, 0, (j // vec_n) * b_step + b_base + j % vec_n]
-                for p in range(0, block_k, 2):
-                    for i in range(thread_m):
-                        a_q[i] = a_s[buf, p + 1, (i // vec_m) * a_step + a_base + i % vec_m]
+                    b_q[j] = b_s[buf, p + 1, (j // vec_n) * b_step + b_base + j % vec_n]
+                for i in range(thread_m):
                     for j in range(thread_n):
-                        b_q[j] = b_s[buf, p + 1, (j // vec_n) * b_step + b_base + j % vec_n]
+                        c_r[i, j] = acc(c_r[i, j] + a_r[i] * b_r[j])
+                if p + 2 < block_k:
                     for i in range(thread_m):
-                        for j in range(thread_n):
-                            c_r[i, j] = acc(c_r[i, j] + a_r[i] * b_r[j])
-                    if p + 2 < block_k:
-                        for i in range(thread_m):
-                            a_r[i] = a_s[buf, p + 2, (i // vec_m) * a_step + a_base + i % vec_m]
-                        for j in range(thread_n):
-                            b_r[j] = b_s[buf, p + 2, (j // vec_n) * b_step + b_base + j % vec_n]
-                    for i in range(thread_m):
-                        for j in range(thread_n):
-                            c_r[i, j] = acc(c_r[i, j] + a_q[i] * b_q[j])
-            if t < tiles:                           # registers -> the other shared buffer (its last
-                buf = uint32(t % 2)                 # readers passed the barrier of turn t - 1)
-                for l in range(a_loads):
-                    e = uint32(tid + l * threads)
-                    a_s[buf, e % block_k, e // block_k] = a_next[l]   # A stored transposed
-                for l in range(b_loads):
-                    e = uint32(tid + l * threads)
-                    b_s[buf, e // block_n, e % block_n] = b_next[l]
-                cuda.syncthreads()
-            t = uint32(t + 1)
+                        a_r[i] = a_s[buf, p + 2, (i // vec_m) * a_step + a_base + i % vec_m]
+                    for j in range(thread_n):
+                        b_r[j] = b_s[buf, p + 2, (j // vec_n) * b_step + b_base + j % vec_n]
+                for i in range(thread_m):
+                    for j in range(thread_n):
+                        c_r[i, j] = acc(c_r[i, j] + a_q[i] * b_q[j])
+            if k0 >= k:
+                break
+            buf = uint32(1 - buf)                   # the other buffer: nobody reads it now
 
         for i in range(thread_m):
             r = uint32(row0 + (i // vec_m) * a_step + a_base + i % vec_m)
