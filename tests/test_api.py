@@ -61,6 +61,14 @@ def test_default_kernel_on_host_is_numpy():
     assert tilemm.plan(a, b).kernel.name == "numpy"
 
 
+def test_default_kernel_for_large_host_integers_is_cpu_tiled():
+    """NumPy's integer matmul is a plain loop; from 1024^3 up the tiled rung is the default."""
+    a = np.ones((1024, 1024), np.int32)
+    assert tilemm.plan(a, a).kernel.name == "cpu-tiled"
+    assert tilemm.plan(a[:512], a).kernel.name == "numpy"
+    assert tilemm.plan(a.astype(np.float32), a.astype(np.float32)).kernel.name == "numpy"
+
+
 def test_kernels_have_metadata():
     for k in tilemm.kernels():
         assert k.name and k.device in ("cpu", "cuda") and k.dtypes and k.seed and k.summary
