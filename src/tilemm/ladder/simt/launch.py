@@ -99,6 +99,10 @@ def compiled(factory, dtype: str, **params):
     return factory(getattr(numba, dtype), **params)
 
 
+# name -> (factory, compile parameters): what compile-only checks need to build each rung.
+FACTORIES: dict = {}
+
+
 def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary, compile_params=(), limits=None):
     """Register a numba-cuda rung: one run, one limits check, one availability test for all.
 
@@ -113,6 +117,7 @@ def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary,
     def launch_limits(problem, **p):
         return check(shape_fn(problem, **p))
 
+    FACTORIES[name] = (factory, compile_params)
     return register(Kernel(name=name, rung=rung, device="cuda", backend="numba-cuda", dtypes=SIMT_DTYPES,
                            seed=seed, summary=summary, run=run, traffic=traffic, params=params,
                            limits=limits or launch_limits, available=available, launch_shape=shape_fn))

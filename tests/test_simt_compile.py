@@ -1,0 +1,45 @@
+"""A compile-only tier for the numba-cuda rungs: on this CPU machine every rung x native dtype,
+at its default parameters, is compiled to PTX for sm_90 (NVVM from PyPI, no GPU needed). It
+catches what the simulator can't: the simulator accepted a shared array whose shape was not a
+compile-time constant, which the real compiler refuses. In a subprocess, because this test
+process runs numba-cuda in the simulator."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+COMPILE = r"""
+import json
+import numba
+from numba import cuda
+import tilemm
+from tilemm.ladder.simt import launch
+out = {}
+for kernel in tilemm.kernels("cuda"):
+    if kernel.backend != "numba-cuda":
+        continue
+    factory, compile_params = launch.FACTORIES[kernel.name]
+    params = kernel.resolve({})
+    for dtype in kernel.dtypes:
+        scalar = getattr(numba, dtype)
+        dispatcher = factory(scalar, **{k: params[k] for k in compile_params})
+        ptx, _ = cuda.compile_ptx(dispatcher.py_func, (scalar[:, ::1],) * 3, cc=(9, 0))
+        out[f"{kernel.name}/{dtype}"] = {op: ptx.count(op) for op in ("ld.local", "st.local", "ld.shared.v4", "bar.sync")}
+print(json.dumps(out))
+"""
+
+
+def test_every_simt_rung_compiles_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=900)
+    if "libnvrtc" in res.stderr or "libnvvm" in res.stderr:
+        pytest.skip("NVVM/NVRTC not installed (scripts/setup.sh installs nvidia-nvvm and nvidia-cuda-nvrtc)")
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(counts) == 6 * 4
+    for name, c in counts.items():
+        assert c["ld.local"] == 0 and c["st.local"] == 0, f"{name}: a register array went to local memory {c}"
+    assert counts["regblock/float32"]["ld.shared.v4"] > 0     # the 16-byte shared loads are there
+    assert counts["tiled/float32"]["bar.sync"] == 2
