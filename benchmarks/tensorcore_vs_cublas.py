@@ -17,7 +17,7 @@ from tilemm.bench.timing import time_cuda
 import torch  # noqa: E402
 
 CONFIGS = {"tc-default": {}, "tc-128x128x64-w4-s4": dict(block_n=128, num_warps=4, num_stages=4),
-           "tc-128x256x64-w8-s4": dict(num_stages=4)}
+           "tc-autotune": dict(autotune=True)}
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)

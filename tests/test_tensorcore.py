@@ -100,3 +100,21 @@ def test_default_configs_compile_for_sm90():
     for dtype, info in json.loads(res.stdout.strip().splitlines()[-1]).items():
         assert info["cubin"] > 0 and info["wgmma"], (dtype, info)
         assert info["shared"] <= info["limit"], (dtype, info)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_autotune_caches_the_winner_on_disk(tmp_path, monkeypatch):
+    from tilemm import tuning
+    monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(1)
+    a, b = torch.randn(40, 50, dtype=torch.float16), torch.randn(50, 33, dtype=torch.float16)
+    c, verdict = run(a, b, autotune=True)
+    assert verdict.ok, verdict.message
+    entries = json.loads((tmp_path / "tuning.json").read_text())
+    ((key, entry),) = entries.items()
+    assert key == "tensorcore|interpreter|float16|40x33x50|nn"
+    assert entry["tried"] == len(tilemm.ladder.tensorcore.t1_blocked.CANDIDATES)
+    assert entry["params"] in tilemm.ladder.tensorcore.t1_blocked.CANDIDATES
+    monkeypatch.setattr(tuning, "_save", lambda entries: pytest.fail("tuned again instead of reading the cache"))
+    c2, verdict2 = run(a, b, autotune=True)
+    assert verdict2.ok and torch.equal(c, c2)

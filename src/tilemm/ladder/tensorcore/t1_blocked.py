@@ -13,12 +13,32 @@ any strides; shared memory of a configuration must fit the GPU (checked before l
 """
 from __future__ import annotations
 
-from ... import _compat
+from ... import _compat, tuning
 from ...registry import Kernel, Param, Traffic, register
 from .. import _tensorcore_support as support
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+# Candidates for autotune=True (configurations are data, never edits of the kernel); each is
+# checked against the shared-memory limit before it is tried.
+CANDIDATES = [
+    dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4),
+    dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3),
+    dict(block_m=256, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4),
+    dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4),
+    dict(block_m=128, block_n=128, block_k=32, group_m=8, num_warps=4, num_stages=5),
+    dict(block_m=64, block_n=256, block_k=64, group_m=8, num_warps=4, num_stages=4),
+    dict(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4),
+]
+
+
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, autotune=False):
+    if autotune:
+        config, _ = tuned(a, b, c)
+        return launch(a, b, c, **config)
+    return launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
+
+
+def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     from .t1_blocked_kernel import matmul_kernel  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
@@ -32,6 +52,27 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
                         GROUP_M=group_m, UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
     if upcast:
         c.copy_(out)
+
+
+def tuned(a, b, c):
+    """The fastest candidate for this device, dtype, shape and layout, tuned once and then
+    read from tilemm's tuning cache (see tilemm.tuning)."""
+    import torch
+    m, k = a.shape
+    n = b.shape[1]
+    layout = ("n" if a.stride(1) == 1 else "t") + ("n" if b.stride(1) == 1 else "t")
+    device = "interpreter" if _compat.triton_interpreter() else torch.cuda.get_device_name(a.device)
+    key = f"tensorcore|{device}|{str(a.dtype).removeprefix('torch.')}|{m}x{n}x{k}|{layout}"
+    fitting = [cfg for cfg in CANDIDATES
+               if support.check_shared(cfg["block_m"], cfg["block_n"], cfg["block_k"], cfg["num_stages"], 2) is None]
+
+    def time_ms(cfg):
+        if _compat.triton_interpreter():  # no clock worth reading: run it once, keep the first
+            launch(a, b, c, **cfg)
+            return float(fitting.index(cfg))
+        import triton.testing
+        return triton.testing.do_bench(lambda: launch(a, b, c, **cfg), warmup=25, rep=100, return_mode="median")
+    return tuning.best(key, fitting, time_ms)
 
 
 def traffic(p, block_m, block_n, **_):
@@ -52,5 +93,8 @@ register(Kernel(
             Param("block_k", 64, (16, 32, 64, 128), "depth of one K step"),
             Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
             Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
-            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)")),
+            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"),
+            Param("autotune", False, (False, True),
+                  "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
+                  "and use it (the other parameters are then ignored)")),
 ))

@@ -1,0 +1,50 @@
+"""Autotuning with the winners on disk. Candidate configurations are data (a list per kernel);
+the fastest for a (kernel, device, dtype, shape, layout) is stored in a JSON file and reused by
+every later call and process. TILEMM_CACHE_DIR moves the file (default ~/.cache/tilemm)."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def cache_file() -> Path:
+    root = os.environ.get("TILEMM_CACHE_DIR") or Path.home() / ".cache" / "tilemm"
+    return Path(root) / "tuning.json"
+
+
+def _load() -> dict:
+    try:
+        return json.loads(cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(entries: dict) -> None:
+    path = cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # replace atomically: a reader
+    with os.fdopen(fd, "w") as f:                               # never sees half a file
+        json.dump(entries, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def best(key: str, candidates: list[dict], time_ms) -> tuple[dict, dict]:
+    """(the fastest candidate, what was recorded about the choice). time_ms(candidate) runs
+    one configuration and returns its time; it is called only when the key is not cached."""
+    entries = _load()
+    if key in entries:
+        return entries[key]["params"], entries[key]
+    start = time.perf_counter()
+    timed = [(time_ms(c), i) for i, c in enumerate(candidates)]
+    ms, i = min(timed)
+    entry = {"params": candidates[i], "ms": ms, "tried": len(candidates),
+             "tuning_s": time.perf_counter() - start,
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    entries = _load()  # another process may have written meanwhile
+    entries[key] = entry
+    _save(entries)
+    return entry["params"], entry
