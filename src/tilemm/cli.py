@@ -11,7 +11,7 @@ from rich.table import Table
 
 from . import machine, registry
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 200)  # logs get whole rows
 
 
 def main(argv=None) -> int:
