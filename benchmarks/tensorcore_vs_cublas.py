@@ -11,7 +11,7 @@ import time
 
 import tilemm
 from tilemm import machine
-from tilemm.accuracy import compare
+from tilemm.accuracy import tolerance
 from tilemm.bench.timing import time_cuda
 
 import torch  # noqa: E402
@@ -40,8 +40,8 @@ for dtype in (torch.bfloat16, torch.float16):
         b = torch.randn(n, n, device="cuda", dtype=dtype)
         launches, checks = {}, {}
         c_ref = torch.empty(n, n, device="cuda", dtype=dtype)
-        launches["cublas"] = lambda: torch.matmul(a, b, out=c_ref)
-        checks["cublas"] = lambda: c_ref
+        launches["cublas"] = lambda a=a, b=b, c=c_ref: torch.matmul(a, b, out=c)
+        checks["cublas"] = lambda c=c_ref: c
         for label, params in CONFIGS.items():
             launch, result = tilemm.plan(a, b, kernel="tensorcore", **params).prepare(poison=True)
             launches[label], checks[label] = launch, result
@@ -49,11 +49,11 @@ for dtype in (torch.bfloat16, torch.float16):
         for label in launches:
             launches[label]()
             torch.cuda.synchronize()
-            # the check on the GPU: float64 reference and |A||B| through torch
+            # tilemm.accuracy's bound, evaluated on the GPU: float64 reference and |A||B| through torch
             c = checks[label]()
             ref = a.double() @ b.double()
             scale = a.double().abs() @ b.double().abs()
-            rel_sum, rel_out = 2 * n * 2.0**-24, 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
+            rel_sum, rel_out = tolerance(str(dtype).removeprefix("torch."), n)
             ratio = ((c.double() - ref).abs() / (rel_sum * scale * (1 + rel_out) + rel_out * ref.abs() + 1e-30)).max()
             verdicts[label] = (bool(ratio <= 1) and not bool(torch.isnan(c).any()), float(ratio))
         times = {k: [] for k in launches if verdicts[k][0]}
