@@ -78,11 +78,12 @@ from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
 from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
 p = {q.name: q.default for q in tilemm.kernel("tensorcore").params}
 out = {}
-for dtype, ty in (("float16", "*fp16"), ("bfloat16", "*bf16")):
-    sig = dict(a_ptr=ty, b_ptr=ty, c_ptr=ty, M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
+for dtype, ty, cty in (("float16", "*fp16", "*fp16"), ("bfloat16", "*bf16", "*bf16"), ("int8", "*i8", "*i32")):
+    sig = dict(a_ptr=ty, b_ptr=ty, c_ptr=cty, M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
                stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
-               BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr")
-    const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False)
+               BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", INT8="constexpr")
+    const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False,
+                 INT8=dtype == "int8")
     k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     out[dtype] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
@@ -97,9 +98,39 @@ def test_default_configs_compile_for_sm90():
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
-    for dtype, info in json.loads(res.stdout.strip().splitlines()[-1]).items():
+    compiled = json.loads(res.stdout.strip().splitlines()[-1])
+    assert set(compiled) == {"float16", "bfloat16", "int8"}
+    for dtype, info in compiled.items():
         assert info["cubin"] > 0 and info["wgmma"], (dtype, info)
         assert info["shared"] <= info["limit"], (dtype, info)
+
+
+# --- tensorcore-int: exact integers from int8 digit products ---------------------------------
+
+INT_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests: on the GPU the conformance table covers this rung")
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+@pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (17, 33, 9, "tn"), (40, 7, 65, "nt"), (3, 5, 0, "nn")])
+def test_int_digits_bit_exact(dtype, m, n, k, layout):
+    from tilemm.data import operands
+    a, b = operands(m + n + k, m, n, k, dtype, layout)
+    c = tilemm.plan(a, b, kernel="tensorcore-int", **SMALL).execute(poison=True)
+    assert c.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(c, np.matmul(a, b))
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint64"])
+def test_int_digits_extremes(dtype):
+    info = np.iinfo(dtype)
+    for fill in (info.min, info.max, -1 if info.min < 0 else info.max):
+        a = np.full((5, 37), fill, dtype)
+        b = np.full((37, 6), fill, dtype)
+        b[::3] = info.max
+        c = tilemm.matmul(a, b, kernel="tensorcore-int", **SMALL)
+        np.testing.assert_array_equal(c, np.matmul(a, b))
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")

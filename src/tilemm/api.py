@@ -232,7 +232,7 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool):
     a_t, b_t = tensor(a), tensor(b)
     c = torch.empty(plan.batch + (p.m, p.n), dtype=dtype, device=where)
     if poison:
-        c.fill_(float("nan"))
+        c.fill_(float("nan")) if c.is_floating_point() else c.view(torch.uint8).fill_(0xA5)
 
     def launch():
         if p.m and p.n:

@@ -26,16 +26,21 @@ BASE_BITS = 8
 EXACT_K = 2**17 - 1  # K products of at most 128·128 = 2^14 sum below 2^31 only while K < 2^17
 
 
+def digits_of(rest, ndigits: int) -> list:
+    """The signed base-256 digits of an int64 array (NumPy or torch: operators only), each still
+    int64, in [-128, 127]: rest ≡ Σ d_i 2^(8i) (mod 2^(8 ndigits))."""
+    out = []
+    for _ in range(ndigits):
+        digit = ((rest & 0xFF) ^ 0x80) - 0x80      # the low byte, read as a signed number
+        out.append(digit)
+        rest = (rest - digit) >> BASE_BITS          # exact: rest - digit is a multiple of 256
+    return out
+
+
 def split(x: np.ndarray, ndigits: int) -> np.ndarray:
     """Signed base-256 digits (int8, shape (ndigits,) + x.shape) with x ≡ Σ d_i 2^(8i) mod 2^(8 ndigits)."""
     rest = x.astype(np.int64) if ndigits <= 4 else x.astype(np.uint64).view(np.int64)
-    out = np.empty((ndigits,) + x.shape, np.int8)
-    for i in range(ndigits):
-        low = rest & 0xFF
-        digit = np.where(low >= 128, low - 256, low)          # the signed low byte, in [-128, 127]
-        out[i] = digit
-        rest = (rest - digit) >> BASE_BITS                     # exact: rest - digit is a multiple of 256
-    return out
+    return np.stack(digits_of(rest, ndigits)).astype(np.int8) if ndigits else np.empty((0,) + x.shape, np.int8)
 
 
 def int8_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:

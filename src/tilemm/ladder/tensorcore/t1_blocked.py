@@ -39,6 +39,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, auto
 
 
 def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+    """One launch: c = a @ b, float16/bfloat16 (float32 sums), or int8 into int32 (wrapping sums)."""
     from .t1_blocked_kernel import matmul_kernel  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
@@ -49,7 +50,8 @@ def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     grid = (-(-m // block_m) * -(-n // block_n),)
     matmul_kernel[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                         out.stride(0), out.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                        GROUP_M=group_m, UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
+                        GROUP_M=group_m, UPCAST=upcast, INT8=str(a.dtype) == "torch.int8",
+                        num_warps=num_warps, num_stages=num_stages)
     if upcast:
         c.copy_(out)
 
@@ -84,17 +86,18 @@ def limits(p, block_m, block_n, block_k, num_stages, **_):
 
 
 BLOCKS = (16, 32, 64, 128, 256)
+TILE_PARAMS = (Param("block_m", 128, BLOCKS, "rows of C per program"),
+               Param("block_n", 256, BLOCKS, "columns of C per program"),
+               Param("block_k", 64, (16, 32, 64, 128), "depth of one K step"),
+               Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
+               Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
+               Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"))
 register(Kernel(
     name="tensorcore", rung=20, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
     seed="beyond", summary="Triton tl.dot on tensor cores: tiles staged through shared memory, grouped order",
     run=run, traffic=traffic, limits=limits, available=support.available,
-    params=(Param("block_m", 128, BLOCKS, "rows of C per program"),
-            Param("block_n", 256, BLOCKS, "columns of C per program"),
-            Param("block_k", 64, (16, 32, 64, 128), "depth of one K step"),
-            Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
-            Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
-            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"),
+    params=TILE_PARAMS + (
             Param("autotune", False, (False, True),
                   "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
-                  "and use it (the other parameters are then ignored)")),
+                  "and use it (the other parameters are then ignored)"),),
 ))
