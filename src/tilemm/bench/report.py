@@ -61,9 +61,10 @@ def plots(records: list[dict], folder: Path) -> tuple[list[str], str | None]:
     color = {label: cmap(i % 20) for i, label in enumerate(labels)}
     dtypes = sorted({d for _, d in series})
 
-    def figure(name, title, xlabel, ylabel, draw, logx=True, logy=False, facets=False):
+    def figure(name, title, xlabel, ylabel, draw, logx=True, logy=False, facets=False, legend_outside=False):
         panels = dtypes if facets and dtypes else [None]
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 1, 4.6), squeeze=False)
+        width = 5.2 * len(panels) + 1 + (4 if legend_outside else 0)
+        fig, axes = plt.subplots(1, len(panels), figsize=(width, 4.6), squeeze=False)
         for ax, dtype in zip(axes[0], panels):
             draw(ax, dtype) if facets else draw(ax)
             ax.set_title(f"{title} ({dtype})" if dtype else title, fontsize=10)
@@ -75,7 +76,10 @@ def plots(records: list[dict], folder: Path) -> tuple[list[str], str | None]:
                 ax.set_yscale("log")
             ax.grid(True, which="both", alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
+                if legend_outside:
+                    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
+                else:
+                    ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(folder / name, dpi=100)
         plt.close(fig)
@@ -111,7 +115,8 @@ def plots(records: list[dict], folder: Path) -> tuple[list[str], str | None]:
             ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", color=color[label], label=label)
     figure("speedup_vs_naive.png", "Speed-up over the naive rung", "n", "x naive", speedup, logy=True, facets=True)
     figure("roofline.png", "Roofline: each kernel at its largest n (datasheet roofs)",
-           "arithmetic intensity (FLOP / byte, traffic model)", "GFLOP/s", lambda ax: _roofline(ax, series), logy=True)
+           "arithmetic intensity (FLOP / byte, traffic model)", "GFLOP/s", lambda ax: _roofline(ax, series), logy=True,
+           legend_outside=True)
     return made, None
 
 
@@ -166,14 +171,15 @@ def write(folder: Path, title: str = "tilemm report") -> Path:
     records = load(folder)
     (folder / "results.md").write_text(markdown(records))
     images, why_not = plots(records, folder)
-    info = machine.describe()
-    body = [f"<h1>{html.escape(title)}</h1>",
-            f"<p>Device: <b>{html.escape(info['device'])}</b>; versions: "
-            f"{html.escape(', '.join(f'{k} {v}' for k, v in info['versions'].items()))}; "
-            f"date: {html.escape(records[0]['date'] if records else '')}</p>"]
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    for device in dict.fromkeys(r["device"] for r in records):  # where the figures were measured
+        first = next(r for r in records if r["device"] == device)
+        dates = sorted({r["date"][:10] for r in records if r["device"] == device})
+        body.append(f"<p>Measured on <b>{html.escape(device)}</b>, {html.escape(', '.join(dates))}; versions: "
+                    f"{html.escape(', '.join(f'{k} {v}' for k, v in first['versions'].items()))}</p>")
     if why_not:
         body.append(f"<p><b>No plots:</b> {html.escape(why_not)}</p>")
-    body += [f'<figure><img src="{name}" alt="{name}" width="760"><figcaption>{name}</figcaption></figure>'
+    body += [f'<figure><img src="{name}" alt="{name}" style="max-width:100%"><figcaption>{name}</figcaption></figure>'
              for name in images]
     for suite in dict.fromkeys(r["suite"] for r in records):
         rows = [r for r in records if r["suite"] == suite]
