@@ -53,3 +53,11 @@ def test_a_missing_image_is_caught(folder, tmp_path):
     (broken / "roofline.png").unlink()
     console, loaded = open_in_chromium(broken / "index.html")
     assert loaded == 3 and any("image did not load: roofline.png" in line for line in console)
+
+
+def test_a_rung_that_cannot_run_here_is_skipped_with_its_reason(tmp_path):
+    """On a machine without a GPU (here: the simulator, which has no cuBLAS) the suite goes on."""
+    cases = [suites.Case("cublas", "float32", 8, 8, 8), suites.Case("numpy", "float32", 8, 8, 8)]
+    records = runner.run_suite(cases, suite="test", budget_s=0.01, results=tmp_path / "r.jsonl", progress=False)
+    assert records[0]["status"] == "skipped" and "no cuBLAS" in records[0]["reason"]
+    assert records[1]["status"] == "ok"

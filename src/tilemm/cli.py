@@ -156,7 +156,7 @@ def cmd_bench(args) -> int:
     elif suite == "ladder":
         cases = suites.ladder_suite(ladder, tuple(args.sizes) if args.sizes else (1024, 2048, 4096))
     else:
-        cases = suites.shapes_suite([k.name for k in ladder if k.device == "cuda"])
+        cases = suites.shapes_suite()
     if args.kernels:
         cases = [c for c in cases if c.kernel in args.kernels]
     if args.dtypes:

@@ -72,6 +72,9 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
         kernel = registry.get(case.kernel)
     except ValueError as e:
         return {"status": "skipped", "reason": str(e)}
+    why = kernel.available()
+    if why:  # before any data moves: a CPU-only machine skips the GPU rungs and says why
+        return {"status": "skipped", "reason": why}
     flops = 2.0 * case.m * case.n * case.k
     prev = seen.get(case.key)
     if prev and prev[1] * flops / prev[0] > skip_over_s * 1e3:
