@@ -160,12 +160,7 @@ def _batches(batch, a, b):
 
 def poisoned(shape, dtype, poison: bool) -> np.ndarray:
     c = np.empty(shape, dtype)
-    if poison:
-        if c.dtype.kind == "f":
-            c.fill(np.nan)
-        else:
-            c.view(np.uint8).fill(0xA5)
-    return c
+    return arrays.poison(c) if poison else c
 
 
 def _prepare_host(plan: Plan, a, b, poison: bool, copy: bool):
@@ -232,7 +227,7 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool):
     a_t, b_t = tensor(a), tensor(b)
     c = torch.empty(plan.batch + (p.m, p.n), dtype=dtype, device=where)
     if poison:
-        c.fill_(float("nan")) if c.is_floating_point() else c.view(torch.uint8).fill_(0xA5)
+        arrays.poison(c)
 
     def launch():
         if p.m and p.n:

@@ -88,23 +88,29 @@ def device_cast(x, dtype: str, copy: bool):
     return y
 
 
-def device_empty(like: Operand, shape: tuple, dtype: str, poison: bool):
-    """An array on the device of ``like``, poisoned (NaN, or 0xA5 bytes) if asked."""
+def poison(c):
+    """Fill c (NumPy, CuPy or torch) with NaN, or with 0xA5 bytes for integers, so that an entry
+    a kernel never writes can't pass a check. Returns c."""
+    torch = _torch()
+    if torch is not None and isinstance(c, torch.Tensor):
+        c.fill_(float("nan")) if c.is_floating_point() else c.view(torch.uint8).fill_(0xA5)
+    elif np.dtype(c.dtype).kind == "f":
+        c.fill(np.nan)
+    else:
+        c.view(np.uint8).fill(0xA5)
+    return c
+
+
+def device_empty(like: Operand, shape: tuple, dtype: str, poisoned: bool):
+    """An array on the device of ``like``, poisoned if asked."""
     if like.kind == "cupy":
         cupy = _cupy()
         with cupy.cuda.Device(int(like.device.split(":")[1])):
             c = cupy.empty(shape, dtype)
-            bytes_view = c.view(cupy.uint8)
     else:
         torch = _torch()
         c = torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
-        bytes_view = c.view(torch.uint8)
-    if poison:
-        if np.dtype(dtype).kind == "f":
-            c.fill_(float("nan")) if hasattr(c, "fill_") else c.fill(np.nan)
-        else:
-            bytes_view.fill_(0xA5) if hasattr(bytes_view, "fill_") else bytes_view.fill(0xA5)
-    return c
+    return poison(c) if poisoned else c
 
 
 def assign(out, value) -> None:

@@ -29,7 +29,7 @@ def explain(name: str, m: int, n: int, k: int, dtype: str = "float32", params: d
     kernel = registry.get(name)
     p = kernel.resolve(params or {})
     problem = Problem(m, n, k, dtype)
-    itemsize = np.dtype(dtype).itemsize
+    itemsize = problem.itemsize
     gpu = machine.limits()
     out = {"kernel": kernel.name, "summary": kernel.summary, "seed": kernel.seed, "params": p,
            "problem": {"m": m, "n": n, "k": k, "dtype": dtype}, "device": gpu.name}

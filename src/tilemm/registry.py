@@ -9,6 +9,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from .dtypes import compute_dtype
 
 
@@ -44,6 +46,11 @@ class Problem:
     n: int
     k: int
     dtype: str
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes of one element of the compute dtype."""
+        return np.dtype(self.dtype).itemsize
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from .. import api, arrays, registry
 from ..accuracy import compare
 from ..data import operands
@@ -114,10 +112,9 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
     ms = t["median_ms"]
     out["gflops"] = flops / ms / 1e6 if ms > 0 else None
     p = plan.problem
-    itemsize = np.dtype(p.dtype).itemsize
     traffic = kernel.traffic(p, **plan.params)
-    out["traffic_bytes"] = traffic.bytes(itemsize)
-    out["gbps"] = traffic.bytes(itemsize) / ms / 1e6 if ms > 0 else None
+    out["traffic_bytes"] = traffic.bytes(p.itemsize)
+    out["gbps"] = traffic.bytes(p.itemsize) / ms / 1e6 if ms > 0 else None
     g = gpu()
     if kernel.device == "cuda" and g and g.peak(case.dtype):
         out["peak_fraction"] = out["gflops"] / 1e3 / g.peak(case.dtype)

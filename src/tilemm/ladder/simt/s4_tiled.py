@@ -50,9 +50,8 @@ def make_tiled(acc, tile):
 
 
 def shape(p, tile):
-    itemsize = 8 if p.dtype.endswith("64") else 4
     return launch.LaunchShape((launch.ceil_div(p.n, tile), launch.ceil_div(p.m, tile)), (tile, tile),
-                              2 * tile * tile * itemsize, (1, 1))
+                              2 * tile * tile * p.itemsize, (1, 1))
 
 
 def traffic(p, tile):

@@ -59,9 +59,8 @@ def make_rect(acc, tile, f):
 
 
 def shape(p, tile, f):
-    itemsize = 8 if p.dtype.endswith("64") else 4
     return launch.LaunchShape((launch.ceil_div(p.n, tile * f), launch.ceil_div(p.m, tile)), (tile, tile),
-                              (tile * tile + tile * tile * f) * itemsize, (1, f))
+                              (tile * tile + tile * tile * f) * p.itemsize, (1, f))
 
 
 def traffic(p, tile, f):

@@ -154,15 +154,14 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
 
 
 def shape(p, block_m, block_n, block_k, thread_m, thread_n):
-    itemsize = 8 if p.dtype.endswith("64") else 4
-    block_k = default_block_k(block_k, 8 * itemsize)
+    block_k = default_block_k(block_k, 8 * p.itemsize)
     block = (max(1, block_n // thread_n), max(1, block_m // thread_m))
     return launch.LaunchShape((launch.ceil_div(p.n, block_n), launch.ceil_div(p.m, block_m)), block,
-                              2 * block_k * (block_m + PAD + block_n) * itemsize, (thread_m, thread_n))
+                              2 * block_k * (block_m + PAD + block_n) * p.itemsize, (thread_m, thread_n))
 
 
 def limits(p, block_m, block_n, block_k, thread_m, thread_n):
-    block_k = default_block_k(block_k, 64 if p.dtype.endswith("64") else 32)
+    block_k = default_block_k(block_k, 8 * p.itemsize)
     if block_m % thread_m or block_n % thread_n:
         return f"BLOCK_M={block_m} and BLOCK_N={block_n} must be multiples of THREAD_M={thread_m}, THREAD_N={thread_n}"
     threads = (block_m // thread_m) * (block_n // thread_n)
