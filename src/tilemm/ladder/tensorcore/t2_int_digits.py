@@ -11,8 +11,6 @@ M, N, K; separate launches per digit pair (not yet fused, so A and B are read on
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ... import digits
 from ...registry import Kernel, Traffic, register
 from .. import _tensorcore_support as support
@@ -42,11 +40,12 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
 
 
 def traffic(p, block_m, block_n, **_):
-    # In element units of the int8 digits: every digit pair reads its A and B digit tiles again.
-    ndigits = np.dtype(p.dtype).itemsize                       # one base-256 digit per byte
+    # In elements of the problem's dtype (ndigits bytes each), as every Traffic is: each digit pair
+    # reads its one-byte A and B digit tiles again and writes its four-byte int32 part of C.
+    ndigits = p.itemsize                                       # one base-256 digit per byte
     pairs = ndigits * (ndigits + 1) // 2
     one = p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m)
-    return Traffic(read=pairs * one * 1.0, written=p.m * p.n * (pairs + 1))
+    return Traffic(read=pairs * one / ndigits, written=p.m * p.n * (4 * pairs / ndigits + 1))
 
 
 def limits(p, block_m, block_n, block_k, num_stages, **_):
