@@ -19,7 +19,7 @@ BLOCK_K * BLOCK_N multiples of the thread count; at most 1024 threads and 48 KiB
 memory a block. Global loads are scalar (numba-cuda can't prove a strided row 16-byte aligned);
 shared loads become 16-byte vectors where the compiler sees the alignment.
 """
-from numba import cuda, uint32
+from numba import cuda, uint32, uint64
 
 from ...registry import Param, Traffic
 from . import launch
@@ -31,6 +31,13 @@ def default_block_k(block_k, bits):
     """K tile 16 for 32-bit types (measured fastest); 8 for 64-bit ones, whose double-buffered
     16-deep tiles would need 66560 bytes of shared memory, over the 48 KiB a block may declare."""
     return block_k or (16 if bits == 32 else 8)
+
+
+def divmod_hops(threads, width, count):
+    """(l * threads) // width and % width for l < count, as tuples of constants. Element
+    tid + l * threads of a row-major tile `width` wide is (tid // width + hop_row[l],
+    tid % width + hop_col[l]): exact because threads and width are powers of two."""
+    return (tuple(l * threads // width for l in range(count)), tuple(l * threads % width for l in range(count)))
 
 
 def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
@@ -46,17 +53,59 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     vec_m = 4 if thread_m % 4 == 0 else 1
     vec_n = 4 if thread_n % 4 == 0 else 1
     a_step, b_step = threads_y * vec_m, threads_x * vec_n
+    # Loading a tile, the block's threads take consecutive elements, row by row (consecutive
+    # threads: consecutive k in A, consecutive columns in B, so the loads coalesce); element
+    # tid + l * threads lies at the thread's first element plus these constant hops:
+    a_hop_m, a_hop_k = divmod_hops(threads, block_k, a_loads)
+    b_hop_k, b_hop_n = divmod_hops(threads, block_n, b_loads)
     align = launch.SHARED_ALIGN
     # 8x8 float32 accumulators and their operands fit in 128 registers: two blocks an SM.
     # 64-bit accumulators, or larger thread tiles, need more; they get what the compiler asks for.
     regs = launch.register_cap(threads) if acc.bitwidth == 32 and thread_m * thread_n <= 64 else None
+
+    # Device functions with inline="always" are pasted into the kernel by Numba before
+    # compilation: the register arrays they fill stay registers.
+    @cuda.jit(device=True, inline="always")
+    def fetch_inside(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0):
+        """This thread's share of a K tile wholly inside A and B, into registers: no bounds tests."""
+        # 64-bit sums of a per-thread base and a constant hop: the compiler computes each
+        # base address once and reaches the others by adding hop * stride.
+        for l in range(a_loads):
+            a_next[l] = a[uint64(row0 + a_m) + uint64(a_hop_m[l]), uint64(k0 + a_k) + uint64(a_hop_k[l])]
+        for l in range(b_loads):
+            b_next[l] = b[uint64(k0 + b_k) + uint64(b_hop_k[l]), uint64(col0 + b_n) + uint64(b_hop_n[l])]
+
+    @cuda.jit(device=True, inline="always")
+    def fetch_edge(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0, m, n, k):
+        """The same for a tile that crosses an edge: zeros past M, N or K."""
+        for l in range(a_loads):
+            r, q = uint32(row0 + a_m + a_hop_m[l]), uint32(k0 + a_k + a_hop_k[l])
+            a_next[l] = a[r, q] if r < m and q < k else acc(0)
+        for l in range(b_loads):
+            q, col = uint32(k0 + b_k + b_hop_k[l]), uint32(col0 + b_n + b_hop_n[l])
+            b_next[l] = b[q, col] if q < k and col < n else acc(0)
+
+    @cuda.jit(device=True, inline="always")
+    def read_step(a_v, b_v, a_s, b_s, buf, p, a_base, b_base):
+        """This thread's THREAD_M values of A and THREAD_N of B at K step p of the tile."""
+        for i in range(thread_m):
+            a_v[i] = a_s[buf, p, (i // vec_m) * a_step + a_base + i % vec_m]
+        for j in range(thread_n):
+            b_v[j] = b_s[buf, p, (j // vec_n) * b_step + b_base + j % vec_n]
+
+    @cuda.jit(device=True, inline="always")
+    def outer_product(c_r, a_v, b_v):
+        """One K step: THREAD_M x THREAD_N multiply-adds into the register tile."""
+        for i in range(thread_m):
+            for j in range(thread_n):
+                c_r[i, j] = acc(c_r[i, j] + a_v[i] * b_v[j])
 
     @cuda.jit(**launch.jit_options(regs))
     def regblock(a, b, c):
         a_s = cuda.shared.array((2, block_k, a_rows), acc, alignment=align)  # (2, BK, BM+pad): A, K-major
         b_s = cuda.shared.array((2, block_k, block_n), acc, alignment=align)  # (2, BK, BN)
         c_r = cuda.local.array((thread_m, thread_n), acc)                    # (TM, TN) in registers
-        a_r = cuda.local.array(thread_m, acc)                               # this K step's operands
+        a_r = cuda.local.array(thread_m, acc)                               # one K step's operands
         b_r = cuda.local.array(thread_n, acc)
         a_q = cuda.local.array(thread_m, acc)                               # the next step's
         b_q = cuda.local.array(thread_n, acc)
@@ -66,80 +115,49 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
         tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
         tid = uint32(ty * threads_x + tx)
         a_base, b_base = uint32(ty * vec_m), uint32(tx * vec_n)  # this thread's first row and column
+        a_m, a_k = uint32(tid // block_k), uint32(tid % block_k)   # its first element of an A tile
+        b_k, b_n = uint32(tid // block_n), uint32(tid % block_n)   # and of a B tile
         row0 = uint32(cuda.blockIdx.y * block_m)
         col0 = uint32(cuda.blockIdx.x * block_n)
         for i in range(thread_m):
             for j in range(thread_n):
                 c_r[i, j] = acc(0)
 
-        # A block wholly inside C, on a K tile wholly inside K, needs no bounds checks: the
+        # A block wholly inside C, on a K tile wholly inside K, needs no bounds tests: the
         # branch is the same for every thread of the block, and most tiles take the short one.
         inside_mn = row0 + block_m <= m and col0 + block_n <= n
         k0 = uint32(0)
         if inside_mn and k0 + block_k <= k:
-            for l in range(a_loads):                # tile 0: global -> registers
-                e = uint32(tid + l * threads)       # consecutive threads: consecutive k
-                a_next[l] = a[uint32(row0 + e // block_k), uint32(k0 + e % block_k)]
-            for l in range(b_loads):
-                e = uint32(tid + l * threads)       # consecutive threads: consecutive columns
-                b_next[l] = b[uint32(k0 + e // block_n), uint32(col0 + e % block_n)]
+            fetch_inside(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0)
         else:
-            for l in range(a_loads):
-                e = uint32(tid + l * threads)
-                r, q = uint32(row0 + e // block_k), uint32(k0 + e % block_k)
-                a_next[l] = a[r, q] if r < m and q < k else acc(0)
-            for l in range(b_loads):
-                e = uint32(tid + l * threads)
-                q, col = uint32(k0 + e // block_n), uint32(col0 + e % block_n)
-                b_next[l] = b[q, col] if q < k and col < n else acc(0)
+            fetch_edge(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0, m, n, k)
         buf = uint32(0)
         while True:
             for l in range(a_loads):                # registers -> shared, A transposed
-                e = uint32(tid + l * threads)
-                a_s[buf, e % block_k, e // block_k] = a_next[l]
+                a_s[buf, uint32(a_k + a_hop_k[l]), uint32(a_m + a_hop_m[l])] = a_next[l]
             for l in range(b_loads):
-                e = uint32(tid + l * threads)
-                b_s[buf, e // block_n, e % block_n] = b_next[l]
+                b_s[buf, uint32(b_k + b_hop_k[l]), uint32(b_n + b_hop_n[l])] = b_next[l]
             cuda.syncthreads()
             k0 = uint32(k0 + block_k)
             if inside_mn and k0 + block_k <= k:     # issue the next tile's loads now...
-                for l in range(a_loads):
-                    e = uint32(tid + l * threads)
-                    a_next[l] = a[uint32(row0 + e // block_k), uint32(k0 + e % block_k)]
-                for l in range(b_loads):
-                    e = uint32(tid + l * threads)
-                    b_next[l] = b[uint32(k0 + e // block_n), uint32(col0 + e % block_n)]
+                fetch_inside(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0)
             elif k0 < k:
-                for l in range(a_loads):
-                    e = uint32(tid + l * threads)
-                    r, q = uint32(row0 + e // block_k), uint32(k0 + e % block_k)
-                    a_next[l] = a[r, q] if r < m and q < k else acc(0)
-                for l in range(b_loads):
-                    e = uint32(tid + l * threads)
-                    q, col = uint32(k0 + e // block_n), uint32(col0 + e % block_n)
-                    b_next[l] = b[q, col] if q < k and col < n else acc(0)
-            # ...and compute while they arrive, two K steps at a time: the operands of step
-            # p + 1 are read from shared memory while step p's products are computed.
-            for i in range(thread_m):
-                a_r[i] = a_s[buf, 0, (i // vec_m) * a_step + a_base + i % vec_m]
-            for j in range(thread_n):
-                b_r[j] = b_s[buf, 0, (j // vec_n) * b_step + b_base + j % vec_n]
-            for p in range(0, block_k, 2):
-                for i in range(thread_m):
-                    a_q[i] = a_s[buf, p + 1, (i // vec_m) * a_step + a_base + i % vec_m]
-                for j in range(thread_n):
-                    b_q[j] = b_s[buf, p + 1, (j // vec_n) * b_step + b_base + j % vec_n]
-                for i in range(thread_m):
-                    for j in range(thread_n):
-                        c_r[i, j] = acc(c_r[i, j] + a_r[i] * b_r[j])
-                if p + 2 < block_k:
-                    for i in range(thread_m):
-                        a_r[i] = a_s[buf, p + 2, (i // vec_m) * a_step + a_base + i % vec_m]
-                    for j in range(thread_n):
-                        b_r[j] = b_s[buf, p + 2, (j // vec_n) * b_step + b_base + j % vec_n]
-                for i in range(thread_m):
-                    for j in range(thread_n):
-                        c_r[i, j] = acc(c_r[i, j] + a_q[i] * b_q[j])
+                fetch_edge(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0, m, n, k)
+            # ...and compute while they arrive, four K steps a turn: the operands of step p + 1
+            # are read from shared memory while step p's products are computed.
+            read_step(a_r, b_r, a_s, b_s, buf, uint32(0), a_base, b_base)
+            p = uint32(0)
+            while p < block_k:                      # a uint32 counter: no index wraparound tests
+                read_step(a_q, b_q, a_s, b_s, buf, uint32(p + 1), a_base, b_base)
+                outer_product(c_r, a_r, b_r)
+                read_step(a_r, b_r, a_s, b_s, buf, uint32(p + 2), a_base, b_base)
+                outer_product(c_r, a_q, b_q)
+                read_step(a_q, b_q, a_s, b_s, buf, uint32(p + 3), a_base, b_base)
+                outer_product(c_r, a_r, b_r)
+                if p + 4 < block_k:
+                    read_step(a_r, b_r, a_s, b_s, buf, uint32(p + 4), a_base, b_base)
+                outer_product(c_r, a_q, b_q)
+                p = uint32(p + 4)
             if k0 >= k:
                 break
             buf = uint32(1 - buf)                   # the other buffer: nobody reads it now
@@ -181,7 +199,7 @@ launch.register_simt(
     "regblock", 15, make_regblock, shape, traffic,
     (Param("block_m", 128, SIZES, "rows of C per block"), Param("block_n", 128, SIZES, "columns of C per block"),
      Param("block_k", None, (None, 4, 8, 16, 32),
-           "depth of one K tile (even: two steps a turn); None: 16 for 32-bit types, 8 for 64-bit"),
+           "depth of one K tile (a multiple of 4: four steps a turn); None: 16 for 32-bit types, 8 for 64-bit"),
      Param("thread_m", 8, (1, 2, 4, 8, 16), "rows of C per thread"),
      Param("thread_n", 8, (1, 2, 4, 8, 16), "columns of C per thread")),
     "beyond", "THREAD_M x THREAD_N register tiles, double-buffered shared memory",
