@@ -126,3 +126,24 @@ def test_bad_parameter_value():
                                        (torch.empty(2, 2, dtype=torch.float64), "torch")])
 def test_bad_out(out, match):
     bad((ValueError, TypeError), match, np.ones((2, 3)), np.ones((3, 2)), out=out)
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "cpu-naive", "cpu-tiled"])
+@pytest.mark.parametrize("out_dtype", ["int32", np.int32, torch.int32, np.dtype("int64")])
+def test_out_dtype_is_numpy_matmul_dtype(kernel, out_dtype):
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (9, 70), dtype=np.int8)
+    b = rng.integers(-128, 128, (70, 5), dtype=np.int8)
+    c = tilemm.matmul(a, b, kernel=kernel, out_dtype=out_dtype)
+    name = str(out_dtype).removeprefix("torch.") if isinstance(out_dtype, torch.dtype) else out_dtype
+    want = np.matmul(a, b, dtype=np.dtype(name))
+    assert c.dtype == want.dtype
+    np.testing.assert_array_equal(c, want)
+    assert not np.array_equal(c, np.matmul(a, b))          # int8's own sums wrap
+
+
+@pytest.mark.parametrize("operands,out_dtype", [("float32", "int32"), ("int32", "uint8"), ("float32", "bool")])
+def test_out_dtype_refused_as_numpy_refuses(operands, out_dtype):
+    a = np.ones((2, 2), operands)
+    with pytest.raises(TypeError, match="out_dtype"):
+        tilemm.matmul(a, a, out_dtype=out_dtype)

@@ -88,6 +88,26 @@ for dtype, ty, cty in (("float16", "*fp16", "*fp16"), ("bfloat16", "*bf16", "*bf
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     out[dtype] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
                       cubin=len(k.asm["cubin"]))
+# tensorcore-int: the fused digit product for each result width, and the digit split
+from tilemm.ladder.tensorcore.t2_int_digits_kernel import digit_matmul, split_digits
+q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
+for nd_a, nd_b, nd_c, cty in ((1, 1, 1, "*i8"), (1, 1, 4, "*i32"), (4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
+    sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[{q['block_n']}, {q['block_k']}]>",
+               c_ptr=cty, M="i32", N="i32", K_TILES="i32", stride_cm="i32", stride_cn="i32", ND_A="constexpr",
+               ND_B="constexpr", ND_C="constexpr", ACCUMULATE="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr",
+               BLOCK_K="constexpr", GROUP_M="constexpr")
+    const = dict(ND_A=nd_a, ND_B=nd_b, ND_C=nd_c, ACCUMULATE=nd_c == 8, BLOCK_M=q["block_m"], BLOCK_N=q["block_n"],
+                 BLOCK_K=q["block_k"], GROUP_M=q["group_m"])
+    k = triton.compile(ASTSource(fn=digit_matmul, signature=sig, constexprs=const),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
+    out[f"int-{nd_a}{nd_b}{nd_c}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
+                                         wgmma="wgmma" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
+for src in ("*i8", "*i32", "*i64"):
+    sig = dict(x_ptr=src, out_ptr="*i8", R="i32", C="i32", C_PAD="i32", stride_r="i32", stride_c="i32",
+               NDIGITS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
+    k = triton.compile(ASTSource(fn=split_digits, signature=sig, constexprs=dict(NDIGITS=8, BLOCK_R=64, BLOCK_C=64)),
+                       target=GPUTarget("cuda", 90, 32))
+    out[f"split-{src}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
 print(json.dumps(out))
 """
 
@@ -99,7 +119,8 @@ def test_default_configs_compile_for_sm90():
     res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(compiled) == {"float16", "bfloat16", "int8"}
+    assert set(compiled) == {"float16", "bfloat16", "int8", "int-111", "int-114", "int-444", "int-888",
+                             "split-*i8", "split-*i32", "split-*i64"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and info["wgmma"], (dtype, info)
         assert info["shared"] <= info["limit"], (dtype, info)
@@ -112,7 +133,8 @@ INT_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "u
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests: on the GPU the conformance table covers this rung")
 @pytest.mark.parametrize("dtype", INT_DTYPES)
-@pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (17, 33, 9, "tn"), (40, 7, 65, "nt"), (3, 5, 0, "nn")])
+@pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (17, 33, 9, "tn"), (40, 7, 65, "nt"), (3, 5, 0, "nn"),
+                                          (5, 3, 48, "tt"), (18, 20, 32, "nt")])
 def test_int_digits_bit_exact(dtype, m, n, k, layout):
     from tilemm.data import operands
     a, b = operands(m + n + k, m, n, k, dtype, layout)
@@ -131,6 +153,43 @@ def test_int_digits_extremes(dtype):
         b[::3] = info.max
         c = tilemm.matmul(a, b, kernel="tensorcore-int", **SMALL)
         np.testing.assert_array_equal(c, np.matmul(a, b))
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("dtype,out_dtype", [("int8", "int32"), ("int8", "int16"), ("int16", "int64"), ("int8", "int64")])
+def test_int_digits_out_dtype_gives_the_wide_sums(layout, dtype, out_dtype):
+    """int8 data, int32 result: NumPy's matmul(..., dtype=int32), from one digit product."""
+    from tilemm.data import operands
+    a, b = operands(7, 19, 21, 64, dtype, layout)
+    c = tilemm.plan(a, b, kernel="tensorcore-int", out_dtype=out_dtype, **SMALL).execute(poison=True)
+    assert c.dtype == np.dtype(out_dtype)
+    np.testing.assert_array_equal(c, np.matmul(a, b, dtype=out_dtype))
+    assert not np.array_equal(c, np.matmul(a, b).astype(out_dtype))     # the wide sums differ from int8's
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("dtype,out_dtype", [("int16", "int32"), ("int32", "int64"), ("int8", "int32")])
+def test_int_digits_narrow_extremes_carry_a_digit(dtype, out_dtype):
+    """32767 = -1 + 256 * -128 + 65536 * 1: the top values of a type wider than a byte need one
+    digit more than its width, when the result is wider still."""
+    info = np.iinfo(dtype)
+    a = np.array([[info.max, info.min, info.max - 100, -1]] * 3, dtype)
+    b = np.array([[info.max], [info.max], [info.min], [info.max]] * 1, dtype)
+    c = tilemm.matmul(a, b, kernel="tensorcore-int", out_dtype=out_dtype, **SMALL)
+    np.testing.assert_array_equal(c, np.matmul(a, b, dtype=out_dtype))
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_int64_k_chunks_accumulate(monkeypatch):
+    """For int64 the shifts below 4 need exact int32 sums, so long K runs in chunks added in int64:
+    shrink the chunk so that the interpreter can afford several."""
+    from tilemm import digits
+    from tilemm.data import operands
+    monkeypatch.setattr(digits, "exact_chunk", lambda pairs: 40)
+    a, b = operands(3, 9, 10, 150, "int64")
+    c = tilemm.matmul(a, b, kernel="tensorcore-int", **SMALL)
+    np.testing.assert_array_equal(c, np.matmul(a, b))
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _compat, arrays, registry
-from .dtypes import check_supported, is_integer, result_dtype
+from .dtypes import SUPPORTED, check_supported, dtype_name, is_integer, result_dtype
 from .registry import Problem
 
 _SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
@@ -17,7 +17,7 @@ class KernelUnavailable(ValueError):
     """The chosen kernel can't run this problem on this machine; the message says why."""
 
 
-def matmul(a, b, *, kernel: str | None = None, out=None, **params):
+def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, **params):
     """``a @ b`` as numpy.matmul computes it, with the kernel of your choice.
 
     a, b: NumPy arrays, PyTorch tensors or CuPy arrays (both of one kind, on one device),
@@ -25,12 +25,15 @@ def matmul(a, b, *, kernel: str | None = None, out=None, **params):
         on the same device, with numpy.matmul's shape and dtype (torch's for bfloat16).
     kernel: a name from ``tilemm.kernels()``; None picks the default for the inputs' device.
     out: optional array to write the result into (its shape, dtype, kind and device must match).
+    out_dtype: compute in and return this dtype, as ``numpy.matmul(a, b, dtype=...)`` does: int8
+        inputs with ``out_dtype="int32"`` give the exact int32 sums instead of int8's wrapped ones.
+        It must be a cast NumPy allows ("same_kind": int8 -> int32, float32 -> float64, not float -> int).
     params: the kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``).
 
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
     ``tilemm.accuracy``. Errors are raised before any kernel runs.
     """
-    return plan(a, b, kernel=kernel, out=out, **params).execute()
+    return plan(a, b, kernel=kernel, out=out, out_dtype=out_dtype, **params).execute()
 
 
 @dataclass
@@ -69,7 +72,7 @@ class Plan:
         return prepare(self, a2, b2, poison, copy)
 
 
-def plan(a, b, *, kernel: str | None = None, out=None, **params) -> Plan:
+def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, **params) -> Plan:
     """Check everything about ``matmul(a, b, ...)`` and return what would run."""
     da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
     check_supported(da.dtype, "0")
@@ -93,6 +96,8 @@ def plan(a, b, *, kernel: str | None = None, out=None, **params) -> Plan:
     batch = _broadcast_batch(da.shape[:-2], db.shape[:-2], da.shape, db.shape)
     shape = batch + ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
     result = result_dtype(da.dtype, db.dtype)
+    if out_dtype is not None:
+        result = _checked_out_dtype(out_dtype, result)
 
     chosen = registry.get(kernel) if kernel is not None else _default_kernel(da.device, result, m, n, k)
     resolved = chosen.resolve(params)
@@ -107,6 +112,25 @@ def plan(a, b, *, kernel: str | None = None, out=None, **params) -> Plan:
     if out is not None:
         _check_out(out, da, shape, result)
     return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out)
+
+
+def _checked_out_dtype(out_dtype, result: str) -> str:
+    """numpy.matmul's rule for dtype=: the operands are cast to it with casting='same_kind'."""
+    name = dtype_name(out_dtype)
+    if name not in SUPPORTED:
+        try:
+            name = np.dtype(out_dtype).name     # np.int32, np.dtype("i4"), ...
+        except TypeError:
+            pass
+    check_supported(name, "out_dtype")
+    if "bfloat16" in (name, result):            # NumPy has no bfloat16: floats cast to floats
+        allowed = not is_integer(name)
+    else:
+        allowed = bool(np.can_cast(result, name, casting="same_kind"))
+    if not allowed:
+        raise TypeError(f"matmul: out_dtype={name} would cast the {result} operands to {name}, which "
+                        "numpy.matmul refuses (casting='same_kind'); cast the operands yourself")
+    return name
 
 
 def _broadcast_batch(sa, sb, full_a, full_b) -> tuple:
@@ -222,7 +246,9 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool):
             x = torch.from_numpy(x)
         elif not isinstance(x, torch.Tensor):
             x = torch.as_tensor(x, device="cuda")
-        y = x.to(where, dtype)
+        narrow = (plan.kernel.narrow_operands and not x.dtype.is_floating_point and x.is_signed()
+                  and x.element_size() < dtype.itemsize)
+        y = x.to(where, x.dtype if narrow else dtype)
         return y.clone() if copy and y is x else y
     a_t, b_t = tensor(a), tensor(b)
     c = torch.empty(plan.batch + (p.m, p.n), dtype=dtype, device=where)

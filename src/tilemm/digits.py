@@ -26,6 +26,12 @@ BASE_BITS = 8
 EXACT_K = 2**17 - 1  # K products of at most 128·128 = 2^14 sum below 2^31 only while K < 2^17
 
 
+def exact_chunk(pairs: int) -> int:
+    """The longest K whose sums over `pairs` digit pairs at a time (one shift's pairs, run as one
+    GEMM of pairs * K products) stay exact in int32: pairs * K * 2^14 <= 2^31 - 1."""
+    return (2**31 - 1) // (2**14 * pairs)
+
+
 def digits_of(rest, ndigits: int) -> list:
     """The signed base-256 digits of an int64 array (NumPy or torch: operators only), each still
     int64, in [-128, 127]: rest ≡ Σ d_i 2^(8i) (mod 2^(8 ndigits))."""

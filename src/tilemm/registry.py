@@ -68,6 +68,8 @@ class Kernel:
     limits: Callable[..., str | None] = field(default=lambda problem, **p: None)  # why it can't run it
     available: Callable[[], str | None] = field(default=lambda: None)         # why it can't run here
     launch_shape: Callable | None = None      # launch_shape(problem, **params) -> grid, block, shared memory
+    narrow_operands: bool = False  # signed integer operands narrower than the compute dtype reach run() as
+                                   # they are (a digit kernel does less work on fewer digits)
 
     def resolve(self, given: dict) -> dict:
         """Defaults filled in, unknown names refused (TypeError), values checked (ValueError)."""

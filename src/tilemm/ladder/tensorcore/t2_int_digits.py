@@ -1,59 +1,112 @@
 """Rung 21, `tensorcore-int`: exact integer matmul on int8 tensor cores (docs/exact_integers.md).
 
 Each operand is split into signed base-256 digits (int8); the product modulo 2^w is the sum of the
-digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Each digit product runs on
-`tensorcore`'s Triton program in its int8 form (int32 accumulators that wrap, which is exact modulo
-2^32); for int64, the pairs that need more than 32 bits walk K in chunks of 2^17 - 1, whose int32
-sums cannot overflow. int8 needs one product, int16 three, int32 ten, int64 thirty-six.
+digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Triton programs
+(t2_int_digits_kernel.py):
+
+1. `split_digits` writes each operand's digit planes, B's transposed: Hopper's 8-bit tensor-core
+   instruction reads K-major operands only, so a row-major B is made K-major here, in one pass
+   whose time counts in the rung's time (an int8 A that is already K-major is used as it is, and
+   so is an int8 B given as (N, K).T).
+2. `digit_matmul` multiplies all pairs in one launch: for each shift s, the pairs (i, s - i) run
+   as one GEMM over a K that many times longer, into one int32 accumulator, shifted into the total.
+   int32 accumulators wrap, which is exact modulo 2^32; for int64 the shifts below 4 need true
+   sums, so K is cut into chunks short enough that they cannot overflow (digits.exact_chunk).
+
+A narrow operand has fewer digits: int8 x int8 needs one product, into int8 (NumPy's wrapped
+result) or, with matmul(..., out_dtype="int32"), the exact int32 sums. int16 needs 3 products,
+int32 10, int64 36 (fewer when an operand is narrower than the result).
 
 Constraints: int8, int16, int32, int64 (unsigned types as their signed twins, bit for bit); any
-M, N, K; separate launches per digit pair (not yet fused, so A and B are read once per pair).
+M, N, K, any strides; BLOCK_K a multiple of 32 on the GPU (the 8-bit instruction's K).
 """
 from __future__ import annotations
 
-from ... import digits
-from ...registry import Kernel, Traffic, register
+from ... import _compat, digits
+from ...registry import Kernel, Param, Traffic, register
 from .. import _tensorcore_support as support
-from .t1_blocked import TILE_PARAMS, launch
+
+SPLIT_BLOCK = 64   # the split pass: 64 x 64 elements a program
+
+
+def digit_count(operand_bytes: int, result_bytes: int) -> int:
+    """Digits an operand needs. One of the result's width, or fewer when the operand arrives
+    narrower (narrow_operands: int8 data with out_dtype=int32, say): an int8 value is its own
+    digit, but w > 8 bits need w/8 + 1 digits, since w/8 signed digits reach only up to
+    2^(w-1) - 2^(w-9) - 1 (32767 = -1 + 256 * -128 + 65536 * 1 carries into a third digit)."""
+    if operand_bytes >= result_bytes:
+        return result_bytes
+    return 1 if operand_bytes == 1 else operand_bytes + 1
+
+
+def digit_planes(x, ndigits: int, block_rows: int, block_k: int):
+    """A TMA descriptor of x's digit planes, stacked (ndigits * rows, K), K contiguous; x itself
+    when it is already int8 with K contiguous and TMA's 16-byte alignment."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    from .t2_int_digits_kernel import split_digits
+    rows, k = x.shape
+    if not (ndigits == 1 and x.dtype == torch.int8 and x.stride(1) == 1 and x.stride(0) % 16 == 0
+            and x.data_ptr() % 16 == 0):
+        k_pad = -(-k // 16) * 16                           # TMA: rows of a multiple of 16 bytes
+        planes = torch.empty((ndigits, rows, k_pad), dtype=torch.int8, device=x.device)
+        grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
+        split_digits[grid](x, planes, rows, k, k_pad, x.stride(0), x.stride(1), NDIGITS=ndigits,
+                           BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK)
+        x = planes.view(ndigits * rows, k_pad)
+    return TensorDescriptor.from_tensor(x, [block_rows, block_k])
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    import torch
-    width = c.element_size() * 8
-    ndigits = width // digits.BASE_BITS
-    da = [d.to(torch.int8) for d in digits.digits_of(a.to(torch.int64), ndigits)]   # (M, K) each
-    db = [d.to(torch.int8) for d in digits.digits_of(b.to(torch.int64), ndigits)]   # (K, N) each
+    from .t2_int_digits_kernel import digit_matmul
     m, k = a.shape
-    acc = torch.zeros(c.shape, dtype=torch.int64, device=c.device)   # wraps modulo 2^64
-    part = torch.empty(c.shape, dtype=torch.int32, device=c.device)
-    tiles = dict(block_m=block_m, block_n=block_n, block_k=block_k, group_m=group_m, num_warps=num_warps,
-                 num_stages=num_stages)
-    for i in range(ndigits):
-        for j in range(ndigits - i):                          # i + j >= ndigits vanish modulo 2^w
-            exact = width == 64 and i + j < 4                 # needs the true sum, not mod 2^32
-            step = digits.EXACT_K if exact else max(k, 1)
-            for k0 in range(0, k, step):
-                launch(da[i][:, k0:k0 + step], db[j][k0:k0 + step], part, **tiles)
-                value = part.to(torch.int64) if exact else part.to(torch.int64) & 0xFFFFFFFF
-                acc += value << (digits.BASE_BITS * (i + j))
-    c.copy_(acc.to(c.dtype))                                  # truncation: the low w bits
+    n = b.shape[1]
+    if k == 0:
+        c.zero_()
+        return
+    nd_c = c.element_size()
+    nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
+    k_tiles = -(-k // block_k)
+    chunk = k_tiles
+    if nd_c == 8:   # int64: the shifts below 4 need exact int32 sums
+        pairs = max(min(s, nd_a - 1) - max(0, s - nd_b + 1) + 1 for s in range(min(4, nd_c)))
+        chunk = max(1, digits.exact_chunk(pairs) // block_k)
+    grid = (-(-m // block_m) * -(-n // block_n),)
+    for t0 in range(0, k_tiles, chunk):
+        k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
+        a_desc = digit_planes(a[:, k0:k1], nd_a, block_m, block_k)
+        b_desc = digit_planes(b[k0:k1].T, nd_b, block_n, block_k)      # (N, K): B's digits K-major
+        digit_matmul[grid](a_desc, b_desc, c, m, n, -(-(k1 - k0) // block_k), c.stride(0), c.stride(1),
+                           ND_A=nd_a, ND_B=nd_b, ND_C=nd_c, ACCUMULATE=t0 > 0, BLOCK_M=block_m,
+                           BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps,
+                           num_stages=num_stages)
 
 
 def traffic(p, block_m, block_n, **_):
-    # In elements of the problem's dtype (ndigits bytes each), as every Traffic is: each digit pair
-    # reads its one-byte A and B digit tiles again and writes its four-byte int32 part of C.
-    ndigits = p.itemsize                                       # one base-256 digit per byte
-    pairs = ndigits * (ndigits + 1) // 2
-    one = p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m)
-    return Traffic(read=pairs * one / ndigits, written=p.m * p.n * (4 * pairs / ndigits + 1))
+    # In elements of the problem's dtype (nd bytes each), as every Traffic is. The split pass reads
+    # A and B and writes their digits (nd one-byte planes: one element's worth); the product reads,
+    # for every digit pair, one-byte A and B tiles once per program, and writes C once.
+    nd = p.itemsize
+    pairs = nd * (nd + 1) // 2                              # 10 for int32, 36 for int64
+    operands = p.m * p.k + p.k * p.n
+    tiles = p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m)   # bytes of one pair
+    return Traffic(read=operands + pairs * tiles / nd, written=operands + p.m * p.n)
 
 
 def limits(p, block_m, block_n, block_k, num_stages, **_):
+    if block_k % 32 and not _compat.triton_interpreter():
+        return f"BLOCK_K={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
     return support.check_shared(block_m, block_n, block_k, num_stages, 1)
 
 
 register(Kernel(
     name="tensorcore-int", rung=21, device="cuda", backend="triton", dtypes=("int8", "int16", "int32", "int64"),
-    seed="beyond", summary="exact integers from int8 tensor-core products of signed base-256 digits",
-    run=run, traffic=traffic, limits=limits, available=support.available, params=TILE_PARAMS,
+    seed="beyond", summary="exact integers from int8 tensor-core products of signed base-256 digits, fused",
+    run=run, traffic=traffic, limits=limits, available=support.available, narrow_operands=True,
+    params=(Param("block_m", 128, (16, 32, 64, 128, 256), "rows of C per program"),
+            Param("block_n", 128, (16, 32, 64, 128, 256), "columns of C per program"),
+            Param("block_k", 128, (16, 32, 64, 128, 256), "depth of one K step (int8 digits)"),
+            Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
+            Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
+            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)")),
 ))

@@ -1,0 +1,144 @@
+"""Issue 8's measurements: `tensorcore-int` against the integer GEMMs a Python user has.
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/int_vs_baselines.py --out DIR
+
+- int8 -> int32 (out_dtype="int32"), n = 8192, each of the four layouts of A and B ('t': a
+  transposed view), against torch._int_mm with B given as (N, K).T (its fast layout). The
+  rung's time includes its digit/transposition pass where it needs one.
+- int32 and int64, n = 4096, against cupy.matmul.
+
+Protocol: a pre-warm, then interleaved rounds (order rotated), CUDA events per launch, the
+median. Every answer is checked before timing: int8 products against a float64 GEMM (exact:
+|sums| < 2^53), int32/int64 against cupy.matmul and the first rows against NumPy on the host.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import tilemm
+from tilemm import machine
+
+import cupy as cp  # noqa: E402
+import gpu_ladder  # noqa: E402  (pre-warm and interleaved rounds)
+
+CONFIGS = {   # rung parameters to try besides the defaults, per case
+    "int32-from-int8": [dict(block_m=128, block_n=256, block_k=128, num_stages=3),
+                        dict(block_m=128, block_n=256, block_k=128, num_stages=4),
+                        dict(block_m=256, block_n=128, block_k=128, num_stages=3)],
+    "int32": [dict(block_m=128, block_n=256, block_k=128, num_stages=3),
+              dict(block_m=128, block_n=256, block_k=64, num_stages=4)],
+    "int64": [dict(block_m=128, block_n=64, block_k=128, num_stages=4),
+              dict(block_m=128, block_n=128, block_k=64, num_stages=5)],
+}
+
+
+def operand(rng_seed, rows, cols, dtype, how):
+    g = torch.Generator(device="cuda").manual_seed(rng_seed)
+    info = np.iinfo(dtype)
+    shape = (cols, rows) if how == "t" else (rows, cols)
+    x = torch.randint(int(info.min), int(info.max), shape, generator=g, device="cuda",
+                      dtype=getattr(torch, dtype))
+    return x.T if how == "t" else x
+
+
+def stamp(args):
+    info = machine.describe()
+    return {"device": info["device"], "versions": info["versions"],
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "PYTHONPATH=src:benchmarks python3 benchmarks/int_vs_baselines.py " + " ".join(
+                f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out")}
+
+
+def rung(a, b, out_dtype, **params):
+    launch, result = tilemm.plan(a, b, kernel="tensorcore-int", out_dtype=out_dtype, **params).prepare(poison=True)
+    launch()
+    return launch, result
+
+
+def measure(case, launchers, results, reference, args, meta):
+    torch.cuda.synchronize()
+    records, good = [], {}
+    for label, res in results.items():
+        ok = bool(torch.equal(torch.as_tensor(res(), device="cuda"), reference))
+        records.append({"case": case, "variant": label, "status": "ok" if ok else "FAILED", **meta})
+        if ok:
+            good[label] = launchers[label]
+    times = gpu_ladder.time_rounds(good, args.rounds, args.per_round)
+    anchor = statistics.median(times["anchor"]) if "anchor" in times else None
+    m, n, k = meta["m"], meta["n"], meta["k"]
+    for rec in records:
+        if rec["variant"] in times:
+            med = statistics.median(times[rec["variant"]])
+            rec.update(median_ms=med, tops=2 * m * n * k / med / 1e9, samples=len(times[rec["variant"]]))
+            if anchor:
+                rec["vs_anchor"] = anchor / med
+        print(f"{case:22} {rec['variant']:34} {rec.get('median_ms', float('nan')):8.3f} ms "
+              f"{rec.get('tops', float('nan')):8.1f} TOPS  x{rec.get('vs_anchor', float('nan')):5.2f}  {rec['status']}",
+              flush=True)
+    return records
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--n8", type=int, default=8192)
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-round", type=float, default=0.3)
+    ap.add_argument("--prewarm", type=float, default=10.0)
+    ap.add_argument("--cases", nargs="+", default=["int8", "int32", "int64"])
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = stamp(args)
+    gpu_ladder.prewarm(args.prewarm)
+    records = []
+    if "int8" in args.cases:
+        n = args.n8
+        for layout in ("nn", "nt", "tn", "tt"):
+            a = operand(1, n, n, "int8", layout[0])
+            b = operand(2, n, n, "int8", layout[1])
+            b_nk = b.T.contiguous()                        # _int_mm's fast layout: (N, K).T
+            reference = (a.double() @ b.double()).to(torch.int32)     # exact: |sums| < 2^53
+            launchers, results = {}, {}
+            c_ref = torch._int_mm(a.contiguous(), b_nk.T)
+            launchers["anchor"] = lambda a=a.contiguous(), bt=b_nk.T: torch._int_mm(a, bt)
+            results["anchor"] = lambda c=c_ref: c
+            for i, params in enumerate([{}] + CONFIGS["int32-from-int8"]):
+                label = "tensorcore-int" + ("" if not params else "-" + "-".join(f"{v}" for v in params.values()))
+                launchers[label], results[label] = rung(a, b, "int32", **params)
+            meta = {"dtype": "int8", "out_dtype": "int32", "layout": layout, "m": n, "n": n, "k": n,
+                    "anchor": "torch._int_mm(A, B as (N,K).T)", **base}
+            records += measure(f"int8->int32 {layout}", launchers, results, reference, args, meta)
+            del a, b, b_nk, reference, launchers, results, c_ref
+            torch.cuda.empty_cache()
+    for dtype in ("int32", "int64"):
+        if dtype not in args.cases:
+            continue
+        n = args.n
+        a, b = operand(3, n, n, dtype, "n"), operand(4, n, n, dtype, "n")
+        a_cp, b_cp = cp.asarray(a), cp.asarray(b)
+        c_cp = cp.matmul(a_cp, b_cp)
+        rows = 8                                           # the first rows on the host, exactly
+        host = np.matmul(a[:rows].cpu().numpy(), b.cpu().numpy())
+        assert np.array_equal(cp.asnumpy(c_cp[:rows]), host), f"cupy.matmul {dtype} disagrees with NumPy"
+        reference = torch.as_tensor(c_cp, device="cuda")
+        launchers = {"anchor": lambda: cp.matmul(a_cp, b_cp)}
+        results = {"anchor": lambda: c_cp}
+        for params in [{}] + CONFIGS[dtype]:
+            label = "tensorcore-int" + ("" if not params else "-" + "-".join(f"{v}" for v in params.values()))
+            launchers[label], results[label] = rung(a, b, None, **params)
+        meta = {"dtype": dtype, "layout": "nn", "m": n, "n": n, "k": n, "anchor": "cupy.matmul", **base}
+        records += measure(dtype, launchers, results, reference, args, meta)
+    with open(args.out / "int_vs_baselines.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+if __name__ == "__main__":
+    main()
