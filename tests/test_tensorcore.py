@@ -92,12 +92,13 @@ for dtype, ty, cty in (("float16", "*fp16", "*fp16"), ("bfloat16", "*bf16", "*bf
 from tilemm.ladder.tensorcore.t2_int_digits_kernel import digit_matmul, split_digits
 q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
 for nd_a, nd_b, nd_c, cty in ((1, 1, 1, "*i8"), (1, 1, 4, "*i32"), (4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
-    sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[{q['block_n']}, {q['block_k']}]>",
+    block_n = 128 if nd_c == 8 else 256     # the default (None) resolved as the rung does
+    sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[{block_n}, {q['block_k']}]>",
                c_ptr=cty, M="i32", N="i32", K_TILES="i32", stride_cm="i32", stride_cn="i32", ND_A="constexpr",
                ND_B="constexpr", ND_C="constexpr", ACCUMULATE="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr",
-               BLOCK_K="constexpr", GROUP_M="constexpr")
-    const = dict(ND_A=nd_a, ND_B=nd_b, ND_C=nd_c, ACCUMULATE=nd_c == 8, BLOCK_M=q["block_m"], BLOCK_N=q["block_n"],
-                 BLOCK_K=q["block_k"], GROUP_M=q["group_m"])
+               BLOCK_K="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr")
+    const = dict(ND_A=nd_a, ND_B=nd_b, ND_C=nd_c, ACCUMULATE=nd_c == 8, BLOCK_M=q["block_m"], BLOCK_N=block_n,
+                 BLOCK_K=q["block_k"], GROUP_M=q["group_m"], PROGRAMS=132)
     k = triton.compile(ASTSource(fn=digit_matmul, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
     out[f"int-{nd_a}{nd_b}{nd_c}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,

@@ -25,13 +25,25 @@ def available() -> str | None:
     return None
 
 
-def check_shared(block_m: int, block_n: int, block_k: int, num_stages: int, itemsize: int) -> str | None:
-    """Triton keeps num_stages copies of the A and B tiles in shared memory: refuse a
-    configuration that can't fit before it is compiled, not after a failed launch."""
-    need = num_stages * (block_m + block_n) * block_k * itemsize
+def multiprocessors() -> int:
+    """SMs of the GPU a persistent kernel fills (4 under Triton's interpreter: a few programs
+    that each take several tiles, so the tests walk the tile loop)."""
+    if _compat.triton_interpreter():
+        return 4
+    import torch
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def check_shared(block_m: int, block_n: int, block_k: int, num_stages: int, itemsize: int,
+                 epilogue: int = 0) -> str | None:
+    """Triton keeps num_stages copies of the A and B tiles in shared memory (plus, for a kernel
+    that writes one tile while loading the next, `epilogue` bytes for the tile it writes): refuse
+    a configuration that can't fit before it is compiled, not after a failed launch."""
+    need = num_stages * (block_m + block_n) * block_k * itemsize + epilogue
     gpu = machine.gpu()
     limit = gpu.max_shared_per_block_optin if gpu else H100_SHARED_OPTIN
     if need > limit:
-        return (f"{num_stages} stages of {block_m}x{block_k} and {block_k}x{block_n} tiles need {need} bytes of "
+        return (f"{num_stages} stages of {block_m}x{block_k} and {block_k}x{block_n} tiles"
+                f"{f' and {epilogue} bytes for writing C' if epilogue else ''} need {need} bytes of "
                 f"shared memory, over the {limit} a block may use; fewer stages or smaller tiles")
     return None

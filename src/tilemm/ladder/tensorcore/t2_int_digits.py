@@ -57,6 +57,12 @@ def digit_planes(x, ndigits: int, block_rows: int, block_k: int):
     return TensorDescriptor.from_tensor(x, [block_rows, block_k])
 
 
+def default_block_n(block_n, result_bytes: int) -> int:
+    """Measured on an H100 (benchmarks/int_vs_baselines.py): 128 x 256 tiles are fastest up to
+    32-bit results; int64's second, int64 accumulator needs 128 x 128."""
+    return block_n or (128 if result_bytes == 8 else 256)
+
+
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     from .t2_int_digits_kernel import digit_matmul
     m, k = a.shape
@@ -65,24 +71,26 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
         c.zero_()
         return
     nd_c = c.element_size()
+    block_n = default_block_n(block_n, nd_c)
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
     k_tiles = -(-k // block_k)
     chunk = k_tiles
     if nd_c == 8:   # int64: the shifts below 4 need exact int32 sums
         pairs = max(min(s, nd_a - 1) - max(0, s - nd_b + 1) + 1 for s in range(min(4, nd_c)))
         chunk = max(1, digits.exact_chunk(pairs) // block_k)
-    grid = (-(-m // block_m) * -(-n // block_n),)
+    programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
     for t0 in range(0, k_tiles, chunk):
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
         a_desc = digit_planes(a[:, k0:k1], nd_a, block_m, block_k)
         b_desc = digit_planes(b[k0:k1].T, nd_b, block_n, block_k)      # (N, K): B's digits K-major
-        digit_matmul[grid](a_desc, b_desc, c, m, n, -(-(k1 - k0) // block_k), c.stride(0), c.stride(1),
+        digit_matmul[(programs,)](a_desc, b_desc, c, m, n, -(-(k1 - k0) // block_k), c.stride(0), c.stride(1),
                            ND_A=nd_a, ND_B=nd_b, ND_C=nd_c, ACCUMULATE=t0 > 0, BLOCK_M=block_m,
-                           BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps,
-                           num_stages=num_stages)
+                           BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, PROGRAMS=programs,
+                           num_warps=num_warps, num_stages=num_stages)
 
 
 def traffic(p, block_m, block_n, **_):
+    block_n = default_block_n(block_n, p.itemsize)
     # In elements of the problem's dtype (nd bytes each), as every Traffic is. The split pass reads
     # A and B and writes their digits (nd one-byte planes: one element's worth); the product reads,
     # for every digit pair, one-byte A and B tiles once per program, and writes C once.
@@ -94,9 +102,12 @@ def traffic(p, block_m, block_n, **_):
 
 
 def limits(p, block_m, block_n, block_k, num_stages, **_):
+    block_n = default_block_n(block_n, p.itemsize)
     if block_k % 32 and not _compat.triton_interpreter():
         return f"BLOCK_K={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
-    return support.check_shared(block_m, block_n, block_k, num_stages, 1)
+    # int8 data (one digit pair) writes C in int32 quarters while the next tile loads
+    epilogue = block_m * block_n if p.itemsize <= 4 else 0
+    return support.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue)
 
 
 register(Kernel(
@@ -104,7 +115,8 @@ register(Kernel(
     seed="beyond", summary="exact integers from int8 tensor-core products of signed base-256 digits, fused",
     run=run, traffic=traffic, limits=limits, available=support.available, narrow_operands=True,
     params=(Param("block_m", 128, (16, 32, 64, 128, 256), "rows of C per program"),
-            Param("block_n", 128, (16, 32, 64, 128, 256), "columns of C per program"),
+            Param("block_n", None, (None, 16, 32, 64, 128, 256),
+                  "columns of C per program; None: 256, or 128 for int64 (its int64 total takes registers)"),
             Param("block_k", 128, (16, 32, 64, 128, 256), "depth of one K step (int8 digits)"),
             Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
             Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),

@@ -44,9 +44,23 @@ def shift_group(a_desc, b_desc, acc, off_m, off_n, M, N, K_TILES, s: tl.constexp
 
 
 @triton.jit
+def tile_position(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row, column) of C where tile number `tile` starts: tiles are numbered in groups of GROUP_M
+    block rows that walk one block column before the next, so that neighbours share B in L2."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_in_group = GROUP_M * tl.cdiv(N, BLOCK_N)
+    first_pid_m = (tile // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
+    pid_n = (tile % num_pid_in_group) // group_size_m
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@triton.jit
 def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
                  ND_A: tl.constexpr, ND_B: tl.constexpr, ND_C: tl.constexpr, ACCUMULATE: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 PROGRAMS: tl.constexpr):
     """C (+)= A @ B modulo 2^(8 ND_C) from int8 digit planes, all pairs in one program.
 
     a_desc: TMA descriptor of A's ND_A digit planes stacked, (ND_A * M, K), K contiguous; b_desc
@@ -56,35 +70,54 @@ def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
     (shift s's pairs) from the highest s down, which is exact modulo 2^32; for int64 that covers
     the shifts 4..7 (needed modulo 2^32 only), and the shifts 0..3, whose sums must be exact, are
     added to an int64 total one by one.
+
+    Persistent: PROGRAMS programs (one an SM) walk the tiles; with a single digit pair (int8
+    data) the tile loop is flattened into the K loop, so the next tile's loads are in flight while
+    this tile's C is written.
     """
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n             # grouped order, as in `tensorcore`
-    first_pid_m = (pid // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
-    off_m = pid_m * BLOCK_M
-    off_n = pid_n * BLOCK_N
-
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    SINGLE: tl.constexpr = ND_A == 1 and ND_B == 1 and ND_C <= 4
     EXACT: tl.constexpr = 4 if ND_C == 8 else 0      # shifts below this need exact sums
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    for s in tl.static_range(ND_C - 1, EXACT - 1, -1):
-        acc = shift_group(a_desc, b_desc, acc << 8, off_m, off_n, M, N, K_TILES, s, ND_A, ND_B, BLOCK_K)
-    if ND_C == 8:
-        total = acc.to(tl.int64) << 32
-        for s in tl.static_range(EXACT - 1, -1, -1):
-            part = shift_group(a_desc, b_desc, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32), off_m, off_n,
-                               M, N, K_TILES, s, ND_A, ND_B, BLOCK_K)
-            total += part.to(tl.int64) << (8 * s)
-    else:
-        total = acc
+    for tile in tl.range(tl.program_id(0), num_tiles, PROGRAMS, flatten=SINGLE):
+        off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        for s in tl.static_range(ND_C - 1, EXACT - 1, -1):
+            acc = shift_group(a_desc, b_desc, acc << 8, off_m, off_n, M, N, K_TILES, s, ND_A, ND_B, BLOCK_K)
+        if ND_C == 8:
+            total = acc.to(tl.int64) << 32
+            for s in tl.static_range(EXACT - 1, -1, -1):
+                part = shift_group(a_desc, b_desc, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32), off_m, off_n,
+                                   M, N, K_TILES, s, ND_A, ND_B, BLOCK_K)
+                total += part.to(tl.int64) << (8 * s)
+        else:
+            total = acc
+        if SINGLE:   # C in quarters: the flattened loop keeps the next tile's stages in shared
+            # memory while this one is written, so the layout change gets a quarter of the space
+            left, right = halves(total)
+            quarter: tl.constexpr = BLOCK_N // 4
+            q0, q1 = halves(left)
+            q2, q3 = halves(right)
+            store_tile(c_ptr, q0, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
+            store_tile(c_ptr, q1, off_m, off_n + quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
+            store_tile(c_ptr, q2, off_m, off_n + 2 * quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
+            store_tile(c_ptr, q3, off_m, off_n + 3 * quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
+        else:
+            store_tile(c_ptr, total, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
 
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
+
+@triton.jit
+def halves(x):
+    """x's left and right column halves."""
+    return tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def store_tile(c_ptr, x, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE: tl.constexpr):
+    """C[off_m:, off_n:] (+)= x, inside C only; x is added to what C holds for a later K chunk."""
+    offs_m = off_m + tl.arange(0, x.shape[0])
+    offs_n = off_n + tl.arange(0, x.shape[1])
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if ACCUMULATE:                                         # a later K chunk (int64, long K)
-        total += tl.load(c_ptrs, mask=inside).to(total.dtype)
-    tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=inside)
+        x += tl.load(c_ptrs, mask=inside).to(x.dtype)
+    tl.store(c_ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)
