@@ -1,80 +1,133 @@
-"""Issue 9's first measurement: the Triton `tensorcore` rung against cuBLAS (torch.matmul) in
-bf16 and fp16, interleaved rounds after a pre-warm, every variant checked first.
+"""Issue 9's measurements: the Triton tensor-core rungs against cuBLAS (torch.matmul) over the
+`shapes` suite's shapes (square, odd, skinny, LLM-like), interleaved rounds after a pre-warm,
+every variant checked against a float64 reference first.
 
-    PYTHONPATH=src python3 benchmarks/tensorcore_vs_cublas.py --out DIR [--sizes 4096 8192]
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py --out DIR \
+        [--dtypes bfloat16 float16 float64] [--shapes 8192x8192x8192 8191x8191x8191 ...]
+
+Each record also carries the HBM bound of its shape: the bytes a GEMM must move at least (A, B
+and C once) over the copy bandwidth measured in the same run.
 """
 import argparse
 import datetime
 import json
+import math
 import statistics
 import time
 
 import tilemm
 from tilemm import machine
 from tilemm.accuracy import tolerance
+from tilemm.bench.suites import SHAPES
 from tilemm.bench.timing import time_cuda
 
 import torch  # noqa: E402
 
-CONFIGS = {"tc-default": {}, "tc-128x128x64-w4-s4": dict(block_n=128, num_warps=4, num_stages=4),
-           "tc-autotune": dict(autotune=True)}
+# (label, kernel, params) per dtype; "skinny" only where M <= 64
+VARIANTS = {
+    "bfloat16": [("tensorcore", "tensorcore", {}),
+                 ("tc-skinny", "tensorcore", dict(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4))],
+    "float64": [("tensorcore-f64", "tensorcore-f64", {}),
+                ("f64-64x64x32-w4-s4", "tensorcore-f64", dict(block_m=64, block_n=64, block_k=32, num_warps=4)),
+                ("f64-128x128x32-w8-s3", "tensorcore-f64", dict(block_m=128, block_n=128, block_k=32, num_warps=8,
+                                                                num_stages=3))],
+}
+VARIANTS["float16"] = VARIANTS["bfloat16"]
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--out", required=True)
-ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
-ap.add_argument("--rounds", type=int, default=3)
-ap.add_argument("--per-round", type=float, default=0.4)
-ap.add_argument("--prewarm", type=float, default=10.0)
-args = ap.parse_args()
-info = machine.describe()
-x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-t_end = time.perf_counter() + args.prewarm
-while time.perf_counter() < t_end:
-    x @ x
-    torch.cuda.synchronize()
-records = []
-for dtype in (torch.bfloat16, torch.float16):
-    for n in args.sizes:
-        torch.manual_seed(n)
-        a = torch.randn(n, n, device="cuda", dtype=dtype)
-        b = torch.randn(n, n, device="cuda", dtype=dtype)
-        launches, checks = {}, {}
-        c_ref = torch.empty(n, n, device="cuda", dtype=dtype)
-        launches["cublas"] = lambda a=a, b=b, c=c_ref: torch.matmul(a, b, out=c)
-        checks["cublas"] = lambda c=c_ref: c
-        for label, params in CONFIGS.items():
-            launch, result = tilemm.plan(a, b, kernel="tensorcore", **params).prepare(poison=True)
-            launches[label], checks[label] = launch, result
-        verdicts = {}
-        for label in launches:
-            launches[label]()
-            torch.cuda.synchronize()
-            # tilemm.accuracy's bound, evaluated on the GPU: float64 reference and |A||B| through torch
-            c = checks[label]()
-            ref = a.double() @ b.double()
-            scale = a.double().abs() @ b.double().abs()
-            rel_sum, rel_out = tolerance(str(dtype).removeprefix("torch."), n)
-            ratio = ((c.double() - ref).abs() / (rel_sum * scale * (1 + rel_out) + rel_out * ref.abs() + 1e-30)).max()
-            verdicts[label] = (bool(ratio <= 1) and not bool(torch.isnan(c).any()), float(ratio))
-        times = {k: [] for k in launches if verdicts[k][0]}
-        labels = list(times)
-        for r in range(args.rounds):
-            for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-                times[label] += time_cuda([launches[label]], args.per_round, warmup_s=0.05)
-        base = statistics.median(times["cublas"]) if "cublas" in times else None
-        for label in launches:
-            rec = {"variant": label, "kernel": "cublas" if label == "cublas" else "tensorcore",
-                   "params": CONFIGS.get(label, {}), "dtype": str(dtype).removeprefix("torch."), "m": n, "n": n, "k": n,
-                   "status": "ok" if verdicts[label][0] else "FAILED", "worst_vs_bound": verdicts[label][1],
-                   "device": info["device"], "versions": info["versions"],
-                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   "command": "PYTHONPATH=src python3 benchmarks/tensorcore_vs_cublas.py --out DIR"}
-            if label in times:
-                med = statistics.median(times[label])
-                rec.update(median_ms=med, tflops=2 * n**3 / med / 1e9, vs_cublas=base / med if base else None)
-            records.append(rec)
-            print(f"{label:22} {rec['dtype']:9} {n:6} {rec.get('median_ms', float('nan')):8.3f} ms "
-                  f"{rec.get('tflops', float('nan')):7.1f} T  vs cuBLAS {rec.get('vs_cublas') or float('nan'):5.3f}  "
-                  f"{rec['status']} ({verdicts[label][1]:.2g}x bound)", flush=True)
-with open(f"{args.out}/tensorcore_vs_cublas.jsonl", "a") as f:
-    f.writelines(json.dumps(r) + "\n" for r in records)
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a device-to-device copy of 1 GiB (read + write counted)."""
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = time_cuda([lambda: dst.copy_(src)], 0.5, warmup_s=0.1)
+    return 2 * src.numel() / (statistics.median(times) / 1e3)
+
+
+def checked(c, a, b, dtype):
+    """(ok, worst error over tilemm.accuracy's bound), on the GPU in float64."""
+    ref = a.double() @ b.double()
+    scale = a.double().abs() @ b.double().abs()
+    rel_sum, rel_out = tolerance(dtype, a.shape[1])
+    ratio = ((c.double() - ref).abs() / (rel_sum * scale * (1 + rel_out) + rel_out * ref.abs() + 1e-300)).max()
+    return bool(ratio <= 1) and not bool(torch.isnan(c).any()), float(ratio)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    ap.add_argument("--shapes", nargs="+", default=[f"{m}x{n}x{k}" for m, n, k in [(8192, 8192, 8192)] + SHAPES])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-round", type=float, default=0.4)
+    ap.add_argument("--prewarm", type=float, default=10.0)
+    args = ap.parse_args()
+    info = machine.describe()
+    stamp = {"device": info["device"], "versions": info["versions"],
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "command": "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py "
+                        + " ".join(f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                                   for k, v in vars(args).items() if k != "out")}
+    bandwidth = copy_bandwidth()
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t_end = time.perf_counter() + args.prewarm
+    while time.perf_counter() < t_end:
+        x @ x
+        torch.cuda.synchronize()
+    records = []
+    for dtype_name in args.dtypes:
+        dtype = getattr(torch, dtype_name)
+        for shape in args.shapes:
+            m, n, k = map(int, shape.split("x"))
+            torch.manual_seed(m + n + k)
+            a = torch.randn(m, k, device="cuda", dtype=dtype)
+            b = torch.randn(k, n, device="cuda", dtype=dtype)
+            launches, results = {}, {}
+            c_ref = torch.empty(m, n, device="cuda", dtype=dtype)
+            launches["cublas"] = lambda a=a, b=b, c=c_ref: torch.matmul(a, b, out=c)
+            results["cublas"] = lambda c=c_ref: c
+            for label, kernel, params in VARIANTS[dtype_name]:
+                if label.endswith("skinny") and m > 64:
+                    continue
+                launches[label], results[label] = tilemm.plan(a, b, kernel=kernel, **params).prepare(poison=True)
+            verdicts = {}
+            for label in launches:
+                launches[label]()
+                torch.cuda.synchronize()
+                verdicts[label] = checked(results[label](), a, b, dtype_name)
+            times = {label: [] for label in launches if verdicts[label][0]}
+            labels = list(times)
+            for r in range(args.rounds):
+                for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+                    times[label] += time_cuda([launches[label]], args.per_round, warmup_s=0.05)
+            base = statistics.median(times["cublas"]) if "cublas" in times else None
+            bound_ms = (m * k + k * n + m * n) * a.element_size() / bandwidth * 1e3
+            for label in launches:
+                kernel = next((kn for lb, kn, _ in VARIANTS[dtype_name] if lb == label), "cublas")
+                rec = {"variant": label, "kernel": kernel, "dtype": dtype_name, "m": m, "n": n, "k": k,
+                       "status": "ok" if verdicts[label][0] else "FAILED", "worst_vs_bound": verdicts[label][1],
+                       "params": next((p for lb, _, p in VARIANTS[dtype_name] if lb == label), {}),
+                       "copy_bandwidth_tbs": bandwidth / 1e12, "hbm_bound_ms": bound_ms, **stamp}
+                if label in times:
+                    med = statistics.median(times[label])
+                    rec.update(median_ms=med, tflops=2 * m * n * k / med / 1e9, vs_cublas=base / med if base else None,
+                               vs_hbm_bound=bound_ms / med)
+                records.append(rec)
+                print(f"{label:22} {dtype_name:9} {shape:18} {rec.get('median_ms', float('nan')):8.3f} ms "
+                      f"{rec.get('tflops', float('nan')):7.1f} T  vs cuBLAS {rec.get('vs_cublas') or float('nan'):5.3f}  "
+                      f"HBM bound {rec.get('vs_hbm_bound', float('nan')):5.2f}  {rec['status']} "
+                      f"({verdicts[label][1]:.2g}x bound)", flush=True)
+            del a, b, c_ref, launches, results
+            torch.cuda.empty_cache()
+        default = VARIANTS[dtype_name][0][0]
+        ratios = [r["vs_cublas"] for r in records if r["dtype"] == dtype_name and r["variant"] == default
+                  and r.get("vs_cublas")]
+        if ratios:
+            print(f"{default} {dtype_name}: geometric mean vs cuBLAS over {len(ratios)} shapes "
+                  f"{math.exp(statistics.fmean(map(math.log, ratios))):.3f}", flush=True)
+    with open(f"{args.out}/tensorcore_vs_cublas.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+if __name__ == "__main__":
+    main()

@@ -47,6 +47,17 @@ def test_interpreter_transposed_views_and_nan(dtype):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (17, 33, 9), (40, 7, 65)])
+def test_interpreter_float64(m, n, k):
+    from tilemm.data import operands
+    a, b = operands(m * n + k, m, n, k, "float64", "tn")
+    c = tilemm.plan(a, b, kernel="tensorcore-f64", **SMALL).execute(poison=True)
+    assert c.dtype == np.float64
+    verdict = compare(c, a, b, "float64")
+    assert verdict.ok, verdict.message
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_numpy_float16_in_numpy_out():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((21, 34)).astype(np.float16)
@@ -78,12 +89,15 @@ from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
 from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
 p = {q.name: q.default for q in tilemm.kernel("tensorcore").params}
 out = {}
-for dtype, ty, cty in (("float16", "*fp16", "*fp16"), ("bfloat16", "*bf16", "*bf16"), ("int8", "*i8", "*i32")):
+f64 = {q.name: q.default for q in tilemm.kernel("tensorcore-f64").params}
+for dtype, ty, cty in (("float16", "*fp16", "*fp16"), ("bfloat16", "*bf16", "*bf16"), ("float64", "*fp64", "*fp64")):
+    if dtype == "float64":
+        p = f64
     sig = dict(a_ptr=ty, b_ptr=ty, c_ptr=cty, M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
                stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
-               BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", INT8="constexpr")
+               BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", FP64="constexpr")
     const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False,
-                 INT8=dtype == "int8")
+                 FP64=dtype == "float64")
     k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     out[dtype] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
@@ -120,10 +134,10 @@ def test_default_configs_compile_for_sm90():
     res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(compiled) == {"float16", "bfloat16", "int8", "int-111", "int-114", "int-444", "int-888",
+    assert set(compiled) == {"float16", "bfloat16", "float64", "int-111", "int-114", "int-444", "int-888",
                              "split-*i8", "split-*i32", "split-*i64"}
     for dtype, info in compiled.items():
-        assert info["cubin"] > 0 and info["wgmma"], (dtype, info)
+        assert info["cubin"] > 0 and (info["wgmma"] or dtype == "float64"), (dtype, info)   # fp64: mma, no wgmma
         assert info["shared"] <= info["limit"], (dtype, info)
 
 

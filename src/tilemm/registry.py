@@ -49,8 +49,8 @@ class Problem:
 
     @property
     def itemsize(self) -> int:
-        """Bytes of one element of the compute dtype."""
-        return np.dtype(self.dtype).itemsize
+        """Bytes of one element of the compute dtype (NumPy has no bfloat16: 2)."""
+        return 2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ tiles through shared memory (num_stages deep) itself. Programs are numbered in g
 GROUP_M block rows so that neighbours share their B tiles in L2.
 
 float16 and bfloat16 in, float32 accumulation, rounded once to the input type: what NumPy
-does for float16 (and torch for bfloat16).
+does for float16 (and torch for bfloat16). The same program multiplies float64 for rung
+`tensorcore-f64` (t3_fp64.py).
 
 Constraints: float16 / bfloat16 only; BLOCK_* >= 16 (tl.dot's smallest tile); any M, N, K,
 any strides; shared memory of a configuration must fit the GPU (checked before launch).
@@ -39,7 +40,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, auto
 
 
 def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    """One launch: c = a @ b, float16/bfloat16 (float32 sums), or int8 into int32 (wrapping sums)."""
+    """One launch: c = a @ b, float16/bfloat16 (float32 sums) or float64."""
     from .t1_blocked_kernel import matmul_kernel  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
@@ -50,7 +51,7 @@ def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     grid = (-(-m // block_m) * -(-n // block_n),)
     matmul_kernel[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                         out.stride(0), out.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                        GROUP_M=group_m, UPCAST=upcast, INT8=str(a.dtype) == "torch.int8",
+                        GROUP_M=group_m, UPCAST=upcast, FP64=str(a.dtype) == "torch.float64",
                         num_warps=num_warps, num_stages=num_stages)
     if upcast:
         c.copy_(out)
@@ -82,16 +83,23 @@ def traffic(p, block_m, block_n, **_):
 
 
 def limits(p, block_m, block_n, block_k, num_stages, **_):
-    return support.check_shared(block_m, block_n, block_k, num_stages, 2)
+    return support.check_shared(block_m, block_n, block_k, num_stages, p.itemsize)
 
 
 BLOCKS = (16, 32, 64, 128, 256)
-TILE_PARAMS = (Param("block_m", 128, BLOCKS, "rows of C per program"),
-               Param("block_n", 256, BLOCKS, "columns of C per program"),
-               Param("block_k", 64, (16, 32, 64, 128), "depth of one K step"),
-               Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
-               Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
-               Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"))
+
+
+def tile_params(block_m, block_n, block_k, num_warps, num_stages, group_m=8):
+    """The tile parameters of a Triton GEMM rung, with these defaults."""
+    return (Param("block_m", block_m, BLOCKS, "rows of C per program"),
+            Param("block_n", block_n, BLOCKS, "columns of C per program"),
+            Param("block_k", block_k, (16, 32, 64, 128), "depth of one K step"),
+            Param("group_m", group_m, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
+            Param("num_warps", num_warps, (1, 2, 4, 8, 16), "warps per program"),
+            Param("num_stages", num_stages, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"))
+
+
+TILE_PARAMS = tile_params(128, 256, 64, num_warps=8, num_stages=4)
 register(Kernel(
     name="tensorcore", rung=20, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
     seed="beyond", summary="Triton tl.dot on tensor cores: tiles staged through shared memory, grouped order",

@@ -8,7 +8,7 @@ import triton.language as tl
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  UPCAST: tl.constexpr, INT8: tl.constexpr):
+                  UPCAST: tl.constexpr, FP64: tl.constexpr):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -24,16 +24,16 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak   # (BLOCK_M, BLOCK_K)
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn   # (BLOCK_K, BLOCK_N)
-    if INT8:                                              # int8 digits: exact int32 sums (wrapping)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    if FP64:                                              # float64: the FP64 tensor cores (DMMA)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - step * BLOCK_K                       # edges load zeros: any M, N, K
         a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0)
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0)
-        if INT8:
-            acc = tl.dot(a, b, acc, out_dtype=tl.int32)   # Triton 3.6 needs out_dtype for int8
+        if FP64:
+            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)  # 3.6 needs out_dtype
         elif UPCAST:  # only in Triton's interpreter, whose bfloat16 tl.dot returns garbage (3.9, seen
             # here): bfloat16 products are exact in float32, so this is the same sum
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")

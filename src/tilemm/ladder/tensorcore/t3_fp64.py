@@ -1,0 +1,27 @@
+"""Rung 22, `tensorcore-f64`: float64 on the H100's FP64 tensor cores (DMMA), in Triton: the
+program of `tensorcore` (t1_blocked_kernel.py) with float64 tiles and a float64 accumulator.
+
+Constraints: float64 only; any M, N, K, any strides; shared memory of a configuration (eight
+bytes an element) must fit the GPU (checked before launch).
+"""
+from __future__ import annotations
+
+from ...registry import Kernel, register
+from .. import _tensorcore_support as support
+from .t1_blocked import launch, tile_params, traffic
+
+
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+    launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
+
+
+def limits(p, block_m, block_n, block_k, num_stages, **_):
+    return support.check_shared(block_m, block_n, block_k, num_stages, p.itemsize)
+
+
+register(Kernel(
+    name="tensorcore-f64", rung=22, device="cuda", backend="triton", dtypes=("float64",),
+    seed="beyond", summary="Triton tl.dot in float64 on the FP64 tensor cores",
+    run=run, traffic=traffic, limits=limits, available=support.available,
+    params=tile_params(64, 128, 32, num_warps=4, num_stages=4),
+))
