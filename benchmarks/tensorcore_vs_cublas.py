@@ -19,14 +19,17 @@ import tilemm
 from tilemm import machine
 from tilemm.accuracy import tolerance
 from tilemm.bench.suites import SHAPES
-from tilemm.bench.timing import time_cuda
+from tilemm.bench.timing import launch_overhead_us, time_cuda
 
 import torch  # noqa: E402
 
 # (label, kernel, params) per dtype; "skinny" only where M <= 64
 VARIANTS = {
     "bfloat16": [("tensorcore", "tensorcore", {}),
-                 ("tc-skinny", "tensorcore", dict(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4))],
+                 ("tc-128x128x64-w4", "tensorcore", dict(block_m=128, block_n=128, block_k=64, num_warps=4,
+                                                         num_stages=4)),
+                 ("tc-128x256x128-s3", "tensorcore", dict(block_m=128, block_n=256, block_k=128, num_warps=8,
+                                                          num_stages=3))],
     "float64": [("tensorcore-f64", "tensorcore-f64", {}),
                 ("f64-64x64x32-w4-s4", "tensorcore-f64", dict(block_m=64, block_n=64, block_k=32, num_warps=4)),
                 ("f64-128x128x32-w8-s3", "tensorcore-f64", dict(block_m=128, block_n=128, block_k=32, num_warps=8,
@@ -87,8 +90,8 @@ def main():
             launches["cublas"] = lambda a=a, b=b, c=c_ref: torch.matmul(a, b, out=c)
             results["cublas"] = lambda c=c_ref: c
             for label, kernel, params in VARIANTS[dtype_name]:
-                if label.endswith("skinny") and m > 64:
-                    continue
+                if label != "tensorcore" and dtype_name != "float64" and min(m, n) <= 64:
+                    continue          # skinny products take the pointer program whatever the tiles
                 launches[label], results[label] = tilemm.plan(a, b, kernel=kernel, **params).prepare(poison=True)
             verdicts = {}
             for label in launches:
@@ -111,11 +114,12 @@ def main():
                 if label in times:
                     med = statistics.median(times[label])
                     rec.update(median_ms=med, tflops=2 * m * n * k / med / 1e9, vs_cublas=base / med if base else None,
-                               vs_hbm_bound=bound_ms / med)
+                               vs_hbm_bound=bound_ms / med, launch_overhead_us=launch_overhead_us(launches[label]))
                 records.append(rec)
                 print(f"{label:22} {dtype_name:9} {shape:18} {rec.get('median_ms', float('nan')):8.3f} ms "
                       f"{rec.get('tflops', float('nan')):7.1f} T  vs cuBLAS {rec.get('vs_cublas') or float('nan'):5.3f}  "
-                      f"HBM bound {rec.get('vs_hbm_bound', float('nan')):5.2f}  {rec['status']} "
+                      f"HBM bound {rec.get('vs_hbm_bound', float('nan')):5.2f}  launch {rec.get('launch_overhead_us', 0):4.0f} us "
+                      f"{rec['status']} "
                       f"({verdicts[label][1]:.2g}x bound)", flush=True)
             del a, b, c_ref, launches, results
             torch.cuda.empty_cache()

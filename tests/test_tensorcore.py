@@ -85,23 +85,47 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import tilemm
-from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
+from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel, matmul_tma
+from tilemm.ladder.tensorcore.t1_blocked import default_tiles
 from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
-p = {q.name: q.default for q in tilemm.kernel("tensorcore").params}
 out = {}
-f64 = {q.name: q.default for q in tilemm.kernel("tensorcore-f64").params}
-for dtype, ty, cty in (("float16", "*fp16", "*fp16"), ("bfloat16", "*bf16", "*bf16"), ("float64", "*fp64", "*fp64")):
-    if dtype == "float64":
-        p = f64
-    sig = dict(a_ptr=ty, b_ptr=ty, c_ptr=cty, M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
-               stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
-               BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", FP64="constexpr")
-    const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False,
-                 FP64=dtype == "float64")
-    k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
-    out[dtype] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
-                      cubin=len(k.asm["cubin"]))
+# tensorcore: the TMA program at the configuration each kind of shape gets, all four layouts
+for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), "nt"), ((1000, 1000), "tn")):
+    for dtype, ty in (("float16", "fp16"), ("bfloat16", "bf16")):
+        p = default_tiles(m, n)
+        a_t, b_t = layout[0] == "t", layout[1] == "t"
+        a_block = [p["block_k"], p["block_m"]] if a_t else [p["block_m"], p["block_k"]]
+        b_block = [p["block_n"], p["block_k"]] if b_t else [p["block_k"], p["block_n"]]
+        sig = dict(a_desc=f"tensordesc<{ty}{a_block}>", b_desc=f"tensordesc<{ty}{b_block}>", c_ptr="*" + ty,
+                   M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr", B_T="constexpr",
+                   BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+                   UPCAST="constexpr")
+        const = dict(A_T=a_t, B_T=b_t, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8,
+                     UPCAST=False)
+        if min(m, n) <= 64:      # skinny products take the pointer program
+            sig = dict(a_ptr="*" + ty, b_ptr="*" + ty, c_ptr="*" + ty, M="i32", N="i32", K="i32", stride_am="i32",
+                       stride_ak="i32", stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32",
+                       BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+                       UPCAST="constexpr", FP64="constexpr")
+            const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, UPCAST=False,
+                         FP64=False)
+        k = triton.compile(ASTSource(fn=matmul_kernel if min(m, n) <= 64 else matmul_tma, signature=sig,
+                                     constexprs=const),
+                           target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+        out[f"{dtype}-{m}x{n}-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
+                                                wgmma="wgmma" in k.asm["ptx"] or p["block_m"] < 64,  # wgmma: M >= 64
+                                                cubin=len(k.asm["cubin"]))
+# tensorcore-f64: the pointer program in float64
+p = {q.name: q.default for q in tilemm.kernel("tensorcore-f64").params}
+sig = dict(a_ptr="*fp64", b_ptr="*fp64", c_ptr="*fp64", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
+           stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
+           BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", FP64="constexpr")
+const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False,
+             FP64=True)
+k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
+                   target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+out["float64"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # tensorcore-int: the fused digit product for each result width, and the digit split
 from tilemm.ladder.tensorcore.t2_int_digits_kernel import digit_matmul, split_digits
 q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
@@ -134,7 +158,8 @@ def test_default_configs_compile_for_sm90():
     res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(compiled) == {"float16", "bfloat16", "float64", "int-111", "int-114", "int-444", "int-888",
+    assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
+                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "int-111", "int-114", "int-444", "int-888",
                              "split-*i8", "split-*i32", "split-*i64"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype == "float64"), (dtype, info)   # fp64: mma, no wgmma

@@ -1,10 +1,13 @@
 """What the Triton rungs share: whether they can run here, and the shared-memory check."""
 from __future__ import annotations
 
+import functools
+
 from .. import _compat, machine
 
 # Hopper's opt-in limit of dynamic shared memory per block (232,448 bytes on an H100).
 H100_SHARED_OPTIN = 232448
+H100_SMS = 132
 
 
 def available() -> str | None:
@@ -25,12 +28,16 @@ def available() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def multiprocessors() -> int:
-    """SMs of the GPU a persistent kernel fills (4 under Triton's interpreter: a few programs
-    that each take several tiles, so the tests walk the tile loop)."""
+    """SMs of the GPU (a persistent kernel starts one program each; tile choices count them).
+    Under Triton's interpreter 4: a few programs that each take several tiles, so the tests walk
+    a persistent kernel's tile loop."""
     if _compat.triton_interpreter():
         return 4
     import torch
+    if not torch.cuda.is_available():   # planning on a CPU machine: an H100, as tilemm assumes there
+        return H100_SMS
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 

@@ -36,25 +36,83 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, auto
     if autotune:
         config, _ = tuned(a, b, c)
         return launch(a, b, c, **config)
-    return launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
+    tiles = resolve_tiles(a.shape[0], b.shape[1], dict(block_m=block_m, block_n=block_n, block_k=block_k,
+                                                       num_warps=num_warps, num_stages=num_stages))
+    return launch(a, b, c, group_m=group_m, **tiles)
+
+
+def default_tiles(m: int, n: int) -> dict:
+    """The configuration a shape gets when the caller names none (measured on an H100,
+    benchmarks/tensorcore_vs_cublas.py): 128 x 256 tiles when there are enough of them to fill
+    the SMs, smaller ones when there are not, and 16-row tiles for a skinny product, which
+    is bound by reading B (K-deep tiles keep many loads in flight)."""
+    sms = support.multiprocessors()
+    if m <= 64:
+        return dict(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)
+    if n <= 64:
+        return dict(block_m=64, block_n=16, block_k=128, num_warps=4, num_stages=4)
+    for bm, bn, warps in ((128, 256, 8), (128, 128, 4)):
+        if -(-m // bm) * -(-n // bn) >= sms:
+            return dict(block_m=bm, block_n=bn, block_k=64, num_warps=warps, num_stages=4)
+    return dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4)
+
+
+def resolve_tiles(m: int, n: int, given: dict) -> dict:
+    """The caller's tile parameters, with the shape's defaults where they gave None."""
+    chosen = default_tiles(m, n)
+    return {name: chosen[name] if value is None else value for name, value in given.items()}
 
 
 def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    """One launch: c = a @ b, float16/bfloat16 (float32 sums) or float64."""
-    from .t1_blocked_kernel import matmul_kernel  # Triton loads on first use
+    """One launch: c = a @ b, float16/bfloat16 (float32 sums) or float64. 16-bit operands go
+    through TMA (copied first into 16-byte aligned rows if their strides are not); float64 and
+    skinny products (M or N <= 64: bound by reading the other operand, where the pointer
+    program's many small loads in flight measured 0.94 of the HBM bound and TMA 0.5) take the
+    pointer program."""
+    from .t1_blocked_kernel import matmul_kernel, matmul_tma  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
+    if k == 0:                       # an empty sum (and no tensor to describe)
+        c.zero_()
+        return
     # Triton 3.9's interpreter gets bfloat16 wrong twice (tl.dot, and float32 -> bfloat16 by
     # truncation): there, the kernel multiplies in float32 and torch rounds the result.
     upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
     grid = (-(-m // block_m) * -(-n // block_n),)
-    matmul_kernel[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                        out.stride(0), out.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                        GROUP_M=group_m, UPCAST=upcast, FP64=str(a.dtype) == "torch.float64",
-                        num_warps=num_warps, num_stages=num_stages)
+    if a.element_size() == 2 and min(m, n) > 64:
+        a_desc, a_t = descriptor(a, block_m, block_k)
+        b_desc, b_t = descriptor(b, block_k, block_n)
+        matmul_tma[grid](a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1), A_T=a_t, B_T=b_t,
+                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
+                         num_warps=num_warps, num_stages=num_stages)
+    else:
+        matmul_kernel[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                            out.stride(0), out.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                            GROUP_M=group_m, UPCAST=upcast, FP64=str(a.dtype) == "torch.float64",
+                            num_warps=num_warps, num_stages=num_stages)
     if upcast:
         c.copy_(out)
+
+
+def descriptor(x, block_rows: int, block_cols: int):
+    """(TMA descriptor, transposed) for the (rows, cols) operand x: of x itself if its rows are
+    contiguous, of x^T if its columns are; TMA also wants 16-byte aligned strides and base, so
+    any other x (a row of 8191 bf16 is 16382 bytes) is first copied into aligned rows, a pass
+    over x that counts in the rung's time."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def aligned(stride):
+        return (stride * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
+    if x.stride(1) == 1 and aligned(x.stride(0)):
+        return TensorDescriptor.from_tensor(x, [block_rows, block_cols]), False
+    if x.stride(0) == 1 and aligned(x.stride(1)):
+        return TensorDescriptor.from_tensor(x.T, [block_cols, block_rows]), True
+    rows, cols = x.shape
+    padded = torch.empty((rows, -(-cols // 8) * 8), dtype=x.dtype, device=x.device)[:, :cols]
+    padded.copy_(x)
+    return TensorDescriptor.from_tensor(padded, [block_rows, block_cols]), False
 
 
 def tuned(a, b, c):
@@ -79,27 +137,32 @@ def tuned(a, b, c):
 
 
 def traffic(p, block_m, block_n, **_):
+    tiles = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n))
+    block_m, block_n = tiles["block_m"], tiles["block_n"]
     return Traffic(read=p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m), written=p.m * p.n)
 
 
 def limits(p, block_m, block_n, block_k, num_stages, **_):
-    return support.check_shared(block_m, block_n, block_k, num_stages, p.itemsize)
+    t = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages))
+    return support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize)
 
 
 BLOCKS = (16, 32, 64, 128, 256)
 
 
 def tile_params(block_m, block_n, block_k, num_warps, num_stages, group_m=8):
-    """The tile parameters of a Triton GEMM rung, with these defaults."""
-    return (Param("block_m", block_m, BLOCKS, "rows of C per program"),
-            Param("block_n", block_n, BLOCKS, "columns of C per program"),
-            Param("block_k", block_k, (16, 32, 64, 128), "depth of one K step"),
+    """The tile parameters of a Triton GEMM rung, with these defaults (None: chosen by shape)."""
+    by_shape = " (None: chosen by shape)" if block_m is None else ""
+    return (Param("block_m", block_m, (None,) * (block_m is None) + BLOCKS, "rows of C per program" + by_shape),
+            Param("block_n", block_n, (None,) * (block_n is None) + BLOCKS, "columns of C per program" + by_shape),
+            Param("block_k", block_k, (None,) * (block_k is None) + (16, 32, 64, 128), "depth of one K step"),
             Param("group_m", group_m, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
-            Param("num_warps", num_warps, (1, 2, 4, 8, 16), "warps per program"),
-            Param("num_stages", num_stages, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"))
+            Param("num_warps", num_warps, (None,) * (num_warps is None) + (1, 2, 4, 8, 16), "warps per program"),
+            Param("num_stages", num_stages, (None,) * (num_stages is None) + (1, 2, 3, 4, 5),
+                  "software-pipelining depth (shared-memory stages)"))
 
 
-TILE_PARAMS = tile_params(128, 256, 64, num_warps=8, num_stages=4)
+TILE_PARAMS = tile_params(None, None, None, num_warps=None, num_stages=None)
 register(Kernel(
     name="tensorcore", rung=20, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
     seed="beyond", summary="Triton tl.dot on tensor cores: tiles staged through shared memory, grouped order",

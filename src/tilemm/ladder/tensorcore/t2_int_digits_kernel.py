@@ -3,6 +3,8 @@ fused product of all digit pairs. Kept apart so that importing tilemm never impo
 import triton
 import triton.language as tl
 
+from .t1_blocked_kernel import tile_position
+
 
 @triton.jit
 def split_digits(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c,
@@ -41,19 +43,6 @@ def shift_group(a_desc, b_desc, acc, off_m, off_n, M, N, K_TILES, s: tl.constexp
             b = b_desc.load([(s - i) * N + off_n, k0])     # (BLOCK_N, BLOCK_K), K-major
             acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)  # Triton 3.6 needs out_dtype for int8
     return acc
-
-
-@triton.jit
-def tile_position(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """(row, column) of C where tile number `tile` starts: tiles are numbered in groups of GROUP_M
-    block rows that walk one block column before the next, so that neighbours share B in L2."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_in_group = GROUP_M * tl.cdiv(N, BLOCK_N)
-    first_pid_m = (tile // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
-    pid_n = (tile % num_pid_in_group) // group_size_m
-    return pid_m * BLOCK_M, pid_n * BLOCK_N
 
 
 @triton.jit
