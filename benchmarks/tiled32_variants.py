@@ -25,6 +25,7 @@ acc = numba.float32
 
 def make(index64, views, cap):
     ix = uint64 if index64 else uint32
+    a_view, b_view = "a" in views, views == "ab"   # booleans: the kernel sees constants
     @cuda.jit(**simt_launch.jit_options(32 if cap else None))
     def kernel(a, b, c):
         tile_a = cuda.shared.array((T, T), acc, alignment=16)
@@ -40,12 +41,12 @@ def make(index64, views, cap):
         while phase < k:
             ka = ix(phase + tx)
             if row < m and uint32(ka) < k:
-                tile_a[ty, tx] = a_row[ka] if views else a[row, ka]
+                tile_a[ty, tx] = a_row[ka] if a_view else a[row, ka]
             else:
                 tile_a[ty, tx] = acc(0)
             kb = ix(phase + ty)
             if uint32(kb) < k and col < n:
-                tile_b[ty, tx] = b_col[kb] if views else b[kb, col]
+                tile_b[ty, tx] = b_col[kb] if b_view else b[kb, col]
             else:
                 tile_b[ty, tx] = acc(0)
             cuda.syncthreads()
@@ -83,8 +84,9 @@ def linker() -> str:
         return f"unknown ({type(e).__name__})"
 
 
-VARIANTS = {"u32": (False, False, True), "u64": (True, False, True), "u64-nocap": (True, False, False),
-            "u32-views": (False, True, True), "u64-views": (True, True, True)}
+VARIANTS = {"u32": (False, "", True), "u64": (True, "", True), "u64-nocap": (True, "", False),
+            "u32-views": (False, "ab", True), "u64-views": (True, "ab", True), "u32-a-view": (False, "a", True),
+            "u64-a-view": (True, "a", True)}
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", type=Path, required=True)
