@@ -84,6 +84,38 @@ def linker() -> str:
         return f"unknown ({type(e).__name__})"
 
 
+def make_flat():
+    """The seed's own indexing: flat, row-major arrays, A[row * K + k] (C-contiguous operands)."""
+    @cuda.jit(**simt_launch.jit_options(32))
+    def kernel(a, b, c, m, n, k):
+        tile_a = cuda.shared.array((T, T), acc, alignment=16)
+        tile_b = cuda.shared.array((T, T), acc, alignment=16)
+        tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
+        row = uint32(cuda.blockIdx.y * T + ty)
+        col = uint32(cuda.blockIdx.x * T + tx)
+        total = acc(0)
+        phase = uint32(0)
+        while phase < k:
+            ka = uint32(phase + tx)
+            if row < m and ka < k:
+                tile_a[ty, tx] = a[uint32(row * k + ka)]
+            else:
+                tile_a[ty, tx] = acc(0)
+            kb = uint32(phase + ty)
+            if kb < k and col < n:
+                tile_b[ty, tx] = b[uint32(kb * n + col)]
+            else:
+                tile_b[ty, tx] = acc(0)
+            cuda.syncthreads()
+            for j in range(T):
+                total = acc(total + tile_a[ty, j] * tile_b[j, tx])
+            cuda.syncthreads()
+            phase = uint32(phase + T)
+        if row < m and col < n:
+            c[uint32(row * n + col)] = total
+    return kernel
+
+
 VARIANTS = {"u32": (False, "", True), "u64": (True, "", True), "u64-nocap": (True, "", False),
             "u32-views": (False, "ab", True), "u64-views": (True, "ab", True), "u32-a-view": (False, "a", True),
             "u64-a-view": (True, "a", True)}
@@ -100,6 +132,11 @@ a, b = cp.asarray(a_h), cp.asarray(b_h)
 lib = gpu_ladder.build_twins(args.out)
 launchers, outs = {}, {}
 grid, block = ((n + T - 1) // T, (n + T - 1) // T), (T, T)
+flat = make_flat()
+c_flat = cp.full((n, n), cp.nan, "float32")
+a_flat, b_flat, cf = a.reshape(-1), b.reshape(-1), c_flat.reshape(-1)
+launchers["flat"] = lambda: flat[grid, block](a_flat, b_flat, cf, uint32(n), uint32(n), uint32(n))
+outs["flat"] = c_flat
 for name, flags in VARIANTS.items():
     kern = make(*flags)
     c = cp.full((n, n), cp.nan, "float32")
@@ -124,9 +161,10 @@ recs = []
 for name, t in times.items():
     med = statistics.median(t)
     rec = {"variant": name, "median_ms": med, "vs_cuda_c": twin / med, "n": n, "linker": linker()}
-    if name in kernels:      # the machine code the JIT made: loop length, constant loads in it
-        kern = kernels[name]
-        kern[grid, block](a, b, outs["cuda-c"])
+    if name in kernels or name == "flat":   # the machine code the JIT made: loop, constant loads
+        kern = flat if name == "flat" else kernels[name]
+        if name != "flat":
+            kern[grid, block](a, b, outs["cuda-c"])
         sass = kern.inspect_sass()
         sass = sass if isinstance(sass, str) else next(iter(sass.values()))
         regs = kern.get_regs_per_thread()

@@ -102,3 +102,18 @@ def test_grid_limit():
     b = np.ones((1, 70000 * 32), np.float32)
     with pytest.raises(tilemm.KernelUnavailable, match="grid dimension y"):
         tilemm.plan(a, b, kernel="uncoalesced", block=8)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+def test_tiled_strided_device_operands_take_the_2d_form(dtype):
+    """Host inputs reach the device contiguous (the flat form); device views with other strides
+    (a transposed torch or CuPy tensor) take tiled's 2-D form: test that one directly."""
+    from numba import cuda
+    a, b = operands(3, 19, 21, 23, dtype)
+    a_d = cuda.to_device(np.ascontiguousarray(a.T)).T                  # (19, 23), column-major
+    b_d = cuda.to_device(np.ascontiguousarray(np.repeat(b, 2, axis=1)))[:, ::2]   # every other column
+    c_d = cuda.to_device(np.full((19, 21), -7, dtype))
+    assert not a_d.is_c_contiguous() and not b_d.is_c_contiguous()
+    tilemm.kernel("tiled").run(a_d, b_d, c_d, tile=8)     # not contiguous: the 2-D form (launch.py)
+    verdict = compare(c_d.copy_to_host(), a, b, dtype)
+    assert verdict.ok, verdict.message

@@ -27,6 +27,11 @@ for kernel in tilemm.kernels("cuda"):
         dispatcher = factory(scalar, **{k: params[k] for k in compile_params})
         ptx, _ = cuda.compile_ptx(dispatcher.py_func, (scalar[:, ::1],) * 3, cc=(9, 0))
         out[f"{kernel.name}/{dtype}"] = {op: ptx.count(op) for op in ("ld.local", "st.local", "ld.shared.v4", "bar.sync")}
+        if kernel.name in launch.FLAT_FACTORIES:      # the flat form for C-contiguous operands
+            flat = launch.FLAT_FACTORIES[kernel.name](scalar, **{k: params[k] for k in compile_params})
+            ptx, _ = cuda.compile_ptx(flat.py_func, (scalar[::1],) * 3 + (numba.int64,) * 3, cc=(9, 0))
+            out[f"{kernel.name}-flat/{dtype}"] = {op: ptx.count(op) for op in ("ld.local", "st.local", "ld.shared.v4",
+                                                                               "bar.sync")}
 print(json.dumps(out))
 """
 
@@ -38,8 +43,9 @@ def test_every_simt_rung_compiles_for_sm90():
         pytest.skip("NVVM/NVRTC not installed (scripts/setup.sh installs nvidia-nvvm and nvidia-cuda-nvrtc)")
     assert res.returncode == 0, res.stderr[-3000:]
     counts = json.loads(res.stdout.strip().splitlines()[-1])
-    assert len(counts) == 6 * 4
+    assert len(counts) == 6 * 4 + 4                           # + the flat form of `tiled`
     for name, c in counts.items():
         assert c["ld.local"] == 0 and c["st.local"] == 0, f"{name}: a register array went to local memory {c}"
     assert counts["regblock/float32"]["ld.shared.v4"] > 0     # the 16-byte shared loads are there
     assert counts["tiled/float32"]["bar.sync"] == 2
+    assert counts["tiled-flat/float32"]["bar.sync"] == 2

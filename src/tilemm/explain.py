@@ -74,16 +74,22 @@ def _count_here(name, m, n, k, dtype, params):
     from .data import operands
 
     class Counting(FakeCUDAArray):
-        def __init__(self, ary):
+        def __init__(self, ary, tally=None):
             super().__init__(ary)
-            self.loads = self.stores = 0
+            self.tally = tally if tally is not None else {"loads": 0, "stores": 0}
+
+        loads = property(lambda self: self.tally["loads"])
+        stores = property(lambda self: self.tally["stores"])
+
+        def reshape(self, *shape):        # a flat view (the flat form of a rung) counts for its array
+            return Counting(self._ary.reshape(*shape), self.tally)
 
         def __getitem__(self, idx):
-            self.loads += 1
+            self.tally["loads"] += 1
             return super().__getitem__(idx)
 
         def __setitem__(self, idx, value):
-            self.stores += 1
+            self.tally["stores"] += 1
             return super().__setitem__(idx, value)
 
     kernel = registry.get(name)

@@ -101,23 +101,34 @@ def compiled(factory, dtype: str, **params):
 
 # name -> (factory, compile parameters): what compile-only checks need to build each rung.
 FACTORIES: dict = {}
+FLAT_FACTORIES: dict = {}   # name -> the factory of its flat (C-contiguous) form, where it has one
 
 
-def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary, compile_params=(), limits=None):
+def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary, compile_params=(), limits=None,
+                  flat_factory=None):
     """Register a numba-cuda rung: one run, one limits check, one availability test for all.
 
     shape_fn(problem, **params) -> LaunchShape; factory(scalar type, **compile params) -> kernel.
+    flat_factory, if given, builds the kernel for C-contiguous operands, passed flat with m, n, k.
     """
     def run(a, b, c, **p):
         problem = Problem(a.shape[0], b.shape[1], a.shape[1], np.dtype(c.dtype).name)
-        kernel = compiled(factory, problem.dtype, **{k: p[k] for k in compile_params})
+        chosen = {k: p[k] for k in compile_params}
         grid = shape_fn(problem, **p)
-        kernel[grid.grid, grid.block](a, b, c)
+        if flat_factory and all(x.is_c_contiguous() for x in (a, b, c)):
+            kernel = compiled(flat_factory, problem.dtype, **chosen)
+            kernel[grid.grid, grid.block](a.reshape(-1), b.reshape(-1), c.reshape(-1),
+                                          problem.m, problem.n, problem.k)
+        else:
+            kernel = compiled(factory, problem.dtype, **chosen)
+            kernel[grid.grid, grid.block](a, b, c)
 
     def launch_limits(problem, **p):
         return check(shape_fn(problem, **p))
 
     FACTORIES[name] = (factory, compile_params)
+    if flat_factory:
+        FLAT_FACTORIES[name] = flat_factory
     return register(Kernel(name=name, rung=rung, device="cuda", backend="numba-cuda", dtypes=SIMT_DTYPES,
                            seed=seed, summary=summary, run=run, traffic=traffic, params=params,
                            limits=limits or launch_limits, available=available, launch_shape=shape_fn))
