@@ -84,38 +84,6 @@ def linker() -> str:
         return f"unknown ({type(e).__name__})"
 
 
-def make_flat():
-    """The seed's own indexing: flat, row-major arrays, A[row * K + k] (C-contiguous operands)."""
-    @cuda.jit(**simt_launch.jit_options(32))
-    def kernel(a, b, c, m, n, k):
-        tile_a = cuda.shared.array((T, T), acc, alignment=16)
-        tile_b = cuda.shared.array((T, T), acc, alignment=16)
-        tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
-        row = uint32(cuda.blockIdx.y * T + ty)
-        col = uint32(cuda.blockIdx.x * T + tx)
-        total = acc(0)
-        phase = uint32(0)
-        while phase < k:
-            ka = uint32(phase + tx)
-            if row < m and ka < k:
-                tile_a[ty, tx] = a[uint32(row * k + ka)]
-            else:
-                tile_a[ty, tx] = acc(0)
-            kb = uint32(phase + ty)
-            if kb < k and col < n:
-                tile_b[ty, tx] = b[uint32(kb * n + col)]
-            else:
-                tile_b[ty, tx] = acc(0)
-            cuda.syncthreads()
-            for j in range(T):
-                total = acc(total + tile_a[ty, j] * tile_b[j, tx])
-            cuda.syncthreads()
-            phase = uint32(phase + T)
-        if row < m and col < n:
-            c[uint32(row * n + col)] = total
-    return kernel
-
-
 VARIANTS = {"u32": (False, "", True), "u64": (True, "", True), "u64-nocap": (True, "", False),
             "u32-views": (False, "ab", True), "u64-views": (True, "ab", True), "u32-a-view": (False, "a", True),
             "u64-a-view": (True, "a", True)}
@@ -132,7 +100,7 @@ a, b = cp.asarray(a_h), cp.asarray(b_h)
 lib = gpu_ladder.build_twins(args.out)
 launchers, outs = {}, {}
 grid, block = ((n + T - 1) // T, (n + T - 1) // T), (T, T)
-flat = make_flat()
+flat = simt_launch.compiled(s4_tiled.make_tiled_flat, "float32", tile=T)   # the rung's flat form
 c_flat = cp.full((n, n), cp.nan, "float32")
 a_flat, b_flat, cf = a.reshape(-1), b.reshape(-1), c_flat.reshape(-1)
 launchers["flat"] = lambda: flat[grid, block](a_flat, b_flat, cf, uint32(n), uint32(n), uint32(n))
