@@ -36,6 +36,27 @@ VARIANTS = {
                                                                 num_stages=3))],
 }
 VARIANTS["float16"] = VARIANTS["bfloat16"]
+# float32: two anchors (cuBLAS SGEMM with TF32 off, cuBLAS TF32); labels with "tf32" but not "3x"
+# are checked against TF32's error (inputs rounded to 10 mantissa bits), the others against float32's
+VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
+                       ("tf32-tensorcore-f32", "tensorcore-f32", dict(precision="tf32")),
+                       ("regblock", "regblock", {})]
+TF32_ANCHOR = "cublas-tf32"
+
+
+def tf32_checked(c, a, b):
+    """(ok, worst error over the TF32 bound): both inputs rounded to TF32 (2^-11 each), float32 sums."""
+    ref = a.double() @ b.double()
+    scale = a.double().abs() @ b.double().abs()
+    bound = (2 * 2.0**-11 + 2 * a.shape[1] * 2.0**-24) * scale + 2.0**-24 * ref.abs() + 1e-300
+    ratio = ((c.double() - ref).abs() / bound).max()
+    return bool(ratio <= 1) and not bool(torch.isnan(c).any()), float(ratio)
+
+
+def relative_error(c, a, b):
+    """max |C - C64| / max |C64|: the one number issue 9 compares (SGEMM vs 3xTF32)."""
+    ref = a.double() @ b.double()
+    return float((c.double() - ref).abs().max() / ref.abs().max())
 
 
 def copy_bandwidth() -> float:
@@ -87,10 +108,19 @@ def main():
             b = torch.randn(k, n, device="cuda", dtype=dtype)
             launches, results = {}, {}
             c_ref = torch.empty(m, n, device="cuda", dtype=dtype)
+            torch.backends.cuda.matmul.allow_tf32 = False                 # cuBLAS SGEMM: no TF32
             launches["cublas"] = lambda a=a, b=b, c=c_ref: torch.matmul(a, b, out=c)
             results["cublas"] = lambda c=c_ref: c
+            if dtype_name == "float32":
+                c_tf32 = torch.empty(m, n, device="cuda", dtype=dtype)
+
+                def tf32_matmul(a=a, b=b, c=c_tf32):
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                    torch.matmul(a, b, out=c)
+                    torch.backends.cuda.matmul.allow_tf32 = False
+                launches[TF32_ANCHOR], results[TF32_ANCHOR] = tf32_matmul, (lambda c=c_tf32: c)
             for label, kernel, params in VARIANTS[dtype_name]:
-                if label != "tensorcore" and dtype_name != "float64" and min(m, n) <= 64:
+                if label != "tensorcore" and dtype_name in ("bfloat16", "float16") and min(m, n) <= 64:
                     continue          # skinny products take the pointer program whatever the tiles
                 try:
                     launches[label], results[label] = tilemm.plan(a, b, kernel=kernel, **params).prepare(poison=True)
@@ -100,13 +130,16 @@ def main():
             for label in launches:
                 launches[label]()
                 torch.cuda.synchronize()
-                verdicts[label] = checked(results[label](), a, b, dtype_name)
+                tf32 = "tf32" in label and "3x" not in label
+                verdicts[label] = (tf32_checked if tf32 else lambda c, a, b: checked(c, a, b, dtype_name))(
+                    results[label](), a, b)
             times = {label: [] for label in launches if verdicts[label][0]}
             labels = list(times)
             for r in range(args.rounds):
                 for label in labels[r % len(labels):] + labels[:r % len(labels)]:
                     times[label] += time_cuda([launches[label]], args.per_round, warmup_s=0.05)
             base = statistics.median(times["cublas"]) if "cublas" in times else None
+            base_tf32 = statistics.median(times[TF32_ANCHOR]) if TF32_ANCHOR in times else None
             bound_ms = (m * k + k * n + m * n) * a.element_size() / bandwidth * 1e3
             for label in launches:
                 kernel = next((kn for lb, kn, _ in VARIANTS[dtype_name] if lb == label), "cublas")
@@ -114,14 +147,19 @@ def main():
                        "status": "ok" if verdicts[label][0] else "FAILED", "worst_vs_bound": verdicts[label][1],
                        "params": next((p for lb, _, p in VARIANTS[dtype_name] if lb == label), {}),
                        "copy_bandwidth_tbs": bandwidth / 1e12, "hbm_bound_ms": bound_ms, **stamp}
+                if dtype_name == "float32":
+                    rec["relative_error"] = relative_error(results[label](), a, b)
                 if label in times:
                     med = statistics.median(times[label])
+                    if base_tf32:
+                        rec["vs_cublas_tf32"] = base_tf32 / med
                     rec.update(median_ms=med, tflops=2 * m * n * k / med / 1e9, vs_cublas=base / med if base else None,
                                vs_hbm_bound=bound_ms / med, launch_overhead_us=launch_overhead_us(launches[label]))
                 records.append(rec)
                 print(f"{label:22} {dtype_name:9} {shape:18} {rec.get('median_ms', float('nan')):8.3f} ms "
                       f"{rec.get('tflops', float('nan')):7.1f} T  vs cuBLAS {rec.get('vs_cublas') or float('nan'):5.3f}  "
                       f"HBM bound {rec.get('vs_hbm_bound', float('nan')):5.2f}  launch {rec.get('launch_overhead_us', 0):4.0f} us "
+                      f"vs TF32 {rec.get('vs_cublas_tf32') or float('nan'):5.3f}  rel.err {rec.get('relative_error', 0):.1e} "
                       f"{rec['status']} "
                       f"({verdicts[label][1]:.2g}x bound)", flush=True)
             del a, b, c_ref, launches, results

@@ -58,6 +58,60 @@ def test_interpreter_float64(m, n, k):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (17, 33, 9, "tn"), (40, 7, 65, "nt"), (3, 5, 0, "nn"),
+                                          (24, 20, 48, "tt")])
+def test_interpreter_3xtf32_is_float32_accurate(m, n, k, layout):
+    from tilemm.data import operands
+    a, b = operands(m + n + k, m, n, k, "float32", layout)
+    c = tilemm.plan(a, b, kernel="tensorcore-f32", **SMALL).execute(poison=True)
+    assert c.dtype == np.float32
+    verdict = compare(c, a, b, "float32")
+    assert verdict.ok, verdict.message
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_3xtf32_split_is_exact_and_rounds_to_nearest():
+    """hi has TF32's 10 mantissa bits, rounded to nearest; hi + lo == x exactly; Inf and NaN are
+    kept whole and raise the flag that sends the product to IEEE float32."""
+    from tilemm.ladder.tensorcore.t4_f32_kernel import split_tf32
+    x = torch.tensor([[1 + 2**-11 + 2**-13, -(1 + 2**-10 - 2**-14), 3.0e38, 1e-40, 0.1, -7.3e-5, 5.0, 2**-30]],
+                     dtype=torch.float32)
+    out = torch.empty((2, 1, 8), dtype=torch.float32)
+    flag = torch.zeros(1, dtype=torch.int32)
+    split_tf32[(1, 1)](x, out, flag, 1, 8, 8, 8, 1, PARTS=2, BLOCK_R=16, BLOCK_C=16)
+    hi, lo = out[0, 0], out[1, 0]
+    assert torch.equal(hi + lo, x[0]) and flag.item() == 0
+    assert hi[0].item() == 1 + 2**-10 and hi[1].item() == -(1 + 2**-10)        # nearest, not truncated
+    assert (hi.view(torch.int32) & 0x1FFF == 0).all()                          # 10 mantissa bits left
+    x[0, 3] = float("inf")
+    split_tf32[(1, 1)](x, out, flag, 1, 8, 8, 8, 1, PARTS=2, BLOCK_R=16, BLOCK_C=16)
+    assert flag.item() == 1 and out[0, 0, 3].item() == float("inf") and out[1, 0, 3].item() == 0
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_3xtf32_inf_and_nan_propagate_as_ieee():
+    from tilemm.data import operands
+    a, b = operands(4, 9, 10, 11, "float32")
+    a[2, 4], a[5, 0], b[3, 7] = np.nan, np.inf, -np.inf
+    b[0, :] = 0.0                               # inf * 0 is NaN in IEEE as well: where the reference has it
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", **SMALL)
+    with np.errstate(invalid="ignore"):
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_interpreter_tf32_within_tf32_error():
+    from tilemm.data import operands
+    a, b = operands(8, 30, 21, 70, "float32", "tn")
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="tf32", **SMALL)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    assert (np.abs(c - ref) <= 2 * 2.0**-10 * scale + 2.0**-24 * np.abs(ref)).all()   # TF32 inputs, float32 sums
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_numpy_float16_in_numpy_out():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((21, 34)).astype(np.float16)
@@ -126,6 +180,24 @@ const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], G
 k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 out["float64"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
+# tensorcore-f32: 3xTF32 and TF32 products by TMA, and the split
+from tilemm.ladder.tensorcore.t4_f32_kernel import split_tf32, tf32_matmul
+p = {q.name: q.default for q in tilemm.kernel("tensorcore-f32").params}
+for parts in (1, 2):
+    sig = dict(a_desc=f"tensordesc<fp32[{p['block_m']}, {p['block_k']}]>",
+               b_desc=f"tensordesc<fp32[{p['block_n']}, {p['block_k']}]>", c_ptr="*fp32", M="i32", N="i32",
+               K="i32", stride_cm="i32", stride_cn="i32", PARTS="constexpr", BLOCK_M="constexpr",
+               BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr")
+    const = dict(PARTS=parts, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"])
+    k = triton.compile(ASTSource(fn=tf32_matmul, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+    out[f"tf32x{2 * parts - 1}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
+                                        wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
+sig = dict(x_ptr="*fp32", out_ptr="*fp32", flag_ptr="*i32", R="i32", C="i32", C_PAD="i32", stride_r="i32",
+           stride_c="i32", PARTS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
+k = triton.compile(ASTSource(fn=split_tf32, signature=sig, constexprs=dict(PARTS=2, BLOCK_R=64, BLOCK_C=64)),
+                   target=GPUTarget("cuda", 90, 32))
+out["split-tf32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
 # tensorcore-int: the fused digit product for each result width, and the digit split
 from tilemm.ladder.tensorcore.t2_int_digits_kernel import digit_matmul, split_digits
 q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
@@ -159,7 +231,8 @@ def test_default_configs_compile_for_sm90():
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
-                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "int-111", "int-114", "int-444", "int-888",
+                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
+                                                                                "split-tf32", "int-111", "int-114", "int-444", "int-888",
                              "split-*i8", "split-*i32", "split-*i64"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype == "float64"), (dtype, info)   # fp64: mma, no wgmma

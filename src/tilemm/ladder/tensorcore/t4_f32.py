@@ -1,0 +1,89 @@
+"""Rung 23, `tensorcore-f32`: float32 products on TF32 tensor cores, in Triton.
+
+precision="3xtf32" (the default) keeps float32 accuracy: each operand is split into a TF32 part
+(rounded to nearest) and the rest, x = hi + lo, and C = A_hi B_hi + A_hi B_lo + A_lo B_hi; the
+dropped A_lo B_lo is 2^-22 of a product, below float32's own rounding. precision="tf32" is one
+TF32 product (10 mantissa bits in, float32 sums), what torch's allow_tf32 gives: faster, and only
+as accurate as TF32.
+
+Hopper's tensor cores read 32-bit operands K-major only (wgmma transposes 16-bit types alone), so
+a split pass writes both operands' parts K-major, B transposed (its time counts in the rung's);
+the product then takes its tiles by TMA, four tiles a K step shared by the three products.
+
+Inf and NaN: the cross terms would turn Inf * 0 (an Inf's low part is 0) into NaN where IEEE
+float32 gives Inf, so when the split pass finds an Inf or a NaN the product falls back to
+float32 IEEE tl.dot (FMA units, slower, exact IEEE propagation).
+
+Constraints: float32 only; any M, N, K, any strides; shared memory of a configuration must fit.
+"""
+from __future__ import annotations
+
+from ... import _compat
+from ...registry import Kernel, Param, Traffic, register
+from .. import _tensorcore_support as support
+from .t1_blocked import tile_params
+
+SPLIT_BLOCK = 64
+
+
+def parts_of(x, parts: int, block_rows: int, block_k: int, flag):
+    """A TMA descriptor of x's parts stacked, (parts * rows, K padded to 16 bytes), K contiguous."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    from .t4_f32_kernel import split_tf32
+    rows, k = x.shape
+    k_pad = -(-k // 4) * 4
+    out = torch.empty((parts, rows, k_pad), dtype=torch.float32, device=x.device)
+    grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
+    split_tf32[grid](x, out, flag, rows, k, k_pad, x.stride(0), x.stride(1), PARTS=parts,
+                     BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK)
+    return TensorDescriptor.from_tensor(out.view(parts * rows, k_pad), [block_rows, block_k])
+
+
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision):
+    import torch
+    from .t1_blocked_kernel import matmul_kernel
+    from .t4_f32_kernel import tf32_matmul
+    m, k = a.shape
+    n = b.shape[1]
+    if k == 0:
+        c.zero_()
+        return
+    parts = 2 if precision == "3xtf32" else 1
+    flag = torch.zeros(1, dtype=torch.int32, device=a.device)
+    a_desc = parts_of(a, parts, block_m, block_k, flag)
+    b_desc = parts_of(b.T, parts, block_n, block_k, flag)          # (N, K): B K-major
+    grid = (-(-m // block_m) * -(-n // block_n),)
+    if parts == 2 and flag.item():   # Inf or NaN present: IEEE float32 dot keeps their propagation
+        matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                            c.stride(0), c.stride(1), BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=group_m,
+                            UPCAST=True, FP64=False, num_warps=4, num_stages=3)
+        return
+    tf32_matmul[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), PARTS=parts, BLOCK_M=block_m,
+                      BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
+
+
+def traffic(p, block_m, block_n, precision, **_):
+    # In float32 elements: the split pass reads A and B and writes their parts; the product reads
+    # each part's tiles once per program and writes C.
+    parts = 2 if precision == "3xtf32" else 1
+    operands = p.m * p.k + p.k * p.n
+    tiles = p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m)
+    return Traffic(read=operands + parts * tiles, written=parts * operands + p.m * p.n)
+
+
+def limits(p, block_m, block_n, block_k, num_stages, precision, **_):
+    if block_k < 8 and not _compat.triton_interpreter():
+        return f"BLOCK_K={block_k}: the TF32 instruction takes K in multiples of 8"
+    parts = 2 if precision == "3xtf32" else 1
+    return support.check_shared(block_m, block_n, block_k, num_stages, 4 * parts)
+
+
+register(Kernel(
+    name="tensorcore-f32", rung=23, device="cuda", backend="triton", dtypes=("float32",),
+    seed="beyond", summary="float32 on TF32 tensor cores: 3xTF32 split (float32 accuracy) or plain TF32",
+    run=run, traffic=traffic, limits=limits, available=support.available,
+    params=tile_params(128, 128, 32, num_warps=8, num_stages=3) + (
+        Param("precision", "3xtf32", ("3xtf32", "tf32"),
+              "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32)"),),
+))
