@@ -10,9 +10,10 @@ Hopper's tensor cores read 32-bit operands K-major only (wgmma transposes 16-bit
 a split pass writes both operands' parts K-major, B transposed (its time counts in the rung's);
 the product then takes its tiles by TMA, four tiles a K step shared by the three products.
 
-Inf and NaN: the cross terms would turn Inf * 0 (an Inf's low part is 0) into NaN where IEEE
-float32 gives Inf, so when the split pass finds an Inf or a NaN the product falls back to
-float32 IEEE tl.dot (FMA units, slower, exact IEEE propagation).
+Inf and NaN: the cross terms would turn Inf times a low part (0, or of the other sign) into NaN
+or -Inf where IEEE float32 gives Inf; the small products are summed apart, dropped when not
+finite, and the a_hi b_hi product carries Inf and NaN as IEEE does (one exception: Inf times a
+subnormal below TF32's reach, whose a_hi is 0, gives NaN).
 
 Constraints: float32 only; any M, N, K, any strides; shared memory of a configuration must fit.
 """
@@ -26,7 +27,7 @@ from .t1_blocked import tile_params
 SPLIT_BLOCK = 64
 
 
-def parts_of(x, parts: int, block_rows: int, block_k: int, flag):
+def parts_of(x, parts: int, block_rows: int, block_k: int):
     """A TMA descriptor of x's parts stacked, (parts * rows, K padded to 16 bytes), K contiguous."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -35,14 +36,12 @@ def parts_of(x, parts: int, block_rows: int, block_k: int, flag):
     k_pad = -(-k // 4) * 4
     out = torch.empty((parts, rows, k_pad), dtype=torch.float32, device=x.device)
     grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
-    split_tf32[grid](x, out, flag, rows, k, k_pad, x.stride(0), x.stride(1), PARTS=parts,
+    split_tf32[grid](x, out, rows, k, k_pad, x.stride(0), x.stride(1), PARTS=parts,
                      BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK)
     return TensorDescriptor.from_tensor(out.view(parts * rows, k_pad), [block_rows, block_k])
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision):
-    import torch
-    from .t1_blocked_kernel import matmul_kernel
     from .t4_f32_kernel import tf32_matmul
     m, k = a.shape
     n = b.shape[1]
@@ -50,15 +49,9 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
         c.zero_()
         return
     parts = 2 if precision == "3xtf32" else 1
-    flag = torch.zeros(1, dtype=torch.int32, device=a.device)
-    a_desc = parts_of(a, parts, block_m, block_k, flag)
-    b_desc = parts_of(b.T, parts, block_n, block_k, flag)          # (N, K): B K-major
+    a_desc = parts_of(a, parts, block_m, block_k)
+    b_desc = parts_of(b.T, parts, block_n, block_k)                # (N, K): B K-major
     grid = (-(-m // block_m) * -(-n // block_n),)
-    if parts == 2 and flag.item():   # Inf or NaN present: IEEE float32 dot keeps their propagation
-        matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                            c.stride(0), c.stride(1), BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=group_m,
-                            UPCAST=True, FP64=False, num_warps=4, num_stages=3)
-        return
     tf32_matmul[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), PARTS=parts, BLOCK_M=block_m,
                       BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
 

@@ -8,11 +8,11 @@ from .t1_blocked_kernel import tile_position
 
 
 @triton.jit
-def split_tf32(x_ptr, out_ptr, flag_ptr, R, C, C_PAD, stride_r, stride_c,
+def split_tf32(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c,
                PARTS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """out[0] = x rounded to TF32 (10 mantissa bits, to nearest), out[1] = x - out[0] (exact in
     float32) when PARTS == 2; zeros for C <= c < C_PAD. out is contiguous (PARTS, R, C_PAD): passing
-    B's strides swapped writes B K-major. flag[0] becomes 1 if x holds an Inf or a NaN."""
+    B's strides swapped writes B K-major."""
     offs_r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     offs_c = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
     inside = (offs_r[:, None] < R) & (offs_c[None, :] < C)
@@ -21,7 +21,6 @@ def split_tf32(x_ptr, out_ptr, flag_ptr, R, C, C_PAD, stride_r, stride_c,
     keep = (offs_r[:, None] < R) & (offs_c[None, :] < C_PAD)
     bits = x.to(tl.int32, bitcast=True)
     finite = (bits & 0x7F800000) != 0x7F800000
-    tl.atomic_max(flag_ptr, tl.max(tl.where(finite, 0, 1)))
     if PARTS == 2:
         # round to nearest on the 13 bits TF32 drops (-8192 = ~0x1FFF); values this rounding
         # could carry to Inf are truncated instead; Inf and NaN stay whole, with no low part
@@ -39,8 +38,14 @@ def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """C = A @ B on TF32 tensor cores. a_desc: A's parts stacked (PARTS * M, K), K contiguous;
     b_desc: B's, transposed (PARTS * N, K). PARTS == 1: one TF32 product. PARTS == 2 (3xTF32):
-    a_hi b_hi + a_hi b_lo + a_lo b_hi, whose missing a_lo b_lo term is 2^-22 of the product: float32
-    accuracy, from the four tiles loaded once per K step."""
+    a_hi b_hi + a_hi b_lo + a_lo b_hi, from the four tiles loaded once per K step; the missing
+    a_lo b_lo is 2^-22 of a product.
+
+    The two small products of a K step go into an accumulator of their own, started at zero, and
+    join the sum once: added straight into the running sum, at its magnitude, the tensor cores'
+    accumulation dropped their low bits (a 10x larger error than SGEMM's, measured). An Inf or
+    NaN in the operands makes the small sum Inf or NaN (Inf times a low part of either sign, or
+    times 0); it is dropped, and a_hi b_hi, where Inf and NaN stand whole, gives IEEE's result."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -49,8 +54,9 @@ def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.
         if PARTS == 2:
             a_lo = a_desc.load([M + off_m, k0])
             b_lo = b_desc.load([N + off_n, k0]).T
-            acc = tl.dot(a_lo, b_hi, acc, input_precision="tf32")     # the small terms first
-            acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
+            small = tl.dot(a_lo, b_hi, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), input_precision="tf32")
+            small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
+            acc += tl.where(tl.abs(small) < float("inf"), small, 0.0)
         acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
