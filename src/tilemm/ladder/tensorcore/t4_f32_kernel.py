@@ -41,11 +41,12 @@ def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.
     a_hi b_hi + a_hi b_lo + a_lo b_hi, from the four tiles loaded once per K step; the missing
     a_lo b_lo is 2^-22 of a product.
 
-    The two small products of a K step go into an accumulator of their own, started at zero, and
-    join the sum once: added straight into the running sum, at its magnitude, the tensor cores'
-    accumulation dropped their low bits (a 10x larger error than SGEMM's, measured). An Inf or
-    NaN in the operands makes the small sum Inf or NaN (Inf times a low part of either sign, or
-    times 0); it is dropped, and a_hi b_hi, where Inf and NaN stand whole, gives IEEE's result."""
+    A K step's three products go into an accumulator of their own, started at zero, which joins
+    the running sum by one float32 add: accumulated straight into the running sum, at its
+    magnitude, the tensor cores dropped low bits of every product (13x SGEMM's error, measured; 4x
+    with only the small products apart). An Inf or NaN in the operands makes the small products'
+    sum Inf or NaN (Inf times a low part of either sign, or times 0); it is dropped before
+    a_hi b_hi, where Inf and NaN stand whole, adds IEEE's result."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -56,8 +57,10 @@ def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.
             b_lo = b_desc.load([N + off_n, k0]).T
             small = tl.dot(a_lo, b_hi, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), input_precision="tf32")
             small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
-            acc += tl.where(tl.abs(small) < float("inf"), small, 0.0)
-        acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+            step = tl.where(tl.abs(small) < float("inf"), small, 0.0)
+            acc += tl.dot(a_hi, b_hi, step, input_precision="tf32")     # one float32 add a K step
+        else:
+            acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
