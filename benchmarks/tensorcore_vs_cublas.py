@@ -41,6 +41,13 @@ VARIANTS["float16"] = VARIANTS["bfloat16"]
 VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
                        ("tf32-tensorcore-f32", "tensorcore-f32", dict(precision="tf32")),
                        ("regblock", "regblock", {})]
+SWEEP_F32 = [("3x-128x256x32-s2", "tensorcore-f32", dict(block_n=256, num_stages=2)),
+             ("3x-128x128x16-s5", "tensorcore-f32", dict(block_k=16, num_stages=5)),
+             ("3x-64x128x32-w4-s3", "tensorcore-f32", dict(block_m=64, num_warps=4)),
+             ("tf32-128x256x32-s4", "tensorcore-f32", dict(precision="tf32", block_n=256, num_stages=4)),
+             ("tf32-256x128x32-s4", "tensorcore-f32", dict(precision="tf32", block_m=256, num_stages=4)),
+             ("tf32-128x128x32-s5", "tensorcore-f32", dict(precision="tf32", num_stages=5)),
+             ("tf32-128x256x64-s2", "tensorcore-f32", dict(precision="tf32", block_n=256, block_k=64, num_stages=2))]
 TF32_ANCHOR = "cublas-tf32"
 
 
@@ -84,6 +91,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--per-round", type=float, default=0.4)
     ap.add_argument("--prewarm", type=float, default=10.0)
+    ap.add_argument("--sweep", action="store_true", help="float32: also time the SWEEP_F32 configurations")
     args = ap.parse_args()
     info = machine.describe()
     stamp = {"device": info["device"], "versions": info["versions"],
@@ -119,7 +127,8 @@ def main():
                     torch.matmul(a, b, out=c)
                     torch.backends.cuda.matmul.allow_tf32 = False
                 launches[TF32_ANCHOR], results[TF32_ANCHOR] = tf32_matmul, (lambda c=c_tf32: c)
-            for label, kernel, params in VARIANTS[dtype_name]:
+            for label, kernel, params in VARIANTS[dtype_name] + (SWEEP_F32 if args.sweep and dtype_name == "float32"
+                                                                  else []):
                 if label != "tensorcore" and dtype_name in ("bfloat16", "float16") and min(m, n) <= 64:
                     continue          # skinny products take the pointer program whatever the tiles
                 try:
@@ -130,7 +139,7 @@ def main():
             for label in launches:
                 launches[label]()
                 torch.cuda.synchronize()
-                tf32 = "tf32" in label and "3x" not in label
+                tf32 = label.startswith("tf32") or label == TF32_ANCHOR
                 verdicts[label] = (tf32_checked if tf32 else lambda c, a, b: checked(c, a, b, dtype_name))(
                     results[label](), a, b)
             times = {label: [] for label in launches if verdicts[label][0]}
@@ -142,10 +151,11 @@ def main():
             base_tf32 = statistics.median(times[TF32_ANCHOR]) if TF32_ANCHOR in times else None
             bound_ms = (m * k + k * n + m * n) * a.element_size() / bandwidth * 1e3
             for label in launches:
-                kernel = next((kn for lb, kn, _ in VARIANTS[dtype_name] if lb == label), "cublas")
+                known = VARIANTS[dtype_name] + SWEEP_F32
+                kernel = next((kn for lb, kn, _ in known if lb == label), "cublas")
                 rec = {"variant": label, "kernel": kernel, "dtype": dtype_name, "m": m, "n": n, "k": k,
                        "status": "ok" if verdicts[label][0] else "FAILED", "worst_vs_bound": verdicts[label][1],
-                       "params": next((p for lb, _, p in VARIANTS[dtype_name] if lb == label), {}),
+                       "params": next((p for lb, _, p in known if lb == label), {}),
                        "copy_bandwidth_tbs": bandwidth / 1e12, "hbm_bound_ms": bound_ms, **stamp}
                 if dtype_name == "float32":
                     rec["relative_error"] = relative_error(results[label](), a, b)

@@ -189,7 +189,7 @@ for parts in (1, 2):
                BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr")
     const = dict(PARTS=parts, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"])
     k = triton.compile(ASTSource(fn=tf32_matmul, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+                       options=dict(num_warps=p["num_warps"], num_stages=2 if parts == 2 else 4))
     out[f"tf32x{2 * parts - 1}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                         wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 sig = dict(x_ptr="*fp32", out_ptr="*fp32", R="i32", C="i32", C_PAD="i32", stride_r="i32",

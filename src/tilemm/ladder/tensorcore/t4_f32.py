@@ -28,17 +28,26 @@ SPLIT_BLOCK = 64
 
 
 def parts_of(x, parts: int, block_rows: int, block_k: int):
-    """A TMA descriptor of x's parts stacked, (parts * rows, K padded to 16 bytes), K contiguous."""
+    """A TMA descriptor of x's parts stacked, (parts * rows, K padded to 16 bytes), K contiguous;
+    of x itself for one part (TF32) when x is already K-major with TMA's 16-byte alignment."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
     from .t4_f32_kernel import split_tf32
     rows, k = x.shape
+    if parts == 1 and x.stride(1) == 1 and (x.stride(0) * 4) % 16 == 0 and x.data_ptr() % 16 == 0:
+        return TensorDescriptor.from_tensor(x, [block_rows, block_k])
     k_pad = -(-k // 4) * 4
     out = torch.empty((parts, rows, k_pad), dtype=torch.float32, device=x.device)
     grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
     split_tf32[grid](x, out, rows, k, k_pad, x.stride(0), x.stride(1), PARTS=parts,
                      BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK)
     return TensorDescriptor.from_tensor(out.view(parts * rows, k_pad), [block_rows, block_k])
+
+
+def default_stages(num_stages, precision: str) -> int:
+    """Measured on an H100 (tensorcore_vs_cublas_f32_sweep.jsonl): with 128 x 256 x 32 tiles, 4
+    stages for TF32; 3xTF32 loads twice the bytes a step, so 2 fit."""
+    return num_stages or (2 if precision == "3xtf32" else 4)
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision):
@@ -49,6 +58,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
         c.zero_()
         return
     parts = 2 if precision == "3xtf32" else 1
+    num_stages = default_stages(num_stages, precision)
     a_desc = parts_of(a, parts, block_m, block_k)
     b_desc = parts_of(b.T, parts, block_n, block_k)                # (N, K): B K-major
     grid = (-(-m // block_m) * -(-n // block_n),)
@@ -66,6 +76,7 @@ def traffic(p, block_m, block_n, precision, **_):
 
 
 def limits(p, block_m, block_n, block_k, num_stages, precision, **_):
+    num_stages = default_stages(num_stages, precision)
     if block_k < 8 and not _compat.triton_interpreter():
         return f"BLOCK_K={block_k}: the TF32 instruction takes K in multiples of 8"
     parts = 2 if precision == "3xtf32" else 1
@@ -76,7 +87,7 @@ register(Kernel(
     name="tensorcore-f32", rung=23, device="cuda", backend="triton", dtypes=("float32",),
     seed="beyond", summary="float32 on TF32 tensor cores: 3xTF32 split (float32 accuracy) or plain TF32",
     run=run, traffic=traffic, limits=limits, available=support.available,
-    params=tile_params(128, 128, 32, num_warps=8, num_stages=3) + (
+    params=tile_params(128, 256, 32, num_warps=8, num_stages=None) + (
         Param("precision", "3xtf32", ("3xtf32", "tf32"),
               "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32)"),),
 ))
