@@ -22,3 +22,8 @@ def cuda_simulator() -> bool:
 def triton_interpreter() -> bool:
     """True when Triton runs kernels in its interpreter on the CPU."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def emulated(backend: str) -> bool:
+    """Whether kernels of this backend run on the CPU here (CUDA simulator, Triton interpreter)."""
+    return (backend == "numba-cuda" and cuda_simulator()) or (backend == "triton" and triton_interpreter())
