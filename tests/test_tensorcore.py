@@ -59,7 +59,7 @@ def test_interpreter_float64(m, n, k):
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (17, 33, 9, "tn"), (40, 7, 65, "nt"), (3, 5, 0, "nn"),
-                                          (24, 20, 48, "tt")])
+                                          (24, 20, 48, "tt"), (9, 9, 16, "nn")])
 def test_interpreter_3xtf32_is_float32_accurate(m, n, k, layout):
     from tilemm.data import operands
     a, b = operands(m + n + k, m, n, k, "float32", layout)
@@ -320,3 +320,33 @@ def test_autotune_caches_the_winner_on_disk(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "_save", lambda entries: pytest.fail("tuned again instead of reading the cache"))
     c2, verdict2 = run(a, b, autotune=True)
     assert verdict2.ok and torch.equal(c, c2)
+
+
+def _tf32(x, rounding):
+    """x with TF32's 10 mantissa bits: rounded to nearest (the split) or truncated (the MMA)."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    kept = ((bits + 0x1000) if rounding else bits) & 0xFFFFE000
+    return kept.astype(np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("k", [1, 16, 64])
+def test_3xtf32_method_meets_the_float32_bound_from_k16(k):
+    """The interpreter multiplies in float32, so it cannot show TF32's rounding: emulate the
+    hardware's 3xTF32 (lo truncated by the MMA, a_lo b_lo dropped) in NumPy and hold it to
+    tilemm's float32 bound. With K = 1 it can exceed it, which is why short sums take IEEE."""
+    from tilemm.accuracy import compare
+    rng = np.random.default_rng(k)
+    worst = 0.0
+    for trial in range(20):
+        a = rng.uniform(1, 2, (32, k)).astype(np.float32) * (1 - 2.0**-12 * rng.integers(0, 2, (32, k)))
+        b = rng.uniform(1, 2, (k, 32)).astype(np.float32)
+        ah, bh = _tf32(a, True), _tf32(b, True)
+        al, bl = _tf32(a - ah, False), _tf32(b - bh, False)
+        d = lambda x: x.astype(np.float64)  # noqa: E731
+        c = (d(ah) @ d(bh) + d(ah) @ d(bl) + d(al) @ d(bh)).astype(np.float32)
+        verdict = compare(c, a, b, "float32")
+        worst = max(worst, verdict.worst)
+        if k >= 16:
+            assert verdict.ok, verdict.message
+    if k == 1:
+        assert worst > 1, "K = 1 should show why short sums are not given to 3xTF32"
