@@ -61,3 +61,12 @@ def test_a_rung_that_cannot_run_here_is_skipped_with_its_reason(tmp_path):
     records = runner.run_suite(cases, suite="test", budget_s=0.01, results=tmp_path / "r.jsonl", progress=False)
     assert records[0]["status"] == "skipped" and "no cuBLAS" in records[0]["reason"]
     assert records[1]["status"] == "ok"
+
+
+def test_bench_params_go_to_the_kernels_that_have_them():
+    from tilemm.bench import suites
+    from tilemm.cli import _param_value, with_params
+    cases = with_params(suites.tensorcore_suite(), {"autotune": _param_value("True")})
+    assert {c.kernel for c in cases if c.params.get("autotune") is True} == {"tensorcore"}
+    assert all(c.params == {} for c in cases if c.kernel != "tensorcore")
+    assert {c.dtype for c in cases} == {"bfloat16", "int32", "float32", "float64"}

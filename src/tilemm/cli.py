@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -31,8 +32,11 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", nargs="+")
 
     p = sub.add_parser("bench", help="time the kernels; --report DIR writes tables and plots")
-    p.add_argument("--suite", choices=["cpu", "seeds", "ladder", "shapes"],
+    p.add_argument("--suite", choices=["cpu", "seeds", "ladder", "shapes", "tensorcore"],
                    help="default: seeds where a GPU is present, else cpu")
+    p.add_argument("--param", nargs="+", default=[], metavar="NAME=VALUE",
+                   help="kernel parameters for the kernels that have them, e.g. autotune=True "
+                        "(the record then carries the tuning time)")
     p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL")
     p.add_argument("--dtypes", nargs="+")
     p.add_argument("--sizes", nargs="+", type=int, help="square sizes n (replaces the suite's)")
@@ -155,8 +159,12 @@ def cmd_bench(args) -> int:
         cases = suites.seeds_suite(tuple(args.sizes) if args.sizes else None)
     elif suite == "ladder":
         cases = suites.ladder_suite(ladder, tuple(args.sizes) if args.sizes else (1024, 2048, 4096))
+    elif suite == "tensorcore":
+        cases = suites.tensorcore_suite()
     else:
         cases = suites.shapes_suite()
+    if args.param:
+        cases = with_params(cases, {k: _param_value(v) for k, v in (p.split("=", 1) for p in args.param)})
     if args.kernels:
         cases = [c for c in cases if c.kernel in args.kernels]
     if args.dtypes:
@@ -181,7 +189,17 @@ def cmd_bench(args) -> int:
 
 
 
+def with_params(cases, given: dict):
+    """The cases with the given parameters set on those whose kernel has them."""
+    def own(case):
+        names = {q.name for q in registry.get(case.kernel).params}
+        return dataclasses.replace(case, params={**case.params, **{k: v for k, v in given.items() if k in names}})
+    return [own(c) for c in cases]
+
+
 def _param_value(text: str):
+    if text in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[text]
     try:
         return int(text)
     except ValueError:

@@ -32,11 +32,18 @@ def _save(entries: dict) -> None:
     os.replace(tmp, path)
 
 
+# The choice the last call of best() made or read, with "cached": whether it was read (the
+# benchmark reports the tuning time of its cases from it).
+last: dict = {}
+
+
 def best(key: str, candidates: list[dict], time_ms) -> tuple[dict, dict]:
     """(the fastest candidate, what was recorded about the choice). time_ms(candidate) runs
     one configuration and returns its time; it is called only when the key is not cached."""
     entries = _load()
     if key in entries:
+        last.clear()
+        last.update(entries[key], key=key, cached=True)
         return entries[key]["params"], entries[key]
     start = time.perf_counter()
     timed = [(time_ms(c), i) for i, c in enumerate(candidates)]
@@ -47,4 +54,6 @@ def best(key: str, candidates: list[dict], time_ms) -> tuple[dict, dict]:
     entries = _load()  # another process may have written meanwhile
     entries[key] = entry
     _save(entries)
+    last.clear()
+    last.update(entry, key=key, cached=False)
     return entry["params"], entry

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import api, arrays, registry
+from .. import api, arrays, registry, tuning
 from ..accuracy import compare
 from ..data import operands
 from ..machine import describe, gpu
@@ -95,6 +95,9 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
     if not verdict.ok:
         return {"status": "FAILED", "reason": verdict.message}
     out = {"status": "ok", "check": verdict.message, "first_call_s": first_s}
+    if plan.params.get("autotune"):      # the first call tuned (or read the tuning cache): say which, and how long
+        out.update(tuning_s=tuning.last.get("tuning_s"), tuning_cached=tuning.last.get("cached"),
+                   tuned_params=tuning.last.get("params"))
     min_reps = 3
     if first_s > budget_s:               # compiling, or truly slow? call once more
         t0 = time.perf_counter()

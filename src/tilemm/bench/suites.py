@@ -3,7 +3,8 @@
 `cpu`: the CPU rungs against NumPy (what a machine without a GPU can show).
 `seeds`: the seeds' own experiments, beside their published figures (see seeds.py).
 `ladder`: every GPU rung at its default parameters, fp32 and int32, n = 1024 ... 4096.
-`shapes`: square, odd, skinny and LLM-like shapes, the fastest rungs against the library.
+`shapes`: square, odd, skinny and LLM-like shapes, the fastest SIMT rung against the library.
+`tensorcore`: the same shapes for the Triton tensor-core rungs.
 """
 from __future__ import annotations
 
@@ -79,6 +80,16 @@ def ladder_suite(kernels, sizes=(1024, 2048, 4096)):
 
 SHAPES = [(4096, 4096, 4096), (1000, 1000, 1000), (3000, 3000, 3000), (8191, 8191, 8191),
           (16, 8192, 8192), (8192, 8192, 128), (4096, 4096, 14336)]
+
+
+def tensorcore_suite():
+    """The Triton tensor-core rungs over the same shapes, each beside the library where tilemm's
+    `cublas` rung computes that dtype: bf16 (`tensorcore`), exact int32 (`tensorcore-int`),
+    float32 by 3xTF32 (`tensorcore-f32`), float64 (`tensorcore-f64`)."""
+    pairs = [("tensorcore", "bfloat16"), ("tensorcore-int", "int32"), ("cublas", "int32"),
+             ("tensorcore-f32", "float32"), ("cublas", "float32"), ("tensorcore-f64", "float64"),
+             ("cublas", "float64")]
+    return [Case(k, d, m, n, kk) for k, d in pairs for (m, n, kk) in SHAPES]
 
 
 def shapes_suite(kernels=("regblock", "cublas")):
