@@ -147,3 +147,25 @@ def test_out_dtype_refused_as_numpy_refuses(operands, out_dtype):
     a = np.ones((2, 2), operands)
     with pytest.raises(TypeError, match="out_dtype"):
         tilemm.matmul(a, a, out_dtype=out_dtype)
+
+
+def test_auto_times_the_fast_rungs_once_and_caches_the_winner(tmp_path, monkeypatch):
+    from tilemm import tuning
+    monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(5)
+    a = rng.integers(-2**31, 2**31 - 1, (70, 90), dtype=np.int64).astype(np.int32)
+    b = rng.integers(-2**31, 2**31 - 1, (90, 40), dtype=np.int64).astype(np.int32)
+    c = tilemm.matmul(a, b, kernel="auto")
+    np.testing.assert_array_equal(c, np.matmul(a, b))
+    assert tuning.last["cached"] is False and tuning.last["params"]["kernel"] in ("numpy", "cpu-tiled")
+    assert tuning.last["tried"] == 2 and tuning.last["key"].endswith("|int32|70x40x90|nn")
+    np.testing.assert_array_equal(tilemm.matmul(a, b.T.copy().T, kernel="auto"), np.matmul(a, b))
+    assert tuning.last["key"].endswith("|nt")                      # the layout is part of the key
+    tilemm.matmul(a, b, kernel="auto")
+    assert tuning.last["cached"] is True
+
+
+def test_auto_takes_no_parameters():
+    a = np.ones((3, 3))
+    with pytest.raises(TypeError, match="takes no kernel parameters"):
+        tilemm.matmul(a, a, kernel="auto", tile=16)

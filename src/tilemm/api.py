@@ -23,7 +23,9 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, **param
     a, b: NumPy arrays, PyTorch tensors or CuPy arrays (both of one kind, on one device),
         1-D, 2-D or stacks of matrices, any strides. The result is the same kind of array
         on the same device, with numpy.matmul's shape and dtype (torch's for bfloat16).
-    kernel: a name from ``tilemm.kernels()``; None picks the default for the inputs' device.
+    kernel: a name from ``tilemm.kernels()``; None picks the default for the inputs' device;
+        "auto" the fastest of the fast rungs for this problem, timed on the first call and then
+        read from the tuning cache (``tilemm.auto``).
     out: optional array to write the result into (its shape, dtype, kind and device must match).
     out_dtype: compute in and return this dtype, as ``numpy.matmul(a, b, dtype=...)`` does: int8
         inputs with ``out_dtype="int32"`` give the exact int32 sums instead of int8's wrapped ones.
@@ -99,7 +101,15 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, **params)
     if out_dtype is not None:
         result = _checked_out_dtype(out_dtype, result)
 
-    chosen = registry.get(kernel) if kernel is not None else _default_kernel(da.device, result, m, n, k)
+    if kernel == "auto":
+        if params:
+            raise TypeError(f"matmul: kernel='auto' takes no kernel parameters (got {', '.join(sorted(params))}); "
+                            "name a kernel to set them")
+        from . import auto
+        chosen = auto.choose(lambda name: plan(a, b, kernel=name, out_dtype=out_dtype), da.device, result, m, n, k,
+                             auto.layout(a) + auto.layout(b))
+    else:
+        chosen = registry.get(kernel) if kernel is not None else _default_kernel(da.device, result, m, n, k)
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:

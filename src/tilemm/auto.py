@@ -1,0 +1,78 @@
+"""kernel="auto": the fastest rung for this problem, measured once here and then read from the
+tuning cache (tilemm.tuning) by every later call and process.
+
+The candidates are the fast rungs that can run the problem on its device at their defaults: on
+the GPU the library and the tensor-core rungs (and `regblock`), on the host NumPy and `cpu-tiled`.
+The teaching rungs (naive, tiled, ...) are never candidates. Each candidate is run once on the
+caller's operands (compiling it), its answer checked, then timed for a short budget; the first
+call pays that, the cache answers the rest.
+"""
+from __future__ import annotations
+
+import statistics
+
+from . import registry, tuning
+from .registry import Problem
+
+GPU_CANDIDATES = ("cublas", "tensorcore", "tensorcore-int", "tensorcore-f32", "tensorcore-f64", "regblock")
+HOST_CANDIDATES = ("numpy", "cpu-tiled")
+TIMING_BUDGET_S = 0.05        # per candidate: enough for a median of a few launches
+
+
+def candidates(device: str, result: str, problem_of) -> list[registry.Kernel]:
+    """The fast rungs that can compute `result` here; problem_of(kernel) -> its Problem."""
+    names = HOST_CANDIDATES if device == "cpu" else GPU_CANDIDATES
+    found = []
+    for name in names:
+        kernel = registry.get(name)
+        if kernel.compute_dtype(result) and kernel.why_not(problem_of(kernel), kernel.resolve({})) is None:
+            found.append(kernel)
+    return found
+
+
+def choose(plan_for, device: str, result: str, m: int, n: int, k: int, layout: str) -> registry.Kernel:
+    """The measured winner; plan_for(kernel name) -> a Plan of this call with that kernel."""
+    from .accuracy import compare
+    from .arrays import to_host
+    found = candidates(device, result, lambda kern: Problem(m, n, k, kern.compute_dtype(result)))
+    if not found:
+        raise ValueError(f"matmul: no fast kernel can compute {result} on {device} here")
+    if len(found) == 1:
+        return found[0]
+    key = f"auto|{_device_name(device)}|{result}|{m}x{n}x{k}|{layout}"
+
+    def time_ms(option):
+        plan = plan_for(option["kernel"])
+        launch, output = plan.prepare()
+        launch()
+        if not plan.batch and len(plan.shape) == 2:   # a single matrix: check it (a wrong answer never wins)
+            dtype = plan.problem.dtype
+            if not compare(to_host(output(), dtype), to_host(plan.a, dtype), to_host(plan.b, dtype), dtype).ok:
+                return float("inf")
+        if device == "cpu":
+            from .bench.timing import time_host
+            times = time_host([launch], TIMING_BUDGET_S)
+        else:
+            from .bench.timing import time_cuda
+            times = time_cuda([launch], TIMING_BUDGET_S)
+        return statistics.median(times)
+    chosen, _ = tuning.best(key, [{"kernel": kern.name} for kern in found], time_ms)
+    return registry.get(chosen["kernel"])
+
+
+def layout(x) -> str:
+    """'n' for an operand whose rows are contiguous, 't' otherwise (the tensor-core rungs' speed
+    depends on it)."""
+    if len(x.shape) < 2:
+        return "n"
+    stride = x.stride(-1) if callable(getattr(x, "stride", None)) else x.strides[-1] // x.itemsize
+    return "n" if stride == 1 else "t"
+
+
+def _device_name(device: str) -> str:
+    if device == "cpu":
+        import platform
+        return platform.processor() or platform.machine()
+    from . import machine
+    gpu = machine.gpu()
+    return gpu.name if gpu else device
