@@ -22,7 +22,7 @@ from pathlib import Path
 import tilemm  # first: its shim lets numba-cuda import under NumPy 2.5
 from tilemm import machine
 from tilemm.accuracy import compare
-from tilemm.bench.timing import launch_overhead_us, time_cuda
+from tilemm.bench.timing import interleaved_rounds, launch_overhead_us
 from tilemm.data import operands
 
 import cupy as cp  # noqa: E402
@@ -67,17 +67,6 @@ def twin_launcher(lib, name, param, dtype, a, b, c):
         if rc:
             raise RuntimeError(f"twin {name} failed with CUDA error {rc}")
     return launch
-
-
-def time_rounds(launchers: dict, rounds: int, per_round_s: float) -> dict:
-    """Interleaved rounds (order rotated): each variant gets per_round_s of samples per round.
-    tilemm's timer keeps each launch's CPU cost out of the GPU time (see time_cuda)."""
-    times = {label: [] for label in launchers}
-    labels = list(launchers)
-    for r in range(rounds):
-        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            times[label] += time_cuda([launchers[label]], per_round_s, warmup_s=0.02)
-    return times
 
 
 def prewarm(seconds: float):
@@ -130,7 +119,7 @@ def main():
             cp.cuda.Device().synchronize()
             verdicts = {label: compare(res(), a, b, dtype) for label, (res, _) in outputs.items()}
             good = {label: fn for label, fn in launchers.items() if verdicts[label].ok}
-            times = time_rounds(good, args.rounds, args.per_round)
+            times = interleaved_rounds(good, args.rounds, args.per_round)
             for label in launchers:
                 spec = next((v for v in variants if v[0] == label), None)
                 rec = {"variant": label, "kernel": spec[1] if spec else label, "params": spec[2] if spec else {},

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 import tilemm
+from tilemm.bench.timing import interleaved_rounds
 from tilemm import machine
 
 import cupy as cp  # noqa: E402
@@ -74,7 +75,7 @@ def measure(case, launchers, results, reference, args, meta):
         records.append({"case": case, "variant": label, "status": "ok" if ok else "FAILED", **meta})
         if ok:
             good[label] = launchers[label]
-    times = gpu_ladder.time_rounds(good, args.rounds, args.per_round)
+    times = interleaved_rounds(good, args.rounds, args.per_round)
     anchor = statistics.median(times["anchor"]) if "anchor" in times else None
     m, n, k = meta["m"], meta["n"], meta["k"]
     for rec in records:

@@ -19,7 +19,7 @@ import tilemm
 from tilemm import machine
 from tilemm.accuracy import tolerance
 from tilemm.bench.suites import SHAPES
-from tilemm.bench.timing import launch_overhead_us, time_cuda
+from tilemm.bench.timing import interleaved_rounds, launch_overhead_us, time_cuda
 
 import torch  # noqa: E402
 
@@ -142,11 +142,8 @@ def main():
                 tf32 = label.startswith("tf32") or label == TF32_ANCHOR
                 verdicts[label] = (tf32_checked if tf32 else lambda c, a, b: checked(c, a, b, dtype_name))(
                     results[label](), a, b)
-            times = {label: [] for label in launches if verdicts[label][0]}
-            labels = list(times)
-            for r in range(args.rounds):
-                for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-                    times[label] += time_cuda([launches[label]], args.per_round, warmup_s=0.05)
+            times = interleaved_rounds({label: fn for label, fn in launches.items() if verdicts[label][0]},
+                                       args.rounds, args.per_round, warmup_s=0.05)
             base = statistics.median(times["cublas"]) if "cublas" in times else None
             base_tf32 = statistics.median(times[TF32_ANCHOR]) if TF32_ANCHOR in times else None
             bound_ms = (m * k + k * n + m * n) * a.element_size() / bandwidth * 1e3

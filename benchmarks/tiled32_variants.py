@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numba
 import tilemm
+from tilemm.bench.timing import interleaved_rounds
 import cupy as cp
 from numba import cuda, uint32, uint64
 
@@ -122,7 +123,7 @@ for name, c in outs.items():
     v = compare(c, a, b, "float32")
     assert v.ok, (name, v.message)
 gpu_ladder.prewarm(5)
-times = gpu_ladder.time_rounds(launchers, args.rounds, 0.3)
+times = interleaved_rounds(launchers, args.rounds, 0.3)
 twin = statistics.median(times["cuda-c"])
 kernels = {name: make(*flags) for name, flags in VARIANTS.items()}
 recs = []

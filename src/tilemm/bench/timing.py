@@ -49,6 +49,18 @@ def time_cuda(launches: list, budget_s: float, min_reps: int = 5, max_reps: int 
     return times
 
 
+def interleaved_rounds(launchers: dict, rounds: int, per_round_s: float, warmup_s: float = 0.02) -> dict:
+    """{label: milliseconds per launch} from interleaved rounds (the order rotated each round):
+    every variant gets per_round_s of samples a round, so a GPU whose clock drifts as it heats
+    (an H100 at its power cap) treats them all alike."""
+    times = {label: [] for label in launchers}
+    labels = list(launchers)
+    for r in range(rounds):
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            times[label] += time_cuda([launchers[label]], per_round_s, warmup_s=warmup_s)
+    return times
+
+
 def launch_overhead_us(launch, calls: int = 20) -> float:
     """CPU microseconds one launch() costs the caller (the GPU work is asynchronous)."""
     from numba import cuda

@@ -8,6 +8,7 @@ from .. import _compat, machine
 # Hopper's opt-in limit of dynamic shared memory per block (232,448 bytes on an H100).
 H100_SHARED_OPTIN = 232448
 H100_SMS = 132
+SPLIT_BLOCK = 64   # split passes: 64 x 64 elements a program
 
 
 def available() -> str | None:
@@ -54,3 +55,24 @@ def check_shared(block_m: int, block_n: int, block_k: int, num_stages: int, item
                 f"{f' and {epilogue} bytes for writing C' if epilogue else ''} need {need} bytes of "
                 f"shared memory, over the {limit} a block may use; fewer stages or smaller tiles")
     return None
+
+
+def k_major(x) -> bool:
+    """x's rows are contiguous, with the 16-byte aligned row stride and base TMA needs."""
+    return x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
+
+
+def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **constexprs):
+    """A TMA descriptor of the parts the split program writes for x (digits, or TF32 parts),
+    stacked (parts * rows, K padded to 16 bytes), K contiguous. Passing B^T as x writes B K-major.
+    split(x, out, R, C, C_PAD, stride_r, stride_c, BLOCK_R, BLOCK_C, **constexprs) is the program."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    rows, k = x.shape
+    per_16_bytes = 16 // dtype.itemsize
+    k_pad = -(-k // per_16_bytes) * per_16_bytes
+    out = torch.empty((parts, rows, k_pad), dtype=dtype, device=x.device)
+    grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
+    split[grid](x, out, rows, k, k_pad, x.stride(0), x.stride(1), BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK,
+                **constexprs)
+    return TensorDescriptor.from_tensor(out.view(parts * rows, k_pad), [block_rows, block_k])

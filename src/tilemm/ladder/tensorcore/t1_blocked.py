@@ -102,12 +102,9 @@ def descriptor(x, block_rows: int, block_cols: int):
     over x that counts in the rung's time."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
-
-    def aligned(stride):
-        return (stride * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
-    if x.stride(1) == 1 and aligned(x.stride(0)):
+    if support.k_major(x):
         return TensorDescriptor.from_tensor(x, [block_rows, block_cols]), False
-    if x.stride(0) == 1 and aligned(x.stride(1)):
+    if support.k_major(x.T):
         return TensorDescriptor.from_tensor(x.T, [block_cols, block_rows]), True
     rows, cols = x.shape
     padded = torch.empty((rows, -(-cols // 8) * 8), dtype=x.dtype, device=x.device)[:, :cols]

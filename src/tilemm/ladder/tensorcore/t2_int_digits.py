@@ -26,9 +26,6 @@ from ... import _compat, digits
 from ...registry import Kernel, Param, Traffic, register
 from .. import _tensorcore_support as support
 
-SPLIT_BLOCK = 64   # the split pass: 64 x 64 elements a program
-
-
 def digit_count(operand_bytes: int, result_bytes: int) -> int:
     """Digits an operand needs. One of the result's width, or fewer when the operand arrives
     narrower (narrow_operands: int8 data with out_dtype=int32, say): an int8 value is its own
@@ -40,21 +37,14 @@ def digit_count(operand_bytes: int, result_bytes: int) -> int:
 
 
 def digit_planes(x, ndigits: int, block_rows: int, block_k: int):
-    """A TMA descriptor of x's digit planes, stacked (ndigits * rows, K), K contiguous; x itself
-    when it is already int8 with K contiguous and TMA's 16-byte alignment."""
+    """A TMA descriptor of x's digit planes, stacked (ndigits * rows, K), K contiguous; of x
+    itself when it is already int8 and K-major with TMA's alignment."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
     from .t2_int_digits_kernel import split_digits
-    rows, k = x.shape
-    if not (ndigits == 1 and x.dtype == torch.int8 and x.stride(1) == 1 and x.stride(0) % 16 == 0
-            and x.data_ptr() % 16 == 0):
-        k_pad = -(-k // 16) * 16                           # TMA: rows of a multiple of 16 bytes
-        planes = torch.empty((ndigits, rows, k_pad), dtype=torch.int8, device=x.device)
-        grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
-        split_digits[grid](x, planes, rows, k, k_pad, x.stride(0), x.stride(1), NDIGITS=ndigits,
-                           BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK)
-        x = planes.view(ndigits * rows, k_pad)
-    return TensorDescriptor.from_tensor(x, [block_rows, block_k])
+    if ndigits == 1 and x.dtype == torch.int8 and support.k_major(x):
+        return TensorDescriptor.from_tensor(x, [block_rows, block_k])
+    return support.stacked_parts(x, ndigits, torch.int8, split_digits, block_rows, block_k, NDIGITS=ndigits)
 
 
 def default_block_n(block_n, result_bytes: int) -> int:

@@ -8,20 +8,11 @@ from __future__ import annotations
 
 from ...registry import Kernel, register
 from .. import _tensorcore_support as support
-from .t1_blocked import launch, tile_params, traffic
-
-
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
-
-
-def limits(p, block_m, block_n, block_k, num_stages, **_):
-    return support.check_shared(block_m, block_n, block_k, num_stages, p.itemsize)
-
+from .t1_blocked import launch, limits, tile_params, traffic
 
 register(Kernel(
     name="tensorcore-f64", rung=22, device="cuda", backend="triton", dtypes=("float64",),
     seed="beyond", summary="Triton tl.dot in float64 on the FP64 tensor cores",
-    run=run, traffic=traffic, limits=limits, available=support.available,
+    run=launch, traffic=traffic, limits=limits, available=support.available,
     params=tile_params(128, 128, 32, num_warps=8, num_stages=3),   # 0.93x DGEMM at 4096 and 8192
 ))

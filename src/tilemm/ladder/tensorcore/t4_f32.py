@@ -26,7 +26,6 @@ from ...registry import Kernel, Param, Traffic, register
 from .. import _tensorcore_support as support
 from .t1_blocked import tile_params
 
-SPLIT_BLOCK = 64
 # TF32 keeps 11 significant bits, so hi + lo carries 22 of float32's 24: each 3xTF32 product is
 # off by up to ~3 * 2^-22 of |a||b|, which float32's error bound (2K * 2^-24 of the sum of
 # |a||b|) covers from K = 12 on. Shorter sums take IEEE float32 (tl.dot on the FMA units).
@@ -34,20 +33,14 @@ IEEE_BELOW_K = 16
 
 
 def parts_of(x, parts: int, block_rows: int, block_k: int):
-    """A TMA descriptor of x's parts stacked, (parts * rows, K padded to 16 bytes), K contiguous;
-    of x itself for one part (TF32) when x is already K-major with TMA's 16-byte alignment."""
+    """A TMA descriptor of x's parts stacked, (parts * rows, K), K contiguous; of x itself for
+    one part (TF32) when x is already K-major with TMA's alignment."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
     from .t4_f32_kernel import split_tf32
-    rows, k = x.shape
-    if parts == 1 and x.stride(1) == 1 and (x.stride(0) * 4) % 16 == 0 and x.data_ptr() % 16 == 0:
+    if parts == 1 and support.k_major(x):
         return TensorDescriptor.from_tensor(x, [block_rows, block_k])
-    k_pad = -(-k // 4) * 4
-    out = torch.empty((parts, rows, k_pad), dtype=torch.float32, device=x.device)
-    grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
-    split_tf32[grid](x, out, rows, k, k_pad, x.stride(0), x.stride(1), PARTS=parts,
-                     BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK)
-    return TensorDescriptor.from_tensor(out.view(parts * rows, k_pad), [block_rows, block_k])
+    return support.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, PARTS=parts)
 
 
 def default_stages(num_stages, precision: str) -> int:
