@@ -4,6 +4,7 @@ twin in interleaved rounds (fp32, n = 4096), each answer checked.
     PYTHONPATH=src:benchmarks python3 benchmarks/tiled32_variants.py --out DIR
 """
 import argparse
+import datetime
 import json
 import re
 import statistics
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numba
 import tilemm
+from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
 import cupy as cp
 from numba import cuda, uint32, uint64
@@ -125,11 +127,15 @@ for name, c in outs.items():
 gpu_ladder.prewarm(5)
 times = interleaved_rounds(launchers, args.rounds, 0.3)
 twin = statistics.median(times["cuda-c"])
+info = machine.describe()
+stamp = {"device": info["device"], "versions": info["versions"],
+         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+         "command": f"PYTHONPATH=src:benchmarks python3 benchmarks/tiled32_variants.py --n {n} --rounds {args.rounds}"}
 kernels = {name: make(*flags) for name, flags in VARIANTS.items()}
 recs = []
 for name, t in times.items():
     med = statistics.median(t)
-    rec = {"variant": name, "median_ms": med, "vs_cuda_c": twin / med, "n": n, "linker": linker()}
+    rec = {"variant": name, "median_ms": med, "vs_cuda_c": twin / med, "n": n, "linker": linker(), **stamp}
     if name in kernels or name == "flat":   # the machine code the JIT made: loop, constant loads
         kern = flat if name == "flat" else kernels[name]
         if name != "flat":
