@@ -19,7 +19,7 @@ import tilemm
 from tilemm import machine
 from tilemm.accuracy import tolerance
 from tilemm.bench.suites import SHAPES
-from tilemm.bench.timing import interleaved_rounds, launch_overhead_us, time_cuda
+from tilemm.bench.timing import graphed, interleaved_rounds, launch_overhead_us, time_cuda
 
 import torch  # noqa: E402
 
@@ -29,7 +29,9 @@ VARIANTS = {
                  ("tc-128x128x64-w4", "tensorcore", dict(block_m=128, block_n=128, block_k=64, num_warps=4,
                                                          num_stages=4)),
                  ("tc-128x256x64-s3", "tensorcore", dict(block_m=128, block_n=256, block_k=64, num_warps=8,
-                                                         num_stages=3))],
+                                                         num_stages=3)),
+                 ("tc-persistent", "tensorcore", dict(persistent=True)),
+                 ("tc-persistent-s3", "tensorcore", dict(persistent=True, num_stages=3))],
     "float64": [("tensorcore-f64", "tensorcore-f64", {}),
                 ("f64-64x64x32-w4-s4", "tensorcore-f64", dict(block_m=64, block_n=64, block_k=32, num_warps=4)),
                 ("f64-128x128x32-w8-s3", "tensorcore-f64", dict(block_m=128, block_n=128, block_k=32, num_warps=8,
@@ -92,6 +94,9 @@ def main():
     ap.add_argument("--per-round", type=float, default=0.4)
     ap.add_argument("--prewarm", type=float, default=10.0)
     ap.add_argument("--sweep", action="store_true", help="float32: also time the SWEEP_F32 configurations")
+    ap.add_argument("--graphs", action="store_true",
+                    help="also time each variant replayed from a CUDA graph (GPU time alone, no launch cost)")
+    ap.add_argument("--variants", nargs="+", help="only these labels (and the anchors)")
     args = ap.parse_args()
     info = machine.describe()
     stamp = {"device": info["device"], "versions": info["versions"],
@@ -131,6 +136,8 @@ def main():
                                                                   else []):
                 if label != "tensorcore" and dtype_name in ("bfloat16", "float16") and min(m, n) <= 64:
                     continue          # skinny products take the pointer program whatever the tiles
+                if args.variants and label not in args.variants:
+                    continue
                 try:
                     launches[label], results[label] = tilemm.plan(a, b, kernel=kernel, **params).prepare(poison=True)
                 except tilemm.KernelUnavailable as e:          # refused before any launch: say so
@@ -144,6 +151,12 @@ def main():
                     results[label](), a, b)
             times = interleaved_rounds({label: fn for label, fn in launches.items() if verdicts[label][0]},
                                        args.rounds, args.per_round, warmup_s=0.05)
+            graph_times = {}
+            if args.graphs:
+                copies = 10
+                graph_times = interleaved_rounds({label: graphed(fn, copies) for label, fn in launches.items()
+                                                  if verdicts[label][0]}, args.rounds, args.per_round, warmup_s=0.05)
+                graph_times = {label: [t / copies for t in ts] for label, ts in graph_times.items()}
             base = statistics.median(times["cublas"]) if "cublas" in times else None
             base_tf32 = statistics.median(times[TF32_ANCHOR]) if TF32_ANCHOR in times else None
             bound_ms = (m * k + k * n + m * n) * a.element_size() / bandwidth * 1e3
@@ -162,21 +175,24 @@ def main():
                         rec["vs_cublas_tf32"] = base_tf32 / med
                     rec.update(median_ms=med, tflops=2 * m * n * k / med / 1e9, vs_cublas=base / med if base else None,
                                vs_hbm_bound=bound_ms / med, launch_overhead_us=launch_overhead_us(launches[label]))
+                if label in graph_times:
+                    rec["graph_median_ms"] = statistics.median(graph_times[label])
+                    rec["graph_vs_cublas"] = statistics.median(graph_times["cublas"]) / rec["graph_median_ms"]
                 records.append(rec)
                 print(f"{label:22} {dtype_name:9} {shape:18} {rec.get('median_ms', float('nan')):8.3f} ms "
                       f"{rec.get('tflops', float('nan')):7.1f} T  vs cuBLAS {rec.get('vs_cublas') or float('nan'):5.3f}  "
                       f"HBM bound {rec.get('vs_hbm_bound', float('nan')):5.2f}  launch {rec.get('launch_overhead_us', 0):4.0f} us "
                       f"vs TF32 {rec.get('vs_cublas_tf32') or float('nan'):5.3f}  rel.err {rec.get('relative_error', 0):.1e} "
-                      f"{rec['status']} "
+                      f"graph {rec.get('graph_vs_cublas') or float('nan'):5.3f} {rec['status']} "
                       f"({verdicts[label][1]:.2g}x bound)", flush=True)
             del a, b, c_ref, launches, results
             torch.cuda.empty_cache()
-        default = VARIANTS[dtype_name][0][0]
-        ratios = [r["vs_cublas"] for r in records if r["dtype"] == dtype_name and r["variant"] == default
-                  and r.get("vs_cublas")]
-        if ratios:
-            print(f"{default} {dtype_name}: geometric mean vs cuBLAS over {len(ratios)} shapes "
-                  f"{math.exp(statistics.fmean(map(math.log, ratios))):.3f}", flush=True)
+        for label in dict.fromkeys(r["variant"] for r in records if r["dtype"] == dtype_name):
+            for key in ("vs_cublas", "graph_vs_cublas"):
+                ratios = [r[key] for r in records if r["dtype"] == dtype_name and r["variant"] == label and r.get(key)]
+                if ratios:
+                    print(f"{label} {dtype_name}: geometric mean {key} over {len(ratios)} shapes "
+                          f"{math.exp(statistics.fmean(map(math.log, ratios))):.3f}", flush=True)
     with open(f"{args.out}/tensorcore_vs_cublas.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
 

@@ -37,6 +37,20 @@ def test_interpreter_odd_shapes(dtype, m, n, k):
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("m,n,k,layout", [(65, 97, 40, "nn"), (130, 70, 33, "tt"), (80, 66, 17, "nt"),
+                                          (67, 129, 64, "tn")])
+def test_interpreter_tma_programs_any_layout(dtype, persistent, m, n, k, layout):
+    """M, N > 64 take the TMA programs (persistent: 4 programs walk the tiles here)."""
+    torch.manual_seed(m + n + k)
+    a = torch.randn(k, m, dtype=dtype).T if layout[0] == "t" else torch.randn(m, k, dtype=dtype)
+    b = torch.randn(n, k, dtype=dtype).T if layout[1] == "t" else torch.randn(k, n, dtype=dtype)
+    c, verdict = run(a, b, **SMALL, persistent=persistent)
+    assert c.shape == (m, n) and verdict.ok, verdict.message
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_interpreter_transposed_views_and_nan(dtype):
     a = torch.randn(37, 19, dtype=dtype).T           # (19, 37), column-major
     b = torch.randn(29, 37, dtype=dtype).T           # (37, 29)
@@ -169,6 +183,24 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
         out[f"{dtype}-{m}x{n}-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                                 wgmma="wgmma" in k.asm["ptx"] or p["block_m"] < 64,  # wgmma: M >= 64
                                                 cubin=len(k.asm["cubin"]))
+# tensorcore persistent=True: the persistent TMA program, C written in quarters
+from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
+for layout in ("nn", "tt"):
+    p = default_tiles(8192, 8192)
+    a_t, b_t = layout[0] == "t", layout[1] == "t"
+    a_block = [p["block_k"], p["block_m"]] if a_t else [p["block_m"], p["block_k"]]
+    b_block = [p["block_n"], p["block_k"]] if b_t else [p["block_k"], p["block_n"]]
+    sig = dict(a_desc=f"tensordesc<bf16{a_block}>", b_desc=f"tensordesc<bf16{b_block}>", c_ptr="*bf16",
+               scale_a_ptr="constexpr", scale_b_ptr="constexpr", M="i32", N="i32", K="i32", stride_cm="i32",
+               stride_cn="i32", A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
+               BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+               PROGRAMS="constexpr", UPCAST="constexpr")
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False,
+                 BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False)
+    k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+    out[f"persistent-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
+                                       cubin=len(k.asm["cubin"]))
 # tensorcore-f64: the pointer program in float64
 p = {q.name: q.default for q in tilemm.kernel("tensorcore-f64").params}
 sig = dict(a_ptr="*fp64", b_ptr="*fp64", c_ptr="*fp64", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
@@ -232,7 +264,7 @@ def test_default_configs_compile_for_sm90():
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
                                                                                 "split-tf32", "int-111", "int-114", "int-444", "int-888",
-                             "split-*i8", "split-*i32", "split-*i64"}
+                             "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype == "float64"), (dtype, info)   # fp64: mma, no wgmma
         assert info["shared"] <= info["limit"], (dtype, info)

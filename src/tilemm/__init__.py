@@ -3,11 +3,13 @@
     import tilemm
     c = tilemm.matmul(a, b)                        # NumPy, CuPy or torch in, same kind out
     c = tilemm.matmul(a, b, kernel="cpu-tiled", block_m=32)
+    c = tilemm.scaled_matmul(a8, b8, scale_a, scale_b)  # float8 torch tensors, as torch._scaled_mm
     tilemm.kernels()                               # the ladder
 """
 from . import _compat  # noqa: F401  (before anything imports numba.cuda)
 from .api import KernelUnavailable, matmul, plan
 from .registry import Kernel, get as kernel, kernels
+from .scaled import scaled_matmul
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "plan", "kernels", "kernel", "Kernel", "KernelUnavailable", "__version__"]
+__all__ = ["matmul", "plan", "scaled_matmul", "kernels", "kernel", "Kernel", "KernelUnavailable", "__version__"]

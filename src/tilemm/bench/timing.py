@@ -61,6 +61,23 @@ def interleaved_rounds(launchers: dict, rounds: int, per_round_s: float, warmup_
     return times
 
 
+def graphed(launch, copies: int = 10):
+    """A launcher that replays `copies` calls of launch() captured in one CUDA graph (torch):
+    its time divided by `copies` is the GPU's time per call without the CPU's cost of making it
+    (which, for a small product launched from Python, can exceed the GPU's)."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        launch()                                            # compiled and allocated before capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(copies):
+            launch()
+    return graph.replay
+
+
 def launch_overhead_us(launch, calls: int = 20) -> float:
     """CPU microseconds one launch() costs the caller (the GPU work is asynchronous)."""
     from numba import cuda

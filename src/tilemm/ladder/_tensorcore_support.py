@@ -62,6 +62,21 @@ def k_major(x) -> bool:
     return x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
 
 
+def row_descriptor(x, block_rows: int, block_cols: int):
+    """A TMA descriptor of x (rows, cols) read row by row: of x itself when its rows are
+    contiguous and aligned (k_major), else of a copy into aligned rows, a pass over x that counts
+    in the caller's time (a row of 8191 bf16 is 16382 bytes; a transposed view has no rows)."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    if not k_major(x):
+        rows, cols = x.shape
+        per_16_bytes = 16 // x.element_size()
+        padded = torch.empty((rows, -(-cols // per_16_bytes) * per_16_bytes), dtype=x.dtype, device=x.device)
+        padded[:, :cols].copy_(x)
+        x = padded[:, :cols]
+    return TensorDescriptor.from_tensor(x, [block_rows, block_cols])
+
+
 def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **constexprs):
     """A TMA descriptor of the parts the split program writes for x (digits, or TF32 parts),
     stacked (parts * rows, K padded to 16 bytes), K contiguous. Passing B^T as x writes B K-major.

@@ -32,13 +32,13 @@ CANDIDATES = [
 ]
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, autotune=False):
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=False, autotune=False):
     if autotune:
         config, _ = tuned(a, b, c)
         return launch(a, b, c, **config)
     tiles = resolve_tiles(a.shape[0], b.shape[1], dict(block_m=block_m, block_n=block_n, block_k=block_k,
                                                        num_warps=num_warps, num_stages=num_stages))
-    return launch(a, b, c, group_m=group_m, **tiles)
+    return launch(a, b, c, group_m=group_m, persistent=persistent, **tiles)
 
 
 def default_tiles(m: int, n: int) -> dict:
@@ -63,12 +63,12 @@ def resolve_tiles(m: int, n: int, given: dict) -> dict:
     return {name: chosen[name] if value is None else value for name, value in given.items()}
 
 
-def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=False):
     """One launch: c = a @ b, float16/bfloat16 (float32 sums) or float64. 16-bit operands go
     through TMA (copied first into 16-byte aligned rows if their strides are not); float64 and
     skinny products (M or N <= 64: bound by reading the other operand, where the pointer
     program's many small loads in flight measured 0.94 of the HBM bound and TMA 0.5) take the
-    pointer program."""
+    pointer program. persistent: one program an SM walks the tiles (matmul_persistent)."""
     from .t1_blocked_kernel import matmul_kernel, matmul_tma  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
@@ -83,9 +83,17 @@ def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     if a.element_size() == 2 and min(m, n) > 64:
         a_desc, a_t = descriptor(a, block_m, block_k)
         b_desc, b_t = descriptor(b, block_k, block_n)
-        matmul_tma[grid](a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1), A_T=a_t, B_T=b_t,
-                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
-                         num_warps=num_warps, num_stages=num_stages)
+        if persistent:
+            from .t1_blocked_kernel import matmul_persistent
+            programs = min(grid[0], support.multiprocessors())
+            matmul_persistent[(programs,)](a_desc, b_desc, out, None, None, m, n, k, out.stride(0), out.stride(1),
+                                           A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, BLOCK_M=block_m,
+                                           BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, PROGRAMS=programs,
+                                           UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
+        else:
+            matmul_tma[grid](a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1), A_T=a_t, B_T=b_t,
+                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
+                             num_warps=num_warps, num_stages=num_stages)
     else:
         matmul_kernel[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                             out.stride(0), out.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
@@ -97,19 +105,11 @@ def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
 
 def descriptor(x, block_rows: int, block_cols: int):
     """(TMA descriptor, transposed) for the (rows, cols) operand x: of x itself if its rows are
-    contiguous, of x^T if its columns are; TMA also wants 16-byte aligned strides and base, so
-    any other x (a row of 8191 bf16 is 16382 bytes) is first copied into aligned rows, a pass
-    over x that counts in the rung's time."""
-    import torch
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    if support.k_major(x):
-        return TensorDescriptor.from_tensor(x, [block_rows, block_cols]), False
-    if support.k_major(x.T):
-        return TensorDescriptor.from_tensor(x.T, [block_cols, block_rows]), True
-    rows, cols = x.shape
-    padded = torch.empty((rows, -(-cols // 8) * 8), dtype=x.dtype, device=x.device)[:, :cols]
-    padded.copy_(x)
-    return TensorDescriptor.from_tensor(padded, [block_rows, block_cols]), False
+    contiguous, of x^T if its columns are, else of a copy of x into aligned rows (TMA wants
+    16-byte aligned strides and base)."""
+    if not support.k_major(x) and support.k_major(x.T):
+        return support.row_descriptor(x.T, block_cols, block_rows), True
+    return support.row_descriptor(x, block_rows, block_cols), False
 
 
 def tuned(a, b, c):
@@ -139,9 +139,10 @@ def traffic(p, block_m, block_n, **_):
     return Traffic(read=p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m), written=p.m * p.n)
 
 
-def limits(p, block_m, block_n, block_k, num_stages, **_):
+def limits(p, block_m, block_n, block_k, num_stages, persistent=False, **_):
     t = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages))
-    return support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize)
+    quarter_of_c = t["block_m"] * t["block_n"] // 4 * p.itemsize if persistent else 0
+    return support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize, quarter_of_c)
 
 
 BLOCKS = (16, 32, 64, 128, 256)
@@ -166,6 +167,8 @@ register(Kernel(
     seed="beyond", summary="Triton tl.dot on tensor cores: tiles staged through shared memory, grouped order",
     run=run, traffic=traffic, limits=limits, available=support.available,
     params=TILE_PARAMS + (
+            Param("persistent", False, (False, True),
+                  "one program an SM walks the tiles, writing a tile while the next one loads (TMA only)"),
             Param("autotune", False, (False, True),
                   "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
                   "and use it (the other parameters are then ignored)"),),

@@ -76,3 +76,74 @@ def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
     offs_n = off_n + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_cm, stride_cn,
+                      A_T: tl.constexpr, B_T: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                      PROGRAMS: tl.constexpr, UPCAST: tl.constexpr):
+    """matmul_tma made persistent: PROGRAMS programs (one an SM) walk the tiles, the tile loop
+    flattened into the K loop, so the next tile's loads are in flight while this one's C is
+    written (in quarters: the stages still hold shared memory then).
+
+    The same program multiplies float8 for tilemm.scaled_matmul (SCALED: C = scale_a * scale_b *
+    A @ B; 8-bit operands come K-major only, A_T = False and B_T = True). Hopper adds fp8 products
+    into the accumulator with fewer bits than float32 keeps; unless FAST_ACCUM each K step's
+    products go into a fresh accumulator added to the float32 sum (max_num_imprecise_acc), as
+    cuBLAS does unless asked for fast accumulation (torch._scaled_mm's use_fast_accum).
+    """
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_tiles, PROGRAMS, flatten=True):
+        off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if A_T:
+                a = a_desc.load([k0, off_m]).T
+            else:
+                a = a_desc.load([off_m, k0])
+            if B_T:
+                b = b_desc.load([off_n, k0]).T
+            else:
+                b = b_desc.load([k0, off_n])
+            if UPCAST:   # Triton's interpreter only: see matmul_kernel
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            elif SCALED and not FAST_ACCUM:
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
+            else:
+                acc = tl.dot(a, b, acc)
+        if SCALED:
+            acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+        store_quarters(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
+
+
+@triton.jit
+def store_quarters(c_ptr, x, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE: tl.constexpr):
+    """store_tile in four column quarters: a flattened tile loop keeps the next tile's stages in
+    shared memory while this one is written, so the layout change gets a quarter of the space."""
+    left, right = halves(x)
+    quarter: tl.constexpr = x.shape[1] // 4
+    q0, q1 = halves(left)
+    q2, q3 = halves(right)
+    store_tile(c_ptr, q0, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
+    store_tile(c_ptr, q1, off_m, off_n + quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
+    store_tile(c_ptr, q2, off_m, off_n + 2 * quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
+    store_tile(c_ptr, q3, off_m, off_n + 3 * quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
+
+
+@triton.jit
+def halves(x):
+    """x's left and right column halves."""
+    return tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def store_tile(c_ptr, x, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE: tl.constexpr):
+    """C[off_m:, off_n:] (+)= x, inside C only; x is added to what C holds for a later K chunk."""
+    offs_m = off_m + tl.arange(0, x.shape[0])
+    offs_n = off_n + tl.arange(0, x.shape[1])
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if ACCUMULATE:                                         # a later K chunk (int64, long K)
+        x += tl.load(c_ptrs, mask=inside).to(x.dtype)
+    tl.store(c_ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)

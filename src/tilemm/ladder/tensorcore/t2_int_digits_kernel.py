@@ -3,7 +3,7 @@ fused product of all digit pairs. Kept apart so that importing tilemm never impo
 import triton
 import triton.language as tl
 
-from .t1_blocked_kernel import tile_position
+from .t1_blocked_kernel import store_quarters, store_tile, tile_position
 
 
 @triton.jit
@@ -80,33 +80,7 @@ def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
                 total += part.to(tl.int64) << (8 * s)
         else:
             total = acc
-        if SINGLE:   # C in quarters: the flattened loop keeps the next tile's stages in shared
-            # memory while this one is written, so the layout change gets a quarter of the space
-            left, right = halves(total)
-            quarter: tl.constexpr = BLOCK_N // 4
-            q0, q1 = halves(left)
-            q2, q3 = halves(right)
-            store_tile(c_ptr, q0, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
-            store_tile(c_ptr, q1, off_m, off_n + quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
-            store_tile(c_ptr, q2, off_m, off_n + 2 * quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
-            store_tile(c_ptr, q3, off_m, off_n + 3 * quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
+        if SINGLE:
+            store_quarters(c_ptr, total, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
         else:
             store_tile(c_ptr, total, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
-
-
-@triton.jit
-def halves(x):
-    """x's left and right column halves."""
-    return tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
-
-
-@triton.jit
-def store_tile(c_ptr, x, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE: tl.constexpr):
-    """C[off_m:, off_n:] (+)= x, inside C only; x is added to what C holds for a later K chunk."""
-    offs_m = off_m + tl.arange(0, x.shape[0])
-    offs_n = off_n + tl.arange(0, x.shape[1])
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if ACCUMULATE:                                         # a later K chunk (int64, long K)
-        x += tl.load(c_ptrs, mask=inside).to(x.dtype)
-    tl.store(c_ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)

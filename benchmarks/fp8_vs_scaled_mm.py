@@ -1,0 +1,121 @@
+"""Issue 9's fp8 bar: tilemm.scaled_matmul (rung `tensorcore-fp8`) against torch._scaled_mm.
+
+    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py --out DIR
+
+float8_e4m3fn, per-tensor scales, bfloat16 out, A row-major and B given as (N, K).T (the only
+layout _scaled_mm takes; tilemm's B row-major case, which pays its transposition, is also timed).
+The anchor is _scaled_mm as called by default (use_fast_accum=False); its fast-accumulation form
+runs beside it, each matched against tilemm's same mode. Every variant's answer is checked against
+a float64 product of the same fp8 values first (within bfloat16's rounding plus the accumulator
+allowance of tests/test_scaled.py), and its max relative error recorded. Protocol: pre-warm, then
+interleaved rounds (order rotated), CUDA events, the median.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+import tilemm
+from tilemm import machine
+from tilemm.bench.timing import interleaved_rounds
+
+import gpu_ladder  # noqa: E402  (pre-warm)
+
+CONFIGS = [dict(num_stages=3), dict(block_m=256, block_n=128, num_stages=4), dict(block_k=256, num_stages=2),
+           dict(block_n=128, block_k=256, num_warps=4, num_stages=3), dict(block_m=256, block_n=128, block_k=256,
+                                                                          num_stages=2)]
+
+
+def stamp(args):
+    info = machine.describe()
+    return {"device": info["device"], "versions": info["versions"],
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py "
+                       + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out")}
+
+
+def check(c, a, b, scale, fast, block_k=128):
+    """(ok, max |C - C64| / max |C64|): C within bfloat16's rounding plus the fp8 accumulator's
+    allowance (2^-13 of the sum's size per 32-deep add: block_k / 32 a K step, or all of them
+    with fast)."""
+    ref = (a.double() @ b.double()) * scale
+    size = (a.double().abs() @ b.double().abs()) * abs(scale)
+    k = a.shape[1]
+    adds = -(-k // 32) if fast else block_k // 32
+    bound = 2.0**-8 * ref.abs() + (2 * k * 2.0**-24 + adds * 2.0**-13) * size
+    err = (c.double() - ref).abs()
+    ok = bool((err <= bound).all()) and not bool(torch.isnan(c).any())
+    return ok, float(err.max() / ref.abs().max())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--sizes", nargs="+", type=int, default=[8192, 4096])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-round", type=float, default=0.3)
+    ap.add_argument("--prewarm", type=float, default=10.0)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = stamp(args)
+    gpu_ladder.prewarm(args.prewarm)
+    records = []
+    for n in args.sizes:
+        g = torch.Generator(device="cuda").manual_seed(n)
+        a = torch.randn(n, n, generator=g, device="cuda").to(torch.float8_e4m3fn)
+        b_nk = torch.randn(n, n, generator=g, device="cuda").to(torch.float8_e4m3fn)   # B^T, row-major
+        b = b_nk.T                                               # B (K, N), columns contiguous
+        b_row = b.contiguous()                                   # B (K, N), rows contiguous
+        sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(4.0, device="cuda")   # scale 2
+        variants = {
+            "scaled_mm": (lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16), False),
+            "scaled_mm-fast": (lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True),
+                               True),
+            "tilemm": (lambda: tilemm.scaled_matmul(a, b, sa, sb), False),
+            "tilemm-fast": (lambda: tilemm.scaled_matmul(a, b, sa, sb, fast_accum=True), True),
+            "tilemm-b-row-major": (lambda: tilemm.scaled_matmul(a, b_row, sa, sb), False),
+        }
+        for params in CONFIGS:
+            label = "tilemm-" + "-".join(f"{k.split('_')[-1]}{v}" for k, v in params.items())
+            variants[label] = (lambda p=params: tilemm.scaled_matmul(a, b, sa, sb, **p), False, params)
+            variants[label + "-fast"] = (lambda p=params: tilemm.scaled_matmul(a, b, sa, sb, fast_accum=True, **p),
+                                         True, params)
+        good, rows = {}, []
+        for label, (launch, fast, *params) in variants.items():
+            params = params[0] if params else {}
+            try:
+                ok, rel = check(launch(), a, b, 2.0, fast, params.get("block_k", 128))
+            except Exception as e:  # noqa: BLE001 - recorded as FAILED, the others still measured
+                print(f"{label}: {type(e).__name__}: {e}"[:300], flush=True)
+                ok, rel = False, float("nan")
+            rows.append({"variant": label, "status": "ok" if ok else "FAILED", "fast_accum": fast, "params": params,
+                         "relative_error": rel, "m": n, "n": n, "k": n, "dtype": "float8_e4m3fn",
+                         "out_dtype": "bfloat16", **base})
+            if ok:
+                good[label] = launch
+        torch.cuda.synchronize()
+        times = interleaved_rounds(good, args.rounds, args.per_round)
+        anchor = {False: statistics.median(times["scaled_mm"]), True: statistics.median(times["scaled_mm-fast"])}
+        for rec in rows:
+            if rec["variant"] in times:
+                med = statistics.median(times[rec["variant"]])
+                rec.update(median_ms=med, tflops=2 * n**3 / med / 1e9, samples=len(times[rec["variant"]]),
+                           vs_scaled_mm=anchor[False] / med, vs_scaled_mm_same_accum=anchor[rec["fast_accum"]] / med)
+            print(f"{n:5} {rec['variant']:28} {rec.get('median_ms', float('nan')):7.3f} ms "
+                  f"{rec.get('tflops', float('nan')):7.1f} TFLOP/s  x{rec.get('vs_scaled_mm', float('nan')):5.3f} "
+                  f"(same accum x{rec.get('vs_scaled_mm_same_accum', float('nan')):5.3f})  "
+                  f"rel.err {rec['relative_error']:.2e}  {rec['status']}", flush=True)
+        records += rows
+        variants = good = None                                   # frees this size's operands
+        torch.cuda.empty_cache()
+    with open(args.out / "fp8_vs_scaled_mm.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+if __name__ == "__main__":
+    main()

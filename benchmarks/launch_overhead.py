@@ -1,0 +1,86 @@
+"""Where the CPU time of one `tensorcore` launch goes (issue 9: at 1000³ a launch costs more CPU
+time than the GPU needs, so its time is the launch's).
+
+    PYTHONPATH=src python3 benchmarks/launch_overhead.py --out DIR
+
+Microseconds of CPU per call, layer by layer (bf16, 1000³, row-major): cuBLAS through torch,
+tilemm's prepared plan, the rung's launch(), the Triton program with its descriptors made each
+call, and with them made once; then a cProfile of the prepared plan's calls.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime
+import io
+import json
+import pstats
+from pathlib import Path
+
+import torch
+
+import tilemm
+from tilemm import machine
+from tilemm.bench.timing import launch_overhead_us
+from tilemm.ladder.tensorcore import t1_blocked
+from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_tma
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--n", type=int, default=1000)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    n = args.n
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    tiles = t1_blocked.resolve_tiles(n, n, dict(block_m=None, block_n=None, block_k=None, num_warps=None,
+                                                num_stages=None))
+    launch, _ = tilemm.plan(a, b, kernel="tensorcore").prepare()
+    a_desc, _ = t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])
+    b_desc, _ = t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])
+    grid = (-(-n // tiles["block_m"]) * -(-n // tiles["block_n"]),)
+
+    def raw(a_desc=a_desc, b_desc=b_desc):
+        matmul_tma[grid](a_desc, b_desc, c, n, n, n, c.stride(0), c.stride(1), A_T=False, B_T=False,
+                         BLOCK_M=tiles["block_m"], BLOCK_N=tiles["block_n"], BLOCK_K=tiles["block_k"], GROUP_M=8,
+                         UPCAST=False, num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+
+    def raw_with_descriptors():
+        raw(t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0],
+            t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0])
+    layers = {
+        "cublas (torch.matmul out=)": lambda: torch.matmul(a, b, out=c),
+        "tilemm plan launch": launch,
+        "t1_blocked.launch": lambda: t1_blocked.launch(a, b, c, group_m=8, **tiles),
+        "triton program, descriptors made each call": raw_with_descriptors,
+        "triton program, descriptors made once": raw,
+    }
+    info = machine.describe()
+    rec = {"device": info["device"], "versions": info["versions"], "n": n, "tiles": tiles,
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "command": f"PYTHONPATH=src python3 benchmarks/launch_overhead.py --n {n}"}
+    for label, fn in layers.items():
+        fn()
+        us = min(launch_overhead_us(fn, calls=200) for _ in range(5))
+        rec[label] = us
+        print(f"{label:48} {us:7.1f} us", flush=True)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(500):
+        launch()
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    (args.out / "launch_overhead_profile.txt").write_text(text.getvalue())
+    print(text.getvalue()[:6000])
+    with open(args.out / "launch_overhead.jsonl", "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Rung 24, `tensorcore-fp8`: float8 (e4m3 / e5m2) products with per-tensor scales on Hopper's
+8-bit tensor cores, in Triton; what torch._scaled_mm computes. Called by tilemm.scaled_matmul
+(NumPy has no fp8 dtype, so this rung is not one of matmul's).
+
+C = (scale_a * scale_b) * (A @ B), float32 sums, one rounding to C's dtype (bfloat16, float16 or
+float32). The 8-bit instruction reads both operands K-major: A row-major and B given as
+(N, K).T (torch._scaled_mm's own requirement) are used as they are; any other layout is copied
+K-major first, a pass whose time counts.
+
+Constraints: float8_e4m3fn / float8_e5m2 (mixed too); compute capability 8.9 or newer; BLOCK_K a
+multiple of 32 on the GPU; shared memory of a configuration must fit (checked before launch).
+"""
+from __future__ import annotations
+
+from ... import _compat
+from .. import _tensorcore_support as support
+
+DEFAULTS = dict(block_m=128, block_n=256, block_k=128, group_m=8, num_warps=8, num_stages=4)
+
+
+def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interpreter: bool) -> str | None:
+    if block_k % 32 and not interpreter:
+        return f"block_k={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
+    # C is written in float32 quarters while the next tile's stages load
+    return support.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue=block_m * block_n)
+
+
+def launch(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages):
+    """c = scale_a * scale_b * (a @ b): a (M, K), b (K, N) fp8; scale_a, scale_b one-element
+    float32 tensors on a's device; c (M, N), M, N, K > 0."""
+    from .t1_blocked_kernel import matmul_persistent   # Triton loads on first use
+    m, k = a.shape
+    n = b.shape[1]
+    a_desc = support.row_descriptor(a, block_m, block_k)
+    b_desc = support.row_descriptor(b.T, block_n, block_k)         # (N, K): B K-major
+    programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
+    # Triton 3.9's interpreter rounds float32 -> bfloat16 by truncation: there, torch rounds
+    upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
+    out = c.float() if upcast else c
+    matmul_persistent[(programs,)](a_desc, b_desc, out, scale_a, scale_b, m, n, k, out.stride(0), out.stride(1),
+                                   A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast_accum, BLOCK_M=block_m,
+                                   BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, PROGRAMS=programs, UPCAST=False,
+                                   num_warps=num_warps, num_stages=num_stages)
+    if upcast:
+        c.copy_(out)

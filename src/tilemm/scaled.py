@@ -1,0 +1,124 @@
+"""tilemm.scaled_matmul: float8 matrix products with per-tensor scales (torch._scaled_mm's
+contract), on the `tensorcore-fp8` rung. Arguments are checked here, before any kernel runs."""
+from __future__ import annotations
+
+import numbers
+
+from . import _compat
+from .api import KernelUnavailable
+
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
+                  **params):
+    """``(scale_a * a) @ (scale_b * b)`` for float8 a and b, as ``torch._scaled_mm`` computes it.
+
+    a (M, K), b (K, N): torch tensors of dtype float8_e4m3fn or float8_e5m2 on one CUDA device
+        (CPU tensors under Triton's interpreter), any strides. A row-major a and a b given as
+        (N, K).T (its columns contiguous) are read as they are; other layouts are first copied.
+    scale_a, scale_b: per-tensor scales, Python numbers or one-element tensors.
+    out_dtype: "bfloat16" (default), "float16" or "float32" (or the torch dtype).
+    fast_accum: let the tensor cores add fp8 products with their shorter accumulator (faster,
+        less accurate), as ``_scaled_mm(use_fast_accum=True)``; by default each K step's products
+        are added to a float32 sum.
+    out: optional (M, N) tensor of out_dtype on the operands' device to write into (any strides).
+    params: block_m, block_n, block_k, group_m, num_warps, num_stages (see
+        ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``).
+
+    Returns out, or a new contiguous (M, N) tensor of out_dtype.
+    """
+    try:
+        import torch
+    except ImportError:
+        raise KernelUnavailable("scaled_matmul needs PyTorch (pip install 'tilemm[triton]')") from None
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"scaled_matmul: operand {name} is {type(x).__name__}; float8 data comes as torch "
+                            f"tensors (NumPy has no float8 dtype)")
+        dtype = str(x.dtype).removeprefix("torch.")
+        if dtype not in FP8:
+            raise TypeError(f"scaled_matmul: operand {name} has dtype {dtype}; it multiplies {' and '.join(FP8)} "
+                            f"(tilemm.matmul takes the other dtypes)")
+        if x.ndim != 2:
+            raise ValueError(f"scaled_matmul: operand {name} has shape {tuple(x.shape)}; it takes matrices (2-D)")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"scaled_matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not line up "
+                         f"(a's {a.shape[1]} columns vs b's {b.shape[0]} rows)")
+    if a.device != b.device:
+        raise ValueError(f"scaled_matmul: a is on {a.device} and b on {b.device}; put both on one device")
+    result_dtype = _out_dtype(out_dtype, torch)
+    config = _config(params)
+    _check_device(a.device, torch)
+    from .ladder.tensorcore import t5_fp8
+    reason = t5_fp8.limits(config["block_m"], config["block_n"], config["block_k"], config["num_stages"],
+                           _compat.triton_interpreter())
+    if reason:
+        raise KernelUnavailable(f"scaled_matmul: {reason}")
+    scales = [_scale(s, name, a.device, torch) for name, s in (("scale_a", scale_a), ("scale_b", scale_b))]
+    m, k = a.shape
+    n = b.shape[1]
+    if out is None:
+        c = torch.empty((m, n), dtype=result_dtype, device=a.device)
+    elif not (isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and out.dtype == result_dtype
+              and out.device == a.device):
+        raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {a.device}; got "
+                         f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')} "
+                         f"{getattr(out, 'device', '')}")
+    else:
+        c = out
+    if m and n:
+        if k == 0:
+            c.zero_()                                      # an empty sum
+        else:
+            t5_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
+    return c
+
+
+def _out_dtype(out_dtype, torch):
+    name = str(out_dtype).removeprefix("torch.")
+    if name not in OUT_DTYPES:
+        raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
+    return getattr(torch, name)
+
+
+def _config(params: dict) -> dict:
+    from .ladder.tensorcore.t5_fp8 import DEFAULTS
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"scaled_matmul: unknown parameter(s) {', '.join(sorted(unknown))}; "
+                        f"it takes {', '.join(DEFAULTS)}")
+    config = {**DEFAULTS, **params}
+    for name, value in config.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")
+    for name in ("block_m", "block_n", "block_k"):
+        if config[name] < 16 or config[name] & (config[name] - 1):
+            raise ValueError(f"scaled_matmul: {name}={config[name]} must be a power of two, 16 or more")
+    return config
+
+
+def _check_device(device, torch) -> None:
+    from .ladder import _tensorcore_support as support
+    reason = support.available()
+    if reason:
+        raise KernelUnavailable(f"scaled_matmul {reason}")
+    if _compat.triton_interpreter():
+        if device.type != "cpu":
+            raise ValueError("scaled_matmul: under TRITON_INTERPRET=1 the operands must be CPU tensors")
+        return
+    if device.type != "cuda":
+        raise ValueError(f"scaled_matmul: the operands are on {device}; move them to a CUDA GPU")
+    if torch.cuda.get_device_capability(device) < (8, 9):
+        raise KernelUnavailable("scaled_matmul needs float8 tensor cores (compute capability 8.9 or newer)")
+
+
+def _scale(s, name: str, device, torch):
+    """A one-element float32 tensor on the operands' device."""
+    if isinstance(s, numbers.Real) and not isinstance(s, bool):
+        return torch.tensor([float(s)], dtype=torch.float32, device=device)
+    if isinstance(s, torch.Tensor) and s.numel() == 1 and s.dtype.is_floating_point:
+        return s.reshape(1).to(device=device, dtype=torch.float32)
+    raise ValueError(f"scaled_matmul: {name} must be a number or a one-element float tensor (per-tensor scales); "
+                     f"got {type(s).__name__}{' of shape ' + str(tuple(s.shape)) if hasattr(s, 'shape') else ''}")

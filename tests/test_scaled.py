@@ -1,0 +1,153 @@
+"""tilemm.scaled_matmul (rung `tensorcore-fp8`): float8 products with per-tensor scales, against
+a float64 reference of the same float8 values, in Triton's interpreter (set by conftest) and,
+with the gpu marker, on the device; its argument checks; and its program compiled for sm_90."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tilemm
+
+from .conftest import ON_GPU
+
+FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+SMALL = dict(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2)
+WHERE = "cuda" if ON_GPU else "cpu"
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
+
+
+def operand(rows, cols, dtype, transposed, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn((cols, rows) if transposed else (rows, cols), generator=g) * 3).to(dtype).to(WHERE)
+    return x.T if transposed else x
+
+
+def check(c, a, b, scale_a, scale_b, sum_error):
+    """|c - ref| within one rounding to c's dtype plus sum_error times sum |a_i b_i| (scaled)."""
+    ref = (a.double().cpu() * scale_a) @ (b.double().cpu() * scale_b)
+    size = (a.double().cpu().abs() * abs(scale_a)) @ (b.double().cpu().abs() * abs(scale_b))
+    tiny = torch.finfo(c.dtype).tiny
+    bound = UNIT_ROUNDOFF[c.dtype] * ref.abs() + sum_error * size + tiny
+    err = (c.double().cpu() - ref).abs()
+    assert torch.all(err <= bound), f"worst error / bound {(err / bound).max().item():.3g}"
+
+
+def float32_sums(k):
+    return 2 * k * 2.0**-24
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes; the gpu test below covers the device")
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (17, 33, 9), (40, 7, 65), (70, 40, 100)])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("dtypes", [(0, 0), (1, 1), (0, 1)])
+def test_interpreter_matches_float64(m, n, k, layout, dtypes):
+    a = operand(m, k, FP8[dtypes[0]], layout[0] == "t", 1)
+    b = operand(k, n, FP8[dtypes[1]], layout[1] == "t", 2)
+    out = torch.full((m, n), float("nan"), dtype=torch.float32)      # poisoned: every entry must be written
+    c = tilemm.scaled_matmul(a, b, 0.25, torch.tensor(3.0), out_dtype="float32", out=out, **SMALL)
+    assert c is out
+    check(c, a, b, 0.25, 3.0, float32_sums(k))
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("out_dtype", ["bfloat16", torch.float16])
+def test_interpreter_out_dtypes_round_once(out_dtype):
+    a, b = operand(33, 64, FP8[0], False, 3), operand(64, 20, FP8[0], True, 4)
+    c = tilemm.scaled_matmul(a, b, 2.0, 0.5, out_dtype=out_dtype, **SMALL)
+    assert c.dtype == getattr(torch, str(out_dtype).removeprefix("torch.")) and c.shape == (33, 20)
+    check(c, a, b, 2.0, 0.5, float32_sums(64))
+
+
+def test_empty_shapes():
+    a, b = operand(5, 40, FP8[0], False, 5), operand(40, 6, FP8[0], False, 6)
+    zero_k = tilemm.scaled_matmul(a[:, :0], b[:0], out_dtype="float32", **SMALL)
+    assert zero_k.shape == (5, 6) and torch.equal(zero_k.cpu(), torch.zeros(5, 6))
+    assert tilemm.scaled_matmul(a[:0], b, **SMALL).shape == (0, 6)
+
+
+@pytest.mark.parametrize("args,kwargs,error,match", [
+    ((torch.ones(2, 2).numpy(), torch.ones(2, 2).numpy()), {}, TypeError, "NumPy has no float8"),
+    ((torch.ones(2, 2), torch.ones(2, 2)), {}, TypeError, "dtype float32"),
+    ((torch.ones(2, 2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), {}, ValueError, "2-D"),
+    ((torch.ones(2, 3).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), {}, ValueError, "do not line up"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0]), torch.ones(2)), {}, ValueError, "per-tensor"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(out_dtype="int8"), TypeError, "out_dtype"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(block_q=3), TypeError, "unknown parameter"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(block_m=48), ValueError, "power of two"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(out=torch.ones(3, 3)), ValueError, "out must"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(block_m=256, block_n=256, num_stages=5),
+     tilemm.KernelUnavailable, "shared memory"),
+])
+def test_bad_arguments_are_refused_before_any_kernel(args, kwargs, error, match):
+    args = tuple(x.to(WHERE) if isinstance(x, torch.Tensor) and x.ndim >= 2 else x for x in args)
+    kwargs = {k: v.to(WHERE) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    with pytest.raises(error, match=match):
+        tilemm.scaled_matmul(*args, **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (1000, 1000, 1000), (517, 1030, 333), (2048, 2048, 4096)])
+@pytest.mark.parametrize("layout", ["nt", "nn", "tt"])
+@pytest.mark.parametrize("fast_accum", [False, True])
+def test_gpu_matches_float64(m, n, k, layout, fast_accum):
+    a = operand(m, k, FP8[0], layout[0] == "t", 7)
+    b = operand(k, n, FP8[0], layout[1] == "t", 8)
+    out = torch.full((m, n), float("nan"), dtype=torch.float32, device="cuda")
+    c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float32", fast_accum=fast_accum, out=out)
+    # Hopper adds each 32-deep fp8 product into an accumulator of ~13 bits: allow 2^-13 of the sum's
+    # size per such add, 4 adds a 128-deep K step then float32 (fast_accum: k / 32 adds in all).
+    adds = -(-k // 32) if fast_accum else 4
+    check(c, a, b, 0.5, 2.0, float32_sums(k) + adds * 2.0**-13)
+
+
+@pytest.mark.gpu
+def test_gpu_nan_propagates():
+    """(Triton's interpreter reads the e4m3 NaN, 0x7F, as a number: checked on the GPU only.)"""
+    a, b = operand(300, 400, FP8[0], False, 5), operand(400, 260, FP8[0], True, 6)
+    a[2, 7] = float("nan")
+    c = tilemm.scaled_matmul(a, b, out_dtype="float32")
+    rows = torch.isnan(c).any(dim=1).cpu()
+    assert torch.isnan(c[2]).all() and rows.sum() == 1
+
+
+COMPILE = r"""
+import json
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS as p
+from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
+from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
+out = {}
+for ty in ("fp8e4nv", "fp8e5"):
+    for fast in (False, True):
+        sig = dict(a_desc=f"tensordesc<{ty}[{p['block_m']}, {p['block_k']}]>",
+                   b_desc=f"tensordesc<{ty}[{p['block_n']}, {p['block_k']}]>", c_ptr="*bf16", scale_a_ptr="*fp32",
+                   scale_b_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32",
+                   A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
+                   BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+                   PROGRAMS="constexpr", UPCAST="constexpr")
+        const = dict(A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
+                     BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False)
+        k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+        ptx = k.asm["ptx"]
+        out[f"{ty}-{fast}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
+                                   wgmma=any(f"wgmma.mma_async.sync.aligned.m64n256k32.f32.{t}" in ptx
+                                             for t in ("e4m3.e4m3", "e5m2.e5m2")))
+print(json.dumps(out))
+"""
+
+
+def test_default_config_compiles_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    compiled = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(compiled) == 4
+    for name, info in compiled.items():
+        assert info["cubin"] > 0 and info["wgmma"], (name, info)
+        assert info["shared"] <= info["limit"], (name, info)
