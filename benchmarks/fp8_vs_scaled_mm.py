@@ -26,9 +26,7 @@ from tilemm.bench.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (pre-warm)
 
-CONFIGS = [dict(num_stages=3), dict(block_m=256, block_n=128, num_stages=4), dict(block_k=256, num_stages=2),
-           dict(block_n=128, block_k=256, num_warps=4, num_stages=3), dict(block_m=256, block_n=128, block_k=256,
-                                                                          num_stages=2)]
+CONFIGS = [dict(stream_k=False), dict(num_stages=3), dict(block_m=256, block_n=128, num_stages=4)]
 
 
 def stamp(args):
@@ -81,7 +79,7 @@ def main():
             "tilemm-b-row-major": (lambda: tilemm.scaled_matmul(a, b_row, sa, sb), False),
         }
         for params in CONFIGS:
-            label = "tilemm-" + "-".join(f"{k.split('_')[-1]}{v}" for k, v in params.items())
+            label = "tilemm-" + "-".join(f"{k}={v}" for k, v in params.items())
             variants[label] = (lambda p=params: tilemm.scaled_matmul(a, b, sa, sb, **p), False, params)
             variants[label + "-fast"] = (lambda p=params: tilemm.scaled_matmul(a, b, sa, sb, fast_accum=True, **p),
                                          True, params)

@@ -4,8 +4,9 @@ time than the GPU needs, so its time is the launch's).
     PYTHONPATH=src python3 benchmarks/launch_overhead.py --out DIR
 
 Microseconds of CPU per call, layer by layer (bf16, 1000³, row-major): cuBLAS through torch,
-tilemm's prepared plan, the rung's launch(), the Triton program with its descriptors made each
-call, and with them made once; then a cProfile of the prepared plan's calls.
+tilemm's prepared plan (its launcher bound once), tilemm.matmul, the rung's launch(), the
+Triton program with its descriptors made each call, and with them made once; then a cProfile
+of the prepared plan's calls.
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ def main():
     tiles = t1_blocked.resolve_tiles(n, n, dict(block_m=None, block_n=None, block_k=None, num_warps=None,
                                                 num_stages=None))
     launch, _ = tilemm.plan(a, b, kernel="tensorcore").prepare()
-    a_desc, _ = t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])
-    b_desc, _ = t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])
+    a_desc = t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0]
+    b_desc = t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0]
     grid = (-(-n // tiles["block_m"]) * -(-n // tiles["block_n"]),)
 
     def raw(a_desc=a_desc, b_desc=b_desc):
@@ -54,7 +55,8 @@ def main():
     layers = {
         "cublas (torch.matmul out=)": lambda: torch.matmul(a, b, out=c),
         "tilemm plan launch": launch,
-        "t1_blocked.launch": lambda: t1_blocked.launch(a, b, c, group_m=8, **tiles),
+        "t1_blocked.launch (persistent)": lambda: t1_blocked.launch(a, b, c, group_m=8, **tiles),
+        "tilemm.matmul(a, b, kernel='tensorcore')": lambda: tilemm.matmul(a, b, kernel="tensorcore"),
         "triton program, descriptors made each call": raw_with_descriptors,
         "triton program, descriptors made once": raw,
     }

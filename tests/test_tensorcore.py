@@ -50,6 +50,35 @@ def test_interpreter_tma_programs_any_layout(dtype, persistent, m, n, k, layout)
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("m,n,k", [(65, 130, 40),     # 6 tiles, 3 K steps: a run that helps one tile, owns the next
+                                   (320, 65, 100),    # 2 whole rounds, then an owner with two helpers
+                                   (65, 65, 48)])     # fewer tiles than programs: every tile shared out
+def test_interpreter_stream_k_shares_the_last_round(m, n, k):
+    """4 programs here (tilemm.ladder._tensorcore_support.multiprocessors under the interpreter)."""
+    torch.manual_seed(m + n + k)
+    a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
+    tiles = dict(block_m=64, block_n=64, block_k=16, num_warps=4, num_stages=2)
+    for stream_k in (True, False):
+        c, verdict = run(a, b, **tiles, stream_k=stream_k)
+        assert verdict.ok, (stream_k, verdict.message)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_prepared_plan_reads_operands_at_each_launch():
+    """A bound launcher keeps its descriptors; a copy into aligned rows (rows of 130 fp16 are
+    260 bytes) must still be made at each launch, from the operand's current values."""
+    a, b = torch.randn(70, 33, dtype=torch.float16), torch.randn(33, 130, dtype=torch.float16)
+    launch, result = tilemm.plan(a, b, kernel="tensorcore", **SMALL).prepare(poison=True)
+    launch()
+    first = np.array(result())
+    a.mul_(2)
+    b[0].zero_()
+    launch()
+    assert compare(result().astype(np.float32), a.float().numpy(), b.float().numpy(), "float16").ok
+    assert not np.array_equal(first, result())
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_interpreter_transposed_views_and_nan(dtype):
     a = torch.randn(37, 19, dtype=dtype).T           # (19, 37), column-major
@@ -191,11 +220,11 @@ for layout in ("nn", "tt"):
     a_block = [p["block_k"], p["block_m"]] if a_t else [p["block_m"], p["block_k"]]
     b_block = [p["block_n"], p["block_k"]] if b_t else [p["block_k"], p["block_n"]]
     sig = dict(a_desc=f"tensordesc<bf16{a_block}>", b_desc=f"tensordesc<bf16{b_block}>", c_ptr="*bf16",
-               scale_a_ptr="constexpr", scale_b_ptr="constexpr", M="i32", N="i32", K="i32", stride_cm="i32",
+               scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="*fp32", flags_ptr="*i32", epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32",
                stride_cn="i32", A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
-               BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+               STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                PROGRAMS="constexpr", UPCAST="constexpr")
-    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False,
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, STREAM_K=True,
                  BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))

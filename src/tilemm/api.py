@@ -1,6 +1,7 @@
 """tilemm.matmul: argument checks at the boundary, array interop, dispatch to a rung."""
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -265,10 +266,16 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool):
     if poison:
         arrays.poison(c)
 
+    calls = []
+    if p.m and p.n:
+        for idx, a_i, b_i in _batches(plan.batch, a_t, b_t):
+            c_i = c[idx] if idx else c
+            bound = plan.kernel.bind and plan.kernel.bind(a_i, b_i, c_i, **plan.params)
+            calls.append(bound or functools.partial(plan.kernel.run, a_i, b_i, c_i, **plan.params))
+
     def launch():
-        if p.m and p.n:
-            for idx, a_i, b_i in _batches(plan.batch, a_t, b_t):
-                plan.kernel.run(a_i, b_i, c[idx] if idx else c, **plan.params)
+        for call in calls:
+            call()
 
     def result():
         if plan.operand.device == "cpu":

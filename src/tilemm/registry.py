@@ -68,6 +68,8 @@ class Kernel:
     limits: Callable[..., str | None] = field(default=lambda problem, **p: None)  # why it can't run it
     available: Callable[[], str | None] = field(default=lambda: None)         # why it can't run here
     launch_shape: Callable | None = None      # launch_shape(problem, **params) -> grid, block, shared memory
+    bind: Callable | None = None   # bind(a, b, c, **params) -> launcher without arguments, or None: run()'s
+                                   # set-up done once for a prepared plan launched many times
     narrow_operands: bool = False  # signed integer operands narrower than the compute dtype reach run() as
                                    # they are (a digit kernel does less work on fewer digits)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 
 from .. import _compat, machine
 
@@ -63,18 +64,20 @@ def k_major(x) -> bool:
 
 
 def row_descriptor(x, block_rows: int, block_cols: int):
-    """A TMA descriptor of x (rows, cols) read row by row: of x itself when its rows are
-    contiguous and aligned (k_major), else of a copy into aligned rows, a pass over x that counts
-    in the caller's time (a row of 8191 bf16 is 16382 bytes; a transposed view has no rows)."""
+    """(TMA descriptor, fill) for x (rows, cols) read row by row: of x itself when its rows are
+    contiguous and aligned (k_major), fill None; else of aligned rows that fill() copies x into, a
+    pass over x that counts in the caller's time (a row of 8191 bf16 is 16382 bytes; a transposed
+    view has no rows). Call fill before each launch: it reads x's current values."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
+    fill = None
     if not k_major(x):
         rows, cols = x.shape
         per_16_bytes = 16 // x.element_size()
         padded = torch.empty((rows, -(-cols // per_16_bytes) * per_16_bytes), dtype=x.dtype, device=x.device)
-        padded[:, :cols].copy_(x)
+        fill = functools.partial(padded[:, :cols].copy_, x)
         x = padded[:, :cols]
-    return TensorDescriptor.from_tensor(x, [block_rows, block_cols])
+    return TensorDescriptor.from_tensor(x, [block_rows, block_cols]), fill
 
 
 def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **constexprs):
@@ -91,3 +94,42 @@ def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **
     split[grid](x, out, rows, k, k_pad, x.stride(0), x.stride(1), BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK,
                 **constexprs)
     return TensorDescriptor.from_tensor(out.view(parts * rows, k_pad), [block_rows, block_k])
+
+
+_WORKSPACES: dict = {}
+_EPOCHS = itertools.count(1)
+
+
+def stream_k_workspace(device, programs: int, block_m: int, block_n: int):
+    """(partials, flags, epoch) for the stream-K share of matmul_persistent: two float32 slots of
+    block_m x block_n a program and a flag a program, kept per device and stream (launches on one
+    stream never overlap) and grown when needed. The flags are never cleared: a helper raises its
+    flag to the launch's epoch, a number no earlier launch used."""
+    import torch
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    key = (str(device), stream)
+    size = 2 * programs * block_m * block_n
+    partials, flags = _WORKSPACES.get(key, (None, None))
+    if partials is None or partials.numel() < size or flags.numel() < programs:
+        partials = torch.empty(size, dtype=torch.float32, device=device)
+        flags = torch.zeros(programs, dtype=torch.int32, device=device)
+        _WORKSPACES[key] = partials, flags
+    return partials, flags, next(_EPOCHS) % (2**31 - 2) + 1
+
+
+def persistent_launch(program, a_desc, b_desc, c, scales, m: int, n: int, k: int, stream_k: bool, **config):
+    """A launcher without arguments of matmul_persistent: one program an SM (as many as there are
+    tiles, or all SMs when stream_k shares the tiles' K steps out); stream-K only when the tiles
+    do not fill whole rounds. config: the program's constexprs and num_warps / num_stages."""
+    tiles = -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"])
+    sms = multiprocessors()
+    programs = sms if stream_k else min(tiles, sms)
+    stream_k = stream_k and tiles % programs != 0
+    kernel = program[(programs,)]
+    none = (None, None, 0)
+
+    def go():
+        ws = stream_k_workspace(c.device, programs, config["BLOCK_M"], config["BLOCK_N"]) if stream_k else none
+        kernel(a_desc, b_desc, c, *scales, *ws, m, n, k, c.stride(0), c.stride(1), STREAM_K=stream_k,
+               PROGRAMS=programs, **config)
+    return go

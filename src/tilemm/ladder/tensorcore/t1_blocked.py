@@ -32,13 +32,23 @@ CANDIDATES = [
 ]
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=False, autotune=False):
-    if autotune:
+def run(a, b, c, **params):
+    if params.get("autotune"):
         config, _ = tuned(a, b, c)
         return launch(a, b, c, **config)
+    bind(a, b, c, **params)()
+
+
+def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=True,
+         autotune=False):
+    """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
+    once: a prepared plan launched many times pays Triton's launch alone. None with autotune
+    (the first run tunes)."""
+    if autotune:
+        return None
     tiles = resolve_tiles(a.shape[0], b.shape[1], dict(block_m=block_m, block_n=block_n, block_k=block_k,
                                                        num_warps=num_warps, num_stages=num_stages))
-    return launch(a, b, c, group_m=group_m, persistent=persistent, **tiles)
+    return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, **tiles)
 
 
 def default_tiles(m: int, n: int) -> dict:
@@ -63,53 +73,67 @@ def resolve_tiles(m: int, n: int, given: dict) -> dict:
     return {name: chosen[name] if value is None else value for name, value in given.items()}
 
 
-def launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=False):
-    """One launch: c = a @ b, float16/bfloat16 (float32 sums) or float64. 16-bit operands go
-    through TMA (copied first into 16-byte aligned rows if their strides are not); float64 and
-    skinny products (M or N <= 64: bound by reading the other operand, where the pointer
-    program's many small loads in flight measured 0.94 of the HBM bound and TMA 0.5) take the
-    pointer program. persistent: one program an SM walks the tiles (matmul_persistent)."""
-    from .t1_blocked_kernel import matmul_kernel, matmul_tma  # Triton loads on first use
+def launch(a, b, c, **config):
+    """One launch: c = a @ b (see launcher)."""
+    launcher(a, b, c, **config)()
+
+
+def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=True):
+    """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
+    16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
+    strides are not), by the persistent program unless persistent=False (measured as fast or
+    faster on the shapes suite, 1.3x at 8192x8192x128: tensorcore_vs_cublas_persistent.jsonl),
+    with the tiles of a last, partial round shared out by K steps (stream_k, see matmul_persistent);
+    float64 and skinny products (M or N <= 64: bound by reading the other operand, where the
+    pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA 0.5) take
+    the pointer program."""
+    from .t1_blocked_kernel import matmul_kernel, matmul_persistent, matmul_tma  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
     if k == 0:                       # an empty sum (and no tensor to describe)
-        c.zero_()
-        return
+        return c.zero_
     # Triton 3.9's interpreter gets bfloat16 wrong twice (tl.dot, and float32 -> bfloat16 by
     # truncation): there, the kernel multiplies in float32 and torch rounds the result.
     upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
     grid = (-(-m // block_m) * -(-n // block_n),)
+    fills = []
     if a.element_size() == 2 and min(m, n) > 64:
-        a_desc, a_t = descriptor(a, block_m, block_k)
-        b_desc, b_t = descriptor(b, block_k, block_n)
+        a_desc, a_t, a_fill = descriptor(a, block_m, block_k)
+        b_desc, b_t, b_fill = descriptor(b, block_k, block_n)
+        fills = [f for f in (a_fill, b_fill) if f]
+        tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
+                     UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
         if persistent:
-            from .t1_blocked_kernel import matmul_persistent
-            programs = min(grid[0], support.multiprocessors())
-            matmul_persistent[(programs,)](a_desc, b_desc, out, None, None, m, n, k, out.stride(0), out.stride(1),
-                                           A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, BLOCK_M=block_m,
-                                           BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, PROGRAMS=programs,
-                                           UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
+            program = support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (None, None), m, n, k,
+                                                stream_k, SCALED=False, FAST_ACCUM=False, **tiles)
+            args, tiles = (), {}
         else:
-            matmul_tma[grid](a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1), A_T=a_t, B_T=b_t,
-                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
-                             num_warps=num_warps, num_stages=num_stages)
+            program, args = matmul_tma[grid], (a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1))
     else:
-        matmul_kernel[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                            out.stride(0), out.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                            GROUP_M=group_m, UPCAST=upcast, FP64=str(a.dtype) == "torch.float64",
-                            num_warps=num_warps, num_stages=num_stages)
-    if upcast:
-        c.copy_(out)
+        program = matmul_kernel[grid]
+        args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
+        tiles = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
+                     FP64=str(a.dtype) == "torch.float64", num_warps=num_warps, num_stages=num_stages)
+
+    def go():
+        for fill in fills:
+            fill()
+        program(*args, **tiles)
+        if upcast:
+            c.copy_(out)
+    return go
 
 
 def descriptor(x, block_rows: int, block_cols: int):
-    """(TMA descriptor, transposed) for the (rows, cols) operand x: of x itself if its rows are
-    contiguous, of x^T if its columns are, else of a copy of x into aligned rows (TMA wants
-    16-byte aligned strides and base)."""
+    """(TMA descriptor, transposed, fill) for the (rows, cols) operand x: of x itself if its rows
+    are contiguous, of x^T if its columns are, else of aligned rows that fill() copies x into
+    (TMA wants 16-byte aligned strides and base); fill is None when there is nothing to copy."""
     if not support.k_major(x) and support.k_major(x.T):
-        return support.row_descriptor(x.T, block_cols, block_rows), True
-    return support.row_descriptor(x, block_rows, block_cols), False
+        desc, fill = support.row_descriptor(x.T, block_cols, block_rows)
+        return desc, True, fill
+    desc, fill = support.row_descriptor(x, block_rows, block_cols)
+    return desc, False, fill
 
 
 def tuned(a, b, c):
@@ -139,9 +163,9 @@ def traffic(p, block_m, block_n, **_):
     return Traffic(read=p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m), written=p.m * p.n)
 
 
-def limits(p, block_m, block_n, block_k, num_stages, persistent=False, **_):
+def limits(p, block_m, block_n, block_k, num_stages, persistent=True, **_):
     t = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages))
-    quarter_of_c = t["block_m"] * t["block_n"] // 4 * p.itemsize if persistent else 0
+    quarter_of_c = t["block_m"] * t["block_n"] // 4 * p.itemsize if persistent and p.itemsize == 2 else 0
     return support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize, quarter_of_c)
 
 
@@ -165,10 +189,13 @@ TILE_PARAMS = tile_params(None, None, None, num_warps=None, num_stages=None)
 register(Kernel(
     name="tensorcore", rung=20, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
     seed="beyond", summary="Triton tl.dot on tensor cores: tiles staged through shared memory, grouped order",
-    run=run, traffic=traffic, limits=limits, available=support.available,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available,
     params=TILE_PARAMS + (
-            Param("persistent", False, (False, True),
-                  "one program an SM walks the tiles, writing a tile while the next one loads (TMA only)"),
+            Param("persistent", True, (False, True),
+                  "16-bit operands: one program an SM walks the tiles, writing a tile while the next one "
+                  "loads; False: one program a tile"),
+            Param("stream_k", True, (False, True),
+                  "persistent: the tiles of a last, partial round are shared out by K steps among all SMs"),
             Param("autotune", False, (False, True),
                   "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
                   "and use it (the other parameters are then ignored)"),),

@@ -78,14 +78,24 @@ def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-@triton.jit
-def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_cm, stride_cn,
+@triton.jit(do_not_specialize=["epoch"])
+def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, flags_ptr, epoch,
+                      M, N, K, stride_cm, stride_cn,
                       A_T: tl.constexpr, B_T: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                      PROGRAMS: tl.constexpr, UPCAST: tl.constexpr):
+                      STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, UPCAST: tl.constexpr):
     """matmul_tma made persistent: PROGRAMS programs (one an SM) walk the tiles, the tile loop
     flattened into the K loop, so the next tile's loads are in flight while this one's C is
     written (in quarters: the stages still hold shared memory then).
+
+    STREAM_K: whole rounds of PROGRAMS tiles go as above; the tiles left over, which would keep
+    a few SMs busy for one more round while the rest idle, are shared out by K steps instead,
+    each program an equal run of steps (stream-K). A tile's first run belongs to its owner; the
+    others store their partial sums in the workspace (two BLOCK_M x BLOCK_N float32 slots a
+    program) and raise their flag to this launch's `epoch`; the owner waits for those flags, adds
+    the partials and writes C. Runs are handed out in reverse program order, so an owner's
+    helpers have lower program ids (Triton's interpreter runs programs in order) and finish their
+    share of the tile first (it is the first thing each does).
 
     The same program multiplies float8 for tilemm.scaled_matmul (SCALED: C = scale_a * scale_b *
     A @ B; 8-bit operands come K-major only, A_T = False and B_T = True). Hopper adds fp8 products
@@ -93,28 +103,95 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, 
     products go into a fresh accumulator added to the float32 sum (max_num_imprecise_acc), as
     cuBLAS does unless asked for fast accumulation (torch._scaled_mm's use_fast_accum).
     """
+    pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), num_tiles, PROGRAMS, flatten=True):
+    k_steps = tl.cdiv(K, BLOCK_K)
+    if STREAM_K:
+        whole_rounds = num_tiles - num_tiles % PROGRAMS
+    else:
+        whole_rounds = num_tiles
+    for tile in tl.range(pid, whole_rounds, PROGRAMS, flatten=True):
         off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            if A_T:
-                a = a_desc.load([k0, off_m]).T
-            else:
-                a = a_desc.load([off_m, k0])
-            if B_T:
-                b = b_desc.load([off_n, k0]).T
-            else:
-                b = b_desc.load([k0, off_n])
-            if UPCAST:   # Triton's interpreter only: see matmul_kernel
-                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-            elif SCALED and not FAST_ACCUM:
-                acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
-            else:
-                acc = tl.dot(a, b, acc)
+        acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, k_steps, A_T, B_T, SCALED, FAST_ACCUM, UPCAST,
+                         BLOCK_M, BLOCK_N, BLOCK_K)
         if SCALED:
             acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
         store_quarters(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
+    if STREAM_K:
+        units = (num_tiles - whole_rounds) * k_steps          # (tile, K step) pairs left
+        per = tl.cdiv(units, PROGRAMS)
+        run = PROGRAMS - 1 - pid                             # reverse order: see above
+        u = run * per
+        end = tl.minimum(u + per, units)
+        while u < end:
+            t = u // k_steps
+            first = t * k_steps
+            stop = tl.minimum(end, first + k_steps)
+            off_m, off_n = tile_position(whole_rounds + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            acc = tile_steps(a_desc, b_desc, off_m, off_n, u - first, stop - first, A_T, B_T, SCALED, FAST_ACCUM,
+                             UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+            owner = u == first
+            # two slots a program: a helper's partial (its first run, at most one) must outlive
+            # the partials of the tiles it owns after it
+            slot = ws_ptr + (2 * pid + (0 if owner else 1)) * (BLOCK_M * BLOCK_N)
+            store_quarters(slot, acc, 0, 0, BLOCK_M, BLOCK_N, BLOCK_N, 1, False)
+            tl.debug_barrier()   # every thread's share of the partial is written before it is read or flagged
+            if owner:     # the owner: wait for the helpers, add their partials, write C
+                last_run = (first + k_steps - 1) // per
+                add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid, run + 1, last_run,
+                             off_m, off_n, M, N, stride_cm, stride_cn, SCALED, BLOCK_M, BLOCK_N, PROGRAMS)
+            else:              # a helper: the partial is stored; say so
+                tl.atomic_xchg(flags_ptr + pid, epoch, sem="release")
+            u = stop
+
+
+@triton.jit
+def tile_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, A_T: tl.constexpr, B_T: tl.constexpr,
+               SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The float32 sum of K steps step_from..step_to - 1 of the tile at (off_m, off_n)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(step_from, step_to):
+        k0 = step * BLOCK_K
+        if A_T:
+            a = a_desc.load([k0, off_m]).T
+        else:
+            a = a_desc.load([off_m, k0])
+        if B_T:
+            b = b_desc.load([off_n, k0]).T
+        else:
+            b = b_desc.load([k0, off_n])
+        if UPCAST:   # Triton's interpreter only: see matmul_kernel
+            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        elif SCALED and not FAST_ACCUM:
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
+        else:
+            acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid, run_from, run_to, off_m, off_n,
+                 M, N, stride_cm, stride_cn, SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 PROGRAMS: tl.constexpr):
+    """C's tile = the owner's partial (in its slot) + those of runs run_from..run_to, each added
+    once its program's flag shows this launch's epoch; a quarter of the columns at a time, read
+    from L2 (.cg: another SM wrote them)."""
+    for run in range(run_from, run_to + 1):
+        seen = tl.atomic_add(flags_ptr + (PROGRAMS - 1 - run), 0, sem="acquire")
+        while seen != epoch:
+            seen = tl.atomic_add(flags_ptr + (PROGRAMS - 1 - run), 0, sem="acquire")
+    tl.debug_barrier()
+    QUARTER: tl.constexpr = BLOCK_N // 4
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, QUARTER)[None, :]
+    for q in tl.static_range(4):
+        total = tl.load(ws_ptr + 2 * pid * (BLOCK_M * BLOCK_N) + q * QUARTER + offs, cache_modifier=".cg")
+        for run in range(run_from, run_to + 1):
+            helper_slot = ws_ptr + (2 * (PROGRAMS - 1 - run) + 1) * (BLOCK_M * BLOCK_N)
+            total += tl.load(helper_slot + q * QUARTER + offs, cache_modifier=".cg")
+        if SCALED:
+            total = total * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+        store_tile(c_ptr, total, off_m, off_n + q * QUARTER, M, N, stride_cm, stride_cn, False)
 
 
 @triton.jit

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from ...registry import Kernel, register
 from .. import _tensorcore_support as support
-from .t1_blocked import launch, limits, tile_params, traffic
+from .t1_blocked import launch, launcher, limits, tile_params, traffic
 
 register(Kernel(
     name="tensorcore-f64", rung=22, device="cuda", backend="triton", dtypes=("float64",),
     seed="beyond", summary="Triton tl.dot in float64 on the FP64 tensor cores",
-    run=launch, traffic=traffic, limits=limits, available=support.available,
+    run=launch, bind=launcher, traffic=traffic, limits=limits, available=support.available,
     params=tile_params(128, 128, 32, num_warps=8, num_stages=3),   # 0.93x DGEMM at 4096 and 8192
 ))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ... import _compat
 from .. import _tensorcore_support as support
 
-DEFAULTS = dict(block_m=128, block_n=256, block_k=128, group_m=8, num_warps=8, num_stages=4)
+DEFAULTS = dict(block_m=128, block_n=256, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=True)
 
 
 def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interpreter: bool) -> str | None:
@@ -25,21 +25,24 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
     return support.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue=block_m * block_n)
 
 
-def launch(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages):
+def launch(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages,
+           stream_k=True):
     """c = scale_a * scale_b * (a @ b): a (M, K), b (K, N) fp8; scale_a, scale_b one-element
     float32 tensors on a's device; c (M, N), M, N, K > 0."""
     from .t1_blocked_kernel import matmul_persistent   # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
-    a_desc = support.row_descriptor(a, block_m, block_k)
-    b_desc = support.row_descriptor(b.T, block_n, block_k)         # (N, K): B K-major
-    programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
+    a_desc, a_fill = support.row_descriptor(a, block_m, block_k)
+    b_desc, b_fill = support.row_descriptor(b.T, block_n, block_k)  # (N, K): B K-major
+    for fill in (a_fill, b_fill):
+        if fill:
+            fill()
     # Triton 3.9's interpreter rounds float32 -> bfloat16 by truncation: there, torch rounds
     upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
-    matmul_persistent[(programs,)](a_desc, b_desc, out, scale_a, scale_b, m, n, k, out.stride(0), out.stride(1),
-                                   A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast_accum, BLOCK_M=block_m,
-                                   BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, PROGRAMS=programs, UPCAST=False,
-                                   num_warps=num_warps, num_stages=num_stages)
+    support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (scale_a, scale_b), m, n, k, stream_k,
+                              A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast_accum, BLOCK_M=block_m,
+                              BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=False,
+                              num_warps=num_warps, num_stages=num_stages)()
     if upcast:
         c.copy_(out)
