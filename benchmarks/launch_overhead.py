@@ -69,17 +69,30 @@ def main():
         us = min(launch_overhead_us(fn, calls=200) for _ in range(5))
         rec[label] = us
         print(f"{label:48} {us:7.1f} us", flush=True)
-    torch.cuda.synchronize()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(500):
-        launch()
-    prof.disable()
-    torch.cuda.synchronize()
+    a8 = torch.randn(4096, 4096, device="cuda").to(torch.float8_e4m3fn)
+    b8 = torch.randn(4096, 4096, device="cuda").to(torch.float8_e4m3fn).T
+    one = torch.tensor(1.0, device="cuda")
+    fp8 = {"torch._scaled_mm (4096, fp8)": lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16),
+           "tilemm.scaled_matmul (4096, fp8)": lambda: tilemm.scaled_matmul(a8, b8, one, one)}
+    for label, fn in fp8.items():
+        fn()
+        us = min(launch_overhead_us(fn, calls=50) for _ in range(3))
+        rec[label] = us
+        print(f"{label:48} {us:7.1f} us", flush=True)
+    profiles = {"prepared plan": launch, "tilemm.matmul": layers["tilemm.matmul(a, b, kernel='tensorcore')"],
+                "scaled_matmul": fp8["tilemm.scaled_matmul (4096, fp8)"]}
     text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    for label, fn in profiles.items():
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(200):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        text.write(f"=== {label}: 200 calls\n")
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
     (args.out / "launch_overhead_profile.txt").write_text(text.getvalue())
-    print(text.getvalue()[:6000])
     with open(args.out / "launch_overhead.jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
 

@@ -52,7 +52,7 @@ def test_interpreter_tma_programs_any_layout(dtype, persistent, m, n, k, layout)
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("m,n,k", [(65, 130, 40),     # 6 tiles, 3 K steps: a run that helps one tile, owns the next
                                    (320, 65, 100),    # 2 whole rounds, then an owner with two helpers
-                                   (65, 65, 48)])     # fewer tiles than programs: every tile shared out
+                                   (130, 130, 48)])   # 2 whole rounds, one tile shared by three runs
 def test_interpreter_stream_k_shares_the_last_round(m, n, k):
     """4 programs here (tilemm.ladder._tensorcore_support.multiprocessors under the interpreter)."""
     torch.manual_seed(m + n + k)
@@ -212,7 +212,7 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
         out[f"{dtype}-{m}x{n}-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                                 wgmma="wgmma" in k.asm["ptx"] or p["block_m"] < 64,  # wgmma: M >= 64
                                                 cubin=len(k.asm["cubin"]))
-# tensorcore persistent=True: the persistent TMA program, C written in quarters
+# tensorcore persistent=True: the persistent TMA program, C written in quarters (tt: with stream-K)
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
 for layout in ("nn", "tt"):
     p = default_tiles(8192, 8192)
@@ -224,7 +224,7 @@ for layout in ("nn", "tt"):
                stride_cn="i32", A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
                STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                PROGRAMS="constexpr", UPCAST="constexpr")
-    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, STREAM_K=True,
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, STREAM_K=layout == "tt",
                  BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))

@@ -39,7 +39,7 @@ def run(a, b, c, **params):
     bind(a, b, c, **params)()
 
 
-def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=True,
+def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False,
          autotune=False):
     """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
     once: a prepared plan launched many times pays Triton's launch alone. None with autotune
@@ -78,12 +78,14 @@ def launch(a, b, c, **config):
     launcher(a, b, c, **config)()
 
 
-def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=True):
+def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False):
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
-    strides are not), by the persistent program unless persistent=False (measured as fast or
-    faster on the shapes suite, 1.3x at 8192x8192x128: tensorcore_vs_cublas_persistent.jsonl),
-    with the tiles of a last, partial round shared out by K steps (stream_k, see matmul_persistent);
+    strides are not), by the persistent program when there is more than one round of tiles and
+    persistent is not False (measured as fast or faster on the shapes suite, 1.3x at
+    8192x8192x128: tensorcore_vs_cublas_persistent.jsonl; one round is launched more cheaply
+    one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
+    (see matmul_persistent; measured slower on most shapes, so off by default);
     float64 and skinny products (M or N <= 64: bound by reading the other operand, where the
     pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA 0.5) take
     the pointer program."""
@@ -104,7 +106,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         fills = [f for f in (a_fill, b_fill) if f]
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                      UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
-        if persistent:
+        if persistent and grid[0] > support.multiprocessors():
             program = support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (None, None), m, n, k,
                                                 stream_k, SCALED=False, FAST_ACCUM=False, **tiles)
             args, tiles = (), {}
@@ -194,8 +196,9 @@ register(Kernel(
             Param("persistent", True, (False, True),
                   "16-bit operands: one program an SM walks the tiles, writing a tile while the next one "
                   "loads; False: one program a tile"),
-            Param("stream_k", True, (False, True),
-                  "persistent: the tiles of a last, partial round are shared out by K steps among all SMs"),
+            Param("stream_k", False, (False, True),
+                  "persistent: the tiles of a last, partial round are shared out by K steps among all SMs "
+                  "(measured slower on most shapes: docs/tensor_cores.md)"),
             Param("autotune", False, (False, True),
                   "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
                   "and use it (the other parameters are then ignored)"),),
