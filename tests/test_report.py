@@ -70,3 +70,12 @@ def test_bench_params_go_to_the_kernels_that_have_them():
     assert {c.kernel for c in cases if c.params.get("autotune") is True} == {"tensorcore"}
     assert all(c.params == {} for c in cases if c.kernel != "tensorcore")
     assert {c.dtype for c in cases} == {"bfloat16", "int32", "float32", "float64"}
+
+
+def test_bfloat16_cases_run_on_torch_tensors(tmp_path):
+    """NumPy has no bfloat16: the runner hands the rung torch bfloat16 tensors (here on the CPU,
+    in Triton's interpreter) and checks the result against the exact float32 values."""
+    cases = [suites.Case("tensorcore", "bfloat16", 70, 80, 33, params={"block_m": 32, "block_n": 32, "block_k": 16,
+                                                                      "num_warps": 4, "num_stages": 1})]
+    records = runner.run_suite(cases, suite="test", budget_s=0.01, results=tmp_path / "r.jsonl", progress=False)
+    assert records[0]["status"] == "ok", records[0]

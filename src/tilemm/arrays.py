@@ -51,7 +51,7 @@ def to_host(x, dtype: str) -> np.ndarray:
         x = x.numpy()
     elif cupy is not None and isinstance(x, cupy.ndarray):
         x = cupy.asnumpy(x)
-    return x.astype(dtype, copy=False)
+    return x.astype(np.float32 if dtype == "bfloat16" else dtype, copy=False)
 
 
 def from_host(c: np.ndarray, like: Operand, dtype: str):
@@ -121,11 +121,21 @@ def assign(out, value) -> None:
         out[...] = value
 
 
-def to_device(x: np.ndarray):
-    """A CUDA copy of a host array: a CuPy array where CuPy is installed, else a torch tensor."""
+def to_device(x: np.ndarray, dtype: str | None = None):
+    """A CUDA copy of a host array: a CuPy array where CuPy is installed, else a torch tensor;
+    for dtype "bfloat16" (float32 values in x) a torch bfloat16 tensor, as CuPy has none."""
+    if dtype == "bfloat16":
+        return host_bfloat16(x).cuda()
     try:
         import cupy
         return cupy.asarray(x)
     except ImportError:
         import torch
         return torch.from_numpy(np.ascontiguousarray(x)).cuda()
+
+
+def host_bfloat16(x: np.ndarray):
+    """A CPU torch bfloat16 tensor of x's values (float32 holding bfloat16 values: exact), its
+    strides kept (a transposed view stays transposed)."""
+    import torch
+    return torch.from_numpy(x).to(torch.bfloat16)

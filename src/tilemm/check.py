@@ -42,7 +42,7 @@ def run(kernel_names=None, dtypes=None, shapes=None, on_device: bool = True):
                 # device copies where there is a GPU; under the CUDA simulator or Triton's
                 # interpreter the host arrays go in (tilemm runs them there itself)
                 if kernel.device == "cuda" and on_device and not _compat.emulated(kernel.backend):
-                    da, db = arrays.to_device(a), arrays.to_device(b)
+                    da, db = arrays.to_device(a, dtype), arrays.to_device(b, dtype)
                 c = api.plan(da, db, kernel=kernel.name).execute(poison=True)
                 v = compare(arrays.to_host(c, dtype), a, b, dtype)
                 yield Outcome(kernel.name, dtype, (m, n, k), layout, v.ok, v.worst if dtype not in INTS else 0.0,

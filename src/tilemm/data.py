@@ -6,6 +6,12 @@ import numpy as np
 
 
 def random_operand(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
+    """Random values of dtype; bfloat16 (which NumPy lacks) as float32 holding bfloat16 values
+    (arrays.to_device makes them torch bfloat16 tensors)."""
+    if dtype == "bfloat16":
+        bits = rng.standard_normal(shape, dtype=np.float32).view(np.uint32)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000      # round to nearest even
+        return bits.view(np.float32)
     if np.dtype(dtype).kind in "iu":
         info = np.iinfo(dtype)
         return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)

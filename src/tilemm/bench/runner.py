@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import api, arrays, registry, tuning
+from .. import _compat, api, arrays, registry, tuning
 from ..accuracy import compare
 from ..data import operands
 from ..machine import describe, gpu
@@ -79,9 +79,14 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
         return {"status": "skipped", "reason": f"predicted {prev[1] * flops / prev[0] / 1e3:.0f} s "
                                                 f"> budget {skip_over_s:.0f} s"}
     a, b = operands(hash((case.m, case.n, case.k)) % 2**31, case.m, case.n, case.k, case.dtype)
-    on_gpu = kernel.device == "cuda" and not case.host_inputs
+    on_gpu = kernel.device == "cuda" and not case.host_inputs and not _compat.emulated(kernel.backend)
     try:
-        da, db = (arrays.to_device(a), arrays.to_device(b)) if on_gpu else (a, b)
+        if on_gpu:
+            da, db = arrays.to_device(a, case.dtype), arrays.to_device(b, case.dtype)
+        elif case.dtype == "bfloat16":             # NumPy has no bfloat16: torch tensors carry it
+            da, db = arrays.host_bfloat16(a), arrays.host_bfloat16(b)
+        else:
+            da, db = a, b
         plan = api.plan(da, db, kernel=case.kernel, **case.params)
     except (ValueError, TypeError) as e:
         return {"status": "skipped", "reason": str(e)}
@@ -105,7 +110,7 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
         min_reps = 1 if time.perf_counter() - t0 > budget_s else 3  # a slow rung: one timed call
     if case.host_inputs:  # the whole call, copies included, as the seeds' wall clock did
         t = summary(time_host([plan.execute], budget_s, min_reps=min_reps))
-    elif kernel.device == "cpu":
+    elif kernel.device == "cpu" or not on_gpu:    # a CPU rung, or one emulated on the CPU
         t = summary(time_host([plan.prepare()[0]], budget_s, min_reps=min_reps))
     else:
         copies = max(1, -(-L2_ROTATE_BYTES // max(1, a.nbytes + b.nbytes)))
