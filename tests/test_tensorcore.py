@@ -52,7 +52,8 @@ def test_interpreter_tma_programs_any_layout(dtype, persistent, m, n, k, layout)
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("m,n,k", [(65, 130, 40),     # 6 tiles, 3 K steps: a run that helps one tile, owns the next
                                    (320, 65, 100),    # 2 whole rounds, then an owner with two helpers
-                                   (130, 130, 48)])   # 2 whole rounds, one tile shared by three runs
+                                   (130, 130, 48),    # 2 whole rounds, one tile shared by three runs
+                                   (130, 130, 16)])   # a run that holds a whole tile writes it to C itself
 def test_interpreter_stream_k_shares_the_last_round(m, n, k):
     """4 programs here (tilemm.ladder._tensorcore_support.multiprocessors under the interpreter)."""
     torch.manual_seed(m + n + k)

@@ -123,26 +123,34 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
         run = PROGRAMS - 1 - pid                             # reverse order: see above
         u = run * per
         end = tl.minimum(u + per, units)
-        while u < end:
-            t = u // k_steps
+        t_first = u // k_steps
+        segments = tl.where(end > u, (end - 1) // k_steps - t_first + 1, 0)
+        # a for loop, not a while: Triton pipelines the K loop inside a for loop only
+        for i in range(0, segments):
+            t = t_first + i
             first = t * k_steps
-            stop = tl.minimum(end, first + k_steps)
+            lo = tl.maximum(u, first)
+            hi = tl.minimum(end, first + k_steps)
             off_m, off_n = tile_position(whole_rounds + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = tile_steps(a_desc, b_desc, off_m, off_n, u - first, stop - first, A_T, B_T, SCALED, FAST_ACCUM,
+            acc = tile_steps(a_desc, b_desc, off_m, off_n, lo - first, hi - first, A_T, B_T, SCALED, FAST_ACCUM,
                              UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-            owner = u == first
-            # two slots a program: a helper's partial (its first run, at most one) must outlive
-            # the partials of the tiles it owns after it
-            slot = ws_ptr + (2 * pid + (0 if owner else 1)) * (BLOCK_M * BLOCK_N)
-            store_quarters(slot, acc, 0, 0, BLOCK_M, BLOCK_N, BLOCK_N, 1, False)
-            tl.debug_barrier()   # every thread's share of the partial is written before it is read or flagged
-            if owner:     # the owner: wait for the helpers, add their partials, write C
-                last_run = (first + k_steps - 1) // per
-                add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid, run + 1, last_run,
-                             off_m, off_n, M, N, stride_cm, stride_cn, SCALED, BLOCK_M, BLOCK_N, PROGRAMS)
-            else:              # a helper: the partial is stored; say so
-                tl.atomic_xchg(flags_ptr + pid, epoch, sem="release")
-            u = stop
+            last_run = (first + k_steps - 1) // per
+            if lo == first and last_run == run:      # the whole tile is this run's: straight to C
+                if SCALED:
+                    acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+                store_quarters(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
+            else:
+                owner = lo == first
+                # two slots a program: a helper's partial (its first segment, at most one) must
+                # outlive the partials of the tiles it owns after it
+                slot = ws_ptr + (2 * pid + (0 if owner else 1)) * (BLOCK_M * BLOCK_N)
+                store_quarters(slot, acc, 0, 0, BLOCK_M, BLOCK_N, BLOCK_N, 1, False)
+                tl.debug_barrier()   # every thread's share of the partial is written before it is read or flagged
+                if owner:            # wait for the helpers, add their partials, write C
+                    add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid, run + 1, last_run,
+                                 off_m, off_n, M, N, stride_cm, stride_cn, SCALED, BLOCK_M, BLOCK_N, PROGRAMS)
+                else:                # a helper: the partial is stored; say so
+                    tl.atomic_xchg(flags_ptr + pid, epoch, sem="release")
 
 
 @triton.jit
