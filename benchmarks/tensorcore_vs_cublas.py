@@ -30,7 +30,7 @@ VARIANTS = {
                                                          num_stages=4)),
                  ("tc-128x256x64-s3", "tensorcore", dict(block_m=128, block_n=256, block_k=64, num_warps=8,
                                                          num_stages=3)),
-                 ("tc-no-stream-k", "tensorcore", dict(stream_k=False)),
+                 ("tc-stream-k", "tensorcore", dict(stream_k=True)),
                  ("tc-s3", "tensorcore", dict(num_stages=3)),
                  ("tc-one-per-tile", "tensorcore", dict(persistent=False))],
     "float64": [("tensorcore-f64", "tensorcore-f64", {}),
