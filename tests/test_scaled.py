@@ -118,25 +118,26 @@ import json
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS as p
+from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, resolve
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
 from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
 out = {}
 for ty in ("fp8e4nv", "fp8e5"):
     for fast in (False, True):
+        p = resolve(DEFAULTS, fast)
         sig = dict(a_desc=f"tensordesc<{ty}[{p['block_m']}, {p['block_k']}]>",
                    b_desc=f"tensordesc<{ty}[{p['block_n']}, {p['block_k']}]>", c_ptr="*bf16", scale_a_ptr="*fp32",
                    scale_b_ptr="*fp32", ws_ptr="*fp32", flags_ptr="*i32", epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32",
                    A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
-                   STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+                   INT="constexpr", STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                    PROGRAMS="constexpr", UPCAST="constexpr")
-        const = dict(A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast, STREAM_K=True, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
+        const = dict(A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast, INT=False, STREAM_K=p["stream_k"], BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
                      BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False)
         k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
         ptx = k.asm["ptx"]
         out[f"{ty}-{fast}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
-                                   wgmma=any(f"wgmma.mma_async.sync.aligned.m64n256k32.f32.{t}" in ptx
+                                   wgmma=any(f"wgmma.mma_async.sync.aligned.m64n{p['block_n']}k32.f32.{t}" in ptx
                                              for t in ("e4m3.e4m3", "e5m2.e5m2")))
 print(json.dumps(out))
 """

@@ -223,9 +223,9 @@ for layout in ("nn", "tt"):
     sig = dict(a_desc=f"tensordesc<bf16{a_block}>", b_desc=f"tensordesc<bf16{b_block}>", c_ptr="*bf16",
                scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="*fp32", flags_ptr="*i32", epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32",
                stride_cn="i32", A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
-               STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+               INT="constexpr", STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                PROGRAMS="constexpr", UPCAST="constexpr")
-    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, STREAM_K=layout == "tt",
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=False, STREAM_K=layout == "tt",
                  BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
@@ -262,7 +262,7 @@ out["split-tf32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmm
 # tensorcore-int: the fused digit product for each result width, and the digit split
 from tilemm.ladder.tensorcore.t2_int_digits_kernel import digit_matmul, split_digits
 q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
-for nd_a, nd_b, nd_c, cty in ((1, 1, 1, "*i8"), (1, 1, 4, "*i32"), (4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
+for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
     block_n = 128 if nd_c == 8 else 256     # the default (None) resolved as the rung does
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[{block_n}, {q['block_k']}]>",
                c_ptr=cty, M="i32", N="i32", K_TILES="i32", stride_cm="i32", stride_cn="i32", ND_A="constexpr",
@@ -274,6 +274,21 @@ for nd_a, nd_b, nd_c, cty in ((1, 1, 1, "*i8"), (1, 1, 4, "*i32"), (4, 4, 4, "*i
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
     out[f"int-{nd_a}{nd_b}{nd_c}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                          wgmma="wgmma" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
+# int8 data (one digit pair): the persistent program with int32 sums, C in int8 or int32
+for cty in ("*i8", "*i32"):
+    sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[256, {q['block_k']}]>",
+               c_ptr=cty, scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="constexpr", flags_ptr="constexpr",
+               epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr",
+               B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", STREAM_K="constexpr",
+               BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+               PROGRAMS="constexpr", UPCAST="constexpr")
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=True, SCALED=False,
+                 FAST_ACCUM=False, INT=True, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
+                 GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False)
+    k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
+    out[f"int8-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
+                                   cubin=len(k.asm["cubin"]))
 for src in ("*i8", "*i32", "*i64"):
     sig = dict(x_ptr=src, out_ptr="*i8", R="i32", C="i32", C_PAD="i32", stride_r="i32", stride_c="i32",
                NDIGITS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
@@ -293,7 +308,7 @@ def test_default_configs_compile_for_sm90():
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
-                                                                                "split-tf32", "int-111", "int-114", "int-444", "int-888",
+                                                                                "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype == "float64"), (dtype, info)   # fp64: mma, no wgmma

@@ -25,7 +25,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         are added to a float32 sum.
     out: optional (M, N) tensor of out_dtype on the operands' device to write into (any strides).
     params: block_m, block_n, block_k, group_m, num_warps, num_stages, stream_k (see
-        ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``).
+        ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode).
 
     Returns out, or a new contiguous (M, N) tensor of out_dtype.
     """
@@ -49,9 +49,9 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     if a.device != b.device:
         raise ValueError(f"scaled_matmul: a is on {a.device} and b on {b.device}; put both on one device")
     result_dtype = _out_dtype(out_dtype, torch)
-    config = _config(params)
-    _check_device(a.device, torch)
     from .ladder.tensorcore import t5_fp8
+    config = t5_fp8.resolve(_config(params), bool(fast_accum))
+    _check_device(a.device, torch)
     reason = t5_fp8.limits(config["block_m"], config["block_n"], config["block_k"], config["num_stages"],
                            _compat.triton_interpreter())
     if reason:
@@ -93,10 +93,12 @@ def _config(params: dict) -> dict:
     if not isinstance(config["stream_k"], bool):
         raise ValueError(f"scaled_matmul: stream_k={config['stream_k']!r} must be True or False")
     for name, value in config.items():
+        if value is None and name in ("block_m", "block_n"):
+            continue
         if name != "stream_k" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")
     for name in ("block_m", "block_n", "block_k"):
-        if config[name] < 16 or config[name] & (config[name] - 1):
+        if config[name] is not None and (config[name] < 16 or config[name] & (config[name] - 1)):
             raise ValueError(f"scaled_matmul: {name}={config[name]} must be a power of two, 16 or more")
     return config
 

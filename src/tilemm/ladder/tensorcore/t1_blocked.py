@@ -108,7 +108,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
                      UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
         if persistent and grid[0] > support.multiprocessors():
             program = support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (None, None), m, n, k,
-                                                stream_k, SCALED=False, FAST_ACCUM=False, **tiles)
+                                                stream_k, SCALED=False, FAST_ACCUM=False, INT=False, **tiles)
             args, tiles = (), {}
         else:
             program, args = matmul_tma[grid], (a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1))

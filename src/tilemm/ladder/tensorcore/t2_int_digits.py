@@ -8,7 +8,8 @@ digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Tri
    instruction reads K-major operands only, so a row-major B is made K-major here, in one pass
    whose time counts in the rung's time (an int8 A that is already K-major is used as it is, and
    so is an int8 B given as (N, K).T).
-2. `digit_matmul` multiplies all pairs in one launch: for each shift s, the pairs (i, s - i) run
+2. `digit_matmul` multiplies all pairs in one launch (int8 data, a single pair, goes to the
+   persistent program of `tensorcore` and `scaled_matmul` with int32 sums): for each shift s, the pairs (i, s - i) run
    as one GEMM over a K that many times longer, into one int32 accumulator, shifted into the total.
    int32 accumulators wrap, which is exact modulo 2^32; for int64 the shifts below 4 need true
    sums, so K is cut into chunks short enough that they cannot overflow (digits.exact_chunk).
@@ -68,6 +69,15 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     if nd_c == 8:   # int64: the shifts below 4 need exact int32 sums
         pairs = max(min(s, nd_a - 1) - max(0, s - nd_b + 1) + 1 for s in range(min(4, nd_c)))
         chunk = max(1, digits.exact_chunk(pairs) // block_k)
+    if nd_a == nd_b == 1 and nd_c <= 4:   # one int8 product: the persistent program of the 16-bit and fp8 rungs
+        from .t1_blocked_kernel import matmul_persistent
+        a_desc = digit_planes(a, 1, block_m, block_k)
+        b_desc = digit_planes(b.T, 1, block_n, block_k)               # (N, K): B K-major
+        support.persistent_launch(matmul_persistent, a_desc, b_desc, c, (None, None), m, n, k, False, A_T=False,
+                                  B_T=True, SCALED=False, FAST_ACCUM=False, INT=True, BLOCK_M=block_m,
+                                  BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=False,
+                                  num_warps=num_warps, num_stages=num_stages)()
+        return
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
     for t0 in range(0, k_tiles, chunk):
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)

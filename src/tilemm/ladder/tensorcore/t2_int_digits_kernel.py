@@ -3,7 +3,7 @@ fused product of all digit pairs. Kept apart so that importing tilemm never impo
 import triton
 import triton.language as tl
 
-from .t1_blocked_kernel import store_quarters, store_tile, tile_position
+from .t1_blocked_kernel import store_tile, tile_position
 
 
 @triton.jit
@@ -60,14 +60,12 @@ def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
     the shifts 4..7 (needed modulo 2^32 only), and the shifts 0..3, whose sums must be exact, are
     added to an int64 total one by one.
 
-    Persistent: PROGRAMS programs (one an SM) walk the tiles; with a single digit pair (int8
-    data) the tile loop is flattened into the K loop, so the next tile's loads are in flight while
-    this tile's C is written.
+    Persistent: PROGRAMS programs (one an SM) walk the tiles. (A single digit pair, int8 data,
+    goes to t1_blocked_kernel.matmul_persistent instead.)
     """
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    SINGLE: tl.constexpr = ND_A == 1 and ND_B == 1 and ND_C <= 4
     EXACT: tl.constexpr = 4 if ND_C == 8 else 0      # shifts below this need exact sums
-    for tile in tl.range(tl.program_id(0), num_tiles, PROGRAMS, flatten=SINGLE):
+    for tile in tl.range(tl.program_id(0), num_tiles, PROGRAMS):
         off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
         for s in tl.static_range(ND_C - 1, EXACT - 1, -1):
@@ -80,7 +78,4 @@ def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
                 total += part.to(tl.int64) << (8 * s)
         else:
             total = acc
-        if SINGLE:
-            store_quarters(c_ptr, total, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
-        else:
-            store_tile(c_ptr, total, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
+        store_tile(c_ptr, total, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
