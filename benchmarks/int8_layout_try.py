@@ -1,0 +1,91 @@
+"""Issue 8 experiment: can the int8 product read an M-major A (or an N-major B) straight from
+TMA tiles, instead of a transposition pass first? Times matmul_persistent on int8 (int32 sums)
+with A_T / B_T against the rung (which transposes first) and torch._int_mm, 8192³.
+
+    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/int8_layout_try.py --out DIR
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+from pathlib import Path
+
+import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+import tilemm
+from tilemm import machine
+from tilemm.bench.timing import interleaved_rounds
+from tilemm.ladder import _tensorcore_support as support
+from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
+
+import gpu_ladder  # noqa: E402
+
+
+def direct(a_desc, b_desc, c, n, a_t, b_t, bm=128, bn=256, bk=128, stages=4):
+    return support.persistent_launch(matmul_persistent, a_desc, b_desc, c, (None, None), n, n, n, False, A_T=a_t,
+                                     B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=True, BLOCK_M=bm, BLOCK_N=bn,
+                                     BLOCK_K=bk, GROUP_M=8, UPCAST=False, num_warps=8, num_stages=stages)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--n", type=int, default=8192)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    n = args.n
+    g = torch.Generator(device="cuda").manual_seed(0)
+    rnd = lambda: torch.randint(-128, 127, (n, n), generator=g, device="cuda", dtype=torch.int8)  # noqa: E731
+    a_km, at_store, b_nk, b_row = rnd(), rnd(), rnd(), rnd()   # A (M,K); A^T stored (K,M); B^T (N,K); B (K,N)
+    cases = {"tt": (at_store.T, b_nk.T), "tn": (at_store.T, b_row), "nn": (a_km, b_row), "nt": (a_km, b_nk.T)}
+    gpu_ladder.prewarm(6)
+    info = machine.describe()
+    records = []
+    for layout, (a, b) in cases.items():
+        ref = torch._int_mm(a.contiguous(), b.T.contiguous().T)
+        c = {}
+        launch = {"anchor": lambda a=a.contiguous(), b=b.T.contiguous().T: torch._int_mm(a, b)}
+        c["rung"] = torch.empty(n, n, dtype=torch.int32, device="cuda")
+        launch["rung"], res = tilemm.plan(a, b, kernel="tensorcore-int", out_dtype="int32").prepare()
+        a_t = layout[0] == "t"
+        b_t = layout[1] == "t"
+        for stages in (4, 3):
+            label = f"direct-s{stages}"
+            c[label] = torch.empty(n, n, dtype=torch.int32, device="cuda")
+            a_desc = (TensorDescriptor.from_tensor(a.T, [128, 128]) if a_t else TensorDescriptor.from_tensor(a, [128, 128]))
+            b_desc = (TensorDescriptor.from_tensor(b.T, [256, 128]) if b_t else TensorDescriptor.from_tensor(b, [128, 256]))
+            launch[label] = direct(a_desc, b_desc, c[label], n, a_t, b_t, stages=stages)
+        good = {}
+        for label, fn in launch.items():
+            try:
+                fn()
+                torch.cuda.synchronize()
+                got = ref if label == "anchor" else (torch.as_tensor(res()) if label == "rung" else c[label])
+                ok = bool(torch.equal(got, ref))
+            except Exception as e:  # noqa: BLE001
+                print(layout, label, type(e).__name__, str(e)[:300], flush=True)
+                ok = False
+            if ok:
+                good[label] = fn
+            records.append({"layout": layout, "variant": label, "status": "ok" if ok else "FAILED"})
+        times = interleaved_rounds(good, 3, 0.3)
+        anchor = statistics.median(times["anchor"])
+        for rec in records:
+            if rec["layout"] == layout and rec["variant"] in times:
+                med = statistics.median(times[rec["variant"]])
+                rec.update(median_ms=med, tops=2 * n**3 / med / 1e9, vs_int_mm=anchor / med, m=n, n=n, k=n,
+                           device=info["device"], versions=info["versions"],
+                           date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                           command="PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
+                                   "benchmarks/int8_layout_try.py")
+                print(f"{layout} {rec['variant']:12} {med:7.3f} ms {rec['tops']:7.1f} TOPS x{rec['vs_int_mm']:5.2f}",
+                      flush=True)
+    with open(args.out / "int8_layout_try.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+if __name__ == "__main__":
+    main()
