@@ -31,6 +31,8 @@ VARIANTS = {
                  ("tc-128x256x64-s3", "tensorcore", dict(block_m=128, block_n=256, block_k=64, num_warps=8,
                                                          num_stages=3)),
                  ("tc-stream-k", "tensorcore", dict(stream_k=True)),
+                 ("tc-128x128-w8", "tensorcore", dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=5)),
+                 ("tc-128x128-w4", "tensorcore", dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=5)),
                  ("tc-s3", "tensorcore", dict(num_stages=3)),
                  ("tc-one-per-tile", "tensorcore", dict(persistent=False))],
     "float64": [("tensorcore-f64", "tensorcore-f64", {}),
