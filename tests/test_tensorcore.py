@@ -121,17 +121,14 @@ def test_3xtf32_split_is_exact_and_rounds_to_nearest():
     x = torch.tensor([[1 + 2**-11 + 2**-13, -(1 + 2**-10 - 2**-14), 3.0e38, 1e-40, 0.1, -7.3e-5, 5.0, 2**-30]],
                      dtype=torch.float32)
     out = torch.empty((2, 1, 8), dtype=torch.float32)
-    nonfinite = torch.zeros(1, dtype=torch.int32)
-    split_tf32[(1, 1)](x, out, 1, 8, 8, 8, 1, nonfinite, PARTS=2, BLOCK_R=16, BLOCK_C=16)
+    split_tf32[(1, 1)](x, out, 1, 8, 8, 8, 1, PARTS=2, BLOCK_R=16, BLOCK_C=16)
     hi, lo = out[0, 0], out[1, 0]
-    assert nonfinite.item() == 0
     assert torch.equal(hi + lo, x[0])
     assert hi[0].item() == 1 + 2**-10 and hi[1].item() == -(1 + 2**-10)        # nearest, not truncated
     assert (hi.view(torch.int32) & 0x1FFF == 0).all()                          # 10 mantissa bits left
     x[0, 3] = float("inf")
-    split_tf32[(1, 1)](x, out, 1, 8, 8, 8, 1, nonfinite, PARTS=2, BLOCK_R=16, BLOCK_C=16)
+    split_tf32[(1, 1)](x, out, 1, 8, 8, 8, 1, PARTS=2, BLOCK_R=16, BLOCK_C=16)
     assert out[0, 0, 3].item() == float("inf") and out[1, 0, 3].item() == 0
-    assert nonfinite.item() == 1          # the product then takes its Inf/NaN-safe loop
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
@@ -249,16 +246,16 @@ from tilemm.ladder.tensorcore.t4_f32_kernel import split_tf32, tf32_matmul
 p = {q.name: q.default for q in tilemm.kernel("tensorcore-f32").params}
 for parts in (1, 2):
     sig = dict(a_desc=f"tensordesc<fp32[{p['block_m']}, {p['block_k']}]>",
-               b_desc=f"tensordesc<fp32[{p['block_n']}, {p['block_k']}]>", c_ptr="*fp32", nonfinite_ptr="*i32",
-               M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", PARTS="constexpr", STEPS="constexpr",
-               BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr")
-    const = dict(PARTS=parts, STEPS=p["steps_per_sum"], BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"])
+               b_desc=f"tensordesc<fp32[{p['block_n']}, {p['block_k']}]>", c_ptr="*fp32", M="i32", N="i32",
+               K="i32", stride_cm="i32", stride_cn="i32", PARTS="constexpr", BLOCK_M="constexpr",
+               BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr")
+    const = dict(PARTS=parts, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"])
     k = triton.compile(ASTSource(fn=tf32_matmul, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=2 if parts == 2 else 4))
     out[f"tf32x{2 * parts - 1}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                         wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 sig = dict(x_ptr="*fp32", out_ptr="*fp32", R="i32", C="i32", C_PAD="i32", stride_r="i32",
-           stride_c="i32", nonfinite_ptr="*i32", PARTS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
+           stride_c="i32", PARTS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
 k = triton.compile(ASTSource(fn=split_tf32, signature=sig, constexprs=dict(PARTS=2, BLOCK_R=64, BLOCK_C=64)),
                    target=GPUTarget("cuda", 90, 32))
 out["split-tf32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))

@@ -80,11 +80,10 @@ def row_descriptor(x, block_rows: int, block_cols: int):
     return TensorDescriptor.from_tensor(x, [block_rows, block_cols]), fill
 
 
-def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, *extra, **constexprs):
+def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **constexprs):
     """A TMA descriptor of the parts the split program writes for x (digits, or TF32 parts),
     stacked (parts * rows, K padded to 16 bytes), K contiguous. Passing B^T as x writes B K-major.
-    split(x, out, R, C, C_PAD, stride_r, stride_c, *extra, BLOCK_R, BLOCK_C, **constexprs) is the
-    program."""
+    split(x, out, R, C, C_PAD, stride_r, stride_c, BLOCK_R, BLOCK_C, **constexprs) is the program."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
     rows, k = x.shape
@@ -92,7 +91,7 @@ def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, *e
     k_pad = -(-k // per_16_bytes) * per_16_bytes
     out = torch.empty((parts, rows, k_pad), dtype=dtype, device=x.device)
     grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
-    split[grid](x, out, rows, k, k_pad, x.stride(0), x.stride(1), *extra, BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK,
+    split[grid](x, out, rows, k, k_pad, x.stride(0), x.stride(1), BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK,
                 **constexprs)
     return TensorDescriptor.from_tensor(out.view(parts * rows, k_pad), [block_rows, block_k])
 

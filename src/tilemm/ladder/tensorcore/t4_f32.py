@@ -32,16 +32,15 @@ from .t1_blocked import tile_params
 IEEE_BELOW_K = 16
 
 
-def parts_of(x, parts: int, block_rows: int, block_k: int, nonfinite):
+def parts_of(x, parts: int, block_rows: int, block_k: int):
     """A TMA descriptor of x's parts stacked, (parts * rows, K), K contiguous; of x itself for
-    one part (TF32) when x is already K-major with TMA's alignment. The split raises nonfinite
-    (a one-element int32 tensor) if x holds an Inf or NaN."""
+    one part (TF32) when x is already K-major with TMA's alignment."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
     from .t4_f32_kernel import split_tf32
     if parts == 1 and support.k_major(x):
         return TensorDescriptor.from_tensor(x, [block_rows, block_k])
-    return support.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, nonfinite, PARTS=parts)
+    return support.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, PARTS=parts)
 
 
 def default_stages(num_stages, precision: str) -> int:
@@ -50,8 +49,7 @@ def default_stages(num_stages, precision: str) -> int:
     return num_stages or (2 if precision == "3xtf32" else 4)
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision, steps_per_sum=0):
-    import torch
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision):
     from .t4_f32_kernel import tf32_matmul
     m, k = a.shape
     n = b.shape[1]
@@ -67,12 +65,10 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
                             UPCAST=True, FP64=False, num_warps=num_warps, num_stages=1)
         return
     num_stages = default_stages(num_stages, precision)
-    nonfinite = torch.zeros(1, dtype=torch.int32, device=a.device)
-    a_desc = parts_of(a, parts, block_m, block_k, nonfinite)
-    b_desc = parts_of(b.T, parts, block_n, block_k, nonfinite)     # (N, K): B K-major
-    tf32_matmul[grid](a_desc, b_desc, c, nonfinite, m, n, k, c.stride(0), c.stride(1), PARTS=parts,
-                      STEPS=steps_per_sum, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-                      num_warps=num_warps, num_stages=num_stages)
+    a_desc = parts_of(a, parts, block_m, block_k)
+    b_desc = parts_of(b.T, parts, block_n, block_k)                # (N, K): B K-major
+    tf32_matmul[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), PARTS=parts, BLOCK_M=block_m,
+                      BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
 
 
 def traffic(p, block_m, block_n, precision, **_):
@@ -98,8 +94,5 @@ register(Kernel(
     run=run, traffic=traffic, limits=limits, available=support.available,
     params=tile_params(128, 256, 32, num_warps=8, num_stages=None) + (
         Param("precision", "3xtf32", ("3xtf32", "tf32"),
-              "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32)"),
-        Param("steps_per_sum", 0, (0, 1),
-              "3xtf32: K steps the tensor cores add up before each float32 add, the products chained "
-              "(EXPERIMENT: Inf/NaN not handled); 0: each step's small products apart, Inf/NaN as IEEE"),),
+              "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32)"),),
 ))

@@ -8,11 +8,11 @@ from .t1_blocked_kernel import tile_position
 
 
 @triton.jit
-def split_tf32(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c, nonfinite_ptr,
+def split_tf32(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c,
                PARTS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """out[0] = x rounded to TF32 (10 mantissa bits, to nearest), out[1] = x - out[0] (exact in
     float32) when PARTS == 2; zeros for C <= c < C_PAD. out is contiguous (PARTS, R, C_PAD): passing
-    B's strides swapped writes B K-major. *nonfinite_ptr is raised to 1 if x holds an Inf or NaN."""
+    B's strides swapped writes B K-major."""
     offs_r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     offs_c = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
     inside = (offs_r[:, None] < R) & (offs_c[None, :] < C)
@@ -29,15 +29,13 @@ def split_tf32(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c, nonfinite_ptr,
         hi = tl.where(finite, tl.where(tl.abs(x) < 3.0e38, rounded, truncated), x)
         tl.store(out, hi, mask=keep)
         tl.store(out + R * C_PAD, tl.where(finite, x - hi, 0.0), mask=keep)
-        tl.atomic_max(nonfinite_ptr, tl.max(tl.where(finite, 0, 1)))
     else:
         tl.store(out, x, mask=keep)
 
 
 @triton.jit
-def tf32_matmul(a_desc, b_desc, c_ptr, nonfinite_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.constexpr,
-                STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr):
+def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """C = A @ B on TF32 tensor cores. a_desc: A's parts stacked (PARTS * M, K), K contiguous;
     b_desc: B's, transposed (PARTS * N, K). PARTS == 1: one TF32 product. PARTS == 2 (3xTF32):
     a_hi b_hi + a_hi b_lo + a_lo b_hi, from the four tiles loaded once per K step; the missing
@@ -48,38 +46,21 @@ def tf32_matmul(a_desc, b_desc, c_ptr, nonfinite_ptr, M, N, K, stride_cm, stride
     magnitude, the tensor cores dropped low bits of every product (13x SGEMM's error, measured; 4x
     with only the small products apart). An Inf or NaN in the operands makes the small products'
     sum Inf or NaN (Inf times a low part of either sign, or times 0); it is dropped before
-    a_hi b_hi, where Inf and NaN stand whole, adds IEEE's result.
-
-    That care costs a wait for the tensor cores in the middle of each K step; when the split found
-    every operand finite (*nonfinite_ptr == 0) the products run as one chain instead, STEPS K steps
-    (each step's small products first) to a float32 add."""
+    a_hi b_hi, where Inf and NaN stand whole, adds IEEE's result."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if PARTS == 2 and STEPS > 0:
-        for k0 in range(0, K, STEPS * BLOCK_K):
-            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in tl.static_range(STEPS):         # past K, TMA reads zeros
-                a_hi = a_desc.load([off_m, k0 + s * BLOCK_K])
-                b_hi = b_desc.load([off_n, k0 + s * BLOCK_K]).T
-                a_lo = a_desc.load([M + off_m, k0 + s * BLOCK_K])
-                b_lo = b_desc.load([N + off_n, k0 + s * BLOCK_K]).T
-                part = tl.dot(a_lo, b_hi, part, input_precision="tf32")
-                part = tl.dot(a_hi, b_lo, part, input_precision="tf32")
-                part = tl.dot(a_hi, b_hi, part, input_precision="tf32")
-            acc += part
-    else:
-        for k0 in range(0, K, BLOCK_K):
-            a_hi = a_desc.load([off_m, k0])
-            b_hi = b_desc.load([off_n, k0]).T
-            if PARTS == 2:
-                a_lo = a_desc.load([M + off_m, k0])
-                b_lo = b_desc.load([N + off_n, k0]).T
-                small = tl.dot(a_lo, b_hi, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), input_precision="tf32")
-                small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
-                step = tl.where(tl.abs(small) < float("inf"), small, 0.0)
-                acc += tl.dot(a_hi, b_hi, step, input_precision="tf32")     # one float32 add a K step
-            else:
-                acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+    for k0 in range(0, K, BLOCK_K):
+        a_hi = a_desc.load([off_m, k0])
+        b_hi = b_desc.load([off_n, k0]).T
+        if PARTS == 2:
+            a_lo = a_desc.load([M + off_m, k0])
+            b_lo = b_desc.load([N + off_n, k0]).T
+            small = tl.dot(a_lo, b_hi, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), input_precision="tf32")
+            small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
+            step = tl.where(tl.abs(small) < float("inf"), small, 0.0)
+            acc += tl.dot(a_hi, b_hi, step, input_precision="tf32")     # one float32 add a K step
+        else:
+            acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
