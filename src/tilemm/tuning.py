@@ -35,16 +35,20 @@ def _save(entries: dict) -> None:
 # The choice the last call of best() made or read, with "cached": whether it was read (the
 # benchmark reports the tuning time of its cases from it).
 last: dict = {}
+_known: dict = {}   # (cache file, key) -> entry: a process reads each winner from disk once
 
 
 def best(key: str, candidates: list[dict], time_ms) -> tuple[dict, dict]:
     """(the fastest candidate, what was recorded about the choice). time_ms(candidate) runs
     one configuration and returns its time; it is called only when the key is not cached."""
-    entries = _load()
-    if key in entries:
+    known = _known.get((cache_file(), key))
+    if known is None:
+        known = _load().get(key)
+    if known is not None:
+        _known[(cache_file(), key)] = known
         last.clear()
-        last.update(entries[key], key=key, cached=True)
-        return entries[key]["params"], entries[key]
+        last.update(known, key=key, cached=True)
+        return known["params"], known
     start = time.perf_counter()
     timed = [(time_ms(c), i) for i, c in enumerate(candidates)]
     ms, i = min(timed)

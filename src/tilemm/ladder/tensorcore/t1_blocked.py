@@ -42,10 +42,11 @@ def run(a, b, c, **params):
 def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False,
          autotune=False):
     """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
-    once: a prepared plan launched many times pays Triton's launch alone. None with autotune
-    (the first run tunes)."""
+    once: a prepared plan launched many times pays Triton's launch alone (with autotune, the
+    configuration is tuned, or read from the tuning cache, here)."""
     if autotune:
-        return None
+        config, _ = tuned(a, b, c)
+        return launcher(a, b, c, **config)
     tiles = resolve_tiles(a.shape[0], b.shape[1], dict(block_m=block_m, block_n=block_n, block_k=block_k,
                                                        num_warps=num_warps, num_stages=num_stages))
     return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, **tiles)
