@@ -26,7 +26,7 @@ import gpu_ladder  # noqa: E402
 
 def direct(a_desc, b_desc, c, n, a_t, b_t, bm=128, bn=256, bk=128, stages=4):
     return support.persistent_launch(matmul_persistent, a_desc, b_desc, c, (None, None), n, n, n, False, A_T=a_t,
-                                     B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=True, BLOCK_M=bm, BLOCK_N=bn,
+                                     B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=True, F64=False, BLOCK_M=bm, BLOCK_N=bn,
                                      BLOCK_K=bk, GROUP_M=8, UPCAST=False, num_warps=8, num_stages=stages)
 
 

@@ -65,6 +65,17 @@ def test_interpreter_stream_k_shares_the_last_round(m, n, k):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_interpreter_float64_persistent(layout):
+    """More tiles than programs (4 here): the persistent TMA program with float64 sums."""
+    from tilemm.data import operands
+    a, b = operands(5, 70, 90, 45, "float64", layout)
+    c = tilemm.matmul(a, b, kernel="tensorcore-f64", persistent=True, **SMALL)
+    verdict = compare(c, a, b, "float64")
+    assert verdict.ok, verdict.message
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_prepared_plan_reads_operands_at_each_launch():
     """A bound launcher keeps its descriptors; a copy into aligned rows (rows of 130 fp16 are
     260 bytes) must still be made at each launch, from the operand's current values."""
@@ -223,9 +234,9 @@ for layout in ("nn", "tt"):
     sig = dict(a_desc=f"tensordesc<bf16{a_block}>", b_desc=f"tensordesc<bf16{b_block}>", c_ptr="*bf16",
                scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="*fp32", flags_ptr="*i32", epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32",
                stride_cn="i32", A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
-               INT="constexpr", STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+               INT="constexpr", F64="constexpr", STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                PROGRAMS="constexpr", UPCAST="constexpr")
-    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=False, STREAM_K=layout == "tt",
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, STREAM_K=layout == "tt",
                  BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
@@ -241,6 +252,19 @@ const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], G
 k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 out["float64"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
+# tensorcore-f64 persistent=True: the persistent TMA program with float64 sums
+sig = dict(a_desc=f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>", b_desc=f"tensordesc<fp64[{p['block_k']}, {p['block_n']}]>",
+           c_ptr="*fp64", scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="constexpr", flags_ptr="constexpr",
+           epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr", B_T="constexpr",
+           SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
+           BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
+           UPCAST="constexpr")
+const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=False, SCALED=False,
+             FAST_ACCUM=False, INT=False, F64=True, STREAM_K=False, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
+             BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False)
+k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
+                   target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+out["float64-persistent"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # tensorcore-f32: 3xTF32 and TF32 products by TMA, and the split
 from tilemm.ladder.tensorcore.t4_f32_kernel import split_tf32, tf32_matmul
 p = {q.name: q.default for q in tilemm.kernel("tensorcore-f32").params}
@@ -279,11 +303,11 @@ for cty in ("*i8", "*i32"):
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[256, {q['block_k']}]>",
                c_ptr=cty, scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="constexpr", flags_ptr="constexpr",
                epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr",
-               B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", STREAM_K="constexpr",
+               B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
                BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                PROGRAMS="constexpr", UPCAST="constexpr")
     const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=True, SCALED=False,
-                 FAST_ACCUM=False, INT=True, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
+                 FAST_ACCUM=False, INT=True, F64=False, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
                  GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
@@ -309,9 +333,9 @@ def test_default_configs_compile_for_sm90():
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
-                             "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt"}
+                             "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent"}
     for dtype, info in compiled.items():
-        assert info["cubin"] > 0 and (info["wgmma"] or dtype == "float64"), (dtype, info)   # fp64: mma, no wgmma
+        assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
         assert info["shared"] <= info["limit"], (dtype, info)
 
 

@@ -87,9 +87,10 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     8192x8192x128: tensorcore_vs_cublas_persistent.jsonl; one round is launched more cheaply
     one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
     (see matmul_persistent; measured slower on most shapes, so off by default);
-    float64 and skinny products (M or N <= 64: bound by reading the other operand, where the
-    pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA 0.5) take
-    the pointer program."""
+    float64 takes the persistent program (float64 sums) past one round if persistent, else the
+    pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
+    where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
+    0.5)."""
     from .t1_blocked_kernel import matmul_kernel, matmul_persistent, matmul_tma  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
@@ -101,15 +102,18 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     out = c.float() if upcast else c
     grid = (-(-m // block_m) * -(-n // block_n),)
     fills = []
-    if a.element_size() == 2 and min(m, n) > 64:
+    rounds = persistent and grid[0] > support.multiprocessors()
+    f64 = a.element_size() == 8
+    if min(m, n) > 64 and (a.element_size() == 2 or (f64 and rounds)):
         a_desc, a_t, a_fill = descriptor(a, block_m, block_k)
         b_desc, b_t, b_fill = descriptor(b, block_k, block_n)
         fills = [f for f in (a_fill, b_fill) if f]
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                      UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
-        if persistent and grid[0] > support.multiprocessors():
+        if rounds:
             program = support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (None, None), m, n, k,
-                                                stream_k, SCALED=False, FAST_ACCUM=False, INT=False, **tiles)
+                                                stream_k and not f64, SCALED=False, FAST_ACCUM=False, INT=False,
+                                                F64=f64, **tiles)
             args, tiles = (), {}
         else:
             program, args = matmul_tma[grid], (a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1))
@@ -168,7 +172,7 @@ def traffic(p, block_m, block_n, **_):
 
 def limits(p, block_m, block_n, block_k, num_stages, persistent=True, **_):
     t = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages))
-    quarter_of_c = t["block_m"] * t["block_n"] // 4 * p.itemsize if persistent and p.itemsize == 2 else 0
+    quarter_of_c = t["block_m"] * t["block_n"] // 4 * p.itemsize if persistent and p.itemsize in (2, 8) else 0
     return support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize, quarter_of_c)
 
 

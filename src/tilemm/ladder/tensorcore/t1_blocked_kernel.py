@@ -82,7 +82,7 @@ def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
 def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, flags_ptr, epoch,
                       M, N, K, stride_cm, stride_cn,
                       A_T: tl.constexpr, B_T: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
-                      INT: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      INT: tl.constexpr, F64: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, UPCAST: tl.constexpr):
     """matmul_tma made persistent: PROGRAMS programs (one an SM) walk the tiles, the tile loop
     flattened into the K loop, so the next tile's loads are in flight while this one's C is
@@ -104,9 +104,10 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
     cuBLAS does unless asked for fast accumulation (torch._scaled_mm's use_fast_accum).
 
     And int8 for `tensorcore-int` (INT: int32 sums, which wrap as the result must; C written as
-    int32, or int8 wrapped). No stream-K there: its partial sums are float32.
+    int32, or int8 wrapped), and float64 for `tensorcore-f64` (F64: float64 sums on DMMA). No
+    stream-K for those: its partial sums are float32.
     """
-    tl.static_assert(not (INT and STREAM_K))
+    tl.static_assert(not ((INT or F64) and STREAM_K))
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
@@ -116,8 +117,8 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
         whole_rounds = num_tiles
     for tile in tl.range(pid, whole_rounds, PROGRAMS, flatten=True):
         off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, k_steps, A_T, B_T, SCALED, FAST_ACCUM, INT, UPCAST,
-                         BLOCK_M, BLOCK_N, BLOCK_K)
+        acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, k_steps, A_T, B_T, SCALED, FAST_ACCUM, INT, F64,
+                         UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
         if SCALED:
             acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
         store_quarters(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
@@ -137,7 +138,7 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
             hi = tl.minimum(end, first + k_steps)
             off_m, off_n = tile_position(whole_rounds + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             acc = tile_steps(a_desc, b_desc, off_m, off_n, lo - first, hi - first, A_T, B_T, SCALED, FAST_ACCUM,
-                             INT, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                             INT, F64, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
             last_run = (first + k_steps - 1) // per
             if lo == first and last_run == run:      # the whole tile is this run's: straight to C
                 if SCALED:
@@ -159,11 +160,15 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
 
 @triton.jit
 def tile_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, A_T: tl.constexpr, B_T: tl.constexpr,
-               SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr, INT: tl.constexpr, UPCAST: tl.constexpr,
+               SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr, INT: tl.constexpr, F64: tl.constexpr,
+               UPCAST: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The float32 (INT: int32) sum of K steps step_from..step_to - 1 of the tile at (off_m, off_n)."""
+    """The float32 (INT: int32, F64: float64) sum of K steps step_from..step_to - 1 of the tile at
+    (off_m, off_n)."""
     if INT:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    elif F64:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(step_from, step_to):
@@ -178,6 +183,8 @@ def tile_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, A_T: tl.constex
             b = b_desc.load([k0, off_n])
         if INT:
             acc = tl.dot(a, b, acc, out_dtype=tl.int32)    # Triton 3.6 needs out_dtype for int8
+        elif F64:
+            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)
         elif UPCAST:   # Triton's interpreter only: see matmul_kernel
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
         elif SCALED and not FAST_ACCUM:

@@ -74,7 +74,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
         a_desc = digit_planes(a, 1, block_m, block_k)
         b_desc = digit_planes(b.T, 1, block_n, block_k)               # (N, K): B K-major
         support.persistent_launch(matmul_persistent, a_desc, b_desc, c, (None, None), m, n, k, False, A_T=False,
-                                  B_T=True, SCALED=False, FAST_ACCUM=False, INT=True, BLOCK_M=block_m,
+                                  B_T=True, SCALED=False, FAST_ACCUM=False, INT=True, F64=False, BLOCK_M=block_m,
                                   BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=False,
                                   num_warps=num_warps, num_stages=num_stages)()
         return

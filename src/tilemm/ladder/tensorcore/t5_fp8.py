@@ -49,7 +49,7 @@ def launch(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, gro
     upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
     support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (scale_a, scale_b), m, n, k, stream_k,
-                              A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast_accum, INT=False, BLOCK_M=block_m,
+                              A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast_accum, INT=False, F64=False, BLOCK_M=block_m,
                               BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=False,
                               num_warps=num_warps, num_stages=num_stages)()
     if upcast:
