@@ -39,7 +39,7 @@ VARIANTS = {
                 ("f64-64x64x32-w4-s4", "tensorcore-f64", dict(block_m=64, block_n=64, block_k=32, num_warps=4)),
                 ("f64-128x128x32-w8-s3", "tensorcore-f64", dict(block_m=128, block_n=128, block_k=32, num_warps=8,
                                                                 num_stages=3)),
-                ("f64-persistent", "tensorcore-f64", dict(persistent=True)),
+                ("f64-one-per-tile", "tensorcore-f64", dict(persistent=False)),
                 ("f64-persistent-s2", "tensorcore-f64", dict(persistent=True, num_stages=2)),
                 ("f64-persistent-k16-s4", "tensorcore-f64", dict(persistent=True, block_k=16, num_stages=4))],
 }
