@@ -243,7 +243,8 @@ for layout in ("nn", "tt"):
     out[f"persistent-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
                                        cubin=len(k.asm["cubin"]))
 # tensorcore-f64: the pointer program in float64
-p = {q.name: q.default for q in tilemm.kernel("tensorcore-f64").params}
+from tilemm.ladder.tensorcore.t3_fp64 import default_tiles as f64_tiles
+p = {**f64_tiles(8192, 8192), "group_m": 8}
 sig = dict(a_ptr="*fp64", b_ptr="*fp64", c_ptr="*fp64", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
            stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
            BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", FP64="constexpr")
