@@ -26,7 +26,7 @@ from tilemm.bench.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (pre-warm)
 
-CONFIGS = [dict(tma_store=True), dict(block_m=256, block_n=128), dict(block_m=128, block_n=256)]
+CONFIGS = [dict(block_m=128, block_n=256), dict(block_m=256, block_n=128), dict(stream_k=True), dict(num_stages=3)]
 
 
 def stamp(args):

@@ -30,7 +30,8 @@ import cupy as cp  # noqa: E402
 import gpu_ladder  # noqa: E402  (pre-warm and interleaved rounds)
 
 CONFIGS = {   # rung parameters to try besides the defaults, per case
-    "int32-from-int8": [dict(tma_store=True), dict(tma_store=True, num_stages=3), dict(num_stages=3)],
+    "int32-from-int8": [dict(num_stages=3), dict(block_m=256, block_n=128, num_stages=3),
+                        dict(block_k=64, num_stages=5)],
     "int32": [dict(num_stages=3)],
     "int64": [dict(num_stages=3)],
 }
@@ -115,7 +116,7 @@ def main():
             launchers["anchor"] = lambda a=a.contiguous(), bt=b_nk.T: torch._int_mm(a, bt)
             results["anchor"] = lambda c=c_ref: c
             for i, params in enumerate([{}] + CONFIGS["int32-from-int8"]):
-                label = "tensorcore-int" + "".join(f"-{k}={v}" for k, v in params.items())
+                label = "tensorcore-int" + ("" if not params else "-" + "-".join(f"{v}" for v in params.values()))
                 launchers[label], results[label] = rung(a, b, "int32", **params)
             meta = {"dtype": "int8", "out_dtype": "int32", "layout": layout, "m": n, "n": n, "k": n,
                     "anchor": "torch._int_mm(A, B as (N,K).T)", **base}
@@ -136,7 +137,7 @@ def main():
         launchers = {"anchor": lambda: cp.matmul(a_cp, b_cp)}
         results = {"anchor": lambda: c_cp}
         for params in [{}] + CONFIGS[dtype]:
-            label = "tensorcore-int" + "".join(f"-{k}={v}" for k, v in params.items())
+            label = "tensorcore-int" + ("" if not params else "-" + "-".join(f"{v}" for v in params.values()))
             launchers[label], results[label] = rung(a, b, None, **params)
         meta = {"dtype": dtype, "layout": "nn", "m": n, "n": n, "k": n, "anchor": "cupy.matmul", **base}
         records += measure(dtype, launchers, results, reference, args, meta)

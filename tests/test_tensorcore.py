@@ -76,28 +76,6 @@ def test_interpreter_float64_persistent(layout):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m,n,k,layout", [(65, 97, 40, "nn"), (130, 70, 33, "tt")])
-def test_interpreter_tma_store(dtype, m, n, k, layout):
-    """C written through a TMA descriptor, clipped at C's edges (M, N not multiples of the tiles)."""
-    torch.manual_seed(m + n + k)
-    a = torch.randn(k, m, dtype=dtype).T if layout[0] == "t" else torch.randn(m, k, dtype=dtype)
-    b = torch.randn(n, k, dtype=dtype).T if layout[1] == "t" else torch.randn(k, n, dtype=dtype)
-    c, verdict = run(a, b, **SMALL, tma_store=True)
-    assert c.shape == (m, n) and verdict.ok, verdict.message
-
-
-@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
-@pytest.mark.parametrize("out_dtype", ["int8", "int32"])
-def test_int8_tma_store_is_exact(out_dtype):
-    from tilemm.data import operands
-    a, b = operands(9, 70, 90, 100, "int8", "nt")
-    c = tilemm.matmul(torch.from_numpy(a), torch.from_numpy(b), kernel="tensorcore-int", out_dtype=out_dtype,
-                      block_m=32, block_n=32, block_k=32, num_stages=2, num_warps=4, tma_store=True)
-    assert np.array_equal(c.numpy(), np.matmul(a, b, dtype=out_dtype))
-
-
-@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_prepared_plan_reads_operands_at_each_launch():
     """A bound launcher keeps its descriptors; a copy into aligned rows (rows of 130 fp16 are
     260 bytes) must still be made at each launch, from the operand's current values."""
@@ -255,10 +233,10 @@ for layout in ("nn", "tt"):
     b_block = [p["block_n"], p["block_k"]] if b_t else [p["block_k"], p["block_n"]]
     sig = dict(a_desc=f"tensordesc<bf16{a_block}>", b_desc=f"tensordesc<bf16{b_block}>", c_ptr="*bf16",
                scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="*fp32", flags_ptr="*i32", epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32",
-               stride_cn="i32", c_desc="constexpr", C_TMA="constexpr", A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
+               stride_cn="i32", A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
                INT="constexpr", F64="constexpr", STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                PROGRAMS="constexpr", UPCAST="constexpr")
-    const = dict(scale_a_ptr=None, scale_b_ptr=None, c_desc=None, C_TMA=False, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, STREAM_K=layout == "tt",
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, STREAM_K=layout == "tt",
                  BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
@@ -278,11 +256,11 @@ out["float64"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=F
 # tensorcore-f64 persistent=True: the persistent TMA program with float64 sums
 sig = dict(a_desc=f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>", b_desc=f"tensordesc<fp64[{p['block_k']}, {p['block_n']}]>",
            c_ptr="*fp64", scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="constexpr", flags_ptr="constexpr",
-           epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", c_desc="constexpr", C_TMA="constexpr", A_T="constexpr", B_T="constexpr",
+           epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr", B_T="constexpr",
            SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
            BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
            UPCAST="constexpr")
-const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, c_desc=None, C_TMA=False, A_T=False, B_T=False, SCALED=False,
+const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=False, SCALED=False,
              FAST_ACCUM=False, INT=False, F64=True, STREAM_K=False, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
              BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
@@ -325,11 +303,11 @@ for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
 for cty in ("*i8", "*i32"):
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[256, {q['block_k']}]>",
                c_ptr=cty, scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="constexpr", flags_ptr="constexpr",
-               epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", c_desc="constexpr", C_TMA="constexpr", A_T="constexpr",
+               epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr",
                B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
                BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                PROGRAMS="constexpr", UPCAST="constexpr")
-    const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, c_desc=None, C_TMA=False, A_T=False, B_T=True, SCALED=False,
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=True, SCALED=False,
                  FAST_ACCUM=False, INT=True, F64=False, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
                  GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),

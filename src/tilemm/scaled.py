@@ -24,7 +24,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         less accurate), as ``_scaled_mm(use_fast_accum=True)``; by default each K step's products
         are added to a float32 sum.
     out: optional (M, N) tensor of out_dtype on the operands' device to write into (any strides).
-    params: block_m, block_n, block_k, group_m, num_warps, num_stages, stream_k, tma_store (see
+    params: block_m, block_n, block_k, group_m, num_warps, num_stages, stream_k (see
         ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode).
 
     Returns out, or a new contiguous (M, N) tensor of out_dtype.
@@ -90,14 +90,12 @@ def _config(params: dict) -> dict:
         raise TypeError(f"scaled_matmul: unknown parameter(s) {', '.join(sorted(unknown))}; "
                         f"it takes {', '.join(DEFAULTS)}")
     config = {**DEFAULTS, **params}
-    for name in ("stream_k", "tma_store"):
-        if not isinstance(config[name], bool):
-            raise ValueError(f"scaled_matmul: {name}={config[name]!r} must be True or False")
+    if not isinstance(config["stream_k"], bool):
+        raise ValueError(f"scaled_matmul: stream_k={config['stream_k']!r} must be True or False")
     for name, value in config.items():
         if value is None and name in ("block_m", "block_n"):
             continue
-        if name not in ("stream_k", "tma_store") and (not isinstance(value, int) or isinstance(value, bool)
-                                                       or value < 1):
+        if name != "stream_k" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")
     for name in ("block_m", "block_n", "block_k"):
         if config[name] is not None and (config[name] < 16 or config[name] & (config[name] - 1)):

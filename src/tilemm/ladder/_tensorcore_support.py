@@ -117,15 +117,10 @@ def stream_k_workspace(device, programs: int, block_m: int, block_n: int):
     return partials, flags, next(_EPOCHS) % (2**31 - 2) + 1
 
 
-def persistent_launch(program, a_desc, b_desc, c, scales, m: int, n: int, k: int, stream_k: bool, c_tma=False,
-                      **config):
+def persistent_launch(program, a_desc, b_desc, c, scales, m: int, n: int, k: int, stream_k: bool, **config):
     """A launcher without arguments of matmul_persistent: one program an SM (as many as there are
     tiles, or all SMs when stream_k shares the tiles' K steps out); stream-K only when the tiles
-    do not fill whole rounds; c_tma: C written by TMA stores where its rows allow a descriptor.
-    config: the program's constexprs and num_warps / num_stages."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    c_tma = c_tma and k_major(c)
-    c_desc = TensorDescriptor.from_tensor(c, [config["BLOCK_M"], config["BLOCK_N"] // 4]) if c_tma else None
+    do not fill whole rounds. config: the program's constexprs and num_warps / num_stages."""
     tiles = -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"])
     sms = multiprocessors()
     programs = sms if stream_k else min(tiles, sms)
@@ -135,6 +130,6 @@ def persistent_launch(program, a_desc, b_desc, c, scales, m: int, n: int, k: int
 
     def go():
         ws = stream_k_workspace(c.device, programs, config["BLOCK_M"], config["BLOCK_N"]) if stream_k else none
-        kernel(a_desc, b_desc, c, *scales, *ws, m, n, k, c.stride(0), c.stride(1), c_desc, C_TMA=c_tma,
-               STREAM_K=stream_k, PROGRAMS=programs, **config)
+        kernel(a_desc, b_desc, c, *scales, *ws, m, n, k, c.stride(0), c.stride(1), STREAM_K=stream_k,
+               PROGRAMS=programs, **config)
     return go

@@ -40,7 +40,7 @@ def run(a, b, c, **params):
 
 
 def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False,
-         tma_store=False, autotune=False):
+         autotune=False):
     """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
     once: a prepared plan launched many times pays Triton's launch alone (with autotune, the
     configuration is tuned, or read from the tuning cache, here)."""
@@ -49,7 +49,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, per
         return launcher(a, b, c, **config)
     tiles = resolve_tiles(a.shape[0], b.shape[1], dict(block_m=block_m, block_n=block_n, block_k=block_k,
                                                        num_warps=num_warps, num_stages=num_stages))
-    return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, tma_store=tma_store, **tiles)
+    return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, **tiles)
 
 
 def default_tiles(m: int, n: int) -> dict:
@@ -79,8 +79,7 @@ def launch(a, b, c, **config):
     launcher(a, b, c, **config)()
 
 
-def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False,
-             tma_store=False):
+def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False):
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
     strides are not), by the persistent program when there is more than one round of tiles and
@@ -113,7 +112,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
                      UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
         if rounds:
             program = support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (None, None), m, n, k,
-                                                stream_k and not f64, tma_store, SCALED=False, FAST_ACCUM=False, INT=False,
+                                                stream_k and not f64, SCALED=False, FAST_ACCUM=False, INT=False,
                                                 F64=f64, **tiles)
             args, tiles = (), {}
         else:
@@ -202,8 +201,6 @@ register(Kernel(
             Param("persistent", True, (False, True),
                   "16-bit operands: one program an SM walks the tiles, writing a tile while the next one "
                   "loads; False: one program a tile"),
-            Param("tma_store", False, (False, True),
-                  "persistent: C written by TMA stores, which drain while the next tile computes"),
             Param("stream_k", False, (False, True),
                   "persistent: the tiles of a last, partial round are shared out by K steps among all SMs "
                   "(measured slower on most shapes: docs/tensor_cores.md)"),

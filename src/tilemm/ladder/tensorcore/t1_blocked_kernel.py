@@ -80,7 +80,7 @@ def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
 
 @triton.jit(do_not_specialize=["epoch"])
 def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, flags_ptr, epoch,
-                      M, N, K, stride_cm, stride_cn, c_desc, C_TMA: tl.constexpr,
+                      M, N, K, stride_cm, stride_cn,
                       A_T: tl.constexpr, B_T: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
                       INT: tl.constexpr, F64: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, UPCAST: tl.constexpr):
@@ -121,10 +121,7 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
                          UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
         if SCALED:
             acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
-        if C_TMA:    # TMA stores: the copy engine writes C while the next tile computes
-            store_quarters_tma(c_desc, acc.to(c_ptr.dtype.element_ty), off_m, off_n)
-        else:
-            store_quarters(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
+        store_quarters(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
     if STREAM_K:
         units = (num_tiles - whole_rounds) * k_steps          # (tile, K step) pairs left
         per = tl.cdiv(units, PROGRAMS)
@@ -233,20 +230,6 @@ def store_quarters(c_ptr, x, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULAT
     store_tile(c_ptr, q1, off_m, off_n + quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
     store_tile(c_ptr, q2, off_m, off_n + 2 * quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
     store_tile(c_ptr, q3, off_m, off_n + 3 * quarter, M, N, stride_cm, stride_cn, ACCUMULATE)
-
-
-@triton.jit
-def store_quarters_tma(c_desc, x, off_m, off_n):
-    """x into C through its TMA descriptor (blocks of x's rows and a quarter of its columns), in
-    four column quarters; the copy engine clips what lies past C's edges."""
-    left, right = halves(x)
-    quarter: tl.constexpr = x.shape[1] // 4
-    q0, q1 = halves(left)
-    q2, q3 = halves(right)
-    c_desc.store([off_m, off_n], q0)
-    c_desc.store([off_m, off_n + quarter], q1)
-    c_desc.store([off_m, off_n + 2 * quarter], q2)
-    c_desc.store([off_m, off_n + 3 * quarter], q3)
 
 
 @triton.jit

@@ -54,7 +54,7 @@ def default_block_n(block_n, result_bytes: int) -> int:
     return block_n or (128 if result_bytes == 8 else 256)
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, tma_store=False):
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     from .t2_int_digits_kernel import digit_matmul
     m, k = a.shape
     n = b.shape[1]
@@ -73,7 +73,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, tma_
         from .t1_blocked_kernel import matmul_persistent
         a_desc = digit_planes(a, 1, block_m, block_k)
         b_desc = digit_planes(b.T, 1, block_n, block_k)               # (N, K): B K-major
-        support.persistent_launch(matmul_persistent, a_desc, b_desc, c, (None, None), m, n, k, False, tma_store, A_T=False,
+        support.persistent_launch(matmul_persistent, a_desc, b_desc, c, (None, None), m, n, k, False, A_T=False,
                                   B_T=True, SCALED=False, FAST_ACCUM=False, INT=True, F64=False, BLOCK_M=block_m,
                                   BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=False,
                                   num_warps=num_warps, num_stages=num_stages)()
@@ -120,7 +120,5 @@ register(Kernel(
             Param("block_k", 128, (16, 32, 64, 128, 256), "depth of one K step (int8 digits)"),
             Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
             Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
-            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"),
-            Param("tma_store", False, (False, True),
-                  "int8 data: C written by TMA stores, which drain while the next tile computes")),
+            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)")),
 ))

@@ -15,8 +15,7 @@ from __future__ import annotations
 from ... import _compat
 from .. import _tensorcore_support as support
 
-DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=False,
-                tma_store=False)
+DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=False)
 
 
 def resolve(config: dict, fast_accum: bool) -> dict:
@@ -35,7 +34,7 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
 
 
 def launch(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages,
-           stream_k=False, tma_store=False):
+           stream_k=False):
     """c = scale_a * scale_b * (a @ b): a (M, K), b (K, N) fp8; scale_a, scale_b one-element
     float32 tensors on a's device; c (M, N), M, N, K > 0."""
     from .t1_blocked_kernel import matmul_persistent   # Triton loads on first use
@@ -49,7 +48,7 @@ def launch(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, gro
     # Triton 3.9's interpreter rounds float32 -> bfloat16 by truncation: there, torch rounds
     upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
-    support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (scale_a, scale_b), m, n, k, stream_k, tma_store,
+    support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (scale_a, scale_b), m, n, k, stream_k,
                               A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast_accum, INT=False, F64=False, BLOCK_M=block_m,
                               BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=False,
                               num_warps=num_warps, num_stages=num_stages)()
