@@ -2,6 +2,7 @@
 contract), on the `tensorcore-fp8` rung. Arguments are checked here, before any kernel runs."""
 from __future__ import annotations
 
+import functools
 import numbers
 
 from . import _compat
@@ -104,18 +105,30 @@ def _config(params: dict) -> dict:
 
 
 def _check_device(device, torch) -> None:
+    problem = _device_problem(device.type, device.index, _compat.triton_interpreter())
+    if problem:
+        error, message = problem
+        raise error(message.format(device=device))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_problem(kind: str, index, interpreter: bool):
+    """(exception, message) if float8 products can't run on this device, else None; the same
+    answer for every call on a device, so it is worked out once (it is a fifth of a call's cost)."""
+    import torch
     from .ladder import _tensorcore_support as support
     reason = support.available()
     if reason:
-        raise KernelUnavailable(f"scaled_matmul {reason}")
-    if _compat.triton_interpreter():
-        if device.type != "cpu":
-            raise ValueError("scaled_matmul: under TRITON_INTERPRET=1 the operands must be CPU tensors")
-        return
-    if device.type != "cuda":
-        raise ValueError(f"scaled_matmul: the operands are on {device}; move them to a CUDA GPU")
-    if torch.cuda.get_device_capability(device) < (8, 9):
-        raise KernelUnavailable("scaled_matmul needs float8 tensor cores (compute capability 8.9 or newer)")
+        return KernelUnavailable, f"scaled_matmul {reason}"
+    if interpreter:
+        if kind != "cpu":
+            return ValueError, "scaled_matmul: under TRITON_INTERPRET=1 the operands must be CPU tensors"
+        return None
+    if kind != "cuda":
+        return ValueError, "scaled_matmul: the operands are on {device}; move them to a CUDA GPU"
+    if torch.cuda.get_device_capability(torch.device(kind, index)) < (8, 9):
+        return KernelUnavailable, "scaled_matmul needs float8 tensor cores (compute capability 8.9 or newer)"
+    return None
 
 
 def _scale(s, name: str, device, torch):
