@@ -13,12 +13,19 @@ SPLIT_BLOCK = 64   # split passes: 64 x 64 elements a program
 
 
 def available() -> str | None:
+    """Why the Triton rungs can't run here, or None; worked out once (the answer does not change
+    within a process, and every plan asks)."""
+    return _available(_compat.triton_interpreter())
+
+
+@functools.lru_cache(maxsize=None)
+def _available(interpreter: bool) -> str | None:
     try:
         import torch  # noqa: F401
         import triton  # noqa: F401
     except ImportError:
         return "needs Triton and PyTorch (pip install 'tilemm[triton]')"
-    if _compat.triton_interpreter():
+    if interpreter:
         return None
     import torch
     if not torch.cuda.is_available():
