@@ -58,20 +58,8 @@ def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
     arithmetic, no masks (the copy engine fills zeros past M, N and K). a_desc describes A, or A^T
     when A_T (A stored column-major); b_desc B, or B^T when B_T."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        if A_T:
-            a = a_desc.load([k0, off_m]).T                # (BLOCK_K, BLOCK_M) of A^T
-        else:
-            a = a_desc.load([off_m, k0])                  # (BLOCK_M, BLOCK_K)
-        if B_T:
-            b = b_desc.load([off_n, k0]).T                # (BLOCK_N, BLOCK_K) of B^T
-        else:
-            b = b_desc.load([k0, off_n])                  # (BLOCK_K, BLOCK_N)
-        if UPCAST:   # Triton's interpreter only: see matmul_kernel
-            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, b, acc)
+    acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, tl.cdiv(K, BLOCK_K), A_T, B_T, False, False, False, False,
+                     UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
@@ -119,9 +107,8 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
         off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, k_steps, A_T, B_T, SCALED, FAST_ACCUM, INT, F64,
                          UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-        if SCALED:
-            acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
-        store_quarters(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
+        store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr, SCALED), off_m, off_n, M, N, stride_cm,
+                       stride_cn, False)
     if STREAM_K:
         units = (num_tiles - whole_rounds) * k_steps          # (tile, K step) pairs left
         per = tl.cdiv(units, PROGRAMS)
@@ -141,9 +128,8 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
                              INT, F64, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
             last_run = (first + k_steps - 1) // per
             if lo == first and last_run == run:      # the whole tile is this run's: straight to C
-                if SCALED:
-                    acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
-                store_quarters(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
+                store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr, SCALED), off_m, off_n, M, N, stride_cm,
+                               stride_cn, False)
             else:
                 owner = lo == first
                 # two slots a program: a helper's partial (its first segment, at most one) must
@@ -195,6 +181,14 @@ def tile_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, A_T: tl.constex
 
 
 @triton.jit
+def scaled(x, scale_a_ptr, scale_b_ptr, SCALED: tl.constexpr):
+    """x times the per-tensor scales (SCALED), else x."""
+    if SCALED:
+        x = x * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+    return x
+
+
+@triton.jit
 def add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid, run_from, run_to, off_m, off_n,
                  M, N, stride_cm, stride_cn, SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  PROGRAMS: tl.constexpr):
@@ -213,9 +207,8 @@ def add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid,
         for run in range(run_from, run_to + 1):
             helper_slot = ws_ptr + (2 * (PROGRAMS - 1 - run) + 1) * (BLOCK_M * BLOCK_N)
             total += tl.load(helper_slot + q * QUARTER + offs, cache_modifier=".cg")
-        if SCALED:
-            total = total * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
-        store_tile(c_ptr, total, off_m, off_n + q * QUARTER, M, N, stride_cm, stride_cn, False)
+        store_tile(c_ptr, scaled(total, scale_a_ptr, scale_b_ptr, SCALED), off_m, off_n + q * QUARTER, M, N,
+                   stride_cm, stride_cn, False)
 
 
 @triton.jit
