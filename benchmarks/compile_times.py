@@ -7,7 +7,6 @@ import json
 import time
 from pathlib import Path
 
-import datetime
 
 import tilemm
 from tilemm import machine
@@ -30,10 +29,8 @@ for dtype in ("float32", "int32", "float64", "int64"):
         tilemm.matmul(a, b, kernel=kernel)
         cp.cuda.Device().synchronize()
         rows.append({"kernel": kernel, "dtype": dtype, "label": args.label, "first_call_s": time.perf_counter() - t0,
-                     "device": machine.describe()["device"], "versions": machine.versions(),
-                     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                     "command": "PYTHONPATH=src NUMBA_CACHE_DIR=/tmp/nbc python3 benchmarks/compile_times.py "
-                                f"--label {args.label}"})
+                     **machine.stamp(f"PYTHONPATH=src NUMBA_CACHE_DIR=/tmp/nbc python3 benchmarks/compile_times.py "
+                                     f"--label {args.label}")})
         print(f"{args.label:5} {kernel:14} {dtype:8} {rows[-1]['first_call_s']:.3f} s", flush=True)
 args.out.mkdir(parents=True, exist_ok=True)
 with open(args.out / "compile_times.jsonl", "a") as f:

@@ -13,7 +13,6 @@ interleaved rounds (order rotated), CUDA events, the median.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
 from pathlib import Path
@@ -27,14 +26,6 @@ from tilemm.bench.timing import interleaved_rounds
 import gpu_ladder  # noqa: E402  (pre-warm)
 
 CONFIGS = [dict(block_m=128, block_n=256), dict(block_m=256, block_n=128), dict(stream_k=True), dict(num_stages=3)]
-
-
-def stamp(args):
-    info = machine.describe()
-    return {"device": info["device"], "versions": info["versions"],
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py "
-                       + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out")}
 
 
 def check(c, a, b, scale, fast, block_k=128):
@@ -60,7 +51,8 @@ def main():
     ap.add_argument("--prewarm", type=float, default=10.0)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    base = stamp(args)
+    base = machine.stamp(machine.command_line(
+        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py", args))
     gpu_ladder.prewarm(args.prewarm)
     records = []
     for n in args.sizes:

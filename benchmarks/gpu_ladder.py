@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
 import json
 import statistics
 import subprocess
@@ -89,12 +88,7 @@ def main():
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     lib = build_twins(args.out)
-    info = machine.describe()
-    stamp = {"device": info["device"], "versions": info["versions"],
-             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "command": "PYTHONPATH=src python3 benchmarks/gpu_ladder.py " + " ".join(
-                 f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                 for k, v in vars(args).items() if k != "out" and v is not None)}
+    stamp = machine.stamp(machine.command_line("PYTHONPATH=src python3 benchmarks/gpu_ladder.py", args))
     variants = [v for v in VARIANTS if not args.variants or v[0] in args.variants]
     prewarm(args.prewarm)
     records = []

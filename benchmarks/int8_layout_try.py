@@ -7,7 +7,6 @@ with A_T / B_T against the rung (which transposes first) and torch._int_mm, 8192
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
 from pathlib import Path
@@ -42,7 +41,7 @@ def main():
     a_km, at_store, b_nk, b_row = rnd(), rnd(), rnd(), rnd()   # A (M,K); A^T stored (K,M); B^T (N,K); B (K,N)
     cases = {"tt": (at_store.T, b_nk.T), "tn": (at_store.T, b_row), "nn": (a_km, b_row), "nt": (a_km, b_nk.T)}
     gpu_ladder.prewarm(6)
-    info = machine.describe()
+    stamp = machine.stamp("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/int8_layout_try.py")
     records = []
     for layout, (a, b) in cases.items():
         ref = torch._int_mm(a.contiguous(), b.T.contiguous().T)
@@ -70,17 +69,14 @@ def main():
                 ok = False
             if ok:
                 good[label] = fn
-            records.append({"layout": layout, "variant": label, "status": "ok" if ok else "FAILED"})
+            records.append({"layout": layout, "variant": label, "status": "ok" if ok else "FAILED", "m": n, "n": n,
+                            "k": n, **stamp})
         times = interleaved_rounds(good, 3, 0.3)
         anchor = statistics.median(times["anchor"])
         for rec in records:
             if rec["layout"] == layout and rec["variant"] in times:
                 med = statistics.median(times[rec["variant"]])
-                rec.update(median_ms=med, tops=2 * n**3 / med / 1e9, vs_int_mm=anchor / med, m=n, n=n, k=n,
-                           device=info["device"], versions=info["versions"],
-                           date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                           command="PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
-                                   "benchmarks/int8_layout_try.py")
+                rec.update(median_ms=med, tops=2 * n**3 / med / 1e9, vs_int_mm=anchor / med)
                 print(f"{layout} {rec['variant']:12} {med:7.3f} ms {rec['tops']:7.1f} TOPS x{rec['vs_int_mm']:5.2f}",
                       flush=True)
     with open(args.out / "int8_layout_try.jsonl", "a") as f:

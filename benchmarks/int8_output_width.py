@@ -7,7 +7,6 @@ NumPy's wrapped int8 C (a quarter of the bytes), with torch._int_mm as the ancho
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
 from pathlib import Path
@@ -43,13 +42,11 @@ def main():
     good = {k: v for k, v in launchers.items() if k == "anchor" or checks[k]}
     times = interleaved_rounds(good, 4, 0.3)
     anchor = statistics.median(times["anchor"])
-    info = machine.describe()
+    stamp = machine.stamp("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/int8_output_width.py")
     records = []
     for label in launchers:
         rec = {"variant": label, "status": "ok" if label == "anchor" or checks[label] else "FAILED", "m": n, "n": n,
-               "k": n, "device": info["device"], "versions": info["versions"],
-               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "command": "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/int8_output_width.py"}
+               "k": n, **stamp}
         if label in times:
             med = statistics.median(times[label])
             rec.update(median_ms=med, tops=2 * n**3 / med / 1e9, vs_int_mm=anchor / med)

@@ -14,7 +14,6 @@ median. Every answer is checked before timing: int8 products against a float64 G
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
 from pathlib import Path
@@ -44,14 +43,6 @@ def operand(rng_seed, rows, cols, dtype, how):
     x = torch.randint(int(info.min), int(info.max), shape, generator=g, device="cuda",
                       dtype=getattr(torch, dtype))
     return x.T if how == "t" else x
-
-
-def stamp(args):
-    info = machine.describe()
-    return {"device": info["device"], "versions": info["versions"],
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": "PYTHONPATH=src:benchmarks python3 benchmarks/int_vs_baselines.py " + " ".join(
-                f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out")}
 
 
 def rung(a, b, out_dtype, **params):
@@ -101,7 +92,8 @@ def main():
     ap.add_argument("--cases", nargs="+", default=["int8", "int32", "int64"])
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    base = stamp(args)
+    base = machine.stamp(machine.command_line(
+        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/int_vs_baselines.py", args))
     gpu_ladder.prewarm(args.prewarm)
     records = []
     if "int8" in args.cases:

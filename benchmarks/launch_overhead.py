@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import datetime
 import io
 import json
 import pstats
@@ -60,10 +59,7 @@ def main():
         "triton program, descriptors made each call": raw_with_descriptors,
         "triton program, descriptors made once": raw,
     }
-    info = machine.describe()
-    rec = {"device": info["device"], "versions": info["versions"], "n": n, "tiles": tiles,
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "command": f"PYTHONPATH=src python3 benchmarks/launch_overhead.py --n {n}"}
+    rec = {"n": n, "tiles": tiles, **machine.stamp(f"PYTHONPATH=src python3 benchmarks/launch_overhead.py --n {n}")}
     for label, fn in layers.items():
         fn()
         us = min(launch_overhead_us(fn, calls=200) for _ in range(5))

@@ -9,7 +9,6 @@ Each record also carries the HBM bound of its shape: the bytes a GEMM must move 
 and C once) over the copy bandwidth measured in the same run.
 """
 import argparse
-import datetime
 import json
 import math
 import statistics
@@ -108,12 +107,8 @@ def main():
                     help="also time each variant replayed from a CUDA graph (GPU time alone, no launch cost)")
     ap.add_argument("--variants", nargs="+", help="only these labels (and the anchors)")
     args = ap.parse_args()
-    info = machine.describe()
-    stamp = {"device": info["device"], "versions": info["versions"],
-             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "command": "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py "
-                        + " ".join(f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                                   for k, v in vars(args).items() if k != "out")}
+    stamp = machine.stamp(machine.command_line(
+        "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py", args))
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)

@@ -4,7 +4,6 @@ twin in interleaved rounds (fp32, n = 4096), each answer checked.
     PYTHONPATH=src:benchmarks python3 benchmarks/tiled32_variants.py --out DIR
 """
 import argparse
-import datetime
 import json
 import re
 import statistics
@@ -127,10 +126,7 @@ for name, c in outs.items():
 gpu_ladder.prewarm(5)
 times = interleaved_rounds(launchers, args.rounds, 0.3)
 twin = statistics.median(times["cuda-c"])
-info = machine.describe()
-stamp = {"device": info["device"], "versions": info["versions"],
-         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-         "command": f"PYTHONPATH=src:benchmarks python3 benchmarks/tiled32_variants.py --n {n} --rounds {args.rounds}"}
+stamp = machine.stamp(f"PYTHONPATH=src:benchmarks python3 benchmarks/tiled32_variants.py --n {n} --rounds {args.rounds}")
 kernels = {name: make(*flags) for name, flags in VARIANTS.items()}
 recs = []
 for name, t in times.items():

@@ -1,6 +1,7 @@
 """What this machine is: library versions, the CPU, the GPU and its limits and peaks."""
 from __future__ import annotations
 
+import datetime
 import functools
 import os
 import platform
@@ -113,3 +114,18 @@ def describe() -> dict:
     return {"device": g.name if g else f"CPU: {cpu()['model']}", "cpu": cpu(),
             "gpu": asdict(g) if g else None, "versions": versions(),
             "simulator": _compat.cuda_simulator(), "interpreter": _compat.triton_interpreter()}
+
+
+def stamp(command: str) -> dict:
+    """What every result record carries: the device, the library versions, the date (UTC) and
+    the command that measured it."""
+    info = describe()
+    return {"device": info["device"], "versions": info["versions"],
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "command": command}
+
+
+def command_line(prefix: str, args) -> str:
+    """`prefix --name value ...` from an argparse namespace (lists spaced out; --out and options
+    left unset are left out)."""
+    return prefix + "".join(f" --{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                            for k, v in vars(args).items() if k != "out" and v is not None)

@@ -6,16 +6,15 @@ budget is recorded as skipped, with the prediction.
 """
 from __future__ import annotations
 
-import datetime
 import json
 import sys
 import time
 from pathlib import Path
 
-from .. import _compat, api, arrays, registry, tuning
+from .. import _compat, api, arrays, machine, registry, tuning
 from ..accuracy import compare
 from ..data import operands
-from ..machine import describe, gpu
+from ..machine import gpu
 from .seeds import published
 from .suites import Case
 from .timing import summary, time_cuda, time_host
@@ -25,10 +24,7 @@ L2_ROTATE_BYTES = 64 * 2**20  # rotate input sets until they span more than any 
 
 def run_suite(cases: list[Case], *, suite: str, budget_s: float = 2.0, skip_over_s: float = 60.0,
               results: Path | None = None, progress: bool = True) -> list[dict]:
-    machine = describe()
-    stamp = {"device": machine["device"], "versions": machine["versions"], "suite": suite,
-             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "command": " ".join(["tilemm"] + sys.argv[1:])}
+    stamp = {**machine.stamp(" ".join(["tilemm"] + sys.argv[1:])), "suite": suite}
     records, seen = [], {}
     for case, rec in _each(cases, progress):
         rec.update(_measure(case, budget_s, skip_over_s, seen))
