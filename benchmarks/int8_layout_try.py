@@ -21,6 +21,7 @@ from tilemm.ladder import _tensorcore_support as support
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
 
 import gpu_ladder  # noqa: E402
+from int_vs_baselines import operand  # noqa: E402  (random full-range operands, 't' a transposed view)
 
 
 def direct(a_desc, b_desc, c, n, a_t, b_t, bm=128, bn=256, bk=128, stages=4):
@@ -36,10 +37,8 @@ def main():
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     n = args.n
-    g = torch.Generator(device="cuda").manual_seed(0)
-    rnd = lambda: torch.randint(-128, 127, (n, n), generator=g, device="cuda", dtype=torch.int8)  # noqa: E731
-    a_km, at_store, b_nk, b_row = rnd(), rnd(), rnd(), rnd()   # A (M,K); A^T stored (K,M); B^T (N,K); B (K,N)
-    cases = {"tt": (at_store.T, b_nk.T), "tn": (at_store.T, b_row), "nn": (a_km, b_row), "nt": (a_km, b_nk.T)}
+    cases = {layout: (operand(1, n, n, "int8", layout[0]), operand(2, n, n, "int8", layout[1]))
+             for layout in ("tt", "tn", "nn", "nt")}
     gpu_ladder.prewarm(6)
     stamp = machine.stamp("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/int8_layout_try.py")
     records = []

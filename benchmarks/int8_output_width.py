@@ -18,6 +18,7 @@ from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (pre-warm)
+from int_vs_baselines import operand  # noqa: E402  (random full-range operands)
 
 
 def main():
@@ -27,9 +28,8 @@ def main():
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     n = args.n
-    g = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randint(-128, 127, (n, n), generator=g, device="cuda", dtype=torch.int8)
-    b = torch.randint(-128, 127, (n, n), generator=g, device="cuda", dtype=torch.int8).T   # (N, K).T
+    a = operand(1, n, n, "int8", "n")
+    b = operand(2, n, n, "int8", "t")                    # (N, K).T
     exact = torch._int_mm(a, b)
     wrapped = exact.to(torch.int8)                       # two's complement: NumPy's int8 result
     launchers, checks = {"anchor": lambda: torch._int_mm(a, b)}, {}
