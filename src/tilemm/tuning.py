@@ -52,8 +52,10 @@ def best(key: str, candidates: list[dict], time_ms) -> tuple[dict, dict]:
     start = time.perf_counter()
     timed = [(time_ms(c), i) for i, c in enumerate(candidates)]
     ms, i = min(timed)
+    from . import machine
+    info = machine.describe()        # a winner says where, when and with which libraries it won
     entry = {"params": candidates[i], "ms": ms, "tried": len(candidates),
-             "tuning_s": time.perf_counter() - start,
+             "tuning_s": time.perf_counter() - start, "device": info["device"], "versions": info["versions"],
              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     entries = _load()  # another process may have written meanwhile
     entries[key] = entry
