@@ -18,16 +18,14 @@ import tilemm
 from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
 from tilemm.ladder import _tensorcore_support as support
-from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
 
 import gpu_ladder  # noqa: E402
 from int_vs_baselines import operand  # noqa: E402  (random full-range operands, 't' a transposed view)
 
 
 def direct(a_desc, b_desc, c, n, a_t, b_t, bm=128, bn=256, bk=128, stages=4):
-    return support.persistent_launch(matmul_persistent, a_desc, b_desc, c, (None, None), n, n, n, False, A_T=a_t,
-                                     B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=True, F64=False, BLOCK_M=bm, BLOCK_N=bn,
-                                     BLOCK_K=bk, GROUP_M=8, UPCAST=False, num_warps=8, num_stages=stages)
+    return support.persistent_launch(a_desc, b_desc, c, n, n, n, A_T=a_t, B_T=b_t, INT=True, BLOCK_M=bm, BLOCK_N=bn,
+                                     BLOCK_K=bk, GROUP_M=8, num_warps=8, num_stages=stages)
 
 
 def main():

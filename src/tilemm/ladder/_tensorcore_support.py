@@ -124,15 +124,24 @@ def stream_k_workspace(device, programs: int, block_m: int, block_n: int):
     return partials, flags, next(_EPOCHS) % (2**31 - 2) + 1
 
 
-def persistent_launch(program, a_desc, b_desc, c, scales, m: int, n: int, k: int, stream_k: bool, **config):
+# matmul_persistent's flags when a caller names none: A row-major, B given K-major (as B^T),
+# float32 sums of unscaled 16-bit products
+PERSISTENT_FLAGS = dict(A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, UPCAST=False)
+
+
+def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, None), stream_k: bool = False,
+                      **config):
     """A launcher without arguments of matmul_persistent: one program an SM (as many as there are
     tiles, or all SMs when stream_k shares the tiles' K steps out); stream-K only when the tiles
-    do not fill whole rounds. config: the program's constexprs and num_warps / num_stages."""
+    do not fill whole rounds. config: the program's tiles and flags (PERSISTENT_FLAGS where not
+    given) and num_warps / num_stages."""
+    from .tensorcore.t1_blocked_kernel import matmul_persistent   # Triton loads on first use
+    config = {**PERSISTENT_FLAGS, **config}
     tiles = -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"])
     sms = multiprocessors()
     programs = sms if stream_k else min(tiles, sms)
     stream_k = stream_k and tiles % programs != 0
-    kernel = program[(programs,)]
+    kernel = matmul_persistent[(programs,)]
     none = (None, None, 0)
 
     def go():

@@ -91,7 +91,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
     where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
     0.5)."""
-    from .t1_blocked_kernel import matmul_kernel, matmul_persistent, matmul_tma  # Triton loads on first use
+    from .t1_blocked_kernel import matmul_kernel, matmul_tma  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
     if k == 0:                       # an empty sum (and no tensor to describe)
@@ -111,8 +111,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                      UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
         if rounds:
-            program = support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (None, None), m, n, k,
-                                                stream_k and not f64, SCALED=False, FAST_ACCUM=False, INT=False,
+            program = support.persistent_launch(a_desc, b_desc, out, m, n, k, stream_k=stream_k and not f64,
                                                 F64=f64, **tiles)
             args, tiles = (), {}
         else:

@@ -64,20 +64,17 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     nd_c = c.element_size()
     block_n = default_block_n(block_n, nd_c)
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
+    if nd_a == nd_b == 1 and nd_c <= 4:   # one int8 product: the persistent program of the 16-bit and fp8 rungs
+        a_desc = digit_planes(a, 1, block_m, block_k)
+        b_desc = digit_planes(b.T, 1, block_n, block_k)               # (N, K): B K-major
+        support.persistent_launch(a_desc, b_desc, c, m, n, k, INT=True, BLOCK_M=block_m, BLOCK_N=block_n,
+                                  BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)()
+        return
     k_tiles = -(-k // block_k)
     chunk = k_tiles
     if nd_c == 8:   # int64: the shifts below 4 need exact int32 sums
         pairs = max(min(s, nd_a - 1) - max(0, s - nd_b + 1) + 1 for s in range(min(4, nd_c)))
         chunk = max(1, digits.exact_chunk(pairs) // block_k)
-    if nd_a == nd_b == 1 and nd_c <= 4:   # one int8 product: the persistent program of the 16-bit and fp8 rungs
-        from .t1_blocked_kernel import matmul_persistent
-        a_desc = digit_planes(a, 1, block_m, block_k)
-        b_desc = digit_planes(b.T, 1, block_n, block_k)               # (N, K): B K-major
-        support.persistent_launch(matmul_persistent, a_desc, b_desc, c, (None, None), m, n, k, False, A_T=False,
-                                  B_T=True, SCALED=False, FAST_ACCUM=False, INT=True, F64=False, BLOCK_M=block_m,
-                                  BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=False,
-                                  num_warps=num_warps, num_stages=num_stages)()
-        return
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
     for t0 in range(0, k_tiles, chunk):
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)

@@ -37,7 +37,6 @@ def launch(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, gro
            stream_k=False):
     """c = scale_a * scale_b * (a @ b): a (M, K), b (K, N) fp8; scale_a, scale_b one-element
     float32 tensors on a's device; c (M, N), M, N, K > 0."""
-    from .t1_blocked_kernel import matmul_persistent   # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
     a_desc, a_fill = support.row_descriptor(a, block_m, block_k)
@@ -48,9 +47,8 @@ def launch(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, gro
     # Triton 3.9's interpreter rounds float32 -> bfloat16 by truncation: there, torch rounds
     upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
-    support.persistent_launch(matmul_persistent, a_desc, b_desc, out, (scale_a, scale_b), m, n, k, stream_k,
-                              A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast_accum, INT=False, F64=False, BLOCK_M=block_m,
-                              BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=False,
-                              num_warps=num_warps, num_stages=num_stages)()
+    support.persistent_launch(a_desc, b_desc, out, m, n, k, (scale_a, scale_b), stream_k, SCALED=True,
+                              FAST_ACCUM=fast_accum, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                              GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)()
     if upcast:
         c.copy_(out)
