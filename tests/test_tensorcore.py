@@ -287,6 +287,7 @@ out["split-tf32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmm
 # tensorcore-int: the fused digit product for each result width, and the digit split
 from tilemm.ladder.tensorcore.t2_int_digits_kernel import digit_matmul, split_digits
 q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
+q["num_stages"] = 4   # the default (None) resolved as the rung does for the digit programs
 for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
     block_n = 128 if nd_c == 8 else 256     # the default (None) resolved as the rung does
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[{block_n}, {q['block_k']}]>",
@@ -314,6 +315,24 @@ for cty in ("*i8", "*i32"):
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
     out[f"int8-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
                                    cubin=len(k.asm["cubin"]))
+# int8 data on Hopper: the Gluon program, whose wgmma must stay asynchronous (wait_group 1: the
+# step before, not 0: all) where Triton's pipeliner makes an int32 accumulator's synchronous
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import int8_matmul_persistent
+for cty in ("*i8", "*i32"):
+    la = repr(gl.NVMMASharedLayout.get_default_for([q["block_m"], q["block_k"]], gl.int8))
+    lb = repr(gl.NVMMASharedLayout.get_default_for([256, q["block_k"]], gl.int8))
+    sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}],{la}>", b_desc=f"tensordesc<i8[256, {q['block_k']}],{lb}>",
+               c_ptr=cty, M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", GROUP_M="constexpr",
+               PROGRAMS="constexpr", STAGES="constexpr", num_warps="constexpr")
+    const = dict(GROUP_M=q["group_m"], PROGRAMS=132, STAGES=3, num_warps=q["num_warps"])
+    k = triton.compile(GluonASTSource(fn=int8_matmul_persistent, signature=sig, constexprs=const),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"]))
+    ptx = k.asm["ptx"]
+    out[f"int8-gluon-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
+                                         wgmma="wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx,
+                                         cubin=len(k.asm["cubin"]))
 for src in ("*i8", "*i32", "*i64"):
     sig = dict(x_ptr=src, out_ptr="*i8", R="i32", C="i32", C_PAD="i32", stride_r="i32", stride_c="i32",
                NDIGITS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
@@ -334,6 +353,7 @@ def test_default_configs_compile_for_sm90():
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
+                             "int8-gluon-to-i8", "int8-gluon-to-i32",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma

@@ -38,6 +38,22 @@ def _available(interpreter: bool) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
+def hopper_gluon() -> bool:
+    """Whether Gluon programs written for Hopper (wgmma) run here: a GPU of compute capability
+    9.x, outside Triton's interpreter (which runs no Gluon), with Triton's Gluon importable."""
+    if _compat.triton_interpreter() or available() is not None:
+        return False
+    import torch
+    if torch.cuda.get_device_capability()[0] != 9:
+        return False
+    try:
+        from triton.experimental.gluon.language.nvidia import hopper  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
 def multiprocessors() -> int:
     """SMs of the GPU (a persistent kernel starts one program each; tile choices count them).
     Under Triton's interpreter 4: a few programs that each take several tiles, so the tests walk
@@ -91,8 +107,13 @@ def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **
     """A TMA descriptor of the parts the split program writes for x (digits, or TF32 parts),
     stacked (parts * rows, K padded to 16 bytes), K contiguous. Passing B^T as x writes B K-major.
     split(x, out, R, C, C_PAD, stride_r, stride_c, BLOCK_R, BLOCK_C, **constexprs) is the program."""
-    import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
+    return TensorDescriptor.from_tensor(stacked_parts_tensor(x, parts, dtype, split, **constexprs), [block_rows, block_k])
+
+
+def stacked_parts_tensor(x, parts: int, dtype, split, **constexprs):
+    """The (parts * rows, K padded to 16 bytes) tensor of stacked_parts, K contiguous."""
+    import torch
     rows, k = x.shape
     per_16_bytes = 16 // dtype.itemsize
     k_pad = -(-k // per_16_bytes) * per_16_bytes
@@ -100,7 +121,7 @@ def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **
     grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
     split[grid](x, out, rows, k, k_pad, x.stride(0), x.stride(1), BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK,
                 **constexprs)
-    return TensorDescriptor.from_tensor(out.view(parts * rows, k_pad), [block_rows, block_k])
+    return out.view(parts * rows, k_pad)
 
 
 _WORKSPACES: dict = {}

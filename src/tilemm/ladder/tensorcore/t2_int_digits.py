@@ -8,8 +8,10 @@ digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Tri
    instruction reads K-major operands only, so a row-major B is made K-major here, in one pass
    whose time counts in the rung's time (an int8 A that is already K-major is used as it is, and
    so is an int8 B given as (N, K).T).
-2. `digit_matmul` multiplies all pairs in one launch (int8 data, a single pair, goes to the
-   persistent program of `tensorcore` and `scaled_matmul` with int32 sums): for each shift s, the pairs (i, s - i) run
+2. `digit_matmul` multiplies all pairs in one launch (int8 data, a single pair, goes on Hopper to
+   the Gluon program of t2_int8_gluon_kernel.py, whose int32 tensor-core products stay
+   asynchronous, and elsewhere to the persistent program of `tensorcore` and `scaled_matmul`
+   with int32 sums): for each shift s, the pairs (i, s - i) run
    as one GEMM over a K that many times longer, into one int32 accumulator, shifted into the total.
    int32 accumulators wrap, which is exact modulo 2^32; for int64 the shifts below 4 need true
    sums, so K is cut into chunks short enough that they cannot overflow (digits.exact_chunk).
@@ -37,15 +39,27 @@ def digit_count(operand_bytes: int, result_bytes: int) -> int:
     return 1 if operand_bytes == 1 else operand_bytes + 1
 
 
-def digit_planes(x, ndigits: int, block_rows: int, block_k: int):
-    """A TMA descriptor of x's digit planes, stacked (ndigits * rows, K), K contiguous; of x
-    itself when it is already int8 and K-major with TMA's alignment."""
+def digit_planes(x, ndigits: int):
+    """x's digit planes, stacked (ndigits * rows, K), K contiguous: x itself when it is already
+    int8 and K-major with TMA's alignment."""
     import torch
-    from triton.tools.tensor_descriptor import TensorDescriptor
     from .t2_int_digits_kernel import split_digits
     if ndigits == 1 and x.dtype == torch.int8 and support.k_major(x):
-        return TensorDescriptor.from_tensor(x, [block_rows, block_k])
-    return support.stacked_parts(x, ndigits, torch.int8, split_digits, block_rows, block_k, NDIGITS=ndigits)
+        return x
+    return support.stacked_parts_tensor(x, ndigits, torch.int8, split_digits, NDIGITS=ndigits)
+
+
+def digit_descriptor(x, ndigits: int, block_rows: int, block_k: int):
+    """A TMA descriptor of digit_planes(x, ndigits), in tiles block_rows x block_k."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    return TensorDescriptor.from_tensor(digit_planes(x, ndigits), [block_rows, block_k])
+
+
+def default_stages(num_stages, int8_data: bool) -> int:
+    """Measured on an H100 (benchmarks/warp_specialize_try.py, int_vs_baselines.py): 3 stages for
+    the Gluon int8 program (1.39-1.42x torch._int_mm at 8192³, 4 stages 1.31x), 4 for the digit
+    programs."""
+    return num_stages or (3 if int8_data and support.hopper_gluon() else 4)
 
 
 def default_block_n(block_n, result_bytes: int) -> int:
@@ -64,9 +78,17 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     nd_c = c.element_size()
     block_n = default_block_n(block_n, nd_c)
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
-    if nd_a == nd_b == 1 and nd_c <= 4:   # one int8 product: the persistent program of the 16-bit and fp8 rungs
-        a_desc = digit_planes(a, 1, block_m, block_k)
-        b_desc = digit_planes(b.T, 1, block_n, block_k)               # (N, K): B K-major
+    one_pair = nd_a == nd_b == 1 and nd_c <= 4
+    num_stages = default_stages(num_stages, one_pair)
+    if one_pair and support.hopper_gluon():   # one int8 product on Hopper: the Gluon program
+        from . import t2_int8_gluon_kernel as gluon_int8
+        a_desc = gluon_int8.descriptor(digit_planes(a, 1), block_m, block_k)
+        b_desc = gluon_int8.descriptor(digit_planes(b.T, 1), block_n, block_k)   # (N, K): B K-major
+        gluon_int8.launcher(a_desc, b_desc, c, m, n, k, support.multiprocessors(), group_m, num_stages, num_warps)()
+        return
+    if one_pair:   # elsewhere (and in Triton's interpreter) the persistent program of the 16-bit and fp8 rungs
+        a_desc = digit_descriptor(a, 1, block_m, block_k)
+        b_desc = digit_descriptor(b.T, 1, block_n, block_k)
         support.persistent_launch(a_desc, b_desc, c, m, n, k, INT=True, BLOCK_M=block_m, BLOCK_N=block_n,
                                   BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)()
         return
@@ -78,8 +100,8 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
     for t0 in range(0, k_tiles, chunk):
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
-        a_desc = digit_planes(a[:, k0:k1], nd_a, block_m, block_k)
-        b_desc = digit_planes(b[k0:k1].T, nd_b, block_n, block_k)      # (N, K): B's digits K-major
+        a_desc = digit_descriptor(a[:, k0:k1], nd_a, block_m, block_k)
+        b_desc = digit_descriptor(b[k0:k1].T, nd_b, block_n, block_k)  # (N, K): B's digits K-major
         digit_matmul[(programs,)](a_desc, b_desc, c, m, n, -(-(k1 - k0) // block_k), c.stride(0), c.stride(1),
                            ND_A=nd_a, ND_B=nd_b, ND_C=nd_c, ACCUMULATE=t0 > 0, BLOCK_M=block_m,
                            BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, PROGRAMS=programs,
@@ -100,6 +122,7 @@ def traffic(p, block_m, block_n, **_):
 
 def limits(p, block_m, block_n, block_k, num_stages, **_):
     block_n = default_block_n(block_n, p.itemsize)
+    num_stages = num_stages or 4      # the most either program takes by default
     if block_k % 32 and not _compat.triton_interpreter():
         return f"BLOCK_K={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
     # int8 data (one digit pair) writes C in int32 quarters while the next tile loads
@@ -117,5 +140,6 @@ register(Kernel(
             Param("block_k", 128, (16, 32, 64, 128, 256), "depth of one K step (int8 digits)"),
             Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
             Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
-            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)")),
+            Param("num_stages", None, (None, 1, 2, 3, 4, 5),
+                  "software-pipelining depth (shared-memory stages); None: 3 for int8 data on Hopper, else 4")),
 ))

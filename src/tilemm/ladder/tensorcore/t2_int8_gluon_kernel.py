@@ -1,0 +1,151 @@
+"""The int8 product of rung `tensorcore-int` on a Hopper GPU, written in Gluon (Triton's lower-level
+dialect: shared memory, barriers and tensor-core waits spelled out).
+
+Why not the Triton program every other 8- and 16-bit product uses: Triton's software pipeliner
+lets a tensor-core product (wgmma) run on while the next one is issued only when its accumulator
+is float32 ("Rule 2.1" of dotCanBeProperlyAsync in Triton 3.6 and 3.9). An int8 product sums in
+int32, so each of its K steps ends in a wait for the tensor cores to drain: 1136-1187 TOPS at
+8192³ where the same program reaches 1354-1417 on fp8. Here the wait is ours to place: a K
+step's product is issued, then the program waits only for the step before it, whose shared-memory
+stage it refills with TMA.
+
+One program an SM, persistent: the (tile, K step) pairs of its tiles in one flat loop, so the
+loads of the next tile are in flight while a tile's C is written. A (M, K) and B^T (N, K), both
+K-major (Hopper's 8-bit wgmma reads no other layout); C int32 (exact) or int8 (NumPy's wrap).
+Kept apart so that importing tilemm never imports Triton; GPU only (Gluon has no interpreter).
+"""
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+# the TMA load is tma.async_copy_global_to_shared in Triton 3.6 and tma.async_load in 3.9 (where
+# the old name is kept only to raise)
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+# the wgmma N sizes an 8-bit integer product takes (no 256, unlike floating point)
+INT8_INSTR_N = (224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 24, 16, 8)
+
+
+@gluon.constexpr_function
+def instr_n(block_m, block_n, num_warps):
+    """The widest 8-bit wgmma N that divides a warp's share of BLOCK_N."""
+    warps_along_n = max(1, num_warps // (block_m // 16))
+    return next(n for n in INT8_INSTR_N if n <= max(block_n // warps_along_n, 8) and block_n % n == 0)
+
+
+@gluon.constexpr_function
+def warps_per_cta(block_m, num_warps):
+    """Warps stacked along M (16 rows each), the rest along N."""
+    along_m = min(num_warps, block_m // 16)
+    return [along_m, num_warps // along_m]
+
+
+@gluon.jit
+def tile_start(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """(row, column) of C where tile number `tile` starts, in the grouped order of
+    t1_blocked_kernel.tile_position (GROUP_M block rows walk a block column together: L2 reuse)."""
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_in_group = GROUP_M * gl.cdiv(N, BLOCK_N)
+    first_pid_m = (tile // num_pid_in_group) * GROUP_M
+    group_size_m = gl.minimum(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
+    pid_n = (tile % num_pid_in_group) // group_size_m
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def load_next(p, total, p_k, p_tile, off_m, off_n, k_steps, a_desc, b_desc, a_bufs, b_bufs, bars, M, N,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+              PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+    """Start the TMA loads of this program's flat step p (K step p_k of the tile at off_m, off_n),
+    if there is one, into stage p % STAGES, whose barrier completes when both tiles have landed;
+    return the state of step p + 1 (a tile's place is worked out once, when the loads reach it)."""
+    if p < total:
+        s = p % STAGES
+        bar = bars.index(s)
+        mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+        tma_load(a_desc, [off_m, p_k * BLOCK_K], bar, a_bufs.index(s))
+        tma_load(b_desc, [off_n, p_k * BLOCK_K], bar, b_bufs.index(s))
+    p_k += 1
+    if p_k == k_steps:
+        p_k = 0
+        p_tile += PROGRAMS
+        off_m, off_n = tile_start(p_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    return p + 1, p_k, p_tile, off_m, off_n
+
+
+@gluon.jit
+def int8_matmul_persistent(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, GROUP_M: gl.constexpr,
+                           PROGRAMS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """C = A @ B for int8 A (a_desc: (M, K)) and B (b_desc: B^T, (N, K)), int32 sums; launched
+    with min(tiles, PROGRAMS) programs. C is stored straight from the accumulator's registers
+    (measured: C by TMA stores of half tiles from a shared-memory buffer, 1.35x torch._int_mm
+    at 8192³, against 1.39x so)."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                     warps_per_cta=warps_per_cta(BLOCK_M, num_warps),
+                                                     instr_shape=[16, instr_n(BLOCK_M, BLOCK_N, num_warps), 32])
+    acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.int32, layout=layout)
+
+    pid = gl.program_id(0)
+    k_steps = gl.cdiv(K, BLOCK_K)
+    total = gl.cdiv(gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N) - pid, PROGRAMS) * k_steps
+    # the loads run STAGES - 1 steps ahead of the products
+    p_off_m, p_off_n = tile_start(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    p, p_k, p_tile = 0, 0, pid
+    for _ in gl.static_range(STAGES - 1):
+        p, p_k, p_tile, p_off_m, p_off_n = load_next(p, total, p_k, p_tile, p_off_m, p_off_n, k_steps, a_desc,
+                                                     b_desc, a_bufs, b_bufs, bars, M, N, BLOCK_M, BLOCK_N,
+                                                     BLOCK_K, GROUP_M, PROGRAMS, STAGES)
+    step = 0
+    tile = pid
+    for c in range(total):
+        s = c % STAGES
+        mbarrier.wait(bars.index(s), (c // STAGES) & 1)
+        acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc, use_acc=step != 0,
+                            is_async=True)
+        # wait for the step before this one only: its stage is then free for step c + STAGES - 1
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        p, p_k, p_tile, p_off_m, p_off_n = load_next(p, total, p_k, p_tile, p_off_m, p_off_n, k_steps, a_desc,
+                                                     b_desc, a_bufs, b_bufs, bars, M, N, BLOCK_M, BLOCK_N,
+                                                     BLOCK_K, GROUP_M, PROGRAMS, STAGES)
+        step += 1
+        if step == k_steps:                      # the tile's last step: write C
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+            offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+            rows = gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1)
+            cols = gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
+            inside = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
+            gl.store(c_ptr + rows + cols, acc.to(c_ptr.dtype.element_ty), mask=inside)
+            step = 0
+            tile += PROGRAMS
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
+
+
+def descriptor(x, block_rows: int, block_k: int):
+    """A Gluon TMA descriptor of int8 x (rows, K), K contiguous, in tiles block_rows x block_k."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, block_k], gl.int8)
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), [block_rows, block_k], layout)
+
+
+def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, group_m: int = 8, num_stages: int = 3,
+             num_warps: int = 8):
+    """A no-argument launch of the product into c (M, N), int32 or int8."""
+    grid = (min(programs, triton.cdiv(m, a_desc.block_shape[0]) * triton.cdiv(n, b_desc.block_shape[0])),)
+
+    def launch():
+        int8_matmul_persistent[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), GROUP_M=group_m,
+                                     PROGRAMS=grid[0], STAGES=num_stages, num_warps=num_warps)
+    return launch
