@@ -8,7 +8,8 @@
   (its pipeliner makes only float32 accumulators' wgmma asynchronous: "Rule 2.1" of
   dotCanBeProperlyAsync), so every int8 K step ends in a wait; fewer, deeper steps wait less often.
 - The library's Gluon int8 program (t2_int8_gluon_kernel.py), which places its own waits, at
-  several stage counts and tiles.
+  several stage counts and tiles (its records' run notes say which form each run timed: without,
+  then with, the loading warp of its own).
 - int8-small: the same int8 operands taken to [-2, 2], to see how much of the speed is the data's
   (power: the H100 sits at its 700 W cap here).
 
@@ -65,13 +66,12 @@ def ws_persistent(a_desc, b_desc, c_desc, c_ptr, M, N, K, INT: tl.constexpr, WS:
                      mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def gluon_launcher(a, bt, c, block_m=128, block_n=256, block_k=128, num_warps=8, num_stages=3, tma_store=True):
+def gluon_launcher(a, bt, c, block_m=128, block_n=256, block_k=128, num_warps=8, num_stages=4):
     """A launch of the library's Gluon int8 program (t2_int8_gluon_kernel.py)."""
     from tilemm.ladder.tensorcore import t2_int8_gluon_kernel as g
     programs = torch.cuda.get_device_properties(0).multi_processor_count
     return g.launcher(g.descriptor(a, block_m, block_k), g.descriptor(bt, block_n, block_k), c, a.shape[0],
-                      bt.shape[0], a.shape[1], programs, num_stages=num_stages, num_warps=num_warps,
-                      tma_store=tma_store)
+                      bt.shape[0], a.shape[1], programs, num_stages=num_stages, num_warps=num_warps)
 
 
 def ws_launcher(a, bt, c, ws, tma_store, block_m=128, block_n=256, block_k=None, num_warps=8, num_stages=4):
@@ -97,10 +97,8 @@ def ws_launcher(a, bt, c, ws, tma_store, block_m=128, block_n=256, block_k=None,
 # bk256-*) are in the committed records.
 VARIANTS = {
     "int8": {"no-ws": dict(ws=False, tma_store=False),
-             "gluon-s3": dict(gluon=True), "gluon-s3-ptr": dict(gluon=True, tma_store=False),
-             "gluon-s4-ptr": dict(gluon=True, num_stages=4, tma_store=False),
-             "gluon-s2": dict(gluon=True, num_stages=2),
-             "gluon-256x128-s3": dict(gluon=True, block_m=256, block_n=128)},
+             "gluon": dict(gluon=True), "gluon-s3": dict(gluon=True, num_stages=3),
+             "gluon-256x128": dict(gluon=True, block_m=256, block_n=128)},
     "bfloat16": {"ws": dict(ws=True, tma_store=False), "no-ws": dict(ws=False, tma_store=False),
                  "ws-3stages": dict(ws=True, tma_store=False, num_stages=3)},
 }

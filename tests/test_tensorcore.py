@@ -287,7 +287,6 @@ out["split-tf32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmm
 # tensorcore-int: the fused digit product for each result width, and the digit split
 from tilemm.ladder.tensorcore.t2_int_digits_kernel import digit_matmul, split_digits
 q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
-q["num_stages"] = 4   # the default (None) resolved as the rung does for the digit programs
 for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
     block_n = 128 if nd_c == 8 else 256     # the default (None) resolved as the rung does
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[{block_n}, {q['block_k']}]>",
@@ -315,23 +314,25 @@ for cty in ("*i8", "*i32"):
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
     out[f"int8-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
                                    cubin=len(k.asm["cubin"]))
-# int8 data on Hopper: the Gluon program, whose wgmma must stay asynchronous (wait_group 1: the
-# step before, not 0: all) where Triton's pipeliner makes an int32 accumulator's synchronous
+# int8 data on Hopper: the warp-specialized Gluon program, whose wgmma must stay asynchronous
+# (wait_group 1: the step before, not 0: all) where Triton's pipeliner makes an int32
+# accumulator's synchronous, and whose loading warp gives its registers to the others (setmaxnreg)
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
-from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import int8_matmul_persistent
+from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import int8_matmul_ws
 for cty in ("*i8", "*i32"):
     la = repr(gl.NVMMASharedLayout.get_default_for([q["block_m"], q["block_k"]], gl.int8))
     lb = repr(gl.NVMMASharedLayout.get_default_for([256, q["block_k"]], gl.int8))
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}],{la}>", b_desc=f"tensordesc<i8[256, {q['block_k']}],{lb}>",
                c_ptr=cty, M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", GROUP_M="constexpr",
                PROGRAMS="constexpr", STAGES="constexpr", num_warps="constexpr")
-    const = dict(GROUP_M=q["group_m"], PROGRAMS=132, STAGES=3, num_warps=q["num_warps"])
-    k = triton.compile(GluonASTSource(fn=int8_matmul_persistent, signature=sig, constexprs=const),
+    const = dict(GROUP_M=q["group_m"], PROGRAMS=132, STAGES=q["num_stages"], num_warps=q["num_warps"])
+    k = triton.compile(GluonASTSource(fn=int8_matmul_ws, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"]))
     ptx = k.asm["ptx"]
     out[f"int8-gluon-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
-                                         wgmma="wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx,
+                                         wgmma="wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx
+                                         and "setmaxnreg" in ptx,
                                          cubin=len(k.asm["cubin"]))
 for src in ("*i8", "*i32", "*i64"):
     sig = dict(x_ptr=src, out_ptr="*i8", R="i32", C="i32", C_PAD="i32", stride_r="i32", stride_c="i32",

@@ -55,13 +55,6 @@ def digit_descriptor(x, ndigits: int, block_rows: int, block_k: int):
     return TensorDescriptor.from_tensor(digit_planes(x, ndigits), [block_rows, block_k])
 
 
-def default_stages(num_stages, int8_data: bool) -> int:
-    """Measured on an H100 (benchmarks/warp_specialize_try.py, int_vs_baselines.py): 3 stages for
-    the Gluon int8 program (1.39-1.42x torch._int_mm at 8192³, 4 stages 1.31x), 4 for the digit
-    programs."""
-    return num_stages or (3 if int8_data and support.hopper_gluon() else 4)
-
-
 def default_block_n(block_n, result_bytes: int) -> int:
     """Measured on an H100 (benchmarks/int_vs_baselines.py): 128 x 256 tiles are fastest up to
     32-bit results; int64's second, int64 accumulator needs 128 x 128."""
@@ -79,7 +72,6 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     block_n = default_block_n(block_n, nd_c)
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
     one_pair = nd_a == nd_b == 1 and nd_c <= 4
-    num_stages = default_stages(num_stages, one_pair)
     if one_pair and support.hopper_gluon():   # one int8 product on Hopper: the Gluon program
         from . import t2_int8_gluon_kernel as gluon_int8
         a_desc = gluon_int8.descriptor(digit_planes(a, 1), block_m, block_k)
@@ -122,7 +114,6 @@ def traffic(p, block_m, block_n, **_):
 
 def limits(p, block_m, block_n, block_k, num_stages, **_):
     block_n = default_block_n(block_n, p.itemsize)
-    num_stages = num_stages or 4      # the most either program takes by default
     if block_k % 32 and not _compat.triton_interpreter():
         return f"BLOCK_K={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
     # int8 data (one digit pair) writes C in int32 quarters while the next tile loads
@@ -140,6 +131,5 @@ register(Kernel(
             Param("block_k", 128, (16, 32, 64, 128, 256), "depth of one K step (int8 digits)"),
             Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
             Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
-            Param("num_stages", None, (None, 1, 2, 3, 4, 5),
-                  "software-pipelining depth (shared-memory stages); None: 3 for int8 data on Hopper, else 4")),
+            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)")),
 ))
