@@ -68,6 +68,16 @@ def twin_launcher(lib, name, param, dtype, a, b, c):
     return launch
 
 
+def out_and_n(n: int = 8192):
+    """The arguments of the one-size experiment scripts: --out DIR (made if missing) and --n."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--n", type=int, default=n)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
 def prewarm(seconds: float):
     x = cp.random.standard_normal((8192, 8192), dtype=cp.float32)
     t_stop = time.perf_counter() + seconds

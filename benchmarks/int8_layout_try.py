@@ -6,10 +6,8 @@ with A_T / B_T against the rung (which transposes first) and torch._int_mm, 8192
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-from pathlib import Path
 
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -29,11 +27,7 @@ def direct(a_desc, b_desc, c, n, a_t, b_t, bm=128, bn=256, bk=128, stages=4):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--n", type=int, default=8192)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = gpu_ladder.out_and_n()
     n = args.n
     cases = {layout: (operand(1, n, n, "int8", layout[0]), operand(2, n, n, "int8", layout[1]))
              for layout in ("tt", "tn", "nn", "nt")}

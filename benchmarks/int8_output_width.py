@@ -6,10 +6,8 @@ NumPy's wrapped int8 C (a quarter of the bytes), with torch._int_mm as the ancho
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-from pathlib import Path
 
 import torch
 
@@ -22,11 +20,7 @@ from int_vs_baselines import operand  # noqa: E402  (random full-range operands)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--n", type=int, default=8192)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = gpu_ladder.out_and_n()
     n = args.n
     a = operand(1, n, n, "int8", "n")
     b = operand(2, n, n, "int8", "t")                    # (N, K).T

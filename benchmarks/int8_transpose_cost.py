@@ -7,10 +7,8 @@ K-major); CUDA events, medians.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-from pathlib import Path
 
 import torch
 
@@ -44,11 +42,7 @@ def split_pass(x, block_r, block_c, num_warps):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--n", type=int, default=8192)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = gpu_ladder.out_and_n()
     n = args.n
     a_t = operand(1, n, n, "int8", "t")                   # A as (K, M).T
     b_n = operand(2, n, n, "int8", "n")                   # B row-major
