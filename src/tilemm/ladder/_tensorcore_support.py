@@ -39,16 +39,17 @@ def _available(interpreter: bool) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def hopper_gluon() -> bool:
-    """Whether Gluon programs written for Hopper (wgmma) run here: a GPU of compute capability
-    9.x, outside Triton's interpreter (which runs no Gluon), with Triton's Gluon importable."""
+    """Whether the Gluon program written for Hopper (wgmma) runs here: a GPU of compute
+    capability 9.x, outside Triton's interpreter (which runs no Gluon), with a Triton whose Gluon
+    has what the program uses."""
     if _compat.triton_interpreter() or available() is not None:
         return False
     import torch
     if torch.cuda.get_device_capability()[0] != 9:
         return False
-    try:
-        from triton.experimental.gluon.language.nvidia import hopper  # noqa: F401
-    except ImportError:
+    try:   # the program itself: it names Gluon's TMA load as this Triton spells it
+        from .tensorcore import t2_int8_gluon_kernel  # noqa: F401
+    except (ImportError, AttributeError):
         return False
     return True
 
