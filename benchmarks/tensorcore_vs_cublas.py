@@ -30,6 +30,7 @@ VARIANTS = {
                  ("tc-128x256x64-s3", "tensorcore", dict(block_m=128, block_n=256, block_k=64, num_warps=8,
                                                          num_stages=3)),
                  ("tc-stream-k", "tensorcore", dict(stream_k=True)),
+                 ("tc-no-stream-k", "tensorcore", dict(stream_k=False)),
                  ("tc-gm16", "tensorcore", dict(group_m=16)),
                  ("tc-gm4", "tensorcore", dict(group_m=4)),
                  ("tc-k128-s2", "tensorcore", dict(block_k=128, num_stages=2)),

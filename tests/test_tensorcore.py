@@ -64,6 +64,15 @@ def test_interpreter_stream_k_shares_the_last_round(m, n, k):
         assert verdict.ok, (stream_k, verdict.message)
 
 
+def test_stream_k_by_default_only_where_the_last_round_idles_most_sms():
+    from tilemm.ladder.tensorcore.t1_blocked import stream_k_pays
+    assert stream_k_pays(2048, 132, 128)          # 8192³, 128 x 256 tiles: 15 rounds and 52% of one
+    assert not stream_k_pays(2048, 132, 2)        # 8192 x 8192 x 128: two K steps, nothing to share
+    assert not stream_k_pays(512, 132, 64)        # 4096³: 3 rounds, the last 88% full
+    assert not stream_k_pays(132 * 16, 132, 128)  # whole rounds only
+    assert not stream_k_pays(132 * 4 + 10, 132, 128)   # too few rounds for the hand-over to pay
+
+
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("layout", ["nn", "tt"])
 def test_interpreter_float64_persistent(layout):

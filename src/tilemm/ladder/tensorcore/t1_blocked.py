@@ -39,7 +39,7 @@ def run(a, b, c, **params):
     bind(a, b, c, **params)()
 
 
-def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False,
+def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
          autotune=False):
     """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
     once: a prepared plan launched many times pays Triton's launch alone (with autotune, the
@@ -79,14 +79,24 @@ def launch(a, b, c, **config):
     launcher(a, b, c, **config)()
 
 
-def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False):
+def stream_k_pays(tiles: int, programs: int, k_steps: int) -> bool:
+    """Whether to share a last, partial round of tiles out by K steps (stream_k=None): when that
+    round leaves most SMs idle, after enough whole rounds, with K steps enough to share. Measured
+    (tensorcore_vs_cublas.jsonl, s3): 8192³ 1.038x / 1.031x cuBLAS with stream-K against 1.022x /
+    1.023x without (15 rounds, the last 52% full); slower where the last round is nearly full
+    (4096³: 0.92x against 1.01x) or K is short (8192 x 8192 x 128: 0.95x against 1.04x)."""
+    whole, left = divmod(tiles, programs)
+    return whole >= 8 and 0 < left < 0.6 * programs and k_steps >= 32
+
+
+def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None):
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
     strides are not), by the persistent program when there is more than one round of tiles and
     persistent is not False (measured as fast or faster on the shapes suite, 1.3x at
     8192x8192x128: tensorcore_vs_cublas_persistent.jsonl; one round is launched more cheaply
     one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
-    (see matmul_persistent; measured slower on most shapes, so off by default);
+    (see matmul_persistent; None: where stream_k_pays);
     float64 takes the persistent program (float64 sums) past one round if persistent, else the
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
     where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
@@ -111,6 +121,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                      UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
         if rounds:
+            if stream_k is None:
+                stream_k = stream_k_pays(grid[0], support.multiprocessors(), -(-k // block_k))
             program = support.persistent_launch(a_desc, b_desc, out, m, n, k, stream_k=stream_k and not f64,
                                                 F64=f64, **tiles)
             args, tiles = (), {}
@@ -200,9 +212,10 @@ register(Kernel(
             Param("persistent", True, (False, True),
                   "16-bit operands: one program an SM walks the tiles, writing a tile while the next one "
                   "loads; False: one program a tile"),
-            Param("stream_k", False, (False, True),
-                  "persistent: the tiles of a last, partial round are shared out by K steps among all SMs "
-                  "(measured slower on most shapes: docs/tensor_cores.md)"),
+            Param("stream_k", None, (None, False, True),
+                  "persistent: the tiles of a last, partial round are shared out by K steps among all SMs; "
+                  "None: when that round is under 60% full after 8 whole rounds and K has 32 steps or more "
+                  "(docs/tensor_cores.md)"),
             Param("autotune", False, (False, True),
                   "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
                   "and use it (the other parameters are then ignored)"),),
