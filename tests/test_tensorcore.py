@@ -485,3 +485,26 @@ def test_3xtf32_method_meets_the_float32_bound_from_k16(k):
             assert verdict.ok, verdict.message
     if k == 1:
         assert worst > 1, "K = 1 should show why short sums are not given to 3xTF32"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (130, 257, 129), (300, 200, 1000), (64, 512, 4096)])
+@pytest.mark.parametrize("out_dtype", [None, "int32"])
+def test_gpu_int8_data_bit_exact(layout, m, n, k, out_dtype):
+    """int8 data on the GPU (on Hopper the warp-specialized Gluon program): NumPy's wrapped int8 C
+    or the exact int32 sums, for every layout, at shapes that are not multiples of the tiles and
+    with the extremes (-128 times -128, K deep enough to pass 2^24)."""
+    from tilemm.ladder import _tensorcore_support as support
+    rng = np.random.default_rng(m * 7 + n * 5 + k)
+    a = rng.integers(-128, 128, size=(k, m) if layout[0] == "t" else (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(n, k) if layout[1] == "t" else (k, n), dtype=np.int8)
+    a, b = (a.T if layout[0] == "t" else a), (b.T if layout[1] == "t" else b)
+    a[0, :] = -128
+    b[:, 0] = -128
+    want = np.matmul(a, b, dtype=np.int32) if out_dtype else np.matmul(a, b)
+    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()    # transposed views stay transposed
+    got = tilemm.plan(ta, tb, kernel="tensorcore-int", out_dtype=out_dtype).execute(poison=True).cpu().numpy()
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert support.hopper_gluon()          # the Gluon program is the one tested here
