@@ -64,8 +64,8 @@ def tile_start(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M
 
 @gluon.jit
 def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M: gl.constexpr,
-                BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
-                STAGES: gl.constexpr):
+             BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
+             STAGES: gl.constexpr):
     """One warp: the loads of every (tile, K step) of this program, each into the next stage once
     the multiplying warps have released it (empty), signalling ready when both tiles are in."""
     pid = gl.program_id(0)
@@ -86,8 +86,8 @@ def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M: gl.
 
 @gluon.jit
 def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, BLOCK_M: gl.constexpr,
-                BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
-                STAGES: gl.constexpr, num_warps: gl.constexpr):
+              BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
+              STAGES: gl.constexpr, num_warps: gl.constexpr):
     """The multiplying warps: each K step's product issued as soon as its stage is ready, the
     stage of the step before released when that product is done; C stored at a tile's end."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
@@ -134,10 +134,11 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, GROUP_M
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
+    # the default partition (num_warps warps) multiplies; one worker warp, 24 registers a thread, loads
     gl.warp_specialize([(consumers, (a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, BLOCK_M,
-                                       BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES, num_warps)),
+                                     BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES, num_warps)),
                         (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N,
-                                       BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
+                                    BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                        [1], [24])
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
@@ -146,7 +147,8 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, GROUP_M
 
 def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, group_m: int = 8, num_stages: int = 4,
              num_warps: int = 8):
-    """A no-argument launch of int8_matmul_ws into c (M, N), int32 or int8."""
+    """A no-argument launch of int8_matmul_ws into c (M, N), int32 or int8 (K >= 1: the rung
+    writes zeros itself for K = 0)."""
     grid = (min(programs, triton.cdiv(m, a_desc.block_shape[0]) * triton.cdiv(n, b_desc.block_shape[0])),)
 
     def launch():
