@@ -329,17 +329,19 @@ for cty in ("*i8", "*i32"):
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import int8_matmul_ws
-for cty in ("*i8", "*i32"):
+for cty, digits in (("*i8", (1, 1, 1)), ("*i32", (1, 1, 1)), ("*i32", (4, 4, 4))):
     la = repr(gl.NVMMASharedLayout.get_default_for([q["block_m"], q["block_k"]], gl.int8))
     lb = repr(gl.NVMMASharedLayout.get_default_for([256, q["block_k"]], gl.int8))
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}],{la}>", b_desc=f"tensordesc<i8[256, {q['block_k']}],{lb}>",
-               c_ptr=cty, M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", GROUP_M="constexpr",
-               PROGRAMS="constexpr", STAGES="constexpr", num_warps="constexpr")
-    const = dict(GROUP_M=q["group_m"], PROGRAMS=132, STAGES=q["num_stages"], num_warps=q["num_warps"])
+               c_ptr=cty, M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", ND_A="constexpr",
+               ND_B="constexpr", ND_C="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
+               num_warps="constexpr")
+    const = dict(ND_A=digits[0], ND_B=digits[1], ND_C=digits[2], GROUP_M=q["group_m"], PROGRAMS=132,
+                 STAGES=q["num_stages"], num_warps=q["num_warps"])
     k = triton.compile(GluonASTSource(fn=int8_matmul_ws, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"]))
     ptx = k.asm["ptx"]
-    out[f"int8-gluon-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
+    out[f"int8-gluon-{''.join(map(str, digits))}-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                          wgmma="wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx
                                          and "setmaxnreg" in ptx,
                                          cubin=len(k.asm["cubin"]))
@@ -363,7 +365,7 @@ def test_default_configs_compile_for_sm90():
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
-                             "int8-gluon-to-i8", "int8-gluon-to-i32",
+                             "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
@@ -508,3 +510,24 @@ def test_gpu_int8_data_bit_exact(layout, m, n, k, out_dtype):
     assert got.dtype == want.dtype and np.array_equal(got, want)
     if torch.cuda.get_device_capability()[0] == 9:
         assert support.hopper_gluon()          # the Gluon program is the one tested here
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["int16", "uint16", "int32", "uint32", "int64"])
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (130, 257, 129), (64, 300, 1000)])
+def test_gpu_int_digits_bit_exact(dtype, layout, m, n, k):
+    """Wider integers on the GPU (on Hopper, results up to 32 bits through the Gluon program's
+    digit pairs): bit-exact with NumPy's wrapping sums, extremes included."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(m + n + k)
+    a = rng.integers(info.min, info.max, size=(k, m) if layout[0] == "t" else (m, k), dtype=dtype, endpoint=True)
+    b = rng.integers(info.min, info.max, size=(n, k) if layout[1] == "t" else (k, n), dtype=dtype, endpoint=True)
+    a, b = (a.T if layout[0] == "t" else a), (b.T if layout[1] == "t" else b)
+    a[0, :], b[:, 0] = info.min, info.max
+    if m > 1:
+        a[1, :] = -1 if info.min < 0 else info.max
+    want = np.matmul(a, b)
+    got = tilemm.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), kernel="tensorcore-int")
+    got = got.cpu().numpy()
+    assert got.dtype == want.dtype and np.array_equal(got, want)

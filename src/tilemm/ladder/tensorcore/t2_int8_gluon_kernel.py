@@ -1,5 +1,6 @@
-"""The int8 product of rung `tensorcore-int` on a Hopper GPU, written in Gluon (Triton's lower-level
-dialect: shared memory, barriers, tensor-core waits and warp roles spelled out).
+"""The int8 products of rung `tensorcore-int` on a Hopper GPU — int8 data, and the digit pairs of
+results up to 32 bits (t2_int_digits.py) — written in Gluon (Triton's lower-level dialect: shared
+memory, barriers, tensor-core waits and warp roles spelled out).
 
 Why not the Triton program every other 8- and 16-bit product uses: Triton's software pipeliner
 lets a tensor-core product (wgmma) run on while the next one is issued only when its accumulator
@@ -15,7 +16,8 @@ Warp-specialized and persistent: one program an SM; one warp (the producer) walk
 other warps (consumers, two warpgroups on one 128 x 256 tile) multiply and store C from their
 registers at each tile's end while the producer already loads the next tile. Measured at 8192³
 (benchmarks/warp_specialize_try.py): 1.43-1.45x torch._int_mm, against 1.34x for the same loop
-without the producer warp, whose stage refills put CTA-wide barriers in every K step (ncu: 54% of
+without the producer warp (int32 at 4096³, ten digit pairs: 6.25x cupy.matmul against 5.1-5.2x on
+the Triton digit program), whose stage refills put CTA-wide barriers in every K step (ncu: 54% of
 the warps' stalls at a barrier, the integer tensor pipe 77% busy).
 
 A (M, K) and B^T (N, K), both K-major (Hopper's 8-bit wgmma reads no other layout; the rung
@@ -43,6 +45,18 @@ def instr_n(block_m, block_n, num_warps):
 
 
 @gluon.constexpr_function
+def first_pair(s, nd_b):
+    """A's digit in the first pair (i, s - i) of shift s: B has digits 0 .. nd_b - 1."""
+    return s - nd_b + 1 if s >= nd_b else 0
+
+
+@gluon.constexpr_function
+def pair_count(s, nd_a, nd_b):
+    """How many digit pairs (i, s - i) shift s has (0 where there are none)."""
+    return max(0, (s if s < nd_a else nd_a - 1) - first_pair(s, nd_b) + 1)
+
+
+@gluon.constexpr_function
 def warps_per_cta(block_m, num_warps):
     """Warps stacked along M (16 rows each), the rest along N."""
     along_m = min(num_warps, block_m // 16)
@@ -63,51 +77,64 @@ def tile_start(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M
 
 
 @gluon.jit
-def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M: gl.constexpr,
-             BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
-             STAGES: gl.constexpr):
-    """One warp: the loads of every (tile, K step) of this program, each into the next stage once
-    the multiplying warps have released it (empty), signalling ready when both tiles are in."""
+def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A: gl.constexpr, ND_B: gl.constexpr,
+             ND_C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+             GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: the loads of every step of this program, each into the next stage once the
+    multiplying warps have released it (empty), signalling ready when both tiles are in. A tile's
+    steps: for each shift s from the highest down, the digit pairs (i, s - i), K step by K step
+    (int8 data: one pair, digit planes of one row each)."""
     pid = gl.program_id(0)
     k_steps = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
     p = 0
     for tile in range(pid, num_tiles, PROGRAMS):
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        for kk in range(k_steps):
-            s = p % STAGES
-            mbarrier.wait(empty.index(s), ((p // STAGES) & 1) ^ 1)     # the first pass finds it free
-            bar = ready.index(s)
-            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            tma_load(a_desc, [off_m, kk * BLOCK_K], bar, a_bufs.index(s))
-            tma_load(b_desc, [off_n, kk * BLOCK_K], bar, b_bufs.index(s))
-            p += 1
+        for s in gl.static_range(ND_C - 1, -1, -1):
+            if pair_count(s, ND_A, ND_B) > 0:
+                for t in range(pair_count(s, ND_A, ND_B) * k_steps):
+                    i = first_pair(s, ND_B) + t % pair_count(s, ND_A, ND_B)     # A's digit; B's is s - i
+                    k0 = (t // pair_count(s, ND_A, ND_B)) * BLOCK_K
+                    slot = p % STAGES
+                    mbarrier.wait(empty.index(slot), ((p // STAGES) & 1) ^ 1)   # the first pass finds it free
+                    bar = ready.index(slot)
+                    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+                    tma_load(a_desc, [i * M + off_m, k0], bar, a_bufs.index(slot))
+                    tma_load(b_desc, [(s - i) * N + off_n, k0], bar, b_bufs.index(slot))
+                    p += 1
 
 
 @gluon.jit
-def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
-              STAGES: gl.constexpr, num_warps: gl.constexpr):
-    """The multiplying warps: each K step's product issued as soon as its stage is ready, the
-    stage of the step before released when that product is done; C stored at a tile's end."""
+def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr,
+              ND_B: gl.constexpr, ND_C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
+              num_warps: gl.constexpr):
+    """The multiplying warps: each step's product issued as soon as its stage is ready, the stage
+    of the step before released when that product is done; between shifts the sum moves up a
+    digit, acc * 2^8 (Horner, exact modulo 2^32); C stored at a tile's end."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                      warps_per_cta=warps_per_cta(BLOCK_M, num_warps),
                                                      instr_shape=[16, instr_n(BLOCK_M, BLOCK_N, num_warps), 32])
-    acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.int32, layout=layout)
     pid = gl.program_id(0)
     k_steps = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
     c = 0
     for tile in range(pid, num_tiles, PROGRAMS):
-        for kk in range(k_steps):
-            s = c % STAGES
-            mbarrier.wait(ready.index(s), (c // STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc, use_acc=kk != 0,
-                                is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-            if kk != 0:                          # the step before (this tile's) is done with its stage
-                mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), count=1)
-            c += 1
+        first = c
+        acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.int32, layout=layout)
+        for s in gl.static_range(ND_C - 1, -1, -1):
+            if s != ND_C - 1:
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                acc = acc << 8
+            if pair_count(s, ND_A, ND_B) > 0:
+                for t in range(pair_count(s, ND_A, ND_B) * k_steps):
+                    slot = c % STAGES
+                    mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+                    acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, is_async=True)
+                    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+                    if c != first:               # the step before (this tile's) is done with its stage
+                        mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), count=1)
+                    c += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), count=1)
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -120,10 +147,15 @@ def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn
 
 
 @gluon.jit
-def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, GROUP_M: gl.constexpr,
-                   PROGRAMS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
-    """C = A @ B for int8 A (a_desc: (M, K)) and B (b_desc: B^T, (N, K)), int32 sums; launched
-    with min(tiles, PROGRAMS) programs of num_warps multiplying warps and one loading warp."""
+def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr, ND_B: gl.constexpr,
+                   ND_C: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
+                   num_warps: gl.constexpr):
+    """C = A @ B modulo 2^(8 ND_C), ND_C <= 4, from int8 digit planes: a_desc A's ND_A planes
+    stacked (ND_A * M, K), b_desc B's transposed, (ND_B * N, K), both K-major (int8 data: one
+    plane each, ND_C = 1 or 4 for int8 or int32 C); int32 sums. A tile that runs past row M reads
+    the next plane's rows, which only reach rows of C that are not stored; past K and the last
+    plane TMA reads zeros. Launched with min(tiles, PROGRAMS) programs of num_warps multiplying
+    warps and one loading warp."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -135,25 +167,26 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, GROUP_M
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
     # the default partition (num_warps warps) multiplies; one worker warp, 24 registers a thread, loads
-    gl.warp_specialize([(consumers, (a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, BLOCK_M,
-                                     BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES, num_warps)),
-                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N,
-                                    BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
+    gl.warp_specialize([(consumers, (a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, ND_A, ND_B,
+                                     ND_C, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES, num_warps)),
+                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A, ND_B, ND_C, BLOCK_M,
+                                    BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                        [1], [24])
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(empty.index(i))
 
 
-def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, group_m: int = 8, num_stages: int = 4,
-             num_warps: int = 8):
-    """A no-argument launch of int8_matmul_ws into c (M, N), int32 or int8 (K >= 1: the rung
-    writes zeros itself for K = 0)."""
+def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, digits=(1, 1), group_m: int = 8,
+             num_stages: int = 4, num_warps: int = 8):
+    """A no-argument launch of int8_matmul_ws into c (M, N), int8 or int32, from digits = (ND_A,
+    ND_B) planes of A and B (K >= 1: the rung writes zeros itself for K = 0)."""
     grid = (min(programs, triton.cdiv(m, a_desc.block_shape[0]) * triton.cdiv(n, b_desc.block_shape[0])),)
+    nd_c = 1 if digits == (1, 1) else c.element_size()   # one pair needs no shifts, whatever C's width
 
     def launch():
-        int8_matmul_ws[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), GROUP_M=group_m,
-                             PROGRAMS=grid[0], STAGES=num_stages, num_warps=num_warps)
+        int8_matmul_ws[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), ND_A=digits[0], ND_B=digits[1],
+                             ND_C=nd_c, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages, num_warps=num_warps)
     return launch
 
 

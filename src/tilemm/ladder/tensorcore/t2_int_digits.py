@@ -8,10 +8,10 @@ digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Tri
    instruction reads K-major operands only, so a row-major B is made K-major here, in one pass
    whose time counts in the rung's time (an int8 A that is already K-major is used as it is, and
    so is an int8 B given as (N, K).T).
-2. `digit_matmul` multiplies all pairs in one launch (int8 data, a single pair, goes on Hopper to
-   the Gluon program of t2_int8_gluon_kernel.py, whose int32 tensor-core products stay
-   asynchronous, and elsewhere to the persistent program of `tensorcore` and `scaled_matmul`
-   with int32 sums): for each shift s, the pairs (i, s - i) run
+2. `digit_matmul` multiplies all pairs in one launch (on Hopper, results up to 32 bits go to the
+   warp-specialized Gluon program of t2_int8_gluon_kernel.py instead, the same steps with its
+   int32 tensor-core products kept asynchronous; int8 data elsewhere to the persistent program of
+   `tensorcore` and `scaled_matmul` with int32 sums): for each shift s, the pairs (i, s - i) run
    as one GEMM over a K that many times longer, into one int32 accumulator, shifted into the total.
    int32 accumulators wrap, which is exact modulo 2^32; for int64 the shifts below 4 need true
    sums, so K is cut into chunks short enough that they cannot overflow (digits.exact_chunk).
@@ -72,11 +72,12 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     block_n = default_block_n(block_n, nd_c)
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
     one_pair = nd_a == nd_b == 1 and nd_c <= 4
-    if one_pair and support.hopper_gluon():   # one int8 product on Hopper: the Gluon program
+    if nd_c <= 4 and support.hopper_gluon():   # on Hopper: the warp-specialized Gluon program
         from . import t2_int8_gluon_kernel as gluon_int8
-        a_desc = gluon_int8.descriptor(digit_planes(a, 1), block_m, block_k)
-        b_desc = gluon_int8.descriptor(digit_planes(b.T, 1), block_n, block_k)   # (N, K): B K-major
-        gluon_int8.launcher(a_desc, b_desc, c, m, n, k, support.multiprocessors(), group_m, num_stages, num_warps)()
+        a_desc = gluon_int8.descriptor(digit_planes(a, nd_a), block_m, block_k)
+        b_desc = gluon_int8.descriptor(digit_planes(b.T, nd_b), block_n, block_k)   # (N, K): B K-major
+        gluon_int8.launcher(a_desc, b_desc, c, m, n, k, support.multiprocessors(), (nd_a, nd_b), group_m,
+                            num_stages, num_warps)()
         return
     if one_pair:   # elsewhere (and in Triton's interpreter) the persistent program of the 16-bit and fp8 rungs
         a_desc = digit_descriptor(a, 1, block_m, block_k)
