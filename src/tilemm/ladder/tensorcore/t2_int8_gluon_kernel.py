@@ -14,15 +14,17 @@ Warp-specialized and persistent: one program an SM; one warp (the producer) walk
 (tile, K step) pairs issuing TMA loads into a ring of STAGES stages, each stage guarded by a
 `ready` barrier (the tiles are in) and an `empty` one (the product that read it is done); the
 other warps (consumers, two warpgroups on one 128 x 256 tile) multiply and store C from their
-registers at each tile's end while the producer already loads the next tile. Measured at 8192³
-(benchmarks/warp_specialize_try.py): 1.43-1.45x torch._int_mm, against 1.34x for the same loop
-without the producer warp (int32 at 4096³, ten digit pairs: 6.25x cupy.matmul against 5.1-5.2x on
-the Triton digit program), whose stage refills put CTA-wide barriers in every K step (ncu: 54% of
-the warps' stalls at a barrier, the integer tensor pipe 77% busy).
+registers at each tile's end while the producer already loads the next tile. Measured
+(benchmarks/warp_specialize_try.py, int_vs_baselines.py): int8 at 8192³ 1.43-1.45x torch._int_mm,
+against 1.34x for the same loop without the producer warp, whose stage refills put CTA-wide
+barriers in every K step (ncu: 54% of the warps' stalls at a barrier, the integer tensor pipe 77%
+busy); int32 at 4096³ (ten digit pairs) 6.25x cupy.matmul, against 5.1-5.2x on the Triton digit
+program.
 
-A (M, K) and B^T (N, K), both K-major (Hopper's 8-bit wgmma reads no other layout; the rung
-transposes first where needed); C int32 (exact) or int8 (NumPy's wrap). Kept apart so that
-importing tilemm never imports Triton; GPU only (Gluon has no interpreter).
+Operands: the digit planes of A, stacked (ND_A * M, K), and of B^T, (ND_B * N, K), K-major
+(Hopper's 8-bit wgmma reads no other layout; the rung writes them so, or uses int8 data as it is
+when already K-major); C int32, or narrower (int8: NumPy's wrap). Kept apart so that importing
+tilemm never imports Triton; GPU only (Gluon has no interpreter).
 """
 import triton
 from triton.experimental import gluon
