@@ -329,22 +329,24 @@ for cty in ("*i8", "*i32"):
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import int8_matmul_ws
-for cty, digits in (("*i8", (1, 1, 1)), ("*i32", (1, 1, 1)), ("*i32", (4, 4, 4))):
+for cty, digits, block_n, accumulate in (("*i8", (1, 1, 1), 256, False), ("*i32", (1, 1, 1), 256, False),
+                                         ("*i32", (4, 4, 4), 256, False), ("*i64", (8, 8, 8), 128, True)):
     la = repr(gl.NVMMASharedLayout.get_default_for([q["block_m"], q["block_k"]], gl.int8))
-    lb = repr(gl.NVMMASharedLayout.get_default_for([256, q["block_k"]], gl.int8))
-    sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}],{la}>", b_desc=f"tensordesc<i8[256, {q['block_k']}],{lb}>",
+    lb = repr(gl.NVMMASharedLayout.get_default_for([block_n, q["block_k"]], gl.int8))
+    sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}],{la}>",
+               b_desc=f"tensordesc<i8[{block_n}, {q['block_k']}],{lb}>",
                c_ptr=cty, M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", ND_A="constexpr",
-               ND_B="constexpr", ND_C="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
-               num_warps="constexpr")
-    const = dict(ND_A=digits[0], ND_B=digits[1], ND_C=digits[2], GROUP_M=q["group_m"], PROGRAMS=132,
-                 STAGES=q["num_stages"], num_warps=q["num_warps"])
+               ND_B="constexpr", ND_C="constexpr", ACCUMULATE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
+               STAGES="constexpr", num_warps="constexpr")
+    const = dict(ND_A=digits[0], ND_B=digits[1], ND_C=digits[2], ACCUMULATE=accumulate, GROUP_M=q["group_m"],
+                 PROGRAMS=132, STAGES=q["num_stages"], num_warps=q["num_warps"])
     k = triton.compile(GluonASTSource(fn=int8_matmul_ws, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"]))
     ptx = k.asm["ptx"]
-    out[f"int8-gluon-{''.join(map(str, digits))}-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
-                                         wgmma="wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx
-                                         and "setmaxnreg" in ptx,
-                                         cubin=len(k.asm["cubin"]))
+    out[f"int8-gluon-{''.join(map(str, digits))}-to-{cty[1:]}"] = dict(
+        shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
+        wgmma="wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx and "setmaxnreg" in ptx
+        and "st.local" not in ptx)                       # and no local-memory arrays
 for src in ("*i8", "*i32", "*i64"):
     sig = dict(x_ptr=src, out_ptr="*i8", R="i32", C="i32", C_PAD="i32", stride_r="i32", stride_c="i32",
                NDIGITS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
@@ -366,6 +368,7 @@ def test_default_configs_compile_for_sm90():
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
+                             "int8-gluon-888-to-i64",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
@@ -531,3 +534,17 @@ def test_gpu_int_digits_bit_exact(dtype, layout, m, n, k):
     got = tilemm.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), kernel="tensorcore-int")
     got = got.cpu().numpy()
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+def test_gpu_int64_long_k_chunks_accumulate(dtype):
+    """int64 with K past one exact chunk (32640 for int64's four exact shifts): the later chunks
+    add to what C holds."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(5)
+    a = rng.integers(info.min, info.max, size=(3, 40000), dtype=dtype, endpoint=True)
+    b = rng.integers(info.min, info.max, size=(40000, 5), dtype=dtype, endpoint=True)
+    a[0, :], b[:, 0] = info.max, info.max              # every product of the corner at its largest
+    got = tilemm.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), kernel="tensorcore-int")
+    assert np.array_equal(got.cpu().numpy(), np.matmul(a, b))

@@ -1,5 +1,5 @@
 """The int8 products of rung `tensorcore-int` on a Hopper GPU — int8 data, and the digit pairs of
-results up to 32 bits (t2_int_digits.py) — written in Gluon (Triton's lower-level dialect: shared
+wider integers (t2_int_digits.py) — written in Gluon (Triton's lower-level dialect: shared
 memory, barriers, tensor-core waits and warp roles spelled out).
 
 Why not the Triton program every other 8- and 16-bit product uses: Triton's software pipeliner
@@ -18,12 +18,12 @@ registers at each tile's end while the producer already loads the next tile. Mea
 (benchmarks/warp_specialize_try.py, int_vs_baselines.py): int8 at 8192³ 1.43-1.45x torch._int_mm,
 against 1.34x for the same loop without the producer warp, whose stage refills put CTA-wide
 barriers in every K step (ncu: 54% of the warps' stalls at a barrier, the integer tensor pipe 77%
-busy); int32 at 4096³ (ten digit pairs) 6.25x cupy.matmul, against 5.1-5.2x on the Triton digit
-program.
+busy); at 4096³ int32 (ten digit pairs) 6.25-6.44x cupy.matmul and int64 (36) 6.84x, against
+5.1-5.2x and 5.5-5.6x on the Triton digit program.
 
 Operands: the digit planes of A, stacked (ND_A * M, K), and of B^T, (ND_B * N, K), K-major
 (Hopper's 8-bit wgmma reads no other layout; the rung writes them so, or uses int8 data as it is
-when already K-major); C int32, or narrower (int8: NumPy's wrap). Kept apart so that importing
+when already K-major); C int64, int32, or narrower (int8: NumPy's wrap). Kept apart so that importing
 tilemm never imports Triton; GPU only (Gluon has no interpreter).
 """
 import triton
@@ -107,16 +107,37 @@ def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A: gl.con
 
 
 @gluon.jit
+def shift_steps(acc, c, first, k_steps, a_bufs, b_bufs, ready, empty, s: gl.constexpr, ND_A: gl.constexpr,
+                ND_B: gl.constexpr, STAGES: gl.constexpr):
+    """acc + the products of shift s's digit pairs, step by step: each issued as soon as its
+    stage is ready, the stage of the step before released (if it is this tile's: c != first)
+    once that product is done. Returns (acc, c), c counting this program's steps."""
+    if pair_count(s, ND_A, ND_B) > 0:
+        for t in range(pair_count(s, ND_A, ND_B) * k_steps):
+            slot = c % STAGES
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            if c != first:
+                mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), count=1)
+            c += 1
+    return acc, c
+
+
+@gluon.jit
 def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr,
-              ND_B: gl.constexpr, ND_C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
-              num_warps: gl.constexpr):
-    """The multiplying warps: each step's product issued as soon as its stage is ready, the stage
-    of the step before released when that product is done; between shifts the sum moves up a
-    digit, acc * 2^8 (Horner, exact modulo 2^32); C stored at a tile's end."""
+              ND_B: gl.constexpr, ND_C: gl.constexpr, ACCUMULATE: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
+              STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """The multiplying warps. Between shifts the sum moves up a digit, acc * 2^8 (Horner, exact
+    modulo 2^32), from the highest shift down; for int64 (ND_C = 8) that covers the shifts 4..7,
+    and the shifts 0..3, whose sums must be exact (the rung cuts K so they cannot overflow), are
+    each summed apart and added to an int64 total. C stored at a tile's end (ACCUMULATE: added to
+    what C holds, for a later K chunk)."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                      warps_per_cta=warps_per_cta(BLOCK_M, num_warps),
                                                      instr_shape=[16, instr_n(BLOCK_M, BLOCK_N, num_warps), 32])
+    EXACT: gl.constexpr = 4 if ND_C == 8 else 0      # shifts below this need exact sums
     pid = gl.program_id(0)
     k_steps = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
@@ -124,20 +145,21 @@ def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn
     for tile in range(pid, num_tiles, PROGRAMS):
         first = c
         acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.int32, layout=layout)
-        for s in gl.static_range(ND_C - 1, -1, -1):
+        for s in gl.static_range(ND_C - 1, EXACT - 1, -1):
             if s != ND_C - 1:
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 acc = acc << 8
-            if pair_count(s, ND_A, ND_B) > 0:
-                for t in range(pair_count(s, ND_A, ND_B) * k_steps):
-                    slot = c % STAGES
-                    mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
-                    acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, is_async=True)
-                    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-                    if c != first:               # the step before (this tile's) is done with its stage
-                        mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), count=1)
-                    c += 1
+            acc, c = shift_steps(acc, c, first, k_steps, a_bufs, b_bufs, ready, empty, s, ND_A, ND_B, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        if ND_C == 8:
+            total = acc.to(gl.int64) << 32
+            for s in gl.static_range(EXACT - 1, -1, -1):
+                part = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.int32, layout=layout)
+                part, c = shift_steps(part, c, first, k_steps, a_bufs, b_bufs, ready, empty, s, ND_A, ND_B, STAGES)
+                part = warpgroup_mma_wait(num_outstanding=0, deps=(part, ))
+                total += part.to(gl.int64) << (8 * s)
+        else:
+            total = acc
         mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), count=1)
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
@@ -145,16 +167,18 @@ def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn
         rows = gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1)
         cols = gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
         inside = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
-        gl.store(c_ptr + rows + cols, acc.to(c_ptr.dtype.element_ty), mask=inside)
+        if ACCUMULATE:                           # a later K chunk (int64, long K)
+            total += gl.load(c_ptr + rows + cols, mask=inside, other=0).to(total.dtype)
+        gl.store(c_ptr + rows + cols, total.to(c_ptr.dtype.element_ty), mask=inside)
 
 
 @gluon.jit
 def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr, ND_B: gl.constexpr,
-                   ND_C: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
-                   num_warps: gl.constexpr):
-    """C = A @ B modulo 2^(8 ND_C), ND_C <= 4, from int8 digit planes: a_desc A's ND_A planes
-    stacked (ND_A * M, K), b_desc B's transposed, (ND_B * N, K), both K-major (int8 data: one
-    plane each, ND_C = 1 or 4 for int8 or int32 C); int32 sums. A tile that runs past row M reads
+                   ND_C: gl.constexpr, ACCUMULATE: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
+                   STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """C (+)= A @ B modulo 2^(8 ND_C) from int8 digit planes: a_desc A's ND_A planes stacked
+    (ND_A * M, K), b_desc B's transposed, (ND_B * N, K), both K-major (int8 data: one plane each,
+    ND_C = 1); int32 sums, and an int64 total for int64 C. A tile that runs past row M reads
     the next plane's rows, which only reach rows of C that are not stored; past K and the last
     plane TMA reads zeros. Launched with min(tiles, PROGRAMS) programs of num_warps multiplying
     warps and one loading warp."""
@@ -170,7 +194,8 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: g
         mbarrier.init(empty.index(i), count=1)
     # the default partition (num_warps warps) multiplies; one worker warp, 24 registers a thread, loads
     gl.warp_specialize([(consumers, (a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, ND_A, ND_B,
-                                     ND_C, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES, num_warps)),
+                                     ND_C, ACCUMULATE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES,
+                                     num_warps)),
                         (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A, ND_B, ND_C, BLOCK_M,
                                     BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                        [1], [24])
@@ -180,15 +205,17 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: g
 
 
 def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, digits=(1, 1), group_m: int = 8,
-             num_stages: int = 4, num_warps: int = 8):
-    """A no-argument launch of int8_matmul_ws into c (M, N), int8 or int32, from digits = (ND_A,
-    ND_B) planes of A and B (K >= 1: the rung writes zeros itself for K = 0)."""
+             num_stages: int = 4, num_warps: int = 8, accumulate: bool = False):
+    """A no-argument launch of int8_matmul_ws into c (M, N), int8 ... int64, from digits = (ND_A,
+    ND_B) planes of A and B (K >= 1: the rung writes zeros itself for K = 0); accumulate: add to
+    what c holds (a later K chunk)."""
     grid = (min(programs, triton.cdiv(m, a_desc.block_shape[0]) * triton.cdiv(n, b_desc.block_shape[0])),)
     nd_c = 1 if digits == (1, 1) else c.element_size()   # one pair needs no shifts, whatever C's width
 
     def launch():
         int8_matmul_ws[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), ND_A=digits[0], ND_B=digits[1],
-                             ND_C=nd_c, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages, num_warps=num_warps)
+                             ND_C=nd_c, ACCUMULATE=accumulate, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
+                             num_warps=num_warps)
     return launch
 
 

@@ -8,10 +8,10 @@ digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Tri
    instruction reads K-major operands only, so a row-major B is made K-major here, in one pass
    whose time counts in the rung's time (an int8 A that is already K-major is used as it is, and
    so is an int8 B given as (N, K).T).
-2. `digit_matmul` multiplies all pairs in one launch (on Hopper, results up to 32 bits go to the
-   warp-specialized Gluon program of t2_int8_gluon_kernel.py instead, the same steps with its
-   int32 tensor-core products kept asynchronous; int8 data elsewhere to the persistent program of
-   `tensorcore` and `scaled_matmul` with int32 sums): for each shift s, the pairs (i, s - i) run
+2. `digit_matmul` multiplies all pairs in one launch (on Hopper the warp-specialized Gluon
+   program of t2_int8_gluon_kernel.py does instead, the same steps with its int32 tensor-core
+   products kept asynchronous; int8 data elsewhere goes to the persistent program of `tensorcore`
+   and `scaled_matmul` with int32 sums): for each shift s, the pairs (i, s - i) run
    as one GEMM over a K that many times longer, into one int32 accumulator, shifted into the total.
    int32 accumulators wrap, which is exact modulo 2^32; for int64 the shifts below 4 need true
    sums, so K is cut into chunks short enough that they cannot overflow (digits.exact_chunk).
@@ -62,7 +62,6 @@ def default_block_n(block_n, result_bytes: int) -> int:
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    from .t2_int_digits_kernel import digit_matmul
     m, k = a.shape
     n = b.shape[1]
     if k == 0:
@@ -71,15 +70,9 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     nd_c = c.element_size()
     block_n = default_block_n(block_n, nd_c)
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
-    one_pair = nd_a == nd_b == 1 and nd_c <= 4
-    if nd_c <= 4 and support.hopper_gluon():   # on Hopper: the warp-specialized Gluon program
-        from . import t2_int8_gluon_kernel as gluon_int8
-        a_desc = gluon_int8.descriptor(digit_planes(a, nd_a), block_m, block_k)
-        b_desc = gluon_int8.descriptor(digit_planes(b.T, nd_b), block_n, block_k)   # (N, K): B K-major
-        gluon_int8.launcher(a_desc, b_desc, c, m, n, k, support.multiprocessors(), (nd_a, nd_b), group_m,
-                            num_stages, num_warps)()
-        return
-    if one_pair:   # elsewhere (and in Triton's interpreter) the persistent program of the 16-bit and fp8 rungs
+    gluon = support.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
+    if nd_a == nd_b == 1 and nd_c <= 4 and not gluon:
+        # int8 data elsewhere (and in Triton's interpreter): the persistent program of the 16-bit and fp8 rungs
         a_desc = digit_descriptor(a, 1, block_m, block_k)
         b_desc = digit_descriptor(b.T, 1, block_n, block_k)
         support.persistent_launch(a_desc, b_desc, c, m, n, k, INT=True, BLOCK_M=block_m, BLOCK_N=block_n,
@@ -93,12 +86,20 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
     for t0 in range(0, k_tiles, chunk):
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
-        a_desc = digit_descriptor(a[:, k0:k1], nd_a, block_m, block_k)
-        b_desc = digit_descriptor(b[k0:k1].T, nd_b, block_n, block_k)  # (N, K): B's digits K-major
-        digit_matmul[(programs,)](a_desc, b_desc, c, m, n, -(-(k1 - k0) // block_k), c.stride(0), c.stride(1),
-                           ND_A=nd_a, ND_B=nd_b, ND_C=nd_c, ACCUMULATE=t0 > 0, BLOCK_M=block_m,
-                           BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, PROGRAMS=programs,
-                           num_warps=num_warps, num_stages=num_stages)
+        a_part, b_part = digit_planes(a[:, k0:k1], nd_a), digit_planes(b[k0:k1].T, nd_b)  # (N, K): B K-major
+        if gluon:
+            from . import t2_int8_gluon_kernel as gluon_int8
+            gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
+                                gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
+                                (nd_a, nd_b), group_m, num_stages, num_warps, accumulate=t0 > 0)()
+            continue
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        from .t2_int_digits_kernel import digit_matmul
+        digit_matmul[(programs,)](TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
+                                  TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n,
+                                  -(-(k1 - k0) // block_k), c.stride(0), c.stride(1), ND_A=nd_a, ND_B=nd_b,
+                                  ND_C=nd_c, ACCUMULATE=t0 > 0, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                  GROUP_M=group_m, PROGRAMS=programs, num_warps=num_warps, num_stages=num_stages)
 
 
 def traffic(p, block_m, block_n, **_):
