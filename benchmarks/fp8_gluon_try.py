@@ -28,7 +28,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 import tilemm
 from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
-from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import producer, tile_start, warps_per_cta
+from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import producer, stage_ring, tile_pointers, warps_per_cta
 
 import gpu_ladder  # noqa: E402  (pre-warm)
 from fp8_vs_scaled_mm import check  # noqa: E402  (the same answer check)
@@ -81,13 +81,8 @@ def fp8_consumers(a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr,
         else:
             total = add_step(total, t1)
         mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), count=1)
-        off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-        offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
-        rows = gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1)
-        cols = gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
-        inside = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
-        gl.store(c_ptr + rows + cols, (total * scale).to(c_ptr.dtype.element_ty), mask=inside)
+        c_ptrs, inside = tile_pointers(c_ptr, tile, M, N, stride_cm, stride_cn, layout, BLOCK_M, BLOCK_N, GROUP_M)
+        gl.store(c_ptrs, (total * scale).to(c_ptr.dtype.element_ty), mask=inside)
 
 
 @gluon.jit
@@ -96,18 +91,12 @@ def fp8_matmul_ws(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stri
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+    a_bufs, b_bufs, ready, empty = stage_ring(a_desc, b_desc, STAGES)
     gl.warp_specialize([(fp8_consumers, (a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K,
                                          stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES,
                                          num_warps)),
-                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                                    GROUP_M, PROGRAMS, STAGES))],
+                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, BLOCK_M,
+                                    BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],   # one "digit pair": plain fp8
                        [1], [24])
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))

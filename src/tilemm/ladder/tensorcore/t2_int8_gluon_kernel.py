@@ -79,6 +79,32 @@ def tile_start(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M
 
 
 @gluon.jit
+def tile_pointers(c_ptr, tile, M, N, stride_cm, stride_cn, layout: gl.constexpr, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """(pointers, inside C) of tile number `tile` of C, in the accumulator's register layout."""
+    off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    rows = gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1)
+    cols = gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
+    return c_ptr + rows + cols, gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
+
+
+@gluon.jit
+def stage_ring(a_desc, b_desc, STAGES: gl.constexpr):
+    """(a_bufs, b_bufs, ready, empty): STAGES shared-memory stages of an A and a B tile, each with a
+    `ready` barrier (its tiles are in) and an `empty` one (the product that read it is done)."""
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    return a_bufs, b_bufs, ready, empty
+
+
+@gluon.jit
 def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A: gl.constexpr, ND_B: gl.constexpr,
              ND_C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
              GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
@@ -161,15 +187,10 @@ def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn
         else:
             total = acc
         mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), count=1)
-        off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-        offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
-        rows = gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1)
-        cols = gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
-        inside = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
+        c_ptrs, inside = tile_pointers(c_ptr, tile, M, N, stride_cm, stride_cn, layout, BLOCK_M, BLOCK_N, GROUP_M)
         if ACCUMULATE:                           # a later K chunk (int64, long K)
-            total += gl.load(c_ptr + rows + cols, mask=inside, other=0).to(total.dtype)
-        gl.store(c_ptr + rows + cols, total.to(c_ptr.dtype.element_ty), mask=inside)
+            total += gl.load(c_ptrs, mask=inside, other=0).to(total.dtype)
+        gl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=inside)
 
 
 @gluon.jit
@@ -185,13 +206,7 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: g
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+    a_bufs, b_bufs, ready, empty = stage_ring(a_desc, b_desc, STAGES)
     # the default partition (num_warps warps) multiplies; one worker warp, 24 registers a thread, loads
     gl.warp_specialize([(consumers, (a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, ND_A, ND_B,
                                      ND_C, ACCUMULATE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES,
