@@ -45,7 +45,11 @@ def hopper_gluon() -> bool:
     if _compat.triton_interpreter() or available() is not None:
         return False
     import torch
+    import triton
     if torch.cuda.get_device_capability()[0] != 9:
+        return False
+    # Gluon's API moves between releases: the program is measured on 3.6 and compiled on 3.9
+    if tuple(int(part) for part in triton.__version__.split(".")[:2]) < (3, 6):
         return False
     try:   # the program itself: it names Gluon's TMA load as this Triton spells it
         from .tensorcore import t2_int8_gluon_kernel  # noqa: F401
