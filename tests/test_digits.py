@@ -47,3 +47,11 @@ def test_int64_long_k_needs_the_chunks():
     assert digits.matmul(a, b, "int64")[0, 0] == 128 * 128 * k
     unchunked = digits.int8_gemm(digits.split(a, 8)[0], digits.split(b, 8)[0])[0, 0]
     assert unchunked == -2**31  # what a single int32 accumulator would have given
+
+
+def test_shift_pairs_are_the_digit_pairs_of_each_shift():
+    for nd_a in range(1, 9):
+        for nd_b in range(1, 9):
+            for s in range(nd_a + nd_b + 1):
+                want = [i for i in range(nd_a) for j in range(nd_b) if i + j == s]
+                assert list(digits.shift_pairs(s, nd_a, nd_b)) == want, (s, nd_a, nd_b)

@@ -32,6 +32,12 @@ def exact_chunk(pairs: int) -> int:
     return (2**31 - 1) // (2**14 * pairs)
 
 
+def shift_pairs(s: int, nd_a: int, nd_b: int) -> range:
+    """A's digits i of the pairs (i, s - i) at shift s, for operands of nd_a and nd_b digits
+    (empty where shift s has no pair)."""
+    return range(max(0, s - nd_b + 1), min(s, nd_a - 1) + 1)
+
+
 def digits_of(rest, ndigits: int) -> list:
     """The signed base-256 digits of an int64 array (NumPy or torch: operators only), each still
     int64, in [-128, 127]: rest ≡ Σ d_i 2^(8i) (mod 2^(8 ndigits))."""

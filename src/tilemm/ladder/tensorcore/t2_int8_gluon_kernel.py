@@ -31,6 +31,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+from ... import digits
+
+# Gluon code may only name functions it can compile or evaluate: the pair arithmetic of
+# digits.shift_pairs, as a constexpr function
+shift_pairs = gluon.constexpr_function(digits.shift_pairs)
+
 # the TMA load is tma.async_copy_global_to_shared in Triton 3.6 and tma.async_load in 3.9 (where
 # the old name is kept only to raise)
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -47,15 +53,15 @@ def instr_n(block_m, block_n, num_warps):
 
 
 @gluon.constexpr_function
-def first_pair(s, nd_b):
-    """A's digit in the first pair (i, s - i) of shift s: B has digits 0 .. nd_b - 1."""
-    return s - nd_b + 1 if s >= nd_b else 0
+def first_pair(s, nd_a, nd_b):
+    """A's digit in the first pair (i, s - i) of shift s (digits.shift_pairs)."""
+    return shift_pairs(s, nd_a, nd_b).start
 
 
 @gluon.constexpr_function
 def pair_count(s, nd_a, nd_b):
     """How many digit pairs (i, s - i) shift s has (0 where there are none)."""
-    return max(0, (s if s < nd_a else nd_a - 1) - first_pair(s, nd_b) + 1)
+    return len(shift_pairs(s, nd_a, nd_b))
 
 
 @gluon.constexpr_function
@@ -121,7 +127,7 @@ def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A: gl.con
         for s in gl.static_range(ND_C - 1, -1, -1):
             if pair_count(s, ND_A, ND_B) > 0:
                 for t in range(pair_count(s, ND_A, ND_B) * k_steps):
-                    i = first_pair(s, ND_B) + t % pair_count(s, ND_A, ND_B)     # A's digit; B's is s - i
+                    i = first_pair(s, ND_A, ND_B) + t % pair_count(s, ND_A, ND_B)   # A's digit; B's is s - i
                     k0 = (t // pair_count(s, ND_A, ND_B)) * BLOCK_K
                     slot = p % STAGES
                     mbarrier.wait(empty.index(slot), ((p // STAGES) & 1) ^ 1)   # the first pass finds it free

@@ -81,7 +81,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     k_tiles = -(-k // block_k)
     chunk = k_tiles
     if nd_c == 8:   # int64: the shifts below 4 need exact int32 sums
-        pairs = max(min(s, nd_a - 1) - max(0, s - nd_b + 1) + 1 for s in range(min(4, nd_c)))
+        pairs = max(len(digits.shift_pairs(s, nd_a, nd_b)) for s in range(min(4, nd_c)))
         chunk = max(1, digits.exact_chunk(pairs) // block_k)
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
     for t0 in range(0, k_tiles, chunk):
