@@ -164,6 +164,84 @@ def test_3xtf32_inf_and_nan_propagate_as_ieee():
     np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
 
 
+def int8_precision_bound(a, b, c):
+    """precision="int8"'s normwise bound (t4_f32.py): 2^-23 of each row's (column's) largest |x|
+    lost to fixed point, and float32's one rounding; (error, bound) against float64."""
+    a64, b64 = np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    lost = a64.max(1, initial=0)[:, None] * b64.sum(0)[None, :] + b64.max(0, initial=0)[None, :] * a64.sum(1)[:, None]
+    return np.abs(c.astype(np.float64) - ref), 2.0**-23 * lost + 2.0**-24 * np.abs(ref) + np.finfo(np.float32).tiny
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (17, 33, 9, "tn"), (40, 7, 65, "nt"), (3, 5, 0, "nn"),
+                                          (24, 20, 48, "tt"), (0, 4, 3, "nn"), (70, 36, 130, "nn")])
+def test_interpreter_int8_precision_within_its_bound(m, n, k, layout):
+    from tilemm.data import operands
+    a, b = operands(m + n + k, m, n, k, "float32", layout)
+    a[::3] *= 2.0**40                        # rows and columns of their own scales, far apart
+    b[:, 1::4] *= 2.0**-70
+    c = tilemm.plan(a, b, kernel="tensorcore-f32", precision="int8", **SMALL).execute(poison=True)
+    assert c.dtype == np.float32 and c.shape == (m, n)
+    err, bound = int8_precision_bound(a, b, c)
+    assert (err <= bound).all()
+    assert c.size == 0 or (err > 0).any() or k <= 1      # it does round the inputs: the test can see that
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_int8_precision_uses_the_digits_whole_range():
+    """Rows whose largest element lies at the edge of the fixed-point range, of either sign, and
+    subnormal, huge and all-zero rows: no digit overflows (that would be an error of 2^24 units)."""
+    top = np.float32(1.0) - np.float32(2.0**-24)              # mantissa just under 1: scaled one bit lower
+    a = np.array([[top, -top, 0.5, 0.25], [-top, top, -0.75, 0.125], [1e-40, -3e-41, 0, 0],
+                  [3e38, -1e38, 2e38, 1], [0, 0, 0, 0], [0.99607843, -0.99607843, 0.5, 0.3]], np.float32)
+    b = np.array([[top, 1.0], [-top, -2.0**-20], [0.5, 0.25], [0.75, -top]], np.float32)
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
+    err, bound = int8_precision_bound(a, b, c)
+    assert np.isfinite(c[:3]).all() and (err[[0, 1, 2, 4, 5]] <= bound[[0, 1, 2, 4, 5]]).all()
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(np.isinf(c[3]), np.isinf((a[3:4].astype(np.float64) @ b).astype(np.float32))[0])
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_fixed_scales_bring_each_row_to_23_bits():
+    from tilemm.ladder.tensorcore.t4_f32 import FIXED_TOP, fixed_scales
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy((rng.standard_normal((200, 7)) * 2.0 ** rng.integers(-140, 120, (200, 1))).astype(np.float32))
+    x[0] = 0
+    x[1, 0] = 0.99999994
+    scale, top = fixed_scales(x)
+    scaled = top.double() * scale
+    assert scale.dtype == torch.float64 and scaled[0] == 0
+    assert ((scaled[1:] > FIXED_TOP / 2) & (scaled[1:] <= FIXED_TOP)).all()
+    assert torch.equal(torch.log2(scale), torch.log2(scale).round())      # powers of two: scaling is exact
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_int8_precision_inf_and_nan_follow_ieee():
+    """Fixed point holds no Inf or NaN: such a call runs 3xTF32, with IEEE's rules."""
+    from tilemm.data import operands
+    a, b = operands(4, 9, 10, 11, "float32")
+    a[2, 4], b[3, 7] = np.nan, -np.inf
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
+    with np.errstate(invalid="ignore"):
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_int8_precision_k_chunks_accumulate(monkeypatch):
+    """K past one exact chunk: the chunks' int64 products add up before the scaling back."""
+    from tilemm import digits
+    from tilemm.data import operands
+    monkeypatch.setattr(digits, "exact_chunk", lambda pairs: 40)
+    a, b = operands(5, 9, 10, 150, "float32")
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
+    err, bound = int8_precision_bound(a, b, c)
+    assert (err <= bound).all()
+
+
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_interpreter_tf32_within_tf32_error():
     from tilemm.data import operands
@@ -277,15 +355,17 @@ k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=con
 out["float64-persistent"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # tensorcore-f32: 3xTF32 and TF32 products by TMA, and the split
 from tilemm.ladder.tensorcore.t4_f32_kernel import split_tf32, tf32_matmul
+from tilemm.ladder.tensorcore.t4_f32 import tiles
 p = {q.name: q.default for q in tilemm.kernel("tensorcore-f32").params}
 for parts in (1, 2):
-    sig = dict(a_desc=f"tensordesc<fp32[{p['block_m']}, {p['block_k']}]>",
-               b_desc=f"tensordesc<fp32[{p['block_n']}, {p['block_k']}]>", c_ptr="*fp32", M="i32", N="i32",
+    block_n, block_k, stages = tiles("3xtf32" if parts == 2 else "tf32", p["block_n"], p["block_k"], p["num_stages"])
+    sig = dict(a_desc=f"tensordesc<fp32[{p['block_m']}, {block_k}]>",
+               b_desc=f"tensordesc<fp32[{block_n}, {block_k}]>", c_ptr="*fp32", M="i32", N="i32",
                K="i32", stride_cm="i32", stride_cn="i32", PARTS="constexpr", BLOCK_M="constexpr",
                BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr")
-    const = dict(PARTS=parts, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"])
+    const = dict(PARTS=parts, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=p["group_m"])
     k = triton.compile(ASTSource(fn=tf32_matmul, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=p["num_warps"], num_stages=2 if parts == 2 else 4))
+                       options=dict(num_warps=p["num_warps"], num_stages=stages))
     out[f"tf32x{2 * parts - 1}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                         wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 sig = dict(x_ptr="*fp32", out_ptr="*fp32", R="i32", C="i32", C_PAD="i32", stride_r="i32",
@@ -330,7 +410,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import int8_matmul_ws
 for cty, digits, block_n, accumulate in (("*i8", (1, 1, 1), 256, False), ("*i32", (1, 1, 1), 256, False),
-                                         ("*i32", (4, 4, 4), 256, False), ("*i64", (8, 8, 8), 128, True)):
+                                         ("*i32", (4, 4, 4), 256, False), ("*i64", (8, 8, 8), 128, True),
+                                         ("*i64", (3, 3, 8), 128, False)):   # tensorcore-f32's precision="int8"
     la = repr(gl.NVMMASharedLayout.get_default_for([q["block_m"], q["block_k"]], gl.int8))
     lb = repr(gl.NVMMASharedLayout.get_default_for([block_n, q["block_k"]], gl.int8))
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}],{la}>",
@@ -347,12 +428,21 @@ for cty, digits, block_n, accumulate in (("*i8", (1, 1, 1), 256, False), ("*i32"
         shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
         wgmma="wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx and "setmaxnreg" in ptx
         and "st.local" not in ptx)                       # and no local-memory arrays
-for src in ("*i8", "*i32", "*i64"):
+for src in ("*i8", "*i32", "*i64", "*fp32"):     # float32: precision="int8"'s fixed-point split
     sig = dict(x_ptr=src, out_ptr="*i8", R="i32", C="i32", C_PAD="i32", stride_r="i32", stride_c="i32",
-               NDIGITS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
-    k = triton.compile(ASTSource(fn=split_digits, signature=sig, constexprs=dict(NDIGITS=8, BLOCK_R=64, BLOCK_C=64)),
-                       target=GPUTarget("cuda", 90, 32))
+               scale_ptr="*fp64" if src == "*fp32" else "constexpr", NDIGITS="constexpr", FIXED="constexpr",
+               BLOCK_R="constexpr", BLOCK_C="constexpr")
+    const = dict(NDIGITS=3 if src == "*fp32" else 8, FIXED=src == "*fp32", BLOCK_R=64, BLOCK_C=64)
+    if src != "*fp32":
+        const["scale_ptr"] = None
+    k = triton.compile(ASTSource(fn=split_digits, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32))
     out[f"split-{src}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
+from tilemm.ladder.tensorcore.t4_f32_kernel import unscale
+sig = dict(exact_ptr="*i64", row_ptr="*fp64", col_ptr="*fp64", c_ptr="*fp32", M="i32", N="i32", stride_cm="i32",
+           stride_cn="i32", BLOCK_M="constexpr", BLOCK_N="constexpr")
+k = triton.compile(ASTSource(fn=unscale, signature=sig, constexprs=dict(BLOCK_M=64, BLOCK_N=64)),
+                   target=GPUTarget("cuda", 90, 32))
+out["unscale"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
 print(json.dumps(out))
 """
 
@@ -368,7 +458,7 @@ def test_default_configs_compile_for_sm90():
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
-                             "int8-gluon-888-to-i64",
+                             "int8-gluon-888-to-i64", "int8-gluon-338-to-i64", "unscale", "split-*fp32",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
@@ -548,3 +638,17 @@ def test_gpu_int64_long_k_chunks_accumulate(dtype):
     a[0, :], b[:, 0] = info.max, info.max              # every product of the corner at its largest
     got = tilemm.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), kernel="tensorcore-int")
     assert np.array_equal(got.cpu().numpy(), np.matmul(a, b))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (300, 257, 1000, "nn"), (129, 700, 333, "tt"),
+                                          (513, 130, 4097, "nt"), (64, 48, 50000, "tn")])   # 50000: two K chunks
+def test_gpu_int8_precision_within_its_bound(m, n, k, layout):
+    from tilemm.data import operands
+    a, b = operands(m + n + k, m, n, k, "float32", layout)
+    a[::3] *= 2.0**40
+    b[:, 1::4] *= 2.0**-70
+    dev = [torch.from_numpy(x).cuda() for x in (a, b)]
+    c = tilemm.plan(*dev, kernel="tensorcore-f32", precision="int8").execute(poison=True).cpu().numpy()
+    err, bound = int8_precision_bound(a, b, c)
+    assert (err <= bound).all(), float((err / bound).max())

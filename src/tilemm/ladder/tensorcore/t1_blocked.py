@@ -190,17 +190,21 @@ def limits(p, block_m, block_n, block_k, num_stages, persistent=True, **_):
 BLOCKS = (16, 32, 64, 128, 256)
 
 
-def tile_params(block_m, block_n, block_k, num_warps, num_stages, group_m=8):
-    """The tile parameters of a Triton GEMM rung, with these defaults (None: chosen by shape)."""
-    by_shape = " (None: chosen by shape)" if block_m is None else ""
-    stages_doc = "software-pipelining depth (shared-memory stages)" + (
-        by_shape or " (None: chosen by the rung)" if num_stages is None else "")
-    return (Param("block_m", block_m, (None,) * (block_m is None) + BLOCKS, "rows of C per program" + by_shape),
-            Param("block_n", block_n, (None,) * (block_n is None) + BLOCKS, "columns of C per program" + by_shape),
-            Param("block_k", block_k, (None,) * (block_k is None) + (16, 32, 64, 128), "depth of one K step"),
+def tile_params(block_m, block_n, block_k, num_warps, num_stages, group_m=8, chosen_by="shape"):
+    """The tile parameters of a Triton GEMM rung, with these defaults (None: chosen by shape, or
+    by what chosen_by names)."""
+    def doc(default, text):
+        return text + (f" (None: chosen by {chosen_by})" if default is None else "")
+
+    def none(default):
+        return (None,) * (default is None)
+    return (Param("block_m", block_m, none(block_m) + BLOCKS, doc(block_m, "rows of C per program")),
+            Param("block_n", block_n, none(block_n) + BLOCKS, doc(block_n, "columns of C per program")),
+            Param("block_k", block_k, none(block_k) + (16, 32, 64, 128), doc(block_k, "depth of one K step")),
             Param("group_m", group_m, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
-            Param("num_warps", num_warps, (None,) * (num_warps is None) + (1, 2, 4, 8, 16), "warps per program"),
-            Param("num_stages", num_stages, (None,) * (num_stages is None) + (1, 2, 3, 4, 5), stages_doc))
+            Param("num_warps", num_warps, none(num_warps) + (1, 2, 4, 8, 16), doc(num_warps, "warps per program")),
+            Param("num_stages", num_stages, none(num_stages) + (1, 2, 3, 4, 5),
+                  doc(num_stages, "software-pipelining depth (shared-memory stages)")))
 
 
 TILE_PARAMS = tile_params(None, None, None, num_warps=None, num_stages=None)

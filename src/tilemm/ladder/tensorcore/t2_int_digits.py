@@ -70,23 +70,35 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     nd_c = c.element_size()
     block_n = default_block_n(block_n, nd_c)
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
-    gluon = support.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
-    if nd_a == nd_b == 1 and nd_c <= 4 and not gluon:
+    if nd_a == nd_b == 1 and nd_c <= 4 and not support.hopper_gluon():
         # int8 data elsewhere (and in Triton's interpreter): the persistent program of the 16-bit and fp8 rungs
         a_desc = digit_descriptor(a, 1, block_m, block_k)
         b_desc = digit_descriptor(b.T, 1, block_n, block_k)
         support.persistent_launch(a_desc, b_desc, c, m, n, k, INT=True, BLOCK_M=block_m, BLOCK_N=block_n,
                                   BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)()
         return
+    digit_products(a, b, c, nd_a, nd_b, block_m, block_n, block_k, group_m, num_warps, num_stages)
+
+
+def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, group_m, num_warps, num_stages,
+                   planes_a=digit_planes, planes_b=digit_planes):
+    """c = A @ B modulo 2^(8 c.element_size()) from nd_a digits of A and nd_b of B (K >= 1): the
+    digit pairs on the tensor cores, K cut into chunks where int64 needs exact sums. planes_a(x,
+    nd) and planes_b(x, nd) write the stacked digit planes of a slice of A and of B^T
+    (digit_planes; tensorcore-f32's precision="int8" passes its fixed-point split)."""
+    m, k = a.shape
+    n = b.shape[1]
+    nd_c = c.element_size()
     k_tiles = -(-k // block_k)
     chunk = k_tiles
     if nd_c == 8:   # int64: the shifts below 4 need exact int32 sums
         pairs = max(len(digits.shift_pairs(s, nd_a, nd_b)) for s in range(min(4, nd_c)))
         chunk = max(1, digits.exact_chunk(pairs) // block_k)
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
+    gluon = support.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
     for t0 in range(0, k_tiles, chunk):
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
-        a_part, b_part = digit_planes(a[:, k0:k1], nd_a), digit_planes(b[k0:k1].T, nd_b)  # (N, K): B K-major
+        a_part, b_part = planes_a(a[:, k0:k1], nd_a), planes_b(b[k0:k1].T, nd_b)  # (N, K): B K-major
         if gluon:
             from . import t2_int8_gluon_kernel as gluon_int8
             gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),

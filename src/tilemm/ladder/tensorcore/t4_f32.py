@@ -17,6 +17,20 @@ or -Inf where IEEE float32 gives Inf; the small products are summed apart, dropp
 finite, and the a_hi b_hi product carries Inf and NaN as IEEE does (one exception: Inf times a
 subnormal below TF32's reach, whose a_hi is 0, gives NaN).
 
+precision="int8" (Ozaki's scheme, on the integer rung's tensor cores): each row of A and each
+column of B is scaled by a power of two into 24-bit fixed point, |x| 2^e <= 8355711 (the most that
+three signed base-256 digits reach) and above half that, and rounded to the nearest integer; the
+integer product is then computed exactly from int8 digit products, as `tensorcore-int` computes
+int64 (9 digit pairs, int64 sums), and scaled back in float64 before the one rounding to float32.
+So the only error is that of rounding the inputs to fixed point: an element loses 2^-23 of its
+row's (column's) largest, and
+
+    |C - AB| <= 2^-23 (max_k |a_ik| sum_k |b_kj| + max_k |b_kj| sum_k |a_ik|) + 2^-24 |C|.
+
+A normwise bound, not float32's per-product one: an element far below its row's largest keeps
+fewer bits. On random data it is more accurate than SGEMM; on rows of mixed magnitudes use the
+default. A row or column holding Inf or NaN sends the whole call to 3xTF32 (IEEE's rules).
+
 Constraints: float32 only; any M, N, K, any strides; shared memory of a configuration must fit.
 """
 from __future__ import annotations
@@ -43,10 +57,54 @@ def parts_of(x, parts: int, block_rows: int, block_k: int):
     return support.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, PARTS=parts)
 
 
-def default_stages(num_stages, precision: str) -> int:
-    """Measured on an H100 (tensorcore_vs_cublas_f32_sweep.jsonl): with 128 x 256 x 32 tiles, 4
-    stages for TF32; 3xTF32 loads twice the bytes a step, so 2 fit."""
-    return num_stages or (2 if precision == "3xtf32" else 4)
+def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
+    """(block_n, block_k, num_stages) with the defaults (None) filled in. Measured on an H100
+    (tensorcore_vs_cublas_f32_sweep.jsonl): 128 x 256 x 32 tiles, 4 stages for TF32; 3xTF32 loads
+    twice the bytes a step, so 2 fit. int8: the integer rung's int64 tiles, 128 x 128 x 128 with
+    4 stages."""
+    if precision == "int8":
+        return block_n or 128, block_k or 128, num_stages or 4
+    return block_n or 256, block_k or 32, num_stages or (2 if precision == "3xtf32" else 4)
+
+
+# precision="int8": three signed base-256 digits reach 127 * (1 + 2^8 + 2^16) at most
+FIXED_DIGITS = 3
+FIXED_TOP = 127 * (1 + 2**8 + 2**16)
+
+
+def fixed_scales(x):
+    """(scale, top) for each row of x (rows, K): scale = 2^e (float64) with top * 2^e in
+    (FIXED_TOP / 2, FIXED_TOP], top the row's largest |x| (Inf or NaN where the row holds one)."""
+    import torch
+    top = torch.linalg.vector_norm(x, ord=float("inf"), dim=1)
+    mantissa, exponent = torch.frexp(top)            # top = mantissa * 2^exponent, mantissa in [0.5, 1)
+    e = 23 - exponent - (mantissa > FIXED_TOP / 2**23).to(exponent.dtype)
+    return torch.ldexp(torch.ones_like(top, dtype=torch.float64), e), top
+
+
+def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages) -> bool:
+    """c = A @ B by precision="int8" (the module's docstring); False, doing nothing, where an
+    operand holds Inf or NaN."""
+    import torch
+    from .t2_int_digits import digit_products
+    from .t2_int_digits_kernel import split_digits
+    from .t4_f32_kernel import unscale
+    scale_a, top_a = fixed_scales(a)
+    scale_b, top_b = fixed_scales(b.T)
+    if not bool(torch.isfinite(top_a).all() & torch.isfinite(top_b).all()):
+        return False
+
+    def planes(scale):
+        return lambda x, nd: support.stacked_parts_tensor(x, nd, torch.int8, split_digits, scale_ptr=scale,
+                                                          NDIGITS=nd, FIXED=True)
+    m, n = c.shape
+    exact = torch.empty((m, n), dtype=torch.int64, device=c.device)
+    digit_products(a, b, exact, FIXED_DIGITS, FIXED_DIGITS, block_m, block_n, block_k, group_m, num_warps,
+                   num_stages, planes(scale_a), planes(scale_b))
+    grid = (-(-m // support.SPLIT_BLOCK), -(-n // support.SPLIT_BLOCK))
+    unscale[grid](exact, 1 / scale_a, 1 / scale_b, c, m, n, c.stride(0), c.stride(1),
+                  BLOCK_M=support.SPLIT_BLOCK, BLOCK_N=support.SPLIT_BLOCK)
+    return True
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision):
@@ -56,6 +114,12 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
     if k == 0:
         c.zero_()
         return
+    if precision == "int8":
+        block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
+        if run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+            return
+        precision, block_n, block_k, num_stages = "3xtf32", None, None, None   # Inf or NaN: IEEE's rules
+    block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
     parts = 2 if precision == "3xtf32" else 1
     grid = (-(-m // block_m) * -(-n // block_n),)
     if parts == 2 and k < IEEE_BELOW_K:
@@ -64,35 +128,47 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
                             c.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, GROUP_M=group_m,
                             UPCAST=True, FP64=False, num_warps=num_warps, num_stages=1)
         return
-    num_stages = default_stages(num_stages, precision)
     a_desc = parts_of(a, parts, block_m, block_k)
     b_desc = parts_of(b.T, parts, block_n, block_k)                # (N, K): B K-major
     tf32_matmul[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), PARTS=parts, BLOCK_M=block_m,
                       BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
 
 
-def traffic(p, block_m, block_n, precision, **_):
+def traffic(p, block_m, block_n, block_k, num_stages, precision, **_):
     # In float32 elements: the split pass reads A and B and writes their parts; the product reads
-    # each part's tiles once per program and writes C.
-    parts = 2 if precision == "3xtf32" else 1
+    # each part's tiles once per program and writes C. int8: three one-byte digit planes (3/4 of
+    # an element), 9 pairs of tiles, C exact in int64 (two elements) written and read back.
+    block_n, _, _ = tiles(precision, block_n, block_k, num_stages)
     operands = p.m * p.k + p.k * p.n
-    tiles = p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m)
-    return Traffic(read=operands + parts * tiles, written=parts * operands + p.m * p.n)
+    tiles_read = p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m)
+    if precision == "int8":
+        return Traffic(read=operands + 9 * tiles_read / 4 + 2 * p.m * p.n, written=0.75 * operands + 3 * p.m * p.n)
+    parts = 2 if precision == "3xtf32" else 1
+    return Traffic(read=operands + parts * tiles_read, written=parts * operands + p.m * p.n)
 
 
 def limits(p, block_m, block_n, block_k, num_stages, precision, **_):
-    num_stages = default_stages(num_stages, precision)
-    if block_k < 8 and not _compat.triton_interpreter():
+    block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
+    if _compat.triton_interpreter():
+        pass
+    elif precision == "int8" and block_k % 32:
+        return f"BLOCK_K={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
+    elif block_k < 8:
         return f"BLOCK_K={block_k}: the TF32 instruction takes K in multiples of 8"
+    if precision == "int8":
+        return support.check_shared(block_m, block_n, block_k, num_stages, 1)
     parts = 2 if precision == "3xtf32" else 1
     return support.check_shared(block_m, block_n, block_k, num_stages, 4 * parts)
 
 
 register(Kernel(
     name="tensorcore-f32", rung=23, device="cuda", backend="triton", dtypes=("float32",),
-    seed="beyond", summary="float32 on TF32 tensor cores: 3xTF32 split (float32 accuracy) or plain TF32",
+    seed="beyond", summary="float32 on tensor cores: 3xTF32 split (float32 accuracy), plain TF32, or int8 "
+                           "products of 24-bit fixed point",
     run=run, traffic=traffic, limits=limits, available=support.available,
-    params=tile_params(128, 256, 32, num_warps=8, num_stages=None) + (
-        Param("precision", "3xtf32", ("3xtf32", "tf32"),
-              "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32)"),),
+    params=tile_params(128, None, None, num_warps=8, num_stages=None, chosen_by="precision") + (
+        Param("precision", "3xtf32", ("3xtf32", "tf32", "int8"),
+              "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32); int8: "
+              "rows and columns in 24-bit fixed point, multiplied exactly on int8 tensor cores (a "
+              "normwise bound: docs/tensor_cores.md)"),),
 ))

@@ -1,5 +1,6 @@
 """The Triton programs of rung `tensorcore-f32` (see t4_f32.py): the split of float32 operands
-into TF32 parts, K-major, and the product of the parts. Kept apart so that importing tilemm never
+into TF32 parts, K-major, the product of the parts, and the scaling back of precision="int8"'s
+exact integer product (its digits are split and multiplied by tensorcore-int's programs). Kept apart so that importing tilemm never
 imports Triton."""
 import triton
 import triton.language as tl
@@ -65,3 +66,19 @@ def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.
     offs_n = off_n + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def unscale(exact_ptr, row_ptr, col_ptr, c_ptr, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr):
+    """c[i, j] = exact[i, j] * row[i] * col[j] rounded once to float32: exact the int64 product
+    (M, N) of precision="int8" (contiguous), row and col float64 powers of two (the fixed-point
+    scales' inverses: exact products)."""
+    offs_m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_n = (tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    exact = tl.load(exact_ptr + offs_m[:, None] * N + offs_n[None, :], mask=inside, other=0)
+    row = tl.load(row_ptr + offs_m, mask=offs_m < M, other=0.0)
+    col = tl.load(col_ptr + offs_n, mask=offs_n < N, other=0.0)
+    c = exact.to(tl.float64) * row[:, None] * col[None, :]
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, c.to(tl.float32), mask=inside)
