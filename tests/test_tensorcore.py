@@ -165,12 +165,18 @@ def test_3xtf32_inf_and_nan_propagate_as_ieee():
 
 
 def int8_precision_bound(a, b, c):
-    """precision="int8"'s normwise bound (t4_f32.py): 2^-23 of each row's (column's) largest |x|
-    lost to fixed point, and float32's one rounding; (error, bound) against float64."""
+    """precision="int8"'s normwise bound (t4_f32.py), (error, bound) against float64: each input
+    off by under 1/FIXED_TOP of its row's (column's) largest, r_i (c_j), from rounding to fixed
+    point; the dropped shifts 0 and 1, |d0 e0 + 2^8 (d0 e1 + d1 e0)| <= 513 * 2^14 a product in
+    units of 2^-(e_i + f_j) < r_i c_j / (FIXED_TOP / 2)^2; and float32's one rounding."""
+    from tilemm.ladder.tensorcore.t4_f32 import FIXED_TOP
     a64, b64 = np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))
     ref = a.astype(np.float64) @ b.astype(np.float64)
-    lost = a64.max(1, initial=0)[:, None] * b64.sum(0)[None, :] + b64.max(0, initial=0)[None, :] * a64.sum(1)[:, None]
-    return np.abs(c.astype(np.float64) - ref), 2.0**-23 * lost + 2.0**-24 * np.abs(ref) + np.finfo(np.float32).tiny
+    r, col = a64.max(1, initial=0)[:, None], b64.max(0, initial=0)[None, :]
+    k = a.shape[1]
+    rounding = (r * b64.sum(0)[None, :] + col * a64.sum(1)[:, None] + k * r * col / FIXED_TOP) / FIXED_TOP
+    dropped = k * r * col * 513 * 2.0**14 / (FIXED_TOP / 2) ** 2
+    return np.abs(c.astype(np.float64) - ref), rounding + dropped + 2.0**-24 * 1.001 * np.abs(ref) + np.finfo(np.float32).tiny
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
@@ -186,6 +192,27 @@ def test_interpreter_int8_precision_within_its_bound(m, n, k, layout):
     err, bound = int8_precision_bound(a, b, c)
     assert (err <= bound).all()
     assert c.size == 0 or (err > 0).any() or k <= 1      # it does round the inputs: the test can see that
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_int8_precision_is_the_fixed_point_product_of_its_shifts(layout):
+    """Bit for bit what the method says, emulated in NumPy: inputs rounded to fixed point, their
+    base-256 digits, the pairs of shifts 2..4 summed exactly, scaled back, rounded once."""
+    from tilemm import digits
+    from tilemm.data import operands
+    from tilemm.ladder.tensorcore.t4_f32 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
+    a, b = operands(11, 23, 19, 70, "float32", layout)
+    a[1] *= 2.0**-30
+    scale_a = fixed_scales(torch.from_numpy(a))[0].numpy()[:, None]
+    scale_b = fixed_scales(torch.from_numpy(b).T)[0].numpy()[None, :]
+    da = digits.split(np.floor(a.astype(np.float64) * scale_a + 0.5).astype(np.int64), FIXED_DIGITS).astype(np.int64)
+    db = digits.split(np.floor(b.astype(np.float64) * scale_b + 0.5).astype(np.int64), FIXED_DIGITS).astype(np.int64)
+    exact = sum((da[i] @ db[s - i]) << (8 * s) for s in range(FIXED_LOWEST_SHIFT, 2 * FIXED_DIGITS - 1)
+                for i in digits.shift_pairs(s, FIXED_DIGITS, FIXED_DIGITS))
+    want = (exact.astype(np.float64) / scale_a / scale_b).astype(np.float32)
+    got = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
@@ -301,9 +328,9 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
             sig = dict(a_ptr="*" + ty, b_ptr="*" + ty, c_ptr="*" + ty, M="i32", N="i32", K="i32", stride_am="i32",
                        stride_ak="i32", stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32",
                        BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-                       UPCAST="constexpr", FP64="constexpr")
+                       UPCAST="constexpr", FP64="constexpr", top_a_ptr="constexpr", top_b_ptr="constexpr")
             const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, UPCAST=False,
-                         FP64=False)
+                         FP64=False, top_a_ptr=None, top_b_ptr=None)
         k = triton.compile(ASTSource(fn=matmul_kernel if min(m, n) <= 64 else matmul_tma, signature=sig,
                                      constexprs=const),
                            target=GPUTarget("cuda", 90, 32),
@@ -334,11 +361,19 @@ from tilemm.ladder.tensorcore.t3_fp64 import default_tiles as f64_tiles
 p = {**f64_tiles(8192, 8192), "group_m": 8}
 sig = dict(a_ptr="*fp64", b_ptr="*fp64", c_ptr="*fp64", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
            stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
-           BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", FP64="constexpr")
+           BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", FP64="constexpr",
+           top_a_ptr="constexpr", top_b_ptr="constexpr")
 const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False,
-             FP64=True)
+             FP64=True, top_a_ptr=None, top_b_ptr=None)
 k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+# tensorcore-f32 precision="int8": the tiles of C that meet Inf or NaN, in IEEE float32
+sig_ieee = {**sig, "a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "top_a_ptr": "*fp32", "top_b_ptr": "*fp32"}
+k_ieee = triton.compile(ASTSource(fn=matmul_kernel, signature=sig_ieee, constexprs=dict(
+    BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=True, FP64=False)), target=GPUTarget("cuda", 90, 32),
+    options=dict(num_warps=4, num_stages=1))
+out["ieee-nonfinite"] = dict(shared=k_ieee.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True,
+                             cubin=len(k_ieee.asm["cubin"]))
 out["float64"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # tensorcore-f64 persistent=True: the persistent TMA program with float64 sums
 sig = dict(a_desc=f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>", b_desc=f"tensordesc<fp64[{p['block_k']}, {p['block_n']}]>",
@@ -380,9 +415,9 @@ for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
     block_n = 128 if nd_c == 8 else 256     # the default (None) resolved as the rung does
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[{block_n}, {q['block_k']}]>",
                c_ptr=cty, M="i32", N="i32", K_TILES="i32", stride_cm="i32", stride_cn="i32", ND_A="constexpr",
-               ND_B="constexpr", ND_C="constexpr", ACCUMULATE="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr",
+               ND_B="constexpr", ND_C="constexpr", LOWEST="constexpr", ACCUMULATE="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr",
                BLOCK_K="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr")
-    const = dict(ND_A=nd_a, ND_B=nd_b, ND_C=nd_c, ACCUMULATE=nd_c == 8, BLOCK_M=q["block_m"], BLOCK_N=block_n,
+    const = dict(ND_A=nd_a, ND_B=nd_b, ND_C=nd_c, LOWEST=0, ACCUMULATE=nd_c == 8, BLOCK_M=q["block_m"], BLOCK_N=block_n,
                  BLOCK_K=q["block_k"], GROUP_M=q["group_m"], PROGRAMS=132)
     k = triton.compile(ASTSource(fn=digit_matmul, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
@@ -417,9 +452,9 @@ for cty, digits, block_n, accumulate in (("*i8", (1, 1, 1), 256, False), ("*i32"
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}],{la}>",
                b_desc=f"tensordesc<i8[{block_n}, {q['block_k']}],{lb}>",
                c_ptr=cty, M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", ND_A="constexpr",
-               ND_B="constexpr", ND_C="constexpr", ACCUMULATE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
+               ND_B="constexpr", ND_C="constexpr", LOWEST="constexpr", ACCUMULATE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
                STAGES="constexpr", num_warps="constexpr")
-    const = dict(ND_A=digits[0], ND_B=digits[1], ND_C=digits[2], ACCUMULATE=accumulate, GROUP_M=q["group_m"],
+    const = dict(ND_A=digits[0], ND_B=digits[1], ND_C=digits[2], LOWEST=2 if digits[0] == 3 else 0, ACCUMULATE=accumulate, GROUP_M=q["group_m"],
                  PROGRAMS=132, STAGES=q["num_stages"], num_warps=q["num_warps"])
     k = triton.compile(GluonASTSource(fn=int8_matmul_ws, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"]))
@@ -458,7 +493,7 @@ def test_default_configs_compile_for_sm90():
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
-                             "int8-gluon-888-to-i64", "int8-gluon-338-to-i64", "unscale", "split-*fp32",
+                             "int8-gluon-888-to-i64", "int8-gluon-338-to-i64", "unscale", "split-*fp32", "ieee-nonfinite",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
@@ -652,3 +687,19 @@ def test_gpu_int8_precision_within_its_bound(m, n, k, layout):
     c = tilemm.plan(*dev, kernel="tensorcore-f32", precision="int8").execute(poison=True).cpu().numpy()
     err, bound = int8_precision_bound(a, b, c)
     assert (err <= bound).all(), float((err / bound).max())
+
+
+@pytest.mark.gpu
+def test_gpu_int8_precision_inf_and_nan_follow_ieee():
+    from tilemm.data import operands
+    a, b = operands(6, 300, 257, 1000, "float32")
+    a[2, 4], a[200, 7], b[3, 7], b[9, 250] = np.nan, np.inf, -np.inf, 0.0
+    a[201, 9] = np.inf                            # inf * 0 is NaN in IEEE
+    c = tilemm.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), kernel="tensorcore-f32",
+                      precision="int8").cpu().numpy()
+    with np.errstate(invalid="ignore"):
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(c) & (c > 0), np.isinf(ref) & (ref > 0))
+    finite = np.isfinite(ref)
+    assert (np.abs(c[finite] - ref[finite]) <= 2 * 1000 * 2.0**-24 * (np.abs(a) @ np.abs(b))[finite] + 1e-30).all()

@@ -8,18 +8,30 @@ import triton.language as tl
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  UPCAST: tl.constexpr, FP64: tl.constexpr):
+                  UPCAST: tl.constexpr, FP64: tl.constexpr, top_a_ptr=None, top_b_ptr=None):
+    """C = A @ B, a program a tile, pointers and masks: any strides, any M, N, K. top_a_ptr and
+    top_b_ptr given (each row of A's and column of B's largest |x|, float32): only the tiles that
+    meet a row or column holding Inf or NaN are computed and stored (tensorcore-f32's
+    precision="int8" puts those through IEEE float32 here)."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
+    steps = tl.cdiv(K, BLOCK_K)
+    if top_a_ptr is not None:
+        top_a = tl.load(top_a_ptr + offs_m, mask=offs_m < M, other=0.0)
+        top_b = tl.load(top_b_ptr + offs_n, mask=offs_n < N, other=0.0)
+        meets = tl.maximum(tl.max(tl.where(tl.abs(top_a) < float("inf"), 0, 1), axis=0),   # NaN: 1 too
+                           tl.max(tl.where(tl.abs(top_b) < float("inf"), 0, 1), axis=0))
+        steps = steps * meets
+        offs_m = tl.where(meets > 0, offs_m, M)          # nothing stored where it meets none
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak   # (BLOCK_M, BLOCK_K)
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn   # (BLOCK_K, BLOCK_N)
     if FP64:                                              # float64: the FP64 tensor cores (DMMA)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, tl.cdiv(K, BLOCK_K)):
+    for step in range(0, steps):
         k_left = K - step * BLOCK_K                       # edges load zeros: any M, N, K
         a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0)
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0)

@@ -112,12 +112,12 @@ def stage_ring(a_desc, b_desc, STAGES: gl.constexpr):
 
 @gluon.jit
 def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A: gl.constexpr, ND_B: gl.constexpr,
-             ND_C: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-             GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+             ND_C: gl.constexpr, LOWEST: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+             BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
     """One warp: the loads of every step of this program, each into the next stage once the
     multiplying warps have released it (empty), signalling ready when both tiles are in. A tile's
-    steps: for each shift s from the highest down, the digit pairs (i, s - i), K step by K step
-    (int8 data: one pair, digit planes of one row each)."""
+    steps: for each shift s from the highest down to LOWEST, the digit pairs (i, s - i), K step by
+    K step (int8 data: one pair, digit planes of one row each)."""
     pid = gl.program_id(0)
     k_steps = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
@@ -125,7 +125,7 @@ def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A: gl.con
     for tile in range(pid, num_tiles, PROGRAMS):
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         for s in gl.static_range(ND_C - 1, -1, -1):
-            if pair_count(s, ND_A, ND_B) > 0:
+            if pair_count(s, ND_A, ND_B) > 0 and s >= LOWEST:
                 for t in range(pair_count(s, ND_A, ND_B) * k_steps):
                     i = first_pair(s, ND_A, ND_B) + t % pair_count(s, ND_A, ND_B)   # A's digit; B's is s - i
                     k0 = (t // pair_count(s, ND_A, ND_B)) * BLOCK_K
@@ -158,13 +158,14 @@ def shift_steps(acc, c, first, k_steps, a_bufs, b_bufs, ready, empty, s: gl.cons
 
 @gluon.jit
 def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr,
-              ND_B: gl.constexpr, ND_C: gl.constexpr, ACCUMULATE: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
-              STAGES: gl.constexpr, num_warps: gl.constexpr):
+              ND_B: gl.constexpr, ND_C: gl.constexpr, LOWEST: gl.constexpr, ACCUMULATE: gl.constexpr,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+              PROGRAMS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     """The multiplying warps. Between shifts the sum moves up a digit, acc * 2^8 (Horner, exact
     modulo 2^32), from the highest shift down; for int64 (ND_C = 8) that covers the shifts 4..7,
     and the shifts 0..3, whose sums must be exact (the rung cuts K so they cannot overflow), are
-    each summed apart and added to an int64 total. C stored at a tile's end (ACCUMULATE: added to
+    each summed apart and added to an int64 total (those below LOWEST left out: tensorcore-f32's
+    precision="int8" drops the two lowest). C stored at a tile's end (ACCUMULATE: added to
     what C holds, for a later K chunk)."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                      warps_per_cta=warps_per_cta(BLOCK_M, num_warps),
@@ -185,7 +186,7 @@ def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         if ND_C == 8:
             total = acc.to(gl.int64) << 32
-            for s in gl.static_range(EXACT - 1, -1, -1):
+            for s in gl.static_range(EXACT - 1, LOWEST - 1, -1):
                 part = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.int32, layout=layout)
                 part, c = shift_steps(part, c, first, k_steps, a_bufs, b_bufs, ready, empty, s, ND_A, ND_B, STAGES)
                 part = warpgroup_mma_wait(num_outstanding=0, deps=(part, ))
@@ -201,11 +202,12 @@ def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn
 
 @gluon.jit
 def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr, ND_B: gl.constexpr,
-                   ND_C: gl.constexpr, ACCUMULATE: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
+                   ND_C: gl.constexpr, LOWEST: gl.constexpr, ACCUMULATE: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
                    STAGES: gl.constexpr, num_warps: gl.constexpr):
     """C (+)= A @ B modulo 2^(8 ND_C) from int8 digit planes: a_desc A's ND_A planes stacked
     (ND_A * M, K), b_desc B's transposed, (ND_B * N, K), both K-major (int8 data: one plane each,
-    ND_C = 1); int32 sums, and an int64 total for int64 C. A tile that runs past row M reads
+    ND_C = 1); int32 sums, and an int64 total for int64 C, the shifts below LOWEST (0 but for
+    tensorcore-f32's precision="int8") left out. A tile that runs past row M reads
     the next plane's rows, which only reach rows of C that are not stored; past K and the last
     plane TMA reads zeros. Launched with min(tiles, PROGRAMS) programs of num_warps multiplying
     warps and one loading warp."""
@@ -215,9 +217,10 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: g
     a_bufs, b_bufs, ready, empty = stage_ring(a_desc, b_desc, STAGES)
     # the default partition (num_warps warps) multiplies; one worker warp, 24 registers a thread, loads
     gl.warp_specialize([(consumers, (a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, ND_A, ND_B,
-                                     ND_C, ACCUMULATE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES,
+                                     ND_C, LOWEST, ACCUMULATE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES,
                                      num_warps)),
-                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A, ND_B, ND_C, BLOCK_M,
+                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A, ND_B, ND_C, LOWEST,
+                                    BLOCK_M,
                                     BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                        [1], [24])
     for i in gl.static_range(STAGES):
@@ -226,16 +229,16 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: g
 
 
 def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, digits=(1, 1), group_m: int = 8,
-             num_stages: int = 4, num_warps: int = 8, accumulate: bool = False):
+             num_stages: int = 4, num_warps: int = 8, accumulate: bool = False, lowest_shift: int = 0):
     """A no-argument launch of int8_matmul_ws into c (M, N), int8 ... int64, from digits = (ND_A,
     ND_B) planes of A and B (K >= 1: the rung writes zeros itself for K = 0); accumulate: add to
-    what c holds (a later K chunk)."""
+    what c holds (a later K chunk); lowest_shift: leave out the shifts below it (int64 C only)."""
     grid = (min(programs, triton.cdiv(m, a_desc.block_shape[0]) * triton.cdiv(n, b_desc.block_shape[0])),)
     nd_c = 1 if digits == (1, 1) else c.element_size()   # one pair needs no shifts, whatever C's width
 
     def launch():
         int8_matmul_ws[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), ND_A=digits[0], ND_B=digits[1],
-                             ND_C=nd_c, ACCUMULATE=accumulate, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
+                             ND_C=nd_c, LOWEST=lowest_shift, ACCUMULATE=accumulate, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
                              num_warps=num_warps)
     return launch
 

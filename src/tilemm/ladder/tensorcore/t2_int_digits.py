@@ -81,18 +81,19 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
 
 
 def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, group_m, num_warps, num_stages,
-                   planes_a=digit_planes, planes_b=digit_planes):
+                   planes_a=digit_planes, planes_b=digit_planes, lowest_shift: int = 0):
     """c = A @ B modulo 2^(8 c.element_size()) from nd_a digits of A and nd_b of B (K >= 1): the
     digit pairs on the tensor cores, K cut into chunks where int64 needs exact sums. planes_a(x,
     nd) and planes_b(x, nd) write the stacked digit planes of a slice of A and of B^T
-    (digit_planes; tensorcore-f32's precision="int8" passes its fixed-point split)."""
+    (digit_planes; tensorcore-f32's precision="int8" passes its fixed-point split, and leaves the
+    shifts below lowest_shift out: int64 c only)."""
     m, k = a.shape
     n = b.shape[1]
     nd_c = c.element_size()
     k_tiles = -(-k // block_k)
     chunk = k_tiles
     if nd_c == 8:   # int64: the shifts below 4 need exact int32 sums
-        pairs = max(len(digits.shift_pairs(s, nd_a, nd_b)) for s in range(min(4, nd_c)))
+        pairs = max(len(digits.shift_pairs(s, nd_a, nd_b)) for s in range(lowest_shift, 4))
         chunk = max(1, digits.exact_chunk(pairs) // block_k)
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
     gluon = support.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
@@ -103,14 +104,15 @@ def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, gro
             from . import t2_int8_gluon_kernel as gluon_int8
             gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
                                 gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
-                                (nd_a, nd_b), group_m, num_stages, num_warps, accumulate=t0 > 0)()
+                                (nd_a, nd_b), group_m, num_stages, num_warps, accumulate=t0 > 0,
+                                lowest_shift=lowest_shift)()
             continue
         from triton.tools.tensor_descriptor import TensorDescriptor
         from .t2_int_digits_kernel import digit_matmul
         digit_matmul[(programs,)](TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
                                   TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n,
                                   -(-(k1 - k0) // block_k), c.stride(0), c.stride(1), ND_A=nd_a, ND_B=nd_b,
-                                  ND_C=nd_c, ACCUMULATE=t0 > 0, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                  ND_C=nd_c, LOWEST=lowest_shift, ACCUMULATE=t0 > 0, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
                                   GROUP_M=group_m, PROGRAMS=programs, num_warps=num_warps, num_stages=num_stages)
 
 

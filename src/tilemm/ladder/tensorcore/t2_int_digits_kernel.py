@@ -23,7 +23,9 @@ def split_digits(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c, scale_ptr=None
     x = tl.load(x_ptr + offs_r[:, None] * stride_r + offs_c[None, :] * stride_c, mask=inside, other=0)
     if FIXED:
         scale = tl.load(scale_ptr + offs_r, mask=offs_r < R, other=0.0)
-        rest = tl.floor(x.to(tl.float64) * scale[:, None] + 0.5).to(tl.int64)   # exact: a power of two
+        fixed = x.to(tl.float64) * scale[:, None]                  # exact: a power of two
+        fixed = tl.where(tl.abs(fixed) < float("inf"), fixed, 0.0)  # Inf and NaN: computed elsewhere
+        rest = tl.floor(fixed + 0.5).to(tl.int64)
     else:
         rest = x.to(tl.int64)
     out = out_ptr + offs_r[:, None] * C_PAD + offs_c[None, :]
@@ -54,7 +56,7 @@ def shift_group(a_desc, b_desc, acc, off_m, off_n, M, N, K_TILES, s: tl.constexp
 
 @triton.jit
 def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
-                 ND_A: tl.constexpr, ND_B: tl.constexpr, ND_C: tl.constexpr, ACCUMULATE: tl.constexpr,
+                 ND_A: tl.constexpr, ND_B: tl.constexpr, ND_C: tl.constexpr, LOWEST: tl.constexpr, ACCUMULATE: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                  PROGRAMS: tl.constexpr):
     """C (+)= A @ B modulo 2^(8 ND_C) from int8 digit planes, all pairs in one program.
@@ -65,7 +67,7 @@ def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
     reads zeros. The shifts are added Horner's way in one int32 accumulator, acc = acc * 2^8 +
     (shift s's pairs) from the highest s down, which is exact modulo 2^32; for int64 that covers
     the shifts 4..7 (needed modulo 2^32 only), and the shifts 0..3, whose sums must be exact, are
-    added to an int64 total one by one.
+    added to an int64 total one by one (down to LOWEST: 0 but for tensorcore-f32's precision="int8").
 
     Persistent: PROGRAMS programs (one an SM) walk the tiles. (A single digit pair, int8 data,
     goes to t1_blocked_kernel.matmul_persistent instead.)
@@ -79,7 +81,7 @@ def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
             acc = shift_group(a_desc, b_desc, acc << 8, off_m, off_n, M, N, K_TILES, s, ND_A, ND_B, BLOCK_K)
         if ND_C == 8:
             total = acc.to(tl.int64) << 32
-            for s in tl.static_range(EXACT - 1, -1, -1):
+            for s in tl.static_range(EXACT - 1, LOWEST - 1, -1):
                 part = shift_group(a_desc, b_desc, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32), off_m, off_n,
                                    M, N, K_TILES, s, ND_A, ND_B, BLOCK_K)
                 total += part.to(tl.int64) << (8 * s)

@@ -19,17 +19,20 @@ subnormal below TF32's reach, whose a_hi is 0, gives NaN).
 
 precision="int8" (Ozaki's scheme, on the integer rung's tensor cores): each row of A and each
 column of B is scaled by a power of two into 24-bit fixed point, |x| 2^e <= 8355711 (the most that
-three signed base-256 digits reach) and above half that, and rounded to the nearest integer; the
-integer product is then computed exactly from int8 digit products, as `tensorcore-int` computes
-int64 (9 digit pairs, int64 sums), and scaled back in float64 before the one rounding to float32.
-So the only error is that of rounding the inputs to fixed point: an element loses 2^-23 of its
-row's (column's) largest, and
+three signed base-256 digits reach) and above half that, and rounded to the nearest integer. The
+integer product is then summed from int8 digit products on `tensorcore-int`'s programs, shift by
+shift with exact int32 sums into int64, but for the two lowest shifts (d0 e0, and d0 e1 + d1 e0,
+shifted by 8): 6 digit pairs instead of 9, each dropped product at most 2^-21 of the row's and
+column's largest. Scaled back in float64, rounded once to float32. So, with r_i = max_k |a_ik| and
+c_j = max_k |b_kj|,
 
-    |C - AB| <= 2^-23 (max_k |a_ik| sum_k |b_kj| + max_k |b_kj| sum_k |a_ik|) + 2^-24 |C|.
+    |C - AB| <~ 2^-23 (r_i sum_k |b_kj| + c_j sum_k |a_ik|) + 2^-21 K r_i c_j + 2^-24 |C|
 
-A normwise bound, not float32's per-product one: an element far below its row's largest keeps
-fewer bits. On random data it is more accurate than SGEMM; on rows of mixed magnitudes use the
-default. A row or column holding Inf or NaN sends the whole call to 3xTF32 (IEEE's rules).
+(exact constants in tests/test_tensorcore.py). A normwise bound, not float32's per-product one:
+an element far below its row's largest keeps fewer bits. On random data it is more accurate
+than SGEMM (measured: docs/tensor_cores.md); on rows of mixed magnitudes use the default. The
+tiles of C that meet a row or column holding Inf or NaN (which fixed point cannot hold) are
+computed again in IEEE float32, so Inf and NaN land where IEEE arithmetic puts them.
 
 Constraints: float32 only; any M, N, K, any strides; shared memory of a configuration must fit.
 """
@@ -69,6 +72,8 @@ def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
 
 # precision="int8": three signed base-256 digits reach 127 * (1 + 2^8 + 2^16) at most
 FIXED_DIGITS = 3
+FIXED_LOWEST_SHIFT = 2  # shifts 0 and 1 left out: 2^-21 of r_i c_j a product, for a third of the work
+IEEE_TILE = 32          # tiles of C meeting Inf or NaN, in IEEE float32 (the FMA units)
 FIXED_TOP = 127 * (1 + 2**8 + 2**16)
 
 
@@ -82,17 +87,17 @@ def fixed_scales(x):
     return torch.ldexp(torch.ones_like(top, dtype=torch.float64), e), top
 
 
-def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages) -> bool:
-    """c = A @ B by precision="int8" (the module's docstring); False, doing nothing, where an
-    operand holds Inf or NaN."""
+def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+    """c = A @ B by precision="int8" (the module's docstring). Rows and columns holding Inf or
+    NaN, which fixed point cannot hold, are found on the GPU (no wait for it here): the tiles of C
+    they meet are then computed again in IEEE float32."""
     import torch
+    from .t1_blocked_kernel import matmul_kernel
     from .t2_int_digits import digit_products
     from .t2_int_digits_kernel import split_digits
     from .t4_f32_kernel import unscale
     scale_a, top_a = fixed_scales(a)
     scale_b, top_b = fixed_scales(b.T)
-    if not bool(torch.isfinite(top_a).all() & torch.isfinite(top_b).all()):
-        return False
 
     def planes(scale):
         return lambda x, nd: support.stacked_parts_tensor(x, nd, torch.int8, split_digits, scale_ptr=scale,
@@ -100,11 +105,15 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     m, n = c.shape
     exact = torch.empty((m, n), dtype=torch.int64, device=c.device)
     digit_products(a, b, exact, FIXED_DIGITS, FIXED_DIGITS, block_m, block_n, block_k, group_m, num_warps,
-                   num_stages, planes(scale_a), planes(scale_b))
+                   num_stages, planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT)
     grid = (-(-m // support.SPLIT_BLOCK), -(-n // support.SPLIT_BLOCK))
     unscale[grid](exact, 1 / scale_a, 1 / scale_b, c, m, n, c.stride(0), c.stride(1),
                   BLOCK_M=support.SPLIT_BLOCK, BLOCK_N=support.SPLIT_BLOCK)
-    return True
+    tiles_of_c = -(-m // IEEE_TILE) * -(-n // IEEE_TILE)      # programs that meet no Inf or NaN store nothing
+    matmul_kernel[(tiles_of_c,)](a, b, c, m, n, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                 c.stride(0), c.stride(1), BLOCK_M=IEEE_TILE, BLOCK_N=IEEE_TILE, BLOCK_K=16,
+                                 GROUP_M=8, UPCAST=True, FP64=False, top_a_ptr=top_a, top_b_ptr=top_b,
+                                 num_warps=4, num_stages=1)
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision):
@@ -114,12 +123,10 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
     if k == 0:
         c.zero_()
         return
-    if precision == "int8":
-        block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
-        if run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
-            return
-        precision, block_n, block_k, num_stages = "3xtf32", None, None, None   # Inf or NaN: IEEE's rules
     block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
+    if precision == "int8":
+        run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
+        return
     parts = 2 if precision == "3xtf32" else 1
     grid = (-(-m // block_m) * -(-n // block_n),)
     if parts == 2 and k < IEEE_BELOW_K:
@@ -137,12 +144,12 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
 def traffic(p, block_m, block_n, block_k, num_stages, precision, **_):
     # In float32 elements: the split pass reads A and B and writes their parts; the product reads
     # each part's tiles once per program and writes C. int8: three one-byte digit planes (3/4 of
-    # an element), 9 pairs of tiles, C exact in int64 (two elements) written and read back.
+    # an element), 6 pairs of tiles, C exact in int64 (two elements) written and read back.
     block_n, _, _ = tiles(precision, block_n, block_k, num_stages)
     operands = p.m * p.k + p.k * p.n
     tiles_read = p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m)
     if precision == "int8":
-        return Traffic(read=operands + 9 * tiles_read / 4 + 2 * p.m * p.n, written=0.75 * operands + 3 * p.m * p.n)
+        return Traffic(read=operands + 6 * tiles_read / 4 + 2 * p.m * p.n, written=0.75 * operands + 3 * p.m * p.n)
     parts = 2 if precision == "3xtf32" else 1
     return Traffic(read=operands + parts * tiles_read, written=parts * operands + p.m * p.n)
 
