@@ -95,7 +95,7 @@ def fp8_matmul_ws(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stri
     gl.warp_specialize([(fp8_consumers, (a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K,
                                          stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES,
                                          num_warps)),
-                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, BLOCK_M,
+                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
                                     BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],   # one "digit pair": plain fp8
                        [1], [24])
     for i in gl.static_range(STAGES):

@@ -68,11 +68,14 @@ def twin_launcher(lib, name, param, dtype, a, b, c):
     return launch
 
 
-def out_and_n(n: int = 8192):
-    """The arguments of the one-size experiment scripts: --out DIR (made if missing) and --n."""
+def out_and_n(n: int = 8192, **flags):
+    """The arguments of the one-size experiment scripts: --out DIR (made if missing), --n, and
+    any flags named (--name, default as given)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n", type=int, default=n)
+    for name, default in flags.items():
+        ap.add_argument(f"--{name}", action="store_true", default=default)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     return args

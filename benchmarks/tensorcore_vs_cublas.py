@@ -126,7 +126,7 @@ def main():
             torch.manual_seed(m + n + k)
             a = torch.randn(m, k, device="cuda", dtype=dtype)
             b = torch.randn(k, n, device="cuda", dtype=dtype)
-            launches, results = {}, {}
+            launches, results, uncapturable = {}, {}, set()
             c_ref = torch.empty(m, n, device="cuda", dtype=dtype)
             torch.backends.cuda.matmul.allow_tf32 = False                 # cuBLAS SGEMM: no TF32
             launches["cublas"] = lambda a=a, b=b, c=c_ref: torch.matmul(a, b, out=c)
@@ -145,6 +145,8 @@ def main():
                     continue          # skinny products take the pointer program whatever the tiles
                 if args.variants and label not in args.variants:
                     continue
+                if tilemm.kernel(kernel).backend == "numba-cuda":
+                    uncapturable.add(label)    # numba launches on its own stream: a torch graph captures nothing
                 try:
                     launches[label], results[label] = tilemm.plan(a, b, kernel=kernel, **params).prepare(poison=True)
                 except tilemm.KernelUnavailable as e:          # refused before any launch: say so
@@ -162,7 +164,8 @@ def main():
             if args.graphs:
                 copies = 10
                 graph_times = interleaved_rounds({label: graphed(fn, copies) for label, fn in launches.items()
-                                                  if verdicts[label][0]}, args.rounds, args.per_round, warmup_s=0.05)
+                                                  if verdicts[label][0] and label not in uncapturable},
+                                                 args.rounds, args.per_round, warmup_s=0.05)
                 graph_times = {label: [t / copies for t in ts] for label, ts in graph_times.items()}
             base = statistics.median(times["cublas"]) if "cublas" in times else None
             base_tf32 = statistics.median(times[TF32_ANCHOR]) if TF32_ANCHOR in times else None

@@ -194,15 +194,16 @@ def test_interpreter_int8_precision_within_its_bound(m, n, k, layout):
     assert c.size == 0 or (err > 0).any() or k <= 1      # it does round the inputs: the test can see that
 
 
-@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("layout", ["nn", "tt"])
 def test_int8_precision_is_the_fixed_point_product_of_its_shifts(layout):
     """Bit for bit what the method says, emulated in NumPy: inputs rounded to fixed point, their
-    base-256 digits, the pairs of shifts 2..4 summed exactly, scaled back, rounded once."""
+    base-256 digits, the pairs of shifts 2..4 summed exactly, scaled back, rounded once. In the
+    interpreter (the Triton program, then a scaling pass) and on the GPU (on Hopper the Gluon
+    program, scaling in its epilogue)."""
     from tilemm import digits
     from tilemm.data import operands
     from tilemm.ladder.tensorcore.t4_f32 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
-    a, b = operands(11, 23, 19, 70, "float32", layout)
+    a, b = operands(11, *((300, 260, 700) if ON_GPU else (23, 19, 70)), "float32", layout)
     a[1] *= 2.0**-30
     scale_a = fixed_scales(torch.from_numpy(a))[0].numpy()[:, None]
     scale_b = fixed_scales(torch.from_numpy(b).T)[0].numpy()[None, :]
@@ -211,7 +212,11 @@ def test_int8_precision_is_the_fixed_point_product_of_its_shifts(layout):
     exact = sum((da[i] @ db[s - i]) << (8 * s) for s in range(FIXED_LOWEST_SHIFT, 2 * FIXED_DIGITS - 1)
                 for i in digits.shift_pairs(s, FIXED_DIGITS, FIXED_DIGITS))
     want = (exact.astype(np.float64) / scale_a / scale_b).astype(np.float32)
-    got = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
+    if ON_GPU:
+        got = tilemm.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), kernel="tensorcore-f32",
+                            precision="int8").cpu().numpy()
+    else:
+        got = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
     np.testing.assert_array_equal(got, want)
 
 
@@ -446,16 +451,19 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import int8_matmul_ws
 for cty, digits, block_n, accumulate in (("*i8", (1, 1, 1), 256, False), ("*i32", (1, 1, 1), 256, False),
                                          ("*i32", (4, 4, 4), 256, False), ("*i64", (8, 8, 8), 128, True),
-                                         ("*i64", (3, 3, 8), 128, False)):   # tensorcore-f32's precision="int8"
+                                         ("*fp32", (3, 3, 8), 128, False)):   # tensorcore-f32's precision="int8"
     la = repr(gl.NVMMASharedLayout.get_default_for([q["block_m"], q["block_k"]], gl.int8))
     lb = repr(gl.NVMMASharedLayout.get_default_for([block_n, q["block_k"]], gl.int8))
+    scaled = digits[0] == 3               # precision="int8": int64 sums scaled into float32 C
     sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}],{la}>",
                b_desc=f"tensordesc<i8[{block_n}, {q['block_k']}],{lb}>",
-               c_ptr=cty, M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", ND_A="constexpr",
+               c_ptr=cty, row_ptr="*fp64" if scaled else "constexpr", col_ptr="*fp64" if scaled else "constexpr", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", ND_A="constexpr",
                ND_B="constexpr", ND_C="constexpr", LOWEST="constexpr", ACCUMULATE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
                STAGES="constexpr", num_warps="constexpr")
-    const = dict(ND_A=digits[0], ND_B=digits[1], ND_C=digits[2], LOWEST=2 if digits[0] == 3 else 0, ACCUMULATE=accumulate, GROUP_M=q["group_m"],
+    const = dict(ND_A=digits[0], ND_B=digits[1], ND_C=digits[2], LOWEST=2 if scaled else 0, ACCUMULATE=accumulate, GROUP_M=q["group_m"],
                  PROGRAMS=132, STAGES=q["num_stages"], num_warps=q["num_warps"])
+    if not scaled:
+        const |= dict(row_ptr=None, col_ptr=None)
     k = triton.compile(GluonASTSource(fn=int8_matmul_ws, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"]))
     ptx = k.asm["ptx"]
@@ -493,7 +501,7 @@ def test_default_configs_compile_for_sm90():
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
-                             "int8-gluon-888-to-i64", "int8-gluon-338-to-i64", "unscale", "split-*fp32", "ieee-nonfinite",
+                             "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma

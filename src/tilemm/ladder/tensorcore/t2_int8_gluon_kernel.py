@@ -85,12 +85,20 @@ def tile_start(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M
 
 
 @gluon.jit
-def tile_pointers(c_ptr, tile, M, N, stride_cm, stride_cn, layout: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
-    """(pointers, inside C) of tile number `tile` of C, in the accumulator's register layout."""
+def tile_offsets(tile, M, N, layout: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 GROUP_M: gl.constexpr):
+    """(rows, columns) of C in tile number `tile`, in slices of the accumulator's register layout."""
     off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    return offs_m, offs_n
+
+
+@gluon.jit
+def tile_pointers(c_ptr, tile, M, N, stride_cm, stride_cn, layout: gl.constexpr, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """(pointers, inside C) of tile number `tile` of C, in the accumulator's register layout."""
+    offs_m, offs_n = tile_offsets(tile, M, N, layout, BLOCK_M, BLOCK_N, GROUP_M)
     rows = gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1)
     cols = gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
     return c_ptr + rows + cols, gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
@@ -157,7 +165,7 @@ def shift_steps(acc, c, first, k_steps, a_bufs, b_bufs, ready, empty, s: gl.cons
 
 
 @gluon.jit
-def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr,
+def consumers(a_bufs, b_bufs, ready, empty, c_ptr, row_ptr, col_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr,
               ND_B: gl.constexpr, ND_C: gl.constexpr, LOWEST: gl.constexpr, ACCUMULATE: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
               PROGRAMS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
@@ -166,7 +174,8 @@ def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn
     and the shifts 0..3, whose sums must be exact (the rung cuts K so they cannot overflow), are
     each summed apart and added to an int64 total (those below LOWEST left out: tensorcore-f32's
     precision="int8" drops the two lowest). C stored at a tile's end (ACCUMULATE: added to
-    what C holds, for a later K chunk)."""
+    what C holds, for a later K chunk), or, with row_ptr and col_ptr, the int64 total times
+    row[i] * col[j] in float64, rounded once into float32 C (precision="int8" scaling back)."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                      warps_per_cta=warps_per_cta(BLOCK_M, num_warps),
                                                      instr_shape=[16, instr_n(BLOCK_M, BLOCK_N, num_warps), 32])
@@ -195,19 +204,28 @@ def consumers(a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn
             total = acc
         mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), count=1)
         c_ptrs, inside = tile_pointers(c_ptr, tile, M, N, stride_cm, stride_cn, layout, BLOCK_M, BLOCK_N, GROUP_M)
-        if ACCUMULATE:                           # a later K chunk (int64, long K)
-            total += gl.load(c_ptrs, mask=inside, other=0).to(total.dtype)
-        gl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=inside)
+        if row_ptr is not None:                  # float32 from fixed point: scaled back (exact), rounded once
+            offs_m, offs_n = tile_offsets(tile, M, N, layout, BLOCK_M, BLOCK_N, GROUP_M)
+            row = gl.load(row_ptr + offs_m, mask=offs_m < M, other=0.0)
+            col = gl.load(col_ptr + offs_n, mask=offs_n < N, other=0.0)
+            scaled = total.to(gl.float64) * gl.expand_dims(row, 1) * gl.expand_dims(col, 0)
+            gl.store(c_ptrs, scaled.to(gl.float32), mask=inside)
+        else:
+            if ACCUMULATE:                       # a later K chunk (int64, long K)
+                total += gl.load(c_ptrs, mask=inside, other=0).to(total.dtype)
+            gl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=inside)
 
 
 @gluon.jit
-def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr, ND_B: gl.constexpr,
+def int8_matmul_ws(a_desc, b_desc, c_ptr, row_ptr, col_ptr, M, N, K, stride_cm, stride_cn, ND_A: gl.constexpr,
+                   ND_B: gl.constexpr,
                    ND_C: gl.constexpr, LOWEST: gl.constexpr, ACCUMULATE: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
                    STAGES: gl.constexpr, num_warps: gl.constexpr):
     """C (+)= A @ B modulo 2^(8 ND_C) from int8 digit planes: a_desc A's ND_A planes stacked
     (ND_A * M, K), b_desc B's transposed, (ND_B * N, K), both K-major (int8 data: one plane each,
     ND_C = 1); int32 sums, and an int64 total for int64 C, the shifts below LOWEST (0 but for
-    tensorcore-f32's precision="int8") left out. A tile that runs past row M reads
+    tensorcore-f32's precision="int8") left out; row_ptr and col_ptr (None but for that
+    precision): float32 C = the int64 total times row[i] * col[j]. A tile that runs past row M reads
     the next plane's rows, which only reach rows of C that are not stored; past K and the last
     plane TMA reads zeros. Launched with min(tiles, PROGRAMS) programs of num_warps multiplying
     warps and one loading warp."""
@@ -216,7 +234,8 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: g
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     a_bufs, b_bufs, ready, empty = stage_ring(a_desc, b_desc, STAGES)
     # the default partition (num_warps warps) multiplies; one worker warp, 24 registers a thread, loads
-    gl.warp_specialize([(consumers, (a_bufs, b_bufs, ready, empty, c_ptr, M, N, K, stride_cm, stride_cn, ND_A, ND_B,
+    gl.warp_specialize([(consumers, (a_bufs, b_bufs, ready, empty, c_ptr, row_ptr, col_ptr, M, N, K, stride_cm,
+                                     stride_cn, ND_A, ND_B,
                                      ND_C, LOWEST, ACCUMULATE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES,
                                      num_warps)),
                         (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A, ND_B, ND_C, LOWEST,
@@ -229,17 +248,22 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, ND_A: g
 
 
 def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, digits=(1, 1), group_m: int = 8,
-             num_stages: int = 4, num_warps: int = 8, accumulate: bool = False, lowest_shift: int = 0):
+             num_stages: int = 4, num_warps: int = 8, accumulate: bool = False, lowest_shift: int = 0,
+             scales=(None, None)):
     """A no-argument launch of int8_matmul_ws into c (M, N), int8 ... int64, from digits = (ND_A,
     ND_B) planes of A and B (K >= 1: the rung writes zeros itself for K = 0); accumulate: add to
-    what c holds (a later K chunk); lowest_shift: leave out the shifts below it (int64 C only)."""
+    what c holds (a later K chunk); lowest_shift: leave out the shifts below it (int64 sums only);
+    scales: float64 row and column factors that turn the int64 sums into float32 c (for
+    tensorcore-f32's precision="int8", K in one chunk)."""
     grid = (min(programs, triton.cdiv(m, a_desc.block_shape[0]) * triton.cdiv(n, b_desc.block_shape[0])),)
     nd_c = 1 if digits == (1, 1) else c.element_size()   # one pair needs no shifts, whatever C's width
+    if scales[0] is not None:
+        nd_c = 8                                           # int64 sums, scaled into float32
 
     def launch():
-        int8_matmul_ws[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), ND_A=digits[0], ND_B=digits[1],
-                             ND_C=nd_c, LOWEST=lowest_shift, ACCUMULATE=accumulate, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
-                             num_warps=num_warps)
+        int8_matmul_ws[grid](a_desc, b_desc, c, *scales, m, n, k, c.stride(0), c.stride(1), ND_A=digits[0],
+                             ND_B=digits[1], ND_C=nd_c, LOWEST=lowest_shift, ACCUMULATE=accumulate, GROUP_M=group_m,
+                             PROGRAMS=grid[0], STAGES=num_stages, num_warps=num_warps)
     return launch
 
 

@@ -80,21 +80,30 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     digit_products(a, b, c, nd_a, nd_b, block_m, block_n, block_k, group_m, num_warps, num_stages)
 
 
+def chunk_tiles(k: int, nd_a: int, nd_b: int, nd_c: int, block_k: int, lowest_shift: int = 0) -> int:
+    """K steps a launch may take: all of them, but for int64, whose shifts below 4 need exact
+    int32 sums (digits.exact_chunk)."""
+    if nd_c != 8:
+        return -(-k // block_k)
+    pairs = max(len(digits.shift_pairs(s, nd_a, nd_b)) for s in range(lowest_shift, 4))
+    return max(1, digits.exact_chunk(pairs) // block_k)
+
+
 def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, group_m, num_warps, num_stages,
-                   planes_a=digit_planes, planes_b=digit_planes, lowest_shift: int = 0):
+                   planes_a=digit_planes, planes_b=digit_planes, lowest_shift: int = 0, scales=(None, None)):
     """c = A @ B modulo 2^(8 c.element_size()) from nd_a digits of A and nd_b of B (K >= 1): the
     digit pairs on the tensor cores, K cut into chunks where int64 needs exact sums. planes_a(x,
     nd) and planes_b(x, nd) write the stacked digit planes of a slice of A and of B^T
-    (digit_planes; tensorcore-f32's precision="int8" passes its fixed-point split, and leaves the
-    shifts below lowest_shift out: int64 c only)."""
+    (digit_planes). For tensorcore-f32's precision="int8": its fixed-point split as the planes,
+    the shifts below lowest_shift left out of int64 sums, and, on the Gluon program with K in
+    one chunk, scales (float64 factors of rows and columns) that turn those sums into float32 c."""
     m, k = a.shape
     n = b.shape[1]
-    nd_c = c.element_size()
+    nd_c = 8 if scales[0] is not None else c.element_size()
     k_tiles = -(-k // block_k)
-    chunk = k_tiles
-    if nd_c == 8:   # int64: the shifts below 4 need exact int32 sums
-        pairs = max(len(digits.shift_pairs(s, nd_a, nd_b)) for s in range(lowest_shift, 4))
-        chunk = max(1, digits.exact_chunk(pairs) // block_k)
+    chunk = chunk_tiles(k, nd_a, nd_b, nd_c, block_k, lowest_shift)
+    if scales[0] is not None and (chunk < k_tiles or not support.hopper_gluon()):
+        raise ValueError("digit_products: scales need the Gluon program and K in one chunk")
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
     gluon = support.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
     for t0 in range(0, k_tiles, chunk):
@@ -105,7 +114,7 @@ def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, gro
             gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
                                 gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
                                 (nd_a, nd_b), group_m, num_stages, num_warps, accumulate=t0 > 0,
-                                lowest_shift=lowest_shift)()
+                                lowest_shift=lowest_shift, scales=scales)()
             continue
         from triton.tools.tensor_descriptor import TensorDescriptor
         from .t2_int_digits_kernel import digit_matmul

@@ -23,7 +23,8 @@ three signed base-256 digits reach) and above half that, and rounded to the near
 integer product is then summed from int8 digit products on `tensorcore-int`'s programs, shift by
 shift with exact int32 sums into int64, but for the two lowest shifts (d0 e0, and d0 e1 + d1 e0,
 shifted by 8): 6 digit pairs instead of 9, each dropped product at most 2^-21 of the row's and
-column's largest. Scaled back in float64, rounded once to float32. So, with r_i = max_k |a_ik| and
+column's largest. Scaled back in float64 (exact; on Hopper in the Gluon program's epilogue, where K
+fits one exact chunk), rounded once to float32. So, with r_i = max_k |a_ik| and
 c_j = max_k |b_kj|,
 
     |C - AB| <~ 2^-23 (r_i sum_k |b_kj| + c_j sum_k |a_ik|) + 2^-21 K r_i c_j + 2^-24 |C|
@@ -93,7 +94,7 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     they meet are then computed again in IEEE float32."""
     import torch
     from .t1_blocked_kernel import matmul_kernel
-    from .t2_int_digits import digit_products
+    from .t2_int_digits import chunk_tiles, digit_products
     from .t2_int_digits_kernel import split_digits
     from .t4_f32_kernel import unscale
     scale_a, top_a = fixed_scales(a)
@@ -103,12 +104,19 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
         return lambda x, nd: support.stacked_parts_tensor(x, nd, torch.int8, split_digits, scale_ptr=scale,
                                                           NDIGITS=nd, FIXED=True)
     m, n = c.shape
-    exact = torch.empty((m, n), dtype=torch.int64, device=c.device)
-    digit_products(a, b, exact, FIXED_DIGITS, FIXED_DIGITS, block_m, block_n, block_k, group_m, num_warps,
-                   num_stages, planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT)
-    grid = (-(-m // support.SPLIT_BLOCK), -(-n // support.SPLIT_BLOCK))
-    unscale[grid](exact, 1 / scale_a, 1 / scale_b, c, m, n, c.stride(0), c.stride(1),
-                  BLOCK_M=support.SPLIT_BLOCK, BLOCK_N=support.SPLIT_BLOCK)
+    k = a.shape[1]
+    digits = (FIXED_DIGITS, FIXED_DIGITS)
+    if support.hopper_gluon() and chunk_tiles(k, *digits, 8, block_k, FIXED_LOWEST_SHIFT) * block_k >= k:
+        # the Gluon program scales its int64 sums back into C itself
+        digit_products(a, b, c, *digits, block_m, block_n, block_k, group_m, num_warps, num_stages,
+                       planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT, scales=(1 / scale_a, 1 / scale_b))
+    else:   # K in chunks (or the Triton program): the exact int64 product, then scaled back
+        exact = torch.empty((m, n), dtype=torch.int64, device=c.device)
+        digit_products(a, b, exact, *digits, block_m, block_n, block_k, group_m, num_warps, num_stages,
+                       planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT)
+        grid = (-(-m // support.SPLIT_BLOCK), -(-n // support.SPLIT_BLOCK))
+        unscale[grid](exact, 1 / scale_a, 1 / scale_b, c, m, n, c.stride(0), c.stride(1),
+                      BLOCK_M=support.SPLIT_BLOCK, BLOCK_N=support.SPLIT_BLOCK)
     tiles_of_c = -(-m // IEEE_TILE) * -(-n // IEEE_TILE)      # programs that meet no Inf or NaN store nothing
     matmul_kernel[(tiles_of_c,)](a, b, c, m, n, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                  c.stride(0), c.stride(1), BLOCK_M=IEEE_TILE, BLOCK_N=IEEE_TILE, BLOCK_K=16,
