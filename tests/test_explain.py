@@ -31,3 +31,16 @@ def test_cli_explain_runs(capsys):
     assert cli.main(["explain", "rect", "--size", "512", "--param", "tile=8", "f=2", "--simulate", "16"]) == 0
     out = capsys.readouterr().out
     assert "they agree" in out and "traffic model" in out
+
+
+@pytest.mark.parametrize("kernel,dtype,params,unit,work", [
+    ("tensorcore-f32", "float32", {}, "tf32", 3), ("tensorcore-f32", "float32", {"precision": "int8"}, "int8", 6),
+    ("tensorcore-int", "int32", {}, "int8", 10), ("tensorcore-int", "int64", {}, "int8", 36),
+    ("regblock", "float32", {}, "float32", 1)])
+def test_roofline_counts_the_products_on_the_unit_that_runs_them(kernel, dtype, params, unit, work):
+    """An emulating rung's compute bound is its unit's peak over the products it does for each
+    product of the problem (3xTF32 beat the float32 SIMT peak's bound: the bound was wrong)."""
+    from tilemm import machine
+    r = explain.explain(kernel, 4096, 4096, 4096, dtype, params, simulate=None)["roofline"]
+    assert (r["unit"], r["products_per_product"]) == (unit, work)
+    assert r["peak_tflops"] == pytest.approx(machine.limits().peak(unit) / work)

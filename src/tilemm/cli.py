@@ -236,7 +236,9 @@ def cmd_explain(args) -> int:
     c.print(f"arithmetic intensity: {info['intensity_flop_per_byte']:.3g} FLOP per byte of modelled traffic")
     if "roofline" in info:
         r = info["roofline"]
-        c.print(f"roofline ({r['peak_tflops']:g} TFLOP/s, {r['bandwidth_gbs']:g} GB/s): compute {r['compute_ms']:.3g} ms, "
+        unit = (f" of the problem's products: {r['unit']} peak / {r['products_per_product']}"
+                if r["products_per_product"] != 1 else "")
+        c.print(f"roofline ({r['peak_tflops']:.4g} TFLOP/s{unit}, {r['bandwidth_gbs']:g} GB/s): compute {r['compute_ms']:.3g} ms, "
                 f"memory {r['memory_ms']:.3g} ms -> at best {r['bound_ms']:.3g} ms, bound by {r['bound_by']}. "
                 "Caches serve many of the modelled loads, so a rung can beat its memory bound.")
     if "simulated" in info:

@@ -21,9 +21,6 @@ from . import machine, registry
 from .ladder.simt import launch as simt_launch
 from .registry import Problem
 
-SIMT_PEAK_KIND = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int32"}
-
-
 def explain(name: str, m: int, n: int, k: int, dtype: str = "float32", params: dict | None = None,
             simulate: int | None = 32) -> dict:
     kernel = registry.get(name)
@@ -46,11 +43,16 @@ def explain(name: str, m: int, n: int, k: int, dtype: str = "float32", params: d
                       "minimum_bytes": minimum, "times_minimum": t.bytes(itemsize) / minimum if minimum else None}
     out["flops"] = flops
     out["intensity_flop_per_byte"] = flops / t.bytes(itemsize) if t.bytes(itemsize) else None
-    peak = gpu.peak(SIMT_PEAK_KIND.get(dtype, dtype)) if kernel.device == "cuda" else None
+    # the unit the products run on: the dtype's own, or (tensor-core rungs that emulate a type)
+    # TF32 or int8 tensor cores doing several products for each product of the problem
+    unit, work = kernel.unit(problem, p)
+    peak = gpu.peak(unit) if kernel.device == "cuda" else None
     bw = gpu.bandwidth_gbs() if kernel.device == "cuda" else None
     if peak and bw:
+        peak = peak / work                   # in products of the problem
         t_compute, t_memory = flops / (peak * 1e12), t.bytes(itemsize) / (bw * 1e9)
-        out["roofline"] = {"peak_tflops": peak, "bandwidth_gbs": bw, "compute_ms": t_compute * 1e3,
+        out["roofline"] = {"peak_tflops": peak, "unit": unit, "products_per_product": work,
+                           "bandwidth_gbs": bw, "compute_ms": t_compute * 1e3,
                            "memory_ms": t_memory * 1e3, "bound_ms": max(t_compute, t_memory) * 1e3,
                            "bound_by": "memory (if every load went to DRAM)" if t_memory > t_compute else "compute"}
     if simulate and kernel.backend == "numba-cuda":

@@ -72,6 +72,8 @@ class Kernel:
                                    # set-up done once for a prepared plan launched many times
     narrow_operands: bool = False  # signed integer operands narrower than the compute dtype reach run() as
                                    # they are (a digit kernel does less work on fewer digits)
+    compute_unit: Callable | None = None  # compute_unit(problem, **params) -> (the datasheet peak it runs on,
+                                          # products there per product of the problem); None: the dtype's own
 
     def resolve(self, given: dict) -> dict:
         """Defaults filled in, unknown names refused (TypeError), values checked (ValueError)."""
@@ -82,6 +84,14 @@ class Kernel:
             raise TypeError(f"kernel {self.name!r} has no parameter {', '.join(map(repr, unknown))}; "
                             f"its parameters: {have}")
         return {name: p.validate(self.name, given.get(name, p.default)) for name, p in known.items()}
+
+    def unit(self, problem: Problem, params: dict) -> tuple[str, int]:
+        """(the datasheet peak its products run on, products there per product of the problem):
+        the dtype's own unit (int64 on int32's), or the rung's compute_unit (TF32 or int8 tensor
+        cores emulating float32 or wider integers)."""
+        if self.compute_unit:
+            return self.compute_unit(problem, **params)
+        return {"int64": "int32"}.get(problem.dtype, problem.dtype), 1
 
     def compute_dtype(self, result: str) -> str | None:
         return compute_dtype(result, self.dtypes)

@@ -120,8 +120,9 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
     out["traffic_bytes"] = traffic.bytes(p.itemsize)
     out["gbps"] = traffic.bytes(p.itemsize) / ms / 1e6 if ms > 0 else None
     g = gpu()
-    if kernel.device == "cuda" and g and g.peak(case.dtype):
-        out["peak_fraction"] = out["gflops"] / 1e3 / g.peak(case.dtype)
+    unit, work = kernel.unit(p, plan.params)
+    if kernel.device == "cuda" and g and g.peak(unit):
+        out["peak_fraction"] = out["gflops"] / 1e3 / (g.peak(unit) / work)   # of its unit's peak
     fig = published(case.seed, case.kernel, case.params, case.dtype, case.n) if case.seed else None
     if fig:
         out["seed_figure"] = {"value": fig.value, "unit": fig.unit, "where": fig.where}

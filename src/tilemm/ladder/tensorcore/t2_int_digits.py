@@ -146,10 +146,17 @@ def limits(p, block_m, block_n, block_k, num_stages, **_):
     return support.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue)
 
 
+def compute_unit(p, **_):
+    """int8 tensor cores, one product for each digit pair (digits of the result's width)."""
+    nd = p.itemsize
+    return "int8", nd * (nd + 1) // 2
+
+
 register(Kernel(
     name="tensorcore-int", rung=21, device="cuda", backend="triton", dtypes=("int8", "int16", "int32", "int64"),
     seed="beyond", summary="exact integers from int8 tensor-core products of signed base-256 digits, fused",
     run=run, traffic=traffic, limits=limits, available=support.available, narrow_operands=True,
+    compute_unit=compute_unit,
     params=(Param("block_m", 128, (16, 32, 64, 128, 256), "rows of C per program"),
             Param("block_n", None, (None, 16, 32, 64, 128, 256),
                   "columns of C per program; None: 256, or 128 for int64 (its int64 total takes registers)"),

@@ -152,12 +152,13 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
 def traffic(p, block_m, block_n, block_k, num_stages, precision, **_):
     # In float32 elements: the split pass reads A and B and writes their parts; the product reads
     # each part's tiles once per program and writes C. int8: three one-byte digit planes (3/4 of
-    # an element), 6 pairs of tiles, C exact in int64 (two elements) written and read back.
+    # an element), 6 pairs of tiles, C scaled in the Gluon program's epilogue (on Hopper; elsewhere,
+    # or with K past one exact chunk, C is first written in int64 and read back: 4 elements more).
     block_n, _, _ = tiles(precision, block_n, block_k, num_stages)
     operands = p.m * p.k + p.k * p.n
     tiles_read = p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m)
     if precision == "int8":
-        return Traffic(read=operands + 6 * tiles_read / 4 + 2 * p.m * p.n, written=0.75 * operands + 3 * p.m * p.n)
+        return Traffic(read=operands + 6 * tiles_read / 4, written=0.75 * operands + p.m * p.n)
     parts = 2 if precision == "3xtf32" else 1
     return Traffic(read=operands + parts * tiles_read, written=parts * operands + p.m * p.n)
 
@@ -176,11 +177,16 @@ def limits(p, block_m, block_n, block_k, num_stages, precision, **_):
     return support.check_shared(block_m, block_n, block_k, num_stages, 4 * parts)
 
 
+def compute_unit(p, precision, **_):
+    """TF32 tensor cores, three products each for 3xTF32; int8 ones, six digit pairs each."""
+    return {"3xtf32": ("tf32", 3), "tf32": ("tf32", 1), "int8": ("int8", 6)}[precision]
+
+
 register(Kernel(
     name="tensorcore-f32", rung=23, device="cuda", backend="triton", dtypes=("float32",),
     seed="beyond", summary="float32 on tensor cores: 3xTF32 split (float32 accuracy), plain TF32, or int8 "
                            "products of 24-bit fixed point",
-    run=run, traffic=traffic, limits=limits, available=support.available,
+    run=run, traffic=traffic, limits=limits, available=support.available, compute_unit=compute_unit,
     params=tile_params(128, None, None, num_warps=8, num_stages=None, chosen_by="precision") + (
         Param("precision", "3xtf32", ("3xtf32", "tf32", "int8"),
               "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32); int8: "
