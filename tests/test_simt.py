@@ -110,8 +110,10 @@ def test_tiled_strided_device_operands_take_the_2d_form(dtype):
     (a transposed torch or CuPy tensor) take tiled's 2-D form: test that one directly."""
     from numba import cuda
     a, b = operands(3, 19, 21, 23, dtype)
-    a_d = cuda.to_device(np.ascontiguousarray(a.T)).T                  # (19, 23), column-major
-    b_d = cuda.to_device(np.ascontiguousarray(np.repeat(b, 2, axis=1)))[:, ::2]   # every other column
+    # views with other strides: every other row of A, every other column of B (a device array's
+    # .T is a view in the simulator but a transposed copy on the GPU, so slices, not .T)
+    a_d = cuda.to_device(np.ascontiguousarray(np.repeat(a, 2, axis=0)))[::2]
+    b_d = cuda.to_device(np.ascontiguousarray(np.repeat(b, 2, axis=1)))[:, ::2]
     c_d = cuda.to_device(np.full((19, 21), -7, dtype))
     assert not a_d.is_c_contiguous() and not b_d.is_c_contiguous()
     tilemm.kernel("tiled").run(a_d, b_d, c_d, tile=8)     # not contiguous: the 2-D form (launch.py)
