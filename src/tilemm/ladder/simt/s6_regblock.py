@@ -68,7 +68,8 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     b_hop_k, b_hop_n = divmod_hops(threads, block_n, b_loads)
     align = launch.SHARED_ALIGN
     # 8x8 float32 accumulators and their operands fit in 128 registers: two blocks an SM.
-    # 64-bit accumulators, or larger thread tiles, need more; they get what the compiler asks for.
+    # 64-bit accumulators, or larger thread tiles (16 x 8, the 32-bit default), need more; they
+    # get what the compiler asks for.
     regs = launch.register_cap(threads) if acc.bitwidth == 32 and thread_m * thread_n <= 64 else None
 
     # Device functions with inline="always" are pasted into the kernel by Numba before
