@@ -82,3 +82,12 @@ def test_bfloat16_cases_run_on_torch_tensors(tmp_path):
                                                                       "num_warps": 4, "num_stages": 1})]
     records = runner.run_suite(cases, suite="test", budget_s=0.01, results=tmp_path / "r.jsonl", progress=False)
     assert records[0]["status"] == "ok", records[0]
+
+
+def test_roofs_are_those_of_the_unit_each_rung_runs_on():
+    """3xTF32 runs on TF32 tensor cores, three products each: its roof is not float32's SIMT one."""
+    rec = dict(m=64, n=64, k=64, dtype="float32", params={})
+    assert report._unit({**rec, "kernel": "tensorcore-f32"}) == ("tf32", 3)
+    assert report._unit({**rec, "kernel": "tensorcore-f32", "params": {"precision": "int8"}}) == ("int8", 6)
+    assert report._unit({**rec, "kernel": "naive"}) == ("float32", 1)
+    assert report._unit({**rec, "kernel": "a-rung-since-removed"}) == ("float32", 1)

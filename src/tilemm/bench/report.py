@@ -10,7 +10,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from .. import machine
+from .. import machine, registry
 
 COLUMNS = ["kernel", "params", "dtype", "m x n x k", "status", "median ms", "GFLOP/s", "vs baseline",
            "% peak", "GB/s (model)", "seed's figure"]
@@ -120,6 +120,18 @@ def plots(records: list[dict], folder: Path) -> tuple[list[str], str | None]:
     return made, None
 
 
+def _unit(record) -> tuple[str, int]:
+    """(the datasheet peak a record's products ran on, products there per product): its rung's
+    (registry.Kernel.unit), or its dtype's for a rung no longer registered."""
+    try:
+        kernel = registry.get(record["kernel"])
+        compute = kernel.compute_dtype(record["dtype"]) or record["dtype"]
+        problem = registry.Problem(record["m"], record["n"], record["k"], compute)
+        return kernel.unit(problem, kernel.resolve(record.get("params") or {}))
+    except (ValueError, TypeError, KeyError):
+        return record["dtype"], 1
+
+
 def _roofline(ax, series):
     import numpy as np
     names = {r["device"] for pts in series.values() for _, r in pts}
@@ -137,10 +149,12 @@ def _roofline(ax, series):
     grid = np.logspace(np.log10(min(xs) / 4), np.log10(max(xs) * 4), 100)
     if peaks:
         bw = peaks["bandwidth_gbs"]
-        for dtype in sorted({d for _, d in series}):
-            peak = peaks.get(dtype)
+        for unit, work in sorted({_unit(pts[-1][1]) for pts in series.values()}):
+            peak = peaks.get(unit)
             if peak:
-                ax.plot(grid, np.minimum(grid * bw, peak * 1e3), "--", label=f"roof {dtype}: {peak:g} TFLOP/s, {bw:g} GB/s")
+                name = unit if work == 1 else f"{unit} / {work}"   # an emulating rung's products per product
+                ax.plot(grid, np.minimum(grid * bw, peak / work * 1e3), "--",
+                        label=f"roof {name}: {peak / work:.4g} TFLOP/s, {bw:g} GB/s")
     else:
         best = max(r["gflops"] for pts in series.values() for _, r in pts)
         ax.axhline(best, linestyle="--", color="gray", label=f"best measured here: {best:.0f} GFLOP/s")
