@@ -31,6 +31,7 @@ VARIANTS = {
                                                          num_stages=3)),
                  ("tc-stream-k", "tensorcore", dict(stream_k=True)),
                  ("tc-no-stream-k", "tensorcore", dict(stream_k=False)),
+                 ("tc-no-align-rows", "tensorcore", dict(align_rows=False)),
                  ("tc-gm16", "tensorcore", dict(group_m=16)),
                  ("tc-gm4", "tensorcore", dict(group_m=4)),
                  ("tc-k128-s2", "tensorcore", dict(block_k=128, num_stages=2)),

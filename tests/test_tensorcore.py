@@ -50,6 +50,29 @@ def test_interpreter_tma_programs_any_layout(dtype, persistent, m, n, k, layout)
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt"])
+def test_interpreter_rows_copied_to_128_byte_alignment(layout):
+    """align_rows=True: operands whose rows are not a multiple of 128 bytes (here 66 and 97
+    elements) are read through copies whose rows are; the copy is made again at each launch."""
+    torch.manual_seed(5)
+    m, n, k = 70, 97, 66
+    a = torch.randn(k, m, dtype=torch.float16).T if layout[0] == "t" else torch.randn(m, k, dtype=torch.float16)
+    b = torch.randn(n, k, dtype=torch.float16).T if layout[1] == "t" else torch.randn(k, n, dtype=torch.float16)
+    launch, result = tilemm.plan(a, b, kernel="tensorcore", align_rows=True, **SMALL).prepare(poison=True)
+    for _ in range(2):                                 # the second launch sees new values in a
+        launch()
+        verdict = compare(np.asarray(result()), a.numpy(), b.numpy(), "float16")   # CPU tensors in, NumPy out
+        assert verdict.ok, verdict.message
+        a.mul_(-1)
+
+
+def test_rows_copied_to_alignment_only_where_it_pays():
+    from tilemm.ladder.tensorcore.t1_blocked import rows_aligned_pays
+    assert rows_aligned_pays(3000, 3000, 3000) and rows_aligned_pays(8191, 8191, 8191)
+    assert not rows_aligned_pays(1000, 1000, 1000) and not rows_aligned_pays(16, 8192, 8192)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("m,n,k", [(65, 130, 40),     # 6 tiles, 3 K steps: a run that helps one tile, owns the next
                                    (320, 65, 100),    # 2 whole rounds, then an owner with two helpers
                                    (130, 130, 48),    # 2 whole rounds, one tile shared by three runs

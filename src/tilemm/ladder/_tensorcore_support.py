@@ -91,18 +91,19 @@ def k_major(x) -> bool:
     return x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
 
 
-def row_descriptor(x, block_rows: int, block_cols: int):
+def row_descriptor(x, block_rows: int, block_cols: int, align: int = 16):
     """(TMA descriptor, fill) for x (rows, cols) read row by row: of x itself when its rows are
-    contiguous and aligned (k_major), fill None; else of aligned rows that fill() copies x into, a
-    pass over x that counts in the caller's time (a row of 8191 bf16 is 16382 bytes; a transposed
-    view has no rows). Call fill before each launch: it reads x's current values."""
+    contiguous and `align`-byte aligned (16: TMA's rule, k_major), fill None; else of aligned rows
+    that fill() copies x into, a pass over x that counts in the caller's time (a row of 8191 bf16
+    is 16382 bytes; a transposed view has no rows; align=128 for speed: rows_aligned_pays). Call
+    fill before each launch: it reads x's current values."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
     fill = None
-    if not k_major(x):
+    if not k_major(x) or (x.stride(0) * x.element_size()) % align:
         rows, cols = x.shape
-        per_16_bytes = 16 // x.element_size()
-        padded = torch.empty((rows, -(-cols // per_16_bytes) * per_16_bytes), dtype=x.dtype, device=x.device)
+        per_row = align // x.element_size()
+        padded = torch.empty((rows, -(-cols // per_row) * per_row), dtype=x.dtype, device=x.device)
         fill = functools.partial(padded[:, :cols].copy_, x)
         x = padded[:, :cols]
     return TensorDescriptor.from_tensor(x, [block_rows, block_cols]), fill

@@ -40,7 +40,7 @@ def run(a, b, c, **params):
 
 
 def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
-         autotune=False):
+         align_rows=None, autotune=False):
     """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
     once: a prepared plan launched many times pays Triton's launch alone (with autotune, the
     configuration is tuned, or read from the tuning cache, here)."""
@@ -49,7 +49,8 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, per
         return launcher(a, b, c, **config)
     tiles = resolve_tiles(a.shape[0], b.shape[1], dict(block_m=block_m, block_n=block_n, block_k=block_k,
                                                        num_warps=num_warps, num_stages=num_stages))
-    return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, **tiles)
+    return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, align_rows=align_rows,
+                    **tiles)
 
 
 def default_tiles(m: int, n: int) -> dict:
@@ -89,14 +90,16 @@ def stream_k_pays(tiles: int, programs: int, k_steps: int) -> bool:
     return whole >= 8 and 0 < left < 0.6 * programs and k_steps >= 32
 
 
-def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None):
+def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
+             align_rows=None):
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
     strides are not), by the persistent program when there is more than one round of tiles and
     persistent is not False (measured as fast or faster on the shapes suite, 1.3x at
     8192x8192x128: tensorcore_vs_cublas_persistent.jsonl; one round is launched more cheaply
     one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
-    (see matmul_persistent; None: where stream_k_pays);
+    (see matmul_persistent; None: where stream_k_pays), and with align_rows rows that are not a
+    multiple of 128 bytes copied into rows that are (None: where rows_aligned_pays);
     float64 takes the persistent program (float64 sums) past one round if persistent, else the
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
     where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
@@ -115,8 +118,11 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     rounds = persistent and grid[0] > support.multiprocessors()
     f64 = a.element_size() == 8
     if min(m, n) > 64 and (a.element_size() == 2 or (f64 and rounds)):
-        a_desc, a_t, a_fill = descriptor(a, block_m, block_k)
-        b_desc, b_t, b_fill = descriptor(b, block_k, block_n)
+        if align_rows is None:
+            align_rows = rows_aligned_pays(m, n, k)
+        align = 128 if align_rows and a.element_size() == 2 else 16
+        a_desc, a_t, a_fill = descriptor(a, block_m, block_k, align)
+        b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align)
         fills = [f for f in (a_fill, b_fill) if f]
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                      UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
@@ -143,15 +149,29 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     return go
 
 
-def descriptor(x, block_rows: int, block_cols: int):
+def descriptor(x, block_rows: int, block_cols: int, align: int = 16):
     """(TMA descriptor, transposed, fill) for the (rows, cols) operand x: of x itself if its rows
     are contiguous, of x^T if its columns are, else of aligned rows that fill() copies x into
-    (TMA wants 16-byte aligned strides and base); fill is None when there is nothing to copy."""
+    (TMA wants 16-byte aligned strides and base; align=128 also copies rows whose stride is not a
+    multiple of 128 bytes); fill is None when there is nothing to copy."""
     if not support.k_major(x) and support.k_major(x.T):
-        desc, fill = support.row_descriptor(x.T, block_cols, block_rows)
+        desc, fill = support.row_descriptor(x.T, block_cols, block_rows, align)
         return desc, True, fill
-    desc, fill = support.row_descriptor(x, block_rows, block_cols)
+    desc, fill = support.row_descriptor(x, block_rows, block_cols, align)
     return desc, False, fill
+
+
+# (m * n * k) / (m * k + k * n) from which copying into 128-byte aligned rows pays (align_rows=None)
+ALIGN_ROWS_FROM = 1000
+
+
+def rows_aligned_pays(m: int, n: int, k: int) -> bool:
+    """Whether to copy 16-bit operands whose rows are not a multiple of 128 bytes into rows that
+    are (align_rows=None). TMA reads such rows much slower: bf16 3000³ ran 139 µs with 6000-byte
+    rows against 103 µs with the same values in 6016-byte ones (row_alignment_try.jsonl); the copy
+    reads and writes each operand once, so it pays where the product has many multiply-adds for
+    each operand element: m n k / (m k + k n) from ALIGN_ROWS_FROM."""
+    return m * n * k >= ALIGN_ROWS_FROM * (m * k + k * n)
 
 
 def tuned(a, b, c):
@@ -220,6 +240,10 @@ register(Kernel(
                   "persistent: the tiles of a last, partial round are shared out by K steps among all SMs; "
                   "None: when that round is under 60% full after 8 whole rounds and K has 32 steps or more "
                   "(docs/tensor_cores.md)"),
+            Param("align_rows", None, (None, False, True),
+                  "16-bit operands whose rows are not a multiple of 128 bytes are copied into rows that are "
+                  "(TMA reads them faster); None: where the product does enough work per operand element "
+                  "(rows_aligned_pays)"),
             Param("autotune", False, (False, True),
                   "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
                   "and use it (the other parameters are then ignored)"),),
