@@ -68,8 +68,8 @@ def test_interpreter_rows_copied_to_128_byte_alignment(layout):
 
 def test_rows_copied_to_alignment_only_where_it_pays():
     from tilemm.ladder.tensorcore.t1_blocked import rows_aligned_pays
-    assert rows_aligned_pays(3000, 3000, 3000) and rows_aligned_pays(8191, 8191, 8191)
-    assert not rows_aligned_pays(1000, 1000, 1000) and not rows_aligned_pays(16, 8192, 8192)
+    assert rows_aligned_pays(5000, 5000, 5000) and rows_aligned_pays(8191, 8191, 8191)
+    assert not rows_aligned_pays(3000, 3000, 3000) and not rows_aligned_pays(16, 8192, 8192)
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")

@@ -162,15 +162,18 @@ def descriptor(x, block_rows: int, block_cols: int, align: int = 16):
 
 
 # (m * n * k) / (m * k + k * n) from which copying into 128-byte aligned rows pays (align_rows=None)
-ALIGN_ROWS_FROM = 1000
+ALIGN_ROWS_FROM = 2000
 
 
 def rows_aligned_pays(m: int, n: int, k: int) -> bool:
     """Whether to copy 16-bit operands whose rows are not a multiple of 128 bytes into rows that
     are (align_rows=None). TMA reads such rows much slower: bf16 3000³ ran 139 µs with 6000-byte
-    rows against 103 µs with the same values in 6016-byte ones (row_alignment_try.jsonl); the copy
-    reads and writes each operand once, so it pays where the product has many multiply-adds for
-    each operand element: m n k / (m k + k n) from ALIGN_ROWS_FROM."""
+    rows against 103 µs with the same values in 6016-byte ones (row_alignment_try.jsonl). The
+    copies (torch's, ~23 µs an operand at 3000²) read and write each operand once, so they pay
+    where the product has many multiply-adds for each operand element: measured kernel alone
+    (tensorcore_vs_cublas_align_rows.jsonl), 5000³ 0.76x cuBLAS with them against 0.72x, but
+    3000³ 0.61x against 0.66x and 2000³ 0.52x against 0.79x: m n k / (m k + k n) from
+    ALIGN_ROWS_FROM (n >= 4000 for a square product)."""
     return m * n * k >= ALIGN_ROWS_FROM * (m * k + k * n)
 
 
