@@ -734,3 +734,16 @@ def test_gpu_int8_precision_inf_and_nan_follow_ieee():
     np.testing.assert_array_equal(np.isinf(c) & (c > 0), np.isinf(ref) & (ref > 0))
     finite = np.isfinite(ref)
     assert (np.abs(c[finite] - ref[finite]) <= 2 * 1000 * 2.0**-24 * (np.abs(a) @ np.abs(b))[finite] + 1e-30).all()
+
+
+@pytest.mark.gpu
+def test_gpu_rows_copied_to_128_byte_alignment():
+    """A product large enough for align_rows=None to copy its operands (2000- and 8200-byte rows)
+    into 128-byte aligned rows, against the float64 reference; and the same with the copies off."""
+    torch.manual_seed(9)
+    a = torch.randn(4100, 1000, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(1000, 4100, dtype=torch.bfloat16, device="cuda")
+    for align_rows in (None, False):
+        c = tilemm.plan(a, b, kernel="tensorcore", align_rows=align_rows).execute(poison=True)
+        verdict = compare(c.float().cpu().numpy(), a.float().cpu().numpy(), b.float().cpu().numpy(), "bfloat16")
+        assert verdict.ok, (align_rows, verdict.message)
