@@ -395,15 +395,6 @@ const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], G
              FP64=True, top_a_ptr=None, top_b_ptr=None)
 k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
-# rows copied into TMA-aligned ones
-from tilemm.ladder._tensorcore_support import COPY_BLOCK
-from tilemm.ladder.tensorcore.t1_blocked_kernel import copy_rows_kernel
-k_copy = triton.compile(ASTSource(fn=copy_rows_kernel, signature=dict(
-    x_ptr="*bf16", out_ptr="*bf16", R="i32", C="i32", stride_x="i32", stride_out="i32", BLOCK_R="constexpr",
-    BLOCK_C="constexpr"), constexprs=dict(BLOCK_R=COPY_BLOCK[0], BLOCK_C=COPY_BLOCK[1])),
-    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8))
-out["copy-rows"] = dict(shared=k_copy.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True,
-                        cubin=len(k_copy.asm["cubin"]))
 # tensorcore-f32 precision="int8": the tiles of C that meet Inf or NaN, in IEEE float32
 sig_ieee = {**sig, "a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "top_a_ptr": "*fp32", "top_b_ptr": "*fp32"}
 k_ieee = triton.compile(ASTSource(fn=matmul_kernel, signature=sig_ieee, constexprs=dict(
@@ -533,7 +524,7 @@ def test_default_configs_compile_for_sm90():
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
-                             "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite", "copy-rows",
+                             "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma

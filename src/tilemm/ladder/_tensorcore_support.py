@@ -105,23 +105,8 @@ def row_descriptor(x, block_rows: int, block_cols: int, align: int = 16):
         per_row = align // x.element_size()
         padded = torch.empty((rows, -(-cols // per_row) * per_row), dtype=x.dtype, device=x.device)
         fill = functools.partial(padded[:, :cols].copy_, x)
-        if x.stride(1) == 1:                 # rows contiguous, only misaligned: a copy program of our own
-            fill = functools.partial(copy_rows, x, padded)
         x = padded[:, :cols]
     return TensorDescriptor.from_tensor(x, [block_rows, block_cols]), fill
-
-
-COPY_BLOCK = (32, 256)   # elements a program copies: rows, columns
-
-
-def copy_rows(x, out):
-    """out[:, :cols] = x for x with contiguous rows: a Triton program, where torch's copy into the
-    padded rows' view ran ~1.6 TB/s (3000² bf16: ~23 µs an operand)."""
-    from .tensorcore.t1_blocked_kernel import copy_rows_kernel
-    rows, cols = x.shape
-    grid = (-(-rows // COPY_BLOCK[0]), -(-cols // COPY_BLOCK[1]))
-    copy_rows_kernel[grid](x, out, rows, cols, x.stride(0), out.stride(0), BLOCK_R=COPY_BLOCK[0],
-                           BLOCK_C=COPY_BLOCK[1], num_warps=8)
 
 
 def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **constexprs):

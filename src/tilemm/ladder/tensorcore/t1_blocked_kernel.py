@@ -253,14 +253,3 @@ def store_tile(c_ptr, x, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE: t
     if ACCUMULATE:                                         # a later K chunk (int64, long K)
         x += tl.load(c_ptrs, mask=inside).to(x.dtype)
     tl.store(c_ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)
-
-
-@triton.jit
-def copy_rows_kernel(x_ptr, out_ptr, R, C, stride_x, stride_out, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """out[r, c] = x[r, c] for r < R, c < C: rows of x (contiguous) into rows of out, a different
-    stride apart (aligned for TMA: _tensorcore_support.row_descriptor)."""
-    offs_r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    inside = (offs_r[:, None] < R) & (offs_c[None, :] < C)
-    x = tl.load(x_ptr + offs_r[:, None] * stride_x + offs_c[None, :], mask=inside)
-    tl.store(out_ptr + offs_r[:, None] * stride_out + offs_c[None, :], x, mask=inside)
