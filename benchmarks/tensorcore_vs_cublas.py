@@ -53,6 +53,8 @@ VARIANTS["float16"] = VARIANTS["bfloat16"]
 # are checked against TF32's error (inputs rounded to 10 mantissa bits), the others against float32's
 VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
                        ("tf32-tensorcore-f32", "tensorcore-f32", dict(precision="tf32")),
+                       ("tf32-persistent", "tensorcore-f32", dict(precision="tf32", persistent=True)),
+                       ("tf32-persistent-s3", "tensorcore-f32", dict(precision="tf32", persistent=True, num_stages=3)),
                        ("int8-tensorcore-f32", "tensorcore-f32", dict(precision="int8")),
                        ("regblock", "regblock", {})]
 SWEEP_F32 = [("3x-128x256x32-s2", "tensorcore-f32", dict(block_n=256, num_stages=2)),

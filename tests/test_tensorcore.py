@@ -298,10 +298,12 @@ def test_int8_precision_k_chunks_accumulate(monkeypatch):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
-def test_interpreter_tf32_within_tf32_error():
+@pytest.mark.parametrize("persistent", [False, True])
+def test_interpreter_tf32_within_tf32_error(persistent):
+    """persistent: 20 tiles for the interpreter's 4 programs, on the 16-bit rung's program."""
     from tilemm.data import operands
-    a, b = operands(8, 30, 21, 70, "float32", "tn")
-    c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="tf32", **SMALL)
+    a, b = operands(8, 70, 66, 70, "float32", "tn")
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="tf32", persistent=persistent, **SMALL)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
     assert (np.abs(c - ref) <= 2 * 2.0**-10 * scale + 2.0**-24 * np.abs(ref)).all()   # TF32 inputs, float32 sums

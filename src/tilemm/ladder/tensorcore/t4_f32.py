@@ -124,7 +124,7 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
                                  num_warps=4, num_stages=1)
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision):
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision, persistent=False):
     from .t4_f32_kernel import tf32_matmul
     m, k = a.shape
     n = b.shape[1]
@@ -145,6 +145,11 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
         return
     a_desc = parts_of(a, parts, block_m, block_k)
     b_desc = parts_of(b.T, parts, block_n, block_k)                # (N, K): B K-major
+    if parts == 1 and persistent and grid[0] > support.multiprocessors():
+        # TF32 on the 16-bit rung's persistent program (float32 operands: tl.dot's TF32)
+        support.persistent_launch(a_desc, b_desc, c, m, n, k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                  GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)()
+        return
     tf32_matmul[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), PARTS=parts, BLOCK_M=block_m,
                       BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
 
@@ -191,5 +196,7 @@ register(Kernel(
         Param("precision", "3xtf32", ("3xtf32", "tf32", "int8"),
               "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32); int8: "
               "rows and columns in 24-bit fixed point, multiplied exactly on int8 tensor cores (a "
-              "normwise bound: docs/tensor_cores.md)"),),
+              "normwise bound: docs/tensor_cores.md)"),
+        Param("persistent", False, (False, True),
+              "tf32: one program an SM walks the tiles (the 16-bit rung's program) past one round"),),
 ))
