@@ -286,6 +286,26 @@ def test_int8_precision_inf_and_nan_follow_ieee():
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_int8_precision_long_k_in_pieces(monkeypatch):
+    """K past FIXED_K (int64 could overflow) runs in pieces, each its own fixed-point product
+    (scales of its own), added in float32; Inf and NaN still land where IEEE puts them."""
+    from tilemm.data import operands
+    from tilemm.ladder.tensorcore import t4_f32
+    monkeypatch.setattr(t4_f32, "FIXED_K", 48)
+    a, b = operands(6, 9, 10, 150, "float32")
+    a[:, 100:] *= 2.0**30                  # a piece of its own scale
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
+    err, bound = int8_precision_bound(a, b, c)
+    assert (err <= bound).all()
+    a[3, 120], b[5, 7] = np.inf, np.nan
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
+    with np.errstate(invalid="ignore"):
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_int8_precision_k_chunks_accumulate(monkeypatch):
     """K past one exact chunk: the chunks' int64 products add up before the scaling back."""
     from tilemm import digits

@@ -24,7 +24,8 @@ integer product is then summed from int8 digit products on `tensorcore-int`'s pr
 shift with exact int32 sums into int64, but for the two lowest shifts (d0 e0, and d0 e1 + d1 e0,
 shifted by 8): 6 digit pairs instead of 9, each dropped product at most 2^-21 of the row's and
 column's largest. Scaled back in float64 (exact; on Hopper in the Gluon program's epilogue, where K
-fits one exact chunk), rounded once to float32. So, with r_i = max_k |a_ik| and
+fits one exact chunk), rounded once to float32. K past 2^16 (where int64 could overflow) is cut
+into pieces of 2^16, each such a product, added in float32. So, with r_i = max_k |a_ik| and
 c_j = max_k |b_kj|,
 
     |C - AB| <~ 2^-23 (r_i sum_k |b_kj| + c_j sum_k |a_ik|) + 2^-21 K r_i c_j + 2^-24 |C|
@@ -76,6 +77,7 @@ FIXED_DIGITS = 3
 FIXED_LOWEST_SHIFT = 2  # shifts 0 and 1 left out: 2^-21 of r_i c_j a product, for a third of the work
 IEEE_TILE = 32          # tiles of C meeting Inf or NaN, in IEEE float32 (the FMA units)
 FIXED_TOP = 127 * (1 + 2**8 + 2**16)
+FIXED_K = 2**16         # K summed as one integer product: 2^16 products under 2^46 stay well inside int64
 
 
 def fixed_scales(x):
@@ -125,6 +127,7 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision, persistent=False):
+    import torch
     from .t4_f32_kernel import tf32_matmul
     m, k = a.shape
     n = b.shape[1]
@@ -132,8 +135,13 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
         c.zero_()
         return
     block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
-    if precision == "int8":
-        run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
+    if precision == "int8":      # longer K in pieces, each its own fixed-point product, added in float32
+        for k0 in range(0, k, FIXED_K):
+            part = c if k0 == 0 else torch.empty_like(c)
+            run_int8(a[:, k0:k0 + FIXED_K], b[k0:k0 + FIXED_K], part, block_m, block_n, block_k, group_m,
+                     num_warps, num_stages)
+            if k0:
+                c += part
         return
     parts = 2 if precision == "3xtf32" else 1
     grid = (-(-m // block_m) * -(-n // block_n),)
