@@ -730,7 +730,8 @@ def test_gpu_int64_long_k_chunks_accumulate(dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (300, 257, 1000, "nn"), (129, 700, 333, "tt"),
-                                          (513, 130, 4097, "nt"), (64, 48, 50000, "tn")])   # 50000: two K chunks
+                                          (513, 130, 4097, "nt"), (64, 48, 50000, "tn"),   # 50000: two K chunks
+                                          (16, 24, 70000, "nn")])                          # 70000: two pieces
 def test_gpu_int8_precision_within_its_bound(m, n, k, layout):
     from tilemm.data import operands
     a, b = operands(m + n + k, m, n, k, "float32", layout)
