@@ -187,16 +187,6 @@ def test_3xtf32_inf_and_nan_propagate_as_ieee():
     np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
 
 
-def fixed_point_scale(x, axis):
-    """The method's scales, by NumPy: for each row (axis=1) or column (axis=0) of x the power of
-    two 2^e, the largest with max |x| * 2^e <= FIXED_TOP (1 for a row of zeros)."""
-    from tilemm.ladder.tensorcore.t4_f32 import FIXED_TOP
-    top = np.abs(x).max(axis=axis).astype(np.float64)
-    mantissa, exponent = np.frexp(top)                 # top = mantissa * 2^exponent, mantissa in [0.5, 1)
-    e = 23 - exponent - (mantissa > FIXED_TOP / 2**23)
-    return np.ldexp(1.0, np.where(top > 0, e, 0))
-
-
 def int8_precision_bound(a, b, c):
     """precision="int8"'s normwise bound (t4_f32.py), (error, bound) against float64: each input
     off by under 1/FIXED_TOP of its row's (column's) largest, r_i (c_j), from rounding to fixed
@@ -235,11 +225,11 @@ def test_int8_precision_is_the_fixed_point_product_of_its_shifts(layout):
     program, scaling in its epilogue)."""
     from tilemm import digits
     from tilemm.data import operands
-    from tilemm.ladder.tensorcore.t4_f32 import FIXED_DIGITS, FIXED_LOWEST_SHIFT
+    from tilemm.ladder.tensorcore.t4_f32 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
     a, b = operands(11, *((300, 260, 700) if ON_GPU else (23, 19, 70)), "float32", layout)
     a[1] *= 2.0**-30
-    scale_a = fixed_point_scale(a, 1)[:, None]
-    scale_b = fixed_point_scale(b, 0)[None, :]
+    scale_a = fixed_scales(torch.from_numpy(a))[0].numpy()[:, None]
+    scale_b = fixed_scales(torch.from_numpy(b).T)[0].numpy()[None, :]
     da = digits.split(np.floor(a.astype(np.float64) * scale_a + 0.5).astype(np.int64), FIXED_DIGITS).astype(np.int64)
     db = digits.split(np.floor(b.astype(np.float64) * scale_b + 0.5).astype(np.int64), FIXED_DIGITS).astype(np.int64)
     exact = sum((da[i] @ db[s - i]) << (8 * s) for s in range(FIXED_LOWEST_SHIFT, 2 * FIXED_DIGITS - 1)
@@ -269,31 +259,17 @@ def test_int8_precision_uses_the_digits_whole_range():
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
-@pytest.mark.parametrize("transposed", [False, True])
-def test_fixed_split_brings_each_row_to_23_bits(transposed):
-    """The split's scales: powers of two that bring each row's largest |x| into (FIXED_TOP / 2,
-    FIXED_TOP], subnormal and huge rows too, as the NumPy rule says; its largest |x| (NaN for a
-    row holding one); and digits that add back up to the rounded, scaled row."""
-    from tilemm import digits
-    from tilemm.ladder.tensorcore.t4_f32 import FIXED_DIGITS, FIXED_TOP, fixed_planes
+def test_fixed_scales_bring_each_row_to_23_bits():
+    from tilemm.ladder.tensorcore.t4_f32 import FIXED_TOP, fixed_scales
     rng = np.random.default_rng(3)
-    x = (rng.standard_normal((200, 37)) * 2.0 ** rng.integers(-140, 120, (200, 1))).astype(np.float32)
+    x = torch.from_numpy((rng.standard_normal((200, 7)) * 2.0 ** rng.integers(-140, 120, (200, 1))).astype(np.float32))
     x[0] = 0
-    x[1, 0] = 0.99999994                                # a mantissa just under 1: one bit lower
-    x[2, 5] = np.nan
-    x = np.ascontiguousarray(x.T).T if transposed else x   # B^T's layout
-    planes, inverse, top = fixed_planes(torch.from_numpy(x))
-    scale = 1 / inverse.numpy()
-    with np.errstate(invalid="ignore"):
-        want_top = np.abs(x).max(axis=1)
-    np.testing.assert_array_equal(top.numpy(), want_top)
-    finite = np.arange(200) != 2
-    np.testing.assert_array_equal(scale[finite], fixed_point_scale(x[finite], 1))
-    scaled = want_top[3:] * scale[3:]
-    assert ((scaled > FIXED_TOP / 2) & (scaled <= FIXED_TOP)).all()
-    fixed = np.floor(x[finite].astype(np.float64) * scale[finite, None] + 0.5).astype(np.int64)
-    got = planes.numpy().reshape(FIXED_DIGITS, 200, -1)[:, finite, :37]
-    np.testing.assert_array_equal(got, digits.split(fixed, FIXED_DIGITS))
+    x[1, 0] = 0.99999994
+    scale, top = fixed_scales(x)
+    scaled = top.double() * scale
+    assert scale.dtype == torch.float64 and scaled[0] == 0
+    assert ((scaled[1:] > FIXED_TOP / 2) & (scaled[1:] <= FIXED_TOP)).all()
+    assert torch.equal(torch.log2(scale), torch.log2(scale).round())      # powers of two: scaling is exact
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
@@ -311,12 +287,11 @@ def test_int8_precision_inf_and_nan_follow_ieee():
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_int8_precision_long_k_in_pieces(monkeypatch):
-    """K past one chunk of exact int32 sums runs in pieces, each its own fixed-point product
-    (scales of its own), added in float32; Inf and NaN still land where IEEE puts them. The chunk
-    shrunk so that the interpreter can afford several."""
-    from tilemm import digits
+    """K past FIXED_K (int64 could overflow) runs in pieces, each its own fixed-point product
+    (scales of its own), added in float32; Inf and NaN still land where IEEE puts them."""
     from tilemm.data import operands
-    monkeypatch.setattr(digits, "exact_chunk", lambda pairs: 40)     # pieces of 32: two K steps of 16
+    from tilemm.ladder.tensorcore import t4_f32
+    monkeypatch.setattr(t4_f32, "FIXED_K", 48)
     a, b = operands(6, 9, 10, 150, "float32")
     a[:, 100:] *= 2.0**30                  # a piece of its own scale
     c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
@@ -328,6 +303,18 @@ def test_int8_precision_long_k_in_pieces(monkeypatch):
         ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_array_equal(np.isnan(c), np.isnan(ref))
     np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_int8_precision_k_chunks_accumulate(monkeypatch):
+    """K past one exact chunk: the chunks' int64 products add up before the scaling back."""
+    from tilemm import digits
+    from tilemm.data import operands
+    monkeypatch.setattr(digits, "exact_chunk", lambda pairs: 40)
+    a, b = operands(5, 9, 10, 150, "float32")
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
+    err, bound = int8_precision_bound(a, b, c)
+    assert (err <= bound).all()
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
@@ -529,21 +516,15 @@ for cty, digits, block_n, accumulate in (("*i8", (1, 1, 1), 256, False), ("*i32"
         shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
         wgmma="wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx and "setmaxnreg" in ptx
         and "st.local" not in ptx)                       # and no local-memory arrays
-for src in ("*i8", "*i32", "*i64"):
+for src in ("*i8", "*i32", "*i64", "*fp32"):     # float32: precision="int8"'s fixed-point split
     sig = dict(x_ptr=src, out_ptr="*i8", R="i32", C="i32", C_PAD="i32", stride_r="i32", stride_c="i32",
-               NDIGITS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
-    k = triton.compile(ASTSource(fn=split_digits, signature=sig, constexprs=dict(NDIGITS=8, BLOCK_R=64, BLOCK_C=64)),
-                       target=GPUTarget("cuda", 90, 32))
+               scale_ptr="*fp64" if src == "*fp32" else "constexpr", NDIGITS="constexpr", FIXED="constexpr",
+               BLOCK_R="constexpr", BLOCK_C="constexpr")
+    const = dict(NDIGITS=3 if src == "*fp32" else 8, FIXED=src == "*fp32", BLOCK_R=64, BLOCK_C=64)
+    if src != "*fp32":
+        const["scale_ptr"] = None
+    k = triton.compile(ASTSource(fn=split_digits, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32))
     out[f"split-{src}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
-# precision="int8"'s fixed-point split
-from tilemm.ladder.tensorcore.t4_f32 import FIXED_DIGITS, FIXED_TOP
-from tilemm.ladder.tensorcore.t4_f32_kernel import fixed_split
-sig = dict(x_ptr="*fp32", out_ptr="*i8", inverse_ptr="*fp64", top_ptr="*fp32", R="i32", C="i32", C_PAD="i32",
-           stride_r="i32", stride_c="i32", FIXED_TOP="constexpr", NDIGITS="constexpr", BLOCK_R="constexpr",
-           BLOCK_C="constexpr")
-k = triton.compile(ASTSource(fn=fixed_split, signature=sig, constexprs=dict(FIXED_TOP=FIXED_TOP, NDIGITS=FIXED_DIGITS,
-                   BLOCK_R=16, BLOCK_C=128)), target=GPUTarget("cuda", 90, 32))
-out["split-*fp32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
 from tilemm.ladder.tensorcore.t4_f32_kernel import unscale
 sig = dict(exact_ptr="*i64", row_ptr="*fp64", col_ptr="*fp64", c_ptr="*fp32", M="i32", N="i32", stride_cm="i32",
            stride_cn="i32", BLOCK_M="constexpr", BLOCK_N="constexpr")

@@ -7,24 +7,27 @@ from .t1_blocked_kernel import store_tile, tile_position
 
 
 @triton.jit
-def split_digits(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c,
-                 NDIGITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def split_digits(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c, scale_ptr=None,
+                 NDIGITS: tl.constexpr = 1, FIXED: tl.constexpr = False, BLOCK_R: tl.constexpr = 64,
+                 BLOCK_C: tl.constexpr = 64):
     """out[d, r, c] = signed base-256 digit d of x[r, c] (int8), zero for C <= c < C_PAD.
 
     out is contiguous (NDIGITS, R, C_PAD). Passing B's strides swapped (x = B^T) writes B's
-    digits K-major, as Hopper's 8-bit tensor-core instruction wants them.
+    digits K-major, as Hopper's 8-bit tensor-core instruction wants them. FIXED: x is float, and
+    its digits are those of the integer nearest x[r, c] * scale[r] (float64 powers of two that
+    bring each row into the digits' range: tensorcore-f32's precision="int8").
     """
     offs_r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     offs_c = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
     inside = (offs_r[:, None] < R) & (offs_c[None, :] < C)
-    rest = tl.load(x_ptr + offs_r[:, None] * stride_r + offs_c[None, :] * stride_c, mask=inside, other=0)
-    store_digits(rest.to(tl.int64), out_ptr, offs_r, offs_c, R, C_PAD, NDIGITS)
-
-
-@triton.jit
-def store_digits(rest, out_ptr, offs_r, offs_c, R, C_PAD, NDIGITS: tl.constexpr):
-    """out[d, r, c] = signed base-256 digit d of rest[r, c] (int64), for the block's rows offs_r
-    and columns offs_c of out, contiguous (NDIGITS, R, C_PAD)."""
+    x = tl.load(x_ptr + offs_r[:, None] * stride_r + offs_c[None, :] * stride_c, mask=inside, other=0)
+    if FIXED:
+        scale = tl.load(scale_ptr + offs_r, mask=offs_r < R, other=0.0)
+        fixed = x.to(tl.float64) * scale[:, None]                  # exact: a power of two
+        fixed = tl.where(tl.abs(fixed) < float("inf"), fixed, 0.0)  # Inf and NaN: computed elsewhere
+        rest = tl.floor(fixed + 0.5).to(tl.int64)
+    else:
+        rest = x.to(tl.int64)
     out = out_ptr + offs_r[:, None] * C_PAD + offs_c[None, :]
     keep = (offs_r[:, None] < R) & (offs_c[None, :] < C_PAD)
     for d in tl.static_range(NDIGITS):

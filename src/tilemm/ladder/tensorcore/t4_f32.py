@@ -23,9 +23,9 @@ three signed base-256 digits reach) and above half that, and rounded to the near
 integer product is then summed from int8 digit products on `tensorcore-int`'s programs, shift by
 shift with exact int32 sums into int64, but for the two lowest shifts (d0 e0, and d0 e1 + d1 e0,
 shifted by 8): 6 digit pairs instead of 9, each dropped product at most 2^-21 of the row's and
-column's largest. Scaled back in float64 (exact; on Hopper in the Gluon program's epilogue),
-rounded once to float32. K past one chunk of exact int32 sums (43648 with 128-deep K steps) is cut
-into such pieces, each its own fixed-point product (scales of its own), added in float32. So, with r_i = max_k |a_ik| and
+column's largest. Scaled back in float64 (exact; on Hopper in the Gluon program's epilogue, where K
+fits one exact chunk), rounded once to float32. K past 2^16 (where int64 could overflow) is cut
+into pieces of 2^16, each such a product, added in float32. So, with r_i = max_k |a_ik| and
 c_j = max_k |b_kj|,
 
     |C - AB| <~ 2^-23 (r_i sum_k |b_kj| + c_j sum_k |a_ik|) + 2^-21 K r_i c_j + 2^-24 |C|
@@ -77,46 +77,47 @@ FIXED_DIGITS = 3
 FIXED_LOWEST_SHIFT = 2  # shifts 0 and 1 left out: 2^-21 of r_i c_j a product, for a third of the work
 IEEE_TILE = 32          # tiles of C meeting Inf or NaN, in IEEE float32 (the FMA units)
 FIXED_TOP = 127 * (1 + 2**8 + 2**16)
+FIXED_K = 2**16         # K summed as one integer product: 2^16 products under 2^46 stay well inside int64
 
 
-def fixed_planes(x):
-    """(digit planes, inverse scales, top) of float32 x (rows, K) in fixed point: the planes
-    stacked (FIXED_DIGITS * rows, K padded to 16), K contiguous; for each row 2^-e (float64) and
-    its largest |x| (NaN or Inf where it holds one). One pass of fixed_split a block of rows."""
+def fixed_scales(x):
+    """(scale, top) for each row of x (rows, K): scale = 2^e (float64) with top * 2^e in
+    (FIXED_TOP / 2, FIXED_TOP], top the row's largest |x| (Inf or NaN where the row holds one)."""
     import torch
-    from .t4_f32_kernel import fixed_split
-    rows, k = x.shape
-    k_pad = -(-k // 16) * 16
-    out = torch.empty((FIXED_DIGITS, rows, k_pad), dtype=torch.int8, device=x.device)
-    inverse = torch.empty(rows, dtype=torch.float64, device=x.device)
-    top = torch.empty(rows, dtype=torch.float32, device=x.device)
-    # a block of whole rows a program; rows of B^T lie along B's rows: wider blocks for coalescing
-    block_r, block_c = (32, 64) if x.stride(1) != 1 else (16, 128)
-    fixed_split[(-(-rows // block_r),)](x, out, inverse, top, rows, k, k_pad, x.stride(0), x.stride(1),
-                                        FIXED_TOP=FIXED_TOP, NDIGITS=FIXED_DIGITS, BLOCK_R=block_r, BLOCK_C=block_c)
-    return out.view(FIXED_DIGITS * rows, k_pad), inverse, top
+    top = torch.linalg.vector_norm(x, ord=float("inf"), dim=1)
+    mantissa, exponent = torch.frexp(top)            # top = mantissa * 2^exponent, mantissa in [0.5, 1)
+    e = 23 - exponent - (mantissa > FIXED_TOP / 2**23).to(exponent.dtype)
+    return torch.ldexp(torch.ones_like(top, dtype=torch.float64), e), top
 
 
 def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    """c = A @ B by precision="int8" (the module's docstring), K in one exact chunk. Rows and
-    columns holding Inf or NaN, which fixed point cannot hold, are found on the GPU (no wait for
-    it here): the tiles of C they meet are then computed again in IEEE float32."""
+    """c = A @ B by precision="int8" (the module's docstring). Rows and columns holding Inf or
+    NaN, which fixed point cannot hold, are found on the GPU (no wait for it here): the tiles of C
+    they meet are then computed again in IEEE float32."""
     import torch
     from .t1_blocked_kernel import matmul_kernel
-    from .t2_int_digits import digit_products
+    from .t2_int_digits import chunk_tiles, digit_products
+    from .t2_int_digits_kernel import split_digits
     from .t4_f32_kernel import unscale
-    planes_a, inverse_a, top_a = fixed_planes(a)
-    planes_b, inverse_b, top_b = fixed_planes(b.T)                   # (N, K): B K-major
+    scale_a, top_a = fixed_scales(a)
+    scale_b, top_b = fixed_scales(b.T)
+
+    def planes(scale):
+        return lambda x, nd: support.stacked_parts_tensor(x, nd, torch.int8, split_digits, scale_ptr=scale,
+                                                          NDIGITS=nd, FIXED=True)
     m, n = c.shape
-    product = dict(planes_a=lambda x, nd: planes_a, planes_b=lambda x, nd: planes_b, lowest_shift=FIXED_LOWEST_SHIFT)
-    tiles = (block_m, block_n, block_k, group_m, num_warps, num_stages)
-    if support.hopper_gluon():    # the Gluon program scales its int64 sums back into C itself
-        digit_products(a, b, c, FIXED_DIGITS, FIXED_DIGITS, *tiles, scales=(inverse_a, inverse_b), **product)
-    else:                         # the Triton program: the exact int64 product, then scaled back
+    k = a.shape[1]
+    digits = (FIXED_DIGITS, FIXED_DIGITS)
+    if support.hopper_gluon() and chunk_tiles(k, *digits, 8, block_k, FIXED_LOWEST_SHIFT) * block_k >= k:
+        # the Gluon program scales its int64 sums back into C itself
+        digit_products(a, b, c, *digits, block_m, block_n, block_k, group_m, num_warps, num_stages,
+                       planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT, scales=(1 / scale_a, 1 / scale_b))
+    else:   # K in chunks (or the Triton program): the exact int64 product, then scaled back
         exact = torch.empty((m, n), dtype=torch.int64, device=c.device)
-        digit_products(a, b, exact, FIXED_DIGITS, FIXED_DIGITS, *tiles, **product)
+        digit_products(a, b, exact, *digits, block_m, block_n, block_k, group_m, num_warps, num_stages,
+                       planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT)
         grid = (-(-m // support.SPLIT_BLOCK), -(-n // support.SPLIT_BLOCK))
-        unscale[grid](exact, inverse_a, inverse_b, c, m, n, c.stride(0), c.stride(1),
+        unscale[grid](exact, 1 / scale_a, 1 / scale_b, c, m, n, c.stride(0), c.stride(1),
                       BLOCK_M=support.SPLIT_BLOCK, BLOCK_N=support.SPLIT_BLOCK)
     tiles_of_c = -(-m // IEEE_TILE) * -(-n // IEEE_TILE)      # programs that meet no Inf or NaN store nothing
     matmul_kernel[(tiles_of_c,)](a, b, c, m, n, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1),
@@ -134,13 +135,10 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prec
         c.zero_()
         return
     block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
-    if precision == "int8":
-        # K in pieces whose int32 sums stay exact, each its own fixed-point product, added in float32
-        from .t2_int_digits import chunk_tiles
-        piece = chunk_tiles(k, FIXED_DIGITS, FIXED_DIGITS, 8, block_k, FIXED_LOWEST_SHIFT) * block_k
-        for k0 in range(0, k, piece):
+    if precision == "int8":      # longer K in pieces, each its own fixed-point product, added in float32
+        for k0 in range(0, k, FIXED_K):
             part = c if k0 == 0 else torch.empty_like(c)
-            run_int8(a[:, k0:k0 + piece], b[k0:k0 + piece], part, block_m, block_n, block_k, group_m,
+            run_int8(a[:, k0:k0 + FIXED_K], b[k0:k0 + FIXED_K], part, block_m, block_n, block_k, group_m,
                      num_warps, num_stages)
             if k0:
                 c += part

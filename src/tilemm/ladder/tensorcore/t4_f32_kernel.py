@@ -6,7 +6,6 @@ import triton
 import triton.language as tl
 
 from .t1_blocked_kernel import tile_position
-from .t2_int_digits_kernel import store_digits
 
 
 @triton.jit
@@ -83,42 +82,3 @@ def unscale(exact_ptr, row_ptr, col_ptr, c_ptr, M, N, stride_cm, stride_cn, BLOC
     col = tl.load(col_ptr + offs_n, mask=offs_n < N, other=0.0)
     c = exact.to(tl.float64) * row[:, None] * col[None, :]
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, c.to(tl.float32), mask=inside)
-
-
-@triton.jit
-def fixed_split(x_ptr, out_ptr, inverse_ptr, top_ptr, R, C, C_PAD, stride_r, stride_c,
-                FIXED_TOP: tl.constexpr, NDIGITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """precision="int8"'s split of float32 x (R, C), BLOCK_R whole rows a program: first each
-    row's largest |x|, top (NaN where the row holds one), and the power of two scale = 2^e, the
-    largest with top * 2^e <= FIXED_TOP (its inverse stored, for the scaling back); then out[d, r, c] = signed
-    base-256 digit d of the integer nearest x[r, c] * scale, zero for C <= c < C_PAD, out
-    contiguous (NDIGITS, R, C_PAD) (B^T's strides write B K-major). Rows with Inf or NaN get digits
-    0: their tiles of C are computed elsewhere."""
-    offs_r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    rows = offs_r < R
-    top = tl.zeros((BLOCK_R,), dtype=tl.float32)
-    nan = tl.zeros((BLOCK_R,), dtype=tl.int32)
-    for c0 in range(0, C, BLOCK_C):
-        offs_c = c0 + tl.arange(0, BLOCK_C)
-        x = tl.load(x_ptr + offs_r[:, None] * stride_r + offs_c[None, :] * stride_c,
-                    mask=rows[:, None] & (offs_c[None, :] < C), other=0.0)
-        top = tl.maximum(top, tl.max(tl.abs(x), axis=1))
-        nan = tl.maximum(nan, tl.max((x != x).to(tl.int32), axis=1))
-    top = tl.where(nan > 0, float("nan"), top)
-    tl.store(top_ptr + offs_r, top, mask=rows)
-    # top = S * 2^(p - 52), S in [2^52, 2^53) (float64 holds float32's subnormals as normal numbers):
-    # top * 2^(22 - p) = S / 2^30 lies in [2^22, 2^23), one bit less where that passes FIXED_TOP
-    bits = top.to(tl.float64).to(tl.int64, bitcast=True)
-    p = ((bits >> 52) & 0x7FF) - 1023
-    significand = (bits & 0xFFFFFFFFFFFFF) | 0x10000000000000
-    e = 22 - p - (significand > FIXED_TOP * 2**30).to(tl.int64)
-    e = tl.where((top > 0) & (top < float("inf")), e, 0)
-    scale = ((e + 1023) << 52).to(tl.float64, bitcast=True)
-    tl.store(inverse_ptr + offs_r, ((1023 - e) << 52).to(tl.float64, bitcast=True), mask=rows)
-    for c0 in range(0, C_PAD, BLOCK_C):
-        offs_c = (c0 + tl.arange(0, BLOCK_C)).to(tl.int64)
-        x = tl.load(x_ptr + offs_r[:, None] * stride_r + offs_c[None, :] * stride_c,
-                    mask=rows[:, None] & (offs_c[None, :] < C), other=0.0)
-        fixed = x.to(tl.float64) * scale[:, None]                   # exact: a power of two
-        fixed = tl.where(tl.abs(fixed) < float("inf"), fixed, 0.0)  # Inf and NaN: computed elsewhere
-        store_digits(tl.floor(fixed + 0.5).to(tl.int64), out_ptr, offs_r, offs_c, R, C_PAD, NDIGITS)
