@@ -174,6 +174,14 @@ def test_3xtf32_split_is_exact_and_rounds_to_nearest():
     assert out[0, 0, 3].item() == float("inf") and out[1, 0, 3].item() == 0
 
 
+def assert_ieee_nan_and_inf(c, a, b):
+    """NaN and Inf in c where a float64 product of a and b has them."""
+    with np.errstate(invalid="ignore"):
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
+
+
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_3xtf32_inf_and_nan_propagate_as_ieee():
     from tilemm.data import operands
@@ -181,10 +189,7 @@ def test_3xtf32_inf_and_nan_propagate_as_ieee():
     a[2, 4], a[5, 0], b[3, 7] = np.nan, np.inf, -np.inf
     b[0, 3] = 0.0                      # inf * 0 is NaN in IEEE as well; elsewhere b's low parts have both signs
     c = tilemm.matmul(a, b, kernel="tensorcore-f32", **SMALL)
-    with np.errstate(invalid="ignore"):
-        ref = a.astype(np.float64) @ b.astype(np.float64)
-    np.testing.assert_array_equal(np.isnan(c), np.isnan(ref))
-    np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
+    assert_ieee_nan_and_inf(c, a, b)
 
 
 def int8_precision_bound(a, b, c):
@@ -274,15 +279,12 @@ def test_fixed_scales_bring_each_row_to_23_bits():
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_int8_precision_inf_and_nan_follow_ieee():
-    """Fixed point holds no Inf or NaN: such a call runs 3xTF32, with IEEE's rules."""
+    """Fixed point holds no Inf or NaN: the tiles of C they reach are computed again in IEEE float32."""
     from tilemm.data import operands
     a, b = operands(4, 9, 10, 11, "float32")
     a[2, 4], b[3, 7] = np.nan, -np.inf
     c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
-    with np.errstate(invalid="ignore"):
-        ref = a.astype(np.float64) @ b.astype(np.float64)
-    np.testing.assert_array_equal(np.isnan(c), np.isnan(ref))
-    np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
+    assert_ieee_nan_and_inf(c, a, b)
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
@@ -299,10 +301,7 @@ def test_int8_precision_long_k_in_pieces(monkeypatch):
     assert (err <= bound).all()
     a[3, 120], b[5, 7] = np.inf, np.nan
     c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
-    with np.errstate(invalid="ignore"):
-        ref = a.astype(np.float64) @ b.astype(np.float64)
-    np.testing.assert_array_equal(np.isnan(c), np.isnan(ref))
-    np.testing.assert_array_equal(np.isinf(c), np.isinf(ref))
+    assert_ieee_nan_and_inf(c, a, b)
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
