@@ -13,10 +13,8 @@ as fp8_vs_scaled_mm.py checks it.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-from pathlib import Path
 
 import torch
 import triton
@@ -30,7 +28,7 @@ from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
 from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import producer, stage_ring, tile_pointers, warps_per_cta
 
-import gpu_ladder  # noqa: E402  (pre-warm)
+import gpu_ladder  # noqa: E402  (pre-warm, the arguments)
 from fp8_vs_scaled_mm import check  # noqa: E402  (the same answer check)
 
 
@@ -123,12 +121,7 @@ def launcher(a, b_nk, sa, sb, block_m=128, block_n=128, block_k=128, stages=4, n
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--n", type=int, default=8192)
-    ap.add_argument("--rounds", type=int, default=4)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = gpu_ladder.out_and_n(8192, rounds=4)
     n = args.n
     g = torch.Generator(device="cuda").manual_seed(n)
     a = torch.randn(n, n, generator=g, device="cuda").to(torch.float8_e4m3fn)

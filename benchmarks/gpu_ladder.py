@@ -68,14 +68,20 @@ def twin_launcher(lib, name, param, dtype, a, b, c):
     return launch
 
 
-def out_and_n(n: int = 8192, **flags):
+def out_and_n(n: int = 8192, **options):
     """The arguments of the one-size experiment scripts: --out DIR (made if missing), --n, and
-    any flags named (--name, default as given)."""
+    any options named, each taking its default's form: a bool is a flag, a list one or more
+    values, anything else one value of the default's type."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n", type=int, default=n)
-    for name, default in flags.items():
-        ap.add_argument(f"--{name}", action="store_true", default=default)
+    for name, default in options.items():
+        if isinstance(default, bool):
+            ap.add_argument(f"--{name}", action="store_true", default=default)
+        elif isinstance(default, list):
+            ap.add_argument(f"--{name}", nargs="+", default=default)
+        else:
+            ap.add_argument(f"--{name}", type=type(default), default=default)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     return args

@@ -17,10 +17,8 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-from pathlib import Path
 
 import torch
 import triton
@@ -32,7 +30,7 @@ from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
 from tilemm.ladder.tensorcore.t1_blocked_kernel import tile_position
 
-import gpu_ladder  # noqa: E402  (pre-warm)
+import gpu_ladder  # noqa: E402  (pre-warm, the arguments)
 from int_vs_baselines import operand  # noqa: E402  (random full-range operands)
 
 
@@ -143,13 +141,7 @@ def variants(case, n):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--n", type=int, default=8192)
-    ap.add_argument("--cases", nargs="+", default=["int8", "bfloat16"])
-    ap.add_argument("--rounds", type=int, default=4)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = gpu_ladder.out_and_n(8192, cases=["int8", "bfloat16"], rounds=4)
     stamp = machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
                                                "benchmarks/warp_specialize_try.py", args))
     for case in args.cases:
