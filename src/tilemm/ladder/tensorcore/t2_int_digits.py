@@ -102,10 +102,10 @@ def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, gro
     nd_c = 8 if scales[0] is not None else c.element_size()
     k_tiles = -(-k // block_k)
     chunk = chunk_tiles(k, nd_a, nd_b, nd_c, block_k, lowest_shift)
-    if scales[0] is not None and (chunk < k_tiles or not support.hopper_gluon()):
+    gluon = support.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
+    if scales[0] is not None and (chunk < k_tiles or not gluon):
         raise ValueError("digit_products: scales need the Gluon program and K in one chunk")
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
-    gluon = support.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
     for t0 in range(0, k_tiles, chunk):
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
         a_part, b_part = planes_a(a[:, k0:k1], nd_a), planes_b(b[k0:k1].T, nd_b)  # (N, K): B K-major
@@ -121,8 +121,9 @@ def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, gro
         digit_matmul[(programs,)](TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
                                   TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n,
                                   -(-(k1 - k0) // block_k), c.stride(0), c.stride(1), ND_A=nd_a, ND_B=nd_b,
-                                  ND_C=nd_c, LOWEST=lowest_shift, ACCUMULATE=t0 > 0, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                  GROUP_M=group_m, PROGRAMS=programs, num_warps=num_warps, num_stages=num_stages)
+                                  ND_C=nd_c, LOWEST=lowest_shift, ACCUMULATE=t0 > 0, BLOCK_M=block_m, BLOCK_N=block_n,
+                                  BLOCK_K=block_k, GROUP_M=group_m, PROGRAMS=programs, num_warps=num_warps,
+                                  num_stages=num_stages)
 
 
 def traffic(p, block_m, block_n, **_):
