@@ -76,12 +76,13 @@ def out_and_n(n: int = 8192, **options):
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n", type=int, default=n)
     for name, default in options.items():
+        flag = f"--{name.replace('_', '-')}"          # as machine.command_line writes it back
         if isinstance(default, bool):
-            ap.add_argument(f"--{name}", action="store_true", default=default)
+            ap.add_argument(flag, action="store_true", default=default)
         elif isinstance(default, list):
-            ap.add_argument(f"--{name}", nargs="+", default=default)
+            ap.add_argument(flag, nargs="+", default=default)
         else:
-            ap.add_argument(f"--{name}", type=type(default), default=default)
+            ap.add_argument(flag, type=type(default), default=default)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     return args

@@ -91,3 +91,22 @@ def test_roofs_are_those_of_the_unit_each_rung_runs_on():
     assert report._unit({**rec, "kernel": "tensorcore-f32", "params": {"precision": "int8"}}) == ("int8", 6)
     assert report._unit({**rec, "kernel": "naive"}) == ("float32", 1)
     assert report._unit({**rec, "kernel": "a-rung-since-removed"}) == ("float32", 1)
+
+
+def test_a_records_command_line_runs_as_written():
+    """machine.command_line writes what argparse reads back: flags bare (not `--graphs True`,
+    which argparse refuses), unset options left out, lists spaced, underscores as dashes."""
+    import argparse
+    from tilemm import machine
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("--graphs", action="store_true")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--per-round", type=float)
+    ap.add_argument("--shapes", nargs="+")
+    ap.add_argument("--rounds", type=int)
+    args = ap.parse_args(["--out", "x", "--graphs", "--per-round", "0.3", "--shapes", "1x2x3", "4x5x6"])
+    line = machine.command_line("python3 bench.py", args)
+    assert line == "python3 bench.py --graphs --per-round 0.3 --shapes 1x2x3 4x5x6"
+    again = ap.parse_args(line.split()[2:] + ["--out", "x"])
+    assert vars(again) == vars(args)

@@ -125,7 +125,11 @@ def stamp(command: str) -> dict:
 
 
 def command_line(prefix: str, args) -> str:
-    """`prefix --name value ...` from an argparse namespace (lists spaced out; --out and options
-    left unset are left out)."""
-    return prefix + "".join(f" --{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                            for k, v in vars(args).items() if k != "out" and v is not None)
+    """`prefix --name value ...` from an argparse namespace (lists spaced out, flags bare; --out and
+    options left unset are left out)."""
+    def option(k, v):
+        name = f" --{k.replace('_', '-')}"
+        if isinstance(v, bool):
+            return name if v else ""
+        return f"{name} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+    return prefix + "".join(option(k, v) for k, v in vars(args).items() if k != "out" and v is not None)
