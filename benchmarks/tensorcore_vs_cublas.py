@@ -55,6 +55,8 @@ VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
                        ("tf32-tensorcore-f32", "tensorcore-f32", dict(precision="tf32")),
                        ("tf32-persistent", "tensorcore-f32", dict(precision="tf32", persistent=True)),
                        ("tf32-persistent-s3", "tensorcore-f32", dict(precision="tf32", persistent=True, num_stages=3)),
+                       ("tf32-one-copy", "tensorcore-f32", dict(precision="tf32", copy_panels=1)),
+                       ("3x-one-copy", "tensorcore-f32", dict(copy_panels=1)),
                        ("int8-tensorcore-f32", "tensorcore-f32", dict(precision="int8")),
                        ("regblock", "regblock", {})]
 SWEEP_F32 = [("3x-128x256x32-s2", "tensorcore-f32", dict(block_n=256, num_stages=2)),

@@ -329,6 +329,42 @@ def test_interpreter_tf32_within_tf32_error(persistent):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("precision,panels,n", [("tf32", 3, 70), ("3xtf32", 3, 70), ("tf32", 8, 20), ("3xtf32", 2, 33)])
+def test_interpreter_b_copied_in_panels(precision, panels, n, monkeypatch):
+    """B written K-major a panel of columns at a time, each panel's product on its own (the
+    last panel narrower, more panels asked for than there are tiles): the same answer."""
+    from tilemm.data import operands
+    from tilemm.ladder.tensorcore import t4_f32
+    calls = []
+    by_panel = t4_f32.products_by_panel
+    monkeypatch.setattr(t4_f32, "products_by_panel", lambda *args: calls.append(args[4]) or by_panel(*args))
+    a, b = operands(9, 37, n, 41, "float32", "nn")
+    c = tilemm.plan(a, b, kernel="tensorcore-f32", precision=precision, copy_panels=panels,
+                    **SMALL).execute(poison=True)
+    whole = tilemm.matmul(a, b, kernel="tensorcore-f32", precision=precision, copy_panels=1, **SMALL)
+    np.testing.assert_array_equal(c, whole)
+    assert calls == [panels]
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    assert (np.abs(c - ref) <= 2 * 2.0**-10 * scale + 2.0**-24 * np.abs(ref)).all()
+    if precision == "3xtf32":
+        verdict = compare(c, a, b, "float32")
+        assert verdict.ok, verdict.message
+
+
+def test_panels_pay_by_the_products_size():
+    """As measured on the H100 (132 SMs, 128 x 256 tiles): 2 panels at 4096³, 8 at 8192³, none
+    where panels would add a round of the SMs (5000³) or the product is too small to hide them."""
+    from tilemm.ladder.tensorcore.t4_f32 import panel_bounds, panels_pay
+    def pay(n):
+        return panels_pay(n, n, n, 128, 256, 132)
+    assert pay(1000) == 1 and pay(3000) == 1 and pay(5000) == 1
+    assert pay(4096) == 2 and pay(8192) == 8
+    assert panels_pay(8192, 8192, 8192, 128, 256, 100) < 8     # 8 panels of 256 tiles: 3 rounds each, 21 whole
+    assert panel_bounds(70, 3, 16) == [(0, 32), (32, 64), (64, 70)] and panel_bounds(20, 8, 16) == [(0, 16), (16, 20)]
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_numpy_float16_in_numpy_out():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((21, 34)).astype(np.float16)
@@ -769,3 +805,28 @@ def test_gpu_rows_copied_to_128_byte_alignment():
         c = tilemm.plan(a, b, kernel="tensorcore", align_rows=align_rows).execute(poison=True)
         verdict = compare(c.float().cpu().numpy(), a.float().cpu().numpy(), b.float().cpu().numpy(), "bfloat16")
         assert verdict.ok, (align_rows, verdict.message)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,m,n,k,dtype,params", [
+    ("tensorcore", 1000, 1000, 1000, torch.bfloat16, {}),              # one program a tile, TMA
+    ("tensorcore", 4096, 2048, 512, torch.float16, {}),                # the persistent program
+    ("tensorcore", 16, 700, 300, torch.bfloat16, {}),                  # skinny: the pointer program
+    ("tensorcore-f64", 300, 200, 100, torch.float64, {}),
+    ("tensorcore-f32", 4096, 4096, 4096, torch.float32, dict(precision="tf32"))])   # B copied in 2 panels
+def test_gpu_prepared_plan_launched_again_computes_again(kernel, m, n, k, dtype, params):
+    """A prepared plan's later launches take the compiled program straight (bound_launch): with
+    C poisoned and A's values changed between launches, each launch gives the new product."""
+    torch.manual_seed(3)
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    b = torch.randn(k, n, device="cuda").to(dtype)
+    launch, result = tilemm.plan(a, b, kernel=kernel, **params).prepare()
+    for scale in (1.0, -2.0, 0.5):
+        a.mul_(scale)                                 # powers of two: exact in every dtype
+        c = result().fill_(float("nan"))              # the plan's own C, poisoned
+        launch()
+        torch.cuda.synchronize()
+        got = c.double().cpu().numpy()
+        want = (a.double() @ b.double()).cpu().numpy()
+        tol = {torch.float64: 1e-12, torch.float32: 4e-3}.get(dtype, 2e-2)
+        assert np.isfinite(got).all() and np.abs(got - want).max() <= tol * np.abs(want).max(), scale

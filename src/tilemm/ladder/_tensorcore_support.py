@@ -110,24 +110,85 @@ def row_descriptor(x, block_rows: int, block_cols: int, align: int = 16):
 
 
 def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **constexprs):
-    """A TMA descriptor of the parts the split program writes for x (digits, or TF32 parts),
-    stacked (parts * rows, K padded to 16 bytes), K contiguous. Passing B^T as x writes B K-major.
+    """(TMA descriptor, fill): of the parts the split program writes for x (digits, or TF32
+    parts), stacked (parts * rows, K padded to 16 bytes), K contiguous, and a launcher without
+    arguments that writes them from x's current values. Passing B^T as x writes B K-major.
     split(x, out, R, C, C_PAD, stride_r, stride_c, BLOCK_R, BLOCK_C, **constexprs) is the program."""
     from triton.tools.tensor_descriptor import TensorDescriptor
-    return TensorDescriptor.from_tensor(stacked_parts_tensor(x, parts, dtype, split, **constexprs), [block_rows, block_k])
+    out = parts_buffer(x.shape[0], x.shape[1], parts, dtype, x.device)
+    stacked = out.view(parts * x.shape[0], out.shape[2])
+    return TensorDescriptor.from_tensor(stacked, [block_rows, block_k]), parts_fill(x, out, split, **constexprs)
 
 
 def stacked_parts_tensor(x, parts: int, dtype, split, **constexprs):
-    """The (parts * rows, K padded to 16 bytes) tensor of stacked_parts, K contiguous."""
+    """The (parts * rows, K padded to 16 bytes) tensor of stacked_parts, written now."""
+    out = parts_buffer(x.shape[0], x.shape[1], parts, dtype, x.device)
+    parts_fill(x, out, split, **constexprs)()
+    return out.view(parts * x.shape[0], out.shape[2])
+
+
+def parts_buffer(rows: int, k: int, parts: int, dtype, device):
+    """An empty (parts, rows, K padded to 16 bytes) tensor for parts_fill."""
     import torch
-    rows, k = x.shape
     per_16_bytes = 16 // dtype.itemsize
-    k_pad = -(-k // per_16_bytes) * per_16_bytes
-    out = torch.empty((parts, rows, k_pad), dtype=dtype, device=x.device)
+    return torch.empty((parts, rows, -(-k // per_16_bytes) * per_16_bytes), dtype=dtype, device=device)
+
+
+def parts_fill(x, out, split, **constexprs):
+    """A launcher without arguments of the split program of x (rows, K) into out (parts_buffer's
+    shape)."""
+    parts, rows, k_pad = out.shape
     grid = (-(-rows // SPLIT_BLOCK), -(-k_pad // SPLIT_BLOCK))
-    split[grid](x, out, rows, k, k_pad, x.stride(0), x.stride(1), BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK,
-                **constexprs)
-    return out.view(parts * rows, k_pad)
+    return bound_launch(split, grid, (x, out, rows, x.shape[1], k_pad, x.stride(0), x.stride(1)),
+                        dict(BLOCK_R=SPLIT_BLOCK, BLOCK_C=SPLIT_BLOCK, **constexprs))
+
+
+def bound_launch(program, grid: tuple, args: tuple, options: dict):
+    """program[grid](*args, **options) as a launcher without arguments that, from its second call
+    on, launches the compiled program directly. Triton binds and specializes every argument,
+    computes a cache key and looks the program up at each launch: on the H100's host 24 µs of CPU
+    a launch, against 13 µs for the compiled program's own launcher and 12 µs for cuBLAS through
+    torch (direct_launch_try.jsonl). With the same argument objects at every call the lookup
+    finds the same program, so it is done once. Under the interpreter, or with another device
+    current than at the first call, the plain launch."""
+    call = program[grid]
+    if _compat.triton_interpreter():
+        return lambda: call(*args, **options)
+    from triton.runtime.driver import driver
+    grid3 = tuple(grid) + (1,) * (3 - len(grid))      # the compiled program's launcher reads three
+    state = {}
+
+    def go():
+        device = driver.active.get_current_device()
+        if state.get("device") == device:
+            if "values" not in state:                 # worked out at the second call: one-shot calls skip it
+                signature = _signature(program)
+                bound = signature.bind(*args, **{k: v for k, v in options.items() if k in signature.parameters})
+                bound.apply_defaults()
+                state["values"] = tuple(bound.arguments.values())   # every argument, constexprs too
+            state["runner"](*state["values"])
+            return
+        compiled = call(*args, **options)
+        state.update(device=device, runner=compiled[grid3])
+    return go
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(program):
+    import inspect
+    return inspect.signature(program.fn)
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def side_stream(device):
+    """A second stream of the device, kept for the process (for copies that overlap a product)."""
+    import torch
+    key = str(device)
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device)
+    return _SIDE_STREAMS[key]
 
 
 _WORKSPACES: dict = {}
@@ -169,10 +230,13 @@ def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, N
     programs = sms if stream_k else min(tiles, sms)
     stream_k = stream_k and tiles % programs != 0
     kernel = matmul_persistent[(programs,)]
-    none = (None, None, 0)
+    if not stream_k:     # the same arguments at every launch
+        return bound_launch(matmul_persistent, (programs,), (a_desc, b_desc, c, *scales, None, None, 0, m, n, k,
+                                                             c.stride(0), c.stride(1)),
+                            dict(STREAM_K=False, PROGRAMS=programs, **config))
 
-    def go():
-        ws = stream_k_workspace(c.device, programs, config["BLOCK_M"], config["BLOCK_N"]) if stream_k else none
-        kernel(a_desc, b_desc, c, *scales, *ws, m, n, k, c.stride(0), c.stride(1), STREAM_K=stream_k,
+    def go():   # the workspace may grow, and each launch has an epoch of its own
+        ws = stream_k_workspace(c.device, programs, config["BLOCK_M"], config["BLOCK_N"])
+        kernel(a_desc, b_desc, c, *scales, *ws, m, n, k, c.stride(0), c.stride(1), STREAM_K=True,
                PROGRAMS=programs, **config)
     return go

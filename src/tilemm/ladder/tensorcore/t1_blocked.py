@@ -131,19 +131,19 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
                 stream_k = stream_k_pays(grid[0], support.multiprocessors(), -(-k // block_k))
             program = support.persistent_launch(a_desc, b_desc, out, m, n, k, stream_k=stream_k and not f64,
                                                 F64=f64, **tiles)
-            args, tiles = (), {}
         else:
-            program, args = matmul_tma[grid], (a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1))
+            program = support.bound_launch(matmul_tma, grid, (a_desc, b_desc, out, m, n, k, out.stride(0),
+                                                              out.stride(1)), tiles)
     else:
-        program = matmul_kernel[grid]
         args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
         tiles = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
                      FP64=str(a.dtype) == "torch.float64", num_warps=num_warps, num_stages=num_stages)
+        program = support.bound_launch(matmul_kernel, grid, args, tiles)
 
     def go():
         for fill in fills:
             fill()
-        program(*args, **tiles)
+        program()
         if upcast:
             c.copy_(out)
     return go

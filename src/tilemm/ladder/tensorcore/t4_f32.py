@@ -10,7 +10,10 @@ as accurate as TF32.
 
 Hopper's tensor cores read 32-bit operands K-major only (wgmma transposes 16-bit types alone), so
 a split pass writes both operands' parts K-major, B transposed (its time counts in the rung's);
-the product then takes its tiles by TMA, four tiles a K step shared by the three products.
+the product then takes its tiles by TMA, four tiles a K step shared by the three products. For
+large products B is written in panels of columns on a second stream, each panel's product
+starting once its panel is written, so that the copying hides behind the multiplying
+(products_by_panel).
 
 Inf and NaN: the cross terms would turn Inf times a low part (0, or of the other sign) into NaN
 or -Inf where IEEE float32 gives Inf; the small products are summed apart, dropped when not
@@ -40,6 +43,8 @@ Constraints: float32 only; any M, N, K, any strides; shared memory of a configur
 """
 from __future__ import annotations
 
+import contextlib
+
 from ... import _compat
 from ...registry import Kernel, Param, Traffic, register
 from .. import _tensorcore_support as support
@@ -52,13 +57,14 @@ IEEE_BELOW_K = 16
 
 
 def parts_of(x, parts: int, block_rows: int, block_k: int):
-    """A TMA descriptor of x's parts stacked, (parts * rows, K), K contiguous; of x itself for
-    one part (TF32) when x is already K-major with TMA's alignment."""
+    """(TMA descriptor, fill) of x's parts stacked, (parts * rows, K), K contiguous, and the
+    launcher that writes them; of x itself, fill None, for one part (TF32) when x is already
+    K-major with TMA's alignment."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
     from .t4_f32_kernel import split_tf32
     if parts == 1 and support.k_major(x):
-        return TensorDescriptor.from_tensor(x, [block_rows, block_k])
+        return TensorDescriptor.from_tensor(x, [block_rows, block_k]), None
     return support.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, PARTS=parts)
 
 
@@ -126,40 +132,138 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
                                  num_warps=4, num_stages=1)
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision, persistent=False):
+def run(a, b, c, **params):
+    bind(a, b, c, **params)()
+
+
+def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision, persistent=False,
+         copy_panels=None):
+    """run(a, b, c, ...) as a launcher without arguments: for TF32 and 3xTF32 the split passes'
+    buffers, the descriptors and the launches worked out once (a prepared plan launched many
+    times pays the launches alone); precision="int8" plans at each launch."""
     import torch
-    from .t4_f32_kernel import tf32_matmul
     m, k = a.shape
     n = b.shape[1]
     if k == 0:
-        c.zero_()
-        return
+        return c.zero_
     block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
-    if precision == "int8":      # longer K in pieces, each its own fixed-point product, added in float32
-        for k0 in range(0, k, FIXED_K):
-            part = c if k0 == 0 else torch.empty_like(c)
-            run_int8(a[:, k0:k0 + FIXED_K], b[k0:k0 + FIXED_K], part, block_m, block_n, block_k, group_m,
-                     num_warps, num_stages)
-            if k0:
-                c += part
-        return
+    if precision == "int8":
+        def go():   # longer K in pieces, each its own fixed-point product, added in float32
+            for k0 in range(0, k, FIXED_K):
+                part = c if k0 == 0 else torch.empty_like(c)
+                run_int8(a[:, k0:k0 + FIXED_K], b[k0:k0 + FIXED_K], part, block_m, block_n, block_k, group_m,
+                         num_warps, num_stages)
+                if k0:
+                    c.add_(part)
+        return go
     parts = 2 if precision == "3xtf32" else 1
     grid = (-(-m // block_m) * -(-n // block_n),)
     if parts == 2 and k < IEEE_BELOW_K:
         from .t1_blocked_kernel import matmul_kernel   # short sums: IEEE float32 on the FMA units
-        matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-                            c.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, GROUP_M=group_m,
-                            UPCAST=True, FP64=False, num_warps=num_warps, num_stages=1)
-        return
-    a_desc = parts_of(a, parts, block_m, block_k)
-    b_desc = parts_of(b.T, parts, block_n, block_k)                # (N, K): B K-major
-    if parts == 1 and persistent and grid[0] > support.multiprocessors():
-        # TF32 on the 16-bit rung's persistent program (float32 operands: tl.dot's TF32)
-        support.persistent_launch(a_desc, b_desc, c, m, n, k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                  GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)()
-        return
-    tf32_matmul[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), PARTS=parts, BLOCK_M=block_m,
-                      BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
+        return support.bound_launch(matmul_kernel, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+                                                          b.stride(1), c.stride(0), c.stride(1)),
+                                    dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, GROUP_M=group_m,
+                                         UPCAST=True, FP64=False, num_warps=num_warps, num_stages=1))
+    config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps,
+                  num_stages=num_stages)
+    a_desc, a_fill = parts_of(a, parts, block_m, block_k)
+    persistent = parts == 1 and persistent and grid[0] > support.multiprocessors()
+    b_copied = not (parts == 1 and support.k_major(b.T))          # TF32 reads a K-major B as it is
+    if copy_panels is None:   # measured for TF32; 3xTF32 ran slower in panels (the same records)
+        copy_panels = panels_pay(m, n, k, block_m, block_n, support.multiprocessors()) if parts == 1 else 1
+    if copy_panels > 1 and b_copied and not persistent:
+        steps = [products_by_panel(a_desc, b, c, parts, copy_panels, config)]
+    else:
+        b_desc, b_fill = parts_of(b.T, parts, block_n, block_k)   # (N, K): B K-major
+        if persistent:   # TF32 on the 16-bit rung's persistent program (float32 operands: tl.dot's TF32)
+            product = support.persistent_launch(a_desc, b_desc, c, m, n, k, **config)
+        else:
+            product = product_launch(a_desc, b_desc, c, k, parts, config)
+        steps = [b_fill, product]
+    steps = [step for step in [a_fill] + steps if step]
+
+    def go():
+        for step in steps:
+            step()
+    return go
+
+
+def product_launch(a_desc, b_desc, c, k, parts, config):
+    """A launcher without arguments of tf32_matmul: c (M, N) from A's and B's stacked parts."""
+    from .t4_f32_kernel import tf32_matmul
+    m, n = c.shape
+    grid = (-(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"]),)
+    return support.bound_launch(tf32_matmul, grid, (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),
+                                dict(PARTS=parts, **config))
+
+
+# The product's multiply-adds a panel from which copying B in panels pays (copy_panels=None)
+PANEL_WORK = 2**35
+MAX_PANELS = 8
+# B's K-major copy over the TF32 product's time at M = 4096 (ncu at 4096³: 42.5 µs against 406 µs);
+# the copy goes as K N and the product as M K N, so the share goes as 1 / M
+COPY_SHARE_4096 = 0.105
+
+
+def panel_bounds(n: int, panels: int, block_n: int) -> list[tuple[int, int]]:
+    """[(n0, n1), ...]: B's columns in `panels` panels of whole tiles of C (the last narrower)."""
+    width = -(-n // panels // block_n) * block_n
+    return [(n0, min(n0 + width, n)) for n0 in range(0, n, width)]
+
+
+def panels_pay(m: int, n: int, k: int, block_m: int, block_n: int, sms: int) -> int:
+    """How many column panels TF32 copies B K-major in (copy_panels=None). In rounds of the SMs
+    (a round: one tile a program), the product copying first takes R(1) (1 + share) and in P
+    panels sum R(panel) + share R(1) / P (only the first panel's copy is waited for; each panel
+    ends in a round of its own); the P that takes least, up to one panel a PANEL_WORK
+    multiply-adds and MAX_PANELS: each panel costs two launches of CPU time (~60 µs), which its
+    product must outlast for the copies to stay hidden. Measured on an H100 (TF32 against cuBLAS
+    TF32, tf32_overlap_try.jsonl and tensorcore_vs_cublas_tf32_panels*.jsonl): 4096³ 0.947x-0.965x
+    with 2 panels against 0.909x-0.938x copying first (4 panels 0.68x: the CPU's launches
+    outran the GPU); 8192³ 1.036x with 8 against 0.960x; 5000³ 0.924x with 3 panels against
+    1.027x (its 800 tiles take 7 rounds of 132 SMs, in 3 panels 8)."""
+    def rounds(columns):
+        return -(-(-(-m // block_m) * -(-columns // block_n)) // sms)
+    share = COPY_SHARE_4096 * 4096 / m
+    whole = rounds(n)
+
+    def time(panels):
+        return sum(rounds(n1 - n0) for n0, n1 in panel_bounds(n, panels, block_n)) + share * whole / panels
+    most = max(1, min(MAX_PANELS, m * n * k // PANEL_WORK))
+    return min(range(1, most + 1), key=time)
+
+
+def products_by_panel(a_desc, b, c, parts, panels, config):
+    """A launcher without arguments of c = A @ B with B's parts written K-major a panel of columns
+    (whole tiles of C) at a time on a second stream, the product of each panel started on the
+    calling stream once its copy is done: the copies (bound by HBM, little shared memory) run on
+    the SMs beside the product's programs, and only the first panel's copy is waited for. Under
+    the interpreter, in turn."""
+    import torch
+    copies, products, buffers = [], [], []
+    for n0, n1 in panel_bounds(c.shape[1], panels, config["BLOCK_N"]):
+        b_desc, copy = parts_of(b[:, n0:n1].T, parts, config["BLOCK_N"], config["BLOCK_K"])
+        copies.append(copy)
+        buffers.append(b_desc.base)
+        products.append(product_launch(a_desc, b_desc, c[:, n0:n1], b.shape[0], parts, config))
+    if not c.is_cuda:
+        return lambda: [step() for pair in zip(copies, products) for step in pair]
+    side = support.side_stream(c.device)
+    ready = [torch.cuda.Event() for _ in copies]
+    for buffer in buffers:        # written on the side stream: not handed out again before that work is done
+        buffer.record_stream(side)
+
+    def go():
+        main = torch.cuda.current_stream(c.device)
+        side.wait_stream(main)    # A's parts, and B itself, are written on the calling stream
+        with torch.cuda.stream(side):
+            for copy, event in zip(copies, ready):
+                copy()
+                event.record(side)
+        for product, event in zip(products, ready):
+            main.wait_event(event)
+            product()
+    return go
 
 
 def traffic(p, block_m, block_n, block_k, num_stages, precision, **_):
@@ -199,12 +303,16 @@ register(Kernel(
     name="tensorcore-f32", rung=23, device="cuda", backend="triton", dtypes=("float32",),
     seed="beyond", summary="float32 on tensor cores: 3xTF32 split (float32 accuracy), plain TF32, or int8 "
                            "products of 24-bit fixed point",
-    run=run, traffic=traffic, limits=limits, available=support.available, compute_unit=compute_unit,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available, compute_unit=compute_unit,
     params=tile_params(128, None, None, num_warps=8, num_stages=None, chosen_by="precision") + (
         Param("precision", "3xtf32", ("3xtf32", "tf32", "int8"),
               "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32); int8: "
               "rows and columns in 24-bit fixed point, multiplied exactly on int8 tensor cores (a "
               "normwise bound: docs/tensor_cores.md)"),
         Param("persistent", False, (False, True),
-              "tf32: one program an SM walks the tiles (the 16-bit rung's program) past one round"),),
+              "tf32: one program an SM walks the tiles (the 16-bit rung's program) past one round"),
+        Param("copy_panels", None, (None, 1, 2, 3, 4, 8),
+              "tf32 and 3xtf32: B is written K-major in this many panels of columns on a second stream, each "
+              "panel's product starting once its copy is done (the copies hide behind the product); None: "
+              "for tf32 by the product's size and tiles (panels_pay), 1 for 3xtf32"),),
 ))
