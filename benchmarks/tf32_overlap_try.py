@@ -20,54 +20,64 @@ import torch
 
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
-from tilemm.ladder import _tensorcore_support as support
+from tilemm.bench.timing import graphed, interleaved_rounds
 from tilemm.ladder.tensorcore import t4_f32
 
 import gpu_ladder  # noqa: E402  (pre-warm, --out)
 from tensorcore_vs_cublas import tf32_checked  # noqa: E402
 
 
-def overlapped(a, b, c, panels: int, block_m=128, block_n=256, block_k=32, num_warps=8, num_stages=4):
+def overlapped(a, b, c, panels: int, order: str = "copies first", priority: bool = False, block_m=128,
+               block_n=256, block_k=32, num_warps=8, num_stages=4):
     """A launcher of c = a @ b (TF32) with B copied K-major a panel of columns at a time on a side
-    stream, each panel's product launched on the calling stream once its copy is done."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    from tilemm.ladder.tensorcore.t4_f32_kernel import split_tf32, tf32_matmul
-    m, k = a.shape
-    n = b.shape[1]
-    k_pad = -(-k // 4) * 4
-    width = -(-n // panels // block_n) * block_n          # whole tiles a panel
-    bounds = [(n0, min(n0 + width, n)) for n0 in range(0, n, width)]
-    a_desc = TensorDescriptor.from_tensor(a, [block_m, block_k])
+    stream, each panel's product launched once its copy is done. order: "copies first" enqueues
+    every copy, then the products; "interleaved" enqueues copy i + 1 just before product i.
+    priority: the products run on a stream of the highest priority (forked from and joined back
+    to the calling stream), so that the SMs' block scheduler prefers their programs to the copies'."""
+    from tilemm.ladder.tensorcore.t4_f32 import panel_bounds, parts_of, product_launch
+    config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=num_warps,
+                  num_stages=num_stages)
+    a_desc, _ = parts_of(a, 1, block_m, block_k)
+    copies, products = [], []
+    for n0, n1 in panel_bounds(b.shape[1], panels, block_n):
+        b_desc, copy = parts_of(b[:, n0:n1].T, 1, block_n, block_k)
+        copies.append(copy)
+        products.append(product_launch(a_desc, b_desc, c[:, n0:n1], b.shape[0], 1, config))
     side = torch.cuda.Stream()
+    low, high = torch.cuda.Stream.priority_range() if hasattr(torch.cuda.Stream, "priority_range") else (0, -1)
+    compute = torch.cuda.Stream(priority=high) if priority else None
+    ready = [torch.cuda.Event() for _ in copies]
+    finished = torch.cuda.Event()
+
+    def copy(i):
+        with torch.cuda.stream(side):
+            copies[i]()
+            ready[i].record(side)
 
     def go():
-        main = torch.cuda.current_stream()
-        bt = torch.empty((n, k_pad), dtype=torch.float32, device=a.device)   # allocated on main
-        side.wait_stream(main)
-        done = []
-        with torch.cuda.stream(side):
-            for n0, n1 in bounds:
-                x = b[:, n0:n1].T
-                grid = (-(-(n1 - n0) // support.SPLIT_BLOCK), -(-k_pad // support.SPLIT_BLOCK))
-                split_tf32[grid](x, bt[n0:n1], n1 - n0, k, k_pad, x.stride(0), x.stride(1), PARTS=1,
-                                 BLOCK_R=support.SPLIT_BLOCK, BLOCK_C=support.SPLIT_BLOCK)
-                ev = torch.cuda.Event()
-                ev.record(side)
-                done.append(ev)
-        for (n0, n1), ev in zip(bounds, done):
-            main.wait_event(ev)
-            b_desc = TensorDescriptor.from_tensor(bt[n0:n1], [block_n, block_k])
-            cp = c[:, n0:n1]
-            grid = (-(-m // block_m) * -(-(n1 - n0) // block_n),)
-            tf32_matmul[grid](a_desc, b_desc, cp, m, n1 - n0, k, cp.stride(0), cp.stride(1), PARTS=1,
-                              BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
-                              num_warps=num_warps, num_stages=num_stages)
+        caller = torch.cuda.current_stream()
+        main = compute or caller
+        side.wait_stream(caller)
+        if compute is not None:
+            compute.wait_stream(caller)
+        if order == "copies first":
+            for i in range(len(copies)):
+                copy(i)
+        else:
+            copy(0)
+        with torch.cuda.stream(main):
+            for i, product in enumerate(products):
+                if order != "copies first" and i + 1 < len(copies):
+                    copy(i + 1)
+                main.wait_event(ready[i])
+                product()
+            finished.record(main)
+        caller.wait_event(finished)
     return go
 
 
 def main():
-    args = gpu_ladder.out_and_n(4096, rounds=4, per_round=0.3, prewarm=8.0)
+    args = gpu_ladder.out_and_n(4096, rounds=4, per_round=0.3, prewarm=8.0, panels=["2", "8"], graphs=False)
     n = args.n
     gen = torch.Generator(device="cuda").manual_seed(5)
     a = torch.randn(n, n, device="cuda", generator=gen)
@@ -92,12 +102,18 @@ def main():
     add("cublas-tf32", cublas, c_blas)
     launch, result = tilemm.plan(a, b, kernel="tensorcore-f32", precision="tf32").prepare()
     add("tilemm tf32 (as it is)", launch, result())
-    for panels in (2, 4, 8):
-        c = torch.empty(n, n, device="cuda")
-        add(f"overlap {panels} panels", overlapped(a, b, c, panels), c)
+    for panels in args.panels:
+        for order in ("copies first", "interleaved"):
+            for priority in (False, True):
+                c = torch.empty(n, n, device="cuda")
+                add(f"{panels} panels, {order}{', high priority' if priority else ''}",
+                    overlapped(a, b, c, int(panels), order, priority), c)
+    launch, result = tilemm.plan(a, b, kernel="tensorcore-f32", precision="tf32", copy_panels=1).prepare()
+    add("tilemm tf32, one copy", launch, result())
     c = torch.empty(n, n, device="cuda")
-    b_k_major = t4_f32.parts_of(b.T, 1, 256, 32)                 # copied once, outside the timing
-    a_desc = t4_f32.parts_of(a, 1, 128, 32)
+    b_k_major, fill = t4_f32.parts_of(b.T, 1, 256, 32)
+    fill()                                                        # copied once, outside the timing
+    a_desc, _ = t4_f32.parts_of(a, 1, 128, 32)
 
     def product_alone():
         from tilemm.ladder.tensorcore.t4_f32_kernel import tf32_matmul
@@ -105,6 +121,8 @@ def main():
                                                     PARTS=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, GROUP_M=8,
                                                     num_warps=8, num_stages=4)
     add("product alone (B copied before)", product_alone, c)
+    if args.graphs:      # the launches captured ten at a time in a CUDA graph: the GPU's time alone
+        launchers = {label: graphed(launch) for label, launch in launchers.items()}
     gpu_ladder.prewarm(args.prewarm)
     times = interleaved_rounds(launchers, args.rounds, args.per_round)
     base = statistics.median(times["cublas-tf32"])
@@ -113,7 +131,7 @@ def main():
     with open(args.out / "tf32_overlap_try.jsonl", "a") as f:
         for label, ts in times.items():
             med = statistics.median(ts)
-            rec = {"variant": label, "n": n, "median_ms": med, "vs_cublas_tf32": base / med,
+            rec = {"variant": label, "n": n, "graphs": args.graphs, "median_ms": med, "vs_cublas_tf32": base / med,
                    "worst_of_tf32_bound": outputs[label], "launches": len(ts), **stamp}
             print(f"{label:32} {med * 1e3:8.1f} us   vs cuBLAS TF32 {base / med:5.3f}", flush=True)
             f.write(json.dumps(rec) + "\n")

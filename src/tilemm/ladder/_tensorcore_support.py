@@ -182,12 +182,13 @@ def _signature(program):
 _SIDE_STREAMS: dict = {}
 
 
-def side_stream(device):
-    """A second stream of the device, kept for the process (for copies that overlap a product)."""
+def side_stream(device, priority: bool = False):
+    """A stream of the device besides the caller's, kept for the process: of the default (lowest)
+    priority for copies that overlap a product, or of the highest for that product."""
     import torch
-    key = str(device)
+    key = (str(device), priority)
     if key not in _SIDE_STREAMS:
-        _SIDE_STREAMS[key] = torch.cuda.Stream(device)
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device, priority=-100 if priority else 0)   # clamped to the range
     return _SIDE_STREAMS[key]
 
 

@@ -216,12 +216,13 @@ def panels_pay(m: int, n: int, k: int, block_m: int, block_n: int, sms: int) -> 
     (a round: one tile a program), the product copying first takes R(1) (1 + share) and in P
     panels sum R(panel) + share R(1) / P (only the first panel's copy is waited for; each panel
     ends in a round of its own); the P that takes least, up to one panel a PANEL_WORK
-    multiply-adds and MAX_PANELS: each panel costs two launches of CPU time (~60 µs), which its
-    product must outlast for the copies to stay hidden. Measured on an H100 (TF32 against cuBLAS
-    TF32, tf32_overlap_try.jsonl and tensorcore_vs_cublas_tf32_panels*.jsonl): 4096³ 0.947x-0.965x
-    with 2 panels against 0.909x-0.938x copying first (4 panels 0.68x: the CPU's launches
-    outran the GPU); 8192³ 1.036x with 8 against 0.960x; 5000³ 0.924x with 3 panels against
-    1.027x (its 800 tiles take 7 rounds of 132 SMs, in 3 panels 8)."""
+    multiply-adds and MAX_PANELS: each panel costs launches of CPU time, which its product must
+    outlast for the copies to stay hidden. Measured on an H100 against cuBLAS TF32
+    (tf32_overlap_try.jsonl, tensorcore_vs_cublas_tf32_panels*.jsonl): 8192³ 0.94x-1.04x with 8
+    panels against 0.90x-0.96x copying first; 4096³ 0.94x-0.98x per call with 2 against
+    0.85x-0.95x (kernel alone 0.907x against 0.887x); 8 panels at 4096³ 0.60x (64 tiles a panel:
+    half the SMs idle) and 3 at 5000³ 0.924x against 1.027x (800 tiles take 7 rounds, in 3
+    panels 8), as the rounds say."""
     def rounds(columns):
         return -(-(-(-m // block_m) * -(-columns // block_n)) // sms)
     share = COPY_SHARE_4096 * 4096 / m
@@ -235,10 +236,13 @@ def panels_pay(m: int, n: int, k: int, block_m: int, block_n: int, sms: int) -> 
 
 def products_by_panel(a_desc, b, c, parts, panels, config):
     """A launcher without arguments of c = A @ B with B's parts written K-major a panel of columns
-    (whole tiles of C) at a time on a second stream, the product of each panel started on the
-    calling stream once its copy is done: the copies (bound by HBM, little shared memory) run on
-    the SMs beside the product's programs, and only the first panel's copy is waited for. Under
-    the interpreter, in turn."""
+    (whole tiles of C) at a time on a second stream, the product of each panel started once its
+    copy is done: the copies (bound by HBM, little shared memory) run on the SMs beside the
+    product's programs, and only the first panel's copy is waited for. The products run on a
+    stream of the highest priority, so that the SMs take their programs before the copies'
+    (tf32_overlap_try.jsonl: 0.907x cuBLAS TF32 against 0.859x at 4096³, kernel alone); both
+    streams start from the calling stream's work so far, and the calling stream waits for the
+    products. Under the interpreter, in turn."""
     import torch
     copies, products, buffers = [], [], []
     for n0, n1 in panel_bounds(c.shape[1], panels, config["BLOCK_N"]):
@@ -248,21 +252,25 @@ def products_by_panel(a_desc, b, c, parts, panels, config):
         products.append(product_launch(a_desc, b_desc, c[:, n0:n1], b.shape[0], parts, config))
     if not c.is_cuda:
         return lambda: [step() for pair in zip(copies, products) for step in pair]
-    side = support.side_stream(c.device)
+    side, first = support.side_stream(c.device), support.side_stream(c.device, priority=True)
     ready = [torch.cuda.Event() for _ in copies]
-    for buffer in buffers:        # written on the side stream: not handed out again before that work is done
+    for buffer in buffers:        # used on the two streams: not handed out again before their work is done
         buffer.record_stream(side)
+        buffer.record_stream(first)
 
     def go():
-        main = torch.cuda.current_stream(c.device)
-        side.wait_stream(main)    # A's parts, and B itself, are written on the calling stream
+        caller = torch.cuda.current_stream(c.device)
+        side.wait_stream(caller)  # A's parts, B itself and C are written on the calling stream
+        first.wait_stream(caller)
         with torch.cuda.stream(side):
             for copy, event in zip(copies, ready):
                 copy()
                 event.record(side)
-        for product, event in zip(products, ready):
-            main.wait_event(event)
-            product()
+        with torch.cuda.stream(first):
+            for product, event in zip(products, ready):
+                first.wait_event(event)
+                product()
+        caller.wait_stream(first)
     return go
 
 
