@@ -192,6 +192,24 @@ def test_3xtf32_inf_and_nan_propagate_as_ieee():
     assert_ieee_nan_and_inf(c, a, b)
 
 
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_3xtf32_chunks_of_k_steps(monkeypatch):
+    """3xTF32 sums a chunk of K steps on the tensor cores, then adds it in float32: with chunks
+    of 2 steps of 16, K = 70 is chunks of 2, 2 and 1 steps (the last one partial). Float32's
+    bound holds, and Inf and NaN, one in each of two chunks, land where IEEE puts them."""
+    from tilemm.data import operands
+    from tilemm.ladder.tensorcore import t4_f32
+    monkeypatch.setattr(t4_f32, "CHUNK_STEPS", 2)
+    a, b = operands(5, 12, 9, 70, "float32")
+    c = tilemm.plan(a, b, kernel="tensorcore-f32", **SMALL).execute(poison=True)
+    verdict = compare(c, a, b, "float32")
+    assert verdict.ok, verdict.message
+    a[2, 4], a[5, 40], b[65, 7] = np.nan, np.inf, -np.inf
+    b[40, 3] = 0.0                     # inf * 0 is NaN in IEEE as well
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", **SMALL)
+    assert_ieee_nan_and_inf(c, a, b)
+
+
 def int8_precision_bound(a, b, c):
     """precision="int8"'s normwise bound (t4_f32.py), (error, bound) against float64: each input
     off by under 1/FIXED_TOP of its row's (column's) largest, r_i (c_j), from rounding to fixed
@@ -475,15 +493,16 @@ k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=con
 out["float64-persistent"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # tensorcore-f32: 3xTF32 and TF32 products by TMA, and the split
 from tilemm.ladder.tensorcore.t4_f32_kernel import split_tf32, tf32_matmul
-from tilemm.ladder.tensorcore.t4_f32 import tiles
+from tilemm.ladder.tensorcore.t4_f32 import CHUNK_STEPS, tiles
 p = {q.name: q.default for q in tilemm.kernel("tensorcore-f32").params}
 for parts in (1, 2):
     block_n, block_k, stages = tiles("3xtf32" if parts == 2 else "tf32", p["block_n"], p["block_k"], p["num_stages"])
     sig = dict(a_desc=f"tensordesc<fp32[{p['block_m']}, {block_k}]>",
                b_desc=f"tensordesc<fp32[{block_n}, {block_k}]>", c_ptr="*fp32", M="i32", N="i32",
-               K="i32", stride_cm="i32", stride_cn="i32", PARTS="constexpr", BLOCK_M="constexpr",
+               K="i32", stride_cm="i32", stride_cn="i32", PARTS="constexpr", CHUNK="constexpr", BLOCK_M="constexpr",
                BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr")
-    const = dict(PARTS=parts, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=p["group_m"])
+    const = dict(PARTS=parts, CHUNK=CHUNK_STEPS, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k,
+                 GROUP_M=p["group_m"])
     k = triton.compile(ASTSource(fn=tf32_matmul, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=stages))
     out[f"tf32x{2 * parts - 1}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,

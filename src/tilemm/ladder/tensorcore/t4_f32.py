@@ -70,12 +70,22 @@ def parts_of(x, parts: int, block_rows: int, block_k: int):
 
 def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
     """(block_n, block_k, num_stages) with the defaults (None) filled in. Measured on an H100
-    (tensorcore_vs_cublas_f32_sweep.jsonl): 128 x 256 x 32 tiles, 4 stages for TF32; 3xTF32 loads
-    twice the bytes a step, so 2 fit. int8: the integer rung's int64 tiles, 128 x 128 x 128 with
-    4 stages."""
+    (tensorcore_vs_cublas_f32_sweep.jsonl): 128 x 256 x 32 tiles, 4 stages for TF32. 3xTF32 keeps
+    three accumulators (the total, a chunk's big and small products), which at 128 x 256 spill
+    registers (0.28x SGEMM): 128 x 128 x 32, 3 stages (h100-2026-11-23-s6/f32_chunk_try.jsonl).
+    int8: the integer rung's int64 tiles, 128 x 128 x 128 with 4 stages."""
     if precision == "int8":
         return block_n or 128, block_k or 128, num_stages or 4
-    return block_n or 256, block_k or 32, num_stages or (2 if precision == "3xtf32" else 4)
+    if precision == "3xtf32":
+        return block_n or 128, block_k or 32, num_stages or 3
+    return block_n or 256, block_k or 32, num_stages or 4
+
+
+# 3xTF32: K steps whose products the tensor cores chain before one float32 add (tf32_matmul).
+# Measured at 4096³ / 8192³ (f32_chunk_try.jsonl): 4 steps 1.62x / 1.71x SGEMM at an error of
+# 4.6e-7 / 5.5e-7, 8 steps 1.74x / 1.86x at 6.9e-7 / 7.0e-7, 16 steps 1.92x / 2.06x at 1.3e-6 /
+# 1.4e-6 (SGEMM: 2.8e-6 / 4.5e-6; one step, the former program: 1.40x / 1.50x at 5.2e-7 / 8.3e-7).
+CHUNK_STEPS = 16
 
 
 # precision="int8": three signed base-256 digits reach 127 * (1 + 2^8 + 2^16) at most
@@ -194,7 +204,7 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
     m, n = c.shape
     grid = (-(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"]),)
     return support.bound_launch(tf32_matmul, grid, (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),
-                                dict(PARTS=parts, **config))
+                                dict(PARTS=parts, CHUNK=CHUNK_STEPS, **config))
 
 
 # The product's multiply-adds a panel from which copying B in panels pays (copy_panels=None)
