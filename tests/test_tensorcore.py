@@ -200,6 +200,7 @@ def test_3xtf32_chunks_of_k_steps(monkeypatch):
     from tilemm.data import operands
     from tilemm.ladder.tensorcore import t4_f32
     monkeypatch.setattr(t4_f32, "CHUNK_STEPS", 2)
+    monkeypatch.setattr(t4_f32, "MIN_CHUNKS", 1)
     a, b = operands(5, 12, 9, 70, "float32")
     c = tilemm.plan(a, b, kernel="tensorcore-f32", **SMALL).execute(poison=True)
     verdict = compare(c, a, b, "float32")
@@ -208,6 +209,11 @@ def test_3xtf32_chunks_of_k_steps(monkeypatch):
     b[40, 3] = 0.0                     # inf * 0 is NaN in IEEE as well
     c = tilemm.matmul(a, b, kernel="tensorcore-f32", **SMALL)
     assert_ieee_nan_and_inf(c, a, b)
+
+
+def test_3xtf32_chunks_leave_k_eight_of_them():
+    from tilemm.ladder.tensorcore.t4_f32 import chunk_steps
+    assert [chunk_steps(k, 32) for k in (1, 255, 256, 512, 1024, 2048, 3000, 4096, 65536)] == [1, 1, 1, 2, 4, 8, 8, 16, 16]
 
 
 def int8_precision_bound(a, b, c):

@@ -86,6 +86,18 @@ def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
 # 4.6e-7 / 5.5e-7, 8 steps 1.74x / 1.86x at 6.9e-7 / 7.0e-7, 16 steps 1.92x / 2.06x at 1.3e-6 /
 # 1.4e-6 (SGEMM: 2.8e-6 / 4.5e-6; one step, the former program: 1.40x / 1.50x at 5.2e-7 / 8.3e-7).
 CHUNK_STEPS = 16
+# A chunk's error does not shrink with K, SGEMM's grows with it: with 16 steps (512 of K) the
+# error was above SGEMM's for K of 256-1024 (at 512: 1.7e-6 against 1.35e-6), below it from 2048
+# on (f32_chunk_error.jsonl). So K has at least MIN_CHUNKS chunks: with them every K measured
+# (64 to 16384, M = N = 2048) came out below SGEMM's error, by 1.3x to 8x.
+MIN_CHUNKS = 8
+
+
+def chunk_steps(k: int, block_k: int) -> int:
+    """K steps a chunk of 3xTF32 (a power of two): CHUNK_STEPS, fewer where K would have fewer
+    than MIN_CHUNKS chunks."""
+    steps = max(1, k // (MIN_CHUNKS * block_k))
+    return min(CHUNK_STEPS, 1 << (steps.bit_length() - 1))
 
 
 # precision="int8": three signed base-256 digits reach 127 * (1 + 2^8 + 2^16) at most
@@ -204,7 +216,7 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
     m, n = c.shape
     grid = (-(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"]),)
     return support.bound_launch(tf32_matmul, grid, (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),
-                                dict(PARTS=parts, CHUNK=CHUNK_STEPS, **config))
+                                dict(PARTS=parts, CHUNK=chunk_steps(k, config["BLOCK_K"]), **config))
 
 
 # The product's multiply-adds a panel from which copying B in panels pays (copy_panels=None)
