@@ -10,17 +10,18 @@ variant's answer checked against cuBLAS's first.
 """
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
-from pathlib import Path
 
 import torch
 
 from tilemm import machine
 from tilemm.bench.timing import launch_overhead_us
-from tilemm.ladder.tensorcore import t1_blocked
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_tma
+
+import gpu_ladder  # noqa: E402  (--out/--n)
+
+from launch_overhead import bf16_program  # noqa: E402  (benchmarks/ on the path)
 
 
 def bound_values(jit_fn, args, kwargs):
@@ -33,27 +34,12 @@ def bound_values(jit_fn, args, kwargs):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--n", type=int, default=1000)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = gpu_ladder.out_and_n(1000)
     n = args.n
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    program_args, a, b = bf16_program(n)
+    grid, tiles = program_args.grid, program_args.tiles
     want = a @ b
-    tiles = t1_blocked.resolve_tiles(n, n, dict(block_m=None, block_n=None, block_k=None, num_warps=None,
-                                                num_stages=None))
-    a_desc = t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0]
-    b_desc = t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0]
-    grid = (-(-n // tiles["block_m"]) * -(-n // tiles["block_n"]),)
     outs = {}
-
-    def program_args(c):
-        return ((a_desc, b_desc, c, n, n, n, c.stride(0), c.stride(1)),
-                dict(A_T=False, B_T=False, BLOCK_M=tiles["block_m"], BLOCK_N=tiles["block_n"],
-                     BLOCK_K=tiles["block_k"], GROUP_M=8, UPCAST=False, num_warps=tiles["num_warps"],
-                     num_stages=tiles["num_stages"]))
 
     def jit_launch():
         c = outs.setdefault("jit", torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16))

@@ -6,17 +6,15 @@ the tensor cores' asynchronous pipeline drains every step (ncu at 4096³: tensor
 39% of the warps' cycles waiting at a barrier; h100-2026-11-22-s5/ncu_f32.txt). Here the K loop
 is two loops: an inner one over CHUNK steps, pipelined by Triton, whose products chain on the
 tensor cores (the big a_hi b_hi into one accumulator, the small cross terms into another), and
-an outer one that adds the chunk into the float32 total. SPLIT_SMALL=False puts all three
-products into one accumulator (two accumulators' registers instead of three). Each variant's
-error against float64 (max |C - C64| / max |C64|, random normal data) beside cuBLAS SGEMM's
-(TF32 off) and the rung's; interleaved rounds, CUDA events, medians.
+an outer one that adds the chunk into the float32 total — what the rung now does
+(t4_f32_kernel.tf32_matmul, timed here with several chunk lengths), and a form of it with A's
+split done in registers. Each variant's error against float64 (max |C - C64| / max |C64|, random
+normal data) beside cuBLAS SGEMM's (TF32 off) and the rung's; interleaved rounds, CUDA events,
+medians.
 
     PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/f32_chunk_try.py --out DIR --n 4096
 """
 from __future__ import annotations
-
-import json
-import statistics
 
 import torch
 import triton
@@ -26,40 +24,10 @@ import tilemm
 from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
 from tilemm.ladder.tensorcore.t1_blocked_kernel import tile_position
+from tilemm.ladder.tensorcore import t4_f32
 from tilemm.ladder.tensorcore.t4_f32 import parts_of
 
 import gpu_ladder  # noqa: E402  (pre-warm, --out/--n)
-
-
-@triton.jit
-def tf32x3_chunked(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, CHUNK: tl.constexpr,
-                   SPLIT_SMALL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for c0 in range(0, K, CHUNK * BLOCK_K):
-        big = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(c0, tl.minimum(c0 + CHUNK * BLOCK_K, K), BLOCK_K):
-            a_hi = a_desc.load([off_m, k0])
-            b_hi = b_desc.load([off_n, k0]).T
-            a_lo = a_desc.load([M + off_m, k0])
-            b_lo = b_desc.load([N + off_n, k0]).T
-            if SPLIT_SMALL:
-                small = tl.dot(a_lo, b_hi, small, input_precision="tf32")
-                small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
-            else:
-                big = tl.dot(a_lo, b_hi, big, input_precision="tf32")
-                big = tl.dot(a_hi, b_lo, big, input_precision="tf32")
-            big = tl.dot(a_hi, b_hi, big, input_precision="tf32")
-        if SPLIT_SMALL:
-            acc += big + tl.where(tl.abs(small) < float("inf"), small, 0.0)
-        else:
-            acc += big
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 @triton.jit
@@ -110,74 +78,57 @@ def a_in_registers(a, b, c, chunk, block_m, block_n, block_k=32, num_warps=8, nu
     return go
 
 
-def chunked(a, b, c, chunk, split_small, block_m, block_n, block_k=32, num_warps=8, num_stages=2):
-    m, k = a.shape
-    n = b.shape[1]
+def chunked(a, b, c, chunk, block_m, block_n, block_k=32, num_warps=8, num_stages=3):
+    """The rung's program (t4_f32_kernel.tf32_matmul) with chunks of `chunk` K steps and these tiles."""
+    from tilemm.ladder.tensorcore.t4_f32 import product_launch
     a_desc, a_fill = parts_of(a, 2, block_m, block_k)
     b_desc, b_fill = parts_of(b.T, 2, block_n, block_k)
-    grid = (-(-m // block_m) * -(-n // block_n),)
+    config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=num_warps,
+                  num_stages=num_stages)
+    kept = t4_f32.CHUNK_STEPS, t4_f32.MIN_CHUNKS
+    t4_f32.CHUNK_STEPS, t4_f32.MIN_CHUNKS = chunk, 1
+    try:
+        product = product_launch(a_desc, b_desc, c, a.shape[1], 2, config)
+    finally:
+        t4_f32.CHUNK_STEPS, t4_f32.MIN_CHUNKS = kept
 
     def go():
         a_fill()
         b_fill()
-        tf32x3_chunked[grid](a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1), CHUNK=chunk,
-                             SPLIT_SMALL=split_small, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                             GROUP_M=8, num_warps=num_warps, num_stages=num_stages)
+        product()
     return go
 
 
-VARIANTS = [  # (chunk, split_small, block_m, block_n, num_stages)
-    (4, True, 128, 128, 3), (8, True, 128, 128, 3), (16, True, 128, 128, 3),
-    (8, False, 128, 128, 3), (8, False, 128, 256, 2), (16, False, 128, 256, 2), (8, True, 128, 256, 2),
-]
-# run 2: the rung now chunks (16 steps, 128 x 128, 3 stages); A split in registers beside it
-A_IN_REGISTERS = [  # (chunk, block_m, block_n, num_stages)
-    (16, 128, 128, 3), (16, 128, 128, 4), (12, 128, 128, 4)]
+# run 1 (the rung still added every K step) also timed two accumulators (the small products in the
+# big one's) and 128 x 256 tiles, with a copy of the program since folded into the rung: its
+# records say so; the program is in git's history
+VARIANTS = [(4, 128, 128, 3), (8, 128, 128, 3), (16, 128, 128, 3)]  # (chunk, block_m, block_n, stages)
+# run 2: A's split done in registers beside the rung (which now chunks)
+A_IN_REGISTERS = [(16, 128, 128, 3), (16, 128, 128, 4), (12, 128, 128, 4)]
 
 
 def main():
     args = gpu_ladder.out_and_n(4096, rounds=4, per_round=0.3, prewarm=8.0)
     n = args.n
-    gen = torch.Generator(device="cuda").manual_seed(n)
-    a = torch.randn(n, n, device="cuda", generator=gen)
-    b = torch.randn(n, n, device="cuda", generator=gen)
-    ref = a.double() @ b.double()
-    torch.backends.cuda.matmul.allow_tf32 = False                         # true SGEMM
-    launchers, errors = {}, {}
-
-    def add(label, launch, c):
-        c.fill_(float("nan"))
-        try:
-            launch()
-            torch.cuda.synchronize()
-        except Exception as e:                # a variant that does not compile or fit: say so, go on
-            print(f"{label:40} FAILED: {type(e).__name__}: {str(e)[:200]}", flush=True)
-            return
-        err = float((c.double() - ref).abs().max() / ref.abs().max())
-        print(f"{label:40} relative error {err:.2e}", flush=True)
-        assert err < 1e-4, label
-        launchers[label], errors[label] = launch, err
-
+    a, b, ref = gpu_ladder.float32_operands(n)
+    variants = gpu_ladder.Checked(gpu_ladder.relative_error_check(ref, 1e-4))
     c_sgemm = torch.empty_like(a)
-    add("cublas-sgemm", lambda: torch.matmul(a, b, out=c_sgemm), c_sgemm)
+    variants.add("cublas-sgemm", lambda: torch.matmul(a, b, out=c_sgemm), c_sgemm)
     launch, result = tilemm.plan(a, b, kernel="tensorcore-f32").prepare()
-    add("3xtf32 (the rung)", launch, result())
+    variants.add("3xtf32 (the rung)", launch, result())
+    for chunk, bm, bn, stages in VARIANTS:
+        c = torch.empty_like(a)
+        variants.add(f"chunk {chunk} {bm}x{bn} s{stages}", chunked(a, b, c, chunk, bm, bn, num_stages=stages), c)
     for chunk, bm, bn, stages in A_IN_REGISTERS:
         c = torch.empty_like(a)
-        add(f"A in registers, chunk {chunk} {bm}x{bn} s{stages}", a_in_registers(a, b, c, chunk, bm, bn,
-                                                                                 num_stages=stages), c)
+        variants.add(f"A in registers, chunk {chunk} {bm}x{bn} s{stages}",
+                     a_in_registers(a, b, c, chunk, bm, bn, num_stages=stages), c)
     gpu_ladder.prewarm(args.prewarm)
-    times = interleaved_rounds(launchers, args.rounds, args.per_round)
-    base = statistics.median(times["cublas-sgemm"])
+    times = interleaved_rounds(variants.launchers, args.rounds, args.per_round)
     stamp = machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
                                                "benchmarks/f32_chunk_try.py", args))
-    with open(args.out / "f32_chunk_try.jsonl", "a") as f:
-        for label, ts in times.items():
-            med = statistics.median(ts)
-            rec = {"variant": label, "n": n, "median_ms": med, "vs_sgemm": base / med,
-                   "relative_error": errors[label], "launches": len(ts), **stamp}
-            print(f"{label:40} {med * 1e3:9.1f} us   vs SGEMM {base / med:5.3f}   error {errors[label]:.1e}", flush=True)
-            f.write(json.dumps(rec) + "\n")
+    gpu_ladder.write_ratios(args.out / "f32_chunk_try.jsonl", times, "cublas-sgemm", "vs_sgemm", {"n": n, **stamp},
+                            relative_error=variants.values)
 
 
 if __name__ == "__main__":

@@ -34,11 +34,7 @@ def with_lowest(launch, lowest: int):
 def main():
     args = gpu_ladder.out_and_n(4096)
     n = args.n
-    gen = torch.Generator(device="cuda").manual_seed(n)
-    a = torch.randn(n, n, device="cuda", generator=gen)
-    b = torch.randn(n, n, device="cuda", generator=gen)
-    want = a.double() @ b.double()
-    torch.backends.cuda.matmul.allow_tf32 = False                         # true SGEMM
+    a, b, want = gpu_ladder.float32_operands(n)                         # and cuBLAS as true SGEMM
     sgemm_out = torch.empty_like(a)
     plans = {"cublas-sgemm": None,
              "3xtf32": tilemm.plan(a, b, kernel="tensorcore-f32"),

@@ -20,7 +20,6 @@ K = 8192, against a float64 product of the same fp8 values, on normal data and o
 from __future__ import annotations
 
 import json
-import statistics
 
 import torch
 import triton
@@ -114,40 +113,20 @@ def main():
     b_t = torch.randn(n, n, generator=g, device="cuda").to(torch.float8_e4m3fn)
     scale = torch.tensor(0.5, device="cuda")
     ref = (a.double() @ b_t.double().T) * 0.25
-    launchers, errs = {}, {}
-
-    def add(label, launch, c):
-        c.fill_(float("nan"))
-        try:
-            launch()
-            torch.cuda.synchronize()
-        except Exception as e:       # a variant that does not compile or fit: say so, go on
-            print(f"{label:36} FAILED: {type(e).__name__}: {str(e)[:200]}", flush=True)
-            return
-        err = float((c.double() - ref).abs().max() / ref.abs().max())
-        print(f"{label:36} relative error {err:.2e}", flush=True)
-        assert err < 1e-2, label
-        launchers[label], errs[label] = launch, err
-
+    variants = gpu_ladder.Checked(gpu_ladder.relative_error_check(ref, 1e-2))
     c0 = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-    add("_scaled_mm", lambda: torch._scaled_mm(a, b_t.T, scale, scale, out_dtype=torch.bfloat16, out=c0), c0)
+    variants.add("_scaled_mm", lambda: torch._scaled_mm(a, b_t.T, scale, scale, out_dtype=torch.bfloat16, out=c0),
+                 c0)
     c1 = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-    add("scaled_matmul (rung)", lambda: tilemm.scaled_matmul(a, b_t.T, scale, scale, out=c1), c1)
+    variants.add("scaled_matmul (rung)", lambda: tilemm.scaled_matmul(a, b_t.T, scale, scale, out=c1), c1)
     for chunk, bm, bn, warps, stages in VARIANTS:
         c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-        add(f"chunk {chunk} {bm}x{bn} w{warps} s{stages}", chunked(a, b_t, c, scale, chunk, bm, bn,
-                                                                   num_warps=warps, num_stages=stages), c)
+        variants.add(f"chunk {chunk} {bm}x{bn} w{warps} s{stages}",
+                     chunked(a, b_t, c, scale, chunk, bm, bn, num_warps=warps, num_stages=stages), c)
     gpu_ladder.prewarm(args.prewarm)
-    times = interleaved_rounds(launchers, args.rounds, args.per_round)
-    base = statistics.median(times["_scaled_mm"])
-    with open(args.out / "fp8_chunk_try.jsonl", "a") as f:
-        for label, ts in times.items():
-            med = statistics.median(ts)
-            rec = {"variant": label, "n": n, "median_ms": med, "vs_scaled_mm": base / med, "relative_error": errs[label],
-                   "launches": len(ts), **STAMP}
-            print(f"{label:36} {med * 1e3:8.1f} us  {2 * n**3 / med / 1e9:6.0f} TFLOP/s  vs _scaled_mm {base / med:5.3f}",
-                  flush=True)
-            f.write(json.dumps(rec) + "\n")
+    times = interleaved_rounds(variants.launchers, args.rounds, args.per_round)
+    gpu_ladder.write_ratios(args.out / "fp8_chunk_try.jsonl", times, "_scaled_mm", "vs_scaled_mm", {"n": n, **STAMP},
+                            relative_error=variants.values)
 
 
 if __name__ == "__main__":

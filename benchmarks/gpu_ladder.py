@@ -96,6 +96,63 @@ def prewarm(seconds: float):
         cp.cuda.Device().synchronize()
 
 
+def float32_operands(n: int):
+    """(a, b, a @ b in float64): n x n random normal float32 on the GPU, seeded by n; and cuBLAS
+    set to true SGEMM (TF32 off) for the anchors."""
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    a = torch.randn(n, n, device="cuda", generator=gen)
+    b = torch.randn(n, n, device="cuda", generator=gen)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return a, b, a.double() @ b.double()
+
+
+def relative_error_check(ref, tolerance: float):
+    """check(c) -> (ok, max |C - ref| / max |ref|): within `tolerance`, and no NaN."""
+    def check(c):
+        err = float((c.double() - ref).abs().max() / ref.abs().max())
+        return err <= tolerance, err
+    return check
+
+
+class Checked:
+    """The variants of a try, each run once and checked before it is timed: check(c) -> (ok,
+    number) on its poisoned output c. A variant that does not compile or launch is reported and
+    left out, so the try goes on; a wrong answer stops it."""
+
+    def __init__(self, check, width: int = 40):
+        self.check, self.width = check, width
+        self.launchers, self.values = {}, {}
+
+    def add(self, label: str, launch, c):
+        import torch
+        c.fill_(float("nan"))
+        try:
+            launch()
+            torch.cuda.synchronize()
+        except Exception as e:
+            print(f"{label:{self.width}} FAILED: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            return
+        ok, value = self.check(c)
+        print(f"{label:{self.width}} checked: {ok} ({value:.2e})", flush=True)
+        assert ok, label
+        self.launchers[label], self.values[label] = launch, value
+
+
+def write_ratios(path: Path, times: dict, anchor: str, ratio: str, stamp: dict, width: int = 40, **fields):
+    """Appends a record a variant to path and prints a line each: its median ms, the anchor's
+    median over its own (`ratio`), `fields` ({name: {label: value}}), the launches timed, stamp."""
+    base = statistics.median(times[anchor])
+    with open(path, "a") as f:
+        for label, ts in times.items():
+            med = statistics.median(ts)
+            rec = {"variant": label, "median_ms": med, ratio: base / med,
+                   **{name: values[label] for name, values in fields.items()}, "launches": len(ts), **stamp}
+            extra = "   ".join(f"{name} {values[label]:.2e}" for name, values in fields.items())
+            print(f"{label:{width}} {med * 1e3:9.1f} us   {ratio} {base / med:5.3f}   {extra}", flush=True)
+            f.write(json.dumps(rec) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)

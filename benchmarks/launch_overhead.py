@@ -10,12 +10,10 @@ of the prepared plan's calls.
 """
 from __future__ import annotations
 
-import argparse
 import cProfile
 import io
 import json
 import pstats
-from pathlib import Path
 
 import torch
 
@@ -25,32 +23,48 @@ from tilemm.bench.timing import launch_overhead_us
 from tilemm.ladder.tensorcore import t1_blocked
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_tma
 
+import gpu_ladder  # noqa: E402  (--out/--n)
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--n", type=int, default=1000)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    n = args.n
+
+def bf16_program(n: int):
+    """(args, n, a, b): bf16 operands n x n, the rung's default tiles at that size, and
+    args(c, a_desc, b_desc) -> (positional, keyword) arguments of matmul_tma[grid] writing c
+    (descriptors of a and b made once when not given)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
     tiles = t1_blocked.resolve_tiles(n, n, dict(block_m=None, block_n=None, block_k=None, num_warps=None,
                                                 num_stages=None))
-    launch, _ = tilemm.plan(a, b, kernel="tensorcore").prepare()
-    a_desc = t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0]
-    b_desc = t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0]
-    grid = (-(-n // tiles["block_m"]) * -(-n // tiles["block_n"]),)
+    descriptors = (t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0],
+                   t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0])
 
-    def raw(a_desc=a_desc, b_desc=b_desc):
-        matmul_tma[grid](a_desc, b_desc, c, n, n, n, c.stride(0), c.stride(1), A_T=False, B_T=False,
-                         BLOCK_M=tiles["block_m"], BLOCK_N=tiles["block_n"], BLOCK_K=tiles["block_k"], GROUP_M=8,
-                         UPCAST=False, num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+    def args(c, a_desc=None, b_desc=None):
+        a_desc, b_desc = (a_desc or descriptors[0]), (b_desc or descriptors[1])
+        return ((a_desc, b_desc, c, n, n, n, c.stride(0), c.stride(1)),
+                dict(A_T=False, B_T=False, BLOCK_M=tiles["block_m"], BLOCK_N=tiles["block_n"],
+                     BLOCK_K=tiles["block_k"], GROUP_M=8, UPCAST=False, num_warps=tiles["num_warps"],
+                     num_stages=tiles["num_stages"]))
+    args.grid = (-(-n // tiles["block_m"]) * -(-n // tiles["block_n"]),)
+    args.tiles = tiles
+    return args, a, b
+
+
+def main():
+    args = gpu_ladder.out_and_n(1000)
+    n = args.n
+    program_args, a, b = bf16_program(n)
+    tiles, grid = program_args.tiles, program_args.grid
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    launch, _ = tilemm.plan(a, b, kernel="tensorcore").prepare()
+
+    positional, keywords = program_args(c)
+
+    def raw():
+        matmul_tma[grid](*positional, **keywords)
 
     def raw_with_descriptors():
-        raw(t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0],
-            t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0])
+        p, kw = program_args(c, t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0],
+                             t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0])
+        matmul_tma[grid](*p, **kw)
     layers = {
         "cublas (torch.matmul out=)": lambda: torch.matmul(a, b, out=c),
         "tilemm plan launch": launch,

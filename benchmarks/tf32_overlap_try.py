@@ -13,9 +13,6 @@ TF32's bound first.
 """
 from __future__ import annotations
 
-import json
-import statistics
-
 import torch
 
 import tilemm
@@ -82,16 +79,8 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(5)
     a = torch.randn(n, n, device="cuda", generator=gen)
     b = torch.randn(n, n, device="cuda", generator=gen)
-    launchers, outputs = {}, {}
-
-    def add(label, launch, c):
-        c.fill_(float("nan"))
-        launch()
-        torch.cuda.synchronize()
-        ok, worst = tf32_checked(c, a, b)
-        print(f"{label:28} checked: {ok} (worst error {worst:.2f} of TF32's bound)", flush=True)
-        assert ok, label
-        launchers[label], outputs[label] = launch, worst
+    variants = gpu_ladder.Checked(lambda c: tf32_checked(c, a, b), width=32)
+    add = variants.add
 
     c_blas = torch.empty(n, n, device="cuda")
 
@@ -121,20 +110,15 @@ def main():
                                                     PARTS=1, CHUNK=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, GROUP_M=8,
                                                     num_warps=8, num_stages=4)
     add("product alone (B copied before)", product_alone, c)
+    launchers = variants.launchers
     if args.graphs:      # the launches captured ten at a time in a CUDA graph: the GPU's time alone
         launchers = {label: graphed(launch) for label, launch in launchers.items()}
     gpu_ladder.prewarm(args.prewarm)
     times = interleaved_rounds(launchers, args.rounds, args.per_round)
-    base = statistics.median(times["cublas-tf32"])
     stamp = machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
                                                "benchmarks/tf32_overlap_try.py", args))
-    with open(args.out / "tf32_overlap_try.jsonl", "a") as f:
-        for label, ts in times.items():
-            med = statistics.median(ts)
-            rec = {"variant": label, "n": n, "graphs": args.graphs, "median_ms": med, "vs_cublas_tf32": base / med,
-                   "worst_of_tf32_bound": outputs[label], "launches": len(ts), **stamp}
-            print(f"{label:32} {med * 1e3:8.1f} us   vs cuBLAS TF32 {base / med:5.3f}", flush=True)
-            f.write(json.dumps(rec) + "\n")
+    gpu_ladder.write_ratios(args.out / "tf32_overlap_try.jsonl", times, "cublas-tf32", "vs_cublas_tf32",
+                            {"n": n, "graphs": args.graphs, **stamp}, width=32, worst_of_tf32_bound=variants.values)
 
 
 if __name__ == "__main__":
