@@ -377,14 +377,14 @@ def test_interpreter_b_copied_in_panels(precision, panels, n, monkeypatch):
 
 
 def test_panels_pay_by_the_products_size():
-    """As measured on the H100 (132 SMs, 128 x 256 tiles): 2 panels at 4096³, 8 at 8192³, none
+    """As measured on the H100 (132 SMs, 128 x 256 tiles): 4 panels at 4096³ and 8192³, none
     where panels would add a round of the SMs (5000³) or the product is too small to hide them."""
     from tilemm.ladder.tensorcore.t4_f32 import panel_bounds, panels_pay
     def pay(n):
         return panels_pay(n, n, n, 128, 256, 132)
     assert pay(1000) == 1 and pay(3000) == 1 and pay(5000) == 1
-    assert pay(4096) == 2 and pay(8192) == 8
-    assert panels_pay(8192, 8192, 8192, 128, 256, 100) < 8     # 8 panels of 256 tiles: 3 rounds each, 21 whole
+    assert pay(4096) == 4 and pay(8192) == 4 and pay(6144) == 3
+    assert panels_pay(8192, 8192, 8192, 128, 256, 100) < 4     # 4 panels of 512 tiles: 6 rounds each, 21 whole
     assert panel_bounds(70, 3, 16) == [(0, 32), (32, 64), (64, 70)] and panel_bounds(20, 8, 16) == [(0, 16), (16, 20)]
 
 
