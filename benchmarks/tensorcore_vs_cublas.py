@@ -63,7 +63,7 @@ VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
                        ("int8-tensorcore-f32", "tensorcore-f32", dict(precision="int8")),
                        ("regblock", "regblock", {})]
 SWEEP_F32 = [("3x-128x64x32-w4-s4", "tensorcore-f32", dict(block_n=64, num_warps=4, num_stages=4)),
-             ("3x-128x128x16-s6", "tensorcore-f32", dict(block_k=16, num_stages=6)),
+             ("3x-128x128x16-s5", "tensorcore-f32", dict(block_k=16, num_stages=5)),
              ("3x-64x128x32-w4-s3", "tensorcore-f32", dict(block_m=64, num_warps=4)),
              ("3x-64x256x32-s2", "tensorcore-f32", dict(block_m=64, block_n=256, num_stages=2)),
              ("3x-gm4", "tensorcore-f32", dict(group_m=4)),
