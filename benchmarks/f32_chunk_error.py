@@ -2,7 +2,8 @@
 SGEMM's"), for chunks of several lengths: the tensor cores' own sums, which drop low bits, run
 over a chunk of K steps before each float32 add, so a chunk's error does not shrink with K while
 SGEMM's grows with it; the rung (chunk_steps: at least MIN_CHUNKS chunks) beside fixed chunk
-lengths. M = N = 2048, random normal data; max |C - C64| / max |C64|.
+lengths. M = N = 2048 (--n), random normal data; max |C - C64| / max |C64|. SGEMM's error depends on
+cuBLAS's algorithm for the shape (split-K, where K is long beside M and N, sums shorter runs).
 
     PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/f32_chunk_error.py --out DIR
 """
@@ -22,7 +23,7 @@ import gpu_ladder  # noqa: E402  (--out)
 def main():
     args = gpu_ladder.out_and_n(2048, ks=["64", "128", "256", "512", "1024", "2048", "4096", "16384"],
                                 chunks=["1", "2", "4", "8", "16"])
-    n = args.n
+    n = args.n        # M = N
     torch.backends.cuda.matmul.allow_tf32 = False
     stamp = machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
                                                "benchmarks/f32_chunk_error.py", args))

@@ -118,11 +118,12 @@ def relative_error_check(ref, tolerance: float):
 class Checked:
     """The variants of a try, each run once and checked before it is timed: check(c) -> (ok,
     number) on its poisoned output c. A variant that does not compile or launch is reported and
-    left out, so the try goes on; a wrong answer stops it."""
+    left out, so the try goes on; a wrong answer stops it, unless wrong_ones_out, where it is
+    reported, kept in `wrong` and left out of the timing."""
 
-    def __init__(self, check, width: int = 40):
-        self.check, self.width = check, width
-        self.launchers, self.values = {}, {}
+    def __init__(self, check, width: int = 40, wrong_ones_out: bool = False):
+        self.check, self.width, self.wrong_ones_out = check, width, wrong_ones_out
+        self.launchers, self.values, self.wrong = {}, {}, {}
 
     def add(self, label: str, launch, c):
         import torch
@@ -135,6 +136,9 @@ class Checked:
             return
         ok, value = self.check(c)
         print(f"{label:{self.width}} checked: {ok} ({value:.2e})", flush=True)
+        if not ok and self.wrong_ones_out:
+            self.wrong[label] = value
+            return
         assert ok, label
         self.launchers[label], self.values[label] = launch, value
 
