@@ -872,3 +872,27 @@ def test_gpu_3xtf32_error_below_sgemms(n, k):
     ours = tilemm.matmul(a, b, kernel="tensorcore-f32")
     worst = ref.abs().max()
     assert (ours.double() - ref).abs().max() / worst < (a @ b).double().sub(ref).abs().max() / worst
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_a_stack_runs_unbound_so_scratch_is_not_kept_per_matrix(monkeypatch):
+    """A prepared plan binds a single product once (its split buffers kept for the plan's life);
+    a stack of matrices runs each product unbound, so that its scratch is not kept a matrix."""
+    import dataclasses
+    from tilemm import registry
+    from tilemm.data import operands
+    from tilemm.ladder.tensorcore import t4_f32
+    binds = []
+    spied = dataclasses.replace(registry.get("tensorcore-f32"),
+                                bind=lambda *args, **kw: binds.append(1) or t4_f32.bind(*args, **kw))
+    monkeypatch.setitem(registry._LADDER, "tensorcore-f32", spied)
+    a, b = operands(3, 9, 10, 20, "float32")
+    tilemm.matmul(a, b, kernel="tensorcore-f32", **SMALL)
+    assert binds == [1]
+    stack_a, stack_b = np.stack([a, 2 * a, -a]), np.stack([b, b, 3 * b])
+    c = tilemm.matmul(stack_a, stack_b, kernel="tensorcore-f32", **SMALL)
+    assert binds == [1]
+    for i in range(3):
+        verdict = compare(c[i], stack_a[i], stack_b[i], "float32")
+        assert verdict.ok, verdict.message
+

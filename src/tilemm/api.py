@@ -267,10 +267,13 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool):
         arrays.poison(c)
 
     calls = []
+    # A bound launch keeps its scratch buffers (operands' split parts, aligned copies) for the
+    # plan's life: a stack of matrices would keep one set a matrix, so stacks run unbound.
+    bind = plan.kernel.bind if np.prod(plan.batch, dtype=np.int64) == 1 else None
     if p.m and p.n:
         for idx, a_i, b_i in _batches(plan.batch, a_t, b_t):
             c_i = c[idx] if idx else c
-            bound = plan.kernel.bind and plan.kernel.bind(a_i, b_i, c_i, **plan.params)
+            bound = bind and bind(a_i, b_i, c_i, **plan.params)
             calls.append(bound or functools.partial(plan.kernel.run, a_i, b_i, c_i, **plan.params))
 
     def launch():
