@@ -896,3 +896,25 @@ def test_a_stack_runs_unbound_so_scratch_is_not_kept_per_matrix(monkeypatch):
         verdict = compare(c[i], stack_a[i], stack_b[i], "float32")
         assert verdict.ok, verdict.message
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,dtype", [("tensorcore", torch.bfloat16), ("tensorcore-f32", torch.float32),
+                                          ("tensorcore-f64", torch.float64), ("tensorcore-int", torch.int32)])
+def test_gpu_stacks_broadcast_as_numpy(kernel, dtype):
+    """A broadcast stack, (2, 1, 300, 200) @ (3, 200, 100), each product launched unbound: every
+    matrix of the (2, 3, 300, 100) result against its own reference."""
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    a = (torch.randn(2, 1, 300, 200, device="cuda", generator=gen) * 50).to(dtype)
+    b = (torch.randn(3, 200, 100, device="cuda", generator=gen) * 50).to(dtype)
+    c = tilemm.matmul(a, b, kernel=kernel)
+    assert c.shape == (2, 3, 300, 100) and c.dtype == dtype
+    name = str(dtype).removeprefix("torch.")
+    for i in range(2):
+        for j in range(3):
+            a_i, b_j = a[i, 0].cpu(), b[j].cpu()
+            if name == "bfloat16":
+                verdict = compare(c[i, j].float().cpu().numpy(), a_i.float().numpy(), b_j.float().numpy(), name)
+            else:
+                verdict = compare(c[i, j].cpu().numpy(), a_i.numpy(), b_j.numpy(), name)
+            assert verdict.ok, (i, j, verdict.message)
