@@ -23,7 +23,7 @@ import triton.language as tl
 import tilemm
 from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
-from tilemm.ladder.tensorcore.t1_blocked_kernel import tile_position
+from tilemm.ladder.tensorcore.t1_blocked_kernel import store_tile, tile_position
 from tilemm.ladder.tensorcore import t4_f32
 from tilemm.ladder.tensorcore.t4_f32 import parts_of
 
@@ -56,10 +56,7 @@ def tf32x3_a_in_registers(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, 
             small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
             big = tl.dot(a_hi, b_hi, big, input_precision="tf32")
         acc += big + tl.where(tl.abs(small) < float("inf"), small, 0.0)
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
 
 
 def a_in_registers(a, b, c, chunk, block_m, block_n, block_k=32, num_warps=8, num_stages=3):

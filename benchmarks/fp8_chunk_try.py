@@ -29,7 +29,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import tilemm
 from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
-from tilemm.ladder.tensorcore.t1_blocked_kernel import tile_position
+from tilemm.ladder.tensorcore.t1_blocked_kernel import store_tile, tile_position
 
 import gpu_ladder  # noqa: E402  (pre-warm, --out/--n)
 
@@ -45,11 +45,8 @@ def fp8_chunked(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride
         for k0 in range(c0, tl.minimum(c0 + CHUNK * BLOCK_K, K), BLOCK_K):
             part = tl.dot(a_desc.load([off_m, k0]), b_desc.load([off_n, k0]).T, part)
         acc += part
-    acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    store_tile(c_ptr, acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr)), off_m, off_n, M, N, stride_cm, stride_cn,
+               False)
 
 
 def chunked(a, b_t, c, scale, chunk, block_m, block_n, block_k=128, num_warps=8, num_stages=4):

@@ -24,7 +24,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import tilemm
 from tilemm import machine
 from tilemm.bench.timing import interleaved_rounds
-from tilemm.ladder.tensorcore.t1_blocked_kernel import tile_position
+from tilemm.ladder.tensorcore.t1_blocked_kernel import store_tile, tile_position
 
 import gpu_ladder  # noqa: E402  (pre-warm, --out/--n, checked variants)
 from tensorcore_vs_cublas import tf32_checked  # noqa: E402
@@ -43,10 +43,7 @@ def tf32_swapped(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, IN_REGIST
             bt = bt + 0.0
         at = a_desc.load([off_m, k0]).T           # (BLOCK_K, BLOCK_M): K-major
         acc = tl.dot(bt, at, acc, input_precision="tf32")
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    c_ptrs = c_ptr + offs_n[:, None] * stride_cn + offs_m[None, :] * stride_cm
-    tl.store(c_ptrs, acc, mask=(offs_n[:, None] < N) & (offs_m[None, :] < M))
+    store_tile(c_ptr, acc, off_n, off_m, N, M, stride_cn, stride_cm, False)   # C^T's tile: C's strides swapped
 
 
 def swapped(a, b, c, in_registers, block_m, block_n, block_k=32, num_warps=8, num_stages=4):

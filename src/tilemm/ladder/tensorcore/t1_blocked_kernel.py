@@ -72,10 +72,7 @@ def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, tl.cdiv(K, BLOCK_K), A_T, B_T, False, False, False, False,
                      UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
 
 
 @triton.jit(do_not_specialize=["epoch"])

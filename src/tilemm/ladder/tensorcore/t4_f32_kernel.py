@@ -5,7 +5,7 @@ imports Triton."""
 import triton
 import triton.language as tl
 
-from .t1_blocked_kernel import tile_position
+from .t1_blocked_kernel import store_tile, tile_position
 
 
 @triton.jit
@@ -69,10 +69,7 @@ def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.
     else:
         for k0 in range(0, K, BLOCK_K):
             acc = tl.dot(a_desc.load([off_m, k0]), b_desc.load([off_n, k0]).T, acc, input_precision="tf32")
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
 
 
 @triton.jit
