@@ -10,27 +10,18 @@ variant's answer checked against cuBLAS's first.
 """
 from __future__ import annotations
 
-import inspect
 import json
 
 import torch
 
 from tilemm import machine
 from tilemm.bench.timing import launch_overhead_us
+from tilemm.ladder._tensorcore_support import all_arguments
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_tma
 
 import gpu_ladder  # noqa: E402  (--out/--n)
 
 from launch_overhead import bf16_program  # noqa: E402  (benchmarks/ on the path)
-
-
-def bound_values(jit_fn, args, kwargs):
-    """All of the program's arguments in its signature's order, defaults filled in (launch
-    options such as num_warps are not arguments)."""
-    sig = inspect.signature(jit_fn.fn)
-    bound = sig.bind(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters})
-    bound.apply_defaults()
-    return tuple(bound.arguments.values())
 
 
 def main():
@@ -51,7 +42,7 @@ def main():
         pa, kw = program_args(c)
         compiled = matmul_tma[grid](*pa, **kw)
         runner = compiled[grid + (1,) * (3 - len(grid))]     # Triton 3.6's runner reads three
-        values = bound_values(matmul_tma, pa, kw)
+        values = all_arguments(matmul_tma, pa, kw)
         return lambda: runner(*values)
 
     def direct_run():
@@ -60,7 +51,7 @@ def main():
         pa, kw = program_args(c)
         compiled = matmul_tma[grid](*pa, **kw)
         compiled[grid]          # loads the module
-        values = bound_values(matmul_tma, pa, kw)
+        values = all_arguments(matmul_tma, pa, kw)
         g = grid + (1,) * (3 - len(grid))
         function, packed = compiled.function, compiled.packed_metadata
         run = compiled.run

@@ -918,3 +918,14 @@ def test_gpu_stacks_broadcast_as_numpy(kernel, dtype):
             else:
                 verdict = compare(c[i, j].cpu().numpy(), a_i.numpy(), b_j.numpy(), name)
             assert verdict.ok, (i, j, verdict.message)
+
+
+def test_all_arguments_are_the_programs_signature_in_order():
+    """What a bound launch hands the compiled program: every argument, keyword ones and defaults
+    in their places, launch options (num_warps, num_stages) left out."""
+    from tilemm.ladder._tensorcore_support import all_arguments
+    from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
+    values = all_arguments(matmul_kernel, ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9),
+                           dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, FP64=True, num_warps=4,
+                                num_stages=2))
+    assert values == ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 16, 8, False, True, None, None)

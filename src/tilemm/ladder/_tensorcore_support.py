@@ -162,15 +162,22 @@ def bound_launch(program, grid: tuple, args: tuple, options: dict):
         device = driver.active.get_current_device()
         if state.get("device") == device:
             if "values" not in state:                 # worked out at the second call: one-shot calls skip it
-                signature = _signature(program)
-                bound = signature.bind(*args, **{k: v for k, v in options.items() if k in signature.parameters})
-                bound.apply_defaults()
-                state["values"] = tuple(bound.arguments.values())   # every argument, constexprs too
+                state["values"] = all_arguments(program, args, options)
             state["runner"](*state["values"])
             return
         compiled = call(*args, **options)
         state.update(device=device, runner=compiled[grid3])
     return go
+
+
+def all_arguments(program, args: tuple, options: dict) -> tuple:
+    """Every argument of program[grid](*args, **options), constexprs and defaults too, in its
+    signature's order: what the compiled program's launcher takes (launch options such as
+    num_warps are not arguments)."""
+    signature = _signature(program)
+    bound = signature.bind(*args, **{k: v for k, v in options.items() if k in signature.parameters})
+    bound.apply_defaults()
+    return tuple(bound.arguments.values())
 
 
 @functools.lru_cache(maxsize=None)
