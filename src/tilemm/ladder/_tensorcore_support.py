@@ -237,11 +237,12 @@ def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, N
     sms = multiprocessors()
     programs = sms if stream_k else min(tiles, sms)
     stream_k = stream_k and tiles % programs != 0
-    kernel = matmul_persistent[(programs,)]
     if not stream_k:     # the same arguments at every launch
         return bound_launch(matmul_persistent, (programs,), (a_desc, b_desc, c, *scales, None, None, 0, m, n, k,
                                                              c.stride(0), c.stride(1)),
                             dict(STREAM_K=False, PROGRAMS=programs, **config))
+
+    kernel = matmul_persistent[(programs,)]
 
     def go():   # the workspace may grow, and each launch has an epoch of its own
         ws = stream_k_workspace(c.device, programs, config["BLOCK_M"], config["BLOCK_N"])

@@ -192,7 +192,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
     a_desc, a_fill = parts_of(a, parts, block_m, block_k)
     persistent = parts == 1 and persistent and grid[0] > support.multiprocessors()
     b_copied = not (parts == 1 and support.k_major(b.T))          # TF32 reads a K-major B as it is
-    if copy_panels is None:   # measured for TF32; 3xTF32 ran slower in panels (the same records)
+    if copy_panels is None:   # measured for TF32; 3xTF32 gained nothing in panels (docs/tensor_cores.md)
         copy_panels = panels_pay(m, n, k, block_m, block_n, support.multiprocessors()) if parts == 1 else 1
     if copy_panels > 1 and b_copied and not persistent:
         steps = [products_by_panel(a_desc, b, c, parts, copy_panels, config)]
