@@ -21,8 +21,6 @@ import triton
 import triton.language as tl
 
 import tilemm
-from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
 from tilemm.ladder.tensorcore.t1_blocked_kernel import store_tile, tile_position
 from tilemm.ladder.tensorcore import t4_f32
 from tilemm.ladder.tensorcore.t4_f32 import parts_of
@@ -120,12 +118,7 @@ def main():
         c = torch.empty_like(a)
         variants.add(f"A in registers, chunk {chunk} {bm}x{bn} s{stages}",
                      a_in_registers(a, b, c, chunk, bm, bn, num_stages=stages), c)
-    gpu_ladder.prewarm(args.prewarm)
-    times = interleaved_rounds(variants.launchers, args.rounds, args.per_round)
-    stamp = machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
-                                               "benchmarks/f32_chunk_try.py", args))
-    gpu_ladder.write_ratios(args.out / "f32_chunk_try.jsonl", times, "cublas-sgemm", "vs_sgemm", {"n": n, **stamp},
-                            relative_error=variants.values)
+    gpu_ladder.time_and_record(variants, args, "f32_chunk_try.py", "cublas-sgemm", "vs_sgemm", "relative_error", n=n)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,6 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import tilemm
-from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
 from tilemm.ladder.tensorcore.t1_blocked_kernel import store_tile, tile_position
 
 import gpu_ladder  # noqa: E402  (pre-warm, --out/--n)
@@ -101,8 +99,7 @@ STAMP = {}
 
 def main():
     args = gpu_ladder.out_and_n(8192, rounds=4, per_round=0.3, prewarm=8.0)
-    STAMP.update(machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
-                                                    "benchmarks/fp8_chunk_try.py", args)))
+    STAMP.update(gpu_ladder.try_stamp("fp8_chunk_try.py", args))
     errors(args.out)
     n = args.n
     g = torch.Generator(device="cuda").manual_seed(n)
@@ -120,10 +117,7 @@ def main():
         c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
         variants.add(f"chunk {chunk} {bm}x{bn} w{warps} s{stages}",
                      chunked(a, b_t, c, scale, chunk, bm, bn, num_warps=warps, num_stages=stages), c)
-    gpu_ladder.prewarm(args.prewarm)
-    times = interleaved_rounds(variants.launchers, args.rounds, args.per_round)
-    gpu_ladder.write_ratios(args.out / "fp8_chunk_try.jsonl", times, "_scaled_mm", "vs_scaled_mm", {"n": n, **STAMP},
-                            relative_error=variants.values)
+    gpu_ladder.time_and_record(variants, args, "fp8_chunk_try.py", "_scaled_mm", "vs_scaled_mm", "relative_error", n=n)
 
 
 if __name__ == "__main__":

@@ -157,6 +157,27 @@ def write_ratios(path: Path, times: dict, anchor: str, ratio: str, stamp: dict, 
             f.write(json.dumps(rec) + "\n")
 
 
+def try_stamp(script: str, args) -> dict:
+    """machine.stamp of a try run as `benchmarks/<script>` with these arguments."""
+    return machine.stamp(machine.command_line(f"PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
+                                              f"benchmarks/{script}", args))
+
+
+def time_and_record(variants: Checked, args, script: str, anchor: str, ratio: str, value: str, launchers=None,
+                    **fields):
+    """A try's end: pre-warm (--prewarm s), time the checked variants (or `launchers` made of them)
+    in interleaved rounds (--rounds, --per-round), and append to OUT/<script>.jsonl a record for
+    each (write_ratios; the check's number as `value`) and one for each wrong answer left out."""
+    prewarm(args.prewarm)
+    times = interleaved_rounds(launchers or variants.launchers, args.rounds, args.per_round)
+    stamp = try_stamp(script, args)
+    path = args.out / (Path(script).stem + ".jsonl")
+    write_ratios(path, times, anchor, ratio, {**fields, **stamp}, width=variants.width, **{value: variants.values})
+    with open(path, "a") as f:
+        for label, number in variants.wrong.items():
+            f.write(json.dumps({"variant": label, **fields, "wrong_answer": True, value: number, **stamp}) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)

@@ -16,8 +16,7 @@ from __future__ import annotations
 import torch
 
 import tilemm
-from tilemm import machine
-from tilemm.bench.timing import graphed, interleaved_rounds
+from tilemm.bench.timing import graphed
 from tilemm.ladder.tensorcore import t4_f32
 
 import gpu_ladder  # noqa: E402  (pre-warm, --out)
@@ -113,12 +112,8 @@ def main():
     launchers = variants.launchers
     if args.graphs:      # the launches captured ten at a time in a CUDA graph: the GPU's time alone
         launchers = {label: graphed(launch) for label, launch in launchers.items()}
-    gpu_ladder.prewarm(args.prewarm)
-    times = interleaved_rounds(launchers, args.rounds, args.per_round)
-    stamp = machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
-                                               "benchmarks/tf32_overlap_try.py", args))
-    gpu_ladder.write_ratios(args.out / "tf32_overlap_try.jsonl", times, "cublas-tf32", "vs_cublas_tf32",
-                            {"n": n, "graphs": args.graphs, **stamp}, width=32, worst_of_tf32_bound=variants.values)
+    gpu_ladder.time_and_record(variants, args, "tf32_overlap_try.py", "cublas-tf32", "vs_cublas_tf32",
+                               "worst_of_tf32_bound", launchers=launchers, n=n, graphs=args.graphs)
 
 
 if __name__ == "__main__":

@@ -14,16 +14,12 @@ medians.
 """
 from __future__ import annotations
 
-import json
-
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import tilemm
-from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
 from tilemm.ladder.tensorcore.t1_blocked_kernel import store_tile, tile_position
 
 import gpu_ladder  # noqa: E402  (pre-warm, --out/--n, checked variants)
@@ -79,16 +75,8 @@ def main():
         c = torch.empty(n, n, device="cuda")
         variants.add(f"swapped {bn}x{bm}{' in registers' if in_registers else ''} s{stages}",
                      swapped(a, b, c, in_registers, bm, bn, num_stages=stages), c)
-    gpu_ladder.prewarm(args.prewarm)
-    times = interleaved_rounds(variants.launchers, args.rounds, args.per_round)
-    stamp = machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
-                                               "benchmarks/tf32_swap_try.py", args))
-    gpu_ladder.write_ratios(args.out / "tf32_swap_try.jsonl", times, "cublas-tf32", "vs_cublas_tf32", {"n": n, **stamp},
-                            width=36, worst_of_tf32_bound=variants.values)
-    with open(args.out / "tf32_swap_try.jsonl", "a") as f:       # the wrong answers, untimed
-        for label, worst in variants.wrong.items():
-            f.write(json.dumps({"variant": label, "n": n, "wrong_answer": True, "worst_of_tf32_bound": worst,
-                                **stamp}) + "\n")
+    gpu_ladder.time_and_record(variants, args, "tf32_swap_try.py", "cublas-tf32", "vs_cublas_tf32",
+                               "worst_of_tf32_bound", n=n)
 
 
 if __name__ == "__main__":
