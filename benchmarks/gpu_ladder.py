@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import tilemm  # first: its shim lets numba-cuda import under NumPy 2.5
-from tilemm import machine
+from tilemm import arrays, machine
 from tilemm.accuracy import compare
 from tilemm.bench.timing import interleaved_rounds, launch_overhead_us
 from tilemm.data import operands
@@ -127,7 +127,7 @@ class Checked:
 
     def add(self, label: str, launch, c):
         import torch
-        c.fill_(float("nan"))
+        arrays.poison(c)
         try:
             launch()
             torch.cuda.synchronize()

@@ -26,14 +26,10 @@ TILES = [(128, 128, 16, 8, 8), (128, 128, 16, 8, 16), (128, 128, 16, 16, 8), (12
 INT32_TILES = [(128, 128, 16, 8, 8), (128, 128, 16, 16, 8)]
 
 
-def sass_mix(tiles) -> dict:
-    """Opcode counts of the kernel's machine code (nvdisasm): how much of it is FFMA."""
+def sass_mix(kern) -> dict:
+    """Opcode counts of a compiled numba-cuda kernel's machine code (nvdisasm): how much of it is FFMA."""
     import collections
     import re
-    from tilemm.ladder.simt import launch
-    factory, _ = launch.FACTORIES["regblock"]
-    kern = launch.compiled(factory, "float32", **dict(zip(("block_m", "block_n", "block_k", "thread_m", "thread_n"),
-                                                          tiles)))
     counts = collections.Counter()
     for sass in kern.inspect_sass().values():
         for op in re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass, re.M):
@@ -85,9 +81,13 @@ def main():
                   flush=True)
             f.write(json.dumps({"variant": label, "median_ms": med, "n": n, "vs_cupy" if args.int32 else "vs_sgemm": base / med,
                                 "relative_error": errors[label], **stamp}) + "\n")
+    from tilemm.ladder.simt import launch
+    factory, _ = launch.FACTORIES["regblock"]
     for tiles in TILES[:3] if not args.int32 else []:
         try:
-            print(tiles, sass_mix(tiles), flush=True)
+            kern = launch.compiled(factory, "float32", **dict(zip(("block_m", "block_n", "block_k", "thread_m",
+                                                                    "thread_n"), tiles)))
+            print(tiles, sass_mix(kern), flush=True)
         except Exception as e:                                   # nvdisasm missing
             print(tiles, "no SASS:", e)
 

@@ -119,3 +119,55 @@ def test_tiled_strided_device_operands_take_the_2d_form(dtype):
     tilemm.kernel("tiled").run(a_d, b_d, c_d, tile=8)     # not contiguous: the 2-D form (launch.py)
     verdict = compare(c_d.copy_to_host(), a, b, dtype)
     assert verdict.ok, verdict.message
+
+
+# --- regblock's 16-byte global loads -----------------------------------------------------------
+
+def aligned_matrix(rows, cols, dtype, pad=0):
+    """A (rows, cols + pad) array whose data starts 16-byte aligned, and its (rows, cols) view."""
+    itemsize = np.dtype(dtype).itemsize
+    flat = np.zeros(rows * (cols + pad) + 16 // itemsize, dtype)
+    start = (-flat.ctypes.data % 16) // itemsize
+    whole = flat[start:start + rows * (cols + pad)].reshape(rows, cols + pad)
+    return whole, whole[:, :cols]
+
+
+def test_aligned_rows():
+    from tilemm.ladder.simt.vector import aligned_rows
+    assert aligned_rows(aligned_matrix(5, 8, "float32")[1])
+    assert aligned_rows(aligned_matrix(5, 6, "float32", pad=2)[1])       # rows 32 bytes apart
+    assert not aligned_rows(aligned_matrix(5, 6, "float32")[1])          # rows 24 bytes apart
+    assert not aligned_rows(aligned_matrix(5, 8, "float32")[1][:, 1:])   # starts 4 bytes in
+    assert not aligned_rows(aligned_matrix(8, 8, "float32")[1].T)        # columns not contiguous
+    assert aligned_rows(aligned_matrix(3, 2, "float64")[1])
+
+
+def test_vector_widths_fall_back_to_elements():
+    from tilemm.ladder.simt.s6_regblock import vector_widths
+    assert vector_widths(32, 16, 16, 4, 4, 4, True, True) == (4, 4)
+    assert vector_widths(64, 16, 16, 4, 4, 4, True, False) == (2, 1)
+    assert vector_widths(32, 16, 16, 4, 1, 1, True, True) == (1, 1)     # 256 threads, 16 vectors a tile
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "float64", "int64"])
+@pytest.mark.parametrize("shape,pads", [((32, 48, 16), (0, 0)), ((37, 44, 20), (0, 0)), ((37, 44, 20), (0, 1)),
+                                        ((33, 20, 36), (1, 4))])
+def test_regblock_vector_loads(dtype, shape, pads):
+    """Operands with aligned rows take 16-byte loads (whole tiles) and element loads at the
+    edges; one with misaligned rows (padded by an element) takes element loads alone; the answer
+    is the same. Launched on device arrays directly, which keep the padding."""
+    from numba import cuda
+
+    from tilemm.ladder.simt import s6_regblock
+    m, n, k = shape
+    (a_whole, a), (b_whole, b) = aligned_matrix(m, k, dtype, pads[0]), aligned_matrix(k, n, dtype, pads[1])
+    a[...], b[...] = operands(7, m, n, k, dtype)
+    a_d, b_d = cuda.to_device(a_whole)[:, :k], cuda.to_device(b_whole)[:, :n]
+    c_d = cuda.to_device(np.full((m, n), -99, dtype))
+    params = dict(block_m=16, block_n=16, block_k=8, thread_m=4, thread_n=4)
+    width = 16 // a.itemsize
+    assert s6_regblock.variant(a_d, b_d, **params) == dict(vector_a=width if not pads[0] % width else 1,
+                                                           vector_b=width if not pads[1] % width else 1)
+    tilemm.kernel("regblock").run(a_d, b_d, c_d, **params)
+    verdict = compare(c_d.copy_to_host(), a, b, dtype)
+    assert verdict.ok, verdict.message

@@ -15,7 +15,8 @@ import json
 import numba
 from numba import cuda
 import tilemm
-from tilemm.ladder.simt import launch
+from tilemm.ladder.simt import launch, s6_regblock
+OPS = ("ld.local", "st.local", "ld.shared.v4", "bar.sync", "ld.global.v4", "ld.global.v2")
 out = {}
 for kernel in tilemm.kernels("cuda"):
     if kernel.backend != "numba-cuda":
@@ -24,14 +25,19 @@ for kernel in tilemm.kernels("cuda"):
     params = kernel.resolve({})
     for dtype in kernel.dtypes:
         scalar = getattr(numba, dtype)
-        dispatcher = factory(scalar, **{k: params[k] for k in compile_params})
-        ptx, _ = cuda.compile_ptx(dispatcher.py_func, (scalar[:, ::1],) * 3, cc=(9, 0))
-        out[f"{kernel.name}/{dtype}"] = {op: ptx.count(op) for op in ("ld.local", "st.local", "ld.shared.v4", "bar.sync")}
+        chosen = {k: params[k] for k in compile_params}
+        forms = {kernel.name: {}}
+        if kernel.name == "regblock":                 # and with 16-byte global loads, for aligned rows
+            widths = s6_regblock.vector_widths(scalar.bitwidth, **chosen, a_aligned=True, b_aligned=True)
+            forms["regblock-vector"] = dict(vector_a=widths[0], vector_b=widths[1])
+        for form, extra in forms.items():
+            dispatcher = factory(scalar, **chosen, **extra)
+            ptx, _ = cuda.compile_ptx(dispatcher.py_func, (scalar[:, ::1],) * 3, cc=(9, 0))
+            out[f"{form}/{dtype}"] = {op: ptx.count(op) for op in OPS}
         if kernel.name in launch.FLAT_FACTORIES:      # the flat form for C-contiguous operands
             flat = launch.FLAT_FACTORIES[kernel.name](scalar, **{k: params[k] for k in compile_params})
             ptx, _ = cuda.compile_ptx(flat.py_func, (scalar[::1],) * 3 + (numba.int64,) * 3, cc=(9, 0))
-            out[f"{kernel.name}-flat/{dtype}"] = {op: ptx.count(op) for op in ("ld.local", "st.local", "ld.shared.v4",
-                                                                               "bar.sync")}
+            out[f"{kernel.name}-flat/{dtype}"] = {op: ptx.count(op) for op in OPS}
 print(json.dumps(out))
 """
 
@@ -43,9 +49,12 @@ def test_every_simt_rung_compiles_for_sm90():
         pytest.skip("NVVM/NVRTC not installed (scripts/setup.sh installs nvidia-nvvm and nvidia-cuda-nvrtc)")
     assert res.returncode == 0, res.stderr[-3000:]
     counts = json.loads(res.stdout.strip().splitlines()[-1])
-    assert len(counts) == 6 * 4 + 4                           # + the flat form of `tiled`
+    assert len(counts) == 6 * 4 + 4 + 4                       # + the flat form of `tiled`, regblock's vector form
     for name, c in counts.items():
         assert c["ld.local"] == 0 and c["st.local"] == 0, f"{name}: a register array went to local memory {c}"
     assert counts["regblock/float32"]["ld.shared.v4"] > 0     # the 16-byte shared loads are there
+    for dtype, op in (("float32", "ld.global.v4"), ("int32", "ld.global.v4"), ("float64", "ld.global.v2"),
+                      ("int64", "ld.global.v2")):             # and the 16-byte global loads, only where asked
+        assert counts[f"regblock-vector/{dtype}"][op] > 0 and counts[f"regblock/{dtype}"][op] == 0, dtype
     assert counts["tiled/float32"]["bar.sync"] == 2
     assert counts["tiled-flat/float32"]["bar.sync"] == 2

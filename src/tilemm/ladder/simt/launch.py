@@ -105,15 +105,19 @@ FLAT_FACTORIES: dict = {}   # name -> the factory of its flat (C-contiguous) for
 
 
 def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary, compile_params=(), limits=None,
-                  flat_factory=None):
+                  flat_factory=None, variant=None):
     """Register a numba-cuda rung: one run, one limits check, one availability test for all.
 
     shape_fn(problem, **params) -> LaunchShape; factory(scalar type, **compile params) -> kernel.
     flat_factory, if given, builds the kernel for C-contiguous operands, passed flat with m, n, k.
+    variant, if given, is variant(a, b, **params) -> more compile parameters, read off the
+    operands themselves (their alignment, say).
     """
     def run(a, b, c, **p):
         problem = Problem(a.shape[0], b.shape[1], a.shape[1], np.dtype(c.dtype).name)
         chosen = {k: p[k] for k in compile_params}
+        if variant:
+            chosen.update(variant(a, b, **p))
         grid = shape_fn(problem, **p)
         if flat_factory and all(x.is_c_contiguous() for x in (a, b, c)):
             kernel = compiled(flat_factory, problem.dtype, **chosen)

@@ -16,13 +16,15 @@ arithmetic so their latency hides behind it: one barrier per K step instead of t
 
 Constraints: any M, N, K, any strides (edges are zero-filled); BLOCK_M * BLOCK_K and
 BLOCK_K * BLOCK_N multiples of the thread count; at most 1024 threads and 48 KiB of shared
-memory a block. Global loads are scalar (numba-cuda can't prove a strided row 16-byte aligned);
-shared loads become 16-byte vectors where the compiler sees the alignment.
+memory a block. Global loads are 16-byte vectors (vector.load_vector) for an operand whose rows
+start 16-byte aligned and are contiguous (checked at each launch: a row-major float32 matrix with
+a multiple of 4 columns, say), scalar for the others and at the edges; shared loads become
+16-byte vectors where the compiler sees the alignment.
 """
 from numba import cuda, uint32, uint64
 
 from ...registry import Param, Traffic
-from . import launch
+from . import launch, vector
 
 PAD = 4
 
@@ -47,7 +49,21 @@ def divmod_hops(threads, width, count):
     return (tuple(l * threads // width for l in range(count)), tuple(l * threads % width for l in range(count)))
 
 
-def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
+def vector_widths(acc_bits, block_m, block_n, block_k, thread_m, thread_n, a_aligned, b_aligned):
+    """(A's, B's) elements a thread loads as one 16-byte vector: vector.width_of where the
+    operand's rows are aligned and its tile splits into whole vectors over the threads, else 1."""
+    block_k = default_block_k(block_k, acc_bits)
+    thread_m = default_thread_m(thread_m, acc_bits)
+    threads = (block_m // thread_m) * (block_n // thread_n)
+    width = vector.width_of(acc_bits // 8)
+
+    def fits(aligned, rows, columns):
+        return aligned and columns % width == 0 and (rows * columns // width) % threads == 0
+    return (width if fits(a_aligned, block_m, block_k) else 1,
+            width if fits(b_aligned, block_k, block_n) else 1)
+
+
+def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, vector_a=1, vector_b=1):
     block_k = default_block_k(block_k, acc.bitwidth)
     thread_m = default_thread_m(thread_m, acc.bitwidth)
     threads_x = block_n // thread_n
@@ -61,11 +77,13 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     vec_m = 4 if thread_m % 4 == 0 else 1
     vec_n = 4 if thread_n % 4 == 0 else 1
     a_step, b_step = threads_y * vec_m, threads_x * vec_n
-    # Loading a tile, the block's threads take consecutive elements, row by row (consecutive
-    # threads: consecutive k in A, consecutive columns in B, so the loads coalesce); element
-    # tid + l * threads lies at the thread's first element plus these constant hops:
-    a_hop_m, a_hop_k = divmod_hops(threads, block_k, a_loads)
-    b_hop_k, b_hop_n = divmod_hops(threads, block_n, b_loads)
+    # Loading a tile, the block's threads take consecutive vectors of vector_a (vector_b)
+    # elements, row by row (consecutive threads: consecutive k in A, consecutive columns in B, so
+    # the loads coalesce); with aligned rows each vector is one 16-byte load, else vectors of
+    # one element. Vector tid + l * threads lies at the thread's first plus these constant hops
+    # (in rows, and in vectors along the row):
+    a_hop_m, a_hop_k = divmod_hops(threads, block_k // vector_a, a_loads // vector_a)
+    b_hop_k, b_hop_n = divmod_hops(threads, block_n // vector_b, b_loads // vector_b)
     align = launch.SHARED_ALIGN
     # 8x8 float32 accumulators and their operands fit in 128 registers: two blocks an SM.
     # 64-bit accumulators, or larger thread tiles (16 x 8, the 32-bit default), need more; they
@@ -73,26 +91,41 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
     regs = launch.register_cap(threads) if acc.bitwidth == 32 and thread_m * thread_n <= 64 else None
 
     # Device functions with inline="always" are pasted into the kernel by Numba before
-    # compilation: the register arrays they fill stay registers.
+    # compilation: the register arrays they fill stay registers. Element w of a thread's
+    # vector l sits at a_next[l * vector_a + w] (b_next alike).
     @cuda.jit(device=True, inline="always")
     def fetch_inside(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0):
         """This thread's share of a K tile wholly inside A and B, into registers: no bounds tests."""
         # 64-bit sums of a per-thread base and a constant hop: the compiler computes each
         # base address once and reaches the others by adding hop * stride.
-        for l in range(a_loads):
-            a_next[l] = a[uint64(row0 + a_m) + uint64(a_hop_m[l]), uint64(k0 + a_k) + uint64(a_hop_k[l])]
-        for l in range(b_loads):
-            b_next[l] = b[uint64(k0 + b_k) + uint64(b_hop_k[l]), uint64(col0 + b_n) + uint64(b_hop_n[l])]
+        for l in range(a_loads // vector_a):
+            r, q = uint64(row0 + a_m) + uint64(a_hop_m[l]), uint64(k0 + a_k) + uint64(a_hop_k[l] * vector_a)
+            if vector_a > 1:
+                values = vector.load_vector(a, r, q, vector_a)
+                for w in range(vector_a):
+                    a_next[l * vector_a + w] = values[w]
+            else:
+                a_next[l] = a[r, q]
+        for l in range(b_loads // vector_b):
+            q, col = uint64(k0 + b_k) + uint64(b_hop_k[l]), uint64(col0 + b_n) + uint64(b_hop_n[l] * vector_b)
+            if vector_b > 1:
+                values = vector.load_vector(b, q, col, vector_b)
+                for w in range(vector_b):
+                    b_next[l * vector_b + w] = values[w]
+            else:
+                b_next[l] = b[q, col]
 
     @cuda.jit(device=True, inline="always")
     def fetch_edge(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0, m, n, k):
-        """The same for a tile that crosses an edge: zeros past M, N or K."""
-        for l in range(a_loads):
-            r, q = uint32(row0 + a_m + a_hop_m[l]), uint32(k0 + a_k + a_hop_k[l])
-            a_next[l] = a[r, q] if r < m and q < k else acc(0)
-        for l in range(b_loads):
-            q, col = uint32(k0 + b_k + b_hop_k[l]), uint32(col0 + b_n + b_hop_n[l])
-            b_next[l] = b[q, col] if q < k and col < n else acc(0)
+        """The same for a tile that crosses an edge, element by element: zeros past M, N or K."""
+        for l in range(a_loads // vector_a):
+            for w in range(vector_a):
+                r, q = uint32(row0 + a_m + a_hop_m[l]), uint32(k0 + a_k + a_hop_k[l] * vector_a + w)
+                a_next[l * vector_a + w] = a[r, q] if r < m and q < k else acc(0)
+        for l in range(b_loads // vector_b):
+            for w in range(vector_b):
+                q, col = uint32(k0 + b_k + b_hop_k[l]), uint32(col0 + b_n + b_hop_n[l] * vector_b + w)
+                b_next[l * vector_b + w] = b[q, col] if q < k and col < n else acc(0)
 
     @cuda.jit(device=True, inline="always")
     def read_step(a_v, b_v, a_s, b_s, buf, p, a_base, b_base):
@@ -138,8 +171,8 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
         tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
         tid = uint32(ty * threads_x + tx)
         a_base, b_base = uint32(ty * vec_m), uint32(tx * vec_n)  # this thread's first row and column
-        a_m, a_k = uint32(tid // block_k), uint32(tid % block_k)   # its first element of an A tile
-        b_k, b_n = uint32(tid // block_n), uint32(tid % block_n)   # and of a B tile
+        a_m, a_k = uint32(tid // (block_k // vector_a)), uint32(tid % (block_k // vector_a) * vector_a)
+        b_k, b_n = uint32(tid // (block_n // vector_b)), uint32(tid % (block_n // vector_b) * vector_b)
         row0 = uint32(cuda.blockIdx.y * block_m)
         col0 = uint32(cuda.blockIdx.x * block_n)
         for i in range(thread_m):
@@ -156,10 +189,14 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n):
             fetch_edge(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0, m, n, k)
         buf = uint32(0)
         while True:
-            for l in range(a_loads):                # registers -> shared, A transposed
-                a_s[buf, uint32(a_k + a_hop_k[l]), uint32(a_m + a_hop_m[l])] = a_next[l]
-            for l in range(b_loads):
-                b_s[buf, uint32(b_k + b_hop_k[l]), uint32(b_n + b_hop_n[l])] = b_next[l]
+            for l in range(a_loads // vector_a):     # registers -> shared, A transposed
+                for w in range(vector_a):
+                    a_s[buf, uint32(a_k + a_hop_k[l] * vector_a + w), uint32(a_m + a_hop_m[l])] = \
+                        a_next[l * vector_a + w]
+            for l in range(b_loads // vector_b):
+                for w in range(vector_b):
+                    b_s[buf, uint32(b_k + b_hop_k[l]), uint32(b_n + b_hop_n[l] * vector_b + w)] = \
+                        b_next[l * vector_b + w]
             cuda.syncthreads()
             k0 = uint32(k0 + block_k)
             if inside_mn and k0 + block_k <= k:     # issue the next tile's loads now...
@@ -217,6 +254,13 @@ def traffic(p, block_m, block_n, **_):
                    written=p.m * p.n)
 
 
+def variant(a, b, block_m, block_n, block_k, thread_m, thread_n):
+    """16-byte global loads of the operands whose rows are aligned for them."""
+    widths = vector_widths(8 * a.dtype.itemsize, block_m, block_n, block_k, thread_m, thread_n,
+                           vector.aligned_rows(a), vector.aligned_rows(b))
+    return dict(vector_a=widths[0], vector_b=widths[1])
+
+
 SIZES = (4, 8, 16, 32, 64, 128, 256)
 launch.register_simt(
     "regblock", 15, make_regblock, shape, traffic,
@@ -226,4 +270,4 @@ launch.register_simt(
      Param("thread_m", None, (None, 1, 2, 4, 8, 16), "rows of C per thread; None: 16 for 32-bit types, 8 for 64-bit"),
      Param("thread_n", 8, (1, 2, 4, 8, 16), "columns of C per thread")),
     "beyond", "THREAD_M x THREAD_N register tiles, double-buffered shared memory",
-    compile_params=("block_m", "block_n", "block_k", "thread_m", "thread_n"), limits=limits)
+    compile_params=("block_m", "block_n", "block_k", "thread_m", "thread_n"), limits=limits, variant=variant)
