@@ -211,6 +211,28 @@ def test_3xtf32_chunks_of_k_steps(monkeypatch):
     assert_ieee_nan_and_inf(c, a, b)
 
 
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("m,n,k", [(40, 70, 100),    # 15 tiles: 3 rounds of 4, then 3 tiles of 7 steps in 4 runs
+                                   (33, 33, 48),     # 2 rounds, then one tile of 3 steps shared by 3 runs
+                                   (20, 20, 16)])    # whole rounds only
+def test_interpreter_3xtf32_stream_k(monkeypatch, m, n, k):
+    """3xTF32 on the persistent program, a last partial round shared out by K steps: chunks of 2
+    steps, which a run's share cuts; float32's bound holds, and Inf and NaN land where IEEE puts
+    them. 4 programs here (multiprocessors under the interpreter)."""
+    from tilemm.data import operands
+    from tilemm.ladder.tensorcore import t4_f32
+    monkeypatch.setattr(t4_f32, "CHUNK_STEPS", 2)
+    monkeypatch.setattr(t4_f32, "MIN_CHUNKS", 1)
+    a, b = operands(m + k, m, n, k, "float32")
+    c = tilemm.plan(a, b, kernel="tensorcore-f32", stream_k=True, **SMALL).execute(poison=True)
+    verdict = compare(c, a, b, "float32")
+    assert verdict.ok, verdict.message
+    a[2, 4], a[m - 1, k - 3], b[k // 2, n - 1] = np.nan, np.inf, -np.inf
+    b[k - 3, 3] = 0.0                  # inf * 0 is NaN in IEEE as well
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", stream_k=True, **SMALL)
+    assert_ieee_nan_and_inf(c, a, b)
+
+
 def test_3xtf32_chunks_leave_k_eight_of_them():
     from tilemm.ladder.tensorcore.t4_f32 import chunk_steps
     assert [chunk_steps(k, 32) for k in (1, 255, 256, 512, 1024, 2048, 3000, 4096, 65536)] == [1, 1, 1, 2, 4, 8, 8, 16, 16]
@@ -458,9 +480,9 @@ for layout in ("nn", "tt"):
                scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="*fp32", flags_ptr="*i32", epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32",
                stride_cn="i32", A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
                INT="constexpr", F64="constexpr", STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-               PROGRAMS="constexpr", UPCAST="constexpr")
+               PROGRAMS="constexpr", UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr")
     const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, STREAM_K=layout == "tt",
-                 BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False)
+                 BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     out[f"persistent-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
@@ -490,10 +512,10 @@ sig = dict(a_desc=f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>", b_desc=f"
            epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr", B_T="constexpr",
            SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
            BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
-           UPCAST="constexpr")
+           UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr")
 const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=False, SCALED=False,
              FAST_ACCUM=False, INT=False, F64=True, STREAM_K=False, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
-             BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False)
+             BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 out["float64-persistent"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
@@ -513,6 +535,21 @@ for parts in (1, 2):
                        options=dict(num_warps=p["num_warps"], num_stages=stages))
     out[f"tf32x{2 * parts - 1}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                         wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
+# 3xTF32 on the persistent program with stream-K (t4_f32's stream_k)
+block_n, block_k, stages = tiles("3xtf32", p["block_n"], p["block_k"], p["num_stages"])
+sig = dict(a_desc=f"tensordesc<fp32[{p['block_m']}, {block_k}]>", b_desc=f"tensordesc<fp32[{block_n}, {block_k}]>",
+           c_ptr="*fp32", scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="*fp32", flags_ptr="*i32",
+           epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr", B_T="constexpr",
+           SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
+           BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
+           UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr")
+const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False,
+             F64=False, STREAM_K=True, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=p["group_m"],
+             PROGRAMS=132, UPCAST=False, PARTS=2, CHUNK=CHUNK_STEPS)
+k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                   options=dict(num_warps=p["num_warps"], num_stages=stages))
+out["tf32x3-stream-k"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
+                              wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 sig = dict(x_ptr="*fp32", out_ptr="*fp32", R="i32", C="i32", C_PAD="i32", stride_r="i32",
            stride_c="i32", PARTS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
 k = triton.compile(ASTSource(fn=split_tf32, signature=sig, constexprs=dict(PARTS=2, BLOCK_R=64, BLOCK_C=64)),
@@ -540,10 +577,10 @@ for cty in ("*i8", "*i32"):
                epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr",
                B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
                BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-               PROGRAMS="constexpr", UPCAST="constexpr")
+               PROGRAMS="constexpr", UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr")
     const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=True, SCALED=False,
                  FAST_ACCUM=False, INT=True, F64=False, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
-                 GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False)
+                 GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
     out[f"int8-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
@@ -603,7 +640,7 @@ def test_default_configs_compile_for_sm90():
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
-                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3",
+                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
                              "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite",

@@ -222,7 +222,8 @@ def stream_k_workspace(device, programs: int, block_m: int, block_n: int):
 
 # matmul_persistent's flags when a caller names none: A row-major, B given K-major (as B^T),
 # float32 sums of unscaled 16-bit products
-PERSISTENT_FLAGS = dict(A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, UPCAST=False)
+PERSISTENT_FLAGS = dict(A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, UPCAST=False,
+                        PARTS=1, CHUNK=1)
 
 
 def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, None), stream_k: bool = False,

@@ -70,8 +70,8 @@ def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
     arithmetic, no masks (the copy engine fills zeros past M, N and K). a_desc describes A, or A^T
     when A_T (A stored column-major); b_desc B, or B^T when B_T."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, tl.cdiv(K, BLOCK_K), A_T, B_T, False, False, False, False,
-                     UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, tl.cdiv(K, BLOCK_K), M, N, A_T, B_T, False, False, False,
+                     False, UPCAST, 1, 1, BLOCK_M, BLOCK_N, BLOCK_K)
     store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
 
 
@@ -80,7 +80,8 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
                       M, N, K, stride_cm, stride_cn,
                       A_T: tl.constexpr, B_T: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
                       INT: tl.constexpr, F64: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, UPCAST: tl.constexpr):
+                      GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, UPCAST: tl.constexpr, PARTS: tl.constexpr,
+                      CHUNK: tl.constexpr):
     """matmul_tma made persistent: PROGRAMS programs (one an SM) walk the tiles, the tile loop
     flattened into the K loop, so the next tile's loads are in flight while this one's C is
     written (in quarters: the stages still hold shared memory then).
@@ -103,6 +104,10 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
     And int8 for `tensorcore-int` (INT: int32 sums, which wrap as the result must; C written as
     int32, or int8 wrapped), and float64 for `tensorcore-f64` (F64: float64 sums on DMMA). No
     stream-K for those: its partial sums are float32.
+
+    And float32 by 3xTF32 for `tensorcore-f32` (PARTS == 2: a_desc and b_desc hold A's and B^T's
+    TF32 parts stacked, tf32x3_steps' chunks of CHUNK steps). Its tile loop is not flattened: the
+    K loop is two loops already.
     """
     tl.static_assert(not ((INT or F64) and STREAM_K))
     pid = tl.program_id(0)
@@ -112,10 +117,10 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
         whole_rounds = num_tiles - num_tiles % PROGRAMS
     else:
         whole_rounds = num_tiles
-    for tile in tl.range(pid, whole_rounds, PROGRAMS, flatten=True):
+    for tile in tl.range(pid, whole_rounds, PROGRAMS, flatten=PARTS == 1):
         off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, k_steps, A_T, B_T, SCALED, FAST_ACCUM, INT, F64,
-                         UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, k_steps, M, N, A_T, B_T, SCALED, FAST_ACCUM, INT, F64,
+                         UPCAST, PARTS, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K)
         store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr, SCALED), off_m, off_n, M, N, stride_cm,
                        stride_cn, False)
     if STREAM_K:
@@ -133,8 +138,8 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
             lo = tl.maximum(u, first)
             hi = tl.minimum(end, first + k_steps)
             off_m, off_n = tile_position(whole_rounds + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = tile_steps(a_desc, b_desc, off_m, off_n, lo - first, hi - first, A_T, B_T, SCALED, FAST_ACCUM,
-                             INT, F64, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+            acc = tile_steps(a_desc, b_desc, off_m, off_n, lo - first, hi - first, M, N, A_T, B_T, SCALED,
+                             FAST_ACCUM, INT, F64, UPCAST, PARTS, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K)
             last_run = (first + k_steps - 1) // per
             if lo == first and last_run == run:      # the whole tile is this run's: straight to C
                 store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr, SCALED), off_m, off_n, M, N, stride_cm,
@@ -154,12 +159,15 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
 
 
 @triton.jit
-def tile_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, A_T: tl.constexpr, B_T: tl.constexpr,
+def tile_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T: tl.constexpr, B_T: tl.constexpr,
                SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr, INT: tl.constexpr, F64: tl.constexpr,
-               UPCAST: tl.constexpr,
+               UPCAST: tl.constexpr, PARTS: tl.constexpr, CHUNK: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The float32 (INT: int32, F64: float64) sum of K steps step_from..step_to - 1 of the tile at
-    (off_m, off_n)."""
+    (off_m, off_n); PARTS == 2: by 3xTF32 (tf32x3_steps)."""
+    if PARTS == 2:
+        return tf32x3_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, CHUNK, BLOCK_M, BLOCK_N,
+                            BLOCK_K)
     if INT:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     elif F64:
@@ -186,6 +194,40 @@ def tile_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, A_T: tl.constex
             acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
         else:
             acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def tf32x3_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The float32 sum of K steps step_from..step_to - 1 of the tile at (off_m, off_n) by 3xTF32:
+    a_desc holds A's TF32 parts stacked, (2M, K), b_desc B^T's, (2N, K); a_hi b_hi + a_hi b_lo +
+    a_lo b_hi, from the four tiles loaded once per K step; the missing a_lo b_lo is 2^-22 of a
+    product.
+
+    The sum goes in two levels. For CHUNK K steps the tensor cores chain their products, a_hi b_hi
+    into one accumulator and the small cross terms into another, started at zero; then the chunk
+    joins the running total by one float32 add. The tensor cores add at their accumulator's
+    magnitude and drop low bits (accumulated straight into the running total over all of K: 13x
+    SGEMM's error, measured), so the chunk is kept short; adding every K step instead drained
+    their pipeline each step (1.40x SGEMM against 1.92x at 4096³, benchmarks/f32_chunk_try.py).
+    An Inf or NaN in the operands makes the small products' sum Inf or NaN (Inf times a low part
+    of either sign, or times 0); it is dropped, and the a_hi b_hi sum, where Inf and NaN stand
+    whole, carries IEEE's result."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for c0 in range(step_from, step_to, CHUNK):
+        big = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for step in range(c0, tl.minimum(c0 + CHUNK, step_to)):    # pipelined, chained
+            k0 = step * BLOCK_K
+            a_hi = a_desc.load([off_m, k0])
+            b_hi = b_desc.load([off_n, k0]).T
+            a_lo = a_desc.load([M + off_m, k0])
+            b_lo = b_desc.load([N + off_n, k0]).T
+            small = tl.dot(a_lo, b_hi, small, input_precision="tf32")
+            small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
+            big = tl.dot(a_hi, b_hi, big, input_precision="tf32")
+        acc += big + tl.where(tl.abs(small) < float("inf"), small, 0.0)    # one float32 add a chunk
     return acc
 
 

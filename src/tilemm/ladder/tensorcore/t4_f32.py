@@ -47,7 +47,7 @@ from __future__ import annotations
 from ... import _compat
 from ...registry import Kernel, Param, Traffic, register
 from .. import _tensorcore_support as support
-from .t1_blocked import tile_params
+from .t1_blocked import stream_k_pays, tile_params
 
 # TF32 keeps 11 significant bits, so hi + lo carries 22 of float32's 24: each 3xTF32 product is
 # off by up to ~3 * 2^-22 of |a||b|, which float32's error bound (2K * 2^-24 of the sum of
@@ -160,7 +160,7 @@ def run(a, b, c, **params):
 
 
 def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision, persistent=False,
-         copy_panels=None):
+         copy_panels=None, stream_k=None):
     """run(a, b, c, ...) as a launcher without arguments: for TF32 and 3xTF32 the split passes'
     buffers, the descriptors and the launches worked out once (a prepared plan launched many
     times pays the launches alone); precision="int8" plans at each launch."""
@@ -200,6 +200,10 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
         b_desc, b_fill = parts_of(b.T, parts, block_n, block_k)   # (N, K): B K-major
         if persistent:   # TF32 on the 16-bit rung's persistent program (float32 operands: tl.dot's TF32)
             product = support.persistent_launch(a_desc, b_desc, c, m, n, k, **config)
+        elif parts == 2 and (stream_k if stream_k is not None else
+                             stream_k_pays(grid[0], support.multiprocessors(), -(-k // block_k))):
+            product = support.persistent_launch(a_desc, b_desc, c, m, n, k, stream_k=True, PARTS=2,
+                                                CHUNK=chunk_steps(k, block_k), **config)
         else:
             product = product_launch(a_desc, b_desc, c, k, parts, config)
         steps = [b_fill, product]
@@ -344,6 +348,9 @@ register(Kernel(
               "normwise bound: docs/tensor_cores.md)"),
         Param("persistent", False, (False, True),
               "tf32: one program an SM walks the tiles (the 16-bit rung's program) past one round"),
+        Param("stream_k", None, (None, False, True),
+              "3xtf32: one program an SM walks the tiles, the tiles of a last, partial round shared out by K "
+              "steps (None: where that pays, t1_blocked.stream_k_pays)"),
         Param("copy_panels", None, (None, 1, 2, 3, 4, 8),
               "tf32 and 3xtf32: B is written K-major in this many panels of columns on a second stream, each "
               "panel's product starting once its copy is done (the copies hide behind the product); None: "

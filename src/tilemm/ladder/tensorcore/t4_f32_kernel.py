@@ -5,7 +5,7 @@ imports Triton."""
 import triton
 import triton.language as tl
 
-from .t1_blocked_kernel import store_tile, tile_position
+from .t1_blocked_kernel import store_tile, tf32x3_steps, tile_position
 
 
 @triton.jit
@@ -39,34 +39,13 @@ def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """C = A @ B on TF32 tensor cores. a_desc: A's parts stacked (PARTS * M, K), K contiguous;
     b_desc: B's, transposed (PARTS * N, K). PARTS == 1: one TF32 product. PARTS == 2 (3xTF32):
-    a_hi b_hi + a_hi b_lo + a_lo b_hi, from the four tiles loaded once per K step; the missing
-    a_lo b_lo is 2^-22 of a product.
-
-    3xTF32 sums in two levels. For CHUNK K steps the tensor cores chain their products, a_hi b_hi
-    into one accumulator and the small cross terms into another, started at zero; then the chunk
-    joins the running total by one float32 add. The tensor cores add at their accumulator's
-    magnitude and drop low bits (accumulated straight into the running total over all of K: 13x
-    SGEMM's error, measured), so the chunk is kept short; adding every K step instead drained
-    their pipeline each step (1.40x SGEMM against 1.92x at 4096³, benchmarks/f32_chunk_try.py).
-    An Inf or NaN in the operands makes the small products' sum Inf or NaN (Inf times a low part
-    of either sign, or times 0); it is dropped, and the a_hi b_hi sum, where Inf and NaN stand
-    whole, carries IEEE's result."""
+    tf32x3_steps, in chunks of CHUNK K steps."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if PARTS == 2:
-        for c0 in range(0, K, CHUNK * BLOCK_K):
-            big = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for k0 in range(c0, tl.minimum(c0 + CHUNK * BLOCK_K, K), BLOCK_K):   # pipelined, chained
-                a_hi = a_desc.load([off_m, k0])
-                b_hi = b_desc.load([off_n, k0]).T
-                a_lo = a_desc.load([M + off_m, k0])
-                b_lo = b_desc.load([N + off_n, k0]).T
-                small = tl.dot(a_lo, b_hi, small, input_precision="tf32")
-                small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
-                big = tl.dot(a_hi, b_hi, big, input_precision="tf32")
-            acc += big + tl.where(tl.abs(small) < float("inf"), small, 0.0)    # one float32 add a chunk
+        acc = tf32x3_steps(a_desc, b_desc, off_m, off_n, 0, tl.cdiv(K, BLOCK_K), M, N, CHUNK, BLOCK_M, BLOCK_N,
+                           BLOCK_K)
     else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             acc = tl.dot(a_desc.load([off_m, k0]), b_desc.load([off_n, k0]).T, acc, input_precision="tf32")
     store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
