@@ -966,3 +966,12 @@ def test_all_arguments_are_the_programs_signature_in_order():
                            dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, FP64=True, num_warps=4,
                                 num_stages=2))
     assert values == ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 16, 8, False, True, None, None)
+
+
+def test_3xtf32_stream_k_where_the_last_round_idles_sms():
+    from tilemm.ladder.tensorcore.t1_blocked import stream_k_pays
+    from tilemm.ladder.tensorcore.t4_f32 import STREAM_K_ROUNDS
+    assert stream_k_pays(4096, 132, 256, STREAM_K_ROUNDS)       # 8192³, 128 x 128 tiles: 31 rounds and 4 tiles
+    assert stream_k_pays(64, 132, 128, STREAM_K_ROUNDS)         # 1024 x 1024 x 4096: half the SMs
+    assert not stream_k_pays(1024, 132, 128, STREAM_K_ROUNDS)   # 4096³: the last round 76% full
+    assert not stream_k_pays(128, 132, 64, STREAM_K_ROUNDS)     # 2048³: one round, nearly full

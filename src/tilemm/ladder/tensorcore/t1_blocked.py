@@ -80,14 +80,15 @@ def launch(a, b, c, **config):
     launcher(a, b, c, **config)()
 
 
-def stream_k_pays(tiles: int, programs: int, k_steps: int) -> bool:
+def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int = 8) -> bool:
     """Whether to share a last, partial round of tiles out by K steps (stream_k=None): when that
-    round leaves most SMs idle, after enough whole rounds, with K steps enough to share. Measured
-    (tensorcore_vs_cublas.jsonl, s3): 8192³ 1.038x / 1.031x cuBLAS with stream-K against 1.022x /
-    1.023x without (15 rounds, the last 52% full); slower where the last round is nearly full
-    (4096³: 0.92x against 1.01x) or K is short (8192 x 8192 x 128: 0.95x against 1.04x)."""
+    round leaves most SMs idle, after min_rounds whole rounds, with K steps enough to share.
+    Measured (tensorcore_vs_cublas.jsonl, s3): 8192³ 1.038x / 1.031x cuBLAS with stream-K against
+    1.022x / 1.023x without (15 rounds, the last 52% full); slower where the last round is nearly
+    full (4096³: 0.92x against 1.01x) or K is short (8192 x 8192 x 128: 0.95x against 1.04x), and
+    with few whole rounds the hand-over of partial sums does not pay for 16-bit tiles."""
     whole, left = divmod(tiles, programs)
-    return whole >= 8 and 0 < left < 0.6 * programs and k_steps >= 32
+    return whole >= min_rounds and 0 < left < 0.6 * programs and k_steps >= 32
 
 
 def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,

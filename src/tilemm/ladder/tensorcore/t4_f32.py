@@ -201,7 +201,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
         if persistent:   # TF32 on the 16-bit rung's persistent program (float32 operands: tl.dot's TF32)
             product = support.persistent_launch(a_desc, b_desc, c, m, n, k, **config)
         elif parts == 2 and (stream_k if stream_k is not None else
-                             stream_k_pays(grid[0], support.multiprocessors(), -(-k // block_k))):
+                             stream_k_pays(grid[0], support.multiprocessors(), -(-k // block_k), STREAM_K_ROUNDS)):
             product = support.persistent_launch(a_desc, b_desc, c, m, n, k, stream_k=True, PARTS=2,
                                                 CHUNK=chunk_steps(k, block_k), **config)
         else:
@@ -222,6 +222,15 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
     grid = (-(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"]),)
     return support.bound_launch(tf32_matmul, grid, (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),
                                 dict(PARTS=parts, CHUNK=chunk_steps(k, config["BLOCK_K"]), **config))
+
+
+# 3xTF32's tiles carry three products each, so handing partial sums over pays with no whole
+# round before: stream_k=None shares a last round that leaves 40% of the SMs idle or more
+# (t1_blocked.stream_k_pays). Measured on an H100 (h100-2026-11-23-s7/tensorcore_vs_cublas_3xtf32_stream_k.jsonl),
+# against cuBLAS SGEMM: 8192³ (31 rounds, then 4 tiles) 2.092x with stream-K against 2.019x;
+# 1024 x 1024 x 4096 (64 tiles) 1.406x against 1.094x; 4096³ (the last round 76% full) 1.919x
+# against 1.931x and 2048³ (128 tiles) 1.638x against 1.650x, within the noise.
+STREAM_K_ROUNDS = 0
 
 
 # The product's multiply-adds a panel from which copying B in panels pays (copy_panels=None),
@@ -350,7 +359,7 @@ register(Kernel(
               "tf32: one program an SM walks the tiles (the 16-bit rung's program) past one round"),
         Param("stream_k", None, (None, False, True),
               "3xtf32: one program an SM walks the tiles, the tiles of a last, partial round shared out by K "
-              "steps (None: where that pays, t1_blocked.stream_k_pays)"),
+              "steps (None: where that round leaves 40% of the SMs idle or more)"),
         Param("copy_panels", None, (None, 1, 2, 3, 4, 8),
               "tf32 and 3xtf32: B is written K-major in this many panels of columns on a second stream, each "
               "panel's product starting once its copy is done (the copies hide behind the product); None: "
