@@ -11,10 +11,11 @@ as accurate as TF32.
 
 Hopper's tensor cores read 32-bit operands K-major only (wgmma transposes 16-bit types alone), so
 a split pass writes both operands' parts K-major, B transposed (its time counts in the rung's);
-the product then takes its tiles by TMA, four tiles a K step shared by the three products. For
-large products B is written in panels of columns on a second stream, each panel's product
-starting once its panel is written, so that the copying hides behind the multiplying
-(products_by_panel).
+the product then takes its tiles by TMA, four tiles a K step shared by the three products. Where
+a last round of tiles would leave many SMs idle, 3xTF32 runs on the persistent program with
+stream-K (STREAM_K_ROUNDS). For large products B is written in panels of columns on a second
+stream, each panel's product starting once its panel is written, so that the copying hides
+behind the multiplying (products_by_panel).
 
 Inf and NaN: the cross terms would turn Inf times a low part (0, or of the other sign) into NaN
 or -Inf where IEEE float32 gives Inf; the small products are summed apart, dropped when not
