@@ -7,6 +7,8 @@ computed in any wider integer type and truncated: the bits are the same.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -21,8 +23,18 @@ ACCUMULATE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
 
 def dtype_name(dtype) -> str:
     """Canonical name of a NumPy, torch or CuPy dtype ('float32', 'bfloat16', ...)."""
-    name = str(dtype)
-    return name.removeprefix("torch.")
+    try:
+        return _cached_name(dtype)
+    except TypeError:                 # not hashable: named afresh
+        return _name(dtype)
+
+
+def _name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# NumPy builds a dtype's name anew each time (~5 us): every matmul call asks for two.
+_cached_name = functools.lru_cache(maxsize=256)(_name)
 
 
 def is_integer(name: str) -> bool:

@@ -78,8 +78,8 @@ class Kernel:
     def resolve(self, given: dict) -> dict:
         """Defaults filled in, unknown names refused (TypeError), values checked (ValueError)."""
         known = {p.name: p for p in self.params}
-        unknown = sorted(set(given) - set(known))
-        if unknown:
+        if given.keys() - known.keys():
+            unknown = sorted(given.keys() - known.keys())
             have = ", ".join(f"{p.name} (default {p.default!r})" for p in self.params) or "none"
             raise TypeError(f"kernel {self.name!r} has no parameter {', '.join(map(repr, unknown))}; "
                             f"its parameters: {have}")
@@ -122,6 +122,8 @@ def kernels(device: str | None = None) -> list[Kernel]:
 
 
 def get(name: str) -> Kernel:
+    if name in _LADDER:               # registered already: no need to walk the ladder
+        return _LADDER[name]
     ladder = {k.name: k for k in kernels()}
     if name not in ladder:
         raise ValueError(f"unknown kernel {name!r}; known kernels: {', '.join(ladder)}")
