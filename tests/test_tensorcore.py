@@ -442,6 +442,15 @@ from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel, matmul_tma
 from tilemm.ladder.tensorcore.t1_blocked import default_tiles
 from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
 out = {}
+
+
+def persistent_signature(a_desc, b_desc, c_ptr, scales="constexpr", workspace="constexpr"):
+    # matmul_persistent's signature: its descriptors and C as given, the rest in their types
+    flags = ("A_T", "B_T", "SCALED", "FAST_ACCUM", "INT", "F64", "STREAM_K", "BLOCK_M", "BLOCK_N", "BLOCK_K",
+             "GROUP_M", "PROGRAMS", "UPCAST", "PARTS", "CHUNK")
+    return dict(a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, scale_a_ptr=scales, scale_b_ptr=scales,
+                ws_ptr=workspace, flags_ptr="*i32" if workspace != "constexpr" else "constexpr", epoch="i32",
+                M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", **dict.fromkeys(flags, "constexpr"))
 # tensorcore: the TMA program at the configuration each kind of shape gets, all four layouts
 for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), "nt"), ((1000, 1000), "tn")):
     for dtype, ty in (("float16", "fp16"), ("bfloat16", "bf16")):
@@ -476,11 +485,7 @@ for layout in ("nn", "tt"):
     a_t, b_t = layout[0] == "t", layout[1] == "t"
     a_block = [p["block_k"], p["block_m"]] if a_t else [p["block_m"], p["block_k"]]
     b_block = [p["block_n"], p["block_k"]] if b_t else [p["block_k"], p["block_n"]]
-    sig = dict(a_desc=f"tensordesc<bf16{a_block}>", b_desc=f"tensordesc<bf16{b_block}>", c_ptr="*bf16",
-               scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="*fp32", flags_ptr="*i32", epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32",
-               stride_cn="i32", A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
-               INT="constexpr", F64="constexpr", STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-               PROGRAMS="constexpr", UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr")
+    sig = persistent_signature(f"tensordesc<bf16{a_block}>", f"tensordesc<bf16{b_block}>", "*bf16", workspace="*fp32")
     const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, STREAM_K=layout == "tt",
                  BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
@@ -507,12 +512,8 @@ out["ieee-nonfinite"] = dict(shared=k_ieee.metadata.shared, limit=H100_SHARED_OP
                              cubin=len(k_ieee.asm["cubin"]))
 out["float64"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # tensorcore-f64 persistent=True: the persistent TMA program with float64 sums
-sig = dict(a_desc=f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>", b_desc=f"tensordesc<fp64[{p['block_k']}, {p['block_n']}]>",
-           c_ptr="*fp64", scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="constexpr", flags_ptr="constexpr",
-           epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr", B_T="constexpr",
-           SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
-           BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
-           UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr")
+sig = persistent_signature(f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>",
+                           f"tensordesc<fp64[{p['block_k']}, {p['block_n']}]>", "*fp64")
 const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=False, SCALED=False,
              FAST_ACCUM=False, INT=False, F64=True, STREAM_K=False, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
              BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1)
@@ -537,12 +538,8 @@ for parts in (1, 2):
                                         wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 # 3xTF32 on the persistent program with stream-K (t4_f32's stream_k)
 block_n, block_k, stages = tiles("3xtf32", p["block_n"], p["block_k"], p["num_stages"])
-sig = dict(a_desc=f"tensordesc<fp32[{p['block_m']}, {block_k}]>", b_desc=f"tensordesc<fp32[{block_n}, {block_k}]>",
-           c_ptr="*fp32", scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="*fp32", flags_ptr="*i32",
-           epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr", B_T="constexpr",
-           SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
-           BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr",
-           UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr")
+sig = persistent_signature(f"tensordesc<fp32[{p['block_m']}, {block_k}]>", f"tensordesc<fp32[{block_n}, {block_k}]>",
+                           "*fp32", workspace="*fp32")
 const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False,
              F64=False, STREAM_K=True, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=p["group_m"],
              PROGRAMS=132, UPCAST=False, PARTS=2, CHUNK=CHUNK_STEPS)
@@ -572,12 +569,7 @@ for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
                                          wgmma="wgmma" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 # int8 data (one digit pair): the persistent program with int32 sums, C in int8 or int32
 for cty in ("*i8", "*i32"):
-    sig = dict(a_desc=f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", b_desc=f"tensordesc<i8[256, {q['block_k']}]>",
-               c_ptr=cty, scale_a_ptr="constexpr", scale_b_ptr="constexpr", ws_ptr="constexpr", flags_ptr="constexpr",
-               epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr",
-               B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr", INT="constexpr", F64="constexpr", STREAM_K="constexpr",
-               BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-               PROGRAMS="constexpr", UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr")
+    sig = persistent_signature(f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", f"tensordesc<i8[256, {q['block_k']}]>", cty)
     const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=True, SCALED=False,
                  FAST_ACCUM=False, INT=True, F64=False, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
                  GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1)

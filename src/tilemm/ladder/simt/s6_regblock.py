@@ -94,26 +94,26 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, vector_a=1
     # compilation: the register arrays they fill stay registers. Element w of a thread's
     # vector l sits at a_next[l * vector_a + w] (b_next alike).
     @cuda.jit(device=True, inline="always")
+    def fetch_run(x, out, first, r, q, width):
+        """x[r, q:q + width] into out[first:first + width]: one 16-byte load when width > 1."""
+        if width > 1:
+            values = vector.load_vector(x, r, q, width)
+            for w in range(width):
+                out[first + w] = values[w]
+        else:
+            out[first] = x[r, q]
+
+    @cuda.jit(device=True, inline="always")
     def fetch_inside(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0):
         """This thread's share of a K tile wholly inside A and B, into registers: no bounds tests."""
         # 64-bit sums of a per-thread base and a constant hop: the compiler computes each
         # base address once and reaches the others by adding hop * stride.
         for l in range(a_loads // vector_a):
-            r, q = uint64(row0 + a_m) + uint64(a_hop_m[l]), uint64(k0 + a_k) + uint64(a_hop_k[l] * vector_a)
-            if vector_a > 1:
-                values = vector.load_vector(a, r, q, vector_a)
-                for w in range(vector_a):
-                    a_next[l * vector_a + w] = values[w]
-            else:
-                a_next[l] = a[r, q]
+            fetch_run(a, a_next, l * vector_a, uint64(row0 + a_m) + uint64(a_hop_m[l]),
+                      uint64(k0 + a_k) + uint64(a_hop_k[l] * vector_a), vector_a)
         for l in range(b_loads // vector_b):
-            q, col = uint64(k0 + b_k) + uint64(b_hop_k[l]), uint64(col0 + b_n) + uint64(b_hop_n[l] * vector_b)
-            if vector_b > 1:
-                values = vector.load_vector(b, q, col, vector_b)
-                for w in range(vector_b):
-                    b_next[l * vector_b + w] = values[w]
-            else:
-                b_next[l] = b[q, col]
+            fetch_run(b, b_next, l * vector_b, uint64(k0 + b_k) + uint64(b_hop_k[l]),
+                      uint64(col0 + b_n) + uint64(b_hop_n[l] * vector_b), vector_b)
 
     @cuda.jit(device=True, inline="always")
     def fetch_edge(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0, m, n, k):
