@@ -169,3 +169,42 @@ def test_auto_takes_no_parameters():
     a = np.ones((3, 3))
     with pytest.raises(TypeError, match="takes no kernel parameters"):
         tilemm.matmul(a, a, kernel="auto", tile=16)
+
+
+# --- the library rung (cublas) ------------------------------------------------------------------
+
+def test_library_sets_torch_flags_for_one_call_only():
+    from tilemm.ladder.library import _torch_matmul_flags
+    settings = torch.backends.cuda.matmul
+    before = settings.allow_bf16_reduced_precision_reduction
+    settings.allow_bf16_reduced_precision_reduction = True
+    try:
+        with _torch_matmul_flags(allow_bf16_reduced_precision_reduction=False):
+            assert settings.allow_bf16_reduced_precision_reduction is False
+        assert settings.allow_bf16_reduced_precision_reduction is True
+    finally:
+        settings.allow_bf16_reduced_precision_reduction = before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (130, 257, 129), (64, 100, 4096), (3, 5, 0)])
+def test_gpu_library_16_bit_floats(dtype, m, n, k):
+    """16-bit CUDA tensors: the default kernel is the library, in their own dtype (not float32
+    copies), float32 sums within the bound, torch's flags as the caller left them; a stack too."""
+    from tilemm.accuracy import compare
+    torch.manual_seed(m + n + k)
+    a, b = torch.randn(2, m, k, dtype=dtype, device="cuda"), torch.randn(k, n, dtype=dtype, device="cuda")
+    plan = tilemm.plan(a, b)
+    assert plan.kernel.name == "cublas" and plan.problem.dtype == str(dtype).removeprefix("torch.")
+    settings = torch.backends.cuda.matmul
+    before = (settings.allow_tf32, settings.allow_fp16_reduced_precision_reduction,
+              settings.allow_bf16_reduced_precision_reduction)
+    c = plan.execute(poison=True)
+    assert c.dtype == dtype and c.shape == (2, m, n) and c.is_cuda
+    assert before == (settings.allow_tf32, settings.allow_fp16_reduced_precision_reduction,
+                      settings.allow_bf16_reduced_precision_reduction)
+    for i in range(2):
+        verdict = compare(c[i].float().cpu().numpy(), a[i].float().cpu().numpy(), b.float().cpu().numpy(),
+                          str(dtype).removeprefix("torch."))
+        assert verdict.ok, verdict.message

@@ -244,12 +244,23 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
     return launch, result
 
 
-def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool):
+def _prepare_library(plan: Plan, a, b, poison: bool, copy: bool):
+    """The library takes torch tensors as they are (numba-cuda has no bfloat16), as Triton does,
+    but always on the GPU; with no torch here (CuPy alone), numba-cuda's views as the SIMT rungs."""
+    if arrays._torch() is None:
+        try:
+            import torch  # noqa: F401  (installed, not imported yet)
+        except ImportError:
+            return _prepare_cuda(plan, a, b, poison, copy)
+    return _prepare_triton(plan, a, b, poison, copy, where="cuda")
+
+
+def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool, where: str | None = None):
     """Triton takes torch tensors: host arrays are copied to the GPU (to CPU tensors under
     Triton's interpreter), CuPy arrays are viewed through __cuda_array_interface__."""
     import torch
     p = plan.problem
-    where = "cpu" if _compat.triton_interpreter() else "cuda"
+    where = where or ("cpu" if _compat.triton_interpreter() else "cuda")
     dtype = getattr(torch, p.dtype)
 
     def tensor(x):
@@ -290,4 +301,4 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool):
     return launch, result
 
 
-_PREPARE = {"cpu": _prepare_host, "cuda": _prepare_cuda, "triton": _prepare_triton}
+_PREPARE = {"cpu": _prepare_host, "cuda": _prepare_cuda, "triton": _prepare_triton, "library": _prepare_library}

@@ -83,10 +83,10 @@ SHAPES = [(4096, 4096, 4096), (1000, 1000, 1000), (3000, 3000, 3000), (8191, 819
 
 
 def tensorcore_suite():
-    """The Triton tensor-core rungs over the same shapes, each beside the library where tilemm's
-    `cublas` rung computes that dtype: bf16 (`tensorcore`), exact int32 (`tensorcore-int`),
+    """The Triton tensor-core rungs over the same shapes, each beside the library (tilemm's
+    `cublas` rung) in the same dtype: bf16 (`tensorcore`), exact int32 (`tensorcore-int`),
     float32 by 3xTF32 (`tensorcore-f32`), float64 (`tensorcore-f64`)."""
-    pairs = [("tensorcore", "bfloat16"), ("tensorcore-int", "int32"), ("cublas", "int32"),
+    pairs = [("tensorcore", "bfloat16"), ("cublas", "bfloat16"), ("tensorcore-int", "int32"), ("cublas", "int32"),
              ("tensorcore-f32", "float32"), ("cublas", "float32"), ("tensorcore-f64", "float64"),
              ("cublas", "float64")]
     return [Case(k, d, m, n, kk) for k, d in pairs for (m, n, kk) in SHAPES]

@@ -1,10 +1,17 @@
 """Rung 99, `cublas`: the library a GPU user would call instead, the bar to beat.
 
-Floats go to cuBLAS through CuPy (or torch where CuPy is missing), with TF32 off so float32
-is true SGEMM; integers go to CuPy's own exact kernel (torch has no integer matmul on CUDA).
+float32 and float64 go to cuBLAS through CuPy (or torch where CuPy is missing), with TF32 off so
+float32 is true SGEMM; float16 and bfloat16 to cuBLAS through torch (CuPy has no bfloat16), with
+float32 sums throughout (no reduced-precision reductions, which torch allows by default for
+16-bit types); integers go to CuPy's own exact kernel (torch has no integer matmul on CUDA).
+Operands arrive as torch tensors where torch is installed (api._prepare_library).
 """
+import contextlib
+
 from ..registry import Kernel, Traffic, register
 from .simt import launch
+
+SIXTEEN_BITS = ("float16", "bfloat16")
 
 
 def _library():
@@ -16,14 +23,31 @@ def _library():
         return "torch", torch
 
 
+@contextlib.contextmanager
+def _torch_matmul_flags(**flags):
+    """torch.backends.cuda.matmul's flags set for one call, the caller's put back after it (torch
+    reads them when it picks the cuBLAS routine, at the call)."""
+    import torch
+    settings = torch.backends.cuda.matmul
+    before = {name: getattr(settings, name) for name in flags}
+    try:
+        for name, value in flags.items():
+            setattr(settings, name, value)
+        yield torch
+    finally:
+        for name, value in before.items():
+            setattr(settings, name, value)
+
+
 def run_cublas(a, b, c):
     name, lib = _library()
-    if name == "cupy":
+    if name == "cupy" and str(c.dtype).removeprefix("torch.") not in SIXTEEN_BITS:
         lib.matmul(lib.asarray(a), lib.asarray(b), out=lib.asarray(c))
-    else:
-        lib.backends.cuda.matmul.allow_tf32 = False
-        lib.matmul(lib.as_tensor(a, device="cuda"), lib.as_tensor(b, device="cuda"),
-                   out=lib.as_tensor(c, device="cuda"))
+        return
+    with _torch_matmul_flags(allow_tf32=False, allow_fp16_reduced_precision_reduction=False,
+                             allow_bf16_reduced_precision_reduction=False) as torch:
+        torch.matmul(torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda"),
+                     out=torch.as_tensor(c, device="cuda"))
 
 
 def available():
@@ -40,12 +64,19 @@ def available():
 def limits(problem):
     if problem.dtype.startswith("int") and _library()[0] == "torch":
         return "torch has no integer matmul on CUDA and CuPy is not installed"
+    if problem.dtype in SIXTEEN_BITS:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return f"{problem.dtype} goes through torch (CuPy has no bfloat16), which is not installed"
     return None
 
 
 register(Kernel(
-    name="cublas", rung=99, device="cuda", backend="library", dtypes=("int32", "int64", "float32", "float64"),
-    seed="anchor", summary="cuBLAS via CuPy (TF32 off); CuPy's exact kernel for integers",
+    name="cublas", rung=99, device="cuda", backend="library",
+    dtypes=("int32", "int64", "float16", "bfloat16", "float32", "float64"),
+    seed="anchor", summary="cuBLAS via CuPy (TF32 off) or torch (16-bit floats, float32 sums); CuPy's exact kernel "
+                           "for integers",
     run=run_cublas, available=available, limits=limits,
     traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
 ))
