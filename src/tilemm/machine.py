@@ -68,16 +68,23 @@ def gpu() -> GPU | None:
         from numba import cuda
         if not cuda.is_available():
             return None
-        d = cuda.get_current_device()
-        free, total = cuda.current_context().get_memory_info()
-        name = d.name.decode() if isinstance(d.name, bytes) else str(d.name)
-        return GPU(name, d.compute_capability, d.MULTIPROCESSOR_COUNT, d.MAX_THREADS_PER_BLOCK,
-                   (d.MAX_BLOCK_DIM_X, d.MAX_BLOCK_DIM_Y, d.MAX_BLOCK_DIM_Z),
-                   (d.MAX_GRID_DIM_X, d.MAX_GRID_DIM_Y, d.MAX_GRID_DIM_Z),
-                   d.MAX_SHARED_MEMORY_PER_BLOCK, d.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d.L2_CACHE_SIZE,
-                   d.CLOCK_RATE / 1000.0, total / 1e9)
+        return _described(cuda.get_current_device().id)
     except Exception:  # a broken driver is "no GPU" for dispatch; `tilemm info` shows why
         return None
+
+
+@functools.lru_cache(maxsize=None)
+def _described(device_id: int) -> GPU:
+    """GPU device_id's attributes, read once: every plan checks its launch against them."""
+    from numba import cuda
+    d = cuda.get_current_device()
+    free, total = cuda.current_context().get_memory_info()
+    name = d.name.decode() if isinstance(d.name, bytes) else str(d.name)
+    return GPU(name, d.compute_capability, d.MULTIPROCESSOR_COUNT, d.MAX_THREADS_PER_BLOCK,
+               (d.MAX_BLOCK_DIM_X, d.MAX_BLOCK_DIM_Y, d.MAX_BLOCK_DIM_Z),
+               (d.MAX_GRID_DIM_X, d.MAX_GRID_DIM_Y, d.MAX_GRID_DIM_Z),
+               d.MAX_SHARED_MEMORY_PER_BLOCK, d.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d.L2_CACHE_SIZE,
+               d.CLOCK_RATE / 1000.0, total / 1e9)
 
 
 def limits() -> GPU:

@@ -38,16 +38,30 @@ last: dict = {}
 _known: dict = {}   # (cache file, key) -> entry: a process reads each winner from disk once
 
 
-def best(key: str, candidates: list[dict], time_ms) -> tuple[dict, dict]:
-    """(the fastest candidate, what was recorded about the choice). time_ms(candidate) runs
-    one configuration and returns its time; it is called only when the key is not cached."""
+def lookup(key: str) -> dict | None:
+    """What was recorded for key (this process's memory, else the file), or None."""
     known = _known.get((cache_file(), key))
     if known is None:
         known = _load().get(key)
+        if known is not None:
+            _known[(cache_file(), key)] = known
+    return known
+
+
+def cached(key: str) -> dict | None:
+    """The choice recorded for key, which tuning.last then describes, or None."""
+    known = lookup(key)
     if known is not None:
-        _known[(cache_file(), key)] = known
         last.clear()
         last.update(known, key=key, cached=True)
+    return known
+
+
+def best(key: str, candidates: list[dict], time_ms) -> tuple[dict, dict]:
+    """(the fastest candidate, what was recorded about the choice). time_ms(candidate) runs
+    one configuration and returns its time; it is called only when the key is not cached."""
+    known = cached(key)
+    if known is not None:
         return known["params"], known
     start = time.perf_counter()
     timed = [(time_ms(c), i) for i, c in enumerate(candidates)]
