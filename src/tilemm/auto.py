@@ -11,6 +11,7 @@ The first call pays the timing, the cache answers the rest.
 """
 from __future__ import annotations
 
+import functools
 import statistics
 
 from . import registry, tuning
@@ -77,6 +78,7 @@ def layout(x) -> str:
     return "n" if stride == 1 else "t"
 
 
+@functools.lru_cache(maxsize=None)
 def _device_name(device: str) -> str:
     if device == "cpu":
         import platform
