@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -280,7 +281,7 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool, where: str | Non
     calls = []
     # A bound launch keeps its scratch buffers (operands' split parts, aligned copies) for the
     # plan's life: a stack of matrices would keep one set a matrix, so stacks run unbound.
-    bind = plan.kernel.bind if np.prod(plan.batch, dtype=np.int64) == 1 else None
+    bind = plan.kernel.bind if math.prod(plan.batch) == 1 else None
     if p.m and p.n:
         for idx, a_i, b_i in _batches(plan.batch, a_t, b_t):
             c_i = c[idx] if idx else c

@@ -78,8 +78,14 @@ def check(shape: LaunchShape) -> str | None:
 
 
 def available() -> str | None:
-    """Why numba-cuda kernels can't run here, or None."""
-    if _compat.cuda_simulator():
+    """Why numba-cuda kernels can't run here, or None; worked out once (the answer does not
+    change within a process, and every plan asks)."""
+    return _available(_compat.cuda_simulator())
+
+
+@functools.lru_cache(maxsize=None)
+def _available(simulator: bool) -> str | None:
+    if simulator:
         return None
     try:
         from numba import cuda
