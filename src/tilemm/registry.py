@@ -78,10 +78,10 @@ class Kernel:
     def resolve(self, given: dict) -> dict:
         """Defaults filled in, unknown names refused (TypeError), values checked (ValueError)."""
         known = {p.name: p for p in self.params}
-        if given.keys() - known.keys():
-            unknown = sorted(given.keys() - known.keys())
+        unknown = given.keys() - known.keys()
+        if unknown:
             have = ", ".join(f"{p.name} (default {p.default!r})" for p in self.params) or "none"
-            raise TypeError(f"kernel {self.name!r} has no parameter {', '.join(map(repr, unknown))}; "
+            raise TypeError(f"kernel {self.name!r} has no parameter {', '.join(map(repr, sorted(unknown)))}; "
                             f"its parameters: {have}")
         return {name: p.validate(self.name, given.get(name, p.default)) for name, p in known.items()}
 

@@ -38,20 +38,15 @@ last: dict = {}
 _known: dict = {}   # (cache file, key) -> entry: a process reads each winner from disk once
 
 
-def lookup(key: str) -> dict | None:
-    """What was recorded for key (this process's memory, else the file), or None."""
-    known = _known.get((cache_file(), key))
+def cached(key: str) -> dict | None:
+    """The choice recorded for key (this process's memory, else the file), which tuning.last then
+    describes, or None."""
+    where = (cache_file(), key)
+    known = _known.get(where)
     if known is None:
         known = _load().get(key)
-        if known is not None:
-            _known[(cache_file(), key)] = known
-    return known
-
-
-def cached(key: str) -> dict | None:
-    """The choice recorded for key, which tuning.last then describes, or None."""
-    known = lookup(key)
     if known is not None:
+        _known[where] = known
         last.clear()
         last.update(known, key=key, cached=True)
     return known
