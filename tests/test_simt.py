@@ -6,6 +6,7 @@ import pytest
 
 import tilemm
 from tilemm.accuracy import compare
+from tilemm.registry import Problem
 
 from .cases import operands
 
@@ -98,10 +99,21 @@ def test_regblock_uneven_split():
 
 
 def test_grid_limit():
-    a = np.ones((70000 * 8, 1), np.float32)
-    b = np.ones((1, 70000 * 32), np.float32)
+    a = np.ones((1, 1), np.float32)
+    b = np.ones((1, 70000), np.float32)       # uncoalesced walks C's columns along y: 70000 blocks of 1
     with pytest.raises(tilemm.KernelUnavailable, match="grid dimension y"):
-        tilemm.plan(a, b, kernel="uncoalesced", block=8)
+        tilemm.plan(a, b, kernel="uncoalesced", block=1)
+
+
+@pytest.mark.parametrize("kernel", ["naive", "tiled", "rect", "regblock"])
+@pytest.mark.parametrize("m, n, k, matrix", [(2**16, 2**15, 1, "C"), (2**31, 1, 1, "A"), (1, 2**31, 1, "B"), (2**16, 2**15, 4, "C"),
+                                             (1, 1, 2**31, "A")])
+def test_simt_rungs_refuse_matrices_past_32_bit_indices(kernel, m, n, k, matrix):
+    """32-bit indices can't reach 2^31 elements: refused with the limit named, never wrapped."""
+    problem = Problem(m, n, k, "float32")
+    rung = tilemm.registry.get(kernel)
+    reason = rung.limits(problem, **rung.resolve({}))
+    assert reason and f"{matrix} is" in reason and "2^31" in reason
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int64"])

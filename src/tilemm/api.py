@@ -1,14 +1,16 @@
 """tilemm.matmul: argument checks at the boundary, array interop, dispatch to a rung."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import _compat, arrays, registry
+from . import _compat, arrays, registry, streams
 from .dtypes import SUPPORTED, check_supported, dtype_name, is_integer, result_dtype
 from .registry import Problem
 
@@ -19,7 +21,7 @@ class KernelUnavailable(ValueError):
     """The chosen kernel can't run this problem on this machine; the message says why."""
 
 
-def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, **params):
+def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params):
     """``a @ b`` as numpy.matmul computes it, with the kernel of your choice.
 
     a, b: NumPy arrays, PyTorch tensors or CuPy arrays (both of one kind, on one device),
@@ -32,12 +34,23 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, **param
     out_dtype: compute in and return this dtype, as ``numpy.matmul(a, b, dtype=...)`` does: int8
         inputs with ``out_dtype="int32"`` give the exact int32 sums instead of int8's wrapped ones.
         It must be a cast NumPy allows ("same_kind": int8 -> int32, float32 -> float64, not float -> int).
+    stream: where a GPU kernel's work is queued (a torch, CuPy or numba-cuda stream, or a
+        cudaStream_t as an int); None: torch's current stream for torch tensors, CuPy's for CuPy
+        arrays, the legacy default stream for host arrays (``tilemm.streams``). The call does not
+        synchronize the device; host operands wait for their own result only.
     params: the kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``).
 
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
     ``tilemm.accuracy``. Errors are raised before any kernel runs.
     """
-    return plan(a, b, kernel=kernel, out=out, out_dtype=out_dtype, **params).execute()
+    return plan(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params).execute()
+
+
+# Numba-cuda and Triton load a compiled program into the context on its first launch, and neither
+# does that safely from two threads at once (numba-cuda: "key already in dictionary: <CUlibrary>").
+# Their plans are prepared and launched under this lock: held for the microseconds of a launch,
+# and for the compile on a first one.
+_JIT_LOCK = threading.RLock()
 
 
 @dataclass
@@ -53,32 +66,65 @@ class Plan:
     shape: tuple                 # the result's shape
     result: str                  # the result's dtype
     out: object = None
+    stream: int = streams.LEGACY_DEFAULT   # the raw stream a GPU kernel is queued on
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
         with NaN (or 0xA5 bytes) first, so an entry the kernel never writes can't pass a check."""
-        launch, result = self.prepare(poison)
-        launch()
-        value = arrays.convert(result().reshape(self.shape), self.operand, self.result)
-        if self.out is None:
-            return value
-        arrays.assign(self.out, value)
-        return self.out
+        with self._on_stream():
+            launch, result = self._prepare(poison, False)
+            launch()
+            value = arrays.convert(result().reshape(self.shape), self.operand, self.result)
+            if self.out is None:
+                return value
+            arrays.assign(self.out, value)
+            return self.out
 
     def prepare(self, poison: bool = False, copy: bool = False):
         """(launch, result): operands moved and cast for the kernel, the output allocated.
         ``launch()`` runs the kernel alone, as often as a benchmark likes; ``result()`` gives C
         in the compute dtype with shape batch + (m, n). ``copy`` gives the kernel operands of its
-        own (benchmarks rotate several such sets so the inputs do not sit in cache)."""
+        own (benchmarks rotate several such sets so the inputs do not sit in cache). Both run on
+        the plan's stream, whatever stream is current when they are called."""
+        with self._on_stream():
+            launch, result = self._prepare(poison, copy)
+        if self.kernel.device == "cpu":
+            return launch, result
+
+        def launch_on_stream():
+            with self._on_stream():
+                launch()
+
+        def result_on_stream():
+            with self._on_stream():
+                return result()
+        return launch_on_stream, result_on_stream
+
+    def _on_stream(self):
+        if self.kernel.device == "cpu":
+            return contextlib.nullcontext()
+        return streams.queued_on(self.stream, self.operand.device)
+
+    def _prepare(self, poison: bool, copy: bool):
         a2 = self.a if len(self.a.shape) > 1 else self.a[None, :]
         b2 = self.b if len(self.b.shape) > 1 else self.b[:, None]
         prepare = _PREPARE.get(self.kernel.backend) or _PREPARE[self.kernel.device]
-        return prepare(self, a2, b2, poison, copy)
+        if self.kernel.backend not in ("numba-cuda", "triton"):
+            return prepare(self, a2, b2, poison, copy)
+        with _JIT_LOCK:
+            launch, result = prepare(self, a2, b2, poison, copy)
+
+        def locked_launch():
+            with _JIT_LOCK:
+                launch()
+        return locked_launch, result
 
 
-def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, **params) -> Plan:
+def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params) -> Plan:
     """Check everything about ``matmul(a, b, ...)`` and return what would run."""
     da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
+    if stream is not None:
+        streams.handle_of(stream)      # a bad stream= is refused before anything else
     check_supported(da.dtype, "0")
     check_supported(db.dtype, "1")
     if da.kind != db.kind:
@@ -108,7 +154,8 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, **params)
             raise TypeError(f"matmul: kernel='auto' takes no kernel parameters (got {', '.join(sorted(params))}); "
                             "name a kernel to set them")
         from . import auto
-        chosen = auto.choose(lambda name: plan(a, b, kernel=name, out_dtype=out_dtype), da.device, result, m, n, k,
+        chosen = auto.choose(lambda name: plan(a, b, kernel=name, out_dtype=out_dtype, stream=stream), da.device,
+                             result, m, n, k,
                              auto.layout(a) + auto.layout(b))
     else:
         chosen = registry.get(kernel) if kernel is not None else _default_kernel(da.device, result, m, n, k)
@@ -123,7 +170,8 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, **params)
         raise KernelUnavailable(f"matmul: kernel {chosen.name!r} can't run this problem: {reason}")
     if out is not None:
         _check_out(out, da, shape, result)
-    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out)
+    queue = streams.caller_stream(da.kind, da.device, stream) if chosen.device == "cuda" else streams.LEGACY_DEFAULT
+    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue)
 
 
 def _checked_out_dtype(out_dtype, result: str) -> str:
@@ -220,15 +268,16 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
     from numba import cuda
     p = plan.problem
     host = plan.operand.device == "cpu"  # NumPy arrays or CPU tensors: copy in and out
+    stream = streams.numba_stream()
     if host:
-        a_d = cuda.to_device(np.ascontiguousarray(arrays.to_host(a, p.dtype)))
-        b_d = cuda.to_device(np.ascontiguousarray(arrays.to_host(b, p.dtype)))
-        c_d = cuda.to_device(poisoned(plan.batch + (p.m, p.n), p.dtype, poison))
+        a_d = cuda.to_device(np.ascontiguousarray(arrays.to_host(a, p.dtype)), stream=stream)
+        b_d = cuda.to_device(np.ascontiguousarray(arrays.to_host(b, p.dtype)), stream=stream)
+        c_d = cuda.to_device(poisoned(plan.batch + (p.m, p.n), p.dtype, poison), stream=stream)
         keep = ()
-    else:
+    else:   # no sync with the producer's stream: the kernels are queued on the caller's stream
         keep = (arrays.device_cast(a, p.dtype, copy), arrays.device_cast(b, p.dtype, copy),
                 arrays.device_empty(plan.operand, plan.batch + (p.m, p.n), p.dtype, poison))
-        a_d, b_d, c_d = (cuda.as_cuda_array(x) for x in keep)
+        a_d, b_d, c_d = (cuda.as_cuda_array(x, sync=False) for x in keep)
 
     def launch():
         if p.m and p.n and p.k:
@@ -236,12 +285,18 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
                 plan.kernel.run(a_i, b_i, c_d[idx] if idx else c_d, **plan.params)
         elif p.m and p.n:  # K = 0: an empty sum, zeros with no launch (a zero-size operand
             if host:       # can't even be sliced on the device)
-                c_d.copy_to_device(np.zeros(c_d.shape, c_d.dtype))
+                c_d.copy_to_device(np.zeros(c_d.shape, c_d.dtype), stream=streams.numba_stream())
             else:
                 keep[2].zero_() if hasattr(keep[2], "zero_") else keep[2].fill(0)
 
     def result():
-        return c_d.copy_to_host() if host else keep[2]
+        if not host:
+            return keep[2]
+        stream = streams.numba_stream()
+        c_h = c_d.copy_to_host(stream=stream)
+        if stream:
+            stream.synchronize()
+        return c_h
     return launch, result
 
 

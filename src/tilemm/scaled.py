@@ -2,18 +2,19 @@
 contract), on the `tensorcore-fp8` rung. Arguments are checked here, before any kernel runs."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import numbers
 
-from . import _compat
-from .api import KernelUnavailable
+from . import _compat, streams
+from .api import _JIT_LOCK, KernelUnavailable
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
-                  **params):
+                  stream=None, **params):
     """``(scale_a * a) @ (scale_b * b)`` for float8 a and b, as ``torch._scaled_mm`` computes it.
 
     a (M, K), b (K, N): torch tensors of dtype float8_e4m3fn or float8_e5m2 on one CUDA device
@@ -25,6 +26,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         less accurate), as ``_scaled_mm(use_fast_accum=True)``; by default each K step's products
         are added to a float32 sum.
     out: optional (M, N) tensor of out_dtype on the operands' device to write into (any strides).
+    stream: where the work is queued, as for ``tilemm.matmul`` (None: torch's current stream).
     params: block_m, block_n, block_k, group_m, num_warps, num_stages, stream_k (see
         ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode).
 
@@ -50,30 +52,34 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     if a.device != b.device:
         raise ValueError(f"scaled_matmul: a is on {a.device} and b on {b.device}; put both on one device")
     result_dtype = _out_dtype(out_dtype, torch)
+    queue = streams.handle_of(stream) if stream is not None else None
+    from .ladder import _tensorcore_support as support
     from .ladder.tensorcore import t5_fp8
     config = t5_fp8.resolve(_config(params), bool(fast_accum))
     _check_device(a.device, torch)
-    reason = t5_fp8.limits(config["block_m"], config["block_n"], config["block_k"], config["num_stages"],
-                           _compat.triton_interpreter())
+    reason = support.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or t5_fp8.limits(
+        config["block_m"], config["block_n"], config["block_k"], config["num_stages"], _compat.triton_interpreter())
     if reason:
         raise KernelUnavailable(f"scaled_matmul: {reason}")
-    scales = [_scale(s, name, a.device, torch) for name, s in (("scale_a", scale_a), ("scale_b", scale_b))]
+    device = "cpu" if a.device.type == "cpu" else f"cuda:{a.device.index or 0}"
+    if queue is None:
+        queue = streams.caller_stream("torch", device)
     m, k = a.shape
     n = b.shape[1]
-    if out is None:
-        c = torch.empty((m, n), dtype=result_dtype, device=a.device)
-    elif not (isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and out.dtype == result_dtype
-              and out.device == a.device):
+    if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n)
+                                and out.dtype == result_dtype and out.device == a.device):
         raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {a.device}; got "
                          f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')} "
                          f"{getattr(out, 'device', '')}")
-    else:
-        c = out
-    if m and n:
-        if k == 0:
-            c.zero_()                                      # an empty sum
-        else:
-            t5_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
+    with streams.queued_on(queue, device) if device != "cpu" else contextlib.nullcontext():
+        scales = [_scale(s, name, a.device, torch) for name, s in (("scale_a", scale_a), ("scale_b", scale_b))]
+        c = torch.empty((m, n), dtype=result_dtype, device=a.device) if out is None else out
+        if m and n:
+            if k == 0:
+                c.zero_()                                      # an empty sum
+            else:
+                with _JIT_LOCK:
+                    t5_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
     return c
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-from .. import _compat, machine
+from .. import _compat, machine, streams
 
 # Hopper's opt-in limit of dynamic shared memory per block (232,448 bytes on an H100).
 H100_SHARED_OPTIN = 232448
@@ -69,6 +69,23 @@ def multiprocessors() -> int:
     if not torch.cuda.is_available():   # planning on a CPU machine: an H100, as tilemm assumes there
         return H100_SMS
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+# TMA takes 32-bit signed tile coordinates, and the digit and TF32 programs stack up to 8 planes
+# of an operand's rows in one tensor (tensorcore-int's int64: 8 digits).
+COORDINATE_LIMIT = 2**31
+MAX_PLANES = 8
+
+
+def dimension_limit(m: int, n: int, k: int) -> str | None:
+    """Why a dimension is too long for the Triton rungs' 32-bit tile coordinates, or None (every
+    offset into memory is 64-bit: operands and results of 2^31 elements or more are fine)."""
+    longest = max(m, n, k)
+    if longest * MAX_PLANES >= COORDINATE_LIMIT:
+        return (f"a dimension of {longest} is too long: the tensor-core rungs address tiles with 32-bit "
+                f"coordinates over up to {MAX_PLANES} stacked planes (each of M, N, K under "
+                f"{COORDINATE_LIMIT // MAX_PLANES}); use kernel='cublas'")
+    return None
 
 
 def check_shared(block_m: int, block_n: int, block_k: int, num_stages: int, itemsize: int,
@@ -244,8 +261,11 @@ def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, N
                             dict(STREAM_K=False, PROGRAMS=programs, **config))
 
     kernel = matmul_persistent[(programs,)]
+    whole_tiles = persistent_launch(a_desc, b_desc, c, m, n, k, scales, stream_k=False, **config)
 
     def go():   # the workspace may grow, and each launch has an epoch of its own
+        if streams.capturing():     # a CUDA graph would replay this launch's epoch: flags already raised
+            return whole_tiles()
         ws = stream_k_workspace(c.device, programs, config["BLOCK_M"], config["BLOCK_N"])
         kernel(a_desc, b_desc, c, *scales, *ws, m, n, k, c.stride(0), c.stride(1), STREAM_K=True,
                PROGRAMS=programs, **config)

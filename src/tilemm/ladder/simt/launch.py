@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import _compat, machine
+from ... import _compat, machine, streams
 from ...registry import Kernel, Problem, register
 
 SIMT_DTYPES = ("int32", "int64", "float32", "float64")
@@ -77,6 +77,20 @@ def check(shape: LaunchShape) -> str | None:
     return None
 
 
+# The SIMT rungs index in 32 bits (uint32: half the instructions of 64-bit address arithmetic, the
+# seeds' `int`): an operand or result of 2^31 elements or more is refused, never wrapped.
+INDEX_LIMIT = 2**31
+
+
+def index_limit(problem: Problem) -> str | None:
+    """Why 32-bit indices can't address this problem's operands and result, or None."""
+    for name, rows, cols in (("A", problem.m, problem.k), ("B", problem.k, problem.n), ("C", problem.m, problem.n)):
+        if rows * cols >= INDEX_LIMIT:
+            return (f"{name} is {rows} x {cols} = {rows * cols} elements, and the SIMT rungs index in 32 bits "
+                    f"(under 2^31 = {INDEX_LIMIT} elements a matrix); use kernel='cublas' or a tensor-core rung")
+    return None
+
+
 def available() -> str | None:
     """Why numba-cuda kernels can't run here, or None; worked out once (the answer does not
     change within a process, and every plan asks)."""
@@ -125,16 +139,17 @@ def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary,
         if variant:
             chosen.update(variant(a, b, **p))
         grid = shape_fn(problem, **p)
+        stream = streams.numba_stream()           # the caller's stream (tilemm.streams)
         if flat_factory and all(x.is_c_contiguous() for x in (a, b, c)):
             kernel = compiled(flat_factory, problem.dtype, **chosen)
-            kernel[grid.grid, grid.block](a.reshape(-1), b.reshape(-1), c.reshape(-1),
-                                          problem.m, problem.n, problem.k)
+            kernel[grid.grid, grid.block, stream](a.reshape(-1), b.reshape(-1), c.reshape(-1),
+                                                  problem.m, problem.n, problem.k)
         else:
             kernel = compiled(factory, problem.dtype, **chosen)
-            kernel[grid.grid, grid.block](a, b, c)
+            kernel[grid.grid, grid.block, stream](a, b, c)
 
     def launch_limits(problem, **p):
-        return check(shape_fn(problem, **p))
+        return index_limit(problem) or check(shape_fn(problem, **p))
 
     FACTORIES[name] = (factory, compile_params)
     if flat_factory:

@@ -240,6 +240,9 @@ def shape(p, block_m, block_n, block_k, thread_m, thread_n):
 def limits(p, block_m, block_n, block_k, thread_m, thread_n):
     block_k = default_block_k(block_k, 8 * p.itemsize)
     thread_m = default_thread_m(thread_m, 8 * p.itemsize)
+    too_large = launch.index_limit(p)
+    if too_large:
+        return too_large
     if block_m % thread_m or block_n % thread_n:
         return f"BLOCK_M={block_m} and BLOCK_N={block_n} must be multiples of THREAD_M={thread_m}, THREAD_N={thread_n}"
     threads = (block_m // thread_m) * (block_n // thread_n)

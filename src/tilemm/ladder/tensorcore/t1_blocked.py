@@ -208,7 +208,7 @@ def traffic(p, block_m, block_n, **_):
 def limits(p, block_m, block_n, block_k, num_stages, persistent=True, **_):
     t = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages))
     quarter_of_c = t["block_m"] * t["block_n"] // 4 * p.itemsize if persistent and p.itemsize in (2, 8) else 0
-    return support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize, quarter_of_c)
+    return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize, quarter_of_c)
 
 
 BLOCKS = (16, 32, 64, 128, 256)

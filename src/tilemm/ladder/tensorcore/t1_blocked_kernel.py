@@ -25,8 +25,10 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                            tl.max(tl.where(tl.abs(top_b) < float("inf"), 0, 1), axis=0))
         steps = steps * meets
         offs_m = tl.where(meets > 0, offs_m, M)          # nothing stored where it meets none
-    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak   # (BLOCK_M, BLOCK_K)
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn   # (BLOCK_K, BLOCK_N)
+    # 64-bit offsets: an operand of 2^31 elements or more is addressed right (once a tile: free)
+    rows_a, cols_b = offs_m.to(tl.int64), offs_n.to(tl.int64)
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + offs_k[None, :] * stride_ak   # (BLOCK_M, BLOCK_K)
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols_b[None, :] * stride_bn   # (BLOCK_K, BLOCK_N)
     if FP64:                                              # float64: the FP64 tensor cores (DMMA)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
     else:
@@ -45,7 +47,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     c = acc.to(c_ptr.dtype.element_ty)                    # one rounding, as NumPy's float16
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    c_ptrs = c_ptr + rows_a[:, None] * stride_cm + cols_b[None, :] * stride_cn
     tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
@@ -284,9 +286,10 @@ def halves(x):
 
 @triton.jit
 def store_tile(c_ptr, x, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE: tl.constexpr):
-    """C[off_m:, off_n:] (+)= x, inside C only; x is added to what C holds for a later K chunk."""
-    offs_m = off_m + tl.arange(0, x.shape[0])
-    offs_n = off_n + tl.arange(0, x.shape[1])
+    """C[off_m:, off_n:] (+)= x, inside C only; x is added to what C holds for a later K chunk.
+    64-bit offsets: a C of 2^31 elements or more is written right."""
+    offs_m = tl.arange(0, x.shape[0]).to(tl.int64) + off_m
+    offs_n = tl.arange(0, x.shape[1]).to(tl.int64) + off_n
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if ACCUMULATE:                                         # a later K chunk (int64, long K)

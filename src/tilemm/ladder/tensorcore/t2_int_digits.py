@@ -144,7 +144,7 @@ def limits(p, block_m, block_n, block_k, num_stages, **_):
         return f"BLOCK_K={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
     # int8 data (one digit pair) writes C in int32 quarters while the next tile loads
     epilogue = block_m * block_n if p.itemsize <= 4 else 0
-    return support.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue)
+    return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue)
 
 
 def compute_unit(p, **_):

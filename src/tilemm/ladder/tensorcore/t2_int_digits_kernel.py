@@ -32,7 +32,7 @@ def split_digits(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c, scale_ptr=None
     keep = (offs_r[:, None] < R) & (offs_c[None, :] < C_PAD)
     for d in tl.static_range(NDIGITS):
         digit = ((rest & 0xFF) ^ 0x80) - 0x80              # the low byte, read as a signed number
-        tl.store(out + d * R * C_PAD, digit.to(tl.int8), mask=keep)
+        tl.store(out + d * tl.cast(R, tl.int64) * C_PAD, digit.to(tl.int8), mask=keep)   # 64-bit: planes past 2^31
         rest = (rest - digit) >> 8                         # exact: a multiple of 256 (mod 2^64)
 
 

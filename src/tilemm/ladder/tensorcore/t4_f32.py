@@ -329,9 +329,10 @@ def traffic(p, block_m, block_n, block_k, num_stages, precision, **_):
 
 def limits(p, block_m, block_n, block_k, num_stages, precision, **_):
     block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
-    if _compat.triton_interpreter():
-        pass
-    elif precision == "int8" and block_k % 32:
+    too_long = support.dimension_limit(p.m, p.n, p.k)
+    if too_long or _compat.triton_interpreter():
+        return too_long
+    if precision == "int8" and block_k % 32:
         return f"BLOCK_K={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
     elif block_k < 8:
         return f"BLOCK_K={block_k}: the TF32 instruction takes K in multiples of 8"

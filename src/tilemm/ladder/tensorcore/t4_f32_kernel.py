@@ -29,7 +29,7 @@ def split_tf32(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c,
         truncated = (bits & -8192).to(tl.float32, bitcast=True)
         hi = tl.where(finite, tl.where(tl.abs(x) < 3.0e38, rounded, truncated), x)
         tl.store(out, hi, mask=keep)
-        tl.store(out + R * C_PAD, tl.where(finite, x - hi, 0.0), mask=keep)
+        tl.store(out + tl.cast(R, tl.int64) * C_PAD, tl.where(finite, x - hi, 0.0), mask=keep)   # 64-bit offset
     else:
         tl.store(out, x, mask=keep)
 

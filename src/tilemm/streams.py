@@ -1,0 +1,149 @@
+"""Where a call's GPU work is queued: the caller's stream, as torch, CuPy and Triton do it.
+
+A call runs on, in this order: the ``stream=`` the caller passes (a torch or CuPy stream, a
+numba-cuda stream, or a raw ``cudaStream_t`` as an int); torch's current stream for torch CUDA
+tensors; CuPy's current stream for CuPy arrays; the legacy default stream (0) for host arrays.
+Every rung queues there, so work the caller queued before the call (a copy on a side stream)
+is done before the kernel reads its operands, and the call returns without synchronizing the
+device (host arrays only wait for their own copy back).
+
+``queued_on`` makes that stream current for the call (torch's and CuPy's, so their allocations
+and launches go there, and Triton's, which launches on torch's) and tells the numba-cuda rungs,
+which take a stream argument, through a thread-local (threads keep their own streams).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+
+from . import _compat
+
+LEGACY_DEFAULT = 0
+_local = threading.local()
+
+
+def handle_of(stream) -> int:
+    """The raw cudaStream_t of a stream object of torch, CuPy or numba-cuda, or of an int."""
+    if isinstance(stream, bool):
+        raise TypeError("matmul: stream= takes a torch, CuPy or numba-cuda stream, or a cudaStream_t as an "
+                        f"int; got {stream!r}")
+    if isinstance(stream, int):
+        if stream < 0:
+            raise ValueError(f"matmul: stream={stream} is not a cudaStream_t")
+        return stream
+    for attribute in ("cuda_stream", "ptr"):        # torch.cuda.Stream, cupy.cuda.Stream
+        value = getattr(stream, attribute, None)
+        if isinstance(value, int):
+            return value
+    if type(stream).__module__.startswith("numba"):  # numba-cuda: int() gives the handle
+        return int(stream)
+    raise TypeError(f"matmul: stream= takes a torch, CuPy or numba-cuda stream, or a cudaStream_t as an int; "
+                    f"got a {type(stream).__module__}.{type(stream).__name__}")
+
+
+def caller_stream(kind: str, device: str, stream=None) -> int:
+    """The stream a call on these operands runs on (see the module's docstring)."""
+    if stream is not None:
+        return handle_of(stream)
+    if device == "cpu":
+        return LEGACY_DEFAULT
+    index = int(device.split(":")[1])
+    if kind == "torch":
+        return sys.modules["torch"].cuda.current_stream(index).cuda_stream
+    if kind == "cupy":
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.Device(index):
+            return cupy.cuda.get_current_stream().ptr
+    return LEGACY_DEFAULT
+
+
+def current() -> int:
+    """The stream of the call this thread is running (LEGACY_DEFAULT outside a call)."""
+    return getattr(_local, "handle", LEGACY_DEFAULT)
+
+
+@contextlib.contextmanager
+def queued_on(handle: int, device: str):
+    """Make `handle` this thread's stream for the call: torch's and CuPy's current stream where
+    they are loaded and differ, and what numba_stream() gives the numba-cuda rungs. device: the
+    operands' ("cpu" for host operands: the current CUDA device)."""
+    before = current()
+    _local.handle = handle
+    try:
+        with contextlib.ExitStack() as stack:
+            torch = sys.modules.get("torch") if _torch_on_gpu() else None
+            if torch is not None:
+                index = torch.cuda.current_device() if device == "cpu" else int(device.split(":")[1])
+                if torch.cuda.current_stream(index).cuda_stream != handle:
+                    stack.enter_context(torch.cuda.stream(_torch_stream(handle, index)))
+            cupy = sys.modules.get("cupy") if _cupy_on_gpu() else None
+            if cupy is not None:
+                index = cupy.cuda.runtime.getDevice() if device == "cpu" else int(device.split(":")[1])
+                with cupy.cuda.Device(index):
+                    differs = cupy.cuda.get_current_stream().ptr != handle
+                if differs:
+                    stack.enter_context(cupy.cuda.Device(index))
+                    stack.enter_context(_cupy_stream(handle, index))
+            yield
+    finally:
+        _local.handle = before
+
+
+def _torch_on_gpu() -> bool:
+    return "torch" in sys.modules and _gpu_available("torch")
+
+
+def _cupy_on_gpu() -> bool:
+    return "cupy" in sys.modules and _gpu_available("cupy")
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_available(library: str) -> bool:
+    """Whether torch or CuPy drives a real GPU here (not under the interpreter or simulator)."""
+    if _compat.triton_interpreter() or _compat.cuda_simulator():
+        return False
+    module = sys.modules[library]
+    try:
+        return module.cuda.is_available()
+    except Exception:       # CuPy without a driver raises instead of answering
+        return False
+
+
+@functools.lru_cache(maxsize=64)
+def _torch_stream(handle: int, index: int):
+    torch = sys.modules["torch"]
+    if handle == LEGACY_DEFAULT:
+        return torch.cuda.default_stream(index)
+    return torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
+
+
+@functools.lru_cache(maxsize=64)
+def _cupy_stream(handle: int, index: int):
+    cupy = sys.modules["cupy"]
+    if handle == LEGACY_DEFAULT:
+        return cupy.cuda.Stream.null
+    with cupy.cuda.Device(index):
+        return cupy.cuda.ExternalStream(handle)
+
+
+def numba_stream():
+    """This thread's call stream as numba-cuda's launch takes it (0 under the simulator, which
+    has no external streams and runs everything in order)."""
+    handle = current()
+    if handle == LEGACY_DEFAULT or _compat.cuda_simulator():
+        return 0
+    return _numba_stream(handle)
+
+
+@functools.lru_cache(maxsize=64)
+def _numba_stream(handle: int):
+    from numba import cuda
+    return cuda.external_stream(handle)
+
+
+def capturing() -> bool:
+    """Whether torch is capturing a CUDA graph on this thread's current stream (launches must
+    then replay right: nothing that depends on a count kept on the host)."""
+    return _torch_on_gpu() and sys.modules["torch"].cuda.is_current_stream_capturing()
