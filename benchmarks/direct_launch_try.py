@@ -15,7 +15,7 @@ import json
 import torch
 
 from tilemm import machine
-from tilemm.bench.timing import launch_overhead_us
+from tilemm.timing import launch_overhead_us
 from tilemm.ladder._tensorcore_support import all_arguments
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_tma
 

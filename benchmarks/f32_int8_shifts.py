@@ -14,7 +14,7 @@ import torch
 
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import graphed, interleaved_rounds
+from tilemm.timing import graphed, interleaved_rounds
 from tilemm.ladder.tensorcore import t4_f32
 
 import gpu_ladder  # noqa: E402  (pre-warm, --out/--n)

@@ -25,7 +25,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
+from tilemm.timing import interleaved_rounds
 from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import producer, stage_ring, tile_pointers, warps_per_cta
 
 import gpu_ladder  # noqa: E402  (pre-warm, the arguments)

@@ -21,7 +21,7 @@ import torch
 
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
+from tilemm.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (pre-warm)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import tilemm  # first: its shim lets numba-cuda import under NumPy 2.5
 from tilemm import arrays, machine
 from tilemm.accuracy import compare
-from tilemm.bench.timing import interleaved_rounds, launch_overhead_us
+from tilemm.timing import interleaved_rounds, launch_overhead_us
 from tilemm.data import operands
 
 import cupy as cp  # noqa: E402

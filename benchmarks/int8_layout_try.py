@@ -14,7 +14,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
+from tilemm.timing import interleaved_rounds
 from tilemm.ladder import _tensorcore_support as support
 
 import gpu_ladder  # noqa: E402

@@ -13,7 +13,7 @@ import torch
 
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
+from tilemm.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (pre-warm)
 from int_vs_baselines import operand  # noqa: E402  (random full-range operands)

@@ -14,7 +14,7 @@ import torch
 
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
+from tilemm.timing import interleaved_rounds
 from tilemm.ladder.tensorcore.t2_int_digits import digit_planes
 
 import gpu_ladder  # noqa: E402  (pre-warm)

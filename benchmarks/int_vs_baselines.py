@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 import tilemm
-from tilemm.bench.timing import interleaved_rounds
+from tilemm.timing import interleaved_rounds
 from tilemm import machine
 
 import cupy as cp  # noqa: E402

@@ -19,7 +19,7 @@ import torch
 
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import launch_overhead_us
+from tilemm.timing import launch_overhead_us
 from tilemm.ladder.tensorcore import t1_blocked
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_tma
 

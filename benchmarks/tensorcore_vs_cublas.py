@@ -18,7 +18,7 @@ import tilemm
 from tilemm import machine
 from tilemm.accuracy import tolerance
 from tilemm.bench.suites import SHAPES
-from tilemm.bench.timing import graphed, interleaved_rounds, launch_overhead_us, time_cuda
+from tilemm.timing import graphed, interleaved_rounds, launch_overhead_us, time_cuda
 
 import torch  # noqa: E402
 

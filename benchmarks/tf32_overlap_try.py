@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 import tilemm
-from tilemm.bench.timing import graphed
+from tilemm.timing import graphed
 from tilemm.ladder.tensorcore import t4_f32
 
 import gpu_ladder  # noqa: E402  (pre-warm, --out)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numba
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
+from tilemm.timing import interleaved_rounds
 import cupy as cp
 from numba import cuda, uint32, uint64
 

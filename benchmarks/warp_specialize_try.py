@@ -27,7 +27,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 import tilemm
 from tilemm import machine
-from tilemm.bench.timing import interleaved_rounds
+from tilemm.timing import interleaved_rounds
 from tilemm.ladder.tensorcore.t1_blocked_kernel import tile_position
 
 import gpu_ladder  # noqa: E402  (pre-warm, the arguments)

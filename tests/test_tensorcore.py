@@ -723,7 +723,7 @@ def test_autotune_caches_the_winner_on_disk(tmp_path, monkeypatch):
     assert entry["params"] in tilemm.ladder.tensorcore.t1_blocked.CANDIDATES
     assert entry["device"] and entry["date"] and entry["versions"]["triton"]      # where and with what it won
     assert tuning.last["cached"] is False and tuning.last["tuning_s"] > 0      # what `tilemm bench` reports
-    monkeypatch.setattr(tuning, "_save", lambda entries: pytest.fail("tuned again instead of reading the cache"))
+    monkeypatch.setattr(tuning, "_record", lambda key, entry: pytest.fail("tuned again instead of reading the cache"))
     c2, verdict2 = run(a, b, autotune=True)
     assert verdict2.ok and torch.equal(c, c2)
     assert tuning.last["cached"] is True

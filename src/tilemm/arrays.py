@@ -21,11 +21,21 @@ class Operand:
 
 
 def _torch():
-    return sys.modules.get("torch")
+    """torch if the program has imported it, else None. The import statement, not sys.modules
+    alone: while another thread is still importing it, sys.modules holds it half made, and the
+    statement waits for that import to finish."""
+    if "torch" not in sys.modules:
+        return None
+    import torch
+    return torch
 
 
 def _cupy():
-    return sys.modules.get("cupy")
+    """cupy if the program has imported it, else None (see _torch)."""
+    if "cupy" not in sys.modules:
+        return None
+    import cupy
+    return cupy
 
 
 def describe(x, operand: str) -> Operand:

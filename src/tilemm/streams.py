@@ -18,7 +18,7 @@ import functools
 import sys
 import threading
 
-from . import _compat
+from . import _compat, arrays
 
 LEGACY_DEFAULT = 0
 _local = threading.local()
@@ -51,9 +51,9 @@ def caller_stream(kind: str, device: str, stream=None) -> int:
         return LEGACY_DEFAULT
     index = int(device.split(":")[1])
     if kind == "torch":
-        return sys.modules["torch"].cuda.current_stream(index).cuda_stream
+        return arrays._torch().cuda.current_stream(index).cuda_stream
     if kind == "cupy":
-        cupy = sys.modules["cupy"]
+        cupy = arrays._cupy()
         with cupy.cuda.Device(index):
             return cupy.cuda.get_current_stream().ptr
     return LEGACY_DEFAULT
@@ -73,12 +73,12 @@ def queued_on(handle: int, device: str):
     _local.handle = handle
     try:
         with contextlib.ExitStack() as stack:
-            torch = sys.modules.get("torch") if _torch_on_gpu() else None
+            torch = arrays._torch() if _torch_on_gpu() else None
             if torch is not None:
                 index = torch.cuda.current_device() if device == "cpu" else int(device.split(":")[1])
                 if torch.cuda.current_stream(index).cuda_stream != handle:
                     stack.enter_context(torch.cuda.stream(_torch_stream(handle, index)))
-            cupy = sys.modules.get("cupy") if _cupy_on_gpu() else None
+            cupy = arrays._cupy() if _cupy_on_gpu() else None
             if cupy is not None:
                 index = cupy.cuda.runtime.getDevice() if device == "cpu" else int(device.split(":")[1])
                 with cupy.cuda.Device(index):
@@ -104,7 +104,7 @@ def _gpu_available(library: str) -> bool:
     """Whether torch or CuPy drives a real GPU here (not under the interpreter or simulator)."""
     if _compat.triton_interpreter() or _compat.cuda_simulator():
         return False
-    module = sys.modules[library]
+    module = arrays._torch() if library == "torch" else arrays._cupy()
     try:
         return module.cuda.is_available()
     except Exception:       # CuPy without a driver raises instead of answering
@@ -113,7 +113,7 @@ def _gpu_available(library: str) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _torch_stream(handle: int, index: int):
-    torch = sys.modules["torch"]
+    torch = arrays._torch()
     if handle == LEGACY_DEFAULT:
         return torch.cuda.default_stream(index)
     return torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
@@ -121,7 +121,7 @@ def _torch_stream(handle: int, index: int):
 
 @functools.lru_cache(maxsize=64)
 def _cupy_stream(handle: int, index: int):
-    cupy = sys.modules["cupy"]
+    cupy = arrays._cupy()
     if handle == LEGACY_DEFAULT:
         return cupy.cuda.Stream.null
     with cupy.cuda.Device(index):
@@ -146,4 +146,4 @@ def _numba_stream(handle: int):
 def capturing() -> bool:
     """Whether torch is capturing a CUDA graph on this thread's current stream (launches must
     then replay right: nothing that depends on a count kept on the host)."""
-    return _torch_on_gpu() and sys.modules["torch"].cuda.is_current_stream_capturing()
+    return _torch_on_gpu() and arrays._torch().cuda.is_current_stream_capturing()

@@ -17,7 +17,7 @@ from ..data import operands
 from ..machine import gpu
 from .seeds import published
 from .suites import Case
-from .timing import summary, time_cuda, time_host
+from ..timing import summary, time_cuda, time_host
 
 L2_ROTATE_BYTES = 64 * 2**20  # rotate input sets until they span more than any L2 cache
 

@@ -1,0 +1,172 @@
+"""Inside a real program: several threads and processes at once, the tuning cache in any state,
+and the stream a call is queued on. On the CPU the numba-cuda rungs run in the simulator and the
+Triton rungs in the interpreter; tests/test_gpu_programs.py runs the same on the device."""
+import json
+import multiprocessing
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import tilemm
+from tilemm import streams, tuning
+from tilemm.accuracy import compare
+
+from .cases import operands
+
+SIMT = ["naive", "naive-global", "uncoalesced", "tiled", "rect", "regblock"]
+TRITON = [("tensorcore", "float16"), ("tensorcore-int", "int32"), ("tensorcore-f32", "float32"),
+          ("tensorcore-f64", "float64")]
+
+
+def run_in_threads(work, threads: int = 8):
+    """work(i) in `threads` threads started together; the first exception any raised, re-raised."""
+    errors, start = [], threading.Barrier(threads)
+
+    def body(i):
+        try:
+            start.wait()
+            work(i)
+        except BaseException as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+    pool = [threading.Thread(target=body, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def checked(kernel, dtype, seed, **params):
+    a, b = operands(seed, 9, 7, 11, dtype)
+    c = tilemm.matmul(a, b, kernel=kernel, **params)
+    verdict = compare(c, a, b, dtype)
+    assert verdict.ok, f"{kernel} {dtype} thread {seed}: {verdict.message}"
+
+
+def test_threads_first_and_later_calls_of_every_simt_rung():
+    """Eight threads call every SIMT rung at once, twice: compiles and first launches race."""
+    def work(i):
+        for _ in range(2):
+            for kernel in SIMT:
+                checked(kernel, ("float32", "int64")[i % 2], seed=i)
+    run_in_threads(work)
+
+
+def test_threads_on_the_triton_rungs():
+    def work(i):
+        kernel, dtype = TRITON[i % len(TRITON)]
+        for _ in range(2):
+            checked(kernel, dtype, seed=i)
+    run_in_threads(work)
+
+
+def test_threads_on_auto_share_one_winner(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
+    run_in_threads(lambda i: checked("auto", "int32", seed=i), threads=4)
+    entries = json.loads((tmp_path / "tuning.json").read_text())
+    assert len(entries) == 1 and next(iter(entries.values()))["params"]["kernel"] in ("numpy", "cpu-tiled")
+
+
+# ---- the tuning cache: any state of the file, any number of writers ----
+
+def tune(key):
+    return tuning.best(key, [{"x": 1}, {"x": 2}], lambda c: float(c["x"]))[0]
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"auto|x": {"params": {"x"', "[1, 2, 3]", "17", "",
+                                     '{"k": "a string, not an entry"}', '{"k": {"params": {"x": 99}}}'])
+def test_a_broken_cache_file_is_ignored_with_a_warning(tmp_path, monkeypatch, content):
+    monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "_known", {})
+    (tmp_path / "tuning.json").write_text(content)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert tune("k") == {"x": 1}
+    assert json.loads((tmp_path / "tuning.json").read_text())["k"]["params"] == {"x": 1}   # rewritten whole
+
+
+def test_corrupt_cache_warns(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "_known", {})
+    (tmp_path / "tuning.json").write_text("{truncated")
+    with pytest.warns(RuntimeWarning, match="ignoring the tuning cache"):
+        tune("k")
+
+
+def test_an_unwritable_cache_keeps_the_winner_in_memory(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("TILEMM_CACHE_DIR", str(blocker / "cache"))   # no folder can be made there
+    monkeypatch.setattr(tuning, "_known", {})
+    with pytest.warns(RuntimeWarning, match="could not write the tuning cache"):
+        assert tune("k") == {"x": 1}
+    assert tuning.cached("k")["params"] == {"x": 1}          # later calls read it from memory
+
+
+def test_auto_with_an_unwritable_cache_still_answers(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TILEMM_CACHE_DIR", str(blocker))
+    with pytest.warns(RuntimeWarning):
+        checked("auto", "float32", seed=3)
+
+
+def _tune_in_a_process(cache_dir, i):
+    import os
+    os.environ["TILEMM_CACHE_DIR"] = cache_dir
+    from tilemm import tuning as t
+    for key in (f"own-{i}", "shared"):
+        t.best(key, [{"x": 1}, {"x": 2}], lambda c: float(c["x"]))
+
+
+def test_four_processes_on_one_cache_lose_no_winner(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_tune_in_a_process, args=(str(tmp_path), i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0] * 4
+    entries = json.loads((tmp_path / "tuning.json").read_text())
+    assert set(entries) == {"shared", "own-0", "own-1", "own-2", "own-3"}
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# ---- streams ----
+
+def test_host_arrays_run_on_the_legacy_default_stream():
+    a, b = operands(1, 5, 6, 7, "float32")
+    assert tilemm.plan(a, b, kernel="tiled").stream == streams.LEGACY_DEFAULT
+    assert streams.caller_stream("numpy", "cpu") == streams.LEGACY_DEFAULT
+
+
+@pytest.mark.parametrize("stream, exc", [("s", TypeError), (1.5, TypeError), (True, TypeError), (-1, ValueError),
+                                         (object(), TypeError)])
+def test_a_bad_stream_is_refused_before_any_work(stream, exc):
+    a, b = operands(1, 5, 6, 7, "float32")
+    with pytest.raises(exc, match="stream"):
+        tilemm.matmul(a, b, kernel="tiled", stream=stream)
+
+
+def test_a_raw_stream_handle_is_taken_and_runs_the_call():
+    a, b = operands(2, 5, 6, 7, "float32")
+    p = tilemm.plan(a, b, kernel="tiled", stream=0)
+    assert p.stream == 0
+    c = p.execute()
+    assert compare(c, a, b, "float32").ok
+
+
+def test_threads_keep_their_own_call_stream():
+    """The stream of a call is this thread's alone: another thread's call can't change it."""
+    seen = {}
+
+    def work(i):
+        with streams.queued_on(1000 + i, "cpu"):
+            for _ in range(50):
+                assert streams.current() == 1000 + i
+        seen[i] = streams.current()
+    run_in_threads(work)
+    assert seen == {i: streams.LEGACY_DEFAULT for i in range(8)}
