@@ -1,0 +1,252 @@
+"""The GPU tier of tests/test_concurrency.py: tilemm inside a real program on the device.
+
+Side-stream producers for every rung and dtype (the producer sleeps first, so a call that does not
+wait for it reads stale operands and fails), CuPy streams, stream=, CUDA-graph capture of the
+Triton rungs and the library, results and operands past 2^31 elements, eight threads on every rung
+in a fresh process, four processes on one tuning cache. Run on the device machine:
+TILEMM_TEST_GPU=1 python3 -m pytest tests/test_gpu_programs.py
+"""
+import json
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+
+import tilemm
+from tilemm import arrays
+from tilemm.accuracy import compare
+from tilemm.data import random_operand
+
+pytestmark = pytest.mark.gpu
+
+SIMT = ["naive", "naive-global", "uncoalesced", "tiled", "rect", "regblock"]
+# (kernel, operand dtype, params): every GPU rung on every dtype it computes natively
+CASES = ([(k, d, {}) for k in SIMT for d in ("int32", "int64", "float32", "float64")]
+         + [("tensorcore", d, {}) for d in ("float16", "bfloat16")]
+         + [("tensorcore", "bfloat16", {"stream_k": True})]
+         + [("tensorcore-int", d, {}) for d in ("int8", "int16", "int32", "int64")]
+         + [("tensorcore-f64", "float64", {})]
+         + [("tensorcore-f32", "float32", {"precision": p}) for p in ("3xtf32", "tf32", "int8")]
+         + [("cublas", d, {}) for d in ("int32", "int64", "float16", "bfloat16", "float32", "float64")]
+         + [(None, d, {}) for d in ("int8", "int32", "int64", "float16", "bfloat16", "float32", "float64")])
+TRITON_AND_LIBRARY = [c for c in CASES if c[0] and c[0] not in SIMT]
+SLEEP_CYCLES = 30_000_000       # ~15 ms at the H100's clock: the producer is surely still running
+
+
+def torch_pair(dtype, m, n, k, seed):
+    """(A, B) as host arrays (float32 for bfloat16) and as torch CUDA tensors."""
+    import torch
+    rng = np.random.default_rng(seed)
+    a, b = random_operand(rng, (m, k), dtype), random_operand(rng, (k, n), dtype)
+    to = (lambda x: arrays.host_bfloat16(x).cuda()) if dtype == "bfloat16" else (lambda x: torch.from_numpy(x).cuda())
+    return a, b, to(a), to(b)
+
+
+def result_dtype(kernel, dtype):
+    return "int32" if kernel == "tensorcore-int" and dtype == "int8" else None
+
+
+def check(c, a, b, dtype, what):
+    out = str(c.dtype).removeprefix("torch.")
+    c_host = arrays.to_host(c, out) if out != "bfloat16" else c.float().cpu().numpy()
+    verdict = compare(c_host, a.astype(out) if out not in (dtype, "bfloat16") else a,
+                      b.astype(out) if out not in (dtype, "bfloat16") else b, out)
+    assert verdict.ok, f"{what}: {verdict.message}"
+
+
+def shape_for(kernel):
+    return (67, 45, 33) if kernel in SIMT else (1030, 1100, 520)
+
+
+@pytest.mark.parametrize("kernel, dtype, params", CASES)
+def test_side_stream_producer(kernel, dtype, params):
+    """with torch.cuda.stream(s): x.copy_(a); c = matmul(x, b): the call waits for the copy."""
+    import torch
+    a, b, a_t, b_t = torch_pair(dtype, *shape_for(kernel), seed=1)
+    _, _, stale, _ = torch_pair(dtype, *shape_for(kernel), seed=2)
+    x = stale.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        x.copy_(a_t)
+        c = tilemm.matmul(x, b_t, kernel=kernel, out_dtype=result_dtype(kernel, dtype), **params)
+    torch.cuda.synchronize()
+    check(c, a, b, dtype, f"{kernel} {dtype} on a side stream")
+
+
+@pytest.mark.parametrize("kernel, dtype, params", [c for c in CASES if c[1] != "bfloat16"][::3])
+def test_explicit_stream_argument(kernel, dtype, params):
+    """matmul(..., stream=s) from the default stream: queued on s, after s's producer."""
+    import torch
+    a, b, a_t, b_t = torch_pair(dtype, *shape_for(kernel), seed=3)
+    _, _, stale, _ = torch_pair(dtype, *shape_for(kernel), seed=4)
+    x = stale.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        x.copy_(a_t)
+    c = tilemm.matmul(x, b_t, kernel=kernel, stream=side, out_dtype=result_dtype(kernel, dtype), **params)
+    torch.cuda.synchronize()
+    check(c, a, b, dtype, f"{kernel} {dtype} with stream=")
+
+
+@pytest.mark.parametrize("kernel, dtype, params", [c for c in CASES if c[1] != "bfloat16"][1::3])
+def test_cupy_stream_producer(kernel, dtype, params):
+    """CuPy arrays: the call is queued on CuPy's current stream."""
+    cupy = pytest.importorskip("cupy")
+    import torch
+    rng = np.random.default_rng(5)
+    m, n, k = shape_for(kernel)
+    a, b, stale = (random_operand(rng, s, dtype) for s in ((m, k), (k, n), (m, k)))
+    a_c, b_c, x = cupy.asarray(a), cupy.asarray(b), cupy.asarray(stale)
+    cupy.cuda.Device().synchronize()
+    side = cupy.cuda.Stream(non_blocking=True)
+    with side:
+        with torch.cuda.stream(torch.cuda.ExternalStream(side.ptr)):
+            torch.cuda._sleep(SLEEP_CYCLES)
+        x[...] = a_c
+        c = tilemm.matmul(x, b_c, kernel=kernel, out_dtype=result_dtype(kernel, dtype), **params)
+    side.synchronize()
+    out = str(c.dtype)
+    verdict = compare(cupy.asnumpy(c), a.astype(out), b.astype(out), out)
+    assert verdict.ok, f"{kernel} {dtype} on a CuPy stream: {verdict.message}"
+
+
+@pytest.mark.parametrize("kernel, dtype, params", TRITON_AND_LIBRARY)
+def test_cuda_graph_capture(kernel, dtype, params):
+    """Captured once, replayed on new operand values: each replay computes the new product."""
+    import torch
+    m, n, k = (3000, 3000, 1024) if params.get("stream_k") else shape_for(kernel)
+    _, _, x, b_t = torch_pair(dtype, m, n, k, seed=6)
+    out_dtype = result_dtype(kernel, dtype)
+    call = lambda: tilemm.matmul(x, b_t, kernel=kernel, out=c, out_dtype=out_dtype, **params)  # noqa: E731
+    c = tilemm.matmul(x, b_t, kernel=kernel, out_dtype=out_dtype, **params)
+    warm = torch.cuda.Stream()
+    warm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm):
+        call()
+    torch.cuda.current_stream().wait_stream(warm)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for seed in (7, 8):
+        a, b, a_t, b_new = torch_pair(dtype, m, n, k, seed=seed)
+        x.copy_(a_t)
+        b_t.copy_(b_new)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(c, a, b, dtype, f"{kernel} {dtype} replayed")
+
+
+# ---- past 2^31 elements: right, or refused before launch ----
+
+def check_rows(c, a_t, b_t, rows, what):
+    """Rows of C against float64 on the GPU (exact for the small integers used here)."""
+    import torch
+    ref = a_t[rows].double() @ b_t.double()
+    got = c[rows].double()
+    tol = 1e-2 if c.dtype in (torch.bfloat16, torch.float16) else 1e-5
+    err = ((got - ref).norm() / ref.norm()).item()
+    assert err < tol, f"{what}: relative error {err:.2e} in rows {rows}"
+
+
+def big(shape, dtype, seed):
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if dtype in (torch.int8, torch.int32):
+        return torch.randint(-8, 8, shape, generator=g, device="cuda", dtype=dtype)
+    return torch.randn(shape, generator=g, device="cuda", dtype=dtype)
+
+
+@pytest.mark.parametrize("kernel, dtype, m, n, k, out_dtype", [
+    ("tensorcore", "bfloat16", 70000, 70000, 16, None),            # C: 4.9e9 elements
+    ("tensorcore-f32", "float32", 50000, 50000, 32, None),         # C: 2.5e9
+    ("tensorcore-int", "int8", 50000, 50000, 32, "int32"),
+    ("tensorcore-int", "int32", 47000, 47000, 16, None),
+    ("tensorcore-f64", "float64", 46500, 46500, 16, None),
+    ("cublas", "float32", 50000, 50000, 16, None),
+    ("cublas", "int32", 47000, 47000, 16, None),
+    ("tensorcore", "bfloat16", 135000, 48, 16000, None),           # A: 2.16e9 elements, pointer program
+    ("tensorcore", "bfloat16", 135000, 256, 16000, None),          # A: 2.16e9, TMA
+    ("tensorcore-int", "int8", 135000, 128, 16000, "int32"),
+    ("tensorcore-f32", "float32", 70000, 128, 31000, None),
+    ("tensorcore-f64", "float64", 46500, 64, 46500, None),
+])
+def test_past_2_31_elements(kernel, dtype, m, n, k, out_dtype):
+    import torch
+    torch.cuda.empty_cache()
+    a_t, b_t = big((m, k), getattr(torch, dtype), 1), big((k, n), getattr(torch, dtype), 2)
+    c = tilemm.matmul(a_t, b_t, kernel=kernel, out_dtype=out_dtype)
+    torch.cuda.synchronize()
+    rows = [0, 1, m // 2, m - 2, m - 1]
+    if out_dtype:
+        a_t = a_t.to(getattr(torch, out_dtype))
+    check_rows(c, a_t, b_t, rows, f"{kernel} {dtype} {m}x{n}x{k}")
+    del a_t, b_t, c
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("kernel", SIMT)
+def test_simt_rungs_refuse_past_2_31_before_any_work(kernel):
+    import torch
+    a = torch.empty(1, device="cuda").expand(70000, 16)        # the shape alone: no memory
+    b = torch.empty(1, device="cuda").expand(16, 70000)
+    with pytest.raises(tilemm.KernelUnavailable, match="2\\^31"):
+        tilemm.matmul(a, b, kernel=kernel)
+
+
+# ---- threads and processes ----
+
+def _every_rung_in_threads():
+    """In a fresh process: eight threads call every case at once, twice (first and later calls)."""
+    import torch
+    errors = []
+    start = threading.Barrier(8)
+
+    def body(i):
+        try:
+            start.wait()
+            for _ in range(2):
+                for kernel, dtype, params in CASES[i::8] + CASES[(i + 3) % 8::8]:
+                    a, b, a_t, b_t = torch_pair(dtype, *shape_for(kernel), seed=i)
+                    c = tilemm.matmul(a_t, b_t, kernel=kernel, out_dtype=result_dtype(kernel, dtype), **params)
+                    torch.cuda.current_stream().synchronize()
+                    check(c, a, b, dtype, f"thread {i}: {kernel} {dtype}")
+        except BaseException as e:  # noqa: BLE001
+            errors.append(repr(e))
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit("\n".join(errors))
+
+
+def test_eight_threads_on_every_rung_from_a_fresh_process():
+    p = multiprocessing.get_context("spawn").Process(target=_every_rung_in_threads)
+    p.start()
+    p.join(600)
+    assert p.exitcode == 0
+
+
+def _auto_in_a_process(cache_dir, seed):
+    import os
+    os.environ["TILEMM_CACHE_DIR"] = cache_dir
+    a, b, a_t, b_t = torch_pair("bfloat16", 512, 512, 512, seed)
+    check(tilemm.matmul(a_t, b_t, kernel="auto"), a, b, "bfloat16", f"auto in process {seed}")
+
+
+def test_four_processes_tune_into_one_cache(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_auto_in_a_process, args=(str(tmp_path), i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(600)
+    assert [p.exitcode for p in procs] == [0] * 4
+    entries = json.loads((tmp_path / "tuning.json").read_text())
+    assert len(entries) == 1
