@@ -38,7 +38,7 @@ CASES = ([(k, d) for k in SIMT for d in ("int32", "int64", "float32", "float64")
                                 "float64")])
 MAX_DIM = 20000
 WORK_CAP = {"simt": 2e9, "other": 3e11}       # m n k: keeps one call under a second or so
-ELEMENT_CAP = 1.2e8                           # m k + k n + m n: keeps the host copies small
+ELEMENT_CAP = 2e7                             # m k + k n + m n: keeps the host copies small
 
 
 def random_shape(rng, kernel):
@@ -137,6 +137,7 @@ def main(argv=None):
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seconds", type=float, default=600, help="stop starting calls after this long")
     p.add_argument("--out", default=None, help="a folder for stress.jsonl")
     args = p.parse_args(argv)
     import torch
@@ -150,7 +151,11 @@ def main(argv=None):
         side = torch.cuda.Stream()
         mine = {key: ([] if isinstance(v, list) else 0) for key, v in stats.items()}
         for j in range(args.calls // args.threads):
+            if time.perf_counter() - start > args.seconds:
+                break
             one_call(rng, side, mine)
+            if i == 0 and j % 50 == 0:
+                print(f"thread 0: {j} calls, {time.perf_counter() - start:.0f} s", flush=True)
             if mine["faults"] and "illegal" in json.dumps(mine["fault_cases"]):
                 break                 # the context is dead: nothing after this call can run
         with lock:

@@ -8,6 +8,7 @@ Operands arrive as torch tensors where torch is installed (api._prepare_library)
 """
 import contextlib
 
+from .. import streams
 from ..dtypes import dtype_name
 from ..registry import Kernel, Traffic, register
 from .simt import launch
@@ -44,7 +45,9 @@ def _torch_matmul_flags(**flags):
 
 def run_cublas(a, b, c):
     name, lib = _library()
-    if name == "cupy" and dtype_name(c.dtype) not in SIXTEEN_BITS:
+    # CuPy refuses to call cuBLAS while a CUDA graph is captured; torch's cuBLAS call is captured
+    floats_in_a_graph = dtype_name(c.dtype).startswith("float") and streams.capturing()
+    if name == "cupy" and dtype_name(c.dtype) not in SIXTEEN_BITS and not floats_in_a_graph:
         lib.matmul(lib.asarray(a), lib.asarray(b), out=lib.asarray(c))
         return
     with _torch_matmul_flags(allow_tf32=False, allow_fp16_reduced_precision_reduction=False,
