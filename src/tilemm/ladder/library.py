@@ -70,6 +70,8 @@ def available():
 def limits(problem):
     if problem.dtype.startswith("int") and _library()[0] == "torch":
         return "torch has no integer matmul on CUDA and CuPy is not installed"
+    if problem.dtype.startswith("int"):
+        return launch.index_limit(problem, "CuPy's integer matmul")
     if problem.dtype in SIXTEEN_BITS:
         try:
             import torch  # noqa: F401

@@ -82,12 +82,13 @@ def check(shape: LaunchShape) -> str | None:
 INDEX_LIMIT = 2**31
 
 
-def index_limit(problem: Problem) -> str | None:
-    """Why 32-bit indices can't address this problem's operands and result, or None."""
+def index_limit(problem: Problem, who: str = "the SIMT rungs") -> str | None:
+    """Why 32-bit indices can't address this problem's operands and result, or None. (CuPy's
+    integer matmul, rung `cublas`'s for integers, faults past it: seen on an H100, 47000² int32.)"""
     for name, rows, cols in (("A", problem.m, problem.k), ("B", problem.k, problem.n), ("C", problem.m, problem.n)):
         if rows * cols >= INDEX_LIMIT:
-            return (f"{name} is {rows} x {cols} = {rows * cols} elements, and the SIMT rungs index in 32 bits "
-                    f"(under 2^31 = {INDEX_LIMIT} elements a matrix); use kernel='cublas' or a tensor-core rung")
+            return (f"{name} is {rows} x {cols} = {rows * cols} elements, and {who} index in 32 bits "
+                    f"(under 2^31 = {INDEX_LIMIT} elements a matrix); use a tensor-core rung, or the default")
     return None
 
 
