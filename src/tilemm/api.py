@@ -103,7 +103,9 @@ class Plan:
     def _on_stream(self):
         if self.kernel.device == "cpu":
             return contextlib.nullcontext()
-        return streams.queued_on(self.stream, self.operand.device)
+        # CuPy's current stream matters where CuPy does the work: its arrays, and the library rung
+        cupy_too = self.operand.kind == "cupy" or self.kernel.backend == "library"
+        return streams.queued_on(self.stream, self.operand.device, cupy_too)
 
     def _prepare(self, poison: bool, copy: bool):
         a2 = self.a if len(self.a.shape) > 1 else self.a[None, :]

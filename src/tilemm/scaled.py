@@ -71,7 +71,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {a.device}; got "
                          f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')} "
                          f"{getattr(out, 'device', '')}")
-    with streams.queued_on(queue, device) if device != "cpu" else contextlib.nullcontext():
+    with streams.queued_on(queue, device, cupy_too=False) if device != "cpu" else contextlib.nullcontext():
         scales = [_scale(s, name, a.device, torch) for name, s in (("scale_a", scale_a), ("scale_b", scale_b))]
         c = torch.empty((m, n), dtype=result_dtype, device=a.device) if out is None else out
         if m and n:

@@ -64,31 +64,47 @@ def current() -> int:
     return getattr(_local, "handle", LEGACY_DEFAULT)
 
 
-@contextlib.contextmanager
-def queued_on(handle: int, device: str):
-    """Make `handle` this thread's stream for the call: torch's and CuPy's current stream where
-    they are loaded and differ, and what numba_stream() gives the numba-cuda rungs. device: the
-    operands' ("cpu" for host operands: the current CUDA device)."""
-    before = current()
-    _local.handle = handle
-    try:
-        with contextlib.ExitStack() as stack:
-            torch = arrays._torch() if _torch_on_gpu() else None
-            if torch is not None:
-                index = torch.cuda.current_device() if device == "cpu" else int(device.split(":")[1])
-                if torch.cuda.current_stream(index).cuda_stream != handle:
-                    stack.enter_context(torch.cuda.stream(_torch_stream(handle, index)))
-            cupy = arrays._cupy() if _cupy_on_gpu() else None
-            if cupy is not None:
-                index = cupy.cuda.runtime.getDevice() if device == "cpu" else int(device.split(":")[1])
-                with cupy.cuda.Device(index):
-                    differs = cupy.cuda.get_current_stream().ptr != handle
-                if differs:
-                    stack.enter_context(cupy.cuda.Device(index))
-                    stack.enter_context(_cupy_stream(handle, index))
-            yield
-    finally:
-        _local.handle = before
+class queued_on:
+    """Make `handle` this thread's stream for the call: torch's current stream (Triton launches
+    there) and, with `cupy_too`, CuPy's, where they are loaded and differ, and what numba_stream()
+    gives the numba-cuda rungs. device: the operands' ("cpu" for host operands: the current CUDA
+    device). A class, not a generator: it is entered around every launch, and where nothing
+    differs it costs a thread-local and a raw-stream look-up."""
+    __slots__ = ("handle", "index", "cupy_too", "before", "stack")
+
+    def __init__(self, handle: int, device: str, cupy_too: bool = True):
+        self.handle, self.cupy_too = handle, cupy_too
+        self.index = None if device == "cpu" else int(device.split(":")[1])
+
+    def __enter__(self):
+        self.before = getattr(_local, "handle", LEGACY_DEFAULT)
+        _local.handle = self.handle
+        self.stack = None
+        if _torch_on_gpu():
+            torch = arrays._torch()
+            index = torch.cuda.current_device() if self.index is None else self.index
+            if torch._C._cuda_getCurrentRawStream(index) != self.handle:   # what Triton reads
+                self._enter(torch.cuda.stream(_torch_stream(self.handle, index)))
+        if self.cupy_too and _cupy_on_gpu():
+            cupy = arrays._cupy()
+            index = cupy.cuda.runtime.getDevice() if self.index is None else self.index
+            if cupy.cuda.get_current_stream(index).ptr != self.handle:
+                self._enter(cupy.cuda.Device(index))
+                self._enter(_cupy_stream(self.handle, index))
+        return self
+
+    def _enter(self, context):
+        if self.stack is None:
+            self.stack = contextlib.ExitStack()
+        self.stack.enter_context(context)
+
+    def __exit__(self, *exc):
+        try:
+            if self.stack is not None:
+                self.stack.close()
+        finally:
+            _local.handle = self.before
+        return False
 
 
 def _torch_on_gpu() -> bool:
