@@ -110,3 +110,19 @@ def test_a_records_command_line_runs_as_written():
     assert line == "python3 bench.py --graphs --per-round 0.3 --shapes 1x2x3 4x5x6"
     again = ap.parse_args(line.split()[2:] + ["--out", "x"])
     assert vars(again) == vars(args)
+
+
+def test_sizes_past_the_budget_are_estimated_from_the_measured_ones_not_run(tmp_path):
+    """A slow rung is measured at its small sizes; the larger ones (listed first here) are
+    predicted from the largest measured one, marked as estimates in the records, table and plot."""
+    cases = [suites.Case("cpu-naive", "float32", n, n, n) for n in (64, 16, 32)]
+    records = runner.run_suite(cases, suite="cpu", budget_s=0.01, skip_over_s=1e-9, results=tmp_path / "results.jsonl",
+                               progress=False)
+    assert [(r["m"], r["status"]) for r in records] == [(16, "ok"), (32, "estimated"), (64, "estimated")]
+    measured_ms = records[0]["median_ms"]
+    assert records[2]["median_ms"] == pytest.approx(measured_ms * 64, rel=1e-9)   # (64/16)^3 times the flops
+    assert "not run" in records[1]["reason"]
+    rows = report.markdown(report.load(tmp_path))
+    assert rows.count("| estimated |") == 2 and "~" in rows
+    report.write(tmp_path)
+    assert (tmp_path / "gflops_vs_n.png").exists()

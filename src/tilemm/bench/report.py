@@ -21,11 +21,14 @@ def row(r: dict) -> list[str]:
     if r.get("host_inputs"):
         params = (params + ",with copies").strip(",")
     shape = f"{r['m']}x{r['n']}x{r['k']}"
-    if r["status"] != "ok":
+    if r["status"] not in ("ok", "estimated"):
         return [r["kernel"], params, r["dtype"], shape, r["status"], r.get("reason", ""), "", "", "", "", ""]
     fig = r.get("seed_figure")
     seed = f"{fig['value']:g} {fig['unit']} ({r['seed']})" if fig else ""
     ratio = f"{r['ratio']:.2f}x {r['baseline']}" if r.get("ratio") else ""
+    if r["status"] == "estimated":       # not run: the time predicted from a smaller size
+        return [r["kernel"], params, r["dtype"], shape, "estimated", f"~{r['median_ms']:.0f}", f"~{r['gflops']:.1f}",
+                ratio and "~" + ratio, "", "", seed]
     return [r["kernel"], params, r["dtype"], shape, "ok", f"{r['median_ms']:.3f}", f"{r['gflops']:.1f}",
             ratio, f"{100 * r['peak_fraction']:.0f}%" if r.get("peak_fraction") else "",
             f"{r['gbps']:.0f}" if r.get("gbps") else "", seed]
@@ -41,7 +44,7 @@ def _series(records):
     """(kernel label, dtype) -> sorted [(n, record)] for square, device-resident cases."""
     out = defaultdict(list)
     for r in records:
-        if r["status"] == "ok" and r["m"] == r["n"] == r["k"] and not r.get("host_inputs"):
+        if r["status"] in ("ok", "estimated") and r["m"] == r["n"] == r["k"] and not r.get("host_inputs"):
             label = r["kernel"] + "".join(f" {k}={v}" for k, v in r["params"].items())
             out[(label, r["dtype"])].append((r["n"], r))
     return {key: sorted(v, key=lambda x: x[0]) for key, v in out.items()}
@@ -91,6 +94,10 @@ def plots(records: list[dict], folder: Path) -> tuple[list[str], str | None]:
                 if dt != dtype:
                     continue
                 ax.plot([n for n, _ in pts], [metric(r) for _, r in pts], marker="o", color=color[label], label=label)
+                estimated = [(n, metric(r)) for n, r in pts if r["status"] == "estimated"]
+                if estimated:           # predicted, not run: hollow markers
+                    ax.plot(*zip(*estimated), linestyle="none", marker="o", markersize=9, markerfacecolor="white",
+                            color=color[label], label=f"{label}: estimated, not run")
                 seeds = [(n, r["seed_figure"]["value"]) for n, r in pts
                          if with_seeds and r.get("seed_figure", {}).get("unit") == "GFLOP/s"]
                 if seeds:
@@ -138,7 +145,10 @@ def _roofline(ax, series):
     peaks = next((machine.datasheet(name) for name in names if machine.datasheet(name)), None)
     xs = []
     for (label, dtype), pts in series.items():
-        n, r = pts[-1]
+        measured = [(n, r) for n, r in pts if r["status"] == "ok"]
+        if not measured:
+            continue
+        n, r = measured[-1]
         if not r.get("traffic_bytes"):
             continue
         ai = 2.0 * r["m"] * r["n"] * r["k"] / r["traffic_bytes"]

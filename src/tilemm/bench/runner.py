@@ -1,8 +1,9 @@
 """Run a suite: check every kernel's answer, then time it; one JSON record per measurement.
 
-A kernel whose answer fails the check is recorded as FAILED and never timed. A case whose
-predicted time (from the same rung at a smaller size, scaled by the flop count) exceeds the
-budget is recorded as skipped, with the prediction.
+A kernel whose answer fails the check is recorded as FAILED and never timed. Each rung runs
+its sizes smallest first; a case whose predicted time a call (from the same rung's largest
+measured size, scaled by the flop count) exceeds skip_over_s is not run: it is recorded as
+"estimated", its time the prediction, and the table and plots mark it so.
 """
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def run_suite(cases: list[Case], *, suite: str, budget_s: float = 2.0, skip_over
               results: Path | None = None, progress: bool = True) -> list[dict]:
     stamp = {**machine.stamp(" ".join(["tilemm"] + sys.argv[1:])), "suite": suite}
     records, seen = [], {}
+    first = {}
+    for i, c in enumerate(cases):       # each rung's sizes smallest first: the small ones predict the rest
+        first.setdefault(c.key, i)
+    cases = sorted(cases, key=lambda c: (first[c.key], c.m * c.n * c.k))
     for case, rec in _each(cases, progress):
         rec.update(_measure(case, budget_s, skip_over_s, seen))
         rec.update(stamp)
@@ -42,8 +47,19 @@ def _each(cases, progress):
         for c in cases:
             yield c, _base(c)
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    cols = (TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    if not sys.stdout.isatty():     # a log, not a terminal: a line a case, as it starts
+        start = time.perf_counter()
+        for i, c in enumerate(cases):
+            spent = time.perf_counter() - start
+            left = f", ~{spent / i * (len(cases) - i):.0f} s left" if i else ""
+            print(f"[{i + 1}/{len(cases)}] {c.kernel} {_fmt(c.params)} {c.dtype} {c.m}x{c.n}x{c.k} "
+                  f"({spent:.0f} s{left})", flush=True)
+            yield c, _base(c)
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+    cols = (TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("left"), TimeRemainingColumn())
     with Progress(*cols, transient=False) as bar:
         task = bar.add_task("bench", total=len(cases))
         for c in cases:
@@ -71,9 +87,12 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
         return {"status": "skipped", "reason": why}
     flops = 2.0 * case.m * case.n * case.k
     prev = seen.get(case.key)
-    if prev and prev[1] * flops / prev[0] > skip_over_s * 1e3:
-        return {"status": "skipped", "reason": f"predicted {prev[1] * flops / prev[0] / 1e3:.0f} s "
-                                                f"> budget {skip_over_s:.0f} s"}
+    if prev and prev[1] * flops / prev[0] > skip_over_s * 1e3:   # measured on a budget: the rest estimated
+        ms = prev[1] * flops / prev[0]
+        return {"status": "estimated", "median_ms": ms, "gflops": flops / ms / 1e6,
+                "reason": f"not run: {ms / 1e3:.1f} s a call predicted from the measured n = "
+                          f"{round((prev[0] / 2) ** (1 / 3))} (time scaled by the flops), over the {skip_over_s:g} s budget "
+                          "(--skip-over)"}
     a, b = operands(hash((case.m, case.n, case.k)) % 2**31, case.m, case.n, case.k, case.dtype)
     on_gpu = kernel.device == "cuda" and not case.host_inputs and not _compat.emulated(kernel.backend)
     try:
@@ -132,6 +151,7 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
 
 
 BASELINE = {"cpu": "numpy", "cuda": "cublas"}
+MEASURED = ("ok", "estimated")    # records with a time: timed, or estimated from a timed size
 
 
 def with_ratios(records: list[dict]) -> list[dict]:
@@ -140,9 +160,9 @@ def with_ratios(records: list[dict]) -> list[dict]:
     def key(r, kernel):  # the anchor measured in the same suite run, on the same device
         return kernel, r["dtype"], r["m"], r["n"], r["k"], r["device"], r["suite"], r["date"][:10]
     times = {key(r, r["kernel"]): r.get("median_ms")
-             for r in records if r.get("status") == "ok" and not r["host_inputs"]}
+             for r in records if r.get("status") in MEASURED and not r["host_inputs"]}
     for r in records:
-        if r.get("status") != "ok":
+        if r.get("status") not in MEASURED:
             continue
         base = BASELINE[registry.get(r["kernel"]).device]
         t = times.get(key(r, base))
