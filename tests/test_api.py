@@ -161,8 +161,23 @@ def test_auto_times_the_fast_rungs_once_and_caches_the_winner(tmp_path, monkeypa
     assert tuning.last["tried"] == 2 and tuning.last["key"].endswith("|int32|70x40x90|nn")
     np.testing.assert_array_equal(tilemm.matmul(a, b.T.copy().T, kernel="auto"), np.matmul(a, b))
     assert tuning.last["key"].endswith("|nt")                      # the layout is part of the key
-    tilemm.matmul(a, b, kernel="auto")
+    tilemm.plan(a, b, kernel="auto")                               # (a repeated matmul reuses its plan)
     assert tuning.last["cached"] is True
+
+
+def test_a_repeated_call_reuses_its_plan_and_keeps_no_operand():
+    from tilemm import api
+    a, b = np.ones((5, 7), np.float32), np.ones((7, 3), np.float32)
+    tilemm.matmul(a, b, kernel="cpu-tiled", block_m=8)
+    key = api._call_key(a, b, "cpu-tiled", None, None, {"block_m": 8})
+    kept = api._PLANS[key]
+    assert kept.a is None and kept.b is None and kept.params["block_m"] == 8
+    a2 = np.arange(35, dtype=np.float32).reshape(5, 7)
+    np.testing.assert_array_equal(tilemm.matmul(a2, b, kernel="cpu-tiled", block_m=8), a2 @ b)   # the new operands
+    assert api._PLANS[key] is kept
+    assert api._call_key(a2.T.copy().T, b, "cpu-tiled", None, None, {"block_m": 8}) != key           # strides count
+    with pytest.raises(ValueError, match="mismatch"):                 # a bad call is checked, never cached
+        tilemm.matmul(a, a, kernel="cpu-tiled")
 
 
 def test_auto_takes_no_parameters():

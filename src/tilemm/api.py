@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import math
@@ -43,7 +44,52 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
     ``tilemm.accuracy``. Errors are raised before any kernel runs.
     """
-    return plan(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params).execute()
+    key = _call_key(a, b, kernel, out, out_dtype, params)
+    known = _PLANS.get(key) if key is not None else None
+    if known is None:
+        checked = plan(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params)
+        if key is not None:
+            if len(_PLANS) >= PLAN_CACHE_SIZE:
+                _PLANS.clear()
+            _PLANS[key] = dataclasses.replace(checked, a=None, b=None, out=None)   # keeps no operand alive
+        return checked.execute()
+    if known.direct:                       # the numpy rung on NumPy operands of the result's dtype
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+    again = object.__new__(Plan)           # dataclasses.replace would run every field's __init__ again
+    again.__dict__.update(known.__dict__, a=a, b=b, out=out)
+    if known.kernel.device == "cuda":      # the stream is the caller's now, not at the first call
+        again.stream = streams.caller_stream(known.operand.kind, known.operand.device, stream)
+    return again.execute()
+
+
+# A repeated call (same kinds, devices, dtypes, shapes, strides, kernel, parameters) reuses the
+# plan its first call checked: a dictionary look-up instead of the checks, the default kernel's
+# choice and the parameters' resolution. What depends on the operands' memory (alignment, the
+# stream) is worked out at each call, after the look-up.
+PLAN_CACHE_SIZE = 512
+_PLANS: dict = {}
+
+
+def _call_key(a, b, kernel, out, out_dtype, params):
+    """What decides a call's plan, as a hashable key; None for a call not worth caching (an
+    unhashable parameter, an array kind plan() will refuse)."""
+    try:
+        return (_operand_key(a), _operand_key(b), kernel, None if out is None else _operand_key(out), out_dtype,
+                tuple(sorted(params.items())) if params else ())
+    except (TypeError, AttributeError):
+        return None
+
+
+def _operand_key(x):
+    if isinstance(x, np.ndarray):
+        return np.ndarray, x.dtype, x.shape, x.strides
+    torch = arrays._torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch.Tensor, x.dtype, x.shape, x.stride(), x.device
+    cupy = arrays._cupy()
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return cupy.ndarray, x.dtype, x.shape, x.strides, x.device.id
+    raise TypeError("not an array tilemm takes")
 
 
 # Numba-cuda and Triton load a compiled program into the context on its first launch, and neither
@@ -67,6 +113,7 @@ class Plan:
     result: str                  # the result's dtype
     out: object = None
     stream: int = streams.LEGACY_DEFAULT   # the raw stream a GPU kernel is queued on
+    direct: bool = False         # the numpy rung on NumPy operands already of the result's dtype: numpy.matmul
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
@@ -104,7 +151,7 @@ class Plan:
         if self.kernel.device == "cpu":
             return contextlib.nullcontext()
         # CuPy's current stream matters where CuPy does the work: its arrays, and the library rung
-        cupy_too = self.operand.kind == "cupy" or self.kernel.backend == "library"
+        cupy_too = self.operand.kind == "cupy" or (self.kernel.backend == "library" and is_integer(self.problem.dtype))
         return streams.queued_on(self.stream, self.operand.device, cupy_too)
 
     def _prepare(self, poison: bool, copy: bool):
@@ -173,7 +220,8 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     if out is not None:
         _check_out(out, da, shape, result)
     queue = streams.caller_stream(da.kind, da.device, stream) if chosen.device == "cuda" else streams.LEGACY_DEFAULT
-    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue)
+    direct = chosen.name == "numpy" and da.kind == db.kind == "numpy" and da.dtype == db.dtype == result == compute
+    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct)
 
 
 def _checked_out_dtype(out_dtype, result: str) -> str:
@@ -322,6 +370,8 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool, where: str | Non
     dtype = getattr(torch, p.dtype)
 
     def tensor(x):
+        if isinstance(x, torch.Tensor) and x.dtype == dtype and x.is_cuda == (where == "cuda"):
+            return x.clone() if copy else x            # as it is: the usual call, and the cheapest
         if isinstance(x, np.ndarray):
             x = torch.from_numpy(x)
         elif not isinstance(x, torch.Tensor):

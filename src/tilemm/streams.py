@@ -51,7 +51,7 @@ def caller_stream(kind: str, device: str, stream=None) -> int:
         return LEGACY_DEFAULT
     index = int(device.split(":")[1])
     if kind == "torch":
-        return arrays._torch().cuda.current_stream(index).cuda_stream
+        return arrays._torch()._C._cuda_getCurrentRawStream(index)    # as Triton reads it: no Stream object
     if kind == "cupy":
         cupy = arrays._cupy()
         with cupy.cuda.Device(index):

@@ -8,7 +8,7 @@ Operands arrive as torch tensors where torch is installed (api._prepare_library)
 """
 import contextlib
 
-from .. import streams
+from .. import arrays, streams
 from ..dtypes import dtype_name
 from ..registry import Kernel, Traffic, register
 from .simt import launch
@@ -44,16 +44,21 @@ def _torch_matmul_flags(**flags):
 
 
 def run_cublas(a, b, c):
+    """Floats through torch where the operands are torch tensors (CuPy's view of a tensor costs
+    more than the call) or a CUDA graph is being captured (CuPy refuses to call cuBLAS then);
+    integers and CuPy's own arrays through CuPy."""
     name, lib = _library()
-    # CuPy refuses to call cuBLAS while a CUDA graph is captured; torch's cuBLAS call is captured
-    floats_in_a_graph = dtype_name(c.dtype).startswith("float") and streams.capturing()
-    if name == "cupy" and dtype_name(c.dtype) not in SIXTEEN_BITS and not floats_in_a_graph:
+    torch = arrays._torch()
+    floats = dtype_name(c.dtype).startswith("float") or dtype_name(c.dtype) == "bfloat16"
+    as_torch = torch is not None and isinstance(c, torch.Tensor)
+    if name == "cupy" and dtype_name(c.dtype) not in SIXTEEN_BITS and not (floats and (as_torch
+                                                                                      or streams.capturing())):
         lib.matmul(lib.asarray(a), lib.asarray(b), out=lib.asarray(c))
         return
     with _torch_matmul_flags(allow_tf32=False, allow_fp16_reduced_precision_reduction=False,
                              allow_bf16_reduced_precision_reduction=False) as torch:
-        torch.matmul(torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda"),
-                     out=torch.as_tensor(c, device="cuda"))
+        tensors = [x if isinstance(x, torch.Tensor) else torch.as_tensor(x, device="cuda") for x in (a, b, c)]
+        torch.matmul(tensors[0], tensors[1], out=tensors[2])
 
 
 def available():
