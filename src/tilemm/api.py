@@ -55,6 +55,8 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
         return checked.execute()
     if known.direct:                       # the numpy rung on NumPy operands of the result's dtype
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+    if known.fast is not None and out is None and stream is None:
+        return known.fast(a, b)                # torch.matmul on torch's current stream, the caller's
     again = object.__new__(Plan)           # dataclasses.replace would run every field's __init__ again
     again.__dict__.update(known.__dict__, a=a, b=b, out=out)
     if known.kernel.device == "cuda":      # the stream is the caller's now, not at the first call
@@ -114,6 +116,8 @@ class Plan:
     out: object = None
     stream: int = streams.LEGACY_DEFAULT   # the raw stream a GPU kernel is queued on
     direct: bool = False         # the numpy rung on NumPy operands already of the result's dtype: numpy.matmul
+    fast: object = None          # the library on 2-D torch CUDA float tensors of the compute dtype: a repeated
+                                 # call with no out or stream is library.torch_product(a, b)
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
@@ -221,7 +225,12 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
         _check_out(out, da, shape, result)
     queue = streams.caller_stream(da.kind, da.device, stream) if chosen.device == "cuda" else streams.LEGACY_DEFAULT
     direct = chosen.name == "numpy" and da.kind == db.kind == "numpy" and da.dtype == db.dtype == result == compute
-    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct)
+    fast = None
+    if (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and not is_integer(result)
+            and len(da.shape) == len(db.shape) == 2 and da.dtype == db.dtype == result == compute):
+        from .ladder.library import torch_product
+        fast = torch_product
+    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast)
 
 
 def _checked_out_dtype(out_dtype, result: str) -> str:

@@ -43,6 +43,29 @@ def _torch_matmul_flags(**flags):
             setattr(settings, name, value)
 
 
+EXACT_FLAGS = dict(allow_tf32=False, allow_fp16_reduced_precision_reduction=False,
+                   allow_bf16_reduced_precision_reduction=False)
+
+
+def torch_product(a, b):
+    """torch.matmul(a, b) with float32 sums and no TF32 (EXACT_FLAGS), the caller's flags put back:
+    what a repeated call of the default kernel on torch tensors runs (api.matmul's fast path),
+    without run_cublas's result buffer or the context manager's cost."""
+    torch = arrays._torch()
+    settings = torch.backends.cuda.matmul
+    before = (settings.allow_tf32, settings.allow_fp16_reduced_precision_reduction,
+              settings.allow_bf16_reduced_precision_reduction)
+    if not any(before):
+        return torch.matmul(a, b)
+    try:
+        for name in EXACT_FLAGS:
+            setattr(settings, name, False)
+        return torch.matmul(a, b)
+    finally:
+        for name, value in zip(EXACT_FLAGS, before):
+            setattr(settings, name, value)
+
+
 def run_cublas(a, b, c):
     """Floats through torch where the operands are torch tensors (CuPy's view of a tensor costs
     more than the call) or a CUDA graph is being captured (CuPy refuses to call cuBLAS then);
@@ -55,8 +78,7 @@ def run_cublas(a, b, c):
                                                                                       or streams.capturing())):
         lib.matmul(lib.asarray(a), lib.asarray(b), out=lib.asarray(c))
         return
-    with _torch_matmul_flags(allow_tf32=False, allow_fp16_reduced_precision_reduction=False,
-                             allow_bf16_reduced_precision_reduction=False) as torch:
+    with _torch_matmul_flags(**EXACT_FLAGS) as torch:
         tensors = [x if isinstance(x, torch.Tensor) else torch.as_tensor(x, device="cuda") for x in (a, b, c)]
         torch.matmul(tensors[0], tensors[1], out=tensors[2])
 
