@@ -117,7 +117,7 @@ class Plan:
     stream: int = streams.LEGACY_DEFAULT   # the raw stream a GPU kernel is queued on
     direct: bool = False         # the numpy rung on NumPy operands already of the result's dtype: numpy.matmul
     fast: object = None          # the library on 2-D torch CUDA float tensors of the compute dtype: a repeated
-                                 # call with no out or stream is library.torch_product(a, b)
+                                 # call with no out or stream is library.torch_product(dtype)(a, b)
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
@@ -229,7 +229,7 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     if (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and not is_integer(result)
             and len(da.shape) == len(db.shape) == 2 and da.dtype == db.dtype == result == compute):
         from .ladder.library import torch_product
-        fast = torch_product
+        fast = torch_product(result)
     return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast)
 
 

@@ -47,23 +47,31 @@ EXACT_FLAGS = dict(allow_tf32=False, allow_fp16_reduced_precision_reduction=Fals
                    allow_bf16_reduced_precision_reduction=False)
 
 
-def torch_product(a, b):
-    """torch.matmul(a, b) with float32 sums and no TF32 (EXACT_FLAGS), the caller's flags put back:
-    what a repeated call of the default kernel on torch tensors runs (api.matmul's fast path),
-    without run_cublas's result buffer or the context manager's cost."""
+# the one flag of EXACT_FLAGS that torch reads for a product of this dtype
+FLAG_OF = {"float32": "allow_tf32", "float16": "allow_fp16_reduced_precision_reduction",
+           "bfloat16": "allow_bf16_reduced_precision_reduction"}
+
+
+def torch_product(dtype: str):
+    """product(a, b): torch.matmul(a, b) with float32 sums and no TF32, for operands of dtype, the
+    caller's flag put back: what a repeated call of the default kernel on torch tensors runs
+    (api.matmul's fast path), without run_cublas's result buffer, the context manager, or the
+    flags this dtype's product never reads (each set and put back costs about a microsecond)."""
     torch = arrays._torch()
-    settings = torch.backends.cuda.matmul
-    before = (settings.allow_tf32, settings.allow_fp16_reduced_precision_reduction,
-              settings.allow_bf16_reduced_precision_reduction)
-    if not any(before):
-        return torch.matmul(a, b)
-    try:
-        for name in EXACT_FLAGS:
-            setattr(settings, name, False)
-        return torch.matmul(a, b)
-    finally:
-        for name, value in zip(EXACT_FLAGS, before):
-            setattr(settings, name, value)
+    settings, flag = torch.backends.cuda.matmul, FLAG_OF.get(dtype)
+    if flag is None:                        # float64: nothing to set
+        return torch.matmul
+
+    def product(a, b):
+        before = getattr(settings, flag)
+        if not before:
+            return torch.matmul(a, b)
+        setattr(settings, flag, False)
+        try:
+            return torch.matmul(a, b)
+        finally:
+            setattr(settings, flag, before)
+    return product
 
 
 def run_cublas(a, b, c):
