@@ -1,0 +1,109 @@
+"""tilemm.distributed on several GPUs against one GPU at the same problem size: wall time of a
+whole product (every rank's block of C, from the first broadcast to the last add), the
+answer checked on sampled rows and columns against float64.
+
+    torchrun --nproc-per-node 2 benchmarks/distributed_vs_one_gpu.py --out DIR --sizes 16384 32768
+
+Rank 0 also times the product on its GPU alone (tilemm's default: cuBLAS), in rounds interleaved
+with the distributed ones. Each grid of the world size is timed (2 ranks: 1 x 2 and 2 x 1).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import tilemm
+from tilemm import machine
+
+
+def grids(world: int):
+    return [tilemm.distributed.Grid(r, world // r) for r in range(1, world + 1) if world % r == 0]
+
+
+def timed(call) -> tuple:
+    """(seconds of call() on every rank, from a barrier to a barrier, its result)"""
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    out = call()
+    torch.cuda.synchronize()
+    dist.barrier()
+    return time.perf_counter() - t0, out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[16384, 32768])
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    stamp = machine.stamp("torchrun --nproc-per-node %d benchmarks/distributed_vs_one_gpu.py %s"
+                          % (world, " ".join(f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                                            for k, v in vars(args).items() if k != "out")))
+    for dtype in args.dtypes:
+        for n in args.sizes:
+            g = torch.Generator(device="cuda").manual_seed(n)        # every rank draws the same A and B
+            a = torch.randn((n, n), generator=g, device="cuda", dtype=getattr(torch, dtype))
+            b = torch.randn((n, n), generator=g, device="cuda", dtype=getattr(torch, dtype))
+            times = {"one GPU": []}
+            blocks = {}
+            for grid in grids(world):
+                blocks[grid] = (tilemm.distributed.shard(a, grid, rank, "A").contiguous(),
+                                tilemm.distributed.shard(b, grid, rank, "B").contiguous())
+                times[f"{grid.rows}x{grid.cols}"] = []
+            checks = {}
+            for r in range(args.rounds + 1):                         # round 0: warm-up (compiles), not kept
+                if rank == 0:
+                    t, c_one = timed(lambda: tilemm.matmul(a, b))
+                else:
+                    t, c_one = timed(lambda: None)
+                del c_one
+                if r:
+                    times["one GPU"].append(t)
+                for grid, (a_mine, b_mine) in blocks.items():
+                    t, c_mine = timed(lambda: tilemm.distributed.matmul(a_mine, b_mine, grid))
+                    if r:
+                        times[f"{grid.rows}x{grid.cols}"].append(t)
+                    else:                                            # check: sampled rows of this block
+                        i, j = grid.position(rank)
+                        rows = tilemm.distributed.block(n, grid.rows, i)
+                        cols = tilemm.distributed.block(n, grid.cols, j)
+                        pick = torch.arange(0, rows.stop - rows.start, max(1, (rows.stop - rows.start) // 7),
+                                            device="cuda")
+                        ref = a[rows][pick].double() @ b[:, cols].double()
+                        err = ((c_mine[pick].double() - ref).norm() / ref.norm()).item()
+                        checks[f"{grid.rows}x{grid.cols}"] = err
+                    del c_mine
+            errors = [None] * world
+            dist.all_gather_object(errors, checks)
+            if rank == 0:
+                one = statistics.median(times["one GPU"])
+                with open(args.out / "distributed.jsonl", "a") as f:
+                    for label, ts in times.items():
+                        t = statistics.median(ts)
+                        worst = max((e[label] for e in errors), default=None) if label in checks else None
+                        rec = {"variant": label, "dtype": dtype, "n": n, "ranks": world if label != "one GPU" else 1,
+                               "median_s": t, "tflops": 2 * n ** 3 / t / 1e12, "vs_one_gpu": one / t,
+                               "worst_relative_error": worst, "rounds": args.rounds, **stamp}
+                        f.write(json.dumps(rec) + "\n")
+                        print(f"{dtype:9} {n:6} {label:8} {t * 1e3:9.1f} ms {rec['tflops']:7.1f} TFLOP/s "
+                              f"{rec['vs_one_gpu']:5.2f}x one GPU  err {worst}", flush=True)
+            del a, b, blocks
+            torch.cuda.empty_cache()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
