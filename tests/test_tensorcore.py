@@ -447,7 +447,7 @@ out = {}
 def persistent_signature(a_desc, b_desc, c_ptr, scales="constexpr", workspace="constexpr"):
     # matmul_persistent's signature: its descriptors and C as given, the rest in their types
     flags = ("A_T", "B_T", "SCALED", "FAST_ACCUM", "INT", "F64", "STREAM_K", "BLOCK_M", "BLOCK_N", "BLOCK_K",
-             "GROUP_M", "PROGRAMS", "UPCAST", "PARTS", "CHUNK")
+             "GROUP_M", "PROGRAMS", "UPCAST", "PARTS", "CHUNK", "ACCUMULATE")
     return dict(a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, scale_a_ptr=scales, scale_b_ptr=scales,
                 ws_ptr=workspace, flags_ptr="*i32" if workspace != "constexpr" else "constexpr", epoch="i32",
                 M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", **dict.fromkeys(flags, "constexpr"))
@@ -461,9 +461,9 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
         sig = dict(a_desc=f"tensordesc<{ty}{a_block}>", b_desc=f"tensordesc<{ty}{b_block}>", c_ptr="*" + ty,
                    M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr", B_T="constexpr",
                    BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-                   UPCAST="constexpr")
+                   UPCAST="constexpr", ACCUMULATE="constexpr")
         const = dict(A_T=a_t, B_T=b_t, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8,
-                     UPCAST=False)
+                     UPCAST=False, ACCUMULATE=False)
         if min(m, n) <= 64:      # skinny products take the pointer program
             sig = dict(a_ptr="*" + ty, b_ptr="*" + ty, c_ptr="*" + ty, M="i32", N="i32", K="i32", stride_am="i32",
                        stride_ak="i32", stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32",
@@ -487,7 +487,8 @@ for layout in ("nn", "tt"):
     b_block = [p["block_n"], p["block_k"]] if b_t else [p["block_k"], p["block_n"]]
     sig = persistent_signature(f"tensordesc<bf16{a_block}>", f"tensordesc<bf16{b_block}>", "*bf16", workspace="*fp32")
     const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, STREAM_K=layout == "tt",
-                 BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1)
+                 BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1,
+                 ACCUMULATE=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     out[f"persistent-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
@@ -516,7 +517,8 @@ sig = persistent_signature(f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>",
                            f"tensordesc<fp64[{p['block_k']}, {p['block_n']}]>", "*fp64")
 const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=False, SCALED=False,
              FAST_ACCUM=False, INT=False, F64=True, STREAM_K=False, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
-             BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1)
+             BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1,
+                 ACCUMULATE=False)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 out["float64-persistent"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
@@ -542,7 +544,8 @@ sig = persistent_signature(f"tensordesc<fp32[{p['block_m']}, {block_k}]>", f"ten
                            "*fp32", workspace="*fp32")
 const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False,
              F64=False, STREAM_K=True, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=p["group_m"],
-             PROGRAMS=132, UPCAST=False, PARTS=2, CHUNK=CHUNK_STEPS)
+             PROGRAMS=132, UPCAST=False, PARTS=2, CHUNK=CHUNK_STEPS,
+             ACCUMULATE=False)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                    options=dict(num_warps=p["num_warps"], num_stages=stages))
 out["tf32x3-stream-k"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
@@ -572,7 +575,8 @@ for cty in ("*i8", "*i32"):
     sig = persistent_signature(f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", f"tensordesc<i8[256, {q['block_k']}]>", cty)
     const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=True, SCALED=False,
                  FAST_ACCUM=False, INT=True, F64=False, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
-                 GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1)
+                 GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1,
+                 ACCUMULATE=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
     out[f"int8-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
@@ -967,3 +971,20 @@ def test_3xtf32_stream_k_where_the_last_round_idles_sms():
     assert stream_k_pays(64, 132, 128, STREAM_K_ROUNDS)         # 1024 x 1024 x 4096: half the SMs
     assert not stream_k_pays(1024, 132, 128, STREAM_K_ROUNDS)   # 4096³: the last round 76% full
     assert not stream_k_pays(128, 132, 64, STREAM_K_ROUNDS)     # 2048³: one round, nearly full
+
+
+@pytest.mark.parametrize("m, n, k", [(150, 140, 40), (70, 80, 33), (20, 30, 40)])
+def test_interpreter_accumulate_adds_a_16_bit_product_into_float32(m, n, k):
+    """launcher(accumulate=True): C += A @ B in C's float32 (tilemm.distributed's K panels), by the
+    persistent and TMA programs' epilogue and, for skinny products, the pointer program's sum added."""
+    import torch
+    from tilemm.ladder.tensorcore import t1_blocked
+    g = torch.Generator().manual_seed(m)
+    a = torch.randn((m, k), generator=g).half()
+    b = torch.randn((k, n), generator=g).half()
+    c0 = torch.randn((m, n), generator=g)
+    c = c0.clone()
+    tiles = t1_blocked.resolve_tiles(m, n, dict(block_m=32, block_n=32, block_k=16, num_warps=4, num_stages=2))
+    t1_blocked.launcher(a, b, c, group_m=4, accumulate=True, **tiles)()
+    want = c0.double() + a.double() @ b.double()
+    assert torch.allclose(c.double(), want, rtol=1e-5, atol=1e-4)

@@ -9,8 +9,9 @@ SUMMA (van de Geijn and Watts, 1997): K is walked in panels, cut where either A'
 end. For each panel the rank of grid row i that holds it broadcasts A's panel along row i, the
 rank of grid column j that holds it broadcasts B's panel along column j, and every rank adds
 A_panel @ B_panel to its C block with tilemm's own rungs. The next panel's broadcasts are in flight
-while this one multiplies (``async_op``: NCCL moves them on its own stream). A 1 x P grid is a 1-D
-algorithm: A's panels go round all ranks, B stays where it is.
+while this one multiplies (``async_op``: NCCL moves them on its own stream). A 1 x P or P x 1 grid
+is a 1-D ring instead: the operand split along K alone (A on 1 x P, B on P x 1) goes round, each
+rank starting on the block it holds and passing it on while it multiplies.
 
     torchrun --nproc-per-node 2 my_program.py     # init_process_group("nccl"), then:
     grid = tilemm.distributed.Grid(1, 2)
@@ -122,6 +123,9 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
                                         async_op=True))
         return a_panel, b_panel, works
 
+    if grid.rows == 1 or grid.cols == 1:      # one operand is split along K alone: pass it round
+        _ring(a, b, acc, grid, group, k, sums)
+        return acc if sums == result else acc.to(getattr(torch, result))
     pending = start(panels[0])
     for p in range(len(panels)):
         a_panel, b_panel, works = pending
@@ -130,23 +134,58 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
         for work in works:
             work.wait()
         if acc.numel():
-            acc += _product(a_panel, b_panel, sums)
+            _accumulate(acc, a_panel, b_panel, sums)
     return acc if sums == result else acc.to(getattr(torch, result))
 
 
-def _product(a, b, sums: str):
-    """a @ b with sums of dtype `sums`: tilemm's default rung; 16-bit floats on the GPU through the
-    tensorcore rung writing float32 C (float32 sums, no float32 copies of the operands)."""
-    import torch
+def _accumulate(acc, a, b, sums: str) -> None:
+    """acc += a @ b with sums of dtype `sums`: 16-bit floats on the GPU by the tensorcore rung adding
+    into float32 acc in its epilogue (no float32 copies of the operands, no partial product to add);
+    everything else by tilemm's default rung, its product added."""
     if dtype_name(a.dtype) in SIXTEEN_BIT and sums == "float32" and a.is_cuda:
-        from . import registry
-        rung = registry.get("tensorcore")
-        c = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
-        if a.shape[1] == 0:
-            return c.zero_()
-        rung.run(a, b, c, **rung.resolve({}))
-        return c
-    return api.matmul(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None)
+        from .ladder.tensorcore import t1_blocked
+        tiles = t1_blocked.resolve_tiles(a.shape[0], b.shape[1], dict(block_m=None, block_n=None, block_k=None,
+                                                                      num_warps=None, num_stages=None))
+        t1_blocked.launcher(a, b, acc, group_m=8, accumulate=True, **tiles)()
+        return
+    acc += api.matmul(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None)
+
+
+def _ring(a, b, acc, grid: Grid, group, k: int, sums: str) -> None:
+    """acc += A_row @ B_col on a 1 x P grid (A's K blocks passed round) or a P x 1 one (B's):
+    each rank starts on the block it holds, and while it multiplies one block it sends that block
+    to the rank before it and receives the next from the rank after it."""
+    import torch
+    import torch.distributed as dist
+    me = dist.get_rank(group)
+    p = grid.size
+    k_blocks = blocks(k, p)
+    along_k_of_a = grid.rows == 1                          # 1 x P: A's columns are K blocks
+    current = (a if along_k_of_a else b).contiguous()
+    before, after = _global((me - 1) % p, group), _global((me + 1) % p, group)
+    for step in range(p):
+        mine = (me + step) % p                              # the K block `current` holds
+        requests = []
+        if step + 1 < p:
+            width = k_blocks[(mine + 1) % p]
+            shape = (a.shape[0], width.stop - width.start) if along_k_of_a else (width.stop - width.start, b.shape[1])
+            incoming = torch.empty(shape, dtype=current.dtype, device=current.device)
+            ops = []
+            if current.numel():                             # both ends know the sizes: empty blocks skip
+                ops.append(dist.P2POp(dist.isend, current, before, group))
+            if incoming.numel():
+                ops.append(dist.P2POp(dist.irecv, incoming, after, group))
+            requests = dist.batch_isend_irecv(ops) if ops else []
+        if acc.numel():
+            rows = k_blocks[mine]
+            if along_k_of_a:
+                _accumulate(acc, current, b[rows], sums)
+            else:
+                _accumulate(acc, a[:, rows], current, sums)
+        for request in requests:
+            request.wait()
+        if step + 1 < p:
+            current = incoming
 
 
 def _panels(k: int, grid: Grid) -> list[tuple]:

@@ -240,7 +240,7 @@ def stream_k_workspace(device, programs: int, block_m: int, block_n: int):
 # matmul_persistent's flags when a caller names none: A row-major, B given K-major (as B^T),
 # float32 sums of unscaled 16-bit products
 PERSISTENT_FLAGS = dict(A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, UPCAST=False,
-                        PARTS=1, CHUNK=1)
+                        PARTS=1, CHUNK=1, ACCUMULATE=False)
 
 
 def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, None), stream_k: bool = False,
@@ -253,8 +253,9 @@ def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, N
     config = {**PERSISTENT_FLAGS, **config}
     tiles = -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"])
     sms = multiprocessors()
+    stream_k = stream_k and not config["ACCUMULATE"]
     programs = sms if stream_k else min(tiles, sms)
-    stream_k = stream_k and tiles % programs != 0
+    stream_k = stream_k and tiles % programs != 0 and not config["ACCUMULATE"]
     if not stream_k:     # the same arguments at every launch
         return bound_launch(matmul_persistent, (programs,), (a_desc, b_desc, c, *scales, None, None, 0, m, n, k,
                                                              c.stride(0), c.stride(1)),

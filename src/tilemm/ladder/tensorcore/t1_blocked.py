@@ -92,7 +92,7 @@ def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int = 8) 
 
 
 def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
-             align_rows=None):
+             align_rows=None, accumulate=False):
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
     strides are not), by the persistent program when there is more than one round of tiles and
@@ -104,18 +104,19 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     float64 takes the persistent program (float64 sums) past one round if persistent, else the
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
     where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
-    0.5)."""
+    0.5). accumulate: c += a @ b (c may be float32 for 16-bit a and b: tilemm.distributed's panels).
+    """
     from .t1_blocked_kernel import matmul_kernel, matmul_tma  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
     if k == 0:                       # an empty sum (and no tensor to describe)
-        return c.zero_
+        return (lambda: None) if accumulate else c.zero_
     # Triton 3.9's interpreter gets bfloat16 wrong twice (tl.dot, and float32 -> bfloat16 by
     # truncation): there, the kernel multiplies in float32 and torch rounds the result.
     upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
     grid = (-(-m // block_m) * -(-n // block_n),)
-    fills = []
+    fills, partial = [], None
     rounds = persistent and grid[0] > support.multiprocessors()
     f64 = a.element_size() == 8
     if min(m, n) > 64 and (a.element_size() == 2 or (f64 and rounds)):
@@ -126,7 +127,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align)
         fills = [f for f in (a_fill, b_fill) if f]
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-                     UPCAST=upcast, num_warps=num_warps, num_stages=num_stages)
+                     UPCAST=upcast, ACCUMULATE=accumulate, num_warps=num_warps, num_stages=num_stages)
         if rounds:
             if stream_k is None:
                 stream_k = stream_k_pays(grid[0], support.multiprocessors(), -(-k // block_k))
@@ -136,7 +137,12 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
             program = support.bound_launch(matmul_tma, grid, (a_desc, b_desc, out, m, n, k, out.stride(0),
                                                               out.stride(1)), tiles)
     else:
-        args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
+        target = out
+        if accumulate:               # the pointer program writes C whole: its product is added after
+            import torch
+            partial = target = torch.empty_like(out)
+        args = (a, b, target, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), target.stride(0),
+                target.stride(1))
         tiles = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
                      FP64=str(a.dtype) == "torch.float64", num_warps=num_warps, num_stages=num_stages)
         program = support.bound_launch(matmul_kernel, grid, args, tiles)
@@ -145,6 +151,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         for fill in fills:
             fill()
         program()
+        if partial is not None:
+            out.add_(partial)
         if upcast:
             c.copy_(out)
     return go

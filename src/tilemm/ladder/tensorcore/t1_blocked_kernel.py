@@ -67,14 +67,14 @@ def tile_position(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROU
 @triton.jit
 def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
                A_T: tl.constexpr, B_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, UPCAST: tl.constexpr):
+               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, UPCAST: tl.constexpr, ACCUMULATE: tl.constexpr):
     """The same product with the tiles brought in by TMA (Hopper's bulk tensor copy): no address
     arithmetic, no masks (the copy engine fills zeros past M, N and K). a_desc describes A, or A^T
-    when A_T (A stored column-major); b_desc B, or B^T when B_T."""
+    when A_T (A stored column-major); b_desc B, or B^T when B_T. ACCUMULATE: C += A @ B."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, tl.cdiv(K, BLOCK_K), M, N, A_T, B_T, False, False, False,
                      False, UPCAST, 1, 1, BLOCK_M, BLOCK_N, BLOCK_K)
-    store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
+    store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
 
 
 @triton.jit(do_not_specialize=["epoch"])
@@ -83,7 +83,7 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
                       A_T: tl.constexpr, B_T: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
                       INT: tl.constexpr, F64: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, UPCAST: tl.constexpr, PARTS: tl.constexpr,
-                      CHUNK: tl.constexpr):
+                      CHUNK: tl.constexpr, ACCUMULATE: tl.constexpr):
     """matmul_tma made persistent: PROGRAMS programs (one an SM) walk the tiles, the tile loop
     flattened into the K loop, so the next tile's loads are in flight while this one's C is
     written (in quarters: the stages still hold shared memory then).
@@ -110,8 +110,11 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
     And float32 by 3xTF32 for `tensorcore-f32` (PARTS == 2: a_desc and b_desc hold A's and B^T's
     TF32 parts stacked, tf32x3_steps' chunks of CHUNK steps). Its tile loop is not flattened: the
     K loop is two loops already.
+
+    ACCUMULATE (whole tiles only, no stream-K): C += A @ B, C read and written in its own dtype
+    (tilemm.distributed adds each K panel's 16-bit product into float32 C).
     """
-    tl.static_assert(not ((INT or F64) and STREAM_K))
+    tl.static_assert(not ((INT or F64 or ACCUMULATE) and STREAM_K))
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
@@ -124,7 +127,7 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
         acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, k_steps, M, N, A_T, B_T, SCALED, FAST_ACCUM, INT, F64,
                          UPCAST, PARTS, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K)
         store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr, SCALED), off_m, off_n, M, N, stride_cm,
-                       stride_cn, False)
+                       stride_cn, ACCUMULATE)
     if STREAM_K:
         units = (num_tiles - whole_rounds) * k_steps          # (tile, K step) pairs left
         per = tl.cdiv(units, PROGRAMS)
