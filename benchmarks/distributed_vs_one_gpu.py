@@ -44,6 +44,7 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[16384, 32768])
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--breakdown", action="store_true", help="also time the 1 x P bf16 product's parts apart")
     args = ap.parse_args()
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -102,7 +103,39 @@ def main():
                               f"{rec['vs_one_gpu']:5.2f}x one GPU  err {worst}", flush=True)
             del a, b, blocks
             torch.cuda.empty_cache()
+    if args.breakdown:
+        breakdown(rank, world, max(args.sizes))
     dist.destroy_process_group()
+
+
+def breakdown(rank: int, world: int, n: int):
+    """Where a 1 x world bf16 product's time goes, on each rank: its local products alone (added into
+    float32 C by the tensorcore rung, as tilemm.distributed does), the same products by cuBLAS into
+    bf16 (no float32 sums across panels), and passing its A block round alone."""
+    from tilemm.distributed import _accumulate, blocks
+    a = torch.randn((n, n // world), device="cuda", dtype=torch.bfloat16)      # this rank's A block
+    b = torch.randn((n, n // world), device="cuda", dtype=torch.bfloat16)      # its B block: all K rows
+    acc = torch.zeros((n, n // world), device="cuda", dtype=torch.float32)
+    k_blocks = blocks(n, world)
+
+    def products():
+        for rows in k_blocks:
+            _accumulate(acc, a, b[rows], "float32")
+
+    def cublas():
+        for rows in k_blocks:
+            torch.matmul(a, b[rows])
+
+    def ring():
+        incoming = torch.empty_like(a)
+        for _ in range(world - 1):
+            ops = [dist.P2POp(dist.isend, a, (rank - 1) % world), dist.P2POp(dist.irecv, incoming, (rank + 1) % world)]
+            for request in dist.batch_isend_irecv(ops):
+                request.wait()
+    for label, call in (("local products, float32 C", products), ("the same by cuBLAS, bf16 C", cublas),
+                        ("the ring's transfers alone", ring)):
+        ts = [timed(call)[0] for _ in range(4)][1:]
+        print(f"rank {rank} {label:28} {statistics.median(ts) * 1e3:8.1f} ms", flush=True)
 
 
 if __name__ == "__main__":
