@@ -122,6 +122,13 @@ def breakdown(rank: int, world: int, n: int):
         for rows in k_blocks:
             _accumulate(acc, a, b[rows], "float32")
 
+    def tensorcore_rung():
+        from tilemm.ladder.tensorcore import t1_blocked
+        for rows in k_blocks:
+            tiles = t1_blocked.resolve_tiles(n, n // world, dict(block_m=None, block_n=None, block_k=None,
+                                                                 num_warps=None, num_stages=None))
+            t1_blocked.launcher(a, b[rows], acc, group_m=8, accumulate=True, **tiles)()
+
     def cublas():
         for rows in k_blocks:
             torch.matmul(a, b[rows])
@@ -132,7 +139,8 @@ def breakdown(rank: int, world: int, n: int):
             ops = [dist.P2POp(dist.isend, a, (rank - 1) % world), dist.P2POp(dist.irecv, incoming, (rank + 1) % world)]
             for request in dist.batch_isend_irecv(ops):
                 request.wait()
-    for label, call in (("local products, float32 C", products), ("the same by cuBLAS, bf16 C", cublas),
+    for label, call in (("local products, float32 C", products), ("tensorcore rung, float32 C", tensorcore_rung),
+                        ("the same by cuBLAS, bf16 C", cublas),
                         ("the ring's transfers alone", ring)):
         ts = [timed(call)[0] for _ in range(4)][1:]
         print(f"rank {rank} {label:28} {statistics.median(ts) * 1e3:8.1f} ms", flush=True)

@@ -139,16 +139,40 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
 
 
 def _accumulate(acc, a, b, sums: str) -> None:
-    """acc += a @ b with sums of dtype `sums`: 16-bit floats on the GPU by the tensorcore rung adding
-    into float32 acc in its epilogue (no float32 copies of the operands, no partial product to add);
-    everything else by tilemm's default rung, its product added."""
+    """acc += a @ b with sums of dtype `sums`. 16-bit floats on the GPU: the library (cuBLAS through
+    torch's addmm with float32 C, beta = 1) where torch has it, else the tensorcore rung adding into
+    float32 acc in its epilogue; no float32 copies of the operands, no partial product to add either
+    way. Everything else by tilemm's default rung, its product added."""
     if dtype_name(a.dtype) in SIXTEEN_BIT and sums == "float32" and a.is_cuda:
+        if _library_adds_into_float32(a):
+            import torch
+            torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+            return
         from .ladder.tensorcore import t1_blocked
         tiles = t1_blocked.resolve_tiles(a.shape[0], b.shape[1], dict(block_m=None, block_n=None, block_k=None,
                                                                       num_warps=None, num_stages=None))
         t1_blocked.launcher(a, b, acc, group_m=8, accumulate=True, **tiles)()
         return
     acc += api.matmul(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None)
+
+
+_LIBRARY_FLOAT32_C: dict = {}
+
+
+def _library_adds_into_float32(a) -> bool:
+    """Whether torch's addmm takes out_dtype=float32 for 16-bit operands on this device (a torch of
+    2.8 or later), tried once on a small product and checked."""
+    import torch
+    key = (str(a.device), a.dtype)
+    if key not in _LIBRARY_FLOAT32_C:
+        x = torch.ones((16, 16), dtype=a.dtype, device=a.device)
+        acc = torch.ones((16, 16), dtype=torch.float32, device=a.device)
+        try:
+            torch.addmm(acc, x, x, out_dtype=torch.float32, out=acc)
+            _LIBRARY_FLOAT32_C[key] = bool((acc == 17).all())
+        except (RuntimeError, TypeError, NotImplementedError):
+            _LIBRARY_FLOAT32_C[key] = False
+    return _LIBRARY_FLOAT32_C[key]
 
 
 def _ring(a, b, acc, grid: Grid, group, k: int, sums: str) -> None:
