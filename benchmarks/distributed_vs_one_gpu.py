@@ -119,8 +119,8 @@ def breakdown(rank: int, world: int, n: int):
     k_blocks = blocks(n, world)
 
     def products():
-        for rows in k_blocks:
-            _accumulate(acc, a, b[rows], "float32")
+        for i, rows in enumerate(k_blocks):
+            _accumulate(acc, a, b[rows], "float32", first=i == 0)
 
     def tensorcore_rung():
         from tilemm.ladder.tensorcore import t1_blocked

@@ -96,12 +96,12 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
     if out_dtype is not None:
         result = api._checked_out_dtype(out_dtype, result)
     sums = "float32" if result in SIXTEEN_BIT else result
-    acc = torch.zeros((rows_i.stop - rows_i.start, cols_j.stop - cols_j.start), dtype=getattr(torch, sums),
+    acc = torch.empty((rows_i.stop - rows_i.start, cols_j.stop - cols_j.start), dtype=getattr(torch, sums),
                       device=a.device)
     row_group, col_group = _groups(grid, group)[0][i], _groups(grid, group)[1][j]
     panels = _panels(k, grid)
     if not panels:                              # K = 0: an empty sum
-        return acc.to(getattr(torch, result))
+        return acc.zero_().to(getattr(torch, result))
 
     def start(p):
         """Broadcasts of panel p: (A panel, B panel, works to wait for)."""
@@ -134,42 +134,50 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
         for work in works:
             work.wait()
         if acc.numel():
-            _accumulate(acc, a_panel, b_panel, sums)
+            _accumulate(acc, a_panel, b_panel, sums, first=p == 0)
     return acc if sums == result else acc.to(getattr(torch, result))
 
 
-def _accumulate(acc, a, b, sums: str) -> None:
-    """acc += a @ b with sums of dtype `sums`. 16-bit floats on the GPU: the library (cuBLAS through
-    torch's addmm with float32 C, beta = 1) where torch has it, else the tensorcore rung adding into
-    float32 acc in its epilogue; no float32 copies of the operands, no partial product to add either
-    way. Everything else by tilemm's default rung, its product added."""
+def _accumulate(acc, a, b, sums: str, first: bool) -> None:
+    """acc += a @ b (first: acc = a @ b, so acc needs no zeros) with sums of dtype `sums`. 16-bit
+    floats on the GPU: the library (cuBLAS through torch's mm / addmm with float32 C) where torch has
+    it, else the tensorcore rung adding into float32 acc in its epilogue; no float32 copies of the
+    operands, no partial product to add either way. Everything else by tilemm's default rung."""
     if dtype_name(a.dtype) in SIXTEEN_BIT and sums == "float32" and a.is_cuda:
         if _library_adds_into_float32(a):
             import torch
-            torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+            if first:
+                torch.mm(a, b, out_dtype=torch.float32, out=acc)
+            else:
+                torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
             return
         from .ladder.tensorcore import t1_blocked
         tiles = t1_blocked.resolve_tiles(a.shape[0], b.shape[1], dict(block_m=None, block_n=None, block_k=None,
                                                                       num_warps=None, num_stages=None))
-        t1_blocked.launcher(a, b, acc, group_m=8, accumulate=True, **tiles)()
+        t1_blocked.launcher(a, b, acc, group_m=8, accumulate=not first, **tiles)()
         return
-    acc += api.matmul(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None)
+    product = api.matmul(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None)
+    if first:
+        acc.copy_(product)
+    else:
+        acc += product
 
 
 _LIBRARY_FLOAT32_C: dict = {}
 
 
 def _library_adds_into_float32(a) -> bool:
-    """Whether torch's addmm takes out_dtype=float32 for 16-bit operands on this device (a torch of
-    2.8 or later), tried once on a small product and checked."""
+    """Whether torch's mm and addmm take out_dtype=float32 for 16-bit operands on this device (newer
+    torch releases; 2.11 and 2.13 have them), tried once on a small product and checked."""
     import torch
     key = (str(a.device), a.dtype)
     if key not in _LIBRARY_FLOAT32_C:
         x = torch.ones((16, 16), dtype=a.dtype, device=a.device)
         acc = torch.ones((16, 16), dtype=torch.float32, device=a.device)
         try:
+            fresh = torch.mm(x, x, out_dtype=torch.float32)
             torch.addmm(acc, x, x, out_dtype=torch.float32, out=acc)
-            _LIBRARY_FLOAT32_C[key] = bool((acc == 17).all())
+            _LIBRARY_FLOAT32_C[key] = bool((acc == 17).all() and (fresh == 16).all())
         except (RuntimeError, TypeError, NotImplementedError):
             _LIBRARY_FLOAT32_C[key] = False
     return _LIBRARY_FLOAT32_C[key]
@@ -203,9 +211,9 @@ def _ring(a, b, acc, grid: Grid, group, k: int, sums: str) -> None:
         if acc.numel():
             rows = k_blocks[mine]
             if along_k_of_a:
-                _accumulate(acc, current, b[rows], sums)
+                _accumulate(acc, current, b[rows], sums, first=step == 0)
             else:
-                _accumulate(acc, a[:, rows], current, sums)
+                _accumulate(acc, a[:, rows], current, sums, first=step == 0)
         for request in requests:
             request.wait()
         if step + 1 < p:
