@@ -112,7 +112,7 @@ def breakdown(rank: int, world: int, n: int):
     """Where a 1 x world bf16 product's time goes, on each rank: its local products alone (added into
     float32 C by the tensorcore rung, as tilemm.distributed does), the same products by cuBLAS into
     bf16 (no float32 sums across panels), and passing its A block round alone."""
-    from tilemm.distributed import _accumulate, blocks
+    from tilemm.panels import accumulate as _accumulate, blocks
     a = torch.randn((n, n // world), device="cuda", dtype=torch.bfloat16)      # this rank's A block
     b = torch.randn((n, n // world), device="cuda", dtype=torch.bfloat16)      # its B block: all K rows
     acc = torch.zeros((n, n // world), device="cuda", dtype=torch.float32)

@@ -7,7 +7,8 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from tilemm.distributed import Grid, _panels, block, blocks
+from tilemm.distributed import Grid, _panels
+from tilemm.panels import block, blocks
 
 SHAPES = [(13, 11, 7), (5, 3, 9), (2, 9, 3), (16, 16, 16), (7, 5, 0), (1, 1, 1)]
 DTYPES = ["float32", "float64", "int32", "int64", "int8", "bfloat16"]

@@ -1,0 +1,265 @@
+"""Products larger than GPU memory: the seeds' tiling one level up, host memory to the GPU.
+
+C (M x N) is cut into blocks of BLOCK_M x BLOCK_N and K into chunks of BLOCK_K, sized from the
+device's free memory (or ``memory_limit``) so that two A panels, two B panels, the block's running
+sum and two result blocks fit. The panels of the next step are copied host -> device on a copy
+stream while this step multiplies (through pinned staging buffers: a host copy that can run
+asynchronously), a panel already on the device is not copied again (with K whole, block row i's A
+panel serves every block of the row), and each finished block goes device -> host on a third
+stream while the next one multiplies. Products by tilemm's rungs (tilemm.panels.accumulate: the
+library, with float32 sums for 16-bit floats).
+
+    c = tilemm.outofcore.matmul(a, b)                  # NumPy or torch CPU tensors in, host C out
+    tilemm.outofcore.matmul(a, b, out=c, memory_limit=8 << 30, progress=True)
+
+With no GPU (or device="cpu") the same code runs on the CPU, which is how the tests run it with a
+small memory_limit.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import dtype_name, result_dtype
+from .panels import SIXTEEN_BIT, accumulate
+
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8")
+SMALLEST_BLOCK = 16
+PREFERRED_FLOOR = 1024     # blocks of C shrink to this before K is split (one pass over K: panels reused)
+HEADROOM = 0.85            # of the free memory: the library's workspace and the allocator's rounding
+
+
+@dataclass(frozen=True)
+class Blocks:
+    block_m: int
+    block_n: int
+    block_k: int
+    device_bytes: int
+
+    def count(self, m: int, n: int, k: int) -> tuple[int, int, int]:
+        return -(-m // self.block_m), -(-n // self.block_n), -(-k // self.block_k)
+
+
+def device_bytes(bm: int, bn: int, bk: int, in_bytes: int, sum_bytes: int, out_bytes: int) -> int:
+    """Two A and two B panels, the running sum, two result blocks."""
+    return 2 * (bm * bk + bk * bn) * in_bytes + bm * bn * sum_bytes + 2 * bm * bn * out_bytes
+
+
+def plan_blocks(m: int, n: int, k: int, in_bytes: int, sum_bytes: int, out_bytes: int, limit: int) -> Blocks:
+    """The largest blocks that fit `limit` bytes: C's blocks halve first (to PREFERRED_FLOOR), then K's
+    chunks, then both down to SMALLEST_BLOCK; a ValueError says what even the smallest needs."""
+    bm, bn, bk = max(m, 1), max(n, 1), max(k, 1)
+
+    def need():
+        return device_bytes(bm, bn, bk, in_bytes, sum_bytes, out_bytes)
+    for floor in (PREFERRED_FLOOR, SMALLEST_BLOCK):
+        while need() > limit:
+            if max(bm, bn) > floor:
+                if bm >= bn:
+                    bm = -(-bm // 2)
+                else:
+                    bn = -(-bn // 2)
+            elif bk > floor:
+                bk = -(-bk // 2)
+            else:
+                break
+    if need() > limit:
+        raise ValueError(f"tilemm.outofcore: even {bm} x {bn} blocks of C with K in chunks of {bk} need {need()} "
+                         f"bytes of device memory (two A and two B panels, the sum, two result blocks); "
+                         f"{limit} are available")
+    return Blocks(bm, bn, bk, need())
+
+
+def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, progress: bool = False):
+    """C = A @ B for host operands (NumPy arrays or torch CPU tensors, 2-D) however large, through
+    the GPU a panel at a time; returns out, or a new host array of NumPy's result dtype (a torch
+    CPU tensor for bfloat16 or torch operands). memory_limit: bytes of device memory to plan for
+    (default: 85% of what is free). device: "cuda", "cuda:N" or "cpu" (default: cuda if present)."""
+    import torch
+    a_t, b_t = _host_tensor(a, "0"), _host_tensor(b, "1")
+    (m, k), (k2, n) = a_t.shape, b_t.shape
+    if k != k2:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature "
+                         f"(n?,k),(k,m?)->(n?,m?) (size {k2} is different from {k}); shapes {tuple(a_t.shape)} and "
+                         f"{tuple(b_t.shape)}")
+    result = result_dtype(dtype_name(a_t.dtype), dtype_name(b_t.dtype))
+    sums = "float32" if result in SIXTEEN_BIT else result
+    as_numpy = isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and result != "bfloat16"
+    c = _checked_out(out, (m, n), result, as_numpy)
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if memory_limit is None:
+        memory_limit = int(torch.cuda.mem_get_info(dev)[0] * HEADROOM) if dev.type == "cuda" else 8 << 30
+    itemsize = torch.empty((), dtype=getattr(torch, result)).element_size()
+    plan = plan_blocks(m, n, k, itemsize, 4 if sums == "float32" else itemsize, itemsize, memory_limit)
+    c_t = torch.from_numpy(c) if isinstance(c, np.ndarray) else c
+    if m and n:
+        if k == 0:
+            c_t.zero_()
+        else:
+            _run(a_t.to(getattr(torch, result)) if dtype_name(a_t.dtype) != result else a_t,
+                 b_t.to(getattr(torch, result)) if dtype_name(b_t.dtype) != result else b_t,
+                 c_t, plan, dev, sums, progress)
+    return c
+
+
+def _host_tensor(x, operand: str):
+    import torch
+    if isinstance(x, np.ndarray):
+        if dtype_name(x.dtype) not in DTYPES:
+            raise TypeError(f"tilemm.outofcore: operand {operand} has dtype {x.dtype}; it takes {', '.join(DTYPES)}")
+        x = torch.from_numpy(x)
+    elif not isinstance(x, torch.Tensor):
+        raise TypeError(f"tilemm.outofcore: operand {operand} is a {type(x).__name__}; pass a NumPy array or a torch "
+                        "CPU tensor (device arrays fit the GPU already: use tilemm.matmul)")
+    elif x.device.type != "cpu":
+        raise ValueError(f"tilemm.outofcore: operand {operand} is on {x.device}; out of core takes host operands "
+                         "(tilemm.matmul multiplies device arrays)")
+    elif dtype_name(x.dtype) not in DTYPES:
+        raise TypeError(f"tilemm.outofcore: operand {operand} has dtype {x.dtype}; it takes {', '.join(DTYPES)}")
+    if x.ndim != 2:
+        raise ValueError(f"tilemm.outofcore: operand {operand} has shape {tuple(x.shape)}; it takes matrices (2-D)")
+    return x
+
+
+def _checked_out(out, shape, result: str, as_numpy: bool):
+    import torch
+    if out is None:
+        if as_numpy:
+            return np.empty(shape, dtype=result)
+        return torch.empty(shape, dtype=getattr(torch, result), pin_memory=torch.cuda.is_available())
+    kind_ok = isinstance(out, np.ndarray) or (isinstance(out, torch.Tensor) and out.device.type == "cpu")
+    if not kind_ok or tuple(out.shape) != tuple(shape) or dtype_name(out.dtype) != result:
+        raise ValueError(f"tilemm.outofcore: out must be a host array of shape {shape} and dtype {result}; got "
+                         f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')}")
+    return out
+
+
+class _Lanes:
+    """A copy-in stream, the caller's stream for products and a copy-out stream on a GPU, with
+    events between them; on the CPU everything runs in order and these do nothing."""
+
+    def __init__(self, device):
+        import torch
+        self.cuda = device.type == "cuda"
+        self.compute = self.copy_in = self.copy_out = None
+        if self.cuda:
+            self.compute = torch.cuda.current_stream(device)
+            self.copy_in, self.copy_out = torch.cuda.Stream(device), torch.cuda.Stream(device)
+
+    def on(self, stream):
+        import torch
+        return torch.cuda.stream(stream) if self.cuda else contextlib.nullcontext()
+
+    def mark(self, stream):
+        """An event recorded on stream now (None on the CPU)."""
+        if not self.cuda:
+            return None
+        event = __import__("torch").cuda.Event()
+        event.record(stream)
+        return event
+
+    def wait(self, stream, event):
+        if self.cuda and event is not None:
+            stream.wait_event(event)
+
+
+def _run(a, b, c, plan: Blocks, device, sums: str, progress: bool):
+    import torch
+    m, k = a.shape
+    n = b.shape[1]
+    bm, bn, bk = plan.block_m, plan.block_n, plan.block_k
+    lanes = _Lanes(device)
+    pinned = lanes.cuda
+    dtype, sum_dtype = a.dtype, getattr(torch, sums)
+    # device buffers: two slots for A panels, two for B panels, the sum, two result blocks
+    a_dev = [torch.empty((bm, bk), dtype=dtype, device=device) for _ in range(2)]
+    b_dev = [torch.empty((bk, bn), dtype=dtype, device=device) for _ in range(2)]
+    acc = torch.empty((bm, bn), dtype=sum_dtype, device=device)
+    c_dev = [torch.empty((bm, bn), dtype=c.dtype, device=device) for _ in range(2)]
+    staging = dict(a=[torch.empty((bm, bk), dtype=dtype, pin_memory=pinned) for _ in range(2)],
+                   b=[torch.empty((bk, bn), dtype=dtype, pin_memory=pinned) for _ in range(2)],
+                   c=[torch.empty((bm, bn), dtype=c.dtype, pin_memory=pinned) for _ in range(2)])
+    held = dict(a=[None, None], b=[None, None])          # which panel each slot holds
+    loaded = dict(a=[None, None], b=[None, None])        # event: the slot's copy is on the device
+    freed = dict(a=[None, None], b=[None, None])         # event: the last product reading the slot is done
+    staged = dict(a=[None, None], b=[None, None], c=[None, None])   # event: a staging buffer's copy is done
+    pending = [None, None]                               # (rows, cols, event) of a result block on its way out
+
+    steps = [(i, j, kc) for i in range(-(-m // bm)) for j in range(-(-n // bn)) for kc in range(-(-k // bk))]
+
+    def fetch(which, key, avoid):
+        """The slot holding panel `key` of A or B, copied in now if no slot holds it (not into the
+        slot `avoid`, which the current step reads)."""
+        if key in held[which]:
+            return held[which].index(key)
+        slot = 1 - avoid if avoid is not None else 0
+        i, kc = key if which == "a" else (key[1], key[0])
+        rows = slice(i * bm, min(m, (i + 1) * bm)) if which == "a" else slice(kc * bk, min(k, (kc + 1) * bk))
+        cols = slice(kc * bk, min(k, (kc + 1) * bk)) if which == "a" else slice(i * bn, min(n, (i + 1) * bn))
+        source = (a if which == "a" else b)[rows, cols]
+        r, q = source.shape
+        host, dev = _part(staging[which][slot], r, q), _part((a_dev if which == "a" else b_dev)[slot], r, q)
+        if staged[which][slot] is not None:
+            staged[which][slot].synchronize()            # the staging buffer's last copy has left it
+        host.copy_(source)
+        with lanes.on(lanes.copy_in):
+            lanes.wait(lanes.copy_in, freed[which][slot])
+            dev.copy_(host, non_blocking=pinned)
+            loaded[which][slot] = staged[which][slot] = lanes.mark(lanes.copy_in)
+        held[which][slot] = key
+        return slot
+
+    def drain(slot):
+        """Write result block `slot`, once its copy to the host is done, into C."""
+        if pending[slot] is not None:
+            rows, cols, event = pending[slot]
+            if event is not None:
+                event.synchronize()
+            c[rows, cols].copy_(_part(staging["c"][slot], rows.stop - rows.start, cols.stop - cols.start))
+            pending[slot] = None
+
+    bar = _progress(len(steps)) if progress else contextlib.nullcontext()
+    with bar as advance:
+        a_slot = b_slot = None
+        block_number = 0
+        for i, j, kc in steps:
+            a_slot = fetch("a", (i, kc), a_slot)
+            b_slot = fetch("b", (kc, j), b_slot)
+            rows = slice(i * bm, min(m, (i + 1) * bm))
+            cols = slice(j * bn, min(n, (j + 1) * bn))
+            ks = min(k, (kc + 1) * bk) - kc * bk
+            r, q = rows.stop - rows.start, cols.stop - cols.start
+            lanes.wait(lanes.compute, loaded["a"][a_slot])
+            lanes.wait(lanes.compute, loaded["b"][b_slot])
+            accumulate(_part(acc, r, q), _part(a_dev[a_slot], r, ks), _part(b_dev[b_slot], ks, q), sums, first=kc == 0)
+            freed["a"][a_slot] = freed["b"][b_slot] = lanes.mark(lanes.compute)
+            if (kc + 1) * bk >= k:                       # the block's last chunk: send it home
+                out = block_number % 2
+                drain(out)                               # its buffers' previous block is in C first
+                _part(c_dev[out], r, q).copy_(_part(acc, r, q))   # rounded once (16-bit), on the compute stream
+                done = lanes.mark(lanes.compute)
+                with lanes.on(lanes.copy_out):
+                    lanes.wait(lanes.copy_out, done)
+                    _part(staging["c"][out], r, q).copy_(_part(c_dev[out], r, q), non_blocking=pinned)
+                    pending[out] = (rows, cols, lanes.mark(lanes.copy_out))
+                block_number += 1
+            if progress:
+                advance()
+        drain(0)
+        drain(1)
+
+
+def _part(buffer, rows: int, cols: int):
+    """The first rows * cols elements of a buffer as a contiguous (rows, cols) matrix: an edge
+    block's panel stays one contiguous copy."""
+    return buffer.view(-1)[:rows * cols].view(rows, cols)
+
+
+@contextlib.contextmanager
+def _progress(total: int):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    with Progress(TextColumn("out of core"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as bar:
+        task = bar.add_task("steps", total=total)
+        yield lambda: bar.advance(task)

@@ -1,0 +1,65 @@
+"""tilemm.outofcore on the CPU: the same code the GPU runs, with a memory limit small enough to force
+3 x 3 blocks of C or more and K split into chunks, on every dtype family, checked against NumPy."""
+import numpy as np
+import pytest
+
+import tilemm.outofcore as ooc
+from tilemm.accuracy import compare
+from tilemm.data import random_operand
+
+
+def test_a_small_limit_forces_blocks_and_split_k():
+    plan = ooc.plan_blocks(48, 48, 48, 4, 4, 4, limit=8000)
+    rows, cols, chunks = plan.count(48, 48, 48)
+    assert rows >= 3 and cols >= 3 and chunks >= 2 and plan.device_bytes <= 8000
+
+
+def test_blocks_stay_whole_when_they_fit():
+    assert ooc.plan_blocks(100, 200, 300, 2, 4, 2, limit=10**9).count(100, 200, 300) == (1, 1, 1)
+
+
+def test_what_no_block_fits_is_said():
+    with pytest.raises(ValueError, match="even 16 x 16 blocks .* need .* bytes"):
+        ooc.plan_blocks(4096, 4096, 4096, 4, 4, 4, limit=1000)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "int8", "float16", "bfloat16"])
+@pytest.mark.parametrize("m, n, k", [(48, 45, 47), (50, 33, 100), (17, 3, 5)])
+def test_out_of_core_matches_numpy(dtype, m, n, k):
+    import torch
+    rng = np.random.default_rng([m, n, k])
+    a, b = random_operand(rng, (m, k), dtype), random_operand(rng, (k, n), dtype)
+    if dtype == "bfloat16":
+        a_in, b_in = torch.from_numpy(a).bfloat16(), torch.from_numpy(b).bfloat16()
+    else:
+        a_in, b_in = a, b
+    size = 2 if dtype in ("float16", "bfloat16") else np.dtype(dtype).itemsize
+    sums = 4 if size == 2 else size
+    limit = ooc.device_bytes(16, 16, 12, size, sums, size)      # blocks of 16 at most, K in chunks of 12
+    c = ooc.matmul(a_in, b_in, memory_limit=limit, device="cpu")
+    got = c.float().numpy() if dtype == "bfloat16" else c
+    assert compare(got, a, b, dtype).ok
+    rows, cols, chunks = ooc.plan_blocks(m, n, k, size, sums, size, limit).count(m, n, k)
+    assert rows * cols >= 2 and chunks >= 2 or k <= 12
+
+
+def test_out_is_written_and_returned_and_k0_is_zeros():
+    a, b = np.ones((5, 0), np.float32), np.ones((0, 4), np.float32)
+    out = np.full((5, 4), np.nan, np.float32)
+    assert ooc.matmul(a, b, out=out, device="cpu") is out and (out == 0).all()
+
+
+@pytest.mark.parametrize("a, b, exc, match", [
+    (np.ones((3, 4)), np.ones((5, 2)), ValueError, "mismatch"),
+    (np.ones((3, 4)), [[1.0]], TypeError, "NumPy array or a torch"),
+    (np.ones((3, 4), np.complex64), np.ones((4, 2), np.complex64), TypeError, "dtype complex64"),
+    (np.ones(4), np.ones((4, 2)), ValueError, "2-D"),
+])
+def test_bad_input_is_refused_before_any_work(a, b, exc, match):
+    with pytest.raises(exc, match=match):
+        ooc.matmul(a, b, device="cpu")
+
+
+def test_a_bad_out_is_refused():
+    with pytest.raises(ValueError, match="out must be"):
+        ooc.matmul(np.ones((3, 4)), np.ones((4, 2)), out=np.empty((2, 3)), device="cpu")
