@@ -122,14 +122,19 @@ def _tune_in_a_process(cache_dir, i):
         t.best(key, [{"x": 1}, {"x": 2}], lambda c: float(c["x"]))
 
 
-def test_four_processes_on_one_cache_lose_no_winner(tmp_path):
+def run_processes(target, args: list, timeout: float) -> list:
+    """target(*a) in a fresh (spawned) process for each a in args, all at once; their exit codes."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_tune_in_a_process, args=(str(tmp_path), i)) for i in range(4)]
+    procs = [ctx.Process(target=target, args=a) for a in args]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(120)
-    assert [p.exitcode for p in procs] == [0] * 4
+        p.join(timeout)
+    return [p.exitcode for p in procs]
+
+
+def test_four_processes_on_one_cache_lose_no_winner(tmp_path):
+    assert run_processes(_tune_in_a_process, [(str(tmp_path), i) for i in range(4)], 120) == [0] * 4
     entries = json.loads((tmp_path / "tuning.json").read_text())
     assert set(entries) == {"shared", "own-0", "own-1", "own-2", "own-3"}
     assert not list(tmp_path.glob("*.tmp"))

@@ -7,7 +7,6 @@ in a fresh process, four processes on one tuning cache. Run on the device machin
 TILEMM_TEST_GPU=1 python3 -m pytest tests/test_gpu_programs.py
 """
 import json
-import multiprocessing
 import threading
 
 import numpy as np
@@ -17,6 +16,8 @@ import tilemm
 from tilemm import arrays
 from tilemm.accuracy import compare
 from tilemm.data import random_operand
+
+from .test_concurrency import run_processes
 
 pytestmark = pytest.mark.gpu
 
@@ -64,18 +65,26 @@ def shape_for(kernel):
     return (67, 45, 33) if kernel in SIMT else (1030, 1100, 520)
 
 
-@pytest.mark.parametrize("kernel, dtype, params", CASES)
-def test_side_stream_producer(kernel, dtype, params):
-    """with torch.cuda.stream(s): x.copy_(a); c = matmul(x, b): the call waits for the copy."""
+def late_producer(kernel, dtype, seed):
+    """(A and B on the host, x, B on the GPU, a side stream) where x holds other values until the side
+    stream, after sleeping, copies A into it: a call that does not wait for the side stream reads them."""
     import torch
-    a, b, a_t, b_t = torch_pair(dtype, *shape_for(kernel), seed=1)
-    _, _, stale, _ = torch_pair(dtype, *shape_for(kernel), seed=2)
-    x = stale.clone()
+    a, b, a_t, b_t = torch_pair(dtype, *shape_for(kernel), seed=seed)
+    x = torch_pair(dtype, *shape_for(kernel), seed=seed + 1)[2]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         torch.cuda._sleep(SLEEP_CYCLES)
         x.copy_(a_t)
+    return a, b, x, b_t, side
+
+
+@pytest.mark.parametrize("kernel, dtype, params", CASES)
+def test_side_stream_producer(kernel, dtype, params):
+    """with torch.cuda.stream(s): x.copy_(a); c = matmul(x, b): the call waits for the copy."""
+    import torch
+    a, b, x, b_t, side = late_producer(kernel, dtype, seed=1)
+    with torch.cuda.stream(side):
         c = tilemm.matmul(x, b_t, kernel=kernel, out_dtype=result_dtype(kernel, dtype), **params)
     torch.cuda.synchronize()
     check(c, a, b, dtype, f"{kernel} {dtype} on a side stream", params)
@@ -85,14 +94,7 @@ def test_side_stream_producer(kernel, dtype, params):
 def test_explicit_stream_argument(kernel, dtype, params):
     """matmul(..., stream=s) from the default stream: queued on s, after s's producer."""
     import torch
-    a, b, a_t, b_t = torch_pair(dtype, *shape_for(kernel), seed=3)
-    _, _, stale, _ = torch_pair(dtype, *shape_for(kernel), seed=4)
-    x = stale.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(SLEEP_CYCLES)
-        x.copy_(a_t)
+    a, b, x, b_t, side = late_producer(kernel, dtype, seed=3)
     c = tilemm.matmul(x, b_t, kernel=kernel, stream=side, out_dtype=result_dtype(kernel, dtype), **params)
     torch.cuda.synchronize()
     check(c, a, b, dtype, f"{kernel} {dtype} with stream=", params)
@@ -231,10 +233,7 @@ def _every_rung_in_threads():
 
 
 def test_eight_threads_on_every_rung_from_a_fresh_process():
-    p = multiprocessing.get_context("spawn").Process(target=_every_rung_in_threads)
-    p.start()
-    p.join(600)
-    assert p.exitcode == 0
+    assert run_processes(_every_rung_in_threads, [()], 600) == [0]
 
 
 def _auto_in_a_process(cache_dir, seed):
@@ -245,12 +244,6 @@ def _auto_in_a_process(cache_dir, seed):
 
 
 def test_four_processes_tune_into_one_cache(tmp_path):
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_auto_in_a_process, args=(str(tmp_path), i)) for i in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(600)
-    assert [p.exitcode for p in procs] == [0] * 4
+    assert run_processes(_auto_in_a_process, [(str(tmp_path), i) for i in range(4)], 600) == [0] * 4
     entries = json.loads((tmp_path / "tuning.json").read_text())
     assert len(entries) == 1

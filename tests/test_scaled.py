@@ -89,6 +89,25 @@ def test_bad_arguments_are_refused_before_any_kernel(args, kwargs, error, match)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("passed", [False, True])
+def test_gpu_waits_for_a_producer_on_the_caller_s_stream(passed):
+    """A side stream sleeps, then writes A: scaled_matmul queued there (current, or stream=) reads the new A."""
+    a = operand(1030, 520, FP8[0], False, 7)
+    b = operand(520, 1100, FP8[0], True, 8)
+    x = operand(1030, 520, FP8[0], False, 9)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(30_000_000)
+        x.copy_(a)
+        c = None if passed else tilemm.scaled_matmul(x, b, 0.5, 2.0, out_dtype="float32")
+    if passed:
+        c = tilemm.scaled_matmul(x, b, 0.5, 2.0, out_dtype="float32", stream=side)
+    torch.cuda.synchronize()
+    check(c, a, b, 0.5, 2.0, float32_sums(520) + 4 * 2.0**-13)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (1000, 1000, 1000), (517, 1030, 333), (2048, 2048, 4096)])
 @pytest.mark.parametrize("layout", ["nt", "nn", "tt"])
 @pytest.mark.parametrize("fast_accum", [False, True])
