@@ -126,3 +126,31 @@ def test_sizes_past_the_budget_are_estimated_from_the_measured_ones_not_run(tmp_
     assert rows.count("| estimated |") == 2 and "~" in rows
     report.write(tmp_path)
     assert (tmp_path / "gflops_vs_n.png").exists()
+
+
+def test_the_wide_sweep_is_generated_the_same_every_time_with_its_classes():
+    problems = suites.wide_problems()
+    assert problems == suites.wide_problems() and len(problems) >= 150
+    assert {p.layout for p in problems} == set(suites.LAYOUTS)
+    assert {p.kind for p in problems} == {"random", "transformer", "deep-k", "shallow-k"}
+    random_dims = [d for p in problems if p.kind == "random" for d in (p.m, p.n, p.k)]
+    assert 0.4 < sum(d % 2 for d in random_dims) / len(random_dims) < 0.6 and max(random_dims) <= 16384
+    for kind in ("random", "transformer"):
+        splits = [p.split for p in problems if p.kind == kind]
+        assert abs(splits.count("fit") - splits.count("held-out")) <= 1
+    assert all(p.k >= 8192 and max(p.m, p.n) <= 1024 for p in problems if p.kind == "deep-k")
+    assert {p.m for p in problems if p.kind == "transformer"} == set(suites.TOKENS)
+
+
+def test_the_wide_summary_reports_fit_and_held_out_apart(tmp_path):
+    """A tiny wide run on the CPU (the library's place taken by NumPy): geomeans by split, the worst problem."""
+    cases = [suites.Case(k, "float32", m, n, kk, layout=lay, tag=f"random/{split}")
+             for (m, n, kk, lay, split) in [(9, 7, 5, "nt", "fit"), (6, 11, 3, "tn", "held-out")]
+             for k in ("cpu-tiled", "numpy")]
+    runner.run_suite(cases, suite="wide", budget_s=0.01, results=tmp_path / "results.jsonl", progress=False)
+    rows = report.wide_summary(report.load(tmp_path))
+    assert [(r["kernel"], r["problems"]) for r in rows] == [("cpu-tiled", 2)]
+    assert rows[0]["fit"] and rows[0]["held-out"] and "x" in rows[0]["worst_problem"]
+    report.write(tmp_path)
+    assert "The wide sweep" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "ratio_vs_size.png").exists()

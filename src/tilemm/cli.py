@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", nargs="+")
 
     p = sub.add_parser("bench", help="time the kernels; --report DIR writes tables and plots")
-    p.add_argument("--suite", choices=["cpu", "seeds", "ladder", "shapes", "tensorcore"],
+    p.add_argument("--suite", choices=["cpu", "seeds", "ladder", "shapes", "tensorcore", "wide"],
                    help="default: seeds where a GPU is present, else cpu")
     p.add_argument("--param", nargs="+", default=[], metavar="NAME=VALUE",
                    help="kernel parameters for the kernels that have them, e.g. autotune=True "
@@ -161,6 +161,8 @@ def cmd_bench(args) -> int:
         cases = suites.ladder_suite(ladder, tuple(args.sizes) if args.sizes else (1024, 2048, 4096))
     elif suite == "tensorcore":
         cases = suites.tensorcore_suite()
+    elif suite == "wide":
+        cases = suites.wide_suite()
     else:
         cases = suites.shapes_suite()
     if args.param:

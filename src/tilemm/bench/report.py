@@ -10,6 +10,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 from .. import machine, registry
 
 COLUMNS = ["kernel", "params", "dtype", "m x n x k", "status", "median ms", "GFLOP/s", "vs baseline",
@@ -37,6 +39,36 @@ def row(r: dict) -> list[str]:
 def markdown(records: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(r)) + " |" for r in records]
+    return "\n".join(lines) + "\n"
+
+
+def wide_summary(records: list[dict]) -> list[dict]:
+    """Per rung and dtype over the wide sweep: the geometric mean of the speed relative to its
+    baseline on the fit and the held-out problems apart, and the worst problem."""
+    groups = defaultdict(list)
+    for r in records:
+        if r.get("suite") == "wide" and r["status"] == "ok" and r.get("ratio") and r["kernel"] != r.get("baseline"):
+            groups[(r["kernel"], r["dtype"])].append(r)
+    rows = []
+    for (kernel, dtype), rs in sorted(groups.items()):
+        row = {"kernel": kernel, "dtype": dtype, "problems": len(rs)}
+        for split in ("fit", "held-out"):
+            ratios = [r["ratio"] for r in rs if r.get("tag", "").endswith("/" + split)]
+            row[split] = float(np.exp(np.mean(np.log(ratios)))) if ratios else None
+        worst = min(rs, key=lambda r: r["ratio"])
+        row["worst"] = worst["ratio"]
+        row["worst_problem"] = f"{worst['m']}x{worst['n']}x{worst['k']} {worst.get('layout', 'nn')} ({worst.get('tag')})"
+        rows.append(row)
+    return rows
+
+
+def wide_markdown(rows: list[dict]) -> str:
+    lines = ["| rung | dtype | problems | geomean vs baseline (fit) | geomean (held-out) | worst | worst problem |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        fit, held = (f"{r[s]:.3f}x" if r[s] else "" for s in ("fit", "held-out"))
+        lines.append(f"| {r['kernel']} | {r['dtype']} | {r['problems']} | {fit} | {held} | {r['worst']:.3f}x | "
+                     f"{r['worst_problem']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -121,6 +153,17 @@ def plots(records: list[dict], folder: Path) -> tuple[list[str], str | None]:
             xs = [(n, bt[n] / r["median_ms"]) for n, r in pts if n in bt]
             ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", color=color[label], label=label)
     figure("speedup_vs_naive.png", "Speed-up over the naive rung", "n", "x naive", speedup, logy=True, facets=True)
+    wide = [r for r in records if r.get("suite") == "wide" and r["status"] == "ok" and r.get("ratio")
+            and r["kernel"] != r.get("baseline")]
+    if wide:
+        def ratio_against_size(ax):
+            for label in sorted({(r["kernel"], r["dtype"]) for r in wide}):
+                rs = [r for r in wide if (r["kernel"], r["dtype"]) == label]
+                ax.scatter([2.0 * r["m"] * r["n"] * r["k"] for r in rs], [r["ratio"] for r in rs], s=10,
+                           label=f"{label[0]} ({label[1]})")
+            ax.axhline(1.0, color="gray", linestyle="--")
+        figure("ratio_vs_size.png", "The wide sweep: each problem's speed relative to the baseline",
+               "problem size (2 M N K flops)", "x baseline", ratio_against_size, logy=True)
     figure("roofline.png", "Roofline: each kernel at its largest n (datasheet roofs)",
            "arithmetic intensity (FLOP / byte, traffic model)", "GFLOP/s", lambda ax: _roofline(ax, series), logy=True,
            legend_outside=True)
@@ -193,7 +236,9 @@ def load(folder: Path) -> list[dict]:
 def write(folder: Path, title: str = "tilemm report") -> Path:
     """Tables, plots and index.html for everything in folder/results.jsonl."""
     records = load(folder)
-    (folder / "results.md").write_text(markdown(records))
+    summary = wide_summary(records)
+    (folder / "results.md").write_text(markdown(records) + (("\n## The wide sweep\n\n" + wide_markdown(summary))
+                                                            if summary else ""))
     images, why_not = plots(records, folder)
     body = [f"<h1>{html.escape(title)}</h1>"]
     for device in dict.fromkeys(r["device"] for r in records):  # where the figures were measured
@@ -205,6 +250,15 @@ def write(folder: Path, title: str = "tilemm report") -> Path:
         body.append(f"<p><b>No plots:</b> {html.escape(why_not)}</p>")
     body += [f'<figure><img src="{name}" alt="{name}" style="max-width:100%"><figcaption>{name}</figcaption></figure>'
              for name in images]
+    if summary:
+        cols = ["rung", "dtype", "problems", "geomean (fit)", "geomean (held-out)", "worst", "worst problem"]
+        body.append("<h2>The wide sweep</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>")
+        for r in summary:
+            cells = [r["kernel"], r["dtype"], str(r["problems"])] + [f"{r[s]:.3f}x" if r[s] else "" for s in
+                                                                     ("fit", "held-out")]
+            cells += [f"{r['worst']:.3f}x", r["worst_problem"]]
+            body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        body.append("</table>")
     for suite in dict.fromkeys(r["suite"] for r in records):
         rows = [r for r in records if r["suite"] == suite]
         body.append(f"<h2>Suite {html.escape(suite)}</h2><table><tr>"

@@ -74,7 +74,7 @@ def _fmt(params):
 
 def _base(c: Case) -> dict:
     return {"kernel": c.kernel, "params": dict(c.params), "dtype": c.dtype, "m": c.m, "n": c.n, "k": c.k,
-            "seed": c.seed, "host_inputs": c.host_inputs}
+            "seed": c.seed, "host_inputs": c.host_inputs, "layout": c.layout, "tag": c.tag}
 
 
 def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dict:
@@ -93,7 +93,7 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
                 "reason": f"not run: {ms / 1e3:.1f} s a call predicted from the measured n = "
                           f"{round((prev[0] / 2) ** (1 / 3))} (time scaled by the flops), over the {skip_over_s:g} s budget "
                           "(--skip-over)"}
-    a, b = operands(hash((case.m, case.n, case.k)) % 2**31, case.m, case.n, case.k, case.dtype)
+    a, b = operands(hash((case.m, case.n, case.k)) % 2**31, case.m, case.n, case.k, case.dtype, case.layout)
     on_gpu = kernel.device == "cuda" and not case.host_inputs and not _compat.emulated(kernel.backend)
     try:
         if on_gpu:
@@ -157,8 +157,9 @@ MEASURED = ("ok", "estimated")    # records with a time: timed, or estimated fro
 def with_ratios(records: list[dict]) -> list[dict]:
     """Each record with its speed relative to its device's anchor at the same dtype, shape and
     device (>1: faster), derived from the records themselves."""
-    def key(r, kernel):  # the anchor measured in the same suite run, on the same device
-        return kernel, r["dtype"], r["m"], r["n"], r["k"], r["device"], r["suite"], r["date"][:10]
+    def key(r, kernel):  # the anchor measured in the same suite run, on the same device, same layout
+        return (kernel, r["dtype"], r["m"], r["n"], r["k"], r.get("layout", "nn"), r["device"], r["suite"],
+                r["date"][:10])
     times = {key(r, r["kernel"]): r.get("median_ms")
              for r in records if r.get("status") in MEASURED and not r["host_inputs"]}
     for r in records:

@@ -5,10 +5,15 @@
 `ladder`: every GPU rung at its default parameters, fp32 and int32, n = 1024 ... 4096.
 `shapes`: square, odd, skinny and LLM-like shapes, the fastest SIMT rung against the library.
 `tensorcore`: the same shapes for the Triton tensor-core rungs.
+`wide`: 150+ generated problems (random, transformer layers, K >> M, N and M, N >> K, four layouts),
+    each marked "fit" or "held-out": what a rung is tuned on and what it is judged on.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,8 @@ class Case:
     params: dict = field(default_factory=dict)
     seed: str = ""            # which seed's experiment this reproduces
     host_inputs: bool = False  # inputs start on the host: time the copies too (seed 000)
+    layout: str = "nn"        # per operand: n row-major, t a transposed view (tilemm.data.operands)
+    tag: str = ""             # the wide suite's class and split, e.g. "random/fit"
 
     @property
     def key(self):
@@ -95,3 +102,63 @@ def tensorcore_suite():
 def shapes_suite(kernels=("regblock", "cublas")):
     """Square, odd, skinny and LLM-like shapes: the fastest SIMT rung against the library, fp32."""
     return [Case(k, "float32", m, n, kk) for k in kernels for (m, n, kk) in SHAPES]
+
+
+LAYOUTS = ("nn", "nt", "tn", "tt")
+WIDE_SEED = 20261124
+# (hidden size, MLP ratio, query heads per KV head) of common transformer layers
+TRANSFORMERS = [(2048, 4.0, 4), (4096, 3.5, 8), (5120, 8 / 3, 8), (8192, 3.5, 8)]
+TOKENS = (1, 8, 64, 512, 4096, 16384)
+
+
+@dataclass(frozen=True)
+class Problem:
+    m: int
+    n: int
+    k: int
+    layout: str
+    kind: str      # random, transformer, deep-k, shallow-k
+    split: str     # "fit" (what configurations may be chosen on) or "held-out" (what they are judged on)
+
+
+def wide_problems(seed: int = WIDE_SEED) -> list[Problem]:
+    """The wide sweep, the same list every time for a seed: 80 problems with M, N, K log-uniform in
+    [1, 16384] (half of the dimensions odd), the four GEMMs of each TRANSFORMERS layer (QKV, attention
+    out, MLP up, MLP down) at each of TOKENS, 16 with K much larger than M and N and 16 with M and N
+    much larger than K; layouts drawn from LAYOUTS; every other problem of each kind held out."""
+    rng = np.random.default_rng(seed)
+
+    def log_uniform(lo, hi):
+        return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+    def odd_half(d):
+        return d | 1 if rng.random() < 0.5 else d & ~1 or 1
+
+    found = []
+
+    def add(m, n, k, kind):
+        split = "fit" if sum(p.kind == kind for p in found) % 2 == 0 else "held-out"
+        found.append(Problem(m, n, k, LAYOUTS[rng.integers(len(LAYOUTS))], kind, split))
+    for _ in range(80):
+        add(*(odd_half(log_uniform(1, 16384)) for _ in range(3)), "random")
+    for hidden, ratio, group in TRANSFORMERS:
+        kv = hidden // group
+        mlp = int(round(hidden * ratio / 256)) * 256
+        for tokens in TOKENS:
+            for n, k in ((hidden + 2 * kv, hidden), (hidden, hidden), (mlp, hidden), (hidden, mlp)):
+                add(tokens, n, k, "transformer")
+    for _ in range(16):
+        add(log_uniform(16, 1024), log_uniform(16, 1024), log_uniform(8192, 65536), "deep-k")
+    for _ in range(16):
+        add(log_uniform(2048, 16384), log_uniform(2048, 16384), log_uniform(8, 256), "shallow-k")
+    return found
+
+
+WIDE_PAIRS = [("tensorcore", "bfloat16"), ("cublas", "bfloat16"), ("tensorcore", "float16"), ("cublas", "float16"),
+              ("tensorcore-f32", "float32"), ("cublas", "float32")]
+
+
+def wide_suite(pairs=WIDE_PAIRS, split: str | None = None) -> list[Case]:
+    """Each rung of `pairs` over the wide sweep (only one split's problems if `split` is given)."""
+    return [Case(kernel, dtype, p.m, p.n, p.k, layout=p.layout, tag=f"{p.kind}/{p.split}")
+            for p in wide_problems() if split in (None, p.split) for kernel, dtype in pairs]
