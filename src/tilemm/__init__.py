@@ -10,7 +10,7 @@ from . import _compat  # noqa: F401  (before anything imports numba.cuda)
 from .api import KernelUnavailable, matmul, plan
 from .registry import Kernel, get as kernel, kernels
 from .scaled import scaled_matmul
-from . import distributed  # noqa: E402  (tilemm.distributed: products over torch.distributed ranks)
+from . import distributed, outofcore  # noqa: E402  (products over torch.distributed ranks; past GPU memory)
 
 __version__ = "0.1.0"
 __all__ = ["matmul", "plan", "scaled_matmul", "kernels", "kernel", "Kernel", "KernelUnavailable", "__version__"]
