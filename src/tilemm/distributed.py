@@ -87,10 +87,23 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
     sums = "float32" if result in SIXTEEN_BIT else result
     acc = torch.empty((rows_i.stop - rows_i.start, cols_j.stop - cols_j.start), dtype=getattr(torch, sums),
                       device=a.device)
-    row_group, col_group = _groups(grid, group)[0][i], _groups(grid, group)[1][j]
-    panels = _panels(k, grid)
-    if not panels:                              # K = 0: an empty sum
+    if k == 0:                                  # an empty sum
         return acc.zero_().to(getattr(torch, result))
+    if grid.rows == 1 or grid.cols == 1:        # one operand is split along K alone: pass it round
+        _ring(a, b, acc, grid, group, k, sums)
+    else:
+        _summa(a, b, acc, grid, group, i, j, k, sums)
+    return acc if sums == result else acc.to(getattr(torch, result))
+
+
+def _summa(a, b, acc, grid: Grid, group, i: int, j: int, k: int, sums: str) -> None:
+    """acc += A_row_i @ B_col_j on a 2-D grid: each K panel broadcast along grid row i (A's part)
+    and grid column j (B's), the next panel's broadcasts in flight while this one multiplies."""
+    import torch
+    import torch.distributed as dist
+    row_groups, col_groups = _groups(grid, group)
+    row_group, col_group = row_groups[i], col_groups[j]
+    panels = _panels(k, grid)
 
     def start(p):
         """Broadcasts of panel p: (A panel, B panel, works to wait for)."""
@@ -100,21 +113,18 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
             a_panel = a[:, k0 - a_off:k1 - a_off].contiguous()
         else:
             a_panel = torch.empty((a.shape[0], k1 - k0), dtype=a.dtype, device=a.device)
-        if grid.cols > 1 and a_panel.numel():   # row i's ranks all hold rows_i: all skip an empty panel
+        if a_panel.numel():                     # row i's ranks all hold rows_i: all skip an empty panel
             works.append(dist.broadcast(a_panel, src=_global(grid.rank(i, owner_col), group), group=row_group,
                                         async_op=True))
         if owner_row == i:
             b_panel = b[k0 - b_off:k1 - b_off, :].contiguous()
         else:
             b_panel = torch.empty((k1 - k0, b.shape[1]), dtype=b.dtype, device=b.device)
-        if grid.rows > 1 and b_panel.numel():   # likewise column j's
+        if b_panel.numel():                     # likewise column j's
             works.append(dist.broadcast(b_panel, src=_global(grid.rank(owner_row, j), group), group=col_group,
                                         async_op=True))
         return a_panel, b_panel, works
 
-    if grid.rows == 1 or grid.cols == 1:      # one operand is split along K alone: pass it round
-        _ring(a, b, acc, grid, group, k, sums)
-        return acc if sums == result else acc.to(getattr(torch, result))
     pending = start(panels[0])
     for p in range(len(panels)):
         a_panel, b_panel, works = pending
@@ -124,7 +134,6 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
             work.wait()
         if acc.numel():
             accumulate(acc, a_panel, b_panel, sums, first=p == 0)
-    return acc if sums == result else acc.to(getattr(torch, result))
 
 
 def _ring(a, b, acc, grid: Grid, group, k: int, sums: str) -> None:
@@ -182,16 +191,14 @@ _GROUPS: dict = {}
 
 
 def _groups(grid: Grid, group):
-    """([row i's group], [column j's group]), made once per grid and group: every rank takes part in
-    making every group, in one order, as torch.distributed requires."""
+    """([row i's group], [column j's group]) of a 2-D grid, made once per grid and group: every rank
+    takes part in making every group, in one order, as torch.distributed requires."""
     import torch.distributed as dist
     key = (grid, group)
     if key not in _GROUPS:
         ranks = [_global(r, group) for r in range(grid.size)]
-        rows = [dist.new_group([ranks[grid.rank(i, j)] for j in range(grid.cols)]) if grid.cols > 1 else None
-                for i in range(grid.rows)]
-        cols = [dist.new_group([ranks[grid.rank(i, j)] for i in range(grid.rows)]) if grid.rows > 1 else None
-                for j in range(grid.cols)]
+        rows = [dist.new_group([ranks[grid.rank(i, j)] for j in range(grid.cols)]) for i in range(grid.rows)]
+        cols = [dist.new_group([ranks[grid.rank(i, j)] for i in range(grid.rows)]) for j in range(grid.cols)]
         _GROUPS[key] = rows, cols
     return _GROUPS[key]
 

@@ -156,7 +156,8 @@ class _Lanes:
         """An event recorded on stream now (None on the CPU)."""
         if not self.cuda:
             return None
-        event = __import__("torch").cuda.Event()
+        import torch
+        event = torch.cuda.Event()
         event.record(stream)
         return event
 

@@ -9,7 +9,7 @@ Operands arrive as torch tensors where torch is installed (api._prepare_library)
 import contextlib
 
 from .. import arrays, streams
-from ..dtypes import dtype_name
+from ..dtypes import dtype_name, is_integer
 from ..registry import Kernel, Traffic, register
 from .simt import launch
 
@@ -79,11 +79,10 @@ def run_cublas(a, b, c):
     more than the call) or a CUDA graph is being captured (CuPy refuses to call cuBLAS then);
     integers and CuPy's own arrays through CuPy."""
     name, lib = _library()
-    torch = arrays._torch()
-    floats = dtype_name(c.dtype).startswith("float") or dtype_name(c.dtype) == "bfloat16"
-    as_torch = torch is not None and isinstance(c, torch.Tensor)
-    if name == "cupy" and dtype_name(c.dtype) not in SIXTEEN_BITS and not (floats and (as_torch
-                                                                                      or streams.capturing())):
+    torch, dtype = arrays._torch(), dtype_name(c.dtype)
+    through_torch = dtype in SIXTEEN_BITS or (not is_integer(dtype) and (
+        (torch is not None and isinstance(c, torch.Tensor)) or streams.capturing()))
+    if name == "cupy" and not through_torch:
         lib.matmul(lib.asarray(a), lib.asarray(b), out=lib.asarray(c))
         return
     with _torch_matmul_flags(**EXACT_FLAGS) as torch:
