@@ -3,7 +3,7 @@
 every variant checked against a float64 reference first.
 
     PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py --out DIR \
-        [--dtypes bfloat16 float16 float64] [--shapes 8192x8192x8192 8191x8191x8191 ...]
+        [--dtypes bfloat16 float16 float64] [--shapes 8192x8192x8192 8191x8191x8191 ...] [--wide held-out]
 
 Each record also carries the HBM bound of its shape: the bytes a GEMM must move at least (A, B
 and C once) over the copy bandwidth measured in the same run.
@@ -17,7 +17,7 @@ import time
 import tilemm
 from tilemm import machine
 from tilemm.accuracy import tolerance
-from tilemm.bench.suites import SHAPES
+from tilemm.bench.suites import SHAPES, wide_problems
 from tilemm.timing import graphed, interleaved_rounds, launch_overhead_us, time_cuda
 
 import torch  # noqa: E402
@@ -109,6 +109,13 @@ def checked(c, a, b, dtype):
     return bool(ratio <= 1) and not bool(torch.isnan(c).any()), float(ratio)
 
 
+def laid_out(rows: int, cols: int, how: str, dtype):
+    """A random (rows, cols) operand on the GPU: row-major ('n') or a transposed view ('t')."""
+    if how == "t":
+        return torch.randn(cols, rows, device="cuda", dtype=dtype).T
+    return torch.randn(rows, cols, device="cuda", dtype=dtype)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -121,7 +128,13 @@ def main():
     ap.add_argument("--graphs", action="store_true",
                     help="also time each variant replayed from a CUDA graph (GPU time alone, no launch cost)")
     ap.add_argument("--variants", nargs="+", help="only these labels (and the anchors)")
+    ap.add_argument("--wide", choices=["all", "fit", "held-out"],
+                    help="the wide sweep's problems (tilemm.bench.suites.wide_problems, with their layouts) "
+                         "instead of --shapes: all of them or one half")
     args = ap.parse_args()
+    problems = ([(p.m, p.n, p.k, p.layout, f"{p.kind}/{p.split}") for p in wide_problems()
+                 if args.wide in ("all", p.split)] if args.wide
+                else [(*map(int, shape.split("x")), "nn", None) for shape in args.shapes])
     stamp = machine.stamp(machine.command_line(
         "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py", args))
     bandwidth = copy_bandwidth()
@@ -134,11 +147,11 @@ def main():
     records = []
     for dtype_name in args.dtypes:
         dtype = getattr(torch, dtype_name)
-        for shape in args.shapes:
-            m, n, k = map(int, shape.split("x"))
+        for m, n, k, layout, tag in problems:
+            shape = f"{m}x{n}x{k}{'' if layout == 'nn' else ' ' + layout}"
             torch.manual_seed(m + n + k)
-            a = torch.randn(m, k, device="cuda", dtype=dtype)
-            b = torch.randn(k, n, device="cuda", dtype=dtype)
+            a = laid_out(m, k, layout[0], dtype)
+            b = laid_out(k, n, layout[1], dtype)
             launches, results, uncapturable = {}, {}, set()
             c_ref = torch.empty(m, n, device="cuda", dtype=dtype)
             torch.backends.cuda.matmul.allow_tf32 = False                 # cuBLAS SGEMM: no TF32
@@ -187,6 +200,7 @@ def main():
                 known = VARIANTS[dtype_name] + SWEEP_F32
                 kernel = next((kn for lb, kn, _ in known if lb == label), "cublas")
                 rec = {"variant": label, "kernel": kernel, "dtype": dtype_name, "m": m, "n": n, "k": k,
+                       "layout": layout, "tag": tag,
                        "status": "ok" if verdicts[label][0] else "FAILED", "worst_vs_bound": verdicts[label][1],
                        "params": next((p for lb, _, p in known if lb == label), {}),
                        "copy_bandwidth_tbs": bandwidth / 1e12, "hbm_bound_ms": bound_ms, **stamp}
@@ -212,10 +226,13 @@ def main():
             torch.cuda.empty_cache()
         for label in dict.fromkeys(r["variant"] for r in records if r["dtype"] == dtype_name):
             for key in ("vs_cublas", "graph_vs_cublas"):
-                ratios = [r[key] for r in records if r["dtype"] == dtype_name and r["variant"] == label and r.get(key)]
-                if ratios:
-                    print(f"{label} {dtype_name}: geometric mean {key} over {len(ratios)} shapes "
-                          f"{math.exp(statistics.fmean(map(math.log, ratios))):.3f}", flush=True)
+                for split in ("fit", "held-out", None):
+                    ratios = [r[key] for r in records if r["dtype"] == dtype_name and r["variant"] == label
+                              and r.get(key) and (split is None or (r["tag"] or "").endswith(split))]
+                    if ratios:
+                        print(f"{label} {dtype_name} {split or 'all'}: geometric mean {key} over {len(ratios)} "
+                              f"shapes {math.exp(statistics.fmean(map(math.log, ratios))):.3f}, lowest "
+                              f"{min(ratios):.3f}", flush=True)
     with open(f"{args.out}/tensorcore_vs_cublas.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
 

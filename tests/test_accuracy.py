@@ -1,7 +1,9 @@
 """The checker itself must fail wrong answers, or every green test above means nothing."""
 import numpy as np
 
-from tilemm.accuracy import compare, tolerance
+import pytest
+
+from tilemm.accuracy import compare, compare_on_device, tolerance
 
 from .cases import operands
 
@@ -41,3 +43,18 @@ def test_wrong_shape_fails():
 def test_float16_uses_float32_accumulation_bound():
     rel_sum, rel_out = tolerance("float16", 100)
     assert rel_sum == 2 * 100 * 2.0**-24 and rel_out == 2.0**-11
+
+
+def test_compare_on_device_checks_host_results_on_the_host():
+    """Host results (NumPy, torch CPU tensors incl. bfloat16) take the host path and keep its verdicts."""
+    torch = pytest.importorskip("torch")
+    a, b = operands(3, 17, 9, 33, "float32")
+    good = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    assert compare_on_device(good, a, b, "float32").ok
+    bad = good.copy()
+    bad[5, 4] += 1.0
+    assert not compare_on_device(torch.from_numpy(bad), a, b, "float32").ok
+    assert compare_on_device(torch.from_numpy(good).to(torch.bfloat16), a, b, "bfloat16").ok
+    ia, ib = operands(4, 8, 8, 8, "int32")
+    wrong = (ia @ ib) + 1
+    assert not compare_on_device(wrong, ia, ib, "int32").ok

@@ -247,3 +247,62 @@ def test_four_processes_tune_into_one_cache(tmp_path):
     assert run_processes(_auto_in_a_process, [(str(tmp_path), i) for i in range(4)], 600) == [0] * 4
     entries = json.loads((tmp_path / "tuning.json").read_text())
     assert len(entries) == 1
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bfloat16", "float64"])
+def test_the_check_on_the_gpu_fails_a_wrong_entry(dtype):
+    """The bench and `tilemm check` check torch CUDA results on the GPU: it must still catch one
+    wrong entry (and pass the right answer)."""
+    import torch
+    from tilemm.accuracy import compare_on_device
+    a, b, da, db = torch_pair(dtype, 300, 200, 100, 7)
+    c = tilemm.matmul(da, db, kernel="cublas")
+    assert compare_on_device(c, a, b, dtype).ok
+    c[17, 3] += 1 if dtype == "int32" else 0.5 * abs(float(c[17, 3])) + 1
+    assert not compare_on_device(c, a, b, dtype).ok
+    torch.cuda.synchronize()
+
+
+# (kernel, dtype, params, (m, n, k)): repeated calls that replay the first call's launches
+REPLAYED = [("tensorcore", "bfloat16", {}, (1024, 1024, 1024)), ("tensorcore", "float16", {}, (300, 512, 200)),
+            ("tensorcore", "bfloat16", {}, (8192, 8192, 512)),                 # persistent: more tiles than SMs
+            ("tensorcore", "bfloat16", {"stream_k": True}, (4096, 4160, 1024)),
+            ("tensorcore-f32", "float32", {}, (1024, 1024, 1024)),            # 3xTF32: split passes, stream-K
+            ("tensorcore-f32", "float32", {"precision": "tf32"}, (700, 900, 300)),
+            ("tensorcore-f64", "float64", {}, (2048, 2048, 256)),
+            ("regblock", "float32", {}, (256, 256, 256)), ("regblock", "float64", {}, (300, 200, 100)),
+            ("tiled", "int32", {}, (67, 45, 33)), ("naive", "int64", {}, (64, 32, 16))]
+
+
+@pytest.mark.parametrize("kernel, dtype, params, shape", REPLAYED)
+def test_repeated_calls_replay_on_new_operands(kernel, dtype, params, shape):
+    """The first call records its launches; later ones with new operands (a view that starts inside
+    its storage, a side stream whose producer is late, an operand 2 bytes off alignment, which the
+    replay must leave to the usual path) each compute their own product."""
+    import torch
+    from tilemm import api
+    m, n, k = shape
+    a, b, a_t, b_t = torch_pair(dtype, m, n, k, seed=11)
+    check(tilemm.matmul(a_t, b_t, kernel=kernel, **params), a, b, dtype, f"{kernel} first call", params)
+    key = api._call_key(a_t, b_t, kernel, None, None, params)
+    assert api._PLANS[key].replay is not None, "this call's launches should be replayable"
+    for seed in (12, 13):
+        a, b, a_t, b_t = torch_pair(dtype, m, n, k, seed=seed)
+        check(tilemm.matmul(a_t, b_t, kernel=kernel, **params), a, b, dtype, f"{kernel} replayed", params)
+    big = torch.empty(m + 1, k, dtype=a_t.dtype, device="cuda")
+    big[1:] = a_t
+    view = big[1:] if (k * a_t.element_size()) % 16 == 0 else None
+    if view is not None:
+        check(tilemm.matmul(view, b_t, kernel=kernel, **params), a, b, dtype, f"{kernel} on a view", params)
+    offset = torch.empty(m * k + 1, dtype=a_t.dtype, device="cuda")[1:].view(m, k)
+    offset.copy_(a_t)
+    check(tilemm.matmul(offset, b_t, kernel=kernel, **params), a, b, dtype, f"{kernel} off alignment", params)
+    stale = torch.zeros_like(a_t)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        stale.copy_(a_t)
+        c = tilemm.matmul(stale, b_t, kernel=kernel, **params)
+    torch.cuda.synchronize()
+    check(c, a, b, dtype, f"{kernel} replayed on a side stream", params)

@@ -48,15 +48,22 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
     known = _PLANS.get(key) if key is not None else None
     if known is None:
         checked = plan(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params)
+        value = checked.execute()
         if key is not None:
             if len(_PLANS) >= PLAN_CACHE_SIZE:
                 _PLANS.clear()
-            _PLANS[key] = dataclasses.replace(checked, a=None, b=None, out=None)   # keeps no operand alive
-        return checked.execute()
+            _PLANS[key] = dataclasses.replace(checked, a=None, b=None, out=None,    # keeps no operand alive
+                                              replay=checked.recorded_launches())
+        return value
     if known.direct:                       # the numpy rung on NumPy operands of the result's dtype
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
-    if known.fast is not None and out is None and stream is None:
-        return known.fast(a, b)                # torch.matmul on torch's current stream, the caller's
+    if out is None and stream is None:     # on torch's current stream, the caller's
+        if known.fast is not None:
+            return known.fast(a, b)
+        if known.replay is not None:
+            c = known.replay(a, b)
+            if c is not None:
+                return c
     again = object.__new__(Plan)           # dataclasses.replace would run every field's __init__ again
     again.__dict__.update(known.__dict__, a=a, b=b, out=out)
     if known.kernel.device == "cuda":      # the stream is the caller's now, not at the first call
@@ -118,6 +125,8 @@ class Plan:
     direct: bool = False         # the numpy rung on NumPy operands already of the result's dtype: numpy.matmul
     fast: object = None          # the library on 2-D torch CUDA float tensors of the compute dtype: a repeated
                                  # call with no out or stream is library.torch_product(dtype)(a, b)
+    replay: object = None        # a Triton rung on such tensors: the first call's launches, which a
+                                 # repeated call with no out or stream replays (tilemm.ladder.replay)
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
@@ -130,6 +139,11 @@ class Plan:
                 return value
             arrays.assign(self.out, value)
             return self.out
+
+    def recorded_launches(self):
+        """After execute(): its launches as a Replay, where they can be replayed (else None)."""
+        launched = getattr(self, "_launched", None)
+        return launched() if launched else None
 
     def prepare(self, poison: bool = False, copy: bool = False):
         """(launch, result): operands moved and cast for the kernel, the output allocated.
@@ -338,6 +352,11 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
                 arrays.device_empty(plan.operand, plan.batch + (p.m, p.n), p.dtype, poison))
         a_d, b_d, c_d = (cuda.as_cuda_array(x, sync=False) for x in keep)
 
+    if (plan.kernel.replay and not host and not copy and not poison and plan.operand.kind == "torch"
+            and not plan.batch and p.m and p.n and p.k and plan.result == p.dtype
+            and len(plan.a.shape) == len(plan.b.shape) == 2 and keep[0] is a and keep[1] is b):
+        plan._launched = functools.partial(plan.kernel.replay, a, b, keep[2], **plan.params)   # a repeated call's
+
     def launch():
         if p.m and p.n and p.k:
             for idx, a_i, b_i in _batches(plan.batch, a_d, b_d):
@@ -403,6 +422,10 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool, where: str | Non
             c_i = c[idx] if idx else c
             bound = bind and bind(a_i, b_i, c_i, **plan.params)
             calls.append(bound or functools.partial(plan.kernel.run, a_i, b_i, c_i, **plan.params))
+    if (len(calls) == 1 and bind and not copy and not poison and where == "cuda" and plan.operand.kind == "torch"
+            and len(plan.a.shape) == len(plan.b.shape) == 2 and a_t is a and b_t is b and plan.result == p.dtype):
+        from .ladder.replay import recorded
+        plan._launched = functools.partial(recorded, calls[0], (a_t, b_t, c))   # for a repeated call's replay
 
     def launch():
         for call in calls:

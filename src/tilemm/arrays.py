@@ -123,6 +123,16 @@ def device_empty(like: Operand, shape: tuple, dtype: str, poisoned: bool):
     return poison(c) if poisoned else c
 
 
+def synchronize(x) -> None:
+    """Wait for the work queued on the current stream of x's device (torch or CuPy); nothing for
+    host arrays."""
+    torch, cupy = _torch(), _cupy()
+    if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
+        torch.cuda.current_stream(x.device).synchronize()
+    elif cupy is not None and isinstance(x, cupy.ndarray):
+        cupy.cuda.get_current_stream().synchronize()
+
+
 def assign(out, value) -> None:
     """out[...] = value for any of the three kinds (value of the same kind)."""
     if hasattr(out, "copy_"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import _compat, api, arrays, registry
-from .accuracy import compare
+from .accuracy import compare_on_device
 from .data import operands
 from .dtypes import INTS, compute_dtype
 
@@ -44,6 +44,6 @@ def run(kernel_names=None, dtypes=None, shapes=None, on_device: bool = True):
                 if kernel.device == "cuda" and on_device and not _compat.emulated(kernel.backend):
                     da, db = arrays.to_device(a, dtype), arrays.to_device(b, dtype)
                 c = api.plan(da, db, kernel=kernel.name).execute(poison=True)
-                v = compare(arrays.to_host(c, dtype), a, b, dtype)
+                v = compare_on_device(c, a, b, dtype)
                 yield Outcome(kernel.name, dtype, (m, n, k), layout, v.ok, v.worst if dtype not in INTS else 0.0,
                               v.message)

@@ -70,6 +70,8 @@ class Kernel:
     launch_shape: Callable | None = None      # launch_shape(problem, **params) -> grid, block, shared memory
     bind: Callable | None = None   # bind(a, b, c, **params) -> launcher without arguments, or None: run()'s
                                    # set-up done once for a prepared plan launched many times
+    replay: Callable | None = None  # replay(a, b, c, **params) after a first launch on 2-D torch CUDA tensors:
+                                    # a function (a, b) -> c launching its compiled kernel directly, or None
     narrow_operands: bool = False  # signed integer operands narrower than the compute dtype reach run() as
                                    # they are (a digit kernel does less work on fewer digits)
     compute_unit: Callable | None = None  # compute_unit(problem, **params) -> (the datasheet peak it runs on,

@@ -19,16 +19,18 @@ def time_host(launches: list, budget_s: float, min_reps: int = 3, max_reps: int 
 
 
 def time_cuda(launches: list, budget_s: float, min_reps: int = 5, max_reps: int = 200,
-              warmup_s: float = 0.05) -> list[float]:
+              warmup_s: float = 0.05, warm: bool = False) -> list[float]:
     """Milliseconds per launch, measured with CUDA events on the default stream.
 
     The CPU's cost of a launch (Python, argument marshalling) is kept out: an untimed launch
     runs before the start event, so the GPU is busy while the timed ones are enqueued, and a
-    short kernel is timed in a batch of launches between one pair of events."""
+    short kernel is timed in a batch of launches between one pair of events. warm: the caller
+    has already run these launches (a slow kernel, timed once or twice: no warm-up)."""
     from numba import cuda
     t_end = time.perf_counter() + warmup_s
     count = 0
-    while time.perf_counter() < t_end or count < len(launches):
+    per_launch_s = 1.0
+    while not warm and (time.perf_counter() < t_end or count < len(launches)):
         t0 = time.perf_counter()
         launches[count % len(launches)]()
         cuda.synchronize()                                  # one at a time: never a deep queue
@@ -39,7 +41,8 @@ def time_cuda(launches: list, budget_s: float, min_reps: int = 5, max_reps: int 
     start = time.perf_counter()
     begin, end = cuda.event(), cuda.event()
     while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() - start < budget_s):
-        launches[-1]()                                      # keeps the GPU busy meanwhile
+        if per_launch_s < 0.01:    # a launch's CPU cost matters next to the kernel's time
+            launches[-1]()         # keeps the GPU busy meanwhile
         begin.record()
         for i in range(batch):
             launches[(len(times) + i) % len(launches)]()

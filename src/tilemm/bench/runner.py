@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .. import _compat, api, arrays, machine, registry, tuning
-from ..accuracy import compare
+from ..accuracy import compare_on_device
 from ..data import operands
 from ..machine import gpu
 from .seeds import published
@@ -107,22 +107,21 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
         return {"status": "skipped", "reason": str(e)}
     t0 = time.perf_counter()
     c = plan.execute(poison=True)
+    arrays.synchronize(c)                  # a GPU kernel's time too, not only its launch
     first_s = time.perf_counter() - t0
-    if type(c).__module__.startswith("cupy"):   # check on the GPU, where the data is
-        verdict = compare(c, da, db, case.dtype)
-    else:
-        verdict = compare(arrays.to_host(c, case.dtype), a, b, case.dtype)
+    verdict = compare_on_device(c, a, b, case.dtype)      # on the GPU where the result is
     if not verdict.ok:
         return {"status": "FAILED", "reason": verdict.message}
     out = {"status": "ok", "check": verdict.message, "first_call_s": first_s}
     if plan.params.get("autotune"):      # the first call tuned (or read the tuning cache): say which, and how long
         out.update(tuning_s=tuning.last.get("tuning_s"), tuning_cached=tuning.last.get("cached"),
                    tuned_params=tuning.last.get("params"))
-    min_reps = 3
+    min_reps, slow = 3, False
     if first_s > budget_s:               # compiling, or truly slow? call once more
         t0 = time.perf_counter()
-        plan.execute()
-        min_reps = 1 if time.perf_counter() - t0 > budget_s else 3  # a slow rung: one timed call
+        arrays.synchronize(plan.execute())
+        slow = time.perf_counter() - t0 > budget_s
+        min_reps = 1 if slow else 3      # a slow rung: one timed call, no more warm-up
     if case.host_inputs:  # the whole call, copies included, as the seeds' wall clock did
         t = summary(time_host([plan.execute], budget_s, min_reps=min_reps))
     elif kernel.device == "cpu" or not on_gpu:    # a CPU rung, or one emulated on the CPU
@@ -130,7 +129,7 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
     else:
         copies = max(1, -(-L2_ROTATE_BYTES // max(1, a.nbytes + b.nbytes)))
         launches = [plan.prepare(copy=copies > 1)[0] for _ in range(min(copies, 8))]
-        t = summary(time_cuda(launches, budget_s, min_reps=min_reps))
+        t = summary(time_cuda(launches, budget_s, min_reps=min_reps, warm=slow))
     out.update(t)
     ms = t["median_ms"]
     out["gflops"] = flops / ms / 1e6 if ms > 0 else None

@@ -161,30 +161,86 @@ def parts_fill(x, out, split, **constexprs):
 
 
 def bound_launch(program, grid: tuple, args: tuple, options: dict):
+    """program[grid](*args, **options) as a launcher without arguments (a BoundLaunch)."""
+    return BoundLaunch(program, grid, args, options)
+
+
+class BoundLaunch:
     """program[grid](*args, **options) as a launcher without arguments that, from its second call
     on, launches the compiled program directly. Triton binds and specializes every argument,
     computes a cache key and looks the program up at each launch: on the H100's host 24 µs of CPU
     a launch, against 13 µs for the compiled program's own launcher and 12 µs for cuBLAS through
     torch (direct_launch_try.jsonl). With the same argument objects at every call the lookup
     finds the same program, so it is done once. Under the interpreter, or with another device
-    current than at the first call, the plain launch."""
-    call = program[grid]
-    if _compat.triton_interpreter():
-        return lambda: call(*args, **options)
-    from triton.runtime.driver import driver
-    grid3 = tuple(grid) + (1,) * (3 - len(grid))      # the compiled program's launcher reads three
-    state = {}
+    current than at the first call, the plain launch. After a first launch, ``runner`` and
+    ``values`` (every argument, constexprs too, in the signature's order) are what
+    tilemm.ladder.replay needs to launch the same program on other operands."""
 
-    def go():
+    def __init__(self, program, grid: tuple, args: tuple, options: dict):
+        self.program, self.grid, self.args, self.options = program, tuple(grid), args, options
+        self.device = self.runner = self.values = None
+
+    def __call__(self):
+        if _compat.triton_interpreter():
+            return self.program[self.grid](*self.launch_args(), **self.options)
+        from triton.runtime.driver import driver
         device = driver.active.get_current_device()
-        if state.get("device") == device:
-            if "values" not in state:                 # worked out at the second call: one-shot calls skip it
-                state["values"] = all_arguments(program, args, options)
-            state["runner"](*state["values"])
+        if self.device == device:
+            if self.values is None:            # worked out at the second call: one-shot calls skip it
+                self.values = all_arguments(self.program, self.args, self.options)
+            self.run(self.values)
             return
-        compiled = call(*args, **options)
-        state.update(device=device, runner=compiled[grid3])
-    return go
+        compiled = self.program[self.grid](*self.launch_args(), **self.options)
+        grid3 = self.grid + (1,) * (3 - len(self.grid))    # the compiled program's launcher reads three
+        self.device, self.runner = device, compiled[grid3]
+
+    def launch_args(self) -> tuple:
+        return self.args
+
+    def run(self, values: tuple, stream=None):
+        """The compiled program on these values (its signature's order), on the stream given
+        (a raw handle), else torch's current one."""
+        self.runner(*values, stream=stream)
+
+
+class StreamKLaunch(BoundLaunch):
+    """matmul_persistent with stream-K: the same arguments at every launch but the workspace and
+    its epoch (partials, flags, epoch at WORKSPACE_AT), taken at each launch for the stream
+    current then; while a CUDA graph is captured, whole_tiles (a graph would replay this launch's
+    epoch, whose flags are already raised)."""
+    WORKSPACE_AT = 5       # after a_desc, b_desc, c and the two scales
+
+    def __init__(self, program, grid, args, options, whole_tiles, block_m: int, block_n: int):
+        super().__init__(program, grid, args, options)
+        self.whole_tiles, self.block_m, self.block_n = whole_tiles, block_m, block_n
+
+    def __call__(self):
+        if streams.capturing():
+            return self.whole_tiles()
+        super().__call__()
+
+    def with_workspace(self, values: tuple) -> tuple:
+        at = self.WORKSPACE_AT
+        ws = stream_k_workspace(values[2].device, self.grid[0], self.block_m, self.block_n)
+        return values[:at] + ws + values[at + 3:]
+
+    def launch_args(self) -> tuple:
+        return self.with_workspace(self.args)
+
+    def run(self, values: tuple, stream=None):
+        self.runner(*self.with_workspace(values), stream=stream)
+
+
+class Steps:
+    """Launches run in order, every one a BoundLaunch: a launcher tilemm.ladder.replay can run
+    again on other operands of the same shapes and strides."""
+
+    def __init__(self, launches):
+        self.launches = [launch for launch in launches if launch]
+
+    def __call__(self):
+        for launch in self.launches:
+            launch()
 
 
 def all_arguments(program, args: tuple, options: dict) -> tuple:
@@ -261,13 +317,8 @@ def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, N
                                                              c.stride(0), c.stride(1)),
                             dict(STREAM_K=False, PROGRAMS=programs, **config))
 
-    kernel = matmul_persistent[(programs,)]
     whole_tiles = persistent_launch(a_desc, b_desc, c, m, n, k, scales, stream_k=False, **config)
-
-    def go():   # the workspace may grow, and each launch has an epoch of its own
-        if streams.capturing():     # a CUDA graph would replay this launch's epoch: flags already raised
-            return whole_tiles()
-        ws = stream_k_workspace(c.device, programs, config["BLOCK_M"], config["BLOCK_N"])
-        kernel(a_desc, b_desc, c, *scales, *ws, m, n, k, c.stride(0), c.stride(1), STREAM_K=True,
-               PROGRAMS=programs, **config)
-    return go
+    return StreamKLaunch(matmul_persistent, (programs,), (a_desc, b_desc, c, *scales, None, None, 0, m, n, k,
+                                                          c.stride(0), c.stride(1)),
+                         dict(STREAM_K=True, PROGRAMS=programs, **config), whole_tiles, config["BLOCK_M"],
+                         config["BLOCK_N"])

@@ -15,6 +15,7 @@ import numpy as np
 
 from ... import _compat, machine, streams
 from ...registry import Kernel, Problem, register
+from . import direct
 
 SIMT_DTYPES = ("int32", "int64", "float32", "float64")
 # 16-byte aligned shared arrays let the compiler merge four neighbouring loads into one
@@ -134,20 +135,28 @@ def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary,
     variant, if given, is variant(a, b, **params) -> more compile parameters, read off the
     operands themselves (their alignment, say).
     """
-    def run(a, b, c, **p):
+    def parts(a, b, c, **p):
+        """(kernel, launch shape, arguments) of c = a @ b: the flat form for C-contiguous operands."""
         problem = Problem(a.shape[0], b.shape[1], a.shape[1], np.dtype(c.dtype).name)
         chosen = {k: p[k] for k in compile_params}
         if variant:
             chosen.update(variant(a, b, **p))
         grid = shape_fn(problem, **p)
-        stream = streams.numba_stream()           # the caller's stream (tilemm.streams)
         if flat_factory and all(x.is_c_contiguous() for x in (a, b, c)):
-            kernel = compiled(flat_factory, problem.dtype, **chosen)
-            kernel[grid.grid, grid.block, stream](a.reshape(-1), b.reshape(-1), c.reshape(-1),
-                                                  problem.m, problem.n, problem.k)
-        else:
-            kernel = compiled(factory, problem.dtype, **chosen)
-            kernel[grid.grid, grid.block, stream](a, b, c)
+            return compiled(flat_factory, problem.dtype, **chosen), grid, (a.reshape(-1), b.reshape(-1), c.reshape(-1),
+                                                                             problem.m, problem.n, problem.k)
+        return compiled(factory, problem.dtype, **chosen), grid, (a, b, c)
+
+    def run(a, b, c, **p):
+        kernel, grid, args = parts(a, b, c, **p)
+        kernel[grid.grid, grid.block, streams.numba_stream()](*args)    # the caller's stream (tilemm.streams)
+
+    def replay(a, b, c, **p):
+        """After a first launch on torch CUDA tensors: the same kernel launched directly (simt.direct)."""
+        from numba import cuda
+        views = tuple(cuda.as_cuda_array(x, sync=False) for x in (a, b, c))
+        kernel, grid, args = parts(*views, **p)
+        return direct.recorded(kernel, grid.grid, grid.block, args, views, c)
 
     def launch_limits(problem, **p):
         return index_limit(problem) or check(shape_fn(problem, **p))
@@ -157,4 +166,5 @@ def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary,
         FLAT_FACTORIES[name] = flat_factory
     return register(Kernel(name=name, rung=rung, device="cuda", backend="numba-cuda", dtypes=SIMT_DTYPES,
                            seed=seed, summary=summary, run=run, traffic=traffic, params=params,
-                           limits=limits or launch_limits, available=available, launch_shape=shape_fn))
+                           limits=limits or launch_limits, available=available, launch_shape=shape_fn,
+                           replay=replay))

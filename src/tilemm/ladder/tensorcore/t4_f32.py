@@ -208,12 +208,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
         else:
             product = product_launch(a_desc, b_desc, c, k, parts, config)
         steps = [b_fill, product]
-    steps = [step for step in [a_fill] + steps if step]
-
-    def go():
-        for step in steps:
-            step()
-    return go
+    return support.Steps([a_fill] + steps)
 
 
 def product_launch(a_desc, b_desc, c, k, parts, config):

@@ -1,0 +1,61 @@
+"""A repeated call's launches replayed on new operands (tilemm.ladder.replay): the substitution
+itself, checked on the CPU with a stand-in for a compiled program that records what it is given.
+The GPU tier (tests/test_gpu_programs.py) checks replayed products against the reference."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tilemm.ladder._tensorcore_support import BoundLaunch, Steps  # noqa: E402
+from tilemm.ladder.replay import recorded  # noqa: E402
+
+
+class Descriptor:
+    """Stands for Triton's TensorDescriptor (recognized by its name and its base)."""
+    def __init__(self, base, block):
+        self.base, self.block = base, block
+
+
+Descriptor.__name__ = "TensorDescriptor"
+
+
+def launched(args):
+    """A BoundLaunch that has launched once: its runner records the values it is given."""
+    seen = []
+    launch = BoundLaunch(None, (1,), args, {})
+    launch.runner = lambda *values, stream=None: seen.append(values)
+    launch.values = tuple(args) + (64, True)          # constexprs at the end, as all_arguments gives them
+    return launch, seen
+
+
+def test_operands_views_and_scratch_take_the_new_calls_places():
+    a, b = torch.randn(8, 6), torch.randn(6, 5)
+    c = torch.empty(8, 5)
+    scratch = torch.empty(2, 6, 5)
+    fill, fill_seen = launched((b.T, scratch, 6, 5))              # writes B's parts
+    product, seen = launched((Descriptor(a, [4, 2]), Descriptor(scratch.view(12, 5), [4, 2]), c, 8, 5, 6, 0.5))
+    replay = recorded(Steps([fill, product]), (a, b, c))
+    assert replay is not None and replay.groups == [(scratch.numel(), scratch.dtype)]
+
+    big = torch.randn(10, 6)
+    a2, b2 = big[2:], torch.randn(6, 5)                            # a view that does not start its storage
+    c2 = replay.run(a2, b2)
+    bT, parts, k, n = fill_seen[-1][:4]
+    assert torch.equal(bT, b2.T) and (k, n) == (6, 5) and fill_seen[-1][4:] == (64, True)
+    a_desc, parts_desc, c_arg, *rest = seen[-1]
+    assert a_desc.base.data_ptr() == a2.data_ptr() and torch.equal(a_desc.base, a2) and a_desc.block == [4, 2]
+    assert parts_desc.base.untyped_storage().data_ptr() == parts.untyped_storage().data_ptr()   # one scratch
+    assert parts.untyped_storage().data_ptr() != scratch.untyped_storage().data_ptr()          # afresh
+    assert parts_desc.base.shape == (12, 5) and c_arg is c2 and c2.shape == (8, 5)
+    assert rest == [8, 5, 6, 0.5, 64, True]
+
+
+def test_what_cannot_be_replayed_is_refused():
+    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
+    launch, _ = launched((a, b, c, object()))                      # an argument of an unknown kind
+    assert recorded(Steps([launch]), (a, b, c)) is None
+    not_run = BoundLaunch(None, (1,), (a, b, c), {})                # never launched: no compiled program
+    assert recorded(not_run, (a, b, c)) is None
+    ok, _ = launched((a, b, c))
+    assert recorded(Steps([ok, lambda: None]), (a, b, c)) is None   # a step that is not a launch
+    assert recorded(ok, (a, a.T, c)) is None                       # operands sharing storage
+    assert recorded(ok, (a, b, c)) is not None
