@@ -4,6 +4,10 @@ against tilemm.matmul on device operands, TFLOP/s of each, the answer checked on
 columns against float64.
 
     PYTHONPATH=src python3 benchmarks/outofcore_vs_in_core.py --out DIR --n 32768 --limits-gb 24 8 4
+    PYTHONPATH=src python3 benchmarks/outofcore_vs_in_core.py --out DIR --n 128000 --in-core-n 32768 --limits-gb 0
+
+The second: operands larger than the GPU's memory (A + B + C of 128000^2 bf16 are 1.15x an H100's
+80 GB), against the in-core TFLOP/s at the size given.
 """
 from __future__ import annotations
 
@@ -44,16 +48,18 @@ def main():
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n", type=int, default=32768)
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--limits-gb", type=float, nargs="+", default=[24, 8, 4])
+    ap.add_argument("--limits-gb", type=float, nargs="+", default=[24, 8, 4],
+                    help="device memory to plan for, GiB (0: tilemm.outofcore's default, from the free memory)")
+    ap.add_argument("--in-core-n", type=int, help="the in-core product's size, if not --n (which may not fit)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = machine.stamp(f"PYTHONPATH=src python3 benchmarks/outofcore_vs_in_core.py --n {args.n} --dtype {args.dtype} "
-                          f"--limits-gb {' '.join(map(str, args.limits_gb))}")
-    dtype, n = getattr(torch, args.dtype), args.n
+                          f"--limits-gb {' '.join(map(str, args.limits_gb))}"
+                          + (f" --in-core-n {args.in_core_n}" if args.in_core_n else ""))
+    dtype, n = getattr(torch, args.dtype), args.in_core_n or args.n
     a, b = host_operand(n, dtype, 1), host_operand(n, dtype, 2)
-    flops = 2.0 * n ** 3
     records = []
-    a_d, b_d = a.cuda(), b.cuda()                      # in core: the same product on device operands
+    a_d, b_d = a.cuda(), b.cuda()                      # in core: the same rung on device operands
     tilemm.matmul(a_d, b_d)
     times = []
     for _ in range(5):
@@ -63,26 +69,35 @@ def main():
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     in_core = sorted(times)[2]
-    records.append(dict(variant="in core", seconds=in_core, tflops=flops / in_core / 1e12,
+    in_core_tflops = 2.0 * n ** 3 / in_core / 1e12
+    records.append(dict(variant="in core", n=n, seconds=in_core, tflops=in_core_tflops,
                         error=sampled_error(c_d.cpu(), a, b)))
     del a_d, b_d, c_d
     torch.cuda.empty_cache()
+    if args.in_core_n:
+        del a, b
+        n = args.n
+        a, b = host_operand(n, dtype, 1), host_operand(n, dtype, 2)
+    flops = 2.0 * n ** 3
     out = torch.empty((n, n), dtype=dtype, pin_memory=True)
+    sums = 4 if args.dtype in ("bfloat16", "float16") else a.element_size()
     for limit in args.limits_gb:
-        plan = ooc.plan_blocks(n, n, n, a.element_size(), 4 if args.dtype in ("bfloat16", "float16") else
-                               a.element_size(), a.element_size(), int(limit * 2**30))
-        ooc.matmul(a, b, out=out, memory_limit=int(limit * 2**30))       # warm (compiles, allocator)
+        memory = int(limit * 2**30) or int(torch.cuda.mem_get_info()[0] * ooc.HEADROOM)
+        plan = ooc.plan_blocks(n, n, n, a.element_size(), sums, a.element_size(), memory)
+        if not args.in_core_n:
+            ooc.matmul(a, b, out=out, memory_limit=memory)       # warm (compiles, allocator)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        ooc.matmul(a, b, out=out, memory_limit=int(limit * 2**30))
+        ooc.matmul(a, b, out=out, memory_limit=memory)
         torch.cuda.synchronize()
         t = time.perf_counter() - t0
-        records.append(dict(variant=f"out of core, {limit:g} GiB", seconds=t, tflops=flops / t / 1e12,
+        records.append(dict(variant=f"out of core, {memory / 2**30:.1f} GiB", n=n, seconds=t, tflops=flops / t / 1e12,
                             blocks=plan.count(n, n, n), block_shape=(plan.block_m, plan.block_n, plan.block_k),
+                            operands_vs_gpu_memory=3 * n * n * a.element_size() / torch.cuda.mem_get_info()[1],
                             error=sampled_error(out, a, b)))
     with open(args.out / "outofcore.jsonl", "a") as f:
         for r in records:
-            r.update(n=n, dtype=args.dtype, vs_in_core=in_core / r["seconds"], **stamp)
+            r.update(dtype=args.dtype, vs_in_core=r["tflops"] / in_core_tflops, **stamp)
             f.write(json.dumps(r) + "\n")
             print(f"{r['variant']:26} {r['seconds'] * 1e3:9.1f} ms {r['tflops']:7.1f} TFLOP/s "
                   f"{r['vs_in_core']:5.2f}x in core  blocks {r.get('blocks', '')} err {r['error']:.2e}", flush=True)

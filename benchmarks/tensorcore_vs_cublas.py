@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 # (label, kernel, params) per dtype; "skinny" only where M <= 64
 VARIANTS = {
-    "bfloat16": [("tensorcore", "tensorcore", {}),
+    "bfloat16": [("tensorcore", "tensorcore", {}), ("default", None, {}),
                  ("tc-128x128x64-w4", "tensorcore", dict(block_m=128, block_n=128, block_k=64, num_warps=4,
                                                          num_stages=4)),
                  ("tc-128x256x64-s3", "tensorcore", dict(block_m=128, block_n=256, block_k=64, num_warps=8,
@@ -171,7 +171,7 @@ def main():
                     continue          # skinny products take the pointer program whatever the tiles
                 if args.variants and label not in args.variants:
                     continue
-                if tilemm.kernel(kernel).backend == "numba-cuda":
+                if kernel and tilemm.kernel(kernel).backend == "numba-cuda":
                     uncapturable.add(label)    # numba launches on its own stream: a torch graph captures nothing
                 try:
                     launches[label], results[label] = tilemm.plan(a, b, kernel=kernel, **params).prepare(poison=True)

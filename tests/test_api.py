@@ -189,12 +189,12 @@ def test_auto_takes_no_parameters():
 # --- the library rung (cublas) ------------------------------------------------------------------
 
 def test_library_sets_torch_flags_for_one_call_only():
-    from tilemm.ladder.library import _torch_matmul_flags
+    from tilemm.ladder.library import torch_matmul_flags
     settings = torch.backends.cuda.matmul
     before = settings.allow_bf16_reduced_precision_reduction
     settings.allow_bf16_reduced_precision_reduction = True
     try:
-        with _torch_matmul_flags(allow_bf16_reduced_precision_reduction=False):
+        with torch_matmul_flags(allow_bf16_reduced_precision_reduction=False):
             assert settings.allow_bf16_reduced_precision_reduction is False
         assert settings.allow_bf16_reduced_precision_reduction is True
     finally:

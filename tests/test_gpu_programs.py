@@ -306,3 +306,30 @@ def test_repeated_calls_replay_on_new_operands(kernel, dtype, params, shape):
         c = tilemm.matmul(stale, b_t, kernel=kernel, **params)
     torch.cuda.synchronize()
     check(c, a, b, dtype, f"{kernel} replayed on a side stream", params)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "int32"])
+@pytest.mark.parametrize("pinned_out", [True, False])
+def test_out_of_core_on_the_gpu_with_pinned_operands(dtype, pinned_out):
+    """Pinned host operands go to the GPU as 2-D copies a panel and (pinned C) come back the same
+    way: 4 x 4 ragged blocks of C, K in four chunks, every entry checked; and a panel arriving in pieces."""
+    import torch
+    import tilemm.outofcore as ooc
+    m, n, k = 1000, 900, 1100
+    rng = np.random.default_rng(3)
+    a, b = random_operand(rng, (m, k), dtype), random_operand(rng, (k, n), dtype)
+    host = (lambda x: arrays.host_bfloat16(x)) if dtype == "bfloat16" else torch.from_numpy
+    a_p, b_p = host(a).pin_memory(), host(b).pin_memory()
+    size = a_p.element_size()
+    limit = ooc.device_bytes(300, 300, 200, size, 4 if size == 2 else size, size)
+    assert ooc.plan_blocks(m, n, k, size, 4 if size == 2 else size, size, limit).count(m, n, k) == (4, 4, 4)
+    out = torch.full((m, n), 7, dtype=a_p.dtype).pin_memory() if pinned_out else None
+    c = ooc.matmul(a_p, b_p, out=out, memory_limit=limit)
+    assert out is None or c is out
+    check(c, a, b, dtype, f"out of core, {dtype}, pinned out {pinned_out}")
+    pieces = (ooc.ARRIVAL_PIECES, ooc.ARRIVAL_ROWS)
+    try:                                           # A's panels in pieces of 100 rows
+        ooc.ARRIVAL_PIECES, ooc.ARRIVAL_ROWS = 3, 100
+        check(ooc.matmul(a_p, b_p, memory_limit=limit), a, b, dtype, f"out of core, {dtype}, panels in pieces")
+    finally:
+        ooc.ARRIVAL_PIECES, ooc.ARRIVAL_ROWS = pieces

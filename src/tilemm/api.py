@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _compat, arrays, registry, streams
+from . import _compat, arrays, choice, registry, streams
 from .dtypes import SUPPORTED, check_supported, dtype_name, is_integer, result_dtype
 from .registry import Problem
 
@@ -290,11 +290,13 @@ HOST_INTEGER_TILED_FROM = 2**30
 
 
 def _default_kernel(device: str, result: str, m: int, n: int, k: int) -> registry.Kernel:
-    """Host arrays: NumPy, or cpu-tiled for large integer products. Device arrays: the highest
-    rung of the ladder that can run this problem here at its default parameters (NumPy, with
-    copies, if none can)."""
+    """Host arrays: NumPy, or cpu-tiled for large integer products. Device arrays: the rung
+    tilemm.choice lists for this shape class on this GPU, else the highest rung of the ladder
+    that can run this problem here at its default parameters (NumPy, with copies, if none can)."""
     if device != "cpu":
-        for kern in reversed(registry.kernels("cuda")):
+        preferred = choice.preferred(result, m, n, k)
+        kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))
+        for kern in kernels:
             compute = kern.compute_dtype(result)
             if compute and kern.why_not(Problem(m, n, k, compute), kern.resolve({})) is None:
                 return kern

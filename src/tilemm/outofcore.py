@@ -2,9 +2,9 @@
 
 C (M x N) is cut into blocks of BLOCK_M x BLOCK_N and K into chunks of BLOCK_K, sized from the
 device's free memory (or ``memory_limit``) so that two A panels, two B panels, the block's running
-sum and two result blocks fit. The panels of the next step are copied host -> device on a copy
-stream while this step multiplies (through pinned staging buffers: a host copy that can run
-asynchronously), a panel already on the device is not copied again (with K whole, block row i's A
+sum and two result blocks fit, and shaped to move the fewest bytes over PCIe (plan_blocks). The panels of the next step are copied host -> device on a copy
+stream while this step multiplies (pinned operands with contiguous rows as one 2-D copy a panel,
+others through pinned staging buffers: a host copy that can run asynchronously), a panel already on the device is not copied again (with K whole, block row i's A
 panel serves every block of the row), and each finished block goes device -> host on a third
 stream while the next one multiplies. Products by tilemm's rungs (tilemm.panels.accumulate: the
 library, with float32 sums for 16-bit floats).
@@ -23,11 +23,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import dtype_name, result_dtype
-from .panels import SIXTEEN_BIT, accumulate
+from .panels import SIXTEEN_BIT, accumulate, product
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8")
 SMALLEST_BLOCK = 16
-PREFERRED_FLOOR = 1024     # blocks of C shrink to this before K is split (one pass over K: panels reused)
+# The GPU's products against the host -> device copies, per byte copied: bf16 products at ~724
+# TFLOP/s over panel copies at ~19 GB/s (H100, 2-D copies of pinned panels: 164 GB in 8.6 s at
+# 128000^3, h100-2026-11-24-s9/outofcore.jsonl). Only the ratio matters, to weigh copies against work.
+FLOP_PER_BYTE = 38000
+HBM_PER_COPIED_BYTE = 150      # HBM's ~3 TB/s over the copies' ~19 GB/s
+STEP_BYTES = 2 << 20           # a step's own cost (launches, events: ~0.1 ms), in bytes copied meanwhile
+# A pinned A panel is copied in up to ARRIVAL_PIECES pieces of ARRIVAL_ROWS rows or more, and the
+# product of each piece's rows of C starts once that piece is in: the first panel (16 GB at 128000^3,
+# ~0.9 s over PCIe) no longer holds the GPU idle until it is whole.
+ARRIVAL_PIECES, ARRIVAL_ROWS = 8, 4096
 HEADROOM = 0.85            # of the free memory: the library's workspace and the allocator's rounding
 
 
@@ -48,28 +57,42 @@ def device_bytes(bm: int, bn: int, bk: int, in_bytes: int, sum_bytes: int, out_b
 
 
 def plan_blocks(m: int, n: int, k: int, in_bytes: int, sum_bytes: int, out_bytes: int, limit: int) -> Blocks:
-    """The largest blocks that fit `limit` bytes: C's blocks halve first (to PREFERRED_FLOOR), then K's
-    chunks, then both down to SMALLEST_BLOCK; a ValueError says what even the smallest needs."""
-    bm, bn, bk = max(m, 1), max(n, 1), max(k, 1)
-
-    def need():
-        return device_bytes(bm, bn, bk, in_bytes, sum_bytes, out_bytes)
-    for floor in (PREFERRED_FLOOR, SMALLEST_BLOCK):
-        while need() > limit:
-            if max(bm, bn) > floor:
-                if bm >= bn:
-                    bm = -(-bm // 2)
-                else:
-                    bn = -(-bn // 2)
-            elif bk > floor:
-                bk = -(-bk // 2)
-            else:
-                break
-    if need() > limit:
-        raise ValueError(f"tilemm.outofcore: even {bm} x {bn} blocks of C with K in chunks of {bk} need {need()} "
-                         f"bytes of device memory (two A and two B panels, the sum, two result blocks); "
-                         f"{limit} are available")
-    return Blocks(bm, bn, bk, need())
+    """The blocks that fit `limit` bytes (each of M, N, K whole or halved, down to SMALLEST_BLOCK)
+    whose product should end first: the first panels load before anything multiplies, then the
+    rest of the copies overlap the products and a split K's running sums (FLOP_PER_BYTE,
+    HBM_PER_COPIED_BYTE), and each step costs STEP_BYTES. With K whole a block row's A panel
+    serves the whole row, so A crosses once and B once a block row (once, if it has two block
+    columns: both stay resident); with K split each step loads both panels. Among plans as fast, the fewest steps. A ValueError says what even the smallest
+    needs."""
+    def sizes(d):
+        d = max(d, 1)
+        found = [d]
+        while d > SMALLEST_BLOCK:
+            d = -(-d // 2)
+            found.append(d)
+        return found
+    best = None
+    for bm in sizes(m):
+        for bn in sizes(n):
+            for bk in sizes(k):
+                if device_bytes(bm, bn, bk, in_bytes, sum_bytes, out_bytes) > limit:
+                    continue
+                rows, cols, chunks = -(-m // bm), -(-n // bn), -(-k // bk)
+                steps = rows * cols * chunks
+                b_crossings = 1 if chunks == 1 and cols <= 2 else rows      # two B panels stay in their slots
+                moved = (m * k * (cols if chunks > 1 else 1) + k * n * b_crossings) * in_bytes
+                first = (bm * bk + bk * bn) * in_bytes          # loaded before anything multiplies
+                sums = 2 * (chunks - 1) * rows * cols * bm * bn * sum_bytes   # a split K's running sums, in HBM
+                work = 2 * m * n * k / FLOP_PER_BYTE + sums / HBM_PER_COPIED_BYTE
+                cost = (first + max(work, moved - first) + steps * STEP_BYTES, steps)
+                if best is None or cost < best[0]:
+                    best = cost, Blocks(bm, bn, bk, device_bytes(bm, bn, bk, in_bytes, sum_bytes, out_bytes))
+    if best is None:
+        bm, bn, bk = sizes(m)[-1], sizes(n)[-1], sizes(k)[-1]
+        raise ValueError(f"tilemm.outofcore: even {bm} x {bn} blocks of C with K in chunks of {bk} need "
+                         f"{device_bytes(bm, bn, bk, in_bytes, sum_bytes, out_bytes)} bytes of device memory "
+                         f"(two A and two B panels, the sum, two result blocks); {limit} are available")
+    return best[1]
 
 
 def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, progress: bool = False):
@@ -173,20 +196,27 @@ def _run(a, b, c, plan: Blocks, device, sums: str, progress: bool):
     bm, bn, bk = plan.block_m, plan.block_n, plan.block_k
     lanes = _Lanes(device)
     pinned = lanes.cuda
+    # Pinned host operands with contiguous rows go to the device panel by panel as one 2-D DMA
+    # each, and result blocks straight into a pinned C: no staging copy on the host, whose
+    # memcpy (a B column panel is strided) set the pace otherwise.
+    direct_in = pinned and all(x.is_pinned() and x.stride(1) == 1 for x in (a, b))
+    direct_out = pinned and c.is_pinned() and c.stride(1) == 1
     dtype, sum_dtype = a.dtype, getattr(torch, sums)
     # device buffers: two slots for A panels, two for B panels, the sum, two result blocks
     a_dev = [torch.empty((bm, bk), dtype=dtype, device=device) for _ in range(2)]
     b_dev = [torch.empty((bk, bn), dtype=dtype, device=device) for _ in range(2)]
-    acc = torch.empty((bm, bn), dtype=sum_dtype, device=device)
+    whole_k = bk >= k
+    acc = None if whole_k else torch.empty((bm, bn), dtype=sum_dtype, device=device)
     c_dev = [torch.empty((bm, bn), dtype=c.dtype, device=device) for _ in range(2)]
-    staging = dict(a=[torch.empty((bm, bk), dtype=dtype, pin_memory=pinned) for _ in range(2)],
-                   b=[torch.empty((bk, bn), dtype=dtype, pin_memory=pinned) for _ in range(2)],
-                   c=[torch.empty((bm, bn), dtype=c.dtype, pin_memory=pinned) for _ in range(2)])
+    staging = dict(a=[torch.empty((0 if direct_in else bm, bk), dtype=dtype, pin_memory=pinned) for _ in range(2)],
+                   b=[torch.empty((0 if direct_in else bk, bn), dtype=dtype, pin_memory=pinned) for _ in range(2)],
+                   c=[torch.empty((0 if direct_out else bm, bn), dtype=c.dtype, pin_memory=pinned) for _ in range(2)])
     held = dict(a=[None, None], b=[None, None])          # which panel each slot holds
-    loaded = dict(a=[None, None], b=[None, None])        # event: the slot's copy is on the device
+    loaded = dict(a=[None, None], b=[None, None])        # [(rows so far, event)]: the slot's copy is on the device
     freed = dict(a=[None, None], b=[None, None])         # event: the last product reading the slot is done
     staged = dict(a=[None, None], b=[None, None], c=[None, None])   # event: a staging buffer's copy is done
     pending = [None, None]                               # (rows, cols, event) of a result block on its way out
+    sent = [None, None]                                  # event: a result block's direct copy into C is done
 
     steps = [(i, j, kc) for i in range(-(-m // bm)) for j in range(-(-n // bn)) for kc in range(-(-k // bk))]
 
@@ -201,14 +231,28 @@ def _run(a, b, c, plan: Blocks, device, sums: str, progress: bool):
         cols = slice(kc * bk, min(k, (kc + 1) * bk)) if which == "a" else slice(i * bn, min(n, (i + 1) * bn))
         source = (a if which == "a" else b)[rows, cols]
         r, q = source.shape
-        host, dev = _part(staging[which][slot], r, q), _part((a_dev if which == "a" else b_dev)[slot], r, q)
+        dev = _part((a_dev if which == "a" else b_dev)[slot], r, q)
+        if direct_in:
+            pieces = max(1, min(ARRIVAL_PIECES, r // ARRIVAL_ROWS)) if which == "a" else 1
+            bounds = [r * p // pieces for p in range(pieces + 1)]
+            with lanes.on(lanes.copy_in):
+                lanes.wait(lanes.copy_in, freed[which][slot])
+                arrived = []
+                for start, stop in zip(bounds, bounds[1:]):
+                    copy_2d(dev[start:stop], source[start:stop], lanes.copy_in)
+                    arrived.append((stop, lanes.mark(lanes.copy_in)))
+                loaded[which][slot] = arrived
+            held[which][slot] = key
+            return slot
+        host = _part(staging[which][slot], r, q)
         if staged[which][slot] is not None:
             staged[which][slot].synchronize()            # the staging buffer's last copy has left it
         host.copy_(source)
         with lanes.on(lanes.copy_in):
             lanes.wait(lanes.copy_in, freed[which][slot])
             dev.copy_(host, non_blocking=pinned)
-            loaded[which][slot] = staged[which][slot] = lanes.mark(lanes.copy_in)
+            staged[which][slot] = lanes.mark(lanes.copy_in)
+            loaded[which][slot] = [(r, staged[which][slot])]
         held[which][slot] = key
         return slot
 
@@ -232,24 +276,65 @@ def _run(a, b, c, plan: Blocks, device, sums: str, progress: bool):
             cols = slice(j * bn, min(n, (j + 1) * bn))
             ks = min(k, (kc + 1) * bk) - kc * bk
             r, q = rows.stop - rows.start, cols.stop - cols.start
-            lanes.wait(lanes.compute, loaded["a"][a_slot])
-            lanes.wait(lanes.compute, loaded["b"][b_slot])
-            accumulate(_part(acc, r, q), _part(a_dev[a_slot], r, ks), _part(b_dev[b_slot], ks, q), sums, first=kc == 0)
+            out = block_number % 2
+            if kc == 0 and whole_k:                      # C's block written straight into its buffer:
+                drain(out)                               # its previous block is in C first
+                lanes.wait(lanes.compute, sent[out])     # ... or on its way there
+            lanes.wait(lanes.compute, loaded["b"][b_slot][0][1])
+            start = 0
+            for stop, arrived in loaded["a"][a_slot]:   # rows of C as the rows of A they need arrive
+                lanes.wait(lanes.compute, arrived)
+                a_rows, b_panel = _part(a_dev[a_slot], r, ks)[start:stop], _part(b_dev[b_slot], ks, q)
+                if whole_k:                              # one pass over K: sums rounded once, no running sum
+                    product(_part(c_dev[out], r, q)[start:stop], a_rows, b_panel)
+                else:
+                    accumulate(_part(acc, r, q)[start:stop], a_rows, b_panel, sums, first=kc == 0)
+                start = stop
             freed["a"][a_slot] = freed["b"][b_slot] = lanes.mark(lanes.compute)
             if (kc + 1) * bk >= k:                       # the block's last chunk: send it home
-                out = block_number % 2
-                drain(out)                               # its buffers' previous block is in C first
-                _part(c_dev[out], r, q).copy_(_part(acc, r, q))   # rounded once (16-bit), on the compute stream
+                if not whole_k:
+                    drain(out)
+                    lanes.wait(lanes.compute, sent[out])
+                    _part(c_dev[out], r, q).copy_(_part(acc, r, q))   # rounded once (16-bit), on the compute stream
                 done = lanes.mark(lanes.compute)
                 with lanes.on(lanes.copy_out):
                     lanes.wait(lanes.copy_out, done)
-                    _part(staging["c"][out], r, q).copy_(_part(c_dev[out], r, q), non_blocking=pinned)
-                    pending[out] = (rows, cols, lanes.mark(lanes.copy_out))
+                    if direct_out:
+                        copy_2d(c[rows, cols], _part(c_dev[out], r, q), lanes.copy_out)
+                        sent[out] = lanes.mark(lanes.copy_out)
+                    else:
+                        _part(staging["c"][out], r, q).copy_(_part(c_dev[out], r, q), non_blocking=pinned)
+                        pending[out] = (rows, cols, lanes.mark(lanes.copy_out))
                 block_number += 1
             if progress:
                 advance()
         drain(0)
         drain(1)
+        if direct_out:
+            lanes.copy_out.synchronize()                 # C is the caller's when this returns
+
+
+def copy_2d(dst, src, stream) -> None:
+    """dst.copy_(src) as one 2-D copy queued on stream, between a device tensor and pinned host
+    memory, both 2-D views with contiguous rows (a panel of a larger matrix: rows a stride apart).
+    torch would first gather a strided host view into contiguous memory on the CPU."""
+    from cuda.bindings import driver as cu
+    params = cu.CUDA_MEMCPY2D()
+    for side, t in (("src", src), ("dst", dst)):
+        pitch = t.stride(0) * t.element_size() if t.shape[0] > 1 else t.shape[1] * t.element_size()
+        setattr(params, side + "Pitch", pitch)
+        if t.is_cuda:
+            setattr(params, side + "MemoryType", cu.CUmemorytype.CU_MEMORYTYPE_DEVICE)
+            setattr(params, side + "Device", t.data_ptr())
+        else:
+            setattr(params, side + "MemoryType", cu.CUmemorytype.CU_MEMORYTYPE_HOST)
+            setattr(params, side + "Host", t.data_ptr())
+    params.WidthInBytes = src.shape[1] * src.element_size()
+    params.Height = src.shape[0]
+    if params.WidthInBytes and params.Height:
+        err, = cu.cuMemcpy2DAsync(params, cu.CUstream(stream.cuda_stream))
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"tilemm.outofcore: a 2-D copy of {tuple(src.shape)} failed: {err}")
 
 
 def _part(buffer, rows: int, cols: int):

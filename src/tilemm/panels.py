@@ -45,6 +45,20 @@ def accumulate(acc, a, b, sums: str, first: bool) -> None:
         acc += product
 
 
+def product(c, a, b) -> None:
+    """c = a @ b in c's dtype, 16-bit floats summed in float32 and rounded once: cuBLAS through
+    torch with the reduced-precision reductions off (what a K in one pass needs: no running sum)."""
+    if dtype_name(a.dtype) in SIXTEEN_BIT:
+        if a.is_cuda:
+            from .ladder.library import EXACT_FLAGS, torch_matmul_flags
+            with torch_matmul_flags(**EXACT_FLAGS) as torch:
+                torch.matmul(a, b, out=c)
+        else:
+            c.copy_(api.matmul(a, b, out_dtype="float32"))
+        return
+    accumulate(c, a, b, dtype_name(c.dtype), first=True)
+
+
 _LIBRARY_FLOAT32_C: dict = {}
 
 

@@ -26,7 +26,7 @@ def _library():
 
 
 @contextlib.contextmanager
-def _torch_matmul_flags(**flags):
+def torch_matmul_flags(**flags):
     """torch.backends.cuda.matmul's flags set for one call, the caller's put back after it (torch
     reads them when it picks the cuBLAS routine, at the call); only those that differ are touched
     (each costs a few microseconds)."""
@@ -85,7 +85,7 @@ def run_cublas(a, b, c):
     if name == "cupy" and not through_torch:
         lib.matmul(lib.asarray(a), lib.asarray(b), out=lib.asarray(c))
         return
-    with _torch_matmul_flags(**EXACT_FLAGS) as torch:
+    with torch_matmul_flags(**EXACT_FLAGS) as torch:
         tensors = [x if isinstance(x, torch.Tensor) else torch.as_tensor(x, device="cuda") for x in (a, b, c)]
         torch.matmul(tensors[0], tensors[1], out=tensors[2])
 

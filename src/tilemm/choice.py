@@ -1,0 +1,65 @@
+"""The default kernel's choice on a GPU, by shape class: shipped knowledge, no timing at call time.
+
+cuBLAS is the default on device arrays; a class of shapes where a tilemm rung measured faster is
+listed here, for the GPU generation it was measured on, and there the default takes that rung.
+The classes are coarse on purpose (a table that generalises, not one that fits a benchmark):
+
+    work     2*M*N*K below 1e10, below 1e11, above
+    aligned  M, N and K all multiples of 8 (cuBLAS's fast paths want them; tilemm copies rows
+             into aligned ones where that pays)
+    depth    K below 128, up to 8 x max(M, N), deeper
+    skinny   min(M, N) <= 64
+
+A class is listed when tilemm's rung beat cuBLAS on the wide sweep's fit half (geometric mean
+>= 1.05x, none of its problems below 0.9x), kernel alone, interleaved rounds on the H100
+(benchmarks/results/h100-2026-11-24-s9/wide_bf16.jsonl; `python3 benchmarks/default_table.py`
+reads that file and prints the table and the held-out half's figures). Small products stay with
+cuBLAS: their time is the launch (~20 µs through Triton against ~5 µs), and deep-K products with
+small M and N want a split K that the rung does not have.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from . import machine
+
+
+def shape_class(m: int, n: int, k: int) -> tuple:
+    """(work, aligned, depth, skinny) of an M x N x K product (see the module's docstring)."""
+    flops = 2 * m * n * k
+    work = 0 if flops < 1e10 else 1 if flops < 1e11 else 2
+    aligned = m % 8 == 0 and n % 8 == 0 and k % 8 == 0
+    depth = 0 if k < 128 else 1 if k < 8 * max(m, n) else 2
+    return work, aligned, depth, min(m, n) <= 64
+
+
+# (compute capability, dtype) -> {shape class: kernel}: where the default leaves cuBLAS
+MEASURED_WINNERS = {
+    ((9, 0), "bfloat16"): {(1, False, 0, False): "tensorcore", (1, False, 1, False): "tensorcore",
+                           (1, False, 2, False): "tensorcore", (2, False, 1, False): "tensorcore"},
+}
+
+
+def winners(records: list[dict], rung: str = "tensorcore", min_geomean: float = 1.05, min_ratio: float = 0.9) -> dict:
+    """{shape class: rung} from benchmark records (tensorcore_vs_cublas.py's: m, n, k, variant,
+    vs_cublas): the classes where the rung's ratios to cuBLAS have a geometric mean of at least
+    min_geomean and none below min_ratio. How MEASURED_WINNERS is made from the fit half."""
+    ratios: dict = {}
+    for r in records:
+        if r.get("variant") == rung and r.get("vs_cublas"):
+            ratios.setdefault(shape_class(r["m"], r["n"], r["k"]), []).append(r["vs_cublas"])
+    return {c: rung for c, v in ratios.items()
+            if math.exp(sum(map(math.log, v)) / len(v)) >= min_geomean and min(v) >= min_ratio}
+
+
+def preferred(dtype: str, m: int, n: int, k: int) -> str | None:
+    """The rung the default takes for this product on this machine's GPU, or None (cuBLAS)."""
+    table = MEASURED_WINNERS.get((_capability(), dtype))
+    return table.get(shape_class(m, n, k)) if table else None
+
+
+@functools.lru_cache(maxsize=None)
+def _capability():
+    gpu = machine.gpu()
+    return tuple(gpu.compute_capability) if gpu else None

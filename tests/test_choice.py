@@ -1,0 +1,48 @@
+"""The default kernel's shape classes (tilemm.choice): the table shipped is the one its rule makes
+from the committed sweep, it applies only on the GPU generation it was measured on, and the default
+takes the listed rung there and cuBLAS elsewhere."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tilemm import api, choice
+
+SWEEP = Path(__file__).parent.parent / "benchmarks/results/h100-2026-11-24-s9/wide_bf16.jsonl"
+
+
+def test_shape_classes():
+    assert choice.shape_class(8192, 8192, 8192) == (2, True, 1, False)
+    assert choice.shape_class(6175, 3136, 3462) == (2, False, 1, False)
+    assert choice.shape_class(16, 27, 59150) == (0, False, 2, True)
+    assert choice.shape_class(10026, 15687, 110) == (1, False, 0, False)
+    assert choice.shape_class(1, 1, 1) == (0, False, 0, True)
+
+
+def test_the_shipped_table_is_the_one_the_fit_half_gives():
+    records = [json.loads(line) for line in open(SWEEP)]
+    fit = [r for r in records if r["tag"].endswith("/fit")]
+    assert choice.winners(fit) == choice.MEASURED_WINNERS[((9, 0), "bfloat16")]
+    assert choice.winners(fit, min_geomean=100.0) == {}             # the rule can say no
+
+
+@pytest.mark.parametrize("capability, dtype, shape, expected", [
+    ((9, 0), "bfloat16", (6175, 3136, 3462), "tensorcore"),         # odd sizes: cuBLAS's slow path
+    ((9, 0), "bfloat16", (8192, 8192, 8192), None),                 # aligned: cuBLAS
+    ((9, 0), "bfloat16", (300, 301, 303), None),                    # small: the launch dominates
+    ((9, 0), "float16", (6175, 3136, 3462), None),                  # not measured: cuBLAS
+    ((8, 0), "bfloat16", (6175, 3136, 3462), None),                 # another GPU generation: cuBLAS
+    (None, "bfloat16", (6175, 3136, 3462), None),                   # no GPU
+])
+def test_preferred_by_class_and_gpu(monkeypatch, capability, dtype, shape, expected):
+    monkeypatch.setattr(choice, "_capability", lambda: capability)
+    assert choice.preferred(dtype, *shape) == expected
+
+
+def test_the_default_takes_the_listed_rung(monkeypatch):
+    monkeypatch.setattr(choice, "_capability", lambda: None)
+    unlisted = api._default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name      # the ladder's choice
+    monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
+    assert api._default_kernel("cuda:0", "bfloat16", 6175, 3136, 3462).name == "tensorcore"
+    assert api._default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name == unlisted
+    assert api._default_kernel("cpu", "bfloat16", 6175, 3136, 3462).name == "numpy"
