@@ -43,6 +43,52 @@ def sampled_error(c, a, b) -> float:
     return ((got - ref).norm() / ref.norm()).item()
 
 
+def busy(intervals) -> list:
+    """The union of (start, end) intervals, as sorted disjoint ones."""
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def overlap(x, y) -> float:
+    """Length of the intersection of two unions of disjoint intervals."""
+    total, i, j = 0.0, 0, 0
+    while i < len(x) and j < len(y):
+        total += max(0.0, min(x[i][1], y[j][1]) - max(x[i][0], y[j][0]))
+        i, j = (i + 1, j) if x[i][1] < y[j][1] else (i, j + 1)
+    return total
+
+
+def timeline(a, b, out, memory: int) -> dict:
+    """One out-of-core product under torch's profiler: how long the GPU spent in products, in copies
+    host -> device and device -> host, and in products and copies in to the device at once (ms)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        ooc.matmul(a, b, out=out, memory_limit=memory)
+        torch.cuda.synchronize()
+    kinds = {"products": [], "copies_in": [], "copies_out": []}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        name = e.name.lower()
+        kind = ("copies_in" if "htod" in name else "copies_out" if "dtoh" in name else None) if "memcpy" in name \
+            else None if "memset" in name else "products"
+        if kind:
+            kinds[kind].append((e.time_range.start, e.time_range.end))
+    spans = {kind: busy(v) for kind, v in kinds.items()}
+    every = [t for v in kinds.values() for iv in v for t in iv]
+    record = {f"{kind}_ms": sum(e - s for s, e in v) / 1e3 for kind, v in spans.items()}
+    record.update(gpu_span_ms=(max(every) - min(every)) / 1e3 if every else 0.0,
+                  products_during_copies_in_ms=overlap(spans["products"], spans["copies_in"]) / 1e3,
+                  copies_in=len(kinds["copies_in"]), copies_out=len(kinds["copies_out"]))
+    return record
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
@@ -51,11 +97,14 @@ def main():
     ap.add_argument("--limits-gb", type=float, nargs="+", default=[24, 8, 4],
                     help="device memory to plan for, GiB (0: tilemm.outofcore's default, from the free memory)")
     ap.add_argument("--in-core-n", type=int, help="the in-core product's size, if not --n (which may not fit)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also profile one out-of-core product per limit: time in products, in copies, in both")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = machine.stamp(f"PYTHONPATH=src python3 benchmarks/outofcore_vs_in_core.py --n {args.n} --dtype {args.dtype} "
                           f"--limits-gb {' '.join(map(str, args.limits_gb))}"
-                          + (f" --in-core-n {args.in_core_n}" if args.in_core_n else ""))
+                          + (f" --in-core-n {args.in_core_n}" if args.in_core_n else "")
+                          + (" --timeline" if args.timeline else ""))
     dtype, n = getattr(torch, args.dtype), args.in_core_n or args.n
     a, b = host_operand(n, dtype, 1), host_operand(n, dtype, 2)
     records = []
@@ -95,6 +144,9 @@ def main():
                             blocks=plan.count(n, n, n), block_shape=(plan.block_m, plan.block_n, plan.block_k),
                             operands_vs_gpu_memory=3 * n * n * a.element_size() / torch.cuda.mem_get_info()[1],
                             error=sampled_error(out, a, b)))
+        if args.timeline:
+            records[-1]["timeline"] = timeline(a, b, out, memory)
+            print(f"timeline: {records[-1]['timeline']}", flush=True)
     with open(args.out / "outofcore.jsonl", "a") as f:
         for r in records:
             r.update(dtype=args.dtype, vs_in_core=r["tflops"] / in_core_tflops, **stamp)
