@@ -46,3 +46,21 @@ def test_the_default_takes_the_listed_rung(monkeypatch):
     assert api._default_kernel("cuda:0", "bfloat16", 6175, 3136, 3462).name == "tensorcore"
     assert api._default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name == unlisted
     assert api._default_kernel("cpu", "bfloat16", 6175, 3136, 3462).name == "numpy"
+
+
+def test_auto_times_native_rungs_capped_by_the_table(monkeypatch):
+    """kernel="auto" on a GPU: rungs that compute the result's own dtype (no float32 or float64 rung
+    for bfloat16), and where the table names a rung, that rung and the library alone."""
+    from tilemm import auto, registry
+    from tilemm.registry import Problem
+    monkeypatch.setattr(registry.Kernel, "why_not", lambda self, problem, params: None)   # as on a GPU
+
+    def names(dtype, shape, capability):
+        monkeypatch.setattr(choice, "_capability", lambda: capability)
+        found = auto.candidates("cuda:0", dtype, lambda k: Problem(*shape, k.compute_dtype(dtype)), *shape)
+        return [k.name for k in found]
+    assert names("bfloat16", (6175, 3136, 3462), None) == ["cublas", "tensorcore"]
+    assert names("bfloat16", (6175, 3136, 3462), (9, 0)) == ["cublas", "tensorcore"]
+    assert names("float32", (4096, 4096, 4096), None) == ["cublas", "tensorcore-f32", "regblock"]
+    assert "tensorcore-int" in names("int8", (4096, 4096, 4096), None)
+    assert "tensorcore-f64" in names("float64", (4096, 4096, 4096), None)

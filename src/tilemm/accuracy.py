@@ -104,11 +104,20 @@ def compare_on_device(c, a, b, result: str) -> Verdict:
                 if torch is not None and isinstance(c, torch.Tensor):
                     torch.cuda.current_stream(c.device).synchronize()    # CuPy reads it on its own stream
                     c = cupy.asarray(c.float() if c.dtype == torch.bfloat16 else c)
-                return compare(c, cupy.asarray(a), cupy.asarray(b), result)
+                return compare(c, _on_cupy(cupy, a), _on_cupy(cupy, b), result)
         except cupy.cuda.memory.OutOfMemoryError:
             cupy.get_default_memory_pool().free_all_blocks()
-    host = [x if isinstance(x, _np.ndarray) else _np.asarray(x.get()) for x in (a, b)]   # CuPy's, if not NumPy's
-    return compare(arrays.to_host(c, result), *host, result)
+    return compare(arrays.to_host(c, result), arrays.to_host(a, result), arrays.to_host(b, result), result)
+
+
+def _on_cupy(cupy, x):
+    """x as a CuPy array on the current device (torch's bfloat16, which CuPy lacks, as float32)."""
+    from . import arrays
+    torch = arrays._torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        x = x.float() if x.dtype == torch.bfloat16 else x
+        x = x.cuda() if not x.is_cuda else x
+    return cupy.asarray(x)
 
 
 def _on_gpu_with_cupy(c):

@@ -1,8 +1,9 @@
 """kernel="auto": the fastest rung for this problem, measured once here and then read from the
 tuning cache (tilemm.tuning) by every later call and process.
 
-The candidates are the fast rungs that can run the problem on its device at their defaults: on
-the GPU the library and the tensor-core rungs (and `regblock`), on the host NumPy and `cpu-tiled`.
+The candidates are the fast rungs that can run the problem on its device at their defaults in the
+result's own dtype: on the GPU the library and the tensor-core rungs (and `regblock`), capped by the
+shipped ranking (tilemm.choice) where it names a rung; on the host NumPy and `cpu-tiled`.
 The teaching rungs (naive, tiled, ...) are never candidates. Each candidate is run once on the
 caller's operands (compiling it), its answer checked, then timed for a short budget as whole
 calls, planning and launching included: a later matmul(kernel="auto") pays those each time, and
@@ -14,7 +15,8 @@ from __future__ import annotations
 import functools
 import statistics
 
-from . import registry, tuning
+from . import choice, registry, tuning
+from .dtypes import is_integer
 from .registry import Problem
 
 GPU_CANDIDATES = ("cublas", "tensorcore", "tensorcore-int", "tensorcore-f32", "tensorcore-f64", "regblock")
@@ -22,27 +24,34 @@ HOST_CANDIDATES = ("numpy", "cpu-tiled")
 TIMING_BUDGET_S = 0.05        # per candidate: enough for a median of a few launches
 
 
-def candidates(device: str, result: str, problem_of) -> list[registry.Kernel]:
-    """The fast rungs that can compute `result` here; problem_of(kernel) -> its Problem."""
+def candidates(device: str, result: str, problem_of, m: int = 0, n: int = 0, k: int = 0) -> list[registry.Kernel]:
+    """The fast rungs that compute `result` in its own dtype here (a rung that would promote it, as
+    float32 rungs for bfloat16, does more work by design), capped by the shipped ranking
+    (tilemm.choice): where it names a rung for this shape class, that rung and the library alone;
+    problem_of(kernel) -> its Problem."""
     names = HOST_CANDIDATES if device == "cpu" else GPU_CANDIDATES
+    if device != "cpu" and (preferred := choice.preferred(result, m, n, k)):
+        names = tuple(name for name in names if name in (preferred, "cublas"))
     found = []
     for name in names:
         kernel = registry.get(name)
-        if kernel.compute_dtype(result) and kernel.why_not(problem_of(kernel), kernel.resolve({})) is None:
+        compute = kernel.compute_dtype(result)
+        native = compute == result or (is_integer(result) and compute and is_integer(compute)) \
+            or name in HOST_CANDIDATES + ("cublas",)
+        if kernel.compute_dtype(result) and native and kernel.why_not(problem_of(kernel), kernel.resolve({})) is None:
             found.append(kernel)
     return found
 
 
 def choose(plan_for, device: str, result: str, m: int, n: int, k: int, layout: str) -> registry.Kernel:
     """The measured winner; plan_for(kernel name) -> a Plan of this call with that kernel."""
-    from .accuracy import compare
-    from .arrays import to_host
+    from .accuracy import compare_on_device
     key = f"auto|{_device_name(device)}|{result}|{m}x{n}x{k}|{layout}"
     known = tuning.cached(key)
     names = HOST_CANDIDATES if device == "cpu" else GPU_CANDIDATES
     if known is not None and known["params"].get("kernel") in names:   # every call after the first
         return registry.get(known["params"]["kernel"])
-    found = candidates(device, result, lambda kern: Problem(m, n, k, kern.compute_dtype(result)))
+    found = candidates(device, result, lambda kern: Problem(m, n, k, kern.compute_dtype(result)), m, n, k)
     if not found:
         raise ValueError(f"matmul: no fast kernel can compute {result} on {device} here")
     if len(found) == 1:
@@ -52,9 +61,8 @@ def choose(plan_for, device: str, result: str, m: int, n: int, k: int, layout: s
         plan = plan_for(option["kernel"])
         launch, output = plan.prepare()
         launch()
-        if not plan.batch and len(plan.shape) == 2:   # a single matrix: check it (a wrong answer never wins)
-            dtype = plan.problem.dtype
-            if not compare(to_host(output(), dtype), to_host(plan.a, dtype), to_host(plan.b, dtype), dtype).ok:
+        if not plan.batch and len(plan.shape) == 2:   # a single matrix: check it (a wrong answer never wins),
+            if not compare_on_device(output(), plan.a, plan.b, plan.problem.dtype).ok:   # on the GPU if there
                 return float("inf")
 
         def call():           # what each later call will run: a fresh plan, launched once

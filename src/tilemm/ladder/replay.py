@@ -30,8 +30,8 @@ class Replay:
     def __call__(self, a, b):
         """C = a @ b by the recorded launches, or None where this call can't be replayed."""
         import torch
-        if (((a.data_ptr() | b.data_ptr()) % 16 == 0) != self.aligned or a.device != self.device
-                or torch._C._cuda_getDevice() != self.device.index or torch.cuda.is_current_stream_capturing()):
+        if (((a.data_ptr() | b.data_ptr()) % 16 == 0) != self.aligned or a.get_device() != self.device.index
+                or torch._C._cuda_getDevice() != self.device.index or torch._C._cuda_isCurrentStreamCapturing()):
             return None
         return self.run(a, b, torch._C._cuda_getCurrentRawStream(self.device.index))   # the caller's stream
 

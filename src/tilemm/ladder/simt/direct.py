@@ -27,8 +27,8 @@ class SimtReplay:
     def __call__(self, a, b):
         """C = a @ b by the first call's kernel, or None where this call can't be replayed."""
         import torch
-        if (_alignment(a, b) != self.alignment or a.device != self.device
-                or torch._C._cuda_getDevice() != self.device.index or torch.cuda.is_current_stream_capturing()):
+        if (_alignment(a, b) != self.alignment or a.get_device() != self.device.index
+                or torch._C._cuda_getDevice() != self.device.index or torch._C._cuda_isCurrentStreamCapturing()):
             return None
         return self.run(a, b)
 
