@@ -16,7 +16,7 @@ import time
 
 import tilemm
 from tilemm import machine
-from tilemm.accuracy import tolerance
+from tilemm.accuracy import denormal_floor, tolerance
 from tilemm.bench.suites import SHAPES, wide_problems
 from tilemm.timing import graphed, interleaved_rounds, launch_overhead_us, time_cuda
 
@@ -105,7 +105,8 @@ def checked(c, a, b, dtype):
     ref = a.double() @ b.double()
     scale = a.double().abs() @ b.double().abs()
     rel_sum, rel_out = tolerance(dtype, a.shape[1])
-    ratio = ((c.double() - ref).abs() / (rel_sum * scale * (1 + rel_out) + rel_out * ref.abs() + 1e-300)).max()
+    floor = denormal_floor(dtype)
+    ratio = ((c.double() - ref).abs() / (rel_sum * scale * (1 + rel_out) + rel_out * ref.abs() + floor)).max()
     return bool(ratio <= 1) and not bool(torch.isnan(c).any()), float(ratio)
 
 

@@ -58,3 +58,14 @@ def test_compare_on_device_checks_host_results_on_the_host():
     ia, ib = operands(4, 8, 8, 8, "int32")
     wrong = (ia @ ib) + 1
     assert not compare_on_device(wrong, ia, ib, "int32").ok
+
+
+def test_float16_results_in_the_subnormal_range_pass_and_wrong_ones_fail():
+    """float16 sums near zero round to multiples of 2^-24 (its subnormals): that is float16's answer,
+    not an error; an error of a few spacings still fails."""
+    a = np.array([[1e-3, -1e-3, 3e-4]], dtype=np.float16)
+    b = np.array([[1e-3], [0.9e-3], [1e-3]], dtype=np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)            # ~4e-7: float16 subnormal
+    c = ref.astype(np.float16)
+    assert compare(c, a, b, "float16").ok
+    assert not compare(c + np.float16(2.0 ** -20), a, b, "float16").ok
