@@ -333,3 +333,15 @@ def test_out_of_core_on_the_gpu_with_pinned_operands(dtype, pinned_out):
         check(ooc.matmul(a_p, b_p, memory_limit=limit), a, b, dtype, f"out of core, {dtype}, panels in pieces")
     finally:
         ooc.ARRIVAL_PIECES, ooc.ARRIVAL_ROWS = pieces
+
+
+def test_matmul_on_host_matrices_past_free_memory_goes_out_of_core(monkeypatch):
+    """tilemm.matmul with a GPU rung on NumPy matrices whose A + B + C pass the free memory (made
+    small here) streams them through tilemm.outofcore; every entry checked."""
+    import tilemm.outofcore as ooc
+    monkeypatch.setattr(ooc, "free_device_bytes", lambda device=None: 6 << 20)
+    rng = np.random.default_rng(9)
+    a, b = random_operand(rng, (1000, 1100), "float32"), random_operand(rng, (1100, 900), "float32")
+    assert tilemm.plan(a, b, kernel="cublas").out_of_core
+    c = tilemm.matmul(a, b, kernel="cublas")
+    assert isinstance(c, np.ndarray) and compare(c, a, b, "float32").ok

@@ -71,3 +71,27 @@ def test_bad_input_is_refused_before_any_work(a, b, exc, match):
 def test_a_bad_out_is_refused():
     with pytest.raises(ValueError, match="out must be"):
         ooc.matmul(np.ones((3, 4)), np.ones((4, 2)), out=np.empty((2, 3)), device="cpu")
+
+
+def test_matmul_on_host_matrices_past_the_gpu_goes_out_of_core(monkeypatch):
+    """tilemm.matmul(a, b, kernel=<a GPU rung>) on host matrices whose A + B + C pass the GPU's free
+    memory runs tilemm.outofcore (here with no GPU: the rung's checks stood in for, the free memory
+    made small, the CPU path of out of core); a product that fits keeps the in-core plan."""
+    import tilemm
+    from tilemm import api, registry
+    monkeypatch.setattr(registry.Kernel, "why_not", lambda self, problem, params: None)   # as on a GPU
+    monkeypatch.setattr(ooc, "free_device_bytes", lambda device=None: 40 * 40 * 4 * 3)
+    real = ooc.matmul
+    monkeypatch.setattr(ooc, "matmul", lambda a, b, out=None: real(a, b, out=out, memory_limit=8000, device="cpu"))
+    rng = np.random.default_rng(1)
+    a, b = random_operand(rng, (50, 41), "float32"), random_operand(rng, (41, 47), "float32")
+    plan = tilemm.plan(a, b, kernel="cublas")
+    assert plan.out_of_core
+    out = np.full((50, 47), np.nan, np.float32)
+    assert plan.execute() is not None and compare(plan.execute(), a, b, "float32").ok
+    assert tilemm.plan(a, b, kernel="cublas", out=out).execute() is out and compare(out, a, b, "float32").ok
+    with pytest.raises(api.KernelUnavailable, match="out of core"):
+        plan.prepare()
+    small = random_operand(rng, (10, 10), "float32")
+    assert not tilemm.plan(small, small, kernel="cublas").out_of_core
+    assert not tilemm.plan(a, b, kernel="numpy").out_of_core          # a host rung: never

@@ -127,10 +127,15 @@ class Plan:
                                  # call with no out or stream is library.torch_product(dtype)(a, b)
     replay: object = None        # a Triton rung on such tensors: the first call's launches, which a
                                  # repeated call with no out or stream replays (tilemm.ladder.replay)
+    out_of_core: bool = False    # a GPU rung on host matrices past the GPU's free memory: tilemm.outofcore
+                                 # multiplies them a panel at a time (the library's products)
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
         with NaN (or 0xA5 bytes) first, so an entry the kernel never writes can't pass a check."""
+        if self.out_of_core:
+            from . import outofcore
+            return outofcore.matmul(self.a, self.b, out=self.out)
         with self._on_stream():
             launch, result = self._prepare(poison, False)
             launch()
@@ -151,6 +156,10 @@ class Plan:
         in the compute dtype with shape batch + (m, n). ``copy`` gives the kernel operands of its
         own (benchmarks rotate several such sets so the inputs do not sit in cache). Both run on
         the plan's stream, whatever stream is current when they are called."""
+        if self.out_of_core:
+            raise KernelUnavailable(f"matmul: {self.problem.m}x{self.problem.n}x{self.problem.k} on host matrices "
+                                    "passes the GPU's free memory: execute() runs it out of core (tilemm.outofcore), "
+                                    "a panel at a time; prepare() gives in-core launches only")
         with self._on_stream():
             launch, result = self._prepare(poison, copy)
         if self.kernel.device == "cpu":
@@ -238,13 +247,28 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     if out is not None:
         _check_out(out, da, shape, result)
     queue = streams.caller_stream(da.kind, da.device, stream) if chosen.device == "cuda" else streams.LEGACY_DEFAULT
+    out_of_core = (chosen.device == "cuda" and da.device == "cpu" and not batch and len(da.shape) == len(db.shape) == 2
+                   and out_dtype is None and stream is None and _past_device_memory(problem))
     direct = chosen.name == "numpy" and da.kind == db.kind == "numpy" and da.dtype == db.dtype == result == compute
     fast = None
     if (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and not is_integer(result)
             and len(da.shape) == len(db.shape) == 2 and da.dtype == db.dtype == result == compute):
         from .ladder.library import torch_product
         fast = torch_product(result)
-    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast)
+    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast,
+                out_of_core=out_of_core)
+
+
+def _past_device_memory(problem: Problem) -> bool:
+    """Whether A, B and C of a product on host operands would pass the GPU's free memory if copied
+    in whole: then they go through tilemm.outofcore, a panel at a time."""
+    from . import outofcore
+    p = problem
+    try:
+        free = outofcore.free_device_bytes()
+    except (ImportError, RuntimeError, AssertionError):   # no torch, or a torch without CUDA: in core, as before
+        return False
+    return (p.m * p.k + p.k * p.n + p.m * p.n) * p.itemsize > free
 
 
 def _checked_out_dtype(out_dtype, result: str) -> str:

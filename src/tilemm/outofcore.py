@@ -113,7 +113,7 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
     c = _checked_out(out, (m, n), result, as_numpy)
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if memory_limit is None:
-        memory_limit = int(torch.cuda.mem_get_info(dev)[0] * HEADROOM) if dev.type == "cuda" else 8 << 30
+        memory_limit = free_device_bytes(dev) if dev.type == "cuda" else 8 << 30
     itemsize = torch.empty((), dtype=getattr(torch, result)).element_size()
     plan = plan_blocks(m, n, k, itemsize, 4 if sums == "float32" else itemsize, itemsize, memory_limit)
     c_t = torch.from_numpy(c) if isinstance(c, np.ndarray) else c
@@ -125,6 +125,12 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
                  b_t.to(getattr(torch, result)) if dtype_name(b_t.dtype) != result else b_t,
                  c_t, plan, dev, sums, progress)
     return c
+
+
+def free_device_bytes(device=None) -> int:
+    """What a plan may use of the GPU's memory: HEADROOM of what is free now."""
+    import torch
+    return int(torch.cuda.mem_get_info(device)[0] * HEADROOM)
 
 
 def _host_tensor(x, operand: str):
