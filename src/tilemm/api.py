@@ -148,7 +148,10 @@ class Plan:
     def recorded_launches(self):
         """After execute(): its launches as a Replay, where they can be replayed (else None)."""
         launched = getattr(self, "_launched", None)
-        return launched() if launched else None
+        try:
+            return launched() if launched else None
+        except (AttributeError, KeyError, TypeError, ValueError):   # another Triton or numba-cuda's internals:
+            return None                                                # repeated calls take the usual path
 
     def prepare(self, poison: bool = False, copy: bool = False):
         """(launch, result): operands moved and cast for the kernel, the output allocated.
