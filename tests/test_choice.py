@@ -24,6 +24,7 @@ def test_the_shipped_table_is_the_one_the_fit_half_gives():
     fit = [r for r in records if r["tag"].endswith("/fit")]
     assert choice.winners(fit) == choice.MEASURED_WINNERS[((9, 0), "bfloat16")]
     assert choice.winners(fit, min_geomean=100.0) == {}             # the rule can say no
+    assert choice.measured(fit) == choice.MEASURED_CLASSES[((9, 0), "bfloat16")]["tensorcore"]
 
 
 @pytest.mark.parametrize("capability, dtype, shape, expected", [
@@ -60,7 +61,11 @@ def test_auto_times_native_rungs_capped_by_the_table(monkeypatch):
         found = auto.candidates("cuda:0", dtype, lambda k: Problem(*shape, k.compute_dtype(dtype)), *shape)
         return [k.name for k in found]
     assert names("bfloat16", (6175, 3136, 3462), None) == ["cublas", "tensorcore"]
-    assert names("bfloat16", (6175, 3136, 3462), (9, 0)) == ["cublas", "tensorcore"]
+    assert names("bfloat16", (6175, 3136, 3462), (9, 0)) == ["cublas", "tensorcore"]     # the table's winner
+    assert names("bfloat16", (6000, 6000, 6000), None) == ["cublas", "tensorcore"]       # nothing measured here
+    assert names("bfloat16", (6000, 6000, 6000), (9, 0)) == ["cublas"]        # measured, no better: not compiled
+    assert names("bfloat16", (300, 301, 303), (9, 0)) == ["cublas"]           # small: measured slower
+    assert names("bfloat16", (40000, 40000, 50), (9, 0)) == ["cublas", "tensorcore"]     # a class never measured
     assert names("float32", (4096, 4096, 4096), None) == ["cublas", "tensorcore-f32", "regblock"]
     assert "tensorcore-int" in names("int8", (4096, 4096, 4096), None)
     assert "tensorcore-f64" in names("float64", (4096, 4096, 4096), None)

@@ -28,10 +28,13 @@ def candidates(device: str, result: str, problem_of, m: int = 0, n: int = 0, k: 
     """The fast rungs that compute `result` in its own dtype here (a rung that would promote it, as
     float32 rungs for bfloat16, does more work by design), capped by the shipped ranking
     (tilemm.choice): where it names a rung for this shape class, that rung and the library alone;
-    problem_of(kernel) -> its Problem."""
+    where it measured a rung on this class and did not name it, not that rung. problem_of(kernel)
+    -> its Problem."""
     names = HOST_CANDIDATES if device == "cpu" else GPU_CANDIDATES
-    if device != "cpu" and (preferred := choice.preferred(result, m, n, k)):
-        names = tuple(name for name in names if name in (preferred, "cublas"))
+    if device != "cpu":
+        if preferred := choice.preferred(result, m, n, k):
+            names = tuple(name for name in names if name in (preferred, "cublas"))
+        names = tuple(name for name in names if name == "cublas" or choice.worth_timing(name, result, m, n, k))
     found = []
     for name in names:
         kernel = registry.get(name)

@@ -41,6 +41,30 @@ MEASURED_WINNERS = {
 }
 
 
+# (compute capability, dtype) -> {rung: the shape classes the sweep's fit half measured it on}: where
+# kernel="auto" need not compile and time a rung the table does not name (MEASURED_WINNERS decides)
+MEASURED_CLASSES = {
+    ((9, 0), "bfloat16"): {"tensorcore": frozenset({
+        (0, False, 0, False), (0, False, 0, True), (0, False, 1, False), (0, False, 1, True), (0, False, 2, False),
+        (0, False, 2, True), (0, True, 1, False), (0, True, 1, True), (1, False, 0, False), (1, False, 1, False),
+        (1, False, 2, False), (1, True, 1, False), (1, True, 1, True), (2, False, 1, False), (2, True, 1, False)})},
+}
+
+
+def measured(records: list[dict], rung: str = "tensorcore") -> frozenset:
+    """The shape classes benchmark records measured `rung` on (how MEASURED_CLASSES is made)."""
+    return frozenset(shape_class(r["m"], r["n"], r["k"]) for r in records
+                     if r.get("variant") == rung and r.get("vs_cublas"))
+
+
+def worth_timing(rung: str, dtype: str, m: int, n: int, k: int) -> bool:
+    """Whether kernel="auto" should compile and time `rung` for this product: not where the shipped
+    sweep measured it on this shape class and the table does not name it (it did not win there)."""
+    if preferred(dtype, m, n, k) == rung:
+        return True
+    return shape_class(m, n, k) not in MEASURED_CLASSES.get((_capability(), dtype), {}).get(rung, frozenset())
+
+
 def winners(records: list[dict], rung: str = "tensorcore", min_geomean: float = 1.05, min_ratio: float = 0.9) -> dict:
     """{shape class: rung} from benchmark records (tensorcore_vs_cublas.py's: m, n, k, variant,
     vs_cublas): the classes where the rung's ratios to cuBLAS have a geometric mean of at least
