@@ -125,8 +125,8 @@ class Plan:
     direct: bool = False         # the numpy rung on NumPy operands already of the result's dtype: numpy.matmul
     fast: object = None          # the library on 2-D torch CUDA float tensors of the compute dtype: a repeated
                                  # call with no out or stream is library.torch_product(dtype)(a, b)
-    replay: object = None        # a Triton rung on such tensors: the first call's launches, which a
-                                 # repeated call with no out or stream replays (tilemm.ladder.replay)
+    replay: object = None        # a Triton or numba-cuda rung on such tensors: the first call's launches, which
+                                 # a repeated call with no out or stream replays (ladder/replay.py, simt/direct.py)
     out_of_core: bool = False    # a GPU rung on host matrices past the GPU's free memory: tilemm.outofcore
                                  # multiplies them a panel at a time (the library's products)
 
