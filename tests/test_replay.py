@@ -59,3 +59,13 @@ def test_what_cannot_be_replayed_is_refused():
     assert recorded(Steps([ok, lambda: None]), (a, b, c)) is None   # a step that is not a launch
     assert recorded(ok, (a, a.T, c)) is None                       # operands sharing storage
     assert recorded(ok, (a, b, c)) is not None
+
+
+def test_alignment_is_each_operands_own():
+    """Triton specializes each pointer on its own 16 bytes: an aligned A with an unaligned B is not
+    the same program as an unaligned A with an aligned B, so the guard tells them apart."""
+    from tilemm.ladder.replay import alignment
+    x = torch.empty(64, dtype=torch.float32)
+    aligned, off = x[:16].view(4, 4), x[1:17].view(4, 4)
+    assert alignment(aligned, aligned) == (0, 0)
+    assert alignment(aligned, off) != alignment(off, aligned)

@@ -10,7 +10,7 @@ the new operands in their places and launches the programs directly.
 
 Only launches a rung declares to be the whole of its work (a ``Steps`` of ``BoundLaunch``es: no
 copy or value read on the host in between) are replayed, only on 2-D torch CUDA tensors already of
-the compute dtype, with the first call's alignment (Triton specializes on 16-byte pointers) on the
+the compute dtype, with the first call's alignment (Triton specializes on each pointer's 16 bytes) on the
 same device, outside CUDA-graph capture; anything else takes the plan's usual path.
 """
 from __future__ import annotations
@@ -18,6 +18,20 @@ from __future__ import annotations
 import copy
 
 from ._tensorcore_support import BoundLaunch, Steps, StreamKLaunch, all_arguments
+
+
+def alignment(a, b) -> tuple:
+    """Where a's and b's data start within 16 bytes: compiled programs are specialized on it
+    (Triton on each pointer's 16-byte alignment, regblock's vector loads on the rows')."""
+    return a.data_ptr() % 16, b.data_ptr() % 16
+
+
+def fits(a, b, device, aligned: tuple) -> bool:
+    """Whether a call on a and b may replay launches recorded on `device` with operands aligned as
+    `aligned`: the same alignment, a and the current device that device, no CUDA graph being captured."""
+    import torch
+    return (alignment(a, b) == aligned and a.get_device() == device.index
+            and torch._C._cuda_getDevice() == device.index and not torch._C._cuda_isCurrentStreamCapturing())
 
 
 class Replay:
@@ -29,10 +43,9 @@ class Replay:
 
     def __call__(self, a, b):
         """C = a @ b by the recorded launches, or None where this call can't be replayed."""
-        import torch
-        if (((a.data_ptr() | b.data_ptr()) % 16 == 0) != self.aligned or a.get_device() != self.device.index
-                or torch._C._cuda_getDevice() != self.device.index or torch._C._cuda_isCurrentStreamCapturing()):
+        if not fits(a, b, self.device, self.aligned):
             return None
+        import torch
         return self.run(a, b, torch._C._cuda_getCurrentRawStream(self.device.index))   # the caller's stream
 
     def run(self, a, b, stream=None):
@@ -59,7 +72,7 @@ def recorded(bound, operands: tuple) -> Replay | None:
     storages = {t.untyped_storage().data_ptr(): (i, t) for i, t in enumerate(operands)}
     if len(storages) < 3:          # a and b views of one tensor: a new call's may not be
         return None
-    groups: dict = {}              # scratch storage pointer -> (index, bytes)
+    groups: dict = {}              # scratch storage pointer -> (index, (elements, dtype))
     recipe, slots = [], []
     for i, launch in enumerate(launches):
         values = list(launch.values or all_arguments(launch.program, launch.args, launch.options))
@@ -74,9 +87,8 @@ def recorded(bound, operands: tuple) -> Replay | None:
                 slots.append((i, j, make))
                 values[j] = None                     # no tensor of this call is kept
         recipe.append((_unbound(launch), tuple(values)))
-    aligned = (a.data_ptr() | b.data_ptr()) % 16 == 0
     return Replay(recipe, slots, [size for _, size in sorted(groups.values())], tuple(c.shape), c.dtype,
-                  c.device, aligned)
+                  c.device, alignment(a, b))
 
 
 def _unbound(launch: BoundLaunch) -> BoundLaunch:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ctypes
 
+from ..replay import fits
+
 
 class SimtReplay:
     def __init__(self, kernel, config, arguments, c_shape, dtype, device, alignment):
@@ -26,11 +28,7 @@ class SimtReplay:
 
     def __call__(self, a, b):
         """C = a @ b by the first call's kernel, or None where this call can't be replayed."""
-        import torch
-        if (_alignment(a, b) != self.alignment or a.get_device() != self.device.index
-                or torch._C._cuda_getDevice() != self.device.index or torch._C._cuda_isCurrentStreamCapturing()):
-            return None
-        return self.run(a, b)
+        return self.run(a, b) if fits(a, b, self.device, self.alignment) else None
 
     def run(self, a, b):
         import torch
@@ -81,9 +79,8 @@ def recorded(dispatcher, grid, block, args: tuple, operands: tuple, c_tensor) ->
             return None
     if len(set(pointers)) < 3:     # a and b views of one tensor: a new call's may not be
         return None
-    a, b, c = operands
     return SimtReplay(kernel, config, arguments, tuple(c_tensor.shape), c_tensor.dtype, c_tensor.device,
-                      (pointers[0] % 16, pointers[1] % 16))
+                      (pointers[0] % 16, pointers[1] % 16))     # replay.alignment of the first call
 
 
 def _pointer(x) -> int:
@@ -101,7 +98,3 @@ def _flattened(t, flat: bool) -> list:
     rows, cols = t.shape
     row_stride, col_stride = t.stride()
     return [0, 0, size, itemsize, t.data_ptr(), rows, cols, row_stride * itemsize, col_stride * itemsize]
-
-
-def _alignment(a, b) -> tuple:
-    return a.data_ptr() % 16, b.data_ptr() % 16
