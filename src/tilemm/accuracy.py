@@ -109,11 +109,8 @@ def compare_on_device(c, a, b, result: str) -> Verdict:
     if cupy is not None:
         try:
             with cupy.cuda.Device(_device_index(c)):
-                torch = arrays._torch()
-                if torch is not None and isinstance(c, torch.Tensor):
-                    torch.cuda.current_stream(c.device).synchronize()    # CuPy reads it on its own stream
-                    c = cupy.asarray(c.float() if c.dtype == torch.bfloat16 else c)
-                return compare(c, _on_cupy(cupy, a), _on_cupy(cupy, b), result)
+                arrays.synchronize(c)                 # CuPy reads a torch result on its own stream
+                return compare(_on_cupy(cupy, c), _on_cupy(cupy, a), _on_cupy(cupy, b), result)
         except cupy.cuda.memory.OutOfMemoryError:
             cupy.get_default_memory_pool().free_all_blocks()
     return compare(arrays.to_host(c, result), arrays.to_host(a, result), arrays.to_host(b, result), result)

@@ -364,6 +364,14 @@ def _prepare_host(plan: Plan, a, b, poison: bool, copy: bool):
     return launch, lambda: c
 
 
+def _replayable(plan: Plan, copy: bool, poison: bool, a, b, used_a, used_b) -> bool:
+    """Whether a prepared call's launches may be recorded for repeated calls to replay: a plain
+    call (no copies, no poison) on 2-D torch tensors that the kernel took as they are (used_a is
+    a: no cast, no copy) with a result of the compute dtype."""
+    return (not copy and not poison and plan.operand.kind == "torch" and len(plan.a.shape) == len(plan.b.shape) == 2
+            and used_a is a and used_b is b and plan.result == plan.problem.dtype)
+
+
 def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
     """Operands cast on the device (host arrays copied in), C allocated in the inputs' kind;
     numba-cuda sees torch and CuPy memory through __cuda_array_interface__, with no copy."""
@@ -381,9 +389,7 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
                 arrays.device_empty(plan.operand, plan.batch + (p.m, p.n), p.dtype, poison))
         a_d, b_d, c_d = (cuda.as_cuda_array(x, sync=False) for x in keep)
 
-    if (plan.kernel.replay and not host and not copy and not poison and plan.operand.kind == "torch"
-            and not plan.batch and p.m and p.n and p.k and plan.result == p.dtype
-            and len(plan.a.shape) == len(plan.b.shape) == 2 and keep[0] is a and keep[1] is b):
+    if plan.kernel.replay and not host and p.m and p.n and p.k and _replayable(plan, copy, poison, a, b, *keep[:2]):
         plan._launched = functools.partial(plan.kernel.replay, a, b, keep[2], **plan.params)   # a repeated call's
 
     def launch():
@@ -451,8 +457,7 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool, where: str | Non
             c_i = c[idx] if idx else c
             bound = bind and bind(a_i, b_i, c_i, **plan.params)
             calls.append(bound or functools.partial(plan.kernel.run, a_i, b_i, c_i, **plan.params))
-    if (len(calls) == 1 and bind and not copy and not poison and where == "cuda" and plan.operand.kind == "torch"
-            and len(plan.a.shape) == len(plan.b.shape) == 2 and a_t is a and b_t is b and plan.result == p.dtype):
+    if len(calls) == 1 and bind and where == "cuda" and _replayable(plan, copy, poison, a, b, a_t, b_t):
         from .ladder.replay import recorded
         plan._launched = functools.partial(recorded, calls[0], (a_t, b_t, c))   # for a repeated call's replay
 

@@ -41,7 +41,7 @@ def candidates(device: str, result: str, problem_of, m: int = 0, n: int = 0, k: 
         compute = kernel.compute_dtype(result)
         native = compute == result or (is_integer(result) and compute and is_integer(compute)) \
             or name in HOST_CANDIDATES + ("cublas",)
-        if kernel.compute_dtype(result) and native and kernel.why_not(problem_of(kernel), kernel.resolve({})) is None:
+        if compute and native and kernel.why_not(problem_of(kernel), kernel.resolve({})) is None:
             found.append(kernel)
     return found
 

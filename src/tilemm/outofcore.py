@@ -2,12 +2,14 @@
 
 C (M x N) is cut into blocks of BLOCK_M x BLOCK_N and K into chunks of BLOCK_K, sized from the
 device's free memory (or ``memory_limit``) so that two A panels, two B panels, the block's running
-sum and two result blocks fit, and shaped to move the fewest bytes over PCIe (plan_blocks). The panels of the next step are copied host -> device on a copy
-stream while this step multiplies (pinned operands with contiguous rows as one 2-D copy a panel,
-others through pinned staging buffers: a host copy that can run asynchronously), a panel already on the device is not copied again (with K whole, block row i's A
-panel serves every block of the row), and each finished block goes device -> host on a third
-stream while the next one multiplies. Products by tilemm's rungs (tilemm.panels.accumulate: the
-library, with float32 sums for 16-bit floats).
+sum and two result blocks fit, and shaped for the product to end first (plan_blocks). The panels
+of the next step are copied host -> device on a copy stream while this step multiplies (pinned
+operands with contiguous rows as one 2-D copy a panel, others through pinned staging buffers: a
+host copy that can run asynchronously), a panel already on the device is not copied again (with K
+whole, block row i's A panel serves every block of the row), and each finished block goes device
+-> host on a third stream while the next one multiplies. Products by the library
+(tilemm.panels.product for K in one pass, tilemm.panels.accumulate for a split K: float32 sums for
+16-bit floats).
 
     c = tilemm.outofcore.matmul(a, b)                  # NumPy or torch CPU tensors in, host C out
     tilemm.outofcore.matmul(a, b, out=c, memory_limit=8 << 30, progress=True)
@@ -62,8 +64,8 @@ def plan_blocks(m: int, n: int, k: int, in_bytes: int, sum_bytes: int, out_bytes
     rest of the copies overlap the products and a split K's running sums (FLOP_PER_BYTE,
     HBM_PER_COPIED_BYTE), and each step costs STEP_BYTES. With K whole a block row's A panel
     serves the whole row, so A crosses once and B once a block row (once, if it has two block
-    columns: both stay resident); with K split each step loads both panels. Among plans as fast, the fewest steps. A ValueError says what even the smallest
-    needs."""
+    columns: both stay resident); with K split each step loads both panels. Among plans as fast,
+    the fewest steps. A ValueError says what even the smallest needs."""
     def sizes(d):
         d = max(d, 1)
         found = [d]
@@ -248,17 +250,16 @@ def _run(a, b, c, plan: Blocks, device, sums: str, progress: bool):
                     copy_2d(dev[start:stop], source[start:stop], lanes.copy_in)
                     arrived.append((stop, lanes.mark(lanes.copy_in)))
                 loaded[which][slot] = arrived
-            held[which][slot] = key
-            return slot
-        host = _part(staging[which][slot], r, q)
-        if staged[which][slot] is not None:
-            staged[which][slot].synchronize()            # the staging buffer's last copy has left it
-        host.copy_(source)
-        with lanes.on(lanes.copy_in):
-            lanes.wait(lanes.copy_in, freed[which][slot])
-            dev.copy_(host, non_blocking=pinned)
-            staged[which][slot] = lanes.mark(lanes.copy_in)
-            loaded[which][slot] = [(r, staged[which][slot])]
+        else:
+            host = _part(staging[which][slot], r, q)
+            if staged[which][slot] is not None:
+                staged[which][slot].synchronize()        # the staging buffer's last copy has left it
+            host.copy_(source)
+            with lanes.on(lanes.copy_in):
+                lanes.wait(lanes.copy_in, freed[which][slot])
+                dev.copy_(host, non_blocking=pinned)
+                staged[which][slot] = lanes.mark(lanes.copy_in)
+                loaded[which][slot] = [(r, staged[which][slot])]
         held[which][slot] = key
         return slot
 
@@ -270,6 +271,12 @@ def _run(a, b, c, plan: Blocks, device, sums: str, progress: bool):
                 event.synchronize()
             c[rows, cols].copy_(_part(staging["c"][slot], rows.stop - rows.start, cols.stop - cols.start))
             pending[slot] = None
+
+    def claim(slot):
+        """Result buffer `slot` free for the next block: its last block is in C (staged) or on its way
+        there (a direct copy the compute stream waits for)."""
+        drain(slot)
+        lanes.wait(lanes.compute, sent[slot])
 
     bar = _progress(len(steps)) if progress else contextlib.nullcontext()
     with bar as advance:
@@ -283,9 +290,8 @@ def _run(a, b, c, plan: Blocks, device, sums: str, progress: bool):
             ks = min(k, (kc + 1) * bk) - kc * bk
             r, q = rows.stop - rows.start, cols.stop - cols.start
             out = block_number % 2
-            if kc == 0 and whole_k:                      # C's block written straight into its buffer:
-                drain(out)                               # its previous block is in C first
-                lanes.wait(lanes.compute, sent[out])     # ... or on its way there
+            if kc == 0 and whole_k:                      # C's block written straight into its buffer
+                claim(out)
             lanes.wait(lanes.compute, loaded["b"][b_slot][0][1])
             start = 0
             for stop, arrived in loaded["a"][a_slot]:   # rows of C as the rows of A they need arrive
@@ -299,8 +305,7 @@ def _run(a, b, c, plan: Blocks, device, sums: str, progress: bool):
             freed["a"][a_slot] = freed["b"][b_slot] = lanes.mark(lanes.compute)
             if (kc + 1) * bk >= k:                       # the block's last chunk: send it home
                 if not whole_k:
-                    drain(out)
-                    lanes.wait(lanes.compute, sent[out])
+                    claim(out)
                     _part(c_dev[out], r, q).copy_(_part(acc, r, q))   # rounded once (16-bit), on the compute stream
                 done = lanes.mark(lanes.compute)
                 with lanes.on(lanes.copy_out):
