@@ -33,4 +33,4 @@ print(f"{n}³ bf16, wall time per call of 300 in a row:")
 for label, call in [("auto", lambda: tilemm.matmul(a, b, kernel="auto"))] + \
         [(name, lambda name=name: tilemm.matmul(a, b, kernel=name)) for name in named] + \
         [("torch.matmul", lambda: torch.matmul(a, b))]:
-    print(f"  {label:14} {wall_us(call):9.1f} us")
+    print(f"  {label:14} {wall_us(call, 300):9.1f} us")

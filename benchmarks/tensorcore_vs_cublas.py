@@ -49,6 +49,8 @@ VARIANTS = {
                 ("f64-persistent-k16-s4", "tensorcore-f64", dict(persistent=True, block_k=16, num_stages=4))],
 }
 VARIANTS["float16"] = VARIANTS["bfloat16"]
+# int8 -> exact int32 sums, against torch._int_mm (cuBLASLt's int8 GEMM; "cublas" in the records)
+VARIANTS["int8"] = [("tensorcore-int", "tensorcore-int", dict(out_dtype="int32"))]
 # float32: two anchors (cuBLAS SGEMM with TF32 off, cuBLAS TF32); labels with "tf32" but not "3x"
 # are checked against TF32's error (inputs rounded to 10 mantissa bits), the others against float32's
 VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
@@ -58,6 +60,8 @@ VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
                        ("tf32-one-copy", "tensorcore-f32", dict(precision="tf32", copy_panels=1)),
                        ("tf32-4-panels", "tensorcore-f32", dict(precision="tf32", copy_panels=4)),
                        ("3x-one-copy", "tensorcore-f32", dict(copy_panels=1)),
+                       ("3x-direct", "tensorcore-f32", dict(direct=True)),
+                       ("3x-split", "tensorcore-f32", dict(direct=False)),
                        ("3x-stream-k", "tensorcore-f32", dict(stream_k=True)),
                        ("3x-no-stream-k", "tensorcore-f32", dict(stream_k=False)),
                        ("3x-2-panels", "tensorcore-f32", dict(copy_panels=2)),
@@ -101,8 +105,11 @@ def copy_bandwidth() -> float:
 
 
 def checked(c, a, b, dtype):
-    """(ok, worst error over tilemm.accuracy's bound), on the GPU in float64."""
+    """(ok, worst error over tilemm.accuracy's bound), on the GPU in float64; int8: exact (0.0)."""
     ref = a.double() @ b.double()
+    if dtype == "int8":             # int32 sums of int8 products: exact in float64 (|sums| < 2^53)
+        same = bool(torch.equal(c.double(), ref))
+        return same, 0.0 if same else float("inf")
     scale = a.double().abs() @ b.double().abs()
     rel_sum, rel_out = tolerance(dtype, a.shape[1])
     floor = denormal_floor(dtype)
@@ -111,10 +118,24 @@ def checked(c, a, b, dtype):
 
 
 def laid_out(rows: int, cols: int, how: str, dtype):
-    """A random (rows, cols) operand on the GPU: row-major ('n') or a transposed view ('t')."""
-    if how == "t":
-        return torch.randn(cols, rows, device="cuda", dtype=dtype).T
-    return torch.randn(rows, cols, device="cuda", dtype=dtype)
+    """A random (rows, cols) operand on the GPU: row-major ('n') or a transposed view ('t');
+    int8: uniform over its range."""
+    shape = (cols, rows) if how == "t" else (rows, cols)
+    if dtype == torch.int8:
+        x = torch.randint(-128, 128, shape, device="cuda", dtype=dtype)
+    else:
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+    return x.T if how == "t" else x
+
+
+def int_mm_launch(a, b, c):
+    """torch._int_mm into c as a user would call it: on the operands as they are, or on row-major
+    copies (counted in its time) where cuBLASLt refuses their layout or sizes."""
+    try:
+        torch._int_mm(a, b, out=c)
+        return lambda: torch._int_mm(a, b, out=c)
+    except RuntimeError:
+        return lambda: torch._int_mm(a.contiguous(), b.contiguous(), out=c)
 
 
 def main():
@@ -129,6 +150,7 @@ def main():
     ap.add_argument("--graphs", action="store_true",
                     help="also time each variant replayed from a CUDA graph (GPU time alone, no launch cost)")
     ap.add_argument("--variants", nargs="+", help="only these labels (and the anchors)")
+    ap.add_argument("--min-dim", type=int, default=0, help="only problems with M, N and K at least this")
     ap.add_argument("--wide", choices=["all", "fit", "held-out"],
                     help="the wide sweep's problems (tilemm.bench.suites.wide_problems, with their layouts) "
                          "instead of --shapes: all of them or one half")
@@ -136,6 +158,7 @@ def main():
     problems = ([(p.m, p.n, p.k, p.layout, f"{p.kind}/{p.split}") for p in wide_problems()
                  if args.wide in ("all", p.split)] if args.wide
                 else [(*map(int, shape.split("x")), "nn", None) for shape in args.shapes])
+    problems = [p for p in problems if min(p[:3]) >= args.min_dim]
     stamp = machine.stamp(machine.command_line(
         "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py", args))
     bandwidth = copy_bandwidth()
@@ -154,9 +177,10 @@ def main():
             a = laid_out(m, k, layout[0], dtype)
             b = laid_out(k, n, layout[1], dtype)
             launches, results, uncapturable = {}, {}, set()
-            c_ref = torch.empty(m, n, device="cuda", dtype=dtype)
+            c_ref = torch.empty(m, n, device="cuda", dtype=torch.int32 if dtype == torch.int8 else dtype)
             torch.backends.cuda.matmul.allow_tf32 = False                 # cuBLAS SGEMM: no TF32
-            launches["cublas"] = lambda a=a, b=b, c=c_ref: torch.matmul(a, b, out=c)
+            launches["cublas"] = (int_mm_launch(a, b, c_ref) if dtype == torch.int8 else
+                                  lambda a=a, b=b, c=c_ref: torch.matmul(a, b, out=c))
             results["cublas"] = lambda c=c_ref: c
             if dtype_name == "float32":
                 c_tf32 = torch.empty(m, n, device="cuda", dtype=dtype)

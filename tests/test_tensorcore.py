@@ -145,12 +145,14 @@ def test_interpreter_float64(m, n, k):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("direct", [True, False])
 @pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (17, 33, 9, "tn"), (40, 7, 65, "nt"), (3, 5, 0, "nn"),
                                           (24, 20, 48, "tt"), (9, 9, 16, "nn")])
-def test_interpreter_3xtf32_is_float32_accurate(m, n, k, layout):
+def test_interpreter_3xtf32_is_float32_accurate(m, n, k, layout, direct):
+    """3xTF32 in one launch (the parts split in registers) and by split passes (the parts written K-major)."""
     from tilemm.data import operands
     a, b = operands(m + n + k, m, n, k, "float32", layout)
-    c = tilemm.plan(a, b, kernel="tensorcore-f32", **SMALL).execute(poison=True)
+    c = tilemm.plan(a, b, kernel="tensorcore-f32", direct=direct, **SMALL).execute(poison=True)
     assert c.dtype == np.float32
     verdict = compare(c, a, b, "float32")
     assert verdict.ok, verdict.message
@@ -183,17 +185,19 @@ def assert_ieee_nan_and_inf(c, a, b):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
-def test_3xtf32_inf_and_nan_propagate_as_ieee():
+@pytest.mark.parametrize("direct,k", [(True, 17), (False, 17), (None, 11)])   # K < 16: IEEE float32
+def test_3xtf32_inf_and_nan_propagate_as_ieee(direct, k):
     from tilemm.data import operands
-    a, b = operands(4, 9, 10, 11, "float32")
+    a, b = operands(4, 9, 10, k, "float32")
     a[2, 4], a[5, 0], b[3, 7] = np.nan, np.inf, -np.inf
     b[0, 3] = 0.0                      # inf * 0 is NaN in IEEE as well; elsewhere b's low parts have both signs
-    c = tilemm.matmul(a, b, kernel="tensorcore-f32", **SMALL)
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", direct=direct, **SMALL)
     assert_ieee_nan_and_inf(c, a, b)
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
-def test_3xtf32_chunks_of_k_steps(monkeypatch):
+@pytest.mark.parametrize("direct", [True, False])
+def test_3xtf32_chunks_of_k_steps(monkeypatch, direct):
     """3xTF32 sums a chunk of K steps on the tensor cores, then adds it in float32: with chunks
     of 2 steps of 16, K = 70 is chunks of 2, 2 and 1 steps (the last one partial). Float32's
     bound holds, and Inf and NaN, one in each of two chunks, land where IEEE puts them."""
@@ -202,12 +206,12 @@ def test_3xtf32_chunks_of_k_steps(monkeypatch):
     monkeypatch.setattr(t4_f32, "CHUNK_STEPS", 2)
     monkeypatch.setattr(t4_f32, "MIN_CHUNKS", 1)
     a, b = operands(5, 12, 9, 70, "float32")
-    c = tilemm.plan(a, b, kernel="tensorcore-f32", **SMALL).execute(poison=True)
+    c = tilemm.plan(a, b, kernel="tensorcore-f32", direct=direct, **SMALL).execute(poison=True)
     verdict = compare(c, a, b, "float32")
     assert verdict.ok, verdict.message
     a[2, 4], a[5, 40], b[65, 7] = np.nan, np.inf, -np.inf
     b[40, 3] = 0.0                     # inf * 0 is NaN in IEEE as well
-    c = tilemm.matmul(a, b, kernel="tensorcore-f32", **SMALL)
+    c = tilemm.matmul(a, b, kernel="tensorcore-f32", direct=direct, **SMALL)
     assert_ieee_nan_and_inf(c, a, b)
 
 
@@ -550,6 +554,17 @@ k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=con
                    options=dict(num_warps=p["num_warps"], num_stages=stages))
 out["tf32x3-stream-k"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                               wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
+# 3xTF32 in one launch (small products), at its tiles
+from tilemm.ladder.tensorcore.t4_f32 import DIRECT_BLOCK
+from tilemm.ladder.tensorcore.t4_f32_kernel import tf32x3_direct
+sig = dict(a_ptr="*fp32", b_ptr="*fp32", c_ptr="*fp32", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
+           stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", CHUNK="constexpr", BLOCK_M="constexpr",
+           BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr")
+const = dict(CHUNK=4, BLOCK_M=DIRECT_BLOCK, BLOCK_N=DIRECT_BLOCK, BLOCK_K=block_k, GROUP_M=p["group_m"])
+k = triton.compile(ASTSource(fn=tf32x3_direct, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                   options=dict(num_warps=4, num_stages=stages))
+out["tf32x3-direct"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
+                            wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 sig = dict(x_ptr="*fp32", out_ptr="*fp32", R="i32", C="i32", C_PAD="i32", stride_r="i32",
            stride_c="i32", PARTS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
 k = triton.compile(ASTSource(fn=split_tf32, signature=sig, constexprs=dict(PARTS=2, BLOCK_R=64, BLOCK_C=64)),
@@ -636,7 +651,7 @@ def test_default_configs_compile_for_sm90():
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
-                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k",
+                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k", "tf32x3-direct",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
                              "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite",

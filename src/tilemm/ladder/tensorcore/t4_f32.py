@@ -11,7 +11,9 @@ as accurate as TF32.
 
 Hopper's tensor cores read 32-bit operands K-major only (wgmma transposes 16-bit types alone), so
 a split pass writes both operands' parts K-major, B transposed (its time counts in the rung's);
-the product then takes its tiles by TMA, four tiles a K step shared by the three products. Where
+the product then takes its tiles by TMA, four tiles a K step shared by the three products. Small
+products (DIRECT_WORK) skip the split passes: one launch loads float32 tiles and splits them in
+registers (tf32x3_direct), since there the passes' launches cost more than the product. Where
 a last round of tiles would leave many SMs idle, 3xTF32 runs on the persistent program with
 stream-K (STREAM_K_ROUNDS). For large products B is written in panels of columns on a second
 stream, each panel's product starting once its panel is written, so that the copying hides
@@ -156,12 +158,30 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
                                  num_warps=4, num_stages=1)
 
 
+# 3xTF32 products of at most this many multiply-adds take one launch (tf32x3_direct), their
+# parts split in registers, on tiles of at most DIRECT_BLOCK (more programs for a small C): there
+# the split passes' two launches cost more than they save. Measured on an H100, kernel alone
+# (h100-2026-11-24-s10/f32_direct.jsonl), direct against split: 256³ 22 against 63 µs, 512³ 37
+# against 70, 1024³ 92 against 91, 2048³ 656 against 204, 1000 x 3000 x 300 393 against 77: its
+# tiles pass through registers (split there) into shared memory, which costs past the smallest.
+DIRECT_WORK = 2**28
+DIRECT_BLOCK = 64
+
+
+def takes_direct(m: int, n: int, k: int, direct=None, stream_k=None, copy_panels=None) -> bool:
+    """Whether 3xTF32 runs as one launch (tf32x3_direct): as asked, else for products of at most
+    DIRECT_WORK multiply-adds unless stream-K or panels were asked for."""
+    if direct is not None:
+        return direct
+    return m * n * k <= DIRECT_WORK and not stream_k and (copy_panels or 1) == 1
+
+
 def run(a, b, c, **params):
     bind(a, b, c, **params)()
 
 
 def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, precision, persistent=False,
-         copy_panels=None, stream_k=None):
+         copy_panels=None, stream_k=None, direct=None):
     """run(a, b, c, ...) as a launcher without arguments: for TF32 and 3xTF32 the split passes'
     buffers, the descriptors and the launches worked out once (a prepared plan launched many
     times pays the launches alone); precision="int8" plans at each launch."""
@@ -188,6 +208,8 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
                                                           b.stride(1), c.stride(0), c.stride(1)),
                                     dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, GROUP_M=group_m,
                                          UPCAST=True, FP64=False, num_warps=num_warps, num_stages=1))
+    if parts == 2 and takes_direct(m, n, k, direct, stream_k, copy_panels):
+        return direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps,
                   num_stages=num_stages)
     a_desc, a_fill = parts_of(a, parts, block_m, block_k)
@@ -209,6 +231,20 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
             product = product_launch(a_desc, b_desc, c, k, parts, config)
         steps = [b_fill, product]
     return support.Steps([a_fill] + steps)
+
+
+def direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+    """A launcher without arguments of tf32x3_direct: 3xTF32 in one launch, on tiles of at most
+    DIRECT_BLOCK x DIRECT_BLOCK (and at most 4 warps for them)."""
+    from .t4_f32_kernel import tf32x3_direct
+    m, k = a.shape
+    n = b.shape[1]
+    block_m, block_n = min(block_m, DIRECT_BLOCK), min(block_n, DIRECT_BLOCK)
+    grid = (-(-m // block_m) * -(-n // block_n),)
+    return support.bound_launch(tf32x3_direct, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+                                                      b.stride(1), c.stride(0), c.stride(1)),
+                                dict(CHUNK=chunk_steps(k, block_k), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                     GROUP_M=group_m, num_warps=min(num_warps, 4), num_stages=num_stages))
 
 
 def product_launch(a_desc, b_desc, c, k, parts, config):
@@ -308,7 +344,7 @@ def products_by_panel(a_desc, b, c, parts, panels, config):
     return go
 
 
-def traffic(p, block_m, block_n, block_k, num_stages, precision, **_):
+def traffic(p, block_m, block_n, block_k, num_stages, precision, direct=None, stream_k=None, copy_panels=None, **_):
     # In float32 elements: the split pass reads A and B and writes their parts; the product reads
     # each part's tiles once per program and writes C. int8: three one-byte digit planes (3/4 of
     # an element), 6 pairs of tiles, C scaled in the Gluon program's epilogue (on Hopper; elsewhere,
@@ -319,6 +355,9 @@ def traffic(p, block_m, block_n, block_k, num_stages, precision, **_):
     if precision == "int8":
         return Traffic(read=operands + 6 * tiles_read / 4, written=0.75 * operands + p.m * p.n)
     parts = 2 if precision == "3xtf32" else 1
+    if parts == 2 and p.k >= IEEE_BELOW_K and takes_direct(p.m, p.n, p.k, direct, stream_k, copy_panels):
+        block_m, block_n = min(block_m, DIRECT_BLOCK), min(block_n, DIRECT_BLOCK)   # float32 tiles, no parts
+        return Traffic(read=p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m), written=p.m * p.n)
     return Traffic(read=operands + parts * tiles_read, written=parts * operands + p.m * p.n)
 
 
@@ -357,6 +396,9 @@ register(Kernel(
         Param("stream_k", None, (None, False, True),
               "3xtf32: one program an SM walks the tiles, the tiles of a last, partial round shared out by K "
               "steps (None: where that round leaves 40% of the SMs idle or more)"),
+        Param("direct", None, (None, False, True),
+              "3xtf32: one launch, the parts split in registers as the tiles load (no split passes); None: for "
+              "products of at most 2^28 multiply-adds (t4_f32.takes_direct)"),
         Param("copy_panels", None, (None, 1, 2, 3, 4, 8),
               "tf32 and 3xtf32: B is written K-major in this many panels of columns on a second stream, each "
               "panel's product starting once its copy is done (the copies hide behind the product); None: "

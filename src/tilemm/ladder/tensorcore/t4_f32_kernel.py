@@ -20,18 +20,59 @@ def split_tf32(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c,
     x = tl.load(x_ptr + offs_r[:, None] * stride_r + offs_c[None, :] * stride_c, mask=inside, other=0.0)
     out = out_ptr + offs_r[:, None] * C_PAD + offs_c[None, :]
     keep = (offs_r[:, None] < R) & (offs_c[None, :] < C_PAD)
-    bits = x.to(tl.int32, bitcast=True)
-    finite = (bits & 0x7F800000) != 0x7F800000
     if PARTS == 2:
-        # round to nearest on the 13 bits TF32 drops (-8192 = ~0x1FFF); values this rounding
-        # could carry to Inf are truncated instead; Inf and NaN stay whole, with no low part
-        rounded = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
-        truncated = (bits & -8192).to(tl.float32, bitcast=True)
-        hi = tl.where(finite, tl.where(tl.abs(x) < 3.0e38, rounded, truncated), x)
+        hi, lo = tf32_parts(x)
         tl.store(out, hi, mask=keep)
-        tl.store(out + tl.cast(R, tl.int64) * C_PAD, tl.where(finite, x - hi, 0.0), mask=keep)   # 64-bit offset
+        tl.store(out + tl.cast(R, tl.int64) * C_PAD, lo, mask=keep)   # 64-bit offset
     else:
         tl.store(out, x, mask=keep)
+
+
+@triton.jit
+def tf32_parts(x):
+    """(hi, lo): hi = x rounded to TF32 (10 mantissa bits, to nearest), lo = x - hi (exact in
+    float32). Rounding on the 13 bits TF32 drops (-8192 = ~0x1FFF); values this rounding could
+    carry to Inf are truncated instead; Inf and NaN stay whole in hi, with lo = 0."""
+    bits = x.to(tl.int32, bitcast=True)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    truncated = (bits & -8192).to(tl.float32, bitcast=True)
+    hi = tl.where(finite, tl.where(tl.abs(x) < 3.0e38, rounded, truncated), x)
+    return hi, tl.where(finite, x - hi, 0.0)
+
+
+@triton.jit
+def tf32x3_direct(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr):
+    """C = A @ B by 3xTF32 in one launch, for small products (where the split passes' launches
+    cost more than the product): each K step's tiles of A and B are loaded by pointers (any
+    strides, masks at the edges) and split into their TF32 parts in registers; the sums go as in
+    tf32x3_steps, a chunk of CHUNK steps at a time."""
+    off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m.to(tl.int64)[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n.to(tl.int64)[None, :] * stride_bn
+    steps = tl.cdiv(K, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for c0 in range(0, steps, CHUNK):
+        big = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for step in range(c0, tl.minimum(c0 + CHUNK, steps)):
+            k_left = K - step * BLOCK_K
+            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+            a_hi, a_lo = tf32_parts(a)
+            b_hi, b_lo = tf32_parts(b)
+            small = tl.dot(a_lo, b_hi, small, input_precision="tf32")
+            small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
+            big = tl.dot(a_hi, b_hi, big, input_precision="tf32")
+        acc += big + tl.where(tl.abs(small) < float("inf"), small, 0.0)    # see tf32x3_steps
+    store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
 
 
 @triton.jit
