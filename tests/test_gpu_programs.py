@@ -275,6 +275,8 @@ REPLAYED = [("tensorcore", "bfloat16", {}, (1024, 1024, 1024)), ("tensorcore", "
             ("tensorcore-f32", "float32", {}, (512, 384, 700)),               # 3xTF32 in one launch
             ("tensorcore-f32", "float32", {"precision": "tf32"}, (700, 900, 300)),
             ("tensorcore-f64", "float64", {}, (2048, 2048, 256)),
+            ("tensorcore-int", "int8", {}, (256, 512, 128)),                  # the Gluon program alone
+            ("tensorcore-int", "int32", {}, (300, 200, 100)),                 # digit passes, then the product
             ("regblock", "float32", {}, (256, 256, 256)), ("regblock", "float64", {}, (300, 200, 100)),
             ("tiled", "int32", {}, (67, 45, 33)), ("naive", "int64", {}, (64, 32, 16))]
 

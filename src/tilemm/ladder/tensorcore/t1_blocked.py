@@ -92,7 +92,7 @@ def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int = 8) 
 
 
 def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
-             align_rows=None, accumulate=False):
+             align_rows=None, accumulate=False, copy_transposed="a"):
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
     strides are not), by the persistent program when there is more than one round of tiles and
@@ -105,6 +105,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
     where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
     0.5). accumulate: c += a @ b (c may be float32 for 16-bit a and b: tilemm.distributed's panels).
+    copy_transposed ("a", "ab", "none"): float64 operands stored column-major that are copied into
+    rows first on the TMA path (A by default: see below).
     """
     from .t1_blocked_kernel import matmul_kernel, matmul_tma  # Triton loads on first use
     m, k = a.shape
@@ -123,8 +125,11 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         if align_rows is None:
             align_rows = rows_aligned_pays(m, n, k)
         align = 128 if align_rows and a.element_size() == 2 else 16
-        a_desc, a_t, a_fill = descriptor(a, block_m, block_k, align)
-        b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align)
+        # float64: an M-major A is copied into rows first: DMMA read its transposed tiles at
+        # 0.51-0.70x DGEMM against 0.85-1.03x for a row-major A (wide sweep, >= 2048,
+        # h100-2026-11-24-s10/f64.log); the copy is ~1% of such a product's time
+        a_desc, a_t, a_fill = descriptor(a, block_m, block_k, align, transposed=not (f64 and "a" in copy_transposed))
+        b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align, transposed=not (f64 and "b" in copy_transposed))
         fills = [f for f in (a_fill, b_fill) if f]
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                      UPCAST=upcast, ACCUMULATE=accumulate, num_warps=num_warps, num_stages=num_stages)
@@ -161,12 +166,12 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     return go
 
 
-def descriptor(x, block_rows: int, block_cols: int, align: int = 16):
+def descriptor(x, block_rows: int, block_cols: int, align: int = 16, transposed: bool = True):
     """(TMA descriptor, transposed, fill) for the (rows, cols) operand x: of x itself if its rows
-    are contiguous, of x^T if its columns are, else of aligned rows that fill() copies x into
-    (TMA wants 16-byte aligned strides and base; align=128 also copies rows whose stride is not a
-    multiple of 128 bytes); fill is None when there is nothing to copy."""
-    if not support.k_major(x) and support.k_major(x.T):
+    are contiguous, of x^T if its columns are (and transposed allows it), else of aligned rows
+    that fill() copies x into (TMA wants 16-byte aligned strides and base; align=128 also copies
+    rows whose stride is not a multiple of 128 bytes); fill is None when there is nothing to copy."""
+    if transposed and not support.k_major(x) and support.k_major(x.T):
         desc, fill = support.row_descriptor(x.T, block_cols, block_rows, align)
         return desc, True, fill
     desc, fill = support.row_descriptor(x, block_rows, block_cols, align)

@@ -250,7 +250,7 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, row_ptr, col_ptr, M, N, K, stride_cm, 
 def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, digits=(1, 1), group_m: int = 8,
              num_stages: int = 4, num_warps: int = 8, accumulate: bool = False, lowest_shift: int = 0,
              scales=(None, None)):
-    """A no-argument launch of int8_matmul_ws into c (M, N), int8 ... int64, from digits = (ND_A,
+    """A launcher without arguments (a BoundLaunch) of int8_matmul_ws into c (M, N), int8 ... int64, from digits = (ND_A,
     ND_B) planes of A and B (K >= 1: the rung writes zeros itself for K = 0); accumulate: add to
     what c holds (a later K chunk); lowest_shift: leave out the shifts below it (int64 sums only);
     scales: float64 row and column factors that turn the int64 sums into float32 c (for
@@ -260,11 +260,10 @@ def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, digits=(1
     if scales[0] is not None:
         nd_c = 8                                           # int64 sums, scaled into float32
 
-    def launch():
-        int8_matmul_ws[grid](a_desc, b_desc, c, *scales, m, n, k, c.stride(0), c.stride(1), ND_A=digits[0],
-                             ND_B=digits[1], ND_C=nd_c, LOWEST=lowest_shift, ACCUMULATE=accumulate, GROUP_M=group_m,
-                             PROGRAMS=grid[0], STAGES=num_stages, num_warps=num_warps)
-    return launch
+    from .._tensorcore_support import bound_launch
+    return bound_launch(int8_matmul_ws, grid, (a_desc, b_desc, c, *scales, m, n, k, c.stride(0), c.stride(1)),
+                        dict(ND_A=digits[0], ND_B=digits[1], ND_C=nd_c, LOWEST=lowest_shift, ACCUMULATE=accumulate,
+                             GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages, num_warps=num_warps))
 
 
 def descriptor(x, block_rows: int, block_k: int):

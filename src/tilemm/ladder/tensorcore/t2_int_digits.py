@@ -42,11 +42,21 @@ def digit_count(operand_bytes: int, result_bytes: int) -> int:
 def digit_planes(x, ndigits: int):
     """x's digit planes, stacked (ndigits * rows, K), K contiguous: x itself when it is already
     int8 and K-major with TMA's alignment."""
+    planes, fill = planes_launch(x, ndigits)
+    if fill:
+        fill()
+    return planes
+
+
+def planes_launch(x, ndigits: int):
+    """(planes, fill): digit_planes' tensor for x and the launch that writes it from x's current
+    values (None where x is its own plane)."""
     import torch
     from .t2_int_digits_kernel import split_digits
     if ndigits == 1 and x.dtype == torch.int8 and support.k_major(x):
-        return x
-    return support.stacked_parts_tensor(x, ndigits, torch.int8, split_digits, NDIGITS=ndigits)
+        return x, None
+    out = support.parts_buffer(x.shape[0], x.shape[1], ndigits, torch.int8, x.device)
+    return out.view(ndigits * x.shape[0], out.shape[2]), support.parts_fill(x, out, split_digits, NDIGITS=ndigits)
 
 
 def digit_descriptor(x, ndigits: int, block_rows: int, block_k: int):
@@ -78,6 +88,30 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
                                   BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)()
         return
     digit_products(a, b, c, nd_a, nd_b, block_m, block_n, block_k, group_m, num_warps, num_stages)
+
+
+def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+    """run(a, b, c, ...) as a launcher without arguments. On Hopper with K in one launch (results
+    up to 32 bits) the digit planes' buffers, the descriptors and the launches are worked out
+    once, a Steps that a repeated call replays: planning at each launch cost 100-330 µs of CPU a
+    call (int8 4096 x 2048 x 2048 took 166 µs against 50 µs for torch._int_mm, wide sweep,
+    h100-2026-11-24-s10/int8.log). Elsewhere each launch plans (run)."""
+    m, k = a.shape
+    n = b.shape[1]
+    nd_c = c.element_size()
+    nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
+    whole = k > 0 and chunk_tiles(k, nd_a, nd_b, nd_c, block_k) * block_k >= k
+    if not (whole and support.hopper_gluon()):
+        return lambda: run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
+    from . import t2_int8_gluon_kernel as gluon_int8
+    block_n = default_block_n(block_n, nd_c)
+    a_part, a_fill = planes_launch(a, nd_a)
+    b_part, b_fill = planes_launch(b.T, nd_b)                                 # (N, K): B K-major
+    programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
+    product = gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
+                                  gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k, programs,
+                                  (nd_a, nd_b), group_m, num_stages, num_warps)
+    return support.Steps([a_fill, b_fill, product])
 
 
 def chunk_tiles(k: int, nd_a: int, nd_b: int, nd_c: int, block_k: int, lowest_shift: int = 0) -> int:
@@ -156,7 +190,7 @@ def compute_unit(p, **_):
 register(Kernel(
     name="tensorcore-int", rung=21, device="cuda", backend="triton", dtypes=("int8", "int16", "int32", "int64"),
     seed="beyond", summary="exact integers from int8 tensor-core products of signed base-256 digits, fused",
-    run=run, traffic=traffic, limits=limits, available=support.available, narrow_operands=True,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available, narrow_operands=True,
     compute_unit=compute_unit,
     params=(Param("block_m", 128, (16, 32, 64, 128, 256), "rows of C per program"),
             Param("block_n", None, (None, 16, 32, 64, 128, 256),

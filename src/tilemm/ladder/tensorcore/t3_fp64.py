@@ -59,5 +59,8 @@ register(Kernel(
         # in two runs, against 0.88-0.89 / 0.90-0.92 / 0.93-0.96x one program a tile
         # (tensorcore_vs_cublas_f64_persistent_try.jsonl, tensorcore_vs_cublas_f64.jsonl)
         Param("persistent", True, (False, True),
-              "past one round of tiles: the persistent TMA program (float64 sums); False: one program a tile"),),
+              "past one round of tiles: the persistent TMA program (float64 sums); False: one program a tile"),
+        Param("copy_transposed", "a", ("none", "a", "ab"),
+              "past one round: operands stored column-major (A, or A and B) copied into rows first, a pass "
+              "that counts in the rung's time (DMMA reads a transposed A's tiles slowly)"),),
 ))
