@@ -8,7 +8,8 @@ import pytest
 
 from tilemm import api, choice
 
-SWEEP = Path(__file__).parent.parent / "benchmarks/results/h100-2026-11-24-s9/wide_bf16.jsonl"
+RESULTS = Path(__file__).parent.parent / "benchmarks/results"
+SWEEPS = {"bfloat16": RESULTS / "h100-2026-11-24-s9/wide_bf16.jsonl", "float16": RESULTS / "h100-2026-11-24-s10/wide_fp16.jsonl"}
 
 
 def test_shape_classes():
@@ -19,19 +20,21 @@ def test_shape_classes():
     assert choice.shape_class(1, 1, 1) == (0, False, 0, True)
 
 
-def test_the_shipped_table_is_the_one_the_fit_half_gives():
-    records = [json.loads(line) for line in open(SWEEP)]
-    fit = [r for r in records if r["tag"].endswith("/fit")]
-    assert choice.winners(fit) == choice.MEASURED_WINNERS[((9, 0), "bfloat16")]
+@pytest.mark.parametrize("dtype", sorted(SWEEPS))
+def test_the_shipped_table_is_the_one_the_fit_half_gives(dtype):
+    records = [json.loads(line) for line in open(SWEEPS[dtype])]
+    fit = [r for r in records if r["tag"].endswith("/fit") and r["dtype"] == dtype]
+    assert choice.winners(fit) == choice.MEASURED_WINNERS[((9, 0), dtype)]
     assert choice.winners(fit, min_geomean=100.0) == {}             # the rule can say no
-    assert choice.measured(fit) == choice.MEASURED_CLASSES[((9, 0), "bfloat16")]["tensorcore"]
+    assert choice.measured(fit) == choice.MEASURED_CLASSES[((9, 0), dtype)]["tensorcore"]
 
 
 @pytest.mark.parametrize("capability, dtype, shape, expected", [
     ((9, 0), "bfloat16", (6175, 3136, 3462), "tensorcore"),         # odd sizes: cuBLAS's slow path
     ((9, 0), "bfloat16", (8192, 8192, 8192), None),                 # aligned: cuBLAS
     ((9, 0), "bfloat16", (300, 301, 303), None),                    # small: the launch dominates
-    ((9, 0), "float16", (6175, 3136, 3462), None),                  # not measured: cuBLAS
+    ((9, 0), "float16", (6175, 3136, 3462), "tensorcore"),
+    ((9, 0), "float32", (6175, 3136, 3462), None),                  # not measured: cuBLAS
     ((8, 0), "bfloat16", (6175, 3136, 3462), None),                 # another GPU generation: cuBLAS
     (None, "bfloat16", (6175, 3136, 3462), None),                   # no GPU
 ])

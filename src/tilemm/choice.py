@@ -12,8 +12,8 @@ The classes are coarse on purpose (a table that generalises, not one that fits a
 
 A class is listed when tilemm's rung beat cuBLAS on the wide sweep's fit half (geometric mean
 >= 1.05x, none of its problems below 0.9x), kernel alone, interleaved rounds on the H100
-(benchmarks/results/h100-2026-11-24-s9/wide_bf16.jsonl; `python3 benchmarks/default_table.py`
-reads that file and prints the table and the held-out half's figures). Small products stay with
+(benchmarks/results/h100-2026-11-24-s9/wide_bf16.jsonl, h100-2026-11-24-s10/wide_fp16.jsonl;
+`python3 benchmarks/default_table.py FILE` prints the table and the held-out half's figures). Small products stay with
 cuBLAS: their time is the launch (~20 µs through Triton against ~5 µs), and deep-K products with
 small M and N want a split K that the rung does not have.
 """
@@ -35,19 +35,22 @@ def shape_class(m: int, n: int, k: int) -> tuple:
 
 
 # (compute capability, dtype) -> {shape class: kernel}: where the default leaves cuBLAS
+# float16's sweep (h100-2026-11-24-s10/wide_fp16.jsonl) gave the same classes as bfloat16's
 MEASURED_WINNERS = {
-    ((9, 0), "bfloat16"): {(1, False, 0, False): "tensorcore", (1, False, 1, False): "tensorcore",
-                           (1, False, 2, False): "tensorcore", (2, False, 1, False): "tensorcore"},
+    ((9, 0), dtype): {(1, False, 0, False): "tensorcore", (1, False, 1, False): "tensorcore",
+                      (1, False, 2, False): "tensorcore", (2, False, 1, False): "tensorcore"}
+    for dtype in ("bfloat16", "float16")
 }
 
 
 # (compute capability, dtype) -> {rung: the shape classes the sweep's fit half measured it on}: where
 # kernel="auto" need not compile and time a rung the table does not name (MEASURED_WINNERS decides)
 MEASURED_CLASSES = {
-    ((9, 0), "bfloat16"): {"tensorcore": frozenset({
+    ((9, 0), dtype): {"tensorcore": frozenset({
         (0, False, 0, False), (0, False, 0, True), (0, False, 1, False), (0, False, 1, True), (0, False, 2, False),
         (0, False, 2, True), (0, True, 1, False), (0, True, 1, True), (1, False, 0, False), (1, False, 1, False),
-        (1, False, 2, False), (1, True, 1, False), (1, True, 1, True), (2, False, 1, False), (2, True, 1, False)})},
+        (1, False, 2, False), (1, True, 1, False), (1, True, 1, True), (2, False, 1, False), (2, True, 1, False)})}
+    for dtype in ("bfloat16", "float16")
 }
 
 
