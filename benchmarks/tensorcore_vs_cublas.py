@@ -56,7 +56,7 @@ VARIANTS = {
 }
 VARIANTS["float16"] = VARIANTS["bfloat16"]
 # int8 -> exact int32 sums, against torch._int_mm (cuBLASLt's int8 GEMM; "cublas" in the records)
-VARIANTS["int8"] = [("tensorcore-int", "tensorcore-int", dict(out_dtype="int32"))]
+VARIANTS["int8"] = [("tensorcore-int", "tensorcore-int", dict(out_dtype="int32")), ("default", None, dict(out_dtype="int32"))]
 # float32: two anchors (cuBLAS SGEMM with TF32 off, cuBLAS TF32); labels with "tf32" but not "3x"
 # are checked against TF32's error (inputs rounded to 10 mantissa bits), the others against float32's
 VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),

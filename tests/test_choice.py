@@ -35,6 +35,10 @@ def test_the_shipped_table_is_the_one_the_fit_half_gives(dtype):
     ((9, 0), "bfloat16", (300, 301, 303), None),                    # small: the launch dominates
     ((9, 0), "float16", (6175, 3136, 3462), "tensorcore"),
     ((9, 0), "float32", (6175, 3136, 3462), None),                  # not measured: cuBLAS
+    ((9, 0), "int32", (4096, 4096, 4096), "tensorcore-int"),        # integers: the library has no fast GEMM
+    ((9, 0), "int32", (300, 301, 303), "tensorcore-int"),
+    ((9, 0), "int64", (300, 301, 303), None),                       # int64: from 10^10 operations on
+    ((9, 0), "int32", (16, 4096, 4096), None),                      # skinny: the library
     ((8, 0), "bfloat16", (6175, 3136, 3462), None),                 # another GPU generation: cuBLAS
     (None, "bfloat16", (6175, 3136, 3462), None),                   # no GPU
 ])

@@ -43,6 +43,19 @@ MEASURED_WINNERS = {
 }
 
 
+# Integer results on Hopper: the library multiplies integers with CuPy's own kernel (cuBLAS has no
+# integer GEMM but int8 -> int32, which torch._int_mm reaches and tilemm's library rung does not);
+# `tensorcore-int` ran 6.4x / 6.8x it at int32 / int64 4096³ (h100-2026-11-22-s4/int_vs_baselines_final.jsonl),
+# 1.37-10.9x torch._int_mm over the wide sweep's int8 -> int32 products >= 2048 (h100-2026-11-24-s10/int8.jsonl),
+# and at int8 -> int32 512³ / 1024³ 2.7x / 5.5x the library (int8_default.jsonl: both bound by their
+# launches' CPU cost there). Products that are not skinny take it; int64 (K in chunks, planned at
+# each launch) from 10^10 operations on.
+INTEGER_WINNERS = {(work, aligned, depth, False): "tensorcore-int"
+                   for work in (0, 1, 2) for aligned in (False, True) for depth in (0, 1, 2)}
+MEASURED_WINNERS.update({((9, 0), dtype): INTEGER_WINNERS for dtype in ("int8", "int16", "int32")})
+MEASURED_WINNERS[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.items() if c[0] > 0}
+
+
 # (compute capability, dtype) -> {rung: the shape classes the sweep's fit half measured it on}: where
 # kernel="auto" need not compile and time a rung the table does not name (MEASURED_WINNERS decides)
 MEASURED_CLASSES = {
