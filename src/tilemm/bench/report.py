@@ -46,9 +46,8 @@ def wide_summary(records: list[dict]) -> list[dict]:
     """Per rung and dtype over the wide sweep: the geometric mean of the speed relative to its
     baseline on the fit and the held-out problems apart, and the worst problem."""
     groups = defaultdict(list)
-    for r in records:
-        if r.get("suite") == "wide" and r["status"] == "ok" and r.get("ratio") and r["kernel"] != r.get("baseline"):
-            groups[(r["kernel"], r["dtype"])].append(r)
+    for r in _wide_records(records):
+        groups[(r["kernel"], r["dtype"])].append(r)
     rows = []
     for (kernel, dtype), rs in sorted(groups.items()):
         row = {"kernel": kernel, "dtype": dtype, "problems": len(rs)}
@@ -62,13 +61,25 @@ def wide_summary(records: list[dict]) -> list[dict]:
     return rows
 
 
+def _wide_records(records: list[dict]) -> list[dict]:
+    """The wide suite's timed records of rungs other than their baseline, with a ratio to it."""
+    return [r for r in records if r.get("suite") == "wide" and r["status"] == "ok" and r.get("ratio")
+            and r["kernel"] != r.get("baseline")]
+
+
+WIDE_COLUMNS = ["rung", "dtype", "problems", "geomean vs baseline (fit)", "geomean (held-out)", "worst",
+                "worst problem"]
+
+
+def _wide_cells(row: dict) -> list[str]:
+    """A wide_summary row as the cells of WIDE_COLUMNS."""
+    return [row["kernel"], row["dtype"], str(row["problems"])] + [
+        f"{row[s]:.3f}x" if row[s] else "" for s in ("fit", "held-out")] + [f"{row['worst']:.3f}x", row["worst_problem"]]
+
+
 def wide_markdown(rows: list[dict]) -> str:
-    lines = ["| rung | dtype | problems | geomean vs baseline (fit) | geomean (held-out) | worst | worst problem |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        fit, held = (f"{r[s]:.3f}x" if r[s] else "" for s in ("fit", "held-out"))
-        lines.append(f"| {r['kernel']} | {r['dtype']} | {r['problems']} | {fit} | {held} | {r['worst']:.3f}x | "
-                     f"{r['worst_problem']} |")
+    lines = ["| " + " | ".join(WIDE_COLUMNS) + " |", "|" + "---|" * len(WIDE_COLUMNS)]
+    lines += ["| " + " | ".join(_wide_cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -153,8 +164,7 @@ def plots(records: list[dict], folder: Path) -> tuple[list[str], str | None]:
             xs = [(n, bt[n] / r["median_ms"]) for n, r in pts if n in bt]
             ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", color=color[label], label=label)
     figure("speedup_vs_naive.png", "Speed-up over the naive rung", "n", "x naive", speedup, logy=True, facets=True)
-    wide = [r for r in records if r.get("suite") == "wide" and r["status"] == "ok" and r.get("ratio")
-            and r["kernel"] != r.get("baseline")]
+    wide = _wide_records(records)
     if wide:
         def ratio_against_size(ax):
             for label in sorted({(r["kernel"], r["dtype"]) for r in wide}):
@@ -251,13 +261,10 @@ def write(folder: Path, title: str = "tilemm report") -> Path:
     body += [f'<figure><img src="{name}" alt="{name}" style="max-width:100%"><figcaption>{name}</figcaption></figure>'
              for name in images]
     if summary:
-        cols = ["rung", "dtype", "problems", "geomean (fit)", "geomean (held-out)", "worst", "worst problem"]
-        body.append("<h2>The wide sweep</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>")
+        body.append("<h2>The wide sweep</h2><table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in WIDE_COLUMNS)
+                    + "</tr>")
         for r in summary:
-            cells = [r["kernel"], r["dtype"], str(r["problems"])] + [f"{r[s]:.3f}x" if r[s] else "" for s in
-                                                                     ("fit", "held-out")]
-            cells += [f"{r['worst']:.3f}x", r["worst_problem"]]
-            body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+            body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _wide_cells(r)) + "</tr>")
         body.append("</table>")
     for suite in dict.fromkeys(r["suite"] for r in records):
         rows = [r for r in records if r["suite"] == suite]

@@ -128,8 +128,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         # float64: an M-major A is copied into rows first: DMMA read its transposed tiles at
         # 0.51-0.70x DGEMM against 0.85-1.03x for a row-major A (wide sweep, >= 2048,
         # h100-2026-11-24-s10/f64.log); the copy is ~1% of such a product's time
-        a_desc, a_t, a_fill = descriptor(a, block_m, block_k, align, transposed=not (f64 and "a" in copy_transposed))
-        b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align, transposed=not (f64 and "b" in copy_transposed))
+        a_desc, a_t, a_fill = descriptor(a, block_m, block_k, align, transposed=not (f64 and copy_transposed != "none"))
+        b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align, transposed=not (f64 and copy_transposed == "ab"))
         fills = [f for f in (a_fill, b_fill) if f]
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                      UPCAST=upcast, ACCUMULATE=accumulate, num_warps=num_warps, num_stages=num_stages)

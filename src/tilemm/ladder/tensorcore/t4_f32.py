@@ -351,14 +351,16 @@ def traffic(p, block_m, block_n, block_k, num_stages, precision, direct=None, st
     # or with K past one exact chunk, C is first written in int64 and read back: 4 elements more).
     block_n, _, _ = tiles(precision, block_n, block_k, num_stages)
     operands = p.m * p.k + p.k * p.n
-    tiles_read = p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m)
+
+    def tiles_read(rows, cols):          # A's and B's tiles, each read once per program
+        return p.m * p.k * -(-p.n // cols) + p.k * p.n * -(-p.m // rows)
     if precision == "int8":
-        return Traffic(read=operands + 6 * tiles_read / 4, written=0.75 * operands + p.m * p.n)
+        return Traffic(read=operands + 6 * tiles_read(block_m, block_n) / 4, written=0.75 * operands + p.m * p.n)
     parts = 2 if precision == "3xtf32" else 1
     if parts == 2 and p.k >= IEEE_BELOW_K and takes_direct(p.m, p.n, p.k, direct, stream_k, copy_panels):
-        block_m, block_n = min(block_m, DIRECT_BLOCK), min(block_n, DIRECT_BLOCK)   # float32 tiles, no parts
-        return Traffic(read=p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m), written=p.m * p.n)
-    return Traffic(read=operands + parts * tiles_read, written=parts * operands + p.m * p.n)
+        # float32 tiles, no parts
+        return Traffic(read=tiles_read(min(block_m, DIRECT_BLOCK), min(block_n, DIRECT_BLOCK)), written=p.m * p.n)
+    return Traffic(read=operands + parts * tiles_read(block_m, block_n), written=parts * operands + p.m * p.n)
 
 
 def limits(p, block_m, block_n, block_k, num_stages, precision, **_):
