@@ -5,6 +5,13 @@ every variant checked against a float64 reference first.
     PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py --out DIR \
         [--dtypes bfloat16 float16 float64] [--shapes 8192x8192x8192 8191x8191x8191 ...] [--wide held-out]
 
+With --whole-calls it times whole calls as a user makes them (tilemm.matmul(a, b) against
+torch.matmul(a, b) and tilemm's library rung, each allocating its result), the CPU's cost of a call
+included: issue 19's bars for the default kernel, e.g.
+
+    PYTHONPATH=src python3 benchmarks/tensorcore_vs_cublas.py --out DIR --dtypes bfloat16 --wide held-out \
+        --variants default library --whole-calls
+
 Each record also carries the HBM bound of its shape: the bytes a GEMM must move at least (A, B
 and C once) over the copy bandwidth measured in the same run.
 """
@@ -22,9 +29,10 @@ from tilemm.timing import graphed, interleaved_rounds, launch_overhead_us, time_
 
 import torch  # noqa: E402
 
-# (label, kernel, params) per dtype; "skinny" only where M <= 64
+# (label, kernel, params) per dtype; "skinny" only where M <= 64. "library" is tilemm's own library
+# rung (cuBLAS with float32 sums; CuPy's exact kernel for integers), what the default must not lose to
 VARIANTS = {
-    "bfloat16": [("tensorcore", "tensorcore", {}), ("default", None, {}),
+    "bfloat16": [("tensorcore", "tensorcore", {}), ("default", None, {}), ("library", "cublas", {}),
                  ("tc-128x128x64-w4", "tensorcore", dict(block_m=128, block_n=128, block_k=64, num_warps=4,
                                                          num_stages=4)),
                  ("tc-128x256x64-s3", "tensorcore", dict(block_m=128, block_n=256, block_k=64, num_warps=8,
@@ -56,7 +64,8 @@ VARIANTS = {
 }
 VARIANTS["float16"] = VARIANTS["bfloat16"]
 # int8 -> exact int32 sums, against torch._int_mm (cuBLASLt's int8 GEMM; "cublas" in the records)
-VARIANTS["int8"] = [("tensorcore-int", "tensorcore-int", dict(out_dtype="int32")), ("default", None, dict(out_dtype="int32"))]
+VARIANTS["int8"] = [("tensorcore-int", "tensorcore-int", dict(out_dtype="int32")), ("default", None, dict(out_dtype="int32")),
+                    ("library", "cublas", dict(out_dtype="int32"))]
 # float32: two anchors (cuBLAS SGEMM with TF32 off, cuBLAS TF32); labels with "tf32" but not "3x"
 # are checked against TF32's error (inputs rounded to 10 mantissa bits), the others against float32's
 VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
@@ -73,7 +82,7 @@ VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
                        ("3x-2-panels", "tensorcore-f32", dict(copy_panels=2)),
                        ("3x-8-panels", "tensorcore-f32", dict(copy_panels=8)),
                        ("int8-tensorcore-f32", "tensorcore-f32", dict(precision="int8")),
-                       ("regblock", "regblock", {})]
+                       ("regblock", "regblock", {}), ("default", None, {}), ("library", "cublas", {})]
 SWEEP_F32 = [("3x-128x64x32-w4-s4", "tensorcore-f32", dict(block_n=64, num_warps=4, num_stages=4)),
              ("3x-128x128x16-s5", "tensorcore-f32", dict(block_k=16, num_stages=5)),
              ("3x-64x128x32-w4-s3", "tensorcore-f32", dict(block_m=64, num_warps=4)),
@@ -134,11 +143,25 @@ def laid_out(rows: int, cols: int, how: str, dtype):
     return x.T if how == "t" else x
 
 
+def whole_call(call, m: int, n: int, dtype):
+    """(launch, result) for a call that allocates its result: launch() makes the call; result()
+    makes it once more, into poisoned memory, and gives what it returns. The poison: a block of
+    the result's size filled with NaN (0xA5 bytes) and freed just before the call, so that torch's
+    caching allocator, which hands the last freed block of a size out first, gives the call that one."""
+    def result():
+        poison = torch.empty(m, n, dtype=dtype, device="cuda")
+        poison.fill_(float("nan")) if poison.is_floating_point() else poison.view(torch.uint8).fill_(0xA5)
+        del poison
+        return call()
+    return call, result
+
+
 def int_mm_launch(a, b, c):
     """torch._int_mm into c as a user would call it: on the operands as they are, or on row-major
     copies (counted in its time) where cuBLASLt refuses their layout; None where it refuses the
     sizes (K, N not multiples of 8, M <= 16): no baseline there."""
-    for call in (lambda: torch._int_mm(a, b, out=c), lambda: torch._int_mm(a.contiguous(), b.contiguous(), out=c)):
+    for call in (lambda out=c: torch._int_mm(a, b, out=out),
+                 lambda out=c: torch._int_mm(a.contiguous(), b.contiguous(), out=out)):
         try:
             call()
             return call
@@ -161,6 +184,9 @@ def main():
                     help="also time each variant replayed from a CUDA graph (GPU time alone, no launch cost)")
     ap.add_argument("--variants", nargs="+", help="only these labels (and the anchors)")
     ap.add_argument("--min-dim", type=int, default=0, help="only problems with M, N and K at least this")
+    ap.add_argument("--whole-calls", action="store_true",
+                    help="time whole calls as a user makes them (tilemm.matmul(a, b) against torch.matmul(a, b), "
+                         "each allocating its result) instead of prepared launches into a buffer")
     ap.add_argument("--wide", choices=["all", "fit", "held-out"],
                     help="the wide sweep's problems (tilemm.bench.suites.wide_problems, with their layouts) "
                          "instead of --shapes: all of them or one half")
@@ -192,6 +218,10 @@ def main():
             launches["cublas"] = (int_mm_launch(a, b, c_ref) if dtype == torch.int8 else
                                   lambda a=a, b=b, c=c_ref: torch.matmul(a, b, out=c))
             results["cublas"] = lambda c=c_ref: c
+            if args.whole_calls and launches["cublas"] is not None:
+                baseline = launches["cublas"]
+                launches["cublas"], results["cublas"] = whole_call(
+                    lambda: baseline(out=None) if dtype == torch.int8 else torch.matmul(a, b), m, n, dtype)
             if launches["cublas"] is None:
                 del launches["cublas"], results["cublas"]
             if dtype_name == "float32":
@@ -204,13 +234,19 @@ def main():
                 launches[TF32_ANCHOR], results[TF32_ANCHOR] = tf32_matmul, (lambda c=c_tf32: c)
             for label, kernel, params in VARIANTS[dtype_name] + (SWEEP_F32 if args.sweep and dtype_name == "float32"
                                                                   else []):
-                if label != "tensorcore" and dtype_name in ("bfloat16", "float16") and min(m, n) <= 64:
+                if label not in ("tensorcore", "default", "library") and dtype_name in ("bfloat16", "float16") and min(m, n) <= 64:
                     continue          # skinny products take the pointer program whatever the tiles
                 if args.variants and label not in args.variants:
                     continue
                 if kernel and tilemm.kernel(kernel).backend == "numba-cuda":
                     uncapturable.add(label)    # numba launches on its own stream: a torch graph captures nothing
                 try:
+                    if args.whole_calls:
+                        tilemm.plan(a, b, kernel=kernel, **params)        # refused here, as below, if at all
+                        launches[label], results[label] = whole_call(
+                            lambda kernel=kernel, params=params: tilemm.matmul(a, b, kernel=kernel, **params),
+                            m, n, torch.int32 if dtype == torch.int8 else dtype)
+                        continue
                     launches[label], results[label] = tilemm.plan(a, b, kernel=kernel, **params).prepare(poison=True)
                 except tilemm.KernelUnavailable as e:          # refused before any launch: say so
                     print(f"{label}: {e}", flush=True)
@@ -237,7 +273,7 @@ def main():
                 known = VARIANTS[dtype_name] + SWEEP_F32
                 kernel = next((kn for lb, kn, _ in known if lb == label), "cublas")
                 rec = {"variant": label, "kernel": kernel, "dtype": dtype_name, "m": m, "n": n, "k": k,
-                       "layout": layout, "tag": tag,
+                       "layout": layout, "tag": tag, "whole_calls": args.whole_calls,
                        "status": "ok" if verdicts[label][0] else "FAILED", "worst_vs_bound": verdicts[label][1],
                        "params": next((p for lb, _, p in known if lb == label), {}),
                        "copy_bandwidth_tbs": bandwidth / 1e12, "hbm_bound_ms": bound_ms, **stamp}
@@ -247,12 +283,16 @@ def main():
                     med = statistics.median(times[label])
                     if base_tf32:
                         rec["vs_cublas_tf32"] = base_tf32 / med
+                    if "library" in times:
+                        rec["vs_library"] = statistics.median(times["library"]) / med
                     rec.update(median_ms=med, tflops=2 * m * n * k / med / 1e9, vs_cublas=base / med if base else None,
                                vs_hbm_bound=bound_ms / med, launch_overhead_us=launch_overhead_us(launches[label]))
                 if label in graph_times:
                     rec["graph_median_ms"] = statistics.median(graph_times[label])
                     rec["graph_vs_cublas"] = statistics.median(graph_times["cublas"]) / rec["graph_median_ms"]
                 records.append(rec)
+                with open(f"{args.out}/tensorcore_vs_cublas.jsonl", "a") as f:     # as it comes: a run cut
+                    f.write(json.dumps(rec) + "\n")                                # short keeps what it measured
                 print(f"{label:22} {dtype_name:9} {shape:18} {rec.get('median_ms', float('nan')):8.3f} ms "
                       f"{rec.get('tflops', float('nan')):7.1f} T  vs cuBLAS {rec.get('vs_cublas') or float('nan'):5.3f}  "
                       f"HBM bound {rec.get('vs_hbm_bound', float('nan')):5.2f}  launch {rec.get('launch_overhead_us', 0):4.0f} us "
@@ -262,7 +302,7 @@ def main():
             del a, b, c_ref, launches, results
             torch.cuda.empty_cache()
         for label in dict.fromkeys(r["variant"] for r in records if r["dtype"] == dtype_name):
-            for key in ("vs_cublas", "graph_vs_cublas"):
+            for key in ("vs_cublas", "vs_library", "graph_vs_cublas"):
                 for split in ("fit", "held-out", None):
                     ratios = [r[key] for r in records if r["dtype"] == dtype_name and r["variant"] == label
                               and r.get(key) and (split is None or (r["tag"] or "").endswith(split))]
@@ -270,8 +310,6 @@ def main():
                         print(f"{label} {dtype_name} {split or 'all'}: geometric mean {key} over {len(ratios)} "
                               f"shapes {math.exp(statistics.fmean(map(math.log, ratios))):.3f}, lowest "
                               f"{min(ratios):.3f}", flush=True)
-    with open(f"{args.out}/tensorcore_vs_cublas.jsonl", "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
 
 
 if __name__ == "__main__":

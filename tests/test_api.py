@@ -201,6 +201,32 @@ def test_library_sets_torch_flags_for_one_call_only():
         settings.allow_bf16_reduced_precision_reduction = before
 
 
+@pytest.mark.parametrize("dtype, flag", [("bfloat16", "allow_bf16_reduced_precision_reduction"),
+                                         ("float16", "allow_fp16_reduced_precision_reduction"),
+                                         ("float32", "allow_tf32")])
+def test_the_fast_library_product_turns_off_the_one_flag_its_dtype_reads(dtype, flag, monkeypatch):
+    """A repeated default call's product (library.torch_product) multiplies with the flag off and
+    puts the caller's setting back as it was."""
+    from tilemm.ladder.library import torch_product
+    settings = torch.backends.cuda.matmul
+    get = getattr(torch._C, f"_get_cublas_{flag}")
+    seen = []
+    matmul = torch.matmul
+    monkeypatch.setattr(torch, "matmul", lambda a, b: seen.append(getattr(settings, flag)) or matmul(a, b))
+    before = get()
+    try:
+        setattr(settings, flag, True)
+        caller = get()
+        a = torch.ones(2, 3, dtype=getattr(torch, dtype))
+        assert torch.equal(torch_product(dtype)(a, a.T), torch.full((2, 2), 3, dtype=a.dtype))
+        assert seen == [False] and get() == caller
+        setattr(settings, flag, False)
+        torch_product(dtype)(a, a.T)
+        assert seen == [False, False] and getattr(settings, flag) is False
+    finally:
+        setattr(settings, flag, before)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (130, 257, 129), (64, 100, 4096), (3, 5, 0)])

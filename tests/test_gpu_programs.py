@@ -271,6 +271,8 @@ def test_the_check_on_the_gpu_fails_a_wrong_entry(dtype):
 REPLAYED = [("tensorcore", "bfloat16", {}, (1024, 1024, 1024)), ("tensorcore", "float16", {}, (300, 512, 200)),
             ("tensorcore", "bfloat16", {}, (8192, 8192, 512)),                 # persistent: more tiles than SMs
             ("tensorcore", "bfloat16", {"stream_k": True}, (4096, 4160, 1024)),
+            ("tensorcore", "bfloat16", {}, (1001, 1003, 999)),                 # rows copied to 16-byte strides
+            ("tensorcore", "float16", {"align_rows": True}, (700, 650, 900)),  # ... and to 128-byte ones
             ("tensorcore-f32", "float32", {"direct": False}, (1024, 1024, 1024)),   # 3xTF32: split passes, stream-K
             ("tensorcore-f32", "float32", {}, (512, 384, 700)),               # 3xTF32 in one launch
             ("tensorcore-f32", "float32", {"precision": "tf32"}, (700, 900, 300)),
@@ -313,6 +315,21 @@ def test_repeated_calls_replay_on_new_operands(kernel, dtype, params, shape):
         c = tilemm.matmul(stale, b_t, kernel=kernel, **params)
     torch.cuda.synchronize()
     check(c, a, b, dtype, f"{kernel} replayed on a side stream", params)
+
+
+@pytest.mark.parametrize("layout", ["nt", "tn", "tt"])
+def test_replayed_copies_of_transposed_operands(layout):
+    """Transposed operands whose rows TMA can't read as they are (odd K, M, N) are copied into
+    aligned rows before the product; a repeated call copies its own operands again."""
+    import torch
+    from tilemm import api
+    m, n, k = 1001, 1003, 999
+    for seed in (21, 22):
+        a, b, a_t, b_t = torch_pair("bfloat16", m, n, k, seed=seed)
+        a_t = a_t.T.contiguous().T if layout[0] == "t" else a_t
+        b_t = b_t.T.contiguous().T if layout[1] == "t" else b_t
+        check(tilemm.matmul(a_t, b_t, kernel="tensorcore"), a, b, "bfloat16", f"tensorcore {layout} seed {seed}")
+        assert api._PLANS[api._call_key(a_t, b_t, "tensorcore", None, None, {})].replay is not None
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32", "int32"])

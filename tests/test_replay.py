@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tilemm.ladder._tensorcore_support import BoundLaunch, Steps  # noqa: E402
+from tilemm.ladder._tensorcore_support import BoundLaunch, CopyInto, Steps  # noqa: E402
 from tilemm.ladder.replay import recorded  # noqa: E402
 
 
@@ -47,6 +47,27 @@ def test_operands_views_and_scratch_take_the_new_calls_places():
     assert parts.untyped_storage().data_ptr() != scratch.untyped_storage().data_ptr()          # afresh
     assert parts_desc.base.shape == (12, 5) and c_arg is c2 and c2.shape == (8, 5)
     assert rest == [8, 5, 6, 0.5, 64, True]
+
+
+def test_copies_into_aligned_rows_are_made_again_from_the_new_operand():
+    """An operand copied into a scratch buffer of wider rows (TMA's alignment) before the product:
+    a replay copies the new call's operand (here B, read through its transpose) into its own scratch,
+    in the order recorded, and the product reads that scratch."""
+    a, b = torch.randn(8, 6), torch.randn(6, 5)
+    c = torch.empty(8, 5)
+    padded = torch.empty(5, 8)                                   # B^T's 6 columns in rows of 8
+    product, seen = launched((Descriptor(a, [4, 2]), Descriptor(padded[:, :6], [4, 2]), c, 8, 5, 6))
+    copy = CopyInto(padded[:, :6], b.T)
+    copy()
+    replay = recorded(Steps([copy, product]), (a, b, c))
+    assert replay is not None and replay.groups == [(padded.numel(), padded.dtype)]
+
+    a2, b2 = torch.randn(8, 6), torch.randn(6, 5)
+    c2 = replay.run(a2, b2)
+    _, b_desc, c_arg, *_ = seen[-1]
+    assert torch.equal(b_desc.base, b2.T) and b_desc.base.stride() == (8, 1)       # the new B, copied
+    assert b_desc.base.untyped_storage().data_ptr() != padded.untyped_storage().data_ptr() and c_arg is c2
+    assert torch.equal(padded[:, :6], b.T)                       # the first call's scratch left alone
 
 
 def test_what_cannot_be_replayed_is_refused():

@@ -90,14 +90,26 @@ def _call_key(a, b, kernel, out, out_dtype, params):
 
 
 def _operand_key(x):
+    key_of = _KEY_OF.get(type(x))
+    if key_of is None:
+        key_of = _KEY_OF[type(x)] = _key_function(x)
+    return key_of(x)
+
+
+# array type -> the function giving an operand's part of the key: one look-up by the exact type
+# (a repeated call's key costs about half of an isinstance chain's)
+_KEY_OF: dict = {}
+
+
+def _key_function(x):
     if isinstance(x, np.ndarray):
-        return np.ndarray, x.dtype, x.shape, x.strides
+        return lambda x: (np.ndarray, x.dtype, x.shape, x.strides)
     torch = arrays._torch()
     if torch is not None and isinstance(x, torch.Tensor):
-        return torch.Tensor, x.dtype, x.shape, x.stride(), x.device
+        return lambda x: (torch.Tensor, x.dtype, x.shape, x.stride(), x.device)
     cupy = arrays._cupy()
     if cupy is not None and isinstance(x, cupy.ndarray):
-        return cupy.ndarray, x.dtype, x.shape, x.strides, x.device.id
+        return lambda x: (cupy.ndarray, x.dtype, x.shape, x.strides, x.device.id)
     raise TypeError("not an array tilemm takes")
 
 

@@ -121,7 +121,7 @@ def row_descriptor(x, block_rows: int, block_cols: int, align: int = 16):
         rows, cols = x.shape
         per_row = align // x.element_size()
         padded = torch.empty((rows, -(-cols // per_row) * per_row), dtype=x.dtype, device=x.device)
-        fill = functools.partial(padded[:, :cols].copy_, x)
+        fill = CopyInto(padded[:, :cols], x)
         x = padded[:, :cols]
     return TensorDescriptor.from_tensor(x, [block_rows, block_cols]), fill
 
@@ -231,9 +231,21 @@ class StreamKLaunch(BoundLaunch):
         self.runner(*self.with_workspace(values), stream=stream)
 
 
+class CopyInto:
+    """dst.copy_(src), on torch's current stream, as a step of Steps: an operand copied into a
+    scratch buffer (aligned rows for TMA), which tilemm.ladder.replay makes again from a new
+    call's operand into that call's scratch."""
+
+    def __init__(self, dst, src):
+        self.dst, self.src = dst, src
+
+    def __call__(self):
+        self.dst.copy_(self.src)
+
+
 class Steps:
-    """Launches run in order, every one a BoundLaunch: a launcher tilemm.ladder.replay can run
-    again on other operands of the same shapes and strides."""
+    """Steps run in order, every one a BoundLaunch or a CopyInto: a launcher tilemm.ladder.replay
+    can run again on other operands of the same shapes and strides."""
 
     def __init__(self, launches):
         self.launches = [launch for launch in launches if launch]

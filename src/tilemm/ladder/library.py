@@ -56,21 +56,29 @@ def torch_product(dtype: str):
     """product(a, b): torch.matmul(a, b) with float32 sums and no TF32, for operands of dtype, the
     caller's flag put back: what a repeated call of the default kernel on torch tensors runs
     (api.matmul's fast path), without run_cublas's result buffer, the context manager, or the
-    flags this dtype's product never reads (each set and put back costs about a microsecond)."""
+    flags this dtype's product never reads. The flag is read and set through torch's own getter
+    and setter where this torch has them (a tenth of a microsecond each, against half a
+    microsecond through torch.backends.cuda.matmul), which also keep its split-K part as it was."""
     torch = arrays._torch()
-    settings, flag = torch.backends.cuda.matmul, FLAG_OF.get(dtype)
+    flag = FLAG_OF.get(dtype)
     if flag is None:                        # float64: nothing to set
         return torch.matmul
+    get, put = (getattr(torch._C, f"_{verb}_cublas_{flag}", None) for verb in ("get", "set"))
+    if get is None or put is None:          # a torch without them: the attribute
+        settings = torch.backends.cuda.matmul
+        get, put = (lambda: getattr(settings, flag)), (lambda value: setattr(settings, flag, value))
+    # the reductions' flags read (allowed, split-K allowed) in newer torch: the state is a tuple
+    state = get if isinstance(get(), tuple) else (lambda: (get(),))
 
     def product(a, b):
-        before = getattr(settings, flag)
-        if not before:
+        before = state()
+        if not before[0]:
             return torch.matmul(a, b)
-        setattr(settings, flag, False)
+        put(False, *before[1:])
         try:
             return torch.matmul(a, b)
         finally:
-            setattr(settings, flag, before)
+            put(*before)
     return product
 
 

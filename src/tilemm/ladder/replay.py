@@ -8,8 +8,8 @@ its argument values) with the operands, their views and the scratch buffers mark
 call allocates C and the scratch afresh (torch's caching allocator: stream-safe, a few µs), puts
 the new operands in their places and launches the programs directly.
 
-Only launches a rung declares to be the whole of its work (a ``Steps`` of ``BoundLaunch``es: no
-copy or value read on the host in between) are replayed, only on 2-D torch CUDA tensors already of
+Only steps a rung declares to be the whole of its work (a ``Steps`` of ``BoundLaunch``es and
+``CopyInto``s, an operand copied into aligned rows: no value read on the host in between) are replayed, only on 2-D torch CUDA tensors already of
 the compute dtype, with the first call's alignment (Triton specializes on each pointer's 16 bytes) on the
 same device, outside CUDA-graph capture; anything else takes the plan's usual path.
 """
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import copy
 
-from ._tensorcore_support import BoundLaunch, Steps, StreamKLaunch, all_arguments
+from ._tensorcore_support import BoundLaunch, CopyInto, Steps, StreamKLaunch, all_arguments
+
+COPY = "copy"          # a recorded step that is dst.copy_(src): its values are (dst, src)
 
 
 def alignment(a, b) -> tuple:
@@ -36,7 +38,7 @@ def fits(a, b, device, aligned: tuple) -> bool:
 
 class Replay:
     def __init__(self, launches, slots, groups, c_shape, dtype, device, aligned):
-        self.launches = launches      # [(BoundLaunch, values with the slots' entries left stale)]
+        self.launches = launches      # [(BoundLaunch or COPY, values with the slots' entries left stale)]
         self.slots = slots            # [(launch index, value index, make(operands, scratch))]
         self.groups = groups          # (elements, dtype) of each scratch storage
         self.c_shape, self.dtype, self.device, self.aligned = c_shape, dtype, device, aligned
@@ -49,7 +51,8 @@ class Replay:
         return self.run(a, b, torch._C._cuda_getCurrentRawStream(self.device.index))   # the caller's stream
 
     def run(self, a, b, stream=None):
-        """C = a @ b by the recorded launches on stream (a raw handle; None: torch's current), unguarded."""
+        """C = a @ b by the recorded launches on stream (a raw handle; None: torch's current), unguarded.
+        Copies go on torch's current stream: stream is that one, or None."""
         import torch
         c = torch.empty(self.c_shape, dtype=self.dtype, device=self.device)
         operands = (a, b, c)
@@ -58,7 +61,10 @@ class Replay:
         for i, j, make in self.slots:
             values[i][j] = make(operands, scratch)
         for (launch, _), v in zip(self.launches, values):
-            launch.run(tuple(v), stream)
+            if launch is COPY:
+                v[0].copy_(v[1])
+            else:
+                launch.run(tuple(v), stream)
         return c
 
 
@@ -66,7 +72,8 @@ def recorded(bound, operands: tuple) -> Replay | None:
     """The Replay of bound (a Steps or a BoundLaunch that has launched once, on operands = (a, b, c)),
     or None if it can't be replayed."""
     launches = [bound] if isinstance(bound, BoundLaunch) else bound.launches if isinstance(bound, Steps) else None
-    if not launches or any(not isinstance(x, BoundLaunch) or x.runner is None for x in launches):
+    if not launches or any(not isinstance(x, CopyInto) and (not isinstance(x, BoundLaunch) or x.runner is None)
+                           for x in launches):
         return None
     a, b, c = operands
     storages = {t.untyped_storage().data_ptr(): (i, t) for i, t in enumerate(operands)}
@@ -75,7 +82,10 @@ def recorded(bound, operands: tuple) -> Replay | None:
     groups: dict = {}              # scratch storage pointer -> (index, (elements, dtype))
     recipe, slots = [], []
     for i, launch in enumerate(launches):
-        values = list(launch.values or all_arguments(launch.program, launch.args, launch.options))
+        if isinstance(launch, CopyInto):
+            values = [launch.dst, launch.src]
+        else:
+            values = list(launch.values or all_arguments(launch.program, launch.args, launch.options))
         if isinstance(launch, StreamKLaunch):      # its workspace is taken at each launch
             at = launch.WORKSPACE_AT
             values[at:at + 3] = None, None, 0
@@ -86,7 +96,7 @@ def recorded(bound, operands: tuple) -> Replay | None:
             if make is not None:
                 slots.append((i, j, make))
                 values[j] = None                     # no tensor of this call is kept
-        recipe.append((_unbound(launch), tuple(values)))
+        recipe.append((COPY if isinstance(launch, CopyInto) else _unbound(launch), tuple(values)))
     return Replay(recipe, slots, [size for _, size in sorted(groups.values())], tuple(c.shape), c.dtype,
                   c.device, alignment(a, b))
 

@@ -152,8 +152,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
                      FP64=str(a.dtype) == "torch.float64", num_warps=num_warps, num_stages=num_stages)
         program = support.bound_launch(matmul_kernel, grid, args, tiles)
 
-    if not fills and partial is None and not upcast:
-        return support.Steps([program])       # launches alone: a repeated call can replay them
+    if partial is None and not upcast:
+        return support.Steps([*fills, program])       # copies and launches: a repeated call can replay them
 
     def go():
         for fill in fills:
