@@ -45,7 +45,7 @@ def test_interpreter_tma_programs_any_layout(dtype, persistent, m, n, k, layout)
     torch.manual_seed(m + n + k)
     a = torch.randn(k, m, dtype=dtype).T if layout[0] == "t" else torch.randn(m, k, dtype=dtype)
     b = torch.randn(n, k, dtype=dtype).T if layout[1] == "t" else torch.randn(k, n, dtype=dtype)
-    c, verdict = run(a, b, **SMALL, persistent=persistent)
+    c, verdict = run(a, b, **SMALL, persistent=persistent, tma=True)
     assert c.shape == (m, n) and verdict.ok, verdict.message
 
 
@@ -58,7 +58,7 @@ def test_interpreter_rows_copied_to_128_byte_alignment(layout):
     m, n, k = 70, 97, 66
     a = torch.randn(k, m, dtype=torch.float16).T if layout[0] == "t" else torch.randn(m, k, dtype=torch.float16)
     b = torch.randn(n, k, dtype=torch.float16).T if layout[1] == "t" else torch.randn(k, n, dtype=torch.float16)
-    launch, result = tilemm.plan(a, b, kernel="tensorcore", align_rows=True, **SMALL).prepare(poison=True)
+    launch, result = tilemm.plan(a, b, kernel="tensorcore", align_rows=True, tma=True, **SMALL).prepare(poison=True)
     for _ in range(2):                                 # the second launch sees new values in a
         launch()
         verdict = compare(np.asarray(result()), a.numpy(), b.numpy(), "float16")   # CPU tensors in, NumPy out
@@ -107,12 +107,29 @@ def test_interpreter_float64_persistent(layout):
     assert verdict.ok, verdict.message
 
 
+def test_small_products_take_the_pointer_program():
+    """tma=None: up to POINTERS_UP_TO multiply-adds the pointer program (cheaper to launch), past
+    it the TMA programs; tma=True or False says which whatever the size."""
+    from tilemm.ladder.tensorcore import t1_blocked
+    from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
+    tiles = dict(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=2)
+
+    def program(m, n, k, **params):
+        a, b = torch.empty(m, k, dtype=torch.float16), torch.empty(k, n, dtype=torch.float16)
+        return t1_blocked.bind(a, b, torch.empty(m, n, dtype=torch.float16), **tiles, **params).launches[-1].program
+    assert 512 * 512 * 512 <= t1_blocked.POINTERS_UP_TO < 1024 * 512 * 1024
+    assert program(512, 512, 512) is matmul_kernel
+    assert program(1024, 1024, 512) is not matmul_kernel
+    assert program(512, 512, 512, tma=True) is not matmul_kernel
+    assert program(1024, 1024, 512, tma=False) is matmul_kernel
+
+
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_prepared_plan_reads_operands_at_each_launch():
     """A bound launcher keeps its descriptors; a copy into aligned rows (rows of 130 fp16 are
     260 bytes) must still be made at each launch, from the operand's current values."""
     a, b = torch.randn(70, 33, dtype=torch.float16), torch.randn(33, 130, dtype=torch.float16)
-    launch, result = tilemm.plan(a, b, kernel="tensorcore", **SMALL).prepare(poison=True)
+    launch, result = tilemm.plan(a, b, kernel="tensorcore", tma=True, **SMALL).prepare(poison=True)
     launch()
     first = np.array(result())
     a.mul_(2)
@@ -516,6 +533,14 @@ k_ieee = triton.compile(ASTSource(fn=matmul_kernel, signature=sig_ieee, constexp
 out["ieee-nonfinite"] = dict(shared=k_ieee.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True,
                              cubin=len(k_ieee.asm["cubin"]))
 out["float64"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
+# the copy into aligned rows (a transposed bf16 operand: 64-bit offsets); a copy, no product (wgmma: not asked)
+from tilemm.ladder.tensorcore.t1_blocked_kernel import copy_rows
+k = triton.compile(ASTSource(fn=copy_rows, signature=dict(src="*bf16", dst="*bf16", R="i32", C="i32", stride_sr="i32",
+                                                          stride_sc="i32", stride_dr="i32", BLOCK_R="constexpr",
+                                                          BLOCK_C="constexpr"),
+                             constexprs=dict(BLOCK_R=64, BLOCK_C=64)), target=GPUTarget("cuda", 90, 32),
+                   options=dict(num_warps=4, num_stages=1))
+out["copy-rows"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
 # tensorcore-f64 persistent=True: the persistent TMA program with float64 sums
 sig = persistent_signature(f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>",
                            f"tensordesc<fp64[{p['block_k']}, {p['block_n']}]>", "*fp64")
@@ -655,7 +680,8 @@ def test_default_configs_compile_for_sm90():
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
                              "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite",
-                             "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent"}
+                             "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent",
+                             "copy-rows"}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
         assert info["shared"] <= info["limit"], (dtype, info)

@@ -40,17 +40,27 @@ def run(a, b, c, **params):
 
 
 def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
-         align_rows=None, autotune=False):
+         align_rows=None, tma=None, autotune=False):
     """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
     once: a prepared plan launched many times pays Triton's launch alone (with autotune, the
     configuration is tuned, or read from the tuning cache, here)."""
     if autotune:
         config, _ = tuned(a, b, c)
         return launcher(a, b, c, **config)
-    tiles = resolve_tiles(a.shape[0], b.shape[1], dict(block_m=block_m, block_n=block_n, block_k=block_k,
-                                                       num_warps=num_warps, num_stages=num_stages))
+    m, k = a.shape
+    n = b.shape[1]
+    tiles = resolve_tiles(m, n, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=num_warps,
+                                     num_stages=num_stages))
     return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, align_rows=align_rows,
-                    **tiles)
+                    tma=tma if tma is not None else m * n * k > POINTERS_UP_TO, **tiles)
+
+
+# Multiply-adds up to which a product takes the pointer program (tma=None): Triton launches a
+# program whose arguments are TMA descriptors ~5 µs slower (it encodes them at each launch), and a
+# copy into aligned rows costs a launch more, while the TMA program's speed only shows past them.
+# Measured (h100-2026-11-24-s11/ptr_copy.jsonl, bf16): GPU time 3.2 / 4.3 µs against 3.0 / 3.8 µs at
+# 256³ / 512³, CPU time of a launch 11.6 / 13.1 µs against 15.9 / 19.8 µs; at 2048³ 37 µs against 27.
+POINTERS_UP_TO = 2**28
 
 
 def default_tiles(m: int, n: int) -> dict:
@@ -92,7 +102,7 @@ def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int = 8) 
 
 
 def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
-             align_rows=None, accumulate=False, copy_transposed="a"):
+             align_rows=None, accumulate=False, copy_transposed="a", tma=True):
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
     strides are not), by the persistent program when there is more than one round of tiles and
@@ -104,7 +114,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     float64 takes the persistent program (float64 sums) past one round if persistent, else the
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
     where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
-    0.5). accumulate: c += a @ b (c may be float32 for 16-bit a and b: tilemm.distributed's panels).
+    0.5); tma=False: the pointer program whatever the shape. accumulate: c += a @ b (c may be
+    float32 for 16-bit a and b: tilemm.distributed's panels).
     copy_transposed ("a", "ab", "none"): float64 operands stored column-major that are copied into
     rows first on the TMA path (A by default: see below).
     """
@@ -121,7 +132,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     fills, partial = [], None
     rounds = persistent and grid[0] > support.multiprocessors()
     f64 = a.element_size() == 8
-    if min(m, n) > 64 and (a.element_size() == 2 or (f64 and rounds)):
+    if tma and min(m, n) > 64 and (a.element_size() == 2 or (f64 and rounds)):
         if align_rows is None:
             align_rows = rows_aligned_pays(m, n, k)
         align = 128 if align_rows and a.element_size() == 2 else 16
@@ -264,6 +275,9 @@ register(Kernel(
                   "16-bit operands whose rows are not a multiple of 128 bytes are copied into rows that are "
                   "(TMA reads them faster); None: where the product does enough work per operand element "
                   "(rows_aligned_pays)"),
+            Param("tma", None, (None, False, True),
+                  "operands read through TMA descriptors (True) or by pointers (False); None: TMA past 2^28 "
+                  "multiply-adds (a smaller product is launched more cheaply by pointers: POINTERS_UP_TO)"),
             Param("autotune", False, (False, True),
                   "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
                   "and use it (the other parameters are then ignored)"),),

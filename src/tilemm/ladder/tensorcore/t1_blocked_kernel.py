@@ -298,3 +298,14 @@ def store_tile(c_ptr, x, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE: t
     if ACCUMULATE:                                         # a later K chunk (int64, long K)
         x += tl.load(c_ptrs, mask=inside).to(x.dtype)
     tl.store(c_ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def copy_rows(src, dst, R, C, stride_sr, stride_sc, stride_dr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dst[r, c] = src[r, c] for r < R, c < C, a BLOCK_R x BLOCK_C tile a program: an operand of
+    any strides copied into rows that TMA reads (dst's rows contiguous); 64-bit offsets."""
+    rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    cols = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
+    mask = (rows[:, None] < R) & (cols[None, :] < C)
+    tile = tl.load(src + rows[:, None] * stride_sr + cols[None, :] * stride_sc, mask=mask)
+    tl.store(dst + rows[:, None] * stride_dr + cols[None, :], tile, mask=mask)
