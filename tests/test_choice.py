@@ -29,6 +29,15 @@ def test_the_shipped_table_is_the_one_the_fit_half_gives(dtype):
     assert choice.measured(fit) == choice.MEASURED_CLASSES[((9, 0), dtype)]["tensorcore"]
 
 
+def test_int8s_skinny_classes_are_the_ones_its_fit_half_gives():
+    """int8 -> int32 against the library, whole calls: every skinny class the fit half measured won."""
+    records = [json.loads(line) for line in open(RESULTS / "h100-2026-11-24-s11/int8_wide.jsonl")]
+    fit = [r for r in records if r["tag"].endswith("/fit")]
+    won = choice.winners(fit, rung="tensorcore-int", against="vs_library")
+    assert {c for c in won if c[3]} == set(choice.INT8_SKINNY)
+    assert all(choice.MEASURED_WINNERS[((9, 0), "int8")][c] == "tensorcore-int" for c in won)
+
+
 @pytest.mark.parametrize("capability, dtype, shape, expected", [
     ((9, 0), "bfloat16", (6175, 3136, 3462), "tensorcore"),         # odd sizes: cuBLAS's slow path
     ((9, 0), "bfloat16", (8192, 8192, 8192), None),                 # aligned: cuBLAS
@@ -39,12 +48,21 @@ def test_the_shipped_table_is_the_one_the_fit_half_gives(dtype):
     ((9, 0), "int32", (300, 301, 303), "tensorcore-int"),
     ((9, 0), "int64", (300, 301, 303), None),                       # int64: from 10^10 operations on
     ((9, 0), "int32", (16, 4096, 4096), None),                      # skinny: the library
+    ((9, 0), "int8", (16, 4096, 4096), "tensorcore-int"),           # ... but int8 operands, measured there
     ((8, 0), "bfloat16", (6175, 3136, 3462), None),                 # another GPU generation: cuBLAS
     (None, "bfloat16", (6175, 3136, 3462), None),                   # no GPU
 ])
 def test_preferred_by_class_and_gpu(monkeypatch, capability, dtype, shape, expected):
     monkeypatch.setattr(choice, "_capability", lambda: capability)
     assert choice.preferred(dtype, *shape) == expected
+
+
+def test_int8_operands_read_int8s_table_whatever_the_result(monkeypatch):
+    monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
+    assert choice.preferred("int32", 16, 4096, 4096, operands="int8") == "tensorcore-int"
+    assert choice.preferred("int64", 16, 4096, 4096, operands="int8") is None         # int64's table: not skinny
+    assert choice.preferred("int32", 16, 4096, 4096, operands="int32") is None
+    assert choice.preferred("float32", 16, 4096, 4096, operands="int8") is None
 
 
 def test_the_default_takes_the_listed_rung(monkeypatch):

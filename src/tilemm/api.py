@@ -249,7 +249,8 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
                              result, m, n, k,
                              auto.layout(a) + auto.layout(b))
     else:
-        chosen = registry.get(kernel) if kernel is not None else _default_kernel(da.device, result, m, n, k)
+        chosen = (registry.get(kernel) if kernel is not None else
+                  _default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None))
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:
@@ -328,12 +329,12 @@ def _check_out(out, da, shape, result) -> None:
 HOST_INTEGER_TILED_FROM = 2**30
 
 
-def _default_kernel(device: str, result: str, m: int, n: int, k: int) -> registry.Kernel:
+def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None) -> registry.Kernel:
     """Host arrays: NumPy, or cpu-tiled for large integer products. Device arrays: the rung
     tilemm.choice lists for this shape class on this GPU, else the highest rung of the ladder
     that can run this problem here at its default parameters (NumPy, with copies, if none can)."""
     if device != "cpu":
-        preferred = choice.preferred(result, m, n, k)
+        preferred = choice.preferred(result, m, n, k, operands)
         kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))
         for kern in kernels:
             compute = kern.compute_dtype(result)

@@ -53,6 +53,11 @@ MEASURED_WINNERS = {
 INTEGER_WINNERS = {(work, aligned, depth, False): "tensorcore-int"
                    for work in (0, 1, 2) for aligned in (False, True) for depth in (0, 1, 2)}
 MEASURED_WINNERS.update({((9, 0), dtype): INTEGER_WINNERS for dtype in ("int8", "int16", "int32")})
+# int8 operands also where skinny: the skinny classes of the wide sweep's fit half, whole calls against the
+# library (h100-2026-11-24-s11/int8_wide.jsonl): 11.0x, lowest 1.55x (held-out 10.7x, lowest 1.37x); CuPy's
+# kernel took 2.7 ms for 32 x 81 x 9647
+INT8_SKINNY = (0, False, 0, True), (0, False, 1, True), (0, False, 2, True), (0, True, 1, True), (1, True, 1, True)
+MEASURED_WINNERS[((9, 0), "int8")] = {**INTEGER_WINNERS, **{c: "tensorcore-int" for c in INT8_SKINNY}}
 MEASURED_WINNERS[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.items() if c[0] > 0}
 
 
@@ -81,20 +86,27 @@ def worth_timing(rung: str, dtype: str, m: int, n: int, k: int) -> bool:
     return shape_class(m, n, k) not in MEASURED_CLASSES.get((_capability(), dtype), {}).get(rung, frozenset())
 
 
-def winners(records: list[dict], rung: str = "tensorcore", min_geomean: float = 1.05, min_ratio: float = 0.9) -> dict:
-    """{shape class: rung} from benchmark records (tensorcore_vs_cublas.py's: m, n, k, variant,
-    vs_cublas): the classes where the rung's ratios to cuBLAS have a geometric mean of at least
-    min_geomean and none below min_ratio. How MEASURED_WINNERS is made from the fit half."""
+def winners(records: list[dict], rung: str = "tensorcore", min_geomean: float = 1.05, min_ratio: float = 0.9,
+            against: str = "vs_cublas") -> dict:
+    """{shape class: rung} from benchmark records (tensorcore_vs_cublas.py's: m, n, k, variant, and
+    the ratio `against`: to cuBLAS, or "vs_library" to tilemm's library rung): the classes where the
+    rung's ratios have a geometric mean of at least min_geomean and none below min_ratio. How
+    MEASURED_WINNERS is made from the fit half."""
     ratios: dict = {}
     for r in records:
-        if r.get("variant") == rung and r.get("vs_cublas"):
-            ratios.setdefault(shape_class(r["m"], r["n"], r["k"]), []).append(r["vs_cublas"])
+        if r.get("variant") == rung and r.get(against):
+            ratios.setdefault(shape_class(r["m"], r["n"], r["k"]), []).append(r[against])
     return {c: rung for c, v in ratios.items()
             if math.exp(sum(map(math.log, v)) / len(v)) >= min_geomean and min(v) >= min_ratio}
 
 
-def preferred(dtype: str, m: int, n: int, k: int) -> str | None:
-    """The rung the default takes for this product on this machine's GPU, or None (cuBLAS)."""
+def preferred(dtype: str, m: int, n: int, k: int, operands: str | None = None) -> str | None:
+    """The rung the default takes for this product (result dtype, and the operands' where both have
+    one) on this machine's GPU, or None (cuBLAS). Products of int8 operands into int8, int16 or int32
+    read int8's table: the rung's work is the same, one digit plane each (an int64 result sums K in
+    chunks, planned at each launch: int64's own table)."""
+    if operands == "int8" and dtype in ("int8", "int16", "int32"):
+        dtype = "int8"
     table = MEASURED_WINNERS.get((_capability(), dtype))
     return table.get(shape_class(m, n, k)) if table else None
 
