@@ -107,6 +107,24 @@ def test_interpreter_float64_persistent(layout):
     assert verdict.ok, verdict.message
 
 
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("source, by_triton", [("rows of 66", False), ("rows of 72", True), ("transposed", True),
+                                               ("fp8 transposed", False)])
+def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton):
+    """Into 16-byte aligned rows: Triton's copy_rows for a transposed source or rows already 16-byte
+    aligned, torch's copy for rows that are not (no vector loads) and for fp8; both copy exactly."""
+    from tilemm.ladder._tensorcore_support import BoundLaunch, rows_copy
+    half = torch.float16
+    x = {"rows of 66": torch.randn(9, 66, dtype=half), "rows of 72": torch.randn(9, 72, dtype=half)[:, :70],
+         "transposed": torch.randn(70, 9, dtype=half).T,
+         "fp8 transposed": torch.randn(70, 9).to(torch.float8_e4m3fn).T}[source]
+    rows = torch.zeros(9, 72, dtype=x.dtype)[:, :x.shape[1]]
+    copy = rows_copy(x, rows)
+    assert isinstance(copy, BoundLaunch) == by_triton
+    copy()
+    assert torch.equal(rows.float(), x.float())
+
+
 def test_small_products_take_the_pointer_program():
     """tma=None: up to POINTERS_UP_TO multiply-adds the pointer program (cheaper to launch), past
     it the TMA programs; tma=True or False says which whatever the size."""
