@@ -64,8 +64,8 @@ VARIANTS = {
 }
 VARIANTS["float16"] = VARIANTS["bfloat16"]
 # int8 -> exact int32 sums, against torch._int_mm (cuBLASLt's int8 GEMM; "cublas" in the records)
-VARIANTS["int8"] = [("tensorcore-int", "tensorcore-int", dict(out_dtype="int32")), ("default", None, dict(out_dtype="int32")),
-                    ("library", "cublas", dict(out_dtype="int32"))]
+VARIANTS["int8"] = [("tensorcore-int", "tensorcore-int", dict(out_dtype="int32")),
+                    ("default", None, dict(out_dtype="int32")), ("library", "cublas", dict(out_dtype="int32"))]
 # float32: two anchors (cuBLAS SGEMM with TF32 off, cuBLAS TF32); labels with "tf32" but not "3x"
 # are checked against TF32's error (inputs rounded to 10 mantissa bits), the others against float32's
 VARIANTS["float32"] = [("tensorcore-f32", "tensorcore-f32", {}),
@@ -234,7 +234,8 @@ def main():
                 launches[TF32_ANCHOR], results[TF32_ANCHOR] = tf32_matmul, (lambda c=c_tf32: c)
             for label, kernel, params in VARIANTS[dtype_name] + (SWEEP_F32 if args.sweep and dtype_name == "float32"
                                                                   else []):
-                if label not in ("tensorcore", "default", "library") and dtype_name in ("bfloat16", "float16") and min(m, n) <= 64:
+                sixteen_bits = dtype_name in ("bfloat16", "float16")
+                if label not in ("tensorcore", "default", "library") and sixteen_bits and min(m, n) <= 64:
                     continue          # skinny products take the pointer program whatever the tiles
                 if args.variants and label not in args.variants:
                     continue

@@ -9,9 +9,10 @@ call allocates C and the scratch afresh (torch's caching allocator: stream-safe,
 the new operands in their places and launches the programs directly.
 
 Only steps a rung declares to be the whole of its work (a ``Steps`` of ``BoundLaunch``es and
-``CopyInto``s, an operand copied into aligned rows: no value read on the host in between) are replayed, only on 2-D torch CUDA tensors already of
-the compute dtype, with the first call's alignment (Triton specializes on each pointer's 16 bytes) on the
-same device, outside CUDA-graph capture; anything else takes the plan's usual path.
+``CopyInto``s, an operand copied into aligned rows: no value read on the host in between) are
+replayed, only on 2-D torch CUDA tensors already of the compute dtype, with the first call's
+alignment (Triton specializes on each pointer's 16 bytes) on the same device, outside CUDA-graph
+capture; anything else takes the plan's usual path.
 """
 from __future__ import annotations
 
