@@ -18,6 +18,7 @@ and C once) over the copy bandwidth measured in the same run.
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 
@@ -47,7 +48,9 @@ VARIANTS = {
                  ("tc-128x128-w8", "tensorcore", dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=5)),
                  ("tc-128x128-w4", "tensorcore", dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=5)),
                  ("tc-s3", "tensorcore", dict(num_stages=3)),
-                 ("tc-one-per-tile", "tensorcore", dict(persistent=False))],
+                 ("tc-one-per-tile", "tensorcore", dict(persistent=False)),
+                 ("tc-pointers", "tensorcore", dict(tma=False)),
+                 ("tc-tma", "tensorcore", dict(tma=True))],
     "float64": [("tensorcore-f64", "tensorcore-f64", {}),
                 ("f64-64x64x32-w4-s4", "tensorcore-f64", dict(block_m=64, block_n=64, block_k=32, num_warps=4)),
                 ("f64-128x128x32-w8-s3", "tensorcore-f64", dict(block_m=128, block_n=128, block_k=32, num_warps=8,
@@ -175,7 +178,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
-    ap.add_argument("--shapes", nargs="+", default=[f"{m}x{n}x{k}" for m, n, k in [(8192, 8192, 8192)] + SHAPES])
+    ap.add_argument("--shapes", nargs="+", help="MxNxK, or MxNxK:LAYOUT (nn, nt, tn, tt; t: that operand transposed)",
+                    default=[f"{m}x{n}x{k}" for m, n, k in [(8192, 8192, 8192)] + SHAPES])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--per-round", type=float, default=0.4)
     ap.add_argument("--prewarm", type=float, default=10.0)
@@ -191,9 +195,11 @@ def main():
                     help="the wide sweep's problems (tilemm.bench.suites.wide_problems, with their layouts) "
                          "instead of --shapes: all of them or one half")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     problems = ([(p.m, p.n, p.k, p.layout, f"{p.kind}/{p.split}") for p in wide_problems()
                  if args.wide in ("all", p.split)] if args.wide
-                else [(*map(int, shape.split("x")), "nn", None) for shape in args.shapes])
+                else [(*map(int, shape.partition(":")[0].split("x")), shape.partition(":")[2] or "nn", None)
+                      for shape in args.shapes])
     problems = [p for p in problems if min(p[:3]) >= args.min_dim]
     stamp = machine.stamp(machine.command_line(
         "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py", args))

@@ -70,6 +70,22 @@ def test_copies_into_aligned_rows_are_made_again_from_the_new_operand():
     assert torch.equal(padded[:, :6], b.T)                       # the first call's scratch left alone
 
 
+def test_inputs_beyond_a_and_b_take_the_new_calls_places():
+    """scaled_matmul's replays carry the two scales as inputs after a and b (C still last): a new
+    call's scales stand where the first call's stood, and their alignment is part of the guard."""
+    a, b, c = torch.randn(8, 6), torch.randn(6, 5), torch.empty(8, 5)
+    sa, sb = torch.tensor([0.5]), torch.tensor([4.0])
+    product, seen = launched((Descriptor(a, [4, 2]), Descriptor(b.T, [4, 2]), c, sa, sb, 8, 5, 6))
+    replay = recorded(product, (a, b, sa, sb, c))
+    assert replay is not None and replay.groups == [] and len(replay.aligned) == 4
+
+    a2, b2, sa2, sb2 = torch.randn(8, 6), torch.randn(6, 5), torch.tensor([2.0]), torch.tensor([3.0])
+    c2 = replay.run(a2, b2, sa2, sb2)
+    _, _, c_arg, sa_arg, sb_arg, *rest = seen[-1]
+    assert c_arg is c2 and sa_arg is sa2 and sb_arg is sb2 and rest == [8, 5, 6, 64, True]
+    assert recorded(product, (a, b, sa, sa, c)) is None       # two scales in one tensor's memory
+
+
 def test_what_cannot_be_replayed_is_refused():
     a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
     launch, _ = launched((a, b, c, object()))                      # an argument of an unknown kind

@@ -88,6 +88,47 @@ def test_bad_arguments_are_refused_before_any_kernel(args, kwargs, error, match)
         tilemm.scaled_matmul(*args, **kwargs)
 
 
+def test_number_scales_are_made_once_apart_for_a_and_b():
+    """A number's scale tensor is kept (no copy to the GPU each call), one for scale_a and another
+    for scale_b even at one value: a replay needs each input in memory of its own."""
+    from tilemm import scaled
+    device = torch.device(WHERE)
+    sa, sb = scaled._scale(1.0, "scale_a", device, torch), scaled._scale(1.0, "scale_b", device, torch)
+    assert sa is scaled._scale(1.0, "scale_a", device, torch) and sa.item() == sb.item() == 1.0
+    assert sa.untyped_storage().data_ptr() != sb.untyped_storage().data_ptr()
+    given = torch.tensor(3.0, device=WHERE)                 # a tensor is the caller's: read where it is
+    assert scaled._scale(given, "scale_a", device, torch).data_ptr() == given.data_ptr()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["nt", "nn"])
+@pytest.mark.parametrize("fast_accum", [False, True])
+def test_gpu_repeated_calls_replay_on_new_operands(layout, fast_accum):
+    """The first call's launches (B copied K-major where it is row-major) replayed on new operands
+    and new scales, on the current stream and on a side stream: each call its own product."""
+    from tilemm import scaled
+    k = 700
+    a0, b0 = operand(1030, k, FP8[0], False, 20), operand(k, 520, FP8[0], layout[1] == "t", 21)
+    tilemm.scaled_matmul(a0, b0, 0.5, 2.0, out_dtype="float32", fast_accum=fast_accum)
+    key = scaled._replay_key(a0, b0, "float32", fast_accum, {})
+    assert scaled._REPLAYS.get(key) is not None, "this call's launches should be replayable"
+    adds = -(-k // 32) if fast_accum else 4
+    for seed, (sa, sb) in enumerate([(0.5, 2.0), (0.25, torch.tensor(3.0, device="cuda")), (1.0, 1.0)]):
+        a, b = operand(1030, k, FP8[0], False, 30 + seed), operand(k, 520, FP8[0], layout[1] == "t", 40 + seed)
+        c = tilemm.scaled_matmul(a, b, sa, sb, out_dtype="float32", fast_accum=fast_accum)
+        check(c, a, b, float(sa), float(sb), float32_sums(k) + adds * 2.0**-13)
+    a, b = operand(1030, k, FP8[0], False, 50), operand(k, 520, FP8[0], layout[1] == "t", 51)
+    x = torch.empty_like(a)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):           # a producer that is late: the replay must queue behind it
+        torch.cuda._sleep(30_000_000)
+        x.copy_(a)
+        c = tilemm.scaled_matmul(x, b, 0.5, 2.0, out_dtype="float32", fast_accum=fast_accum)
+    torch.cuda.synchronize()
+    check(c, a, b, 0.5, 2.0, float32_sums(k) + adds * 2.0**-13)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("passed", [False, True])
 def test_gpu_waits_for_a_producer_on_the_caller_s_stream(passed):

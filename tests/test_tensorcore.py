@@ -109,15 +109,16 @@ def test_interpreter_float64_persistent(layout):
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("source, by_triton", [("rows of 66", False), ("rows of 72", True), ("transposed", True),
-                                               ("fp8 transposed", False)])
+                                               ("fp8 transposed", True), ("fp8 rows of 70", False)])
 def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton):
     """Into 16-byte aligned rows: Triton's copy_rows for a transposed source or rows already 16-byte
-    aligned, torch's copy for rows that are not (no vector loads) and for fp8; both copy exactly."""
+    aligned, torch's copy for rows that are not (no vector loads), fp8 as the others; both copy exactly."""
     from tilemm.ladder._tensorcore_support import BoundLaunch, rows_copy
     half = torch.float16
     x = {"rows of 66": torch.randn(9, 66, dtype=half), "rows of 72": torch.randn(9, 72, dtype=half)[:, :70],
          "transposed": torch.randn(70, 9, dtype=half).T,
-         "fp8 transposed": torch.randn(70, 9).to(torch.float8_e4m3fn).T}[source]
+         "fp8 transposed": torch.randn(70, 9).to(torch.float8_e4m3fn).T,
+         "fp8 rows of 70": torch.randn(9, 70).to(torch.float8_e4m3fn)}[source]
     rows = torch.zeros(9, 72, dtype=x.dtype)[:, :x.shape[1]]
     copy = rows_copy(x, rows)
     assert isinstance(copy, BoundLaunch) == by_triton
@@ -822,14 +823,28 @@ def test_3xtf32_method_meets_the_float32_bound_from_k16(k):
         assert worst > 1, "K = 1 should show why short sums are not given to 3xTF32"
 
 
+def test_int8_data_takes_the_program_that_stores_c_faster():
+    """On Hopper int8 data goes to the Gluon program only where its stores from registers are not
+    the slower: int32 C in 16-byte aligned rows and K past SHORT_K."""
+    from tilemm.ladder.tensorcore.t2_int_digits import SHORT_K, stores_coalesced
+    c32 = torch.empty(64, 256, dtype=torch.int32)
+    assert not stores_coalesced(c32, SHORT_K + 1)
+    assert stores_coalesced(c32, SHORT_K)                                          # short K
+    assert stores_coalesced(torch.empty(64, 258, dtype=torch.int32), 4096)        # rows of 1032 bytes
+    assert stores_coalesced(c32[:, 1:], 4096)                                      # C starts 4 bytes in
+    assert stores_coalesced(torch.empty(64, 256, dtype=torch.int8), 4096)         # int8 C
+    assert not stores_coalesced(torch.empty(1, 258, dtype=torch.int32), 4096)     # one row: no row stride
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (130, 257, 129), (300, 200, 1000), (64, 512, 4096)])
 @pytest.mark.parametrize("out_dtype", [None, "int32"])
 def test_gpu_int8_data_bit_exact(layout, m, n, k, out_dtype):
-    """int8 data on the GPU (on Hopper the warp-specialized Gluon program): NumPy's wrapped int8 C
-    or the exact int32 sums, for every layout, at shapes that are not multiples of the tiles and
-    with the extremes (-128 times -128, K deep enough to pass 2^24)."""
+    """int8 data on the GPU (on Hopper the warp-specialized Gluon program, or the persistent one
+    where it stores C faster: both among these shapes): NumPy's wrapped int8 C or the exact int32
+    sums, for every layout, at shapes that are not multiples of the tiles and with the extremes
+    (-128 times -128, K deep enough to pass 2^24)."""
     from tilemm.ladder import _tensorcore_support as support
     rng = np.random.default_rng(m * 7 + n * 5 + k)
     a = rng.integers(-128, 128, size=(k, m) if layout[0] == "t" else (m, k), dtype=np.int8)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import numbers
+import sys
 
 from . import _compat, streams
 from .api import _JIT_LOCK, KernelUnavailable
@@ -31,7 +32,19 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode).
 
     Returns out, or a new contiguous (M, N) tensor of out_dtype.
+
+    A call that repeats an earlier one (the same shapes, strides, dtypes, device and parameters,
+    no out, no stream) replays the first one's launches on its own operands (tilemm.ladder.replay):
+    none of the checks and choices below are made again.
     """
+    key = _replay_key(a, b, out_dtype, fast_accum, params) if out is None and stream is None else None
+    replay = _REPLAYS.get(key) if key is not None else None
+    if replay is not None:
+        import torch
+        scales = [_scale(s, name, a.device, torch) for name, s in (("scale_a", scale_a), ("scale_b", scale_b))]
+        c = replay(a, b, *scales)
+        if c is not None:
+            return c
     try:
         import torch
     except ImportError:
@@ -79,8 +92,38 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
                 c.zero_()                                      # an empty sum
             else:
                 with _JIT_LOCK:
-                    t5_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
+                    launched = t5_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
+                if key is not None and launched is not None:
+                    _remember(key, launched, (a, b, *scales, c))
     return c
+
+
+# Repeated calls' launches (tilemm.ladder.replay), by the call's key; as tilemm.api's plans
+REPLAY_CACHE_SIZE = 512
+_REPLAYS: dict = {}
+
+
+def _replay_key(a, b, out_dtype, fast_accum, params):
+    """What a call's plan depends on, for CUDA torch tensors a and b; else None (no replay)."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(a) is not torch.Tensor or type(b) is not torch.Tensor or not a.is_cuda:
+        return None
+    key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), a.stride(), b.stride(), a.get_device(),
+           b.get_device(), str(out_dtype), bool(fast_accum), tuple(sorted(params.items())))
+    try:
+        hash(key)
+    except TypeError:                      # a parameter of an unhashable value: checked on the usual path
+        return None
+    return key
+
+
+def _remember(key, launched, operands: tuple) -> None:
+    from .ladder.replay import recorded
+    replay = recorded(launched, operands)
+    if replay is not None:
+        if len(_REPLAYS) >= REPLAY_CACHE_SIZE:
+            _REPLAYS.clear()
+        _REPLAYS[key] = replay
 
 
 def _out_dtype(out_dtype, torch):
@@ -138,10 +181,24 @@ def _device_problem(kind: str, index, interpreter: bool):
 
 
 def _scale(s, name: str, device, torch):
-    """A one-element float32 tensor on the operands' device."""
+    """A one-element float32 tensor on the operands' device. A number's tensor is made once (a
+    copy to the GPU costs more than the rest of a small call) and kept apart for scale_a and
+    scale_b: a replay needs its inputs in memory of their own. Kept ones are never freed (a
+    launch on another stream may still read one), so past SCALE_CACHE_SIZE numbers each call
+    makes its own."""
     if isinstance(s, numbers.Real) and not isinstance(s, bool):
-        return torch.tensor([float(s)], dtype=torch.float32, device=device)
+        key = (name, float(s), device)
+        tensor = _SCALES.get(key)
+        if tensor is None:
+            tensor = torch.tensor([float(s)], dtype=torch.float32, device=device)
+            if len(_SCALES) < SCALE_CACHE_SIZE:
+                _SCALES[key] = tensor
+        return tensor
     if isinstance(s, torch.Tensor) and s.numel() == 1 and s.dtype.is_floating_point:
         return s.reshape(1).to(device=device, dtype=torch.float32)
     raise ValueError(f"scaled_matmul: {name} must be a number or a one-element float tensor (per-tensor scales); "
                      f"got {type(s).__name__}{' of shape ' + str(tuple(s.shape)) if hasattr(s, 'shape') else ''}")
+
+
+SCALE_CACHE_SIZE = 64
+_SCALES: dict = {}         # (scale_a or scale_b, value, device) -> its one-element float32 tensor

@@ -131,11 +131,13 @@ COPY_BLOCK = 64
 
 def rows_copy(x, rows):
     """A launcher without arguments copying x into rows (contiguous rows, 16-byte aligned): torch's
-    copy where x's rows are contiguous but not 16-byte aligned, or x is fp8 (not measured), else
-    t1_blocked_kernel.copy_rows, 64 x 64 tiles. Measured at fp16 (h100-2026-11-24-s11/ptr_copy.jsonl),
-    torch's against Triton's: 6000² transposed 295 µs against 54, 6000² in 12000-byte rows 91 µs
-    against 55, but 7615 x 1866 (3732-byte rows, no vector loads) 39 µs against 55."""
-    if x.element_size() == 1 or (x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16):
+    copy where x's rows are contiguous but not 16-byte aligned, else t1_blocked_kernel.copy_rows,
+    64 x 64 tiles. Measured on an H100, torch's against Triton's: fp16 (h100-2026-11-24-s11/ptr_copy.jsonl)
+    6000² transposed 295 µs against 54, 6000² in 12000-byte rows 91 µs against 55, but 7615 x 1866
+    (3732-byte rows, no vector loads) 39 µs against 55; fp8 (h100-2026-11-24-s12/probe.jsonl)
+    8192² transposed 461 µs against 52, 7001 x 5003 transposed 285 against 293, but 4096 x 4100
+    in its own rows 31 against 142."""
+    if x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16:
         return CopyInto(rows, x)
     from .tensorcore.t1_blocked_kernel import copy_rows
     grid = (-(-x.shape[0] // COPY_BLOCK), -(-x.shape[1] // COPY_BLOCK))

@@ -23,17 +23,18 @@ from ._tensorcore_support import BoundLaunch, CopyInto, Steps, StreamKLaunch, al
 COPY = "copy"          # a recorded step that is dst.copy_(src): its values are (dst, src)
 
 
-def alignment(a, b) -> tuple:
-    """Where a's and b's data start within 16 bytes: compiled programs are specialized on it
+def alignment(*inputs) -> tuple:
+    """Where each input's data starts within 16 bytes: compiled programs are specialized on it
     (Triton on each pointer's 16-byte alignment, regblock's vector loads on the rows')."""
-    return a.data_ptr() % 16, b.data_ptr() % 16
+    return tuple(x.data_ptr() % 16 for x in inputs)
 
 
-def fits(a, b, device, aligned: tuple) -> bool:
-    """Whether a call on a and b may replay launches recorded on `device` with operands aligned as
-    `aligned`: the same alignment, a and the current device that device, no CUDA graph being captured."""
+def fits(inputs: tuple, device, aligned: tuple) -> bool:
+    """Whether a call on inputs (a, b, ...) may replay launches recorded on `device` with inputs
+    aligned as `aligned`: the same alignment, a and the current device that device, no CUDA graph
+    being captured."""
     import torch
-    return (alignment(a, b) == aligned and a.get_device() == device.index
+    return (alignment(*inputs) == aligned and inputs[0].get_device() == device.index
             and torch._C._cuda_getDevice() == device.index and not torch._C._cuda_isCurrentStreamCapturing())
 
 
@@ -44,19 +45,20 @@ class Replay:
         self.groups = groups          # (elements, dtype) of each scratch storage
         self.c_shape, self.dtype, self.device, self.aligned = c_shape, dtype, device, aligned
 
-    def __call__(self, a, b):
-        """C = a @ b by the recorded launches, or None where this call can't be replayed."""
-        if not fits(a, b, self.device, self.aligned):
+    def __call__(self, *inputs):
+        """C from inputs (a, b, and any others the first call had) by the recorded launches, or
+        None where this call can't be replayed."""
+        if not fits(inputs, self.device, self.aligned):
             return None
         import torch
-        return self.run(a, b, torch._C._cuda_getCurrentRawStream(self.device.index))   # the caller's stream
+        return self.run(*inputs, stream=torch._C._cuda_getCurrentRawStream(self.device.index))   # the caller's
 
-    def run(self, a, b, stream=None):
-        """C = a @ b by the recorded launches on stream (a raw handle; None: torch's current), unguarded.
+    def run(self, *inputs, stream=None):
+        """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded.
         Copies go on torch's current stream: stream is that one, or None."""
         import torch
         c = torch.empty(self.c_shape, dtype=self.dtype, device=self.device)
-        operands = (a, b, c)
+        operands = (*inputs, c)
         scratch = [torch.empty(size, dtype=dtype, device=self.device) for size, dtype in self.groups]
         values = [list(v) for _, v in self.launches]
         for i, j, make in self.slots:
@@ -70,15 +72,15 @@ class Replay:
 
 
 def recorded(bound, operands: tuple) -> Replay | None:
-    """The Replay of bound (a Steps or a BoundLaunch that has launched once, on operands = (a, b, c)),
-    or None if it can't be replayed."""
+    """The Replay of bound (a Steps or a BoundLaunch that has launched once, on operands = (a, b,
+    c) or (a, b, other inputs..., c): C last), or None if it can't be replayed."""
     launches = [bound] if isinstance(bound, BoundLaunch) else bound.launches if isinstance(bound, Steps) else None
     if not launches or any(not isinstance(x, CopyInto) and (not isinstance(x, BoundLaunch) or x.runner is None)
                            for x in launches):
         return None
-    a, b, c = operands
+    c = operands[-1]
     storages = {t.untyped_storage().data_ptr(): (i, t) for i, t in enumerate(operands)}
-    if len(storages) < 3:          # a and b views of one tensor: a new call's may not be
+    if len(storages) < len(operands):      # a and b views of one tensor: a new call's may not be
         return None
     groups: dict = {}              # scratch storage pointer -> (index, (elements, dtype))
     recipe, slots = [], []
@@ -99,7 +101,7 @@ def recorded(bound, operands: tuple) -> Replay | None:
                 values[j] = None                     # no tensor of this call is kept
         recipe.append((COPY if isinstance(launch, CopyInto) else _unbound(launch), tuple(values)))
     return Replay(recipe, slots, [size for _, size in sorted(groups.values())], tuple(c.shape), c.dtype,
-                  c.device, alignment(a, b))
+                  c.device, alignment(*operands[:-1]))
 
 
 def _unbound(launch: BoundLaunch) -> BoundLaunch:

@@ -28,7 +28,7 @@ class SimtReplay:
 
     def __call__(self, a, b):
         """C = a @ b by the first call's kernel, or None where this call can't be replayed."""
-        return self.run(a, b) if fits(a, b, self.device, self.alignment) else None
+        return self.run(a, b) if fits((a, b), self.device, self.alignment) else None
 
     def run(self, a, b):
         import torch

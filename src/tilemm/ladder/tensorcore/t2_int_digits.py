@@ -10,8 +10,9 @@ digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Tri
    so is an int8 B given as (N, K).T).
 2. `digit_matmul` multiplies all pairs in one launch (on Hopper the warp-specialized Gluon
    program of t2_int8_gluon_kernel.py does instead, the same steps with its int32 tensor-core
-   products kept asynchronous; int8 data elsewhere goes to the persistent program of `tensorcore`
-   and `scaled_matmul` with int32 sums): for each shift s, the pairs (i, s - i) run
+   products kept asynchronous; int8 data elsewhere, and on Hopper where C is int8, its rows are
+   not 16-byte aligned or K is short (stores_coalesced), goes to the persistent program of
+   `tensorcore` and `scaled_matmul` with int32 sums): for each shift s, the pairs (i, s - i) run
    as one GEMM over a K that many times longer, into one int32 accumulator, shifted into the total.
    int32 accumulators wrap, which is exact modulo 2^32; for int64 the shifts below 4 need true
    sums, so K is cut into chunks short enough that they cannot overflow (digits.exact_chunk).
@@ -59,16 +60,39 @@ def planes_launch(x, ndigits: int):
     return out.view(ndigits * x.shape[0], out.shape[2]), support.parts_fill(x, out, split_digits, NDIGITS=ndigits)
 
 
-def digit_descriptor(x, ndigits: int, block_rows: int, block_k: int):
-    """A TMA descriptor of digit_planes(x, ndigits), in tiles block_rows x block_k."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    return TensorDescriptor.from_tensor(digit_planes(x, ndigits), [block_rows, block_k])
-
-
 def default_block_n(block_n, result_bytes: int) -> int:
     """Measured on an H100 (benchmarks/int_vs_baselines.py): 128 x 256 tiles are fastest up to
     32-bit results; int64's second, int64 accumulator needs 128 x 128."""
     return block_n or (128 if result_bytes == 8 else 256)
+
+
+# int8 data: the Gluon program stores C from the tensor cores' registers, a few bytes a thread. Where
+# C's rows are not 16-byte aligned, C is int8, or K is short (C's store is much of a tile's time), the
+# persistent program's coalesced quarters are faster. H100, kernel alone, Gluon against the persistent
+# program (h100-2026-11-24-s12/probe3.jsonl, probe4.jsonl): int32 C 8192 x 8190 x 1024 529 µs against
+# 219, 8191² x 4096 705 against 493, 8865 x 7026 x 12 490 against 155; aligned 8192² x K: K = 12 138
+# against 101, 512 134 against 129, 1024 166 against 180, 8192 719 against 849; int8 C 8192² x 1024
+# 194 against 122, 4096³ 113 against 105.
+SHORT_K = 512
+
+
+def stores_coalesced(c, k: int) -> bool:
+    """Whether int8 data into c takes the persistent program rather than the Gluon one: C int8,
+    C's rows (or its start) not 16-byte aligned, or K up to SHORT_K."""
+    rows = c.stride(0) * c.element_size() if c.shape[0] > 1 else 0
+    return (c.element_size() == 1 or rows % 16 != 0 or c.stride(1) != 1 or c.data_ptr() % 16 != 0
+            or k <= SHORT_K)
+
+
+def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n, block_k, group_m, num_warps,
+                    num_stages):
+    """A launcher without arguments of the persistent program (int32 sums) on int8 planes a_part
+    (M, K) and b_part (N, K), both K-major."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    return support.persistent_launch(TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
+                                     TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n, k, INT=True,
+                                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
+                                     num_warps=num_warps, num_stages=num_stages)
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
@@ -80,12 +104,10 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     nd_c = c.element_size()
     block_n = default_block_n(block_n, nd_c)
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
-    if nd_a == nd_b == 1 and nd_c <= 4 and not support.hopper_gluon():
+    if nd_a == nd_b == 1 and nd_c <= 4 and (not support.hopper_gluon() or stores_coalesced(c, k)):
         # int8 data elsewhere (and in Triton's interpreter): the persistent program of the 16-bit and fp8 rungs
-        a_desc = digit_descriptor(a, 1, block_m, block_k)
-        b_desc = digit_descriptor(b.T, 1, block_n, block_k)
-        support.persistent_launch(a_desc, b_desc, c, m, n, k, INT=True, BLOCK_M=block_m, BLOCK_N=block_n,
-                                  BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)()
+        persistent_int8(digit_planes(a, 1), digit_planes(b.T, 1), c, m, n, k, block_m, block_n, block_k, group_m,
+                        num_warps, num_stages)()
         return
     digit_products(a, b, c, nd_a, nd_b, block_m, block_n, block_k, group_m, num_warps, num_stages)
 
@@ -107,6 +129,10 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     block_n = default_block_n(block_n, nd_c)
     a_part, a_fill = planes_launch(a, nd_a)
     b_part, b_fill = planes_launch(b.T, nd_b)                                 # (N, K): B K-major
+    if nd_a == nd_b == 1 and nd_c <= 4 and stores_coalesced(c, k):
+        product = persistent_int8(a_part, b_part, c, m, n, k, block_m, block_n, block_k, group_m, num_warps,
+                                  num_stages)
+        return support.Steps([a_fill, b_fill, product])
     programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
     product = gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
                                   gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k, programs,

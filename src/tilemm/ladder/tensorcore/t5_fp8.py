@@ -33,22 +33,31 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
     return support.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue=block_m * block_n)
 
 
-def launch(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages,
-           stream_k=False):
-    """c = scale_a * scale_b * (a @ b): a (M, K), b (K, N) fp8; scale_a, scale_b one-element
-    float32 tensors on a's device; c (M, N), M, N, K > 0."""
+def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages,
+         stream_k=False):
+    """c = scale_a * scale_b * (a @ b) as a launcher without arguments (a Steps: any copy of an
+    operand K-major, then the product), which tilemm.ladder.replay can run again on other operands:
+    a (M, K), b (K, N) fp8; scale_a, scale_b one-element float32 tensors on a's device; c (M, N)
+    on the GPU, M, N, K > 0."""
     m, k = a.shape
     n = b.shape[1]
     a_desc, a_fill = support.row_descriptor(a, block_m, block_k)
     b_desc, b_fill = support.row_descriptor(b.T, block_n, block_k)  # (N, K): B K-major
-    for fill in (a_fill, b_fill):
-        if fill:
-            fill()
+    product = support.persistent_launch(a_desc, b_desc, c, m, n, k, (scale_a, scale_b), stream_k, SCALED=True,
+                                        FAST_ACCUM=fast_accum, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                        GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
+    return support.Steps([a_fill, b_fill, product])
+
+
+def launch(a, b, c, scale_a, scale_b, fast_accum, **config):
+    """c = scale_a * scale_b * (a @ b), as bind's launcher run once (on the CPU under Triton's
+    interpreter too); returns that launcher where it wrote c itself, else None."""
     # Triton 3.9's interpreter rounds float32 -> bfloat16 by truncation: there, torch rounds
     upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
-    support.persistent_launch(a_desc, b_desc, out, m, n, k, (scale_a, scale_b), stream_k, SCALED=True,
-                              FAST_ACCUM=fast_accum, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                              GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)()
+    steps = bind(a, b, out, scale_a, scale_b, fast_accum, **config)
+    steps()
     if upcast:
         c.copy_(out)
+        return None
+    return steps
