@@ -27,8 +27,8 @@ def main(path: str):
     print("the shipped table (tilemm.choice.MEASURED_WINNERS) is", "the same" if shipped == table else "DIFFERENT")
     for split in ("fit", "held-out"):
         half = [r for r in rung if r["tag"].endswith("/" + split)]
-        ratios = [r["vs_cublas"] if choice.shape_class(r["m"], r["n"], r["k"]) in table else 1.0 for r in half]
-        rungs = [r for r in half if choice.shape_class(r["m"], r["n"], r["k"]) in table]
+        ratios = [r["vs_cublas"] if choice.record_class(r) in table else 1.0 for r in half]
+        rungs = [r for r in half if choice.record_class(r) in table]
         print(f"{split}: {len(half)} problems, the default's geometric mean "
               f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x cuBLAS, lowest {min(ratios):.3f}x; "
               f"tensorcore on {len(rungs)}: " + ", ".join(f"{r['m']}x{r['n']}x{r['k']} {r['vs_cublas']:.2f}x"

@@ -20,6 +20,24 @@ def test_shape_classes():
     assert choice.shape_class(1, 1, 1) == (0, False, 0, True)
 
 
+def test_alignment_is_the_leading_dimensions():
+    """What cuBLAS is given decides: 3000 x 5000 x 7001 row-major has A's rows of 7001 elements
+    (its slow path; tilemm 3.6x it), but with A a transposed view A's leading dimension is 3000 and
+    cuBLAS is fast (tilemm 0.76x it): that problem stays with cuBLAS."""
+    torch = pytest.importorskip("torch")
+    assert choice.shape_class(3000, 5000, 7001) == (2, False, 1, False)
+    assert choice.shape_class(3000, 5000, 7001, (3000, 5000)) == (2, True, 1, False)
+    assert choice.shape_class(3001, 5000, 7000) == (2, True, 1, False)            # M is no leading dimension
+    assert choice.layout_lds(3000, 5000, 7001, "tn") == (3000, 5000)
+    assert choice.layout_lds(3000, 5000, 7001, "nt") == (7001, 7001)
+    a, b = torch.empty(7001, 3000).T, torch.empty(7001, 5000)
+    assert api._leading_dims(a, b, 7001, 5000) == (3000, 5000)
+    assert api._leading_dims(torch.empty(30, 80)[:, :70], torch.empty(70, 5), 70, 5) == (80, 5)   # padded rows
+    assert api._leading_dims(torch.empty(70), torch.empty(70, 9, 2)[:, :, 0], 70, 9) == (70, 9)  # neither: copied
+    np = pytest.importorskip("numpy")
+    assert api._leading_dims(np.empty((7001, 3000)).T, np.empty((7001, 5000)), 7001, 5000) == (3000, 5000)
+
+
 @pytest.mark.parametrize("dtype", sorted(SWEEPS))
 def test_the_shipped_table_is_the_one_the_fit_half_gives(dtype):
     records = [json.loads(line) for line in open(SWEEPS[dtype])]
@@ -72,6 +90,8 @@ def test_the_default_takes_the_listed_rung(monkeypatch):
     assert api._default_kernel("cuda:0", "bfloat16", 6175, 3136, 3462).name == "tensorcore"
     assert api._default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name == unlisted
     assert api._default_kernel("cpu", "bfloat16", 6175, 3136, 3462).name == "numpy"
+    assert api._default_kernel("cuda:0", "bfloat16", 3000, 5000, 7001).name == "tensorcore"
+    assert api._default_kernel("cuda:0", "bfloat16", 3000, 5000, 7001, lds=(3000, 5000)).name == unlisted
 
 
 def test_auto_times_native_rungs_capped_by_the_table(monkeypatch):

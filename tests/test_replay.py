@@ -70,6 +70,22 @@ def test_copies_into_aligned_rows_are_made_again_from_the_new_operand():
     assert torch.equal(padded[:, :6], b.T)                       # the first call's scratch left alone
 
 
+def test_copies_of_word_views_are_replayed_as_such():
+    """A copy made through int32 views (rows of 2-byte elements whose bytes divide by 4) is replayed
+    the same way, on the new operand."""
+    a, b, c = torch.randn(8, 6).to(torch.bfloat16), torch.randn(6, 5), torch.empty(8, 5)
+    padded = torch.empty(8, 8, dtype=torch.bfloat16)
+    copy = CopyInto(padded[:, :6], a, "int32")
+    copy()
+    assert torch.equal(padded[:, :6], a)
+    product, seen = launched((Descriptor(padded[:, :6], [4, 2]), b, c))
+    replay = recorded(Steps([copy, product]), (a, b, c))
+    assert replay is not None
+    a2 = torch.randn(8, 6).to(torch.bfloat16)
+    replay.run(a2, torch.randn(6, 5))
+    assert torch.equal(seen[-1][0].base, a2)
+
+
 def test_inputs_beyond_a_and_b_take_the_new_calls_places():
     """scaled_matmul's replays carry the two scales as inputs after a and b (C still last): a new
     call's scales stand where the first call's stood, and their alignment is part of the guard."""

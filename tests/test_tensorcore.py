@@ -108,20 +108,24 @@ def test_interpreter_float64_persistent(layout):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
-@pytest.mark.parametrize("source, by_triton", [("rows of 66", False), ("rows of 72", True), ("transposed", True),
-                                               ("fp8 transposed", True), ("fp8 rows of 70", False)])
-def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton):
+@pytest.mark.parametrize("source, by_triton, word", [
+    ("rows of 66", False, "int32"), ("rows of 67", False, None), ("rows of 72", True, None), ("transposed", True, None),
+    ("fp8 transposed", True, None), ("fp8 rows of 70", False, None), ("fp8 rows of 68", False, "int32")])
+def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton, word):
     """Into 16-byte aligned rows: Triton's copy_rows for a transposed source or rows already 16-byte
-    aligned, torch's copy for rows that are not (no vector loads), fp8 as the others; both copy exactly."""
+    aligned, torch's copy for rows that are not (no vector loads), of int32 views where the rows'
+    bytes allow; fp8 as the others; each copies exactly."""
     from tilemm.ladder._tensorcore_support import BoundLaunch, rows_copy
     half = torch.float16
-    x = {"rows of 66": torch.randn(9, 66, dtype=half), "rows of 72": torch.randn(9, 72, dtype=half)[:, :70],
-         "transposed": torch.randn(70, 9, dtype=half).T,
+    x = {"rows of 66": torch.randn(9, 66, dtype=half), "rows of 67": torch.randn(9, 67, dtype=half),
+         "rows of 72": torch.randn(9, 72, dtype=half)[:, :70], "transposed": torch.randn(70, 9, dtype=half).T,
          "fp8 transposed": torch.randn(70, 9).to(torch.float8_e4m3fn).T,
-         "fp8 rows of 70": torch.randn(9, 70).to(torch.float8_e4m3fn)}[source]
+         "fp8 rows of 70": torch.randn(9, 70).to(torch.float8_e4m3fn),
+         "fp8 rows of 68": torch.randn(9, 68).to(torch.float8_e4m3fn)}[source]
     rows = torch.zeros(9, 72, dtype=x.dtype)[:, :x.shape[1]]
     copy = rows_copy(x, rows)
     assert isinstance(copy, BoundLaunch) == by_triton
+    assert by_triton or copy.word == word
     copy()
     assert torch.equal(rows.float(), x.float())
 

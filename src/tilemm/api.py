@@ -247,10 +247,11 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
         from . import auto
         chosen = auto.choose(lambda name: plan(a, b, kernel=name, out_dtype=out_dtype, stream=stream), da.device,
                              result, m, n, k,
-                             auto.layout(a) + auto.layout(b))
+                             auto.layout(a) + auto.layout(b), _leading_dims(a, b, k, n))
     else:
         chosen = (registry.get(kernel) if kernel is not None else
-                  _default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None))
+                  _default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
+                                  _leading_dims(a, b, k, n) if da.device != "cpu" else None))
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:
@@ -329,12 +330,14 @@ def _check_out(out, da, shape, result) -> None:
 HOST_INTEGER_TILED_FROM = 2**30
 
 
-def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None) -> registry.Kernel:
+def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None,
+                    lds: tuple | None = None) -> registry.Kernel:
     """Host arrays: NumPy, or cpu-tiled for large integer products. Device arrays: the rung
-    tilemm.choice lists for this shape class on this GPU, else the highest rung of the ladder
-    that can run this problem here at its default parameters (NumPy, with copies, if none can)."""
+    tilemm.choice lists for this shape class (lds: the operands' leading dimensions) on this GPU,
+    else the highest rung of the ladder that can run this problem here at its default parameters
+    (NumPy, with copies, if none can)."""
     if device != "cpu":
-        preferred = choice.preferred(result, m, n, k, operands)
+        preferred = choice.preferred(result, m, n, k, operands, lds)
         kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))
         for kern in kernels:
             compute = kern.compute_dtype(result)
@@ -343,6 +346,22 @@ def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: 
     if is_integer(result) and m * n * k >= HOST_INTEGER_TILED_FROM:
         return registry.get("cpu-tiled")
     return registry.get("numpy")
+
+
+def _leading_dims(a, b, k: int, n: int) -> tuple:
+    """A's and B's leading dimensions in elements, as the library would be given them
+    (tilemm.choice.shape_class): the row stride of contiguous rows, the column stride of a
+    transposed view; K and N for a vector or an operand of neither (copied into rows first)."""
+    return _leading_dim(a, k), _leading_dim(b, n)
+
+
+def _leading_dim(x, cols: int) -> int:
+    if len(x.shape) < 2:
+        return cols
+    strides = x.stride() if callable(getattr(x, "stride", None)) else tuple(s // x.itemsize for s in x.strides)
+    if strides[-1] == 1:
+        return strides[-2]
+    return strides[-1] if strides[-2] == 1 else cols
 
 
 def _batches(batch, a, b):

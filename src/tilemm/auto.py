@@ -24,7 +24,8 @@ HOST_CANDIDATES = ("numpy", "cpu-tiled")
 TIMING_BUDGET_S = 0.05        # per candidate: enough for a median of a few launches
 
 
-def candidates(device: str, result: str, problem_of, m: int = 0, n: int = 0, k: int = 0) -> list[registry.Kernel]:
+def candidates(device: str, result: str, problem_of, m: int = 0, n: int = 0, k: int = 0,
+               lds: tuple | None = None) -> list[registry.Kernel]:
     """The fast rungs that compute `result` in its own dtype here (a rung that would promote it, as
     float32 rungs for bfloat16, does more work by design), capped by the shipped ranking
     (tilemm.choice): where it names a rung for this shape class, that rung and the library alone;
@@ -32,9 +33,9 @@ def candidates(device: str, result: str, problem_of, m: int = 0, n: int = 0, k: 
     -> its Problem."""
     names = HOST_CANDIDATES if device == "cpu" else GPU_CANDIDATES
     if device != "cpu":
-        if preferred := choice.preferred(result, m, n, k):
+        if preferred := choice.preferred(result, m, n, k, lds=lds):
             names = tuple(name for name in names if name in (preferred, "cublas"))
-        names = tuple(name for name in names if name == "cublas" or choice.worth_timing(name, result, m, n, k))
+        names = tuple(name for name in names if name == "cublas" or choice.worth_timing(name, result, m, n, k, lds))
     found = []
     for name in names:
         kernel = registry.get(name)
@@ -46,15 +47,17 @@ def candidates(device: str, result: str, problem_of, m: int = 0, n: int = 0, k: 
     return found
 
 
-def choose(plan_for, device: str, result: str, m: int, n: int, k: int, layout: str) -> registry.Kernel:
-    """The measured winner; plan_for(kernel name) -> a Plan of this call with that kernel."""
+def choose(plan_for, device: str, result: str, m: int, n: int, k: int, layout: str,
+           lds: tuple | None = None) -> registry.Kernel:
+    """The measured winner; plan_for(kernel name) -> a Plan of this call with that kernel (lds:
+    the operands' leading dimensions, tilemm.choice.shape_class)."""
     from .accuracy import compare_on_device
     key = f"auto|{_device_name(device)}|{result}|{m}x{n}x{k}|{layout}"
     known = tuning.cached(key)
     names = HOST_CANDIDATES if device == "cpu" else GPU_CANDIDATES
     if known is not None and known["params"].get("kernel") in names:   # every call after the first
         return registry.get(known["params"]["kernel"])
-    found = candidates(device, result, lambda kern: Problem(m, n, k, kern.compute_dtype(result)), m, n, k)
+    found = candidates(device, result, lambda kern: Problem(m, n, k, kern.compute_dtype(result)), m, n, k, lds)
     if not found:
         raise ValueError(f"matmul: no fast kernel can compute {result} on {device} here")
     if len(found) == 1:

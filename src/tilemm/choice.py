@@ -5,8 +5,12 @@ listed here, for the GPU generation it was measured on, and there the default ta
 The classes are coarse on purpose (a table that generalises, not one that fits a benchmark):
 
     work     2*M*N*K below 1e10, below 1e11, above
-    aligned  M, N and K all multiples of 8 (cuBLAS's fast paths want them; tilemm copies rows
-             into aligned ones where that pays)
+    aligned  the leading dimensions of A, B and C all multiples of 8 elements (cuBLAS's fast
+             paths want them; tilemm copies rows into aligned ones where that pays): K and N
+             for row-major operands, M for a transposed A, K for a transposed B. Measured, bf16
+             3000 x 5000 x 7001 (h100-2026-11-24-s11/issue_shapes.log, -s12/tensorcore_classes_*):
+             row-major, cuBLAS 1.69 ms against tilemm's 0.47; A transposed (no odd leading
+             dimension), cuBLAS 0.35 ms against 0.46
     depth    K below 128, up to 8 x max(M, N), deeper
     skinny   min(M, N) <= 64
 
@@ -25,11 +29,13 @@ import math
 from . import machine
 
 
-def shape_class(m: int, n: int, k: int) -> tuple:
-    """(work, aligned, depth, skinny) of an M x N x K product (see the module's docstring)."""
+def shape_class(m: int, n: int, k: int, lds: tuple | None = None) -> tuple:
+    """(work, aligned, depth, skinny) of an M x N x K product (see the module's docstring); lds:
+    A's and B's leading dimensions in elements (None: row-major, K and N)."""
     flops = 2 * m * n * k
     work = 0 if flops < 1e10 else 1 if flops < 1e11 else 2
-    aligned = m % 8 == 0 and n % 8 == 0 and k % 8 == 0
+    lda, ldb = lds or (k, n)
+    aligned = lda % 8 == 0 and ldb % 8 == 0 and n % 8 == 0
     depth = 0 if k < 128 else 1 if k < 8 * max(m, n) else 2
     return work, aligned, depth, min(m, n) <= 64
 
@@ -74,16 +80,27 @@ MEASURED_CLASSES = {
 
 def measured(records: list[dict], rung: str = "tensorcore") -> frozenset:
     """The shape classes benchmark records measured `rung` on (how MEASURED_CLASSES is made)."""
-    return frozenset(shape_class(r["m"], r["n"], r["k"]) for r in records
+    return frozenset(record_class(r) for r in records
                      if r.get("variant") == rung and r.get("vs_cublas"))
 
 
-def worth_timing(rung: str, dtype: str, m: int, n: int, k: int) -> bool:
+def layout_lds(m: int, n: int, k: int, layout: str) -> tuple:
+    """A's and B's leading dimensions for a layout such as "nt" (t: that operand a transposed view
+    of contiguous rows), as benchmark records give it."""
+    return (k if layout[0] == "n" else m), (n if layout[1] == "n" else k)
+
+
+def record_class(r: dict) -> tuple:
+    """The shape class of a benchmark record (m, n, k and its layout, "nn" if it has none)."""
+    return shape_class(r["m"], r["n"], r["k"], layout_lds(r["m"], r["n"], r["k"], r.get("layout") or "nn"))
+
+
+def worth_timing(rung: str, dtype: str, m: int, n: int, k: int, lds: tuple | None = None) -> bool:
     """Whether kernel="auto" should compile and time `rung` for this product: not where the shipped
     sweep measured it on this shape class and the table does not name it (it did not win there)."""
-    if preferred(dtype, m, n, k) == rung:
+    if preferred(dtype, m, n, k, lds=lds) == rung:
         return True
-    return shape_class(m, n, k) not in MEASURED_CLASSES.get((_capability(), dtype), {}).get(rung, frozenset())
+    return shape_class(m, n, k, lds) not in MEASURED_CLASSES.get((_capability(), dtype), {}).get(rung, frozenset())
 
 
 def winners(records: list[dict], rung: str = "tensorcore", min_geomean: float = 1.05, min_ratio: float = 0.9,
@@ -95,20 +112,21 @@ def winners(records: list[dict], rung: str = "tensorcore", min_geomean: float = 
     ratios: dict = {}
     for r in records:
         if r.get("variant") == rung and r.get(against):
-            ratios.setdefault(shape_class(r["m"], r["n"], r["k"]), []).append(r[against])
+            ratios.setdefault(record_class(r), []).append(r[against])
     return {c: rung for c, v in ratios.items()
             if math.exp(sum(map(math.log, v)) / len(v)) >= min_geomean and min(v) >= min_ratio}
 
 
-def preferred(dtype: str, m: int, n: int, k: int, operands: str | None = None) -> str | None:
+def preferred(dtype: str, m: int, n: int, k: int, operands: str | None = None,
+              lds: tuple | None = None) -> str | None:
     """The rung the default takes for this product (result dtype, and the operands' where both have
-    one) on this machine's GPU, or None (cuBLAS). Products of int8 operands into int8, int16 or int32
-    read int8's table: the rung's work is the same, one digit plane each (an int64 result sums K in
-    chunks, planned at each launch: int64's own table)."""
+    one; lds as shape_class's) on this machine's GPU, or None (cuBLAS). Products of int8 operands
+    into int8, int16 or int32 read int8's table: the rung's work is the same, one digit plane each
+    (an int64 result sums K in chunks, planned at each launch: int64's own table)."""
     if operands == "int8" and dtype in ("int8", "int16", "int32"):
         dtype = "int8"
     table = MEASURED_WINNERS.get((_capability(), dtype))
-    return table.get(shape_class(m, n, k)) if table else None
+    return table.get(shape_class(m, n, k, lds)) if table else None
 
 
 @functools.lru_cache(maxsize=None)

@@ -136,9 +136,13 @@ def rows_copy(x, rows):
     6000² transposed 295 µs against 54, 6000² in 12000-byte rows 91 µs against 55, but 7615 x 1866
     (3732-byte rows, no vector loads) 39 µs against 55; fp8 (h100-2026-11-24-s12/probe.jsonl)
     8192² transposed 461 µs against 52, 7001 x 5003 transposed 285 against 293, but 4096 x 4100
-    in its own rows 31 against 142."""
+    in its own rows 31 against 142. torch's copy itself runs faster on 4-byte words: where such
+    rows' bytes and x's start divide by 4, it copies int32 views (h100-2026-11-24-s12/probe5.jsonl:
+    bf16 7615 x 1866 38.5 µs against 26.6, fp8 4096 x 4100 29.7 against 12.6)."""
     if x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16:
-        return CopyInto(rows, x)
+        row_bytes = x.shape[1] * x.element_size()
+        words = x.element_size() < 4 and row_bytes % 4 == 0 and x.stride(0) * x.element_size() % 4 == 0
+        return CopyInto(rows, x, "int32" if words and x.data_ptr() % 4 == 0 else None)
     from .tensorcore.t1_blocked_kernel import copy_rows
     grid = (-(-x.shape[0] // COPY_BLOCK), -(-x.shape[1] // COPY_BLOCK))
     return bound_launch(copy_rows, grid, (x, rows, x.shape[0], x.shape[1], x.stride(0), x.stride(1), rows.stride(0)),
@@ -253,13 +257,22 @@ class StreamKLaunch(BoundLaunch):
 class CopyInto:
     """dst.copy_(src), on torch's current stream, as a step of Steps: an operand copied into a
     scratch buffer (aligned rows for TMA), which tilemm.ladder.replay makes again from a new
-    call's operand into that call's scratch."""
+    call's operand into that call's scratch. word: a torch dtype's name to copy both as views of
+    (rows_copy), or None."""
 
-    def __init__(self, dst, src):
-        self.dst, self.src = dst, src
+    def __init__(self, dst, src, word: str | None = None):
+        self.dst, self.src, self.word = dst, src, word
 
     def __call__(self):
-        self.dst.copy_(self.src)
+        copy_as(self.dst, self.src, self.word)
+
+
+def copy_as(dst, src, word: str | None) -> None:
+    """dst.copy_(src), through views of both as dtype `word` where it is given."""
+    if word:
+        import torch
+        dst, src = dst.view(getattr(torch, word)), src.view(getattr(torch, word))
+    dst.copy_(src)
 
 
 class Steps:

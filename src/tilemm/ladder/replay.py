@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import copy
 
-from ._tensorcore_support import BoundLaunch, CopyInto, Steps, StreamKLaunch, all_arguments
+from ._tensorcore_support import BoundLaunch, CopyInto, Steps, StreamKLaunch, all_arguments, copy_as
 
-COPY = "copy"          # a recorded step that is dst.copy_(src): its values are (dst, src)
+COPY = "copy"          # a recorded CopyInto: its values are (dst, src, word)
 
 
 def alignment(*inputs) -> tuple:
@@ -65,7 +65,7 @@ class Replay:
             values[i][j] = make(operands, scratch)
         for (launch, _), v in zip(self.launches, values):
             if launch is COPY:
-                v[0].copy_(v[1])
+                copy_as(*v)
             else:
                 launch.run(tuple(v), stream)
         return c
@@ -86,7 +86,7 @@ def recorded(bound, operands: tuple) -> Replay | None:
     recipe, slots = [], []
     for i, launch in enumerate(launches):
         if isinstance(launch, CopyInto):
-            values = [launch.dst, launch.src]
+            values = [launch.dst, launch.src, launch.word]
         else:
             values = list(launch.values or all_arguments(launch.program, launch.args, launch.options))
         if isinstance(launch, StreamKLaunch):      # its workspace is taken at each launch
