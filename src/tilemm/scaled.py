@@ -8,7 +8,7 @@ import numbers
 import sys
 
 from . import _compat, streams
-from .api import _JIT_LOCK, KernelUnavailable
+from .api import _JIT_LOCK, KernelUnavailable, _operand_key
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -104,13 +104,13 @@ _REPLAYS: dict = {}
 
 
 def _replay_key(a, b, out_dtype, fast_accum, params):
-    """What a call's plan depends on, for CUDA torch tensors a and b; else None (no replay)."""
+    """What a call's plan depends on, for CUDA torch tensors a and b (tilemm.api's operand keys);
+    else None (no replay)."""
     torch = sys.modules.get("torch")
     if torch is None or type(a) is not torch.Tensor or type(b) is not torch.Tensor or not a.is_cuda:
         return None
-    key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), a.stride(), b.stride(), a.get_device(),
-           b.get_device(), str(out_dtype), bool(fast_accum), tuple(sorted(params.items())))
     try:
+        key = (_operand_key(a), _operand_key(b), str(out_dtype), bool(fast_accum), tuple(sorted(params.items())))
         hash(key)
     except TypeError:                      # a parameter of an unhashable value: checked on the usual path
         return None
