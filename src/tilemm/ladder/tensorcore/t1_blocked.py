@@ -140,7 +140,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         # 0.51-0.70x DGEMM against 0.85-1.03x for a row-major A (wide sweep, >= 2048,
         # h100-2026-11-24-s10/f64.log); the copy is ~1% of such a product's time
         a_desc, a_t, a_fill = descriptor(a, block_m, block_k, align, transposed=not (f64 and copy_transposed != "none"))
-        b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align, transposed=not (f64 and copy_transposed == "ab"))
+        b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align, transposed=not (f64 and copy_transposed == "ab"),
+                                         copy_transpose_rows=not f64)
         fills = [f for f in (a_fill, b_fill) if f]
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                      UPCAST=upcast, ACCUMULATE=accumulate, num_warps=num_warps, num_stages=num_stages)
@@ -177,12 +178,19 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     return go
 
 
-def descriptor(x, block_rows: int, block_cols: int, align: int = 16, transposed: bool = True):
+def descriptor(x, block_rows: int, block_cols: int, align: int = 16, transposed: bool = True,
+               copy_transpose_rows: bool = False):
     """(TMA descriptor, transposed, fill) for the (rows, cols) operand x: of x itself if its rows
     are contiguous, of x^T if its columns are (and transposed allows it), else of aligned rows
     that fill() copies x into (TMA wants 16-byte aligned strides and base; align=128 also copies
-    rows whose stride is not a multiple of 128 bytes); fill is None when there is nothing to copy."""
-    if transposed and not support.k_major(x) and support.k_major(x.T):
+    rows whose stride is not a multiple of 128 bytes); fill is None when there is nothing to copy.
+    copy_transpose_rows (B): where x must be copied and x^T's rows are contiguous but unaligned,
+    copy those rows (B^T, K-major) rather than transpose x. H100, prepared launches, against the
+    transposition (h100-2026-11-24-s12/probe7*.log): both operands transposed 4001³ 1.14x, 8191³
+    1.05x, 5006 x 5710 x 252 1.09x; B alone transposed 0.95-1.09x. Done for A as well (rows of A^T,
+    M-major) it lost at 3001 x 5000 x 4096 (0.94x), so A keeps its transposition."""
+    if transposed and not support.k_major(x) and (support.k_major(x.T) or (
+            copy_transpose_rows and x.T.stride(1) == 1 and x.stride(1) != 1)):
         desc, fill = support.row_descriptor(x.T, block_cols, block_rows, align)
         return desc, True, fill
     desc, fill = support.row_descriptor(x, block_rows, block_cols, align)
