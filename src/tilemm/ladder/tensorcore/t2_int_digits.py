@@ -84,6 +84,13 @@ def stores_coalesced(c, k: int) -> bool:
             or k <= SHORT_K)
 
 
+def takes_persistent(nd_a: int, nd_b: int, c, k: int) -> bool:
+    """Whether the product goes to the persistent program: int8 data (one digit each) into a
+    result of up to 32 bits, off Hopper (or in the interpreter), or on Hopper where
+    stores_coalesced says its stores are the faster."""
+    return nd_a == nd_b == 1 and c.element_size() <= 4 and (not support.hopper_gluon() or stores_coalesced(c, k))
+
+
 def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n, block_k, group_m, num_warps,
                     num_stages):
     """A launcher without arguments of the persistent program (int32 sums) on int8 planes a_part
@@ -104,8 +111,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     nd_c = c.element_size()
     block_n = default_block_n(block_n, nd_c)
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
-    if nd_a == nd_b == 1 and nd_c <= 4 and (not support.hopper_gluon() or stores_coalesced(c, k)):
-        # int8 data elsewhere (and in Triton's interpreter): the persistent program of the 16-bit and fp8 rungs
+    if takes_persistent(nd_a, nd_b, c, k):          # the persistent program of the 16-bit and fp8 rungs
         persistent_int8(digit_planes(a, 1), digit_planes(b.T, 1), c, m, n, k, block_m, block_n, block_k, group_m,
                         num_warps, num_stages)()
         return
@@ -129,14 +135,14 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     block_n = default_block_n(block_n, nd_c)
     a_part, a_fill = planes_launch(a, nd_a)
     b_part, b_fill = planes_launch(b.T, nd_b)                                 # (N, K): B K-major
-    if nd_a == nd_b == 1 and nd_c <= 4 and stores_coalesced(c, k):
+    if takes_persistent(nd_a, nd_b, c, k):
         product = persistent_int8(a_part, b_part, c, m, n, k, block_m, block_n, block_k, group_m, num_warps,
                                   num_stages)
-        return support.Steps([a_fill, b_fill, product])
-    programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
-    product = gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
-                                  gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k, programs,
-                                  (nd_a, nd_b), group_m, num_stages, num_warps)
+    else:
+        programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
+        product = gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
+                                      gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k, programs,
+                                      (nd_a, nd_b), group_m, num_stages, num_warps)
     return support.Steps([a_fill, b_fill, product])
 
 
