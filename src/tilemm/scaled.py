@@ -41,7 +41,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     replay = _REPLAYS.get(key) if key is not None else None
     if replay is not None:
         import torch
-        scales = [_scale(s, name, a.device, torch) for name, s in (("scale_a", scale_a), ("scale_b", scale_b))]
+        scales = _scales(scale_a, scale_b, a.device, torch)
         c = replay(a, b, *scales)
         if c is not None:
             return c
@@ -85,7 +85,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
                          f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')} "
                          f"{getattr(out, 'device', '')}")
     with streams.queued_on(queue, device, cupy_too=False) if device != "cpu" else contextlib.nullcontext():
-        scales = [_scale(s, name, a.device, torch) for name, s in (("scale_a", scale_a), ("scale_b", scale_b))]
+        scales = _scales(scale_a, scale_b, a.device, torch)
         c = torch.empty((m, n), dtype=result_dtype, device=a.device) if out is None else out
         if m and n:
             if k == 0:
@@ -178,6 +178,11 @@ def _device_problem(kind: str, index, interpreter: bool):
     if torch.cuda.get_device_capability(torch.device(kind, index)) < (8, 9):
         return KernelUnavailable, "scaled_matmul needs float8 tensor cores (compute capability 8.9 or newer)"
     return None
+
+
+def _scales(scale_a, scale_b, device, torch) -> tuple:
+    """(scale_a, scale_b) as _scale makes each."""
+    return _scale(scale_a, "scale_a", device, torch), _scale(scale_b, "scale_b", device, torch)
 
 
 def _scale(s, name: str, device, torch):
