@@ -25,7 +25,7 @@ SIMT = ["naive", "naive-global", "uncoalesced", "tiled", "rect", "regblock"]
 # (kernel, operand dtype, params): every GPU rung on every dtype it computes natively
 CASES = ([(k, d, {}) for k in SIMT for d in ("int32", "int64", "float32", "float64")]
          + [("tensorcore", d, {}) for d in ("float16", "bfloat16")]
-         + [("tensorcore", "bfloat16", {"stream_k": True})]
+         + [("tensorcore", "bfloat16", {"stream_k": True}), ("tensorcore", "float16", {"split_k": 3})]
          + [("tensorcore-int", d, {}) for d in ("int8", "int16", "int32", "int64")]
          + [("tensorcore-f64", "float64", {})]
          + [("tensorcore-f32", "float32", {"precision": p}) for p in ("3xtf32", "tf32", "int8")]
@@ -273,6 +273,9 @@ REPLAYED = [("tensorcore", "bfloat16", {}, (1024, 1024, 1024)), ("tensorcore", "
             ("tensorcore", "bfloat16", {"stream_k": True}, (4096, 4160, 1024)),
             ("tensorcore", "bfloat16", {}, (1001, 1003, 999)),                 # rows copied to 16-byte strides
             ("tensorcore", "float16", {"align_rows": True}, (700, 650, 900)),  # ... and to 128-byte ones
+            ("tensorcore", "bfloat16", {}, (16, 27, 59150)),         # split K, the pointer program: 48 runs
+            ("tensorcore", "float16", {}, (404, 108, 32491)),        # split K, TMA: 7 tiles in 18 runs each
+            ("tensorcore", "bfloat16", {"split_k": 3}, (1000, 1000, 2000)),  # as asked, with many tiles
             ("tensorcore-f32", "float32", {"direct": False}, (1024, 1024, 1024)),   # 3xTF32: split passes, stream-K
             ("tensorcore-f32", "float32", {}, (512, 384, 700)),               # 3xTF32 in one launch
             ("tensorcore-f32", "float32", {"precision": "tf32"}, (700, 900, 300)),

@@ -97,6 +97,56 @@ def test_stream_k_by_default_only_where_the_last_round_idles_most_sms():
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,k,layout,tma,split_k", [
+    (40, 30, 300, "nn", False, 3),     # pointer program, 19 K steps in runs of 7, 7, 5
+    (33, 17, 257, "tn", False, 16),    # 17 K steps: 16 asked, 9 runs of 2 (no empty run)
+    (70, 66, 200, "nt", True, 4),      # TMA program, A and B transposed views
+    (65, 97, 49, "tt", True, 2),
+    (20, 20, 16, "nn", False, 5),      # one K step: no split
+])
+def test_interpreter_split_k(dtype, m, n, k, layout, tma, split_k):
+    torch.manual_seed(m + n + k)
+    a = torch.randn(k, m, dtype=dtype).T if layout[0] == "t" else torch.randn(m, k, dtype=dtype)
+    b = torch.randn(n, k, dtype=dtype).T if layout[1] == "t" else torch.randn(k, n, dtype=dtype)
+    c, verdict = run(a, b, **SMALL, tma=tma, split_k=split_k)
+    assert c.shape == (m, n) and verdict.ok, verdict.message
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_interpreter_split_k_by_default_where_tiles_leave_sms_idle():
+    """Under the interpreter 4 SMs: one 16 x 16 tile of 32 K steps is split into 4 runs, whose
+    partials the last adds into C; a prepared plan does it at each launch, and the tile's count is
+    back at 0 after each."""
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore import t1_blocked
+    torch.manual_seed(3)
+    a, b = torch.randn(16, 512, dtype=torch.float16), torch.randn(512, 16, dtype=torch.float16)
+    steps = t1_blocked.bind(a, b, torch.empty(16, 16, dtype=torch.float16), group_m=8, **SMALL)
+    assert isinstance(steps.launches[-1], support.SplitKLaunch) and steps.launches[-1].grid == (1, 4)
+    launch, result = tilemm.plan(a, b, kernel="tensorcore", **SMALL).prepare(poison=True)
+    for _ in range(2):                                 # the second launch sees new values in a
+        launch()
+        verdict = compare(np.asarray(result()), a.numpy(), b.numpy(), "float16")
+        assert verdict.ok, verdict.message
+        assert not support.split_k_workspace(a, None, 1, 4, 16, 16)[1].any()
+        a.mul_(-1)
+
+
+def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.t1_blocked import k_splits
+    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    assert k_splits(16, 27, 59150, 16, 64, 128) == 48          # one tile, 463 K steps: the partials' reads cap it
+    assert k_splits(404, 108, 32491, 64, 128, 64) == 18        # 7 tiles
+    assert k_splits(111, 110, 49346, 64, 128, 64) == 24        # 2 tiles: 66 would fill the SMs; the reads cap it
+    assert k_splits(20, 20, 4096, 16, 64, 128) == 4            # 32 K steps: runs of 8 or more
+    assert k_splits(16, 4096, 4096, 16, 64, 128) == 2          # 64 tiles: half the SMs
+    assert k_splits(1024, 1024, 65536, 64, 128, 64) == 1       # 128 tiles: a round fills the SMs
+    assert k_splits(100, 100, 64, 64, 64, 64) == 1             # one K step
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("layout", ["nn", "tt"])
 def test_interpreter_float64_persistent(layout):
     """More tiles than programs (4 here): the persistent TMA program with float64 sums."""
@@ -505,16 +555,18 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
         sig = dict(a_desc=f"tensordesc<{ty}{a_block}>", b_desc=f"tensordesc<{ty}{b_block}>", c_ptr="*" + ty,
                    M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", A_T="constexpr", B_T="constexpr",
                    BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-                   UPCAST="constexpr", ACCUMULATE="constexpr")
+                   UPCAST="constexpr", ACCUMULATE="constexpr", split_steps="constexpr", ws_ptr="constexpr",
+                   counts_ptr="constexpr")
         const = dict(A_T=a_t, B_T=b_t, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8,
-                     UPCAST=False, ACCUMULATE=False)
+                     UPCAST=False, ACCUMULATE=False, split_steps=None, ws_ptr=None, counts_ptr=None)
         if min(m, n) <= 64:      # skinny products take the pointer program
             sig = dict(a_ptr="*" + ty, b_ptr="*" + ty, c_ptr="*" + ty, M="i32", N="i32", K="i32", stride_am="i32",
                        stride_ak="i32", stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32",
                        BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-                       UPCAST="constexpr", FP64="constexpr", top_a_ptr="constexpr", top_b_ptr="constexpr")
+                       UPCAST="constexpr", FP64="constexpr", top_a_ptr="constexpr", top_b_ptr="constexpr",
+                       split_steps="constexpr", ws_ptr="constexpr", counts_ptr="constexpr")
             const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, UPCAST=False,
-                         FP64=False, top_a_ptr=None, top_b_ptr=None)
+                         FP64=False, top_a_ptr=None, top_b_ptr=None, split_steps=None, ws_ptr=None, counts_ptr=None)
         k = triton.compile(ASTSource(fn=matmul_kernel if min(m, n) <= 64 else matmul_tma, signature=sig,
                                      constexprs=const),
                            target=GPUTarget("cuda", 90, 32),
@@ -522,6 +574,15 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
         out[f"{dtype}-{m}x{n}-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                                 wgmma="wgmma" in k.asm["ptx"] or p["block_m"] < 64,  # wgmma: M >= 64
                                                 cubin=len(k.asm["cubin"]))
+        if layout in ("nn", "nt"):    # split K: float32 partials handed over through a workspace
+            ws_sig = {**sig, "split_steps": "i32", "ws_ptr": "*fp32", "counts_ptr": "*i32"}
+            ws_const = {name: v for name, v in const.items() if name not in ("split_steps", "ws_ptr", "counts_ptr")}
+            k = triton.compile(ASTSource(fn=matmul_kernel if min(m, n) <= 64 else matmul_tma, signature=ws_sig,
+                                         constexprs=ws_const), target=GPUTarget("cuda", 90, 32),
+                               options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+            out[f"{dtype}-{m}x{n}-split-k"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
+                                                   wgmma="wgmma" in k.asm["ptx"] or p["block_m"] < 64,
+                                                   cubin=len(k.asm["cubin"]))
 # tensorcore persistent=True: the persistent TMA program, C written in quarters (tt: with stream-K)
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
 for layout in ("nn", "tt"):
@@ -543,15 +604,17 @@ p = {**f64_tiles(8192, 8192), "group_m": 8}
 sig = dict(a_ptr="*fp64", b_ptr="*fp64", c_ptr="*fp64", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
            stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
            BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", FP64="constexpr",
-           top_a_ptr="constexpr", top_b_ptr="constexpr")
+           top_a_ptr="constexpr", top_b_ptr="constexpr", split_steps="constexpr", ws_ptr="constexpr", counts_ptr="constexpr")
 const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False,
-             FP64=True, top_a_ptr=None, top_b_ptr=None)
+             FP64=True, top_a_ptr=None, top_b_ptr=None, split_steps=None, ws_ptr=None, counts_ptr=None)
 k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 # tensorcore-f32 precision="int8": the tiles of C that meet Inf or NaN, in IEEE float32
 sig_ieee = {**sig, "a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "top_a_ptr": "*fp32", "top_b_ptr": "*fp32"}
 k_ieee = triton.compile(ASTSource(fn=matmul_kernel, signature=sig_ieee, constexprs=dict(
-    BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=True, FP64=False)), target=GPUTarget("cuda", 90, 32),
+    BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=True, FP64=False, split_steps=None, ws_ptr=None,
+    counts_ptr=None)),
+    target=GPUTarget("cuda", 90, 32),
     options=dict(num_warps=4, num_stages=1))
 out["ieee-nonfinite"] = dict(shared=k_ieee.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True,
                              cubin=len(k_ieee.asm["cubin"]))
@@ -704,7 +767,8 @@ def test_default_configs_compile_for_sm90():
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
                              "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent",
-                             "copy-rows"}
+                             "copy-rows"} | {f"{d}-{s}-split-k" for d in ("float16", "bfloat16")
+                                                          for s in ("8192x8192", "16x8192")}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
         assert info["shared"] <= info["limit"], (dtype, info)
@@ -1039,7 +1103,8 @@ def test_all_arguments_are_the_programs_signature_in_order():
     values = all_arguments(matmul_kernel, ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9),
                            dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, FP64=True, num_warps=4,
                                 num_stages=2))
-    assert values == ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 16, 8, False, True, None, None)
+    assert values == ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 16, 8, False, True, None, None, None, None,
+                      None)
 
 
 def test_3xtf32_stream_k_where_the_last_round_idles_sms():

@@ -14,6 +14,19 @@ import numpy as np
 from .dtypes import compute_dtype
 
 
+class WholeNumbers(tuple):
+    """A Param's choices that are None or a whole number from lo to hi, listed as (None, 'lo..hi')."""
+
+    def __new__(cls, lo: int, hi: int):
+        numbers = super().__new__(cls, (None, f"{lo}..{hi}"))
+        numbers.lo, numbers.hi = lo, hi
+        return numbers
+
+    def __contains__(self, value) -> bool:
+        return value is None or (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+                                 and self.lo <= value <= self.hi)
+
+
 @dataclass(frozen=True)
 class Param:
     """A kernel parameter: its default and the values it may take."""

@@ -205,7 +205,7 @@ class BoundLaunch:
 
     def __call__(self):
         if _compat.triton_interpreter():
-            return self.program[self.grid](*self.launch_args(), **self.options)
+            return self.launch()
         from triton.runtime.driver import driver
         device = driver.active.get_current_device()
         if self.device == device:
@@ -213,12 +213,13 @@ class BoundLaunch:
                 self.values = all_arguments(self.program, self.args, self.options)
             self.run(self.values)
             return
-        compiled = self.program[self.grid](*self.launch_args(), **self.options)
+        compiled = self.launch()
         grid3 = self.grid + (1,) * (3 - len(self.grid))    # the compiled program's launcher reads three
         self.device, self.runner = device, compiled[grid3]
 
-    def launch_args(self) -> tuple:
-        return self.args
+    def launch(self):
+        """The program launched through Triton's JIT (which compiles it the first time)."""
+        return self.program[self.grid](*self.args, **self.options)
 
     def run(self, values: tuple, stream=None):
         """The compiled program on these values (its signature's order), on the stream given
@@ -226,32 +227,68 @@ class BoundLaunch:
         self.runner(*values, stream=stream)
 
 
-class StreamKLaunch(BoundLaunch):
-    """matmul_persistent with stream-K: the same arguments at every launch but the workspace and
-    its epoch (partials, flags, epoch at WORKSPACE_AT), taken at each launch for the stream
-    current then; while a CUDA graph is captured, whole_tiles (a graph would replay this launch's
-    epoch, whose flags are already raised)."""
-    WORKSPACE_AT = 5       # after a_desc, b_desc, c and the two scales
+class WorkspaceLaunch(BoundLaunch):
+    """A BoundLaunch whose program also takes a workspace (the arguments named in WORKSPACE, in
+    the signature's order), taken at each launch for the stream current then (launches on one
+    stream never overlap); while a CUDA graph is captured, `fallback` instead: a program that
+    needs none (a graph would keep this launch's workspace)."""
+    WORKSPACE: tuple = ()
 
-    def __init__(self, program, grid, args, options, whole_tiles, block_m: int, block_n: int):
+    def __init__(self, program, grid, args, options, fallback):
         super().__init__(program, grid, args, options)
-        self.whole_tiles, self.block_m, self.block_n = whole_tiles, block_m, block_n
+        self.fallback = fallback
+        names = list(_signature(program).parameters)
+        self.at = names.index(self.WORKSPACE[0])
 
     def __call__(self):
         if streams.capturing():
-            return self.whole_tiles()
+            return self.fallback()
         super().__call__()
 
-    def with_workspace(self, values: tuple) -> tuple:
-        at = self.WORKSPACE_AT
-        ws = stream_k_workspace(values[2].device, self.grid[0], self.block_m, self.block_n)
-        return values[:at] + ws + values[at + 3:]
+    def workspace(self, c, stream) -> tuple:
+        """The workspace's arguments for a launch writing c on stream (a raw handle, None on the CPU)."""
+        raise NotImplementedError
 
-    def launch_args(self) -> tuple:
-        return self.with_workspace(self.args)
+    def with_workspace(self, values: tuple, stream=None) -> tuple:
+        """values with the workspace of the launch's stream (None: torch's current one) in place."""
+        at, c = self.at, values[2]
+        if stream is None and c.is_cuda:
+            import torch
+            stream = torch._C._cuda_getCurrentRawStream(c.get_device())
+        return values[:at] + self.workspace(c, stream) + values[at + len(self.WORKSPACE):]
+
+    def launch(self):
+        parameters = _signature(self.program).parameters
+        values = self.with_workspace(all_arguments(self.program, self.args, self.options))
+        return self.program[self.grid](*values, **{k: v for k, v in self.options.items() if k not in parameters})
 
     def run(self, values: tuple, stream=None):
-        self.runner(*self.with_workspace(values), stream=stream)
+        self.runner(*self.with_workspace(values, stream), stream=stream)
+
+
+class StreamKLaunch(WorkspaceLaunch):
+    """matmul_persistent with stream-K: its partials, flags and epoch (stream_k_workspace)."""
+    WORKSPACE = ("ws_ptr", "flags_ptr", "epoch")
+
+    def __init__(self, program, grid, args, options, fallback, block_m: int, block_n: int):
+        super().__init__(program, grid, args, options, fallback)
+        self.block_m, self.block_n = block_m, block_n
+
+    def workspace(self, c, stream) -> tuple:
+        return stream_k_workspace(c, stream, self.grid[0], self.block_m, self.block_n)
+
+
+class SplitKLaunch(WorkspaceLaunch):
+    """matmul_kernel or matmul_tma with split K: a slot of block_m x block_n float32 partial sums
+    a program, and a count a tile (split_k_workspace)."""
+    WORKSPACE = ("ws_ptr", "counts_ptr")
+
+    def __init__(self, program, grid, args, options, fallback, block_m: int, block_n: int):
+        super().__init__(program, grid, args, options, fallback)
+        self.block_m, self.block_n = block_m, block_n
+
+    def workspace(self, c, stream) -> tuple:
+        return split_k_workspace(c, stream, self.grid[0], self.grid[1], self.block_m, self.block_n)
 
 
 class CopyInto:
@@ -320,21 +357,36 @@ _WORKSPACES: dict = {}
 _EPOCHS = itertools.count(1)
 
 
-def stream_k_workspace(device, programs: int, block_m: int, block_n: int):
-    """(partials, flags, epoch) for the stream-K share of matmul_persistent: two float32 slots of
-    block_m x block_n a program and a flag a program, kept per device and stream (launches on one
-    stream never overlap) and grown when needed. The flags are never cleared: a helper raises its
-    flag to the launch's epoch, a number no earlier launch used."""
-    import torch
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    key = (str(device), stream)
-    size = 2 * programs * block_m * block_n
-    partials, flags = _WORKSPACES.get(key, (None, None))
-    if partials is None or partials.numel() < size or flags.numel() < programs:
-        partials = torch.empty(size, dtype=torch.float32, device=device)
-        flags = torch.zeros(programs, dtype=torch.int32, device=device)
-        _WORKSPACES[key] = partials, flags
+def stream_k_workspace(c, stream, programs: int, block_m: int, block_n: int):
+    """(partials, flags, epoch) for the stream-K share of matmul_persistent writing c on stream:
+    two float32 slots of block_m x block_n a program and a flag a program (workspace). The flags
+    are never cleared: a helper raises its flag to the launch's epoch, a number no earlier launch
+    used."""
+    partials, flags = workspace("stream-k", c, stream, 2 * programs * block_m * block_n, programs)
     return partials, flags, next(_EPOCHS) % (2**31 - 2) + 1
+
+
+def split_k_workspace(c, stream, tiles: int, runs: int, block_m: int, block_n: int):
+    """(partials, counts) for split K's hand-over writing c on stream: a float32 slot of block_m x
+    block_n for each run of each tile and an int32 count a tile (workspace). Counts start at 0 and
+    every launch leaves them at 0 (the last run of a tile resets its count)."""
+    return workspace("split-k", c, stream, tiles * runs * block_m * block_n, tiles)
+
+
+def workspace(kind: str, c, stream, floats: int, flags: int):
+    """(float32 tensor of `floats` elements or more, int32 tensor of `flags` zeros or more) on c's
+    device, kept per kind, device and stream (launches on one stream never overlap; the caching
+    allocator reuses a replaced one's memory on that stream alone, after its last launch) and
+    grown when needed."""
+    key = (kind, c.get_device(), stream)
+    partials, counts = _WORKSPACES.get(key, (None, None))
+    if partials is None or partials.numel() < floats or counts.numel() < flags:
+        import torch
+        partials = torch.empty(max(floats, 0 if partials is None else partials.numel()), dtype=torch.float32,
+                               device=c.device)
+        counts = torch.zeros(max(flags, 0 if counts is None else counts.numel()), dtype=torch.int32, device=c.device)
+        _WORKSPACES[key] = partials, counts
+    return partials, counts
 
 
 # matmul_persistent's flags when a caller names none: A row-major, B given K-major (as B^T),

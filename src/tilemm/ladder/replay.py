@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 
-from ._tensorcore_support import BoundLaunch, CopyInto, Steps, StreamKLaunch, all_arguments, copy_as
+from ._tensorcore_support import BoundLaunch, CopyInto, Steps, WorkspaceLaunch, all_arguments, copy_as
 
 COPY = "copy"          # a recorded CopyInto: its values are (dst, src, word)
 
@@ -89,9 +89,8 @@ def recorded(bound, operands: tuple) -> Replay | None:
             values = [launch.dst, launch.src, launch.word]
         else:
             values = list(launch.values or all_arguments(launch.program, launch.args, launch.options))
-        if isinstance(launch, StreamKLaunch):      # its workspace is taken at each launch
-            at = launch.WORKSPACE_AT
-            values[at:at + 3] = None, None, 0
+        if isinstance(launch, WorkspaceLaunch):    # its workspace is taken at each launch
+            values[launch.at:launch.at + len(launch.WORKSPACE)] = (None,) * len(launch.WORKSPACE)
         for j, v in enumerate(values):
             make = _slot(v, storages, groups)
             if make is False:
@@ -108,7 +107,7 @@ def _unbound(launch: BoundLaunch) -> BoundLaunch:
     """launch without its arguments (tensors of the first call): what run() needs alone."""
     light = copy.copy(launch)
     light.args = light.values = None
-    light.__dict__.pop("whole_tiles", None)
+    light.__dict__.pop("fallback", None)
     return light
 
 

@@ -14,8 +14,10 @@ any strides; shared memory of a configuration must fit the GPU (checked before l
 """
 from __future__ import annotations
 
+import math
+
 from ... import _compat, tuning
-from ...registry import Kernel, Param, Traffic, register
+from ...registry import Kernel, Param, Traffic, WholeNumbers, register
 from .. import _tensorcore_support as support
 
 
@@ -40,7 +42,7 @@ def run(a, b, c, **params):
 
 
 def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
-         align_rows=None, tma=None, autotune=False):
+         split_k=None, align_rows=None, tma=None, autotune=False):
     """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
     once: a prepared plan launched many times pays Triton's launch alone (with autotune, the
     configuration is tuned, or read from the tuning cache, here)."""
@@ -51,8 +53,8 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, per
     n = b.shape[1]
     tiles = resolve_tiles(m, n, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=num_warps,
                                      num_stages=num_stages))
-    return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, align_rows=align_rows,
-                    tma=tma if tma is not None else m * n * k > POINTERS_UP_TO, **tiles)
+    return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, split_k=split_k,
+                    align_rows=align_rows, tma=tma if tma is not None else m * n * k > POINTERS_UP_TO, **tiles)
 
 
 # Multiply-adds up to which a product takes the pointer program (tma=None): Triton launches a
@@ -101,15 +103,38 @@ def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int = 8) 
     return whole >= min_rounds and 0 < left < 0.6 * programs and k_steps >= 32
 
 
+# K steps a run of split K takes at least: its pipeline fills, and its float32 partial (written
+# and read once more) stays small beside the tiles it reads
+MIN_SPLIT_STEPS = 8
+
+
+def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, itemsize: int = 2) -> int:
+    """Into how many runs of K steps to split each tile (split_k=None): where one round of tiles
+    leaves half the SMs or more idle, enough runs to fill them, each of MIN_SPLIT_STEPS K steps or
+    more; 1 (no split) otherwise. The run that finishes a tile reads every run's float32 partial
+    (hand_over): runs are capped so that those reads are no more than one run's reads of A and B,
+    s * bm * bn * 4 <= (steps / s) * (bm + bn) * bk * itemsize (measured, bf16 111 x 110 x 49346:
+    66 runs of 64 x 128 tiles 103 µs, cuBLAS 26)."""
+    tiles = -(-m // block_m) * -(-n // block_n)
+    sms = support.multiprocessors()
+    if 2 * tiles > sms:
+        return 1
+    steps = -(-k // block_k)
+    balanced = math.isqrt(steps * (block_m + block_n) * block_k * itemsize // (block_m * block_n * 4))
+    return max(1, min(sms // tiles, steps // MIN_SPLIT_STEPS, balanced))
+
+
 def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
-             align_rows=None, accumulate=False, copy_transposed="a", tma=True):
+             split_k=None, align_rows=None, accumulate=False, copy_transposed="a", tma=True):
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
     strides are not), by the persistent program when there is more than one round of tiles and
     persistent is not False (measured as fast or faster on the shapes suite, 1.3x at
     8192x8192x128: tensorcore_vs_cublas_persistent.jsonl; one round is launched more cheaply
     one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
-    (see matmul_persistent; None: where stream_k_pays), and with align_rows rows that are not a
+    (see matmul_persistent; None: where stream_k_pays), with split_k > 1 each tile's K steps split
+    into that many runs (programs of their own, whose float32 partials the last one adds: see
+    hand_over; None: k_splits; 16-bit operands, not with accumulate), and with align_rows rows that are not a
     multiple of 128 bytes copied into rows that are (None: where rows_aligned_pays);
     float64 takes the persistent program (float64 sums) past one round if persistent, else the
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
@@ -128,10 +153,27 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     # truncation): there, the kernel multiplies in float32 and torch rounds the result.
     upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
-    grid = (-(-m // block_m) * -(-n // block_n),)
-    fills, partial = [], None
-    rounds = persistent and grid[0] > support.multiprocessors()
     f64 = a.element_size() == 8
+    k_steps = -(-k // block_k)
+    if accumulate or f64:
+        split_k = 1
+    elif split_k is None:
+        split_k = k_splits(m, n, k, block_m, block_n, block_k)
+    tiles_of_c = -(-m // block_m) * -(-n // block_n)
+    slots = (2**31 - 1) // (tiles_of_c * block_m * block_n)      # partials addressed by 32-bit offsets
+    per_run = -(-k_steps // max(1, min(split_k, k_steps, slots)))
+    splits = -(-k_steps // per_run)              # no empty run
+    fills, partial = [], None
+    rounds = persistent and splits == 1 and tiles_of_c > support.multiprocessors()
+
+    def bound(program, args, options):
+        """program on a grid of tiles, or of tiles and runs of K steps (split K, each run's
+        partial handed over in one launch; not while a CUDA graph is captured)."""
+        whole = support.bound_launch(program, (tiles_of_c,), args, options)
+        if splits == 1:
+            return whole
+        return support.SplitKLaunch(program, (tiles_of_c, splits), args, {**options, "split_steps": per_run}, whole,
+                                    block_m, block_n)
     if tma and min(m, n) > 64 and (a.element_size() == 2 or (f64 and rounds)):
         if align_rows is None:
             align_rows = rows_aligned_pays(m, n, k)
@@ -147,12 +189,11 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
                      UPCAST=upcast, ACCUMULATE=accumulate, num_warps=num_warps, num_stages=num_stages)
         if rounds:
             if stream_k is None:
-                stream_k = stream_k_pays(grid[0], support.multiprocessors(), -(-k // block_k))
+                stream_k = stream_k_pays(tiles_of_c, support.multiprocessors(), k_steps)
             program = support.persistent_launch(a_desc, b_desc, out, m, n, k, stream_k=stream_k and not f64,
                                                 F64=f64, **tiles)
         else:
-            program = support.bound_launch(matmul_tma, grid, (a_desc, b_desc, out, m, n, k, out.stride(0),
-                                                              out.stride(1)), tiles)
+            program = bound(matmul_tma, (a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1)), tiles)
     else:
         target = out
         if accumulate:               # the pointer program writes C whole: its product is added after
@@ -162,7 +203,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
                 target.stride(1))
         tiles = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
                      FP64=str(a.dtype) == "torch.float64", num_warps=num_warps, num_stages=num_stages)
-        program = support.bound_launch(matmul_kernel, grid, args, tiles)
+        program = bound(matmul_kernel, args, tiles)
 
     if partial is None and not upcast:
         return support.Steps([*fills, program])       # copies and launches: a repeated call can replay them
@@ -234,10 +275,16 @@ def tuned(a, b, c):
     return tuning.best(key, fitting, time_ms)
 
 
-def traffic(p, block_m, block_n, **_):
-    tiles = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n))
+def traffic(p, block_m, block_n, block_k=None, split_k=None, **_):
+    """A read once per block column and B once per block row; with split K, the float32 partial
+    of each run of each tile, written and read back once (hand_over), in elements of p's dtype."""
+    tiles = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n, block_k=block_k))
     block_m, block_n = tiles["block_m"], tiles["block_n"]
-    return Traffic(read=p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m), written=p.m * p.n)
+    splits = split_k or (k_splits(p.m, p.n, p.k, block_m, block_n, tiles["block_k"]) if p.itemsize == 2 else 1)
+    slots = -(-p.m // block_m) * -(-p.n // block_n) * block_m * block_n
+    partials = slots * splits * 4 / p.itemsize if splits > 1 else 0
+    return Traffic(read=p.m * p.k * -(-p.n // block_n) + p.k * p.n * -(-p.m // block_m) + partials,
+                   written=p.m * p.n + partials)
 
 
 def limits(p, block_m, block_n, block_k, num_stages, persistent=True, **_):
@@ -279,6 +326,10 @@ register(Kernel(
                   "persistent: the tiles of a last, partial round are shared out by K steps among all SMs; "
                   "None: when that round is under 60% full after 8 whole rounds and K has 32 steps or more "
                   "(docs/tensor_cores.md)"),
+            Param("split_k", None, WholeNumbers(1, 256),
+                  "16-bit operands: each tile's K steps split into this many runs, programs of their own whose "
+                  "float32 partials the last to finish adds up (1: no split); None: where one round of tiles "
+                  "leaves half the SMs idle, enough runs to fill them (k_splits)"),
             Param("align_rows", None, (None, False, True),
                   "16-bit operands whose rows are not a multiple of 128 bytes are copied into rows that are "
                   "(TMA reads them faster); None: where the product does enough work per operand element "

@@ -8,16 +8,22 @@ import triton.language as tl
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  UPCAST: tl.constexpr, FP64: tl.constexpr, top_a_ptr=None, top_b_ptr=None):
+                  UPCAST: tl.constexpr, FP64: tl.constexpr, top_a_ptr=None, top_b_ptr=None, split_steps=None,
+                  ws_ptr=None, counts_ptr=None):
     """C = A @ B, a program a tile, pointers and masks: any strides, any M, N, K. top_a_ptr and
     top_b_ptr given (each row of A's and column of B's largest |x|, float32): only the tiles that
     meet a row or column holding Inf or NaN are computed and stored (tensorcore-f32's
-    precision="int8" puts those through IEEE float32 here)."""
+    precision="int8" puts those through IEEE float32 here). split_steps given: split K (see
+    matmul_tma)."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     steps = tl.cdiv(K, BLOCK_K)
+    first = 0
+    if split_steps is not None:                           # split K: this program's run of K steps
+        first = tl.program_id(1) * split_steps
+        steps = tl.minimum(steps, first + split_steps)
     if top_a_ptr is not None:
         top_a = tl.load(top_a_ptr + offs_m, mask=offs_m < M, other=0.0)
         top_b = tl.load(top_b_ptr + offs_n, mask=offs_n < N, other=0.0)
@@ -27,13 +33,14 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         offs_m = tl.where(meets > 0, offs_m, M)          # nothing stored where it meets none
     # 64-bit offsets: an operand of 2^31 elements or more is addressed right (once a tile: free)
     rows_a, cols_b = offs_m.to(tl.int64), offs_n.to(tl.int64)
-    a_ptrs = a_ptr + rows_a[:, None] * stride_am + offs_k[None, :] * stride_ak   # (BLOCK_M, BLOCK_K)
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols_b[None, :] * stride_bn   # (BLOCK_K, BLOCK_N)
+    ks = (first * BLOCK_K + offs_k).to(tl.int64)
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + ks[None, :] * stride_ak   # (BLOCK_M, BLOCK_K)
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols_b[None, :] * stride_bn   # (BLOCK_K, BLOCK_N)
     if FP64:                                              # float64: the FP64 tensor cores (DMMA)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, steps):
+    for step in range(first, steps):
         k_left = K - step * BLOCK_K                       # edges load zeros: any M, N, K
         a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0)
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0)
@@ -46,9 +53,12 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
             acc = tl.dot(a, b, acc)                       # tensor cores, float32 accumulators
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
-    c = acc.to(c_ptr.dtype.element_ty)                    # one rounding, as NumPy's float16
-    c_ptrs = c_ptr + rows_a[:, None] * stride_cm + cols_b[None, :] * stride_cn
-    tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    if split_steps is not None:
+        hand_over(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, stride_cn)
+    else:
+        c = acc.to(c_ptr.dtype.element_ty)                # one rounding, as NumPy's float16
+        c_ptrs = c_ptr + rows_a[:, None] * stride_cm + cols_b[None, :] * stride_cn
+        tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 @triton.jit
@@ -67,14 +77,48 @@ def tile_position(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROU
 @triton.jit
 def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
                A_T: tl.constexpr, B_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, UPCAST: tl.constexpr, ACCUMULATE: tl.constexpr):
+               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, UPCAST: tl.constexpr, ACCUMULATE: tl.constexpr,
+               split_steps=None, ws_ptr=None, counts_ptr=None):
     """The same product with the tiles brought in by TMA (Hopper's bulk tensor copy): no address
     arithmetic, no masks (the copy engine fills zeros past M, N and K). a_desc describes A, or A^T
-    when A_T (A stored column-major); b_desc B, or B^T when B_T. ACCUMULATE: C += A @ B."""
+    when A_T (A stored column-major); b_desc B, or B^T when B_T. ACCUMULATE: C += A @ B.
+
+    split_steps given (split K): the launch's second grid axis numbers runs of split_steps K steps,
+    each a program of its own that sums its run of its tile's K steps and hands it over (hand_over)."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, tl.cdiv(K, BLOCK_K), M, N, A_T, B_T, False, False, False,
+    first = 0
+    steps = tl.cdiv(K, BLOCK_K)
+    if split_steps is not None:
+        first = tl.program_id(1) * split_steps
+        steps = tl.minimum(steps, first + split_steps)
+    acc = tile_steps(a_desc, b_desc, off_m, off_n, first, steps, M, N, A_T, B_T, False, False, False,
                      False, UPCAST, 1, 1, BLOCK_M, BLOCK_N, BLOCK_K)
-    store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
+    if split_steps is not None:
+        hand_over(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, stride_cn)
+    else:
+        store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
+
+
+@triton.jit
+def hand_over(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, stride_cn):
+    """Split K's hand-over of a run's float32 partial sum acc: it goes to the run's slot for its
+    tile (ws: runs x tiles slots of BLOCK_M x BLOCK_N) and the tile's count is raised; the run
+    that raises it last adds the tile's slots in run order (the same sum whichever run is last),
+    writes C, and sets the count back to 0, as every launch finds it."""
+    BLOCK_M: tl.constexpr = acc.shape[0]
+    BLOCK_N: tl.constexpr = acc.shape[1]
+    tile, tiles, runs = tl.program_id(0), tl.num_programs(0), tl.num_programs(1)
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(ws_ptr + (tl.program_id(1) * tiles + tile) * (BLOCK_M * BLOCK_N) + offs, acc)
+    tl.debug_barrier()            # every thread's share of the partial is written before the count says so
+    arrived = tl.atomic_add(counts_ptr + tile, 1, sem="acq_rel")
+    if arrived == runs - 1:       # the last run: the others' partials are in L2 (.cg reads past L1)
+        tl.debug_barrier()
+        total = tl.load(ws_ptr + tile * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
+        for run in range(1, runs):
+            total += tl.load(ws_ptr + (run * tiles + tile) * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
+        store_tile(c_ptr, total, off_m, off_n, M, N, stride_cm, stride_cn, False)
+        tl.atomic_xchg(counts_ptr + tile, 0)
 
 
 @triton.jit(do_not_specialize=["epoch"])
