@@ -51,7 +51,10 @@ VARIANTS = {
                  ("tc-one-per-tile", "tensorcore", dict(persistent=False)),
                  ("tc-pointers", "tensorcore", dict(tma=False)),
                  ("tc-tma", "tensorcore", dict(tma=True)),
-                 ("tc-no-split", "tensorcore", dict(split_k=1))],
+                 ("tc-no-split", "tensorcore", dict(split_k=1)),
+                 ("tc-16-rows", "tensorcore", dict(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)),
+                 ("tc-16-columns", "tensorcore", dict(block_m=64, block_n=16, block_k=128, num_warps=4,
+                                                      num_stages=4))],
     "float64": [("tensorcore-f64", "tensorcore-f64", {}),
                 ("f64-64x64x32-w4-s4", "tensorcore-f64", dict(block_m=64, block_n=64, block_k=32, num_warps=4)),
                 ("f64-128x128x32-w8-s3", "tensorcore-f64", dict(block_m=128, block_n=128, block_k=32, num_warps=8,
@@ -242,7 +245,7 @@ def main():
             for label, kernel, params in VARIANTS[dtype_name] + (SWEEP_F32 if args.sweep and dtype_name == "float32"
                                                                   else []):
                 sixteen_bits = dtype_name in ("bfloat16", "float16")
-                every_shape = ("tensorcore", "default", "library", "tc-no-split")
+                every_shape = ("tensorcore", "default", "library", "tc-no-split", "tc-16-rows", "tc-16-columns")
                 if label not in every_shape and sixteen_bits and min(m, n) <= 64:
                     continue          # skinny products take the pointer program whatever the tiles
                 if args.variants and label not in args.variants:

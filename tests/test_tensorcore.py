@@ -546,7 +546,8 @@ def persistent_signature(a_desc, b_desc, c_ptr, scales="constexpr", workspace="c
                 ws_ptr=workspace, flags_ptr="*i32" if workspace != "constexpr" else "constexpr", epoch="i32",
                 M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", **dict.fromkeys(flags, "constexpr"))
 # tensorcore: the TMA program at the configuration each kind of shape gets, all four layouts
-for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), "nt"), ((1000, 1000), "tn")):
+for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), "nt"), ((1000, 1000), "tn"),
+                      ((64, 8192), "nn")):
     for dtype, ty in (("float16", "fp16"), ("bfloat16", "bf16")):
         p = default_tiles(m, n)
         a_t, b_t = layout[0] == "t", layout[1] == "t"
@@ -762,13 +763,13 @@ def test_default_configs_compile_for_sm90():
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
-                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k", "tf32x3-direct",
+                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn", "64x8192-nn")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k", "tf32x3-direct",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
                              "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent",
                              "copy-rows"} | {f"{d}-{s}-split-k" for d in ("float16", "bfloat16")
-                                                          for s in ("8192x8192", "16x8192")}
+                                                          for s in ("8192x8192", "16x8192", "64x8192")}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
         assert info["shared"] <= info["limit"], (dtype, info)
@@ -1132,3 +1133,14 @@ def test_interpreter_accumulate_adds_a_16_bit_product_into_float32(m, n, k):
     t1_blocked.launcher(a, b, c, group_m=4, accumulate=True, **tiles)()
     want = c0.double() + a.double() @ b.double()
     assert torch.allclose(c.double(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch):
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.t1_blocked import default_tiles
+    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    assert default_tiles(64, 8192)["block_m"] == 64          # 128 tiles of 64 columns: B read once
+    assert default_tiles(33, 8192)["block_m"] == 64 and default_tiles(20, 8192)["block_m"] == 32
+    assert default_tiles(64, 4096)["block_m"] == 16          # 64 tiles: 16 rows keep 256 programs
+    assert default_tiles(8, 8192)["block_m"] == 16
+    assert default_tiles(674, 61)["block_n"] == 16 and default_tiles(8192, 61)["block_n"] == 64

@@ -68,17 +68,29 @@ POINTERS_UP_TO = 2**28
 def default_tiles(m: int, n: int) -> dict:
     """The configuration a shape gets when the caller names none (measured on an H100,
     benchmarks/tensorcore_vs_cublas.py): 128 x 256 tiles when there are enough of them to fill
-    the SMs, smaller ones when there are not, and 16-row tiles for a skinny product, which
-    is bound by reading B (K-deep tiles keep many loads in flight)."""
+    the SMs, smaller ones when there are not, and for a skinny product, which is bound by reading
+    the other operand, K-deep tiles (many loads in flight) 64 long the other way, 16 rows (columns)
+    or, where the other side alone gives half the SMs a tile, as tall (wide) as M (N), so that the
+    other operand is read once (skinny_block)."""
     sms = support.multiprocessors()
     if m <= 64:
-        return dict(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)
+        block_m = skinny_block(m) if 2 * -(-n // 64) >= sms else 16
+        return dict(block_m=block_m, block_n=64, block_k=128, num_warps=4, num_stages=4)
     if n <= 64:
-        return dict(block_m=64, block_n=16, block_k=128, num_warps=4, num_stages=4)
+        block_n = skinny_block(n) if 2 * -(-m // 64) >= sms else 16
+        return dict(block_m=64, block_n=block_n, block_k=128, num_warps=4, num_stages=4)
     for bm, bn, warps in ((128, 256, 8), (128, 128, 4)):
         if -(-m // bm) * -(-n // bn) >= sms:
             return dict(block_m=bm, block_n=bn, block_k=64, num_warps=warps, num_stages=4)
     return dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4)
+
+
+def skinny_block(rows: int) -> int:
+    """The tile side that covers a skinny dimension of 64 or fewer rows: a power of two, 16 or more
+    (tl.dot's smallest). 16-row tiles read B four times over at M = 64 (bf16 64 x 8192 x 8192 97.7
+    µs against 50.8, cuBLAS 49.9); where fewer tiles leave SMs idle the 16-row ones are faster
+    (64 x 2048 x 2048: 25.8 µs against 33.6; prepared launches, h100-2026-11-24-s13/skinny_prepared.jsonl)."""
+    return max(16, 1 << max(0, rows - 1).bit_length())
 
 
 def resolve_tiles(m: int, n: int, given: dict) -> dict:
