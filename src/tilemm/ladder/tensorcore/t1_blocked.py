@@ -89,7 +89,8 @@ def skinny_block(rows: int) -> int:
     """The tile side that covers a skinny dimension of 64 or fewer rows: a power of two, 16 or more
     (tl.dot's smallest). 16-row tiles read B four times over at M = 64 (bf16 64 x 8192 x 8192 97.7
     µs against 50.8, cuBLAS 49.9); where fewer tiles leave SMs idle the 16-row ones are faster
-    (64 x 2048 x 2048: 25.8 µs against 33.6; prepared launches, h100-2026-11-24-s13/skinny_prepared.jsonl)."""
+    (64 x 2048 x 2048: 25.8 µs against 33.6; prepared launches,
+    h100-2026-11-24-s13/skinny_cover_always_try_prepared.jsonl)."""
     return max(16, 1 << max(0, rows - 1).bit_length())
 
 
