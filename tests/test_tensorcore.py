@@ -25,6 +25,13 @@ def run(a, b, **params):
     return c, compare(host(c), host(a), host(b), str(a.dtype).removeprefix("torch."))
 
 
+def laid_out(m, n, k, layout, dtype):
+    """Random A (m, k) and B (k, n) on the CPU, each a transposed view where layout says "t"."""
+    a = torch.randn(k, m, dtype=dtype).T if layout[0] == "t" else torch.randn(m, k, dtype=dtype)
+    b = torch.randn(n, k, dtype=dtype).T if layout[1] == "t" else torch.randn(k, n, dtype=dtype)
+    return a, b
+
+
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests: on the GPU the conformance table covers this rung")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (17, 33, 9), (40, 7, 65), (3, 5, 0), (0, 4, 3), (33, 70, 48)])
@@ -43,8 +50,7 @@ def test_interpreter_odd_shapes(dtype, m, n, k):
 def test_interpreter_tma_programs_any_layout(dtype, persistent, m, n, k, layout):
     """M, N > 64 take the TMA programs (persistent: 4 programs walk the tiles here)."""
     torch.manual_seed(m + n + k)
-    a = torch.randn(k, m, dtype=dtype).T if layout[0] == "t" else torch.randn(m, k, dtype=dtype)
-    b = torch.randn(n, k, dtype=dtype).T if layout[1] == "t" else torch.randn(k, n, dtype=dtype)
+    a, b = laid_out(m, n, k, layout, dtype)
     c, verdict = run(a, b, **SMALL, persistent=persistent, tma=True)
     assert c.shape == (m, n) and verdict.ok, verdict.message
 
@@ -107,8 +113,7 @@ def test_stream_k_by_default_only_where_the_last_round_idles_most_sms():
 ])
 def test_interpreter_split_k(dtype, m, n, k, layout, tma, split_k):
     torch.manual_seed(m + n + k)
-    a = torch.randn(k, m, dtype=dtype).T if layout[0] == "t" else torch.randn(m, k, dtype=dtype)
-    b = torch.randn(n, k, dtype=dtype).T if layout[1] == "t" else torch.randn(k, n, dtype=dtype)
+    a, b = laid_out(m, n, k, layout, dtype)
     c, verdict = run(a, b, **SMALL, tma=tma, split_k=split_k)
     assert c.shape == (m, n) and verdict.ok, verdict.message
 
