@@ -138,6 +138,24 @@ def test_interpreter_split_k_by_default_where_tiles_leave_sms_idle():
         a.mul_(-1)
 
 
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_interpreter_split_k_workspace_grows_and_its_counts_stay_zero():
+    """Products one after another on one stream share a workspace: a larger one grows it, a smaller
+    one after reuses it, and every launch leaves the tiles' counts at 0 for the next."""
+    from tilemm.ladder import _tensorcore_support as support
+    sizes = []
+    for m, n, k, split_k in ((16, 16, 64, 2), (40, 50, 200, 6), (20, 20, 100, 3)):
+        torch.manual_seed(m + n + k)
+        a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
+        c, verdict = run(a, b, **SMALL, tma=False, split_k=split_k)
+        assert verdict.ok, (m, n, k, verdict.message)
+        partials, counts = support.split_k_workspace(a, None, 1, 1, 16, 16)
+        assert not counts.any()
+        sizes.append(partials.numel())
+    # 1 tile x 2 runs, then 12 tiles x 5 runs (13 K steps in runs of 3), then kept
+    assert sizes[0] >= 2 * 16 * 16 and sizes[1] >= 12 * 5 * 16 * 16 and sizes[2] == sizes[1]
+
+
 def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
     from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.t1_blocked import k_splits
@@ -149,6 +167,7 @@ def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
     assert k_splits(16, 4096, 4096, 16, 64, 128) == 2          # 64 tiles: half the SMs
     assert k_splits(1024, 1024, 65536, 64, 128, 64) == 1       # 128 tiles: a round fills the SMs
     assert k_splits(100, 100, 64, 64, 64, 64) == 1             # one K step
+    assert k_splits(0, 100, 4096, 64, 64, 64) == 1             # an empty block (tilemm.panels' ragged ones)
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")

@@ -258,6 +258,7 @@ class WorkspaceLaunch(BoundLaunch):
         return values[:at] + self.workspace(c, stream) + values[at + len(self.WORKSPACE):]
 
     def launch(self):
+        """The program through Triton's JIT, its workspace in place (every argument positional)."""
         parameters = _signature(self.program).parameters
         values = self.with_workspace(all_arguments(self.program, self.args, self.options))
         return self.program[self.grid](*values, **{k: v for k, v in self.options.items() if k not in parameters})

@@ -126,11 +126,12 @@ def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, i
     leaves half the SMs or more idle, enough runs to fill them, each of MIN_SPLIT_STEPS K steps or
     more; 1 (no split) otherwise. The run that finishes a tile reads every run's float32 partial
     (hand_over): runs are capped so that those reads are no more than one run's reads of A and B,
-    s * bm * bn * 4 <= (steps / s) * (bm + bn) * bk * itemsize (measured, bf16 111 x 110 x 49346:
-    66 runs of 64 x 128 tiles 103 µs, cuBLAS 26)."""
+    s * bm * bn * 4 <= (steps / s) * (bm + bn) * bk * itemsize (bf16 111 x 110 x 49346, whole
+    calls: 66 runs of 64 x 128 tiles 103 µs, the cap's 24 52 µs, cuBLAS 26; h100-2026-11-24-s13/
+    split_uncapped.jsonl, split_whole_calls.jsonl)."""
     tiles = -(-m // block_m) * -(-n // block_n)
     sms = support.multiprocessors()
-    if 2 * tiles > sms:
+    if not tiles or 2 * tiles > sms:         # an empty C, or enough tiles
         return 1
     steps = -(-k // block_k)
     balanced = math.isqrt(steps * (block_m + block_n) * block_k * itemsize // (block_m * block_n * 4))
@@ -147,8 +148,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
     (see matmul_persistent; None: where stream_k_pays), with split_k > 1 each tile's K steps split
     into that many runs (programs of their own, whose float32 partials the last one adds: see
-    hand_over; None: k_splits; 16-bit operands, not with accumulate), and with align_rows rows that are not a
-    multiple of 128 bytes copied into rows that are (None: where rows_aligned_pays);
+    hand_over; None: k_splits; 16-bit operands, not with accumulate), and with align_rows rows that
+    are not a multiple of 128 bytes copied into rows that are (None: where rows_aligned_pays);
     float64 takes the persistent program (float64 sums) past one round if persistent, else the
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
     where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
@@ -173,7 +174,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     elif split_k is None:
         split_k = k_splits(m, n, k, block_m, block_n, block_k)
     tiles_of_c = -(-m // block_m) * -(-n // block_n)
-    slots = (2**31 - 1) // (tiles_of_c * block_m * block_n)      # partials addressed by 32-bit offsets
+    slots = (2**31 - 1) // max(1, tiles_of_c * block_m * block_n)      # partials addressed by 32-bit offsets
     per_run = -(-k_steps // max(1, min(split_k, k_steps, slots)))
     splits = -(-k_steps // per_run)              # no empty run
     fills, partial = [], None
