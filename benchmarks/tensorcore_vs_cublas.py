@@ -205,6 +205,8 @@ def main():
                 else [(*map(int, shape.partition(":")[0].split("x")), shape.partition(":")[2] or "nn", None)
                       for shape in args.shapes])
     problems = [p for p in problems if min(p[:3]) >= args.min_dim]
+    if args.wide:
+        args.shapes = None          # not used: the record's command leaves them out
     stamp = machine.stamp(machine.command_line(
         "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py", args))
     bandwidth = copy_bandwidth()
