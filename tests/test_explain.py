@@ -44,3 +44,10 @@ def test_roofline_counts_the_products_on_the_unit_that_runs_them(kernel, dtype, 
     r = explain.explain(kernel, 4096, 4096, 4096, dtype, params, simulate=None)["roofline"]
     assert (r["unit"], r["products_per_product"]) == (unit, work)
     assert r["peak_tflops"] == pytest.approx(machine.limits().peak(unit) / work)
+
+
+def test_cli_refuses_a_bad_parameter_in_one_line(capsys):
+    assert cli.main(["explain", "tensorcore", "--shape", "16", "27", "59150", "--dtype", "bfloat16",
+                     "--param", "split_k=0", "--simulate", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tilemm explain: error: ") and "split_k=0 is not allowed" in err and "Traceback" not in err

@@ -60,7 +60,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     commands = {"kernels": cmd_kernels, "info": cmd_info, "check": cmd_check, "bench": cmd_bench,
                 "explain": cmd_explain}
-    return commands[args.command](args)
+    try:
+        return commands[args.command](args)
+    except ValueError as e:          # bad input, refused before any work (a parameter, a shape): one line
+        print(f"tilemm {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 def _kernel_rows():
