@@ -231,12 +231,13 @@ class WorkspaceLaunch(BoundLaunch):
     """A BoundLaunch whose program also takes a workspace (the arguments named in WORKSPACE, in
     the signature's order), taken at each launch for the stream current then (launches on one
     stream never overlap); while a CUDA graph is captured, `fallback` instead: a program that
-    needs none (a graph would keep this launch's workspace)."""
+    needs none (a graph would keep this launch's workspace). block_m x block_n: the program's
+    tiles, which size its workspace."""
     WORKSPACE: tuple = ()
 
-    def __init__(self, program, grid, args, options, fallback):
+    def __init__(self, program, grid, args, options, fallback, block_m: int, block_n: int):
         super().__init__(program, grid, args, options)
-        self.fallback = fallback
+        self.fallback, self.block_m, self.block_n = fallback, block_m, block_n
         names = list(_signature(program).parameters)
         self.at = names.index(self.WORKSPACE[0])
 
@@ -271,10 +272,6 @@ class StreamKLaunch(WorkspaceLaunch):
     """matmul_persistent with stream-K: its partials, flags and epoch (stream_k_workspace)."""
     WORKSPACE = ("ws_ptr", "flags_ptr", "epoch")
 
-    def __init__(self, program, grid, args, options, fallback, block_m: int, block_n: int):
-        super().__init__(program, grid, args, options, fallback)
-        self.block_m, self.block_n = block_m, block_n
-
     def workspace(self, c, stream) -> tuple:
         return stream_k_workspace(c, stream, self.grid[0], self.block_m, self.block_n)
 
@@ -283,10 +280,6 @@ class SplitKLaunch(WorkspaceLaunch):
     """matmul_kernel or matmul_tma with split K: a slot of block_m x block_n float32 partial sums
     a program, and a count a tile (split_k_workspace)."""
     WORKSPACE = ("ws_ptr", "counts_ptr")
-
-    def __init__(self, program, grid, args, options, fallback, block_m: int, block_n: int):
-        super().__init__(program, grid, args, options, fallback)
-        self.block_m, self.block_n = block_m, block_n
 
     def workspace(self, c, stream) -> tuple:
         return split_k_workspace(c, stream, self.grid[0], self.grid[1], self.block_m, self.block_n)
