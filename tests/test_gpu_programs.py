@@ -335,6 +335,57 @@ def test_replayed_copies_of_transposed_operands(layout):
         assert api._PLANS[api._call_key(a_t, b_t, "tensorcore", None, None, {})].replay is not None
 
 
+def test_threads_replaying_copies_on_one_stream_keep_their_own_scratch():
+    """Four threads repeat a product whose operands are copied into scratch before it (transposed,
+    odd sizes), all on torch's default stream: each thread's scratch is its own, so no call's
+    product reads another's copy, whatever order their launches interleave in."""
+    import torch
+    m, n, k = 1001, 1003, 999
+    pairs = []
+    for seed in range(4):
+        a, b, a_t, b_t = torch_pair("bfloat16", m, n, k, seed=40 + seed)
+        pairs.append((a, b, a_t.T.contiguous().T, b_t.T.contiguous().T))
+    tilemm.matmul(pairs[0][2], pairs[0][3], kernel="tensorcore")      # compiled and recorded once
+    results, errors = {}, []
+
+    def body(i):
+        try:
+            results[i] = [tilemm.matmul(pairs[(i + j) % 4][2], pairs[(i + j) % 4][3], kernel="tensorcore")
+                          for j in range(12)]
+        except Exception as e:            # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    assert not errors, errors
+    for i, cs in results.items():
+        for j, c in enumerate(cs):
+            a, b = pairs[(i + j) % 4][:2]
+            check(c, a, b, "bfloat16", f"thread {i} call {j}")
+
+
+def test_triton_3_6_launches_past_its_python_layers():
+    """Where Triton's launcher has the layout tilemm.ladder.direct_launch knows, a prepared
+    program's runner is the direct one (elsewhere Triton's own: this test then says so)."""
+    import torch
+    from triton.backends import nvidia  # noqa: F401
+    from triton.backends.nvidia import driver as nvidia_driver
+    from tilemm import api
+    from tilemm.ladder.direct_launch import KNOWN_BASE_FORMAT
+    if getattr(nvidia_driver, "_BASE_ARGS_FORMAT", None) != KNOWN_BASE_FORMAT:
+        pytest.skip("this Triton's launcher has another layout: Triton's runner launches")
+    a, b, a_t, b_t = torch_pair("bfloat16", 1024, 1024, 1024, seed=5)
+    tilemm.matmul(a_t, b_t, kernel="tensorcore")
+    replay = api._PLANS[api._call_key(a_t, b_t, "tensorcore", None, None, {})].replay
+    launch = replay.launches[-1][0]
+    assert launch.runner.__qualname__.startswith("make_runner"), launch.runner
+    check(tilemm.matmul(a_t, b_t, kernel="tensorcore"), a, b, "bfloat16", "direct launch")
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32", "int32"])
 @pytest.mark.parametrize("pinned_out", [True, False])
 def test_out_of_core_on_the_gpu_with_pinned_operands(dtype, pinned_out):

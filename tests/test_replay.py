@@ -122,3 +122,92 @@ def test_alignment_is_each_operands_own():
     aligned, off = x[:16].view(4, 4), x[1:17].view(4, 4)
     assert alignment(aligned, aligned) == (0, 0)
     assert alignment(aligned, off) != alignment(off, aligned)
+
+
+def copy_and_product():
+    """A replay of B copied into wider rows (scratch) and a product reading them, with what its
+    stand-in program saw."""
+    a, b, c = torch.randn(8, 6), torch.randn(6, 5), torch.empty(8, 5)
+    padded = torch.empty(5, 8)
+    product, seen = launched((Descriptor(a, [4, 2]), Descriptor(padded[:, :6], [4, 2]), c, 8, 5, 6))
+    copy = CopyInto(padded[:, :6], b.T)
+    copy()
+    return recorded(Steps([copy, product]), (a, b, c)), seen
+
+
+def scratch_of(seen):
+    return seen[-1][1].base.untyped_storage().data_ptr()
+
+
+def test_scratch_is_kept_per_thread_and_its_places_filled_once():
+    """Repeated calls on one stream from one thread reuse one scratch, with the launches' values
+    into it made once; each call still reads its own operands, and another thread has its own."""
+    import threading
+    replay, seen = copy_and_product()
+    b1, b2 = torch.randn(6, 5), torch.randn(6, 5)
+    replay.run(torch.randn(8, 6), b1)
+    first, filled = scratch_of(seen), replay.filled
+    assert torch.equal(seen[-1][1].base, b1.T)
+    replay.run(torch.randn(8, 6), b2)
+    assert scratch_of(seen) == first and replay.filled is filled and torch.equal(seen[-1][1].base, b2.T)
+    other = []
+    thread = threading.Thread(target=lambda: (replay.run(torch.randn(8, 6), b1), other.append(scratch_of(seen))))
+    thread.start()
+    thread.join()
+    assert other and other[0] != first
+
+
+def test_scratch_grows_and_large_scratch_is_not_kept(monkeypatch):
+    """A replay needing more scratch than is kept grows it, and one whose scratch passes
+    SCRATCH_KEPT_UP_TO allocates its own at every call."""
+    import threading
+    from tilemm.ladder import replay as replay_module
+    small, small_seen = copy_and_product()
+    result = {}
+
+    def calls():
+        small.run(torch.randn(8, 6), torch.randn(6, 5))
+        result["small"] = scratch_of(small_seen)
+        x, y, c = torch.randn(40, 30), torch.randn(30, 20), torch.empty(40, 20)
+        wide = torch.empty(20, 64)
+        product, seen = launched((Descriptor(x, [4, 2]), Descriptor(wide[:, :30], [4, 2]), c, 40, 20, 30))
+        big = recorded(Steps([CopyInto(wide[:, :30], y.T), product]), (x, y, c))
+        y2 = torch.randn(30, 20)
+        big.run(torch.randn(40, 30), y2)
+        result["grown"] = (scratch_of(seen), torch.equal(seen[-1][1].base, y2.T))
+        small.run(torch.randn(8, 6), torch.randn(6, 5))
+        result["small again"] = scratch_of(small_seen)
+        monkeypatch.setattr(replay_module, "SCRATCH_KEPT_UP_TO", 256)
+        big.run(torch.randn(40, 30), y2)
+        result["large"] = scratch_of(seen), torch.equal(seen[-1][1].base, y2.T)
+    thread = threading.Thread(target=calls)      # a thread of its own: nothing kept from other tests
+    thread.start()
+    thread.join()
+    assert result["grown"][1] and result["grown"][0] != result["small"]
+    assert result["small again"] == result["grown"][0]       # the grown scratch, views made again
+    assert result["large"][1] and result["large"][0] != result["grown"][0]
+
+
+def test_scratch_buffers_start_aligned():
+    from tilemm.ladder.replay import SCRATCH_ALIGN, scratch_layout
+    offsets, total = scratch_layout([(5, torch.float32), (3, torch.bfloat16), (1, torch.int8)])
+    assert offsets == [0, SCRATCH_ALIGN, 2 * SCRATCH_ALIGN] and total == 3 * SCRATCH_ALIGN
+
+
+def test_two_scratch_buffers_in_the_kept_scratch_do_not_overlap():
+    """A and B each copied into wider rows: in the kept scratch each copy has a place of its own,
+    and each descriptor reads its own operand's copy."""
+    a, b, c = torch.randn(8, 6), torch.randn(6, 5), torch.empty(8, 5)
+    a_rows, b_rows = torch.empty(8, 8), torch.empty(5, 8)
+    product, seen = launched((Descriptor(a_rows[:, :6], [4, 2]), Descriptor(b_rows[:, :6], [4, 2]), c, 8, 5, 6))
+    copies = [CopyInto(a_rows[:, :6], a), CopyInto(b_rows[:, :6], b.T)]
+    for copy in copies:
+        copy()
+    replay = recorded(Steps([*copies, product]), (a, b, c))
+    assert len(replay.groups) == 2
+    for _ in range(2):
+        a2, b2 = torch.randn(8, 6), torch.randn(6, 5)
+        replay.run(a2, b2)
+        a_desc, b_desc = seen[-1][:2]
+        assert torch.equal(a_desc.base, a2) and torch.equal(b_desc.base, b2.T)
+        assert a_desc.base.stride() == (8, 1) and b_desc.base.stride() == (8, 1)

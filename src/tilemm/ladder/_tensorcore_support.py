@@ -5,6 +5,7 @@ import functools
 import itertools
 
 from .. import _compat, machine, streams
+from .direct_launch import direct_runner
 
 # Hopper's opt-in limit of dynamic shared memory per block (232,448 bytes on an H100).
 H100_SHARED_OPTIN = 232448
@@ -194,7 +195,8 @@ class BoundLaunch:
     computes a cache key and looks the program up at each launch: on the H100's host 24 µs of CPU
     a launch, against 13 µs for the compiled program's own launcher and 12 µs for cuBLAS through
     torch (direct_launch_try.jsonl). With the same argument objects at every call the lookup
-    finds the same program, so it is done once. Under the interpreter, or with another device
+    finds the same program, so it is done once; and the program's own launcher is called past
+    Triton's Python layers where it can be (tilemm.ladder.direct_launch). Under the interpreter, or with another device
     current than at the first call, the plain launch. After a first launch, ``runner`` and
     ``values`` (every argument, constexprs too, in the signature's order) are what
     tilemm.ladder.replay needs to launch the same program on other operands."""
@@ -215,7 +217,8 @@ class BoundLaunch:
             return
         compiled = self.launch()
         grid3 = self.grid + (1,) * (3 - len(self.grid))    # the compiled program's launcher reads three
-        self.device, self.runner = device, compiled[grid3]
+        runner = compiled[grid3]
+        self.device, self.runner = device, direct_runner(compiled, grid3, runner) or runner
 
     def launch(self):
         """The program launched through Triton's JIT (which compiles it the first time)."""

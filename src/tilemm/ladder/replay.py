@@ -5,8 +5,15 @@ cache's key) would work out the same tiles, descriptors and scratch buffers, and
 and look up the same compiled programs: ~130 µs of Python a call on the H100's host, against ~20 µs
 for torch.matmul. A Replay keeps what the first call's launches were (each a compiled program and
 its argument values) with the operands, their views and the scratch buffers marked; a repeated
-call allocates C and the scratch afresh (torch's caching allocator: stream-safe, a few µs), puts
-the new operands in their places and launches the programs directly.
+call allocates C afresh (torch's caching allocator: stream-safe, a few µs), puts the new
+operands in their places and launches the programs directly.
+
+The scratch (operands copied into aligned rows, split parts) is kept per thread and stream, up to
+SCRATCH_KEPT_UP_TO bytes, with the launches' values that point into it filled in once: a call on
+a stream runs after that stream's previous call has read it, and a thread's calls are queued one
+after the other. Each scratch allocation cost ~3.5 µs of CPU on the H100's host and the views into
+it ~4 µs each (h100-2026-11-24-s14/probe_cpu.log); a larger product's scratch is allocated at each
+call as before, where those microseconds are lost in its GPU time.
 
 Only steps a rung declares to be the whole of its work (a ``Steps`` of ``BoundLaunch``es and
 ``CopyInto``s, an operand copied into aligned rows: no value read on the host in between) are
@@ -17,10 +24,16 @@ capture; anything else takes the plan's usual path.
 from __future__ import annotations
 
 import copy
+import threading
 
 from ._tensorcore_support import BoundLaunch, CopyInto, Steps, WorkspaceLaunch, all_arguments, copy_as
 
 COPY = "copy"          # a recorded CopyInto: its values are (dst, src, word)
+
+# Bytes of scratch a replay keeps per thread and stream; past them it allocates its scratch at each call
+SCRATCH_KEPT_UP_TO = 64 << 20
+SCRATCH_ALIGN = 256    # bytes: each scratch buffer's start in the kept scratch (TMA wants 16, 128 reads faster)
+_KEPT = threading.local()     # .scratch: {(device index, stream): uint8 tensor}, this thread's
 
 
 def alignment(*inputs) -> tuple:
@@ -41,9 +54,11 @@ def fits(inputs: tuple, device, aligned: tuple) -> bool:
 class Replay:
     def __init__(self, launches, slots, groups, c_shape, dtype, device, aligned):
         self.launches = launches      # [(BoundLaunch or COPY, values with the slots' entries left stale)]
-        self.slots = slots            # [(launch index, value index, make(operands, scratch))]
+        self.slots = slots            # [(launch index, value index, make(operands, scratch), of scratch alone)]
         self.groups = groups          # (elements, dtype) of each scratch storage
         self.c_shape, self.dtype, self.device, self.aligned = c_shape, dtype, device, aligned
+        self.offsets, self.scratch_bytes = scratch_layout(groups)
+        self.filled = None            # (kept scratch, values with the places in it filled) last used
 
     def __call__(self, *inputs):
         """C from inputs (a, b, and any others the first call had) by the recorded launches, or
@@ -59,16 +74,64 @@ class Replay:
         import torch
         c = torch.empty(self.c_shape, dtype=self.dtype, device=self.device)
         operands = (*inputs, c)
-        scratch = [torch.empty(size, dtype=dtype, device=self.device) for size, dtype in self.groups]
-        values = [list(v) for _, v in self.launches]
-        for i, j, make in self.slots:
-            values[i][j] = make(operands, scratch)
+        values = [list(v) for v in self.scratch_filled(stream)]
+        for i, j, make, of_scratch in self.slots:
+            if not of_scratch:
+                values[i][j] = make(operands, None)
         for (launch, _), v in zip(self.launches, values):
             if launch is COPY:
                 copy_as(*v)
             else:
                 launch.run(tuple(v), stream)
         return c
+
+    def scratch_filled(self, stream) -> list:
+        """Each launch's values with the places in scratch filled: in this thread's kept scratch
+        for the stream, or in scratch allocated now (past SCRATCH_KEPT_UP_TO)."""
+        if not self.groups:
+            return [v for _, v in self.launches]
+        if self.scratch_bytes > SCRATCH_KEPT_UP_TO:
+            return self.fill(self.buffers(self.allocated(self.scratch_bytes)))
+        if stream is None and self.device.type == "cuda":
+            import torch
+            stream = torch._C._cuda_getCurrentRawStream(self.device.index)
+        kept = getattr(_KEPT, "scratch", None)
+        if kept is None:
+            kept = _KEPT.scratch = {}
+        key = (self.device.index, stream)
+        scratch = kept.get(key)
+        if scratch is None or scratch.numel() < self.scratch_bytes:
+            scratch = kept[key] = self.allocated(max(self.scratch_bytes, 0 if scratch is None else 2 * scratch.numel()))
+        filled = self.filled
+        if filled is None or filled[0] is not scratch:
+            filled = self.filled = (scratch, self.fill(self.buffers(scratch)))
+        return filled[1]
+
+    def allocated(self, nbytes: int):
+        import torch
+        return torch.empty(min(nbytes, max(SCRATCH_KEPT_UP_TO, self.scratch_bytes)), dtype=torch.uint8,
+                           device=self.device)
+
+    def buffers(self, scratch) -> list:
+        """Each scratch storage's tensor (elements, dtype) in bytes of scratch."""
+        return [scratch[at:at + elements * dtype.itemsize].view(dtype)
+                for at, (elements, dtype) in zip(self.offsets, self.groups)]
+
+    def fill(self, buffers) -> list:
+        values = [list(v) for _, v in self.launches]
+        for i, j, make, of_scratch in self.slots:
+            if of_scratch:
+                values[i][j] = make(None, buffers)
+        return values
+
+
+def scratch_layout(groups) -> tuple:
+    """(byte offset of each scratch storage, total bytes), each start SCRATCH_ALIGN-aligned."""
+    offsets, at = [], 0
+    for elements, dtype in groups:
+        offsets.append(at)
+        at += -(-elements * dtype.itemsize // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return offsets, at
 
 
 def recorded(bound, operands: tuple) -> Replay | None:
@@ -92,11 +155,11 @@ def recorded(bound, operands: tuple) -> Replay | None:
         if isinstance(launch, WorkspaceLaunch):    # its workspace is taken at each launch
             values[launch.at:launch.at + len(launch.WORKSPACE)] = (None,) * len(launch.WORKSPACE)
         for j, v in enumerate(values):
-            make = _slot(v, storages, groups)
-            if make is False:
+            slot = _slot(v, storages, groups)
+            if slot is False:
                 return None
-            if make is not None:
-                slots.append((i, j, make))
+            if slot is not None:
+                slots.append((i, j, *slot))
                 values[j] = None                     # no tensor of this call is kept
         recipe.append((COPY if isinstance(launch, CopyInto) else _unbound(launch), tuple(values)))
     return Replay(recipe, slots, [size for _, size in sorted(groups.values())], tuple(c.shape), c.dtype,
@@ -112,8 +175,9 @@ def _unbound(launch: BoundLaunch) -> BoundLaunch:
 
 
 def _slot(v, storages: dict, groups: dict):
-    """How to make value v for a new call: None (a constant, kept), a function of (operands,
-    scratch), or False (can't be replayed: a tensor or descriptor of an unknown kind)."""
+    """How to make value v for a new call: None (a constant, kept), (make(operands, scratch),
+    whether it is of scratch alone), or False (can't be replayed: a tensor or descriptor of an
+    unknown kind)."""
     import torch
     if isinstance(v, torch.Tensor):
         return _view(v, storages, groups)
@@ -121,20 +185,21 @@ def _slot(v, storages: dict, groups: dict):
         view = _view(v.base, storages, groups)
         if view is False:
             return False
+        make_base, of_scratch = view
         fields = {name: value for name, value in vars(v).items() if name != "base"}
         kind = type(v)
 
         def descriptor(operands, scratch):
             d = object.__new__(kind)
-            d.__dict__.update(fields, base=view(operands, scratch))
+            d.__dict__.update(fields, base=make_base(operands, scratch))
             return d
-        return descriptor
+        return descriptor, of_scratch
     return None if v is None or isinstance(v, (bool, int, float, str)) else False
 
 
 def _view(t, storages: dict, groups: dict):
-    """A function giving, for a new call, the tensor that stands where t stood: the same view of
-    the new operand t was a view of, or of this call's scratch buffer."""
+    """(make, of scratch): make(operands, scratch) gives, for a new call, the tensor that stands
+    where t stood: the same view of the new operand t was a view of, or of that call's scratch."""
     ptr = t.untyped_storage().data_ptr()
     size, stride, offset, dtype = tuple(t.shape), t.stride(), t.storage_offset(), t.dtype
     if ptr in storages:
@@ -142,13 +207,16 @@ def _view(t, storages: dict, groups: dict):
         if dtype != operand.dtype:
             return False
         if t is operand:
-            return lambda operands, scratch: operands[which]
+            return (lambda operands, scratch: operands[which]), False
         delta = offset - operand.storage_offset()     # where the view starts, from the operand's start
-        return lambda operands, scratch: operands[which].as_strided(size, stride,
-                                                                    operands[which].storage_offset() + delta)
+        return (lambda operands, scratch: operands[which].as_strided(size, stride,
+                                                                     operands[which].storage_offset() + delta)), False
     if ptr not in groups:
         groups[ptr] = (len(groups), (t.untyped_storage().nbytes() // t.element_size(), dtype))
     index, (_, group_dtype) = groups[ptr]
     if group_dtype != dtype:       # two dtypes over one scratch buffer
         return False
-    return lambda operands, scratch: scratch[index].as_strided(size, stride, offset)
+    def in_scratch(operands, scratch):
+        buffer = scratch[index]           # a buffer of the kept scratch starts within it
+        return buffer.as_strided(size, stride, buffer.storage_offset() + offset)
+    return in_scratch, True

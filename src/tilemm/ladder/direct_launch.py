@@ -1,0 +1,86 @@
+"""A compiled Triton program launched through its C launcher, Triton's Python layers worked out once.
+
+A launch through ``compiled[grid](*args)`` passes three layers of Python before the C launcher
+that calls cuLaunchKernelEx: the runner (stream look-up, launch metadata for hooks), the
+CudaLauncher (scratch allocation the program may need) and, for TMA descriptors, a loop that
+expands each descriptor into the CUtensorMap it fills and its shape and strides. On the H100's host
+that was 12-13 µs a launch with two descriptors, 7 µs without (h100-2026-11-24-s14/probe_cpu.log),
+against 11-15 µs for a whole torch.matmul. What those layers decide is the same at every launch of
+one program on one grid, so it is decided here once, and a descriptor the caller passes again (a
+prepared plan's, a replay's scratch) is not filled again.
+
+This leans on Triton's launcher layout, which changes between versions: it is taken only where
+that layout is the one it was written against (Triton 3.6's, checked by its argument format) and
+the program needs no scratch of Triton's; anywhere else, or while launch hooks are set (a
+profiler's), the runner does the launch as before.
+"""
+from __future__ import annotations
+
+# The C launcher's leading arguments in the layout this module knows: grid x, y, z, stream,
+# function, cooperative grid, PDL, global scratch, profile scratch, packed metadata, launch
+# metadata, enter hook, exit hook; then the program's arguments.
+KNOWN_BASE_FORMAT = "iiiKKppOOOOOO"
+
+
+def direct_runner(compiled, grid: tuple, runner):
+    """A drop-in for runner = compiled[grid] (``runner(*args, stream=None)``) that calls the C
+    launcher directly, or None where this Triton's launcher is not the layout known here."""
+    try:
+        from triton import knobs
+        from triton.backends.nvidia import driver as nvidia
+        from triton.runtime.driver import driver
+        parts = launch_parts(compiled, nvidia)
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return None
+    if parts is None:
+        return None
+    launch, function, packed, cooperative, pdl, descriptors = parts
+    active = driver.active
+    return make_runner(launch, tuple(grid), function, packed, cooperative, pdl, descriptors,
+                       nvidia.make_tensordesc_arg, runner, knobs.runtime,
+                       lambda: active.get_current_stream(active.get_current_device()))
+
+
+def launch_parts(compiled, nvidia):
+    """(C launch, function, packed metadata, cooperative, pdl, [(argument index, descriptor
+    metadata)]) of a compiled program whose launcher has the known layout, else None."""
+    launcher = compiled.run
+    if (getattr(nvidia, "_BASE_ARGS_FORMAT", None) != KNOWN_BASE_FORMAT or type(launcher).__name__ != "CudaLauncher"
+            or getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1)):
+        return None
+    launch, descriptors = launcher.launch, []
+    if getattr(launch, "__name__", "") == "inner":        # wrap_handle_tensordesc's closure around the C launch
+        cells = dict(zip(launch.__code__.co_freevars, (c.cell_contents for c in launch.__closure__)))
+        launch, indices, metas = cells["launcher"], sorted(cells["tensordesc_indices"]), cells["tensordesc_meta"]
+        descriptors = list(zip(indices, metas))
+    if not callable(launch):
+        return None
+    return (launch, compiled.function, compiled.packed_metadata, launcher.launch_cooperative_grid, launcher.launch_pdl,
+            descriptors)
+
+
+def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descriptors: list, expand, runner, runtime,
+                current_stream):
+    """runner(*args, stream=None) calling launch with Triton's leading arguments for this grid, on
+    stream (a raw handle; None: current_stream()); expand(descriptor, metadata) gives a descriptor's
+    arguments (Triton's make_tensordesc_arg), kept for the next launch given the same descriptor over
+    the same memory; while runtime (Triton's knobs) has launch hooks, runner launches instead."""
+    grid_x, grid_y, grid_z = grid
+    expanded: dict = {}          # argument index -> (descriptor, its base's address, its arguments)
+
+    def run(*args, stream=None):
+        if runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None:
+            return runner(*args, stream=stream)
+        if stream is None:
+            stream = current_stream()
+        if descriptors:
+            args = list(args)
+            for index, meta in reversed(descriptors):
+                d = args[index]
+                known = expanded.get(index)
+                address = d.base.data_ptr()
+                if known is None or known[0] is not d or known[1] != address:
+                    known = expanded[index] = (d, address, expand(d, meta))
+                args[index:index + 1] = known[2]
+        launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None, *args)
+    return run
