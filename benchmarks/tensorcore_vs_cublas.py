@@ -12,7 +12,9 @@ included: issue 19's bars for the default kernel, e.g.
     PYTHONPATH=src python3 benchmarks/tensorcore_vs_cublas.py --out DIR --dtypes bfloat16 --wide held-out \
         --variants default library --whole-calls
 
-Each record also carries the HBM bound of its shape: the bytes a GEMM must move at least (A, B
+Ratios (vs_cublas, vs_library) are the median over rounds of each round's ratio of medians
+(tilemm.timing.paired_ratio; records before session 14 hold the ratio of the medians over all
+rounds). Each record also carries the HBM bound of its shape: the bytes a GEMM must move at least (A, B
 and C once) over the copy bandwidth measured in the same run.
 """
 import argparse
@@ -26,7 +28,7 @@ import tilemm
 from tilemm import machine
 from tilemm.accuracy import denormal_floor, tolerance
 from tilemm.bench.suites import SHAPES, wide_problems
-from tilemm.timing import graphed, interleaved_rounds, launch_overhead_us, time_cuda
+from tilemm.timing import graphed, interleaved_rounds, launch_overhead_us, paired_ratio, time_cuda
 
 import torch  # noqa: E402
 
@@ -271,8 +273,9 @@ def main():
                 tf32 = label.startswith("tf32") or label == TF32_ANCHOR
                 verdicts[label] = (tf32_checked if tf32 else lambda c, a, b: checked(c, a, b, dtype_name))(
                     results[label](), a, b)
-            times = interleaved_rounds({label: fn for label, fn in launches.items() if verdicts[label][0]},
-                                       args.rounds, args.per_round, warmup_s=0.05)
+            by_round = interleaved_rounds({label: fn for label, fn in launches.items() if verdicts[label][0]},
+                                          args.rounds, args.per_round, warmup_s=0.05, by_round=True)
+            times = {label: [t for round_times in rounds for t in round_times] for label, rounds in by_round.items()}
             graph_times = {}
             if args.graphs:
                 copies = 10
@@ -296,10 +299,11 @@ def main():
                 if label in times:
                     med = statistics.median(times[label])
                     if base_tf32:
-                        rec["vs_cublas_tf32"] = base_tf32 / med
+                        rec["vs_cublas_tf32"] = paired_ratio(by_round[TF32_ANCHOR], by_round[label])
                     if "library" in times:
-                        rec["vs_library"] = statistics.median(times["library"]) / med
-                    rec.update(median_ms=med, tflops=2 * m * n * k / med / 1e9, vs_cublas=base / med if base else None,
+                        rec["vs_library"] = paired_ratio(by_round["library"], by_round[label])
+                    rec.update(median_ms=med, tflops=2 * m * n * k / med / 1e9,
+                               vs_cublas=paired_ratio(by_round["cublas"], by_round[label]) if base else None,
                                vs_hbm_bound=bound_ms / med, launch_overhead_us=launch_overhead_us(launches[label]))
                 if label in graph_times:
                     rec["graph_median_ms"] = statistics.median(graph_times[label])

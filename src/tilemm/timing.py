@@ -52,16 +52,28 @@ def time_cuda(launches: list, budget_s: float, min_reps: int = 5, max_reps: int 
     return times
 
 
-def interleaved_rounds(launchers: dict, rounds: int, per_round_s: float, warmup_s: float = 0.02) -> dict:
+def interleaved_rounds(launchers: dict, rounds: int, per_round_s: float, warmup_s: float = 0.02,
+                       by_round: bool = False) -> dict:
     """{label: milliseconds per launch} from interleaved rounds (the order rotated each round):
     every variant gets per_round_s of samples a round, so a GPU whose clock drifts as it heats
-    (an H100 at its power cap) treats them all alike."""
+    (an H100 at its power cap) treats them all alike. by_round: {label: [each round's samples]}."""
     times = {label: [] for label in launchers}
     labels = list(launchers)
     for r in range(rounds):
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            times[label] += time_cuda([launchers[label]], per_round_s, warmup_s=warmup_s)
+            samples = time_cuda([launchers[label]], per_round_s, warmup_s=warmup_s)
+            if by_round:
+                times[label].append(samples)
+            else:
+                times[label] += samples
     return times
+
+
+def paired_ratio(base_rounds: list, rounds: list) -> float:
+    """The median over rounds of base's median time over the variant's in that round: a ratio
+    that a host slower in one round than in the next (a small call's CPU cost) moves less than
+    the ratio of the medians over all rounds."""
+    return statistics.median(statistics.median(b) / statistics.median(v) for b, v in zip(base_rounds, rounds))
 
 
 def graphed(launch, copies: int = 10):
