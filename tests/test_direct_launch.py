@@ -60,10 +60,23 @@ def test_descriptors_expand_in_place_and_are_filled_once_per_object_and_address(
     assert len(expanded) == 4 and calls[-1][13] == "map@12288"   # the same one over other memory: filled
 
 
-def test_launch_hooks_take_tritons_own_runner():
-    run, calls, _, fallback = runner_and_log(hooks=print)
+class Chain:
+    """Stands for Triton 3.6's HookChain: never None, empty by default."""
+    def __init__(self, calls):
+        self.calls = calls
+
+
+@pytest.mark.parametrize("hooks", [print, Chain([print])])
+def test_launch_hooks_take_tritons_own_runner(hooks):
+    run, calls, _, fallback = runner_and_log(hooks=hooks)
     run("a", stream=3)
     assert calls == [] and fallback == [(("a",), 3)]
+
+
+def test_an_empty_hook_chain_is_no_hook():
+    run, calls, _, fallback = runner_and_log(hooks=Chain([]))
+    run("a", stream=3)
+    assert len(calls) == 1 and fallback == []
 
 
 def compiled_with(launch, fmt=KNOWN_BASE_FORMAT, scratch=0):

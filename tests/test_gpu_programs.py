@@ -320,14 +320,16 @@ def test_repeated_calls_replay_on_new_operands(kernel, dtype, params, shape):
     check(c, a, b, dtype, f"{kernel} replayed on a side stream", params)
 
 
+@pytest.mark.parametrize("shape", [(1001, 1003, 999), (1024, 512, 768)])
 @pytest.mark.parametrize("layout", ["nt", "tn", "tt"])
-def test_replayed_copies_of_transposed_operands(layout):
+def test_replayed_copies_of_transposed_operands(layout, shape):
     """Transposed operands whose rows TMA can't read as they are (odd K, M, N) are copied into
-    aligned rows before the product; a repeated call copies its own operands again."""
+    aligned rows before the product; a repeated call copies its own operands again. Aligned ones
+    are read through their transposes, whose descriptors a repeated call points at its own."""
     import torch
     from tilemm import api
-    m, n, k = 1001, 1003, 999
-    for seed in (21, 22):
+    m, n, k = shape
+    for seed in (21, 22, 23):
         a, b, a_t, b_t = torch_pair("bfloat16", m, n, k, seed=seed)
         a_t = a_t.T.contiguous().T if layout[0] == "t" else a_t
         b_t = b_t.T.contiguous().T if layout[1] == "t" else b_t
@@ -382,7 +384,16 @@ def test_triton_3_6_launches_past_its_python_layers():
     replay = api._PLANS[api._call_key(a_t, b_t, "tensorcore", None, None, {})].replay
     launch = replay.launches[-1][0]
     assert launch.runner.__qualname__.startswith("make_runner"), launch.runner
-    check(tilemm.matmul(a_t, b_t, kernel="tensorcore"), a, b, "bfloat16", "direct launch")
+    cells = dict(zip(launch.runner.__code__.co_freevars, launch.runner.__closure__))
+    tritons = cells["runner"].cell_contents
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Triton's runner launched: the direct launch was not taken")
+    cells["runner"].cell_contents = refuse      # a launch that falls back to Triton's runner fails
+    try:
+        check(tilemm.matmul(a_t, b_t, kernel="tensorcore"), a, b, "bfloat16", "direct launch")
+    finally:
+        cells["runner"].cell_contents = tritons
     torch.cuda.synchronize()
 
 

@@ -211,3 +211,19 @@ def test_two_scratch_buffers_in_the_kept_scratch_do_not_overlap():
         a_desc, b_desc = seen[-1][:2]
         assert torch.equal(a_desc.base, a2) and torch.equal(b_desc.base, b2.T)
         assert a_desc.base.stride() == (8, 1) and b_desc.base.stride() == (8, 1)
+
+
+def test_descriptors_over_views_of_operands_take_their_addresses():
+    """A descriptor whose base is a view of an operand (B^T, rows from the third on) is replayed
+    with the address of that place in the new operand, not a tensor view: Triton reads no more."""
+    from tilemm.ladder.replay import Address
+    a, b, c = torch.randn(8, 6), torch.randn(6, 5), torch.empty(8, 5)
+    product, seen = launched((Descriptor(a[2:], [4, 2]), Descriptor(b.T, [4, 2]), c, 8, 5, 6))
+    replay = recorded(product, (a, b, c))
+    big = torch.randn(10, 6)
+    a2, b2 = big[1:9], torch.randn(6, 5)
+    replay.run(a2, b2)
+    a_desc, b_desc = seen[-1][:2]
+    assert type(a_desc.base) is Address and a_desc.base.data_ptr() == a2.data_ptr() + 2 * 6 * a2.element_size()
+    assert type(b_desc.base) is Address and b_desc.base.data_ptr() == b2.data_ptr()
+    assert a_desc.block == [4, 2] and b_desc.block == [4, 2]

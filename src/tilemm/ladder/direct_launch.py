@@ -69,7 +69,7 @@ def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descrip
     expanded: dict = {}          # argument index -> (descriptor, its base's address, its arguments)
 
     def run(*args, stream=None):
-        if runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None:
+        if hooked(runtime.launch_enter_hook) or hooked(runtime.launch_exit_hook):
             return runner(*args, stream=stream)
         if stream is None:
             stream = current_stream()
@@ -84,3 +84,9 @@ def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descrip
                 args[index:index + 1] = known[2]
         launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None, *args)
     return run
+
+
+def hooked(hook) -> bool:
+    """Whether a launch hook of Triton's knobs is set: a function, or (Triton 3.6 on) a HookChain
+    with calls in it (an empty chain is the default)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
