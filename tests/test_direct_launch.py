@@ -28,7 +28,7 @@ def runner_and_log(descriptors=(), hooks=None):
     runtime = types.SimpleNamespace(launch_enter_hook=hooks, launch_exit_hook=None)
 
     def expand(d, meta):
-        expanded.append((d, meta))
+        expanded.append((d.base.data_ptr(), meta))
         return [f"map@{d.base.data_ptr()}", 64, 32, 32, 1]
 
     run = make_runner(lambda *args: calls.append(args), (4, 2, 1), "fn", "packed", False, True, list(descriptors),
@@ -112,3 +112,29 @@ def test_an_unknown_triton_gives_no_direct_runner(monkeypatch):
     caller keeps Triton's runner."""
     pytest.importorskip("triton")
     assert direct_launch.direct_runner(types.SimpleNamespace(), (1, 1, 1), lambda *a, **k: None) is None
+
+
+def test_a_kept_descriptor_does_not_keep_its_call_alive():
+    """The descriptors kept for the next launch are weakly held: once the caller drops a call's
+    descriptor (and its operand), nothing here holds it; the next launch fills its own."""
+    import gc
+    import weakref
+    run, calls, expanded, _ = runner_and_log([(0, "meta0")])
+    d = Desc(Base(4096))
+    gone = weakref.ref(d)
+    run(d, stream=1)
+    del d
+    gc.collect()
+    assert gone() is None
+    run(Desc(Base(4096)), stream=1)
+    assert len(expanded) == 2
+
+
+def test_without_metadata_nothing_is_kept():
+    """Without Triton's descriptor metadata the expanded arguments hold the base itself: those are
+    made again at each launch, not kept."""
+    run, calls, expanded, _ = runner_and_log([(0, None)])
+    d = Desc(Base(4096))
+    run(d, stream=1)
+    run(d, stream=1)
+    assert len(expanded) == 2

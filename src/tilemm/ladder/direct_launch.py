@@ -16,6 +16,8 @@ profiler's), the runner does the launch as before.
 """
 from __future__ import annotations
 
+import weakref
+
 # The C launcher's leading arguments in the layout this module knows: grid x, y, z, stream,
 # function, cooperative grid, PDL, global scratch, profile scratch, packed metadata, launch
 # metadata, enter hook, exit hook; then the program's arguments.
@@ -64,9 +66,11 @@ def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descrip
     """runner(*args, stream=None) calling launch with Triton's leading arguments for this grid, on
     stream (a raw handle; None: current_stream()); expand(descriptor, metadata) gives a descriptor's
     arguments (Triton's make_tensordesc_arg), kept for the next launch given the same descriptor over
-    the same memory; while runtime (Triton's knobs) has launch hooks, runner launches instead."""
+    the same memory; while runtime (Triton's knobs) has launch hooks, runner launches instead.
+    What is kept holds no tensor: the descriptor by a weak reference (a call's operands are not kept
+    alive by it), and only arguments expanded with metadata (a CUtensorMap, shape and strides)."""
     grid_x, grid_y, grid_z = grid
-    expanded: dict = {}          # argument index -> (descriptor, its base's address, its arguments)
+    expanded: dict = {}          # argument index -> (weak reference to the descriptor, its base's address, arguments)
 
     def run(*args, stream=None):
         if hooked(runtime.launch_enter_hook) or hooked(runtime.launch_exit_hook):
@@ -79,11 +83,25 @@ def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descrip
                 d = args[index]
                 known = expanded.get(index)
                 address = d.base.data_ptr()
-                if known is None or known[0] is not d or known[1] != address:
-                    known = expanded[index] = (d, address, expand(d, meta))
+                if known is None or known[0]() is not d or known[1] != address:
+                    known = (_weak(d), address, expand(d, meta))
+                    if meta is not None:         # without metadata the arguments hold the base tensor
+                        expanded[index] = known
                 args[index:index + 1] = known[2]
         launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None, *args)
     return run
+
+
+def _weak(d):
+    """A weak reference to descriptor d, or a function giving None where d takes none."""
+    try:
+        return weakref.ref(d)
+    except TypeError:
+        return _NONE
+
+
+def _NONE():
+    return None
 
 
 def hooked(hook) -> bool:
