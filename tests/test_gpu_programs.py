@@ -17,7 +17,7 @@ from tilemm import arrays
 from tilemm.accuracy import compare
 from tilemm.data import random_operand
 
-from .test_concurrency import run_processes
+from .test_concurrency import run_in_threads, run_processes
 
 pytestmark = pytest.mark.gpu
 
@@ -348,21 +348,14 @@ def test_threads_replaying_copies_on_one_stream_keep_their_own_scratch():
         a, b, a_t, b_t = torch_pair("bfloat16", m, n, k, seed=40 + seed)
         pairs.append((a, b, a_t.T.contiguous().T, b_t.T.contiguous().T))
     tilemm.matmul(pairs[0][2], pairs[0][3], kernel="tensorcore")      # compiled and recorded once
-    results, errors = {}, []
+    results = {}
 
-    def body(i):
-        try:
-            results[i] = [tilemm.matmul(pairs[(i + j) % 4][2], pairs[(i + j) % 4][3], kernel="tensorcore")
-                          for j in range(12)]
-        except Exception as e:            # noqa: BLE001 (reported below)
-            errors.append(repr(e))
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    def work(i):
+        results[i] = [tilemm.matmul(pairs[(i + j) % 4][2], pairs[(i + j) % 4][3], kernel="tensorcore")
+                      for j in range(12)]
+    run_in_threads(work, 4)
     torch.cuda.synchronize()
-    assert not errors, errors
+    assert len(results) == 4
     for i, cs in results.items():
         for j, c in enumerate(cs):
             a, b = pairs[(i + j) % 4][:2]
