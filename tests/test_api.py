@@ -249,3 +249,18 @@ def test_gpu_library_16_bit_floats(dtype, m, n, k):
         verdict = compare(c[i].float().cpu().numpy(), a[i].float().cpu().numpy(), b.float().cpu().numpy(),
                           str(dtype).removeprefix("torch."))
         assert verdict.ok, verdict.message
+
+
+def test_release_memory_forgets_plans_and_workspaces():
+    """tilemm.release_memory() lets go of what repeated calls keep (plans, replays, the stream-K and
+    split-K workspaces); calls after it plan again and give the same answer."""
+    from tilemm import api
+    from tilemm.ladder import _tensorcore_support as support
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    first = tilemm.matmul(a, a.T)
+    assert api._PLANS
+    support.split_k_workspace(torch.empty(4, 4), None, tiles=1, runs=2, block_m=16, block_n=16)   # as split K keeps
+    assert support._WORKSPACES
+    tilemm.release_memory()
+    assert not api._PLANS and not support._WORKSPACES
+    np.testing.assert_array_equal(tilemm.matmul(a, a.T), first)

@@ -227,3 +227,31 @@ def test_descriptors_over_views_of_operands_take_their_addresses():
     assert type(a_desc.base) is Address and a_desc.base.data_ptr() == a2.data_ptr() + 2 * 6 * a2.element_size()
     assert type(b_desc.base) is Address and b_desc.base.data_ptr() == b2.data_ptr()
     assert a_desc.block == [4, 2] and b_desc.block == [4, 2]
+
+
+def test_release_lets_go_of_every_threads_kept_scratch():
+    """tilemm.release_memory (replay.release) drops the kept scratch of this thread and of another
+    live one; the next call allocates anew and still reads its own operands."""
+    import threading
+    from tilemm.ladder import replay as replay_module
+    replay, seen = copy_and_product()
+    replay.run(torch.randn(8, 6), torch.randn(6, 5))
+    ready, released, done = threading.Event(), threading.Event(), {}
+
+    def other():
+        replay.run(torch.randn(8, 6), torch.randn(6, 5))
+        done["before"] = dict(replay_module.kept_scratch())
+        ready.set()
+        released.wait(10)
+        done["after"] = dict(replay_module.kept_scratch())
+    thread = threading.Thread(target=other)
+    thread.start()
+    ready.wait(10)
+    assert replay_module.kept_scratch() and done["before"]
+    replay_module.release()
+    released.set()
+    thread.join()
+    assert replay_module.kept_scratch() == {} and done["after"] == {}
+    b = torch.randn(6, 5)
+    replay.run(torch.randn(8, 6), b)
+    assert torch.equal(seen[-1][1].base, b.T) and replay_module.kept_scratch()

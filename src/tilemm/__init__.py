@@ -5,12 +5,14 @@
     c = tilemm.matmul(a, b, kernel="cpu-tiled", block_m=32)
     c = tilemm.scaled_matmul(a8, b8, scale_a, scale_b)  # float8 torch tensors, as torch._scaled_mm
     tilemm.kernels()                               # the ladder
+    tilemm.release_memory()                        # let go of what repeated calls keep on the GPU
 """
 from . import _compat  # noqa: F401  (before anything imports numba.cuda)
-from .api import KernelUnavailable, matmul, plan
+from .api import KernelUnavailable, matmul, plan, release_memory
 from .registry import Kernel, get as kernel, kernels
 from .scaled import scaled_matmul
 from . import distributed, outofcore  # noqa: E402  (products over torch.distributed ranks; past GPU memory)
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "plan", "scaled_matmul", "kernels", "kernel", "Kernel", "KernelUnavailable", "__version__"]
+__all__ = ["matmul", "plan", "scaled_matmul", "kernels", "kernel", "Kernel", "KernelUnavailable", "release_memory",
+           "__version__"]

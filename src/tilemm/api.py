@@ -79,6 +79,19 @@ PLAN_CACHE_SIZE = 512
 _PLANS: dict = {}
 
 
+def release_memory() -> None:
+    """Let go of the GPU memory tilemm keeps between calls: the repeated calls' plans and replays
+    (and the scratch of their operand copies, kept per thread and stream, up to 64 MiB each), and
+    the stream-K and split-K workspaces. Later calls plan and allocate anew. The memory goes back
+    to torch's caching allocator; ``torch.cuda.empty_cache()`` then returns it to the driver."""
+    from . import scaled
+    from .ladder import _tensorcore_support, replay
+    _PLANS.clear()
+    scaled.release_replays()
+    replay.release()
+    _tensorcore_support.release_workspaces()
+
+
 def _call_key(a, b, kernel, out, out_dtype, params):
     """What decides a call's plan, as a hashable key; None for a call not worth caching (an
     unhashable parameter, an array kind plan() will refuse)."""

@@ -103,6 +103,11 @@ REPLAY_CACHE_SIZE = 512
 _REPLAYS: dict = {}
 
 
+def release_replays() -> None:
+    """Forget the repeated calls' replays (tilemm.release_memory)."""
+    _REPLAYS.clear()
+
+
 def _replay_key(a, b, out_dtype, fast_accum, params):
     """What a call's plan depends on, for CUDA torch tensors a and b (tilemm.api's operand keys);
     else None (no replay)."""

@@ -354,6 +354,11 @@ _WORKSPACES: dict = {}
 _EPOCHS = itertools.count(1)
 
 
+def release_workspaces() -> None:
+    """Let go of the stream-K and split-K workspaces (the next launch that needs one allocates it)."""
+    _WORKSPACES.clear()
+
+
 def stream_k_workspace(c, stream, programs: int, block_m: int, block_n: int):
     """(partials, flags, epoch) for the stream-K share of matmul_persistent writing c on stream:
     two float32 slots of block_m x block_n a program and a flag a program (workspace). The flags

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import weakref
 
 from ._tensorcore_support import BoundLaunch, CopyInto, Steps, WorkspaceLaunch, all_arguments, copy_as
 
@@ -33,7 +34,33 @@ COPY = "copy"          # a recorded CopyInto: its values are (dst, src, word)
 # Bytes of scratch a replay keeps per thread and stream; past them it allocates its scratch at each call
 SCRATCH_KEPT_UP_TO = 64 << 20
 SCRATCH_ALIGN = 256    # bytes: each scratch buffer's start in the kept scratch (TMA wants 16, 128 reads faster)
-_KEPT = threading.local()     # .scratch: {(device index, stream): uint8 tensor}, this thread's
+_KEPT = threading.local()     # .holder: this thread's KeptScratch
+_HOLDERS = weakref.WeakSet()  # every live thread's KeptScratch (a thread's goes with it), for release()
+_HOLDERS_LOCK = threading.Lock()
+
+
+class KeptScratch:
+    """One thread's kept scratch: {(device index, stream): uint8 tensor}."""
+    def __init__(self):
+        self.scratch: dict = {}
+
+
+def kept_scratch() -> dict:
+    """This thread's kept scratch, by device index and stream."""
+    holder = getattr(_KEPT, "holder", None)
+    if holder is None:
+        holder = _KEPT.holder = KeptScratch()
+        with _HOLDERS_LOCK:
+            _HOLDERS.add(holder)
+    return holder.scratch
+
+
+def release() -> None:
+    """Let go of every thread's kept scratch (a call running meanwhile keeps its own until it ends;
+    the next call allocates anew)."""
+    with _HOLDERS_LOCK:
+        for holder in _HOLDERS:
+            holder.scratch = {}
 
 
 def alignment(*inputs) -> tuple:
@@ -95,9 +122,7 @@ class Replay:
         if stream is None and self.device.type == "cuda":
             import torch
             stream = torch._C._cuda_getCurrentRawStream(self.device.index)
-        kept = getattr(_KEPT, "scratch", None)
-        if kept is None:
-            kept = _KEPT.scratch = {}
+        kept = kept_scratch()
         key = (self.device.index, stream)
         scratch = kept.get(key)
         if scratch is None or scratch.numel() < self.scratch_bytes:
