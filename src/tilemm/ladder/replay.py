@@ -81,11 +81,13 @@ def fits(inputs: tuple, device, aligned: tuple) -> bool:
 class Replay:
     def __init__(self, launches, slots, groups, c_shape, dtype, device, aligned):
         self.launches = launches      # [(BoundLaunch or COPY, values with the slots' entries left stale)]
-        self.slots = slots            # [(launch index, value index, make(operands, scratch), of scratch alone)]
         self.groups = groups          # (elements, dtype) of each scratch storage
         self.c_shape, self.dtype, self.device, self.aligned = c_shape, dtype, device, aligned
         self.offsets, self.scratch_bytes = scratch_layout(groups)
         self.filled = None            # (kept scratch, values with the places in it filled) last used
+        # slots: [(launch index, value index, make(operands, scratch), of scratch alone)]
+        self.operand_slots = [(i, j, make) for i, j, make, of_scratch in slots if not of_scratch]   # made each call
+        self.scratch_slots = [(i, j, make) for i, j, make, of_scratch in slots if of_scratch]       # once a scratch
 
     def __call__(self, *inputs):
         """C from inputs (a, b, and any others the first call had) by the recorded launches, or
@@ -102,9 +104,8 @@ class Replay:
         c = torch.empty(self.c_shape, dtype=self.dtype, device=self.device)
         operands = (*inputs, c)
         values = [list(v) for v in self.scratch_filled(stream)]
-        for i, j, make, of_scratch in self.slots:
-            if not of_scratch:
-                values[i][j] = make(operands, None)
+        for i, j, make in self.operand_slots:
+            values[i][j] = make(operands, None)
         for (launch, _), v in zip(self.launches, values):
             if launch is COPY:
                 copy_as(*v)
@@ -118,15 +119,16 @@ class Replay:
         if not self.groups:
             return [v for _, v in self.launches]
         if self.scratch_bytes > SCRATCH_KEPT_UP_TO:
-            return self.fill(self.buffers(self.allocated(self.scratch_bytes)))
+            return self.fill(self.buffers(self.allocated(self.scratch_bytes)))     # this call's alone
         if stream is None and self.device.type == "cuda":
             import torch
             stream = torch._C._cuda_getCurrentRawStream(self.device.index)
         kept = kept_scratch()
         key = (self.device.index, stream)
         scratch = kept.get(key)
-        if scratch is None or scratch.numel() < self.scratch_bytes:
-            scratch = kept[key] = self.allocated(max(self.scratch_bytes, 0 if scratch is None else 2 * scratch.numel()))
+        if scratch is None or scratch.numel() < self.scratch_bytes:      # grown at least twofold, to the limit
+            grown = max(self.scratch_bytes, 0 if scratch is None else 2 * scratch.numel())
+            scratch = kept[key] = self.allocated(min(grown, SCRATCH_KEPT_UP_TO))
         filled = self.filled
         if filled is None or filled[0] is not scratch:
             filled = self.filled = (scratch, self.fill(self.buffers(scratch)))
@@ -134,8 +136,7 @@ class Replay:
 
     def allocated(self, nbytes: int):
         import torch
-        return torch.empty(min(nbytes, max(SCRATCH_KEPT_UP_TO, self.scratch_bytes)), dtype=torch.uint8,
-                           device=self.device)
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
 
     def buffers(self, scratch) -> list:
         """Each scratch storage's tensor (elements, dtype) in bytes of scratch."""
@@ -144,9 +145,8 @@ class Replay:
 
     def fill(self, buffers) -> list:
         values = [list(v) for _, v in self.launches]
-        for i, j, make, of_scratch in self.slots:
-            if of_scratch:
-                values[i][j] = make(None, buffers)
+        for i, j, make in self.scratch_slots:
+            values[i][j] = make(None, buffers)
         return values
 
 
@@ -207,12 +207,10 @@ def _slot(v, storages: dict, groups: dict):
     if isinstance(v, torch.Tensor):
         return _view(v, storages, groups)
     if type(v).__name__ == "TensorDescriptor" and hasattr(v, "base"):
-        view = _view(v.base, storages, groups)
+        view = _view(v.base, storages, groups, address_only=True)     # Triton reads the base's address alone
         if view is False:
             return False
         make_base, of_scratch = view
-        if not of_scratch and v.base is not storages[v.base.untyped_storage().data_ptr()][1]:
-            make_base = _address_of(v.base, storages)
         fields = {name: value for name, value in vars(v).items() if name != "base"}
         kind = type(v)
 
@@ -236,16 +234,10 @@ class Address:
         return self.address
 
 
-def _address_of(t, storages: dict):
-    """make(operands, scratch) giving, for a new call, the address of t's place in its operand."""
-    which, operand = storages[t.untyped_storage().data_ptr()]
-    delta = (t.storage_offset() - operand.storage_offset()) * t.element_size()
-    return lambda operands, scratch: Address(operands[which].data_ptr() + delta)
-
-
-def _view(t, storages: dict, groups: dict):
+def _view(t, storages: dict, groups: dict, address_only: bool = False):
     """(make, of scratch): make(operands, scratch) gives, for a new call, the tensor that stands
-    where t stood: the same view of the new operand t was a view of, or of that call's scratch."""
+    where t stood: the same view of the new operand t was a view of, or of that call's scratch.
+    address_only: a view of an operand is made as the Address of its place alone."""
     ptr = t.untyped_storage().data_ptr()
     size, stride, offset, dtype = tuple(t.shape), t.stride(), t.storage_offset(), t.dtype
     if ptr in storages:
@@ -255,6 +247,9 @@ def _view(t, storages: dict, groups: dict):
         if t is operand:
             return (lambda operands, scratch: operands[which]), False
         delta = offset - operand.storage_offset()     # where the view starts, from the operand's start
+        if address_only:
+            size_of = t.element_size()
+            return (lambda operands, scratch: Address(operands[which].data_ptr() + delta * size_of)), False
         return (lambda operands, scratch: operands[which].as_strided(size, stride,
                                                                      operands[which].storage_offset() + delta)), False
     if ptr not in groups:
