@@ -283,8 +283,6 @@ def main():
                                                   if verdicts[label][0] and label not in uncapturable},
                                                  args.rounds, args.per_round, warmup_s=0.05)
                 graph_times = {label: [t / copies for t in ts] for label, ts in graph_times.items()}
-            base = statistics.median(times["cublas"]) if "cublas" in times else None
-            base_tf32 = statistics.median(times[TF32_ANCHOR]) if TF32_ANCHOR in times else None
             bound_ms = (m * k + k * n + m * n) * a.element_size() / bandwidth * 1e3
             for label in launches:
                 known = VARIANTS[dtype_name] + SWEEP_F32
@@ -298,12 +296,12 @@ def main():
                     rec["relative_error"] = relative_error(results[label](), a, b)
                 if label in times:
                     med = statistics.median(times[label])
-                    if base_tf32:
+                    if TF32_ANCHOR in times:
                         rec["vs_cublas_tf32"] = paired_ratio(by_round[TF32_ANCHOR], by_round[label])
                     if "library" in times:
                         rec["vs_library"] = paired_ratio(by_round["library"], by_round[label])
                     rec.update(median_ms=med, tflops=2 * m * n * k / med / 1e9,
-                               vs_cublas=paired_ratio(by_round["cublas"], by_round[label]) if base else None,
+                               vs_cublas=paired_ratio(by_round["cublas"], by_round[label]) if "cublas" in times else None,
                                vs_hbm_bound=bound_ms / med, launch_overhead_us=launch_overhead_us(launches[label]))
                 if label in graph_times:
                     rec["graph_median_ms"] = statistics.median(graph_times[label])
