@@ -125,7 +125,7 @@ def breakdown(rank: int, world: int, n: int):
     def tensorcore_rung():
         from tilemm.ladder.tensorcore import t1_blocked
         for rows in k_blocks:
-            tiles = t1_blocked.resolve_tiles(n, n // world, dict(block_m=None, block_n=None, block_k=None,
+            tiles = t1_blocked.resolve_tiles(n, n // world, n, dict(block_m=None, block_n=None, block_k=None,
                                                                  num_warps=None, num_stages=None))
             t1_blocked.launcher(a, b[rows], acc, group_m=8, accumulate=True, **tiles)()
 

@@ -32,7 +32,7 @@ def bf16_program(n: int):
     (descriptors of a and b made once when not given)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    tiles = t1_blocked.resolve_tiles(n, n, dict(block_m=None, block_n=None, block_k=None, num_warps=None,
+    tiles = t1_blocked.resolve_tiles(n, n, n, dict(block_m=None, block_n=None, block_k=None, num_warps=None,
                                                 num_stages=None))
     descriptors = (t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0],
                    t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0])

@@ -19,8 +19,11 @@ class Base:
 
 
 class Desc:
-    def __init__(self, base):
+    """Stands for a TensorDescriptor: its base and the lists of its shape, strides and block."""
+    def __init__(self, base, like=None):
         self.base = base
+        self.shape, self.strides, self.block_shape = (like.shape, like.strides, like.block_shape) if like else (
+            [64, 32], [32, 1], [32, 32])
 
 
 def runner_and_log(descriptors=(), hooks=None):
@@ -44,7 +47,7 @@ def test_arguments_follow_tritons_leading_ones():
     assert calls[-1][3] == 77
 
 
-def test_descriptors_expand_in_place_and_are_filled_once_per_object_and_address():
+def test_descriptors_expand_in_place_and_are_filled_once_per_layout_and_address():
     run, calls, expanded, _ = runner_and_log([(0, "meta0"), (2, "meta2")])
     base = Base(4096)
     d0, d2 = Desc(base), Desc(Base(8192))
@@ -53,11 +56,26 @@ def test_descriptors_expand_in_place_and_are_filled_once_per_object_and_address(
     assert [m for _, m in expanded] == ["meta2", "meta0"]
     run(d0, "c", d2, 9, stream=1)
     assert len(expanded) == 2                                  # the same descriptors: not filled again
-    run(Desc(Base(4096)), "c", d2, 9, stream=1)
-    assert len(expanded) == 3                                  # a new descriptor object: filled
+    run(Desc(Base(4096), like=d0), "c", d2, 9, stream=1)
+    assert len(expanded) == 2                                  # a replay's: its recording's lists, same address
     base.address = 12288
     run(d0, "c", d2, 9, stream=1)
-    assert len(expanded) == 4 and calls[-1][13] == "map@12288"   # the same one over other memory: filled
+    assert len(expanded) == 3 and calls[-1][13] == "map@12288"   # the same one over other memory: filled
+    base.address = 4096
+    run(d0, "c", d2, 9, stream=1)
+    assert len(expanded) == 3 and calls[-1][13] == "map@4096"    # back at an address seen: kept
+    run(Desc(Base(4096)), "c", d2, 9, stream=1)
+    assert len(expanded) == 4                                  # equal lists but not the recording's: filled
+
+
+def test_kept_addresses_are_bounded():
+    run, calls, expanded, _ = runner_and_log([(0, "meta0")])
+    first = Desc(Base(0))
+    for i in range(direct_launch.KEPT_ADDRESSES + 1):
+        run(Desc(Base(4096 * i), like=first), stream=1)
+    assert len(expanded) == direct_launch.KEPT_ADDRESSES + 1
+    run(Desc(Base(0), like=first), stream=1)                   # forgotten when the kept ones were cleared
+    assert len(expanded) == direct_launch.KEPT_ADDRESSES + 2
 
 
 class Chain:
@@ -115,19 +133,17 @@ def test_an_unknown_triton_gives_no_direct_runner(monkeypatch):
 
 
 def test_a_kept_descriptor_does_not_keep_its_call_alive():
-    """The descriptors kept for the next launch are weakly held: once the caller drops a call's
-    descriptor (and its operand), nothing here holds it; the next launch fills its own."""
+    """What is kept for the next launch is the expanded arguments, not the descriptor: once the
+    caller drops a call's descriptor (and its operand), nothing here holds it."""
     import gc
     import weakref
     run, calls, expanded, _ = runner_and_log([(0, "meta0")])
     d = Desc(Base(4096))
-    gone = weakref.ref(d)
+    gone, base = weakref.ref(d), weakref.ref(d.base)
     run(d, stream=1)
     del d
     gc.collect()
-    assert gone() is None
-    run(Desc(Base(4096)), stream=1)
-    assert len(expanded) == 2
+    assert gone() is None and base() is None
 
 
 def test_without_metadata_nothing_is_kept():

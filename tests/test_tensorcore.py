@@ -93,13 +93,18 @@ def test_interpreter_stream_k_shares_the_last_round(m, n, k):
         assert verdict.ok, (stream_k, verdict.message)
 
 
-def test_stream_k_by_default_only_where_the_last_round_idles_most_sms():
-    from tilemm.ladder.tensorcore.t1_blocked import stream_k_pays
-    assert stream_k_pays(2048, 132, 128)          # 8192³, 128 x 256 tiles: 15 rounds and 52% of one
-    assert not stream_k_pays(2048, 132, 2)        # 8192 x 8192 x 128: two K steps, nothing to share
-    assert not stream_k_pays(512, 132, 64)        # 4096³: 3 rounds, the last 88% full
-    assert not stream_k_pays(132 * 16, 132, 128)  # whole rounds only
-    assert not stream_k_pays(132 * 4 + 10, 132, 128)   # too few rounds for the hand-over to pay
+def test_16_bit_tiles_take_no_stream_k_unless_asked():
+    """The persistent program's stream-K hand-over measured slower for 16-bit tiles (stream_k_pays):
+    a product of several rounds (4 programs under the interpreter) shares no tile unless asked."""
+    from tilemm.ladder.tensorcore import t1_blocked
+    a, b = torch.randn(300, 96, dtype=torch.float16), torch.randn(96, 300, dtype=torch.float16)
+    c = torch.empty(300, 300, dtype=torch.float16)
+
+    def stream_k(**params):
+        steps = t1_blocked.bind(a, b, c, 64, 64, 32, 8, 4, 2, tma=True, **params)
+        (program,) = [s for s in steps.launches if "STREAM_K" in getattr(s, "options", {})]
+        return program.options["STREAM_K"]
+    assert stream_k() is False and stream_k(stream_k=True) is True
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
@@ -571,9 +576,9 @@ def persistent_signature(a_desc, b_desc, c_ptr, scales="constexpr", workspace="c
                 M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", **dict.fromkeys(flags, "constexpr"))
 # tensorcore: the TMA program at the configuration each kind of shape gets, all four layouts
 for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), "nt"), ((1000, 1000), "tn"),
-                      ((64, 8192), "nn")):
+                      ((64, 8192), "nn"), ((512, 3072), "nt")):
     for dtype, ty in (("float16", "fp16"), ("bfloat16", "bf16")):
-        p = default_tiles(m, n)
+        p = default_tiles(m, n, 2048)
         a_t, b_t = layout[0] == "t", layout[1] == "t"
         a_block = [p["block_k"], p["block_m"]] if a_t else [p["block_m"], p["block_k"]]
         b_block = [p["block_n"], p["block_k"]] if b_t else [p["block_k"], p["block_n"]]
@@ -611,7 +616,7 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
 # tensorcore persistent=True: the persistent TMA program, C written in quarters (tt: with stream-K)
 from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
 for layout in ("nn", "tt"):
-    p = default_tiles(8192, 8192)
+    p = default_tiles(8192, 8192, 8192)
     a_t, b_t = layout[0] == "t", layout[1] == "t"
     a_block = [p["block_k"], p["block_m"]] if a_t else [p["block_m"], p["block_k"]]
     b_block = [p["block_n"], p["block_k"]] if b_t else [p["block_k"], p["block_n"]]
@@ -787,13 +792,14 @@ def test_default_configs_compile_for_sm90():
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
-                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn", "64x8192-nn")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k", "tf32x3-direct",
+                             for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn", "64x8192-nn",
+                                       "512x3072-nt")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k", "tf32x3-direct",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
                              "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite",
                              "split-*i8", "split-*i32", "split-*i64", "persistent-nn", "persistent-tt", "float64-persistent",
                              "copy-rows"} | {f"{d}-{s}-split-k" for d in ("float16", "bfloat16")
-                                                          for s in ("8192x8192", "16x8192", "64x8192")}
+                                                          for s in ("8192x8192", "16x8192", "64x8192", "512x3072")}
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
         assert info["shared"] <= info["limit"], (dtype, info)
@@ -1153,7 +1159,7 @@ def test_interpreter_accumulate_adds_a_16_bit_product_into_float32(m, n, k):
     b = torch.randn((k, n), generator=g).half()
     c0 = torch.randn((m, n), generator=g)
     c = c0.clone()
-    tiles = t1_blocked.resolve_tiles(m, n, dict(block_m=32, block_n=32, block_k=16, num_warps=4, num_stages=2))
+    tiles = t1_blocked.resolve_tiles(m, n, k, dict(block_m=32, block_n=32, block_k=16, num_warps=4, num_stages=2))
     t1_blocked.launcher(a, b, c, group_m=4, accumulate=True, **tiles)()
     want = c0.double() + a.double() @ b.double()
     assert torch.allclose(c.double(), want, rtol=1e-5, atol=1e-4)
@@ -1163,8 +1169,29 @@ def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch)
     from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.t1_blocked import default_tiles
     monkeypatch.setattr(support, "multiprocessors", lambda: 132)
-    assert default_tiles(64, 8192)["block_m"] == 64          # 128 tiles of 64 columns: B read once
-    assert default_tiles(33, 8192)["block_m"] == 64 and default_tiles(20, 8192)["block_m"] == 32
-    assert default_tiles(64, 4096)["block_m"] == 16          # 64 tiles: 16 rows keep 256 programs
-    assert default_tiles(8, 8192)["block_m"] == 16
-    assert default_tiles(674, 61)["block_n"] == 16 and default_tiles(8192, 61)["block_n"] == 64
+    assert default_tiles(64, 8192, 4096)["block_m"] == 64          # 128 tiles of 64 columns: B read once
+    assert default_tiles(33, 8192, 4096)["block_m"] == 64 and default_tiles(20, 8192, 4096)["block_m"] == 32
+    assert default_tiles(64, 4096, 4096)["block_m"] == 16          # 64 tiles split in 2: 16 rows keep 256 programs
+    assert default_tiles(8, 8192, 4096)["block_m"] == 16
+    assert default_tiles(674, 61, 1000)["block_n"] == 16 and default_tiles(8192, 61, 1000)["block_n"] == 64
+    # 11 tiles of 64 rows, K split in 12 runs fill the SMs: N covered, A read once
+    assert default_tiles(674, 61, 45680)["block_n"] == 64
+
+
+def test_default_tiles_weigh_tile_efficiency_against_waves(monkeypatch):
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.t1_blocked import TILE_CHOICES, default_tiles, tile_time
+    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+
+    def tiles(m, n, k):
+        t = default_tiles(m, n, k)
+        return t["block_m"], t["block_n"]
+    assert tiles(8192, 8192, 8192) == (128, 256)       # many waves: the most efficient tiles
+    assert tiles(512, 5120, 4096) == (128, 256)        # 80 tiles, one wave, beats 160 in two
+    assert tiles(512, 3072, 2048) == (128, 128)        # 48 tiles leave SMs idle; 96 do not
+    assert tiles(512, 10240, 8192) == (128, 128)       # 160 tiles take two waves, 320 three of half the work
+    # the prediction grows with the work and never favours idle SMs at the same efficiency
+    big, small = TILE_CHOICES[0], TILE_CHOICES[1]
+    assert tile_time(4096, 4096, 8192, *big) > tile_time(4096, 4096, 4096, *big) > 0
+    assert tile_time(128, 256 * 132, 4096, *big) < tile_time(128, 256 * 133, 4096, *big)
+    assert tile_time(128, 128 * 132, 4096, *small) < tile_time(128, 128 * 133, 4096, *small)

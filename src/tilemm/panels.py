@@ -34,7 +34,7 @@ def accumulate(acc, a, b, sums: str, first: bool) -> None:
                 torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
             return
         from .ladder.tensorcore import t1_blocked
-        tiles = t1_blocked.resolve_tiles(a.shape[0], b.shape[1], dict(block_m=None, block_n=None, block_k=None,
+        tiles = t1_blocked.resolve_tiles(a.shape[0], b.shape[1], a.shape[1], dict(block_m=None, block_n=None, block_k=None,
                                                                       num_warps=None, num_stages=None))
         t1_blocked.launcher(a, b, acc, group_m=8, accumulate=not first, **tiles)()
         return

@@ -6,8 +6,8 @@ CudaLauncher (scratch allocation the program may need) and, for TMA descriptors,
 expands each descriptor into the CUtensorMap it fills and its shape and strides. On the H100's host
 that was 12-13 µs a launch with two descriptors, 7 µs without (h100-2026-11-24-s14/probe_cpu.log),
 against 11-15 µs for a whole torch.matmul. What those layers decide is the same at every launch of
-one program on one grid, so it is decided here once, and a descriptor the caller passes again (a
-prepared plan's, a replay's scratch) is not filled again.
+one program on one grid, so it is decided here once, and a descriptor over memory it was filled
+for before (a prepared plan's, a replay's of operands at an address seen before) is not filled again.
 
 This leans on Triton's launcher layout, which changes between versions: it is taken only where
 that layout is the one it was written against (Triton 3.6's, checked by its argument format) and
@@ -15,8 +15,6 @@ the program needs no scratch of Triton's; anywhere else, or while launch hooks a
 profiler's), the runner does the launch as before.
 """
 from __future__ import annotations
-
-import weakref
 
 # The C launcher's leading arguments in the layout this module knows: grid x, y, z, stream,
 # function, cooperative grid, PDL, global scratch, profile scratch, packed metadata, launch
@@ -61,16 +59,22 @@ def launch_parts(compiled, nvidia):
             descriptors)
 
 
+# Addresses a descriptor argument keeps its expansion for (a replay's operands come and go at the
+# few addresses torch's caching allocator hands out)
+KEPT_ADDRESSES = 16
+
+
 def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descriptors: list, expand, runner, runtime,
                 current_stream):
     """runner(*args, stream=None) calling launch with Triton's leading arguments for this grid, on
     stream (a raw handle; None: current_stream()); expand(descriptor, metadata) gives a descriptor's
-    arguments (Triton's make_tensordesc_arg), kept for the next launch given the same descriptor over
-    the same memory; while runtime (Triton's knobs) has launch hooks, runner launches instead.
-    What is kept holds no tensor: the descriptor by a weak reference (a call's operands are not kept
-    alive by it), and only arguments expanded with metadata (a CUtensorMap, shape and strides)."""
+    arguments (Triton's make_tensordesc_arg), kept for the next launch given a descriptor with the
+    same shape, strides and block (the very objects: a replay's descriptors share its recording's)
+    over the same address; while runtime (Triton's knobs) has launch hooks, runner launches instead.
+    What is kept holds no tensor and no descriptor: only arguments expanded with metadata (a
+    CUtensorMap, shape and strides), for up to KEPT_ADDRESSES addresses an argument."""
     grid_x, grid_y, grid_z = grid
-    expanded: dict = {}          # argument index -> (weak reference to the descriptor, its base's address, arguments)
+    expanded: dict = {index: {} for index, meta in descriptors if meta is not None}   # index -> address -> kept
 
     def run(*args, stream=None):
         if hooked(runtime.launch_enter_hook) or hooked(runtime.launch_exit_hook):
@@ -81,27 +85,19 @@ def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descrip
             args = list(args)
             for index, meta in reversed(descriptors):
                 d = args[index]
-                known = expanded.get(index)
+                kept = expanded.get(index)
+                if kept is None:             # without metadata the arguments hold the base tensor: not kept
+                    args[index:index + 1] = expand(d, meta)
+                    continue
                 address = d.base.data_ptr()
-                if known is None or known[0]() is not d or known[1] != address:
-                    known = (_weak(d), address, expand(d, meta))
-                    if meta is not None:         # without metadata the arguments hold the base tensor
-                        expanded[index] = known
-                args[index:index + 1] = known[2]
+                known = kept.get(address)
+                if known is None or known[0] is not d.shape or known[1] is not d.strides or known[2] is not d.block_shape:
+                    if len(kept) >= KEPT_ADDRESSES:
+                        kept.clear()
+                    known = kept[address] = (d.shape, d.strides, d.block_shape, expand(d, meta))
+                args[index:index + 1] = known[3]
         launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None, *args)
     return run
-
-
-def _weak(d):
-    """A weak reference to descriptor d, or a function giving None where d takes none."""
-    try:
-        return weakref.ref(d)
-    except TypeError:
-        return _NONE
-
-
-def _NONE():
-    return None
 
 
 def hooked(hook) -> bool:

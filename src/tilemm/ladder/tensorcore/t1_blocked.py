@@ -41,7 +41,7 @@ def run(a, b, c, **params):
     bind(a, b, c, **params)()
 
 
-def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
+def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False,
          split_k=None, align_rows=None, tma=None, autotune=False):
     """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
     once: a prepared plan launched many times pays Triton's launch alone (with autotune, the
@@ -51,7 +51,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, per
         return launcher(a, b, c, **config)
     m, k = a.shape
     n = b.shape[1]
-    tiles = resolve_tiles(m, n, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=num_warps,
+    tiles = resolve_tiles(m, n, k, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=num_warps,
                                      num_stages=num_stages))
     return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, split_k=split_k,
                     align_rows=align_rows, tma=tma if tma is not None else m * n * k > POINTERS_UP_TO, **tiles)
@@ -65,24 +65,48 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, per
 POINTERS_UP_TO = 2**28
 
 
-def default_tiles(m: int, n: int) -> dict:
-    """The configuration a shape gets when the caller names none (measured on an H100,
-    benchmarks/tensorcore_vs_cublas.py): 128 x 256 tiles when there are enough of them to fill
-    the SMs, smaller ones when there are not, and for a skinny product, which is bound by reading
-    the other operand, K-deep tiles (many loads in flight) 64 long the other way, 16 rows (columns)
-    or, where the other side alone gives half the SMs a tile, as tall (wide) as M (N), so that the
-    other operand is read once (skinny_block)."""
+# The tiles the default chooses among for a product that is not skinny: (block_m, block_n,
+# num_warps, a multiply-add's cost relative to 128 x 256 tiles, a wave's fixed cost in µs). Fitted
+# on the wide sweep's fit half, kernel alone, bf16 on an H100 (h100-2026-11-24-s15/config_grid_fit.jsonl):
+# an SM does 3.0e6 multiply-adds a µs in 128 x 256 tiles, 1.17x the time in 128 x 128 and 1.84x in
+# 64 x 128 (one warpgroup's wgmma), and a wave (pipeline filled, tile written) costs 7.4 / 4.6 / 3.5 µs.
+TILE_CHOICES = ((128, 256, 8, 1.0, 7.4), (128, 128, 4, 1.17, 4.6), (64, 128, 4, 1.84, 3.5))
+MACS_PER_US = 3.0e6
+# µs a byte of split K's float32 partials costs (written, then read by the run that ends the tile)
+HAND_OVER_US_PER_BYTE = 1.9e-6
+
+
+def default_tiles(m: int, n: int, k: int) -> dict:
+    """The configuration a shape gets when the caller names none. A skinny product (M or N <= 64)
+    is bound by reading the other operand: K-deep tiles (many loads in flight) 64 long the other
+    way, 16 rows (columns) or, where the other side alone gives half the SMs a tile (or, split by
+    K, fills them), as tall (wide) as M (N), so that the other operand is read once (skinny_block).
+    Otherwise the tiles of TILE_CHOICES that tile_time predicts fastest: wave quantization decides
+    between big efficient tiles and enough of them to fill the SMs (bf16 512 x 3072 x 2048: 128 x 128,
+    96 tiles; 512 x 5120 x 4096: 128 x 256, 80 tiles)."""
     sms = support.multiprocessors()
-    if m <= 64:
-        block_m = skinny_block(m) if 2 * -(-n // 64) >= sms else 16
-        return dict(block_m=block_m, block_n=64, block_k=128, num_warps=4, num_stages=4)
-    if n <= 64:
-        block_n = skinny_block(n) if 2 * -(-m // 64) >= sms else 16
-        return dict(block_m=64, block_n=block_n, block_k=128, num_warps=4, num_stages=4)
-    for bm, bn, warps in ((128, 256, 8), (128, 128, 4)):
-        if -(-m // bm) * -(-n // bn) >= sms:
-            return dict(block_m=bm, block_n=bn, block_k=64, num_warps=warps, num_stages=4)
-    return dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4)
+    if min(m, n) <= 64:
+        rows, other = (m, n) if m <= n else (n, m)
+        cover = -(-other // 64)
+        splits = min(sms // cover, -(-k // 128) // MIN_SPLIT_STEPS) if 2 * cover <= sms else 1
+        side = skinny_block(rows) if 2 * cover >= sms or cover * splits >= sms else 16
+        tiles = (side, 64) if m <= n else (64, side)
+        return dict(block_m=tiles[0], block_n=tiles[1], block_k=128, num_warps=4, num_stages=4)
+    bm, bn, warps = min(TILE_CHOICES, key=lambda choice: tile_time(m, n, k, *choice))[:3]
+    return dict(block_m=bm, block_n=bn, block_k=64, num_warps=warps, num_stages=4)
+
+
+def tile_time(m: int, n: int, k: int, block_m: int, block_n: int, num_warps: int, cost: float, fixed_us: float,
+              block_k: int = 64) -> float:
+    """Predicted µs of an M x N x K product in block_m x block_n tiles (TILE_CHOICES' cost and fixed
+    cost), K split as k_splits would: whole waves of runs (one an SM), each its tile's share of K,
+    and the split partials handed over."""
+    tiles = -(-m // block_m) * -(-n // block_n)
+    splits = k_splits(m, n, k, block_m, block_n, block_k)
+    steps = -(-(-(-k // block_k)) // splits)
+    waves = -(-tiles * splits // support.multiprocessors())
+    hand_over = tiles * splits * block_m * block_n * 4 * 2 if splits > 1 else 0
+    return waves * (block_m * block_n * steps * block_k * cost / MACS_PER_US + fixed_us) + hand_over * HAND_OVER_US_PER_BYTE
 
 
 def skinny_block(rows: int) -> int:
@@ -94,9 +118,9 @@ def skinny_block(rows: int) -> int:
     return max(16, 1 << max(0, rows - 1).bit_length())
 
 
-def resolve_tiles(m: int, n: int, given: dict) -> dict:
+def resolve_tiles(m: int, n: int, k: int, given: dict) -> dict:
     """The caller's tile parameters, with the shape's defaults where they gave None."""
-    chosen = default_tiles(m, n)
+    chosen = default_tiles(m, n, k)
     return {name: chosen[name] if value is None else value for name, value in given.items()}
 
 
@@ -105,13 +129,13 @@ def launch(a, b, c, **config):
     launcher(a, b, c, **config)()
 
 
-def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int = 8) -> bool:
-    """Whether to share a last, partial round of tiles out by K steps (stream_k=None): when that
-    round leaves most SMs idle, after min_rounds whole rounds, with K steps enough to share.
-    Measured (tensorcore_vs_cublas.jsonl, s3): 8192³ 1.038x / 1.031x cuBLAS with stream-K against
-    1.022x / 1.023x without (15 rounds, the last 52% full); slower where the last round is nearly
-    full (4096³: 0.92x against 1.01x) or K is short (8192 x 8192 x 128: 0.95x against 1.04x), and
-    with few whole rounds the hand-over of partial sums does not pay for 16-bit tiles."""
+def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int) -> bool:
+    """Whether to share a last, partial round of tiles out by K steps: when that round leaves most
+    SMs idle, after min_rounds whole rounds, with K steps enough to share (3xTF32's stream_k=None,
+    t4_f32). Not for 16-bit tiles, whose hand-over of partial sums did not pay: on the wide sweep's
+    fit half, paired rounds, kernel alone, 128 x 256 tiles, stream-K against none 0.88-0.99x where
+    this rule (min_rounds 8) took it, e.g. 4096 x 14336 x 4096 0.93x, 16384 x 8192 x 2048 0.88x
+    (h100-2026-11-24-s15/sk_grid_fit.jsonl), and under one round 0.2-0.8x against split K."""
     whole, left = divmod(tiles, programs)
     return whole >= min_rounds and 0 < left < 0.6 * programs and k_steps >= 32
 
@@ -138,7 +162,7 @@ def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, i
     return max(1, min(sms // tiles, steps // MIN_SPLIT_STEPS, balanced))
 
 
-def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=None,
+def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False,
              split_k=None, align_rows=None, accumulate=False, copy_transposed="a", tma=True):
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
@@ -146,7 +170,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     persistent is not False (measured as fast or faster on the shapes suite, 1.3x at
     8192x8192x128: tensorcore_vs_cublas_persistent.jsonl; one round is launched more cheaply
     one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
-    (see matmul_persistent; None: where stream_k_pays), with split_k > 1 each tile's K steps split
+    (see matmul_persistent; also under one round, then every tile's), with split_k > 1 each tile's K steps split
     into that many runs (programs of their own, whose float32 partials the last one adds: see
     hand_over; None: k_splits; 16-bit operands, not with accumulate), and with align_rows rows that
     are not a multiple of 128 bytes copied into rows that are (None: where rows_aligned_pays);
@@ -169,7 +193,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     out = c.float() if upcast else c
     f64 = a.element_size() == 8
     k_steps = -(-k // block_k)
-    if accumulate or f64:
+    if accumulate or f64 or stream_k:
         split_k = 1
     elif split_k is None:
         split_k = k_splits(m, n, k, block_m, block_n, block_k)
@@ -178,7 +202,9 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     per_run = -(-k_steps // max(1, min(split_k, k_steps, slots)))
     splits = -(-k_steps // per_run)              # no empty run
     fills, partial = [], None
-    rounds = persistent and splits == 1 and tiles_of_c > support.multiprocessors()
+    sms = support.multiprocessors()
+    # the persistent program past one round of tiles, or with stream-K asked for under one round
+    rounds = persistent and splits == 1 and (tiles_of_c > sms or (stream_k and not f64 and tiles_of_c < sms))
 
     def bound(program, args, options):
         """program on a grid of tiles, or of tiles and runs of K steps (split K, each run's
@@ -202,9 +228,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                      UPCAST=upcast, ACCUMULATE=accumulate, num_warps=num_warps, num_stages=num_stages)
         if rounds:
-            if stream_k is None:
-                stream_k = stream_k_pays(tiles_of_c, support.multiprocessors(), k_steps)
-            program = support.persistent_launch(a_desc, b_desc, out, m, n, k, stream_k=stream_k and not f64,
+            program = support.persistent_launch(a_desc, b_desc, out, m, n, k, stream_k=bool(stream_k) and not f64,
                                                 F64=f64, **tiles)
         else:
             program = bound(matmul_tma, (a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1)), tiles)
@@ -292,7 +316,7 @@ def tuned(a, b, c):
 def traffic(p, block_m, block_n, block_k=None, split_k=None, **_):
     """A read once per block column and B once per block row; with split K, the float32 partial
     of each run of each tile, written and read back once (hand_over), in elements of p's dtype."""
-    tiles = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n, block_k=block_k))
+    tiles = resolve_tiles(p.m, p.n, p.k, dict(block_m=block_m, block_n=block_n, block_k=block_k))
     block_m, block_n = tiles["block_m"], tiles["block_n"]
     splits = split_k or (k_splits(p.m, p.n, p.k, block_m, block_n, tiles["block_k"]) if p.itemsize == 2 else 1)
     slots = -(-p.m // block_m) * -(-p.n // block_n) * block_m * block_n
@@ -302,7 +326,7 @@ def traffic(p, block_m, block_n, block_k=None, split_k=None, **_):
 
 
 def limits(p, block_m, block_n, block_k, num_stages, persistent=True, **_):
-    t = resolve_tiles(p.m, p.n, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages))
+    t = resolve_tiles(p.m, p.n, p.k, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages))
     quarter_of_c = t["block_m"] * t["block_n"] // 4 * p.itemsize if persistent and p.itemsize in (2, 8) else 0
     return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize, quarter_of_c)
 
@@ -336,10 +360,10 @@ register(Kernel(
             Param("persistent", True, (False, True),
                   "16-bit operands: one program an SM walks the tiles, writing a tile while the next one "
                   "loads; False: one program a tile"),
-            Param("stream_k", None, (None, False, True),
-                  "persistent: the tiles of a last, partial round are shared out by K steps among all SMs; "
-                  "None: when that round is under 60% full after 8 whole rounds and K has 32 steps or more "
-                  "(docs/tensor_cores.md)"),
+            Param("stream_k", False, (False, True),
+                  "16-bit operands: the tiles of a last, partial round (or of the only one) are shared out by "
+                  "K steps among all SMs by the persistent program; off by default: it measured slower "
+                  "(stream_k_pays)"),
             Param("split_k", None, WholeNumbers(1, 256),
                   "16-bit operands: each tile's K steps split into this many runs, programs of their own whose "
                   "float32 partials the last to finish adds up (1: no split); None: where one round of tiles "
