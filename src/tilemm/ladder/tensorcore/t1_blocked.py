@@ -67,13 +67,15 @@ POINTERS_UP_TO = 2**28
 
 # The tiles the default chooses among for a product that is not skinny: (block_m, block_n,
 # num_warps, a multiply-add's cost relative to 128 x 256 tiles, a wave's fixed cost in µs). Fitted
-# on the wide sweep's fit half, kernel alone, bf16 on an H100 (h100-2026-11-24-s15/config_grid_fit.jsonl):
-# an SM does 3.0e6 multiply-adds a µs in 128 x 256 tiles, 1.17x the time in 128 x 128 and 1.84x in
-# 64 x 128 (one warpgroup's wgmma), and a wave (pipeline filled, tile written) costs 7.4 / 4.6 / 3.5 µs.
-TILE_CHOICES = ((128, 256, 8, 1.0, 7.4), (128, 128, 4, 1.17, 4.6), (64, 128, 4, 1.84, 3.5))
-MACS_PER_US = 3.0e6
+# on the wide sweep's fit half, kernel alone, bf16 on an H100 (`python3 benchmarks/tile_grid.py --fit
+# benchmarks/results/h100-2026-11-24-s15/tile_grid.jsonl`; its pick was within 10% of the fastest
+# of 11-13 configurations on 38 of 40 problems): an SM does 3.15e6 multiply-adds a µs in 128 x 256
+# tiles, 1.15x the time in 128 x 128 and 1.89x in 64 x 128 (one warpgroup's wgmma), and a wave
+# (pipeline filled, tile written) costs 7.3 / 4.6 / 1.7 µs.
+TILE_CHOICES = ((128, 256, 8, 1.0, 7.3), (128, 128, 4, 1.15, 4.6), (64, 128, 4, 1.89, 1.7))
+MACS_PER_US = 3.15e6
 # µs a byte of split K's float32 partials costs (written, then read by the run that ends the tile)
-HAND_OVER_US_PER_BYTE = 1.9e-6
+HAND_OVER_US_PER_BYTE = 2.0e-6
 
 
 def default_tiles(m: int, n: int, k: int) -> dict:
