@@ -93,6 +93,7 @@ def test_interpreter_stream_k_shares_the_last_round(m, n, k):
         assert verdict.ok, (stream_k, verdict.message)
 
 
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_16_bit_tiles_take_no_stream_k_unless_asked():
     """The persistent program's stream-K hand-over measured slower for 16-bit tiles (stream_k_pays):
     a product of several rounds (4 programs under the interpreter) shares no tile unless asked."""
