@@ -74,6 +74,12 @@ POINTERS_UP_TO = 2**28
 # (pipeline filled, tile written) costs 7.3 / 4.6 / 1.7 µs.
 TILE_CHOICES = ((128, 256, 8, 1.0, 7.3), (128, 128, 4, 1.15, 4.6), (64, 128, 4, 1.89, 1.7))
 MACS_PER_US = 3.15e6
+# How much faster a smaller tile must be predicted to be taken: the model's median error is 12%
+# (tile_grid.py --fit), and larger tiles read each operand fewer times, which counts most where TMA
+# reads rows that are not 128-byte aligned. Measured, whole calls, bf16, the margin's pick against the
+# smaller tiles the model alone took (h100-2026-11-24-s15/tile_margin.jsonl): 3000³ 146 µs against
+# 179 (predicted 2.5% slower), and as fast or faster on the 5 held-out problems it moved (0.98-1.11x)
+TILE_MARGIN = 0.05
 # µs a byte of split K's float32 partials costs (written, then read by the run that ends the tile)
 HAND_OVER_US_PER_BYTE = 2.0e-6
 
@@ -83,7 +89,8 @@ def default_tiles(m: int, n: int, k: int) -> dict:
     is bound by reading the other operand: K-deep tiles (many loads in flight) 64 long the other
     way, 16 rows (columns) or, where the other side alone gives half the SMs a tile (or, split by
     K, fills them), as tall (wide) as M (N), so that the other operand is read once (skinny_block).
-    Otherwise the tiles of TILE_CHOICES that tile_time predicts fastest: wave quantization decides
+    Otherwise the tiles of TILE_CHOICES that tile_time predicts fastest (by TILE_MARGIN for smaller
+    ones): wave quantization decides
     between big efficient tiles and enough of them to fill the SMs (bf16 512 x 3072 x 2048: 128 x 128,
     96 tiles; 512 x 5120 x 4096: 128 x 256, 80 tiles)."""
     sms = support.multiprocessors()
@@ -94,7 +101,12 @@ def default_tiles(m: int, n: int, k: int) -> dict:
         side = skinny_block(rows) if 2 * cover >= sms or cover * splits >= sms else 16
         tiles = (side, 64) if m <= n else (64, side)
         return dict(block_m=tiles[0], block_n=tiles[1], block_k=128, num_warps=4, num_stages=4)
-    bm, bn, warps = min(TILE_CHOICES, key=lambda choice: tile_time(m, n, k, *choice))[:3]
+    best, best_time = None, math.inf
+    for choice in TILE_CHOICES:             # largest first: a smaller tile must win by TILE_MARGIN
+        predicted = tile_time(m, n, k, *choice)
+        if predicted < best_time * (1 - TILE_MARGIN):
+            best, best_time = choice, predicted
+    bm, bn, warps = best[:3]
     return dict(block_m=bm, block_n=bn, block_k=64, num_warps=warps, num_stages=4)
 
 
