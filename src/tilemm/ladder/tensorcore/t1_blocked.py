@@ -78,7 +78,7 @@ MACS_PER_US = 3.15e6
 # (tile_grid.py --fit), and larger tiles read each operand fewer times, which counts most where TMA
 # reads rows that are not 128-byte aligned. Measured, whole calls, bf16, the margin's pick against the
 # smaller tiles the model alone took (h100-2026-11-24-s15/tile_margin.jsonl): 3000³ 146 µs against
-# 179 (predicted 2.5% slower), and as fast or faster on the 5 held-out problems it moved (0.98-1.11x)
+# 179 (predicted 2.5% slower), and as fast or faster on the 5 held-out problems it moved (0.99-1.09x)
 TILE_MARGIN = 0.05
 # µs a byte of split K's float32 partials costs (written, then read by the run that ends the tile)
 HAND_OVER_US_PER_BYTE = 2.0e-6
