@@ -76,9 +76,9 @@ TILE_CHOICES = ((128, 256, 8, 1.0, 7.3), (128, 128, 4, 1.15, 4.6), (64, 128, 4, 
 MACS_PER_US = 3.15e6
 # How much faster a smaller tile must be predicted to be taken: the model's median error is 12%
 # (tile_grid.py --fit), and larger tiles read each operand fewer times, which counts most where TMA
-# reads rows that are not 128-byte aligned. Measured, whole calls, bf16, the margin's pick against the
-# smaller tiles the model alone took (h100-2026-11-24-s15/tile_margin.jsonl): 3000³ 146 µs against
-# 179 (predicted 2.5% slower), and as fast or faster on the 5 held-out problems it moved (0.99-1.09x)
+# reads rows that are not 128-byte aligned. Measured, whole calls, bf16 (h100-2026-11-24-s15/
+# tile_margin.jsonl): 3000³ 146 µs in 128 x 256 tiles against 179 in the 128 x 128 ones the model
+# predicted 2.5% faster; 0.99-1.09x the model's first pick on the 5 held-out problems the margin moved.
 TILE_MARGIN = 0.05
 # µs a byte of split K's float32 partials costs (written, then read by the run that ends the tile)
 HAND_OVER_US_PER_BYTE = 2.0e-6
