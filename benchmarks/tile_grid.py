@@ -9,8 +9,9 @@ Measuring compiles every configuration first in worker processes (Triton's disk 
 times them in one. The fit models a configuration's time as whole waves of tiles (one an SM), each
 its tile's multiply-adds over the SM's rate times a cost per tile shape plus a fixed cost a wave,
 and split K's float32 partials: it prints the cost relative to 128 x 256 tiles, the fixed cost and
-the rate, to set against TILE_CHOICES and MACS_PER_US, and how often the fitted model picks a
-configuration within 10% of the fastest measured.
+the rate, to set against TILE_CHOICES and MACS_PER_US, the median error of a prediction (which
+TILE_MARGIN stays under), and how often the fitted model picks a configuration within 10% of the
+fastest measured.
 """
 import argparse
 import json
@@ -151,6 +152,8 @@ def fit(path: str):
               f"fixed {coef[2 * s + 1]:.1f} µs a wave")
     print(f"  hand-over {coef[-1]:.3g} µs a byte")
     predicted = x @ coef
+    error = np.median(np.abs(np.log(np.maximum(predicted, 1e-9) / y)))
+    print(f"median error of a prediction: {math.expm1(error):.0%}")
     near = 0
     for r in rows:
         mine = [(predicted[i], t) for i, (rr, *_, t) in enumerate(points) if rr is r]

@@ -1191,6 +1191,7 @@ def test_default_tiles_weigh_tile_efficiency_against_waves(monkeypatch):
     assert tiles(512, 5120, 4096) == (128, 256)        # 80 tiles, one wave, beats 160 in two
     assert tiles(512, 3072, 2048) == (128, 128)        # 48 tiles leave SMs idle; 96 do not
     assert tiles(512, 10240, 8192) == (128, 128)       # 160 tiles take two waves, 320 three of half the work
+    assert tiles(3000, 3000, 3000) == (128, 256)       # 128 x 128 predicted faster, but by under TILE_MARGIN
     # the prediction grows with the work and never favours idle SMs at the same efficiency
     big, small = TILE_CHOICES[0], TILE_CHOICES[1]
     assert tile_time(4096, 4096, 8192, *big) > tile_time(4096, 4096, 4096, *big) > 0

@@ -74,7 +74,7 @@ POINTERS_UP_TO = 2**28
 # (pipeline filled, tile written) costs 7.3 / 4.6 / 1.7 µs.
 TILE_CHOICES = ((128, 256, 8, 1.0, 7.3), (128, 128, 4, 1.15, 4.6), (64, 128, 4, 1.89, 1.7))
 MACS_PER_US = 3.15e6
-# How much faster a smaller tile must be predicted to be taken: the model's median error is 12%
+# How much faster a smaller tile must be predicted to be taken: the model's median error is 11%
 # (tile_grid.py --fit), and larger tiles read each operand fewer times, which counts most where TMA
 # reads rows that are not 128-byte aligned. Measured, whole calls, bf16 (h100-2026-11-24-s15/
 # tile_margin.jsonl): 3000³ 146 µs in 128 x 256 tiles against 179 in the 128 x 128 ones the model
