@@ -90,9 +90,8 @@ def default_tiles(m: int, n: int, k: int) -> dict:
     way, 16 rows (columns) or, where the other side alone gives half the SMs a tile (or, split by
     K, fills them), as tall (wide) as M (N), so that the other operand is read once (skinny_block).
     Otherwise the tiles of TILE_CHOICES that tile_time predicts fastest (by TILE_MARGIN for smaller
-    ones): wave quantization decides
-    between big efficient tiles and enough of them to fill the SMs (bf16 512 x 3072 x 2048: 128 x 128,
-    96 tiles; 512 x 5120 x 4096: 128 x 256, 80 tiles)."""
+    ones): wave quantization decides between big efficient tiles and enough of them to fill the SMs
+    (bf16 512 x 3072 x 2048: 128 x 128, 96 tiles; 512 x 5120 x 4096: 128 x 256, 80 tiles)."""
     sms = support.multiprocessors()
     if min(m, n) <= 64:
         rows, other = (m, n) if m <= n else (n, m)
@@ -149,7 +148,7 @@ def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int) -> b
     t4_f32). Not for 16-bit tiles, whose hand-over of partial sums did not pay: on the wide sweep's
     fit half, paired rounds, kernel alone, 128 x 256 tiles, stream-K against none 0.88-0.99x where
     this rule (min_rounds 8) took it, e.g. 4096 x 14336 x 4096 0.93x, 16384 x 8192 x 2048 0.88x
-    (h100-2026-11-24-s15/sk_grid_fit.jsonl), and under one round 0.2-0.8x against split K."""
+    (h100-2026-11-24-s15/stream_k_grid.jsonl), and under one round 0.2-0.8x against split K."""
     whole, left = divmod(tiles, programs)
     return whole >= min_rounds and 0 < left < 0.6 * programs and k_steps >= 32
 
