@@ -1,4 +1,4 @@
-"""Where `tensorcore`'s tile model (t1_blocked.TILE_CHOICES) comes from: the kernel-alone time of
+"""Where `tensorcore`'s tile model (tilemm.ladder.tensorcore.tile_model) comes from: the kernel-alone time of
 tile configurations over the wide sweep's fit half (bf16, products of 5e8 flops or more), beside
 torch.matmul, interleaved rounds; then a least-squares fit of the model's constants.
 
@@ -6,12 +6,10 @@ torch.matmul, interleaved rounds; then a least-squares fit of the model's consta
     python3 benchmarks/tile_grid.py --fit DIR/tile_grid.jsonl
 
 Measuring compiles every configuration first in worker processes (Triton's disk cache), then
-times them in one. The fit models a configuration's time as whole waves of tiles (one an SM), each
-its tile's multiply-adds over the SM's rate times a cost per tile shape plus a fixed cost a wave,
-and split K's float32 partials: it prints the cost relative to 128 x 256 tiles, the fixed cost and
-the rate, to set against TILE_CHOICES and MACS_PER_US, the median error of a prediction (which
-TILE_MARGIN stays under), and how often the fitted model picks a configuration within 10% of the
-fastest measured.
+times them in one. --fit prints tile_model.fit: each tile shape's cost relative to 128 x 256 tiles
+and fixed cost a wave, the rate, the hand-over's cost (to set against TILE_CHOICES, MACS_PER_US and
+HAND_OVER_US_PER_BYTE), the median error of a prediction (which TILE_MARGIN stays under), and how
+often the fitted model picks a configuration within 10% of the fastest measured.
 """
 import argparse
 import json
@@ -23,7 +21,7 @@ import sys
 import time
 
 TILES = [(128, 256, 8), (256, 128, 8), (128, 128, 8), (128, 128, 4), (64, 128, 4), (128, 64, 4), (64, 64, 4)]
-SMS = 132
+SMS = 132       # an H100's
 
 
 def candidates(m: int, n: int, k: int) -> list:
@@ -122,43 +120,16 @@ def measure(args):
                   + (f", failed the check: {bad}" if bad else ""), flush=True)
 
 
-def model_terms(m, n, k, p):
-    """(waves, multiply-adds of a run, float32 bytes handed over) of configuration p."""
-    bm, bn, bk = p["block_m"], p["block_n"], p["block_k"]
-    tiles, steps = -(-m // bm) * -(-n // bn), -(-k // bk)
-    per = -(-steps // p["split_k"])
-    splits = -(-steps // per)
-    return -(-tiles * splits // SMS), bm * bn * per * bk, tiles * splits * bm * bn * 8 if splits > 1 else 0
-
-
 def fit(path: str):
-    """Least squares, weighted by 1/time, of time = waves * (macs * a_shape + b_shape) + h * bytes."""
-    import numpy as np
-    rows = [json.loads(line) for line in open(path)]
-    shapes = sorted({(p["block_m"], p["block_n"], p["num_warps"]) for r in rows for p in r["params"].values() if p})
-    points = [(r, label, p, r["ms"][label]) for r in rows for label, p in r["params"].items()
-              if p and label in r["ms"]]
-    x = np.zeros((len(points), 2 * len(shapes) + 1))
-    for i, (r, _, p, _) in enumerate(points):
-        waves, macs, handed = model_terms(r["m"], r["n"], r["k"], p)
-        s = shapes.index((p["block_m"], p["block_n"], p["num_warps"]))
-        x[i, 2 * s], x[i, 2 * s + 1], x[i, -1] = waves * macs, waves, handed
-    y = np.array([t * 1e3 for *_, t in points])        # µs
-    coef, *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)
-    base = coef[2 * shapes.index((128, 256, 8))]
-    print(f"{len(points)} times of {len(rows)} problems; rate {1 / base:.3g} multiply-adds a µs an SM (128 x 256)")
-    for s, shape in enumerate(shapes):
-        print(f"  {shape[0]:3d} x {shape[1]:3d}, {shape[2]} warps: cost {coef[2 * s] / base:.2f}, "
-              f"fixed {coef[2 * s + 1]:.1f} µs a wave")
-    print(f"  hand-over {coef[-1]:.3g} µs a byte")
-    predicted = x @ coef
-    error = np.median(np.abs(np.log(np.maximum(predicted, 1e-9) / y)))
-    print(f"median error of a prediction: {math.expm1(error):.0%}")
-    near = 0
-    for r in rows:
-        mine = [(predicted[i], t) for i, (rr, *_, t) in enumerate(points) if rr is r]
-        near += min(mine)[1] <= 1.1 * min(t for _, t in mine)
-    print(f"the model's pick within 10% of the fastest: {near} of {len(rows)} problems")
+    """Print tile_model.fit of a tile_grid.jsonl: the constants to set against tile_model's."""
+    from tilemm.ladder.tensorcore import tile_model
+    found = tile_model.fit([json.loads(line) for line in open(path)])
+    print(f"{found['problems']} problems; rate {found['rate']:.3g} multiply-adds a µs an SM (128 x 256)")
+    for (bm, bn, warps), (cost, fixed) in found["shapes"].items():
+        print(f"  {bm:3d} x {bn:3d}, {warps} warps: cost {cost:.2f}, fixed {fixed:.1f} µs a wave")
+    print(f"  hand-over {found['hand_over']:.3g} µs a byte")
+    print(f"median error of a prediction: {found['median_error']:.0%}")
+    print(f"the model's pick within 10% of the fastest: {found['near']} of {found['problems']} problems")
 
 
 def main():

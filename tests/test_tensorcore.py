@@ -164,7 +164,7 @@ def test_interpreter_split_k_workspace_grows_and_its_counts_stay_zero():
 
 def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t1_blocked import k_splits
+    from tilemm.ladder.tensorcore.tile_model import k_splits
     monkeypatch.setattr(support, "multiprocessors", lambda: 132)
     assert k_splits(16, 27, 59150, 16, 64, 128) == 48          # one tile, 463 K steps: the partials' reads cap it
     assert k_splits(404, 108, 32491, 64, 128, 64) == 18        # 7 tiles
@@ -1179,9 +1179,25 @@ def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch)
     assert default_tiles(674, 61, 45680)["block_n"] == 64
 
 
+def test_tile_model_constants_are_the_fit_of_the_committed_record():
+    """TILE_CHOICES, MACS_PER_US and HAND_OVER_US_PER_BYTE are tile_model.fit of FIT_RECORDS
+    (benchmarks/tile_grid.py's measurements), to the digits shipped; and the fit picks well there."""
+    from pathlib import Path
+    from tilemm.ladder.tensorcore import tile_model
+    path = Path(__file__).parent.parent / tile_model.FIT_RECORDS
+    found = tile_model.fit([json.loads(line) for line in path.open()])
+    assert found["rate"] == pytest.approx(tile_model.MACS_PER_US, rel=0.01)
+    assert found["hand_over"] == pytest.approx(tile_model.HAND_OVER_US_PER_BYTE, rel=0.02)
+    for bm, bn, warps, cost, fixed in tile_model.TILE_CHOICES:
+        assert found["shapes"][(bm, bn, warps)] == pytest.approx((cost, fixed), abs=0.05)
+    assert found["median_error"] < 0.15 and found["near"] >= 0.9 * found["problems"]
+    assert tile_model.TILE_MARGIN < found["median_error"]
+
+
 def test_default_tiles_weigh_tile_efficiency_against_waves(monkeypatch):
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t1_blocked import TILE_CHOICES, default_tiles, tile_time
+    from tilemm.ladder.tensorcore.t1_blocked import default_tiles
+    from tilemm.ladder.tensorcore.tile_model import TILE_CHOICES, tile_time
     monkeypatch.setattr(support, "multiprocessors", lambda: 132)
 
     def tiles(m, n, k):

@@ -19,6 +19,7 @@ import math
 from ... import _compat, tuning
 from ...registry import Kernel, Param, Traffic, WholeNumbers, register
 from .. import _tensorcore_support as support
+from .tile_model import MIN_SPLIT_STEPS, k_splits, model_tiles
 
 
 # Candidates for autotune=True (configurations are data, never edits of the kernel); each is
@@ -65,33 +66,14 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, per
 POINTERS_UP_TO = 2**28
 
 
-# The tiles the default chooses among for a product that is not skinny: (block_m, block_n,
-# num_warps, a multiply-add's cost relative to 128 x 256 tiles, a wave's fixed cost in µs). Fitted
-# on the wide sweep's fit half, kernel alone, bf16 on an H100 (`python3 benchmarks/tile_grid.py --fit
-# benchmarks/results/h100-2026-11-24-s15/tile_grid.jsonl`; its pick was within 10% of the fastest
-# of 11-13 configurations on 38 of 40 problems): an SM does 3.15e6 multiply-adds a µs in 128 x 256
-# tiles, 1.15x the time in 128 x 128 and 1.89x in 64 x 128 (one warpgroup's wgmma), and a wave
-# (pipeline filled, tile written) costs 7.3 / 4.6 / 1.7 µs.
-TILE_CHOICES = ((128, 256, 8, 1.0, 7.3), (128, 128, 4, 1.15, 4.6), (64, 128, 4, 1.89, 1.7))
-MACS_PER_US = 3.15e6
-# How much faster a smaller tile must be predicted to be taken: the model's median error is 11%
-# (tile_grid.py --fit), and larger tiles read each operand fewer times, which counts most where TMA
-# reads rows that are not 128-byte aligned. Measured, whole calls, bf16 (h100-2026-11-24-s15/
-# tile_margin.jsonl): 3000³ 146 µs in 128 x 256 tiles against 179 in the 128 x 128 ones the model
-# predicted 2.5% faster; 0.99-1.09x the model's first pick on the 5 held-out problems the margin moved.
-TILE_MARGIN = 0.05
-# µs a byte of split K's float32 partials costs (written, then read by the run that ends the tile)
-HAND_OVER_US_PER_BYTE = 2.0e-6
-
-
 def default_tiles(m: int, n: int, k: int) -> dict:
     """The configuration a shape gets when the caller names none. A skinny product (M or N <= 64)
     is bound by reading the other operand: K-deep tiles (many loads in flight) 64 long the other
     way, 16 rows (columns) or, where the other side alone gives half the SMs a tile (or, split by
     K, fills them), as tall (wide) as M (N), so that the other operand is read once (skinny_block).
-    Otherwise the tiles of TILE_CHOICES that tile_time predicts fastest (by TILE_MARGIN for smaller
-    ones): wave quantization decides between big efficient tiles and enough of them to fill the SMs
-    (bf16 512 x 3072 x 2048: 128 x 128, 96 tiles; 512 x 5120 x 4096: 128 x 256, 80 tiles)."""
+    Otherwise the tiles tile_model predicts fastest: wave quantization decides between big efficient
+    tiles and enough of them to fill the SMs (bf16 512 x 3072 x 2048: 128 x 128, 96 tiles;
+    512 x 5120 x 4096: 128 x 256, 80 tiles)."""
     sms = support.multiprocessors()
     if min(m, n) <= 64:
         rows, other = (m, n) if m <= n else (n, m)
@@ -100,26 +82,8 @@ def default_tiles(m: int, n: int, k: int) -> dict:
         side = skinny_block(rows) if 2 * cover >= sms or cover * splits >= sms else 16
         tiles = (side, 64) if m <= n else (64, side)
         return dict(block_m=tiles[0], block_n=tiles[1], block_k=128, num_warps=4, num_stages=4)
-    best, best_time = None, math.inf
-    for choice in TILE_CHOICES:             # largest first: a smaller tile must win by TILE_MARGIN
-        predicted = tile_time(m, n, k, *choice)
-        if predicted < best_time * (1 - TILE_MARGIN):
-            best, best_time = choice, predicted
-    bm, bn, warps = best[:3]
+    bm, bn, warps = model_tiles(m, n, k)
     return dict(block_m=bm, block_n=bn, block_k=64, num_warps=warps, num_stages=4)
-
-
-def tile_time(m: int, n: int, k: int, block_m: int, block_n: int, num_warps: int, cost: float, fixed_us: float,
-              block_k: int = 64) -> float:
-    """Predicted µs of an M x N x K product in block_m x block_n tiles (TILE_CHOICES' cost and fixed
-    cost), K split as k_splits would: whole waves of runs (one an SM), each its tile's share of K,
-    and the split partials handed over."""
-    tiles = -(-m // block_m) * -(-n // block_n)
-    splits = k_splits(m, n, k, block_m, block_n, block_k)
-    steps = -(-(-(-k // block_k)) // splits)
-    waves = -(-tiles * splits // support.multiprocessors())
-    hand_over = tiles * splits * block_m * block_n * 4 * 2 if splits > 1 else 0
-    return waves * (block_m * block_n * steps * block_k * cost / MACS_PER_US + fixed_us) + hand_over * HAND_OVER_US_PER_BYTE
 
 
 def skinny_block(rows: int) -> int:
@@ -151,28 +115,6 @@ def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int) -> b
     (h100-2026-11-24-s15/stream_k_grid.jsonl), and under one round 0.2-0.8x against split K."""
     whole, left = divmod(tiles, programs)
     return whole >= min_rounds and 0 < left < 0.6 * programs and k_steps >= 32
-
-
-# K steps a run of split K takes at least: its pipeline fills, and its float32 partial (written
-# and read once more) stays small beside the tiles it reads
-MIN_SPLIT_STEPS = 8
-
-
-def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, itemsize: int = 2) -> int:
-    """Into how many runs of K steps to split each tile (split_k=None): where one round of tiles
-    leaves half the SMs or more idle, enough runs to fill them, each of MIN_SPLIT_STEPS K steps or
-    more; 1 (no split) otherwise. The run that finishes a tile reads every run's float32 partial
-    (hand_over): runs are capped so that those reads are no more than one run's reads of A and B,
-    s * bm * bn * 4 <= (steps / s) * (bm + bn) * bk * itemsize (bf16 111 x 110 x 49346, whole
-    calls: 66 runs of 64 x 128 tiles 103 µs, the cap's 24 52 µs, cuBLAS 26; h100-2026-11-24-s13/
-    split_uncapped.jsonl, split_whole_calls.jsonl)."""
-    tiles = -(-m // block_m) * -(-n // block_n)
-    sms = support.multiprocessors()
-    if not tiles or 2 * tiles > sms:         # an empty C, or enough tiles
-        return 1
-    steps = -(-k // block_k)
-    balanced = math.isqrt(steps * (block_m + block_n) * block_k * itemsize // (block_m * block_n * 4))
-    return max(1, min(sms // tiles, steps // MIN_SPLIT_STEPS, balanced))
 
 
 def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False,

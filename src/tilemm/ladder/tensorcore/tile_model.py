@@ -1,0 +1,122 @@
+"""`tensorcore`'s tile model: which tiles a product that is not skinny gets, predicted, not timed.
+
+A product runs in whole waves of tiles, one tile an SM at a time; each tile costs its multiply-adds
+at a rate that depends on its shape (a 64-row tile drives one warpgroup's wgmma, a 128 x 256 one
+two), plus a fixed cost a wave (the pipeline filled, the tile written), plus split K's hand-over of
+float32 partials. Big tiles are the most efficient, but few of them can leave SMs idle: the model
+weighs the two (t1_blocked.default_tiles takes model_tiles' pick). Its constants are fitted by
+least squares to kernel-alone times of the wide sweep's fit half (benchmarks/tile_grid.py measures
+them and prints fit's result); tests/test_tensorcore.py checks that the shipped constants are that
+fit of the committed record.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _tensorcore_support as support
+
+FIT_RECORDS = "benchmarks/results/h100-2026-11-24-s15/tile_grid.jsonl"
+FIT_SMS = 132      # the records' GPU (an H100 SXM)
+
+# K steps a run of split K takes at least: its pipeline fills, and its float32 partial (written
+# and read once more) stays small beside the tiles it reads
+MIN_SPLIT_STEPS = 8
+
+
+def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, itemsize: int = 2) -> int:
+    """Into how many runs of K steps to split each tile (split_k=None): where one round of tiles
+    leaves half the SMs or more idle, enough runs to fill them, each of MIN_SPLIT_STEPS K steps or
+    more; 1 (no split) otherwise. The run that finishes a tile reads every run's float32 partial
+    (hand_over): runs are capped so that those reads are no more than one run's reads of A and B,
+    s * bm * bn * 4 <= (steps / s) * (bm + bn) * bk * itemsize (bf16 111 x 110 x 49346, whole
+    calls: 66 runs of 64 x 128 tiles 103 µs, the cap's 24 52 µs, cuBLAS 26; h100-2026-11-24-s13/
+    split_uncapped.jsonl, split_whole_calls.jsonl)."""
+    tiles = -(-m // block_m) * -(-n // block_n)
+    sms = support.multiprocessors()
+    if not tiles or 2 * tiles > sms:         # an empty C, or enough tiles
+        return 1
+    steps = -(-k // block_k)
+    balanced = math.isqrt(steps * (block_m + block_n) * block_k * itemsize // (block_m * block_n * 4))
+    return max(1, min(sms // tiles, steps // MIN_SPLIT_STEPS, balanced))
+
+
+# The tiles the default chooses among for a product that is not skinny: (block_m, block_n,
+# num_warps, a multiply-add's cost relative to 128 x 256 tiles, a wave's fixed cost in µs). Fitted
+# (fit, below) on the wide sweep's fit half, kernel alone, bf16 on an H100 (FIT_RECORDS; the fitted
+# model's pick was within 10% of the fastest of 11-13 configurations on 38 of 40 problems): an SM
+# does 3.15e6 multiply-adds a µs in 128 x 256 tiles, 1.15x the time in 128 x 128 and 1.89x in
+# 64 x 128 (one warpgroup's wgmma), and a wave (pipeline filled, tile written) costs 7.3 / 4.6 /
+# 1.7 µs.
+TILE_CHOICES = ((128, 256, 8, 1.0, 7.3), (128, 128, 4, 1.15, 4.6), (64, 128, 4, 1.89, 1.7))
+MACS_PER_US = 3.15e6
+# How much faster a smaller tile must be predicted to be taken: the model's median error is 11%
+# (fit), and larger tiles read each operand fewer times, which counts most where TMA reads rows
+# that are not 128-byte aligned. Measured, whole calls, bf16 (h100-2026-11-24-s15/
+# tile_margin.jsonl): 3000³ 146 µs in 128 x 256 tiles against 179 in the 128 x 128 ones the model
+# predicted 2.5% faster; 0.99-1.09x the model's first pick on the 5 held-out problems the margin moved.
+TILE_MARGIN = 0.05
+# µs a byte of split K's float32 partials costs (written, then read by the run that ends the tile)
+HAND_OVER_US_PER_BYTE = 2.0e-6
+
+
+def tile_time(m: int, n: int, k: int, block_m: int, block_n: int, num_warps: int, cost: float, fixed_us: float,
+              block_k: int = 64) -> float:
+    """Predicted µs of an M x N x K product in block_m x block_n tiles (TILE_CHOICES' cost and fixed
+    cost), K split as k_splits would: whole waves of runs (one an SM), each its tile's share of K,
+    and the split partials handed over."""
+    tiles = -(-m // block_m) * -(-n // block_n)
+    splits = k_splits(m, n, k, block_m, block_n, block_k)
+    steps = -(-(-(-k // block_k)) // splits)
+    waves = -(-tiles * splits // support.multiprocessors())
+    hand_over = tiles * splits * block_m * block_n * 4 * 2 if splits > 1 else 0
+    run_us = block_m * block_n * steps * block_k * cost / MACS_PER_US + fixed_us
+    return waves * run_us + hand_over * HAND_OVER_US_PER_BYTE
+
+
+def model_tiles(m: int, n: int, k: int) -> tuple:
+    """(block_m, block_n, num_warps) of TILE_CHOICES that tile_time predicts fastest, a smaller tile
+    only where it is predicted TILE_MARGIN faster than the larger ones."""
+    best, best_time = None, math.inf
+    for choice in TILE_CHOICES:             # largest first
+        predicted = tile_time(m, n, k, *choice)
+        if predicted < best_time * (1 - TILE_MARGIN):
+            best, best_time = choice, predicted
+    return best[:3]
+
+
+def run_terms(m: int, n: int, k: int, params: dict, sms: int) -> tuple:
+    """(waves, multiply-adds of a run, float32 bytes handed over) of a configuration, K split as
+    params["split_k"] says."""
+    bm, bn, bk = params["block_m"], params["block_n"], params["block_k"]
+    tiles, steps = -(-m // bm) * -(-n // bn), -(-k // bk)
+    per = -(-steps // params["split_k"])
+    splits = -(-steps // per)
+    return -(-tiles * splits // sms), bm * bn * per * bk, tiles * splits * bm * bn * 8 if splits > 1 else 0
+
+
+def fit(records: list[dict], sms: int = FIT_SMS) -> dict:
+    """The model's constants from benchmarks/tile_grid.py's records (each a problem: m, n, k, the
+    configurations' params and their median ms), by least squares weighted by 1 / time of
+    time = waves * (multiply-adds * a_shape + b_shape) + h * bytes handed over. Returns
+    {"rate": multiply-adds a µs an SM in 128 x 256 tiles, "shapes": {(block_m, block_n, num_warps):
+    (cost relative to 128 x 256, fixed µs a wave)}, "hand_over": µs a byte, "median_error": of a
+    prediction, "near": problems whose fitted pick ran within 10% of the fastest, "problems"}."""
+    import numpy as np
+    shapes = sorted({(p["block_m"], p["block_n"], p["num_warps"]) for r in records for p in r["params"].values() if p})
+    points = [(r, p, r["ms"][label]) for r in records for label, p in r["params"].items() if p and label in r["ms"]]
+    x = np.zeros((len(points), 2 * len(shapes) + 1))
+    for i, (r, p, _) in enumerate(points):
+        waves, macs, handed = run_terms(r["m"], r["n"], r["k"], p, sms)
+        s = shapes.index((p["block_m"], p["block_n"], p["num_warps"]))
+        x[i, 2 * s], x[i, 2 * s + 1], x[i, -1] = waves * macs, waves, handed
+    y = np.array([t * 1e3 for *_, t in points])        # µs
+    coef, *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)
+    base = coef[2 * shapes.index((128, 256, 8))]
+    predicted = x @ coef
+    near = 0
+    for r in records:
+        mine = [(predicted[i], t) for i, (rr, _, t) in enumerate(points) if rr is r]
+        near += min(mine)[1] <= 1.1 * min(t for _, t in mine)
+    error = float(np.median(np.abs(np.log(np.maximum(predicted, 1e-9) / y))))
+    return {"rate": 1 / base, "shapes": {shape: (coef[2 * s] / base, coef[2 * s + 1]) for s, shape in enumerate(shapes)},
+            "hand_over": coef[-1], "median_error": math.expm1(error), "near": near, "problems": len(records)}
