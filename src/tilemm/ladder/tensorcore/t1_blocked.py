@@ -14,7 +14,6 @@ any strides; shared memory of a configuration must fit the GPU (checked before l
 """
 from __future__ import annotations
 
-import math
 
 from ... import _compat, tuning
 from ...registry import Kernel, Param, Traffic, WholeNumbers, register
