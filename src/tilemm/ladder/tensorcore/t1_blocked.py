@@ -14,7 +14,6 @@ any strides; shared memory of a configuration must fit the GPU (checked before l
 """
 from __future__ import annotations
 
-
 from ... import _compat, tuning
 from ...registry import Kernel, Param, Traffic, WholeNumbers, register
 from .. import _tensorcore_support as support
