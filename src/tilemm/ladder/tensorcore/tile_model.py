@@ -63,14 +63,11 @@ def tile_time(m: int, n: int, k: int, block_m: int, block_n: int, num_warps: int
               block_k: int = 64) -> float:
     """Predicted µs of an M x N x K product in block_m x block_n tiles (TILE_CHOICES' cost and fixed
     cost), K split as k_splits would: whole waves of runs (one an SM), each its tile's share of K,
-    and the split partials handed over."""
-    tiles = -(-m // block_m) * -(-n // block_n)
-    splits = k_splits(m, n, k, block_m, block_n, block_k)
-    steps = -(-(-(-k // block_k)) // splits)
-    waves = -(-tiles * splits // support.multiprocessors())
-    hand_over = tiles * splits * block_m * block_n * 4 * 2 if splits > 1 else 0
-    run_us = block_m * block_n * steps * block_k * cost / MACS_PER_US + fixed_us
-    return waves * run_us + hand_over * HAND_OVER_US_PER_BYTE
+    and the split partials handed over (run_terms, the terms fit weighs)."""
+    split_k = k_splits(m, n, k, block_m, block_n, block_k)
+    waves, macs, handed = run_terms(m, n, k, dict(block_m=block_m, block_n=block_n, block_k=block_k, split_k=split_k),
+                                    support.multiprocessors())
+    return waves * (macs * cost / MACS_PER_US + fixed_us) + handed * HAND_OVER_US_PER_BYTE
 
 
 def model_tiles(m: int, n: int, k: int) -> tuple:
