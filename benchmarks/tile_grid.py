@@ -2,11 +2,11 @@
 tile configurations over the wide sweep's fit half (bf16, products of 5e8 flops or more), beside
 torch.matmul, interleaved rounds; then a least-squares fit of the model's constants.
 
-    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py --out DIR [--split fit] [--workers 12]
+    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py --out DIR [--split fit] [--workers 12]
     python3 benchmarks/tile_grid.py --fit DIR/tile_grid.jsonl
 
 Measuring compiles every configuration first in worker processes (Triton's disk cache), then
-times them in one. --fit prints tile_model.fit: each tile shape's cost relative to 128 x 256 tiles
+times them in one, each answer checked against a float64 product first (tensorcore_vs_cublas.checked). --fit prints tile_model.fit: each tile shape's cost relative to 128 x 256 tiles
 and fixed cost a wave, the rate, the hand-over's cost (to set against TILE_CHOICES, MACS_PER_US and
 HAND_OVER_US_PER_BYTE), the median error of a prediction (which TILE_MARGIN stays under), and how
 often the fitted model picks a configuration within 10% of the fastest measured.
@@ -21,20 +21,20 @@ import sys
 import time
 
 TILES = [(128, 256, 8), (256, 128, 8), (128, 128, 8), (128, 128, 4), (64, 128, 4), (128, 64, 4), (64, 64, 4)]
-SMS = 132       # an H100's
 
 
 def candidates(m: int, n: int, k: int) -> list:
     """(label, params) of the configurations timed for a product not skinny: each tile shape with
     K unsplit and, where its tiles leave SMs idle, split to fill them (and half that); None: the
     shipped default."""
+    from tilemm.ladder.tensorcore.tile_model import FIT_SMS, MIN_SPLIT_STEPS
     out = []
     steps = -(-k // 64)
     for bm, bn, w in TILES:
         tiles = -(-m // bm) * -(-n // bn)
         splits = {1}
-        if tiles < SMS:
-            s = min(SMS // tiles, steps // 8)
+        if tiles < FIT_SMS:
+            s = min(FIT_SMS // tiles, steps // MIN_SPLIT_STEPS)
             splits |= {s} if s >= 2 else set()
             splits |= {s // 2} if s >= 4 else set()
         out += [(f"{bm}x{bn}w{w}s{s}", dict(block_m=bm, block_n=bn, block_k=64, group_m=8, num_warps=w, num_stages=4,
@@ -49,13 +49,11 @@ def problems(split: str) -> list:
 
 
 def operands(p):
+    """Random bf16 A and B of problem p in its layout (tensorcore_vs_cublas.laid_out)."""
     import torch
+    from tensorcore_vs_cublas import laid_out
     torch.manual_seed(p.m * 7 + p.n * 13 + p.k)
-
-    def make(rows, cols, how):
-        x = torch.randn((cols, rows) if how == "t" else (rows, cols), device="cuda", dtype=torch.bfloat16)
-        return x.T if how == "t" else x
-    return make(p.m, p.k, p.layout[0]), make(p.k, p.n, p.layout[1])
+    return laid_out(p.m, p.k, p.layout[0], torch.bfloat16), laid_out(p.k, p.n, p.layout[1], torch.bfloat16)
 
 
 def launcher(a, b, c, params):
@@ -79,10 +77,11 @@ def compile_problem(job):
 
 def measure(args):
     import torch
+    from tensorcore_vs_cublas import checked
     from tilemm import machine
     from tilemm.timing import interleaved_rounds
     stamp = machine.stamp(machine.command_line(
-        "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py", args))
+        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py", args))
     found = problems(args.split)
     with mp.get_context("spawn").Pool(args.workers) as pool:
         list(pool.imap_unordered(compile_problem, [(i, args.split) for i in range(len(found))]))
@@ -96,16 +95,13 @@ def measure(args):
     with open(os.path.join(args.out, "tile_grid.jsonl"), "w") as f:
         for p in found:
             a, b = operands(p)
-            ref = a.float() @ b.float()
-            scale = (a.float().abs() @ b.float().abs()).max().item()
             c_lib = torch.empty(p.m, p.n, dtype=torch.bfloat16, device="cuda")
             launches, bad = {"cublas": lambda: torch.matmul(a, b, out=c_lib)}, []
             for label, params in candidates(p.m, p.n, p.k):
                 c = torch.full((p.m, p.n), float("nan"), dtype=torch.bfloat16, device="cuda")
                 go = launcher(a, b, c, params)
                 go()
-                err = (c.float() - ref).abs().max().item() / scale      # NaN (an unwritten element) fails
-                if not err <= 2**-7:
+                if not checked(c, a, b, "bfloat16")[0]:             # float64 reference; NaN (unwritten) fails
                     bad.append(label)
                     continue
                 launches[label] = go
