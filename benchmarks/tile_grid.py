@@ -23,11 +23,21 @@ import time
 TILES = [(128, 256, 8), (256, 128, 8), (128, 128, 8), (128, 128, 4), (64, 128, 4), (128, 64, 4), (64, 64, 4)]
 
 
+SKINNY_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
 def candidates(m: int, n: int, k: int) -> list:
-    """(label, params) of the configurations timed for a product not skinny: each tile shape with
-    K unsplit and, where its tiles leave SMs idle, split to fill them (and half that); None: the
-    shipped default."""
+    """(label, params) of the configurations timed: for a product not skinny, each tile shape with
+    K unsplit and, where its tiles leave SMs idle, split to fill them (and half that); for a
+    skinny one (M or N <= 64), the default tiles with K split into SKINNY_SPLITS runs of 2 K steps
+    or more; None: the shipped default."""
+    from tilemm.ladder.tensorcore.t1_blocked import default_tiles
     from tilemm.ladder.tensorcore.tile_model import FIT_SMS, MIN_SPLIT_STEPS
+    if min(m, n) <= 64:
+        tiles = default_tiles(m, n, k)
+        steps = -(-k // tiles["block_k"])
+        return [(f"{tiles['block_m']}x{tiles['block_n']}s{s}", dict(tiles, group_m=8, split_k=s))
+                for s in SKINNY_SPLITS if s == 1 or steps // s >= 2] + [("default", None)]
     out = []
     steps = -(-k // 64)
     for bm, bn, w in TILES:
@@ -42,9 +52,12 @@ def candidates(m: int, n: int, k: int) -> list:
     return out + [("default", None)]
 
 
-def problems(split: str) -> list:
+def problems(split: str, skinny: bool = False) -> list:
+    """The wide sweep's problems of one half of 5e8 flops or more, not skinny; skinny: those with
+    M or N <= 64, of 2e7 flops or more."""
     from tilemm.bench.suites import wide_problems
-    return sorted((p for p in wide_problems() if p.split == split and 2 * p.m * p.n * p.k >= 5e8 and min(p.m, p.n) > 64),
+    return sorted((p for p in wide_problems() if p.split == split and (
+        2 * p.m * p.n * p.k >= 2e7 and min(p.m, p.n) <= 64 if skinny else 2 * p.m * p.n * p.k >= 5e8 and min(p.m, p.n) > 64)),
                   key=lambda p: p.m * p.n * p.k)
 
 
@@ -65,9 +78,9 @@ def launcher(a, b, c, params):
 
 def compile_problem(job):
     """Compile (and run once) every candidate of one problem: a worker's share."""
-    index, split = job
+    index, split, skinny = job
     import torch
-    p = problems(split)[index]
+    p = problems(split, skinny)[index]
     a, b = operands(p)
     c = torch.empty(p.m, p.n, dtype=torch.bfloat16, device="cuda")
     for _, params in candidates(p.m, p.n, p.k):
@@ -82,9 +95,9 @@ def measure(args):
     from tilemm.timing import interleaved_rounds
     stamp = machine.stamp(machine.command_line(
         "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py", args))
-    found = problems(args.split)
+    found = problems(args.split, args.skinny)
     with mp.get_context("spawn").Pool(args.workers) as pool:
-        list(pool.imap_unordered(compile_problem, [(i, args.split) for i in range(len(found))]))
+        list(pool.imap_unordered(compile_problem, [(i, args.split, args.skinny) for i in range(len(found))]))
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     t_end = time.perf_counter() + 8
     while time.perf_counter() < t_end:       # the clock settled at the power cap before timing
@@ -92,7 +105,7 @@ def measure(args):
     torch.cuda.synchronize()
     del x
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "tile_grid.jsonl"), "w") as f:
+    with open(os.path.join(args.out, "skinny_grid.jsonl" if args.skinny else "tile_grid.jsonl"), "w") as f:
         for p in found:
             a, b = operands(p)
             c_lib = torch.empty(p.m, p.n, dtype=torch.bfloat16, device="cuda")
@@ -132,6 +145,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", help="measure into DIR/tile_grid.jsonl")
     ap.add_argument("--split", default="fit", choices=["fit", "held-out"])
+    ap.add_argument("--skinny", action="store_true",
+                    help="the skinny problems (M or N <= 64) and their K splits, into DIR/skinny_grid.jsonl")
     ap.add_argument("--workers", type=int, default=12, help="processes compiling the configurations")
     ap.add_argument("--fit", help="fit the model to a tile_grid.jsonl instead of measuring")
     args = ap.parse_args()

@@ -45,7 +45,8 @@ def test_operands_views_and_scratch_take_the_new_calls_places():
     assert a_desc.base.data_ptr() == a2.data_ptr() and torch.equal(a_desc.base, a2) and a_desc.block == [4, 2]
     assert parts_desc.base.untyped_storage().data_ptr() == parts.untyped_storage().data_ptr()   # one scratch
     assert parts.untyped_storage().data_ptr() != scratch.untyped_storage().data_ptr()          # afresh
-    assert parts_desc.base.shape == (12, 5) and c_arg is c2 and c2.shape == (8, 5)
+    assert parts_desc.base.shape == (12, 5) and c2.shape == (8, 5)
+    assert c_arg == c2.data_ptr()          # an operand itself goes to the program as its address
     assert rest == [8, 5, 6, 0.5, 64, True]
 
 
@@ -66,7 +67,7 @@ def test_copies_into_aligned_rows_are_made_again_from_the_new_operand():
     c2 = replay.run(a2, b2)
     _, b_desc, c_arg, *_ = seen[-1]
     assert torch.equal(b_desc.base, b2.T) and b_desc.base.stride() == (8, 1)       # the new B, copied
-    assert b_desc.base.untyped_storage().data_ptr() != padded.untyped_storage().data_ptr() and c_arg is c2
+    assert b_desc.base.untyped_storage().data_ptr() != padded.untyped_storage().data_ptr() and c_arg == c2.data_ptr()
     assert torch.equal(padded[:, :6], b.T)                       # the first call's scratch left alone
 
 
@@ -98,8 +99,34 @@ def test_inputs_beyond_a_and_b_take_the_new_calls_places():
     a2, b2, sa2, sb2 = torch.randn(8, 6), torch.randn(6, 5), torch.tensor([2.0]), torch.tensor([3.0])
     c2 = replay.run(a2, b2, sa2, sb2)
     _, _, c_arg, sa_arg, sb_arg, *rest = seen[-1]
-    assert c_arg is c2 and sa_arg is sa2 and sb_arg is sb2 and rest == [8, 5, 6, 64, True]
+    assert (c_arg, sa_arg, sb_arg) == (c2.data_ptr(), sa2.data_ptr(), sb2.data_ptr()) and rest == [8, 5, 6, 64, True]
     assert recorded(product, (a, b, sa, sa, c)) is None       # two scales in one tensor's memory
+
+
+def test_a_workspace_launch_is_given_c_itself():
+    """A launch taking a workspace (split K) reads C's device for it at each launch: a replay gives it
+    C as a tensor, while a plain launch's operands go as their addresses."""
+    from tilemm.ladder._tensorcore_support import WorkspaceLaunch
+
+    class Program:                               # stands for a JIT function: what its signature reads
+        @staticmethod
+        def fn(a_ptr, b_ptr, c_ptr, m, ws_ptr=None):
+            pass
+
+    class Split(WorkspaceLaunch):
+        WORKSPACE = ("ws_ptr",)
+
+        def workspace(self, c, stream):
+            given.append(c)
+            return (None,)
+    given, seen = [], []
+    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
+    launch = Split(Program, (1,), (a, b, c, 4), {}, lambda: None, 2, 2)
+    launch.runner = lambda *values, stream=None: seen.append(values)
+    launch.values = (a, b, c, 4, None)
+    replay = recorded(launch, (a, b, c))
+    c2 = replay.run(torch.randn(4, 4), torch.randn(4, 4))
+    assert given[-1] is c2 and seen[-1][2] is c2
 
 
 def test_what_cannot_be_replayed_is_refused():

@@ -77,7 +77,10 @@ def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descrip
     expanded: dict = {index: {} for index, meta in descriptors if meta is not None}   # index -> address -> kept
 
     def run(*args, stream=None):
-        if hooked(runtime.launch_enter_hook) or hooked(runtime.launch_exit_hook):
+        # a hook set: a function, or (Triton 3.6 on) a HookChain with calls in it (an empty chain is
+        # the default); checked inline, as every launch passes here
+        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+        if (enter is not None and getattr(enter, "calls", True)) or (leave is not None and getattr(leave, "calls", True)):
             return runner(*args, stream=stream)
         if stream is None:
             stream = current_stream()
@@ -98,9 +101,3 @@ def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descrip
                 args[index:index + 1] = known[3]
         launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None, *args)
     return run
-
-
-def hooked(hook) -> bool:
-    """Whether a launch hook of Triton's knobs is set: a function, or (Triton 3.6 on) a HookChain
-    with calls in it (an empty chain is the default)."""
-    return hook is not None and bool(getattr(hook, "calls", True))
