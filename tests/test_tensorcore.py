@@ -176,6 +176,48 @@ def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
     assert k_splits(0, 100, 4096, 64, 64, 64) == 1             # an empty block (tilemm.panels' ragged ones)
 
 
+def test_thin_operands_not_read_k_major_split_k_to_fill_two_rounds(monkeypatch):
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.tile_model import read_k_major, thin_splits
+    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    assert thin_splits(1, 8192, 28672, 16, 64, 128) == 3      # 128 tiles: 3 runs each fill two rounds
+    assert thin_splits(1, 5120, 5120, 16, 64, 128) == 3       # 80 tiles would take 4; 40 K steps, runs of 12
+    assert thin_splits(1, 8192, 2048, 16, 64, 128) == 1       # 16 K steps: no run of 12 to spare
+    assert thin_splits(1, 28672, 8192, 16, 64, 128) == 1      # 448 tiles: over two rounds already
+    assert read_k_major(torch.empty(1, 8), 1) and read_k_major(torch.empty(8, 4).T, 0)
+    assert not read_k_major(torch.empty(8, 1).T, 1)           # strides (1, 1): read M-major
+    assert not read_k_major(torch.empty(8, 4).T, 1) and not read_k_major(torch.empty(8, 4), 0)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("thin", ["row", "transposed column"])
+def test_interpreter_thin_operand_read_m_major_splits_k(thin):
+    """1 x 256 x 4096 on the interpreter's 4 SMs, in 4 tiles of 16 x 64: A as a row is read K-major
+    and takes k_splits (a round of tiles fills the SMs: no split); A as the transpose of a column
+    (strides (1, 1)) is split in 2 runs (thin_splits), and its answer is right."""
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore import t1_blocked
+    torch.manual_seed(5)
+    row = torch.randn(1, 4096, dtype=torch.float16)                  # strides (4096, 1)
+    a = row.reshape(4096, 1).T if thin == "transposed column" else row
+    b = torch.randn(4096, 256, dtype=torch.float16)
+    steps = t1_blocked.bind(a, b, torch.empty(1, 256, dtype=torch.float16), None, None, None, 8, None, None)
+    split = isinstance(steps.launches[-1], support.SplitKLaunch)
+    assert split == (thin == "transposed column")
+    if split:
+        assert steps.launches[-1].grid == (4, 2)
+        c = tilemm.matmul(a, b, kernel="tensorcore")
+        verdict = compare(c.numpy(), a.numpy(), b.numpy(), "float16")
+        assert verdict.ok, verdict.message
+
+
+def test_stream_k_with_split_k_is_refused_before_any_work():
+    a = torch.randn(32, 32, dtype=torch.float16)
+    with pytest.raises(tilemm.KernelUnavailable, match="takes no split_k"):
+        tilemm.plan(a, a, kernel="tensorcore", stream_k=True, split_k=4)
+    assert tilemm.plan(a, a, kernel="tensorcore", stream_k=True, split_k=1) is not None
+
+
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("layout", ["nn", "tt"])
 def test_interpreter_float64_persistent(layout):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ... import _compat, tuning
 from ...registry import Kernel, Param, Traffic, WholeNumbers, register
 from .. import _tensorcore_support as support
-from .tile_model import MIN_SPLIT_STEPS, k_splits, model_tiles
+from .tile_model import MIN_SPLIT_STEPS, THIN_SIDE, k_splits, model_tiles, read_k_major, thin_splits
 
 
 # Candidates for autotune=True (configurations are data, never edits of the kernel); each is
@@ -125,7 +125,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
     (see matmul_persistent; also under one round, then every tile's), with split_k > 1 each tile's K steps split
     into that many runs (programs of their own, whose float32 partials the last one adds: see
-    hand_over; None: k_splits; 16-bit operands, not with accumulate), and with align_rows rows that
+    hand_over; None: k_splits, or thin_splits for a skinny product whose thin operand is not read
+    K-major; 16-bit operands, not with accumulate), and with align_rows rows that
     are not a multiple of 128 bytes copied into rows that are (None: where rows_aligned_pays);
     float64 takes the persistent program (float64 sums) past one round if persistent, else the
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
@@ -148,6 +149,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     k_steps = -(-k // block_k)
     if accumulate or f64 or stream_k:
         split_k = 1
+    elif split_k is None and min(m, n) <= THIN_SIDE and not (read_k_major(a, 1) if m <= n else read_k_major(b, 0)):
+        split_k = thin_splits(m, n, k, block_m, block_n, block_k)
     elif split_k is None:
         split_k = k_splits(m, n, k, block_m, block_n, block_k)
     tiles_of_c = -(-m // block_m) * -(-n // block_n)
@@ -278,7 +281,10 @@ def traffic(p, block_m, block_n, block_k=None, split_k=None, **_):
                    written=p.m * p.n + partials)
 
 
-def limits(p, block_m, block_n, block_k, num_stages, persistent=True, **_):
+def limits(p, block_m, block_n, block_k, num_stages, persistent=True, stream_k=False, split_k=None, **_):
+    if stream_k and split_k not in (None, 1):
+        return (f"stream_k=True shares the K steps of a last round of tiles out itself, and takes no split_k "
+                f"(got split_k={split_k}); ask for one or the other")
     t = resolve_tiles(p.m, p.n, p.k, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages))
     quarter_of_c = t["block_m"] * t["block_n"] // 4 * p.itemsize if persistent and p.itemsize in (2, 8) else 0
     return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize, quarter_of_c)
@@ -320,7 +326,8 @@ register(Kernel(
             Param("split_k", None, WholeNumbers(1, 256),
                   "16-bit operands: each tile's K steps split into this many runs, programs of their own whose "
                   "float32 partials the last to finish adds up (1: no split); None: where one round of tiles "
-                  "leaves half the SMs idle, enough runs to fill them (k_splits)"),
+                  "leaves half the SMs idle, enough runs to fill them (k_splits); for M or N <= 16 with that "
+                  "thin operand not read K-major, two rounds of SMs (thin_splits)"),
             Param("align_rows", None, (None, False, True),
                   "16-bit operands whose rows are not a multiple of 128 bytes are copied into rows that are "
                   "(TMA reads them faster); None: where the product does enough work per operand element "

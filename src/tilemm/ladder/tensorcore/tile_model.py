@@ -40,6 +40,36 @@ def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, i
     return max(1, min(sms // tiles, steps // MIN_SPLIT_STEPS, balanced))
 
 
+# A skinny product's thin side (M or N) up to which a thin operand not read K-major splits K more
+# (thin_splits), the rounds of SMs its runs then fill, and the K steps a run takes at least.
+# Fitted on the wide sweep's fit half (kernel alone, bf16, H100; benchmarks/tile_grid.py --skinny,
+# h100-2026-11-24-s16/skinny_grid_fit.jsonl) over side 8-32, rounds 1.5-4 and 4-16 steps: geometric
+# mean 1.049x the former split over its 36 skinny problems, none below 0.987x; the held-out half
+# (skinny_grid_held_out.jsonl) 1.050x, lowest 0.993x, highest 1.55x (1 x 8192 x 28672 tn).
+# At 64 rows the split cost more than it won (64 x 4096 x 4096 tn: 28.4 µs against 21.0).
+THIN_SIDE = 16
+THIN_ROUNDS = 2
+THIN_SPLIT_STEPS = 12
+
+
+def thin_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int) -> int:
+    """Into how many runs of K steps to split the tiles of a skinny product (M or N <= THIN_SIDE)
+    whose thin operand is not read K-major (A^T of a few columns, or a vector whose strides are
+    both 1): its programs then read the other operand at 1.2-2.1 TB/s each against 2.2-3.0 for a
+    K-major one (h100-2026-11-24-s16/skinny_grid_*.jsonl, one run a tile), so more of them are
+    kept in flight: THIN_ROUNDS rounds of SMs, in runs of THIN_SPLIT_STEPS K steps or more."""
+    tiles = -(-m // block_m) * -(-n // block_n)
+    steps = -(-k // block_k)
+    return max(1, min(-(-THIN_ROUNDS * support.multiprocessors() // max(1, tiles)), steps // THIN_SPLIT_STEPS))
+
+
+def read_k_major(x, k_dim: int) -> bool:
+    """Whether the thin operand x (A: k_dim 1; B: k_dim 0) is read along K: contiguous along K and
+    not along its other side (a (1, K) view with strides (1, 1), the transpose of a column, is read
+    as an M-major one)."""
+    return x.stride(k_dim) == 1 and x.stride(1 - k_dim) != 1
+
+
 # The tiles the default chooses among for a product that is not skinny: (block_m, block_n,
 # num_warps, a multiply-add's cost relative to 128 x 256 tiles, a wave's fixed cost in µs). Fitted
 # (fit, below) on the wide sweep's fit half, kernel alone, bf16 on an H100 (FIT_RECORDS; the fitted
