@@ -195,8 +195,11 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
             partial = target = torch.empty_like(out)
         args = (a, b, target, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), target.stride(0),
                 target.stride(1))
+        align = load_alignment(m, n, k, *a.stride(), *b.stride())
         tiles = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
-                     FP64=str(a.dtype) == "torch.float64", num_warps=num_warps, num_stages=num_stages)
+                     FP64=str(a.dtype) == "torch.float64", ALIGN=align,
+                     num_warps=pointer_warps(block_m, num_warps, narrow_loads(align, a.stride(), b.stride())),
+                     num_stages=min(num_stages, per_run))   # stages past a program's K steps only load zeros
         program = bound(matmul_kernel, args, tiles)
 
     if partial is None and not upcast:
@@ -211,6 +214,30 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         if upcast:
             c.copy_(out)
     return go
+
+
+def load_alignment(*values: int) -> tuple:
+    """For each of M, N, K and the operands' strides, the largest power of two up to 8 dividing it:
+    what the pointer program is told (matmul_kernel's ALIGN), so that its loads of rows of 1000 or
+    20 elements go 8 or 4 elements at a time. Triton itself only knows divisibility by 16."""
+    return tuple(value & -value if value and value & 7 else 8 for value in values)
+
+
+def narrow_loads(align: tuple, a_strides: tuple, b_strides: tuple) -> bool:
+    """Whether the pointer program loads an operand 2 elements at a time or fewer: along its
+    contiguous axis, the extent (K, or M / N) or the other stride divides by no more."""
+    m, n, k = align[:3]
+    along_a = k if a_strides[1] == 1 else m          # A's contiguous axis: K, else M
+    along_b = n if b_strides[1] == 1 else k
+    return min(along_a, align[3] if a_strides[1] == 1 else align[4],
+               along_b, align[5] if b_strides[1] == 1 else align[6]) <= 2
+
+
+def pointer_warps(block_m: int, num_warps: int, narrow: bool) -> int:
+    """The pointer program's warps: 8 for tiles of 64 rows or more whose loads are narrow, which
+    each thread issues element by element (64 x 128 tiles on 4 warps held 96 loads a thread in
+    flight: 255 registers and spills, compiled for sm_90)."""
+    return 8 if narrow and block_m >= 64 and num_warps == 4 else num_warps
 
 
 def descriptor(x, block_rows: int, block_cols: int, align: int = 16, transposed: bool = True,
