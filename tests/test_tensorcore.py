@@ -1240,7 +1240,7 @@ def test_all_arguments_are_the_programs_signature_in_order():
                            dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, FP64=True, num_warps=4,
                                 num_stages=2))
     assert values == ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 16, 8, False, True, None, None, None, None,
-                      None)
+                      None, (1, 1, 1, 1, 1, 1, 1))
 
 
 def test_3xtf32_stream_k_where_the_last_round_idles_sms():
