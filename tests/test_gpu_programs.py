@@ -274,6 +274,7 @@ REPLAYED = [("tensorcore", "bfloat16", {}, (1024, 1024, 1024)), ("tensorcore", "
             ("tensorcore", "bfloat16", {}, (1001, 1003, 999)),                 # rows copied to 16-byte strides
             ("tensorcore", "float16", {"align_rows": True}, (700, 650, 900)),  # ... and to 128-byte ones
             ("tensorcore", "bfloat16", {}, (16, 27, 59150)),         # split K, the pointer program: 48 runs
+            ("tensorcore", "bfloat16", {}, (720, 1455, 139)),        # the pointer program on odd rows: 8 warps
             ("tensorcore", "float16", {}, (404, 108, 32491)),        # split K, TMA: 7 tiles in 18 runs each
             ("tensorcore", "bfloat16", {"split_k": 3}, (1000, 1000, 2000)),  # as asked, with many tiles
             ("tensorcore-f32", "float32", {"direct": False}, (1024, 1024, 1024)),   # 3xTF32: split passes, stream-K

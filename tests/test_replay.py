@@ -141,6 +141,20 @@ def test_what_cannot_be_replayed_is_refused():
     assert recorded(ok, (a, b, c)) is not None
 
 
+def test_constexpr_tuples_are_kept_as_they_are():
+    """A program's tuple of constants (matmul_kernel's ALIGN) is part of the recording, not a reason
+    to leave repeated calls to the usual path; a tuple holding a tensor is."""
+    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
+    product, seen = launched((a, b, c, 4, (8, 4, 1)))
+    replay = recorded(product, (a, b, c))
+    assert replay is not None
+    a2 = torch.randn(4, 4)
+    replay.run(a2, torch.randn(4, 4))
+    assert seen[-1][0] == a2.data_ptr() and seen[-1][4] == (8, 4, 1)
+    holding, _ = launched((a, b, c, (1, a)))
+    assert recorded(holding, (a, b, c)) is None
+
+
 def test_alignment_is_each_operands_own():
     """Triton specializes each pointer on its own 16 bytes: an aligned A with an unaligned B is not
     the same program as an unaligned A with an aligned B, so the guard tells them apart."""

@@ -256,7 +256,15 @@ def _slot(v, storages: dict, groups: dict):
             d.__dict__.update(fields, base=make_base(operands, scratch))
             return d
         return descriptor, of_scratch
-    return None if v is None or isinstance(v, (bool, int, float, str)) else False
+    return None if constant(v) else False
+
+
+def constant(v) -> bool:
+    """Whether v is a value a replay keeps as it is: None, a number, a string, or a tuple of them (a
+    constexpr such as matmul_kernel's ALIGN)."""
+    if isinstance(v, tuple):
+        return all(constant(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float, str))
 
 
 class Address:
