@@ -640,7 +640,7 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
                        split_steps="constexpr", ws_ptr="constexpr", counts_ptr="constexpr", ALIGN="constexpr")
             const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, UPCAST=False,
                          FP64=False, top_a_ptr=None, top_b_ptr=None, split_steps=None, ws_ptr=None, counts_ptr=None,
-                         ALIGN=(8,) * 7)
+                         ALIGN=(8,) * 9)
         k = triton.compile(ASTSource(fn=matmul_kernel if min(m, n) <= 64 else matmul_tma, signature=sig,
                                      constexprs=const),
                            target=GPUTarget("cuda", 90, 32),
@@ -681,14 +681,14 @@ sig = dict(a_ptr="*fp64", b_ptr="*fp64", c_ptr="*fp64", M="i32", N="i32", K="i32
            top_a_ptr="constexpr", top_b_ptr="constexpr", split_steps="constexpr", ws_ptr="constexpr", counts_ptr="constexpr",
            ALIGN="constexpr")
 const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False,
-             FP64=True, top_a_ptr=None, top_b_ptr=None, split_steps=None, ws_ptr=None, counts_ptr=None, ALIGN=(1,) * 7)
+             FP64=True, top_a_ptr=None, top_b_ptr=None, split_steps=None, ws_ptr=None, counts_ptr=None, ALIGN=(1,) * 9)
 k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 # tensorcore-f32 precision="int8": the tiles of C that meet Inf or NaN, in IEEE float32
 sig_ieee = {**sig, "a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "top_a_ptr": "*fp32", "top_b_ptr": "*fp32"}
 k_ieee = triton.compile(ASTSource(fn=matmul_kernel, signature=sig_ieee, constexprs=dict(
     BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=True, FP64=False, split_steps=None, ws_ptr=None,
-    counts_ptr=None, ALIGN=(1,) * 7)),
+    counts_ptr=None, ALIGN=(1,) * 9)),
     target=GPUTarget("cuda", 90, 32),
     options=dict(num_warps=4, num_stages=1))
 out["ieee-nonfinite"] = dict(shared=k_ieee.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True,
@@ -866,7 +866,7 @@ for m, n, k, layout in ((4281, 2264, 20, "nt"), (720, 1455, 139, "nt"), (720, 14
     sa, sb = ((1, m) if layout[0] == "t" else (k, 1)), ((1, k) if layout[1] == "t" else (n, 1))
     values = dict(M=m, N=n, K=k, stride_am=sa[0], stride_ak=sa[1], stride_bk=sb[0], stride_bn=sb[1], stride_cm=n,
                   stride_cn=1)
-    align = load_alignment(m, n, k, *sa, *sb)
+    align = load_alignment(m, n, k, *sa, *sb, n, 1)
     warps = pointer_warps(p["block_m"], p["num_warps"], narrow_loads(align, sa, sb))
     const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, UPCAST=False, FP64=False,
                  top_a_ptr=None, top_b_ptr=None, split_steps=None, ws_ptr=None, counts_ptr=None, ALIGN=align)
@@ -1240,7 +1240,7 @@ def test_all_arguments_are_the_programs_signature_in_order():
                            dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, FP64=True, num_warps=4,
                                 num_stages=2))
     assert values == ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 16, 8, False, True, None, None, None, None,
-                      None, (1, 1, 1, 1, 1, 1, 1))
+                      None, (1,) * 9)
 
 
 def test_3xtf32_stream_k_where_the_last_round_idles_sms():

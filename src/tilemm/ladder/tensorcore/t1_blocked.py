@@ -195,7 +195,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
             partial = target = torch.empty_like(out)
         args = (a, b, target, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), target.stride(0),
                 target.stride(1))
-        align = load_alignment(m, n, k, *a.stride(), *b.stride())
+        align = load_alignment(m, n, k, *a.stride(), *b.stride(), *target.stride())
         tiles = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, UPCAST=upcast,
                      FP64=str(a.dtype) == "torch.float64", ALIGN=align,
                      num_warps=pointer_warps(block_m, num_warps, narrow_loads(align, a.stride(), b.stride())),
@@ -217,9 +217,9 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
 
 
 def load_alignment(*values: int) -> tuple:
-    """For each of M, N, K and the operands' strides, the largest power of two up to 8 dividing it:
-    what the pointer program is told (matmul_kernel's ALIGN), so that its loads of rows of 1000 or
-    20 elements go 8 or 4 elements at a time. Triton itself only knows divisibility by 16."""
+    """For each of M, N, K and the strides of A, B and C, the largest power of two up to 8 dividing
+    it: what the pointer program is told (matmul_kernel's ALIGN), so that its loads of rows of 1000
+    or 20 elements go 8 or 4 elements at a time. Triton itself only knows divisibility by 16."""
     return tuple(value & -value if value and value & 7 else 8 for value in values)
 
 

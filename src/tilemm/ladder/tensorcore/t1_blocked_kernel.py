@@ -9,19 +9,21 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                   UPCAST: tl.constexpr, FP64: tl.constexpr, top_a_ptr=None, top_b_ptr=None, split_steps=None,
-                  ws_ptr=None, counts_ptr=None, ALIGN: tl.constexpr = (1, 1, 1, 1, 1, 1, 1)):
+                  ws_ptr=None, counts_ptr=None, ALIGN: tl.constexpr = (1, 1, 1, 1, 1, 1, 1, 1, 1)):
     """C = A @ B, a program a tile, pointers and masks: any strides, any M, N, K. top_a_ptr and
     top_b_ptr given (each row of A's and column of B's largest |x|, float32): only the tiles that
     meet a row or column holding Inf or NaN are computed and stored (tensorcore-f32's
     precision="int8" puts those through IEEE float32 here). split_steps given: split K (see
     matmul_tma). ALIGN: a power of two dividing each of M, N, K, stride_am, stride_ak, stride_bk,
-    stride_bn (load_alignment)."""
+    stride_bn, stride_cm, stride_cn (load_alignment)."""
     # Triton knows an integer argument's divisibility only by 16: told that a row of 1000 or 20
     # elements divides by 8 or 4, it loads 16- or 8-byte vectors asynchronously instead of one
-    # element at a time into registers (which spilled: 255 registers a thread, 64 x 128 tiles)
+    # element at a time into registers (which spilled: 255 registers a thread, 64 x 128 tiles),
+    # and stores C's rows in vectors too
     M, N, K = M // ALIGN[0] * ALIGN[0], N // ALIGN[1] * ALIGN[1], K // ALIGN[2] * ALIGN[2]
     stride_am, stride_ak = stride_am // ALIGN[3] * ALIGN[3], stride_ak // ALIGN[4] * ALIGN[4]
     stride_bk, stride_bn = stride_bk // ALIGN[5] * ALIGN[5], stride_bn // ALIGN[6] * ALIGN[6]
+    stride_cm, stride_cn = stride_cm // ALIGN[7] * ALIGN[7], stride_cn // ALIGN[8] * ALIGN[8]
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
