@@ -298,7 +298,9 @@ def tuned(a, b, c):
 
 def traffic(p, block_m, block_n, block_k=None, split_k=None, **_):
     """A read once per block column and B once per block row; with split K, the float32 partial
-    of each run of each tile, written and read back once (hand_over), in elements of p's dtype."""
+    of each run of each tile, written and read back once (hand_over), in elements of p's dtype.
+    The problem has no layout: split_k=None counts k_splits' runs, not thin_splits' (which a
+    thin operand not read K-major takes)."""
     tiles = resolve_tiles(p.m, p.n, p.k, dict(block_m=block_m, block_n=block_n, block_k=block_k))
     block_m, block_n = tiles["block_m"], tiles["block_n"]
     splits = split_k or (k_splits(p.m, p.n, p.k, block_m, block_n, tiles["block_k"]) if p.itemsize == 2 else 1)

@@ -55,9 +55,10 @@ THIN_SPLIT_STEPS = 12
 def thin_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int) -> int:
     """Into how many runs of K steps to split the tiles of a skinny product (M or N <= THIN_SIDE)
     whose thin operand is not read K-major (A^T of a few columns, or a vector whose strides are
-    both 1): its programs then read the other operand at 1.2-2.1 TB/s each against 2.2-3.0 for a
-    K-major one (h100-2026-11-24-s16/skinny_grid_*.jsonl, one run a tile), so more of them are
-    kept in flight: THIN_ROUNDS rounds of SMs, in runs of THIN_SPLIT_STEPS K steps or more."""
+    both 1): one run a tile, such products read the other operand at 1.2-2.1 TB/s against 2.2-3.0
+    for a K-major one (h100-2026-11-24-s16/skinny_grid_*.jsonl, measured before the pointer program
+    knew its sizes' alignment), so more runs are kept in flight: THIN_ROUNDS rounds of SMs, in runs
+    of THIN_SPLIT_STEPS K steps or more."""
     tiles = -(-m // block_m) * -(-n // block_n)
     steps = -(-k // block_k)
     return max(1, min(-(-THIN_ROUNDS * support.multiprocessors() // max(1, tiles)), steps // THIN_SPLIT_STEPS))
