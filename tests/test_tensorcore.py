@@ -892,6 +892,22 @@ print(json.dumps(out))
 """
 
 
+def test_load_alignment_and_narrow_loads():
+    """What the pointer program is told each size divides by (up to 8), and where its loads stay two
+    elements wide or narrower along an operand's contiguous axis (then 64-row tiles take 8 warps)."""
+    from tilemm.ladder.tensorcore.t1_blocked import load_alignment, narrow_loads, pointer_warps
+    assert load_alignment(1000, 20, 7, 0, 1, 16, 2264, 6) == (8, 4, 1, 8, 1, 8, 8, 2)
+    # 720 x 1455 x 139 nt: A's rows and B's columns of 139 elements
+    odd = load_alignment(720, 1455, 139, 139, 1, 1, 139, 1455, 1)
+    assert narrow_loads(odd, (139, 1), (1, 139)) and pointer_warps(64, 4, True) == 8
+    # 4281 x 2264 x 20 nt: rows of 20 load 4 elements at a time; nn: B's rows of 2264, 8
+    assert not narrow_loads(load_alignment(4281, 2264, 20, 20, 1, 1, 20, 2264, 1), (20, 1), (1, 20))
+    assert not narrow_loads(load_alignment(4281, 2264, 20, 20, 1, 2264, 1, 2264, 1), (20, 1), (2264, 1))
+    # A transposed (M contiguous): M and A's column stride decide; M = 4795 loads one at a time
+    assert narrow_loads(load_alignment(4795, 2556, 64, 1, 4795, 2556, 1, 2556, 1), (1, 4795), (2556, 1))
+    assert pointer_warps(16, 4, True) == 4 and pointer_warps(64, 8, False) == 8
+
+
 def test_pointer_program_on_odd_rows_does_not_spill():
     """The pointer program on rows Triton can't prove 16-byte aligned (1000, 20 or 139 elements),
     compiled for sm_90 as such a launch specializes it: told what its sizes divide by
