@@ -113,25 +113,26 @@ class Replay:
         c = inputs[0].new_empty(self.c_shape, dtype=self.dtype)    # torch.empty(..., device=) parses more
         operands = (*inputs, c)
         if self.single is not None:
-            runner, values = self.single
-            values = values.copy()
-            for _, j, which in self.address_slots:
-                values[j] = operands[which].data_ptr()
-            for _, j, make in self.operand_slots:
-                values[j] = make(operands, None)
+            runner, template = self.single
+            values = template.copy()
+            self.put_operands([values], operands)
             runner(*values, stream=stream)
             return c
         values = [list(v) for v in self.scratch_filled(stream)]
-        for i, j, which in self.address_slots:
-            values[i][j] = operands[which].data_ptr()
-        for i, j, make in self.operand_slots:
-            values[i][j] = make(operands, None)
+        self.put_operands(values, operands)
         for (launch, _), v in zip(self.launches, values):
             if launch is COPY:
                 copy_as(*v)
             else:
                 launch.run(tuple(v), stream)
         return c
+
+    def put_operands(self, values: list, operands: tuple) -> None:
+        """Each launch's values (a list a launch) with this call's operands in their places."""
+        for i, j, which in self.address_slots:
+            values[i][j] = operands[which].data_ptr()
+        for i, j, make in self.operand_slots:
+            values[i][j] = make(operands, None)
 
     def scratch_filled(self, stream) -> list:
         """Each launch's values with the places in scratch filled: in this thread's kept scratch
