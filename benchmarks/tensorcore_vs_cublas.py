@@ -197,6 +197,7 @@ def main():
     ap.add_argument("--variants", nargs="+", help="only these labels (and the anchors)")
     ap.add_argument("--min-dim", type=int, default=0, help="only problems with M, N and K at least this")
     ap.add_argument("--max-macs", type=float, help="only problems of at most this many multiply-adds (M N K)")
+    ap.add_argument("--min-macs", type=float, default=0, help="only problems of more than this many multiply-adds")
     ap.add_argument("--whole-calls", action="store_true",
                     help="time whole calls as a user makes them (tilemm.matmul(a, b) against torch.matmul(a, b), "
                          "each allocating its result) instead of prepared launches into a buffer")
@@ -209,8 +210,8 @@ def main():
                  if args.wide in ("all", p.split)] if args.wide
                 else [(*map(int, shape.partition(":")[0].split("x")), shape.partition(":")[2] or "nn", None)
                       for shape in args.shapes])
-    problems = [p for p in problems if min(p[:3]) >= args.min_dim and (args.max_macs is None or
-                                                                        p[0] * p[1] * p[2] <= args.max_macs)]
+    problems = [p for p in problems if min(p[:3]) >= args.min_dim and p[0] * p[1] * p[2] > args.min_macs
+                and (args.max_macs is None or p[0] * p[1] * p[2] <= args.max_macs)]
     if args.wide:
         args.shapes = None          # not used: the record's command leaves them out
     stamp = machine.stamp(machine.command_line(

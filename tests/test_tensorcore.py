@@ -254,7 +254,8 @@ def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton, word):
 
 def test_small_products_take_the_pointer_program():
     """tma=None: up to POINTERS_UP_TO multiply-adds the pointer program (cheaper to launch), past
-    it the TMA programs; tma=True or False says which whatever the size."""
+    it the TMA programs but for a C of few tiles (a deep K); tma=True or False says which whatever
+    the size."""
     from tilemm.ladder.tensorcore import t1_blocked
     from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
     tiles = dict(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=2)
@@ -265,6 +266,8 @@ def test_small_products_take_the_pointer_program():
     assert 512 * 512 * 512 <= t1_blocked.POINTERS_UP_TO < 1024 * 512 * 1024
     assert program(512, 512, 512) is matmul_kernel
     assert program(1024, 1024, 512) is not matmul_kernel
+    assert program(404, 108, 32491) is matmul_kernel                     # 4 tiles of 128 x 128
+    assert program(395, 292, 12981) is not matmul_kernel                 # 12
     assert program(512, 512, 512, tma=True) is not matmul_kernel
     assert program(1024, 1024, 512, tma=False) is matmul_kernel
 

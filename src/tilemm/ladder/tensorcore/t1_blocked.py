@@ -53,7 +53,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, per
     tiles = resolve_tiles(m, n, k, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=num_warps,
                                      num_stages=num_stages))
     return launcher(a, b, c, group_m=group_m, persistent=persistent, stream_k=stream_k, split_k=split_k,
-                    align_rows=align_rows, tma=tma if tma is not None else m * n * k > POINTERS_UP_TO, **tiles)
+                    align_rows=align_rows, tma=tma if tma is not None else takes_tma(m, n, k), **tiles)
 
 
 # Multiply-adds up to which a product takes the pointer program (tma=None): Triton launches a
@@ -62,6 +62,18 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, per
 # Measured (h100-2026-11-24-s11/ptr_copy.jsonl, bf16): GPU time 3.2 / 4.3 µs against 3.0 / 3.8 µs at
 # 256³ / 512³, CPU time of a launch 11.6 / 13.1 µs against 15.9 / 19.8 µs; at 2048³ 37 µs against 27.
 POINTERS_UP_TO = 2**28
+# ... and whatever its size, a product whose C is FEW_TILES 128 x 128 tiles or fewer: its deep K is
+# split across the SMs either way, and TMA's descriptors and copies into aligned rows cost more than
+# its loads save. Fit half, kernel alone, bf16, after the pointer program's vector loads: pointers
+# against TMA 0.895x against 0.375x cuBLAS at 79 x 350 x 12726 tn (3 tiles), 0.889x against 0.560x
+# at 123 x 640 x 8877 tn (5); 0.899x against 0.921x at 395 x 292 x 12981 tt (12); TMA ahead on
+# every product of more tiles (h100-2026-11-24-s17/pointers_or_tma_fit.jsonl).
+FEW_TILES = 8
+
+
+def takes_tma(m: int, n: int, k: int) -> bool:
+    """Whether a product takes the TMA programs when the caller says neither (tma=None)."""
+    return m * n * k > POINTERS_UP_TO and -(-m // 128) * -(-n // 128) > FEW_TILES
 
 
 def default_tiles(m: int, n: int, k: int) -> dict:
