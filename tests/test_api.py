@@ -259,7 +259,7 @@ def test_release_memory_forgets_plans_and_workspaces():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     first = tilemm.matmul(a, a.T)
     assert api._PLANS
-    support.split_k_workspace(torch.empty(4, 4), None, tiles=1, runs=2, block_m=16, block_n=16)   # as split K keeps
+    support.split_k_workspace(-1, None, tiles=1, runs=2, block_m=16, block_n=16)   # as split K keeps
     assert support._WORKSPACES
     tilemm.release_memory()
     assert not api._PLANS and not support._WORKSPACES

@@ -103,30 +103,33 @@ def test_inputs_beyond_a_and_b_take_the_new_calls_places():
     assert recorded(product, (a, b, sa, sa, c)) is None       # two scales in one tensor's memory
 
 
-def test_a_workspace_launch_is_given_c_itself():
-    """A launch taking a workspace (split K) reads C's device for it at each launch: a replay gives it
-    C as a tensor, while a plain launch's operands go as their addresses."""
+def test_a_workspace_launch_is_given_addresses_and_its_workspace():
+    """A launch taking a workspace (split K) is given its operands as addresses, as a plain launch
+    is, and the workspace of the replay's device and stream, as addresses too."""
     from tilemm.ladder._tensorcore_support import WorkspaceLaunch
 
     class Program:                               # stands for a JIT function: what its signature reads
         @staticmethod
-        def fn(a_ptr, b_ptr, c_ptr, m, ws_ptr=None):
+        def fn(a_ptr, b_ptr, c_ptr, m, ws_ptr=None, epoch=0):
             pass
 
     class Split(WorkspaceLaunch):
-        WORKSPACE = ("ws_ptr",)
+        WORKSPACE = ("ws_ptr", "epoch")
 
-        def workspace(self, c, stream):
-            given.append(c)
-            return (None,)
+        def workspace(self, device, stream):
+            given.append((device, stream))
+            return partials, 7
     given, seen = [], []
+    partials = torch.empty(16)
     a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
     launch = Split(Program, (1,), (a, b, c, 4), {}, lambda: None, 2, 2)
     launch.runner = lambda *values, stream=None: seen.append(values)
-    launch.values = (a, b, c, 4, None)
+    launch.values = (a, b, c, 4, None, 0)
     replay = recorded(launch, (a, b, c))
-    c2 = replay.run(torch.randn(4, 4), torch.randn(4, 4))
-    assert given[-1] is c2 and seen[-1][2] is c2
+    a2, b2 = torch.randn(4, 4), torch.randn(4, 4)
+    c2 = replay.run(a2, b2)
+    assert given[-1] == (-1, None)                                     # the CPU: no stream
+    assert seen[-1] == (a2.data_ptr(), b2.data_ptr(), c2.data_ptr(), 4, partials.data_ptr(), 7)
 
 
 def test_what_cannot_be_replayed_is_refused():

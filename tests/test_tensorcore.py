@@ -140,7 +140,7 @@ def test_interpreter_split_k_by_default_where_tiles_leave_sms_idle():
         launch()
         verdict = compare(np.asarray(result()), a.numpy(), b.numpy(), "float16")
         assert verdict.ok, verdict.message
-        assert not support.split_k_workspace(a, None, 1, 4, 16, 16)[1].any()
+        assert not support.split_k_workspace(-1, None, 1, 4, 16, 16)[1].any()
         a.mul_(-1)
 
 
@@ -155,7 +155,7 @@ def test_interpreter_split_k_workspace_grows_and_its_counts_stay_zero():
         a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
         c, verdict = run(a, b, **SMALL, tma=False, split_k=split_k)
         assert verdict.ok, (m, n, k, verdict.message)
-        partials, counts = support.split_k_workspace(a, None, 1, 1, 16, 16)
+        partials, counts = support.split_k_workspace(-1, None, 1, 1, 16, 16)
         assert not counts.any()
         sizes.append(partials.numel())
     # 1 tile x 2 runs, then 12 tiles x 5 runs (13 K steps in runs of 3), then kept

@@ -249,17 +249,17 @@ class WorkspaceLaunch(BoundLaunch):
             return self.fallback()
         super().__call__()
 
-    def workspace(self, c, stream) -> tuple:
-        """The workspace's arguments for a launch writing c on stream (a raw handle, None on the CPU)."""
+    def workspace(self, device: int, stream) -> tuple:
+        """The workspace's arguments for a launch on device (an index; -1: the CPU) and stream (a
+        raw handle, None on the CPU)."""
         raise NotImplementedError
 
     def with_workspace(self, values: tuple, stream=None) -> tuple:
-        """values with the workspace of the launch's stream (None: torch's current one) in place."""
-        at, c = self.at, values[2]
-        if stream is None and c.is_cuda:
-            import torch
-            stream = torch._C._cuda_getCurrentRawStream(c.get_device())
-        return values[:at] + self.workspace(c, stream) + values[at + len(self.WORKSPACE):]
+        """values with the workspace of C's device and the launch's stream (None: torch's current
+        one) in place."""
+        device = values[2].get_device()
+        at = self.at
+        return values[:at] + self.workspace(device, raw_stream(device, stream)) + values[at + len(self.WORKSPACE):]
 
     def launch(self):
         """The program through Triton's JIT, its workspace in place (every argument positional)."""
@@ -270,13 +270,29 @@ class WorkspaceLaunch(BoundLaunch):
     def run(self, values: tuple, stream=None):
         self.runner(*self.with_workspace(values, stream), stream=stream)
 
+    def run_replayed(self, values: list, device: int, stream) -> None:
+        """A replay's launch (tilemm.ladder.replay): values, a list with the operands as addresses,
+        launched on stream (a raw handle) with the workspace of device and stream in place, as
+        addresses too (Triton's launcher asks the driver about each tensor it is given)."""
+        workspace = self.workspace(device, raw_stream(device, stream))
+        values[self.at:self.at + len(workspace)] = [x.data_ptr() if hasattr(x, "data_ptr") else x for x in workspace]
+        self.runner(*values, stream=stream)
+
+
+def raw_stream(device: int, stream):
+    """stream, or where it is None torch's current one on device (an index; -1, the CPU: None)."""
+    if stream is None and device >= 0:
+        import torch
+        return torch._C._cuda_getCurrentRawStream(device)
+    return stream
+
 
 class StreamKLaunch(WorkspaceLaunch):
     """matmul_persistent with stream-K: its partials, flags and epoch (stream_k_workspace)."""
     WORKSPACE = ("ws_ptr", "flags_ptr", "epoch")
 
-    def workspace(self, c, stream) -> tuple:
-        return stream_k_workspace(c, stream, self.grid[0], self.block_m, self.block_n)
+    def workspace(self, device: int, stream) -> tuple:
+        return stream_k_workspace(device, stream, self.grid[0], self.block_m, self.block_n)
 
 
 class SplitKLaunch(WorkspaceLaunch):
@@ -284,8 +300,8 @@ class SplitKLaunch(WorkspaceLaunch):
     a program, and a count a tile (split_k_workspace)."""
     WORKSPACE = ("ws_ptr", "counts_ptr")
 
-    def workspace(self, c, stream) -> tuple:
-        return split_k_workspace(c, stream, self.grid[0], self.grid[1], self.block_m, self.block_n)
+    def workspace(self, device: int, stream) -> tuple:
+        return split_k_workspace(device, stream, self.grid[0], self.grid[1], self.block_m, self.block_n)
 
 
 class CopyInto:
@@ -359,34 +375,35 @@ def release_workspaces() -> None:
     _WORKSPACES.clear()
 
 
-def stream_k_workspace(c, stream, programs: int, block_m: int, block_n: int):
-    """(partials, flags, epoch) for the stream-K share of matmul_persistent writing c on stream:
+def stream_k_workspace(device: int, stream, programs: int, block_m: int, block_n: int):
+    """(partials, flags, epoch) for the stream-K share of matmul_persistent on device and stream:
     two float32 slots of block_m x block_n a program and a flag a program (workspace). The flags
     are never cleared: a helper raises its flag to the launch's epoch, a number no earlier launch
     used."""
-    partials, flags = workspace("stream-k", c, stream, 2 * programs * block_m * block_n, programs)
+    partials, flags = workspace("stream-k", device, stream, 2 * programs * block_m * block_n, programs)
     return partials, flags, next(_EPOCHS) % (2**31 - 2) + 1
 
 
-def split_k_workspace(c, stream, tiles: int, runs: int, block_m: int, block_n: int):
-    """(partials, counts) for split K's hand-over writing c on stream: a float32 slot of block_m x
+def split_k_workspace(device: int, stream, tiles: int, runs: int, block_m: int, block_n: int):
+    """(partials, counts) for split K's hand-over on device and stream: a float32 slot of block_m x
     block_n for each run of each tile and an int32 count a tile (workspace). Counts start at 0 and
     every launch leaves them at 0 (the last run of a tile resets its count)."""
-    return workspace("split-k", c, stream, tiles * runs * block_m * block_n, tiles)
+    return workspace("split-k", device, stream, tiles * runs * block_m * block_n, tiles)
 
 
-def workspace(kind: str, c, stream, floats: int, flags: int):
-    """(float32 tensor of `floats` elements or more, int32 tensor of `flags` zeros or more) on c's
-    device, kept per kind, device and stream (launches on one stream never overlap; the caching
+def workspace(kind: str, device: int, stream, floats: int, flags: int):
+    """(float32 tensor of `floats` elements or more, int32 tensor of `flags` zeros or more) on
+    device (an index; -1: the CPU), kept per kind, device and stream (launches on one stream never overlap; the caching
     allocator reuses a replaced one's memory on that stream alone, after its last launch) and
     grown when needed."""
-    key = (kind, c.get_device(), stream)
+    key = (kind, device, stream)
     partials, counts = _WORKSPACES.get(key, (None, None))
     if partials is None or partials.numel() < floats or counts.numel() < flags:
         import torch
+        where = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
         partials = torch.empty(max(floats, 0 if partials is None else partials.numel()), dtype=torch.float32,
-                               device=c.device)
-        counts = torch.zeros(max(flags, 0 if counts is None else counts.numel()), dtype=torch.int32, device=c.device)
+                               device=where)
+        counts = torch.zeros(max(flags, 0 if counts is None else counts.numel()), dtype=torch.int32, device=where)
         _WORKSPACES[key] = partials, counts
     return partials, counts
 

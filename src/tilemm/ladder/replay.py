@@ -73,9 +73,13 @@ def fits(inputs: tuple, device, aligned: tuple) -> bool:
     """Whether a call on inputs (a, b, ...) may replay launches recorded on `device` with inputs
     aligned as `aligned`: the same alignment, the current device that device, no CUDA graph being
     captured. (The operands' device is the recorded one: a replay is found by a key holding it.)"""
+    return alignment(*inputs) == aligned and current(device)
+
+
+def current(device) -> bool:
+    """Whether device is the current one and no CUDA graph is being captured on its stream."""
     import torch
-    return (alignment(*inputs) == aligned and torch._C._cuda_getDevice() == device.index
-            and not torch._C._cuda_isCurrentStreamCapturing())
+    return torch._C._cuda_getDevice() == device.index and not torch._C._cuda_isCurrentStreamCapturing()
 
 
 class Replay:
@@ -96,41 +100,49 @@ class Replay:
         # one program's launch with nothing in scratch (most small calls): its runner and values, taken
         # in the fewest steps (a small call's CPU time is its time)
         self.single = None
-        if len(launches) == 1 and not groups and takes_addresses(launches[0][0]):
+        if len(launches) == 1 and not groups and type(launches[0][0]) is BoundLaunch:
             self.single = launches[0][0].runner, list(launches[0][1])
+        self.device_index = device.index if device.type == "cuda" else -1
 
     def __call__(self, *inputs):
         """C from inputs (a, b, and any others the first call had) by the recorded launches, or
         None where this call can't be replayed."""
-        if not fits(inputs, self.device, self.aligned):
+        pointers = [x.data_ptr() for x in inputs]         # the guard's and the launches' (read once)
+        if tuple([p % 16 for p in pointers]) != self.aligned or not current(self.device):
             return None
         import torch
-        return self.run(*inputs, stream=torch._C._cuda_getCurrentRawStream(self.device.index))   # the caller's
+        return self.run(*inputs, stream=torch._C._cuda_getCurrentRawStream(self.device.index),   # the caller's
+                        pointers=pointers)
 
-    def run(self, *inputs, stream=None):
-        """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded.
-        Copies go on torch's current stream: stream is that one, or None."""
+    def run(self, *inputs, stream=None, pointers=None):
+        """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded
+        (pointers: the inputs' data_ptr(), where the caller has them). Copies go on torch's current
+        stream: stream is that one, or None."""
         c = inputs[0].new_empty(self.c_shape, dtype=self.dtype)    # torch.empty(..., device=) parses more
         operands = (*inputs, c)
+        addresses = [*(pointers or [x.data_ptr() for x in inputs]), c.data_ptr()]
         if self.single is not None:
             runner, template = self.single
             values = template.copy()
-            self.put_operands([values], operands)
+            self.put_operands([values], operands, addresses)
             runner(*values, stream=stream)
             return c
         values = [list(v) for v in self.scratch_filled(stream)]
-        self.put_operands(values, operands)
+        self.put_operands(values, operands, addresses)
         for (launch, _), v in zip(self.launches, values):
             if launch is COPY:
                 copy_as(*v)
+            elif isinstance(launch, WorkspaceLaunch):
+                launch.run_replayed(v, self.device_index, stream)
             else:
                 launch.run(tuple(v), stream)
         return c
 
-    def put_operands(self, values: list, operands: tuple) -> None:
-        """Each launch's values (a list a launch) with this call's operands in their places."""
+    def put_operands(self, values: list, operands: tuple, addresses: list) -> None:
+        """Each launch's values (a list a launch) with this call's operands in their places:
+        addresses, the operands' data_ptr(), for those passed as such."""
         for i, j, which in self.address_slots:
-            values[i][j] = operands[which].data_ptr()
+            values[i][j] = addresses[which]
         for i, j, make in self.operand_slots:
             values[i][j] = make(operands, None)
 
@@ -173,8 +185,9 @@ class Replay:
 
 def takes_addresses(launch) -> bool:
     """Whether a recorded launch may be given its tensors as addresses: a program's launch (not a
-    copy), whose arguments go to Triton's launcher alone (a workspace launch reads C's device)."""
-    return isinstance(launch, BoundLaunch) and not isinstance(launch, WorkspaceLaunch)
+    copy), whose arguments go to Triton's launcher alone (a workspace launch is given its device
+    and stream apart: WorkspaceLaunch.run_replayed)."""
+    return isinstance(launch, BoundLaunch)
 
 
 class Whole:
