@@ -191,10 +191,10 @@ for ty in ("fp8e4nv", "fp8e5"):
                    A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
                    INT="constexpr", F64="constexpr", STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                    PROGRAMS="constexpr", UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr",
-                   ACCUMULATE="constexpr")
+                   ACCUMULATE="constexpr", C_ALIGN="constexpr")
         const = dict(A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast, INT=False, F64=False, STREAM_K=p["stream_k"], BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
                      BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1,
-                     ACCUMULATE=False)
+                     ACCUMULATE=False, C_ALIGN=1)
         k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
         ptx = k.asm["ptx"]

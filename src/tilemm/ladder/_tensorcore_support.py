@@ -411,7 +411,7 @@ def workspace(kind: str, device: int, stream, floats: int, flags: int):
 # matmul_persistent's flags when a caller names none: A row-major, B given K-major (as B^T),
 # float32 sums of unscaled 16-bit products
 PERSISTENT_FLAGS = dict(A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, UPCAST=False,
-                        PARTS=1, CHUNK=1, ACCUMULATE=False)
+                        PARTS=1, CHUNK=1, ACCUMULATE=False, C_ALIGN=1)
 
 
 def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, None), stream_k: bool = False,

@@ -87,13 +87,16 @@ def tile_position(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROU
 def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
                A_T: tl.constexpr, B_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, UPCAST: tl.constexpr, ACCUMULATE: tl.constexpr,
-               split_steps=None, ws_ptr=None, counts_ptr=None):
+               split_steps=None, ws_ptr=None, counts_ptr=None, C_ALIGN: tl.constexpr = 1):
     """The same product with the tiles brought in by TMA (Hopper's bulk tensor copy): no address
     arithmetic, no masks (the copy engine fills zeros past M, N and K). a_desc describes A, or A^T
     when A_T (A stored column-major); b_desc B, or B^T when B_T. ACCUMULATE: C += A @ B.
+    C_ALIGN: a power of two dividing N and stride_cm (c_alignment), so that C's rows are stored
+    that many elements at a time.
 
     split_steps given (split K): the launch's second grid axis numbers runs of split_steps K steps,
     each a program of its own that sums its run of its tile's K steps and hands it over (hand_over)."""
+    N, stride_cm = N // C_ALIGN * C_ALIGN, stride_cm // C_ALIGN * C_ALIGN    # no-ops that say C_ALIGN divides them
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     first = 0
     steps = tl.cdiv(K, BLOCK_K)
@@ -136,7 +139,7 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
                       A_T: tl.constexpr, B_T: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
                       INT: tl.constexpr, F64: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, UPCAST: tl.constexpr, PARTS: tl.constexpr,
-                      CHUNK: tl.constexpr, ACCUMULATE: tl.constexpr):
+                      CHUNK: tl.constexpr, ACCUMULATE: tl.constexpr, C_ALIGN: tl.constexpr = 1):
     """matmul_tma made persistent: PROGRAMS programs (one an SM) walk the tiles, the tile loop
     flattened into the K loop, so the next tile's loads are in flight while this one's C is
     written (in quarters: the stages still hold shared memory then).
@@ -168,6 +171,7 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
     (tilemm.distributed adds each K panel's 16-bit product into float32 C).
     """
     tl.static_assert(not ((INT or F64 or ACCUMULATE) and STREAM_K))
+    N, stride_cm = N // C_ALIGN * C_ALIGN, stride_cm // C_ALIGN * C_ALIGN    # as in matmul_tma
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
