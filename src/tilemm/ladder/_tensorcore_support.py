@@ -393,9 +393,9 @@ def split_k_workspace(device: int, stream, tiles: int, runs: int, block_m: int, 
 
 def workspace(kind: str, device: int, stream, floats: int, flags: int):
     """(float32 tensor of `floats` elements or more, int32 tensor of `flags` zeros or more) on
-    device (an index; -1: the CPU), kept per kind, device and stream (launches on one stream never overlap; the caching
-    allocator reuses a replaced one's memory on that stream alone, after its last launch) and
-    grown when needed."""
+    device (an index; -1: the CPU), kept per kind, device and stream (launches on one stream never
+    overlap; the caching allocator reuses a replaced one's memory on that stream alone, after its
+    last launch) and grown when needed."""
     key = (kind, device, stream)
     partials, counts = _WORKSPACES.get(key, (None, None))
     if partials is None or partials.numel() < floats or counts.numel() < flags:
