@@ -386,7 +386,8 @@ register(Kernel(
                   "(rows_aligned_pays)"),
             Param("tma", None, (None, False, True),
                   "operands read through TMA descriptors (True) or by pointers (False); None: TMA past 2^28 "
-                  "multiply-adds (a smaller product is launched more cheaply by pointers: POINTERS_UP_TO)"),
+                  "multiply-adds (a smaller product is launched more cheaply by pointers: POINTERS_UP_TO) "
+                  "but for a C of 8 tiles or fewer (FEW_TILES)"),
             Param("autotune", False, (False, True),
                   "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
                   "and use it (the other parameters are then ignored)"),),
