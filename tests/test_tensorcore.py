@@ -46,13 +46,34 @@ def test_interpreter_odd_shapes(dtype, m, n, k):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("m,n,k,layout", [(65, 97, 40, "nn"), (130, 70, 33, "tt"), (80, 66, 17, "nt"),
-                                          (67, 129, 64, "tn")])
+                                          (67, 129, 64, "tn"), (66, 68, 24, "tn"), (70, 72, 20, "nt")])
 def test_interpreter_tma_programs_any_layout(dtype, persistent, m, n, k, layout):
-    """M, N > 64 take the TMA programs (persistent: 4 programs walk the tiles here)."""
+    """M, N > 64 take the TMA programs (persistent: 4 programs walk the tiles here); C's rows of
+    97, 70, 68 and 72 elements are stored 1, 2, 4 and 8 at a time (C_ALIGN)."""
     torch.manual_seed(m + n + k)
     a, b = laid_out(m, n, k, layout, dtype)
     c, verdict = run(a, b, **SMALL, persistent=persistent, tma=True)
     assert c.shape == (m, n) and verdict.ok, verdict.message
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("width", [70, 72, 73])
+def test_interpreter_tma_programs_into_rows_of_another_width(width, persistent):
+    """C a view of wider rows (row stride 70, 72 or 73, width 68): the TMA programs are told what
+    both divide by (c_alignment: 2, 4, 1), write C's 68 columns and nothing past them."""
+    from tilemm.ladder.tensorcore import t1_blocked
+    torch.manual_seed(width)
+    m, n, k = 66, 68, 24
+    a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
+    rows = torch.full((m, width), 7.0, dtype=torch.float16)
+    c = rows[:, :n]
+    steps = t1_blocked.bind(a, b, c, 16, 16, 16, 8, 1, 1, persistent=persistent, tma=True)
+    assert steps.launches[-1].options["C_ALIGN"] == {70: 2, 72: 4, 73: 1}[width]
+    steps()
+    verdict = compare(c.float().numpy(), a.float().numpy(), b.float().numpy(), "float16")
+    assert verdict.ok, verdict.message
+    assert bool((rows[:, n:] == 7.0).all())
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
