@@ -272,9 +272,10 @@ class WorkspaceLaunch(BoundLaunch):
 
     def run_replayed(self, values: list, device: int, stream) -> None:
         """A replay's launch (tilemm.ladder.replay): values, a list with the operands as addresses,
-        launched on stream (a raw handle) with the workspace of device and stream in place, as
-        addresses too (Triton's launcher asks the driver about each tensor it is given)."""
-        workspace = self.workspace(device, raw_stream(device, stream))
+        launched on stream (a raw handle, None on the CPU: the replay has resolved it) with the
+        workspace of device and stream in place, as addresses too (Triton's launcher asks the
+        driver about each tensor it is given)."""
+        workspace = self.workspace(device, stream)
         values[self.at:self.at + len(workspace)] = [x.data_ptr() if hasattr(x, "data_ptr") else x for x in workspace]
         self.runner(*values, stream=stream)
 

@@ -27,7 +27,7 @@ import copy
 import threading
 import weakref
 
-from ._tensorcore_support import BoundLaunch, CopyInto, Steps, WorkspaceLaunch, all_arguments, copy_as
+from ._tensorcore_support import BoundLaunch, CopyInto, Steps, WorkspaceLaunch, all_arguments, copy_as, raw_stream
 
 COPY = "copy"          # a recorded CopyInto: its values are (dst, src, word)
 
@@ -110,14 +110,14 @@ class Replay:
         pointers = [x.data_ptr() for x in inputs]         # the guard's and the launches' (read once)
         if tuple([p % 16 for p in pointers]) != self.aligned or not current(self.device):
             return None
-        import torch
-        return self.run(*inputs, stream=torch._C._cuda_getCurrentRawStream(self.device.index),   # the caller's
-                        pointers=pointers)
+        return self.run(*inputs, pointers=pointers)          # on torch's current stream: the caller's
 
     def run(self, *inputs, stream=None, pointers=None):
         """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded
         (pointers: the inputs' data_ptr(), where the caller has them). Copies go on torch's current
         stream: stream is that one, or None."""
+        if stream is None:
+            stream = raw_stream(self.device_index, None)
         c = inputs[0].new_empty(self.c_shape, dtype=self.dtype)    # torch.empty(..., device=) parses more
         operands = (*inputs, c)
         addresses = [*(pointers or [x.data_ptr() for x in inputs]), c.data_ptr()]
@@ -148,14 +148,12 @@ class Replay:
 
     def scratch_filled(self, stream) -> list:
         """Each launch's values with the places in scratch filled: in this thread's kept scratch
-        for the stream, or in scratch allocated now (past SCRATCH_KEPT_UP_TO)."""
+        for the stream (a raw handle, None on the CPU), or in scratch allocated now (past
+        SCRATCH_KEPT_UP_TO)."""
         if not self.groups:
             return [v for _, v in self.launches]
         if self.scratch_bytes > SCRATCH_KEPT_UP_TO:
             return self.fill(self.buffers(self.allocated(self.scratch_bytes)))     # this call's alone
-        if stream is None and self.device.type == "cuda":
-            import torch
-            stream = torch._C._cuda_getCurrentRawStream(self.device.index)
         kept = kept_scratch()
         key = (self.device.index, stream)
         scratch = kept.get(key)
