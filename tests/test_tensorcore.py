@@ -77,6 +77,36 @@ def test_interpreter_tma_programs_into_rows_of_another_width(width, persistent):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("rung", ["fp8", "int8"])
+@pytest.mark.parametrize("width", [70, 72, 73])
+def test_interpreter_fp8_and_int8_programs_into_rows_of_another_width(rung, width):
+    """The fp8 program with float32 C and the int8 one are told C's alignment too (c_alignment:
+    2, 4, 1 for rows of 70, 72, 73), write C's 68 columns and nothing past them."""
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore import t2_int_digits, t5_fp8
+    torch.manual_seed(width)
+    m, n, k = 66, 68, 32
+    if rung == "int8":
+        a, b = torch.randint(-128, 128, (m, k), dtype=torch.int8), torch.randint(-128, 128, (k, n), dtype=torch.int8)
+        rows = torch.full((m, width), 7, dtype=torch.int32)
+        steps = support.Steps([t2_int_digits.persistent_int8(a, b.T.contiguous(), rows[:, :n], m, n, k, 32, 32, 32, 8,
+                                                             4, 2)])
+    else:
+        a, b = torch.randn(m, k).to(torch.float8_e4m3fn), torch.randn(k, n).to(torch.float8_e4m3fn)
+        rows = torch.full((m, width), 7.0)
+        one = torch.ones(1)
+        steps = t5_fp8.bind(a, b, rows[:, :n], one, one, False, 32, 32, 32, 8, 4, 2)
+    assert steps.launches[-1].options["C_ALIGN"] == {70: 2, 72: 4, 73: 1}[width]
+    steps()
+    expected, got = a.double() @ b.double(), rows[:, :n].double()
+    if rung == "int8":
+        assert torch.equal(got, expected)
+    else:                                  # float32 sums of 32 products
+        assert torch.allclose(got, expected, rtol=0, atol=32 * 2.0**-24 * float((a.double().abs() @ b.double().abs()).max()))
+    assert bool((rows[:, n:] == 7).all())
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt"])
 def test_interpreter_rows_copied_to_128_byte_alignment(layout):
     """align_rows=True: operands whose rows are not a multiple of 128 bytes (here 66 and 97
@@ -975,10 +1005,10 @@ print(json.dumps(out))
 
 
 def test_tma_program_stores_c_as_wide_as_its_rows_allow():
-    """The TMA program told C's alignment (C_ALIGN, t1_blocked.c_alignment) stores C's rows of
+    """The TMA program told C's alignment (C_ALIGN, c_alignment) stores C's rows of
     7026 or 6524 bf16 elements 2 or 4 at a time, compiled for sm_90; without it, one by one
     (8865 x 7026 x 12 tn: 110.4 -> 104.6 µs, h100-2026-11-24-s17/c_align_ab.jsonl)."""
-    from tilemm.ladder.tensorcore.t1_blocked import c_alignment
+    from tilemm.ladder._tensorcore_support import c_alignment
     assert c_alignment(torch.empty(3, 7026)) == 2 and c_alignment(torch.empty(3, 6524)) == 4
     assert c_alignment(torch.empty(3, 8192)) == 8 and c_alignment(torch.empty(3, 8191)) == 1
     assert c_alignment(torch.empty(8, 16)[:, :12]) == 4 and c_alignment(torch.empty(12, 8).T) == 1

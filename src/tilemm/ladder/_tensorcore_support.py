@@ -410,9 +410,20 @@ def workspace(kind: str, device: int, stream, floats: int, flags: int):
 
 
 # matmul_persistent's flags when a caller names none: A row-major, B given K-major (as B^T),
-# float32 sums of unscaled 16-bit products
+# float32 sums of unscaled 16-bit products, C's rows stored as if of any width (C_ALIGN=1)
 PERSISTENT_FLAGS = dict(A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, UPCAST=False,
                         PARTS=1, CHUNK=1, ACCUMULATE=False, C_ALIGN=1)
+
+
+def c_alignment(c) -> int:
+    """The largest power of two up to 8 dividing C's width and its row stride, for a C whose rows
+    are contiguous (else 1): what the TMA programs are told (C_ALIGN), so that they store rows of
+    7026 or 6524 elements 2 or 4 at a time where Triton, knowing only divisibility by 16, stores
+    them one by one. Each rung passes it where it was measured to pay (docs/tensor_cores.md)."""
+    if c.stride(1) != 1:
+        return 1
+    width, stride = c.shape[1], c.stride(0)
+    return min(8, width & -width if width else 8, stride & -stride if stride else 8)
 
 
 def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, None), stream_k: bool = False,

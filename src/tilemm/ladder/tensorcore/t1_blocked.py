@@ -194,7 +194,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
                                          copy_transpose_rows=not f64)
         fills = [f for f in (a_fill, b_fill) if f]
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-                     UPCAST=upcast, ACCUMULATE=accumulate, C_ALIGN=c_alignment(out),
+                     UPCAST=upcast, ACCUMULATE=accumulate, C_ALIGN=support.c_alignment(out),
                      num_warps=num_warps, num_stages=num_stages)
         if rounds:
             program = support.persistent_launch(a_desc, b_desc, out, m, n, k, stream_k=bool(stream_k) and not f64,
@@ -234,16 +234,6 @@ def load_alignment(*values: int) -> tuple:
     it: what the pointer program is told (matmul_kernel's ALIGN), so that its loads of rows of 1000
     or 20 elements go 8 or 4 elements at a time. Triton itself only knows divisibility by 16."""
     return tuple(value & -value if value and value & 7 else 8 for value in values)
-
-
-def c_alignment(c) -> int:
-    """The largest power of two up to 8 dividing C's width and its row stride, for a C whose rows
-    are contiguous (else 1): what the TMA programs are told (C_ALIGN), so that they store rows of
-    7026 or 6524 elements 2 or 4 at a time where Triton, knowing only divisibility by 16, stores
-    them one by one."""
-    if c.stride(1) != 1:
-        return 1
-    return min(load_alignment(c.shape[1], c.stride(0)))
 
 
 def narrow_loads(align: tuple, a_strides: tuple, b_strides: tuple) -> bool:

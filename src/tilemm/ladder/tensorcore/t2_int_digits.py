@@ -94,12 +94,13 @@ def takes_persistent(nd_a: int, nd_b: int, c, k: int) -> bool:
 def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n, block_k, group_m, num_warps,
                     num_stages):
     """A launcher without arguments of the persistent program (int32 sums) on int8 planes a_part
-    (M, K) and b_part (N, K), both K-major."""
+    (M, K) and b_part (N, K), both K-major; told C's alignment (int32 C of 4002 or 7026 columns
+    1.02x, h100-2026-11-25-s18/c_align_other_rungs.jsonl)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     return support.persistent_launch(TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
                                      TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n, k, INT=True,
                                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-                                     num_warps=num_warps, num_stages=num_stages)
+                                     num_warps=num_warps, num_stages=num_stages, C_ALIGN=support.c_alignment(c))
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
