@@ -1,7 +1,8 @@
 """A stress run of tilemm inside a program as users write them: thousands of random calls on the
 GPU (shapes 0 to 20000, odd ones included, every dtype and rung, random layouts, array kinds and
-streams, several threads at once), each answer checked against a reference, ending with the
-count of calls, wrong answers and faults (both must be 0).
+streams, operands off 16-byte alignment, calls repeated on new operands, several threads at
+once), each answer checked against a reference, ending with the count of calls, wrong answers
+and faults (both must be 0).
 
     PYTHONPATH=src python3 benchmarks/stress.py --calls 2000 --threads 4 --out DIR
 
@@ -52,9 +53,9 @@ def random_shape(rng, kernel):
     return dims
 
 
-def layout(rng, x):
-    """x as it is, transposed (a column-major copy), or every other column of a wider array."""
-    how = rng.choice(["n", "n", "t", "s"])
+def layout(how, x):
+    """x as it is ("n"), transposed ("t": a column-major copy), every other column of a wider
+    array ("s"), or as it is one element past an aligned address ("o": to_kind makes the offset)."""
     if how == "t":
         return np.ascontiguousarray(x.T).T
     if how == "s":
@@ -64,17 +65,27 @@ def layout(rng, x):
     return x
 
 
-def to_kind(x, dtype, kind):
+def to_kind(x, dtype, kind, offset=False):
     """The host array x as the kind the call gets: NumPy, a torch CUDA tensor or a CuPy array,
-    its strides kept."""
+    its strides kept; offset (x contiguous): one element past the start of a device buffer, so
+    that its address is not 16-byte aligned."""
     import torch
     if kind == "numpy":
         return x
     if kind == "cupy":
         import cupy
+        if offset:
+            flat = cupy.empty(x.size + 1, x.dtype)
+            flat[1:] = cupy.asarray(x).ravel()
+            return flat[1:].reshape(x.shape)
         return cupy.asarray(x)
     t = torch.from_numpy(x)
-    return t.to(torch.bfloat16).cuda() if dtype == "bfloat16" else t.cuda()
+    t = t.to(torch.bfloat16).cuda() if dtype == "bfloat16" else t.cuda()
+    if offset:
+        flat = torch.empty(t.numel() + 1, dtype=t.dtype, device="cuda")
+        flat[1:].copy_(t.reshape(-1))
+        return flat[1:].view(t.shape)
+    return t
 
 
 def sample_check(c, a, b, result, rng):
@@ -91,16 +102,29 @@ def sample_check(c, a, b, result, rng):
 
 
 def one_call(rng, side, stats):
-    import torch
+    """One problem, called 1 to 3 times on fresh operands of the same shapes and layouts (a
+    repeated call takes the cached plan and replays its launches), some of them one element off
+    an aligned address; every answer checked."""
     kernel, dtype = CASES[rng.integers(len(CASES))]
     m, n, k = random_shape(rng, kernel)
     kinds = ["torch", "torch", "torch", "numpy"] + (["cupy"] if dtype != "bfloat16" else [])
     kind = kinds[rng.integers(len(kinds))]
     if kind == "numpy" and dtype == "bfloat16":
         kind = "torch"
-    a, b = layout(rng, random_operand(rng, (m, k), dtype)), layout(rng, random_operand(rng, (k, n), dtype))
-    a_d, b_d = to_kind(a, dtype, kind), to_kind(b, dtype, kind)
+    layouts = [rng.choice(["n", "n", "t", "s", "o"]) for _ in range(2)]
     how = rng.choice(["current", "side", "argument"]) if kind == "torch" else "current"
+    for _ in range(rng.integers(1, 4)):
+        offsets = [lay == "o" and rng.random() < 0.5 for lay in layouts]
+        a = layout(layouts[0], random_operand(rng, (m, k), dtype))
+        b = layout(layouts[1], random_operand(rng, (k, n), dtype))
+        case = dict(kernel=kernel, dtype=dtype, m=m, n=n, k=k, kind=kind, stream=how, layouts="".join(layouts),
+                    offsets=offsets)
+        checked_call(kernel, dtype, kind, how, a, b, offsets, side, stats, rng, case)
+
+
+def checked_call(kernel, dtype, kind, how, a, b, offsets, side, stats, rng, case):
+    import torch
+    a_d, b_d = to_kind(a, dtype, kind, offsets[0]), to_kind(b, dtype, kind, offsets[1])
     result = result_dtype(dtype, dtype)
     try:
         if how == "current":
@@ -120,7 +144,7 @@ def one_call(rng, side, stats):
         stats["calls"] += 1
         if not ok:
             stats["wrong"] += 1
-            stats["wrong_cases"].append(dict(kernel=kernel, dtype=dtype, m=m, n=n, k=k, kind=kind, stream=how))
+            stats["wrong_cases"].append(case)
     except tilemm.KernelUnavailable:
         stats["refused"] += 1
     except Exception as e:      # noqa: BLE001
@@ -128,8 +152,7 @@ def one_call(rng, side, stats):
             stats["out_of_memory"] += 1
             return
         stats["faults"] += 1
-        stats["fault_cases"].append(dict(kernel=kernel, dtype=dtype, m=m, n=n, k=k, kind=kind, stream=how,
-                                         error=traceback.format_exception_only(e)[-1].strip()))
+        stats["fault_cases"].append(dict(case, error=traceback.format_exception_only(e)[-1].strip()))
 
 
 def main(argv=None):

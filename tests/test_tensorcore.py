@@ -43,6 +43,19 @@ def test_interpreter_odd_shapes(dtype, m, n, k):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("kernel,dtype", [("tensorcore", np.float16), ("tensorcore-int", np.int8),
+                                          ("tensorcore-f64", np.float64), ("tensorcore-f32", np.float32)])
+@pytest.mark.parametrize("m,n", [(3989, 2231), (8, 8192)])
+def test_interpreter_k_zero_past_the_tile_table(kernel, dtype, m, n):
+    """K = 0 at M x N the tile model chooses for (the stress run's 3989 x 2231, fp16, A
+    transposed): zeros, as NumPy gives, where planning once divided by the K steps."""
+    a, b = np.ascontiguousarray(np.zeros((m, 0), dtype).T).T, np.zeros((0, n), dtype)
+    c = tilemm.plan(a, b, kernel=kernel).execute(poison=True)
+    expected = np.matmul(a, b)
+    assert c.dtype == expected.dtype and c.shape == (m, n) and not c.any()
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("m,n,k,layout", [(65, 97, 40, "nn"), (130, 70, 33, "tt"), (80, 66, 17, "nt"),

@@ -116,7 +116,7 @@ def run_terms(m: int, n: int, k: int, params: dict, sms: int) -> tuple:
     """(waves, multiply-adds of a run, float32 bytes handed over) of a configuration, K split as
     params["split_k"] says."""
     bm, bn, bk = params["block_m"], params["block_n"], params["block_k"]
-    tiles, steps = -(-m // bm) * -(-n // bn), -(-k // bk)
+    tiles, steps = -(-m // bm) * -(-n // bn), max(1, -(-k // bk))    # K = 0 still runs its tiles (zeros)
     per = -(-steps // params["split_k"])
     splits = -(-steps // per)
     return -(-tiles * splits // sms), bm * bn * per * bk, tiles * splits * bm * bn * 8 if splits > 1 else 0
