@@ -45,11 +45,13 @@ def test_interpreter_odd_shapes(dtype, m, n, k):
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("kernel,dtype", [("tensorcore", np.float16), ("tensorcore-int", np.int8),
                                           ("tensorcore-f64", np.float64), ("tensorcore-f32", np.float32)])
-@pytest.mark.parametrize("m,n", [(3989, 2231), (8, 8192)])
-def test_interpreter_k_zero_past_the_tile_table(kernel, dtype, m, n):
-    """K = 0 at M x N the tile model chooses for (the stress run's 3989 x 2231, fp16, A
-    transposed): zeros, as NumPy gives, where planning once divided by the K steps."""
-    a, b = np.ascontiguousarray(np.zeros((m, 0), dtype).T).T, np.zeros((0, n), dtype)
+@pytest.mark.parametrize("m,n,k", [(3989, 2231, 0), (8, 8192, 0), (0, 0, 120), (0, 0, 0), (0, 7, 5000)])
+def test_interpreter_empty_products_past_the_tile_table(kernel, dtype, m, n, k):
+    """Empty products the stress run found planning divided by zero in (K = 0 at 3989 x 2231 fp16,
+    the tile model's K steps; M = N = 0, K = 120 bf16, the skinny tiles' cover): NumPy's answer."""
+    rng = np.random.default_rng(m + n + k)
+    a = np.ascontiguousarray(rng.integers(-3, 4, (k, m)).astype(dtype)).T
+    b = rng.integers(-3, 4, (k, n)).astype(dtype)
     c = tilemm.plan(a, b, kernel=kernel).execute(poison=True)
     expected = np.matmul(a, b)
     assert c.dtype == expected.dtype and c.shape == (m, n) and not c.any()

@@ -87,7 +87,7 @@ def default_tiles(m: int, n: int, k: int) -> dict:
     sms = support.multiprocessors()
     if min(m, n) <= 64:
         rows, other = (m, n) if m <= n else (n, m)
-        cover = -(-other // 64)
+        cover = max(1, -(-other // 64))        # an empty C (M = N = 0) still plans one tile
         splits = min(sms // cover, -(-k // 128) // MIN_SPLIT_STEPS) if 2 * cover <= sms else 1
         side = skinny_block(rows) if 2 * cover >= sms or cover * splits >= sms else 16
         tiles = (side, 64) if m <= n else (64, side)
