@@ -101,10 +101,10 @@ def sample_check(c, a, b, result, rng):
     return compare(c_host, a_s, b_s, result).ok
 
 
-def one_call(rng, side, stats):
+def one_call(rng, side, stats, deadline):
     """One problem, called 1 to 3 times on fresh operands of the same shapes and layouts (a
     repeated call takes the cached plan and replays its launches), some of them one element off
-    an aligned address; every answer checked."""
+    an aligned address, none started past the deadline; every answer checked."""
     kernel, dtype = CASES[rng.integers(len(CASES))]
     m, n, k = random_shape(rng, kernel)
     kinds = ["torch", "torch", "torch", "numpy"] + (["cupy"] if dtype != "bfloat16" else [])
@@ -114,6 +114,8 @@ def one_call(rng, side, stats):
     layouts = [rng.choice(["n", "n", "t", "s", "o"]) for _ in range(2)]
     how = rng.choice(["current", "side", "argument"]) if kind == "torch" else "current"
     for _ in range(rng.integers(1, 4)):
+        if time.perf_counter() > deadline:
+            return
         offsets = [lay == "o" and rng.random() < 0.5 for lay in layouts]
         a = layout(layouts[0], random_operand(rng, (m, k), dtype))
         b = layout(layouts[1], random_operand(rng, (k, n), dtype))
@@ -176,7 +178,7 @@ def main(argv=None):
         for j in range(args.calls // args.threads):
             if time.perf_counter() - start > args.seconds:
                 break
-            one_call(rng, side, mine)
+            one_call(rng, side, mine, start + args.seconds)
             if i == 0 and j % 50 == 0:
                 print(f"thread 0: {j} calls, {time.perf_counter() - start:.0f} s", flush=True)
             if mine["faults"] and "illegal" in json.dumps(mine["fault_cases"]):
