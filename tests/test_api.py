@@ -14,13 +14,26 @@ CPU_KERNELS = ["numpy", "cpu-naive", "cpu-tiled"]
 @pytest.mark.parametrize("sa,sb", [((5,), (5,)), ((5,), (5, 3)), ((4, 5), (5,)),
                                    ((2, 4, 5), (5, 3)), ((4, 5), (3, 5, 2)), ((2, 1, 4, 5), (3, 5, 2))])
 def test_shapes_as_numpy(kernel, sa, sb):
+    """NumPy's shapes and types, a repeated call too: 1-D @ 1-D is a NumPy scalar, a 0-d tensor."""
     rng = np.random.default_rng(0)
     a = rng.integers(-50, 50, sa).astype(np.int32)
     b = rng.integers(-50, 50, sb).astype(np.int32)
-    c = tilemm.matmul(a, b, kernel=kernel)
     expected = np.matmul(a, b)
-    assert np.shape(c) == expected.shape
-    np.testing.assert_array_equal(c, expected)
+    for _ in range(2):
+        c = tilemm.matmul(a, b, kernel=kernel)
+        assert type(c) is type(expected) and np.shape(c) == expected.shape
+        np.testing.assert_array_equal(c, expected)
+        t = tilemm.matmul(torch.from_numpy(a), torch.from_numpy(b), kernel=kernel)
+        assert t.shape == expected.shape and t.dtype == torch.int32
+        np.testing.assert_array_equal(t.numpy(), expected)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_dot_of_vectors_into_out(kind):
+    """1-D @ 1-D into a 0-d out (it once came back as shape (1,) for torch, and failed to copy)."""
+    a = np.arange(5, dtype=np.float32)
+    x, out = (a, np.full((), 7, np.float32)) if kind == "numpy" else (torch.from_numpy(a), torch.full((), 7.0))
+    assert tilemm.matmul(x, x, kernel="cpu-tiled", out=out) is out and float(out) == 30.0
 
 
 @pytest.mark.parametrize("da,db", [("int8", "uint8"), ("int8", "float32"), ("float16", "float32"),

@@ -27,7 +27,8 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
 
     a, b: NumPy arrays, PyTorch tensors or CuPy arrays (both of one kind, on one device),
         1-D, 2-D or stacks of matrices, any strides. The result is the same kind of array
-        on the same device, with numpy.matmul's shape and dtype (torch's for bfloat16).
+        on the same device, with numpy.matmul's shape and dtype (torch's for bfloat16); for
+        1-D @ 1-D a 0-d tensor or CuPy array, and for NumPy operands a NumPy scalar, as NumPy gives.
     kernel: a name from ``tilemm.kernels()``; None picks the default for the inputs' device;
         "auto" the fastest of the fast rungs for this problem, timed on the first call and then
         read from the tuning cache (``tilemm.auto``).
@@ -166,7 +167,7 @@ class Plan:
             launch()
             value = arrays.convert(result().reshape(self.shape), self.operand, self.result)
             if self.out is None:
-                return value
+                return value[()] if self.operand.kind == "numpy" and not self.shape else value  # NumPy's scalar
             arrays.assign(self.out, value)
             return self.out
 

@@ -73,10 +73,11 @@ def from_host(c: np.ndarray, like: Operand, dtype: str):
         with cupy.cuda.Device(int(like.device.split(":")[1])):
             return cupy.asarray(c.astype(dtype, copy=False))
     torch = _torch()
+    # np.asarray keeps a 0-d result (1-D @ 1-D) 0-d, where np.ascontiguousarray makes it shape (1,)
     if dtype == "bfloat16":
-        t = torch.from_numpy(np.ascontiguousarray(c.astype(np.float32))).to(torch.bfloat16)
+        t = torch.from_numpy(np.asarray(c.astype(np.float32), order="C")).to(torch.bfloat16)
     else:
-        t = torch.from_numpy(np.ascontiguousarray(c.astype(dtype, copy=False)))
+        t = torch.from_numpy(np.asarray(c.astype(dtype, copy=False), order="C"))
     return t.to(like.device)
 
 
