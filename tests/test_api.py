@@ -155,6 +155,33 @@ def test_out_dtype_is_numpy_matmul_dtype(kernel, out_dtype):
     assert not np.array_equal(c, np.matmul(a, b))          # int8's own sums wrap
 
 
+@pytest.mark.parametrize("kernel", ["cpu-naive", "cpu-tiled", "tensorcore-f32"])
+def test_a_narrower_out_dtype_rounds_the_operands_first(kernel):
+    """out_dtype="float16" on float64 and int32 operands: numpy.matmul multiplies their float16
+    values (inf past 65504), and so does a rung that computes float16 in float32; a bfloat16 result
+    the same, from float32 tensors. Once those rungs multiplied the wider values, 54x off float16's
+    bound at 87 x 6 x 2."""
+    from tilemm.accuracy import compare
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((87, 2)), rng.standard_normal((2, 6))
+    c = tilemm.matmul(a, b, kernel=kernel, out_dtype="float16")
+    verdict = compare(c, a.astype(np.float16), b.astype(np.float16), "float16")
+    assert c.dtype == np.float16 and verdict.ok, verdict.message
+    ai, bi = np.array([[70000, 1], [2, 3]], np.int32), np.array([[1, 0], [0, 1]], np.int32)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(tilemm.matmul(ai, bi, kernel=kernel, out_dtype="float16"),
+                                      np.matmul(ai, bi, dtype=np.float16))      # inf, 1; 2, 3
+    t = torch.from_numpy(a.astype(np.float32))
+    want = (t.bfloat16().double() @ t.T.bfloat16().double()).bfloat16()
+    got = tilemm.matmul(t, t.T, kernel=kernel, out_dtype="bfloat16")
+    assert got.dtype == torch.bfloat16 and (got.double() - want.double()).abs().max() <= 2**-7 * want.abs().max()
+
+
+def test_bfloat16_out_dtype_needs_torch():
+    with pytest.raises(TypeError, match="needs torch tensors"):
+        tilemm.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), out_dtype="bfloat16")
+
+
 @pytest.mark.parametrize("operands,out_dtype", [("float32", "int32"), ("int32", "uint8"), ("float32", "bool")])
 def test_out_dtype_refused_as_numpy_refuses(operands, out_dtype):
     a = np.ones((2, 2), operands)

@@ -211,8 +211,9 @@ class Plan:
         return streams.queued_on(self.stream, self.operand.device, cupy_too)
 
     def _prepare(self, poison: bool, copy: bool):
-        a2 = self.a if len(self.a.shape) > 1 else self.a[None, :]
-        b2 = self.b if len(self.b.shape) > 1 else self.b[:, None]
+        a2, b2 = self._as_result_dtype(self.a), self._as_result_dtype(self.b)
+        a2 = a2 if len(a2.shape) > 1 else a2[None, :]
+        b2 = b2 if len(b2.shape) > 1 else b2[:, None]
         prepare = _PREPARE.get(self.kernel.backend) or _PREPARE[self.kernel.device]
         if self.kernel.backend not in ("numba-cuda", "triton"):
             return prepare(self, a2, b2, poison, copy)
@@ -223,6 +224,17 @@ class Plan:
             with _JIT_LOCK:
                 launch()
         return locked_launch, result
+
+
+    def _as_result_dtype(self, x):
+        """x cast to the result's dtype where the rung would skip that rounding: numpy.matmul casts
+        its operands to the result's dtype before it multiplies, and a float result a rung computes
+        in a wider dtype (float16 in float32) must see those values (float64 operands with
+        out_dtype="float16": their float16 roundings; int32 ones: inf past 65504). An integer
+        result wraps the same either way, and a rung computing the result's own dtype casts."""
+        if self.result == self.problem.dtype or is_integer(self.result) or dtype_name(x.dtype) == self.result:
+            return x
+        return arrays.cast(x, self.result)
 
 
 def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params) -> Plan:
@@ -253,6 +265,9 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     result = result_dtype(da.dtype, db.dtype)
     if out_dtype is not None:
         result = _checked_out_dtype(out_dtype, result)
+        if result == "bfloat16" and da.kind != "torch":
+            raise TypeError(f"matmul: out_dtype=bfloat16 needs torch tensors: {da.kind} has no bfloat16 "
+                            "to return the result in")
 
     if kernel == "auto":
         if params:
