@@ -5,7 +5,7 @@ numpy.matmul, floats within the bound of tilemm.accuracy; NaN must be seen.
 """
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import tilemm
 from tilemm.accuracy import compare
@@ -115,3 +115,62 @@ def test_cpu_tiled_small_tiles_ragged(params):
         a, b = operands(11, 37, 29, 41, dtype, "tn")
         c, verdict = checked("cpu-tiled", a, b, **params)
         assert verdict.ok, verdict.message
+
+
+def small_values(rng, shape, dtype):
+    """Integers of -20..20 (0..20 unsigned), floats of a standard normal."""
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0 if np.dtype(dtype).kind == "u" else -20, 21, shape).astype(dtype)
+
+
+HOST_DTYPES = ["int8", "int16", "int32", "uint8", "uint32", "float16", "float32", "float64"]
+BATCH = st.lists(st.integers(1, 3), max_size=2).map(tuple)
+
+
+@settings(max_examples=150, deadline=None)
+@given(kernel=st.sampled_from([None, "numpy", "cpu-naive", "cpu-tiled"]),
+       dtypes=st.tuples(st.sampled_from(HOST_DTYPES), st.sampled_from(HOST_DTYPES)),
+       out_dtype=st.one_of(st.none(), st.sampled_from(HOST_DTYPES)), kind=st.sampled_from(["numpy", "torch"]),
+       batches=st.tuples(BATCH, BATCH), vectors=st.tuples(st.booleans(), st.booleans()),
+       mnk=st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 40)), into_out=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_random_calls_as_numpy(kernel, dtypes, out_dtype, kind, batches, vectors, mnk, into_out, seed):
+    """Calls as users make them, answered as numpy.matmul answers: stacks that broadcast, vectors,
+    mixed dtypes, out_dtype (narrower ones too), out=, NumPy or torch; refused where NumPy refuses.
+    This table found 1-D @ 1-D coming back as shape (1,) on torch, and narrower float out_dtypes
+    multiplying the unrounded operands."""
+    import torch
+    m, n, k = mnk
+    rng = np.random.default_rng(seed)
+    shape_a = (k,) if vectors[0] else batches[0] + (m, k)
+    shape_b = (k,) if vectors[1] else batches[1] + (k, n)
+    a, b = small_values(rng, shape_a, dtypes[0]), small_values(rng, shape_b, dtypes[1])
+    try:
+        with np.errstate(all="ignore"):
+            want = np.matmul(a, b, dtype=out_dtype)
+    except (TypeError, ValueError) as refusal:
+        with pytest.raises(TypeError if isinstance(refusal, TypeError) else ValueError):
+            tilemm.matmul(a, b, kernel=kernel, out_dtype=out_dtype)
+        return
+    want = np.asarray(want)
+    wrap = (lambda x: torch.from_numpy(np.asarray(x))) if kind == "torch" else (lambda x: x)
+    out = wrap(np.full(want.shape, 7, want.dtype)) if into_out else None
+    with np.errstate(all="ignore"):
+        got = tilemm.matmul(wrap(a), wrap(b), kernel=kernel, out_dtype=out_dtype, out=out)
+    assert out is None or got is out
+    if kind == "numpy" and not into_out:
+        assert type(got) is type(np.matmul(a, b, dtype=out_dtype))      # a NumPy scalar for 1-D @ 1-D
+    host = np.asarray(got.numpy() if kind == "torch" else got)
+    assert host.shape == want.shape and host.dtype == want.dtype
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(host, want)
+        return
+    a2 = (a[None, :] if vectors[0] else a).astype(want.dtype)     # NumPy multiplies the cast operands
+    b2 = (b[:, None] if vectors[1] else b).astype(want.dtype)
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a2, b2 = np.broadcast_to(a2, batch + a2.shape[-2:]), np.broadcast_to(b2, batch + b2.shape[-2:])
+    c2 = host.reshape(batch + (a2.shape[-2], b2.shape[-1]))
+    for idx in np.ndindex(batch):
+        verdict = compare(c2[idx], a2[idx], b2[idx], want.dtype.name)
+        assert verdict.ok, f"{idx}: {verdict.message}"

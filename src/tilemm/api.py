@@ -250,6 +250,12 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     if da.device != db.device:
         raise ValueError(f"matmul: operand 0 is on {da.device} and operand 1 on {db.device}; "
                          "move them to one device")
+    result = result_dtype(da.dtype, db.dtype)
+    if out_dtype is not None:         # before the shapes, as NumPy resolves dtype= first
+        result = _checked_out_dtype(out_dtype, result)
+        if result == "bfloat16" and da.kind != "torch":
+            raise TypeError(f"matmul: out_dtype=bfloat16 needs torch tensors: {da.kind} has no bfloat16 "
+                            "to return the result in")
     for i, d in enumerate((da, db)):
         if len(d.shape) == 0:
             raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "
@@ -262,12 +268,6 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
                          f"shapes {da.shape} and {db.shape}")
     batch = _broadcast_batch(da.shape[:-2], db.shape[:-2], da.shape, db.shape)
     shape = batch + ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
-    result = result_dtype(da.dtype, db.dtype)
-    if out_dtype is not None:
-        result = _checked_out_dtype(out_dtype, result)
-        if result == "bfloat16" and da.kind != "torch":
-            raise TypeError(f"matmul: out_dtype=bfloat16 needs torch tensors: {da.kind} has no bfloat16 "
-                            "to return the result in")
 
     if kernel == "auto":
         if params:
