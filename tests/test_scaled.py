@@ -149,6 +149,21 @@ def test_gpu_waits_for_a_producer_on_the_caller_s_stream(passed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtypes", [(1, 1), (0, 1), (1, 0)])
+def test_gpu_e5m2_subnormals_count(dtypes):
+    """e5m2 subnormals (2^-15, 2^-16) times 1: the sums exact in float32. Triton's interpreter
+    flushes them in tl.dot (docs/tensor_cores.md), so only the GPU can tell."""
+    small = torch.tensor([2.0**-15, -2.0**-16, 2.0**-15, 2.0**-16]).repeat(64, 16)      # (64, 64)
+    a = (small if FP8[dtypes[0]] == torch.float8_e5m2 else torch.ones(64, 64)).to(FP8[dtypes[0]]).cuda()
+    b = (small.T if FP8[dtypes[1]] == torch.float8_e5m2 else torch.ones(64, 64)).to(FP8[dtypes[1]]).cuda()
+    if dtypes == (1, 1):
+        b = torch.ones(64, 64).to(FP8[1]).cuda()
+    c = tilemm.scaled_matmul(a, b.T.contiguous().T, 1.0, 1.0, out_dtype="float32")
+    want = a.double().cpu() @ b.double().cpu()
+    assert bool(want.abs().min() > 0) and torch.equal(c.double().cpu(), want)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (1000, 1000, 1000), (517, 1030, 333), (2048, 2048, 4096)])
 @pytest.mark.parametrize("layout", ["nt", "nn", "tt"])
 @pytest.mark.parametrize("fast_accum", [False, True])
