@@ -51,3 +51,32 @@ def test_cli_refuses_a_bad_parameter_in_one_line(capsys):
                      "--param", "split_k=0", "--simulate", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tilemm explain: error: ") and "split_k=0 is not allowed" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["tiled", "--size", "0", "--simulate", "0"], "an empty product"),
+    (["tensorcore-int", "--shape", "0", "0", "120"], "an empty product"),
+    (["tensorcore", "--simulate", "0"], "float16"),                    # its own dtype when none is named
+])
+def test_cli_explains_empty_products_and_defaults_to_a_dtype_the_kernel_computes(capsys, argv, says):
+    assert cli.main(["explain", *argv]) == 0
+    out = capsys.readouterr()
+    assert says in out.out and "Traceback" not in out.err
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["tiled", "--size", "-5"], "a size is 0 or more"),
+    (["tiled", "--simulate", "-3"], "a size is 0 or more"),
+    (["tiled", "--simulate", "100000"], "sizes up to 128"),
+    (["tensorcore", "--dtype", "int8", "--simulate", "0"], "does not compute int8"),
+    (["tensorcore", "--dtype", "bool"], "invalid choice: 'bool'"),
+])
+def test_cli_refuses_bad_sizes_and_dtypes_in_one_line(capsys, argv, says):
+    """Once: a negative size was explained, a simulated size of 100000 or -3 failed in a subprocess,
+    and a dtype the kernel refuses was modelled."""
+    try:
+        code = cli.main(["explain", *argv])
+    except SystemExit as refused:       # argparse's refusals
+        code = refused.code
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and "Traceback" not in err

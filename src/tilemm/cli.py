@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import machine, registry
+from .dtypes import SUPPORTED
 
 console = Console(width=None if sys.stdout.isatty() else 200)  # logs get whole rows
 
@@ -29,7 +30,7 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("check", help="correctness sweep against the reference")
     p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL")
-    p.add_argument("--dtypes", nargs="+")
+    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE")
 
     p = sub.add_parser("bench", help="time the kernels; --report DIR writes tables and plots")
     p.add_argument("--suite", choices=["cpu", "seeds", "ladder", "shapes", "tensorcore", "wide"],
@@ -38,7 +39,7 @@ def main(argv=None) -> int:
                    help="kernel parameters for the kernels that have them, e.g. autotune=True "
                         "(the record then carries the tuning time)")
     p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL")
-    p.add_argument("--dtypes", nargs="+")
+    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE")
     p.add_argument("--sizes", nargs="+", type=int, help="square sizes n (replaces the suite's)")
     p.add_argument("--budget", type=float, default=2.0, help="seconds of timing per measurement")
     p.add_argument("--skip-over", type=float, default=60.0,
@@ -48,12 +49,14 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("explain", help="launch shape, traffic model, roofline bound; loads counted in the simulator")
     p.add_argument("kernel", choices=names, metavar="KERNEL")
-    p.add_argument("--size", type=int, default=4096, help="square size n (default 4096)")
-    p.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"))
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--size", type=_size, default=4096, help="square size n (default 4096)")
+    p.add_argument("--shape", type=_size, nargs=3, metavar=("M", "N", "K"))
+    p.add_argument("--dtype", choices=SUPPORTED, metavar="DTYPE",
+                   help="default: float32 where the kernel computes it, else its first dtype")
     p.add_argument("--param", nargs="+", default=[], metavar="NAME=VALUE", help="kernel parameters, e.g. tile=32")
     p.add_argument("--tile", type=int, help="shorthand for --param tile=N")
-    p.add_argument("--simulate", type=int, default=32, help="size at which to count loads in the simulator (0: off)")
+    p.add_argument("--simulate", type=_simulated_size, default=32,
+                   help=f"size at which to count loads in the simulator, up to {SIMULATE_UP_TO} (0: off)")
     p.add_argument("--ncu", action="store_true", help="read the real DRAM bytes with Nsight Compute")
     p.add_argument("--json", action="store_true")
 
@@ -65,6 +68,24 @@ def main(argv=None) -> int:
     except ValueError as e:          # bad input, refused before any work (a parameter, a shape): one line
         print(f"tilemm {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+# The simulator runs each CUDA thread as a Python thread: past this size a count takes many minutes
+SIMULATE_UP_TO = 128
+
+
+def _size(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n}: a size is 0 or more")
+    return n
+
+
+def _simulated_size(text: str) -> int:
+    n = _size(text)
+    if n > SIMULATE_UP_TO:
+        raise argparse.ArgumentTypeError(f"{n}: the simulator counts loads at sizes up to {SIMULATE_UP_TO}")
+    return n
 
 
 def _kernel_rows():
@@ -219,6 +240,8 @@ def cmd_explain(args) -> int:
     if args.tile is not None:
         params["tile"] = args.tile
     m, n, k = args.shape or (args.size,) * 3
+    dtypes = registry.get(args.kernel).dtypes
+    args.dtype = args.dtype or ("float32" if "float32" in dtypes else dtypes[0])
     info = explain.explain(args.kernel, m, n, k, args.dtype, params, simulate=args.simulate or None)
     if args.ncu:
         info["ncu"] = explain.ncu_bytes(args.kernel, m, n, k, args.dtype, info["params"])
@@ -236,10 +259,14 @@ def cmd_explain(args) -> int:
                 f"a block; {L['outputs_per_thread'][0]} x {L['outputs_per_thread'][1]} outputs a thread")
         c.print(f"limits: {L['limit']}")
     t = info["traffic"]
+    if not t["minimum_bytes"]:
+        c.print("traffic model: an empty product: nothing to read or write")
+        return 0
     c.print(f"traffic model: {t['elements_read']:.4g} elements read, {t['elements_written']:.4g} written = "
             f"{t['bytes'] / 1e9:.4g} GB, {t['times_minimum']:.4g}x the minimum ({t['minimum_bytes'] / 1e9:.4g} GB: "
             "each input read once, C written once)")
-    c.print(f"arithmetic intensity: {info['intensity_flop_per_byte']:.3g} FLOP per byte of modelled traffic")
+    if info["intensity_flop_per_byte"] is not None:
+        c.print(f"arithmetic intensity: {info['intensity_flop_per_byte']:.3g} FLOP per byte of modelled traffic")
     if "roofline" in info:
         r = info["roofline"]
         unit = (f" of the problem's products: {r['unit']} peak / {r['products_per_product']}"

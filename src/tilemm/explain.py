@@ -25,6 +25,8 @@ def explain(name: str, m: int, n: int, k: int, dtype: str = "float32", params: d
             simulate: int | None = 32) -> dict:
     kernel = registry.get(name)
     p = kernel.resolve(params or {})
+    if kernel.compute_dtype(dtype) is None:
+        raise ValueError(f"kernel {name!r} does not compute {dtype} (it computes {', '.join(kernel.dtypes)})")
     problem = Problem(m, n, k, dtype)
     itemsize = problem.itemsize
     gpu = machine.limits()
