@@ -645,6 +645,28 @@ def test_panels_pay_by_the_products_size():
     assert panel_bounds(70, 3, 16) == [(0, 32), (32, 64), (64, 70)] and panel_bounds(20, 8, 16) == [(0, 16), (16, 20)]
 
 
+@pytest.mark.parametrize("kernel,dtype", [("tensorcore", np.float16), ("tensorcore-f32", np.float32),
+                                          ("tensorcore-int", np.int8)])
+def test_numpy_operands_reversed_or_read_only(kernel, dtype):
+    """NumPy views with negative strides (a[::-1]) and read-only arrays: torch takes neither as it
+    is (a ValueError from torch.from_numpy, a UserWarning), so the Triton rungs copy them."""
+    import warnings
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal((37, 29)) * 20).astype(dtype)[::-1]
+    b = (rng.standard_normal((41, 29)) * 20).astype(dtype).T[:, ::-1]
+    frozen = a.copy()
+    frozen.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        for x, y in ((a, b), (frozen, b)):
+            c = tilemm.matmul(x, y, kernel=kernel)
+            if np.dtype(dtype).kind == "i":
+                np.testing.assert_array_equal(c, np.matmul(x, y))
+            else:
+                verdict = compare(c, x, y, np.dtype(dtype).name)
+                assert verdict.ok, verdict.message
+
+
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_numpy_float16_in_numpy_out():
     rng = np.random.default_rng(0)

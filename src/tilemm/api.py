@@ -497,7 +497,8 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool, where: str | Non
         if isinstance(x, torch.Tensor) and x.dtype == dtype and x.is_cuda == (where == "cuda"):
             return x.clone() if copy else x            # as it is: the usual call, and the cheapest
         if isinstance(x, np.ndarray):
-            x = torch.from_numpy(x)
+            # torch takes no negative strides (a[::-1]) and warns on a read-only array: a copy of those
+            x = torch.from_numpy(x if x.flags.writeable and min(x.strides, default=0) >= 0 else np.array(x))
         elif not isinstance(x, torch.Tensor):
             x = torch.as_tensor(x, device="cuda")
         narrow = (plan.kernel.narrow_operands and not x.dtype.is_floating_point and x.is_signed()
