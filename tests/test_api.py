@@ -177,6 +177,21 @@ def test_a_narrower_out_dtype_rounds_the_operands_first(kernel):
     assert got.dtype == torch.bfloat16 and (got.double() - want.double()).abs().max() <= 2**-7 * want.abs().max()
 
 
+@pytest.mark.parametrize("kernel", [None, "cpu-tiled"])
+def test_a_tensor_that_would_record_a_gradient_is_refused(kernel):
+    """torch.matmul's result would carry a gradient; tilemm's would silently carry none: refused
+    (a repeated call too), and taken under torch.no_grad() or detached."""
+    a, b = torch.randn(5, 4, requires_grad=True), torch.randn(4, 3)
+    for _ in range(2):
+        with pytest.raises(TypeError, match="requires grad"):
+            tilemm.matmul(b.T, a.T, kernel=kernel)
+    with torch.no_grad():
+        assert torch.allclose(tilemm.matmul(a, b, kernel=kernel), a @ b, atol=1e-5)
+    assert torch.allclose(tilemm.matmul(a.detach(), b, kernel=kernel), (a @ b).detach(), atol=1e-5)
+    with pytest.raises(TypeError, match="operand 0 requires grad"):       # after a plain call of this shape
+        tilemm.matmul(a, b, kernel=kernel)
+
+
 def test_bfloat16_out_dtype_needs_torch():
     with pytest.raises(TypeError, match="needs torch tensors"):
         tilemm.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), out_dtype="bfloat16")

@@ -43,7 +43,8 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
     params: the kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``).
 
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
-    ``tilemm.accuracy``. Errors are raised before any kernel runs.
+    ``tilemm.accuracy``. No autograd graph is recorded: a tensor that requires grad is refused
+    while grad mode is on. Errors are raised before any kernel runs.
     """
     key = _call_key(a, b, kernel, out, out_dtype, params)
     known = _PLANS.get(key) if key is not None else None
@@ -120,7 +121,9 @@ def _key_function(x):
         return lambda x: (np.ndarray, x.dtype, x.shape, x.strides)
     torch = arrays._torch()
     if torch is not None and isinstance(x, torch.Tensor):
-        return lambda x: (torch.Tensor, x.dtype, x.shape, x.stride(), x.device)
+        # a tensor that would record a gradient is refused by plan(): its key never meets a plain one's
+        return lambda x: (torch.Tensor, x.dtype, x.shape, x.stride(), x.device,
+                          x.requires_grad and torch.is_grad_enabled())
     cupy = arrays._cupy()
     if cupy is not None and isinstance(x, cupy.ndarray):
         return lambda x: (cupy.ndarray, x.dtype, x.shape, x.strides, x.device.id)
@@ -250,6 +253,8 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     if da.device != db.device:
         raise ValueError(f"matmul: operand 0 is on {da.device} and operand 1 on {db.device}; "
                          "move them to one device")
+    if da.kind == "torch":
+        _check_no_gradient(a, b)
     result = result_dtype(da.dtype, db.dtype)
     if out_dtype is not None:         # before the shapes, as NumPy resolves dtype= first
         result = _checked_out_dtype(out_dtype, result)
@@ -303,6 +308,16 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
         fast = torch_product(result)
     return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast,
                 out_of_core=out_of_core)
+
+
+def _check_no_gradient(a, b) -> None:
+    """tilemm records no autograd graph: where torch.matmul would give a result that carries a
+    gradient, tilemm's would silently carry none, so it refuses."""
+    import torch
+    for i, x in enumerate((a, b)):
+        if x.requires_grad and torch.is_grad_enabled():
+            raise TypeError(f"matmul: operand {i} requires grad, and tilemm records no autograd graph (its result "
+                            "would carry no gradient); call it under torch.no_grad() or pass x.detach()")
 
 
 def _past_device_memory(problem: Problem) -> bool:
