@@ -121,11 +121,14 @@ def one_call(rng, side, stats, deadline):
         b = layout(layouts[1], random_operand(rng, (k, n), dtype))
         case = dict(kernel=kernel, dtype=dtype, m=m, n=n, k=k, kind=kind, stream=how, layouts="".join(layouts),
                     offsets=offsets)
-        checked_call(kernel, dtype, kind, how, a, b, offsets, side, stats, rng, case)
+        checked_call(case, a, b, side, stats, rng)
 
 
-def checked_call(kernel, dtype, kind, how, a, b, offsets, side, stats, rng, case):
+def checked_call(case, a, b, side, stats, rng):
+    """One call of the case (its kernel, dtype, array kind, stream and offsets) on a and b, its
+    answer checked and counted in stats."""
     import torch
+    kernel, dtype, kind, how, offsets = (case[key] for key in ("kernel", "dtype", "kind", "stream", "offsets"))
     a_d, b_d = to_kind(a, dtype, kind, offsets[0]), to_kind(b, dtype, kind, offsets[1])
     result = result_dtype(dtype, dtype)
     try:

@@ -228,7 +228,6 @@ class Plan:
                 launch()
         return locked_launch, result
 
-
     def _as_result_dtype(self, x):
         """x cast to the result's dtype where the rung would skip that rounding: numpy.matmul casts
         its operands to the result's dtype before it multiplies, and a float result a rung computes
@@ -237,7 +236,7 @@ class Plan:
         result wraps the same either way, and a rung computing the result's own dtype casts."""
         if self.result == self.problem.dtype or is_integer(self.result) or dtype_name(x.dtype) == self.result:
             return x
-        return arrays.cast(x, self.result)
+        return arrays.convert(x, self.operand, self.result)
 
 
 def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params) -> Plan:

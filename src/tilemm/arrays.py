@@ -89,13 +89,6 @@ def convert(c, like: Operand, dtype: str):
     return device_cast(c, dtype, copy=False)
 
 
-def cast(x, dtype: str):
-    """x (NumPy, torch or CuPy, where it is) cast to ``dtype``, strides kept."""
-    if isinstance(x, np.ndarray):
-        return x.astype(dtype)
-    return device_cast(x, dtype, copy=False)
-
-
 def device_cast(x, dtype: str, copy: bool):
     """A torch or CuPy array cast to ``dtype`` on its device (a fresh copy if ``copy``)."""
     torch = _torch()
