@@ -1,6 +1,12 @@
 """Issue 9's fp8 bar: tilemm.scaled_matmul (rung `tensorcore-fp8`) against torch._scaled_mm.
 
     PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py --out DIR
+    ... fp8_vs_scaled_mm.py --out DIR --wide fit held-out     # the two float32-sum programs, wide sweep
+
+--wide: over the wide sweep's problems (tilemm.bench.suites.wide_problems; A row-major, B as
+(N, K).T), whole calls of the float32 sums' two programs, scaled_matmul(warp_specialized=False)
+(`triton`) and (=True) (`gluon`), with _scaled_mm beside them where it takes the shape (multiples
+of 16): the data of t5_fp8.WARP_SPECIALIZED_FROM_K.
 
 float8_e4m3fn, per-tensor scales, bfloat16 out, A row-major and B given as (N, K).T (the only
 layout _scaled_mm takes; tilemm's B row-major case, which pays its transposition, is also timed).
@@ -25,7 +31,8 @@ from tilemm.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (pre-warm)
 
-CONFIGS = [dict(block_m=128, block_n=256), dict(block_m=256, block_n=128), dict(stream_k=True), dict(num_stages=3)]
+CONFIGS = [dict(block_m=128, block_n=256), dict(block_m=256, block_n=128), dict(stream_k=True), dict(num_stages=3),
+           dict(warp_specialized=False)]
 
 
 def check(c, a, b, scale, fast, block_k=128):
@@ -42,9 +49,39 @@ def check(c, a, b, scale, fast, block_k=128):
     return ok, float(err.max() / ref.abs().max())
 
 
+def wide(out: Path, splits: list, base: dict):
+    """The --wide records (see the module's doc), one line a problem, every answer checked."""
+    from tilemm.bench.suites import wide_problems
+    for p in wide_problems():
+        if p.split not in splits:
+            continue
+        a = torch.randn(p.m, p.k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(p.n, p.k, device="cuda").to(torch.float8_e4m3fn).T
+        sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
+        launch = {"triton": lambda: tilemm.scaled_matmul(a, b, sa, sb, warp_specialized=False),
+                  "gluon": lambda: tilemm.scaled_matmul(a, b, sa, sb, warp_specialized=True)}
+        if p.m % 16 == 0 and p.n % 16 == 0 and p.k % 16 == 0:
+            launch["scaled_mm"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+        errors, timed = {}, {}
+        for label, fn in launch.items():
+            ok, errors[label] = check(fn(), a, b, 1.0, False)
+            if ok:
+                timed[label] = fn
+            else:
+                print(p, label, "WRONG", errors[label], flush=True)
+        times = {label: statistics.median(ts) for label, ts in interleaved_rounds(timed, 3, 0.08).items()}
+        with open(out / "fp8_programs_wide.jsonl", "a") as f:
+            f.write(json.dumps(dict(base, m=p.m, n=p.n, k=p.k, kind=p.kind, split=p.split, ms=times,
+                                    errors=errors)) + "\n")
+        print(f"{p.split:8} {p.m:6}x{p.n:6}x{p.k:6} " + " ".join(
+            f"{label} {t * 1e3:8.1f}us x{times['triton'] / t:.3f}" for label, t in times.items()), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--wide", nargs="+", choices=["fit", "held-out"],
+                    help="instead of the sizes: the two float32-sum programs over these halves of the wide sweep")
     ap.add_argument("--sizes", nargs="+", type=int, default=[8192, 4096])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--per-round", type=float, default=0.3)
@@ -54,6 +91,8 @@ def main():
     base = machine.stamp(machine.command_line(
         "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py", args))
     gpu_ladder.prewarm(args.prewarm)
+    if args.wide:
+        return wide(args.out, args.wide, base)
     records = []
     for n in args.sizes:
         g = torch.Generator(device="cuda").manual_seed(n)

@@ -80,12 +80,35 @@ def test_empty_shapes():
     ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(out=torch.ones(3, 3)), ValueError, "out must"),
     ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(block_m=256, block_n=256, num_stages=5),
      tilemm.KernelUnavailable, "shared memory"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(warp_specialized=1), ValueError,
+     "warp_specialized"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(warp_specialized=True, fast_accum=True),
+     tilemm.KernelUnavailable, "float32 sums"),
 ])
 def test_bad_arguments_are_refused_before_any_kernel(args, kwargs, error, match):
     args = tuple(x.to(WHERE) if isinstance(x, torch.Tensor) and x.ndim >= 2 else x for x in args)
     kwargs = {k: v.to(WHERE) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     with pytest.raises(error, match=match):
         tilemm.scaled_matmul(*args, **kwargs)
+
+
+@pytest.mark.skipif(ON_GPU, reason="Triton's interpreter runs no Gluon")
+def test_warp_specialized_needs_hopper_and_gluon():
+    a, b = operand(4, 8, FP8[0], False, 1), operand(8, 4, FP8[0], False, 2)
+    with pytest.raises(tilemm.KernelUnavailable, match="Hopper"):
+        tilemm.scaled_matmul(a, b, warp_specialized=True)
+
+
+def test_default_takes_the_warp_specialized_program_only_for_float32_sums_default_tiles_and_deep_k():
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, resolve
+    hopper = support.hopper_gluon()
+    assert resolve(DEFAULTS, False, 4096)["warp_specialized"] == hopper
+    assert resolve(DEFAULTS, False, 4095)["warp_specialized"] is False
+    assert resolve(DEFAULTS, True, 8192)["warp_specialized"] is False
+    assert resolve({**DEFAULTS, "num_stages": 3}, False, 8192)["warp_specialized"] is False
+    assert resolve({**DEFAULTS, "warp_specialized": False}, False, 8192)["warp_specialized"] is False
+    assert resolve({**DEFAULTS, "warp_specialized": True}, False, 1)["warp_specialized"] is True
 
 
 def test_number_scales_are_made_once_apart_for_a_and_b():
@@ -179,6 +202,28 @@ def test_gpu_matches_float64(m, n, k, layout, fast_accum):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (130, 260, 129), (517, 1030, 333), (1030, 2049, 1000)])
+@pytest.mark.parametrize("dtypes", [(0, 0), (1, 1), (0, 1)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_gpu_warp_specialized_program_matches_float64(m, n, k, dtypes, out_dtype):
+    """The Gluon program (the default on Hopper from K = 4096) and the Triton one, each asked for,
+    on ragged tiles, both fp8 types and mixed, C in two dtypes poisoned first (A and B copied into
+    aligned rows where K is odd); then a repeated call, replayed, on new operands."""
+    from tilemm.ladder import _tensorcore_support as support
+    if not support.hopper_gluon():
+        pytest.skip("the warp-specialized program runs on Hopper")
+    for program in (True, False):
+        for seed in (17, 19):
+            a = operand(m, k, FP8[dtypes[0]], False, seed)
+            b = operand(k, n, FP8[dtypes[1]], True, seed + 1)
+            out = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
+            c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype=out_dtype, out=out, warp_specialized=program)
+            check(c, a, b, 0.5, 2.0, float32_sums(k) + 4 * 2.0**-13)
+            check(tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype=out_dtype, warp_specialized=program), a, b, 0.5, 2.0,
+                  float32_sums(k) + 4 * 2.0**-13)
+
+
+@pytest.mark.gpu
 def test_gpu_nan_propagates():
     """(Triton's interpreter reads the e4m3 NaN, 0x7F, as a number: checked on the GPU only.)"""
     a, b = operand(300, 400, FP8[0], False, 5), operand(400, 260, FP8[0], True, 6)
@@ -216,6 +261,33 @@ for ty in ("fp8e4nv", "fp8e5"):
         out[f"{ty}-{fast}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
                                    wgmma=any(f"wgmma.mma_async.sync.aligned.m64n{p['block_n']}k32.f32.{t}" in ptx
                                              for t in ("e4m3.e4m3", "e5m2.e5m2")))
+# the warp-specialized Gluon program (Hopper, float32 sums): wgmma of the halves' width, the loading
+# warp's registers handed to the multiplying warpgroups (setmaxnreg), and no spills (cuobjdump's stack)
+import os, re, subprocess, tempfile
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from tilemm.ladder.tensorcore import t5_fp8_gluon_kernel as ws
+gl_types = {"fp8e4nv": gl.float8e4nv, "fp8e5": gl.float8e5}
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+for ta, tb, cty in (("fp8e4nv", "fp8e4nv", "*bf16"), ("fp8e5", "fp8e5", "*fp32"), ("fp8e4nv", "fp8e5", "*fp16")):
+    la = repr(gl.NVMMASharedLayout.get_default_for([ws.BLOCK_M, ws.BLOCK_K], gl_types[ta]))
+    lb = repr(gl.NVMMASharedLayout.get_default_for([ws.BLOCK_N, ws.BLOCK_K], gl_types[tb]))
+    sig = dict(a_desc=f"tensordesc<{ta}[{ws.BLOCK_M}, {ws.BLOCK_K}],{la}>", b_desc=f"tensordesc<{tb}[{ws.BLOCK_N}, {ws.BLOCK_K}],{lb}>",
+               c_ptr=cty, scale_a_ptr="*fp32", scale_b_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
+               stride_cn="i32", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr", WORKER_REGISTERS="constexpr")
+    const = dict(GROUP_M=ws.GROUP_M, PROGRAMS=132, STAGES=ws.STAGES, WORKER_REGISTERS=ws.WORKER_REGISTERS)
+    k = triton.compile(GluonASTSource(fn=ws.fp8_matmul_ws, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=4))
+    ptx = k.asm["ptx"]
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+    pair = {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}
+    out[f"ws-{ta}-{tb}-{cty[1:]}"] = dict(
+        shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
+        wgmma=f"wgmma.mma_async.sync.aligned.m64n{ws.BLOCK_N // 2}k32.f32.{pair[ta]}.{pair[tb]}" in ptx
+        and "setmaxnreg.inc" in ptx and re.search(r"STACK:(\d+)", usage).group(1) == "0")
 print(json.dumps(out))
 """
 
@@ -225,7 +297,7 @@ def test_default_config_compiles_for_sm90():
     res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
-    assert len(compiled) == 4
+    assert len(compiled) == 7
     for name, info in compiled.items():
         assert info["cubin"] > 0 and info["wgmma"], (name, info)
         assert info["shared"] <= info["limit"], (name, info)

@@ -29,7 +29,10 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     out: optional (M, N) tensor of out_dtype on the operands' device to write into (any strides).
     stream: where the work is queued, as for ``tilemm.matmul`` (None: torch's current stream).
     params: block_m, block_n, block_k, group_m, num_warps, num_stages, stream_k (see
-        ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode).
+        ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode),
+        warp_specialized (None: on a Hopper GPU, float32 sums with none of the others given and
+        K >= 4096 run the warp-specialized Gluon program, 128 x 256 tiles; True: that program or
+        an error; False: the Triton program).
 
     Returns out, or a new contiguous (M, N) tensor of out_dtype.
 
@@ -68,10 +71,11 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     queue = streams.handle_of(stream) if stream is not None else None
     from .ladder import _tensorcore_support as support
     from .ladder.tensorcore import t5_fp8
-    config = t5_fp8.resolve(_config(params), bool(fast_accum))
+    config = t5_fp8.resolve(_config(params), bool(fast_accum), a.shape[1])
     _check_device(a.device, torch)
     reason = support.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or t5_fp8.limits(
-        config["block_m"], config["block_n"], config["block_k"], config["num_stages"], _compat.triton_interpreter())
+        config["block_m"], config["block_n"], config["block_k"], config["num_stages"], _compat.triton_interpreter(),
+        bool(fast_accum), config["warp_specialized"])
     if reason:
         raise KernelUnavailable(f"scaled_matmul: {reason}")
     device = "cpu" if a.device.type == "cpu" else f"cuda:{a.device.index or 0}"
@@ -147,8 +151,10 @@ def _config(params: dict) -> dict:
     config = {**DEFAULTS, **params}
     if not isinstance(config["stream_k"], bool):
         raise ValueError(f"scaled_matmul: stream_k={config['stream_k']!r} must be True or False")
+    if config["warp_specialized"] not in (None, True, False):
+        raise ValueError(f"scaled_matmul: warp_specialized={config['warp_specialized']!r} must be None, True or False")
     for name, value in config.items():
-        if value is None and name in ("block_m", "block_n"):
+        if value is None and name in ("block_m", "block_n") or name == "warp_specialized":
             continue
         if name != "stream_k" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")

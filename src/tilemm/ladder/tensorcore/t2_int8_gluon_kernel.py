@@ -105,16 +105,17 @@ def tile_pointers(c_ptr, tile, M, N, stride_cm, stride_cn, layout: gl.constexpr,
 
 
 @gluon.jit
-def stage_ring(a_desc, b_desc, STAGES: gl.constexpr):
+def stage_ring(a_desc, b_desc, STAGES: gl.constexpr, RELEASES: gl.constexpr = 1):
     """(a_bufs, b_bufs, ready, empty): STAGES shared-memory stages of an A and a B tile, each with a
-    `ready` barrier (its tiles are in) and an `empty` one (the product that read it is done)."""
+    `ready` barrier (its tiles are in) and an `empty` one (the products that read it are done: its
+    RELEASES arrivals, one from each partition that multiplies)."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(empty.index(i), count=RELEASES)
     return a_bufs, b_bufs, ready, empty
 
 

@@ -7,6 +7,10 @@ float32). The 8-bit instruction reads both operands K-major: A row-major and B g
 (N, K).T (torch._scaled_mm's own requirement) are used as they are; any other layout is copied
 K-major first, a pass whose time counts.
 
+On Hopper, float32 sums with the default tiles and K >= 4096 run a warp-specialized Gluon program
+instead (t5_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
+run): 1.13x the Triton program over the wide sweep's held-out half (H200, session 20).
+
 Constraints: float8_e4m3fn / float8_e5m2 (mixed too); compute capability 8.9 or newer; BLOCK_K a
 multiple of 32 on the GPU; shared memory of a configuration must fit (checked before launch).
 """
@@ -15,18 +19,44 @@ from __future__ import annotations
 from ... import _compat
 from .. import _tensorcore_support as support
 
-DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=False)
+DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=False,
+                warp_specialized=None)
+TILE_PARAMS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "stream_k")
+# K from which float32 sums take the warp-specialized program (warp_specialized=None). It writes
+# each tile's C before it loads the next tile's first stages, where the Triton program overlaps
+# the two: a tile needs K steps enough to hide that. Chosen on the wide sweep's fit half (H200,
+# whole calls, h200-2026-11-26-s20/fp8_programs_wide.jsonl): K >= 4096 1.130x the Triton program
+# (geometric mean over all 104 problems, lowest 0.866x), K >= 2048 1.131x, the 2048 <= K < 4096
+# band alone no faster (lowest 0.961x), every K 1.059x (lowest 0.41x at K = 156). Held-out half:
+# 1.132x, lowest 0.976x.
+WARP_SPECIALIZED_FROM_K = 4096
 
 
-def resolve(config: dict, fast_accum: bool) -> dict:
+def resolve(config: dict, fast_accum: bool, k: int = 0) -> dict:
     """The tiles where block_m / block_n are None, as measured on an H100 at 8192³
     (benchmarks/fp8_vs_scaled_mm.py): 128 x 256 with fast accumulation, 256 x 128 without
-    (the extra float32 sum of each K step runs better on two 128-row warp groups)."""
+    (the extra float32 sum of each K step runs better on two 128-row warp groups); and
+    warp_specialized where it is None: float32 sums with the default tiles, K from
+    WARP_SPECIALIZED_FROM_K, on Hopper."""
     m, n = (128, 256) if fast_accum else (256, 128)
-    return {**config, "block_m": config["block_m"] or m, "block_n": config["block_n"] or n}
+    warp_specialized = config["warp_specialized"]
+    if warp_specialized is None:
+        warp_specialized = (not fast_accum and k >= WARP_SPECIALIZED_FROM_K
+                            and all(config[p] == DEFAULTS[p] for p in TILE_PARAMS) and support.hopper_gluon())
+    return {**config, "block_m": config["block_m"] or m, "block_n": config["block_n"] or n,
+            "warp_specialized": warp_specialized}
 
 
-def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interpreter: bool) -> str | None:
+def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interpreter: bool, fast_accum: bool = False,
+           warp_specialized: bool = False) -> str | None:
+    if warp_specialized:
+        if fast_accum:
+            return "warp_specialized=True is the float32 sums' program; fast_accum=True takes the Triton one"
+        if not support.hopper_gluon():
+            return ("warp_specialized=True needs a Hopper GPU (compute capability 9.x) and Triton's Gluon "
+                    "(3.6 or newer), outside Triton's interpreter")
+        from . import t5_fp8_gluon_kernel as ws
+        return support.check_shared(ws.BLOCK_M, ws.BLOCK_N, ws.BLOCK_K, ws.STAGES, 1)
     if block_k % 32 and not interpreter:
         return f"block_k={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
     # C is written in float32 quarters while the next tile's stages load
@@ -34,13 +64,21 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
 
 
 def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages,
-         stream_k=False):
+         stream_k=False, warp_specialized=False):
     """c = scale_a * scale_b * (a @ b) as a launcher without arguments (a Steps: any copy of an
     operand K-major, then the product), which tilemm.ladder.replay can run again on other operands:
     a (M, K), b (K, N) fp8; scale_a, scale_b one-element float32 tensors on a's device; c (M, N)
-    on the GPU, M, N, K > 0."""
+    on the GPU, M, N, K > 0. warp_specialized: the Gluon program (its own tiles; the others
+    ignored)."""
     m, k = a.shape
     n = b.shape[1]
+    if warp_specialized:
+        from . import t5_fp8_gluon_kernel as ws
+        a_rows, a_fill = support.row_descriptor(a, ws.BLOCK_M, ws.BLOCK_K)
+        b_rows, b_fill = support.row_descriptor(b.T, ws.BLOCK_N, ws.BLOCK_K)
+        product = ws.launcher(ws.descriptor(a_rows, ws.BLOCK_M), ws.descriptor(b_rows, ws.BLOCK_N), c, scale_a,
+                              scale_b, m, n, k, support.multiprocessors())
+        return support.Steps([a_fill, b_fill, product])
     a_desc, a_fill = support.row_descriptor(a, block_m, block_k)
     b_desc, b_fill = support.row_descriptor(b.T, block_n, block_k)  # (N, K): B K-major
     # C's alignment told: float32 C of 7026 or 6524 columns 1.8-2.0x faster, 16-bit C unchanged

@@ -1,0 +1,123 @@
+"""The fp8 products of rung `tensorcore-fp8` with float32 sums on a Hopper GPU, written in Gluon.
+
+Hopper adds fp8 products into its accumulator with fewer bits than float32 keeps, so each K step's
+products go into a fresh accumulator that is then added to the float32 total (cuBLAS does the
+same unless asked for fast accumulation). In the Triton program (t1_blocked_kernel's
+matmul_persistent) every warp of the tile waits for each step's products before any adds them,
+and the tensor cores idle meanwhile: the float32 sums cost it 22% of its fast-accumulation speed.
+
+Here each 64-row warpgroup of a 128 x 256 tile is a partition of its own: it waits only for its
+own products and adds them while the other warpgroup's keep the tensor cores busy, in two halves
+of 128 columns (each a fresh 64 x 128 accumulator: a total of 64 x 256 and a half in flight fit a
+warpgroup's registers, two halves in flight do not). One loading warp walks the program's (tile, K
+step) pairs issuing TMA loads into a ring of stages (t2_int8_gluon_kernel's producer and ring).
+Measured on an H200 (benchmarks/fp8_vs_scaled_mm.py, session 20): 1.10-1.21x the Triton program
+on the wide sweep's products of 128 or more tiles; docs/tensor_cores.md has the figures.
+
+Operands K-major (A (M, K), B^T (N, K)), 16-byte aligned rows; C any strides, bfloat16, float16 or
+float32. Kept apart so that importing tilemm never imports Triton; GPU only (Gluon has no
+interpreter).
+"""
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+
+from .t2_int8_gluon_kernel import producer, stage_ring, tile_start
+
+BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
+STAGES = 4
+GROUP_M = 16
+# registers a thread of the second multiplying warpgroup asks for (the loading warp gives up its
+# own: 24), so that a 64 x 256 float32 total and a 64 x 128 product fit without spilling
+WORKER_REGISTERS = 232
+
+
+@gluon.jit
+def store_half(c_ptr, x, row, col, M, N, stride_cm, stride_cn, layout: gl.constexpr, HALF: gl.constexpr):
+    """x (64 x HALF, float32) into C at (row, col), what lies inside C, in C's dtype."""
+    offs_m = row + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
+    offs_n = col + gl.arange(0, HALF, layout=gl.SliceLayout(0, layout))
+    ptrs = c_ptr + gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1) + gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
+    inside = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
+    gl.store(ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)
+
+
+@gluon.jit
+def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_cm, stride_cn,
+                   WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                   GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+    """Warpgroup WG's 64 rows of each of this program's tiles: per K step, each half's products
+    into a fresh accumulator, waited for and added to the float32 total; the stage released once
+    both halves have read it; C = total * scale_a * scale_b at the tile's end."""
+    HALF: gl.constexpr = BLOCK_N // 2
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 32])
+    scale = gl.load(scale_a_ptr) * gl.load(scale_b_ptr)
+    pid = gl.program_id(0)
+    k_steps = gl.cdiv(K, BLOCK_K)
+    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    c = 0
+    for tile in range(pid, num_tiles, PROGRAMS):
+        left = gl.zeros((64, HALF), dtype=gl.float32, layout=layout)
+        right = gl.zeros((64, HALF), dtype=gl.float32, layout=layout)
+        step = gl.zeros((64, HALF), dtype=gl.float32, layout=layout)
+        for t in range(k_steps):
+            slot = c % STAGES
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+            a = a_bufs.index(slot).slice(WG * 64, 64)
+            b = b_bufs.index(slot)
+            step = warpgroup_mma(a, b.slice(0, HALF).permute((1, 0)), step, use_acc=False, is_async=True)
+            step = warpgroup_mma_wait(num_outstanding=0, deps=(step, ))
+            left += step
+            step = warpgroup_mma(a, b.slice(HALF, HALF).permute((1, 0)), step, use_acc=False, is_async=True)
+            step = warpgroup_mma_wait(num_outstanding=0, deps=(step, ))
+            mbarrier.arrive(empty.index(slot), count=1)
+            right += step
+            c += 1
+        off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        store_half(c_ptr, left * scale, off_m + WG * 64, off_n, M, N, stride_cm, stride_cn, layout, HALF)
+        store_half(c_ptr, right * scale, off_m + WG * 64, off_n + HALF, M, N, stride_cm, stride_cn, layout, HALF)
+
+
+@gluon.jit
+def fp8_matmul_ws(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_cm, stride_cn,
+                  GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr):
+    """C = scale_a * scale_b * A @ B from fp8 a_desc (M, K) and b_desc (N, K), K-major, float32
+    sums: the first multiplying warpgroup is the default partition (num_warps = 4), the second
+    and the loading warp are workers. Launched with min(tiles, PROGRAMS) programs."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    a_bufs, b_bufs, ready, empty = stage_ring(a_desc, b_desc, STAGES, BLOCK_M // 64)
+    gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K,
+                                          stride_cm, stride_cn, 0, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS,
+                                          STAGES)),
+                        (warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K,
+                                          stride_cm, stride_cn, 1, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS,
+                                          STAGES)),
+                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
+                                    BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
+                       [4, 1], [WORKER_REGISTERS, 24])
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+
+
+def launcher(a_desc, b_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int):
+    """A launcher without arguments (a BoundLaunch) of fp8_matmul_ws into c (M, N); K >= 1."""
+    from .._tensorcore_support import bound_launch
+    grid = (min(programs, triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N)),)
+    return bound_launch(fp8_matmul_ws, grid, (a_desc, b_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1)),
+                        dict(GROUP_M=GROUP_M, PROGRAMS=grid[0], STAGES=STAGES, WORKER_REGISTERS=WORKER_REGISTERS,
+                             num_warps=4))
+
+
+def descriptor(rows, block_rows: int):
+    """A Gluon TMA descriptor over the same memory as `rows`, a Triton TensorDescriptor of an fp8
+    operand K-major (support.row_descriptor's), in tiles block_rows x BLOCK_K."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    x = rows.base
+    element = gl.float8e5 if x.dtype == torch.float8_e5m2 else gl.float8e4nv
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, BLOCK_K], element)
+    return TensorDescriptor(x, list(rows.shape), list(rows.strides), [block_rows, BLOCK_K], layout)
