@@ -11,8 +11,11 @@ own products and adds them while the other warpgroup's keep the tensor cores bus
 of 128 columns (each a fresh 64 x 128 accumulator: a total of 64 x 256 and a half in flight fit a
 warpgroup's registers, two halves in flight do not). One loading warp walks the program's (tile, K
 step) pairs issuing TMA loads into a ring of stages (t2_int8_gluon_kernel's producer and ring).
-Measured on an H200 (benchmarks/fp8_vs_scaled_mm.py, session 20): 1.10-1.21x the Triton program
-on the wide sweep's products of 128 or more tiles; docs/tensor_cores.md has the figures.
+Measured on an H200 (benchmarks/fp8_vs_scaled_mm.py, session 20): 0.927x / 0.915x torch._scaled_mm
+at 8192³ / 4096³, against 0.833x / 0.849x for the Triton program; 1.28x that program over the wide
+sweep's held-out problems with K >= 4096, where the rung takes it (t5_fp8.WARP_SPECIALIZED_FROM_K:
+it writes each tile's C before loading the next, which costs where K is short). docs/tensor_cores.md
+has the figures.
 
 Operands K-major (A (M, K), B^T (N, K)), 16-byte aligned rows; C any strides, bfloat16, float16 or
 float32. Kept apart so that importing tilemm never imports Triton; GPU only (Gluon has no
