@@ -103,12 +103,25 @@ def test_default_takes_the_warp_specialized_program_only_for_float32_sums_defaul
     from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, resolve
     hopper = support.hopper_gluon()
-    assert resolve(DEFAULTS, False, 4096)["warp_specialized"] == hopper
-    assert resolve(DEFAULTS, False, 4095)["warp_specialized"] is False
-    assert resolve(DEFAULTS, True, 8192)["warp_specialized"] is False
-    assert resolve({**DEFAULTS, "num_stages": 3}, False, 8192)["warp_specialized"] is False
-    assert resolve({**DEFAULTS, "warp_specialized": False}, False, 8192)["warp_specialized"] is False
-    assert resolve({**DEFAULTS, "warp_specialized": True}, False, 1)["warp_specialized"] is True
+    assert resolve(DEFAULTS, False, k=4096)["warp_specialized"] == hopper
+    assert resolve(DEFAULTS, False, k=4095)["warp_specialized"] is False
+    assert resolve(DEFAULTS, True, k=8192)["warp_specialized"] is False
+    assert resolve({**DEFAULTS, "num_stages": 3}, False, k=8192)["warp_specialized"] is False
+    assert resolve({**DEFAULTS, "warp_specialized": False}, False, k=8192)["warp_specialized"] is False
+    assert resolve({**DEFAULTS, "warp_specialized": True}, False, k=1)["warp_specialized"] is True
+
+
+@pytest.mark.parametrize("fast_accum", [False, True])
+def test_thin_deep_products_take_64_row_tiles_and_stream_k(fast_accum):
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, THIN_TILES, resolve
+    sms = support.multiprocessors()
+    thin = resolve(DEFAULTS, fast_accum, 64, 128 * (sms - 1), 12288)
+    assert {name: thin[name] for name in THIN_TILES} == THIN_TILES and thin["warp_specialized"] is False
+    for m, n, k in ((65, 128, 12288), (64, 128 * sms, 12288), (64, 128, 12287)):     # too thick, wide or shallow
+        assert resolve(DEFAULTS, fast_accum, m, n, k)["block_m"] in (128, 256)
+    assert resolve({**DEFAULTS, "num_stages": 3}, fast_accum, 8, 4096, 14336)["block_m"] in (128, 256)
+    assert resolve({**DEFAULTS, "warp_specialized": True}, fast_accum, 8, 4096, 14336)["warp_specialized"]
 
 
 def test_number_scales_are_made_once_apart_for_a_and_b():
@@ -221,6 +234,21 @@ def test_gpu_warp_specialized_program_matches_float64(m, n, k, dtypes, out_dtype
             check(c, a, b, 0.5, 2.0, float32_sums(k) + 4 * 2.0**-13)
             check(tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype=out_dtype, warp_specialized=program), a, b, 0.5, 2.0,
                   float32_sums(k) + 4 * 2.0**-13)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(1, 1000, 12300), (8, 4095, 12288), (64, 4096, 14336), (33, 77, 40001)])
+@pytest.mark.parametrize("fast_accum", [False, True])
+def test_gpu_thin_deep_products_by_stream_k_match_float64(m, n, k, fast_accum):
+    """The default for thin, deep products (64-row tiles, K steps shared out among the SMs), then
+    a repeated call, replayed, on new operands."""
+    from tilemm.ladder.tensorcore.t5_fp8 import thin_stream_k
+    assert thin_stream_k(m, n, k)
+    adds = -(-k // 32) if fast_accum else 4
+    for seed in (3, 5):
+        a, b = operand(m, k, FP8[0], False, seed), operand(k, n, FP8[0], True, seed + 1)
+        c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float32", fast_accum=fast_accum)
+        check(c, a, b, 0.5, 2.0, float32_sums(k) + adds * 2.0**-13)
 
 
 @pytest.mark.gpu

@@ -29,7 +29,9 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     out: optional (M, N) tensor of out_dtype on the operands' device to write into (any strides).
     stream: where the work is queued, as for ``tilemm.matmul`` (None: torch's current stream).
     params: block_m, block_n, block_k, group_m, num_warps, num_stages, stream_k (see
-        ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode),
+        ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode,
+        or, with none of these given, 64 x 128 tiles and stream-K for a product of M <= 64 rows
+        and K >= 12288 whose tiles do not fill the SMs: ``t5_fp8.thin_stream_k``),
         warp_specialized (None: on a Hopper GPU, float32 sums with none of the others given and
         K >= 4096 run the warp-specialized Gluon program, 128 x 256 tiles; True: that program or
         an error; False: the Triton program).
@@ -71,7 +73,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     queue = streams.handle_of(stream) if stream is not None else None
     from .ladder import _tensorcore_support as support
     from .ladder.tensorcore import t5_fp8
-    config = t5_fp8.resolve(_config(params), bool(fast_accum), a.shape[1])
+    config = t5_fp8.resolve(_config(params), bool(fast_accum), a.shape[0], b.shape[1], a.shape[1])
     _check_device(a.device, torch)
     reason = support.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or t5_fp8.limits(
         config["block_m"], config["block_n"], config["block_k"], config["num_stages"], _compat.triton_interpreter(),

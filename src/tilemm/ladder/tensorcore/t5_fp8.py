@@ -30,21 +30,39 @@ TILE_PARAMS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_sta
 # band alone no faster (lowest 0.961x), every K 1.059x (lowest 0.41x at K = 156). Held-out half:
 # 1.132x, lowest 0.976x.
 WARP_SPECIALIZED_FROM_K = 4096
+# A decode-like product (M <= THIN_M rows) whose row of THIN_TILES tiles leaves SMs idle and whose K is
+# deep (from THIN_STREAM_K_FROM_K): the tiles' K steps shared out among all SMs (stream-K). Measured
+# on an H200, whole calls, M of 1-64 (h200-2026-11-26-s20/fp8_skinny_try.jsonl): 64 x 128 tiles with
+# stream-K 1.8-2.6x the default tiles at N x K = 4096 x 14336 and 8192 x 28672; at K = 8192 even
+# with them (8192 x 8192: 28-33 µs against 29-30 for 64 x 128 tiles alone), at K = 4096 slower
+# (4096 x 4096: 27-30 against 24-26), and with 224 tiles or more slower (28672 x 8192).
+THIN_M = 64
+THIN_TILES = dict(block_m=64, block_n=128, num_warps=4, stream_k=True)
+THIN_STREAM_K_FROM_K = 12288
 
 
-def resolve(config: dict, fast_accum: bool, k: int = 0) -> dict:
+def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) -> dict:
     """The tiles where block_m / block_n are None, as measured on an H100 at 8192³
     (benchmarks/fp8_vs_scaled_mm.py): 128 x 256 with fast accumulation, 256 x 128 without
     (the extra float32 sum of each K step runs better on two 128-row warp groups); and
     warp_specialized where it is None: float32 sums with the default tiles, K from
-    WARP_SPECIALIZED_FROM_K, on Hopper."""
-    m, n = (128, 256) if fast_accum else (256, 128)
+    WARP_SPECIALIZED_FROM_K, on Hopper. With every tile parameter at its default, a thin deep
+    product (thin_stream_k) takes THIN_TILES instead, either accumulation."""
+    defaults = all(config[p] == DEFAULTS[p] for p in TILE_PARAMS)
+    if defaults and config["warp_specialized"] is not True and thin_stream_k(m, n, k):
+        return {**config, **THIN_TILES, "warp_specialized": False}
+    tile_m, tile_n = (128, 256) if fast_accum else (256, 128)
     warp_specialized = config["warp_specialized"]
     if warp_specialized is None:
-        warp_specialized = (not fast_accum and k >= WARP_SPECIALIZED_FROM_K
-                            and all(config[p] == DEFAULTS[p] for p in TILE_PARAMS) and support.hopper_gluon())
-    return {**config, "block_m": config["block_m"] or m, "block_n": config["block_n"] or n,
+        warp_specialized = not fast_accum and k >= WARP_SPECIALIZED_FROM_K and defaults and support.hopper_gluon()
+    return {**config, "block_m": config["block_m"] or tile_m, "block_n": config["block_n"] or tile_n,
             "warp_specialized": warp_specialized}
+
+
+def thin_stream_k(m: int, n: int, k: int) -> bool:
+    """Whether an M x N x K product takes THIN_TILES: M <= THIN_M, fewer of those tiles than SMs
+    (one partial round), K >= THIN_STREAM_K_FROM_K."""
+    return 0 < m <= THIN_M and -(-n // THIN_TILES["block_n"]) < support.multiprocessors() and k >= THIN_STREAM_K_FROM_K
 
 
 def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interpreter: bool, fast_accum: bool = False,
