@@ -9,7 +9,8 @@ K-major first, a pass whose time counts.
 
 On Hopper, float32 sums with the default tiles and K >= 4096 run a warp-specialized Gluon program
 instead (t5_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
-run): 1.13x the Triton program over the wide sweep's held-out half (H200, session 20).
+run): 1.13x the Triton program over the wide sweep's held-out half (H200, session 20). Products of
+a few rows and deep K take 64-row tiles with stream-K (thin_stream_k).
 
 Constraints: float8_e4m3fn / float8_e5m2 (mixed too); compute capability 8.9 or newer; BLOCK_K a
 multiple of 32 on the GPU; shared memory of a configuration must fit (checked before launch).
