@@ -112,15 +112,23 @@ def test_default_takes_the_warp_specialized_program_only_for_float32_sums_defaul
 
 
 @pytest.mark.parametrize("fast_accum", [False, True])
-def test_thin_deep_products_take_64_row_tiles_and_stream_k(fast_accum):
+def test_products_of_a_few_rows_take_64_row_tiles_and_stream_k_where_deep(fast_accum):
     from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, THIN_TILES, resolve
     sms = support.multiprocessors()
-    thin = resolve(DEFAULTS, fast_accum, 64, 128 * (sms - 1), 12288)
-    assert {name: thin[name] for name in THIN_TILES} == THIN_TILES and thin["warp_specialized"] is False
-    for m, n, k in ((65, 128, 12288), (64, 128 * sms, 12288), (64, 128, 12287)):     # too thick, wide or shallow
-        assert resolve(DEFAULTS, fast_accum, m, n, k)["block_m"] in (128, 256)
-    assert resolve({**DEFAULTS, "num_stages": 3}, fast_accum, 8, 4096, 14336)["block_m"] in (128, 256)
+    n_half = 128 * (sms // 2)                          # half the SMs' tiles at M <= 64
+
+    def tiles(m, n, k, config=DEFAULTS):
+        p = resolve(config, fast_accum, m, n, k)
+        return p["block_m"], p["block_n"], p["stream_k"]
+    thin = (THIN_TILES["block_m"], THIN_TILES["block_n"])
+    assert tiles(64, n_half, 12288) == (*thin, True)
+    assert tiles(64, n_half, 12287) == (*thin, False)              # not deep: no stream-K
+    assert tiles(64, 128 * (sms - 1), 12288) == (*thin, False)     # more than half the SMs: no stream-K
+    assert tiles(128, 128 * ((sms - 1) // 2), 4096) == (*thin, False)
+    for m, n in ((129, 128), (64, 128 * sms)):                  # too many rows, or a round of tiles or more
+        assert tiles(m, n, 12288)[0] in (128, 256)
+    assert tiles(8, 4096, 14336, {**DEFAULTS, "num_stages": 3})[0] in (128, 256)
     assert resolve({**DEFAULTS, "warp_specialized": True}, fast_accum, 8, 4096, 14336)["warp_specialized"]
 
 
@@ -242,13 +250,23 @@ def test_gpu_warp_specialized_program_matches_float64(m, n, k, dtypes, out_dtype
 def test_gpu_thin_deep_products_by_stream_k_match_float64(m, n, k, fast_accum):
     """The default for thin, deep products (64-row tiles, K steps shared out among the SMs), then
     a repeated call, replayed, on new operands."""
-    from tilemm.ladder.tensorcore.t5_fp8 import thin_stream_k
-    assert thin_stream_k(m, n, k)
+    from tilemm.ladder.tensorcore.t5_fp8 import thin_tiles
+    assert thin_tiles(m, n, k)["stream_k"]
     adds = -(-k // 32) if fast_accum else 4
     for seed in (3, 5):
         a, b = operand(m, k, FP8[0], False, seed), operand(k, n, FP8[0], True, seed + 1)
         c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float32", fast_accum=fast_accum)
         check(c, a, b, 0.5, 2.0, float32_sums(k) + adds * 2.0**-13)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(1, 8191, 8192), (100, 5000, 4099), (128, 8192, 8192)])
+def test_gpu_products_of_a_few_rows_in_64_row_tiles_match_float64(m, n, k):
+    from tilemm.ladder.tensorcore.t5_fp8 import thin_tiles
+    assert thin_tiles(m, n, k) == {"block_m": 64, "block_n": 128, "num_warps": 4, "stream_k": False}
+    a, b = operand(m, k, FP8[1], False, 9), operand(k, n, FP8[0], True, 10)
+    c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="bfloat16")
+    check(c, a, b, 0.5, 2.0, float32_sums(k) + 4 * 2.0**-13)
 
 
 @pytest.mark.gpu

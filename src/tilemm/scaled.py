@@ -30,8 +30,9 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     stream: where the work is queued, as for ``tilemm.matmul`` (None: torch's current stream).
     params: block_m, block_n, block_k, group_m, num_warps, num_stages, stream_k (see
         ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode,
-        or, with none of these given, 64 x 128 tiles and stream-K for a product of M <= 64 rows
-        and K >= 12288 whose tiles do not fill the SMs: ``t5_fp8.thin_stream_k``),
+        or, with none of these given, 64 x 128 tiles for a product of M <= 128 rows whose tiles
+        make less than a round, stream-K where they fill half the SMs or fewer and K >= 12288:
+        ``t5_fp8.thin_tiles``),
         warp_specialized (None: on a Hopper GPU, float32 sums with none of the others given and
         K >= 4096 run the warp-specialized Gluon program, 128 x 256 tiles; True: that program or
         an error; False: the Triton program).
@@ -153,7 +154,7 @@ def _config(params: dict) -> dict:
     config = {**DEFAULTS, **params}
     if not isinstance(config["stream_k"], bool):
         raise ValueError(f"scaled_matmul: stream_k={config['stream_k']!r} must be True or False")
-    if config["warp_specialized"] not in (None, True, False):
+    if config["warp_specialized"] is not None and not isinstance(config["warp_specialized"], bool):
         raise ValueError(f"scaled_matmul: warp_specialized={config['warp_specialized']!r} must be None, True or False")
     for name, value in config.items():
         if value is None and name in ("block_m", "block_n") or name == "warp_specialized":

@@ -10,7 +10,7 @@ K-major first, a pass whose time counts.
 On Hopper, float32 sums with the default tiles and K >= 4096 run a warp-specialized Gluon program
 instead (t5_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
 run): 1.13x the Triton program over the wide sweep's held-out half (H200, session 20). Products of
-a few rows and deep K take 64-row tiles with stream-K (thin_stream_k).
+a few rows take 64-row tiles, with stream-K where K is deep (thin_tiles).
 
 Constraints: float8_e4m3fn / float8_e5m2 (mixed too); compute capability 8.9 or newer; BLOCK_K a
 multiple of 32 on the GPU; shared memory of a configuration must fit (checked before launch).
@@ -31,14 +31,16 @@ TILE_PARAMS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_sta
 # band alone no faster (lowest 0.961x), every K 1.059x (lowest 0.41x at K = 156). Held-out half:
 # 1.132x, lowest 0.976x.
 WARP_SPECIALIZED_FROM_K = 4096
-# A decode-like product (M <= THIN_M rows) whose row of THIN_TILES tiles leaves SMs idle and whose K is
-# deep (from THIN_STREAM_K_FROM_K): the tiles' K steps shared out among all SMs (stream-K). Measured
-# on an H200, whole calls, M of 1-64 (h200-2026-11-26-s20/fp8_skinny_try.jsonl): 64 x 128 tiles with
-# stream-K 1.8-2.6x the default tiles at N x K = 4096 x 14336 and 8192 x 28672; at K = 8192 even
-# with them (8192 x 8192: 28-33 µs against 29-30 for 64 x 128 tiles alone), at K = 4096 slower
-# (4096 x 4096: 27-30 against 24-26), and with 224 tiles or more slower (28672 x 8192).
-THIN_M = 64
-THIN_TILES = dict(block_m=64, block_n=128, num_warps=4, stream_k=True)
+# A product of a few rows (M <= THIN_M: decode) takes THIN_TILES where they make less than a round of
+# tiles, with the K steps shared out among all SMs (stream-K) where those tiles fill half the SMs or
+# fewer and K is deep (from THIN_STREAM_K_FROM_K). Fitted on an H200, whole calls, M of 1-128 against
+# N x K of transformer weights (h200-2026-11-26-s20/fp8_skinny_try.jsonl): at M <= 64 and N x K =
+# 4096 x 14336 or 8192 x 28672, 64 x 128 tiles with stream-K 1.8-2.6x the default tiles; at 8192 x
+# 8192 (K = 8192) without it 1.2-1.6x (stream-K no faster there, and slower at K = 4096: 27-30 µs
+# against 24-26); at M = 128, 8192 x 28672 (a round of 128 tiles) 1.8x without stream-K; equal where
+# the default's tiles are few already (4096 x 4096, 14336 x 4096); slower past a round (28672 x 8192).
+THIN_M = 128
+THIN_TILES = dict(block_m=64, block_n=128, num_warps=4)
 THIN_STREAM_K_FROM_K = 12288
 
 
@@ -47,11 +49,12 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
     (benchmarks/fp8_vs_scaled_mm.py): 128 x 256 with fast accumulation, 256 x 128 without
     (the extra float32 sum of each K step runs better on two 128-row warp groups); and
     warp_specialized where it is None: float32 sums with the default tiles, K from
-    WARP_SPECIALIZED_FROM_K, on Hopper. With every tile parameter at its default, a thin deep
-    product (thin_stream_k) takes THIN_TILES instead, either accumulation."""
+    WARP_SPECIALIZED_FROM_K, on Hopper. With every tile parameter at its default, a product of a
+    few rows takes thin_tiles' instead, either accumulation."""
     defaults = all(config[p] == DEFAULTS[p] for p in TILE_PARAMS)
-    if defaults and config["warp_specialized"] is not True and thin_stream_k(m, n, k):
-        return {**config, **THIN_TILES, "warp_specialized": False}
+    thin = thin_tiles(m, n, k) if defaults and config["warp_specialized"] is not True else None
+    if thin is not None:
+        return {**config, **thin, "warp_specialized": False}
     tile_m, tile_n = (128, 256) if fast_accum else (256, 128)
     warp_specialized = config["warp_specialized"]
     if warp_specialized is None:
@@ -60,10 +63,14 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
             "warp_specialized": warp_specialized}
 
 
-def thin_stream_k(m: int, n: int, k: int) -> bool:
-    """Whether an M x N x K product takes THIN_TILES: M <= THIN_M, fewer of those tiles than SMs
-    (one partial round), K >= THIN_STREAM_K_FROM_K."""
-    return 0 < m <= THIN_M and -(-n // THIN_TILES["block_n"]) < support.multiprocessors() and k >= THIN_STREAM_K_FROM_K
+def thin_tiles(m: int, n: int, k: int) -> dict | None:
+    """The tile parameters of an M x N x K product of a few rows (THIN_TILES, stream_k where it
+    pays), or None where the default's tiles stay."""
+    tiles = -(-m // THIN_TILES["block_m"]) * -(-n // THIN_TILES["block_n"])
+    sms = support.multiprocessors()
+    if not 0 < m <= THIN_M or tiles >= sms:
+        return None
+    return {**THIN_TILES, "stream_k": 2 * tiles <= sms and k >= THIN_STREAM_K_FROM_K}
 
 
 def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interpreter: bool, fast_accum: bool = False,
