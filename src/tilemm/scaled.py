@@ -214,6 +214,8 @@ def _scale(s, name: str, device, torch):
                 _SCALES[key] = tensor
         return tensor
     if isinstance(s, torch.Tensor) and s.numel() == 1 and s.dtype.is_floating_point:
+        if s.dtype == torch.float32 and s.device == device:
+            return s           # read where it is (the program loads its one element): no view, no cast
         return s.reshape(1).to(device=device, dtype=torch.float32)
     raise ValueError(f"scaled_matmul: {name} must be a number or a one-element float tensor (per-tensor scales); "
                      f"got {type(s).__name__}{' of shape ' + str(tuple(s.shape)) if hasattr(s, 'shape') else ''}")
