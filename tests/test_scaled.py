@@ -114,7 +114,7 @@ def test_default_takes_the_warp_specialized_program_only_for_float32_sums_defaul
 @pytest.mark.parametrize("fast_accum", [False, True])
 def test_products_of_a_few_rows_take_64_row_tiles_and_stream_k_where_deep(fast_accum):
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, THIN_TILES, resolve
+    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, THIN_M, THIN_TILES, resolve
     sms = support.multiprocessors()
     n_half = 128 * (sms // 2)                          # half the SMs' tiles at M <= 64
 
@@ -126,10 +126,21 @@ def test_products_of_a_few_rows_take_64_row_tiles_and_stream_k_where_deep(fast_a
     assert tiles(64, n_half, 12287) == (*thin, False)              # not deep: no stream-K
     assert tiles(64, 128 * (sms - 1), 12288) == (*thin, False)     # more than half the SMs: no stream-K
     assert tiles(128, 128 * ((sms - 1) // 2), 4096) == (*thin, False)
-    for m, n in ((129, 128), (64, 128 * sms)):                  # too many rows, or a round of tiles or more
-        assert tiles(m, n, 12288)[0] in (128, 256)
+    assert tiles(THIN_M + 1, 128, 12288)[0] != THIN_TILES["block_m"]       # too many rows
+    assert tiles(64, 128 * sms, 12288)[0] != THIN_TILES["block_m"]          # a round of tiles or more
     assert tiles(8, 4096, 14336, {**DEFAULTS, "num_stages": 3})[0] in (128, 256)
     assert resolve({**DEFAULTS, "warp_specialized": True}, fast_accum, 8, 4096, 14336)["warp_specialized"]
+
+
+def test_products_whose_tiles_fill_half_the_sms_or_fewer_take_128_x_128_tiles():
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, MID_TILES, THIN_M, resolve
+    sms = support.multiprocessors()
+    few = resolve(DEFAULTS, False, THIN_M + 1, 128, 1024)        # two 256 x 128 tiles
+    assert {name: few[name] for name in MID_TILES} == MID_TILES and few["warp_specialized"] is False
+    many = resolve(DEFAULTS, False, THIN_M + 1, 128 * sms, 1024)  # 2 * sms of them
+    assert (many["block_m"], many["block_n"]) == (256, 128)
+    assert resolve({**DEFAULTS, "group_m": 4}, False, THIN_M + 1, 128, 1024)["block_m"] == 256
 
 
 def test_number_scales_are_made_once_apart_for_a_and_b():
@@ -267,6 +278,17 @@ def test_gpu_products_of_a_few_rows_in_64_row_tiles_match_float64(m, n, k):
     a, b = operand(m, k, FP8[1], False, 9), operand(k, n, FP8[0], True, 10)
     c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="bfloat16")
     check(c, a, b, 0.5, 2.0, float32_sums(k) + 4 * 2.0**-13)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(300, 1000, 5000), (1000, 2000, 333)])
+@pytest.mark.parametrize("fast_accum", [False, True])
+def test_gpu_products_of_few_tiles_in_128_x_128_tiles_match_float64(m, n, k, fast_accum):
+    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, MID_TILES, resolve
+    assert resolve(DEFAULTS, fast_accum, m, n, k)["block_m"] == MID_TILES["block_m"]
+    a, b = operand(m, k, FP8[0], False, 11), operand(k, n, FP8[1], True, 12)
+    c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float16", fast_accum=fast_accum)
+    check(c, a, b, 0.5, 2.0, float32_sums(k) + (-(-k // 32) if fast_accum else 4) * 2.0**-13)
 
 
 @pytest.mark.gpu

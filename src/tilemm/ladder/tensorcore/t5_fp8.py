@@ -10,7 +10,8 @@ K-major first, a pass whose time counts.
 On Hopper, float32 sums with the default tiles and K >= 4096 run a warp-specialized Gluon program
 instead (t5_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
 run): 1.13x the Triton program over the wide sweep's held-out half (H200, session 20). Products of
-a few rows take 64-row tiles, with stream-K where K is deep (thin_tiles).
+a few rows take 64-row tiles, with stream-K where K is deep (thin_tiles); those whose tiles would
+fill half the SMs or fewer, 128 x 128 tiles (MID_TILES).
 
 Constraints: float8_e4m3fn / float8_e5m2 (mixed too); compute capability 8.9 or newer; BLOCK_K a
 multiple of 32 on the GPU; shared memory of a configuration must fit (checked before launch).
@@ -39,9 +40,17 @@ WARP_SPECIALIZED_FROM_K = 4096
 # 8192 (K = 8192) without it 1.2-1.6x (stream-K no faster there, and slower at K = 4096: 27-30 µs
 # against 24-26); at M = 128, 8192 x 28672 (a round of 128 tiles) 1.8x without stream-K; equal where
 # the default's tiles are few already (4096 x 4096, 14336 x 4096); slower past a round (28672 x 8192).
-THIN_M = 128
+# At M = 256 (fp8_mid_try.jsonl) 1.1-1.9x at 4096 x 4096 and 4096 x 14336, equal at 3072 x 2048.
+THIN_M = 256
 THIN_TILES = dict(block_m=64, block_n=128, num_warps=4)
 THIN_STREAM_K_FROM_K = 12288
+# A product whose default tiles fill half the SMs or fewer, and that thin_tiles does not take, takes
+# MID_TILES: twice as many tiles. Fitted on an H200, whole calls, M of 256-2048 against N x K of
+# transformer weights (h200-2026-11-26-s20/fp8_mid_try.jsonl): 1.2-1.6x the default at 256 x 6144 x
+# 4096, 256 x 8192 x 8192, 512 x 4096 x 4096 and 512 x 4096 x 14336 (both accumulations), 0.95-1.04x
+# at 512 x 3072 x 2048; where the default's tiles fill more than half the SMs the smaller ones ran
+# slower (512 x 8192 x 8192: 73.8 µs against 62.7, float32 sums).
+MID_TILES = dict(block_m=128, block_n=128, num_warps=8)
 
 
 def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) -> dict:
@@ -49,16 +58,23 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
     (benchmarks/fp8_vs_scaled_mm.py): 128 x 256 with fast accumulation, 256 x 128 without
     (the extra float32 sum of each K step runs better on two 128-row warp groups); and
     warp_specialized where it is None: float32 sums with the default tiles, K from
-    WARP_SPECIALIZED_FROM_K, on Hopper. With every tile parameter at its default, a product of a
-    few rows takes thin_tiles' instead, either accumulation."""
+    WARP_SPECIALIZED_FROM_K, on Hopper. With every tile parameter at its default and
+    warp_specialized not True, a product of a few rows takes thin_tiles', and one whose tiles fill
+    half the SMs or fewer MID_TILES, either accumulation."""
     defaults = all(config[p] == DEFAULTS[p] for p in TILE_PARAMS)
-    thin = thin_tiles(m, n, k) if defaults and config["warp_specialized"] is not True else None
+    free = defaults and config["warp_specialized"] is not True      # the tiles are the rung's to choose
+    thin = thin_tiles(m, n, k) if free else None
     if thin is not None:
         return {**config, **thin, "warp_specialized": False}
     tile_m, tile_n = (128, 256) if fast_accum else (256, 128)
     warp_specialized = config["warp_specialized"]
     if warp_specialized is None:
         warp_specialized = not fast_accum and k >= WARP_SPECIALIZED_FROM_K and defaults and support.hopper_gluon()
+    if warp_specialized:
+        from . import t5_fp8_gluon_kernel as ws
+        tile_m, tile_n = ws.BLOCK_M, ws.BLOCK_N
+    if free and m and n and -(-m // tile_m) * -(-n // tile_n) <= support.multiprocessors() // 2:
+        return {**config, **MID_TILES, "warp_specialized": False}
     return {**config, "block_m": config["block_m"] or tile_m, "block_n": config["block_n"] or tile_n,
             "warp_specialized": warp_specialized}
 
