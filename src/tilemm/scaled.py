@@ -30,9 +30,10 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     stream: where the work is queued, as for ``tilemm.matmul`` (None: torch's current stream).
     params: block_m, block_n, block_k, group_m, num_warps, num_stages, stream_k (see
         ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode,
-        or, with none of these given, 64 x 128 tiles for a product of M <= 128 rows whose tiles
-        make less than a round, stream-K where they fill half the SMs or fewer and K >= 12288:
-        ``t5_fp8.thin_tiles``),
+        or, with none of these given, 64 x 128 tiles for a product of M <= 256 rows whose tiles
+        make less than a round, stream-K where they fill half the SMs or fewer and K >= 12288
+        (``t5_fp8.thin_tiles``), and 128 x 128 tiles where the default's would fill half the SMs
+        or fewer (``t5_fp8.MID_TILES``)),
         warp_specialized (None: on a Hopper GPU, float32 sums with none of the others given and
         K >= 4096 run the warp-specialized Gluon program, 128 x 256 tiles; True: that program or
         an error; False: the Triton program).
