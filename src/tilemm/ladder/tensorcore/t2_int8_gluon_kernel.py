@@ -99,6 +99,13 @@ def tile_pointers(c_ptr, tile, M, N, stride_cm, stride_cn, layout: gl.constexpr,
                   BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
     """(pointers, inside C) of tile number `tile` of C, in the accumulator's register layout."""
     offs_m, offs_n = tile_offsets(tile, M, N, layout, BLOCK_M, BLOCK_N, GROUP_M)
+    return block_pointers(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)
+
+
+@gluon.jit
+def block_pointers(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn):
+    """(pointers, inside C) of the block of C at rows offs_m and columns offs_n (slices of one
+    register layout), 64-bit offsets."""
     rows = gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1)
     cols = gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
     return c_ptr + rows + cols, gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
@@ -268,7 +275,9 @@ def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, digits=(1
 
 
 def descriptor(x, block_rows: int, block_k: int):
-    """A Gluon TMA descriptor of int8 x (rows, K), K contiguous, in tiles block_rows x block_k."""
+    """A Gluon TMA descriptor of 8-bit x (rows, K): int8, or fp8 for t5_fp8_gluon_kernel; K
+    contiguous, in tiles block_rows x block_k."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    layout = gl.NVMMASharedLayout.get_default_for([block_rows, block_k], gl.int8)
+    element = {"torch.int8": gl.int8, "torch.float8_e4m3fn": gl.float8e4nv, "torch.float8_e5m2": gl.float8e5}
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, block_k], element[str(x.dtype)])
     return TensorDescriptor(x, list(x.shape), list(x.stride()), [block_rows, block_k], layout)

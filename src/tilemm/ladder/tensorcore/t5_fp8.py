@@ -116,10 +116,13 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
     n = b.shape[1]
     if warp_specialized:
         from . import t5_fp8_gluon_kernel as ws
+        from .t2_int8_gluon_kernel import descriptor
+        # the operands (copied into aligned rows where TMA needs it) as row_descriptor reads them
         a_rows, a_fill = support.row_descriptor(a, ws.BLOCK_M, ws.BLOCK_K)
         b_rows, b_fill = support.row_descriptor(b.T, ws.BLOCK_N, ws.BLOCK_K)
-        product = ws.launcher(ws.descriptor(a_rows, ws.BLOCK_M), ws.descriptor(b_rows, ws.BLOCK_N), c, scale_a,
-                              scale_b, m, n, k, support.multiprocessors())
+        product = ws.launcher(descriptor(a_rows.base, ws.BLOCK_M, ws.BLOCK_K),
+                              descriptor(b_rows.base, ws.BLOCK_N, ws.BLOCK_K), c, scale_a, scale_b, m, n, k,
+                              support.multiprocessors())
         return support.Steps([a_fill, b_fill, product])
     a_desc, a_fill = support.row_descriptor(a, block_m, block_k)
     b_desc, b_fill = support.row_descriptor(b.T, block_n, block_k)  # (N, K): B K-major

@@ -26,7 +26,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .t2_int8_gluon_kernel import producer, stage_ring, tile_start
+from .t2_int8_gluon_kernel import block_pointers, producer, stage_ring, tile_start
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
 STAGES = 4
@@ -41,8 +41,7 @@ def store_half(c_ptr, x, row, col, M, N, stride_cm, stride_cn, layout: gl.conste
     """x (64 x HALF, float32) into C at (row, col), what lies inside C, in C's dtype."""
     offs_m = row + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
     offs_n = col + gl.arange(0, HALF, layout=gl.SliceLayout(0, layout))
-    ptrs = c_ptr + gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1) + gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
-    inside = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
+    ptrs, inside = block_pointers(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)
     gl.store(ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)
 
 
@@ -113,14 +112,3 @@ def launcher(a_desc, b_desc, c, scale_a, scale_b, m: int, n: int, k: int, progra
     return bound_launch(fp8_matmul_ws, grid, (a_desc, b_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1)),
                         dict(GROUP_M=GROUP_M, PROGRAMS=grid[0], STAGES=STAGES, WORKER_REGISTERS=WORKER_REGISTERS,
                              num_warps=4))
-
-
-def descriptor(rows, block_rows: int):
-    """A Gluon TMA descriptor over the same memory as `rows`, a Triton TensorDescriptor of an fp8
-    operand K-major (support.row_descriptor's), in tiles block_rows x BLOCK_K."""
-    import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    x = rows.base
-    element = gl.float8e5 if x.dtype == torch.float8_e5m2 else gl.float8e4nv
-    layout = gl.NVMMASharedLayout.get_default_for([block_rows, BLOCK_K], element)
-    return TensorDescriptor(x, list(rows.shape), list(rows.strides), [block_rows, BLOCK_K], layout)
