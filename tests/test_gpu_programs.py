@@ -321,6 +321,38 @@ def test_repeated_calls_replay_on_new_operands(kernel, dtype, params, shape):
     check(c, a, b, dtype, f"{kernel} replayed on a side stream", params)
 
 
+@pytest.mark.parametrize("kernel, dtype, shape", [("tensorcore", "bfloat16", (64, 64, 64)),
+                                                  ("tensorcore", "float16", (300, 200, 100)),
+                                                  ("tensorcore", "bfloat16", (512, 2048, 2048)),   # TMA descriptors
+                                                  ("tensorcore-f64", "float64", (129, 65, 33))])
+def test_replayed_call_captured_in_a_cuda_graph(kernel, dtype, shape):
+    """A repeated call of one program (the replay's shortest path, which a capture does not turn
+    away) captured without out=: C comes from the graph's pool, and each replay of the graph
+    computes the product of the operands' new values."""
+    import torch
+    from tilemm import api
+    m, n, k = shape
+    _, _, x, y = torch_pair(dtype, m, n, k, seed=30)
+    tilemm.matmul(x, y, kernel=kernel)
+    replay = api._PLANS[api._call_key(x, y, kernel, None, None, {})].replay
+    assert replay is not None and replay.single is not None, "one program's launch should be replayed"
+    warm = torch.cuda.Stream()
+    warm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm):
+        tilemm.matmul(x, y, kernel=kernel)
+    torch.cuda.current_stream().wait_stream(warm)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = tilemm.matmul(x, y, kernel=kernel)
+    for seed in (31, 32):
+        a, b, a_t, b_t = torch_pair(dtype, m, n, k, seed=seed)
+        x.copy_(a_t)
+        y.copy_(b_t)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(c, a, b, dtype, f"{kernel} {shape}: a replayed call, captured")
+
+
 @pytest.mark.parametrize("shape", [(1001, 1003, 999), (1024, 512, 768)])
 @pytest.mark.parametrize("layout", ["nt", "tn", "tt"])
 def test_replayed_copies_of_transposed_operands(layout, shape):

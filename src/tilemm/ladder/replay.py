@@ -18,8 +18,11 @@ call as before, where those microseconds are lost in its GPU time.
 Only steps a rung declares to be the whole of its work (a ``Steps`` of ``BoundLaunch``es and
 ``CopyInto``s, an operand copied into aligned rows: no value read on the host in between) are
 replayed, only on 2-D torch CUDA tensors already of the compute dtype, with the first call's
-alignment (Triton specializes on each pointer's 16 bytes) on the same device, outside CUDA-graph
-capture; anything else takes the plan's usual path.
+alignment (Triton specializes on each pointer's 16 bytes) on the same device, and outside CUDA-graph
+capture where the launches reuse memory (kept scratch, a workspace); anything else takes the plan's
+usual path. A single program's replay, the usual small call, is taken in the fewest steps: on the
+H200's host a bf16 call of 64 x 64 x 64 went from 0.85x to about 1.0x torch.matmul's CPU time
+(h200-2026-11-26-s21/replay_calls.log).
 """
 from __future__ import annotations
 
@@ -79,7 +82,13 @@ def fits(inputs: tuple, device, aligned: tuple) -> bool:
 def current(device) -> bool:
     """Whether device is the current one and no CUDA graph is being captured on its stream."""
     import torch
-    return torch._C._cuda_getDevice() == device.index and not torch._C._cuda_isCurrentStreamCapturing()
+    return torch._C._cuda_getDevice() == device.index and not capturing()
+
+
+def capturing() -> bool:
+    """Whether a CUDA graph is being captured on torch's current stream."""
+    import torch
+    return torch._C._cuda_isCurrentStreamCapturing()
 
 
 class Replay:
@@ -97,38 +106,66 @@ class Replay:
         as_address = [isinstance(make, Whole) and takes_addresses(launches[i][0]) for i, _, make in made]
         self.address_slots = [(i, j, make.which) for (i, j, make), yes in zip(made, as_address) if yes]
         self.operand_slots = [slot for slot, yes in zip(made, as_address) if not yes]
-        # one program's launch with nothing in scratch (most small calls): its runner and values, taken
-        # in the fewest steps (a small call's CPU time is its time)
+        # one program's launch with nothing in scratch (most small calls): the launch, its values, the
+        # places of the operands' addresses and of the values made from them, taken in the fewest
+        # steps (a small call's CPU time is its time)
         self.single = None
-        if len(launches) == 1 and not groups and type(launches[0][0]) is BoundLaunch:
-            self.single = launches[0][0].runner, list(launches[0][1])
+        if len(launches) == 1 and not groups and isinstance(launches[0][0], BoundLaunch):
+            self.single = (launches[0][0], list(launches[0][1]),
+                           tuple([(j, which) for _, j, which in self.address_slots]),
+                           tuple([(j, make) for _, j, make in self.operand_slots]))
+        # memory a later call reuses (scratch, workspaces), which a CUDA graph being captured would keep
+        self.reuses_memory = bool(groups) or any(isinstance(launch, WorkspaceLaunch) for launch, _ in launches)
         self.device_index = device.index if device.type == "cuda" else -1
+        if self.device_index >= 0:
+            import torch
+            self._empty, self._get_device = torch.empty, torch._C._cuda_getDevice
+            self._stream_of = torch._C._cuda_getCurrentRawStream
+        else:                  # recorded on the CPU (as tests do): run() alone runs it, a call never replays
+            self._get_device = lambda: None
 
     def __call__(self, *inputs):
-        """C from inputs (a, b, and any others the first call had) by the recorded launches, or
-        None where this call can't be replayed."""
+        """C from inputs (a, b, and any others the first call had) by the recorded launches, on
+        torch's current stream (the caller's), or None where this call can't be replayed. Under
+        CUDA graph capture a replay that reuses no memory is captured as torch's own launches are
+        (C comes from the graph's pool)."""
         pointers = [x.data_ptr() for x in inputs]         # the guard's and the launches' (read once)
-        if tuple([p % 16 for p in pointers]) != self.aligned or not current(self.device):
+        if (tuple([p % 16 for p in pointers]) != self.aligned or self._get_device() != self.device_index
+                or (self.reuses_memory and capturing())):
             return None
-        return self.run(*inputs, pointers=pointers)          # on torch's current stream: the caller's
+        c = self._empty(self.c_shape, dtype=self.dtype, device=self.device)
+        self.launch(inputs, c, pointers, self._stream_of(self.device_index))
+        return c
 
-    def run(self, *inputs, stream=None, pointers=None):
-        """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded
-        (pointers: the inputs' data_ptr(), where the caller has them). Copies go on torch's current
-        stream: stream is that one, or None."""
+    def run(self, *inputs, stream=None):
+        """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded.
+        Copies go on torch's current stream: stream is that one, or None."""
         if stream is None:
             stream = raw_stream(self.device_index, None)
-        c = inputs[0].new_empty(self.c_shape, dtype=self.dtype)    # torch.empty(..., device=) parses more
-        operands = (*inputs, c)
-        addresses = [*(pointers or [x.data_ptr() for x in inputs]), c.data_ptr()]
+        c = inputs[0].new_empty(self.c_shape, dtype=self.dtype)
+        self.launch(inputs, c, [x.data_ptr() for x in inputs], stream)
+        return c
+
+    def launch(self, inputs: tuple, c, pointers: list, stream) -> None:
+        """The recorded launches on inputs and c (pointers: the inputs' data_ptr(), which this
+        extends with C's) on stream (a raw handle)."""
+        pointers.append(c.data_ptr())
         if self.single is not None:
-            runner, template = self.single
-            values = template.copy()
-            self.put_operands([values], operands, addresses)
-            runner(*values, stream=stream)
-            return c
+            launch, values, places, made = self.single
+            values = values.copy()
+            for j, which in places:
+                values[j] = pointers[which]
+            if made:
+                operands = (*inputs, c)
+                for j, make in made:
+                    values[j] = make(operands, None)
+            if type(launch) is BoundLaunch:
+                launch.runner(*values, stream=stream)
+            else:
+                launch.run_replayed(values, self.device_index, stream)
+            return
         values = [list(v) for v in self.scratch_filled(stream)]
-        self.put_operands(values, operands, addresses)
+        self.put_operands(values, (*inputs, c), pointers)
         for (launch, _), v in zip(self.launches, values):
             if launch is COPY:
                 copy_as(*v)
@@ -136,7 +173,6 @@ class Replay:
                 launch.run_replayed(v, self.device_index, stream)
             else:
                 launch.run(tuple(v), stream)
-        return c
 
     def put_operands(self, values: list, operands: tuple, addresses: list) -> None:
         """Each launch's values (a list a launch) with this call's operands in their places:
