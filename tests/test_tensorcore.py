@@ -1428,6 +1428,11 @@ def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch)
     assert default_tiles(674, 61, 1000)["block_n"] == 16 and default_tiles(8192, 61, 1000)["block_n"] == 64
     # 11 tiles of 64 rows, K split in 12 runs fill the SMs: N covered, A read once
     assert default_tiles(674, 61, 45680)["block_n"] == 64
+    # K >= THICK_FROM_K: thick tiles where their runs, K split, fill half the SMs
+    assert default_tiles(64, 3072, 12288)["block_m"] == 64            # 48 tiles x 2 runs
+    assert default_tiles(64, 3072, 2048)["block_m"] == 16             # a shallower K: 16 rows
+    assert default_tiles(3072, 48, 12288)["block_n"] == 64 and default_tiles(24, 1000, 20000)["block_m"] == 32
+    assert default_tiles(47, 105, 21839)["block_m"] == 16             # 2 tiles x 18 runs: too few
 
 
 def test_tile_model_constants_are_the_fit_of_the_committed_record():

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ... import _compat, tuning
 from ...registry import Kernel, Param, Traffic, WholeNumbers, register
 from .. import _tensorcore_support as support
-from .tile_model import MIN_SPLIT_STEPS, THIN_SIDE, k_splits, model_tiles, read_k_major, thin_splits
+from .tile_model import MIN_SPLIT_STEPS, THICK_FROM_K, THIN_SIDE, k_splits, model_tiles, read_k_major, thin_splits
 
 
 # Candidates for autotune=True (configurations are data, never edits of the kernel); each is
@@ -80,7 +80,8 @@ def default_tiles(m: int, n: int, k: int) -> dict:
     """The configuration a shape gets when the caller names none. A skinny product (M or N <= 64)
     is bound by reading the other operand: K-deep tiles (many loads in flight) 64 long the other
     way, 16 rows (columns) or, where the other side alone gives half the SMs a tile (or, split by
-    K, fills them), as tall (wide) as M (N), so that the other operand is read once (skinny_block).
+    K, fills them; or, with K >= THICK_FROM_K, split by k_splits fills half), as tall (wide) as M
+    (N), so that the other operand is read once (skinny_block).
     Otherwise the tiles tile_model predicts fastest: wave quantization decides between big efficient
     tiles and enough of them to fill the SMs (bf16 512 x 3072 x 2048: 128 x 128, 96 tiles;
     512 x 5120 x 4096: 128 x 256, 80 tiles)."""
@@ -89,8 +90,9 @@ def default_tiles(m: int, n: int, k: int) -> dict:
         rows, other = (m, n) if m <= n else (n, m)
         cover = max(1, -(-other // 64))        # an empty C (M = N = 0) still plans one tile
         splits = min(sms // cover, -(-k // 128) // MIN_SPLIT_STEPS) if 2 * cover <= sms else 1
-        side = skinny_block(rows) if 2 * cover >= sms or cover * splits >= sms else 16
-        tiles = (side, 64) if m <= n else (64, side)
+        thick = (skinny_block(rows), 64) if m <= n else (64, skinny_block(rows))
+        deep = k >= THICK_FROM_K and 2 * cover * k_splits(m, n, k, *thick, 128) >= sms
+        tiles = thick if 2 * cover >= sms or cover * splits >= sms or deep else (16, 64) if m <= n else (64, 16)
         return dict(block_m=tiles[0], block_n=tiles[1], block_k=128, num_warps=4, num_stages=4)
     bm, bn, warps = model_tiles(m, n, k)
     return dict(block_m=bm, block_n=bn, block_k=64, num_warps=warps, num_stages=4)

@@ -50,6 +50,15 @@ def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, i
 THIN_SIDE = 16
 THIN_ROUNDS = 2
 THIN_SPLIT_STEPS = 12
+# K from which a skinny product of 17-64 rows takes tiles as thick as its thin side (the other
+# operand read once) with K split by k_splits, where those runs fill half the SMs or more: 16-row
+# tiles would read the other operand over again. bf16 whole calls on an H200 against 16-row tiles
+# (h200-2026-11-26-s21/skinny_try.jsonl, a grid of M 32 / 64 against N x K of transformer weights,
+# and thick_fit.jsonl, deep-K products; none of the wide sweep's held-out half): 64 x 3072 x 12288
+# 27 µs against 46, 64 x 1536 x 16384 19 against 49, 3072 x 48 x 12288 28 against 40; below this K
+# a split call's fixed cost loses (64 x 3072 x 2048: 26 µs against 19), and runs that fill fewer
+# SMs lose to the 16-row tiles' (47 x 105 x 21839: 23 µs against 17).
+THICK_FROM_K = 8192
 
 
 def thin_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int) -> int:
