@@ -40,6 +40,8 @@ VARIANTS = {
                                                          num_stages=4)),
                  ("tc-64x128x64-w4", "tensorcore", dict(block_m=64, block_n=128, block_k=64, num_warps=4,
                                                         num_stages=4)),
+                 ("tc-64x64x64-w4", "tensorcore", dict(block_m=64, block_n=64, block_k=64, num_warps=4,
+                                                       num_stages=4)),
                  ("tc-128x256x64-s3", "tensorcore", dict(block_m=128, block_n=256, block_k=64, num_warps=8,
                                                          num_stages=3)),
                  ("tc-stream-k", "tensorcore", dict(stream_k=True)),

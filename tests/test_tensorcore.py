@@ -1435,6 +1435,15 @@ def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch)
     assert default_tiles(47, 105, 21839)["block_m"] == 16             # 2 tiles x 18 runs: too few
 
 
+def test_few_split_tiles_are_halved_where_that_fills_more_sms(monkeypatch):
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.t1_blocked import default_tiles
+    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    assert default_tiles(100, 100, 40000)["block_n"] == 64       # 2 x 21 runs of 64 x 128, 4 x 25 of 64 x 64
+    assert default_tiles(395, 292, 12981)["block_n"] == 128      # 21 x 6 runs fill 3/4 of the SMs
+    assert default_tiles(488, 795, 2)["block_n"] == 128          # K unsplit: the model's tiles
+
+
 def test_tile_model_constants_are_the_fit_of_the_committed_record():
     """TILE_CHOICES, MACS_PER_US and HAND_OVER_US_PER_BYTE are tile_model.fit of FIT_RECORDS
     (benchmarks/tile_grid.py's measurements), to the digits shipped; and the fit picks well there."""

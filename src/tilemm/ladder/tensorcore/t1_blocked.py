@@ -17,7 +17,7 @@ from __future__ import annotations
 from ... import _compat, tuning
 from ...registry import Kernel, Param, Traffic, WholeNumbers, register
 from .. import _tensorcore_support as support
-from .tile_model import MIN_SPLIT_STEPS, THICK_FROM_K, THIN_SIDE, k_splits, model_tiles, read_k_major, thin_splits
+from .tile_model import MIN_SPLIT_STEPS, THICK_FROM_K, THIN_SIDE, halved_tiles_fill_more, k_splits, model_tiles, read_k_major, thin_splits
 
 
 # Candidates for autotune=True (configurations are data, never edits of the kernel); each is
@@ -84,7 +84,8 @@ def default_tiles(m: int, n: int, k: int) -> dict:
     (N), so that the other operand is read once (skinny_block).
     Otherwise the tiles tile_model predicts fastest: wave quantization decides between big efficient
     tiles and enough of them to fill the SMs (bf16 512 x 3072 x 2048: 128 x 128, 96 tiles;
-    512 x 5120 x 4096: 128 x 256, 80 tiles)."""
+    512 x 5120 x 4096: 128 x 256, 80 tiles); 64 x 64 where 64 x 128 ones, K split, leave SMs idle
+    and those fill more (halved_tiles_fill_more)."""
     sms = support.multiprocessors()
     if min(m, n) <= 64:
         rows, other = (m, n) if m <= n else (n, m)
@@ -95,6 +96,8 @@ def default_tiles(m: int, n: int, k: int) -> dict:
         tiles = thick if 2 * cover >= sms or cover * splits >= sms or deep else (16, 64) if m <= n else (64, 16)
         return dict(block_m=tiles[0], block_n=tiles[1], block_k=128, num_warps=4, num_stages=4)
     bm, bn, warps = model_tiles(m, n, k)
+    if (bm, bn) == (64, 128) and halved_tiles_fill_more(m, n, k):
+        bn = 64
     return dict(block_m=bm, block_n=bn, block_k=64, num_warps=warps, num_stages=4)
 
 

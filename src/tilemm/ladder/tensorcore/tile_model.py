@@ -121,6 +121,28 @@ def model_tiles(m: int, n: int, k: int) -> tuple:
     return best[:3]
 
 
+# Where the model's smallest tiles (64 x 128), K split by k_splits, leave this share of the SMs or
+# more idle, 64 x 64 tiles take their place if their runs are more: k_splits splits a tile half as
+# big into more runs (its hand-over is half as big). bf16 whole calls on an H200, products of
+# 1-12 tiles and K of 12000-40000 (h200-2026-11-26-s21/few_tiles_fit.jsonl: 4 of the wide sweep's
+# fit half and a grid, none of its held-out half): on the 6 it changes 0.99-1.32x the former
+# default (100 x 100 x 40000 27.3 µs against 29.9, 96 x 300 x 20000 19.2 against 25.3); the 3 it
+# leaves, whose 64 x 128 runs fill 3/4 of the SMs or more, ran 0.94-0.96x in 64 x 64 tiles.
+IDLE_SHARE = 0.25
+
+
+def halved_tiles_fill_more(m: int, n: int, k: int) -> bool:
+    """Whether 64 x 64 tiles should replace the model's 64 x 128 ones: where those are split by K
+    (IDLE_SHARE)."""
+    sms = support.multiprocessors()
+
+    def runs(block_m: int, block_n: int) -> tuple:
+        splits = k_splits(m, n, k, block_m, block_n, 64)
+        return -(-m // block_m) * -(-n // block_n) * splits, splits
+    wide, splits = runs(64, 128)
+    return splits > 1 and wide < (1 - IDLE_SHARE) * sms and runs(64, 64)[0] > wide
+
+
 def run_terms(m: int, n: int, k: int, params: dict, sms: int) -> tuple:
     """(waves, multiply-adds of a run, float32 bytes handed over) of a configuration, K split as
     params["split_k"] says."""
