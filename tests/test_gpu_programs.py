@@ -123,12 +123,19 @@ def test_cupy_stream_producer(kernel, dtype, params):
 @pytest.mark.parametrize("kernel, dtype, params", TRITON_AND_LIBRARY)
 def test_cuda_graph_capture(kernel, dtype, params):
     """Captured once, replayed on new operand values: each replay computes the new product."""
-    import torch
     m, n, k = (3000, 3000, 1024) if params.get("stream_k") else shape_for(kernel)
     _, _, x, b_t = torch_pair(dtype, m, n, k, seed=6)
     out_dtype = result_dtype(kernel, dtype)
     call = lambda: tilemm.matmul(x, b_t, kernel=kernel, out=c, out_dtype=out_dtype, **params)  # noqa: E731
     c = tilemm.matmul(x, b_t, kernel=kernel, out_dtype=out_dtype, **params)
+    graph, _ = captured(call)
+    check_graph_replays(graph, c, x, b_t, dtype, (m, n, k), (7, 8), f"{kernel} {dtype} replayed", params)
+
+
+def captured(call):
+    """call() run once on a side stream (as torch asks before a capture), then captured in a CUDA
+    graph: (the graph, what the captured call returned)."""
+    import torch
     warm = torch.cuda.Stream()
     warm.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(warm):
@@ -136,14 +143,21 @@ def test_cuda_graph_capture(kernel, dtype, params):
     torch.cuda.current_stream().wait_stream(warm)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        call()
-    for seed in (7, 8):
-        a, b, a_t, b_new = torch_pair(dtype, m, n, k, seed=seed)
+        result = call()
+    return graph, result
+
+
+def check_graph_replays(graph, c, x, y, dtype, shape, seeds, what, params=None):
+    """Each replay of graph, its operands x and y given new values first, leaves their product in c."""
+    import torch
+    m, n, k = shape
+    for seed in seeds:
+        a, b, a_t, b_t = torch_pair(dtype, m, n, k, seed=seed)
         x.copy_(a_t)
-        b_t.copy_(b_new)
+        y.copy_(b_t)
         graph.replay()
         torch.cuda.synchronize()
-        check(c, a, b, dtype, f"{kernel} {dtype} replayed", params)
+        check(c, a, b, dtype, what, params)
 
 
 # ---- past 2^31 elements: right, or refused before launch ----
@@ -329,28 +343,14 @@ def test_replayed_call_captured_in_a_cuda_graph(kernel, dtype, shape):
     """A repeated call of one program (the replay's shortest path, which a capture does not turn
     away) captured without out=: C comes from the graph's pool, and each replay of the graph
     computes the product of the operands' new values."""
-    import torch
     from tilemm import api
     m, n, k = shape
     _, _, x, y = torch_pair(dtype, m, n, k, seed=30)
     tilemm.matmul(x, y, kernel=kernel)
     replay = api._PLANS[api._call_key(x, y, kernel, None, None, {})].replay
     assert replay is not None and replay.single is not None, "one program's launch should be replayed"
-    warm = torch.cuda.Stream()
-    warm.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warm):
-        tilemm.matmul(x, y, kernel=kernel)
-    torch.cuda.current_stream().wait_stream(warm)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        c = tilemm.matmul(x, y, kernel=kernel)
-    for seed in (31, 32):
-        a, b, a_t, b_t = torch_pair(dtype, m, n, k, seed=seed)
-        x.copy_(a_t)
-        y.copy_(b_t)
-        graph.replay()
-        torch.cuda.synchronize()
-        check(c, a, b, dtype, f"{kernel} {shape}: a replayed call, captured")
+    graph, c = captured(lambda: tilemm.matmul(x, y, kernel=kernel))
+    check_graph_replays(graph, c, x, y, dtype, shape, (31, 32), f"{kernel} {shape}: a replayed call, captured")
 
 
 @pytest.mark.parametrize("shape", [(1001, 1003, 999), (1024, 512, 768)])
