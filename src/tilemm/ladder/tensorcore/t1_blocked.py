@@ -17,7 +17,8 @@ from __future__ import annotations
 from ... import _compat, tuning
 from ...registry import Kernel, Param, Traffic, WholeNumbers, register
 from .. import _tensorcore_support as support
-from .tile_model import MIN_SPLIT_STEPS, THICK_FROM_K, THIN_SIDE, halved_tiles_fill_more, k_splits, model_tiles, read_k_major, thin_splits
+from .tile_model import (MIN_SPLIT_STEPS, THICK_FROM_K, THIN_SIDE, halved_tiles_fill_more, k_splits, model_tiles,
+                         read_k_major, thin_splits)
 
 
 # Candidates for autotune=True (configurations are data, never edits of the kernel); each is

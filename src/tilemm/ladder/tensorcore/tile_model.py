@@ -124,10 +124,11 @@ def model_tiles(m: int, n: int, k: int) -> tuple:
 # Where the model's smallest tiles (64 x 128), K split by k_splits, leave this share of the SMs or
 # more idle, 64 x 64 tiles take their place if their runs are more: k_splits splits a tile half as
 # big into more runs (its hand-over is half as big). bf16 whole calls on an H200, products of
-# 1-12 tiles and K of 12000-40000 (h200-2026-11-26-s21/few_tiles_fit.jsonl: 4 of the wide sweep's
-# fit half and a grid, none of its held-out half): on the 6 it changes 0.99-1.32x the former
-# default (100 x 100 x 40000 27.3 µs against 29.9, 96 x 300 x 20000 19.2 against 25.3); the 3 it
-# leaves, whose 64 x 128 runs fill 3/4 of the SMs or more, ran 0.94-0.96x in 64 x 64 tiles.
+# 1-15 tiles of 128 x 128 and K of 8877-40000 (h200-2026-11-26-s21/few_tiles_fit.jsonl: 4 of the
+# wide sweep's fit half and a grid, none of its held-out half): on the 6 it changes 1.00-1.32x the
+# former default (100 x 100 x 40000 27.3 µs against 29.9, 96 x 300 x 20000 19.2 against 25.3); of
+# the 5 it leaves, whose 64 x 128 runs fill 3/4 of the SMs or more, 3 ran 0.94-0.96x in 64 x 64
+# tiles and 2 1.12-1.23x (256 x 256 x 16384, 200 x 150 x 30000).
 IDLE_SHARE = 0.25
 
 
