@@ -158,7 +158,7 @@ def _config(params: dict) -> dict:
     if config["warp_specialized"] is not None and not isinstance(config["warp_specialized"], bool):
         raise ValueError(f"scaled_matmul: warp_specialized={config['warp_specialized']!r} must be None, True or False")
     for name, value in config.items():
-        if value is None and name in ("block_m", "block_n") or name == "warp_specialized":
+        if (value is None and name in ("block_m", "block_n")) or name == "warp_specialized":
             continue
         if name != "stream_k" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")

@@ -106,14 +106,11 @@ class Replay:
         as_address = [isinstance(make, Whole) and takes_addresses(launches[i][0]) for i, _, make in made]
         self.address_slots = [(i, j, make.which) for (i, j, make), yes in zip(made, as_address) if yes]
         self.operand_slots = [slot for slot, yes in zip(made, as_address) if not yes]
-        # one program's launch with nothing in scratch (most small calls): the launch, its values, the
-        # places of the operands' addresses and of the values made from them, taken in the fewest
-        # steps (a small call's CPU time is its time)
+        # one program's launch with nothing in scratch (most small calls): the launch and its values,
+        # taken in the fewest steps (a small call's CPU time is its time)
         self.single = None
         if len(launches) == 1 and not groups and isinstance(launches[0][0], BoundLaunch):
-            self.single = (launches[0][0], list(launches[0][1]),
-                           tuple([(j, which) for _, j, which in self.address_slots]),
-                           tuple([(j, make) for _, j, make in self.operand_slots]))
+            self.single = launches[0][0], list(launches[0][1])
         # memory a later call reuses (scratch, workspaces), which a CUDA graph being captured would keep
         self.reuses_memory = bool(groups) or any(isinstance(launch, WorkspaceLaunch) for launch, _ in launches)
         self.device_index = device.index if device.type == "cuda" else -1
@@ -151,14 +148,9 @@ class Replay:
         extends with C's) on stream (a raw handle)."""
         pointers.append(c.data_ptr())
         if self.single is not None:
-            launch, values, places, made = self.single
+            launch, values = self.single
             values = values.copy()
-            for j, which in places:
-                values[j] = pointers[which]
-            if made:
-                operands = (*inputs, c)
-                for j, make in made:
-                    values[j] = make(operands, None)
+            self.put_operands([values], (*inputs, c), pointers)
             if type(launch) is BoundLaunch:
                 launch.runner(*values, stream=stream)
             else:

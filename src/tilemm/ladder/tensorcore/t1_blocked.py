@@ -92,9 +92,12 @@ def default_tiles(m: int, n: int, k: int) -> dict:
         rows, other = (m, n) if m <= n else (n, m)
         cover = max(1, -(-other // 64))        # an empty C (M = N = 0) still plans one tile
         splits = min(sms // cover, -(-k // 128) // MIN_SPLIT_STEPS) if 2 * cover <= sms else 1
-        thick = (skinny_block(rows), 64) if m <= n else (64, skinny_block(rows))
-        deep = k >= THICK_FROM_K and 2 * cover * k_splits(m, n, k, *thick, 128) >= sms
-        tiles = thick if 2 * cover >= sms or cover * splits >= sms or deep else (16, 64) if m <= n else (64, 16)
+        def oriented(side: int) -> tuple:
+            return (side, 64) if m <= n else (64, side)
+        thick = oriented(skinny_block(rows))
+        filled = (2 * cover >= sms or cover * splits >= sms
+                  or k >= THICK_FROM_K and 2 * cover * k_splits(m, n, k, *thick, 128) >= sms)
+        tiles = thick if filled else oriented(16)
         return dict(block_m=tiles[0], block_n=tiles[1], block_k=128, num_warps=4, num_stages=4)
     bm, bn, warps = model_tiles(m, n, k)
     if (bm, bn) == (64, 128) and halved_tiles_fill_more(m, n, k):
