@@ -60,7 +60,10 @@ VARIANTS = {
                  ("tc-no-split", "tensorcore", dict(split_k=1)),
                  ("tc-16-rows", "tensorcore", dict(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)),
                  ("tc-16-columns", "tensorcore", dict(block_m=64, block_n=16, block_k=128, num_warps=4,
-                                                      num_stages=4))],
+                                                      num_stages=4)),
+                 # thick skinny tiles (skinny_block) for M = 32 / 64, K split by k_splits
+                 ("tc-32-rows", "tensorcore", dict(block_m=32, block_n=64, block_k=128, num_warps=4, num_stages=4)),
+                 ("tc-64-rows", "tensorcore", dict(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=4))],
     "float64": [("tensorcore-f64", "tensorcore-f64", {}),
                 ("f64-64x64x32-w4-s4", "tensorcore-f64", dict(block_m=64, block_n=64, block_k=32, num_warps=4)),
                 ("f64-128x128x32-w8-s3", "tensorcore-f64", dict(block_m=128, block_n=128, block_k=32, num_warps=8,
@@ -256,7 +259,8 @@ def main():
             for label, kernel, params in VARIANTS[dtype_name] + (SWEEP_F32 if args.sweep and dtype_name == "float32"
                                                                   else []):
                 sixteen_bits = dtype_name in ("bfloat16", "float16")
-                every_shape = ("tensorcore", "default", "library", "tc-no-split", "tc-16-rows", "tc-16-columns")
+                every_shape = ("tensorcore", "default", "library", "tc-no-split", "tc-16-rows", "tc-16-columns",
+                               "tc-32-rows", "tc-64-rows")
                 if label not in every_shape and sixteen_bits and min(m, n) <= 64:
                     continue          # skinny products take the pointer program whatever the tiles
                 if args.variants and label not in args.variants:

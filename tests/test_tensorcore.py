@@ -1423,7 +1423,7 @@ def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch)
     monkeypatch.setattr(support, "multiprocessors", lambda: 132)
     assert default_tiles(64, 8192, 4096)["block_m"] == 64          # 128 tiles of 64 columns: B read once
     assert default_tiles(33, 8192, 4096)["block_m"] == 64 and default_tiles(20, 8192, 4096)["block_m"] == 32
-    assert default_tiles(64, 4096, 4096)["block_m"] == 16          # 64 tiles split in 2: 16 rows keep 256 programs
+    assert default_tiles(64, 4096, 2048)["block_m"] == 16          # 64 tiles split in 2: 16 rows keep 256 programs
     assert default_tiles(8, 8192, 4096)["block_m"] == 16
     assert default_tiles(674, 61, 1000)["block_n"] == 16 and default_tiles(8192, 61, 1000)["block_n"] == 64
     # 11 tiles of 64 rows, K split in 12 runs fill the SMs: N covered, A read once
@@ -1433,6 +1433,10 @@ def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch)
     assert default_tiles(64, 3072, 2048)["block_m"] == 16             # a shallower K: 16 rows
     assert default_tiles(3072, 48, 12288)["block_n"] == 64 and default_tiles(24, 1000, 20000)["block_m"] == 32
     assert default_tiles(47, 105, 21839)["block_m"] == 16             # 2 tiles x 18 runs: too few
+    # 33-64 rows: from half that K (16-row tiles read B 3-4 times over)
+    assert default_tiles(64, 4096, 4096)["block_m"] == 64 and default_tiles(4096, 40, 4096)["block_n"] == 64
+    assert default_tiles(32, 4096, 4096)["block_m"] == 16 and default_tiles(64, 3072, 3072)["block_m"] == 16
+    assert default_tiles(64, 1024, 4096)["block_m"] == 16             # 16 tiles x 4 runs: too few
 
 
 def test_few_split_tiles_are_halved_where_that_fills_more_sms(monkeypatch):

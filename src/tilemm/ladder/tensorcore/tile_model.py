@@ -59,6 +59,12 @@ THIN_SPLIT_STEPS = 12
 # a split call's fixed cost loses (64 x 3072 x 2048: 26 µs against 19), and runs that fill fewer
 # SMs lose to the 16-row tiles' (47 x 105 x 21839: 23 µs against 17).
 THICK_FROM_K = 8192
+# ... and from half that K for 33-64 rows, whose 16-row tiles read the other operand 3-4 times over:
+# M = 64 and K = 4608 / 6144 against 16-row tiles, bf16 whole calls on an H200, N 3328-4160 (runs
+# filling 79-98% of the SMs; none of the wide sweep's problems): 14.0-19.0 µs against 18.8-34.7, the
+# 16 problems 1.2-2.1x; at K = 3072 0.87-1.12x (h200-2026-11-26-s22/near_fill.jsonl). At 32 rows and
+# K = 4608 the 16-row tiles, read twice, were as fast (0.92-1.10x)
+THICK_ROWS_FROM = 33
 
 
 def thin_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int) -> int:
