@@ -32,7 +32,7 @@ def main(paths: list):
             if not half:
                 continue
             taken = [r for r in half if choice.record_class(r) in table]
-            ratios = [r["vs_library"] if r in taken else 1.0 for r in half]
+            ratios = [r["vs_library"] for r in taken] + [1.0] * (len(half) - len(taken))    # the library's: 1
             print(f"{split}: {len(half)} problems, the default's geometric mean "
                   f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x the library rung, lowest "
                   f"{min(ratios):.3f}x; tensorcore on {len(taken)}: "

@@ -17,8 +17,8 @@ from __future__ import annotations
 from ... import _compat, tuning
 from ...registry import Kernel, Param, Traffic, WholeNumbers, register
 from .. import _tensorcore_support as support
-from .tile_model import (MIN_SPLIT_STEPS, THICK_FROM_K, THICK_ROWS_FROM, THIN_SIDE, halved_tiles_fill_more, k_splits,
-                         model_tiles, read_k_major, thin_splits)
+from .tile_model import (MIN_SPLIT_STEPS, THIN_SIDE, halved_tiles_fill_more, k_splits, model_tiles, read_k_major,
+                         thick_from_k, thin_splits)
 
 
 # Candidates for autotune=True (configurations are data, never edits of the kernel); each is
@@ -81,9 +81,8 @@ def default_tiles(m: int, n: int, k: int) -> dict:
     """The configuration a shape gets when the caller names none. A skinny product (M or N <= 64)
     is bound by reading the other operand: K-deep tiles (many loads in flight) 64 long the other
     way, 16 rows (columns) or, where the other side alone gives half the SMs a tile (or, split by
-    K, fills them; or, with K >= THICK_FROM_K, half that from THICK_ROWS_FROM rows, split by k_splits
-    fills half), as tall (wide) as M
-    (N), so that the other operand is read once (skinny_block).
+    K, fills them; or, with K from tile_model.thick_from_k, split by k_splits fills half), as tall
+    (wide) as M (N), so that the other operand is read once (skinny_block).
     Otherwise the tiles tile_model predicts fastest: wave quantization decides between big efficient
     tiles and enough of them to fill the SMs (bf16 512 x 3072 x 2048: 128 x 128, 96 tiles;
     512 x 5120 x 4096: 128 x 256, 80 tiles); 64 x 64 where 64 x 128 ones, K split, leave SMs idle
@@ -96,9 +95,8 @@ def default_tiles(m: int, n: int, k: int) -> dict:
         def oriented(side: int) -> tuple:
             return (side, 64) if m <= n else (64, side)
         thick = oriented(skinny_block(rows))
-        deep = k >= (THICK_FROM_K // 2 if rows >= THICK_ROWS_FROM else THICK_FROM_K)
         filled = (2 * cover >= sms or cover * splits >= sms
-                  or deep and 2 * cover * k_splits(m, n, k, *thick, 128) >= sms)
+                  or k >= thick_from_k(rows) and 2 * cover * k_splits(m, n, k, *thick, 128) >= sms)
         tiles = thick if filled else oriented(16)
         return dict(block_m=tiles[0], block_n=tiles[1], block_k=128, num_warps=4, num_stages=4)
     bm, bn, warps = model_tiles(m, n, k)

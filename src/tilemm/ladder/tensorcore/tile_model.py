@@ -67,6 +67,11 @@ THICK_FROM_K = 8192
 THICK_ROWS_FROM = 33
 
 
+def thick_from_k(rows: int) -> int:
+    """The K from which a skinny product of `rows` thin rows (17-64) may take thick tiles."""
+    return THICK_FROM_K // 2 if rows >= THICK_ROWS_FROM else THICK_FROM_K
+
+
 def thin_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int) -> int:
     """Into how many runs of K steps to split the tiles of a skinny product (M or N <= THIN_SIDE)
     whose thin operand is not read K-major (A^T of a few columns, or a vector whose strides are
