@@ -40,7 +40,7 @@ def test_operands_views_and_scratch_take_the_new_calls_places():
     a2, b2 = big[2:], torch.randn(6, 5)                            # a view that does not start its storage
     c2 = replay.run(a2, b2)
     bT, parts, k, n = fill_seen[-1][:4]
-    assert torch.equal(bT, b2.T) and (k, n) == (6, 5) and fill_seen[-1][4:] == (64, True)
+    assert bT == b2.data_ptr() and (k, n) == (6, 5) and fill_seen[-1][4:] == (64, True)   # a view: its address
     a_desc, parts_desc, c_arg, *rest = seen[-1]
     assert a_desc.base.data_ptr() == a2.data_ptr() and torch.equal(a_desc.base, a2) and a_desc.block == [4, 2]
     assert parts_desc.base.untyped_storage().data_ptr() == parts.untyped_storage().data_ptr()   # one scratch
@@ -48,6 +48,21 @@ def test_operands_views_and_scratch_take_the_new_calls_places():
     assert parts_desc.base.shape == (12, 5) and c2.shape == (8, 5)
     assert c_arg == c2.data_ptr()          # an operand itself goes to the program as its address
     assert rest == [8, 5, 6, 0.5, 64, True]
+
+
+def test_a_programs_view_of_an_operand_is_given_as_its_address():
+    """A program reads a tensor argument's address alone: a view of an operand that starts inside
+    it (here A's rows from the third, B's transpose) is given as the new operand's address plus the
+    view's offset in bytes, whatever the new operand's own offset in its storage."""
+    a, b = torch.randn(8, 6, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    c = torch.empty(8, 5, dtype=torch.float64)
+    program, seen = launched((a[2:], b.T, c, 3))
+    replay = recorded(program, (a, b, c))
+    assert replay is not None
+    big = torch.randn(11, 6, dtype=torch.float64)
+    a2, b2 = big[3:], torch.randn(6, 5, dtype=torch.float64)
+    c2 = replay.run(a2, b2)
+    assert seen[-1][:4] == (a2.data_ptr() + 2 * 6 * 8, b2.data_ptr(), c2.data_ptr(), 3)
 
 
 def test_copies_into_aligned_rows_are_made_again_from_the_new_operand():

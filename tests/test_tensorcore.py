@@ -299,10 +299,12 @@ def test_interpreter_float64_persistent(layout):
 @pytest.mark.parametrize("source, by_triton, word", [
     ("rows of 66", False, "int32"), ("rows of 67", False, None), ("rows of 72", True, None), ("transposed", True, None),
     ("fp8 transposed", True, None), ("fp8 rows of 70", False, None), ("fp8 rows of 68", False, "int32")])
-def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton, word):
+def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton, word, monkeypatch):
     """Into 16-byte aligned rows: Triton's copy_rows for a transposed source or rows already 16-byte
-    aligned, torch's copy for rows that are not (no vector loads), of int32 views where the rows'
-    bytes allow; fp8 as the others; each copies exactly."""
+    aligned, torch's copy for rows that are not (no vector loads) from TORCH_COPY_FROM bytes on, of
+    int32 views where the rows' bytes allow, and Triton's under it (one launch's CPU); fp8 as the
+    others; each copies exactly."""
+    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder._tensorcore_support import BoundLaunch, rows_copy
     half = torch.float16
     x = {"rows of 66": torch.randn(9, 66, dtype=half), "rows of 67": torch.randn(9, 67, dtype=half),
@@ -311,6 +313,8 @@ def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton, word):
          "fp8 rows of 70": torch.randn(9, 70).to(torch.float8_e4m3fn),
          "fp8 rows of 68": torch.randn(9, 68).to(torch.float8_e4m3fn)}[source]
     rows = torch.zeros(9, 72, dtype=x.dtype)[:, :x.shape[1]]
+    assert isinstance(rows_copy(x, rows), BoundLaunch)                  # 9 rows: under TORCH_COPY_FROM
+    monkeypatch.setattr(support, "TORCH_COPY_FROM", x.numel() * x.element_size())
     copy = rows_copy(x, rows)
     assert isinstance(copy, BoundLaunch) == by_triton
     assert by_triton or copy.word == word

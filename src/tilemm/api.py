@@ -54,14 +54,18 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
         if key is not None:
             if len(_PLANS) >= PLAN_CACHE_SIZE:
                 _PLANS.clear()
+            replay = checked.recorded_launches()
             _PLANS[key] = dataclasses.replace(checked, a=None, b=None, out=None,    # keeps no operand alive
-                                              replay=checked.recorded_launches())
+                                              replay=replay, fast=checked.fast or getattr(replay, "quick", None))
         return value
     if known.direct:                       # the numpy rung on NumPy operands of the result's dtype
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
     if out is None and stream is None:     # on torch's current stream, the caller's
-        if known.fast is not None:
-            return known.fast(a, b)
+        fast = known.fast
+        if fast is not None:
+            c = fast(a, b)
+            if c is not None:
+                return c
         if known.replay is not None:
             c = known.replay(a, b)
             if c is not None:
@@ -165,8 +169,10 @@ class Plan:
     out: object = None
     stream: int = streams.LEGACY_DEFAULT   # the raw stream a GPU kernel is queued on
     direct: bool = False         # the numpy rung on NumPy operands already of the result's dtype: numpy.matmul
-    fast: object = None          # the library on 2-D torch CUDA float tensors of the compute dtype: a repeated
-                                 # call with no out or stream is library.torch_product(dtype)(a, b)
+    fast: object = None          # a repeated call with no out or stream, in the fewest steps: fast(a, b) gives C,
+                                 # or None where it can't (then replay, else the plan): the library on 2-D torch
+                                 # CUDA float tensors of the compute dtype, library.torch_product(dtype); one
+                                 # program's replay, Replay.quick
     replay: object = None        # a Triton or numba-cuda rung on such tensors: the first call's launches, which
                                  # a repeated call with no out or stream replays (ladder/replay.py, simt/direct.py)
     out_of_core: bool = False    # a GPU rung on host matrices past the GPU's free memory: tilemm.outofcore

@@ -128,19 +128,25 @@ def row_descriptor(x, block_rows: int, block_cols: int, align: int = 16):
 
 
 COPY_BLOCK = 64
+# Bytes from which an operand whose rows are contiguous but not 16-byte aligned is copied by torch:
+# faster on the GPU than copy_rows, but ~8 µs of CPU against a replayed launch's ~4. Under it, the
+# launch: H200, bf16 whole calls, copies of 0.3-2 MB, 1.15-1.47x where the call was CPU-bound
+# (2131 x 4127 x 94 nt 50.7 -> 34.4 µs), 0.96x at 7615 x 432 x 1866 nt, GPU-bound, with a 1.6 MB
+# B (h200-2026-11-26-s23/copy_ab.jsonl)
+TORCH_COPY_FROM = 2 << 20
 
 
 def rows_copy(x, rows):
     """A launcher without arguments copying x into rows (contiguous rows, 16-byte aligned): torch's
-    copy where x's rows are contiguous but not 16-byte aligned, else t1_blocked_kernel.copy_rows,
-    64 x 64 tiles. Measured on an H100, torch's against Triton's: fp16 (h100-2026-11-24-s11/ptr_copy.jsonl)
+    copy where x's rows are contiguous but not 16-byte aligned and x has TORCH_COPY_FROM bytes or
+    more, else t1_blocked_kernel.copy_rows, 64 x 64 tiles. Measured on an H100, torch's against Triton's: fp16 (h100-2026-11-24-s11/ptr_copy.jsonl)
     6000² transposed 295 µs against 54, 6000² in 12000-byte rows 91 µs against 55, but 7615 x 1866
     (3732-byte rows, no vector loads) 39 µs against 55; fp8 (h100-2026-11-24-s12/probe.jsonl)
     8192² transposed 461 µs against 52, 7001 x 5003 transposed 285 against 293, but 4096 x 4100
     in its own rows 31 against 142. torch's copy itself runs faster on 4-byte words: where such
     rows' bytes and x's start divide by 4, it copies int32 views (h100-2026-11-24-s12/probe5.jsonl:
     bf16 7615 x 1866 38.5 µs against 26.6, fp8 4096 x 4100 29.7 against 12.6)."""
-    if x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16:
+    if x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 and x.numel() * x.element_size() >= TORCH_COPY_FROM:
         row_bytes = x.shape[1] * x.element_size()
         words = x.element_size() < 4 and row_bytes % 4 == 0 and x.stride(0) * x.element_size() % 4 == 0
         return CopyInto(rows, x, "int32" if words and x.data_ptr() % 4 == 0 else None)

@@ -120,6 +120,7 @@ class Replay:
             self._stream_of = torch._C._cuda_getCurrentRawStream
         else:                  # recorded on the CPU (as tests do): run() alone runs it, a call never replays
             self._get_device = lambda: None
+        self.quick = self.quick_call()
 
     def __call__(self, *inputs):
         """C from inputs (a, b, and any others the first call had) by the recorded launches, on
@@ -130,9 +131,45 @@ class Replay:
         if (tuple([p % 16 for p in pointers]) != self.aligned or self._get_device() != self.device_index
                 or (self.reuses_memory and capturing())):
             return None
-        c = self._empty(self.c_shape, dtype=self.dtype, device=self.device)
+        c = self._empty(*self.c_shape, dtype=self.dtype, device=self.device)   # (a tuple: ~1 µs slower)
         self.launch(inputs, c, pointers, self._stream_of(self.device_index))
         return c
+
+    def quick_call(self):
+        """The usual small call, one program's launch on a and b, in the fewest steps: a function
+        (a, b) -> C, or None where this call can't be replayed (__call__'s guard); None where the
+        replay has more steps or inputs. Each step it leaves out is a few tenths of a microsecond
+        of a call whose CPU time is its time."""
+        if self.single is None or len(self.aligned) != 2 or self.device_index < 0:
+            return None
+        launch, template = self.single[0], list(self.single[1])
+        addressed = [(j, which) for _, j, which in self.address_slots]
+        made = [(j, make) for _, j, make in self.operand_slots]
+        workspace = isinstance(launch, WorkspaceLaunch)        # memory a CUDA graph being captured would keep
+        runner = launch.run_replayed if workspace else launch.runner
+        align_a, align_b = self.aligned
+        index, shape, dtype, device = self.device_index, self.c_shape, self.dtype, self.device
+        empty, get_device, stream_of = self._empty, self._get_device, self._stream_of
+
+        def call(a, b):
+            pa, pb = a.data_ptr(), b.data_ptr()
+            if pa % 16 != align_a or pb % 16 != align_b or get_device() != index or (workspace and capturing()):
+                return None
+            c = empty(*shape, dtype=dtype, device=device)
+            pointers = (pa, pb, c.data_ptr())
+            values = template.copy()
+            for j, which in addressed:
+                values[j] = pointers[which]
+            if made:                   # TMA descriptors of the operands
+                operands = (a, b, c)
+                for j, make in made:
+                    values[j] = make(operands, None)
+            if workspace:
+                runner(values, index, stream_of(index))
+            else:
+                runner(*values, stream=stream_of(index))
+            return c
+        return call
 
     def run(self, *inputs, stream=None):
         """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded.
@@ -257,7 +294,7 @@ def recorded(bound, operands: tuple) -> Replay | None:
         if isinstance(launch, WorkspaceLaunch):    # its workspace is taken at each launch
             values[launch.at:launch.at + len(launch.WORKSPACE)] = (None,) * len(launch.WORKSPACE)
         for j, v in enumerate(values):
-            slot = _slot(v, storages, groups)
+            slot = _slot(v, storages, groups, program=not isinstance(launch, CopyInto))
             if slot is False:
                 return None
             if slot is not None:
@@ -276,13 +313,14 @@ def _unbound(launch: BoundLaunch) -> BoundLaunch:
     return light
 
 
-def _slot(v, storages: dict, groups: dict):
+def _slot(v, storages: dict, groups: dict, program: bool = False):
     """How to make value v for a new call: None (a constant, kept), (make(operands, scratch),
     whether it is of scratch alone), or False (can't be replayed: a tensor or descriptor of an
-    unknown kind)."""
+    unknown kind). program: v is a compiled program's argument, of which its launcher reads a
+    tensor's address alone (a view of an operand is made as that address, an int)."""
     import torch
     if isinstance(v, torch.Tensor):
-        return _view(v, storages, groups)
+        return _view(v, storages, groups, address_only=program, as_int=program)
     if type(v).__name__ == "TensorDescriptor" and hasattr(v, "base"):
         view = _view(v.base, storages, groups, address_only=True)     # Triton reads the base's address alone
         if view is False:
@@ -319,10 +357,11 @@ class Address:
         return self.address
 
 
-def _view(t, storages: dict, groups: dict, address_only: bool = False):
+def _view(t, storages: dict, groups: dict, address_only: bool = False, as_int: bool = False):
     """(make, of scratch): make(operands, scratch) gives, for a new call, the tensor that stands
     where t stood: the same view of the new operand t was a view of, or of that call's scratch.
-    address_only: a view of an operand is made as the Address of its place alone."""
+    address_only: a view of an operand is made as the Address of its place alone (as_int: as
+    that address itself)."""
     ptr = t.untyped_storage().data_ptr()
     size, stride, offset, dtype = tuple(t.shape), t.stride(), t.storage_offset(), t.dtype
     if ptr in storages:
@@ -333,8 +372,10 @@ def _view(t, storages: dict, groups: dict, address_only: bool = False):
             return Whole(which), False
         delta = offset - operand.storage_offset()     # where the view starts, from the operand's start
         if address_only:
-            size_of = t.element_size()
-            return (lambda operands, scratch: Address(operands[which].data_ptr() + delta * size_of)), False
+            delta *= t.element_size()
+            if as_int:
+                return (lambda operands, scratch: operands[which].data_ptr() + delta), False
+            return (lambda operands, scratch: Address(operands[which].data_ptr() + delta)), False
         return (lambda operands, scratch: operands[which].as_strided(size, stride,
                                                                      operands[which].storage_offset() + delta)), False
     if ptr not in groups:

@@ -33,7 +33,7 @@ class SimtReplay:
     def run(self, a, b):
         import torch
         from cuda.core import launch
-        c = torch.empty(self.c_shape, dtype=self.dtype, device=self.device)
+        c = torch.empty(*self.c_shape, dtype=self.dtype, device=self.device)
         operands = (a, b, c)
         values = []
         for kind, *what in self.arguments:
