@@ -9,7 +9,8 @@ import pytest
 from tilemm import api, choice
 
 RESULTS = Path(__file__).parent.parent / "benchmarks/results"
-FIT_SWEEP = RESULTS / "h200-2026-11-26-s22/fit_whole.jsonl"      # the fit half, whole calls, bf16 and fp16
+FIT_SWEEP = RESULTS / "h200-2026-11-26-s23/fit_whole.jsonl"      # the fit half, whole calls, bf16 and fp16
+CLASS_CHECKS = RESULTS / "h200-2026-11-26-s23/class_check.jsonl"  # grids of the classes the fit half holds one shape of
 
 
 def test_shape_classes():
@@ -43,12 +44,19 @@ def test_alignment_is_the_leading_dimensions():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_the_shipped_table_is_the_one_the_fit_half_gives(dtype):
+    """Both 16-bit dtypes' fit records judged together (the same programs), a class of one fit shape
+    with its grid: 512 x 3072 x 2048 alone would take (0, aligned, 1, 0), which its grid keeps with
+    the library; 25 x 1 x 7 alone would take vectors of K under 128, which its grid confirms."""
     records = [json.loads(line) for line in open(FIT_SWEEP)]
-    fit = [r for r in records if r["tag"].endswith("/fit") and r["dtype"] == dtype]
-    assert len(fit) == 3 * 104              # cuBLAS, the library rung and tensorcore on each of 104 problems
-    assert choice.winners(fit) == choice.MEASURED_WINNERS[((9, 0), dtype)]
+    checks = [json.loads(line) for line in open(CLASS_CHECKS)]
+    fit = [r for r in records if r["tag"].endswith("/fit")]
+    assert len([r for r in fit if r["dtype"] == dtype]) == 3 * 104   # cuBLAS, the library rung, tensorcore
+    table = choice.winners(fit, min_shapes=2, checks=checks)
+    assert table == choice.MEASURED_WINNERS[((9, 0), dtype)]
+    assert (0, True, 1, 0) in choice.winners(fit) and (0, True, 1, 0) not in table
+    assert (0, False, 0, 2) not in choice.winners(fit, min_shapes=2) and (0, False, 0, 2) in table
     assert choice.winners(fit, min_geomean=100.0) == {}             # the rule can say no
-    assert choice.measured(fit) == choice.MEASURED_CLASSES[((9, 0), dtype)]["tensorcore"]
+    assert choice.measured([r for r in fit if r["dtype"] == dtype]) == choice.MEASURED_CLASSES[((9, 0), dtype)]["tensorcore"]
 
 
 def test_int8s_skinny_classes_are_the_ones_its_fit_half_gives():

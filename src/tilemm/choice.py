@@ -19,12 +19,16 @@ The classes are coarse on purpose (a table that generalises, not one that fits a
 A class is listed when tilemm's rung beat the library rung on the wide sweep's fit half, whole
 calls as users make them (tensorcore_vs_cublas.py --whole-calls, interleaved rounds, H200): geometric
 mean >= 1.05x, none of its problems below 0.97x (the default's bar: never measurably slower than the
-library). Measured in h200-2026-11-26-s22/fit_whole.jsonl; `python3 benchmarks/default_table.py FILE`
-prints the table and the held-out half's figures. A small product's call is its CPU cost: a repeated
-call of a single tilemm program (tilemm.ladder.replay) costs about torch.matmul's, less than the
-library rung's, and where the rung's program is as fast as cuBLAS's the default takes it. Most
-aligned products stay with cuBLAS, as do deep-K products with small M and N (0.85-0.93x) and small
-products whose operands the rung first copies into aligned rows (their CPU cost is several launches).
+library). bfloat16 and float16 run the same programs with the same tiles, so their records are judged
+together, and a class the fit half holds a single shape of is judged with a grid of its own as well
+(winners' min_shapes=2, checks). Measured in h200-2026-11-26-s23/fit_whole.jsonl and class_check.jsonl;
+`python3 benchmarks/default_table.py FIT [HELD_OUT...] --checks GRID` prints the table and the halves'
+figures. A small product's call is its CPU cost: a repeated call of a single tilemm program
+(tilemm.ladder.replay's quick call) costs about torch.matmul's, less than the library rung's, and
+where the rung's program is as fast as cuBLAS's the default takes it. Aligned products stay with
+cuBLAS (small ones: 512 x 3072 x 2048 ran 1.13x, but a grid of 12 others of its class 0.93-1.23x), as
+do deep-K products with small M and N and small unaligned products of more than 64 rows and columns,
+whose operands the rung first copies into aligned rows (one ran 0.77x).
 """
 from __future__ import annotations
 
@@ -47,15 +51,12 @@ def shape_class(m: int, n: int, k: int, lds: tuple | None = None) -> tuple:
 
 
 # (compute capability, dtype) -> {shape class: kernel}: where the default leaves cuBLAS. Unaligned
-# products of 1e10 flops or more (cuBLAS's slow path; fit half 1.44-3.5x the library rung) and small
-# unaligned skinny ones (the single program's cheaper call; 0.99-3.6x); bfloat16's one vector of K
-# under 128 (25 x 1 x 7: 1.06x, float16 1.04x, under the rule's 1.05x)
-_UNALIGNED = (0, False, 0, 1), (0, False, 1, 1), (1, False, 0, 0), (1, False, 1, 0), (1, False, 2, 0), (2, False, 1, 0)
-MEASURED_WINNERS = {
-    ((9, 0), "bfloat16"): {c: "tensorcore" for c in _UNALIGNED + ((0, False, 0, 2),)},
-    ((9, 0), "float16"): {c: "tensorcore" for c in _UNALIGNED},
-}
-
+# products of 1e10 flops or more (cuBLAS's slow path; fit half 1.44-3.5x the library rung, a grid of 8
+# deep-K ones 1.21-4.4x), small unaligned skinny ones and vectors of K under 128 (the single program's
+# cheaper call; 1.16-3.6x, a grid of 5 vectors 1.15-1.73x)
+_SIXTEEN_BIT = ((0, False, 0, 1), (0, False, 0, 2), (0, False, 1, 1), (1, False, 0, 0), (1, False, 1, 0),
+                (1, False, 2, 0), (2, False, 1, 0))
+MEASURED_WINNERS = {((9, 0), dtype): {c: "tensorcore" for c in _SIXTEEN_BIT} for dtype in ("bfloat16", "float16")}
 
 # Integer results on Hopper: the library multiplies integers with CuPy's own kernel (cuBLAS has no
 # integer GEMM but int8 -> int32, which torch._int_mm reaches and tilemm's library rung does not);
@@ -114,17 +115,33 @@ def worth_timing(rung: str, dtype: str, m: int, n: int, k: int, lds: tuple | Non
 
 
 def winners(records: list[dict], rung: str = "tensorcore", min_geomean: float = 1.05, min_ratio: float = 0.97,
-            against: str = "vs_library") -> dict:
+            against: str = "vs_library", min_shapes: int = 1, checks: list[dict] = ()) -> dict:
     """{shape class: rung} from benchmark records (tensorcore_vs_cublas.py's: m, n, k, layout,
     variant, and the ratio `against`: to tilemm's library rung, or "vs_cublas"): the classes where
-    the rung's ratios have a geometric mean of at least min_geomean and none below min_ratio. How
-    MEASURED_WINNERS is made from the fit half."""
-    ratios: dict = {}
-    for r in records:
-        if r.get("variant") == rung and r.get(against):
-            ratios.setdefault(record_class(r), []).append(r[against])
-    return {c: rung for c, v in ratios.items()
-            if math.exp(sum(map(math.log, v)) / len(v)) >= min_geomean and min(v) >= min_ratio}
+    the rung's ratios have a geometric mean of at least min_geomean and none below min_ratio. A
+    class the records hold fewer than min_shapes shapes of is judged with the `checks` of its class
+    too (records of a grid of its own), and needs min_shapes shapes among both. How MEASURED_WINNERS
+    is made from the fit half."""
+    def by_class(rs) -> dict:
+        found: dict = {}
+        for r in rs:
+            if r.get("variant") == rung and r.get(against):
+                found.setdefault(record_class(r), []).append(r)
+        return found
+
+    def shapes(rs) -> int:
+        return len({(r["m"], r["n"], r["k"], r.get("layout")) for r in rs})
+    grid = by_class(checks)
+    won = {}
+    for c, rs in by_class(records).items():
+        if shapes(rs) < min_shapes:
+            rs = rs + grid.get(c, [])
+            if shapes(rs) < min_shapes:
+                continue
+        v = [r[against] for r in rs]
+        if math.exp(sum(map(math.log, v)) / len(v)) >= min_geomean and min(v) >= min_ratio:
+            won[c] = rung
+    return won
 
 
 def preferred(dtype: str, m: int, n: int, k: int, operands: str | None = None,
