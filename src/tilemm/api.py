@@ -66,7 +66,7 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
             c = fast(a, b)
             if c is not None:
                 return c
-        if known.replay is not None:
+        elif known.replay is not None:     # (where a quick call refused, its replay would: the same guard)
             c = known.replay(a, b)
             if c is not None:
                 return c
@@ -170,7 +170,7 @@ class Plan:
     stream: int = streams.LEGACY_DEFAULT   # the raw stream a GPU kernel is queued on
     direct: bool = False         # the numpy rung on NumPy operands already of the result's dtype: numpy.matmul
     fast: object = None          # a repeated call with no out or stream, in the fewest steps: fast(a, b) gives C,
-                                 # or None where it can't (then replay, else the plan): the library on 2-D torch
+                                 # or None where it can't (then the plan's path): the library on 2-D torch
                                  # CUDA float tensors of the compute dtype, library.torch_product(dtype); one
                                  # program's replay, Replay.quick
     replay: object = None        # a Triton or numba-cuda rung on such tensors: the first call's launches, which
