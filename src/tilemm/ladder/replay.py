@@ -188,10 +188,10 @@ class Replay:
             launch, values = self.single
             values = values.copy()
             self.put_operands([values], (*inputs, c), pointers)
-            if type(launch) is BoundLaunch:
-                launch.runner(*values, stream=stream)
-            else:
+            if isinstance(launch, WorkspaceLaunch):
                 launch.run_replayed(values, self.device_index, stream)
+            else:
+                launch.runner(*values, stream=stream)
             return
         values = [list(v) for v in self.scratch_filled(stream)]
         self.put_operands(values, (*inputs, c), pointers)
