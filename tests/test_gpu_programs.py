@@ -27,7 +27,7 @@ CASES = ([(k, d, {}) for k in SIMT for d in ("int32", "int64", "float32", "float
          + [("tensorcore", d, {}) for d in ("float16", "bfloat16")]
          + [("tensorcore", "bfloat16", {"stream_k": True}), ("tensorcore", "float16", {"split_k": 3})]
          + [("tensorcore-int", d, {}) for d in ("int8", "int16", "int32", "int64")]
-         + [("tensorcore-f64", "float64", {})]
+         + [("tensorcore-f64", "float64", {}), ("tensorcore-f64", "float64", {"dmma": True})]
          + [("tensorcore-f32", "float32", {"precision": p}) for p in ("3xtf32", "tf32", "int8")]
          + [("cublas", d, {}) for d in ("int32", "int64", "float16", "bfloat16", "float32", "float64")]
          + [(None, d, {}) for d in ("int8", "int32", "int64", "float16", "bfloat16", "float32", "float64")])
@@ -208,6 +208,38 @@ def test_past_2_31_elements(kernel, dtype, m, n, k, out_dtype):
     torch.cuda.empty_cache()
 
 
+def test_float64_dmma_past_2_31_elements():
+    """A C of 2.16e9 elements from the DMMA program (the default's choice here), stored through
+    64-bit offsets, and C^T's strides: both operands row-major."""
+    import torch
+    from tilemm.ladder.tensorcore.t3_fp64 import takes_dmma
+    m = n = 46500
+    k = 256
+    assert takes_dmma(m, n, k, {}), "the default should take the DMMA program here"
+    torch.cuda.empty_cache()
+    a_t, b_t = big((m, k), torch.float64, 1), big((k, n), torch.float64, 2)
+    c = tilemm.matmul(a_t, b_t, kernel="tensorcore-f64")
+    torch.cuda.synchronize()
+    check_rows(c, a_t, b_t, [0, 1, m // 2, m - 2, m - 1], f"DMMA {m}x{n}x{k}")
+    del a_t, b_t, c
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("shape", [(2049, 2051, 1001), (17, 300, 5), (2048, 2048, 1), (300, 4100, 33)])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_float64_dmma_every_layout_and_odd_sizes(layout, shape):
+    """The DMMA program in both of its forms (C, or C^T), on operands read as they are or copied
+    into aligned rows, at sizes that are no tile's multiple, into a poisoned C."""
+    import torch
+    m, n, k = shape
+    a, b, a_t, b_t = torch_pair("float64", m, n, k, seed=m + n + k)
+    a_t = a_t.T.contiguous().T if layout[0] == "t" else a_t
+    b_t = b_t.T.contiguous().T if layout[1] == "t" else b_t
+    poison = torch.full((m, n), float("nan"), dtype=torch.float64, device="cuda")
+    del poison
+    check(tilemm.matmul(a_t, b_t, kernel="tensorcore-f64", dmma=True), a, b, "float64", f"DMMA {layout} {shape}")
+
+
 @pytest.mark.parametrize("kernel, dtype", [(k, "float32") for k in SIMT] + [("cublas", "int32"), ("cublas", "int64")])
 def test_32_bit_rungs_refuse_past_2_31_before_any_work(kernel, dtype):
     """The SIMT rungs index in 32 bits, and so does CuPy's integer kernel (it faulted at 47000²)."""
@@ -294,7 +326,8 @@ REPLAYED = [("tensorcore", "bfloat16", {}, (1024, 1024, 1024)), ("tensorcore", "
             ("tensorcore-f32", "float32", {"direct": False}, (1024, 1024, 1024)),   # 3xTF32: split passes, stream-K
             ("tensorcore-f32", "float32", {}, (512, 384, 700)),               # 3xTF32 in one launch
             ("tensorcore-f32", "float32", {"precision": "tf32"}, (700, 900, 300)),
-            ("tensorcore-f64", "float64", {}, (2048, 2048, 256)),
+            ("tensorcore-f64", "float64", {}, (2048, 2048, 256)),              # the DMMA program, C^T's form
+            ("tensorcore-f64", "float64", {"dmma": True}, (1001, 1003, 999)),  # ... on rows copied aligned
             ("tensorcore-int", "int8", {}, (256, 512, 128)),                  # the Gluon program alone
             ("tensorcore-int", "int32", {}, (300, 200, 100)),                 # digit passes, then the product
             ("regblock", "float32", {}, (256, 256, 256)), ("regblock", "float64", {}, (300, 200, 100)),

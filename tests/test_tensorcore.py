@@ -988,6 +988,96 @@ print(json.dumps(out))
 """
 
 
+DMMA_PROGRAM = r"""
+import json, os, subprocess
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
+from tilemm.ladder.tensorcore import t3_fp64_dmma_kernel as p
+x_layout, y_layout = (gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=64, rank=2) for w in (128, 0))
+sig = dict(x_desc=f"tensordesc<fp64[8,16],{x_layout!r}>", y_desc=f"tensordesc<fp64[{p.BLOCK_N},8],{y_layout!r}>",
+           c_ptr="*fp64", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32")
+const = dict(BLOCK_M=p.BLOCK_M, BLOCK_N=p.BLOCK_N, BLOCK_K=p.BLOCK_K, WARPS_M=p.WARPS_M, WARPS_N=p.WARPS_N,
+             GROUP_M=p.GROUP_M, STAGES=p.STAGES)
+sig.update({name: "constexpr" for name in const})
+k = triton.compile(GluonASTSource(fn=p.f64_dmma, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                   options=dict(num_warps=p.WARPS_M * p.WARPS_N, maxnreg=p.REGISTERS))
+path = f"/tmp/tilemm_dmma_{os.getpid()}.cubin"
+with open(path, "wb") as f:
+    f.write(k.asm["cubin"])
+sass = subprocess.run([os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump"),
+                       "-sass", path], capture_output=True, text=True).stdout.splitlines()
+os.remove(path)
+loop = [i for i, line in enumerate(sass) if "DMMA" in line]
+between = sass[loop[0]:loop[-1] + 1] if loop else []
+print(json.dumps(dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, mma="mma.sync.aligned.m16n8k8.row.col.f64" in k.asm["ptx"],
+                      dmma=sum("DMMA.16x8x8" in line for line in between), loads=sum("LDS.128" in line for line in between),
+                      moves=sum("MOV" in line for line in between))))
+"""
+
+
+def test_float64_dmma_program_compiles_to_m16n8k8_with_fragments_loaded_in_place():
+    """The DMMA program compiled for sm_90: m16n8k8 products, fed by 16-byte shared-memory loads
+    that land in the registers the instruction reads (no register moves between the products:
+    read K-major, A's fragments took 193 moves for 32 products), within the shared memory a block may use."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    res = subprocess.run([sys.executable, "-c", DMMA_PROGRAM], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert info["mma"] and info["dmma"] >= 32 and info["loads"] >= 24, info
+    assert info["moves"] == 0, info
+    assert info["shared"] <= info["limit"], info
+
+
+def laid_out_f64(m, n, k, layout):
+    a = torch.randn(k, m, dtype=torch.float64).T if layout[0] == "t" else torch.randn(m, k, dtype=torch.float64)
+    b = torch.randn(n, k, dtype=torch.float64).T if layout[1] == "t" else torch.randn(k, n, dtype=torch.float64)
+    return a, b
+
+
+@pytest.mark.parametrize("layout, transposed, copied", [("nn", True, ()), ("tt", False, ()),
+                                                        ("nt", True, ("x",)), ("tn", False, ("y",))])
+def test_float64_dmma_reads_operands_as_they_are_where_a_form_allows(layout, transposed, copied):
+    """X (rows along C's) and Y (K-major): both row-major operands are C^T's (X = B, Y = A) as they
+    are, both column-major ones C's; otherwise the form that copies the smaller operand (here the
+    300-row B: N < M)."""
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.t3_fp64 import dmma_operands
+    a, b = laid_out_f64(500, 300, 64, layout)
+    x, y, t = dmma_operands(a, b)
+    assert t == transposed
+    assert x.shape == ((64, 300) if t else (64, 500)) and y.shape == ((500, 64) if t else (300, 64))
+    assert tuple(name for name, v in (("x", x), ("y", y)) if not support.k_major(v)) == copied
+    if copied:
+        assert (x if copied == ("x",) else y).numel() == 300 * 64       # the smaller operand
+
+
+def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_from_a_round_of_tiles():
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore.t3_fp64 import DMMA_FROM_K, takes_dmma
+    hopper, sms = support.hopper_gluon(), support.multiprocessors()
+    side = 128 * int(sms ** 0.5 + 1)
+    own = dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, persistent=True,
+               copy_transposed="a", dmma=None)
+    assert takes_dmma(side, side, 4096, own) == hopper
+    assert not takes_dmma(side, side, DMMA_FROM_K - 1, own)
+    assert not takes_dmma(side, 64, 4096, own) and not takes_dmma(128, side, 4096, own)   # skinny; under a round
+    assert not takes_dmma(side, side, 4096, {**own, "block_k": 16})
+    assert not takes_dmma(side, side, 4096, {**own, "persistent": False})
+    assert takes_dmma(3, 5, 7, {**own, "dmma": True}) and not takes_dmma(side, side, 4096, {**own, "dmma": False})
+    assert not takes_dmma(0, 5, 7, {**own, "dmma": True}) and not takes_dmma(3, 5, 0, {**own, "dmma": True})
+
+
+@pytest.mark.skipif(ON_GPU, reason="Triton's interpreter runs no Gluon")
+def test_float64_dmma_asked_for_off_hopper_is_refused_before_any_work():
+    a, b = np.ones((4, 8)), np.ones((8, 4))
+    with pytest.raises(tilemm.KernelUnavailable, match="Hopper"):
+        tilemm.matmul(a, b, kernel="tensorcore-f64", dmma=True)
+
+
 def test_load_alignment_and_narrow_loads():
     """What the pointer program is told each size divides by (up to 8), and where its loads stay two
     elements wide or narrower along an operand's contiguous axis (then 64-row tiles take 8 warps)."""

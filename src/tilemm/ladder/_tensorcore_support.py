@@ -115,16 +115,21 @@ def row_descriptor(x, block_rows: int, block_cols: int, align: int = 16):
     that fill() copies x into, a pass over x that counts in the caller's time (a row of 8191 bf16
     is 16382 bytes; a transposed view has no rows; align=128 for speed: rows_aligned_pays). Call
     fill before each launch: it reads x's current values."""
-    import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
-    fill = None
-    if not k_major(x) or (x.stride(0) * x.element_size()) % align:
-        rows, cols = x.shape
-        per_row = align // x.element_size()
-        padded = torch.empty((rows, -(-cols // per_row) * per_row), dtype=x.dtype, device=x.device)
-        fill = rows_copy(x, padded[:, :cols])
-        x = padded[:, :cols]
+    x, fill = aligned_rows(x, align)
     return TensorDescriptor.from_tensor(x, [block_rows, block_cols]), fill
+
+
+def aligned_rows(x, align: int = 16):
+    """(rows, fill): x itself where its rows are contiguous and `align`-byte aligned, fill None;
+    else a view of fresh rows that are, which fill() copies x into (see row_descriptor)."""
+    if k_major(x) and (x.stride(0) * x.element_size()) % align == 0:
+        return x, None
+    import torch
+    rows, cols = x.shape
+    per_row = align // x.element_size()
+    padded = torch.empty((rows, -(-cols // per_row) * per_row), dtype=x.dtype, device=x.device)
+    return padded[:, :cols], rows_copy(x, padded[:, :cols])
 
 
 COPY_BLOCK = 64

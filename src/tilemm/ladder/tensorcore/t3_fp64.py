@@ -1,6 +1,8 @@
 """Rung 22, `tensorcore-f64`: float64 on the H100's FP64 tensor cores (DMMA), in Triton: the
 programs of `tensorcore` (t1_blocked_kernel.py) with float64 tiles and a float64 accumulator, the
-persistent TMA one past one round of tiles, the pointer one otherwise.
+persistent TMA one past one round of tiles, the pointer one otherwise. On Hopper, where 128 x 128
+tiles fill the SMs, a Gluon program instead (t3_fp64_dmma_kernel.py): DMMA's m16n8k8 shape, which
+Triton does not issue, on operands read as that instruction takes them.
 
 Constraints: float64 only; any M, N, K, any strides; shared memory of a configuration (eight
 bytes an element) must fit the GPU (checked before launch).
@@ -13,6 +15,13 @@ from . import t1_blocked
 from .t1_blocked import tile_params
 
 TILES = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
+TRITON_DEFAULTS = dict(persistent=True, copy_transposed="a")
+# K from which the DMMA program takes a product (dmma=None). It writes each tile's C once its K
+# steps are done, where the persistent Triton program writes one tile while loading the next: with
+# few K steps C's writes dominate. H200 whole calls (h200-2026-11-26-s25/f64_rung_check.jsonl):
+# 8192 x 8192 x 64 0.66x DGEMM against 0.88x; x 256 (tt) 0.92x against 0.86x; 4096 x 4096 x 512
+# 0.90x against 0.87x.
+DMMA_FROM_K = 256
 
 
 def default_tiles(m: int, n: int) -> dict:
@@ -28,6 +37,42 @@ def default_tiles(m: int, n: int) -> dict:
     return dict(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=4)
 
 
+def takes_dmma(m: int, n: int, k: int, params: dict) -> bool:
+    """Whether a product runs the Gluon DMMA program: dmma=True, or dmma=None with the Triton
+    programs' parameters at their defaults (tiles None), on Hopper, where 128 x 128 tiles fill the
+    SMs (as default_tiles' do; a skinny product keeps its own tiles) and K from DMMA_FROM_K. An
+    empty product never (the Triton launcher writes its zeros). H200, whole calls, 3001 x 2999 x
+    1537 to 8192³ in the four layouts: 0.96-1.03x DGEMM against 0.88-0.97x for the Triton programs
+    (h200-2026-11-26-s25/f64_rung_check.jsonl)."""
+    if m * n * k == 0:
+        return False
+    if params.get("dmma") is not None:
+        return bool(params["dmma"])
+    own = all(params.get(name) is None for name in TILES) and all(
+        params.get(name, value) == value for name, value in TRITON_DEFAULTS.items())
+    return (own and min(m, n) > 64 and k >= DMMA_FROM_K and support.hopper_gluon()
+            and -(-m // 128) * -(-n // 128) >= support.multiprocessors())
+
+
+def dmma_operands(a, b):
+    """(x, y, transposed): the program computes X^T Y^T, for C itself from X = A^T, Y = B^T, or for
+    C^T from X = B, Y = A. X must be stored M-major (rows along C's rows) and Y K-major, rows
+    contiguous and 16-byte aligned: the form whose operands are so as given (A and B both
+    row-major: C^T; both column-major: C), else the one with fewer elements to copy."""
+    forms = ((a.T, b.T, False), (b, a, True))
+    return min(forms, key=lambda form: sum(t.numel() for t in form[:2] if not support.k_major(t)))
+
+
+def dmma_bind(a, b, c):
+    """c = a @ b by the DMMA program, as a Steps: any operand copied into rows first, then the product."""
+    from . import t3_fp64_dmma_kernel as program
+    x, y, transposed = dmma_operands(a, b)
+    x, x_fill = support.aligned_rows(x)
+    y, y_fill = support.aligned_rows(y)
+    strides = c.stride()[::-1] if transposed else c.stride()
+    return support.Steps([x_fill, y_fill, program.launcher(x, y, c, *strides)])
+
+
 def resolved(m: int, n: int, params: dict) -> dict:
     """params with the shape's tiles where they are None."""
     chosen = default_tiles(m, n)
@@ -35,18 +80,29 @@ def resolved(m: int, n: int, params: dict) -> dict:
 
 
 def run(a, b, c, **params):
-    t1_blocked.launch(a, b, c, **resolved(a.shape[0], b.shape[1], params))
+    bind(a, b, c, **params)()
 
 
-def bind(a, b, c, **params):
-    return t1_blocked.launcher(a, b, c, **resolved(a.shape[0], b.shape[1], params))
+def bind(a, b, c, dmma=None, **params):
+    m, k = a.shape
+    n = b.shape[1]
+    if takes_dmma(m, n, k, dict(params, dmma=dmma)):
+        return dmma_bind(a, b, c)
+    return t1_blocked.launcher(a, b, c, **resolved(m, n, params))
 
 
-def traffic(p, **params):
+def traffic(p, dmma=None, **params):
     return t1_blocked.traffic(p, **resolved(p.m, p.n, params))
 
 
-def limits(p, **params):
+def limits(p, dmma=None, **params):
+    if dmma and not support.hopper_gluon():
+        return ("dmma=True needs a Hopper GPU (compute capability 9.x) and Triton's Gluon (3.6 or newer), "
+                "outside Triton's interpreter")
+    if dmma:
+        from . import t3_fp64_dmma_kernel as program
+        return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(
+            program.BLOCK_M, program.BLOCK_N, program.BLOCK_K, program.STAGES, 8)
     return t1_blocked.limits(p, **resolved(p.m, p.n, params))
 
 
@@ -62,5 +118,9 @@ register(Kernel(
               "past one round of tiles: the persistent TMA program (float64 sums); False: one program a tile"),
         Param("copy_transposed", "a", ("none", "a", "ab"),
               "past one round: operands stored column-major (A, or A and B) copied into rows first, a pass "
-              "that counts in the rung's time (DMMA reads a transposed A's tiles slowly)"),),
+              "that counts in the rung's time (DMMA reads a transposed A's tiles slowly)"),
+        Param("dmma", None, (None, False, True),
+              "Hopper: the Gluon program issuing DMMA m16n8k8 (its own 128 x 128 x 32 tiles; the other "
+              "parameters ignored); None: where the tile parameters are None and 128 x 128 tiles fill the SMs "
+              "(takes_dmma); False: the Triton programs"),),
 ))
