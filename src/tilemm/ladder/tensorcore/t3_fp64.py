@@ -108,7 +108,7 @@ def limits(p, dmma=None, **params):
 
 register(Kernel(
     name="tensorcore-f64", rung=22, device="cuda", backend="triton", dtypes=("float64",),
-    seed="beyond", summary="Triton tl.dot in float64 on the FP64 tensor cores",
+    seed="beyond", summary="float64 on the FP64 tensor cores: DMMA m16n8k8 in Gluon on Hopper, Triton tl.dot elsewhere",
     run=run, bind=bind, traffic=traffic, limits=limits, available=support.available,
     params=tile_params(None, None, None, num_warps=None, num_stages=None) + (
         # past one round: 0.92-0.94 / 0.93-0.97 / 0.97-0.99x DGEMM at 4096³ / 8192³ / 4096x4096x14336
