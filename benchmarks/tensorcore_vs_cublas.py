@@ -66,6 +66,7 @@ VARIANTS = {
                  ("tc-64-rows", "tensorcore", dict(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=4))],
     "float64": [("tensorcore-f64", "tensorcore-f64", {}),
                 ("f64-triton", "tensorcore-f64", dict(dmma=False)),
+                ("f64-dmma", "tensorcore-f64", dict(dmma=True)),
                 ("f64-64x64x32-w4-s4", "tensorcore-f64", dict(block_m=64, block_n=64, block_k=32, num_warps=4)),
                 ("f64-128x128x32-w8-s3", "tensorcore-f64", dict(block_m=128, block_n=128, block_k=32, num_warps=8,
                                                                 num_stages=3)),

@@ -1055,7 +1055,7 @@ def test_float64_dmma_reads_operands_as_they_are_where_a_form_allows(layout, tra
         assert (x if copied == ("x",) else y).numel() == 300 * 64       # the smaller operand
 
 
-def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_from_a_round_of_tiles():
+def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_past_half_the_sms():
     from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.t3_fp64 import DMMA_FROM_K, takes_dmma
     hopper, sms = support.hopper_gluon(), support.multiprocessors()
@@ -1064,7 +1064,9 @@ def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_from_a_round_of_
                copy_transposed="a", dmma=None)
     assert takes_dmma(side, side, 4096, own) == hopper
     assert not takes_dmma(side, side, DMMA_FROM_K - 1, own)
-    assert not takes_dmma(side, 64, 4096, own) and not takes_dmma(128, side, 4096, own)   # skinny; under a round
+    assert not takes_dmma(side, 64, 4096, own)                                    # skinny
+    assert not takes_dmma(128, 128 * (sms // 2), 4096, own)                       # tiles for half the SMs
+    assert takes_dmma(128, 128 * (sms // 2 + 1), 4096, own) == hopper             # ... and for more
     assert not takes_dmma(side, side, 4096, {**own, "block_k": 16})
     assert not takes_dmma(side, side, 4096, {**own, "persistent": False})
     assert takes_dmma(3, 5, 7, {**own, "dmma": True}) and not takes_dmma(side, side, 4096, {**own, "dmma": False})

@@ -1,7 +1,7 @@
 """Rung 22, `tensorcore-f64`: float64 on the H100's FP64 tensor cores (DMMA), in Triton: the
 programs of `tensorcore` (t1_blocked_kernel.py) with float64 tiles and a float64 accumulator, the
 persistent TMA one past one round of tiles, the pointer one otherwise. On Hopper, where 128 x 128
-tiles fill the SMs, a Gluon program instead (t3_fp64_dmma_kernel.py): DMMA's m16n8k8 shape, which
+tiles fill more than half the SMs, a Gluon program instead (t3_fp64_dmma_kernel.py): DMMA's m16n8k8 shape, which
 Triton does not issue, on operands read as that instruction takes them.
 
 Constraints: float64 only; any M, N, K, any strides; shared memory of a configuration (eight
@@ -39,9 +39,11 @@ def default_tiles(m: int, n: int) -> dict:
 
 def takes_dmma(m: int, n: int, k: int, params: dict) -> bool:
     """Whether a product runs the Gluon DMMA program: dmma=True, or dmma=None with the Triton
-    programs' parameters at their defaults (tiles None), on Hopper, where 128 x 128 tiles fill the
-    SMs (as default_tiles' do; a skinny product keeps its own tiles) and K from DMMA_FROM_K. An
-    empty product never (the Triton launcher writes its zeros). H200, whole calls, 3001 x 2999 x
+    programs' parameters at their defaults (tiles None), on Hopper, where its 128 x 128 tiles fill
+    more than half the SMs (a skinny product keeps its own tiles) and K from DMMA_FROM_K. An empty
+    product never (the Triton launcher writes its zeros). Under a round, against the Triton
+    program's 64 x 64 tiles (h200-2026-11-26-s25/f64_mid_fit.jsonl, whole calls): 80-128 tiles of
+    132 SMs 0.67-1.07x DGEMM against 0.55-0.65x; 64 tiles 0.48-0.52x against 0.59-0.62x. H200, whole calls, 3001 x 2999 x
     1537 to 8192³ in the four layouts: 0.96-1.03x DGEMM against 0.88-0.97x for the Triton programs
     (h200-2026-11-26-s25/f64_rung_check.jsonl)."""
     if m * n * k == 0:
@@ -51,7 +53,7 @@ def takes_dmma(m: int, n: int, k: int, params: dict) -> bool:
     own = all(params.get(name) is None for name in TILES) and all(
         params.get(name, value) == value for name, value in TRITON_DEFAULTS.items())
     return (own and min(m, n) > 64 and k >= DMMA_FROM_K and support.hopper_gluon()
-            and -(-m // 128) * -(-n // 128) >= support.multiprocessors())
+            and 2 * -(-m // 128) * -(-n // 128) > support.multiprocessors())
 
 
 def dmma_operands(a, b):
@@ -121,6 +123,6 @@ register(Kernel(
               "that counts in the rung's time (DMMA reads a transposed A's tiles slowly)"),
         Param("dmma", None, (None, False, True),
               "Hopper: the Gluon program issuing DMMA m16n8k8 (its own 128 x 128 x 32 tiles; the other "
-              "parameters ignored); None: where the tile parameters are None and 128 x 128 tiles fill the SMs "
+              "parameters ignored); None: where the tile parameters are None and 128 x 128 tiles fill more than half the SMs "
               "(takes_dmma); False: the Triton programs"),),
 ))
