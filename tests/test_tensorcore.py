@@ -1073,6 +1073,18 @@ def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_past_half_the_sm
     assert not takes_dmma(0, 5, 7, {**own, "dmma": True}) and not takes_dmma(3, 5, 0, {**own, "dmma": True})
 
 
+def test_float64_traffic_model_counts_the_tiles_of_the_program_that_runs():
+    from tilemm.ladder.tensorcore import t1_blocked, t3_fp64
+    from tilemm.registry import Problem
+    k = tilemm.kernel("tensorcore-f64")
+    params = {q.name: q.default for q in k.params}
+    p = Problem(1000, 1100, 4000, "float64")
+    dmma = k.traffic(p, **{**params, "dmma": True})
+    assert dmma == t1_blocked.traffic(p, **t3_fp64.DMMA_TILES)
+    small = dict(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=4)   # the Triton program's
+    assert k.traffic(p, **{**params, **small}) == t1_blocked.traffic(p, **small) != dmma
+
+
 @pytest.mark.skipif(ON_GPU, reason="Triton's interpreter runs no Gluon")
 def test_float64_dmma_asked_for_off_hopper_is_refused_before_any_work():
     a, b = np.ones((4, 8)), np.ones((8, 4))

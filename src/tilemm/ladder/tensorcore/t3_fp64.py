@@ -22,6 +22,10 @@ TRITON_DEFAULTS = dict(persistent=True, copy_transposed="a")
 # 8192 x 8192 x 64 0.66x DGEMM against 0.88x; x 256 (tt) 0.92x against 0.86x; 4096 x 4096 x 512
 # 0.90x against 0.87x.
 DMMA_FROM_K = 256
+# the DMMA program's tiles and stages (t3_fp64_dmma_kernel's, which imports Triton: kept here for
+# the traffic model and limits, which do not)
+DMMA_TILES = dict(block_m=128, block_n=128, block_k=32)
+DMMA_STAGES = 3
 
 
 def default_tiles(m: int, n: int) -> dict:
@@ -94,6 +98,9 @@ def bind(a, b, c, dmma=None, **params):
 
 
 def traffic(p, dmma=None, **params):
+    """The traffic of the program that runs: the DMMA program's tiles where takes_dmma."""
+    if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)):
+        return t1_blocked.traffic(p, **DMMA_TILES)
     return t1_blocked.traffic(p, **resolved(p.m, p.n, params))
 
 
@@ -101,10 +108,9 @@ def limits(p, dmma=None, **params):
     if dmma and not support.hopper_gluon():
         return ("dmma=True needs a Hopper GPU (compute capability 9.x) and Triton's Gluon (3.6 or newer), "
                 "outside Triton's interpreter")
-    if dmma:
-        from . import t3_fp64_dmma_kernel as program
+    if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)):
         return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(
-            program.BLOCK_M, program.BLOCK_N, program.BLOCK_K, program.STAGES, 8)
+            DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"], DMMA_STAGES, 8)
     return t1_blocked.limits(p, **resolved(p.m, p.n, params))
 
 

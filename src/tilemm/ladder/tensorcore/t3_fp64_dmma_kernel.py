@@ -31,10 +31,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from .t2_int8_gluon_kernel import tile_start, tma_load
+from .t3_fp64 import DMMA_STAGES, DMMA_TILES
 
-BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 32
+BLOCK_M, BLOCK_N, BLOCK_K = DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"]
 WARPS_M, WARPS_N = 2, 4           # the 8 multiplying warps over the tile: 64 x 32 each
-STAGES = 3
+STAGES = DMMA_STAGES
 GROUP_M = 8
 REGISTERS = 168                   # a thread of the multiplying warps (the loading warp keeps 24)
 # a barrier among the multiplying warps: gl.thread_barrier in Triton 3.6, gl.barrier in 3.9
