@@ -14,8 +14,9 @@ registers, and the order, the mma takes: C' = X^T Y^T with
 - Y (N', K) stored K-major: b0, b1 (K slots t and t + 4) are K columns 2t and 2t + 1 of Y's row,
   side by side, each chunk of 8 K columns a box of 64-byte rows (no bank conflicts unswizzled).
 The K slots t, t + 4 of the mma stand for K columns 2t, 2t + 1 in both operands alike. Read K-major
-instead, A's fragment came in two loads whose halves had to be moved into place: 212 register moves
-for 32 DMMA in the loop, 0.92x DGEMM against 0.96-1.04x here (docs/tensor_cores.md, session 25).
+instead, A's fragment came in two loads whose halves had to be moved into place: 193 register moves
+for 32 DMMA in the loop. Over the wide sweep's 28 problems >= 2048 that try ran 0.917x DGEMM (kernel
+alone), this program 0.989x (whole calls; docs/tensor_cores.md, session 25).
 
 Warp-specialized: one loading warp issues the TMA loads into a ring of STAGES stages, the
 multiplying warps release a stage after a barrier among themselves and a proxy fence (released
