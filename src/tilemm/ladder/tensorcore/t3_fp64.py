@@ -1,8 +1,8 @@
 """Rung 22, `tensorcore-f64`: float64 on the H100's FP64 tensor cores (DMMA), in Triton: the
 programs of `tensorcore` (t1_blocked_kernel.py) with float64 tiles and a float64 accumulator, the
 persistent TMA one past one round of tiles, the pointer one otherwise. On Hopper, where 128 x 128
-tiles fill more than half the SMs, a Gluon program instead (t3_fp64_dmma_kernel.py): DMMA's m16n8k8 shape, which
-Triton does not issue, on operands read as that instruction takes them.
+tiles fill more than half the SMs, a Gluon program instead (t3_fp64_dmma_kernel.py): DMMA's
+m16n8k8 shape, which Triton does not issue, on operands read as that instruction takes them.
 
 Constraints: float64 only; any M, N, K, any strides; shared memory of a configuration (eight
 bytes an element) must fit the GPU (checked before launch).
@@ -45,11 +45,13 @@ def takes_dmma(m: int, n: int, k: int, params: dict) -> bool:
     """Whether a product runs the Gluon DMMA program: dmma=True, or dmma=None with the Triton
     programs' parameters at their defaults (tiles None), on Hopper, where its 128 x 128 tiles fill
     more than half the SMs (a skinny product keeps its own tiles) and K from DMMA_FROM_K. An empty
-    product never (the Triton launcher writes its zeros). Under a round, against the Triton
-    program's 64 x 64 tiles (h200-2026-11-26-s25/f64_mid_fit.jsonl, whole calls): 80-128 tiles of
-    132 SMs 0.67-1.07x DGEMM against 0.55-0.65x; 64 tiles 0.48-0.52x against 0.59-0.62x. H200, whole calls, 3001 x 2999 x
-    1537 to 8192³ in the four layouts: 0.96-1.03x DGEMM against 0.88-0.97x for the Triton programs
-    (h200-2026-11-26-s25/f64_rung_check.jsonl)."""
+    product never (the Triton launcher writes its zeros). Measured on an H200, whole calls
+    (h200-2026-11-26-s25/):
+    - 3001 x 2999 x 1537 to 8192³, four layouts: 0.96-1.03x DGEMM, the Triton programs 0.88-0.97x
+      (f64_rung_check.jsonl);
+    - under a round, 80-128 tiles on 132 SMs: 0.67-1.07x DGEMM against the Triton program's 64 x 64
+      tiles' 0.55-0.65x; at 64 tiles 0.48-0.52x against 0.59-0.62x (f64_mid_fit.jsonl; held out,
+      9 problems of 70-121 tiles: ahead on each, f64_mid_heldout.jsonl)."""
     if m * n * k == 0:
         return False
     if params.get("dmma") is not None:
