@@ -59,6 +59,15 @@ def hopper_gluon() -> bool:
     return True
 
 
+def hopper_gluon_refusal(asked: str) -> str | None:
+    """Why `asked` (a parameter that picks a Gluon program) can't be had here, or None where
+    hopper_gluon()."""
+    if hopper_gluon():
+        return None
+    return (f"{asked} needs a Hopper GPU (compute capability 9.x) and Triton's Gluon (3.6 or newer), "
+            "outside Triton's interpreter")
+
+
 @functools.lru_cache(maxsize=None)
 def multiprocessors() -> int:
     """SMs of the GPU (a persistent kernel starts one program each; tile choices count them).

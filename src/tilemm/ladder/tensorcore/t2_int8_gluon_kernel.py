@@ -118,12 +118,28 @@ def stage_ring(a_desc, b_desc, STAGES: gl.constexpr, RELEASES: gl.constexpr = 1)
     RELEASES arrivals, one from each partition that multiplies)."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    ready, empty = stage_barriers(STAGES, RELEASES)
+    return a_bufs, b_bufs, ready, empty
+
+
+@gluon.jit
+def stage_barriers(STAGES: gl.constexpr, RELEASES: gl.constexpr = 1):
+    """(ready, empty): a pair of barriers for each of STAGES stages, `ready` arrived at once by
+    the loads' completion, `empty` by RELEASES arrivals."""
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=RELEASES)
-    return a_bufs, b_bufs, ready, empty
+    return ready, empty
+
+
+@gluon.jit
+def invalidate_barriers(ready, empty, STAGES: gl.constexpr):
+    """The stage barriers of stage_barriers, invalidated once the partitions are done."""
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
 
 
 @gluon.jit
@@ -250,9 +266,7 @@ def int8_matmul_ws(a_desc, b_desc, c_ptr, row_ptr, col_ptr, M, N, K, stride_cm, 
                                     BLOCK_M,
                                     BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                        [1], [24])
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(empty.index(i))
+    invalidate_barriers(ready, empty, STAGES)
 
 
 def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, digits=(1, 1), group_m: int = 8,

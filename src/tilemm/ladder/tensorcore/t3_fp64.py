@@ -107,9 +107,9 @@ def traffic(p, dmma=None, **params):
 
 
 def limits(p, dmma=None, **params):
-    if dmma and not support.hopper_gluon():
-        return ("dmma=True needs a Hopper GPU (compute capability 9.x) and Triton's Gluon (3.6 or newer), "
-                "outside Triton's interpreter")
+    refusal = support.hopper_gluon_refusal("dmma=True") if dmma else None
+    if refusal:
+        return refusal
     if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)):
         return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(
             DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"], DMMA_STAGES, 8)

@@ -31,7 +31,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from .t2_int8_gluon_kernel import tile_start, tma_load
+from .t2_int8_gluon_kernel import invalidate_barriers, stage_barriers, tile_start, tma_load
 from .t3_fp64 import DMMA_STAGES, DMMA_TILES
 
 BLOCK_M, BLOCK_N, BLOCK_K = DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"]
@@ -135,20 +135,14 @@ def f64_dmma(x_desc, y_desc, c_ptr, M, N, K, stride_cm, stride_cn, BLOCK_M: gl.c
     CHUNKS: gl.constexpr = BLOCK_K // 8
     x_bufs = gl.allocate_shared_memory(gl.float64, [STAGES * CHUNKS, BLOCK_M // 2, 16], x_desc.layout)
     y_bufs = gl.allocate_shared_memory(gl.float64, [STAGES * CHUNKS, BLOCK_N, 8], y_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+    ready, empty = stage_barriers(STAGES)
     off_m, off_n = tile_start(gl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     gl.warp_specialize([(multiplier, (x_bufs, y_bufs, ready, empty, c_ptr, off_m, off_n, M, N, K, stride_cm, stride_cn,
                                       BLOCK_M, BLOCK_N, BLOCK_K, WARPS_M, WARPS_N, STAGES)),
                         (loader, (x_desc, y_desc, x_bufs, y_bufs, ready, empty, off_m, off_n, K, BLOCK_M, BLOCK_K,
                                   STAGES))],
                        [1], [24])
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(empty.index(i))
+    invalidate_barriers(ready, empty, STAGES)
 
 
 def descriptors(x, y):

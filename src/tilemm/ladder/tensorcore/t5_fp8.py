@@ -94,9 +94,9 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
     if warp_specialized:
         if fast_accum:
             return "warp_specialized=True is the float32 sums' program; fast_accum=True takes the Triton one"
-        if not support.hopper_gluon():
-            return ("warp_specialized=True needs a Hopper GPU (compute capability 9.x) and Triton's Gluon "
-                    "(3.6 or newer), outside Triton's interpreter")
+        refusal = support.hopper_gluon_refusal("warp_specialized=True")
+        if refusal:
+            return refusal
         from . import t5_fp8_gluon_kernel as ws
         return support.check_shared(ws.BLOCK_M, ws.BLOCK_N, ws.BLOCK_K, ws.STAGES, 1)
     if block_k % 32 and not interpreter:

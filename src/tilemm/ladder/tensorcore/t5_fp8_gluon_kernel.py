@@ -26,7 +26,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .t2_int8_gluon_kernel import block_pointers, producer, stage_ring, tile_start
+from .t2_int8_gluon_kernel import block_pointers, invalidate_barriers, producer, stage_ring, tile_start
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
 STAGES = 4
@@ -100,9 +100,7 @@ def fp8_matmul_ws(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stri
                         (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
                                     BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                        [4, 1], [WORKER_REGISTERS, 24])
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(empty.index(i))
+    invalidate_barriers(ready, empty, STAGES)
 
 
 def launcher(a_desc, b_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int):
