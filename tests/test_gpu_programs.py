@@ -44,6 +44,11 @@ def torch_pair(dtype, m, n, k, seed):
     return a, b, to(a), to(b)
 
 
+def laid_out(layout, a_t, b_t):
+    """a_t and b_t as layout says: "n" as they are (row-major), "t" the same values column-major."""
+    return tuple(x.T.contiguous().T if how == "t" else x for how, x in zip(layout, (a_t, b_t)))
+
+
 def result_dtype(kernel, dtype):
     return "int32" if kernel == "tensorcore-int" and dtype == "int8" else None
 
@@ -233,8 +238,7 @@ def test_float64_dmma_every_layout_and_odd_sizes(layout, shape):
     import torch
     m, n, k = shape
     a, b, a_t, b_t = torch_pair("float64", m, n, k, seed=m + n + k)
-    a_t = a_t.T.contiguous().T if layout[0] == "t" else a_t
-    b_t = b_t.T.contiguous().T if layout[1] == "t" else b_t
+    a_t, b_t = laid_out(layout, a_t, b_t)
     poison = torch.full((m, n), float("nan"), dtype=torch.float64, device="cuda")
     del poison
     check(tilemm.matmul(a_t, b_t, kernel="tensorcore-f64", dmma=True), a, b, "float64", f"DMMA {layout} {shape}")
@@ -400,8 +404,7 @@ def test_replayed_copies_of_transposed_operands(layout, shape):
     m, n, k = shape
     for seed in (21, 22, 23):
         a, b, a_t, b_t = torch_pair("bfloat16", m, n, k, seed=seed)
-        a_t = a_t.T.contiguous().T if layout[0] == "t" else a_t
-        b_t = b_t.T.contiguous().T if layout[1] == "t" else b_t
+        a_t, b_t = laid_out(layout, a_t, b_t)
         check(tilemm.matmul(a_t, b_t, kernel="tensorcore"), a, b, "bfloat16", f"tensorcore {layout} seed {seed}")
         assert api._PLANS[api._call_key(a_t, b_t, "tensorcore", None, None, {})].replay is not None
 
@@ -415,7 +418,7 @@ def test_threads_replaying_copies_on_one_stream_keep_their_own_scratch():
     pairs = []
     for seed in range(4):
         a, b, a_t, b_t = torch_pair("bfloat16", m, n, k, seed=40 + seed)
-        pairs.append((a, b, a_t.T.contiguous().T, b_t.T.contiguous().T))
+        pairs.append((a, b, *laid_out("tt", a_t, b_t)))
     tilemm.matmul(pairs[0][2], pairs[0][3], kernel="tensorcore")      # compiled and recorded once
     results = {}
 

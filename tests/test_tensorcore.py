@@ -1032,12 +1032,6 @@ def test_float64_dmma_program_compiles_to_m16n8k8_with_fragments_loaded_in_place
     assert info["shared"] <= info["limit"], info
 
 
-def laid_out_f64(m, n, k, layout):
-    a = torch.randn(k, m, dtype=torch.float64).T if layout[0] == "t" else torch.randn(m, k, dtype=torch.float64)
-    b = torch.randn(n, k, dtype=torch.float64).T if layout[1] == "t" else torch.randn(k, n, dtype=torch.float64)
-    return a, b
-
-
 @pytest.mark.parametrize("layout, transposed, copied", [("nn", True, ()), ("tt", False, ()),
                                                         ("nt", True, ("x",)), ("tn", False, ("y",))])
 def test_float64_dmma_reads_operands_as_they_are_where_a_form_allows(layout, transposed, copied):
@@ -1046,7 +1040,7 @@ def test_float64_dmma_reads_operands_as_they_are_where_a_form_allows(layout, tra
     300-row B: N < M)."""
     from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.t3_fp64 import dmma_operands
-    a, b = laid_out_f64(500, 300, 64, layout)
+    a, b = laid_out(500, 300, 64, layout, torch.float64)
     x, y, t = dmma_operands(a, b)
     assert t == transposed
     assert x.shape == ((64, 300) if t else (64, 500)) and y.shape == ((500, 64) if t else (300, 64))
