@@ -64,7 +64,7 @@ VARIANTS = {
                  # thick skinny tiles (skinny_block) for M = 32 / 64, K split by k_splits
                  ("tc-32-rows", "tensorcore", dict(block_m=32, block_n=64, block_k=128, num_warps=4, num_stages=4)),
                  ("tc-64-rows", "tensorcore", dict(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=4))],
-    "float64": [("tensorcore-f64", "tensorcore-f64", {}),
+    "float64": [("tensorcore-f64", "tensorcore-f64", {}), ("default", None, {}), ("library", "cublas", {}),
                 ("f64-triton", "tensorcore-f64", dict(dmma=False)),
                 ("f64-dmma", "tensorcore-f64", dict(dmma=True)),
                 ("f64-64x64x32-w4-s4", "tensorcore-f64", dict(block_m=64, block_n=64, block_k=32, num_warps=4)),

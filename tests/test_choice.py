@@ -59,6 +59,21 @@ def test_the_shipped_table_is_the_one_the_fit_half_gives(dtype):
     assert choice.measured([r for r in fit if r["dtype"] == dtype]) == choice.MEASURED_CLASSES[((9, 0), dtype)]["tensorcore"]
 
 
+def test_float64s_table_is_the_one_its_fit_half_gives():
+    """float64 against the library, whole calls: the vectors of K under 128 (one fit shape) taken on
+    their grid's word; aligned products, and unaligned ones of 1e10-1e11 flops with K from 128
+    (7575 x 14122 x 156 nt ran 0.90x), stay with cuBLAS."""
+    s26 = RESULTS / "h200-2026-11-26-s26"
+    fit = [json.loads(line) for line in open(s26 / "f64_default_fit.jsonl")]
+    checks = [json.loads(line) for line in open(s26 / "f64_default_grid.jsonl")]
+    assert len([r for r in fit if r["variant"] == "tensorcore-f64" and r["tag"].endswith("/fit")]) == 98
+    table = choice.winners(fit, rung="tensorcore-f64", min_shapes=2, checks=checks)
+    assert table == choice.MEASURED_WINNERS[((9, 0), "float64")]
+    assert (0, False, 0, 2) not in choice.winners(fit, rung="tensorcore-f64", min_shapes=2)
+    assert not any(aligned for _, aligned, _, _ in table) and (1, False, 1, 0) not in table
+    assert choice.measured(fit, "tensorcore-f64") == choice.MEASURED_CLASSES[((9, 0), "float64")]["tensorcore-f64"]
+
+
 def test_int8s_skinny_classes_are_the_ones_its_fit_half_gives():
     """int8 -> int32 against the library, whole calls: every skinny class the fit half measured won."""
     records = [json.loads(line) for line in open(RESULTS / "h100-2026-11-24-s11/int8_wide.jsonl")]
@@ -74,6 +89,9 @@ def test_int8s_skinny_classes_are_the_ones_its_fit_half_gives():
     ((9, 0), "bfloat16", (300, 301, 303), None),                    # small: the launch dominates
     ((9, 0), "float16", (6175, 3136, 3462), "tensorcore"),
     ((9, 0), "float32", (6175, 3136, 3462), None),                  # not measured: cuBLAS
+    ((9, 0), "float64", (6175, 3136, 3462), "tensorcore-f64"),      # unaligned, 1e11 flops and more: DMMA
+    ((9, 0), "float64", (8192, 8192, 8192), None),                  # aligned: cuBLAS's DGEMM
+    ((9, 0), "float64", (7575, 14122, 156), None),                  # unaligned below 1e11 flops: cuBLAS
     ((9, 0), "int32", (4096, 4096, 4096), "tensorcore-int"),        # integers: the library has no fast GEMM
     ((9, 0), "int32", (300, 301, 303), "tensorcore-int"),
     ((9, 0), "int64", (300, 301, 303), None),                       # int64: from 10^10 operations on
@@ -126,3 +144,5 @@ def test_auto_times_native_rungs_capped_by_the_table(monkeypatch):
     assert names("float32", (4096, 4096, 4096), None) == ["cublas", "tensorcore-f32", "regblock"]
     assert "tensorcore-int" in names("int8", (4096, 4096, 4096), None)
     assert "tensorcore-f64" in names("float64", (4096, 4096, 4096), None)
+    assert "tensorcore-f64" not in names("float64", (4096, 4096, 4096), (9, 0))   # measured, no better
+    assert "tensorcore-f64" in names("float64", (6175, 3136, 3462), (9, 0))     # the table's winner

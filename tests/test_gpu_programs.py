@@ -244,6 +244,23 @@ def test_float64_dmma_every_layout_and_odd_sizes(layout, shape):
     check(tilemm.matmul(a_t, b_t, kernel="tensorcore-f64", dmma=True), a, b, "float64", f"DMMA {layout} {shape}")
 
 
+@pytest.mark.parametrize("shape, layout", [((3001, 5003, 3999), "nn"), ((6007, 6007, 1999), "tt"),
+                                           ((9001, 12001, 100), "tn"), ((33, 984, 9), "nt"), ((1, 5001, 100), "nn"),
+                                           ((5001, 1, 77), "tn"), ((1, 5001, 0), "nn")])
+def test_the_float64_default_on_its_table_classes(shape, layout):
+    """kernel=None on float64 device operands of the classes tilemm.choice gives `tensorcore-f64`
+    (unaligned products of 1e11 flops and more, of K under 128 from 1e10, small skinny ones and
+    vectors of K under 128; K = 0 an empty sum): the rung runs, and answers right."""
+    import torch
+    from tilemm import api, choice
+    m, n, k = shape
+    a, b, a_t, b_t = torch_pair("float64", m, n, k, seed=m + n + k)
+    a_t, b_t = laid_out(layout, a_t, b_t)
+    assert choice.preferred("float64", m, n, k, lds=api._leading_dims(a_t, b_t, k, n)) == "tensorcore-f64"
+    assert tilemm.plan(a_t, b_t).kernel.name == "tensorcore-f64"
+    check(tilemm.matmul(a_t, b_t), a, b, "float64", f"default {layout} {shape}")
+
+
 @pytest.mark.parametrize("kernel, dtype", [(k, "float32") for k in SIMT] + [("cublas", "int32"), ("cublas", "int64")])
 def test_32_bit_rungs_refuse_past_2_31_before_any_work(kernel, dtype):
     """The SIMT rungs index in 32 bits, and so does CuPy's integer kernel (it faulted at 47000²)."""

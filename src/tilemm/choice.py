@@ -75,6 +75,14 @@ INT8_SKINNY = ((0, False, 0, 1), (0, False, 0, 2), (0, False, 1, 1), (0, False, 
                (0, True, 1, 1), (0, True, 1, 2), (1, True, 1, 1))
 MEASURED_WINNERS[((9, 0), "int8")] = {**INTEGER_WINNERS, **{c: "tensorcore-int" for c in INT8_SKINNY}}
 MEASURED_WINNERS[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.items() if c[0] > 0}
+# float64: `tensorcore-f64` where the fit half measured it faster than the library rung, whole calls
+# (h200-2026-11-26-s26/f64_default_fit.jsonl; min_shapes=2, f64_default_grid.jsonl the checks):
+# unaligned products of 1e11 flops or more (DMMA, 1.00-1.11x; grid 0.95-1.19x) and of K under 128
+# from 1e10 (1.04-1.14x), where cuBLAS's DGEMM takes its slow path; small skinny products and
+# vectors of K under 128, whose call is the single program's cheaper one (1.17-1.60x; grid vectors
+# 1.11-1.13x). Aligned products stay with cuBLAS (0.91-1.07x at 1e11 flops and more)
+FLOAT64_WINNERS = ((0, False, 0, 1), (0, False, 0, 2), (1, False, 0, 0), (2, False, 1, 0))
+MEASURED_WINNERS[((9, 0), "float64")] = {c: "tensorcore-f64" for c in FLOAT64_WINNERS}
 
 
 # (compute capability, dtype) -> {rung: the shape classes the sweep's fit half measured it on}: where
@@ -87,6 +95,11 @@ MEASURED_CLASSES = {
         (2, True, 1, 0)})}
     for dtype in ("bfloat16", "float16")
 }
+MEASURED_CLASSES[((9, 0), "float64")] = {"tensorcore-f64": frozenset({
+    (0, False, 0, 0), (0, False, 0, 1), (0, False, 0, 2), (0, False, 1, 0), (0, False, 1, 1), (0, False, 1, 2),
+    (0, False, 2, 0), (0, False, 2, 1), (0, False, 2, 2), (0, True, 1, 0), (0, True, 1, 1), (0, True, 1, 2),
+    (1, False, 0, 0), (1, False, 1, 0), (1, False, 2, 0), (1, True, 1, 0), (1, True, 1, 1), (2, False, 1, 0),
+    (2, True, 1, 0)})}
 
 
 def measured(records: list[dict], rung: str = "tensorcore") -> frozenset:
