@@ -119,6 +119,28 @@ def test_lists_are_refused_with_a_hint():
     bad(TypeError, "np.asarray", [[1, 2]], np.ones((2, 1)))
 
 
+@pytest.mark.parametrize("kernel", [None, "numpy", "cpu-naive", "cpu-tiled"])
+@pytest.mark.parametrize("dtype", ["int8", "int32", "uint16", "float32", "float64", "float16"])
+def test_operands_in_the_other_byte_order_as_numpy(kernel, dtype):
+    """Data read from a file in the other byte order: NumPy multiplies it, and so does tilemm, into a
+    native result (a repeated call too, which must not replay the first call's copies)."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(-9, 9, (7, 5)).astype(dtype)
+    b = rng.integers(-9, 9, (5, 6)).astype(dtype)
+    swapped = np.dtype(dtype).newbyteorder()
+    for scale in (1, 2):                                     # the second call: other values, same key
+        a2, b2 = (a * scale).astype(swapped), (b * scale).astype(swapped)
+        c = tilemm.matmul(a2, b2, kernel=kernel)
+        ref = np.matmul(a2, b2)
+        assert c.dtype == ref.dtype and c.dtype.isnative and np.array_equal(c, ref)
+
+
+def test_tensors_off_the_cpu_and_cuda_refused():
+    a = torch.ones(3, 4, device="meta")
+    with pytest.raises(ValueError, match="torch device meta"):
+        tilemm.matmul(a, a.T)
+
+
 def test_mixed_kinds_refused():
     bad(TypeError, "numpy array and operand 1 a torch", np.ones((2, 2)), torch.ones(2, 2, dtype=torch.float64))
 

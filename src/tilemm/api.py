@@ -49,6 +49,9 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
     key = _call_key(a, b, kernel, out, out_dtype, params)
     known = _PLANS.get(key) if key is not None else None
     if known is None:
+        native_a, native_b = arrays.native_order(a), arrays.native_order(b)
+        if native_a is not a or native_b is not b:     # a copy each call: no plan to replay on the originals
+            key, a, b = None, native_a, native_b
         checked = plan(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params)
         value = checked.execute()
         if key is not None:
@@ -260,6 +263,7 @@ class Plan:
 
 def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params) -> Plan:
     """Check everything about ``matmul(a, b, ...)`` and return what would run."""
+    a, b = arrays.native_order(a), arrays.native_order(b)
     da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
     if stream is not None:
         streams.handle_of(stream)      # a bad stream= is refused before anything else

@@ -38,10 +38,21 @@ def _cupy():
     return cupy
 
 
+def native_order(x):
+    """NumPy data stored in the other byte order (read from a file, say) as a copy in this
+    machine's order, which the kernels read; anything else as it is."""
+    if isinstance(x, np.ndarray) and not x.dtype.isnative:
+        return x.astype(x.dtype.newbyteorder("="))
+    return x
+
+
 def describe(x, operand: str) -> Operand:
     torch, cupy = _torch(), _cupy()
     if torch is not None and isinstance(x, torch.Tensor):
-        dev = "cpu" if x.device.type == "cpu" else f"{x.device.type}:{x.device.index or 0}"
+        if x.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"matmul: operand {operand} is on torch device {x.device}; tilemm multiplies "
+                             "tensors on the CPU or a CUDA GPU")
+        dev = "cpu" if x.device.type == "cpu" else f"cuda:{x.device.index or 0}"
         return Operand("torch", dev, dtype_name(x.dtype), tuple(x.shape))
     if cupy is not None and isinstance(x, cupy.ndarray):
         return Operand("cupy", f"cuda:{x.device.id}", dtype_name(x.dtype), x.shape)
