@@ -204,6 +204,28 @@ def test_gpu_waits_for_a_producer_on_the_caller_s_stream(passed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,k,params", [(256, 1024, {}), (1024, 1024, {}), (2048, 1024, {}), (2048, 4096, {}),
+                                        (2048, 1024, dict(warp_specialized=True))])
+def test_gpu_float32_sums_start_afresh_where_scaled_mm_s_do(m, k, params):
+    """One product of 1 among products of 2^-16: those the tensor cores add into an accumulator that
+    holds the 1 are lost, those of a fresh one kept. torch._scaled_mm's float32 sums take a fresh
+    accumulator every 128 terms of K (its k32 instruction holding the 1 and the rest of that 128
+    lose theirs: 127 terms at position 0, 63 at 64 and at 200, measured on an H200); each of the
+    rung's programs (thin tiles, MID_TILES, the Triton program, the warp-specialized one) must lose
+    the same ones."""
+    one = torch.tensor(1.0, device="cuda")
+    for p in (0, 64, 200, 512):
+        x = torch.full((m, k), 2.0**-8, device="cuda")
+        x[:, p] = 1.0
+        x8 = x.to(FP8[0])
+        want = torch._scaled_mm(x8, x8.T, one, one, out_dtype=torch.float32)
+        lost = (1 + (k - 1) * 2.0**-16 - want.double()) * 2**16
+        assert bool((lost == (127 if p in (0, 512) else 63)).all()), "_scaled_mm's own sums changed"
+        c = tilemm.scaled_matmul(x8, x8.T, one, one, out_dtype="float32", **params)
+        assert torch.equal(c, want), f"big term at {p}: {c.flatten()[:2].tolist()} against {want.flatten()[:2].tolist()}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtypes", [(1, 1), (0, 1), (1, 0)])
 def test_gpu_e5m2_subnormals_count(dtypes):
     """e5m2 subnormals (2^-15, 2^-16) times 1: the sums exact in float32. Triton's interpreter
