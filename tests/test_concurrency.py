@@ -3,6 +3,9 @@ and the stream a call is queued on. On the CPU the numba-cuda rungs run in the s
 Triton rungs in the interpreter; tests/test_gpu_programs.py runs the same on the device."""
 import json
 import multiprocessing
+import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -53,6 +56,52 @@ def test_threads_first_and_later_calls_of_every_simt_rung():
             for kernel in SIMT:
                 checked(kernel, ("float32", "int64")[i % 2], seed=i)
     run_in_threads(work)
+
+
+# cpu-tiled (the default for large host integer products) from a program's threads, and in
+# processes forked after it ran: in a child process of its own, so that an abort or a hang fails
+# the test instead of ending the run
+PARALLEL_HOST_PROGRAM = r"""
+import multiprocessing, sys, threading
+import numpy as np
+import tilemm
+
+a = np.random.default_rng(0).integers(-9, 9, (300, 200)).astype(np.int64)
+b = np.random.default_rng(1).integers(-9, 9, (200, 250)).astype(np.int64)
+want = a @ b
+
+
+def work(_):
+    return bool(np.array_equal(tilemm.matmul(a, b, kernel="cpu-tiled"), want))
+
+
+if __name__ == "__main__":
+    answers = []
+    if sys.argv[1] == "threads":
+        threads = [threading.Thread(target=lambda: answers.extend(work(i) for i in range(10))) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    else:
+        answers.append(work(0))                          # the parent runs parallel code first
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            answers += pool.map(work, range(4))
+    print(len(answers), all(answers))
+"""
+
+
+@pytest.mark.parametrize("program,layer", [("threads", "workqueue"), ("threads", "default"), ("fork", "default")])
+def test_cpu_tiled_from_threads_and_forked_processes(program, layer, tmp_path):
+    """Numba's workqueue layer aborts a process whose threads launch parallel code at once; its
+    OpenMP layer terminates a child forked after its parent did (a Pool then waits forever).
+    Every call here must answer."""
+    script = tmp_path / "program.py"
+    script.write_text(PARALLEL_HOST_PROGRAM)
+    env = dict(os.environ)
+    if layer != "default":
+        env["NUMBA_THREADING_LAYER"] = layer
+    run = subprocess.run([sys.executable, str(script), program], capture_output=True, text=True, timeout=240, env=env)
+    assert run.returncode == 0 and run.stdout.split() == ["40" if program == "threads" else "5", "True"], (
+        run.stdout + run.stderr[-2000:])
 
 
 def test_threads_on_the_triton_rungs():

@@ -6,8 +6,13 @@ the tiles are shared out among the cores, and each tile walks K in BLOCK_K steps
 its slices of A and B are packed into contiguous buffers that stay in cache while
 4x4 blocks of C, held in registers, reuse every loaded value four times.
 """
+import os
+import threading
+import types
+
 import numpy as np
 from numba import njit, prange
+from numba.np.ufunc import parallel as numba_parallel
 
 from ..registry import Kernel, Param, Traffic, register
 
@@ -85,8 +90,42 @@ def _tiled(a, b, c, block_m, block_n, block_k, zero):
                 c[i0 + i, j0 + j] = acc[i, j]
 
 
+def _one_core_twin(kernel, name: str):
+    """kernel (parallel=True) compiled to run on the calling thread alone (prange as range),
+    cached under a name of its own: Numba's cache keys a function by its name, not its flags."""
+    body = types.FunctionType(kernel.py_func.__code__, kernel.py_func.__globals__, name)
+    body.__qualname__ = name
+    return njit(cache=True, fastmath=kernel.targetoptions["fastmath"])(body)
+
+
+_tiled_one_core = _one_core_twin(_tiled, "_tiled_one_core")
+
+# Numba's threading layers fail two kinds of user program: its workqueue layer (where neither
+# TBB nor OpenMP loads) aborts the process when two threads launch parallel code at once, and its
+# OpenMP layer (Linux's usual one) terminates a process forked after its parent ran parallel code
+# (multiprocessing's fork, a DataLoader's workers). So cpu-tiled launches one call at a time
+# (each uses every core), and a process so forked runs its tiles on one core.
+_PARALLEL_LAUNCH = threading.Lock()
+_forked_from_openmp = False
+
+
+def _after_fork_in_child():
+    global _PARALLEL_LAUNCH, _forked_from_openmp
+    _PARALLEL_LAUNCH = threading.Lock()           # another thread may have held it at the fork
+    _forked_from_openmp = _forked_from_openmp or (numba_parallel._is_initialized
+                                                  and numba_parallel._threading_layer == "omp")
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def run_tiled(a, b, c, block_m, block_n, block_k):
-    _tiled(a, b, c, block_m, block_n, block_k, np.zeros(1, c.dtype)[0])
+    zero = np.zeros(1, c.dtype)[0]
+    if _forked_from_openmp:
+        _tiled_one_core(a, b, c, block_m, block_n, block_k, zero)
+        return
+    with _PARALLEL_LAUNCH:
+        _tiled(a, b, c, block_m, block_n, block_k, zero)
 
 
 def _tiled_traffic(p, block_m, block_n, block_k):
