@@ -1,8 +1,8 @@
 """A stress run of tilemm inside a program as users write them: thousands of random calls on the
-GPU (shapes 0 to 20000, odd ones included, every dtype and rung, random layouts, array kinds and
-streams, operands off 16-byte alignment, calls repeated on new operands, several threads at
-once), each answer checked against a reference, ending with the count of calls, wrong answers
-and faults (both must be 0).
+GPU (shapes 0 to 20000, odd ones included, every dtype and rung, random layouts (negative strides
+too), array kinds and streams, operands off 16-byte alignment, calls repeated on new operands,
+several threads at once), each answer checked against a reference, ending with the count of
+calls, wrong answers and faults (both must be 0).
 
     PYTHONPATH=src python3 benchmarks/stress.py --calls 2000 --threads 4 --out DIR
 
@@ -55,9 +55,12 @@ def random_shape(rng, kernel):
 
 def layout(how, x):
     """x as it is ("n"), transposed ("t": a column-major copy), every other column of a wider
-    array ("s"), or as it is one element past an aligned address ("o": to_kind makes the offset)."""
+    array ("s"), walked backwards ("r": negative strides, which NumPy and CuPy have and torch
+    hasn't), or as it is one element past an aligned address ("o": to_kind makes the offset)."""
     if how == "t":
         return np.ascontiguousarray(x.T).T
+    if how == "r":
+        return np.ascontiguousarray(x[::-1, ::-1])[::-1, ::-1]
     if how == "s":
         wide = np.empty((x.shape[0], 2 * x.shape[1]), x.dtype)
         wide[:, ::2] = x
@@ -74,12 +77,14 @@ def to_kind(x, dtype, kind, offset=False):
         return x
     if kind == "cupy":
         import cupy
+        if min(x.strides, default=0) < 0:
+            return cupy.asarray(np.ascontiguousarray(x[::-1, ::-1]))[::-1, ::-1]
         if offset:
             flat = cupy.empty(x.size + 1, x.dtype)
             flat[1:] = cupy.asarray(x).ravel()
             return flat[1:].reshape(x.shape)
         return cupy.asarray(x)
-    t = torch.from_numpy(x)
+    t = torch.from_numpy(x if min(x.strides, default=0) >= 0 else np.ascontiguousarray(x))
     t = t.to(torch.bfloat16).cuda() if dtype == "bfloat16" else t.cuda()
     if offset:
         flat = torch.empty(t.numel() + 1, dtype=t.dtype, device="cuda")
@@ -111,7 +116,7 @@ def one_call(rng, side, stats, deadline):
     kind = kinds[rng.integers(len(kinds))]
     if kind == "numpy" and dtype == "bfloat16":
         kind = "torch"
-    layouts = [rng.choice(["n", "n", "t", "s", "o"]) for _ in range(2)]
+    layouts = [rng.choice(["n", "n", "t", "s", "o", "r"]) for _ in range(2)]
     how = rng.choice(["current", "side", "argument"]) if kind == "torch" else "current"
     for _ in range(rng.integers(1, 4)):
         if time.perf_counter() > deadline:

@@ -125,6 +125,23 @@ def test_cupy_stream_producer(kernel, dtype, params):
     check(torch.as_tensor(c, device="cuda"), a, b, dtype, f"{kernel} {dtype} on a CuPy stream", params)
 
 
+@pytest.mark.parametrize("kernel, dtype, params", [c for c in CASES if c[1] != "bfloat16"])
+def test_cupy_operands_with_negative_strides(kernel, dtype, params):
+    """CuPy views walked backwards (a[::-1, ::-1]), both operands: torch, which the Triton rungs
+    and the library read them through, can't represent such strides and ended the process
+    ("Storage size calculation overflowed") instead of raising."""
+    cupy = pytest.importorskip("cupy")
+    m, n, k = shape_for(kernel)
+    rng = np.random.default_rng(11)
+    a_big, b_big = random_operand(rng, (m + 3, k + 5), dtype), random_operand(rng, (k + 2, n + 7), dtype)
+    a = cupy.asarray(a_big)[::-1, ::-1][:m, :k]
+    b = cupy.asarray(b_big)[::-1][:k, ::-1][:, :n]
+    assert min(a.strides) < 0 and min(b.strides) < 0
+    c = tilemm.matmul(a, b, kernel=kernel, out_dtype=result_dtype(kernel, dtype), **params)
+    assert isinstance(c, cupy.ndarray)
+    check(c, cupy.asnumpy(a), cupy.asnumpy(b), dtype, f"{kernel} {dtype} {params}", params)
+
+
 @pytest.mark.parametrize("kernel, dtype, params", TRITON_AND_LIBRARY)
 def test_cuda_graph_capture(kernel, dtype, params):
     """Captured once, replayed on new operand values: each replay computes the new product."""

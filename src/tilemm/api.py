@@ -537,7 +537,7 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool, where: str | Non
             # torch takes no negative strides (a[::-1]) and warns on a read-only array: a copy of those
             x = torch.from_numpy(x if x.flags.writeable and min(x.strides, default=0) >= 0 else np.array(x))
         elif not isinstance(x, torch.Tensor):
-            x = torch.as_tensor(x, device="cuda")
+            x = arrays.torch_view(x)
         narrow = (plan.kernel.narrow_operands and not x.dtype.is_floating_point and x.is_signed()
                   and x.element_size() < dtype.itemsize)
         y = x.to(where, x.dtype if narrow else dtype)

@@ -100,6 +100,13 @@ def convert(c, like: Operand, dtype: str):
     return device_cast(c, dtype, copy=False)
 
 
+def torch_view(x):
+    """A torch tensor on the GPU viewing CuPy array x (no copy), or a copy of x where its strides are
+    negative (a[::-1]), which torch can't represent: it ends the process on them instead of raising."""
+    torch = _torch()
+    return torch.as_tensor(x if min(x.strides, default=0) >= 0 else x.copy(), device="cuda")
+
+
 def device_cast(x, dtype: str, copy: bool):
     """A torch or CuPy array cast to ``dtype`` on its device (a fresh copy if ``copy``)."""
     torch = _torch()

@@ -94,7 +94,7 @@ def run_cublas(a, b, c):
         lib.matmul(lib.asarray(a), lib.asarray(b), out=lib.asarray(c))
         return
     with torch_matmul_flags(**EXACT_FLAGS) as torch:
-        tensors = [x if isinstance(x, torch.Tensor) else torch.as_tensor(x, device="cuda") for x in (a, b, c)]
+        tensors = [x if isinstance(x, torch.Tensor) else arrays.torch_view(x) for x in (a, b, c)]
         torch.matmul(tensors[0], tensors[1], out=tensors[2])
 
 
