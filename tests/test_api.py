@@ -88,12 +88,26 @@ def test_the_numpy_rung_sums_float16_in_float32_through_blas():
         assert verdict.ok, verdict.message
 
 
-def test_default_kernel_for_large_host_integers_is_cpu_tiled():
-    """NumPy's integer matmul is a plain loop; from 1024^3 up the tiled rung is the default."""
-    a = np.ones((1024, 1024), np.int32)
-    assert tilemm.plan(a, a).kernel.name == "cpu-tiled"
-    assert tilemm.plan(a[:512], a).kernel.name == "numpy"
+@pytest.mark.parametrize("compiled", [False, True])
+def test_default_kernel_for_host_integers(compiled, monkeypatch):
+    """NumPy's integer matmul is a plain loop: cpu-tiled is the default from 2^27 multiply-adds,
+    and from 2^18 where this process has compiled it for the dtype it computes in (int8 in int32)."""
+    from tilemm.ladder import cpu
+    monkeypatch.setattr(cpu, "tiled_compiled_for", lambda dtype: compiled and dtype == "int32")
+    a = np.ones((512, 512), np.int32)
+    assert tilemm.plan(a, a).kernel.name == "cpu-tiled"                       # 2^27
+    assert tilemm.plan(a[:256], a).kernel.name == ("cpu-tiled" if compiled else "numpy")
+    assert tilemm.plan(a[:256].astype(np.int8), a.astype(np.int8)).kernel.name == ("cpu-tiled" if compiled else "numpy")
+    assert tilemm.plan(a[:256].astype(np.int64), a.astype(np.int64)).kernel.name == "numpy"     # not compiled
+    assert tilemm.plan(a[:32, :32], a[:32, :32]).kernel.name == "numpy"       # under 2^18
     assert tilemm.plan(a.astype(np.float32), a.astype(np.float32)).kernel.name == "numpy"
+
+
+def test_cpu_tiled_knows_what_it_has_compiled():
+    from tilemm.ladder import cpu
+    a = np.ones((8, 8), np.int64)
+    tilemm.matmul(a, a, kernel="cpu-tiled")
+    assert cpu.tiled_compiled_for("int64") and not cpu.tiled_compiled_for("float16")
 
 
 def test_kernels_have_metadata():

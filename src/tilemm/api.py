@@ -391,14 +391,20 @@ def _check_out(out, da, shape, result) -> None:
                          f"the result has shape {tuple(shape)} and dtype {result}")
 
 
-# NumPy multiplies integers with a plain loop (0.5-0.7 GFLOP/s here); cpu-tiled is 100x faster
-# but compiles once (a few seconds, then cached on disk): worth it from about 1024^3 up.
-HOST_INTEGER_TILED_FROM = 2**30
+# NumPy multiplies integers with a plain loop: 0.16-1.4 G multiply-adds a second on the 2-core host
+# (16 x 4096 x 4096 int32: 1.65 s). cpu-tiled, once compiled, ran 2-4x it at 64³ and 11-60x from
+# 256³ up (whole calls, int8 / int32 / int64). Its compile takes ~2 s a dtype once per machine
+# (then cached on disk: ~0.12 s to load in a new process), so a process that has not compiled it yet
+# takes it where NumPy's loop costs about that load or more (2^27 multiply-adds: 0.1-0.8 s), and one
+# that has, wherever it is faster (2^18).
+HOST_INTEGER_TILED_FROM = 2**27
+HOST_INTEGER_TILED_WHEN_COMPILED_FROM = 2**18
 
 
 def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None,
                     lds: tuple | None = None) -> registry.Kernel:
-    """Host arrays: NumPy, or cpu-tiled for large integer products. Device arrays: the rung
+    """Host arrays: NumPy, or cpu-tiled for integer products past HOST_INTEGER_TILED_FROM (or
+    HOST_INTEGER_TILED_WHEN_COMPILED_FROM where this process has compiled it). Device arrays: the rung
     tilemm.choice lists for this shape class (lds: the operands' leading dimensions) on this GPU,
     else the highest rung of the ladder that can run this problem here at its default parameters
     (NumPy, with copies, if none can)."""
@@ -409,8 +415,11 @@ def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: 
             compute = kern.compute_dtype(result)
             if compute and kern.why_not(Problem(m, n, k, compute), kern.resolve({})) is None:
                 return kern
-    if is_integer(result) and m * n * k >= HOST_INTEGER_TILED_FROM:
-        return registry.get("cpu-tiled")
+    if is_integer(result) and m * n * k >= HOST_INTEGER_TILED_WHEN_COMPILED_FROM:
+        tiled = registry.get("cpu-tiled")
+        from .ladder import cpu
+        if m * n * k >= HOST_INTEGER_TILED_FROM or cpu.tiled_compiled_for(tiled.compute_dtype(result)):
+            return tiled
     return registry.get("numpy")
 
 

@@ -90,6 +90,12 @@ def _tiled(a, b, c, block_m, block_n, block_k, zero):
                 c[i0 + i, j0 + j] = acc[i, j]
 
 
+def tiled_compiled_for(dtype: str) -> bool:
+    """Whether this process has compiled (or loaded from Numba's disk cache) cpu-tiled for
+    operands of dtype."""
+    return any(str(signature[0].dtype) == dtype for signature in _tiled.signatures)
+
+
 def _one_core_twin(kernel, name: str):
     """kernel (parallel=True) compiled to run on the calling thread alone (prange as range),
     cached under a name of its own: Numba's cache keys a function by its name, not its flags."""
