@@ -336,16 +336,15 @@ def test_the_fast_library_product_turns_off_the_one_flag_its_dtype_reads(dtype, 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (130, 257, 129), (64, 100, 4096), (3, 5, 0)])
 def test_gpu_library_16_bit_floats(dtype, m, n, k):
-    """16-bit CUDA tensors: the default kernel is the library (or the rung tilemm.choice names for
-    the shape class: small unaligned skinny products), in their own dtype (not float32 copies),
-    float32 sums within the bound, torch's flags as the caller left them; a stack too."""
-    from tilemm import choice
+    """16-bit CUDA tensors: the default kernel for a stack is the library's batched call, in their
+    own dtype (not float32 copies), float32 sums within the bound, torch's flags as the caller left
+    them."""
     from tilemm.accuracy import compare
     torch.manual_seed(m + n + k)
     a, b = torch.randn(2, m, k, dtype=dtype, device="cuda"), torch.randn(k, n, dtype=dtype, device="cuda")
     plan = tilemm.plan(a, b)
     name = str(dtype).removeprefix("torch.")
-    assert plan.kernel.name == (choice.preferred(name, m, n, k) or "cublas") and plan.problem.dtype == name
+    assert plan.kernel.name == "cublas" and plan.problem.dtype == name
     settings = torch.backends.cuda.matmul
     before = (settings.allow_tf32, settings.allow_fp16_reduced_precision_reduction,
               settings.allow_bf16_reduced_precision_reduction)

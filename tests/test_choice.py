@@ -124,6 +124,23 @@ def test_the_default_takes_the_listed_rung(monkeypatch):
     assert api._default_kernel("cuda:0", "bfloat16", 3000, 5000, 7001, lds=(3000, 5000)).name == unlisted
 
 
+def test_a_stack_on_the_gpu_takes_the_library_s_batched_call(monkeypatch):
+    """A stack of matrices: the library's one batched call, not a launch a matrix, but for matrices
+    of 2^32 multiply-adds and more (here cuBLAS is made available: the CPU tests have none)."""
+    import dataclasses
+    from tilemm import registry
+    library = registry.get("cublas")
+    monkeypatch.setitem(registry._LADDER, "cublas", dataclasses.replace(library, available=lambda: None,
+                                                                        limits=lambda problem: None))
+    monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
+    for dtype in ("int8", "int32", "bfloat16", "float64"):
+        assert api._default_kernel("cuda:0", dtype, 256, 256, 256, dtype, stacked=True).name == "cublas"
+    assert api._default_kernel("cuda:0", "int8", 4096, 4096, 4096, "int8").name == "tensorcore-int"
+    assert api._default_kernel("cuda:0", "int8", 1024, 2048, 2047, "int8", stacked=True).name == "cublas"
+    assert api._default_kernel("cuda:0", "int8", 4096, 4096, 4096, "int8", stacked=True).name == "tensorcore-int"
+    assert api._default_kernel("cpu", "int32", 256, 256, 256, stacked=True).name != "cublas"
+
+
 def test_auto_times_native_rungs_capped_by_the_table(monkeypatch):
     """kernel="auto" on a GPU: rungs that compute the result's own dtype (no float32 or float64 rung
     for bfloat16), and where the table names a rung, that rung and the library alone."""

@@ -142,6 +142,46 @@ def test_cupy_operands_with_negative_strides(kernel, dtype, params):
     check(c, cupy.asnumpy(a), cupy.asnumpy(b), dtype, f"{kernel} {dtype} {params}", params)
 
 
+@pytest.mark.parametrize("kind, dtype", [(kind, dtype) for kind in ("torch", "cupy")
+                                         for dtype in ("int8", "int32", "int64", "float16", "bfloat16", "float32",
+                                                       "float64") if (kind, dtype) != ("cupy", "bfloat16")])
+@pytest.mark.parametrize("kernel", [None, "cublas"])
+def test_stacks_in_one_library_call(kind, dtype, kernel):
+    """Stacks of matrices, their batch dimensions broadcast (a (3, 1, M, K) by (4, K, N)): the
+    default takes the library's batched call for them; every matrix checked, a repeated call too."""
+    cupy = pytest.importorskip("cupy") if kind == "cupy" else None
+    rng = np.random.default_rng(12)
+    a, b = random_operand(rng, (3, 1, 37, 70), dtype), random_operand(rng, (4, 70, 45), dtype)
+    if kind == "cupy":
+        a_d, b_d = cupy.asarray(a), cupy.asarray(b)
+    else:
+        import torch
+        a_d, b_d = (arrays.host_bfloat16(x).cuda() if dtype == "bfloat16" else torch.from_numpy(x).cuda() for x in (a, b))
+    plan = tilemm.plan(a_d, b_d, kernel=kernel)
+    assert plan.kernel.name == "cublas"
+    for c in (plan.execute(poison=True), tilemm.matmul(a_d, b_d, kernel=kernel), tilemm.matmul(a_d, b_d, kernel=kernel)):
+        assert tuple(c.shape) == (3, 4, 37, 45)
+        for i in range(3):
+            for j in range(4):
+                check(c[i, j], a[i, 0], b[j], dtype, f"{kind} {dtype} matrix ({i}, {j})")
+
+
+def test_an_integer_stack_past_2_31_elements_runs_a_matrix_a_call():
+    """CuPy's integer kernel indexes a whole stack in 32 bits: a stack whose C passes 2^31
+    elements (3 x 27000 x 27000 int32) is multiplied a matrix a call, every matrix right."""
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(13)
+    a = cupy.asarray(rng.integers(-100, 100, (3, 27000, 8)).astype(np.int32))
+    b = cupy.asarray(rng.integers(-100, 100, (8, 27000)).astype(np.int32))
+    c = tilemm.matmul(a, b, kernel="cublas")
+    rows = [0, 1, 13501, 26999]
+    for i in range(3):
+        want = cupy.asnumpy(a[i, rows]).astype(np.int64) @ cupy.asnumpy(b).astype(np.int64)
+        assert np.array_equal(cupy.asnumpy(c[i, rows]), want.astype(np.int32))
+    del c
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
 @pytest.mark.parametrize("kernel, dtype, params", TRITON_AND_LIBRARY)
 def test_cuda_graph_capture(kernel, dtype, params):
     """Captured once, replayed on new operand values: each replay computes the new product."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import math
 import threading
 from dataclasses import dataclass
@@ -173,8 +172,8 @@ class Plan:
     stream: int = streams.LEGACY_DEFAULT   # the raw stream a GPU kernel is queued on
     direct: bool = False         # the numpy rung on NumPy operands already of the result's dtype: numpy.matmul
     fast: object = None          # a repeated call with no out or stream, in the fewest steps: fast(a, b) gives C,
-                                 # or None where it can't (then the plan's path): the library on 2-D torch
-                                 # CUDA float tensors of the compute dtype, library.torch_product(dtype); one
+                                 # or None where it can't (then the plan's path): the library on torch CUDA
+                                 # float matrices or stacks of the compute dtype, library.torch_product(dtype); one
                                  # program's replay, Replay.quick
     replay: object = None        # a Triton or numba-cuda rung on such tensors: the first call's launches, which
                                  # a repeated call with no out or stream replays (ladder/replay.py, simt/direct.py)
@@ -307,7 +306,7 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     else:
         chosen = (registry.get(kernel) if kernel is not None else
                   _default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
-                                  _leading_dims(a, b, k, n) if da.device != "cpu" else None))
+                                  _leading_dims(a, b, k, n) if da.device != "cpu" else None, math.prod(batch) > 1))
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:
@@ -325,7 +324,7 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     direct = chosen.name == "numpy" and da.kind == db.kind == "numpy" and da.dtype == db.dtype == result == compute
     fast = None
     if (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and not is_integer(result)
-            and len(da.shape) == len(db.shape) == 2 and da.dtype == db.dtype == result == compute):
+            and len(da.shape) >= 2 and len(db.shape) >= 2 and da.dtype == db.dtype == result == compute):
         from .ladder.library import torch_product
         fast = torch_product(result)
     return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast,
@@ -401,15 +400,26 @@ HOST_INTEGER_TILED_FROM = 2**27
 HOST_INTEGER_TILED_WHEN_COMPILED_FROM = 2**18
 
 
+# A stack of matrices on the GPU: the library multiplies it in one batched call, a rung of ours a
+# launch a matrix. Measured on an H200 (h200-2026-11-26-s27/stacks.jsonl, whole calls): int8 / int32
+# 100 x 256³ 0.36 / 0.35 ms batched against 9.7 / 17.7 ms a launch a matrix, 64 x 1000³ 7.4 / 7.3
+# against 9.7 / 11.7, 8 x 1024³ 1.06 / 1.02 against 0.90 / 1.32. From 2^32 multiply-adds a matrix
+# a launch is a small share of each matrix's time, and the rung the table names for the shape runs.
+STACK_PER_MATRIX_FROM = 2**32
+
+
 def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None,
-                    lds: tuple | None = None) -> registry.Kernel:
+                    lds: tuple | None = None, stacked: bool = False) -> registry.Kernel:
     """Host arrays: NumPy, or cpu-tiled for integer products past HOST_INTEGER_TILED_FROM (or
     HOST_INTEGER_TILED_WHEN_COMPILED_FROM where this process has compiled it). Device arrays: the rung
     tilemm.choice lists for this shape class (lds: the operands' leading dimensions) on this GPU,
     else the highest rung of the ladder that can run this problem here at its default parameters
-    (NumPy, with copies, if none can)."""
+    (NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
+    matrices of STACK_PER_MATRIX_FROM multiply-adds and more."""
     if device != "cpu":
         preferred = choice.preferred(result, m, n, k, operands, lds)
+        if stacked and m * n * k < STACK_PER_MATRIX_FROM:
+            preferred = "cublas"
         kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))
         for kern in kernels:
             compute = kern.compute_dtype(result)
@@ -439,25 +449,13 @@ def _leading_dim(x, cols: int) -> int:
     return strides[-1] if strides[-2] == 1 else cols
 
 
-def _batches(batch, a, b):
-    """(index into C, slice of A, slice of B) for each matrix of the broadcast stack."""
-    if not batch:
-        yield (), a, b
-        return
-    sa, sb = a.shape[:-2], b.shape[:-2]
-    for idx in itertools.product(*map(range, batch)):
-        ia = tuple(i if d != 1 else 0 for i, d in zip(idx[len(idx) - len(sa):], sa))
-        ib = tuple(i if d != 1 else 0 for i, d in zip(idx[len(idx) - len(sb):], sb))
-        yield idx, a[ia], b[ib]
-
-
 def poisoned(shape, dtype, poison: bool) -> np.ndarray:
     c = np.empty(shape, dtype)
     return arrays.poison(c) if poison else c
 
 
 def _prepare_host(plan: Plan, a, b, poison: bool, copy: bool):
-    """Copy to the host if needed; the kernel runs once per matrix of the stack."""
+    """Copy to the host if needed; the kernel runs once per matrix of the stack (NumPy once)."""
     p = plan.problem
     a_h, b_h = arrays.to_host(a, p.dtype), arrays.to_host(b, p.dtype)
     if copy:
@@ -466,9 +464,18 @@ def _prepare_host(plan: Plan, a, b, poison: bool, copy: bool):
 
     def launch():
         if p.m and p.n:  # an empty output needs no launch
-            for idx, a_i, b_i in _batches(plan.batch, a_h, b_h):
-                plan.kernel.run(a_i, b_i, c[idx], **plan.params)
+            _run_each_matrix(plan, a_h, b_h, c)
     return launch, lambda: c
+
+
+def _run_each_matrix(plan: Plan, a, b, c):
+    """c = a @ b over the plan's stack: in one call where the rung's library takes stacks, else a
+    matrix a call."""
+    if plan.batch and plan.kernel.run_stack:
+        plan.kernel.run_stack(a, b, c)
+        return
+    for idx, a_i, b_i in arrays.matrices(plan.batch, a, b):
+        plan.kernel.run(a_i, b_i, c[idx] if idx else c, **plan.params)
 
 
 def _replayable(plan: Plan, copy: bool, poison: bool, a, b, used_a, used_b) -> bool:
@@ -501,8 +508,7 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
 
     def launch():
         if p.m and p.n and p.k:
-            for idx, a_i, b_i in _batches(plan.batch, a_d, b_d):
-                plan.kernel.run(a_i, b_i, c_d[idx] if idx else c_d, **plan.params)
+            _run_each_matrix(plan, a_d, b_d, c_d)
         elif p.m and p.n:  # K = 0: an empty sum, zeros with no launch (a zero-size operand
             if host:       # can't even be sliced on the device)
                 c_d.copy_to_device(np.zeros(c_d.shape, c_d.dtype), stream=streams.numba_stream())
@@ -560,8 +566,10 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool, where: str | Non
     # A bound launch keeps its scratch buffers (operands' split parts, aligned copies) for the
     # plan's life: a stack of matrices would keep one set a matrix, so stacks run unbound.
     bind = plan.kernel.bind if math.prod(plan.batch) == 1 else None
-    if p.m and p.n:
-        for idx, a_i, b_i in _batches(plan.batch, a_t, b_t):
+    if p.m and p.n and plan.batch and plan.kernel.run_stack:
+        calls.append(functools.partial(_run_each_matrix, plan, a_t, b_t, c))
+    elif p.m and p.n:
+        for idx, a_i, b_i in arrays.matrices(plan.batch, a_t, b_t):
             c_i = c[idx] if idx else c
             bound = bind and bind(a_i, b_i, c_i, **plan.params)
             calls.append(bound or functools.partial(plan.kernel.run, a_i, b_i, c_i, **plan.params))

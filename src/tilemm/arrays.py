@@ -4,6 +4,7 @@ Nothing here imports torch or cupy: a user who has neither never pays for them.
 """
 from __future__ import annotations
 
+import itertools
 import sys
 from dataclasses import dataclass
 
@@ -115,6 +116,19 @@ def device_cast(x, dtype: str, copy: bool):
         return y.clone() if copy and y is x else y
     y = x.astype(dtype, copy=copy)
     return y
+
+
+def matrices(batch: tuple, a, b):
+    """(index into C, A's matrix, B's matrix) for each matrix of the stack batch + (m, n) that a
+    and b broadcast to (a dimension of 1 repeats its matrix); for no batch, ((), a, b)."""
+    if not batch:
+        yield (), a, b
+        return
+    sa, sb = a.shape[:-2], b.shape[:-2]
+    for idx in itertools.product(*map(range, batch)):
+        ia = tuple(i if d != 1 else 0 for i, d in zip(idx[len(idx) - len(sa):], sa))
+        ib = tuple(i if d != 1 else 0 for i, d in zip(idx[len(idx) - len(sb):], sb))
+        yield idx, a[ia], b[ib]
 
 
 def poison(c):

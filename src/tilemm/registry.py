@@ -89,6 +89,8 @@ class Kernel:
                                    # they are (a digit kernel does less work on fewer digits)
     compute_unit: Callable | None = None  # compute_unit(problem, **params) -> (the datasheet peak it runs on,
                                           # products there per product of the problem); None: the dtype's own
+    run_stack: Callable | None = None  # run_stack(a, b, c): a whole stack of matrices (NumPy's broadcasting) in one
+                                       # call, where the rung's library takes stacks itself; None: run() a matrix
 
     def resolve(self, given: dict) -> dict:
         """Defaults filled in, unknown names refused (TypeError), values checked (ValueError)."""

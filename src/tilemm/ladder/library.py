@@ -7,6 +7,7 @@ float32 sums throughout (no reduced-precision reductions, which torch allows by 
 Operands arrive as torch tensors where torch is installed (api._prepare_library).
 """
 import contextlib
+import math
 
 from .. import arrays, streams
 from ..dtypes import dtype_name, is_integer
@@ -98,6 +99,17 @@ def run_cublas(a, b, c):
         torch.matmul(tensors[0], tensors[1], out=tensors[2])
 
 
+def run_stack(a, b, c):
+    """A whole stack of matrices in one call of the library (its batched GEMM, broadcasting as
+    NumPy does), but a matrix a call where CuPy's integer kernel, which indexes the whole stack in
+    32 bits, would pass 2^31 elements."""
+    if is_integer(dtype_name(c.dtype)) and max(math.prod(x.shape) for x in (a, b, c)) >= launch.INDEX_LIMIT:
+        for idx, a_i, b_i in arrays.matrices(c.shape[:-2], a, b):
+            run_cublas(a_i, b_i, c[idx])
+        return
+    run_cublas(a, b, c)
+
+
 def available():
     reason = launch.available()
     if reason or launch._compat.cuda_simulator():
@@ -127,6 +139,6 @@ register(Kernel(
     dtypes=("int32", "int64", "float16", "bfloat16", "float32", "float64"),
     seed="anchor", summary="cuBLAS via CuPy (TF32 off) or torch (16-bit floats, float32 sums); CuPy's exact kernel "
                            "for integers",
-    run=run_cublas, available=available, limits=limits,
+    run=run_cublas, run_stack=run_stack, available=available, limits=limits,
     traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
 ))

@@ -18,6 +18,6 @@ register(Kernel(
     name="numpy", rung=0, device="cpu", backend="numpy",
     dtypes=tuple(d for d in FLOATS + INTS if d not in ("float16", "bfloat16")),
     seed="anchor", summary="numpy.matmul: OpenBLAS for floats, NumPy's exact loop for integers",
-    run=run_numpy,
+    run=run_numpy, run_stack=run_numpy,
     traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
 ))
