@@ -464,11 +464,11 @@ def _prepare_host(plan: Plan, a, b, poison: bool, copy: bool):
 
     def launch():
         if p.m and p.n:  # an empty output needs no launch
-            _run_each_matrix(plan, a_h, b_h, c)
+            _run_over_stack(plan, a_h, b_h, c)
     return launch, lambda: c
 
 
-def _run_each_matrix(plan: Plan, a, b, c):
+def _run_over_stack(plan: Plan, a, b, c):
     """c = a @ b over the plan's stack: in one call where the rung's library takes stacks, else a
     matrix a call."""
     if plan.batch and plan.kernel.run_stack:
@@ -508,7 +508,7 @@ def _prepare_cuda(plan: Plan, a, b, poison: bool, copy: bool):
 
     def launch():
         if p.m and p.n and p.k:
-            _run_each_matrix(plan, a_d, b_d, c_d)
+            _run_over_stack(plan, a_d, b_d, c_d)
         elif p.m and p.n:  # K = 0: an empty sum, zeros with no launch (a zero-size operand
             if host:       # can't even be sliced on the device)
                 c_d.copy_to_device(np.zeros(c_d.shape, c_d.dtype), stream=streams.numba_stream())
@@ -567,7 +567,7 @@ def _prepare_triton(plan: Plan, a, b, poison: bool, copy: bool, where: str | Non
     # plan's life: a stack of matrices would keep one set a matrix, so stacks run unbound.
     bind = plan.kernel.bind if math.prod(plan.batch) == 1 else None
     if p.m and p.n and plan.batch and plan.kernel.run_stack:
-        calls.append(functools.partial(_run_each_matrix, plan, a_t, b_t, c))
+        calls.append(functools.partial(plan.kernel.run_stack, a_t, b_t, c))
     elif p.m and p.n:
         for idx, a_i, b_i in arrays.matrices(plan.batch, a_t, b_t):
             c_i = c[idx] if idx else c
