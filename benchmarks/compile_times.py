@@ -37,12 +37,12 @@ with open(args.out / "compile_times.jsonl", "a") as f:
     f.writelines(json.dumps(r) + "\n" for r in rows)
 
 # The machine code of three rungs (float32), to read what the compiler made of the Python.
-from tilemm.ladder.simt import launch, s1_naive, s4_tiled, s6_regblock  # noqa: E402
+from tilemm.ladder.simt import launch, r03_naive, r06_tiled, r08_regblock  # noqa: E402
 
 with open(args.out / f"asm_{args.label}.txt", "w") as f:
-    for name, factory, params in [("naive", s1_naive.make_naive, {}), ("tiled16", s4_tiled.make_tiled, {"tile": 16}),
-                                  ("tiled32", s4_tiled.make_tiled, {"tile": 32}),
-                                  ("regblock", s6_regblock.make_regblock,
+    for name, factory, params in [("naive", r03_naive.make_naive, {}), ("tiled16", r06_tiled.make_tiled, {"tile": 16}),
+                                  ("tiled32", r06_tiled.make_tiled, {"tile": 32}),
+                                  ("regblock", r08_regblock.make_regblock,
                                    dict(block_m=128, block_n=128, block_k=16, thread_m=8, thread_n=8))]:
         kern = launch.compiled(factory, "float32", **params)
         for sig, ptx in kern.inspect_asm().items():

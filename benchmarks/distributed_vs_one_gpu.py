@@ -123,11 +123,11 @@ def breakdown(rank: int, world: int, n: int):
             _accumulate(acc, a, b[rows], "float32", first=i == 0)
 
     def tensorcore_rung():
-        from tilemm.ladder.tensorcore import t1_blocked
+        from tilemm.ladder.tensorcore import r10_tensorcore
         for rows in k_blocks:
-            tiles = t1_blocked.resolve_tiles(n, n // world, n, dict(block_m=None, block_n=None, block_k=None,
+            tiles = r10_tensorcore.resolve_tiles(n, n // world, n, dict(block_m=None, block_n=None, block_k=None,
                                                                  num_warps=None, num_stages=None))
-            t1_blocked.launcher(a, b[rows], acc, group_m=8, accumulate=True, **tiles)()
+            r10_tensorcore.launcher(a, b[rows], acc, group_m=8, accumulate=True, **tiles)()
 
     def cublas():
         for rows in k_blocks:

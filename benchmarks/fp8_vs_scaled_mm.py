@@ -6,7 +6,7 @@
 --wide: over the wide sweep's problems (tilemm.bench.suites.wide_problems; A row-major, B as
 (N, K).T), whole calls of the float32 sums' two programs, scaled_matmul(warp_specialized=False)
 (`triton`) and (=True) (`gluon`), with _scaled_mm beside them where it takes the shape (multiples
-of 16): the data of t5_fp8.WARP_SPECIALIZED_FROM_K.
+of 16): the data of scaled_fp8.WARP_SPECIALIZED_FROM_K.
 
 float8_e4m3fn, per-tensor scales, bfloat16 out, A row-major and B given as (N, K).T (the only
 layout _scaled_mm takes; tilemm's B row-major case, which pays its transposition, is also timed).

@@ -20,8 +20,8 @@ import torch
 import tilemm
 from tilemm import machine
 from tilemm.timing import launch_overhead_us
-from tilemm.ladder.tensorcore import t1_blocked
-from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_tma
+from tilemm.ladder.tensorcore import r10_tensorcore
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_tma
 
 import gpu_ladder  # noqa: E402  (--out/--n)
 
@@ -32,10 +32,10 @@ def bf16_program(n: int):
     (descriptors of a and b made once when not given)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    tiles = t1_blocked.resolve_tiles(n, n, n, dict(block_m=None, block_n=None, block_k=None, num_warps=None,
+    tiles = r10_tensorcore.resolve_tiles(n, n, n, dict(block_m=None, block_n=None, block_k=None, num_warps=None,
                                                 num_stages=None))
-    descriptors = (t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0],
-                   t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0])
+    descriptors = (r10_tensorcore.descriptor(a, tiles["block_m"], tiles["block_k"])[0],
+                   r10_tensorcore.descriptor(b, tiles["block_k"], tiles["block_n"])[0])
 
     def args(c, a_desc=None, b_desc=None):
         a_desc, b_desc = (a_desc or descriptors[0]), (b_desc or descriptors[1])
@@ -62,13 +62,13 @@ def main():
         matmul_tma[grid](*positional, **keywords)
 
     def raw_with_descriptors():
-        p, kw = program_args(c, t1_blocked.descriptor(a, tiles["block_m"], tiles["block_k"])[0],
-                             t1_blocked.descriptor(b, tiles["block_k"], tiles["block_n"])[0])
+        p, kw = program_args(c, r10_tensorcore.descriptor(a, tiles["block_m"], tiles["block_k"])[0],
+                             r10_tensorcore.descriptor(b, tiles["block_k"], tiles["block_n"])[0])
         matmul_tma[grid](*p, **kw)
     layers = {
         "cublas (torch.matmul out=)": lambda: torch.matmul(a, b, out=c),
         "tilemm plan launch": launch,
-        "t1_blocked.launch (persistent)": lambda: t1_blocked.launch(a, b, c, group_m=8, **tiles),
+        "r10_tensorcore.launch (persistent)": lambda: r10_tensorcore.launch(a, b, c, group_m=8, **tiles),
         "tilemm.matmul(a, b, kernel='tensorcore')": lambda: tilemm.matmul(a, b, kernel="tensorcore"),
         "triton program, descriptors made each call": raw_with_descriptors,
         "triton program, descriptors made once": raw,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import tilemm
 import cupy as cp
-from tilemm.ladder.simt import launch as simt_launch, s4_tiled
+from tilemm.ladder.simt import launch as simt_launch, r06_tiled
 
 import gpu_ladder
 
@@ -27,6 +27,6 @@ run, _ = plan.prepare()
 run()
 gpu_ladder.twin_launcher(lib, "tiled", 32, args.dtype, a, b, c)()
 cp.cuda.Device().synchronize()
-kernel = simt_launch.compiled(s4_tiled.make_tiled, args.dtype, tile=32)
+kernel = simt_launch.compiled(r06_tiled.make_tiled, args.dtype, tile=32)
 for sig, sass in kernel.inspect_sass().items():
     (args.out / "tiled32_numba.sass").write_text(sass)

@@ -31,7 +31,7 @@ def candidates(m: int, n: int, k: int) -> list:
     K unsplit and, where its tiles leave SMs idle, split to fill them (and half that); for a
     skinny one (M or N <= 64), the default tiles with K split into SKINNY_SPLITS runs of 2 K steps
     or more; None: the shipped default."""
-    from tilemm.ladder.tensorcore.t1_blocked import default_tiles
+    from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
     from tilemm.ladder.tensorcore.tile_model import FIT_SMS, MIN_SPLIT_STEPS
     if min(m, n) <= 64:
         tiles = default_tiles(m, n, k)
@@ -70,10 +70,10 @@ def operands(p):
 
 
 def launcher(a, b, c, params):
-    from tilemm.ladder.tensorcore import t1_blocked
+    from tilemm.ladder.tensorcore import r10_tensorcore
     if params is None:
-        return t1_blocked.bind(a, b, c, None, None, None, 8, None, None)
-    return t1_blocked.bind(a, b, c, **params)
+        return r10_tensorcore.bind(a, b, c, None, None, None, 8, None, None)
+    return r10_tensorcore.bind(a, b, c, **params)
 
 
 def compile_problem(job):

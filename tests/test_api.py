@@ -92,7 +92,7 @@ def test_the_numpy_rung_sums_float16_in_float32_through_blas():
 def test_default_kernel_for_host_integers(compiled, monkeypatch):
     """NumPy's integer matmul is a plain loop: cpu-tiled is the default from 2^27 multiply-adds,
     and from 2^18 where this process has compiled it for the dtype it computes in (int8 in int32)."""
-    from tilemm.ladder import cpu
+    from tilemm.ladder import r02_cpu_tiled as cpu
     monkeypatch.setattr(cpu, "tiled_compiled_for", lambda dtype: compiled and dtype == "int32")
     a = np.ones((512, 512), np.int32)
     assert tilemm.plan(a, a).kernel.name == "cpu-tiled"                       # 2^27
@@ -104,7 +104,7 @@ def test_default_kernel_for_host_integers(compiled, monkeypatch):
 
 
 def test_cpu_tiled_knows_what_it_has_compiled():
-    from tilemm.ladder import cpu
+    from tilemm.ladder import r02_cpu_tiled as cpu
     a = np.ones((8, 8), np.int64)
     tilemm.matmul(a, a, kernel="cpu-tiled")
     assert cpu.tiled_compiled_for("int64") and not cpu.tiled_compiled_for("float16")

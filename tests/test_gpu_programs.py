@@ -274,7 +274,7 @@ def test_float64_dmma_past_2_31_elements():
     """A C of 2.16e9 elements from the DMMA program (the default's choice here), stored through
     64-bit offsets, and C^T's strides: both operands row-major."""
     import torch
-    from tilemm.ladder.tensorcore.t3_fp64 import takes_dmma
+    from tilemm.ladder.tensorcore.r12_fp64 import takes_dmma
     m = n = 46500
     k = 256
     assert takes_dmma(m, n, k, {}), "the default should take the DMMA program here"

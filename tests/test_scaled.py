@@ -101,7 +101,7 @@ def test_warp_specialized_needs_hopper_and_gluon():
 
 def test_default_takes_the_warp_specialized_program_only_for_float32_sums_default_tiles_and_deep_k():
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, resolve
+    from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, resolve
     hopper = support.hopper_gluon()
     assert resolve(DEFAULTS, False, k=4096)["warp_specialized"] == hopper
     assert resolve(DEFAULTS, False, k=4095)["warp_specialized"] is False
@@ -114,7 +114,7 @@ def test_default_takes_the_warp_specialized_program_only_for_float32_sums_defaul
 @pytest.mark.parametrize("fast_accum", [False, True])
 def test_products_of_a_few_rows_take_64_row_tiles_and_stream_k_where_deep(fast_accum):
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, THIN_M, THIN_TILES, resolve
+    from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, THIN_M, THIN_TILES, resolve
     sms = support.multiprocessors()
     n_half = 128 * (sms // 2)                          # half the SMs' tiles at M <= 64
 
@@ -134,7 +134,7 @@ def test_products_of_a_few_rows_take_64_row_tiles_and_stream_k_where_deep(fast_a
 
 def test_products_whose_tiles_fill_half_the_sms_or_fewer_take_128_x_128_tiles():
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, MID_TILES, THIN_M, resolve
+    from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, MID_TILES, THIN_M, resolve
     sms = support.multiprocessors()
     few = resolve(DEFAULTS, False, THIN_M + 1, 128, 1024)        # two 256 x 128 tiles
     assert {name: few[name] for name in MID_TILES} == MID_TILES and few["warp_specialized"] is False
@@ -283,7 +283,7 @@ def test_gpu_warp_specialized_program_matches_float64(m, n, k, dtypes, out_dtype
 def test_gpu_thin_deep_products_by_stream_k_match_float64(m, n, k, fast_accum):
     """The default for thin, deep products (64-row tiles, K steps shared out among the SMs), then
     a repeated call, replayed, on new operands."""
-    from tilemm.ladder.tensorcore.t5_fp8 import thin_tiles
+    from tilemm.ladder.tensorcore.scaled_fp8 import thin_tiles
     assert thin_tiles(m, n, k)["stream_k"]
     adds = -(-k // 32) if fast_accum else 4
     for seed in (3, 5):
@@ -295,7 +295,7 @@ def test_gpu_thin_deep_products_by_stream_k_match_float64(m, n, k, fast_accum):
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", [(1, 8191, 8192), (100, 5000, 4099), (128, 8192, 8192)])
 def test_gpu_products_of_a_few_rows_in_64_row_tiles_match_float64(m, n, k):
-    from tilemm.ladder.tensorcore.t5_fp8 import thin_tiles
+    from tilemm.ladder.tensorcore.scaled_fp8 import thin_tiles
     assert thin_tiles(m, n, k) == {"block_m": 64, "block_n": 128, "num_warps": 4, "stream_k": False}
     a, b = operand(m, k, FP8[1], False, 9), operand(k, n, FP8[0], True, 10)
     c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="bfloat16")
@@ -306,7 +306,7 @@ def test_gpu_products_of_a_few_rows_in_64_row_tiles_match_float64(m, n, k):
 @pytest.mark.parametrize("m,n,k", [(300, 1000, 5000), (1000, 2000, 333)])
 @pytest.mark.parametrize("fast_accum", [False, True])
 def test_gpu_products_of_few_tiles_in_128_x_128_tiles_match_float64(m, n, k, fast_accum):
-    from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, MID_TILES, resolve
+    from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, MID_TILES, resolve
     assert resolve(DEFAULTS, fast_accum, m, n, k)["block_m"] == MID_TILES["block_m"]
     a, b = operand(m, k, FP8[0], False, 11), operand(k, n, FP8[1], True, 12)
     c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float16", fast_accum=fast_accum)
@@ -328,8 +328,8 @@ import json
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from tilemm.ladder.tensorcore.t5_fp8 import DEFAULTS, resolve
-from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
+from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, resolve
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_persistent
 from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
 out = {}
 for ty in ("fp8e4nv", "fp8e5"):
@@ -356,7 +356,7 @@ for ty in ("fp8e4nv", "fp8e5"):
 import os, re, subprocess, tempfile
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
-from tilemm.ladder.tensorcore import t5_fp8_gluon_kernel as ws
+from tilemm.ladder.tensorcore import scaled_fp8_gluon_kernel as ws
 gl_types = {"fp8e4nv": gl.float8e4nv, "fp8e5": gl.float8e5}
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 for ta, tb, cty in (("fp8e4nv", "fp8e4nv", "*bf16"), ("fp8e5", "fp8e5", "*fp32"), ("fp8e4nv", "fp8e5", "*fp16")):

@@ -155,7 +155,7 @@ def test_aligned_rows():
 
 
 def test_vector_widths_fall_back_to_elements():
-    from tilemm.ladder.simt.s6_regblock import vector_widths
+    from tilemm.ladder.simt.r08_regblock import vector_widths
     assert vector_widths(32, 16, 16, 4, 4, 4, True, True) == (4, 4)
     assert vector_widths(64, 16, 16, 4, 4, 4, True, False) == (2, 1)
     assert vector_widths(32, 16, 16, 4, 1, 1, True, True) == (1, 1)     # 256 threads, 16 vectors a tile
@@ -170,7 +170,7 @@ def test_regblock_vector_loads(dtype, shape, pads):
     is the same. Launched on device arrays directly, which keep the padding."""
     from numba import cuda
 
-    from tilemm.ladder.simt import s6_regblock
+    from tilemm.ladder.simt import r08_regblock
     m, n, k = shape
     (a_whole, a), (b_whole, b) = aligned_matrix(m, k, dtype, pads[0]), aligned_matrix(k, n, dtype, pads[1])
     a[...], b[...] = operands(7, m, n, k, dtype)
@@ -178,7 +178,7 @@ def test_regblock_vector_loads(dtype, shape, pads):
     c_d = cuda.to_device(np.full((m, n), -99, dtype))
     params = dict(block_m=16, block_n=16, block_k=8, thread_m=4, thread_n=4)
     width = 16 // a.itemsize
-    assert s6_regblock.variant(a_d, b_d, **params) == dict(vector_a=width if not pads[0] % width else 1,
+    assert r08_regblock.variant(a_d, b_d, **params) == dict(vector_a=width if not pads[0] % width else 1,
                                                            vector_b=width if not pads[1] % width else 1)
     tilemm.kernel("regblock").run(a_d, b_d, c_d, **params)
     verdict = compare(c_d.copy_to_host(), a, b, dtype)

@@ -15,7 +15,7 @@ import json
 import numba
 from numba import cuda
 import tilemm
-from tilemm.ladder.simt import launch, s6_regblock
+from tilemm.ladder.simt import launch, r08_regblock
 OPS = ("ld.local", "st.local", "ld.shared.v4", "bar.sync", "ld.global.v4", "ld.global.v2")
 out = {}
 for kernel in tilemm.kernels("cuda"):
@@ -28,7 +28,7 @@ for kernel in tilemm.kernels("cuda"):
         chosen = {k: params[k] for k in compile_params}
         forms = {kernel.name: {}}
         if kernel.name == "regblock":                 # and with 16-byte global loads, for aligned rows
-            widths = s6_regblock.vector_widths(scalar.bitwidth, **chosen, a_aligned=True, b_aligned=True)
+            widths = r08_regblock.vector_widths(scalar.bitwidth, **chosen, a_aligned=True, b_aligned=True)
             forms["regblock-vector"] = dict(vector_a=widths[0], vector_b=widths[1])
         for form, extra in forms.items():
             dispatcher = factory(scalar, **chosen, **extra)

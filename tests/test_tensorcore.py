@@ -77,13 +77,13 @@ def test_interpreter_tma_programs_any_layout(dtype, persistent, m, n, k, layout)
 def test_interpreter_tma_programs_into_rows_of_another_width(width, persistent):
     """C a view of wider rows (row stride 70, 72 or 73, width 68): the TMA programs are told what
     both divide by (c_alignment: 2, 4, 1), write C's 68 columns and nothing past them."""
-    from tilemm.ladder.tensorcore import t1_blocked
+    from tilemm.ladder.tensorcore import r10_tensorcore
     torch.manual_seed(width)
     m, n, k = 66, 68, 24
     a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
     rows = torch.full((m, width), 7.0, dtype=torch.float16)
     c = rows[:, :n]
-    steps = t1_blocked.bind(a, b, c, 16, 16, 16, 8, 1, 1, persistent=persistent, tma=True)
+    steps = r10_tensorcore.bind(a, b, c, 16, 16, 16, 8, 1, 1, persistent=persistent, tma=True)
     assert steps.launches[-1].options["C_ALIGN"] == {70: 2, 72: 4, 73: 1}[width]
     steps()
     verdict = compare(c.float().numpy(), a.float().numpy(), b.float().numpy(), "float16")
@@ -98,19 +98,19 @@ def test_interpreter_fp8_and_int8_programs_into_rows_of_another_width(rung, widt
     """The fp8 program with float32 C and the int8 one are told C's alignment too (c_alignment:
     2, 4, 1 for rows of 70, 72, 73), write C's 68 columns and nothing past them."""
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore import t2_int_digits, t5_fp8
+    from tilemm.ladder.tensorcore import r11_int_digits, scaled_fp8
     torch.manual_seed(width)
     m, n, k = 66, 68, 32
     if rung == "int8":
         a, b = torch.randint(-128, 128, (m, k), dtype=torch.int8), torch.randint(-128, 128, (k, n), dtype=torch.int8)
         rows = torch.full((m, width), 7, dtype=torch.int32)
-        steps = support.Steps([t2_int_digits.persistent_int8(a, b.T.contiguous(), rows[:, :n], m, n, k, 32, 32, 32, 8,
+        steps = support.Steps([r11_int_digits.persistent_int8(a, b.T.contiguous(), rows[:, :n], m, n, k, 32, 32, 32, 8,
                                                              4, 2)])
     else:
         a, b = torch.randn(m, k).to(torch.float8_e4m3fn), torch.randn(k, n).to(torch.float8_e4m3fn)
         rows = torch.full((m, width), 7.0)
         one = torch.ones(1)
-        steps = t5_fp8.bind(a, b, rows[:, :n], one, one, False, 32, 32, 32, 8, 4, 2)
+        steps = scaled_fp8.bind(a, b, rows[:, :n], one, one, False, 32, 32, 32, 8, 4, 2)
     assert steps.launches[-1].options["C_ALIGN"] == {70: 2, 72: 4, 73: 1}[width]
     steps()
     expected, got = a.double() @ b.double(), rows[:, :n].double()
@@ -139,7 +139,7 @@ def test_interpreter_rows_copied_to_128_byte_alignment(layout):
 
 
 def test_rows_copied_to_alignment_only_where_it_pays():
-    from tilemm.ladder.tensorcore.t1_blocked import rows_aligned_pays
+    from tilemm.ladder.tensorcore.r10_tensorcore import rows_aligned_pays
     assert rows_aligned_pays(5000, 5000, 5000) and rows_aligned_pays(8191, 8191, 8191)
     assert not rows_aligned_pays(3000, 3000, 3000) and not rows_aligned_pays(16, 8192, 8192)
 
@@ -163,12 +163,12 @@ def test_interpreter_stream_k_shares_the_last_round(m, n, k):
 def test_16_bit_tiles_take_no_stream_k_unless_asked():
     """The persistent program's stream-K hand-over measured slower for 16-bit tiles (stream_k_pays):
     a product of several rounds (4 programs under the interpreter) shares no tile unless asked."""
-    from tilemm.ladder.tensorcore import t1_blocked
+    from tilemm.ladder.tensorcore import r10_tensorcore
     a, b = torch.randn(300, 96, dtype=torch.float16), torch.randn(96, 300, dtype=torch.float16)
     c = torch.empty(300, 300, dtype=torch.float16)
 
     def stream_k(**params):
-        steps = t1_blocked.bind(a, b, c, 64, 64, 32, 8, 4, 2, tma=True, **params)
+        steps = r10_tensorcore.bind(a, b, c, 64, 64, 32, 8, 4, 2, tma=True, **params)
         (program,) = [s for s in steps.launches if "STREAM_K" in getattr(s, "options", {})]
         return program.options["STREAM_K"]
     assert stream_k() is False and stream_k(stream_k=True) is True
@@ -196,10 +196,10 @@ def test_interpreter_split_k_by_default_where_tiles_leave_sms_idle():
     partials the last adds into C; a prepared plan does it at each launch, and the tile's count is
     back at 0 after each."""
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore import t1_blocked
+    from tilemm.ladder.tensorcore import r10_tensorcore
     torch.manual_seed(3)
     a, b = torch.randn(16, 512, dtype=torch.float16), torch.randn(512, 16, dtype=torch.float16)
-    steps = t1_blocked.bind(a, b, torch.empty(16, 16, dtype=torch.float16), group_m=8, **SMALL)
+    steps = r10_tensorcore.bind(a, b, torch.empty(16, 16, dtype=torch.float16), group_m=8, **SMALL)
     assert isinstance(steps.launches[-1], support.SplitKLaunch) and steps.launches[-1].grid == (1, 4)
     launch, result = tilemm.plan(a, b, kernel="tensorcore", **SMALL).prepare(poison=True)
     for _ in range(2):                                 # the second launch sees new values in a
@@ -262,12 +262,12 @@ def test_interpreter_thin_operand_read_m_major_splits_k(thin):
     and takes k_splits (a round of tiles fills the SMs: no split); A as the transpose of a column
     (strides (1, 1)) is split in 2 runs (thin_splits), and its answer is right."""
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore import t1_blocked
+    from tilemm.ladder.tensorcore import r10_tensorcore
     torch.manual_seed(5)
     row = torch.randn(1, 4096, dtype=torch.float16)                  # strides (4096, 1)
     a = row.reshape(4096, 1).T if thin == "transposed column" else row
     b = torch.randn(4096, 256, dtype=torch.float16)
-    steps = t1_blocked.bind(a, b, torch.empty(1, 256, dtype=torch.float16), None, None, None, 8, None, None)
+    steps = r10_tensorcore.bind(a, b, torch.empty(1, 256, dtype=torch.float16), None, None, None, 8, None, None)
     split = isinstance(steps.launches[-1], support.SplitKLaunch)
     assert split == (thin == "transposed column")
     if split:
@@ -326,14 +326,14 @@ def test_small_products_take_the_pointer_program():
     """tma=None: up to POINTERS_UP_TO multiply-adds the pointer program (cheaper to launch), past
     it the TMA programs but for a C of few tiles (a deep K); tma=True or False says which whatever
     the size."""
-    from tilemm.ladder.tensorcore import t1_blocked
-    from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
+    from tilemm.ladder.tensorcore import r10_tensorcore
+    from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
     tiles = dict(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=2)
 
     def program(m, n, k, **params):
         a, b = torch.empty(m, k, dtype=torch.float16), torch.empty(k, n, dtype=torch.float16)
-        return t1_blocked.bind(a, b, torch.empty(m, n, dtype=torch.float16), **tiles, **params).launches[-1].program
-    assert 512 * 512 * 512 <= t1_blocked.POINTERS_UP_TO < 1024 * 512 * 1024
+        return r10_tensorcore.bind(a, b, torch.empty(m, n, dtype=torch.float16), **tiles, **params).launches[-1].program
+    assert 512 * 512 * 512 <= r10_tensorcore.POINTERS_UP_TO < 1024 * 512 * 1024
     assert program(512, 512, 512) is matmul_kernel
     assert program(1024, 1024, 512) is not matmul_kernel
     assert program(404, 108, 32491) is matmul_kernel                     # 4 tiles of 128 x 128
@@ -397,7 +397,7 @@ def test_interpreter_3xtf32_is_float32_accurate(m, n, k, layout, direct):
 def test_3xtf32_split_is_exact_and_rounds_to_nearest():
     """hi has TF32's 10 mantissa bits, rounded to nearest; hi + lo == x exactly; Inf and NaN are
     kept whole, with no low part."""
-    from tilemm.ladder.tensorcore.t4_f32_kernel import split_tf32
+    from tilemm.ladder.tensorcore.r13_f32_kernel import split_tf32
     x = torch.tensor([[1 + 2**-11 + 2**-13, -(1 + 2**-10 - 2**-14), 3.0e38, 1e-40, 0.1, -7.3e-5, 5.0, 2**-30]],
                      dtype=torch.float32)
     out = torch.empty((2, 1, 8), dtype=torch.float32)
@@ -437,9 +437,9 @@ def test_3xtf32_chunks_of_k_steps(monkeypatch, direct):
     of 2 steps of 16, K = 70 is chunks of 2, 2 and 1 steps (the last one partial). Float32's
     bound holds, and Inf and NaN, one in each of two chunks, land where IEEE puts them."""
     from tilemm.data import operands
-    from tilemm.ladder.tensorcore import t4_f32
-    monkeypatch.setattr(t4_f32, "CHUNK_STEPS", 2)
-    monkeypatch.setattr(t4_f32, "MIN_CHUNKS", 1)
+    from tilemm.ladder.tensorcore import r13_f32
+    monkeypatch.setattr(r13_f32, "CHUNK_STEPS", 2)
+    monkeypatch.setattr(r13_f32, "MIN_CHUNKS", 1)
     a, b = operands(5, 12, 9, 70, "float32")
     c = tilemm.plan(a, b, kernel="tensorcore-f32", direct=direct, **SMALL).execute(poison=True)
     verdict = compare(c, a, b, "float32")
@@ -459,9 +459,9 @@ def test_interpreter_3xtf32_stream_k(monkeypatch, m, n, k):
     steps, which a run's share cuts; float32's bound holds, and Inf and NaN land where IEEE puts
     them. 4 programs here (multiprocessors under the interpreter)."""
     from tilemm.data import operands
-    from tilemm.ladder.tensorcore import t4_f32
-    monkeypatch.setattr(t4_f32, "CHUNK_STEPS", 2)
-    monkeypatch.setattr(t4_f32, "MIN_CHUNKS", 1)
+    from tilemm.ladder.tensorcore import r13_f32
+    monkeypatch.setattr(r13_f32, "CHUNK_STEPS", 2)
+    monkeypatch.setattr(r13_f32, "MIN_CHUNKS", 1)
     a, b = operands(m + k, m, n, k, "float32")
     c = tilemm.plan(a, b, kernel="tensorcore-f32", stream_k=True, **SMALL).execute(poison=True)
     verdict = compare(c, a, b, "float32")
@@ -473,16 +473,16 @@ def test_interpreter_3xtf32_stream_k(monkeypatch, m, n, k):
 
 
 def test_3xtf32_chunks_leave_k_eight_of_them():
-    from tilemm.ladder.tensorcore.t4_f32 import chunk_steps
+    from tilemm.ladder.tensorcore.r13_f32 import chunk_steps
     assert [chunk_steps(k, 32) for k in (1, 255, 256, 512, 1024, 2048, 3000, 4096, 65536)] == [1, 1, 1, 2, 4, 8, 8, 16, 16]
 
 
 def int8_precision_bound(a, b, c):
-    """precision="int8"'s normwise bound (t4_f32.py), (error, bound) against float64: each input
+    """precision="int8"'s normwise bound (r13_f32.py), (error, bound) against float64: each input
     off by under 1/FIXED_TOP of its row's (column's) largest, r_i (c_j), from rounding to fixed
     point; the dropped shifts 0 and 1, |d0 e0 + 2^8 (d0 e1 + d1 e0)| <= 513 * 2^14 a product in
     units of 2^-(e_i + f_j) < r_i c_j / (FIXED_TOP / 2)^2; and float32's one rounding."""
-    from tilemm.ladder.tensorcore.t4_f32 import FIXED_TOP
+    from tilemm.ladder.tensorcore.r13_f32 import FIXED_TOP
     a64, b64 = np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))
     ref = a.astype(np.float64) @ b.astype(np.float64)
     r, col = a64.max(1, initial=0)[:, None], b64.max(0, initial=0)[None, :]
@@ -515,7 +515,7 @@ def test_int8_precision_is_the_fixed_point_product_of_its_shifts(layout):
     program, scaling in its epilogue)."""
     from tilemm import digits
     from tilemm.data import operands
-    from tilemm.ladder.tensorcore.t4_f32 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
+    from tilemm.ladder.tensorcore.r13_f32 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
     a, b = operands(11, *((300, 260, 700) if ON_GPU else (23, 19, 70)), "float32", layout)
     a[1] *= 2.0**-30
     scale_a = fixed_scales(torch.from_numpy(a))[0].numpy()[:, None]
@@ -550,7 +550,7 @@ def test_int8_precision_uses_the_digits_whole_range():
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_fixed_scales_bring_each_row_to_23_bits():
-    from tilemm.ladder.tensorcore.t4_f32 import FIXED_TOP, fixed_scales
+    from tilemm.ladder.tensorcore.r13_f32 import FIXED_TOP, fixed_scales
     rng = np.random.default_rng(3)
     x = torch.from_numpy((rng.standard_normal((200, 7)) * 2.0 ** rng.integers(-140, 120, (200, 1))).astype(np.float32))
     x[0] = 0
@@ -577,8 +577,8 @@ def test_int8_precision_long_k_in_pieces(monkeypatch):
     """K past FIXED_K (int64 could overflow) runs in pieces, each its own fixed-point product
     (scales of its own), added in float32; Inf and NaN still land where IEEE puts them."""
     from tilemm.data import operands
-    from tilemm.ladder.tensorcore import t4_f32
-    monkeypatch.setattr(t4_f32, "FIXED_K", 48)
+    from tilemm.ladder.tensorcore import r13_f32
+    monkeypatch.setattr(r13_f32, "FIXED_K", 48)
     a, b = operands(6, 9, 10, 150, "float32")
     a[:, 100:] *= 2.0**30                  # a piece of its own scale
     c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
@@ -619,10 +619,10 @@ def test_interpreter_b_copied_in_panels(precision, panels, n, monkeypatch):
     """B written K-major a panel of columns at a time, each panel's product on its own (the
     last panel narrower, more panels asked for than there are tiles): the same answer."""
     from tilemm.data import operands
-    from tilemm.ladder.tensorcore import t4_f32
+    from tilemm.ladder.tensorcore import r13_f32
     calls = []
-    by_panel = t4_f32.products_by_panel
-    monkeypatch.setattr(t4_f32, "products_by_panel", lambda *args: calls.append(args[4]) or by_panel(*args))
+    by_panel = r13_f32.products_by_panel
+    monkeypatch.setattr(r13_f32, "products_by_panel", lambda *args: calls.append(args[4]) or by_panel(*args))
     a, b = operands(9, 37, n, 41, "float32", "nn")
     c = tilemm.plan(a, b, kernel="tensorcore-f32", precision=precision, copy_panels=panels,
                     **SMALL).execute(poison=True)
@@ -640,7 +640,7 @@ def test_interpreter_b_copied_in_panels(precision, panels, n, monkeypatch):
 def test_panels_pay_by_the_products_size():
     """As measured on the H100 (132 SMs, 128 x 256 tiles): 4 panels at 4096³ and 8192³, none
     where panels would add a round of the SMs (5000³) or the product is too small to hide them."""
-    from tilemm.ladder.tensorcore.t4_f32 import panel_bounds, panels_pay
+    from tilemm.ladder.tensorcore.r13_f32 import panel_bounds, panels_pay
     def pay(n):
         return panels_pay(n, n, n, 128, 256, 132)
     assert pay(1000) == 1 and pay(3000) == 1 and pay(5000) == 1
@@ -699,8 +699,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import tilemm
-from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel, matmul_tma
-from tilemm.ladder.tensorcore.t1_blocked import default_tiles
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel, matmul_tma
+from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
 from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
 out = {}
 
@@ -754,7 +754,7 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
                                                    wgmma="wgmma" in k.asm["ptx"] or p["block_m"] < 64,
                                                    cubin=len(k.asm["cubin"]))
 # tensorcore persistent=True: the persistent TMA program, C written in quarters (tt: with stream-K)
-from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_persistent
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_persistent
 for layout in ("nn", "tt"):
     p = default_tiles(8192, 8192, 8192)
     a_t, b_t = layout[0] == "t", layout[1] == "t"
@@ -769,7 +769,7 @@ for layout in ("nn", "tt"):
     out[f"persistent-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
                                        cubin=len(k.asm["cubin"]))
 # tensorcore-f64: the pointer program in float64
-from tilemm.ladder.tensorcore.t3_fp64 import default_tiles as f64_tiles
+from tilemm.ladder.tensorcore.r12_fp64 import default_tiles as f64_tiles
 p = {**f64_tiles(8192, 8192), "group_m": 8}
 sig = dict(a_ptr="*fp64", b_ptr="*fp64", c_ptr="*fp64", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
            stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
@@ -791,7 +791,7 @@ out["ieee-nonfinite"] = dict(shared=k_ieee.metadata.shared, limit=H100_SHARED_OP
                              cubin=len(k_ieee.asm["cubin"]))
 out["float64"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # the copy into aligned rows (a transposed bf16 operand: 64-bit offsets); a copy, no product (wgmma: not asked)
-from tilemm.ladder.tensorcore.t1_blocked_kernel import copy_rows
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import copy_rows
 k = triton.compile(ASTSource(fn=copy_rows, signature=dict(src="*bf16", dst="*bf16", R="i32", C="i32", stride_sr="i32",
                                                           stride_sc="i32", stride_dr="i32", BLOCK_R="constexpr",
                                                           BLOCK_C="constexpr"),
@@ -809,8 +809,8 @@ k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=con
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 out["float64-persistent"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # tensorcore-f32: 3xTF32 and TF32 products by TMA, and the split
-from tilemm.ladder.tensorcore.t4_f32_kernel import split_tf32, tf32_matmul
-from tilemm.ladder.tensorcore.t4_f32 import CHUNK_STEPS, tiles
+from tilemm.ladder.tensorcore.r13_f32_kernel import split_tf32, tf32_matmul
+from tilemm.ladder.tensorcore.r13_f32 import CHUNK_STEPS, tiles
 p = {q.name: q.default for q in tilemm.kernel("tensorcore-f32").params}
 for parts in (1, 2):
     block_n, block_k, stages = tiles("3xtf32" if parts == 2 else "tf32", p["block_n"], p["block_k"], p["num_stages"])
@@ -824,7 +824,7 @@ for parts in (1, 2):
                        options=dict(num_warps=p["num_warps"], num_stages=stages))
     out[f"tf32x{2 * parts - 1}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                                         wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
-# 3xTF32 on the persistent program with stream-K (t4_f32's stream_k)
+# 3xTF32 on the persistent program with stream-K (r13_f32's stream_k)
 block_n, block_k, stages = tiles("3xtf32", p["block_n"], p["block_k"], p["num_stages"])
 sig = persistent_signature(f"tensordesc<fp32[{p['block_m']}, {block_k}]>", f"tensordesc<fp32[{block_n}, {block_k}]>",
                            "*fp32", workspace="*fp32")
@@ -837,8 +837,8 @@ k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=con
 out["tf32x3-stream-k"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                               wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 # 3xTF32 in one launch (small products), at its tiles
-from tilemm.ladder.tensorcore.t4_f32 import DIRECT_BLOCK
-from tilemm.ladder.tensorcore.t4_f32_kernel import tf32x3_direct
+from tilemm.ladder.tensorcore.r13_f32 import DIRECT_BLOCK
+from tilemm.ladder.tensorcore.r13_f32_kernel import tf32x3_direct
 sig = dict(a_ptr="*fp32", b_ptr="*fp32", c_ptr="*fp32", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
            stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", CHUNK="constexpr", BLOCK_M="constexpr",
            BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr")
@@ -853,7 +853,7 @@ k = triton.compile(ASTSource(fn=split_tf32, signature=sig, constexprs=dict(PARTS
                    target=GPUTarget("cuda", 90, 32))
 out["split-tf32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
 # tensorcore-int: the fused digit product for each result width, and the digit split
-from tilemm.ladder.tensorcore.t2_int_digits_kernel import digit_matmul, split_digits
+from tilemm.ladder.tensorcore.r11_int_digits_kernel import digit_matmul, split_digits
 q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
 for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
     block_n = 128 if nd_c == 8 else 256     # the default (None) resolved as the rung does
@@ -883,7 +883,7 @@ for cty in ("*i8", "*i32"):
 # accumulator's synchronous, and whose loading warp gives its registers to the others (setmaxnreg)
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
-from tilemm.ladder.tensorcore.t2_int8_gluon_kernel import int8_matmul_ws
+from tilemm.ladder.tensorcore.r11_int8_gluon_kernel import int8_matmul_ws
 for cty, digits, block_n, accumulate in (("*i8", (1, 1, 1), 256, False), ("*i32", (1, 1, 1), 256, False),
                                          ("*i32", (4, 4, 4), 256, False), ("*i64", (8, 8, 8), 128, True),
                                          ("*fp32", (3, 3, 8), 128, False)):   # tensorcore-f32's precision="int8"
@@ -915,7 +915,7 @@ for src in ("*i8", "*i32", "*i64", "*fp32"):     # float32: precision="int8"'s f
         const["scale_ptr"] = None
     k = triton.compile(ASTSource(fn=split_digits, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32))
     out[f"split-{src}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
-from tilemm.ladder.tensorcore.t4_f32_kernel import unscale
+from tilemm.ladder.tensorcore.r13_f32_kernel import unscale
 sig = dict(exact_ptr="*i64", row_ptr="*fp64", col_ptr="*fp64", c_ptr="*fp32", M="i32", N="i32", stride_cm="i32",
            stride_cn="i32", BLOCK_M="constexpr", BLOCK_N="constexpr")
 k = triton.compile(ASTSource(fn=unscale, signature=sig, constexprs=dict(BLOCK_M=64, BLOCK_N=64)),
@@ -951,8 +951,8 @@ import json, os, re, subprocess, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from tilemm.ladder.tensorcore.t1_blocked import default_tiles, load_alignment, narrow_loads, pointer_warps
-from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
+from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles, load_alignment, narrow_loads, pointer_warps
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 ORDER = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
          "stride_cn"]
@@ -995,7 +995,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
-from tilemm.ladder.tensorcore import t3_fp64_dmma_kernel as p
+from tilemm.ladder.tensorcore import r12_fp64_dmma_kernel as p
 x_layout, y_layout = (gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=64, rank=2) for w in (128, 0))
 sig = dict(x_desc=f"tensordesc<fp64[8,16],{x_layout!r}>", y_desc=f"tensordesc<fp64[{p.BLOCK_N},8],{y_layout!r}>",
            c_ptr="*fp64", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32")
@@ -1039,7 +1039,7 @@ def test_float64_dmma_reads_operands_as_they_are_where_a_form_allows(layout, tra
     are, both column-major ones C's; otherwise the form that copies the smaller operand (here the
     300-row B: N < M)."""
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t3_fp64 import dmma_operands
+    from tilemm.ladder.tensorcore.r12_fp64 import dmma_operands
     a, b = laid_out(500, 300, 64, layout, torch.float64)
     x, y, t = dmma_operands(a, b)
     assert t == transposed
@@ -1051,7 +1051,7 @@ def test_float64_dmma_reads_operands_as_they_are_where_a_form_allows(layout, tra
 
 def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_past_half_the_sms():
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t3_fp64 import DMMA_FROM_K, takes_dmma
+    from tilemm.ladder.tensorcore.r12_fp64 import DMMA_FROM_K, takes_dmma
     hopper, sms = support.hopper_gluon(), support.multiprocessors()
     side = 128 * int(sms ** 0.5 + 1)
     own = dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, persistent=True,
@@ -1068,15 +1068,15 @@ def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_past_half_the_sm
 
 
 def test_float64_traffic_model_counts_the_tiles_of_the_program_that_runs():
-    from tilemm.ladder.tensorcore import t1_blocked, t3_fp64
+    from tilemm.ladder.tensorcore import r10_tensorcore, r12_fp64
     from tilemm.registry import Problem
     k = tilemm.kernel("tensorcore-f64")
     params = {q.name: q.default for q in k.params}
     p = Problem(1000, 1100, 4000, "float64")
     dmma = k.traffic(p, **{**params, "dmma": True})
-    assert dmma == t1_blocked.traffic(p, **t3_fp64.DMMA_TILES)
+    assert dmma == r10_tensorcore.traffic(p, **r12_fp64.DMMA_TILES)
     small = dict(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=4)   # the Triton program's
-    assert k.traffic(p, **{**params, **small}) == t1_blocked.traffic(p, **small) != dmma
+    assert k.traffic(p, **{**params, **small}) == r10_tensorcore.traffic(p, **small) != dmma
 
 
 @pytest.mark.skipif(ON_GPU, reason="Triton's interpreter runs no Gluon")
@@ -1089,7 +1089,7 @@ def test_float64_dmma_asked_for_off_hopper_is_refused_before_any_work():
 def test_load_alignment_and_narrow_loads():
     """What the pointer program is told each size divides by (up to 8), and where its loads stay two
     elements wide or narrower along an operand's contiguous axis (then 64-row tiles take 8 warps)."""
-    from tilemm.ladder.tensorcore.t1_blocked import load_alignment, narrow_loads, pointer_warps
+    from tilemm.ladder.tensorcore.r10_tensorcore import load_alignment, narrow_loads, pointer_warps
     assert load_alignment(1000, 20, 7, 0, 1, 16, 2264, 6) == (8, 4, 1, 8, 1, 8, 8, 2)
     # 720 x 1455 x 139 nt: A's rows and B's columns of 139 elements
     odd = load_alignment(720, 1455, 139, 139, 1, 1, 139, 1455, 1)
@@ -1125,7 +1125,7 @@ import json, re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_tma
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_tma
 sig = dict(a_desc="tensordesc<bf16[64, 128]>", b_desc="tensordesc<bf16[64, 256]>", c_ptr="*bf16", M="i32", N="i32",
            K="i32", stride_cm="i32", stride_cn="constexpr", A_T="constexpr", B_T="constexpr", BLOCK_M="constexpr",
            BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", ACCUMULATE="constexpr",
@@ -1236,8 +1236,8 @@ def test_autotune_caches_the_winner_on_disk(tmp_path, monkeypatch):
     entries = json.loads((tmp_path / "tuning.json").read_text())
     ((key, entry),) = entries.items()
     assert key == "tensorcore|interpreter|float16|40x33x50|nn"
-    assert entry["tried"] == len(tilemm.ladder.tensorcore.t1_blocked.CANDIDATES)
-    assert entry["params"] in tilemm.ladder.tensorcore.t1_blocked.CANDIDATES
+    assert entry["tried"] == len(tilemm.ladder.tensorcore.r10_tensorcore.CANDIDATES)
+    assert entry["params"] in tilemm.ladder.tensorcore.r10_tensorcore.CANDIDATES
     assert entry["device"] and entry["date"] and entry["versions"]["triton"]      # where and with what it won
     assert tuning.last["cached"] is False and tuning.last["tuning_s"] > 0      # what `tilemm bench` reports
     monkeypatch.setattr(tuning, "_record", lambda key, entry: pytest.fail("tuned again instead of reading the cache"))
@@ -1279,7 +1279,7 @@ def test_3xtf32_method_meets_the_float32_bound_from_k16(k):
 def test_int8_data_takes_the_program_that_stores_c_faster():
     """On Hopper int8 data goes to the Gluon program only where its stores from registers are not
     the slower: int32 C in 16-byte aligned rows and K past SHORT_K."""
-    from tilemm.ladder.tensorcore.t2_int_digits import SHORT_K, stores_coalesced
+    from tilemm.ladder.tensorcore.r11_int_digits import SHORT_K, stores_coalesced
     c32 = torch.empty(64, 256, dtype=torch.int32)
     assert not stores_coalesced(c32, SHORT_K + 1)
     assert stores_coalesced(c32, SHORT_K)                                          # short K
@@ -1441,10 +1441,10 @@ def test_a_stack_runs_unbound_so_scratch_is_not_kept_per_matrix(monkeypatch):
     import dataclasses
     from tilemm import registry
     from tilemm.data import operands
-    from tilemm.ladder.tensorcore import t4_f32
+    from tilemm.ladder.tensorcore import r13_f32
     binds = []
     spied = dataclasses.replace(registry.get("tensorcore-f32"),
-                                bind=lambda *args, **kw: binds.append(1) or t4_f32.bind(*args, **kw))
+                                bind=lambda *args, **kw: binds.append(1) or r13_f32.bind(*args, **kw))
     monkeypatch.setitem(registry._LADDER, "tensorcore-f32", spied)
     a, b = operands(3, 9, 10, 20, "float32")
     tilemm.matmul(a, b, kernel="tensorcore-f32", **SMALL)
@@ -1484,7 +1484,7 @@ def test_all_arguments_are_the_programs_signature_in_order():
     """What a bound launch hands the compiled program: every argument, keyword ones and defaults
     in their places, launch options (num_warps, num_stages) left out."""
     from tilemm.ladder._tensorcore_support import all_arguments
-    from tilemm.ladder.tensorcore.t1_blocked_kernel import matmul_kernel
+    from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
     values = all_arguments(matmul_kernel, ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9),
                            dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, FP64=True, num_warps=4,
                                 num_stages=2))
@@ -1493,8 +1493,8 @@ def test_all_arguments_are_the_programs_signature_in_order():
 
 
 def test_3xtf32_stream_k_where_the_last_round_idles_sms():
-    from tilemm.ladder.tensorcore.t1_blocked import stream_k_pays
-    from tilemm.ladder.tensorcore.t4_f32 import STREAM_K_ROUNDS
+    from tilemm.ladder.tensorcore.r10_tensorcore import stream_k_pays
+    from tilemm.ladder.tensorcore.r13_f32 import STREAM_K_ROUNDS
     assert stream_k_pays(4096, 132, 256, STREAM_K_ROUNDS)       # 8192³, 128 x 128 tiles: 31 rounds and 4 tiles
     assert stream_k_pays(64, 132, 128, STREAM_K_ROUNDS)         # 1024 x 1024 x 4096: half the SMs
     assert not stream_k_pays(1024, 132, 128, STREAM_K_ROUNDS)   # 4096³: the last round 76% full
@@ -1507,21 +1507,21 @@ def test_interpreter_accumulate_adds_a_16_bit_product_into_float32(m, n, k):
     """launcher(accumulate=True): C += A @ B in C's float32 (tilemm.distributed's K panels), by the
     persistent and TMA programs' epilogue and, for skinny products, the pointer program's sum added."""
     import torch
-    from tilemm.ladder.tensorcore import t1_blocked
+    from tilemm.ladder.tensorcore import r10_tensorcore
     g = torch.Generator().manual_seed(m)
     a = torch.randn((m, k), generator=g).half()
     b = torch.randn((k, n), generator=g).half()
     c0 = torch.randn((m, n), generator=g)
     c = c0.clone()
-    tiles = t1_blocked.resolve_tiles(m, n, k, dict(block_m=32, block_n=32, block_k=16, num_warps=4, num_stages=2))
-    t1_blocked.launcher(a, b, c, group_m=4, accumulate=True, **tiles)()
+    tiles = r10_tensorcore.resolve_tiles(m, n, k, dict(block_m=32, block_n=32, block_k=16, num_warps=4, num_stages=2))
+    r10_tensorcore.launcher(a, b, c, group_m=4, accumulate=True, **tiles)()
     want = c0.double() + a.double() @ b.double()
     assert torch.allclose(c.double(), want, rtol=1e-5, atol=1e-4)
 
 
 def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch):
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t1_blocked import default_tiles
+    from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
     monkeypatch.setattr(support, "multiprocessors", lambda: 132)
     assert default_tiles(64, 8192, 4096)["block_m"] == 64          # 128 tiles of 64 columns: B read once
     assert default_tiles(33, 8192, 4096)["block_m"] == 64 and default_tiles(20, 8192, 4096)["block_m"] == 32
@@ -1543,7 +1543,7 @@ def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch)
 
 def test_few_split_tiles_are_halved_where_that_fills_more_sms(monkeypatch):
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t1_blocked import default_tiles
+    from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
     monkeypatch.setattr(support, "multiprocessors", lambda: 132)
     assert default_tiles(100, 100, 40000)["block_n"] == 64       # 2 x 21 runs of 64 x 128, 4 x 25 of 64 x 64
     assert default_tiles(395, 292, 12981)["block_n"] == 128      # 21 x 6 runs fill 3/4 of the SMs
@@ -1567,7 +1567,7 @@ def test_tile_model_constants_are_the_fit_of_the_committed_record():
 
 def test_default_tiles_weigh_tile_efficiency_against_waves(monkeypatch):
     from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder.tensorcore.t1_blocked import default_tiles
+    from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
     from tilemm.ladder.tensorcore.tile_model import TILE_CHOICES, tile_time
     monkeypatch.setattr(support, "multiprocessors", lambda: 132)
 

@@ -427,7 +427,7 @@ def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: 
                 return kern
     if is_integer(result) and m * n * k >= HOST_INTEGER_TILED_WHEN_COMPILED_FROM:
         tiled = registry.get("cpu-tiled")
-        from .ladder import cpu
+        from .ladder import r02_cpu_tiled as cpu
         if m * n * k >= HOST_INTEGER_TILED_FROM or cpu.tiled_compiled_for(tiled.compute_dtype(result)):
             return tiled
     return registry.get("numpy")

@@ -33,10 +33,10 @@ def accumulate(acc, a, b, sums: str, first: bool) -> None:
             else:
                 torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
             return
-        from .ladder.tensorcore import t1_blocked
-        tiles = t1_blocked.resolve_tiles(a.shape[0], b.shape[1], a.shape[1], dict(block_m=None, block_n=None, block_k=None,
+        from .ladder.tensorcore import r10_tensorcore
+        tiles = r10_tensorcore.resolve_tiles(a.shape[0], b.shape[1], a.shape[1], dict(block_m=None, block_n=None, block_k=None,
                                                                       num_warps=None, num_stages=None))
-        t1_blocked.launcher(a, b, acc, group_m=8, accumulate=not first, **tiles)()
+        r10_tensorcore.launcher(a, b, acc, group_m=8, accumulate=not first, **tiles)()
         return
     product = api.matmul(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None)
     if first:

@@ -29,11 +29,11 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     out: optional (M, N) tensor of out_dtype on the operands' device to write into (any strides).
     stream: where the work is queued, as for ``tilemm.matmul`` (None: torch's current stream).
     params: block_m, block_n, block_k, group_m, num_warps, num_stages, stream_k (see
-        ``tilemm.ladder.tensorcore.t5_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode,
+        ``tilemm.ladder.tensorcore.scaled_fp8.DEFAULTS``; block_m / block_n None: by accumulation mode,
         or, with none of these given, 64 x 128 tiles for a product of M <= 256 rows whose tiles
         make less than a round, stream-K where they fill half the SMs or fewer and K >= 12288
-        (``t5_fp8.thin_tiles``), and 128 x 128 tiles where the default's would fill half the SMs
-        or fewer (``t5_fp8.MID_TILES``)),
+        (``scaled_fp8.thin_tiles``), and 128 x 128 tiles where the default's would fill half the SMs
+        or fewer (``scaled_fp8.MID_TILES``)),
         warp_specialized (None: on a Hopper GPU, float32 sums with none of the others given and
         K >= 4096 run the warp-specialized Gluon program, 128 x 256 tiles; True: that program or
         an error; False: the Triton program).
@@ -74,10 +74,10 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     result_dtype = _out_dtype(out_dtype, torch)
     queue = streams.handle_of(stream) if stream is not None else None
     from .ladder import _tensorcore_support as support
-    from .ladder.tensorcore import t5_fp8
-    config = t5_fp8.resolve(_config(params), bool(fast_accum), a.shape[0], b.shape[1], a.shape[1])
+    from .ladder.tensorcore import scaled_fp8
+    config = scaled_fp8.resolve(_config(params), bool(fast_accum), a.shape[0], b.shape[1], a.shape[1])
     _check_device(a.device, torch)
-    reason = support.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or t5_fp8.limits(
+    reason = support.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or scaled_fp8.limits(
         config["block_m"], config["block_n"], config["block_k"], config["num_stages"], _compat.triton_interpreter(),
         bool(fast_accum), config["warp_specialized"])
     if reason:
@@ -100,7 +100,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
                 c.zero_()                                      # an empty sum
             else:
                 with _JIT_LOCK:
-                    launched = t5_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
+                    launched = scaled_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
                 if key is not None and launched is not None:
                     _remember(key, launched, (a, b, *scales, c))
     return c
@@ -147,7 +147,7 @@ def _out_dtype(out_dtype, torch):
 
 
 def _config(params: dict) -> dict:
-    from .ladder.tensorcore.t5_fp8 import DEFAULTS
+    from .ladder.tensorcore.scaled_fp8 import DEFAULTS
     unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"scaled_matmul: unknown parameter(s) {', '.join(sorted(unknown))}; "

@@ -1,5 +1,5 @@
 """The ladder. Importing this package registers every rung, in ladder order."""
-from . import reference, cpu  # noqa: F401
-from .simt import s1_naive, s2_naive_global, s3_uncoalesced, s4_tiled, s5_rect, s6_regblock  # noqa: F401
-from .tensorcore import t1_blocked, t2_int_digits, t3_fp64, t4_f32  # noqa: F401
+from . import reference, r01_cpu_naive, r02_cpu_tiled  # noqa: F401
+from .simt import r03_naive, r04_naive_global, r05_uncoalesced, r06_tiled, r07_rect, r08_regblock  # noqa: F401
+from .tensorcore import r10_tensorcore, r11_int_digits, r12_fp64, r13_f32  # noqa: F401
 from . import library  # noqa: F401

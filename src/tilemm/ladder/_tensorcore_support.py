@@ -53,7 +53,7 @@ def hopper_gluon() -> bool:
     if tuple(int(part) for part in triton.__version__.split(".")[:2]) < (3, 6):
         return False
     try:   # the program itself: it names Gluon's TMA load as this Triton spells it
-        from .tensorcore import t2_int8_gluon_kernel  # noqa: F401
+        from .tensorcore import r11_int8_gluon_kernel  # noqa: F401
     except (ImportError, AttributeError):
         return False
     return True
@@ -153,7 +153,7 @@ TORCH_COPY_FROM = 2 << 20
 def rows_copy(x, rows):
     """A launcher without arguments copying x into rows (contiguous rows, 16-byte aligned): torch's
     copy where x's rows are contiguous but not 16-byte aligned and x has TORCH_COPY_FROM bytes or
-    more, else t1_blocked_kernel.copy_rows, 64 x 64 tiles. Measured on an H100, torch's against Triton's: fp16 (h100-2026-11-24-s11/ptr_copy.jsonl)
+    more, else r10_tensorcore_kernel.copy_rows, 64 x 64 tiles. Measured on an H100, torch's against Triton's: fp16 (h100-2026-11-24-s11/ptr_copy.jsonl)
     6000² transposed 295 µs against 54, 6000² in 12000-byte rows 91 µs against 55, but 7615 x 1866
     (3732-byte rows, no vector loads) 39 µs against 55; fp8 (h100-2026-11-24-s12/probe.jsonl)
     8192² transposed 461 µs against 52, 7001 x 5003 transposed 285 against 293, but 4096 x 4100
@@ -164,7 +164,7 @@ def rows_copy(x, rows):
         row_bytes = x.shape[1] * x.element_size()
         words = x.element_size() < 4 and row_bytes % 4 == 0 and x.stride(0) * x.element_size() % 4 == 0
         return CopyInto(rows, x, "int32" if words and x.data_ptr() % 4 == 0 else None)
-    from .tensorcore.t1_blocked_kernel import copy_rows
+    from .tensorcore.r10_tensorcore_kernel import copy_rows
     grid = (-(-x.shape[0] // COPY_BLOCK), -(-x.shape[1] // COPY_BLOCK))
     return bound_launch(copy_rows, grid, (x, rows, x.shape[0], x.shape[1], x.stride(0), x.stride(1), rows.stride(0)),
                         dict(BLOCK_R=COPY_BLOCK, BLOCK_C=COPY_BLOCK))
@@ -452,7 +452,7 @@ def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, N
     tiles, or all SMs when stream_k shares the tiles' K steps out); stream-K only when the tiles
     do not fill whole rounds. config: the program's tiles and flags (PERSISTENT_FLAGS where not
     given) and num_warps / num_stages."""
-    from .tensorcore.t1_blocked_kernel import matmul_persistent   # Triton loads on first use
+    from .tensorcore.r10_tensorcore_kernel import matmul_persistent   # Triton loads on first use
     config = {**PERSISTENT_FLAGS, **config}
     tiles = -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"])
     sms = multiprocessors()

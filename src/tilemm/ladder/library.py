@@ -1,4 +1,4 @@
-"""Rung 99, `cublas`: the library a GPU user would call instead, the bar to beat.
+"""The anchor `cublas` (listed last): the library a GPU user would call instead, the bar to beat.
 
 float32 and float64 go to cuBLAS through CuPy (or torch where CuPy is missing), with TF32 off so
 float32 is true SGEMM; float16 and bfloat16 to cuBLAS through torch (CuPy has no bfloat16), with

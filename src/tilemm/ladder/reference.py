@@ -1,4 +1,4 @@
-"""Rung 0: NumPy itself, the reference and the CPU anchor (OpenBLAS for floats,
+"""The anchor `numpy` (listed first): NumPy itself, the reference and the CPU anchor (OpenBLAS for floats,
 an exact wrapping loop for integers).
 
 float16 is computed in float32 and rounded once, which is what NumPy's own float16 loop sums in:

@@ -1,5 +1,5 @@
-"""Rung 20, `tensorcore`: the tiled GEMM on tensor cores, in Triton (Triton's matmul tutorial,
-with masked edges and any strides; the program itself is in t1_blocked_kernel.py). Each program computes a BLOCK_M x BLOCK_N tile of C:
+"""Rung 10, `tensorcore`: the tiled GEMM on tensor cores, in Triton (Triton's matmul tutorial,
+with masked edges and any strides; the program itself is in r10_tensorcore_kernel.py). Each program computes a BLOCK_M x BLOCK_N tile of C:
 per K step it loads a (BLOCK_M, BLOCK_K) tile of A and a (BLOCK_K, BLOCK_N) tile of B and
 `tl.dot` multiplies them on the tensor cores into float32 accumulators; Triton stages the
 tiles through shared memory (num_stages deep) itself. Programs are numbered in groups of
@@ -7,7 +7,7 @@ GROUP_M block rows so that neighbours share their B tiles in L2.
 
 float16 and bfloat16 in, float32 accumulation, rounded once to the input type: what NumPy
 does for float16 (and torch for bfloat16). The same program multiplies float64 for rung
-`tensorcore-f64` (t3_fp64.py).
+`tensorcore-f64` (r12_fp64.py).
 
 Constraints: float16 / bfloat16 only; BLOCK_* >= 16 (tl.dot's smallest tile); any M, N, K,
 any strides; shared memory of a configuration must fit the GPU (checked before launch).
@@ -128,7 +128,7 @@ def launch(a, b, c, **config):
 def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int) -> bool:
     """Whether to share a last, partial round of tiles out by K steps: when that round leaves most
     SMs idle, after min_rounds whole rounds, with K steps enough to share (3xTF32's stream_k=None,
-    t4_f32). Not for 16-bit tiles, whose hand-over of partial sums did not pay: on the wide sweep's
+    r13_f32). Not for 16-bit tiles, whose hand-over of partial sums did not pay: on the wide sweep's
     fit half, paired rounds, kernel alone, 128 x 256 tiles, stream-K against none 0.88-0.99x where
     this rule (min_rounds 8) took it, e.g. 4096 x 14336 x 4096 0.93x, 16384 x 8192 x 2048 0.88x
     (h100-2026-11-24-s15/stream_k_grid.jsonl), and under one round 0.2-0.8x against split K."""
@@ -157,7 +157,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     copy_transposed ("a", "ab", "none"): float64 operands stored column-major that are copied into
     rows first on the TMA path (A by default: see below).
     """
-    from .t1_blocked_kernel import matmul_kernel, matmul_tma  # Triton loads on first use
+    from .r10_tensorcore_kernel import matmul_kernel, matmul_tma  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
     if k == 0:                       # an empty sum (and no tensor to describe)
@@ -363,7 +363,7 @@ def tile_params(block_m, block_n, block_k, num_warps, num_stages, group_m=8, cho
 
 TILE_PARAMS = tile_params(None, None, None, num_warps=None, num_stages=None)
 register(Kernel(
-    name="tensorcore", rung=20, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
+    name="tensorcore", rung=10, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
     seed="beyond", summary="Triton tl.dot on tensor cores: tiles staged through shared memory, grouped order",
     run=run, bind=bind, traffic=traffic, limits=limits, available=support.available,
     params=TILE_PARAMS + (

@@ -1,9 +1,9 @@
-"""The Triton programs of rung `tensorcore-int` (see t2_int_digits.py): the digit split, and the
+"""The Triton programs of rung `tensorcore-int` (see r11_int_digits.py): the digit split, and the
 fused product of all digit pairs. Kept apart so that importing tilemm never imports Triton."""
 import triton
 import triton.language as tl
 
-from .t1_blocked_kernel import store_tile, tile_position
+from .r10_tensorcore_kernel import store_tile, tile_position
 
 
 @triton.jit
@@ -70,7 +70,7 @@ def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
     added to an int64 total one by one (down to LOWEST: 0 but for tensorcore-f32's precision="int8").
 
     Persistent: PROGRAMS programs (one an SM) walk the tiles. (A single digit pair, int8 data,
-    goes to t1_blocked_kernel.matmul_persistent instead.)
+    goes to r10_tensorcore_kernel.matmul_persistent instead.)
     """
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     EXACT: tl.constexpr = 4 if ND_C == 8 else 0      # shifts below this need exact sums

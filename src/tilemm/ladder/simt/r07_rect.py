@@ -12,7 +12,7 @@ from numba import cuda, uint32
 
 from ...registry import Param, Traffic
 from . import launch
-from .s4_tiled import TILE
+from .r06_tiled import TILE
 
 
 def make_rect(acc, tile, f):
@@ -69,7 +69,7 @@ def traffic(p, tile, f):
                    written=p.m * p.n)
 
 
-launch.register_simt("rect", 14, make_rect, shape, traffic,
+launch.register_simt("rect", 7, make_rect, shape, traffic,
                      (TILE, Param("f", 2, (2, 4), "B tiles per phase = outputs per thread")),
                      "seed 001", "one A tile, F B tiles per phase: F outputs per thread",
                      compile_params=("tile", "f"))

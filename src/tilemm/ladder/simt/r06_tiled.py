@@ -108,6 +108,6 @@ def traffic(p, tile):
 
 TILE = Param("tile", 16, (8, 16, 32, 64), "TILE_WIDTH: a block is TILE x TILE threads and tiles")
 
-launch.register_simt("tiled", 13, make_tiled, shape, traffic, (TILE,), "seeds 000-004",
+launch.register_simt("tiled", 6, make_tiled, shape, traffic, (TILE,), "seeds 000-004",
                      "shared-memory tiles of A and B, any M, N, K", compile_params=("tile",),
                      flat_factory=make_tiled_flat)

@@ -2,7 +2,7 @@
 
 Hopper adds fp8 products into its accumulator with fewer bits than float32 keeps, so each K step's
 products go into a fresh accumulator that is then added to the float32 total (cuBLAS does the
-same unless asked for fast accumulation). In the Triton program (t1_blocked_kernel's
+same unless asked for fast accumulation). In the Triton program (r10_tensorcore_kernel's
 matmul_persistent) every warp of the tile waits for each step's products before any adds them,
 and the tensor cores idle meanwhile: the float32 sums cost it 22% of its fast-accumulation speed.
 
@@ -10,10 +10,10 @@ Here each 64-row warpgroup of a 128 x 256 tile is a partition of its own: it wai
 own products and adds them while the other warpgroup's keep the tensor cores busy, in two halves
 of 128 columns (each a fresh 64 x 128 accumulator: a total of 64 x 256 and a half in flight fit a
 warpgroup's registers, two halves in flight do not). One loading warp walks the program's (tile, K
-step) pairs issuing TMA loads into a ring of stages (t2_int8_gluon_kernel's producer and ring).
+step) pairs issuing TMA loads into a ring of stages (r11_int8_gluon_kernel's producer and ring).
 Measured on an H200 (benchmarks/fp8_vs_scaled_mm.py, session 20): 0.927x / 0.915x torch._scaled_mm
 at 8192³ / 4096³, against 0.833x / 0.849x for the Triton program; 1.28x that program over the wide
-sweep's held-out problems with K >= 4096, where the rung takes it (t5_fp8.WARP_SPECIALIZED_FROM_K:
+sweep's held-out problems with K >= 4096, where the rung takes it (scaled_fp8.WARP_SPECIALIZED_FROM_K:
 it writes each tile's C before loading the next, which costs where K is short). docs/tensor_cores.md
 has the figures.
 
@@ -26,7 +26,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .t2_int8_gluon_kernel import block_pointers, invalidate_barriers, producer, stage_ring, tile_start
+from .r11_int8_gluon_kernel import block_pointers, invalidate_barriers, producer, stage_ring, tile_start
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
 STAGES = 4

@@ -1,6 +1,6 @@
-"""Rung 24, `tensorcore-fp8`: float8 (e4m3 / e5m2) products with per-tensor scales on Hopper's
+"""The fp8 program behind ``tilemm.scaled_matmul``: float8 (e4m3 / e5m2) products with per-tensor scales on Hopper's
 8-bit tensor cores, in Triton; what torch._scaled_mm computes. Called by tilemm.scaled_matmul
-(NumPy has no fp8 dtype, so this rung is not one of matmul's).
+(NumPy has no fp8 dtype, so this program is not a rung of matmul's ladder).
 
 C = (scale_a * scale_b) * (A @ B), float32 sums, one rounding to C's dtype (bfloat16, float16 or
 float32). The 8-bit instruction reads both operands K-major: A row-major and B given as
@@ -8,7 +8,7 @@ float32). The 8-bit instruction reads both operands K-major: A row-major and B g
 K-major first, a pass whose time counts.
 
 On Hopper, float32 sums with the default tiles and K >= 4096 run a warp-specialized Gluon program
-instead (t5_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
+instead (scaled_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
 run): 1.13x the Triton program over the wide sweep's held-out half (H200, session 20). Products of
 a few rows take 64-row tiles, with stream-K where K is deep (thin_tiles); those whose tiles would
 fill half the SMs or fewer, 128 x 128 tiles (MID_TILES).
@@ -71,7 +71,7 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
     if warp_specialized is None:
         warp_specialized = not fast_accum and k >= WARP_SPECIALIZED_FROM_K and defaults and support.hopper_gluon()
     if warp_specialized:
-        from . import t5_fp8_gluon_kernel as ws
+        from . import scaled_fp8_gluon_kernel as ws
         tile_m, tile_n = ws.BLOCK_M, ws.BLOCK_N
     if free and m and n and -(-m // tile_m) * -(-n // tile_n) <= support.multiprocessors() // 2:
         return {**config, **MID_TILES, "warp_specialized": False}
@@ -97,7 +97,7 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
         refusal = support.hopper_gluon_refusal("warp_specialized=True")
         if refusal:
             return refusal
-        from . import t5_fp8_gluon_kernel as ws
+        from . import scaled_fp8_gluon_kernel as ws
         return support.check_shared(ws.BLOCK_M, ws.BLOCK_N, ws.BLOCK_K, ws.STAGES, 1)
     if block_k % 32 and not interpreter:
         return f"block_k={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
@@ -115,8 +115,8 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
     m, k = a.shape
     n = b.shape[1]
     if warp_specialized:
-        from . import t5_fp8_gluon_kernel as ws
-        from .t2_int8_gluon_kernel import descriptor
+        from . import scaled_fp8_gluon_kernel as ws
+        from .r11_int8_gluon_kernel import descriptor
         # the operands (copied into aligned rows where TMA needs it) as row_descriptor reads them
         a_rows, a_fill = support.row_descriptor(a, ws.BLOCK_M, ws.BLOCK_K)
         b_rows, b_fill = support.row_descriptor(b.T, ws.BLOCK_N, ws.BLOCK_K)

@@ -1,11 +1,11 @@
-"""The Triton programs of rung `tensorcore-f32` (see t4_f32.py): the split of float32 operands
+"""The Triton programs of rung `tensorcore-f32` (see r13_f32.py): the split of float32 operands
 into TF32 parts, K-major, the product of the parts, and the scaling back of precision="int8"'s
 exact integer product (its digits are split and multiplied by tensorcore-int's programs). Kept apart so that importing tilemm never
 imports Triton."""
 import triton
 import triton.language as tl
 
-from .t1_blocked_kernel import store_tile, tf32x3_steps, tile_position
+from .r10_tensorcore_kernel import store_tile, tf32x3_steps, tile_position
 
 
 @triton.jit

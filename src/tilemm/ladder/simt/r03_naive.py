@@ -43,5 +43,5 @@ def naive_traffic(p, **_):
 BLOCK = Param("block", 16, (1, 2, 4, 8, 16, 32, 64), "threads per block side (BLOCK x BLOCK); 64 exceeds 1024")
 
 
-launch.register_simt("naive", 10, make_naive, shape, naive_traffic, (BLOCK,), "seeds 000-003",
+launch.register_simt("naive", 3, make_naive, shape, naive_traffic, (BLOCK,), "seeds 000-003",
                      "one thread per output, the sum in a register")

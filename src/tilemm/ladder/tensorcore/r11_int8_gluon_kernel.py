@@ -1,5 +1,5 @@
 """The int8 products of rung `tensorcore-int` on a Hopper GPU — int8 data, and the digit pairs of
-wider integers (t2_int_digits.py) — written in Gluon (Triton's lower-level dialect: shared
+wider integers (r11_int_digits.py) — written in Gluon (Triton's lower-level dialect: shared
 memory, barriers, tensor-core waits and warp roles spelled out).
 
 Why not the Triton program every other 8- and 16-bit product uses: Triton's software pipeliner
@@ -74,7 +74,7 @@ def warps_per_cta(block_m, num_warps):
 @gluon.jit
 def tile_start(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
     """(row, column) of C where tile number `tile` starts, in the grouped order of
-    t1_blocked_kernel.tile_position (GROUP_M block rows walk a block column together: L2 reuse)."""
+    r10_tensorcore_kernel.tile_position (GROUP_M block rows walk a block column together: L2 reuse)."""
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_in_group = GROUP_M * gl.cdiv(N, BLOCK_N)
     first_pid_m = (tile // num_pid_in_group) * GROUP_M
@@ -289,7 +289,7 @@ def launcher(a_desc, b_desc, c, m: int, n: int, k: int, programs: int, digits=(1
 
 
 def descriptor(x, block_rows: int, block_k: int):
-    """A Gluon TMA descriptor of 8-bit x (rows, K): int8, or fp8 for t5_fp8_gluon_kernel; K
+    """A Gluon TMA descriptor of 8-bit x (rows, K): int8, or fp8 for scaled_fp8_gluon_kernel; K
     contiguous, in tiles block_rows x block_k."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     element = {"torch.int8": gl.int8, "torch.float8_e4m3fn": gl.float8e4nv, "torch.float8_e5m2": gl.float8e5}

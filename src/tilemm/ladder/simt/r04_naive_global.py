@@ -8,7 +8,7 @@ from numba import cuda, uint32
 
 from ...registry import Traffic
 from . import launch
-from .s1_naive import BLOCK, shape
+from .r03_naive import BLOCK, shape
 
 
 def make_naive_global(acc):
@@ -31,5 +31,5 @@ def traffic(p, **_):
     return Traffic(read=3.0 * p.m * p.n * p.k, written=p.m * p.n * (p.k + 1))
 
 
-launch.register_simt("naive-global", 11, make_naive_global, shape, traffic, (BLOCK,), "seed 002",
+launch.register_simt("naive-global", 4, make_naive_global, shape, traffic, (BLOCK,), "seed 002",
                      "naive, accumulating straight into C in global memory")

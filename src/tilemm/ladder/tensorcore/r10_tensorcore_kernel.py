@@ -1,4 +1,4 @@
-"""The Triton program of rung `tensorcore` (see t1_blocked.py). Kept apart so that importing
+"""The Triton program of rung `tensorcore` (see r10_tensorcore.py). Kept apart so that importing
 tilemm never imports Triton: it loads on the first launch, after TRITON_INTERPRET is read."""
 import triton
 import triton.language as tl

@@ -1,4 +1,4 @@
-"""Rung 23, `tensorcore-f32`: float32 products on TF32 tensor cores, in Triton.
+"""Rung 13, `tensorcore-f32`: float32 products on TF32 tensor cores, in Triton.
 
 precision="3xtf32" (the default) keeps float32 accuracy: each operand is split into a TF32 part
 (rounded to nearest) and the rest, x = hi + lo, and C = A_hi B_hi + A_hi B_lo + A_lo B_hi (the
@@ -50,7 +50,7 @@ from __future__ import annotations
 from ... import _compat
 from ...registry import Kernel, Param, Traffic, register
 from .. import _tensorcore_support as support
-from .t1_blocked import stream_k_pays, tile_params
+from .r10_tensorcore import stream_k_pays, tile_params
 
 # TF32 keeps 11 significant bits, so hi + lo carries 22 of float32's 24: each 3xTF32 product is
 # off by up to ~3 * 2^-22 of |a||b|, which float32's error bound (2K * 2^-24 of the sum of
@@ -64,7 +64,7 @@ def parts_of(x, parts: int, block_rows: int, block_k: int):
     K-major with TMA's alignment."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
-    from .t4_f32_kernel import split_tf32
+    from .r13_f32_kernel import split_tf32
     if parts == 1 and support.k_major(x):
         return TensorDescriptor.from_tensor(x, [block_rows, block_k]), None
     return support.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, PARTS=parts)
@@ -127,10 +127,10 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     NaN, which fixed point cannot hold, are found on the GPU (no wait for it here): the tiles of C
     they meet are then computed again in IEEE float32."""
     import torch
-    from .t1_blocked_kernel import matmul_kernel
-    from .t2_int_digits import chunk_tiles, digit_products
-    from .t2_int_digits_kernel import split_digits
-    from .t4_f32_kernel import unscale
+    from .r10_tensorcore_kernel import matmul_kernel
+    from .r11_int_digits import chunk_tiles, digit_products
+    from .r11_int_digits_kernel import split_digits
+    from .r13_f32_kernel import unscale
     scale_a, top_a = fixed_scales(a)
     scale_b, top_b = fixed_scales(b.T)
 
@@ -203,7 +203,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
     parts = 2 if precision == "3xtf32" else 1
     grid = (-(-m // block_m) * -(-n // block_n),)
     if parts == 2 and k < IEEE_BELOW_K:
-        from .t1_blocked_kernel import matmul_kernel   # short sums: IEEE float32 on the FMA units
+        from .r10_tensorcore_kernel import matmul_kernel   # short sums: IEEE float32 on the FMA units
         return support.bound_launch(matmul_kernel, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
                                                           b.stride(1), c.stride(0), c.stride(1)),
                                     dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, GROUP_M=group_m,
@@ -236,7 +236,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
 def direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     """A launcher without arguments of tf32x3_direct: 3xTF32 in one launch, on tiles of at most
     DIRECT_BLOCK x DIRECT_BLOCK (and at most 4 warps for them)."""
-    from .t4_f32_kernel import tf32x3_direct
+    from .r13_f32_kernel import tf32x3_direct
     m, k = a.shape
     n = b.shape[1]
     block_m, block_n = min(block_m, DIRECT_BLOCK), min(block_n, DIRECT_BLOCK)
@@ -249,7 +249,7 @@ def direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_st
 
 def product_launch(a_desc, b_desc, c, k, parts, config):
     """A launcher without arguments of tf32_matmul: c (M, N) from A's and B's stacked parts."""
-    from .t4_f32_kernel import tf32_matmul
+    from .r13_f32_kernel import tf32_matmul
     m, n = c.shape
     grid = (-(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"]),)
     return support.bound_launch(tf32_matmul, grid, (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),
@@ -258,7 +258,7 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
 
 # 3xTF32's tiles carry three products each, so handing partial sums over pays with no whole
 # round before: stream_k=None shares a last round that leaves 40% of the SMs idle or more
-# (t1_blocked.stream_k_pays). Measured on an H100 (h100-2026-11-23-s7/tensorcore_vs_cublas_3xtf32_stream_k.jsonl),
+# (r10_tensorcore.stream_k_pays). Measured on an H100 (h100-2026-11-23-s7/tensorcore_vs_cublas_3xtf32_stream_k.jsonl),
 # against cuBLAS SGEMM: 8192³ (31 rounds, then 4 tiles) 2.092x with stream-K against 2.019x;
 # 1024 x 1024 x 4096 (64 tiles) 1.406x against 1.094x; 4096³ (the last round 76% full) 1.919x
 # against 1.931x and 2048³ (128 tiles) 1.638x against 1.650x, within the noise.
@@ -384,7 +384,7 @@ def compute_unit(p, precision, **_):
 
 
 register(Kernel(
-    name="tensorcore-f32", rung=23, device="cuda", backend="triton", dtypes=("float32",),
+    name="tensorcore-f32", rung=13, device="cuda", backend="triton", dtypes=("float32",),
     seed="beyond", summary="float32 on tensor cores: 3xTF32 split (float32 accuracy), plain TF32, or int8 "
                            "products of 24-bit fixed point",
     run=run, bind=bind, traffic=traffic, limits=limits, available=support.available, compute_unit=compute_unit,
@@ -400,7 +400,7 @@ register(Kernel(
               "steps (None: where that round leaves 40% of the SMs idle or more)"),
         Param("direct", None, (None, False, True),
               "3xtf32: one launch, the parts split in registers as the tiles load (no split passes); None: for "
-              "products of at most 2^28 multiply-adds (t4_f32.takes_direct)"),
+              "products of at most 2^28 multiply-adds (r13_f32.takes_direct)"),
         Param("copy_panels", None, (None, 1, 2, 3, 4, 8),
               "tf32 and 3xtf32: B is written K-major in this many panels of columns on a second stream, each "
               "panel's product starting once its copy is done (the copies hide behind the product); None: "

@@ -266,7 +266,7 @@ def variant(a, b, block_m, block_n, block_k, thread_m, thread_n):
 
 SIZES = (4, 8, 16, 32, 64, 128, 256)
 launch.register_simt(
-    "regblock", 15, make_regblock, shape, traffic,
+    "regblock", 8, make_regblock, shape, traffic,
     (Param("block_m", 128, SIZES, "rows of C per block"), Param("block_n", 128, SIZES, "columns of C per block"),
      Param("block_k", None, (None, 4, 8, 16, 32),
            "depth of one K tile (a multiple of 4: four steps a turn); None: 16 for 32-bit types, 8 for 64-bit"),

@@ -1,7 +1,7 @@
-"""Rung 22, `tensorcore-f64`: float64 on the H100's FP64 tensor cores (DMMA), in Triton: the
-programs of `tensorcore` (t1_blocked_kernel.py) with float64 tiles and a float64 accumulator, the
+"""Rung 12, `tensorcore-f64`: float64 on the H100's FP64 tensor cores (DMMA), in Triton: the
+programs of `tensorcore` (r10_tensorcore_kernel.py) with float64 tiles and a float64 accumulator, the
 persistent TMA one past one round of tiles, the pointer one otherwise. On Hopper, where 128 x 128
-tiles fill more than half the SMs, a Gluon program instead (t3_fp64_dmma_kernel.py): DMMA's
+tiles fill more than half the SMs, a Gluon program instead (r12_fp64_dmma_kernel.py): DMMA's
 m16n8k8 shape, which Triton does not issue, on operands read as that instruction takes them.
 
 Constraints: float64 only; any M, N, K, any strides; shared memory of a configuration (eight
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ...registry import Kernel, Param, register
 from .. import _tensorcore_support as support
-from . import t1_blocked
-from .t1_blocked import tile_params
+from . import r10_tensorcore
+from .r10_tensorcore import tile_params
 
 TILES = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
 TRITON_DEFAULTS = dict(persistent=True, copy_transposed="a")
@@ -22,7 +22,7 @@ TRITON_DEFAULTS = dict(persistent=True, copy_transposed="a")
 # 8192 x 8192 x 64 0.66x DGEMM against 0.88x; x 256 (tt) 0.92x against 0.86x; 4096 x 4096 x 512
 # 0.90x against 0.87x.
 DMMA_FROM_K = 256
-# the DMMA program's tiles and stages (t3_fp64_dmma_kernel's, which imports Triton: kept here for
+# the DMMA program's tiles and stages (r12_fp64_dmma_kernel's, which imports Triton: kept here for
 # the traffic model and limits, which do not)
 DMMA_TILES = dict(block_m=128, block_n=128, block_k=32)
 DMMA_STAGES = 3
@@ -73,7 +73,7 @@ def dmma_operands(a, b):
 
 def dmma_bind(a, b, c):
     """c = a @ b by the DMMA program, as a Steps: any operand copied into rows first, then the product."""
-    from . import t3_fp64_dmma_kernel as program
+    from . import r12_fp64_dmma_kernel as program
     x, y, transposed = dmma_operands(a, b)
     x, x_fill = support.aligned_rows(x)
     y, y_fill = support.aligned_rows(y)
@@ -96,14 +96,14 @@ def bind(a, b, c, dmma=None, **params):
     n = b.shape[1]
     if takes_dmma(m, n, k, dict(params, dmma=dmma)):
         return dmma_bind(a, b, c)
-    return t1_blocked.launcher(a, b, c, **resolved(m, n, params))
+    return r10_tensorcore.launcher(a, b, c, **resolved(m, n, params))
 
 
 def traffic(p, dmma=None, **params):
     """The traffic of the program that runs: the DMMA program's tiles where takes_dmma."""
     if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)):
-        return t1_blocked.traffic(p, **DMMA_TILES)
-    return t1_blocked.traffic(p, **resolved(p.m, p.n, params))
+        return r10_tensorcore.traffic(p, **DMMA_TILES)
+    return r10_tensorcore.traffic(p, **resolved(p.m, p.n, params))
 
 
 def limits(p, dmma=None, **params):
@@ -113,11 +113,11 @@ def limits(p, dmma=None, **params):
     if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)):
         return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(
             DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"], DMMA_STAGES, 8)
-    return t1_blocked.limits(p, **resolved(p.m, p.n, params))
+    return r10_tensorcore.limits(p, **resolved(p.m, p.n, params))
 
 
 register(Kernel(
-    name="tensorcore-f64", rung=22, device="cuda", backend="triton", dtypes=("float64",),
+    name="tensorcore-f64", rung=12, device="cuda", backend="triton", dtypes=("float64",),
     seed="beyond", summary="float64 on the FP64 tensor cores: DMMA m16n8k8 in Gluon on Hopper, Triton tl.dot elsewhere",
     run=run, bind=bind, traffic=traffic, limits=limits, available=support.available,
     params=tile_params(None, None, None, num_warps=None, num_stages=None) + (

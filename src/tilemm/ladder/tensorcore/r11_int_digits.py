@@ -1,15 +1,15 @@
-"""Rung 21, `tensorcore-int`: exact integer matmul on int8 tensor cores (docs/exact_integers.md).
+"""Rung 11, `tensorcore-int`: exact integer matmul on int8 tensor cores (docs/exact_integers.md).
 
 Each operand is split into signed base-256 digits (int8); the product modulo 2^w is the sum of the
 digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Triton programs
-(t2_int_digits_kernel.py):
+(r11_int_digits_kernel.py):
 
 1. `split_digits` writes each operand's digit planes, B's transposed: Hopper's 8-bit tensor-core
    instruction reads K-major operands only, so a row-major B is made K-major here, in one pass
    whose time counts in the rung's time (an int8 A that is already K-major is used as it is, and
    so is an int8 B given as (N, K).T).
 2. `digit_matmul` multiplies all pairs in one launch (on Hopper the warp-specialized Gluon
-   program of t2_int8_gluon_kernel.py does instead, the same steps with its int32 tensor-core
+   program of r11_int8_gluon_kernel.py does instead, the same steps with its int32 tensor-core
    products kept asynchronous; int8 data elsewhere, and on Hopper where C is int8, its rows are
    not 16-byte aligned or K is short (stores_coalesced), goes to the persistent program of
    `tensorcore` and `scaled_matmul` with int32 sums): for each shift s, the pairs (i, s - i) run
@@ -53,7 +53,7 @@ def planes_launch(x, ndigits: int):
     """(planes, fill): digit_planes' tensor for x and the launch that writes it from x's current
     values (None where x is its own plane)."""
     import torch
-    from .t2_int_digits_kernel import split_digits
+    from .r11_int_digits_kernel import split_digits
     if ndigits == 1 and x.dtype == torch.int8 and support.k_major(x):
         return x, None
     out = support.parts_buffer(x.shape[0], x.shape[1], ndigits, torch.int8, x.device)
@@ -132,7 +132,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     whole = k > 0 and chunk_tiles(k, nd_a, nd_b, nd_c, block_k) * block_k >= k
     if not (whole and support.hopper_gluon()):
         return lambda: run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
-    from . import t2_int8_gluon_kernel as gluon_int8
+    from . import r11_int8_gluon_kernel as gluon_int8
     block_n = default_block_n(block_n, nd_c)
     a_part, a_fill = planes_launch(a, nd_a)
     b_part, b_fill = planes_launch(b.T, nd_b)                                 # (N, K): B K-major
@@ -177,14 +177,14 @@ def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, gro
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
         a_part, b_part = planes_a(a[:, k0:k1], nd_a), planes_b(b[k0:k1].T, nd_b)  # (N, K): B K-major
         if gluon:
-            from . import t2_int8_gluon_kernel as gluon_int8
+            from . import r11_int8_gluon_kernel as gluon_int8
             gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
                                 gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
                                 (nd_a, nd_b), group_m, num_stages, num_warps, accumulate=t0 > 0,
                                 lowest_shift=lowest_shift, scales=scales)()
             continue
         from triton.tools.tensor_descriptor import TensorDescriptor
-        from .t2_int_digits_kernel import digit_matmul
+        from .r11_int_digits_kernel import digit_matmul
         digit_matmul[(programs,)](TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
                                   TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n,
                                   -(-(k1 - k0) // block_k), c.stride(0), c.stride(1), ND_A=nd_a, ND_B=nd_b,
@@ -221,7 +221,7 @@ def compute_unit(p, **_):
 
 
 register(Kernel(
-    name="tensorcore-int", rung=21, device="cuda", backend="triton", dtypes=("int8", "int16", "int32", "int64"),
+    name="tensorcore-int", rung=11, device="cuda", backend="triton", dtypes=("int8", "int16", "int32", "int64"),
     seed="beyond", summary="exact integers from int8 tensor-core products of signed base-256 digits, fused",
     run=run, bind=bind, traffic=traffic, limits=limits, available=support.available, narrow_operands=True,
     compute_unit=compute_unit,

@@ -1,10 +1,7 @@
-"""Rungs 1-2: the host kernels, compiled with numba so neither is a Python-loop strawman.
-
-cpu-naive is the seeds' host triple loop (seed 000 ``matmul_cpu``, seed 003 ``ord_matmul``).
-cpu-tiled is seed 004's idea on the CPU: the output is cut into BLOCK_M x BLOCK_N tiles,
-the tiles are shared out among the cores, and each tile walks K in BLOCK_K steps:
-its slices of A and B are packed into contiguous buffers that stay in cache while
-4x4 blocks of C, held in registers, reuse every loaded value four times.
+"""Rung 2, `cpu-tiled`: seed 004's idea on the CPU. What changed from rung 1: the output is
+cut into BLOCK_M x BLOCK_N tiles, the tiles are shared out among the cores, and each tile walks
+K in BLOCK_K steps: its slices of A and B are packed into contiguous buffers that stay in cache
+while 4x4 blocks of C, held in registers, reuse every loaded value four times.
 """
 import os
 import threading
@@ -15,24 +12,7 @@ from numba import njit, prange
 from numba.np.ufunc import parallel as numba_parallel
 
 from ..registry import Kernel, Param, Traffic, register
-
-CPU_DTYPES = ("int32", "int64", "float32", "float64")
-
-
-@njit(cache=True)
-def _naive(a, b, c, zero):
-    m, k = a.shape
-    n = b.shape[1]
-    for i in range(m):
-        for j in range(n):
-            total = zero                    # the sum lives in a register
-            for p in range(k):
-                total += a[i, p] * b[p, j]  # b walks a column: a cache miss per step
-            c[i, j] = total
-
-
-def run_naive(a, b, c):
-    _naive(a, b, c, np.zeros(1, c.dtype)[0])
+from .r01_cpu_naive import CPU_DTYPES
 
 
 # contract: fuse a*b+c into one FMA; reassoc: let LLVM split each dot product into
@@ -140,14 +120,6 @@ def _tiled_traffic(p, block_m, block_n, block_k):
     tiles_n = -(-p.n // block_n)
     return Traffic(read=p.m * p.k * tiles_n + p.k * p.n * tiles_m, written=p.m * p.n)
 
-
-register(Kernel(
-    name="cpu-naive", rung=1, device="cpu", backend="numba", dtypes=CPU_DTYPES,
-    seed="seeds 000, 003", summary="the host triple loop: one sum per output, B read down its columns",
-    run=run_naive,
-    # With no cache, every product loads one A and one B element.
-    traffic=lambda p: Traffic(read=2 * p.m * p.n * p.k, written=p.m * p.n),
-))
 
 _POW2 = (4, 8, 16, 32, 64, 128, 256, 512)
 register(Kernel(

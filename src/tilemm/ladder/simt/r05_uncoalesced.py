@@ -9,7 +9,7 @@ Constraints: any M, N, K, any strides; block BLOCK x BLOCK threads; N <= 65535 *
 from numba import cuda, uint32
 
 from . import launch
-from .s1_naive import BLOCK, naive_traffic
+from .r03_naive import BLOCK, naive_traffic
 
 
 def make_uncoalesced(acc):
@@ -32,5 +32,5 @@ def shape(p, block):
     return launch.LaunchShape((launch.ceil_div(p.m, block), launch.ceil_div(p.n, block)), (block, block), 0, (1, 1))
 
 
-launch.register_simt("uncoalesced", 12, make_uncoalesced, shape, naive_traffic, (BLOCK,), "seeds 000, 003",
+launch.register_simt("uncoalesced", 5, make_uncoalesced, shape, naive_traffic, (BLOCK,), "seeds 000, 003",
                      "naive with threadIdx.x walking rows: the coalescing lesson")
