@@ -250,7 +250,7 @@ def cmd_bench(args) -> int:
         columns, rows = report.table(records)
         t = Table(title=f"tilemm bench ({suite}) on {records[0]['device']}")
         for col in columns:
-            t.add_column(col)
+            t.add_column(col, max_width=60 if col == "note" else None)
         for cells in rows:
             t.add_row(*cells)
         console.print(t)

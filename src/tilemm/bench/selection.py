@@ -40,7 +40,20 @@ def suite_cases(name: str, sizes: tuple[int, ...] | None = None) -> list[Case]:
         cases = suites.wide_suite()
     else:
         raise ValueError(f"unknown suite {name!r}; the suites: {', '.join(SUITES)}")
-    return [dataclasses.replace(c, suite=name) for c in cases]
+    return once([dataclasses.replace(c, suite=name) for c in cases])
+
+
+def once(cases: list[Case]) -> list[Case]:
+    """Each case once: two of a suite's experiments that name the same measurement (as the seeds'
+    do at one --sizes) are measured once, under the first."""
+    seen, out = set(), []
+    for c in cases:
+        key = (c.kernel, tuple(sorted(c.params.items())), c.dtype, c.m, c.n, c.k, c.host_inputs, c.layout, c.tag,
+               c.suite)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
 
 
 def own_dtype(kernel: registry.Kernel) -> str:
