@@ -74,7 +74,7 @@ def _html_table(columns: list[str], rows: list[list[str]]) -> str:
 def _rung(kernel: str) -> int:
     try:
         return registry.get(kernel).rung
-    except ValueError:          # a rung no longer registered: after the others
+    except ValueError:          # a rung not in the registry: after the others
         return 10**6
 
 

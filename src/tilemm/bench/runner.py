@@ -229,7 +229,7 @@ def with_ratios(records: list[dict]) -> list[dict]:
             continue
         try:
             base = BASELINE[registry.get(r["kernel"]).device]
-        except ValueError:             # a rung no longer registered: no anchor to compare with
+        except ValueError:             # a rung not in the registry: no anchor to compare with
             continue
         t = times.get(key(r, base))
         r["baseline"] = base
