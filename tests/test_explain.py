@@ -39,7 +39,8 @@ def test_cli_explain_runs(capsys):
     ("regblock", "float32", {}, "float32", 1)])
 def test_roofline_counts_the_products_on_the_unit_that_runs_them(kernel, dtype, params, unit, work):
     """An emulating rung's compute bound is its unit's peak over the products it does for each
-    product of the problem (3xTF32 beat the float32 SIMT peak's bound: the bound was wrong)."""
+    product of the problem (3xTF32 runs on TF32 tensor cores, three products each: the float32
+    SIMT peak is not its bound)."""
     from tilemm import machine
     r = explain.explain(kernel, 4096, 4096, 4096, dtype, params, simulate=None)["roofline"]
     assert (r["unit"], r["products_per_product"]) == (unit, work)
@@ -72,8 +73,8 @@ def test_cli_explains_empty_products_and_defaults_to_a_dtype_the_kernel_computes
     (["tensorcore", "--dtype", "bool"], "invalid choice: 'bool'"),
 ])
 def test_cli_refuses_bad_sizes_and_dtypes_in_one_line(capsys, argv, says):
-    """Once: a negative size was explained, a simulated size of 100000 or -3 failed in a subprocess,
-    and a dtype the kernel refuses was modelled."""
+    """A negative size, a simulated size the simulator can't count at, and a dtype the kernel does
+    not compute are refused in one line, before any work."""
     try:
         code = cli.main(["explain", *argv])
     except SystemExit as refused:       # argparse's refusals

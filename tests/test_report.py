@@ -16,20 +16,55 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    cases = [c for c in suites.cpu_suite((16, 32)) if c.kernel in ("numpy", "cpu-tiled")]
+    cases = suites.cpu_suite((16, 32))
     runner.run_suite(cases, suite="cpu", budget_s=0.01, results=out / "results.jsonl", progress=False)
     report.write(out)
     return out
 
 
+PLOTS = ("summary.png", "gflops_vs_n.png", "time_vs_n.png", "speedup_vs_naive.png", "roofline.png")
+
+
 def test_report_files_and_ratios(folder):
     records = report.load(folder)
-    assert len(records) == 8 and all(r["status"] == "ok" for r in records)
+    assert len(records) == 12 and all(r["status"] == "ok" for r in records)
     assert all(r["device"] and r["versions"] and r["date"] for r in records)
     assert all(r["ratio"] is not None for r in records)
-    assert (folder / "results.md").read_text().count("\n") == 10
-    for png in ("gflops_vs_n.png", "time_vs_n.png", "speedup_vs_naive.png", "roofline.png"):
+    every = (folder / "results.md").read_text().split("## Every measurement")[1]
+    assert every.count("\n| ") == 1 + 12                  # the header, then each case once
+    for png in PLOTS:
         assert (folder / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_columns_empty_in_every_row_are_left_out(folder):
+    """A CPU run has no parameters, no peak and no seed's figure: no such columns."""
+    header = (folder / "results.md").read_text().split("## Every measurement")[1].strip().splitlines()[0]
+    assert "kernel" in header and "GFLOP/s" in header
+    for empty in ("params", "% peak", "seed's figure", "note"):
+        assert f"| {empty} |" not in header
+    page = (folder / "index.html").read_text()
+    assert "<th>% peak</th>" not in page and "<th>params</th>" not in page
+
+
+def test_the_summary_is_the_ladder_at_one_size(folder):
+    """Rungs in ladder order, the library last; speed-ups over the rung before and over naive."""
+    summary = report.ladder_summary(report.load(folder))
+    assert (summary["dtype"], summary["n"], summary["naive"]) == ("float32", 32, "cpu-naive")
+    rows = summary["rows"]
+    assert [r["label"] for r in rows] == ["cpu-naive", "cpu-tiled", "numpy"]
+    naive, tiled, library = (r["gflops"] for r in rows)
+    assert rows[0]["over_naive"] == 1 and rows[0]["over_before"] is None
+    assert rows[1]["over_before"] == pytest.approx(tiled / naive) and rows[1]["over_naive"] == pytest.approx(tiled / naive)
+    assert rows[2]["anchor"] and rows[2]["over_before"] is None and rows[2]["over_naive"] == pytest.approx(library / naive)
+    page = (folder / "index.html").read_text()
+    assert page.index("Summary: the ladder at n = 32") < page.index("Every measurement")
+    assert "summary.png" not in re.findall(r"<figcaption>([^<]*)</figcaption>", page)[0]   # captions, not file names
+
+
+def test_a_cpu_roofline_has_measured_memory_and_compute_roofs(folder):
+    roofs, source = report.roofs(report.load(folder), "cpu")
+    assert roofs["bandwidth_gbs"] > 0 and roofs["float32"] > 0 and roofs["float64"] > 0
+    assert "measured" in source
 
 
 def open_in_chromium(page):
@@ -46,7 +81,7 @@ def open_in_chromium(page):
 def test_page_loads_in_chromium_with_every_image(folder):
     console, loaded = open_in_chromium(folder / "index.html")
     assert console == []
-    assert loaded == 4
+    assert loaded == len(PLOTS)
 
 
 def test_a_missing_image_is_caught(folder, tmp_path):
@@ -54,7 +89,7 @@ def test_a_missing_image_is_caught(folder, tmp_path):
     shutil.copytree(folder, broken)
     (broken / "roofline.png").unlink()
     console, loaded = open_in_chromium(broken / "index.html")
-    assert loaded == 3 and any("image did not load: roofline.png" in line for line in console)
+    assert loaded == len(PLOTS) - 1 and any("image did not load: roofline.png" in line for line in console)
 
 
 @pytest.mark.skipif(ON_GPU, reason="needs a rung that can't run here: the simulator has no cuBLAS, the GPU has")
@@ -67,12 +102,28 @@ def test_a_rung_that_cannot_run_here_is_skipped_with_its_reason(tmp_path):
 
 
 def test_bench_params_go_to_the_kernels_that_have_them():
-    from tilemm.bench import suites
-    from tilemm.cli import _param_value, with_params
-    cases = with_params(suites.tensorcore_suite(), {"autotune": _param_value("True")})
+    from tilemm.bench import selection
+    from tilemm.cli import parse_params
+    cases = selection.with_params(suites.tensorcore_suite(), parse_params(["autotune=True"]))
     assert {c.kernel for c in cases if c.params.get("autotune") is True} == {"tensorcore"}
     assert all(c.params == {} for c in cases if c.kernel != "tensorcore")
     assert {c.dtype for c in cases} == {"bfloat16", "int32", "float32", "float64"}
+    with pytest.raises(ValueError, match="no kernel of the selection has a parameter 'tile'"):
+        selection.with_params(suites.tensorcore_suite(), {"tile": 8})
+
+
+def test_the_time_left_comes_from_the_predicted_times_of_the_cases_left():
+    """A rung measured at n = 16 (1 ms a call) predicts n = 32 at 8 ms a call; a case past
+    --skip-over is estimated, not run, and costs nothing; overhead measured on done cases counts."""
+    clock = runner.TimeLeft(budget_s=0.5, skip_over_s=0.05)
+    seen = {("cpu-tiled", (), "float32"): (2.0 * 16**3, 1.0)}
+    cases = [suites.Case("cpu-tiled", "float32", n, n, n) for n in (32, 64)]
+    assert clock.left(cases[:1], seen) == pytest.approx(clock.timed_s(8e-3))
+    assert clock.left(cases, seen) == pytest.approx(clock.timed_s(8e-3))          # 64: 64 ms > 50 ms, estimated
+    clock.done({"status": "ok", "median_ms": 1.0}, clock.timed_s(1e-3) + 0.25, first_of_its_rung=False)
+    assert clock.left(cases[:1], seen) == pytest.approx(clock.timed_s(8e-3) + 0.25)
+    # timed: the budget, but at most 30 calls and at least 3; then the first call and one more
+    assert [clock.timed_s(s) for s in (8e-3, 0.1, 1.0)] == pytest.approx([32 * 8e-3, 0.5 + 0.2, 5 * 1.0])
 
 
 def test_bfloat16_cases_run_on_torch_tensors(tmp_path):
@@ -110,6 +161,12 @@ def test_a_records_command_line_runs_as_written():
     assert line == "python3 bench.py --graphs --per-round 0.3 --shapes 1x2x3 4x5x6"
     again = ap.parse_args(line.split()[2:] + ["--out", "x"])
     assert vars(again) == vars(args)
+
+
+def test_a_record_of_another_script_is_read_with_its_speed():
+    r = report.normalized({"kernel": "cublas", "status": "ok", "m": 10, "n": 10, "k": 10, "median_ms": 0.5,
+                            "tflops": 4e-6, "device": "d"})
+    assert r["gflops"] == pytest.approx(4e-3) and r["params"] == {} and r["suite"] == ""
 
 
 def test_sizes_past_the_budget_are_estimated_from_the_measured_ones_not_run(tmp_path):

@@ -11,74 +11,133 @@ from rich.console import Console
 from rich.table import Table
 
 from . import machine, registry
+from .bench.selection import SUITES
 from .dtypes import SUPPORTED
 
 console = Console(width=None if sys.stdout.isatty() else 200)  # logs get whole rows
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="tilemm", description="Tiled matrix multiplication, rung by rung.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    names = [k.name for k in registry.kernels()]
-
-    p = sub.add_parser("kernels", help="the ladder: names, devices, dtypes, parameters")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--markdown", action="store_true", help="the table README.md carries")
-
-    p = sub.add_parser("info", help="device, versions, which kernels can run here")
-    p.add_argument("--json", action="store_true")
-
-    p = sub.add_parser("check", help="correctness sweep against the reference")
-    p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL")
-    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE")
-
-    p = sub.add_parser("bench", help="time the kernels; --report DIR writes tables and plots")
-    p.add_argument("--suite", choices=["cpu", "seeds", "ladder", "shapes", "tensorcore", "wide"],
-                   help="default: seeds where a GPU is present, else cpu")
-    p.add_argument("--param", nargs="+", default=[], metavar="NAME=VALUE",
-                   help="kernel parameters for the kernels that have them, e.g. autotune=True "
-                        "(the record then carries the tuning time)")
-    p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL")
-    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE")
-    p.add_argument("--sizes", nargs="+", type=int, help="square sizes n (replaces the suite's)")
-    p.add_argument("--budget", type=float, default=2.0, help="seconds of timing per measurement")
-    p.add_argument("--skip-over", type=float, default=60.0,
-                   help="skip a case predicted to take longer than this many seconds per call")
-    p.add_argument("--report", type=Path, metavar="DIR")
-    p.add_argument("--json", action="store_true", help="print the records as JSON lines")
-
-    p = sub.add_parser("explain", help="launch shape, traffic model, roofline bound; loads counted in the simulator")
-    p.add_argument("kernel", choices=names, metavar="KERNEL")
-    p.add_argument("--size", type=_size, default=4096, help="square size n (default 4096)")
-    p.add_argument("--shape", type=_size, nargs=3, metavar=("M", "N", "K"))
-    p.add_argument("--dtype", choices=SUPPORTED, metavar="DTYPE",
-                   help="default: float32 where the kernel computes it, else its first dtype")
-    p.add_argument("--param", nargs="+", default=[], metavar="NAME=VALUE", help="kernel parameters, e.g. tile=32")
-    p.add_argument("--tile", type=int, help="shorthand for --param tile=N")
-    p.add_argument("--simulate", type=_simulated_size, default=32,
-                   help=f"size at which to count loads in the simulator, up to {SIMULATE_UP_TO} (0: off)")
-    p.add_argument("--ncu", action="store_true", help="read the real DRAM bytes with Nsight Compute")
-    p.add_argument("--json", action="store_true")
-
+    """Run a `tilemm` command line; the exit code: 0 done, 1 a check or a measurement failed,
+    2 the command line or the machine refused it (a one-line message), 130 interrupted."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     commands = {"kernels": cmd_kernels, "info": cmd_info, "check": cmd_check, "bench": cmd_bench,
                 "explain": cmd_explain}
     try:
         return commands[args.command](args)
-    except ValueError as e:          # bad input, refused before any work (a parameter, a shape): one line
-        print(f"tilemm {args.command}: error: {e}", file=sys.stderr)
+    except (ValueError, TypeError, OSError) as e:    # refused, before any work where it can be: one line
+        print(f"tilemm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"tilemm {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if isinstance(e, (ValueError, TypeError)) else f"{type(e).__name__}: {text}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tilemm", description="Tiled matrix multiplication, rung by rung.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    names = [k.name for k in registry.kernels()]
+    kernel_help = "one or more of: " + ", ".join(names)
+    dtype_help = "one or more of: " + ", ".join(SUPPORTED)
+
+    p = sub.add_parser("kernels", help="the ladder: names, devices, dtypes, parameters",
+                       description="The ladder: each kernel's name, device, dtypes, parameters and whether it runs here.")
+    p.add_argument("--json", action="store_true", help="print the ladder as JSON")
+    p.add_argument("--markdown", action="store_true", help="print the table README.md carries")
+
+    p = sub.add_parser("info", help="device, versions, which kernels can run here",
+                       description="This machine: its CPU and GPU, library versions, which kernels can run here.")
+    p.add_argument("--json", action="store_true", help="print it as JSON")
+
+    p = sub.add_parser("check", help="correctness sweep against the reference",
+                       description="Every kernel that can run here against the reference, over shapes and dtypes.")
+    p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL", help=f"check only these ({kernel_help})")
+    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE", help=f"check only these ({dtype_help})")
+
+    p = sub.add_parser("bench", help="time the kernels; --report DIR writes tables and plots",
+                       description="Check, then time kernels. With --suite: a suite's cases (only those of the "
+                                   "--kernels and --dtypes named). Without --suite but with --kernels or --dtypes: "
+                                   "those kernels in those dtypes at --sizes. With neither: the default suite.")
+    p.add_argument("--suite", nargs="+", choices=SUITES, metavar="SUITE",
+                   help=f"one or more of: {', '.join(SUITES)} (default: seeds where a GPU is present, else cpu; "
+                        "leave it out to measure the --kernels you name)")
+    p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL",
+                   help=f"measure these ({kernel_help}); name numpy or cublas too for the 'vs baseline' column")
+    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE",
+                   help=f"measure in these ({dtype_help}); default: the suite's, or float32 where a kernel "
+                        "computes it")
+    p.add_argument("--sizes", nargs="+", type=_positive_size, metavar="N",
+                   help="square sizes n, replacing the suite's (default without --suite: 256 512 1024 for CPU "
+                        "kernels, 1024 2048 4096 with a GPU kernel)")
+    p.add_argument("--param", nargs="+", default=[], metavar="NAME=VALUE",
+                   help="kernel parameters, set on the kernels that have them, e.g. block_m=128 or autotune=True "
+                        "(the record then carries the tuning time); one no kernel has is refused")
+    p.add_argument("--budget", type=_positive_seconds, default=2.0, metavar="S",
+                   help="seconds of timing per measurement (default 2)")
+    p.add_argument("--skip-over", type=_positive_seconds, default=60.0, metavar="S",
+                   help="estimate, not run, a case predicted to take longer than this many seconds a call "
+                        "(default 60)")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="write the report into DIR: results.jsonl, results.md, index.html and plots; "
+                        "a report already there is replaced")
+    p.add_argument("--json", action="store_true", help="print the records as JSON lines, no table or progress")
+
+    p = sub.add_parser("explain", help="launch shape, traffic model, roofline bound; loads counted in the simulator",
+                       description="What a rung does to memory and what bounds its speed, for one problem.")
+    p.add_argument("kernel", choices=names, metavar="KERNEL", help=kernel_help)
+    p.add_argument("--size", type=_size, default=4096, help="square size n (default 4096)")
+    p.add_argument("--shape", type=_size, nargs=3, metavar=("M", "N", "K"), help="a product (M, K) @ (K, N)")
+    p.add_argument("--dtype", choices=SUPPORTED, metavar="DTYPE",
+                   help="one of the kernel's dtypes (`tilemm kernels` lists them); default: float32 where the "
+                        "kernel computes it, else its first")
+    p.add_argument("--param", nargs="+", default=[], metavar="NAME=VALUE", help="kernel parameters, e.g. tile=32")
+    p.add_argument("--tile", type=int, help="shorthand for --param tile=N")
+    p.add_argument("--simulate", type=_simulated_size, default=32,
+                   help=f"size at which to count loads in the simulator, up to {SIMULATE_UP_TO} (0: off)")
+    p.add_argument("--ncu", action="store_true", help="read the real DRAM bytes with Nsight Compute")
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    return parser
 
 
 # The simulator runs each CUDA thread as a Python thread: past this size a count takes many minutes
 SIMULATE_UP_TO = 128
 
 
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
 def _size(text: str) -> int:
-    n = int(text)
+    n = _integer(text)
     if n < 0:
         raise argparse.ArgumentTypeError(f"{n}: a size is 0 or more")
     return n
+
+
+def _positive_size(text: str) -> int:
+    n = _integer(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: a size is 1 or more")
+    return n
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not s > 0:
+        raise argparse.ArgumentTypeError(f"{text}: give a number of seconds above 0")
+    return s
 
 
 def _simulated_size(text: str) -> int:
@@ -175,53 +234,48 @@ def cmd_check(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import report, runner, suites
-    suite = args.suite or ("seeds" if machine.gpu() else "cpu")
-    ladder = registry.kernels()
-    if suite == "cpu":
-        cases = suites.cpu_suite(tuple(args.sizes) if args.sizes else (256, 512, 1024, 2048))
-    elif suite == "seeds":
-        cases = suites.seeds_suite(tuple(args.sizes) if args.sizes else None)
-    elif suite == "ladder":
-        cases = suites.ladder_suite(ladder, tuple(args.sizes) if args.sizes else (1024, 2048, 4096))
-    elif suite == "tensorcore":
-        cases = suites.tensorcore_suite()
-    elif suite == "wide":
-        cases = suites.wide_suite()
-    else:
-        cases = suites.shapes_suite()
-    if args.param:
-        cases = with_params(cases, {k: _param_value(v) for k, v in (p.split("=", 1) for p in args.param)})
-    if args.kernels:
-        cases = [c for c in cases if c.kernel in args.kernels]
-    if args.dtypes:
-        cases = [c for c in cases if c.dtype in args.dtypes]
+    from .bench import report, runner, selection
+    cases = selection.select(args.suite, args.kernels, args.dtypes, tuple(args.sizes) if args.sizes else None,
+                             parse_params(args.param))
+    if args.report:
+        report.prepare(args.report)           # writable, and an earlier report there removed: before any work
     results = args.report / "results.jsonl" if args.report else None
+    suite = " ".join(args.suite) if args.suite else cases[0].suite
     records = runner.run_suite(cases, suite=suite, budget_s=args.budget, skip_over_s=args.skip_over,
                                results=results, progress=not args.json)
     if args.json:
         for r in records:
             print(json.dumps(r))
     else:
-        t = Table(title=f"tilemm bench --suite {suite} on {records[0]['device'] if records else '?'}")
-        for col in report.COLUMNS:
-            t.add_column(col)
-        for r in records:
-            t.add_row(*report.row(r))
+        columns, rows = report.table(records)
+        t = Table(title=f"tilemm bench ({suite}) on {records[0]['device']}")
+        for col in columns:
+            t.add_column(col, max_width=60 if col == "note" else None)
+        for cells in rows:
+            t.add_row(*cells)
         console.print(t)
     if args.report:
-        page = report.write(args.report, title="tilemm bench")
-        console.print(f"report: {page}")
+        page = report.write(args.report, title=f"tilemm bench ({suite})")
+        if not args.json:
+            console.print(f"report: {page}")
     return 1 if any(r["status"] == "FAILED" for r in records) else 0
 
 
-
 def with_params(cases, given: dict):
-    """The cases with the given parameters set on those whose kernel has them."""
-    def own(case):
-        names = {q.name for q in registry.get(case.kernel).params}
-        return dataclasses.replace(case, params={**case.params, **{k: v for k, v in given.items() if k in names}})
-    return [own(c) for c in cases]
+    """The cases with the given parameters set on those whose kernel has them (selection.with_params)."""
+    from .bench import selection
+    return selection.with_params(cases, given)
+
+
+def parse_params(texts: list[str]) -> dict:
+    """NAME=VALUE texts as a dict of parameters (values read as bool, None, int, or left as text)."""
+    params = {}
+    for text in texts:
+        name, eq, value = text.partition("=")
+        if not eq or not name:
+            raise ValueError(f"--param {text}: write NAME=VALUE, e.g. tile=32")
+        params[name] = _param_value(value)
+    return params
 
 
 def _param_value(text: str):
@@ -235,8 +289,7 @@ def _param_value(text: str):
 
 def cmd_explain(args) -> int:
     from . import explain
-    params = dict(p.split("=", 1) for p in args.param)
-    params = {k: _param_value(v) for k, v in params.items()}
+    params = parse_params(args.param)
     if args.tile is not None:
         params["tile"] = args.tile
     m, n, k = args.shape or (args.size,) * 3
@@ -250,8 +303,13 @@ def cmd_explain(args) -> int:
         return 0
     c = console
     c.print(f"[b]{info['kernel']}[/b] ({info['seed']}): {info['summary']}")
-    c.print(f"problem: {m} x {k} @ {k} x {n}, {args.dtype}; parameters {info['params'] or 'none'}; "
-            f"limits of {info['device']}")
+    where = ""
+    if info["gpu_assumed"]:
+        where = (f"; no GPU here: the launch limits and peaks are those of an "
+                 f"{info['device'].removesuffix(' (assumed)')}")
+    elif info["device"] and not info["device"].startswith("CPU"):
+        where = f"; the launch limits and peaks of this {info['device']}"
+    c.print(f"problem: {m} x {k} @ {k} x {n}, {args.dtype}; parameters {info['params'] or 'none'}{where}")
     if "launch" in info:
         L = info["launch"]
         c.print(f"launch: grid {L['grid'][0]} x {L['grid'][1]} = {L['blocks']} blocks of {L['block'][0]} x "
@@ -274,7 +332,9 @@ def cmd_explain(args) -> int:
         c.print(f"roofline ({r['peak_tflops']:.4g} TFLOP/s{unit}, {r['bandwidth_gbs']:g} GB/s): compute {r['compute_ms']:.3g} ms, "
                 f"memory {r['memory_ms']:.3g} ms -> at best {r['bound_ms']:.3g} ms, bound by {r['bound_by']}. "
                 "Caches serve many of the modelled loads, so a rung can beat its memory bound.")
-    if "simulated" in info:
+    if "error" in info.get("simulated", {}):
+        c.print(info["simulated"]["error"])
+    elif "simulated" in info:
         s = info["simulated"]
         verdict = "[green]they agree[/green]" if s["agree"] else "[red]they differ[/red]"
         c.print(f"counted in the simulator at {' x '.join(map(str, s['size']))}: {s['counted_read']} loads "

@@ -3,7 +3,7 @@
 For a kernel and a problem: the launch (grid, block, threads and shared memory per block)
 and the limits it meets; the global-memory traffic the kernel's model predicts against the
 minimum (each input read once); the arithmetic intensity and the roofline bound on this GPU
-(or a typical H100). For the numba-cuda rungs it also counts, in the CUDA simulator, every
+(on a machine without one, a typical GPU's limits and peaks are assumed). For the numba-cuda rungs it also counts, in the CUDA simulator, every
 global load a launch really makes at a small size, and sets the count beside the model.
 With Nsight Compute installed, ``--ncu`` reads the DRAM bytes of a real launch.
 """
@@ -25,13 +25,20 @@ def explain(name: str, m: int, n: int, k: int, dtype: str = "float32", params: d
             simulate: int | None = 32) -> dict:
     kernel = registry.get(name)
     p = kernel.resolve(params or {})
-    if kernel.compute_dtype(dtype) is None:
+    computed_in = kernel.compute_dtype(dtype)
+    if computed_in is None:
         raise ValueError(f"kernel {name!r} does not compute {dtype} (it computes {', '.join(kernel.dtypes)})")
+    if computed_in != dtype:     # the model and the count are of the kernel's own dtype
+        raise ValueError(f"kernel {name!r} computes {', '.join(kernel.dtypes)}; tilemm.matmul runs a {dtype} "
+                         f"product on it in {computed_in}: explain that with --dtype {computed_in}")
     problem = Problem(m, n, k, dtype)
     itemsize = problem.itemsize
     gpu = machine.limits()
+    on_gpu = kernel.device == "cuda"
     out = {"kernel": kernel.name, "summary": kernel.summary, "seed": kernel.seed, "params": p,
-           "problem": {"m": m, "n": n, "k": k, "dtype": dtype}, "device": gpu.name}
+           "problem": {"m": m, "n": n, "k": k, "dtype": dtype},
+           "device": gpu.name if on_gpu else f"CPU: {machine.cpu()['model']}",
+           "gpu_assumed": on_gpu and machine.gpu() is None}   # no GPU here: a typical one's limits and peaks
     if kernel.launch_shape:
         shape = kernel.launch_shape(problem, **p)
         out["launch"] = {"grid": shape.grid, "block": shape.block, "threads_per_block": shape.threads,
@@ -68,7 +75,10 @@ def count_loads(name: str, m: int, n: int, k: int, dtype: str, params: dict) -> 
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     code = "import sys, json; from tilemm.explain import _count_here; print(json.dumps(_count_here(*json.loads(sys.argv[1]))))"
     res = subprocess.run([sys.executable, "-c", code, json.dumps([name, m, n, k, dtype, params])],
-                         env=env, capture_output=True, text=True, check=True)
+                         env=env, capture_output=True, text=True)
+    if res.returncode != 0:          # the count is an addition to the model: say why it is missing
+        last = (res.stderr.strip().splitlines() or ["no message"])[-1]
+        return {"error": f"the count in the simulator failed: {last}"}
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 

@@ -182,8 +182,8 @@ def _device_problem(kind: str, index, interpreter: bool):
     import torch
     from .ladder import _tensorcore_support as support
     reason = support.available()
-    if reason:
-        return KernelUnavailable, f"scaled_matmul {reason}"
+    if reason:      # the Triton rungs' reason, less its advice to pass another kernel: scaled_matmul takes none
+        return KernelUnavailable, f"scaled_matmul {reason.partition(', or use kernel=')[0]}"
     if interpreter:
         if kind != "cpu":
             return ValueError, "scaled_matmul: under TRITON_INTERPRET=1 the operands must be CPU tensors"

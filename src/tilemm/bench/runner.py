@@ -16,6 +16,7 @@ from .. import _compat, api, arrays, machine, registry, tuning
 from ..accuracy import compare_on_device
 from ..data import operands
 from ..machine import gpu
+from .roofs import host_roofs
 from .seeds import published
 from .suites import Case
 from ..timing import summary, time_cuda, time_host
@@ -25,47 +26,109 @@ L2_ROTATE_BYTES = 64 * 2**20  # rotate input sets until they span more than any 
 
 def run_suite(cases: list[Case], *, suite: str, budget_s: float = 2.0, skip_over_s: float = 60.0,
               results: Path | None = None, progress: bool = True) -> list[dict]:
-    stamp = {**machine.stamp(" ".join(["tilemm"] + sys.argv[1:])), "suite": suite}
+    """Check and time each case; records in the order run, with ratios. `suite` names the
+    records of cases that carry no suite of their own; results: a JSON-lines file appended to
+    as each case finishes."""
+    stamp = machine.stamp(" ".join(["tilemm"] + sys.argv[1:]))
+    if any(_runs_here(c.kernel) and registry.get(c.kernel).device == "cpu" for c in cases):
+        stamp["host_roofs"] = host_roofs()        # a CPU has no datasheet: its roofs, measured
     records, seen = [], {}
     first = {}
     for i, c in enumerate(cases):       # each rung's sizes smallest first: the small ones predict the rest
         first.setdefault(c.key, i)
     cases = sorted(cases, key=lambda c: (first[c.key], c.m * c.n * c.k))
-    for case, rec in _each(cases, progress):
+    clock = TimeLeft(budget_s, skip_over_s)
+    shown = _Progress(len(cases)) if progress else None
+    start = time.perf_counter()
+    for i, case in enumerate(cases):
+        if shown:
+            shown.start(i, case, time.perf_counter() - start, clock.left(cases[i:], seen))
+        rec = _base(case)
+        new_key = case.key not in seen
+        t0 = time.perf_counter()
         rec.update(_measure(case, budget_s, skip_over_s, seen))
+        clock.done(rec, time.perf_counter() - t0, new_key)
         rec.update(stamp)
+        rec["suite"] = case.suite or suite
         records.append(rec)
         if results is not None:  # as it comes: a run cut short keeps what it measured
             results.parent.mkdir(parents=True, exist_ok=True)
             with open(results, "a") as f:
                 f.write(json.dumps(rec) + "\n")
+    if shown:
+        shown.close()
     return with_ratios(records)
 
 
-def _each(cases, progress):
-    if not progress:
+def _runs_here(name: str) -> bool:
+    try:
+        return registry.get(name).available() is None
+    except ValueError:
+        return False
+
+
+class TimeLeft:
+    """Seconds the cases still to run will take: each one's calls predicted from its rung's
+    largest measured size (time scaled by the flops, as the runner predicts them), plus the
+    overhead (operands, the check, compiling) measured on the cases done so far, apart for a
+    rung's first size (which compiles) and its later ones."""
+
+    def __init__(self, budget_s: float, skip_over_s: float):
+        self.budget_s, self.skip_over_s = budget_s, skip_over_s
+        self.first, self.later = [], []     # overhead seconds of the cases done
+
+    def timed_s(self, call_s: float) -> float:
+        """The timing of one case: its budget (at most 30 calls, at least 3), the first call and a second."""
+        return max(min(self.budget_s, 30 * call_s), 3 * call_s) + 2 * call_s
+
+    @staticmethod
+    def _mean(values, default):
+        return sum(values) / len(values) if values else default
+
+    def left(self, cases: list[Case], seen: dict) -> float:
+        total, keys = 0.0, set()
         for c in cases:
-            yield c, _base(c)
-        return
-    if not sys.stdout.isatty():     # a log, not a terminal: a line a case, as it starts
-        start = time.perf_counter()
-        for i, c in enumerate(cases):
-            spent = time.perf_counter() - start
-            left = f", ~{spent / i * (len(cases) - i):.0f} s left" if i else ""
-            print(f"[{i + 1}/{len(cases)}] {c.kernel} {_fmt(c.params)} {c.dtype} {c.m}x{c.n}x{c.k} "
-                  f"({spent:.0f} s{left})", flush=True)
-            yield c, _base(c)
-        return
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-    cols = (TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("left"), TimeRemainingColumn())
-    with Progress(*cols, transient=False) as bar:
-        task = bar.add_task("bench", total=len(cases))
-        for c in cases:
-            bar.update(task, description=f"{c.kernel} {_fmt(c.params)} {c.dtype} {c.m}x{c.n}x{c.k}")
-            yield c, _base(c)
-            bar.advance(task)
+            if not _runs_here(c.kernel):
+                continue
+            prev = seen.get(c.key)
+            if prev is None:           # a rung not measured yet: its budget, and overhead as measured
+                total += self.budget_s + self._mean(self.later if c.key in keys else self.first, self.budget_s)
+                keys.add(c.key)
+                continue
+            call_s = prev[1] * 2.0 * c.m * c.n * c.k / prev[0] / 1e3
+            if call_s <= self.skip_over_s:       # else estimated, not run
+                total += self.timed_s(call_s) + self._mean(self.later, 0.0)
+        return total
+
+    def done(self, record: dict, took_s: float, first_of_its_rung: bool) -> None:
+        if record.get("status") == "ok":
+            overhead = max(0.0, took_s - self.timed_s(record["median_ms"] / 1e3))
+            (self.first if first_of_its_rung else self.later).append(overhead)
+
+
+class _Progress:
+    """A line a case as it starts (a log), or a bar (a terminal); both with the time left."""
+
+    def __init__(self, total: int):
+        self.total, self.bar = total, None
+        if sys.stdout.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            self.bar = Progress(TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("{task.fields[left]}"), transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("bench", total=total, left="")
+
+    def start(self, i: int, case: Case, spent_s: float, left_s: float) -> None:
+        what = f"{case.kernel} {_fmt(case.params)} {case.dtype} {case.m}x{case.n}x{case.k}".replace("  ", " ")
+        if self.bar is None:
+            print(f"[{i + 1}/{self.total}] {what} ({spent_s:.0f} s, ~{left_s:.0f} s left)", flush=True)
+        else:
+            self.bar.update(self.task, completed=i, description=what, left=f"~{left_s:.0f} s left")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.total, left="")
+            self.bar.stop()
 
 
 def _fmt(params):
@@ -157,14 +220,17 @@ def with_ratios(records: list[dict]) -> list[dict]:
     """Each record with its speed relative to its device's anchor at the same dtype, shape and
     device (>1: faster), derived from the records themselves."""
     def key(r, kernel):  # the anchor measured in the same suite run, on the same device, same layout
-        return (kernel, r["dtype"], r["m"], r["n"], r["k"], r.get("layout", "nn"), r["device"], r["suite"],
-                r["date"][:10])
+        return (kernel, r["dtype"], r["m"], r["n"], r["k"], r.get("layout", "nn"), r["device"], r.get("suite"),
+                r.get("date", "")[:10])
     times = {key(r, r["kernel"]): r.get("median_ms")
-             for r in records if r.get("status") in MEASURED and not r["host_inputs"]}
+             for r in records if r.get("status") in MEASURED and not r.get("host_inputs")}
     for r in records:
         if r.get("status") not in MEASURED:
             continue
-        base = BASELINE[registry.get(r["kernel"]).device]
+        try:
+            base = BASELINE[registry.get(r["kernel"]).device]
+        except ValueError:             # a rung not in the registry: no anchor to compare with
+            continue
         t = times.get(key(r, base))
         r["baseline"] = base
         r["ratio"] = t / r["median_ms"] if t and r["median_ms"] else None

@@ -1,6 +1,7 @@
 """What each suite measures: (kernel, params, dtype, shape) in the order they run.
 
 `cpu`: the CPU rungs against NumPy (what a machine without a GPU can show).
+`custom`: the kernels and dtypes a command line names, at square sizes (see selection.py).
 `seeds`: the seeds' own experiments, beside their published figures (see seeds.py).
 `ladder`: every GPU rung at its default parameters, fp32 and int32, n = 1024 ... 4096.
 `shapes`: square, odd, skinny and LLM-like shapes, the fastest SIMT rung against the library.
@@ -28,6 +29,7 @@ class Case:
     host_inputs: bool = False  # inputs start on the host: time the copies too (seed 000)
     layout: str = "nn"        # per operand: n row-major, t a transposed view (tilemm.data.operands)
     tag: str = ""             # the wide suite's class and split, e.g. "random/fit"
+    suite: str = ""           # the suite it belongs to, where one run measures several
 
     @property
     def key(self):
@@ -47,12 +49,14 @@ def cpu_suite(sizes=(256, 512, 1024, 2048)):
 
 
 def seeds_suite(sizes=None):
+    """The seeds' experiments at their own sizes, or every one of them at `sizes` instead."""
     cases = []
     # seed 000: int32 at 2000^2: naive, tiled 16, CPU; with and without the host<->device copies.
-    for host in (False, True):
-        cases += [Case("naive", "int32", 2000, 2000, 2000, {}, "000", host),
-                  Case("tiled", "int32", 2000, 2000, 2000, {"tile": 16}, "000", host)]
-    cases.append(Case("cpu-naive", "int32", 2000, 2000, 2000, {}, "000"))
+    for n in sizes or (2000,):
+        for host in (False, True):
+            cases += [Case("naive", "int32", n, n, n, {}, "000", host),
+                      Case("tiled", "int32", n, n, n, {"tile": 16}, "000", host)]
+        cases.append(Case("cpu-naive", "int32", n, n, n, {}, "000"))
     # seed 002: fp64 simple vs shared 16 vs 32; the sum in a register vs in global memory.
     s002 = sizes or (1024, 4096, 8192, 16384)
     cases += square("naive", "float64", s002, "002")
@@ -89,19 +93,21 @@ SHAPES = [(4096, 4096, 4096), (1000, 1000, 1000), (3000, 3000, 3000), (8191, 819
           (16, 8192, 8192), (8192, 8192, 128), (4096, 4096, 14336)]
 
 
-def tensorcore_suite():
+def tensorcore_suite(shapes=None):
     """The Triton tensor-core rungs over the same shapes, each beside the library (tilemm's
     `cublas` rung) in the same dtype: bf16 (`tensorcore`), exact int32 (`tensorcore-int`),
-    float32 by 3xTF32 (`tensorcore-f32`), float64 (`tensorcore-f64`)."""
+    float32 by 3xTF32 (`tensorcore-f32`), float64 (`tensorcore-f64`). `shapes`: (m, n, k)s in
+    place of SHAPES."""
     pairs = [("tensorcore", "bfloat16"), ("cublas", "bfloat16"), ("tensorcore-int", "int32"), ("cublas", "int32"),
              ("tensorcore-f32", "float32"), ("cublas", "float32"), ("tensorcore-f64", "float64"),
              ("cublas", "float64")]
-    return [Case(k, d, m, n, kk) for k, d in pairs for (m, n, kk) in SHAPES]
+    return [Case(k, d, m, n, kk) for k, d in pairs for (m, n, kk) in shapes or SHAPES]
 
 
-def shapes_suite(kernels=("regblock", "cublas")):
-    """Square, odd, skinny and LLM-like shapes: the fastest SIMT rung against the library, fp32."""
-    return [Case(k, "float32", m, n, kk) for k in kernels for (m, n, kk) in SHAPES]
+def shapes_suite(kernels=("regblock", "cublas"), shapes=None):
+    """Square, odd, skinny and LLM-like shapes (or `shapes`): the fastest SIMT rung against the
+    library, fp32."""
+    return [Case(k, "float32", m, n, kk) for k in kernels for (m, n, kk) in shapes or SHAPES]
 
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
