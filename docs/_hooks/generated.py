@@ -5,6 +5,9 @@ A page asks for it with an HTML comment on a line of its own:
     <!-- tilemm: kernels -->               the ladder table (`tilemm kernels --markdown`)
     <!-- tilemm: explain tiled -->         `tilemm explain tiled --size 1024 --simulate 0`
     <!-- tilemm: help bench -->            `tilemm bench --help` (`help` alone: `tilemm --help`)
+    <!-- tilemm: table ladder_h200 ladder_h100 -->   the first of docs/tables/ladder_h200.md,
+                                           ladder_h100.md that exists (benchmarks/make_tables.py writes
+                                           them from the canonical records); a note where none does
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-DIRECTIVE = re.compile(r"^<!-- tilemm: (kernels|explain [\w-]+|help(?: [\w-]+)?) -->$", re.MULTILINE)
+DIRECTIVE = re.compile(r"^<!-- tilemm: (kernels|explain [\w-]+|help(?: [\w-]+)?|table [\w-]+(?: [\w-]+)*) -->$", re.MULTILINE)
+TABLES = Path(__file__).resolve().parents[1] / "tables"
 
 
 def _cli():
@@ -28,10 +32,15 @@ def _cli():
 
 def _run(argv: list[str]) -> str:
     """What `tilemm ARGV` prints (argparse's --help ends in SystemExit)."""
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     os.environ.setdefault("COLUMNS", "100")          # argparse wraps help at the terminal's width
-    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        _cli().main(argv)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = _cli().main(argv)
+        except SystemExit as done:
+            status = done.code
+    if status:                                       # a page asks for what the CLI refuses: fail the build
+        raise ValueError(f"tilemm {' '.join(argv)} exited {status}: {err.getvalue().strip()}")
     return out.getvalue().rstrip()
 
 
@@ -39,6 +48,11 @@ def _render(directive: str) -> str:
     if directive == "kernels":
         return _cli().markdown_table().strip()
     words = directive.split()
+    if words[0] == "table":
+        for name in words[1:]:
+            if (TABLES / f"{name}.md").exists():
+                return (TABLES / f"{name}.md").read_text().strip()
+        return f"*No canonical record yet (`benchmarks/make_tables.py` writes `docs/tables/{words[1]}.md`).*"
     if words[0] == "explain":
         argv = ["explain", words[1], "--size", "1024", "--simulate", "0"]
     else:
