@@ -3,6 +3,7 @@
 A page asks for it with an HTML comment on a line of its own:
 
     <!-- tilemm: kernels -->               the ladder table (`tilemm kernels --markdown`)
+    <!-- tilemm: ladder -->                the ladder in short: rung, kernel (a link to its page), device, seed, idea
     <!-- tilemm: explain tiled -->         `tilemm explain tiled --size 1024 --simulate 0`
     <!-- tilemm: help bench -->            `tilemm bench --help` (`help` alone: `tilemm --help`)
     <!-- tilemm: table ladder_h200 ladder_h100 -->   the first of docs/tables/ladder_h200.md,
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-DIRECTIVE = re.compile(r"^<!-- tilemm: (kernels|explain [\w-]+|help(?: [\w-]+)?|table [\w-]+(?: [\w-]+)*) -->$", re.MULTILINE)
+DIRECTIVE = re.compile(r"^<!-- tilemm: (kernels|ladder|explain [\w-]+|help(?: [\w-]+)?|table [\w-]+(?: [\w-]+)*) -->$", re.MULTILINE)
 TABLES = Path(__file__).resolve().parents[1] / "tables"
 
 
@@ -47,6 +48,8 @@ def _run(argv: list[str]) -> str:
 def _render(directive: str) -> str:
     if directive == "kernels":
         return _cli().markdown_table().strip()
+    if directive == "ladder":
+        return _ladder()
     words = directive.split()
     if words[0] == "table":
         for name in words[1:]:
@@ -58,6 +61,18 @@ def _render(directive: str) -> str:
     else:
         argv = words[1:] + ["--help"]
     return f"```text\n$ tilemm {' '.join(argv)}\n{_run(argv)}\n```"
+
+
+def _ladder() -> str:
+    """The registry's ladder, one row a rung, each kernel linked to its page (ladder/rNN-name.md;
+    the anchors rung 0 and the library by name)."""
+    from tilemm import registry
+    rows = ["| rung | kernel | device | from | idea |", "|---|---|---|---|---|"]
+    for k in registry.kernels():
+        page = "cublas.md" if k.name == "cublas" else f"r{k.rung:02d}-{k.name}.md"
+        rung = "anchor" if k.name == "cublas" else k.rung
+        rows.append(f"| {rung} | [`{k.name}`]({page}) | {k.device} | {k.seed} | {k.summary} |")
+    return "\n".join(rows)
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
