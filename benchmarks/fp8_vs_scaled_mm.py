@@ -1,4 +1,4 @@
-"""Issue 9's fp8 bar: tilemm.scaled_matmul (rung `tensorcore-fp8`) against torch._scaled_mm.
+"""The fp8 bar: tilemm.scaled_matmul against torch._scaled_mm.
 
     PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py --out DIR
     ... fp8_vs_scaled_mm.py --out DIR --wide fit held-out     # the two float32-sum programs, wide sweep

@@ -1,4 +1,4 @@
-"""Issue 3's measurements on a GPU: every SIMT rung against its CUDA C twin and cuBLAS.
+"""Every SIMT rung on a GPU against its CUDA C twin and cuBLAS.
 
     PYTHONPATH=src python3 benchmarks/gpu_ladder.py --out DIR [--sizes 2048 4096] [--dtypes float32 int32]
 

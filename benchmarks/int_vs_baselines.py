@@ -1,4 +1,4 @@
-"""Issue 8's measurements: `tensorcore-int` against the integer GEMMs a Python user has.
+"""`tensorcore-int` against the integer GEMMs a Python user has.
 
     PYTHONPATH=src:benchmarks python3 benchmarks/int_vs_baselines.py --out DIR
 

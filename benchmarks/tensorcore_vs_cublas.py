@@ -1,4 +1,4 @@
-"""Issue 9's measurements: the Triton tensor-core rungs against cuBLAS (torch.matmul) over the
+"""The Triton tensor-core rungs against cuBLAS (torch.matmul) over the
 `shapes` suite's shapes (square, odd, skinny, LLM-like), interleaved rounds after a pre-warm,
 every variant checked against a float64 reference first.
 
@@ -7,14 +7,13 @@ every variant checked against a float64 reference first.
 
 With --whole-calls it times whole calls as a user makes them (tilemm.matmul(a, b) against
 torch.matmul(a, b) and tilemm's library rung, each allocating its result), the CPU's cost of a call
-included: issue 19's bars for the default kernel, e.g.
+included: the default kernel's bars, e.g.
 
     PYTHONPATH=src python3 benchmarks/tensorcore_vs_cublas.py --out DIR --dtypes bfloat16 --wide held-out \
         --variants default library --whole-calls
 
 Ratios (vs_cublas, vs_library) are the median over rounds of each round's ratio of medians
-(tilemm.timing.paired_ratio; records before session 14 hold the ratio of the medians over all
-rounds). Each record also carries the HBM bound of its shape: the bytes a GEMM must move at least (A, B
+(tilemm.timing.paired_ratio). Each record also carries the HBM bound of its shape: the bytes a GEMM must move at least (A, B
 and C once) over the copy bandwidth measured in the same run.
 """
 import argparse
@@ -124,7 +123,7 @@ def tf32_checked(c, a, b):
 
 
 def relative_error(c, a, b):
-    """max |C - C64| / max |C64|: the one number issue 9 compares (SGEMM vs 3xTF32)."""
+    """max |C - C64| / max |C64|: the one number compared between SGEMM and 3xTF32."""
     ref = a.double() @ b.double()
     return float((c.double() - ref).abs().max() / ref.abs().max())
 

@@ -1,6 +1,9 @@
-"""The default kernel's shape classes (tilemm.choice): the table shipped is the one its rule makes
-from the committed sweep, it applies only on the GPU generation it was measured on, and the default
-takes the listed rung there and cuBLAS elsewhere."""
+"""The default kernel's shape classes (tilemm.choice): the tables shipped are the ones their rule
+makes from the committed sweep (package data files that agree with their records), they apply only
+on the GPU generation they were measured on, and the default takes the listed rung there and cuBLAS
+elsewhere."""
+import gzip
+import importlib.util
 import json
 from pathlib import Path
 
@@ -8,9 +11,35 @@ import pytest
 
 from tilemm import api, choice
 
-RESULTS = Path(__file__).parent.parent / "benchmarks/results"
-FIT_SWEEP = RESULTS / "h200-2026-11-26-s23/fit_whole.jsonl"      # the fit half, whole calls, bf16 and fp16
-CLASS_CHECKS = RESULTS / "h200-2026-11-26-s23/class_check.jsonl"  # grids of the classes the fit half holds one shape of
+ROOT = Path(__file__).parent.parent
+RESULTS = ROOT / "benchmarks/results"
+FIT_SWEEP = RESULTS / "h200/default_fit.jsonl.gz"      # the fit half, whole calls: bf16, fp16 and float64
+CLASS_CHECKS = RESULTS / "h200/default_grid.jsonl.gz"  # grids of the classes the fit half holds one shape of
+INT8_FIT_SWEEP = RESULTS / "h100/default_fit.jsonl.gz"  # int8 -> int32 over the whole wide sweep
+
+
+def records(path, dtypes=None) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        found = [json.loads(line) for line in f]
+    return [r for r in found if dtypes is None or r["dtype"] in dtypes]
+
+
+def default_table_script():
+    spec = importlib.util.spec_from_file_location("default_table", ROOT / "benchmarks/default_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["sm90_16bit.json", "sm90_float64.json", "sm90_int8.json"])
+def test_each_table_file_is_the_one_its_record_makes(name):
+    """The package data file, made again from its record in memory, is the file shipped, and it
+    names where it came from."""
+    script = default_table_script()
+    path = choice.TABLES / name
+    assert path.read_text() == script.table_text(script.make_table(name))
+    table = choice.read_table(path)
+    assert (ROOT / table["record"]).exists() and table["device"] and table["date"] and table["commands"]
 
 
 def test_shape_classes():
@@ -47,9 +76,10 @@ def test_the_shipped_table_is_the_one_the_fit_half_gives(dtype):
     """Both 16-bit dtypes' fit records judged together (the same programs), a class of one fit shape
     with its grid: 512 x 3072 x 2048 alone would take (0, aligned, 1, 0), which its grid keeps with
     the library; 25 x 1 x 7 alone would take vectors of K under 128, which its grid confirms."""
-    records = [json.loads(line) for line in open(FIT_SWEEP)]
-    checks = [json.loads(line) for line in open(CLASS_CHECKS)]
-    fit = [r for r in records if r["tag"].endswith("/fit")]
+    sixteen_bit = ("bfloat16", "float16")
+    sweep = records(FIT_SWEEP, sixteen_bit)
+    checks = records(CLASS_CHECKS, sixteen_bit)
+    fit = [r for r in sweep if r["tag"].endswith("/fit")]
     assert len([r for r in fit if r["dtype"] == dtype]) == 3 * 104   # cuBLAS, the library rung, tensorcore
     table = choice.winners(fit, min_shapes=2, checks=checks)
     assert table == choice.MEASURED_WINNERS[((9, 0), dtype)]
@@ -63,9 +93,8 @@ def test_float64s_table_is_the_one_its_fit_half_gives():
     """float64 against the library, whole calls: the vectors of K under 128 (one fit shape) taken on
     their grid's word; aligned products, and unaligned ones of 1e10-1e11 flops with K from 128
     (7575 x 14122 x 156 nt ran 0.90x), stay with cuBLAS."""
-    s26 = RESULTS / "h200-2026-11-26-s26"
-    fit = [json.loads(line) for line in open(s26 / "f64_default_fit.jsonl")]
-    checks = [json.loads(line) for line in open(s26 / "f64_default_grid.jsonl")]
+    fit = records(FIT_SWEEP, ("float64",))
+    checks = records(CLASS_CHECKS, ("float64",))
     assert len([r for r in fit if r["variant"] == "tensorcore-f64" and r["tag"].endswith("/fit")]) == 98
     table = choice.winners(fit, rung="tensorcore-f64", min_shapes=2, checks=checks)
     assert table == choice.MEASURED_WINNERS[((9, 0), "float64")]
@@ -76,8 +105,7 @@ def test_float64s_table_is_the_one_its_fit_half_gives():
 
 def test_int8s_skinny_classes_are_the_ones_its_fit_half_gives():
     """int8 -> int32 against the library, whole calls: every skinny class the fit half measured won."""
-    records = [json.loads(line) for line in open(RESULTS / "h100-2026-11-24-s11/int8_wide.jsonl")]
-    fit = [r for r in records if r["tag"].endswith("/fit")]
+    fit = [r for r in records(INT8_FIT_SWEEP) if r["tag"].endswith("/fit")]
     won = choice.winners(fit, rung="tensorcore-int", against="vs_library")
     assert {c for c in won if c[3]} == set(choice.INT8_SKINNY)
     assert all(choice.MEASURED_WINNERS[((9, 0), "int8")][c] == "tensorcore-int" for c in won)

@@ -1,41 +1,35 @@
 """The default kernel's choice on a GPU, by shape class: shipped knowledge, no timing at call time.
 
 cuBLAS is the default on device arrays; a class of shapes where a tilemm rung measured faster is
-listed here, for the GPU generation it was measured on, and there the default takes that rung.
+listed in a table for the GPU generation it was measured on, and there the default takes that rung.
 The classes are coarse on purpose (a table that generalises, not one that fits a benchmark):
 
     work     2*M*N*K below 1e10, below 1e11, above
     aligned  the leading dimensions of A, B and C all multiples of 8 elements (cuBLAS's fast
              paths want them; tilemm copies rows into aligned ones where that pays): K and N
-             for row-major operands, M for a transposed A, K for a transposed B. Measured, bf16
-             3000 x 5000 x 7001 (h100-2026-11-24-s11/issue_shapes.log, -s12/tensorcore_classes_*):
-             row-major, cuBLAS 1.69 ms against tilemm's 0.47; A transposed (no odd leading
-             dimension), cuBLAS 0.35 ms against 0.46
+             for row-major operands, M for a transposed A, K for a transposed B
     depth    K below 128, up to 8 x max(M, N), deeper
     thin     min(M, N) above 64 (0), 2 to 64 (1: skinny), 1 (2: a vector, which cuBLAS multiplies
-             with its GEMV kernels: tilemm's vectors ran 0.73-0.95x the library where its other
-             skinny products of that class ran 1.04-3.6x, h200-2026-11-26-s22/fit_whole.jsonl)
+             with its GEMV kernels)
 
-A class is listed when tilemm's rung beat the library rung on the wide sweep's fit half, whole
-calls as users make them (tensorcore_vs_cublas.py --whole-calls, interleaved rounds, H200): geometric
-mean >= 1.05x, none of its problems below 0.97x (the default's bar: never measurably slower than the
-library). bfloat16 and float16 run the same programs with the same tiles, so their records are judged
-together, and a class the fit half holds a single shape of is judged with a grid of its own as well
-(winners' min_shapes=2, checks). Measured in h200-2026-11-26-s23/fit_whole.jsonl and class_check.jsonl;
-`python3 benchmarks/default_table.py FIT [HELD_OUT...] --checks GRID` prints the table and the halves'
-figures. A small product's call is its CPU cost: a repeated call of a single tilemm program
-(tilemm.ladder.replay's quick call) costs about torch.matmul's, less than the library rung's, and
-where the rung's program is as fast as cuBLAS's the default takes it. Aligned products stay with
-cuBLAS (small ones: 512 x 3072 x 2048 ran 1.13x, but a grid of 12 others of its class 0.93-1.23x), as
-do deep-K products with small M and N and small unaligned products of more than 64 rows and columns,
-whose operands the rung first copies into aligned rows (one ran 0.77x).
+The tables are package data (tilemm/tables/*.json), each made from its canonical benchmark record by
+benchmarks/default_table.py and carrying its provenance (GPU, date, record, commands): a class is
+listed where the rung beat the library rung on the wide sweep's fit half, whole calls as users make
+them, with a geometric mean of at least 1.05x and none of its problems below 0.97x (the default's
+bar: never measurably slower than the library). Integer products follow a rule besides: the library
+multiplies integers with CuPy's own kernel (cuBLAS has no integer GEMM but int8 -> int32), so
+`tensorcore-int` takes every product that is not skinny.
 """
 from __future__ import annotations
 
 import functools
+import json
 import math
+from pathlib import Path
 
 from . import machine
+
+TABLES = Path(__file__).with_name("tables")
 
 
 def shape_class(m: int, n: int, k: int, lds: tuple | None = None) -> tuple:
@@ -50,52 +44,40 @@ def shape_class(m: int, n: int, k: int, lds: tuple | None = None) -> tuple:
     return work, aligned, depth, thin
 
 
-# (compute capability, dtype) -> {shape class: kernel}: where the default leaves cuBLAS. Unaligned
-# products of 1e10 flops or more (cuBLAS's slow path; fit half 1.44-3.5x the library rung, a grid of 8
-# deep-K ones 1.21-4.4x), small unaligned skinny ones and vectors of K under 128 (the single program's
-# cheaper call; 1.16-3.6x, a grid of 5 vectors 1.15-1.73x)
-_SIXTEEN_BIT = ((0, False, 0, 1), (0, False, 0, 2), (0, False, 1, 1), (1, False, 0, 0), (1, False, 1, 0),
-                (1, False, 2, 0), (2, False, 1, 0))
-MEASURED_WINNERS = {((9, 0), dtype): {c: "tensorcore" for c in _SIXTEEN_BIT} for dtype in ("bfloat16", "float16")}
+def read_table(path) -> dict:
+    """A table's data file, its shape classes as tuples."""
+    table = json.loads(Path(path).read_text())
+    for key in ("winners", "measured"):
+        table[key] = frozenset(tuple(c) for c in table[key])
+    return table
 
-# Integer results on Hopper: the library multiplies integers with CuPy's own kernel (cuBLAS has no
-# integer GEMM but int8 -> int32, which torch._int_mm reaches and tilemm's library rung does not);
-# `tensorcore-int` ran 6.4x / 6.8x it at int32 / int64 4096³ (h100-2026-11-22-s4/int_vs_baselines_final.jsonl),
-# 1.37-10.9x torch._int_mm over the wide sweep's int8 -> int32 products >= 2048 (h100-2026-11-24-s10/int8.jsonl),
-# and at int8 -> int32 512³ / 1024³ 2.7x / 5.5x the library (int8_default.jsonl: both bound by their
-# launches' CPU cost there). Products that are not skinny take it; int64 (K in chunks, planned at
-# each launch) from 10^10 operations on.
+
+def _shipped_tables() -> tuple:
+    """(MEASURED_WINNERS, MEASURED_CLASSES) from the data files."""
+    winners, classes = {}, {}
+    for path in sorted(TABLES.glob("*.json")):
+        table = read_table(path)
+        for dtype in table["dtypes"]:
+            key = (tuple(table["capability"]), dtype)
+            winners[key] = {c: table["rung"] for c in table["winners"]}
+            classes[key] = {table["rung"]: table["measured"]}
+    return winners, classes
+
+
+# (compute capability, dtype) -> {shape class: kernel}: where the default leaves cuBLAS; and
+# (compute capability, dtype) -> {rung: the shape classes the sweep's fit half measured it on}: where
+# kernel="auto" need not compile and time a rung the table does not name
+MEASURED_WINNERS, MEASURED_CLASSES = _shipped_tables()
+
+# Integers on Hopper: every product that is not skinny takes `tensorcore-int` (the library has no fast
+# integer GEMM); int8 operands also where the int8 table says; int64 (K in chunks, planned at each
+# launch) from 10^10 operations on.
 INTEGER_WINNERS = {(work, aligned, depth, 0): "tensorcore-int"
                    for work in (0, 1, 2) for aligned in (False, True) for depth in (0, 1, 2)}
-MEASURED_WINNERS.update({((9, 0), dtype): INTEGER_WINNERS for dtype in ("int8", "int16", "int32")})
-# int8 operands also where skinny: the skinny classes of the wide sweep's fit half, whole calls against the
-# library (h100-2026-11-24-s11/int8_wide.jsonl): 11.0x, lowest 1.55x (held-out 10.7x, lowest 1.37x); CuPy's
-# kernel took 2.7 ms for 32 x 81 x 9647
-INT8_SKINNY = ((0, False, 0, 1), (0, False, 0, 2), (0, False, 1, 1), (0, False, 1, 2), (0, False, 2, 1), (0, False, 2, 2),
-               (0, True, 1, 1), (0, True, 1, 2), (1, True, 1, 1))
-MEASURED_WINNERS[((9, 0), "int8")] = {**INTEGER_WINNERS, **{c: "tensorcore-int" for c in INT8_SKINNY}}
+INT8_SKINNY = tuple(sorted(c for c in MEASURED_WINNERS.get(((9, 0), "int8"), {}) if c[3]))
+MEASURED_WINNERS[((9, 0), "int8")] = {**INTEGER_WINNERS, **MEASURED_WINNERS.get(((9, 0), "int8"), {})}
+MEASURED_WINNERS.update({((9, 0), dtype): INTEGER_WINNERS for dtype in ("int16", "int32")})
 MEASURED_WINNERS[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.items() if c[0] > 0}
-# float64: `tensorcore-f64` where the fit half measured it faster than the library rung, whole calls
-# (h200-2026-11-26-s26/f64_default_fit.jsonl; min_shapes=2, f64_default_grid.jsonl the checks):
-# unaligned products of 1e11 flops or more (DMMA, 1.00-1.11x; grid 0.95-1.19x) and of K under 128
-# from 1e10 (1.04-1.14x), where cuBLAS's DGEMM takes its slow path; small skinny products and
-# vectors of K under 128, whose call is the single program's cheaper one (1.17-1.60x; grid vectors
-# 1.11-1.13x). Aligned products stay with cuBLAS (0.91-1.07x at 1e11 flops and more)
-FLOAT64_WINNERS = ((0, False, 0, 1), (0, False, 0, 2), (1, False, 0, 0), (2, False, 1, 0))
-MEASURED_WINNERS[((9, 0), "float64")] = {c: "tensorcore-f64" for c in FLOAT64_WINNERS}
-
-
-# The shape classes of the wide sweep's fit half: every rung measured on all of it (the 16-bit
-# rungs, and float64's up to 5e11 multiply-adds) was measured on these
-FIT_HALF_CLASSES = frozenset({
-    (0, False, 0, 0), (0, False, 0, 1), (0, False, 0, 2), (0, False, 1, 0), (0, False, 1, 1), (0, False, 1, 2),
-    (0, False, 2, 0), (0, False, 2, 1), (0, False, 2, 2), (0, True, 1, 0), (0, True, 1, 1), (0, True, 1, 2),
-    (1, False, 0, 0), (1, False, 1, 0), (1, False, 2, 0), (1, True, 1, 0), (1, True, 1, 1), (2, False, 1, 0),
-    (2, True, 1, 0)})
-# (compute capability, dtype) -> {rung: the shape classes the sweep's fit half measured it on}: where
-# kernel="auto" need not compile and time a rung the table does not name (MEASURED_WINNERS decides)
-MEASURED_CLASSES = {((9, 0), dtype): {"tensorcore": FIT_HALF_CLASSES} for dtype in ("bfloat16", "float16")}
-MEASURED_CLASSES[((9, 0), "float64")] = {"tensorcore-f64": FIT_HALF_CLASSES}
 
 
 def measured(records: list[dict], rung: str = "tensorcore") -> frozenset:

@@ -83,6 +83,7 @@ def torch_product(dtype: str):
     return product
 
 
+# --8<-- [start:kernel]
 def run_cublas(a, b, c):
     """Floats through torch where the operands are torch tensors (CuPy's view of a tensor costs
     more than the call) or a CUDA graph is being captured (CuPy refuses to call cuBLAS then);
@@ -97,6 +98,7 @@ def run_cublas(a, b, c):
     with torch_matmul_flags(**EXACT_FLAGS) as torch:
         tensors = [x if isinstance(x, torch.Tensor) else arrays.torch_view(x) for x in (a, b, c)]
         torch.matmul(tensors[0], tensors[1], out=tensors[2])
+# --8<-- [end:kernel]
 
 
 def run_stack(a, b, c):

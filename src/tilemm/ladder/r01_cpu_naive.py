@@ -12,6 +12,7 @@ from ..registry import Kernel, Traffic, register
 CPU_DTYPES = ("int32", "int64", "float32", "float64")
 
 
+# --8<-- [start:kernel]
 @njit(cache=True)
 def _naive(a, b, c, zero):
     m, k = a.shape
@@ -22,6 +23,7 @@ def _naive(a, b, c, zero):
             for p in range(k):
                 total += a[i, p] * b[p, j]  # b walks a column: a cache miss per step
             c[i, j] = total
+# --8<-- [end:kernel]
 
 
 def run_naive(a, b, c):

@@ -15,6 +15,7 @@ from ..registry import Kernel, Param, Traffic, register
 from .r01_cpu_naive import CPU_DTYPES
 
 
+# --8<-- [start:kernel]
 # contract: fuse a*b+c into one FMA; reassoc: let LLVM split each dot product into
 # vector lanes. Neither assumes away NaN or Inf.
 @njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
@@ -68,6 +69,7 @@ def _tiled(a, b, c, block_m, block_n, block_k, zero):
         for i in range(rows):
             for j in range(cols):
                 c[i0 + i, j0 + j] = acc[i, j]
+# --8<-- [end:kernel]
 
 
 def tiled_compiled_for(dtype: str) -> bool:

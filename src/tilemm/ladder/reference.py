@@ -10,8 +10,10 @@ from ..dtypes import FLOATS, INTS
 from ..registry import Kernel, Traffic, register
 
 
+# --8<-- [start:kernel]
 def run_numpy(a, b, c):
     np.matmul(a, b, out=c)
+# --8<-- [end:kernel]
 
 
 register(Kernel(

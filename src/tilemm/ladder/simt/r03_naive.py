@@ -15,6 +15,7 @@ from numba import cuda, uint32
 from ...registry import Param, Traffic
 from . import launch
 
+# --8<-- [start:kernel]
 def make_naive(acc):
     @cuda.jit(cache=True)
     def naive(a, b, c):
@@ -29,6 +30,7 @@ def make_naive(acc):
                 p = uint32(p + 1)
             c[row, col] = total
     return naive
+# --8<-- [end:kernel]
 
 
 def shape(p, block):

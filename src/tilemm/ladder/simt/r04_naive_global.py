@@ -11,6 +11,7 @@ from . import launch
 from .r03_naive import BLOCK, shape
 
 
+# --8<-- [start:kernel]
 def make_naive_global(acc):
     @cuda.jit(cache=True)
     def naive_global(a, b, c):
@@ -24,6 +25,7 @@ def make_naive_global(acc):
                 c[row, col] = acc(c[row, col] + a[row, p] * b[p, col])  # a read and a write of C per step
                 p = uint32(p + 1)
     return naive_global
+# --8<-- [end:kernel]
 
 
 def traffic(p, **_):

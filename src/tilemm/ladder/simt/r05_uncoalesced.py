@@ -12,6 +12,7 @@ from . import launch
 from .r03_naive import BLOCK, naive_traffic
 
 
+# --8<-- [start:kernel]
 def make_uncoalesced(acc):
     @cuda.jit(cache=True)
     def uncoalesced(a, b, c):
@@ -26,6 +27,7 @@ def make_uncoalesced(acc):
                 p = uint32(p + 1)
             c[row, col] = total
     return uncoalesced
+# --8<-- [end:kernel]
 
 
 def shape(p, block):

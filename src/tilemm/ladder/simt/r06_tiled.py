@@ -22,6 +22,7 @@ from ...registry import Param, Traffic
 from . import launch
 
 
+# --8<-- [start:kernel]
 def make_tiled(acc, tile):
     align = launch.SHARED_ALIGN
 
@@ -54,8 +55,10 @@ def make_tiled(acc, tile):
         if row < m and col < n:
             c[row, col] = total
     return tiled
+# --8<-- [end:kernel]
 
 
+# --8<-- [start:flat]
 def make_tiled_flat(acc, tile):
     """The same kernel on flat row-major arrays, indexed as the seed indexes them."""
     align = launch.SHARED_ALIGN
@@ -93,6 +96,7 @@ def make_tiled_flat(acc, tile):
         if row < m and col < n:
             c[uint32(row * n + col)] = total
     return tiled_flat
+# --8<-- [end:flat]
 
 
 def shape(p, tile):

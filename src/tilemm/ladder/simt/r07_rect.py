@@ -15,6 +15,7 @@ from . import launch
 from .r06_tiled import TILE
 
 
+# --8<-- [start:kernel]
 def make_rect(acc, tile, f):
     width = tile * f  # a Python int: shared array shapes must be compile-time constants
     align = launch.SHARED_ALIGN
@@ -56,6 +57,7 @@ def make_rect(acc, tile, f):
             if row < m and col < n:
                 c[row, col] = total[i]
     return rect
+# --8<-- [end:kernel]
 
 
 def shape(p, tile, f):

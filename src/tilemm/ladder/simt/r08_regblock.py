@@ -127,6 +127,7 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, vector_a=1
                 q, col = uint32(k0 + b_k + b_hop_k[l]), uint32(col0 + b_n + b_hop_n[l] * vector_b + w)
                 b_next[l * vector_b + w] = b[q, col] if q < k and col < n else acc(0)
 
+    # --8<-- [start:turn]
     @cuda.jit(device=True, inline="always")
     def read_step(a_v, b_v, a_s, b_s, buf, p, a_base, b_base):
         """This thread's THREAD_M values of A and THREAD_N of B at K step p of the tile."""
@@ -155,7 +156,9 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, vector_a=1
         if p + 4 < block_k:
             read_step(a_r, b_r, a_s, b_s, buf, uint32(p + 4), a_base, b_base)
         outer_product(c_r, a_q, b_q)
+    # --8<-- [end:turn]
 
+    # --8<-- [start:kernel]
     @cuda.jit(**launch.jit_options(regs))
     def regblock(a, b, c):
         a_s = cuda.shared.array((2, block_k, a_rows), acc, alignment=align)  # (2, BK, BM+pad): A, K-major
@@ -227,6 +230,7 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, vector_a=1
                 if r < m and col < n:
                     c[r, col] = c_r[i, j]
     return regblock
+    # --8<-- [end:kernel]
 
 
 def shape(p, block_m, block_n, block_k, thread_m, thread_n):

@@ -4,6 +4,7 @@ import triton
 import triton.language as tl
 
 
+# --8<-- [start:kernel]
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
@@ -68,6 +69,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         c = acc.to(c_ptr.dtype.element_ty)                # one rounding, as NumPy's float16
         c_ptrs = c_ptr + rows_a[:, None] * stride_cm + cols_b[None, :] * stride_cn
         tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+# --8<-- [end:kernel]
 
 
 @triton.jit

@@ -6,6 +6,7 @@ import triton.language as tl
 from .r10_tensorcore_kernel import store_tile, tile_position
 
 
+# --8<-- [start:split]
 @triton.jit
 def split_digits(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c, scale_ptr=None,
                  NDIGITS: tl.constexpr = 1, FIXED: tl.constexpr = False, BLOCK_R: tl.constexpr = 64,
@@ -34,8 +35,10 @@ def split_digits(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c, scale_ptr=None
         digit = ((rest & 0xFF) ^ 0x80) - 0x80              # the low byte, read as a signed number
         tl.store(out + d * tl.cast(R, tl.int64) * C_PAD, digit.to(tl.int8), mask=keep)   # 64-bit: planes past 2^31
         rest = (rest - digit) >> 8                         # exact: a multiple of 256 (mod 2^64)
+# --8<-- [end:split]
 
 
+# --8<-- [start:kernel]
 @triton.jit
 def shift_group(a_desc, b_desc, acc, off_m, off_n, M, N, K_TILES, s: tl.constexpr,
                 ND_A: tl.constexpr, ND_B: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -52,8 +55,10 @@ def shift_group(a_desc, b_desc, acc, off_m, off_n, M, N, K_TILES, s: tl.constexp
             b = b_desc.load([(s - i) * N + off_n, k0])     # (BLOCK_N, BLOCK_K), K-major
             acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)  # Triton 3.6 needs out_dtype for int8
     return acc
+# --8<-- [end:kernel]
 
 
+# --8<-- [start:fused]
 @triton.jit
 def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
                  ND_A: tl.constexpr, ND_B: tl.constexpr, ND_C: tl.constexpr, LOWEST: tl.constexpr, ACCUMULATE: tl.constexpr,
@@ -88,3 +93,4 @@ def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
         else:
             total = acc
         store_tile(c_ptr, total, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
+# --8<-- [end:fused]

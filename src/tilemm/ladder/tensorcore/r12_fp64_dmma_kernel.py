@@ -69,6 +69,7 @@ def axis_index(size: gl.constexpr, dim: gl.constexpr, layout: gl.constexpr):
     return x
 
 
+# --8<-- [start:kernel]
 @gluon.jit
 def dmma(x, y, acc):
     """acc + one m16n8k8 product per register group: x's four are a0..a3, y's first two b0, b1,
@@ -76,6 +77,7 @@ def dmma(x, y, acc):
     return gl.inline_asm_elementwise(
         "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$12,$13,$14,$15};",
         "=d,=d,=d,=d,d,d,d,d,d,d,d,d,d,d,d,d", [x, y, acc], dtype=gl.float64, is_pure=True, pack=4)
+# --8<-- [end:kernel]
 
 
 @gluon.jit
@@ -97,6 +99,7 @@ def loader(x_desc, y_desc, x_bufs, y_bufs, ready, empty, off_m, off_n, K, BLOCK_
             tma_load(y_desc, [off_n, k0], bar, y_bufs.index(slot * CHUNKS + j))
 
 
+# --8<-- [start:multiplier]
 @gluon.jit
 def multiplier(x_bufs, y_bufs, ready, empty, c_ptr, off_m, off_n, M, N, K, stride_cm, stride_cn,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, WARPS_M: gl.constexpr,
@@ -124,6 +127,7 @@ def multiplier(x_bufs, y_bufs, ready, empty, c_ptr, off_m, off_n, M, N, K, strid
     cols = off_n + 8 * axis_index(NB, 1, layout) + 2 * axis_index(4, 4, layout) + axis_index(2, 5, layout)
     ptrs = c_ptr + rows.to(gl.int64) * stride_cm + cols.to(gl.int64) * stride_cn
     gl.store(ptrs, acc, mask=(rows < M) & (cols < N))
+# --8<-- [end:multiplier]
 
 
 @gluon.jit

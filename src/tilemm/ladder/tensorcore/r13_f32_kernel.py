@@ -28,6 +28,7 @@ def split_tf32(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c,
         tl.store(out, x, mask=keep)
 
 
+# --8<-- [start:parts]
 @triton.jit
 def tf32_parts(x):
     """(hi, lo): hi = x rounded to TF32 (10 mantissa bits, to nearest), lo = x - hi (exact in
@@ -39,8 +40,10 @@ def tf32_parts(x):
     truncated = (bits & -8192).to(tl.float32, bitcast=True)
     hi = tl.where(finite, tl.where(tl.abs(x) < 3.0e38, rounded, truncated), x)
     return hi, tl.where(finite, x - hi, 0.0)
+# --8<-- [end:parts]
 
 
+# --8<-- [start:kernel]
 @triton.jit
 def tf32x3_direct(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -73,6 +76,7 @@ def tf32x3_direct(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
             big = tl.dot(a_hi, b_hi, big, input_precision="tf32")
         acc += big + tl.where(tl.abs(small) < float("inf"), small, 0.0)    # see tf32x3_steps
     store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
+# --8<-- [end:kernel]
 
 
 @triton.jit

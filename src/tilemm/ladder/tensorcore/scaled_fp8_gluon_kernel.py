@@ -45,6 +45,7 @@ def store_half(c_ptr, x, row, col, M, N, stride_cm, stride_cn, layout: gl.conste
     gl.store(ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)
 
 
+# --8<-- [start:kernel]
 @gluon.jit
 def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_cm, stride_cn,
                    WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
@@ -79,6 +80,7 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         store_half(c_ptr, left * scale, off_m + WG * 64, off_n, M, N, stride_cm, stride_cn, layout, HALF)
         store_half(c_ptr, right * scale, off_m + WG * 64, off_n + HALF, M, N, stride_cm, stride_cn, layout, HALF)
+# --8<-- [end:kernel]
 
 
 @gluon.jit

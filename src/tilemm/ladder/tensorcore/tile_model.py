@@ -15,7 +15,7 @@ import math
 
 from .. import _tensorcore_support as support
 
-FIT_RECORDS = "benchmarks/results/h100-2026-11-24-s15/tile_grid.jsonl"
+FIT_RECORDS = "benchmarks/results/h100/tile_grid.jsonl"     # the canonical record the constants are fitted on
 FIT_SMS = 132      # the records' GPU (an H100 SXM)
 
 # K steps a run of split K takes at least: its pipeline fills, and its float32 partial (written
@@ -28,9 +28,8 @@ def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, i
     leaves half the SMs or more idle, enough runs to fill them, each of MIN_SPLIT_STEPS K steps or
     more; 1 (no split) otherwise. The run that finishes a tile reads every run's float32 partial
     (hand_over): runs are capped so that those reads are no more than one run's reads of A and B,
-    s * bm * bn * 4 <= (steps / s) * (bm + bn) * bk * itemsize (bf16 111 x 110 x 49346, whole
-    calls: 66 runs of 64 x 128 tiles 103 µs, the cap's 24 52 µs, cuBLAS 26; h100-2026-11-24-s13/
-    split_uncapped.jsonl, split_whole_calls.jsonl)."""
+    s * bm * bn * 4 <= (steps / s) * (bm + bn) * bk * itemsize (uncapped, a thin deep product such as
+    111 x 110 x 49346 took twice the time in 66 runs as in the cap's 24)."""
     tiles = -(-m // block_m) * -(-n // block_n)
     sms = support.multiprocessors()
     if not tiles or 2 * tiles > sms:         # an empty C, or enough tiles
@@ -43,27 +42,20 @@ def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, i
 # A skinny product's thin side (M or N) up to which a thin operand not read K-major splits K more
 # (thin_splits), the rounds of SMs its runs then fill, and the K steps a run takes at least.
 # Fitted on the wide sweep's fit half (kernel alone, bf16, H100; benchmarks/tile_grid.py --skinny,
-# h100-2026-11-24-s16/skinny_grid_fit.jsonl) over side 8-32, rounds 1.5-4 and 4-16 steps: geometric
-# mean 1.049x the former split over its 36 skinny problems, none below 0.987x; the held-out half
-# (skinny_grid_held_out.jsonl) 1.050x, lowest 0.993x, highest 1.55x (1 x 8192 x 28672 tn).
-# At 64 rows the split cost more than it won (64 x 4096 x 4096 tn: 28.4 µs against 21.0).
+# benchmarks/results/h100/skinny_grid.jsonl.gz) over side 8-32, rounds 1.5-4 and 4-16 steps. At 64
+# rows the split cost more than it won.
 THIN_SIDE = 16
 THIN_ROUNDS = 2
 THIN_SPLIT_STEPS = 12
 # K from which a skinny product of 17-64 rows takes tiles as thick as its thin side (the other
 # operand read once) with K split by k_splits, where those runs fill half the SMs or more: 16-row
-# tiles would read the other operand over again. bf16 whole calls on an H200 against 16-row tiles
-# (h200-2026-11-26-s21/skinny_try.jsonl, a grid of M 32 / 64 against N x K of transformer weights,
-# and thick_fit.jsonl, deep-K products; none of the wide sweep's held-out half): 64 x 3072 x 12288
-# 27 µs against 46, 64 x 1536 x 16384 19 against 49, 3072 x 48 x 12288 28 against 40; below this K
-# a split call's fixed cost loses (64 x 3072 x 2048: 26 µs against 19), and runs that fill fewer
-# SMs lose to the 16-row tiles' (47 x 105 x 21839: 23 µs against 17).
+# tiles would read the other operand over again. Fitted on bf16 whole calls on an H200 against
+# 16-row tiles (a grid of M 32 / 64 against N x K of transformer weights, and deep-K products): below
+# this K a split call's fixed cost loses, and runs that fill fewer SMs lose to the 16-row tiles'.
 THICK_FROM_K = 8192
-# ... and from half that K for 33-64 rows, whose 16-row tiles read the other operand 3-4 times over:
-# M = 64 and K = 4608 / 6144 against 16-row tiles, bf16 whole calls on an H200, N 3328-4160 (runs
-# filling 79-98% of the SMs; none of the wide sweep's problems): 14.0-19.0 µs against 18.8-34.7, the
-# 16 problems 1.2-2.1x; at K = 3072 0.87-1.12x (h200-2026-11-26-s22/near_fill.jsonl). At 32 rows and
-# K = 4608 the 16-row tiles, read twice, were as fast (0.92-1.10x)
+# ... and from half that K for 33-64 rows, whose 16-row tiles read the other operand 3-4 times over
+# (bf16 whole calls on an H200, M = 64, K = 4608 / 6144: 1.2-2.1x the 16-row tiles; at 32 rows the
+# 16-row tiles, read twice, were as fast)
 THICK_ROWS_FROM = 33
 
 
@@ -76,9 +68,8 @@ def thin_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int
     """Into how many runs of K steps to split the tiles of a skinny product (M or N <= THIN_SIDE)
     whose thin operand is not read K-major (A^T of a few columns, or a vector whose strides are
     both 1): one run a tile, such products read the other operand at 1.2-2.1 TB/s against 2.2-3.0
-    for a K-major one (h100-2026-11-24-s16/skinny_grid_*.jsonl, measured before the pointer program
-    knew its sizes' alignment), so more runs are kept in flight: THIN_ROUNDS rounds of SMs, in runs
-    of THIN_SPLIT_STEPS K steps or more."""
+    for a K-major one, so more runs are kept in flight: THIN_ROUNDS rounds of SMs, in runs of
+    THIN_SPLIT_STEPS K steps or more."""
     tiles = -(-m // block_m) * -(-n // block_n)
     steps = -(-k // block_k)
     return max(1, min(-(-THIN_ROUNDS * support.multiprocessors() // max(1, tiles)), steps // THIN_SPLIT_STEPS))
@@ -102,9 +93,8 @@ TILE_CHOICES = ((128, 256, 8, 1.0, 7.3), (128, 128, 4, 1.15, 4.6), (64, 128, 4, 
 MACS_PER_US = 3.15e6
 # How much faster a smaller tile must be predicted to be taken: the model's median error is 11%
 # (fit), and larger tiles read each operand fewer times, which counts most where TMA reads rows
-# that are not 128-byte aligned. Measured, whole calls, bf16 (h100-2026-11-24-s15/
-# tile_margin.jsonl): 3000³ 146 µs in 128 x 256 tiles against 179 in the 128 x 128 ones the model
-# predicted 2.5% faster; 0.99-1.09x the model's first pick on the 5 held-out problems the margin moved.
+# that are not 128-byte aligned (bf16 3000³, whole calls: 146 µs in 128 x 256 tiles against 179 in
+# the 128 x 128 ones the model predicted 2.5% faster).
 TILE_MARGIN = 0.05
 # µs a byte of split K's float32 partials costs (written, then read by the run that ends the tile)
 HAND_OVER_US_PER_BYTE = 2.0e-6
@@ -134,12 +124,8 @@ def model_tiles(m: int, n: int, k: int) -> tuple:
 
 # Where the model's smallest tiles (64 x 128), K split by k_splits, leave this share of the SMs or
 # more idle, 64 x 64 tiles take their place if their runs are more: k_splits splits a tile half as
-# big into more runs (its hand-over is half as big). bf16 whole calls on an H200, products of
-# 1-15 tiles of 128 x 128 and K of 8877-40000 (h200-2026-11-26-s21/few_tiles_fit.jsonl: 4 of the
-# wide sweep's fit half and a grid, none of its held-out half): on the 6 it changes 1.00-1.32x the
-# former default (100 x 100 x 40000 27.3 µs against 29.9, 96 x 300 x 20000 19.2 against 25.3); of
-# the 5 it leaves, whose 64 x 128 runs fill 3/4 of the SMs or more, 3 ran 0.94-0.96x in 64 x 64
-# tiles and 2 1.12-1.23x (256 x 256 x 16384, 200 x 150 x 30000).
+# big into more runs (its hand-over is half as big). Fitted on bf16 whole calls on an H200,
+# products of 1-15 tiles of 128 x 128 and K of 8877-40000: 1.00-1.32x where it changes the tiles.
 IDLE_SHARE = 0.25
 
 
