@@ -1,0 +1,120 @@
+"""Rung 14, `tensorcore-complex`: complex64 and complex128 products as one real product on the
+real tensor-core rungs: complex64 on `tensorcore-f32` (3xTF32: float32 accuracy), complex128 on
+`tensorcore-f64` (the float64 DMMA program).
+
+A complex matrix stored interleaved (re, im, re, im, ...) is already a real matrix of twice the
+columns, so with A's rows read that way and B written once into a real matrix of twice its rows
+and columns,
+
+    [a_r a_i ...] @ [[ b_r  b_i ...]   = [c_r c_i ...]
+                     [-b_i  b_r ...]]
+
+row 2k of the real B holds B's row k as it is stored (b_r, b_i interleaved), row 2k+1 that of
+i B (-b_i, b_r), and the real product lands interleaved in C's own memory: C = A B with no copy
+of A (rows contiguous) or C. One real product of M x 2N x 2K, four real multiply-adds a complex
+one, as in CGEMM and ZGEMM, on units that run float32 at twice SGEMM's rate (3xTF32) and float64
+at DGEMM's (DMMA).
+
+Accuracy: each part of C is a real dot product of 2K terms, sum_k (a_r b_r - a_i b_i) and
+sum_k (a_r b_i + a_i b_r), whose magnitudes sum to at most sum_k |a_k| |b_k| (Cauchy-Schwarz):
+the real rung's bound over 2K terms, 2 (2K) u sum_k |a_k| |b_k| a part, which tilemm.accuracy
+checks for complex results. Gauss's three products are not taken: their imaginary part,
+(a_r + a_i)(b_r + b_i) - a_r b_r - a_i b_i, carries errors of the size of the full sums into a
+part that may be far smaller, which this bound would not hold for 3xTF32's 22 bits.
+
+Parameters: the tile parameters go to the real rung (None: its own choice); precision to
+`tensorcore-f32` for complex64.
+"""
+from __future__ import annotations
+
+from ...registry import Kernel, Param, Problem, Traffic, get, register
+from .. import _tensorcore_support as support
+from .r10_tensorcore import tile_params
+
+REAL = {"complex64": ("float32", "tensorcore-f32"), "complex128": ("float64", "tensorcore-f64")}
+TILES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
+
+
+def real_rung(dtype: str, params: dict):
+    """(the real rung, its resolved parameters, its dtype) for a complex dtype's product."""
+    real_dtype, name = REAL[dtype]
+    rung = get(name)
+    given = {key: params[key] for key in TILES if params.get(key) is not None}
+    if real_dtype == "float32":
+        given["precision"] = params.get("precision", "3xtf32")
+    return rung, rung.resolve(given), real_dtype
+
+
+def real_problem(p: Problem) -> Problem:
+    return Problem(p.m, 2 * p.n, 2 * p.k, REAL[p.dtype][0])
+
+
+def run(a, b, c, **params):
+    bind(a, b, c, **params)()
+
+
+def bind(a, b, c, **params):
+    """c = a @ b (complex torch tensors, one matrix each) as a launcher without arguments: A's rows
+    viewed as real ones (copied first where they are not contiguous), B written into the real
+    block matrix at each launch, the real rung's product into C's memory."""
+    import torch
+    m, k = a.shape
+    n = b.shape[1]
+    if k == 0:
+        return c.zero_
+    rung, real_params, real_dtype = real_rung(str(c.dtype).removeprefix("torch."), params)
+    real = getattr(torch, real_dtype)
+    rows_a = a.stride(1) == 1 and not a.is_conj()
+    a_real = torch.view_as_real(a).view(m, 2 * k) if rows_a else torch.empty((m, 2 * k), dtype=real, device=a.device)
+    b_real = torch.empty((k, 2, n, 2), dtype=real, device=b.device)
+    rows_c = c.stride(1) == 1
+    c_real = torch.view_as_real(c).view(m, 2 * n) if rows_c else torch.empty((m, 2 * n), dtype=real, device=c.device)
+    bound = rung.bind(a_real, b_real.view(2 * k, 2 * n), c_real, **real_params) if rung.bind else None
+
+    def launch():
+        if not rows_a:
+            a_real.view(m, k, 2).copy_(torch.view_as_real(a.resolve_conj()))
+        pairs = torch.view_as_real(b.resolve_conj())     # (k, n, 2): b_r, b_i
+        b_real[:, 0].copy_(pairs)
+        torch.neg(pairs[..., 1], out=b_real[:, 1, :, 0])
+        b_real[:, 1, :, 1].copy_(pairs[..., 0])
+        if bound:
+            bound()
+        else:
+            rung.run(a_real, b_real.view(2 * k, 2 * n), c_real, **real_params)
+        if not rows_c:
+            c.copy_(torch.view_as_complex(c_real.view(m, n, 2)))
+    return launch
+
+
+def traffic(p, **params):
+    """The real product's traffic in complex elements (half as many as its real ones), with B's
+    real block matrix written (2 K N complex elements) after B is read."""
+    rung, real_params, _ = real_rung(p.dtype, params)
+    t = rung.traffic(real_problem(p), **real_params)
+    return Traffic(read=t.read / 2 + p.k * p.n, written=t.written / 2 + 2 * p.k * p.n)
+
+
+def limits(p, **params):
+    rung, real_params, _ = real_rung(p.dtype, params)
+    reason = rung.limits(real_problem(p), **real_params)
+    return f"its real product ({rung.name}, {p.m} x {2 * p.n} x {2 * p.k}): {reason}" if reason else None
+
+
+def compute_unit(p, **params):
+    """The real rung's unit, four real products a complex one."""
+    rung, real_params, _ = real_rung(p.dtype, params)
+    unit, work = rung.unit(real_problem(p), real_params)
+    return unit, 4 * work
+
+
+register(Kernel(
+    name="tensorcore-complex", rung=14, device="cuda", backend="triton", dtypes=("complex64", "complex128"),
+    seed="beyond", summary="complex64 / complex128 as one real product on tensorcore-f32 (3xTF32) / tensorcore-f64 "
+                           "(DMMA): interleaved A times B's real block matrix, into C's memory",
+    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available, compute_unit=compute_unit,
+    params=tile_params(None, None, None, num_warps=None, num_stages=None, chosen_by="the real rung") + (
+        Param("precision", "3xtf32", ("3xtf32", "tf32"),
+              "complex64: tensorcore-f32's precision for the real product (3xtf32: float32 accuracy; tf32: "
+              "TF32's)"),),
+))
