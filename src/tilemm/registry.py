@@ -104,8 +104,8 @@ class Kernel:
 
     def unit(self, problem: Problem, params: dict) -> tuple[str, int]:
         """(the datasheet peak its products run on, products there per product of the problem):
-        the dtype's own unit (int64 on int32's, complex on its parts' four times), or the rung's compute_unit (TF32 or int8 tensor
-        cores emulating float32 or wider integers)."""
+        the dtype's own unit (int64 on int32's, a complex one on its parts', four times), or the
+        rung's compute_unit (TF32 or int8 tensor cores emulating float32 or wider integers)."""
         if self.compute_unit:
             return self.compute_unit(problem, **params)
         return DTYPE_UNITS.get(problem.dtype, (problem.dtype, 1))
