@@ -309,12 +309,12 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     result = result_dtype(da.dtype, db.dtype)
     if out_dtype is not None:         # before the shapes, as NumPy resolves dtype= first
         result = _checked_out_dtype(out_dtype, result)
-    exact = None
-    if da.kind in ("numpy", "cupy"):  # the dtype object NumPy returns, not merely one equal to it
-        exact = contract.result_type(a.dtype, b.dtype, None if out_dtype is None else (out_dtype, result))
         if result == "bfloat16" and da.kind != "torch":
             raise TypeError(f"matmul: out_dtype=bfloat16 needs torch tensors: {da.kind} has no bfloat16 "
                             "to return the result in")
+    exact = None
+    if da.kind in ("numpy", "cupy"):  # the dtype object NumPy returns, not merely one equal to it
+        exact = contract.result_type(a.dtype, b.dtype, None if out_dtype is None else (out_dtype, result))
     for i, d in enumerate((da, db)):
         if len(d.shape) == 0:
             raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "

@@ -35,9 +35,15 @@ REAL = {"complex64": ("float32", "tensorcore-f32"), "complex128": ("float64", "t
 TILES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 
 
+def real_of(dtype: str) -> tuple[str, str]:
+    """(real dtype, real rung) of a complex dtype; a model asked about a real dtype (the ladder's
+    tables ask every rung about float32) gets its parts' own: float64's, else float32's."""
+    return REAL.get(dtype) or REAL["complex128" if dtype == "float64" else "complex64"]
+
+
 def real_rung(dtype: str, params: dict):
     """(the real rung, its resolved parameters, its dtype) for a complex dtype's product."""
-    real_dtype, name = REAL[dtype]
+    real_dtype, name = real_of(dtype)
     rung = get(name)
     given = {key: params[key] for key in TILES if params.get(key) is not None}
     if real_dtype == "float32":
@@ -46,7 +52,7 @@ def real_rung(dtype: str, params: dict):
 
 
 def real_problem(p: Problem) -> Problem:
-    return Problem(p.m, 2 * p.n, 2 * p.k, REAL[p.dtype][0])
+    return Problem(p.m, 2 * p.n, 2 * p.k, real_of(p.dtype)[0])
 
 
 def run(a, b, c, **params):
