@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _compat, arrays, choice, contract, registry, streams
-from .dtypes import (FLOATS, HOST_ONLY, INTS, SUPPORTED, check_supported, dtype_name, int_width, is_exact, is_integer,
-                     result_dtype)
+from .dtypes import (FLOATS, HOST_ONLY, INTS, SUPPORTED, check_supported, dtype_name, int_width, is_complex, is_exact,
+                     is_integer, result_dtype)
 from .registry import Problem
 
 _SIGNATURE = contract.SIGNATURE
@@ -443,9 +443,14 @@ def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: 
     tilemm.choice lists for this shape class (lds: the operands' leading dimensions) on this GPU,
     else the highest rung of the ladder that can run this problem here at its default parameters
     (NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
-    matrices of STACK_PER_MATRIX_FROM multiply-adds and more."""
+    matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Complex results: the table of
+    tensorcore-complex (r14_complex.MEASURED_WINNERS), else the library."""
     if device != "cpu":
-        preferred = choice.preferred(result, m, n, k, operands, lds)
+        if is_complex(result):        # the complex rung's own table (the library where it has not measured faster)
+            from .ladder.tensorcore import r14_complex
+            preferred = r14_complex.preferred(result, m, n, k, lds)
+        else:
+            preferred = choice.preferred(result, m, n, k, operands, lds)
         if stacked and m * n * k < STACK_PER_MATRIX_FROM:
             preferred = "cublas"
         kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))

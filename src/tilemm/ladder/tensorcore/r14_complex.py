@@ -35,6 +35,23 @@ REAL = {"complex64": ("float32", "tensorcore-f32"), "complex128": ("float64", "t
 TILES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 
 
+# (compute capability, dtype) -> {shape class (tilemm.choice.shape_class): "tensorcore-complex"}: where the
+# default leaves the library (CGEMM / ZGEMM) for this rung. Empty until measured: a class is listed when
+# the rung beat the library on benchmarks/complex_vs_library.py's fit half (whole calls, interleaved,
+# every answer checked), as tilemm.choice lists the real rungs' classes.
+MEASURED_WINNERS: dict = {}
+
+
+def preferred(dtype: str, m: int, n: int, k: int, lds: tuple | None = None) -> str | None:
+    """The rung the default takes for a complex product on this machine's GPU, or None (the library)."""
+    if not MEASURED_WINNERS:
+        return None
+    from ... import choice, machine
+    gpu = machine.gpu()
+    table = MEASURED_WINNERS.get((tuple(gpu.compute_capability) if gpu else None, dtype))
+    return table.get(choice.shape_class(m, n, k, lds)) if table else None
+
+
 def real_of(dtype: str) -> tuple[str, str]:
     """(real dtype, real rung) of a complex dtype; a model asked about a real dtype (the ladder's
     tables ask every rung about float32) gets its parts' own: float64's, else float32's."""
