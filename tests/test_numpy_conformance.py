@@ -512,3 +512,19 @@ def test_gpu_cupy_result_dtype_objects():
         for _ in range(2):
             got = tilemm.matmul(x, x)
             assert got.dtype.char == np.matmul(np.ones((3, 3), char), np.ones((3, 3), char)).dtype.char
+
+
+def test_the_complex_default_is_the_library_until_a_class_is_measured(monkeypatch):
+    """r14_complex.MEASURED_WINNERS names the shape classes where the rung beat the library; empty,
+    every complex product stays with the library."""
+    from tilemm import choice, machine
+    from tilemm.ladder.tensorcore import r14_complex
+    hopper = machine.H100
+    monkeypatch.setattr(machine, "gpu", lambda: hopper)
+    assert r14_complex.preferred("complex64", 8192, 8192, 8192) is None
+    big = choice.shape_class(8192, 8192, 8192)
+    monkeypatch.setattr(r14_complex, "MEASURED_WINNERS", {(tuple(hopper.compute_capability), "complex64"):
+                                                          {big: "tensorcore-complex"}})
+    assert r14_complex.preferred("complex64", 8192, 8192, 8192) == "tensorcore-complex"
+    assert r14_complex.preferred("complex128", 8192, 8192, 8192) is None
+    assert r14_complex.preferred("complex64", 64, 64, 64) is None
