@@ -329,8 +329,7 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     core = ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
     shape = batch + core
     if out is not None:               # NumPy's rules for out, before any kernel is looked at
-        do = arrays.describe(out, "out")
-        contract.check_out(out, do.kind, do.device, do.dtype, da.kind, da.device, batch, core, result)
+        contract.check_out(out, arrays.describe(out, "out"), da, batch, core, result)
 
     if kernel == "auto":
         if params:

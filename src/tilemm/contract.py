@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import Operand
+
 SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
 
 
@@ -67,17 +69,17 @@ def castable(result: str, to: str) -> bool:
     return bool(np.can_cast(np.dtype(numpy_name(result)), np.dtype(numpy_name(to)), casting="same_kind"))
 
 
-def check_out(out, out_kind: str, out_device: str, out_dtype: str, operand_kind: str, operand_device: str,
-              batch: tuple, core: tuple, result: str) -> None:
-    """Refuse an ``out`` that numpy.matmul would refuse, before any work: of another kind or device
-    (TypeError), a dtype the result can't be cast to (OutputCastingError), read-only, or a shape
-    other than the result's core dimensions after loop dimensions the stack broadcasts to (ValueError)."""
-    if (out_kind, out_device) != (operand_kind, operand_device):
-        raise TypeError(f"matmul: out is a {out_kind} array on {out_device}; the result is a "
-                        f"{operand_kind} array on {operand_device}")
-    if not castable(result, out_dtype):
+def check_out(out, given: Operand, operand: Operand, batch: tuple, core: tuple, result: str) -> None:
+    """Refuse an ``out`` (described as ``given``) that numpy.matmul would refuse, before any work:
+    of another kind or device than the operands (TypeError), of a dtype the result can't be cast to
+    (OutputCastingError), read-only, or of a shape other than the result's core dimensions after
+    loop dimensions that the stack ``batch`` broadcasts to (ValueError)."""
+    if (given.kind, given.device) != (operand.kind, operand.device):
+        raise TypeError(f"matmul: out is a {given.kind} array on {given.device}; the result is a "
+                        f"{operand.kind} array on {operand.device}")
+    if not castable(result, given.dtype):
         raise OutputCastingError(f"Cannot cast ufunc 'matmul' output from dtype('{result}') to "
-                                 f"dtype('{out_dtype}') with casting rule 'same_kind'")
+                                 f"dtype('{given.dtype}') with casting rule 'same_kind'")
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise ValueError("matmul: output array is read-only")
     shape = tuple(out.shape)
