@@ -9,7 +9,8 @@ round), CUDA events, the median:
 - `library`: tilemm.matmul(a, b, kernel="cublas"), the library rung (what the default's table is
   judged against, as tilemm.choice's tables are);
 - `default`: tilemm.matmul(a, b);
-- `tensorcore-complex`: tilemm.matmul(a, b, kernel="tensorcore-complex").
+- `tensorcore-complex`: tilemm.matmul(a, b, kernel="tensorcore-complex") (the block form's one real
+  product); for complex128 also `gauss`: products=3 (Gauss's three real products).
 Every answer is checked before it is timed: within tilemm.accuracy's complex bound, and its
 normwise error max|C - C128| / max|C128| against a complex128 product of the same operands
 recorded beside CGEMM's (the bar: the rung's no larger). Headline: complex64 8192³ (bar: the rung
@@ -50,10 +51,13 @@ def operand(rows: int, cols: int, how: str, dtype, generator):
 
 def variants(a, b) -> dict:
     """{label: whole call}."""
-    return {"cublas": lambda: torch.matmul(a, b),
-            "library": lambda: tilemm.matmul(a, b, kernel="cublas"),
-            "default": lambda: tilemm.matmul(a, b),
-            "tensorcore-complex": lambda: tilemm.matmul(a, b, kernel="tensorcore-complex")}
+    calls = {"cublas": lambda: torch.matmul(a, b),
+             "library": lambda: tilemm.matmul(a, b, kernel="cublas"),
+             "default": lambda: tilemm.matmul(a, b),
+             "tensorcore-complex": lambda: tilemm.matmul(a, b, kernel="tensorcore-complex")}
+    if a.dtype == torch.complex128:
+        calls["gauss"] = lambda: tilemm.matmul(a, b, kernel="tensorcore-complex", products=3)
+    return calls
 
 
 def checked(call, a, b, dtype: str, reference) -> dict:
@@ -117,6 +121,12 @@ def report_sweep(records: list[dict]) -> None:
     rung = [r for r in records if r["variant"] == "tensorcore-complex" and r.get("vs_library")]
     capability = tuple(machine.gpu().compute_capability) if machine.gpu() else None
     table = {}
+    gauss = [r for r in records if r["variant"] == "gauss" and r.get("vs_library")]
+    for split in ("fit", "held-out"):
+        mine = [r["vs_library"] for r in gauss if r["split"] == split]
+        if mine:
+            print(f"complex128 {split}: gauss (products=3) / library geomean {geomean(mine):.3f} (min {min(mine):.3f})",
+                  flush=True)
     for dtype in ("complex64", "complex128"):
         fit = [r for r in rung if r["dtype"] == dtype and r["split"] == "fit"]
         won = choice.winners(fit, rung="tensorcore-complex", against="vs_library")
@@ -165,12 +175,13 @@ def main():
                       f"{r['cublas_error']:.2e})", flush=True)
             torch.cuda.empty_cache()
     for dtype, m, n, k, layout in HEADLINE:
-        rung = next((r for r in records if r["split"] == "headline" and r["dtype"] == dtype
-                     and r["variant"] == "tensorcore-complex"), None)
-        if rung:
-            bar = 1.8 if dtype == "complex64" else 1.0
-            print(f"HEADLINE {dtype} {m}^3: tensorcore-complex {rung['vs_cublas']:.3f}x cuBLAS (bar {bar}x), error "
-                  f"{rung['error']:.2e} against cuBLAS's {rung['cublas_error']:.2e}", flush=True)
+        for variant in ("tensorcore-complex", "gauss"):
+            rung = next((r for r in records if r["split"] == "headline" and r["dtype"] == dtype
+                         and r["variant"] == variant), None)
+            if rung:
+                bar = 1.8 if dtype == "complex64" else 1.0
+                print(f"HEADLINE {dtype} {m}^3: {variant} {rung['vs_cublas']:.3f}x cuBLAS (bar {bar}x), error "
+                      f"{rung['error']:.2e} against cuBLAS's {rung['cublas_error']:.2e}", flush=True)
     if not args.no_sweep:
         report_sweep([r for r in records if r["split"] != "headline"])
 

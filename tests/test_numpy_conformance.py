@@ -445,17 +445,21 @@ def test_random_calls_across_every_dtype(kernel, dtypes, out_dtype, batches, vec
 # --- the GPU --------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", [None, "cublas", "tensorcore-complex"])
+@pytest.mark.parametrize("kernel,params", [(None, {}), ("cublas", {}), ("tensorcore-complex", {}),
+                                           ("tensorcore-complex", {"products": 3})])
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 @pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (257, 129, 511, "nn"), (1000, 999, 1001, "tn"),
-                                          (512, 384, 640, "nt"), (3, 5, 0, "nn"), (64, 1, 300, "nn")])
-def test_gpu_complex_within_its_bound(kernel, dtype, m, n, k, layout):
+                                          (512, 384, 640, "nt"), (3, 5, 0, "nn"), (64, 1, 300, "nn"),
+                                          (2048, 2048, 2048, "nn")])
+def test_gpu_complex_within_its_bound(kernel, params, dtype, m, n, k, layout):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(m + n + k)
     a = values(rng, (k, m), dtype).T if layout[0] == "t" else values(rng, (m, k), dtype)
     b = values(rng, (n, k), dtype).T if layout[1] == "t" else values(rng, (k, n), dtype)
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-    c = tilemm.plan(ta, tb, kernel=kernel).execute(poison=True)
+    if params and dtype == "complex64":
+        pytest.skip("products=3 is complex128's")
+    c = tilemm.plan(ta, tb, kernel=kernel, **params).execute(poison=True)
     assert c.dtype == getattr(torch, dtype) and c.is_cuda and c.shape == (m, n)
     verdict = compare_on_device(c, a, b, dtype)
     assert verdict.ok, verdict.message
@@ -528,3 +532,26 @@ def test_the_complex_default_is_the_library_until_a_class_is_measured(monkeypatc
     assert r14_complex.preferred("complex64", 8192, 8192, 8192) == "tensorcore-complex"
     assert r14_complex.preferred("complex128", 8192, 8192, 8192) is None
     assert r14_complex.preferred("complex64", 64, 64, 64) is None
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("m,n,k,layout", [(17, 9, 33, "nn"), (8, 20, 24, "tn"), (5, 7, 40, "nt"), (4, 3, 5, "nn")])
+def test_interpreter_gauss_products_within_the_complex_bound(m, n, k, layout):
+    """products=3 (complex128): Gauss's three real products, within the same bound (K = 5: the four)."""
+    rng = np.random.default_rng(m * n + k)
+    a = values(rng, (k, m), "complex128").T if layout[0] == "t" else values(rng, (m, k), "complex128")
+    b = values(rng, (n, k), "complex128").T if layout[1] == "t" else values(rng, (k, n), "complex128")
+    c = tilemm.plan(a, b, kernel="tensorcore-complex", products=3, **SMALL).execute(poison=True)
+    verdict = compare(c, a, b, "complex128")
+    assert c.dtype == np.complex128 and verdict.ok, verdict.message
+    with pytest.raises(tilemm.KernelUnavailable, match="products=3"):
+        tilemm.plan(a.astype(np.complex64), b.astype(np.complex64), kernel="tensorcore-complex", products=3)
+
+
+def test_complex_rung_models_count_its_real_products():
+    rung = tilemm.kernel("tensorcore-complex")
+    problem = tilemm.registry.Problem(4096, 4096, 4096, "complex128")
+    four, three = rung.resolve({}), rung.resolve({"products": 3})
+    assert rung.unit(problem, four)[1] == 4 and rung.unit(problem, three)[1] == 3
+    assert rung.unit(tilemm.registry.Problem(64, 64, 64, "complex64"), four) == ("tf32", 12)
+    assert rung.traffic(problem, **three).read < rung.traffic(problem, **four).read
