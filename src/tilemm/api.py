@@ -57,14 +57,14 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     """
     if out is not None:
         out = contract.single_out(out)
-    wrap = contract.subclass_wrap(a, b)
-    if wrap is not None:               # np.matrix and other ndarray subclasses: their data, then their wrap
-        value = matmul(contract.plain(a), contract.plain(b), out, kernel=kernel, out_dtype=out_dtype, stream=stream,
-                       **params)
-        return value if out is not None else wrap(value)
     key = _call_key(a, b, kernel, out, out_dtype, params)
     known = _PLANS.get(key) if key is not None else None
     if known is None:
+        wrap = contract.subclass_wrap(a, b)   # (ndarray subclasses have no key: never a known plan)
+        if wrap is not None:                  # np.matrix and other subclasses: their data, then their wrap
+            value = matmul(contract.plain(a), contract.plain(b), out, kernel=kernel, out_dtype=out_dtype,
+                           stream=stream, **params)
+            return value if out is not None else wrap(value)
         native_a, native_b = arrays.native_order(a), arrays.native_order(b)
         if native_a is not a or native_b is not b:     # a copy each call: no plan to replay on the originals
             key, a, b = None, native_a, native_b
@@ -149,7 +149,13 @@ def _key_functions(kind, x) -> tuple:
 _KEY_OF: dict = {}
 
 
+def _no_key(*operands):
+    raise TypeError("not cached")
+
+
 def _new_key_functions(x) -> tuple:
+    if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+        return _no_key, _no_key        # a subclass (np.matrix): its result goes through its own wrap, uncached
     if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
         return ((lambda x: (np.ndarray, x.dtype, x.dtype.char, x.shape, x.strides)),
                 (lambda a, b: (np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape,
