@@ -138,9 +138,9 @@ def test_unbroadcastable_stacks():
     bad(ValueError, "can't be broadcast", np.ones((2, 3, 4)), np.ones((3, 4, 5)))
 
 
-@pytest.mark.parametrize("dtype,word", [(bool, "booleans"), (complex, "complex"), (object, "Python objects")])
+@pytest.mark.parametrize("dtype,word", [(object, "Python objects"), ("U3", "dtype <U3"), ("M8[s]", "datetime64")])
 def test_unsupported_dtypes(dtype, word):
-    bad(TypeError, word, np.ones((2, 2), dtype), np.ones((2, 2)))
+    bad(TypeError, word, np.ones((2, 2)).astype(dtype), np.ones((2, 2)))
 
 
 def test_lists_are_refused_with_a_hint():
@@ -185,9 +185,11 @@ def test_bad_parameter_value():
     bad(ValueError, "block_m=3 is not allowed", np.ones((2, 2)), np.ones((2, 2)), kernel="cpu-tiled", block_m=3)
 
 
-@pytest.mark.parametrize("out,match", [(np.empty((3, 3)), "shape"), (np.empty((2, 2), np.float32), "dtype"),
+@pytest.mark.parametrize("out,match", [(np.empty((3, 3)), "mismatch in its core dimension"),
+                                       (np.empty((2, 2), np.int32), "Cannot cast ufunc 'matmul' output"),
                                        (torch.empty(2, 2, dtype=torch.float64), "torch")])
 def test_bad_out(out, match):
+    """(an out of a narrower float is cast into, as NumPy casts: tests/test_numpy_conformance.py)"""
     bad((ValueError, TypeError), match, np.ones((2, 3)), np.ones((3, 2)), out=out)
 
 

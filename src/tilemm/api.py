@@ -10,28 +10,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _compat, arrays, choice, registry, streams
-from .dtypes import SUPPORTED, check_supported, dtype_name, is_integer, result_dtype
+from . import _compat, arrays, choice, contract, registry, streams
+from .dtypes import (FLOATS, HOST_ONLY, INTS, SUPPORTED, check_supported, dtype_name, int_width, is_complex, is_exact,
+                     is_integer, result_dtype)
 from .registry import Problem
 
-_SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
+_SIGNATURE = contract.SIGNATURE
 
 
 class KernelUnavailable(ValueError):
     """The chosen kernel can't run this problem on this machine; the message says why."""
 
 
-def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params):
+def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stream=None, **params):
     """``a @ b`` as numpy.matmul computes it, with the kernel of your choice.
 
     a, b: NumPy arrays, PyTorch tensors or CuPy arrays (both of one kind, on one device),
         1-D, 2-D or stacks of matrices, any strides. The result is the same kind of array
         on the same device, with numpy.matmul's shape and dtype (torch's for bfloat16); for
         1-D @ 1-D a 0-d tensor or CuPy array, and for NumPy operands a NumPy scalar, as NumPy gives.
+        NumPy's dtypes: integers, bool (the OR of ANDs), float16/32/64, complex64/128 on every
+        device; longdouble and clongdouble on the host (the numpy rung). For NumPy operands the
+        result's dtype object is np.result_type's, char and scalar type included. An ndarray
+        subclass (np.matrix) comes back through its __array_wrap__, as from numpy.matmul.
     kernel: a name from ``tilemm.kernels()``; None picks the default for the inputs' device;
         "auto" the fastest of the fast rungs for this problem, timed on the first call and then
         read from the tuning cache (``tilemm.auto``).
-    out: optional array to write the result into (its shape, dtype, kind and device must match).
+    out: an array to write the result into, by keyword or third by position (or a tuple of one),
+        as numpy.matmul takes it: computed in the result's dtype and cast into out where
+        casting="same_kind" allows (else contract.OutputCastingError, a TypeError); the result's
+        shape, or leading dimensions the stack broadcasts to (a (1, 1) out for 1-D @ 1-D). The same
+        rules for torch and CuPy outs, of the operands' kind and device (torch.matmul's own would
+        resize out and refuse another dtype: tilemm.contract).
     out_dtype: compute in and return this dtype, as ``numpy.matmul(a, b, dtype=...)`` does: int8
         inputs with ``out_dtype="int32"`` give the exact int32 sums instead of int8's wrapped ones.
         It must be a cast NumPy allows ("same_kind": int8 -> int32, float32 -> float64, not float -> int).
@@ -45,9 +55,16 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
     ``tilemm.accuracy``. No autograd graph is recorded: a tensor that requires grad is refused
     while grad mode is on. Errors are raised before any kernel runs.
     """
+    if out is not None:
+        out = contract.single_out(out)
     key = _call_key(a, b, kernel, out, out_dtype, params)
     known = _PLANS.get(key) if key is not None else None
     if known is None:
+        wrap = contract.subclass_wrap(a, b)   # (ndarray subclasses have no key: never a known plan)
+        if wrap is not None:                  # np.matrix and other subclasses: their data, then their wrap
+            value = matmul(contract.plain(a), contract.plain(b), out, kernel=kernel, out_dtype=out_dtype,
+                           stream=stream, **params)
+            return value if out is not None else wrap(value)
         native_a, native_b = arrays.native_order(a), arrays.native_order(b)
         if native_a is not a or native_b is not b:     # a copy each call: no plan to replay on the originals
             key, a, b = None, native_a, native_b
@@ -105,9 +122,11 @@ def _call_key(a, b, kernel, out, out_dtype, params):
     unhashable parameter, an array kind plan() will refuse)."""
     try:
         if out is None and not params and type(a) is type(b):     # the usual call, in the fewest steps
-            return (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b), kernel, out_dtype
-        return (_operand_key(a), _operand_key(b), kernel, None if out is None else _operand_key(out), out_dtype,
-                tuple(sorted(params.items())) if params else ())
+            return ((_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b), kernel,
+                    out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
+        return (_operand_key(a), _operand_key(b), kernel,
+                None if out is None else (_operand_key(out), getattr(getattr(out, "flags", None), "writeable", True)),
+                contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
     except (TypeError, AttributeError):
         return None
 
@@ -130,10 +149,17 @@ def _key_functions(kind, x) -> tuple:
 _KEY_OF: dict = {}
 
 
+def _no_key(*operands):
+    raise TypeError("not cached")
+
+
 def _new_key_functions(x) -> tuple:
-    if isinstance(x, np.ndarray):
-        return ((lambda x: (np.ndarray, x.dtype, x.shape, x.strides)),
-                (lambda a, b: (np.ndarray, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides)))
+    if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+        return _no_key, _no_key        # a subclass (np.matrix): its result goes through its own wrap, uncached
+    if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
+        return ((lambda x: (np.ndarray, x.dtype, x.dtype.char, x.shape, x.strides)),
+                (lambda a, b: (np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape,
+                               b.strides)))
     torch = arrays._torch()
     if torch is not None and isinstance(x, torch.Tensor):
         # a tensor that would record a gradient is refused by plan(): its key never meets a plain one's
@@ -143,9 +169,9 @@ def _new_key_functions(x) -> tuple:
                                b.device, (a.requires_grad or b.requires_grad) and torch.is_grad_enabled())))
     cupy = arrays._cupy()
     if cupy is not None and isinstance(x, cupy.ndarray):
-        return ((lambda x: (cupy.ndarray, x.dtype, x.shape, x.strides, x.device.id)),
-                (lambda a, b: (cupy.ndarray, a.dtype, a.shape, a.strides, a.device.id, b.dtype, b.shape, b.strides,
-                               b.device.id)))
+        return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),
+                (lambda a, b: (cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype,
+                               b.dtype.char, b.shape, b.strides, b.device.id)))
     raise TypeError("not an array tilemm takes")
 
 
@@ -179,17 +205,24 @@ class Plan:
                                  # a repeated call with no out or stream replays (ladder/replay.py, simt/direct.py)
     out_of_core: bool = False    # a GPU rung on host matrices past the GPU's free memory: tilemm.outofcore
                                  # multiplies them a panel at a time (the library's products)
+    exact: object = None         # NumPy and CuPy operands: the result's np.dtype as np.result_type gives it
+                                 # (its char: 'q', not 'l', for longlong operands); None: the name `result`
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
         with NaN (or 0xA5 bytes) first, so an entry the kernel never writes can't pass a check."""
         if self.out_of_core:
             from . import outofcore
-            return outofcore.matmul(self.a, self.b, out=self.out)
+            whole = self.out is not None and tuple(self.out.shape) == self.shape and \
+                dtype_name(self.out.dtype) == self.result
+            if self.out is None or whole:
+                return outofcore.matmul(self.a, self.b, out=self.out)
+            arrays.assign(self.out, outofcore.matmul(self.a, self.b))     # cast or repeated into out
+            return self.out
         with self._on_stream():
             launch, result = self._prepare(poison, False)
             launch()
-            value = arrays.convert(result().reshape(self.shape), self.operand, self.result)
+            value = arrays.convert(result().reshape(self.shape), self.operand, self.exact or self.result)
             if self.out is None:
                 return value[()] if self.operand.kind == "numpy" and not self.shape else value  # NumPy's scalar
             arrays.assign(self.out, value)
@@ -255,13 +288,16 @@ class Plan:
         in a wider dtype (float16 in float32) must see those values (float64 operands with
         out_dtype="float16": their float16 roundings; int32 ones: inf past 65504). An integer
         result wraps the same either way, and a rung computing the result's own dtype casts."""
-        if self.result == self.problem.dtype or is_integer(self.result) or dtype_name(x.dtype) == self.result:
+        if self.result == self.problem.dtype or is_exact(self.result) or dtype_name(x.dtype) == self.result:
             return x
         return arrays.convert(x, self.operand, self.result)
 
 
 def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params) -> Plan:
     """Check everything about ``matmul(a, b, ...)`` and return what would run."""
+    if contract.subclass_wrap(a, b) is not None:     # an ndarray subclass's wrap is matmul()'s: its data here
+        a, b = contract.plain(a), contract.plain(b)
+    out = contract.single_out(out)
     a, b = arrays.native_order(a), arrays.native_order(b)
     da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
     if stream is not None:
@@ -282,6 +318,9 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
         if result == "bfloat16" and da.kind != "torch":
             raise TypeError(f"matmul: out_dtype=bfloat16 needs torch tensors: {da.kind} has no bfloat16 "
                             "to return the result in")
+    exact = None
+    if da.kind in ("numpy", "cupy"):  # the dtype object NumPy returns, not merely one equal to it
+        exact = contract.result_type(a.dtype, b.dtype, None if out_dtype is None else (out_dtype, result))
     for i, d in enumerate((da, db)):
         if len(d.shape) == 0:
             raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "
@@ -293,7 +332,10 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
                          f"signature {_SIGNATURE} (size {k2} is different from {k}); "
                          f"shapes {da.shape} and {db.shape}")
     batch = _broadcast_batch(da.shape[:-2], db.shape[:-2], da.shape, db.shape)
-    shape = batch + ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
+    core = ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
+    shape = batch + core
+    if out is not None:               # NumPy's rules for out, before any kernel is looked at
+        contract.check_out(out, arrays.describe(out, "out"), da, batch, core, result)
 
     if kernel == "auto":
         if params:
@@ -310,25 +352,30 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:
-        raise TypeError(f"matmul: kernel {chosen.name!r} does not compute {result} "
+        host_only = " (longdouble: NumPy's own, on the host)" if result in HOST_ONLY else ""
+        raise TypeError(f"matmul: kernel {chosen.name!r} does not compute {result}{host_only} "
                         f"(it computes {', '.join(chosen.dtypes)}); try kernel='numpy'")
+    if result == "bool" and k >= 2**31 and int_width(compute) < 64:   # the count of true pairs must fit
+        compute = chosen.compute_dtype("int64")
+        if compute is None:
+            raise KernelUnavailable(f"matmul: kernel {chosen.name!r} counts bool products in "
+                                    f"{chosen.compute_dtype('bool')}, which K = {k} could pass; try kernel='numpy'")
     problem = Problem(m, n, k, compute)
     reason = chosen.why_not(problem, resolved)
     if reason:
         raise KernelUnavailable(f"matmul: kernel {chosen.name!r} can't run this problem: {reason}")
-    if out is not None:
-        _check_out(out, da, shape, result)
     queue = streams.caller_stream(da.kind, da.device, stream) if chosen.device == "cuda" else streams.LEGACY_DEFAULT
     out_of_core = (chosen.device == "cuda" and da.device == "cpu" and not batch and len(da.shape) == len(db.shape) == 2
-                   and out_dtype is None and stream is None and _past_device_memory(problem))
-    direct = chosen.name == "numpy" and da.kind == db.kind == "numpy" and da.dtype == db.dtype == result == compute
+                   and out_dtype is None and stream is None and result in FLOATS + INTS and _past_device_memory(problem))
+    direct = (chosen.name == "numpy" and da.kind == db.kind == "numpy" and da.dtype == db.dtype == result == compute
+              and (out_dtype is None or exact.char == np.result_type(a.dtype, b.dtype).char))
     fast = None
-    if (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and not is_integer(result)
+    if (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and not is_exact(result)
             and len(da.shape) >= 2 and len(db.shape) >= 2 and da.dtype == db.dtype == result == compute):
         from .ladder.library import torch_product
         fast = torch_product(result)
     return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast,
-                out_of_core=out_of_core)
+                out_of_core=out_of_core, exact=exact)
 
 
 def _check_no_gradient(a, b) -> None:
@@ -362,11 +409,7 @@ def _checked_out_dtype(out_dtype, result: str) -> str:
         except TypeError:
             pass
     check_supported(name, "out_dtype")
-    if "bfloat16" in (name, result):            # NumPy has no bfloat16: floats cast to floats
-        allowed = not is_integer(name)
-    else:
-        allowed = bool(np.can_cast(result, name, casting="same_kind"))
-    if not allowed:
+    if not contract.castable(result, name):     # (torch's bfloat16 as a float of NumPy's)
         raise TypeError(f"matmul: out_dtype={name} would cast the {result} operands to {name}, which "
                         "numpy.matmul refuses (casting='same_kind'); cast the operands yourself")
     return name
@@ -378,16 +421,6 @@ def _broadcast_batch(sa, sb, full_a, full_b) -> tuple:
     except ValueError:
         raise ValueError(f"matmul: the stacks of matrices can't be broadcast together: "
                          f"shapes {full_a} and {full_b} (batch dimensions {sa} and {sb})") from None
-
-
-def _check_out(out, da, shape, result) -> None:
-    do = arrays.describe(out, "out")
-    if (do.kind, do.device) != (da.kind, da.device):
-        raise TypeError(f"matmul: out is a {do.kind} array on {do.device}; the result is a "
-                        f"{da.kind} array on {da.device}")
-    if tuple(do.shape) != tuple(shape) or do.dtype != result:
-        raise ValueError(f"matmul: out has shape {tuple(do.shape)} and dtype {do.dtype}; "
-                         f"the result has shape {tuple(shape)} and dtype {result}")
 
 
 # NumPy multiplies integers with a plain loop: 0.16-1.4 G multiply-adds a second on the 2-core host
@@ -415,9 +448,14 @@ def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: 
     tilemm.choice lists for this shape class (lds: the operands' leading dimensions) on this GPU,
     else the highest rung of the ladder that can run this problem here at its default parameters
     (NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
-    matrices of STACK_PER_MATRIX_FROM multiply-adds and more."""
+    matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Complex results: the table of
+    tensorcore-complex (r14_complex.MEASURED_WINNERS), else the library."""
     if device != "cpu":
-        preferred = choice.preferred(result, m, n, k, operands, lds)
+        if is_complex(result):        # the complex rung's own table (the library where it has not measured faster)
+            from .ladder.tensorcore import r14_complex
+            preferred = r14_complex.preferred(result, m, n, k, lds)
+        else:
+            preferred = choice.preferred(result, m, n, k, operands, lds)
         if stacked and m * n * k < STACK_PER_MATRIX_FROM:
             preferred = "cublas"
         kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))

@@ -76,14 +76,15 @@ def to_host(x, dtype: str) -> np.ndarray:
     return x.astype(np.float32 if dtype == "bfloat16" else dtype, copy=False)
 
 
-def from_host(c: np.ndarray, like: Operand, dtype: str):
-    """c (host, any dtype) converted to ``dtype`` in the kind and on the device of ``like``."""
+def from_host(c: np.ndarray, like: Operand, dtype):
+    """c (host, any dtype) converted to ``dtype`` (a name, or for NumPy and CuPy the exact np.dtype)
+    in the kind and on the device of ``like``."""
     if like.kind == "numpy":
-        return c.astype(dtype, copy=False)
+        return exactly(c.astype(dtype, copy=False), dtype)
     if like.kind == "cupy":
         cupy = _cupy()
         with cupy.cuda.Device(int(like.device.split(":")[1])):
-            return cupy.asarray(c.astype(dtype, copy=False))
+            return cupy.asarray(exactly(c.astype(dtype, copy=False), dtype))
     torch = _torch()
     # np.asarray keeps a 0-d result (1-D @ 1-D) 0-d, where np.ascontiguousarray makes it shape (1,)
     if dtype == "bfloat16":
@@ -93,7 +94,15 @@ def from_host(c: np.ndarray, like: Operand, dtype: str):
     return t.to(like.device)
 
 
-def convert(c, like: Operand, dtype: str):
+def exactly(x, dtype):
+    """x (NumPy or CuPy) as the very dtype object asked for: astype keeps an equal dtype of another
+    char ('l' for 'q'), which a view changes without a copy."""
+    if isinstance(dtype, np.dtype) and x.dtype.char != dtype.char:
+        return x.view(dtype)
+    return x
+
+
+def convert(c, like: Operand, dtype):
     """The result in ``dtype``, in the kind and on the device of ``like``: a host array is
     moved there, a device array is cast in place (integers wrap, floats round)."""
     if isinstance(c, np.ndarray):
@@ -114,8 +123,7 @@ def device_cast(x, dtype: str, copy: bool):
     if torch is not None and isinstance(x, torch.Tensor):
         y = x.to(getattr(torch, dtype))
         return y.clone() if copy and y is x else y
-    y = x.astype(dtype, copy=copy)
-    return y
+    return exactly(x.astype(dtype, copy=copy), dtype)
 
 
 def matrices(batch: tuple, a, b):
@@ -136,8 +144,8 @@ def poison(c):
     a kernel never writes can't pass a check. Returns c."""
     torch = _torch()
     if torch is not None and isinstance(c, torch.Tensor):
-        c.fill_(float("nan")) if c.is_floating_point() else c.view(torch.uint8).fill_(0xA5)
-    elif np.dtype(c.dtype).kind == "f":
+        c.fill_(float("nan")) if c.is_floating_point() or c.is_complex() else c.view(torch.uint8).fill_(0xA5)
+    elif np.dtype(c.dtype).kind in "fc":
         c.fill(np.nan)
     else:
         c.view(np.uint8).fill(0xA5)
@@ -167,7 +175,8 @@ def synchronize(x) -> None:
 
 
 def assign(out, value) -> None:
-    """out[...] = value for any of the three kinds (value of the same kind)."""
+    """out[...] = value for any of the three kinds (value of the same kind), value cast to out's
+    dtype and repeated along out's leading dimensions where it has fewer (NumPy's broadcasting)."""
     if hasattr(out, "copy_"):
         out.copy_(value)
     else:

@@ -104,11 +104,11 @@ class Kernel:
 
     def unit(self, problem: Problem, params: dict) -> tuple[str, int]:
         """(the datasheet peak its products run on, products there per product of the problem):
-        the dtype's own unit (int64 on int32's), or the rung's compute_unit (TF32 or int8 tensor
-        cores emulating float32 or wider integers)."""
+        the dtype's own unit (int64 on int32's, a complex one on its parts', four times), or the
+        rung's compute_unit (TF32 or int8 tensor cores emulating float32 or wider integers)."""
         if self.compute_unit:
             return self.compute_unit(problem, **params)
-        return {"int64": "int32"}.get(problem.dtype, problem.dtype), 1
+        return DTYPE_UNITS.get(problem.dtype, (problem.dtype, 1))
 
     def compute_dtype(self, result: str) -> str | None:
         return compute_dtype(result, self.dtypes)
@@ -120,6 +120,10 @@ class Kernel:
             return reason
         return self.limits(problem, **params)
 
+
+# dtype -> (the datasheet peak its products run on, products there per product): a complex
+# multiply-add is four real ones (CGEMM and ZGEMM run on float32's and float64's units)
+DTYPE_UNITS = {"int64": ("int32", 1), "complex64": ("float32", 4), "complex128": ("float64", 4)}
 
 _LADDER: dict[str, Kernel] = {}
 

@@ -1,9 +1,11 @@
 """The anchor `cublas` (listed last): the library a GPU user would call instead, the bar to beat.
 
 float32 and float64 go to cuBLAS through CuPy (or torch where CuPy is missing), with TF32 off so
-float32 is true SGEMM; float16 and bfloat16 to cuBLAS through torch (CuPy has no bfloat16), with
+float32 is true SGEMM, and so do complex64 and complex128 (CGEMM and ZGEMM, TF32 off for complex64
+as well); float16 and bfloat16 to cuBLAS through torch (CuPy has no bfloat16), with
 float32 sums throughout (no reduced-precision reductions, which torch allows by default for
-16-bit types); integers go to CuPy's own exact kernel (torch has no integer matmul on CUDA).
+16-bit types); integers go to CuPy's own exact kernel (torch has no integer matmul on CUDA), and bool results, counted
+there in int32 and compared with zero.
 Operands arrive as torch tensors where torch is installed (api._prepare_library).
 """
 import contextlib
@@ -49,7 +51,7 @@ EXACT_FLAGS = dict(allow_tf32=False, allow_fp16_reduced_precision_reduction=Fals
 
 
 # the one flag of EXACT_FLAGS that torch reads for a product of this dtype
-FLAG_OF = {"float32": "allow_tf32", "float16": "allow_fp16_reduced_precision_reduction",
+FLAG_OF = {"float32": "allow_tf32", "complex64": "allow_tf32", "float16": "allow_fp16_reduced_precision_reduction",
            "bfloat16": "allow_bf16_reduced_precision_reduction"}
 
 
@@ -138,9 +140,9 @@ def limits(problem):
 
 register(Kernel(
     name="cublas", rung=99, device="cuda", backend="library",
-    dtypes=("int32", "int64", "float16", "bfloat16", "float32", "float64"),
-    seed="anchor", summary="cuBLAS via CuPy (TF32 off) or torch (16-bit floats, float32 sums); CuPy's exact kernel "
-                           "for integers",
+    dtypes=("int32", "int64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128"),
+    seed="anchor", summary="cuBLAS via CuPy (TF32 off) or torch (16-bit floats, float32 sums; CGEMM/ZGEMM); CuPy's "
+                           "exact kernel for integers and bool",
     run=run_cublas, run_stack=run_stack, available=available, limits=limits,
     traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
 ))

@@ -1,0 +1,131 @@
+"""numpy.matmul's contract at tilemm's boundary: the exact result dtype, out= (its cast and its
+shape), and ndarray subclasses.
+
+- **Result dtype**: for NumPy (and CuPy) operands the dtype object ``np.result_type`` gives, its
+  char and scalar type too: ``np.longlong`` operands give ``'q'``, ``longlong @ intc`` gives
+  ``'l'``. Those two dtypes compare and hash equal, so a cache keyed on dtypes must key on the
+  char as well (``dtype_key``).
+- **out=**: the result is computed in its own dtype and cast into ``out`` where NumPy's
+  ``casting="same_kind"`` allows it (int16 results into int8, float64 into float32); where it does
+  not, ``OutputCastingError``, a ``TypeError`` as NumPy's own, with NumPy's words. ``out`` takes the
+  shapes NumPy's gufunc takes: the result's core dimensions last, and leading (loop) dimensions
+  that the operands' stack broadcasts to (the result is repeated along them): a (1, 1) ``out`` for
+  1-D @ 1-D. ``out`` may be given by position, or as a tuple of one array.
+- **torch and CuPy outs** follow the same rules. torch.matmul's own differ (it resizes an ``out``
+  of another shape and refuses one of another dtype); tilemm keeps NumPy's for every kind of
+  array, so one call means one thing whatever arrays it is given.
+- **ndarray subclasses** (``np.matrix``): computed on their data and handed to the
+  ``__array_wrap__`` of the operand of highest ``__array_priority__``, NumPy's own protocol, with
+  the context NumPy gives it. A subclass with its own ``__array_ufunc__`` decides matmul itself
+  (NumPy asks it, not its loops): tilemm refuses it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .arrays import Operand
+
+SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
+
+
+class OutputCastingError(TypeError):
+    """``out`` is of a dtype the result can't be cast to with casting="same_kind" (NumPy raises
+    its _UFuncOutputCastingError, a TypeError, with the same words)."""
+
+
+def single_out(out):
+    """The one output array of ``out`` (an array, or NumPy's tuple of one), or None."""
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            raise ValueError(f"matmul: The 'out' tuple must have exactly one entry per ufunc output "
+                             f"(matmul has one; got {len(out)})")
+        return out[0]
+    return out
+
+
+def result_type(a_dtype, b_dtype, asked=None) -> np.dtype:
+    """The dtype object numpy.matmul returns for operands of these NumPy dtypes. asked: (dtype=,
+    its checked name) where one was given: that dtype as given (NumPy keeps its spelling, 'l' or
+    'q'), or by its name where NumPy can't read it (a torch dtype)."""
+    if asked is not None:
+        try:
+            return np.dtype(asked[0])
+        except TypeError:
+            return np.dtype(asked[1])
+    return np.result_type(a_dtype, b_dtype)
+
+
+def dtype_key(dtype):
+    """A hashable key that tells dtypes NumPy returns apart: ``np.dtype('l') == np.dtype('q')``
+    (same hash), their chars differ."""
+    return dtype, getattr(dtype, "char", None)
+
+
+def castable(result: str, to: str) -> bool:
+    """Whether casting="same_kind" takes a ``result`` into ``to`` (NumPy's np.can_cast; torch's
+    bfloat16, which NumPy lacks, as float16: a float of the same kind)."""
+    def numpy_name(name):
+        return "float16" if name == "bfloat16" else name
+    return bool(np.can_cast(np.dtype(numpy_name(result)), np.dtype(numpy_name(to)), casting="same_kind"))
+
+
+def check_out(out, given: Operand, operand: Operand, batch: tuple, core: tuple, result: str) -> None:
+    """Refuse an ``out`` (described as ``given``) that numpy.matmul would refuse, before any work:
+    of another kind or device than the operands (TypeError), of a dtype the result can't be cast to
+    (OutputCastingError), read-only, or of a shape other than the result's core dimensions after
+    loop dimensions that the stack ``batch`` broadcasts to (ValueError)."""
+    if (given.kind, given.device) != (operand.kind, operand.device):
+        raise TypeError(f"matmul: out is a {given.kind} array on {given.device}; the result is a "
+                        f"{operand.kind} array on {operand.device}")
+    if not castable(result, given.dtype):
+        raise OutputCastingError(f"Cannot cast ufunc 'matmul' output from dtype('{result}') to "
+                                 f"dtype('{given.dtype}') with casting rule 'same_kind'")
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError("matmul: output array is read-only")
+    shape = tuple(out.shape)
+    loops = shape[:len(shape) - len(core)]
+    if len(shape) >= len(core):
+        for i, (have, want) in enumerate(zip(shape[len(loops):], core)):
+            if have != want:
+                raise ValueError(f"matmul: Output operand 0 has a mismatch in its core dimension {i}, with gufunc "
+                                 f"signature {SIGNATURE} (size {have} is different from {want})")
+        try:
+            fits = tuple(np.broadcast_shapes(batch, loops)) == loops
+        except ValueError:
+            fits = False
+        if fits:
+            return
+    raise ValueError(f"matmul: non-broadcastable output operand with shape {_shape(shape)} doesn't match "
+                     f"the broadcast shape {_shape(batch + core)}")
+
+
+def _shape(shape: tuple) -> str:
+    """A shape as NumPy's messages write it: (1,5,2), (5,)."""
+    return "(" + ",".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def subclass_wrap(a, b):
+    """For operands of which one or both are ndarray subclasses (np.matrix): a function giving what
+    numpy.matmul returns from the plain result, through the ``__array_wrap__`` of the operand of
+    highest ``__array_priority__`` (the first of equals). None where neither is a subclass.
+    TypeError for a subclass that overrides ``__array_ufunc__``: numpy.matmul hands the call to it."""
+    subclasses = [x for x in (a, b) if isinstance(x, np.ndarray) and type(x) is not np.ndarray]
+    if not subclasses:
+        return None
+    for x in subclasses:
+        if type(x).__array_ufunc__ is not np.ndarray.__array_ufunc__:
+            raise TypeError(f"matmul: operand of type {type(x).__module__}.{type(x).__name__} overrides "
+                            "__array_ufunc__, so numpy.matmul's answer is its own; tilemm multiplies ndarrays "
+                            "and subclasses that keep NumPy's (pass np.asarray(x))")
+    chosen = max(subclasses, key=lambda x: getattr(x, "__array_priority__", 0.0))   # max keeps the first of equals
+    context = (np.matmul, (a, b), 0)
+
+    def wrap(value):
+        array = np.asarray(value)            # a NumPy scalar (1-D @ 1-D) as its 0-d array
+        return chosen.__array_wrap__(array, context, array.ndim == 0)
+    return wrap
+
+
+def plain(x):
+    """x as a plain ndarray where it is a subclass (its data, no copy), else x."""
+    return np.asarray(x) if isinstance(x, np.ndarray) else x
