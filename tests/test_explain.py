@@ -70,7 +70,8 @@ def test_cli_explains_empty_products_and_defaults_to_a_dtype_the_kernel_computes
     (["tiled", "--simulate", "-3"], "a size is 0 or more"),
     (["tiled", "--simulate", "100000"], "sizes up to 128"),
     (["tensorcore", "--dtype", "int8", "--simulate", "0"], "does not compute int8"),
-    (["tensorcore", "--dtype", "bool"], "invalid choice: 'bool'"),
+    (["tensorcore", "--dtype", "bool"], "does not compute bool"),
+    (["tensorcore", "--dtype", "object"], "invalid choice: 'object'"),
 ])
 def test_cli_refuses_bad_sizes_and_dtypes_in_one_line(capsys, argv, says):
     """A negative size, a simulated size the simulator can't count at, and a dtype the kernel does
