@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -42,12 +43,20 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
     params: the kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``).
 
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
-    ``tilemm.accuracy``. No autograd graph is recorded: a tensor that requires grad is refused
-    while grad mode is on. Errors are raised before any kernel runs.
+    ``tilemm.accuracy``. Torch tensors that require grad get torch's autograd (float products:
+    the operands' gradients computed by tilemm with the same kernel and parameters), and under
+    ``torch.compile`` a call is one custom op (``tilemm.torch_ops``). Errors are raised before
+    any kernel runs.
     """
+    if _compiling():                      # torch.compile: one op in the graph; Dynamo never sees the caches
+        from . import torch_ops
+        return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
     key = _call_key(a, b, kernel, out, out_dtype, params)
     known = _PLANS.get(key) if key is not None else None
     if known is None:
+        if _records_gradient(a, b):       # (its key never meets a plain call's: see _new_key_functions)
+            from . import torch_ops
+            return torch_ops.differentiable_matmul(a, b, kernel, out, out_dtype, stream, params)
         native_a, native_b = arrays.native_order(a), arrays.native_order(b)
         if native_a is not a or native_b is not b:     # a copy each call: no plan to replay on the originals
             key, a, b = None, native_a, native_b
@@ -77,6 +86,20 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
     if known.kernel.device == "cuda":      # the stream is the caller's now, not at the first call
         again.stream = streams.caller_stream(known.operand.kind, known.operand.device, stream)
     return again.execute()
+
+
+def _torch_compiling() -> bool:
+    """Whether torch.compile or torch.export is tracing this call. Once torch is imported,
+    torch.compiler.is_compiling takes this function's place as _compiling: the cheapest check."""
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)    # (None while torch is still importing)
+    if compiler is None:
+        return False
+    global _compiling
+    _compiling = compiler.is_compiling
+    return _compiling()
+
+
+_compiling = _torch_compiling
 
 
 # A repeated call (same kinds, devices, dtypes, shapes, strides, kernel, parameters) reuses the
@@ -136,7 +159,7 @@ def _new_key_functions(x) -> tuple:
                 (lambda a, b: (np.ndarray, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides)))
     torch = arrays._torch()
     if torch is not None and isinstance(x, torch.Tensor):
-        # a tensor that would record a gradient is refused by plan(): its key never meets a plain one's
+        # a tensor that would record a gradient goes through autograd: its key never meets a plain one's
         return ((lambda x: (torch.Tensor, x.dtype, x.shape, x.stride(), x.device,
                             x.requires_grad and torch.is_grad_enabled())),
                 (lambda a, b: (torch.Tensor, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(),
@@ -331,14 +354,22 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
                 out_of_core=out_of_core)
 
 
+def _records_gradient(a, b) -> bool:
+    """Whether torch.matmul(a, b) would record an autograd graph: torch tensors, one requiring
+    grad, grad mode on."""
+    torch = arrays._torch()
+    return (torch is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and (a.requires_grad or b.requires_grad) and torch.is_grad_enabled())
+
+
 def _check_no_gradient(a, b) -> None:
-    """tilemm records no autograd graph: where torch.matmul would give a result that carries a
-    gradient, tilemm's would silently carry none, so it refuses."""
+    """A plan records no autograd graph: where torch.matmul would give a result that carries a
+    gradient, a plan's would silently carry none, so it refuses (tilemm.matmul records one)."""
     import torch
     for i, x in enumerate((a, b)):
         if x.requires_grad and torch.is_grad_enabled():
-            raise TypeError(f"matmul: operand {i} requires grad, and tilemm records no autograd graph (its result "
-                            "would carry no gradient); call it under torch.no_grad() or pass x.detach()")
+            raise TypeError(f"plan: operand {i} requires grad, and a plan records no autograd graph (its result "
+                            "would carry no gradient); call tilemm.matmul, or plan under torch.no_grad()")
 
 
 def _past_device_memory(problem: Problem) -> bool:
