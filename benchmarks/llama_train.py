@@ -268,7 +268,8 @@ def compile_check(args, emit):
                     if n.op == "call_function" and n.target in (torch.ops.tilemm.matmul,
                                                                 torch.ops.tilemm.matmul.default))
         breaks[mode] = {"graph_breaks": explained.graph_break_count, "graphs": explained.graph_count,
-                        "tilemm_nodes": nodes, "reasons": sorted({str(b.reason)[:200] for b in explained.break_reasons})}
+                        "tilemm_nodes": nodes,
+                        "reasons": sorted({str(b.reason)[:200] for b in explained.break_reasons})}
     emit({"part": "compile", "explain": breaks})
     del model
     progress(f"compile: {args.compile_steps} steps eager, then compiled (tilemm's Linears)")

@@ -126,3 +126,18 @@ def test_gpu_inductor_linear_stack_matches_eager():
     compiled = torch.compile(model, fullgraph=True)
     eager, traced = model(x), compiled(x)
     assert float((eager.float() - traced.float()).abs().max()) <= 2**-6 * float(eager.float().abs().max())
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_export_keeps_the_op(strict):
+    """torch.export, through Dynamo (strict) or not: one tilemm.matmul node, the same result
+    (after an eager call of the same shapes, whose plan the tracing must not replay)."""
+    class Layer(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.relu(tilemm.matmul(x, w, kernel="cpu-tiled"))
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    eager = Layer()(x, w)
+    exported = torch.export.export(Layer(), (x, w), strict=strict)
+    targets = [n.target for n in exported.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.tilemm.matmul.default) == 1
+    assert torch.allclose(exported.module()(x, w), eager)

@@ -90,13 +90,16 @@ def matmul(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=
 
 def _torch_compiling() -> bool:
     """Whether torch.compile or torch.export is tracing this call. Once torch is imported,
-    torch.compiler.is_compiling takes this function's place as _compiling: the cheapest check."""
+    torch.compiler.is_compiling takes this function's place as _compiling: the cheapest check
+    that sees both (Dynamo reads it as True; torch.export without Dynamo sets what it returns)."""
     compiler = getattr(sys.modules.get("torch"), "compiler", None)    # (None while torch is still importing)
     if compiler is None:
         return False
+    if compiler.is_compiling():            # bound by an eager call: Dynamo would replay a traced one's binding
+        return True
     global _compiling
     _compiling = compiler.is_compiling
-    return _compiling()
+    return False
 
 
 _compiling = _torch_compiling

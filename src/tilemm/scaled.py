@@ -70,8 +70,9 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
             raise TypeError("scaled_matmul: functions with out=... arguments don't support automatic "
                             "differentiation, but one of the arguments requires grad (as torch._scaled_mm refuses)")
         from . import torch_ops
-        return torch_ops.not_differentiable(functools.partial(scaled_matmul, a, b, scale_a, scale_b, out_dtype=out_dtype,
-                                                              fast_accum=fast_accum, stream=stream, **params), *inputs)
+        plain = functools.partial(scaled_matmul, a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
+                                  stream=stream, **params)
+        return torch_ops.not_differentiable(plain, *inputs)
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"scaled_matmul: operand {name} is {type(x).__name__}; float8 data comes as torch "
