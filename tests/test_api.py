@@ -230,18 +230,22 @@ def test_a_narrower_out_dtype_rounds_the_operands_first(kernel):
 
 
 @pytest.mark.parametrize("kernel", [None, "cpu-tiled"])
-def test_a_tensor_that_would_record_a_gradient_is_refused(kernel):
-    """torch.matmul's result would carry a gradient; tilemm's would silently carry none: refused
-    (a repeated call too), and taken under torch.no_grad() or detached."""
+def test_a_tensor_that_requires_grad_records_a_gradient(kernel):
+    """Where torch.matmul's result would carry a gradient, tilemm's does (a repeated call too, and
+    after a plain call of the same shapes); under torch.no_grad() or detached it carries none.
+    A plan records no graph: it refuses such a tensor."""
     a, b = torch.randn(5, 4, requires_grad=True), torch.randn(4, 3)
-    for _ in range(2):
-        with pytest.raises(TypeError, match="requires grad"):
-            tilemm.matmul(b.T, a.T, kernel=kernel)
     with torch.no_grad():
-        assert torch.allclose(tilemm.matmul(a, b, kernel=kernel), a @ b, atol=1e-5)
-    assert torch.allclose(tilemm.matmul(a.detach(), b, kernel=kernel), (a @ b).detach(), atol=1e-5)
-    with pytest.raises(TypeError, match="operand 0 requires grad"):       # after a plain call of this shape
-        tilemm.matmul(a, b, kernel=kernel)
+        assert not tilemm.matmul(a, b, kernel=kernel).requires_grad
+    assert not tilemm.matmul(a.detach(), b, kernel=kernel).requires_grad
+    for _ in range(2):
+        c = tilemm.matmul(b.T, a.T, kernel=kernel)
+        assert c.requires_grad and torch.allclose(c, b.T @ a.T.detach(), atol=1e-5)
+        c.sum().backward()
+        assert torch.allclose(a.grad, torch.ones(3, 5).T @ b.T, atol=1e-5)
+        a.grad = None
+    with pytest.raises(TypeError, match="operand 0 requires grad"):
+        tilemm.plan(a, b, kernel=kernel)
 
 
 def test_bfloat16_out_dtype_needs_torch():

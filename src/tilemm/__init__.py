@@ -6,6 +6,7 @@
     c = tilemm.scaled_matmul(a8, b8, scale_a, scale_b)  # float8 torch tensors, as torch._scaled_mm
     tilemm.kernels()                               # the ladder
     tilemm.release_memory()                        # let go of what repeated calls keep on the GPU
+    tilemm.nn.swap_linears(model)                  # a torch model's Linears through tilemm (autograd, compile)
 """
 from . import _compat  # noqa: F401  (before anything imports numba.cuda)
 from .api import KernelUnavailable, matmul, plan, release_memory
@@ -15,4 +16,13 @@ from . import distributed, outofcore  # noqa: E402  (products over torch.distrib
 
 __version__ = "0.1.0"
 __all__ = ["matmul", "plan", "scaled_matmul", "kernels", "kernel", "Kernel", "KernelUnavailable", "release_memory",
-           "__version__"]
+           "nn", "torch_ops", "__version__"]
+
+TORCH_MODULES = ("nn", "torch_ops")     # they import torch: loaded when first named, as tilemm.nn
+
+
+def __getattr__(name):
+    if name in TORCH_MODULES:
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

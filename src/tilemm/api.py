@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -52,14 +53,22 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     params: the kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``).
 
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
-    ``tilemm.accuracy``. No autograd graph is recorded: a tensor that requires grad is refused
-    while grad mode is on. Errors are raised before any kernel runs.
+    ``tilemm.accuracy``. Torch tensors that require grad get torch's autograd (float products:
+    the operands' gradients computed by tilemm with the same kernel and parameters), and under
+    ``torch.compile`` a call is one custom op (``tilemm.torch_ops``). Errors are raised before
+    any kernel runs.
     """
     if out is not None:
         out = contract.single_out(out)
+    if _compiling():                      # torch.compile: one op in the graph; Dynamo never sees the caches
+        from . import torch_ops
+        return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
     key = _call_key(a, b, kernel, out, out_dtype, params)
     known = _PLANS.get(key) if key is not None else None
     if known is None:
+        if _records_gradient(a, b):       # (its key never meets a plain call's: see _new_key_functions)
+            from . import torch_ops
+            return torch_ops.differentiable_matmul(a, b, kernel, out, out_dtype, stream, params)
         wrap = contract.subclass_wrap(a, b)   # (ndarray subclasses have no key: never a known plan)
         if wrap is not None:                  # np.matrix and other subclasses: their data, then their wrap
             value = matmul(contract.plain(a), contract.plain(b), out, kernel=kernel, out_dtype=out_dtype,
@@ -94,6 +103,23 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     if known.kernel.device == "cuda":      # the stream is the caller's now, not at the first call
         again.stream = streams.caller_stream(known.operand.kind, known.operand.device, stream)
     return again.execute()
+
+
+def _torch_compiling() -> bool:
+    """Whether torch.compile or torch.export is tracing this call. Once torch is imported,
+    torch.compiler.is_compiling takes this function's place as _compiling: the cheapest check
+    that sees both (Dynamo reads it as True; torch.export without Dynamo sets what it returns)."""
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)    # (None while torch is still importing)
+    if compiler is None:
+        return False
+    if compiler.is_compiling():            # bound by an eager call: Dynamo would replay a traced one's binding
+        return True
+    global _compiling
+    _compiling = compiler.is_compiling
+    return False
+
+
+_compiling = _torch_compiling
 
 
 # A repeated call (same kinds, devices, dtypes, shapes, strides, kernel, parameters) reuses the
@@ -162,7 +188,7 @@ def _new_key_functions(x) -> tuple:
                                b.strides)))
     torch = arrays._torch()
     if torch is not None and isinstance(x, torch.Tensor):
-        # a tensor that would record a gradient is refused by plan(): its key never meets a plain one's
+        # a tensor that would record a gradient goes through autograd: its key never meets a plain one's
         return ((lambda x: (torch.Tensor, x.dtype, x.shape, x.stride(), x.device,
                             x.requires_grad and torch.is_grad_enabled())),
                 (lambda a, b: (torch.Tensor, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(),
@@ -378,14 +404,22 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
                 out_of_core=out_of_core, exact=exact)
 
 
+def _records_gradient(a, b) -> bool:
+    """Whether torch.matmul(a, b) would record an autograd graph: torch tensors, one requiring
+    grad, grad mode on."""
+    torch = arrays._torch()
+    return (torch is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and (a.requires_grad or b.requires_grad) and torch.is_grad_enabled())
+
+
 def _check_no_gradient(a, b) -> None:
-    """tilemm records no autograd graph: where torch.matmul would give a result that carries a
-    gradient, tilemm's would silently carry none, so it refuses."""
+    """A plan records no autograd graph: where torch.matmul would give a result that carries a
+    gradient, a plan's would silently carry none, so it refuses (tilemm.matmul records one)."""
     import torch
     for i, x in enumerate((a, b)):
         if x.requires_grad and torch.is_grad_enabled():
-            raise TypeError(f"matmul: operand {i} requires grad, and tilemm records no autograd graph (its result "
-                            "would carry no gradient); call it under torch.no_grad() or pass x.detach()")
+            raise TypeError(f"plan: operand {i} requires grad, and a plan records no autograd graph (its result "
+                            "would carry no gradient); call tilemm.matmul, or plan under torch.no_grad()")
 
 
 def _past_device_memory(problem: Problem) -> bool:

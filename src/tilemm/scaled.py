@@ -43,7 +43,15 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     A call that repeats an earlier one (the same shapes, strides, dtypes, device and parameters,
     no out, no stream) replays the first one's launches on its own operands (tilemm.ladder.replay):
     none of the checks and choices below are made again.
+
+    Gradients follow torch._scaled_mm's rules: operands that require grad give a result whose
+    backward pass raises (no derivative is implemented), and out= is then refused. Under
+    ``torch.compile`` a call is one custom op (``tilemm.torch_ops``).
     """
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    if compiler is not None and compiler.is_compiling():     # one op in the graph; Dynamo never sees the caches
+        from . import torch_ops
+        return torch_ops.traced_scaled_matmul(a, b, scale_a, scale_b, out_dtype, fast_accum, out, stream, params)
     key = _replay_key(a, b, out_dtype, fast_accum, params) if out is None and stream is None else None
     replay = _REPLAYS.get(key) if key is not None else None
     if replay is not None:
@@ -56,6 +64,15 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         import torch
     except ImportError:
         raise KernelUnavailable("scaled_matmul needs PyTorch (pip install 'tilemm[triton]')") from None
+    inputs = [x for x in (a, b, scale_a, scale_b) if isinstance(x, torch.Tensor)]
+    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
+        if out is not None:
+            raise TypeError("scaled_matmul: functions with out=... arguments don't support automatic "
+                            "differentiation, but one of the arguments requires grad (as torch._scaled_mm refuses)")
+        from . import torch_ops
+        plain = functools.partial(scaled_matmul, a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
+                                  stream=stream, **params)
+        return torch_ops.not_differentiable(plain, *inputs)
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"scaled_matmul: operand {name} is {type(x).__name__}; float8 data comes as torch "

@@ -1,0 +1,323 @@
+"""A Llama model from transformers (random weights, no download) trained and run with torch's
+Linears and with tilemm's (tilemm.nn.swap_linears), three parts:
+
+  curves      N AdamW steps on a fixed synthetic token stream from one seed, three runs, each in a
+              process of its own: torch; torch with another cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG
+              is read at CUDA's start), whose spread from the first is the noise to beat; tilemm.
+              The loss every 10th step, and whether tilemm's stays within that spread or 1%.
+  throughput  interleaved rounds (torch, tilemm, torch, tilemm, ...) on one model, its Linears
+              swapped in place between rounds: a training step, a prefill, a decode of T tokens
+              with the KV cache; medians over rounds and tilemm's throughput / torch's.
+  compile     torch.compile(model) with tilemm's Linears: torch._dynamo.explain's graph breaks (and
+              torch's own model's, for reference) and the losses of a few steps against eager.
+
+    PYTHONPATH=src python3 benchmarks/llama_train.py --parts curves --steps 200
+    PYTHONPATH=src python3 benchmarks/llama_train.py --parts throughput --rounds 7
+    PYTHONPATH=src python3 benchmarks/llama_train.py --parts compile --compile-steps 5
+    PYTHONPATH=src python3 benchmarks/llama_train.py --tiny --parts curves throughput compile   # CPU check
+
+Results: JSON lines in $OUT/llama_train.jsonl ($OUT, else --out, else ./out); a line of progress
+per phase on stderr. transformers is needed here only (it is no dependency of tilemm).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import tilemm
+
+WORKSPACES = {"torch": None, "torch-workspace": ":16:8", "tilemm": None}
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parts", nargs="+", default=["curves", "throughput", "compile"],
+                    choices=["curves", "throughput", "compile"])
+    ap.add_argument("--steps", type=int, default=200, help="curves: AdamW steps")
+    ap.add_argument("--every", type=int, default=10, help="curves: record the loss every this many steps")
+    ap.add_argument("--rounds", type=int, default=5, help="throughput: interleaved rounds")
+    ap.add_argument("--reps", type=int, default=3, help="throughput: timed repeats of each phase a round")
+    ap.add_argument("--compile-steps", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--intermediate", type=int, default=5632)
+    ap.add_argument("--batch", type=int, default=4, help="sequences per training step and per prefill")
+    ap.add_argument("--seq", type=int, default=512, help="tokens per sequence")
+    ap.add_argument("--decode", type=int, default=64, help="tokens decoded with the KV cache")
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kernel", default=None, help="tilemm's kernel for every Linear (default: tilemm's choice)")
+    ap.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, float32 on the CPU: a check of "
+                    "the script itself")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--run", choices=list(WORKSPACES), help=argparse.SUPPRESS)     # one curves run (a child)
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.layers, args.intermediate, args.batch, args.seq, args.decode = 2, 128, 2, 32, 8
+        args.lr = 1e-3
+    return args
+
+
+def device_and_dtype(args):
+    return ("cpu", torch.float32) if args.tiny else ("cuda", torch.bfloat16)
+
+
+def build_model(args):
+    """LlamaForCausalLM with random weights from args.seed, made on the device in its dtype."""
+    import transformers
+    if args.tiny:
+        config = transformers.LlamaConfig(hidden_size=64, intermediate_size=args.intermediate,
+                                          num_hidden_layers=args.layers, num_attention_heads=4,
+                                          num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256)
+    else:
+        config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=args.intermediate,
+                                          num_hidden_layers=args.layers, num_attention_heads=16,
+                                          num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048)
+    device, dtype = device_and_dtype(args)
+    torch.manual_seed(args.seed)
+    with torch.device(device):
+        model = transformers.LlamaForCausalLM(config)
+    return model.to(dtype)
+
+
+def token_stream(args, vocab: int):
+    """The batches of a fixed synthetic stream: sequences drawn (by a seeded generator) from 64 fixed
+    random documents, so that the model has something to learn and the loss falls."""
+    g = torch.Generator().manual_seed(args.seed + 1)
+    documents = torch.randint(0, vocab, (64, args.seq + 1), generator=g)
+    device, _ = device_and_dtype(args)
+    while True:
+        yield documents[torch.randint(0, 64, (args.batch,), generator=g)].to(device)
+
+
+def train_losses(model, args, steps: int, step_model=None, every: int = 1) -> list:
+    """[(step, loss)] of `steps` AdamW steps (the loss of every `every`-th step and the last)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
+    forward = step_model if step_model is not None else model
+    stream = token_stream(args, model.config.vocab_size)
+    losses = []
+    for step in range(steps):
+        tokens = next(stream)
+        loss = forward(input_ids=tokens, labels=tokens).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step % every == 0 or step == steps - 1:
+            losses.append((step, loss.item()))
+    return losses
+
+
+def progress(message: str) -> None:
+    print(f"[llama_train {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- (a) loss curves
+
+
+def curves(args, emit):
+    runs = {}
+    for run in WORKSPACES:
+        progress(f"curves: {run}, {args.steps} steps, in a process of its own")
+        env = dict(os.environ)
+        if WORKSPACES[run]:
+            env["CUBLAS_WORKSPACE_CONFIG"] = WORKSPACES[run]
+        command = [sys.executable, __file__, "--run", run] + child_argv(args)
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode:
+            sys.stderr.write(done.stderr)
+            raise SystemExit(f"curves: the {run} run failed")
+        runs[run] = json.loads(done.stdout.strip().splitlines()[-1])["losses"]
+        emit({"part": "curves", "run": run, "steps": args.steps, "losses": runs[run]})
+    torch_losses, other, ours = (dict(runs[r]) for r in WORKSPACES)
+    rows = []
+    for step, loss in torch_losses.items():
+        spread = abs(other[step] - loss)
+        gap = abs(ours[step] - loss)
+        rows.append({"step": step, "torch": loss, "torch_workspace": other[step], "tilemm": ours[step],
+                     "spread": spread, "gap": gap, "within": gap <= max(spread, 0.01 * abs(loss))})
+    emit({"part": "curves", "summary": True, "steps": args.steps, "agree": all(r["within"] for r in rows),
+          "max_gap": max(r["gap"] for r in rows), "max_spread": max(r["spread"] for r in rows),
+          "max_relative_gap": max(r["gap"] / abs(r["torch"]) for r in rows), "table": rows})
+
+
+def child_argv(args) -> list:
+    argv = ["--steps", str(args.steps), "--every", str(args.every), "--layers", str(args.layers),
+            "--intermediate", str(args.intermediate), "--batch", str(args.batch), "--seq", str(args.seq),
+            "--lr", str(args.lr), "--seed", str(args.seed)]
+    argv += ["--kernel", args.kernel] if args.kernel else []
+    return argv + (["--tiny"] if args.tiny else [])
+
+
+def one_curve(args):
+    model = build_model(args)
+    if args.run == "tilemm":
+        tilemm.nn.swap_linears(model, kernel=args.kernel)
+    model.train()
+    losses = train_losses(model, args, args.steps, every=args.every)
+    print(json.dumps({"run": args.run, "losses": losses}))
+
+
+# ---------------------------------------------------------------- (b) throughput
+
+
+def synchronize(args):
+    if not args.tiny:
+        torch.cuda.synchronize()
+
+
+def timed(args, call, reps: int) -> float:
+    """Median seconds of `reps` calls, after one untimed call."""
+    call()
+    times = []
+    for _ in range(reps):
+        synchronize(args)
+        start = time.perf_counter()
+        call()
+        synchronize(args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def decode(model, prompt, tokens: int):
+    """Prefill `prompt`, then `tokens` greedy steps of one token a sequence with the KV cache."""
+    out = model(input_ids=prompt, use_cache=True)
+    cache, last = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    for _ in range(tokens):
+        out = model(input_ids=last, past_key_values=cache, use_cache=True)
+        cache, last = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    return last
+
+
+def throughput(args, emit):
+    model = build_model(args)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    stream = token_stream(args, model.config.vocab_size)
+    tokens = next(stream)
+    prompt = tokens[:, :args.seq]
+    short = tokens[:, :8]                  # the decode's own prompt: its time is the decode's steps
+
+    def train_step():
+        model.train()
+        loss = model(input_ids=tokens, labels=tokens).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    def prefill():
+        model.eval()
+        with torch.inference_mode():
+            model(input_ids=prompt, use_cache=True)
+
+    def decode_only():
+        model.eval()
+        with torch.inference_mode():
+            decode(model, short, args.decode)
+
+    with torch.inference_mode():           # tilemm's logits against torch's, once
+        model.eval()
+        theirs = model(input_ids=prompt).logits.float()
+        tilemm.nn.swap_linears(model, kernel=args.kernel)
+        ours = model(input_ids=prompt).logits.float()
+        tilemm.nn.restore_linears(model)
+    emit({"part": "throughput", "logits_max_abs_diff": float((ours - theirs).abs().max()),
+          "logits_max_abs": float(theirs.abs().max())})
+    phases = {"train_step": train_step, "prefill": prefill, "decode": decode_only}
+    times = {mode: {phase: [] for phase in phases} for mode in ("torch", "tilemm")}
+    for r in range(args.rounds):
+        for mode in ("torch", "tilemm"):
+            if mode == "tilemm":
+                tilemm.nn.swap_linears(model, kernel=args.kernel)
+            else:
+                tilemm.nn.restore_linears(model)
+            for phase, call in phases.items():
+                times[mode][phase].append(timed(args, call, args.reps))
+        progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{p} {times['torch'][p][-1] * 1e3:.1f} / {times['tilemm'][p][-1] * 1e3:.1f} ms" for p in phases))
+    tilemm.nn.restore_linears(model)
+    medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
+    tokens_of = {"train_step": args.batch * args.seq, "prefill": args.batch * args.seq,
+                 "decode": args.batch * args.decode}
+    emit({"part": "throughput", "summary": True, "rounds": args.rounds, "reps": args.reps, "batch": args.batch,
+          "seq": args.seq, "decode_tokens": args.decode, "median_s": medians, "times_s": times,
+          "tokens_per_s": {m: {p: tokens_of[p] / t for p, t in per.items()} for m, per in medians.items()},
+          "ratio_tilemm_over_torch": {p: medians["torch"][p] / medians["tilemm"][p] for p in phases}})
+
+
+# ---------------------------------------------------------------- (c) torch.compile
+
+
+def compile_check(args, emit):
+    stream = token_stream(args, 32000 if not args.tiny else 1000)
+    tokens = next(stream)
+    model = build_model(args)
+    progress("compile: torch._dynamo.explain, torch's Linears then tilemm's")
+    breaks = {}
+    for mode in ("torch", "tilemm"):
+        if mode == "tilemm":
+            tilemm.nn.swap_linears(model, kernel=args.kernel)
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(model)(input_ids=tokens, labels=tokens)
+        nodes = sum(1 for g in explained.graphs for n in g.graph.nodes
+                    if n.op == "call_function" and n.target in (torch.ops.tilemm.matmul,
+                                                                torch.ops.tilemm.matmul.default))
+        breaks[mode] = {"graph_breaks": explained.graph_break_count, "graphs": explained.graph_count,
+                        "tilemm_nodes": nodes,
+                        "reasons": sorted({str(b.reason)[:200] for b in explained.break_reasons})}
+    emit({"part": "compile", "explain": breaks})
+    del model
+    progress(f"compile: {args.compile_steps} steps eager, then compiled (tilemm's Linears)")
+    runs = {}
+    for mode in ("eager", "compiled"):
+        torch._dynamo.reset()
+        model = build_model(args)
+        tilemm.nn.swap_linears(model, kernel=args.kernel)
+        model.train()
+        start = time.perf_counter()
+        step_model = torch.compile(model) if mode == "compiled" else None
+        runs[mode] = train_losses(model, args, args.compile_steps, step_model=step_model)
+        runs[mode + "_s"] = time.perf_counter() - start
+        del model, step_model
+    gaps = [abs(c - e) / abs(e) for (_, e), (_, c) in zip(runs["eager"], runs["compiled"])]
+    emit({"part": "compile", "summary": True, "losses_eager": runs["eager"], "losses_compiled": runs["compiled"],
+          "max_relative_gap": max(gaps), "seconds": {"eager": runs["eager_s"], "compiled": runs["compiled_s"]}})
+
+
+# ----------------------------------------------------------------
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.run:
+        one_curve(args)
+        return
+    out = Path(os.environ.get("OUT") or args.out or "out")
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = {"torch": torch.__version__, "tilemm": tilemm.__version__, "tiny": args.tiny, "layers": args.layers,
+             "intermediate": args.intermediate, "kernel": args.kernel, "command": " ".join(sys.argv),
+             "device": torch.cuda.get_device_name() if not args.tiny else "cpu"}
+    try:
+        import transformers
+        stamp["transformers"] = transformers.__version__
+    except ImportError:
+        raise SystemExit("llama_train.py needs transformers (pip install transformers)") from None
+
+    def emit(record):
+        line = json.dumps({**stamp, **record})
+        with open(out / "llama_train.jsonl", "a") as f:
+            f.write(line + "\n")
+        print(line if len(line) < 400 else line[:400] + " ...", flush=True)
+    for part in args.parts:
+        progress(f"{part}: start")
+        {"curves": curves, "throughput": throughput, "compile": compile_check}[part](args, emit)
+        progress(f"{part}: done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""tilemm.nn: Linear as a drop-in for torch.nn.Linear, swapping a model's Linears in place and back,
+and a tiny transformer trained with tilemm's Linears and with torch's to the same losses."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilemm
+from tilemm.nn import Linear, restore_linears, swap_linears
+
+
+class Block(torch.nn.Module):
+    """Pre-norm causal self-attention and an MLP, every projection an nn.Linear."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = torch.nn.LayerNorm(hidden), torch.nn.LayerNorm(hidden)
+        self.q, self.k, self.v = (torch.nn.Linear(hidden, hidden, bias=False) for _ in range(3))
+        self.o = torch.nn.Linear(hidden, hidden)
+        self.up, self.down = torch.nn.Linear(hidden, 4 * hidden), torch.nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x):
+        h = self.norm1(x)
+        split = [p(h).unflatten(-1, (self.heads, -1)).transpose(1, 2) for p in (self.q, self.k, self.v)]
+        attention = F.scaled_dot_product_attention(*split, is_causal=True)
+        x = x + self.o(attention.transpose(1, 2).flatten(2))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class TinyTransformer(torch.nn.Module):
+    def __init__(self, vocab=50, hidden=64, layers=2, heads=4):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.blocks = torch.nn.ModuleList(Block(hidden, heads) for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(hidden)
+        self.head = torch.nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def train(model, steps: int, seed: int = 0, step_fn=None) -> list[float]:
+    """Losses of `steps` AdamW steps of next-token prediction on one fixed batch of random tokens
+    (the loss must fall)."""
+    g = torch.Generator().manual_seed(seed)
+    batch = torch.randint(0, 50, (4, 17), generator=g)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    forward = step_fn if step_fn is not None else model
+    losses = []
+    for _ in range(steps):
+        logits = forward(batch[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def tiny_model(dtype=torch.float64, seed=0) -> TinyTransformer:
+    torch.manual_seed(seed)
+    return TinyTransformer().to(dtype)
+
+
+@pytest.mark.parametrize("kernel", [None, "cpu-tiled"])
+def test_tiny_transformer_trains_to_torch_s_losses(kernel):
+    """float64: the losses of 4 steps agree to 1e-10 relative (the products differ only in the
+    order of their sums)."""
+    theirs = train(tiny_model(), 4)
+    model = tiny_model()
+    swapped = swap_linears(model, kernel=kernel)
+    assert len(swapped) == 2 * 6 + 1 and all(type(m) is Linear for m in model.modules() if
+                                             isinstance(m, torch.nn.Linear))
+    ours = train(model, 4)
+    assert ours == pytest.approx(theirs, rel=1e-10) and ours[-1] < ours[0]
+
+
+def test_linear_is_a_drop_in():
+    """Same parameters, state_dict keys and initialization as torch.nn.Linear (same seed), the
+    same outputs for 1-D, 2-D and 3-D inputs, and a state_dict loads both ways."""
+    torch.manual_seed(1)
+    theirs = torch.nn.Linear(5, 3, dtype=torch.float64)
+    torch.manual_seed(1)
+    ours = Linear(5, 3, dtype=torch.float64, kernel="cpu-tiled", block_m=16)
+    assert isinstance(ours, torch.nn.Linear) and list(ours.state_dict()) == list(theirs.state_dict())
+    assert all(torch.equal(p, q) for p, q in zip(ours.parameters(), theirs.parameters()))
+    for shape in [(5,), (4, 5), (2, 3, 5), (0, 5)]:
+        x = torch.randn(shape, dtype=torch.float64)
+        assert torch.allclose(ours(x), theirs(x)) and ours(x).shape == theirs(x).shape
+    no_bias = Linear(5, 3, bias=False)
+    assert no_bias.bias is None and list(no_bias.state_dict()) == ["weight"]
+    no_bias.load_state_dict({"weight": theirs.weight.float()})
+    theirs.load_state_dict(ours.state_dict())
+    assert "kernel='cpu-tiled'" in repr(ours) and "block_m=16" in repr(ours)
+
+
+def test_linear_options_are_checked_before_any_product():
+    with pytest.raises(TypeError, match="has no parameter 'tile'"):
+        Linear(4, 4, kernel="cpu-tiled", tile=8)
+    with pytest.raises(ValueError, match="unknown kernel"):
+        Linear(4, 4, kernel="no-such-rung")
+    with pytest.raises(TypeError, match="need a kernel named"):
+        swap_linears(torch.nn.Linear(4, 4), block_m=16)
+
+
+def test_out_dtype():
+    layer = Linear(4, 3, out_dtype="float64")
+    y = layer(torch.randn(2, 4))
+    assert y.dtype == torch.float64
+    y.sum().backward()
+    assert layer.weight.grad.dtype == torch.float32
+
+
+def test_swap_and_restore_in_place():
+    """The same module objects and parameters (an optimizer built before keeps working), dtypes,
+    devices and requires_grad kept; subclasses of nn.Linear left alone; and back."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2).double(),
+                                torch.nn.MultiheadAttention(8, 2))
+    model[0].weight.requires_grad_(False)
+    before = list(model.modules())
+    parameters = {name: (p, p.dtype, p.device, p.requires_grad) for name, p in model.named_parameters()}
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    assert swap_linears(model, kernel="numpy") == ["0", "2"]
+    assert type(model[3].out_proj) is not Linear                         # its own subclass of nn.Linear
+    assert list(model.modules()) == before and type(model[0]) is Linear and model[2].kernel == "numpy"
+    assert {name: (p, p.dtype, p.device, p.requires_grad) for name, p in model.named_parameters()} == parameters
+    assert model.state_dict().keys() == state.keys()
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    model[2](model[1](model[0](torch.randn(3, 4))).double()).sum().backward()
+    optimizer.step()
+    assert model[0].weight.grad is None and model[2].weight.grad is not None
+    assert restore_linears(model) == ["0", "2"]
+    assert type(model[0]) is torch.nn.Linear and not hasattr(model[0], "kernel")
+    assert list(model.modules()) == before
+
+
+def test_transformers_llama_trains_to_torch_s_losses():
+    """transformers' Llama (where installed), tiny, float64: the same losses both ways."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=50)
+
+    def model():
+        torch.manual_seed(0)
+        return transformers.LlamaForCausalLM(config).double()
+    theirs_model, ours_model = model(), model()
+    theirs = train(theirs_model, 3, step_fn=lambda tokens: theirs_model(tokens).logits)
+    swap_linears(ours_model)
+    ours = train(ours_model, 3, step_fn=lambda tokens: ours_model(tokens).logits)
+    assert ours == pytest.approx(theirs, rel=1e-10)
+
+
+def test_tilemm_nn_is_reached_from_the_package():
+    assert tilemm.nn.Linear is Linear and tilemm.torch_ops.MatmulFunction is not None

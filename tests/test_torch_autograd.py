@@ -1,0 +1,186 @@
+"""tilemm.matmul in torch's autograd: gradcheck in float64 on the host rungs, the CUDA simulator's
+and the Triton interpreter's (CPU tensors), numpy.matmul's shapes (1-D operands, broadcast stacks),
+double backward, the kernel and parameters carried to the backward, out= refused as torch refuses
+it, and scaled_matmul's rule (torch._scaled_mm's: no derivative)."""
+import numpy as np
+import pytest
+import torch
+
+import tilemm
+from tilemm import torch_ops
+
+HOST = ["numpy", "cpu-naive", "cpu-tiled"]
+# the SIMT rungs under the CUDA simulator and tensorcore-f64 under Triton's interpreter, at small tiles
+EMULATED = {"naive": dict(block=4), "naive-global": dict(block=4), "uncoalesced": dict(block=4),
+            "tiled": dict(tile=8), "rect": dict(tile=8),
+            "regblock": dict(block_m=8, block_n=8, block_k=4, thread_m=2, thread_n=2),
+            "tensorcore-f64": dict(block_m=16, block_n=16, block_k=16, persistent=False)}
+SHAPES = [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4, 5)),
+          ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (3, 4, 5)), ((2, 3, 4), (2, 4, 5))]
+
+
+def leaves(sa, sb, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(sa, dtype=dtype, generator=g).requires_grad_(),
+            torch.randn(sb, dtype=dtype, generator=g).requires_grad_())
+
+
+@pytest.mark.parametrize("kernel", HOST)
+@pytest.mark.parametrize("sa,sb", SHAPES)
+def test_gradcheck_host_rungs(kernel, sa, sb):
+    a, b = leaves(sa, sb)
+    assert torch.autograd.gradcheck(lambda x, y: tilemm.matmul(x, y, kernel=kernel), (a, b))
+    c = tilemm.matmul(a, b, kernel=kernel)
+    c.backward(torch.ones_like(c))
+    a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    torch.matmul(a2, b2).backward(torch.ones_like(c))
+    assert torch.allclose(a.grad, a2.grad) and torch.allclose(b.grad, b2.grad)
+
+
+@pytest.mark.parametrize("kernel", list(EMULATED))
+def test_gradcheck_emulated_gpu_rungs(kernel):
+    a, b = leaves((3, 5), (5, 4))
+    params = EMULATED[kernel]
+    assert torch.autograd.gradcheck(lambda x, y: tilemm.matmul(x, y, kernel=kernel, **params), (a, b),
+                                    fast_mode=True)
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "cpu-tiled"])
+def test_double_backward(kernel):
+    a, b = leaves((2, 3, 4), (4, 5))
+    assert torch.autograd.gradgradcheck(lambda x, y: tilemm.matmul(x, y, kernel=kernel), (a, b))
+
+
+@pytest.mark.parametrize("sa,sb", SHAPES[:2] + SHAPES[-2:])
+def test_gradcheck_through_the_custom_op(sa, sb):
+    a, b = leaves(sa, sb)
+    assert torch.autograd.gradcheck(lambda x, y: torch.ops.tilemm.matmul(x, y, "cpu-tiled", "block_m=16", None),
+                                    (a, b))
+
+
+def test_the_backward_uses_the_forward_s_kernel_and_parameters(monkeypatch):
+    calls = []
+    plain = tilemm.api.matmul
+
+    def recorded(x, y, **options):
+        calls.append(options)
+        return plain(x, y, **options)
+    monkeypatch.setattr(torch_ops.api, "matmul", recorded)
+    a, b = leaves((6, 4), (4, 3))
+    torch_ops.differentiable_matmul(a, b, "cpu-tiled", None, None, None, {"block_m": 16}).sum().backward()
+    assert len(calls) == 3          # C, dA, dB
+    assert all(c["kernel"] == "cpu-tiled" and c["block_m"] == 16 for c in calls)
+
+
+def test_only_the_gradients_needed_are_computed(monkeypatch):
+    a, b = leaves((6, 4), (4, 3))
+    b.requires_grad_(False)
+    calls = []
+    plain = tilemm.api.matmul
+    monkeypatch.setattr(torch_ops.api, "matmul", lambda x, y, **o: calls.append(o) or plain(x, y, **o))
+    tilemm.matmul(a, b, kernel="numpy").sum().backward()
+    assert len(calls) == 2 and b.grad is None and a.grad is not None
+
+
+def test_a_linear_s_weight_gradient_comes_out_contiguous():
+    """input @ weight.T: weight.T is a transposed view; its gradient is computed transposed, so
+    weight.grad is laid out as weight (as torch's mm backward does)."""
+    x, w = leaves((8, 5), (3, 5))
+    tilemm.matmul(x, w.T).sum().backward()
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    (x2 @ w2.T).sum().backward()
+    assert w.grad.is_contiguous() and torch.allclose(w.grad, w2.grad) and torch.allclose(x.grad, x2.grad)
+
+
+def test_out_dtype_and_mixed_dtypes_give_each_operand_its_own_dtype():
+    a, b = leaves((3, 4), (4, 2), dtype=torch.float32)
+    c = tilemm.matmul(a, b, out_dtype="float64")
+    assert c.dtype == torch.float64
+    c.sum().backward()
+    assert a.grad.dtype == b.grad.dtype == torch.float32
+    assert torch.allclose(a.grad, torch.ones(3, 2) @ b.detach().T)
+    ints = torch.arange(12, dtype=torch.int32).reshape(3, 4)          # not differentiable, as in torch
+    y = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda y: tilemm.matmul(ints, y), (y,))
+
+
+def test_integer_products_record_no_gradient():
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.ones(2, 2, dtype=torch.int32).requires_grad_()            # torch's own rule
+    c = tilemm.matmul(torch.ones(2, 3, dtype=torch.int64), torch.ones(3, 2, dtype=torch.int64))
+    assert not c.requires_grad and c.grad_fn is None
+
+
+def test_out_with_a_tensor_that_requires_grad_is_refused_as_torch_refuses_it():
+    a, b = leaves((3, 4), (4, 2))
+    out = torch.empty(3, 2, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="out=... arguments don't support automatic differentiation"):
+        torch.matmul(a, b, out=out)
+    with pytest.raises(TypeError, match="out=... arguments don't support automatic differentiation"):
+        tilemm.matmul(a, b, out=out)
+    with torch.no_grad():
+        assert tilemm.matmul(a, b, out=out) is out
+    assert torch.allclose(out, (a @ b).detach())
+
+
+def test_a_result_needing_no_gradient_takes_the_plain_path():
+    a, b = leaves((3, 4), (4, 2))
+    with torch.no_grad():
+        c = tilemm.matmul(a, b)
+    assert c.grad_fn is None and not c.requires_grad
+    assert tilemm.matmul(a.detach(), b.detach()).grad_fn is None
+    assert type(tilemm.matmul(a, b).grad_fn).__name__ == "MatmulFunctionBackward"
+
+
+FP8 = dict(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2)
+
+
+def float8(rows, cols, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, cols, generator=g).to(torch.float8_e4m3fn)
+
+
+def test_scaled_matmul_follows_scaled_mm_s_rule():
+    """torch._scaled_mm's result of operands requiring grad carries a node whose backward raises
+    (its derivative is not implemented); tilemm.scaled_matmul's does the same, and refuses out=."""
+    a, b = float8(16, 32, 1).requires_grad_(), float8(32, 16, 2)
+    c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float32", **FP8)
+    with torch.no_grad():
+        plain = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float32", **FP8)
+    assert c.requires_grad and not plain.requires_grad and torch.equal(c.detach(), plain)
+    with pytest.raises(RuntimeError, match="derivative for tilemm.scaled_matmul is not implemented"):
+        c.sum().backward()
+    with pytest.raises(TypeError, match="out=... arguments don't support automatic differentiation"):
+        tilemm.scaled_matmul(a, b, out_dtype="float32", out=torch.empty(16, 16), **FP8)
+    scale = torch.tensor(2.0, requires_grad=True)                      # a scale that requires grad: the same
+    assert tilemm.scaled_matmul(a.detach(), b, scale, **FP8).requires_grad
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,params", [(None, {}), ("cublas", {}), ("tensorcore-f64", {}), ("tiled", {}),
+                                           ("regblock", {})])
+def test_gpu_gradcheck(kernel, params):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for sa, sb in [((7, 5), (5, 3)), ((2, 7, 5), (5, 3)), ((5,), (3, 5, 4))]:
+        a = torch.randn(sa, dtype=torch.float64, device="cuda", generator=g).requires_grad_()
+        b = torch.randn(sb, dtype=torch.float64, device="cuda", generator=g).requires_grad_()
+        assert torch.autograd.gradcheck(lambda x, y: tilemm.matmul(x, y, kernel=kernel, **params), (a, b))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", [None, "tensorcore"])
+def test_gpu_bfloat16_linear_gradients_match_torch_s(kernel):
+    """bf16 (rows, in) @ weight.T: the gradients within bf16 rounding of torch's (float32 sums
+    both; a relative error of a few units of bf16)."""
+    x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(256, 384, device="cuda", dtype=torch.bfloat16)
+    tilemm.matmul(x, w.T, kernel=kernel).backward(dy)
+    grads = x.grad, w.grad
+    x.grad = w.grad = None
+    (x @ w.T).backward(dy)
+    for ours, theirs in zip(grads, (x.grad, w.grad)):
+        scale = theirs.float().abs().max()
+        assert float((ours.float() - theirs.float()).abs().max() / scale) < 2**-6
+    assert grads[1].is_contiguous()
+    np.testing.assert_equal(grads[0].shape, x.shape)

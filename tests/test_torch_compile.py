@@ -1,0 +1,143 @@
+"""tilemm under torch.compile: the custom ops pass torch.library.opcheck, a compiled function keeps
+each product as one node with no graph break (fullgraph=True, torch._dynamo.explain), the kernel
+and its parameters travel in the op's arguments, and compiled results and gradients equal eager
+ones. On the CPU with backend="aot_eager" (AOTAutograd's graphs, run eagerly): inductor's C++
+compile takes tens of seconds here, and the GPU test runs inductor."""
+import pytest
+import torch
+
+import tilemm
+from tilemm import api, torch_ops
+
+from .test_nn import tiny_model, train
+from .test_torch_autograd import FP8, float8
+
+OPCHECK_CASES = [((8, 16), (16, 4), "numpy", "", None), ((16,), (16, 4), "cpu-tiled", "block_m=16", None),
+                 ((2, 3, 8), (8, 5), "cpu-naive", "", "float64"), ((2, 1, 3, 8), (4, 8, 5), None, "", None)]
+
+
+@pytest.mark.parametrize("sa,sb,kernel,params,out_dtype", OPCHECK_CASES)
+def test_opcheck_matmul(sa, sb, kernel, params, out_dtype):
+    a, b = torch.randn(sa, requires_grad=True), torch.randn(sb)
+    torch.library.opcheck(torch.ops.tilemm.matmul, (a, b, kernel, params, out_dtype))
+
+
+def test_opcheck_matmul_of_integers():
+    a, b = torch.randint(-9, 9, (5, 7), dtype=torch.int32), torch.randint(-9, 9, (7, 3), dtype=torch.int32)
+    torch.library.opcheck(torch.ops.tilemm.matmul, (a, b, None, "", None))
+
+
+def test_opcheck_scaled_matmul():
+    """opcheck's schema test compares each inner op's float8 inputs before and after with
+    torch.allclose, which torch does not implement for float8 on the CPU: that one is replaced
+    by a bitwise check that the op leaves its inputs as they were."""
+    a, b, scale = float8(16, 32, 1), float8(32, 16, 2), torch.tensor([0.5])
+    args = (a, b, scale, scale, "float32", False, torch_ops.encode_params(FP8))
+    before = [x.view(torch.uint8).clone() for x in (a, b)]
+    torch.library.opcheck(torch.ops.tilemm.scaled_matmul, args,
+                          test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+    torch.ops.tilemm.scaled_matmul(*args)
+    assert all(torch.equal(x.view(torch.uint8), y) for x, y in zip((a, b), before))
+
+
+def test_parameters_round_trip_through_the_op_s_string():
+    params = {"block_m": 64, "tma": True, "precision": "tf32", "block_k": None}
+    assert torch_ops.decode_params(torch_ops.encode_params(params)) == params
+    assert torch_ops.encode_params({}) == "" and torch_ops.decode_params("") == {}
+
+
+def product_nodes(explained, name="matmul"):
+    op = getattr(torch.ops.tilemm, name)
+    return [n for g in explained.graphs for n in g.graph.nodes
+            if n.op == "call_function" and n.target in (op, op.default)]
+
+
+def test_one_node_a_product_and_no_graph_break(monkeypatch):
+    """Compiled before any eager call (tilemm's check of torch.compile is bound on first use)."""
+    monkeypatch.setattr(api, "_compiling", api._torch_compiling)
+
+    def f(x, w1, w2):
+        h = torch.relu(tilemm.matmul(x, w1, kernel="cpu-tiled", block_m=16))
+        return tilemm.matmul(h, w2, out_dtype=torch.float64).sum()
+    args = torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 2)
+    explained = torch._dynamo.explain(f)(*args)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    nodes = product_nodes(explained)
+    assert len(nodes) == 2
+    assert nodes[0].args[2:] == ("cpu-tiled", "block_m=16", None) and nodes[1].args[2:] == (None, "", "float64")
+
+
+def test_compiled_results_and_gradients_equal_eager_ones():
+    def f(x, w):
+        return torch.tanh(tilemm.matmul(x, w.T, kernel="cpu-tiled")).square().sum()
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    for rows in (6, 9):                                   # a second shape: recompiled or dynamic, no break
+        x, w = torch.randn(rows, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)
+        grads = []
+        for fn in (f, compiled):
+            xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+            value = fn(xr, wr)
+            value.backward()
+            grads.append((value.detach(), xr.grad, wr.grad))
+        for eager, traced in zip(*grads):
+            assert torch.allclose(eager, traced, rtol=1e-12)
+
+
+def test_out_under_compile():
+    def f(x, w, out):
+        return tilemm.matmul(x, w, out=out)
+    x, w, out = torch.randn(3, 4), torch.randn(4, 2), torch.empty(3, 2)
+    assert torch.compile(f, fullgraph=True, backend="aot_eager")(x, w, out) is out
+    assert torch.allclose(out, x @ w)
+
+
+def test_scaled_matmul_is_one_node():
+    def f(a, b):
+        return tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float32", **FP8).sum()
+    a, b = float8(16, 32, 1), float8(32, 16, 2)
+    explained = torch._dynamo.explain(f)(a, b)
+    assert explained.graph_break_count == 0 and len(product_nodes(explained, "scaled_matmul")) == 1
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(a, b), f(a, b))
+
+
+def test_tiny_transformer_with_tilemm_linears_compiles_whole_and_trains_as_eager():
+    model = tiny_model()
+    tilemm.nn.swap_linears(model, kernel="cpu-tiled")
+    tokens = torch.randint(0, 50, (2, 9))
+    explained = torch._dynamo.explain(model)(tokens)
+    assert explained.graph_break_count == 0 and len(product_nodes(explained)) == 2 * 6 + 1
+    eager = train(model, 3)
+    model = tiny_model()
+    tilemm.nn.swap_linears(model, kernel="cpu-tiled")
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    assert train(model, 3, step_fn=compiled) == pytest.approx(eager, rel=1e-10)
+
+
+@pytest.mark.gpu
+def test_gpu_inductor_linear_stack_matches_eager():
+    """bf16 on the GPU under inductor: no graph break, the same result as eager within bf16."""
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512))
+    model = model.to("cuda", torch.bfloat16)
+    tilemm.nn.swap_linears(model)
+    x = torch.randn(64, 512, device="cuda", dtype=torch.bfloat16)
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0 and len(product_nodes(explained)) == 2
+    compiled = torch.compile(model, fullgraph=True)
+    eager, traced = model(x), compiled(x)
+    assert float((eager.float() - traced.float()).abs().max()) <= 2**-6 * float(eager.float().abs().max())
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_export_keeps_the_op(strict):
+    """torch.export, through Dynamo (strict) or not: one tilemm.matmul node, the same result
+    (after an eager call of the same shapes, whose plan the tracing must not replay)."""
+    class Layer(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.relu(tilemm.matmul(x, w, kernel="cpu-tiled"))
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    eager = Layer()(x, w)
+    exported = torch.export.export(Layer(), (x, w), strict=strict)
+    targets = [n.target for n in exported.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.tilemm.matmul.default) == 1
+    assert torch.allclose(exported.module()(x, w), eager)
