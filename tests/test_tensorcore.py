@@ -1052,7 +1052,8 @@ def test_float64_dmma_reads_operands_as_they_are_where_a_form_allows(layout, tra
 def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_past_half_the_sms():
     from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.r12_fp64 import DMMA_FROM_K, takes_dmma
-    hopper, sms = support.hopper_gluon(), support.multiprocessors()
+    hopper = support.hopper_gluon() and support.gluon_float64_descriptors() is None
+    sms = support.multiprocessors()
     side = 128 * int(sms ** 0.5 + 1)
     own = dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, persistent=True,
                copy_transposed="a", dmma=None)
@@ -1084,6 +1085,30 @@ def test_float64_dmma_asked_for_off_hopper_is_refused_before_any_work():
     a, b = np.ones((4, 8)), np.ones((8, 4))
     with pytest.raises(tilemm.KernelUnavailable, match="Hopper"):
         tilemm.matmul(a, b, kernel="tensorcore-f64", dmma=True)
+
+
+def test_float64_dmma_needs_gluon_descriptors_of_float64():
+    """Gluon's host-side TMA descriptor takes float64 in Triton 3.6 and refuses it later (the
+    program would fail at its first launch): there dmma=None takes the Triton programs, and
+    dmma=True is refused before any work, naming the Triton version."""
+    pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+    import triton
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore import r12_fp64
+    reason = support.gluon_float64_descriptors()
+    if support.triton_version() <= (3, 6):
+        assert reason is None
+    else:
+        assert reason is not None and triton.__version__ in reason
+    with pytest.MonkeyPatch.context() as patch:      # as on a Hopper GPU
+        patch.setattr(support, "hopper_gluon", lambda: True)
+        patch.setattr(support, "hopper_gluon_refusal", lambda asked: None)
+        side = 128 * int(support.multiprocessors() ** 0.5 + 1)
+        own = dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, persistent=True,
+                   copy_transposed="a", dmma=None)
+        assert r12_fp64.takes_dmma(side, side, 4096, own) == (reason is None)
+        refusal = r12_fp64.dmma_refusal()
+        assert refusal is None if reason is None else (triton.__version__ in refusal and "dmma=True" in refusal)
 
 
 def test_load_alignment_and_narrow_loads():

@@ -46,17 +46,42 @@ def hopper_gluon() -> bool:
     if _compat.triton_interpreter() or available() is not None:
         return False
     import torch
-    import triton
     if torch.cuda.get_device_capability()[0] != 9:
         return False
-    # Gluon's API moves between releases: the program is measured on 3.6 and compiled on 3.9
-    if tuple(int(part) for part in triton.__version__.split(".")[:2]) < (3, 6):
+    # Gluon's API moves between releases: the programs run on 3.6 and compile on 3.9
+    if triton_version() < (3, 6):
         return False
-    try:   # the program itself: it names Gluon's TMA load as this Triton spells it
-        from .tensorcore import r11_int8_gluon_kernel  # noqa: F401
+    try:   # what the programs take from Gluon, as this Triton spells it (the TMA load: gluon_helpers)
+        from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: F401
+            fence_async_shared, warpgroup_mma, warpgroup_mma_wait)
+        from .tensorcore import gluon_helpers  # noqa: F401
     except (ImportError, AttributeError):
         return False
     return True
+
+
+def triton_version() -> tuple:
+    """(major, minor) of the installed Triton."""
+    import triton
+    return tuple(int(part) for part in triton.__version__.split(".")[:2])
+
+
+@functools.lru_cache(maxsize=None)
+def gluon_float64_descriptors() -> str | None:
+    """Why Gluon's TMA descriptors can't describe float64 tensors with this Triton, or None.
+    TMA copies 8-byte elements, but Gluon's host-side descriptor takes 8-, 16- and 32-bit ones only
+    in the releases after 3.6 (3.7 and 3.9 refuse 64)."""
+    import torch
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    probe = torch.zeros(16, 16, dtype=torch.float64)
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=64, rank=2)
+    try:
+        TensorDescriptor(probe, [16, 16], [16, 1], [16, 8], layout)
+    except AssertionError:
+        return f"Triton {triton.__version__}'s Gluon makes no TMA descriptor of float64 elements (3.6's does)"
+    return None
 
 
 def hopper_gluon_refusal(asked: str) -> str | None:

@@ -132,7 +132,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     whole = k > 0 and chunk_tiles(k, nd_a, nd_b, nd_c, block_k) * block_k >= k
     if not (whole and support.hopper_gluon()):
         return lambda: run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
-    from . import r11_int8_gluon_kernel as gluon_int8
+    from . import gluon_helpers, r11_int8_gluon_kernel as gluon_int8
     block_n = default_block_n(block_n, nd_c)
     a_part, a_fill = planes_launch(a, nd_a)
     b_part, b_fill = planes_launch(b.T, nd_b)                                 # (N, K): B K-major
@@ -141,8 +141,8 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
                                   num_stages)
     else:
         programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
-        product = gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
-                                      gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k, programs,
+        product = gluon_int8.launcher(gluon_helpers.descriptor(a_part, block_m, block_k),
+                                      gluon_helpers.descriptor(b_part, block_n, block_k), c, m, n, k, programs,
                                       (nd_a, nd_b), group_m, num_stages, num_warps)
     return support.Steps([a_fill, b_fill, product])
 
@@ -177,9 +177,9 @@ def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, gro
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
         a_part, b_part = planes_a(a[:, k0:k1], nd_a), planes_b(b[k0:k1].T, nd_b)  # (N, K): B K-major
         if gluon:
-            from . import r11_int8_gluon_kernel as gluon_int8
-            gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
-                                gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
+            from . import gluon_helpers, r11_int8_gluon_kernel as gluon_int8
+            gluon_int8.launcher(gluon_helpers.descriptor(a_part, block_m, block_k),
+                                gluon_helpers.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
                                 (nd_a, nd_b), group_m, num_stages, num_warps, accumulate=t0 > 0,
                                 lowest_shift=lowest_shift, scales=scales)()
             continue

@@ -31,7 +31,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from .r11_int8_gluon_kernel import invalidate_barriers, stage_barriers, tile_start, tma_load
+from .._tensorcore_support import bound_launch
+from .gluon_helpers import invalidate_barriers, stage_barriers, tile_start, tma_load
 from .r12_fp64 import DMMA_STAGES, DMMA_TILES
 
 BLOCK_M, BLOCK_N, BLOCK_K = DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"]
@@ -157,7 +158,6 @@ def descriptors(x, y):
 def launcher(x, y, c, stride_cm: int, stride_cn: int):
     """A launcher without arguments (a BoundLaunch) of c' = x^T y^T into c (c' = c, or c^T by the
     strides given): x (K, M), y (N, K) float64, rows contiguous and 16-byte aligned; K >= 1."""
-    from .._tensorcore_support import bound_launch
     k, m = x.shape
     n = y.shape[0]
     x_desc, y_desc = descriptors(x, y)

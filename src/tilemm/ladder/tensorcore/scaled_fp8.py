@@ -116,7 +116,7 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
     n = b.shape[1]
     if warp_specialized:
         from . import scaled_fp8_gluon_kernel as ws
-        from .r11_int8_gluon_kernel import descriptor
+        from .gluon_helpers import descriptor
         # the operands (copied into aligned rows where TMA needs it) as row_descriptor reads them
         a_rows, a_fill = support.row_descriptor(a, ws.BLOCK_M, ws.BLOCK_K)
         b_rows, b_fill = support.row_descriptor(b.T, ws.BLOCK_N, ws.BLOCK_K)
