@@ -5,9 +5,10 @@ tiles fill more than half the SMs, a Gluon program instead (r12_fp64_dmma_kernel
 m16n8k8 shape, which Triton does not issue, on operands read as that instruction takes them.
 
 Constraints: float64 only; any M, N, K, any strides; shared memory of a configuration (eight
-bytes an element) must fit the GPU (checked before launch). The Gluon program needs Gluon TMA
-descriptors of float64 elements, which Triton 3.6 makes and later releases refuse: there the
-Triton programs run every product, and dmma=True is refused, naming the Triton version.
+bytes an element) must fit the GPU (checked before launch); Triton 3.5 or newer (tl.dot of
+float64). The Gluon program needs Gluon TMA descriptors of float64 elements, which Triton 3.6
+makes and later releases refuse: there the Triton programs run every product, and dmma=True is
+refused, naming the Triton version.
 """
 from __future__ import annotations
 
@@ -27,6 +28,19 @@ DMMA_FROM_K = 256
 # the traffic model and limits, which do not)
 DMMA_TILES = dict(block_m=128, block_n=128, block_k=32)
 DMMA_STAGES = 3
+# Triton's tl.dot multiplies float64 from 3.5 on (3.4 refuses float64 operands, at compile time
+# and in the interpreter alike)
+FLOAT64_DOT_FROM = (3, 5)
+
+
+def available() -> str | None:
+    """Why the rung can't run here, or None: the Triton rungs' reasons, or a Triton whose tl.dot
+    takes no float64."""
+    reason = support.available()
+    if reason is None and support.triton_version() < FLOAT64_DOT_FROM:
+        installed = ".".join(map(str, support.triton_version()))
+        return f"needs Triton 3.5 or newer, whose tl.dot multiplies float64 (this is Triton {installed})"
+    return reason
 
 
 def default_tiles(m: int, n: int) -> dict:
@@ -126,7 +140,7 @@ def limits(p, dmma=None, **params):
 register(Kernel(
     name="tensorcore-f64", rung=12, device="cuda", backend="triton", dtypes=("float64",),
     seed="beyond", summary="float64 on the FP64 tensor cores: DMMA m16n8k8 in Gluon on Hopper, Triton tl.dot elsewhere",
-    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=available,
     params=tile_params(None, None, None, num_warps=None, num_stages=None) + (
         # past one round: 0.92-0.99x DGEMM at 4096³ to 4096 x 4096 x 14336, against 0.88-0.96x one
         # program a tile

@@ -15,13 +15,13 @@ registers, and the order, the mma takes: C' = X^T Y^T with
   side by side, each chunk of 8 K columns a box of 64-byte rows (no bank conflicts unswizzled).
 The K slots t, t + 4 of the mma stand for K columns 2t, 2t + 1 in both operands alike. Read K-major
 instead, A's fragment came in two loads whose halves had to be moved into place: 193 register moves
-for 32 DMMA in the loop. Over the wide sweep's 28 problems >= 2048 that try ran 0.917x DGEMM (kernel
-alone), this program 0.989x (whole calls; docs/tensor_cores.md, session 25).
+for 32 DMMA in the loop. Over 28 problems from 2048 that version ran 0.917x DGEMM (kernel alone),
+this program 0.989x (whole calls).
 
 Warp-specialized: one loading warp issues the TMA loads into a ring of STAGES stages, the
 multiplying warps release a stage after a barrier among themselves and a proxy fence (released
 by one thread's arrive without them, a stage was refilled while still being read: wrong
-elements, session 24). One program a tile, GROUP_M block rows walked together.
+elements). One program a tile, GROUP_M block rows walked together.
 
 C' is C (X = A^T, Y = B^T) or C^T (X = B, Y = A), any strides; K >= 1. Kept apart so that
 importing tilemm never imports Triton; GPU only (Gluon has no interpreter).
