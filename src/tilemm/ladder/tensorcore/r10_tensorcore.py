@@ -6,11 +6,11 @@ the tensor cores into float32 accumulators; Triton stages the tiles through shar
 (num_stages deep) itself. Programs are numbered in groups of GROUP_M block rows so that
 neighbours share their B tiles in L2.
 
-What it adds to rung 9: tiles brought in by TMA where a product pays for it (takes_tma: no address arithmetic, no
-masks); persistent programs, one an SM, that write one tile while the next one loads; split K
-(and stream-K, on request) where the tiles of C leave SMs idle; operands copied into aligned rows
-where TMA needs them or reads them faster; tiles chosen by shape (tile_model); 64-bit offsets; and
-a bound launcher (bind) that tilemm.ladder.replay launches again on a repeated call's operands.
+What it adds to rung 9: tiles brought in by TMA where a product pays for it (takes_tma: no address
+arithmetic, no masks); persistent programs, one an SM, that write one tile while the next one loads;
+split K (and stream-K, on request) where the tiles of C leave SMs idle; operands copied into aligned
+rows where TMA needs them or reads them faster; tiles chosen by shape (tile_model); 64-bit offsets;
+and a bound launcher (bind) that tilemm.ladder.replay launches again on a repeated call's operands.
 
 float16 and bfloat16 in, float32 accumulation, rounded once to the input type: what NumPy
 does for float16 (and torch for bfloat16). The same program multiplies float64 for rung

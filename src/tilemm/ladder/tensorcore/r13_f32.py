@@ -85,7 +85,7 @@ def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
 # 3xTF32: K steps whose products the tensor cores chain before one float32 add (tf32_matmul).
 # Measured at 4096³ / 8192³: 4 steps 1.62x / 1.71x SGEMM at an error of
 # 4.6e-7 / 5.5e-7, 8 steps 1.74x / 1.86x at 6.9e-7 / 7.0e-7, 16 steps 1.92x / 2.06x at 1.3e-6 /
-# 1.4e-6 (SGEMM: 2.8e-6 / 4.5e-6; one step, the former program: 1.40x / 1.50x at 5.2e-7 / 8.3e-7).
+# 1.4e-6 (SGEMM: 2.8e-6 / 4.5e-6; a float32 add every step: 1.40x / 1.50x at 5.2e-7 / 8.3e-7).
 CHUNK_STEPS = 16
 # A chunk's error does not shrink with K, SGEMM's grows with it: with 16 steps (512 of K) the
 # error was above SGEMM's for K of 256-1024 (at 512: 1.7e-6 against 1.35e-6), below it from 2048

@@ -31,23 +31,24 @@ TILE_PARAMS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_sta
 # 0.866x), K >= 2048 1.131x, the 2048 <= K < 4096 band alone no faster (lowest 0.961x), every K
 # 1.059x (lowest 0.41x at K = 156). Held-out half: 1.132x, lowest 0.976x.
 WARP_SPECIALIZED_FROM_K = 4096
-# A product of a few rows (M <= THIN_M: decode) takes THIN_TILES where they make less than a round of
-# tiles, with the K steps shared out among all SMs (stream-K) where those tiles fill half the SMs or
-# fewer and K is deep (from THIN_STREAM_K_FROM_K). Fitted in whole calls, M of 1-128 against N x K
-# of transformer weights: at M <= 64 and N x K = 4096 x 14336 or 8192 x 28672, 64 x 128 tiles with stream-K 1.8-2.6x the default tiles; at 8192 x
-# 8192 (K = 8192) without it 1.2-1.6x (stream-K no faster there, and slower at K = 4096: 27-30 µs
-# against 24-26); at M = 128, 8192 x 28672 (a round of 128 tiles) 1.8x without stream-K; equal where
-# the default's tiles are few already (4096 x 4096, 14336 x 4096); slower past a round (28672 x 8192).
-# At M = 256 1.1-1.9x at 4096 x 4096 and 4096 x 14336, equal at 3072 x 2048.
+# A product of a few rows (M <= THIN_M: decode) takes THIN_TILES where they make less than a round
+# of tiles, with the K steps shared out among all SMs (stream-K) where those tiles fill half the
+# SMs or fewer and K is deep (from THIN_STREAM_K_FROM_K). Fitted in whole calls, M of 1-128
+# against N x K of transformer weights: at M <= 64 and N x K = 4096 x 14336 or 8192 x 28672, 64 x
+# 128 tiles with stream-K 1.8-2.6x the default tiles; at 8192 x 8192 (K = 8192) without it
+# 1.2-1.6x (stream-K no faster there, and slower at K = 4096: 27-30 µs against 24-26); at M = 128,
+# 8192 x 28672 (a round of 128 tiles) 1.8x without stream-K; equal where the default's tiles are
+# few already (4096 x 4096, 14336 x 4096); slower past a round (28672 x 8192). At M = 256 1.1-1.9x
+# at 4096 x 4096 and 4096 x 14336, equal at 3072 x 2048.
 THIN_M = 256
 THIN_TILES = dict(block_m=64, block_n=128, num_warps=4)
 THIN_STREAM_K_FROM_K = 12288
-# A product whose default tiles fill half the SMs or fewer, and that thin_tiles does not take, takes
-# MID_TILES: twice as many tiles. Fitted in whole calls, M of 256-2048 against N x K of
-# transformer weights: 1.2-1.6x the default at 256 x 6144 x
-# 4096, 256 x 8192 x 8192, 512 x 4096 x 4096 and 512 x 4096 x 14336 (both accumulations), 0.95-1.04x
-# at 512 x 3072 x 2048; where the default's tiles fill more than half the SMs the smaller ones ran
-# slower (512 x 8192 x 8192: 73.8 µs against 62.7, float32 sums).
+# A product whose default tiles fill half the SMs or fewer, and that thin_tiles does not take,
+# takes MID_TILES: twice as many tiles. Fitted in whole calls, M of 256-2048 against N x K of
+# transformer weights: 1.2-1.6x the default at 256 x 6144 x 4096, 256 x 8192 x 8192, 512 x 4096 x
+# 4096 and 512 x 4096 x 14336 (both accumulations), 0.95-1.04x at 512 x 3072 x 2048; where the
+# default's tiles fill more than half the SMs the smaller ones ran slower (512 x 8192 x 8192: 73.8
+# µs against 62.7, float32 sums).
 MID_TILES = dict(block_m=128, block_n=128, num_warps=8)
 
 
