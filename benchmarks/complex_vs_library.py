@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,13 @@ def report_sweep(records: list[dict]) -> None:
     print(f"r14_complex.MEASURED_WINNERS = {table!r}", flush=True)
 
 
+def parse_shape(text: str) -> tuple:
+    """DTYPE:MxNxK:LAYOUT:SPLIT -> (dtype, m, n, k, layout, split)."""
+    dtype, size, layout, split = text.split(":")
+    m, n, k = (int(x) for x in size.split("x"))
+    return dtype, m, n, k, layout, split
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -154,20 +162,26 @@ def main():
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--sweep-count", type=int, default=24, help="problems a dtype (half of them held out)")
     ap.add_argument("--seed", type=int, default=46)
+    ap.add_argument("--shapes", nargs="*", default=None, metavar="DTYPE:MxNxK:LAYOUT:SPLIT",
+                    help="these problems in place of the headline and the sweep, e.g. complex64:2048x2048x2048:nn:check")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False          # CGEMM as it is, not TF32's
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "complex_vs_library.jsonl"
     problems = [(*h, "headline") for h in HEADLINE]
-    if not args.no_sweep:
+    if args.shapes:
+        problems = [parse_shape(text) for text in args.shapes]
+    elif not args.no_sweep:
         problems += sweep_problems(args.seed, args.sweep_count)
+    stamp = machine.stamp("python3 benchmarks/complex_vs_library.py " + " ".join(sys.argv[1:]))
     records = []
     with path.open("a") as f:
         for i, (dtype, m, n, k, layout, split) in enumerate(problems):
             print(f"{split} {dtype} {m}x{n}x{k} {layout}", flush=True)
             for r in measure(dtype, m, n, k, layout, args.rounds, args.per_round, args.seed + i):
                 r["split"] = split
+                r.update(stamp)
                 records.append(r)
                 f.write(json.dumps(r) + "\n")
                 print(f"  {r['variant']:>19}: {r['median_ms']:9.3f} ms  {r['vs_cublas'] or 0:6.3f}x cublas  "
@@ -182,7 +196,7 @@ def main():
                 bar = 1.8 if dtype == "complex64" else 1.0
                 print(f"HEADLINE {dtype} {m}^3: {variant} {rung['vs_cublas']:.3f}x cuBLAS (bar {bar}x), error "
                       f"{rung['error']:.2e} against cuBLAS's {rung['cublas_error']:.2e}", flush=True)
-    if not args.no_sweep:
+    if not args.no_sweep and not args.shapes:
         report_sweep([r for r in records if r["split"] != "headline"])
 
 

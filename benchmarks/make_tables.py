@@ -163,6 +163,27 @@ def int_table(name: str) -> str:
     return table(["case", "M x N x K", "variant", "TOPS", "vs the baseline"], rows) + source(name, records)
 
 
+def complex_table(name: str) -> str:
+    """The complex rung and the complex default against the library rung (CGEMM / ZGEMM), whole
+    calls: the headline problems, then the grid the default's rule was set on and the one held out."""
+    records = read(name)
+    by_problem = {}
+    for r in records:
+        if r["split"] in ("headline", "fit", "held-out"):
+            by_problem.setdefault((r["split"], r["dtype"], r["m"], r["n"], r["k"], r["layout"]), {})[r["variant"]] = r
+    order = {"headline": 0, "fit": 1, "held-out": 2}
+    rows = []
+    for (split, dtype, m, n, k, layout), v in sorted(by_problem.items(), key=lambda kv: (order[kv[0][0]], kv[0][1],
+                                                                                          -kv[0][2] * kv[0][3] * kv[0][4])):
+        rung, default = v.get("tensorcore-complex"), v.get("default")
+        rows.append([split, dtype, f"{m} x {n} x {k} {layout}", f"{rung['tflops']:.1f}" if rung else "",
+                     f"{rung['vs_library']:.2f}x" if rung else "",
+                     f"{default['vs_library']:.2f}x" if default else "",
+                     f"{rung['error']:.1e} / {rung['cublas_error']:.1e}" if rung else ""])
+    return table(["problems", "dtype", "M x N x K", "`tensorcore-complex` TFLOP/s", "rung vs the library",
+                  "default vs the library", "error: rung / cuBLAS"], rows) + source(name, records)
+
+
 def headline() -> str:
     """README's block: one table per device."""
     parts = []
@@ -214,6 +235,7 @@ def generated_tables() -> dict:
     files["float64_h200.md"] = float64_table("h200/float64_vs_dgemm.jsonl.gz")
     files["fp8_h200.md"] = fp8_table("h200/fp8_vs_scaled_mm.jsonl")
     files["int_h100.md"] = int_table("h100/int_vs_baselines.jsonl")
+    files["complex_h200.md"] = complex_table("h200/complex_vs_library.jsonl")
     return files
 
 

@@ -518,20 +518,19 @@ def test_gpu_cupy_result_dtype_objects():
             assert got.dtype.char == np.matmul(np.ones((3, 3), char), np.ones((3, 3), char)).dtype.char
 
 
-def test_the_complex_default_is_the_library_until_a_class_is_measured(monkeypatch):
-    """r14_complex.MEASURED_WINNERS names the shape classes where the rung beat the library; empty,
-    every complex product stays with the library."""
-    from tilemm import choice, machine
+def test_the_complex_default_takes_the_rung_only_where_it_was_measured_faster():
+    """complex64 products that fill a Hopper GPU take tensorcore-complex; skinny, shallow and small
+    ones, complex128 and GPUs before Hopper stay with the library."""
     from tilemm.ladder.tensorcore import r14_complex
-    hopper = machine.H100
-    monkeypatch.setattr(machine, "gpu", lambda: hopper)
-    assert r14_complex.preferred("complex64", 8192, 8192, 8192) is None
-    big = choice.shape_class(8192, 8192, 8192)
-    monkeypatch.setattr(r14_complex, "MEASURED_WINNERS", {(tuple(hopper.compute_capability), "complex64"):
-                                                          {big: "tensorcore-complex"}})
-    assert r14_complex.preferred("complex64", 8192, 8192, 8192) == "tensorcore-complex"
-    assert r14_complex.preferred("complex128", 8192, 8192, 8192) is None
-    assert r14_complex.preferred("complex64", 64, 64, 64) is None
+    hopper = (9, 0)
+    assert r14_complex.preferred("complex64", 8192, 8192, 8192, hopper) == "tensorcore-complex"
+    assert r14_complex.preferred("complex64", 1500, 3000, 1000, hopper) == "tensorcore-complex"
+    assert r14_complex.preferred("complex64", 1024, 1024, 1024, hopper) is None         # under 2^32
+    assert r14_complex.preferred("complex64", 64, 8192, 8192, hopper) is None           # skinny
+    assert r14_complex.preferred("complex64", 8192, 8192, 64, hopper) is None           # shallow
+    assert r14_complex.preferred("complex64", 8192, 8192, 8192, (8, 0)) is None
+    assert r14_complex.preferred("complex64", 8192, 8192, 8192, None) is None
+    assert r14_complex.preferred("complex128", 8192, 8192, 8192, hopper) is None
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")

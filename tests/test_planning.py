@@ -1,6 +1,6 @@
 """Planning any shape answers, never raises: each kernel's limits, traffic model and launch shape,
-and the default's choice, for sizes from 0 (empty products) past 2^31 elements. The stress run
-found two divisions by zero here (K = 0, and M = N = 0, in the tensor-core rung's tile choice)."""
+and the default's choice, for sizes from 0 (empty products) past 2^31 elements (K = 0, and M = N = 0,
+are where the tensor-core rung's tile choice could divide by zero)."""
 import pytest
 from hypothesis import given, settings, strategies as st
 

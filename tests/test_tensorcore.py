@@ -47,7 +47,7 @@ def test_interpreter_odd_shapes(dtype, m, n, k):
                                           ("tensorcore-f64", np.float64), ("tensorcore-f32", np.float32)])
 @pytest.mark.parametrize("m,n,k", [(3989, 2231, 0), (8, 8192, 0), (0, 0, 120), (0, 0, 0), (0, 7, 5000)])
 def test_interpreter_empty_products_past_the_tile_table(kernel, dtype, m, n, k):
-    """Empty products the stress run found planning divided by zero in (K = 0 at 3989 x 2231 fp16,
+    """Empty products where planning could divide by zero (K = 0 at 3989 x 2231 fp16,
     the tile model's K steps; M = N = 0, K = 120 bf16, the skinny tiles' cover): NumPy's answer."""
     rng = np.random.default_rng(m + n + k)
     a = np.ascontiguousarray(rng.integers(-3, 4, (k, m)).astype(dtype)).T
@@ -1052,7 +1052,8 @@ def test_float64_dmma_reads_operands_as_they_are_where_a_form_allows(layout, tra
 def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_past_half_the_sms():
     from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.r12_fp64 import DMMA_FROM_K, takes_dmma
-    hopper, sms = support.hopper_gluon(), support.multiprocessors()
+    hopper = support.hopper_gluon() and support.gluon_float64_descriptors() is None
+    sms = support.multiprocessors()
     side = 128 * int(sms ** 0.5 + 1)
     own = dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, persistent=True,
                copy_transposed="a", dmma=None)
@@ -1086,6 +1087,43 @@ def test_float64_dmma_asked_for_off_hopper_is_refused_before_any_work():
         tilemm.matmul(a, b, kernel="tensorcore-f64", dmma=True)
 
 
+def test_float64_dmma_needs_gluon_descriptors_of_float64():
+    """Gluon's host-side TMA descriptor takes float64 in Triton 3.6 and refuses it later (the
+    program would fail at its first launch): there dmma=None takes the Triton programs, and
+    dmma=True is refused before any work, naming the Triton version."""
+    pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+    import triton
+    from tilemm.ladder import _tensorcore_support as support
+    from tilemm.ladder.tensorcore import r12_fp64
+    reason = support.gluon_float64_descriptors()
+    if support.triton_version() <= (3, 6):
+        assert reason is None
+    else:
+        assert reason is not None and triton.__version__ in reason
+    with pytest.MonkeyPatch.context() as patch:      # as on a Hopper GPU
+        patch.setattr(support, "hopper_gluon", lambda: True)
+        patch.setattr(support, "hopper_gluon_refusal", lambda asked: None)
+        side = 128 * int(support.multiprocessors() ** 0.5 + 1)
+        own = dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, persistent=True,
+                   copy_transposed="a", dmma=None)
+        assert r12_fp64.takes_dmma(side, side, 4096, own) == (reason is None)
+        refusal = r12_fp64.dmma_refusal()
+        assert refusal is None if reason is None else (triton.__version__ in refusal and "dmma=True" in refusal)
+
+
+def test_float64_needs_a_triton_whose_dot_takes_float64(monkeypatch):
+    """tl.dot multiplies float64 from Triton 3.5 on: on an older one the rung says so, naming the
+    version, where the other Triton rungs run."""
+    from tilemm.ladder import _tensorcore_support as support
+    assert tilemm.kernel("tensorcore-f64").available() == support.available()
+    monkeypatch.setattr(support, "triton_version", lambda: (3, 4))
+    reason = tilemm.kernel("tensorcore-f64").available()
+    assert "Triton 3.5 or newer" in reason and "3.4" in reason
+    assert tilemm.kernel("tensorcore").available() is None
+    with pytest.raises(tilemm.KernelUnavailable, match="Triton 3.5"):
+        tilemm.matmul(np.ones((4, 8)), np.ones((8, 4)), kernel="tensorcore-f64")
+
+
 def test_load_alignment_and_narrow_loads():
     """What the pointer program is told each size divides by (up to 8), and where its loads stay two
     elements wide or narrower along an operand's contiguous axis (then 64-row tiles take 8 warps)."""
@@ -1106,8 +1144,8 @@ def test_pointer_program_on_odd_rows_does_not_spill():
     """The pointer program on rows Triton can't prove 16-byte aligned (1000, 20 or 139 elements),
     compiled for sm_90 as such a launch specializes it: told what its sizes divide by
     (load_alignment), rows of 1000 and of 20 load asynchronously; rows of 139, one element at a
-    time, take 8 warps (pointer_warps). None spills registers to the stack (ncu at 4281 x 2264 x 20
-    nt, before: 255 registers, 2.9 M spill requests, 98 µs against 25 for nn)."""
+    time, take 8 warps (pointer_warps). None spills registers to the stack (untold, at 4281 x 2264
+    x 20 nt: 255 registers, 2.9 M spill requests, 98 µs against 25 for nn)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     res = subprocess.run([sys.executable, "-c", POINTER_REGISTERS], env=env, capture_output=True, text=True,
@@ -1146,7 +1184,7 @@ print(json.dumps(out))
 def test_tma_program_stores_c_as_wide_as_its_rows_allow():
     """The TMA program told C's alignment (C_ALIGN, c_alignment) stores C's rows of
     7026 or 6524 bf16 elements 2 or 4 at a time, compiled for sm_90; without it, one by one
-    (8865 x 7026 x 12 tn: 110.4 -> 104.6 µs, h100-2026-11-24-s17/c_align_ab.jsonl)."""
+    (8865 x 7026 x 12 tn: 110.4 -> 104.6 µs)."""
     from tilemm.ladder._tensorcore_support import c_alignment
     assert c_alignment(torch.empty(3, 7026)) == 2 and c_alignment(torch.empty(3, 6524)) == 4
     assert c_alignment(torch.empty(3, 8192)) == 8 and c_alignment(torch.empty(3, 8191)) == 1
@@ -1422,7 +1460,7 @@ def test_gpu_prepared_plan_launched_again_computes_again(kernel, m, n, k, dtype,
 def test_gpu_3xtf32_error_below_sgemms(n, k):
     """3xTF32 sums chunks of K steps on the tensor cores (which drop low bits) before each float32
     add; with K in 8 chunks or more its error stays below cuBLAS SGEMM's on the same operands
-    (issue 9's accuracy bar), at K where one long chunk would not (256-1024). Not at every shape:
+    (the rung's accuracy bar), at K where one long chunk would not (256-1024). Not at every shape:
     at 1024 x 1024 x 4096 cuBLAS splits K and errs less (docs/tensor_cores.md)."""
     gen = torch.Generator(device="cuda").manual_seed(k)
     a = torch.randn(n, k, device="cuda", generator=gen)
@@ -1497,7 +1535,7 @@ def test_3xtf32_stream_k_where_the_last_round_idles_sms():
     from tilemm.ladder.tensorcore.r13_f32 import STREAM_K_ROUNDS
     assert stream_k_pays(4096, 132, 256, STREAM_K_ROUNDS)       # 8192³, 128 x 128 tiles: 31 rounds and 4 tiles
     assert stream_k_pays(64, 132, 128, STREAM_K_ROUNDS)         # 1024 x 1024 x 4096: half the SMs
-    assert not stream_k_pays(1024, 132, 128, STREAM_K_ROUNDS)   # 4096³: the last round 76% full
+    assert not stream_k_pays(1024, 132, 128, STREAM_K_ROUNDS)   # 4096³: the last round of tiles is 76% full
     assert not stream_k_pays(128, 132, 64, STREAM_K_ROUNDS)     # 2048³: one round, nearly full
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _compat, arrays, choice, contract, registry, streams
+from . import _compat, arrays, choice, contract, machine, registry, streams
 from .dtypes import (FLOATS, HOST_ONLY, INTS, SUPPORTED, check_supported, dtype_name, int_width, is_complex, is_exact,
                      is_integer, result_dtype)
 from .registry import Problem
@@ -338,6 +338,7 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
                          "move them to one device")
     if da.kind == "torch":
         _check_no_gradient(a, b)
+        a, b = a.detach(), b.detach()     # grad mode is off: numba-cuda cannot view a tensor that requires grad
     result = result_dtype(da.dtype, db.dtype)
     if out_dtype is not None:         # before the shapes, as NumPy resolves dtype= first
         result = _checked_out_dtype(out_dtype, result)
@@ -482,12 +483,13 @@ def _default_kernel(device: str, result: str, m: int, n: int, k: int, operands: 
     tilemm.choice lists for this shape class (lds: the operands' leading dimensions) on this GPU,
     else the highest rung of the ladder that can run this problem here at its default parameters
     (NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
-    matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Complex results: the table of
-    tensorcore-complex (r14_complex.MEASURED_WINNERS), else the library."""
+    matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Complex results: tensorcore-complex
+    where r14_complex.preferred measured it faster, else the library."""
     if device != "cpu":
-        if is_complex(result):        # the complex rung's own table (the library where it has not measured faster)
+        if is_complex(result):        # the complex rung's own rule (the library where it has not measured faster)
             from .ladder.tensorcore import r14_complex
-            preferred = r14_complex.preferred(result, m, n, k, lds)
+            gpu = machine.gpu()
+            preferred = r14_complex.preferred(result, m, n, k, gpu.compute_capability if gpu else None)
         else:
             preferred = choice.preferred(result, m, n, k, operands, lds)
         if stacked and m * n * k < STACK_PER_MATRIX_FROM:

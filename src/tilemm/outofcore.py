@@ -30,8 +30,8 @@ from .panels import SIXTEEN_BIT, accumulate, product
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8")
 SMALLEST_BLOCK = 16
 # The GPU's products against the host -> device copies, per byte copied: bf16 products at ~730
-# TFLOP/s over 2-D copies of pinned panels at 14-19 GB/s (H100 here: h100-2026-11-24-s9/outofcore.jsonl,
-# docs/distributed.md). Only the ratio matters, to weigh copies against work.
+# TFLOP/s over 2-D copies of pinned panels at 14-19 GB/s on an H100 (docs/distributed.md). Only the
+# ratio matters, to weigh copies against work.
 FLOP_PER_BYTE = 38000
 HBM_PER_COPIED_BYTE = 150      # HBM's ~3 TB/s over the copies' ~19 GB/s
 STEP_BYTES = 2 << 20           # a step's own cost (launches, events: ~0.1 ms), in bytes copied meanwhile

@@ -76,16 +76,21 @@ def seeds_suite(sizes=None):
 
 
 def ladder_suite(kernels, sizes=(1024, 2048, 4096)):
-    """Every GPU rung at its defaults, plus tiled 32 and rect F=4, fp32 and int32."""
+    """Every GPU rung at its defaults, plus tiled 32 and rect F=4, in float32 and int32 where it
+    computes them; the rungs that compute neither (the 16-bit tensor-core rungs) in bfloat16,
+    beside the library. A rung is never asked for a dtype it does not compute."""
     cases = []
-    for dtype in ("float32", "int32"):
+    for dtype in ("float32", "int32", "bfloat16"):
         for k in kernels:
-            if k.device == "cuda":
-                cases += square(k.name, dtype, sizes)
-                if k.name == "tiled":
-                    cases += square("tiled", dtype, sizes, tile=32)
-                if k.name == "rect":
-                    cases += square("rect", dtype, sizes, tile=16, f=4)
+            if k.device != "cuda" or dtype not in k.dtypes:
+                continue
+            if dtype == "bfloat16" and k.name != "cublas" and {"float32", "int32"} & set(k.dtypes):
+                continue
+            cases += square(k.name, dtype, sizes)
+            if k.name == "tiled":
+                cases += square("tiled", dtype, sizes, tile=32)
+            if k.name == "rect":
+                cases += square("rect", dtype, sizes, tile=16, f=4)
     return cases
 
 
@@ -96,11 +101,13 @@ SHAPES = [(4096, 4096, 4096), (1000, 1000, 1000), (3000, 3000, 3000), (8191, 819
 def tensorcore_suite(shapes=None):
     """The Triton tensor-core rungs over the same shapes, each beside the library (tilemm's
     `cublas` rung) in the same dtype: bf16 (`tensorcore`), exact int32 (`tensorcore-int`),
-    float32 by 3xTF32 (`tensorcore-f32`), float64 (`tensorcore-f64`). `shapes`: (m, n, k)s in
+    float32 by 3xTF32 (`tensorcore-f32`), float64 (`tensorcore-f64`), complex64
+    (`tensorcore-complex`), and the tutorial-sized rung (`tensorcore-tutorial`) beside `tensorcore`. `shapes`: (m, n, k)s in
     place of SHAPES."""
-    pairs = [("tensorcore", "bfloat16"), ("cublas", "bfloat16"), ("tensorcore-int", "int32"), ("cublas", "int32"),
-             ("tensorcore-f32", "float32"), ("cublas", "float32"), ("tensorcore-f64", "float64"),
-             ("cublas", "float64")]
+    pairs = [("tensorcore-tutorial", "bfloat16"), ("tensorcore", "bfloat16"), ("cublas", "bfloat16"),
+             ("tensorcore-int", "int32"), ("cublas", "int32"), ("tensorcore-f32", "float32"), ("cublas", "float32"),
+             ("tensorcore-f64", "float64"), ("cublas", "float64"), ("tensorcore-complex", "complex64"),
+             ("cublas", "complex64")]
     return [Case(k, d, m, n, kk) for k, d in pairs for (m, n, kk) in shapes or SHAPES]
 
 

@@ -46,17 +46,43 @@ def hopper_gluon() -> bool:
     if _compat.triton_interpreter() or available() is not None:
         return False
     import torch
-    import triton
     if torch.cuda.get_device_capability()[0] != 9:
         return False
-    # Gluon's API moves between releases: the program is measured on 3.6 and compiled on 3.9
-    if tuple(int(part) for part in triton.__version__.split(".")[:2]) < (3, 6):
+    # Gluon's API moves between releases: the programs run on 3.6 and compile on 3.9
+    if triton_version() < (3, 6):
         return False
-    try:   # the program itself: it names Gluon's TMA load as this Triton spells it
-        from .tensorcore import r11_int8_gluon_kernel  # noqa: F401
+    try:   # what the programs take from Gluon, as this Triton spells it (the TMA load: gluon_helpers)
+        from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: F401
+            fence_async_shared, warpgroup_mma, warpgroup_mma_wait)
+        from .tensorcore import gluon_helpers  # noqa: F401
     except (ImportError, AttributeError):
         return False
     return True
+
+
+@functools.lru_cache(maxsize=None)
+def triton_version() -> tuple:
+    """(major, minor) of the installed Triton."""
+    import triton
+    return tuple(int(part) for part in triton.__version__.split(".")[:2])
+
+
+@functools.lru_cache(maxsize=None)
+def gluon_float64_descriptors() -> str | None:
+    """Why Gluon's TMA descriptors can't describe float64 tensors with this Triton, or None.
+    TMA copies 8-byte elements, but Gluon's host-side descriptor takes 8-, 16- and 32-bit ones only
+    in the releases after 3.6 (3.7 and 3.9 refuse 64)."""
+    import torch
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    sample = torch.zeros(16, 16, dtype=torch.float64)
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=64, rank=2)
+    try:
+        TensorDescriptor(sample, [16, 16], [16, 1], [16, 8], layout)
+    except AssertionError:
+        return f"Triton {triton.__version__}'s Gluon makes no TMA descriptor of float64 elements (3.6's does)"
+    return None
 
 
 def hopper_gluon_refusal(asked: str) -> str | None:
@@ -64,7 +90,8 @@ def hopper_gluon_refusal(asked: str) -> str | None:
     hopper_gluon()."""
     if hopper_gluon():
         return None
-    return (f"{asked} needs a Hopper GPU (compute capability 9.x) and Triton's Gluon (3.6 or newer), "
+    installed = f" (this is Triton {'.'.join(map(str, triton_version()))})" if available() is None else ""
+    return (f"{asked} needs a Hopper GPU (compute capability 9.x) and Triton's Gluon (3.6 or newer){installed}, "
             "outside Triton's interpreter")
 
 
@@ -144,22 +171,20 @@ def aligned_rows(x, align: int = 16):
 COPY_BLOCK = 64
 # Bytes from which an operand whose rows are contiguous but not 16-byte aligned is copied by torch:
 # faster on the GPU than copy_rows, but ~8 µs of CPU against a replayed launch's ~4. Under it, the
-# launch: H200, bf16 whole calls, copies of 0.3-2 MB, 1.15-1.47x where the call was CPU-bound
-# (2131 x 4127 x 94 nt 50.7 -> 34.4 µs), 0.96x at 7615 x 432 x 1866 nt, GPU-bound, with a 1.6 MB
-# B (h200-2026-11-26-s23/copy_ab.jsonl)
+# launch: bf16 whole calls with copies of 0.3-2 MB, 1.15-1.47x where the call was CPU-bound
+# (2131 x 4127 x 94 nt 50.7 -> 34.4 µs), 0.96x at 7615 x 432 x 1866 nt, GPU-bound, with a 1.6 MB B
 TORCH_COPY_FROM = 2 << 20
 
 
 def rows_copy(x, rows):
     """A launcher without arguments copying x into rows (contiguous rows, 16-byte aligned): torch's
     copy where x's rows are contiguous but not 16-byte aligned and x has TORCH_COPY_FROM bytes or
-    more, else r10_tensorcore_kernel.copy_rows, 64 x 64 tiles. Measured on an H100, torch's against Triton's: fp16 (h100-2026-11-24-s11/ptr_copy.jsonl)
+    more, else r10_tensorcore_kernel.copy_rows, 64 x 64 tiles. torch's against Triton's: fp16
     6000² transposed 295 µs against 54, 6000² in 12000-byte rows 91 µs against 55, but 7615 x 1866
-    (3732-byte rows, no vector loads) 39 µs against 55; fp8 (h100-2026-11-24-s12/probe.jsonl)
-    8192² transposed 461 µs against 52, 7001 x 5003 transposed 285 against 293, but 4096 x 4100
-    in its own rows 31 against 142. torch's copy itself runs faster on 4-byte words: where such
-    rows' bytes and x's start divide by 4, it copies int32 views (h100-2026-11-24-s12/probe5.jsonl:
-    bf16 7615 x 1866 38.5 µs against 26.6, fp8 4096 x 4100 29.7 against 12.6)."""
+    (3732-byte rows, no vector loads) 39 µs against 55; fp8 8192² transposed 461 µs against 52,
+    7001 x 5003 transposed 285 against 293, but 4096 x 4100 in its own rows 31 against 142. torch's
+    copy itself runs faster on 4-byte words: where such rows' bytes and x's start divide by 4, it
+    copies int32 views (bf16 7615 x 1866 38.5 µs against 26.6, fp8 4096 x 4100 29.7 against 12.6)."""
     if x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 and x.numel() * x.element_size() >= TORCH_COPY_FROM:
         row_bytes = x.shape[1] * x.element_size()
         words = x.element_size() < 4 and row_bytes % 4 == 0 and x.stride(0) * x.element_size() % 4 == 0
@@ -212,12 +237,12 @@ def bound_launch(program, grid: tuple, args: tuple, options: dict):
 class BoundLaunch:
     """program[grid](*args, **options) as a launcher without arguments that, from its second call
     on, launches the compiled program directly. Triton binds and specializes every argument,
-    computes a cache key and looks the program up at each launch: on the H100's host 24 µs of CPU
-    a launch, against 13 µs for the compiled program's own launcher and 12 µs for cuBLAS through
-    torch (direct_launch_try.jsonl). With the same argument objects at every call the lookup
-    finds the same program, so it is done once; and the program's own launcher is called past
-    Triton's Python layers where it can be (tilemm.ladder.direct_launch). Under the interpreter, or with another device
-    current than at the first call, the plain launch. After a first launch, ``runner`` and
+    computes a cache key and looks the program up at each launch: 24 µs of CPU a launch, against
+    13 µs for the compiled program's own launcher and 12 µs for cuBLAS through torch. With the
+    same argument objects at every call the lookup finds the same program, so it is done once;
+    and the program's own launcher is called past Triton's Python layers where it can be
+    (tilemm.ladder.direct_launch). Under the interpreter, or with another device current than at
+    the first call, the plain launch. After a first launch, ``runner`` and
     ``values`` (every argument, constexprs too, in the signature's order) are what
     tilemm.ladder.replay needs to launch the same program on other operands."""
 

@@ -2,8 +2,8 @@
 
 A call that repeats an earlier one (same shapes, strides, dtypes, kernel, parameters: the plan
 cache's key) would work out the same tiles, descriptors and scratch buffers, and Triton would bind
-and look up the same compiled programs: ~130 µs of Python a call on the H100's host, against ~20 µs
-for torch.matmul. A Replay keeps what the first call's launches were (each a compiled program and
+and look up the same compiled programs: ~130 µs of Python a call, against ~20 µs for
+torch.matmul. A Replay keeps what the first call's launches were (each a compiled program and
 its argument values) with the operands, their views and the scratch buffers marked; a repeated
 call allocates C afresh (torch's caching allocator: stream-safe, a few µs), puts the new
 operands in their places and launches the programs directly.
@@ -11,18 +11,17 @@ operands in their places and launches the programs directly.
 The scratch (operands copied into aligned rows, split parts) is kept per thread and stream, up to
 SCRATCH_KEPT_UP_TO bytes, with the launches' values that point into it filled in once: a call on
 a stream runs after that stream's previous call has read it, and a thread's calls are queued one
-after the other. Each scratch allocation cost ~3.5 µs of CPU on the H100's host and the views into
-it ~4 µs each (h100-2026-11-24-s14/probe_cpu.log); a larger product's scratch is allocated at each
-call as before, where those microseconds are lost in its GPU time.
+after the other. Each scratch allocation cost ~3.5 µs of CPU and the views into it ~4 µs each; a
+larger product's scratch is allocated at each call as before, where those microseconds are lost
+in its GPU time.
 
 Only steps a rung declares to be the whole of its work (a ``Steps`` of ``BoundLaunch``es and
 ``CopyInto``s, an operand copied into aligned rows: no value read on the host in between) are
 replayed, only on 2-D torch CUDA tensors already of the compute dtype, with the first call's
 alignment (Triton specializes on each pointer's 16 bytes) on the same device, and outside CUDA-graph
 capture where the launches reuse memory (kept scratch, a workspace); anything else takes the plan's
-usual path. A single program's replay, the usual small call, is taken in the fewest steps: on the
-H200's host a bf16 call of 64 x 64 x 64 went from 0.85x to about 1.0x torch.matmul's CPU time
-(h200-2026-11-26-s21/replay_calls.log).
+usual path. A single program's replay, the usual small call, is taken in the fewest steps: a
+bf16 call of 64 x 64 x 64 went from 0.85x to about 1.0x torch.matmul's CPU time.
 """
 from __future__ import annotations
 
@@ -347,7 +346,7 @@ def constant(v) -> bool:
 
 class Address:
     """Stands for a descriptor's base where that is a view of an operand: Triton reads nothing of
-    it but its address, and a tensor view costs ~2 µs of CPU a call on the H100's host."""
+    it but its address, and a tensor view costs ~2 µs of CPU a call."""
     __slots__ = ("address",)
 
     def __init__(self, address: int):

@@ -11,7 +11,7 @@ flat indexing, A[row * K + k], with the two indices advanced by a tile each phas
 wholly inside C skips the bounds tests until K's last, partial tile; any other strides take
 2-D indexing. The flat form is not for show: at TILE 32 the JIT kept four constant-bank loads in
 the 2-D form's loop (0.93x its CUDA C twin), two in the flat one's (0.95x), none once the
-interior tiles drop their bounds tests (0.99-1.00x; benchmarks/tiled32_variants.py, gpu_ladder.py).
+interior tiles drop their bounds tests (0.99-1.00x).
 
 Constraints: TILE in {8, 16, 32} (64 would be 4096 threads a block: refused with the
 reason); any M, N, K, any strides.

@@ -1,9 +1,16 @@
-"""Rung 10, `tensorcore`: the tiled GEMM on tensor cores, in Triton (Triton's matmul tutorial,
-with masked edges and any strides; the program itself is in r10_tensorcore_kernel.py). Each program computes a BLOCK_M x BLOCK_N tile of C:
-per K step it loads a (BLOCK_M, BLOCK_K) tile of A and a (BLOCK_K, BLOCK_N) tile of B and
-`tl.dot` multiplies them on the tensor cores into float32 accumulators; Triton stages the
-tiles through shared memory (num_stages deep) itself. Programs are numbered in groups of
-GROUP_M block rows so that neighbours share their B tiles in L2.
+"""Rung 10, `tensorcore`: the tiled GEMM on tensor cores, in Triton: rung 9's program (Triton's
+matmul tutorial, r09_tutorial.py) made fast; the programs themselves are in
+r10_tensorcore_kernel.py. Each program computes a BLOCK_M x BLOCK_N tile of C: per K step it loads
+a (BLOCK_M, BLOCK_K) tile of A and a (BLOCK_K, BLOCK_N) tile of B and `tl.dot` multiplies them on
+the tensor cores into float32 accumulators; Triton stages the tiles through shared memory
+(num_stages deep) itself. Programs are numbered in groups of GROUP_M block rows so that
+neighbours share their B tiles in L2.
+
+What it adds to rung 9: tiles brought in by TMA where a product pays for it (takes_tma: no address
+arithmetic, no masks); persistent programs, one an SM, that write one tile while the next one loads;
+split K (and stream-K, on request) where the tiles of C leave SMs idle; operands copied into aligned
+rows where TMA needs them or reads them faster; tiles chosen by shape (tile_model); 64-bit offsets;
+and a bound launcher (bind) that tilemm.ladder.replay launches again on a repeated call's operands.
 
 float16 and bfloat16 in, float32 accumulation, rounded once to the input type: what NumPy
 does for float16 (and torch for bfloat16). The same program multiplies float64 for rung
@@ -59,16 +66,14 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, per
 
 # Multiply-adds up to which a product takes the pointer program (tma=None): Triton launches a
 # program whose arguments are TMA descriptors ~5 µs slower (it encodes them at each launch), and a
-# copy into aligned rows costs a launch more, while the TMA program's speed only shows past them.
-# Measured (h100-2026-11-24-s11/ptr_copy.jsonl, bf16): GPU time 3.2 / 4.3 µs against 3.0 / 3.8 µs at
-# 256³ / 512³, CPU time of a launch 11.6 / 13.1 µs against 15.9 / 19.8 µs; at 2048³ 37 µs against 27.
+# copy into aligned rows costs a launch more, while the TMA program's speed only shows past them
+# (bf16, pointers against TMA: GPU time 3.2 / 4.3 µs against 3.0 / 3.8 µs at 256³ / 512³, CPU time
+# of a launch 11.6 / 13.1 µs against 15.9 / 19.8 µs; at 2048³ 37 µs against 27).
 POINTERS_UP_TO = 2**28
 # ... and whatever its size, a product whose C is FEW_TILES 128 x 128 tiles or fewer: its deep K is
 # split across the SMs either way, and TMA's descriptors and copies into aligned rows cost more than
-# its loads save. Fit half, kernel alone, bf16, after the pointer program's vector loads: pointers
-# against TMA 0.895x against 0.375x cuBLAS at 79 x 350 x 12726 tn (3 tiles), 0.889x against 0.560x
-# at 123 x 640 x 8877 tn (5); 0.899x against 0.921x at 395 x 292 x 12981 tt (12); TMA ahead on
-# every product of more tiles (h100-2026-11-24-s17/pointers_or_tma_fit.jsonl).
+# its loads save (bf16, kernel alone: pointers 0.895x cuBLAS against TMA's 0.375x at 79 x 350 x 12726
+# tn, 3 tiles; TMA ahead from 12 tiles on).
 FEW_TILES = 8
 
 
@@ -109,8 +114,7 @@ def skinny_block(rows: int) -> int:
     """The tile side that covers a skinny dimension of 64 or fewer rows: a power of two, 16 or more
     (tl.dot's smallest). 16-row tiles read B four times over at M = 64 (bf16 64 x 8192 x 8192 97.7
     µs against 50.8, cuBLAS 49.9); where fewer tiles leave SMs idle the 16-row ones are faster
-    (64 x 2048 x 2048: 25.8 µs against 33.6; prepared launches,
-    h100-2026-11-24-s13/skinny_cover_always_try_prepared.jsonl)."""
+    (64 x 2048 x 2048: 25.8 µs against 33.6)."""
     return max(16, 1 << max(0, rows - 1).bit_length())
 
 
@@ -128,10 +132,10 @@ def launch(a, b, c, **config):
 def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int) -> bool:
     """Whether to share a last, partial round of tiles out by K steps: when that round leaves most
     SMs idle, after min_rounds whole rounds, with K steps enough to share (3xTF32's stream_k=None,
-    r13_f32). Not for 16-bit tiles, whose hand-over of partial sums did not pay: on the wide sweep's
-    fit half, paired rounds, kernel alone, 128 x 256 tiles, stream-K against none 0.88-0.99x where
-    this rule (min_rounds 8) took it, e.g. 4096 x 14336 x 4096 0.93x, 16384 x 8192 x 2048 0.88x
-    (h100-2026-11-24-s15/stream_k_grid.jsonl), and under one round 0.2-0.8x against split K."""
+    r13_f32). Not for 16-bit tiles, whose hand-over of partial sums did not pay: kernel alone,
+    128 x 256 tiles, stream-K against none 0.88-0.99x where this rule (min_rounds 8) took it, e.g.
+    4096 x 14336 x 4096 0.93x, 16384 x 8192 x 2048 0.88x, and with fewer tiles than SMs 0.2-0.8x
+    against split K."""
     whole, left = divmod(tiles, programs)
     return whole >= min_rounds and 0 < left < 0.6 * programs and k_steps >= 32
 
@@ -141,9 +145,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
     strides are not), by the persistent program when there is more than one round of tiles and
-    persistent is not False (measured as fast or faster on the shapes suite, 1.3x at
-    8192x8192x128: tensorcore_vs_cublas_persistent.jsonl; one round is launched more cheaply
-    one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
+    persistent is not False (as fast or faster on the shapes suite, 1.3x at 8192x8192x128; one
+    round is launched more cheaply one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
     (see matmul_persistent; also under one round, then every tile's), with split_k > 1 each tile's K steps split
     into that many runs (programs of their own, whose float32 partials the last one adds: see
     hand_over; None: k_splits, or thin_splits for a skinny product whose thin operand is not read
@@ -196,8 +199,8 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
             align_rows = rows_aligned_pays(m, n, k)
         align = 128 if align_rows and a.element_size() == 2 else 16
         # float64: an M-major A is copied into rows first: DMMA read its transposed tiles at
-        # 0.51-0.70x DGEMM against 0.85-1.03x for a row-major A (wide sweep, >= 2048,
-        # h100-2026-11-24-s10/f64.log); the copy is ~1% of such a product's time
+        # 0.51-0.70x DGEMM against 0.85-1.03x for a row-major A (products from 2048); the copy is
+        # ~1% of such a product's time
         a_desc, a_t, a_fill = descriptor(a, block_m, block_k, align, transposed=not (f64 and copy_transposed != "none"))
         b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align, transposed=not (f64 and copy_transposed == "ab"),
                                          copy_transpose_rows=not f64)
@@ -269,10 +272,10 @@ def descriptor(x, block_rows: int, block_cols: int, align: int = 16, transposed:
     that fill() copies x into (TMA wants 16-byte aligned strides and base; align=128 also copies
     rows whose stride is not a multiple of 128 bytes); fill is None when there is nothing to copy.
     copy_transpose_rows (B): where x must be copied and x^T's rows are contiguous but unaligned,
-    copy those rows (B^T, K-major) rather than transpose x. H100, prepared launches, against the
-    transposition (h100-2026-11-24-s12/probe7*.log): both operands transposed 4001³ 1.14x, 8191³
-    1.05x, 5006 x 5710 x 252 1.09x; B alone transposed 0.95-1.09x. Done for A as well (rows of A^T,
-    M-major) it lost at 3001 x 5000 x 4096 (0.94x), so A keeps its transposition."""
+    copy those rows (B^T, K-major) rather than transpose x: against the transposition, both
+    operands transposed 4001³ 1.14x, 8191³ 1.05x, 5006 x 5710 x 252 1.09x; B alone transposed
+    0.95-1.09x. Done for A as well (rows of A^T, M-major) it lost at 3001 x 5000 x 4096 (0.94x), so
+    A keeps its transposition."""
     if transposed and not support.k_major(x) and (support.k_major(x.T) or (
             copy_transpose_rows and x.T.stride(1) == 1 and x.stride(1) != 1)):
         desc, fill = support.row_descriptor(x.T, block_cols, block_rows, align)
@@ -288,11 +291,10 @@ ALIGN_ROWS_FROM = 2000
 def rows_aligned_pays(m: int, n: int, k: int) -> bool:
     """Whether to copy 16-bit operands whose rows are not a multiple of 128 bytes into rows that
     are (align_rows=None). TMA reads such rows much slower: bf16 3000³ ran 139 µs with 6000-byte
-    rows against 103 µs with the same values in 6016-byte ones (row_alignment_try.jsonl). The
-    copies (torch's, ~23 µs an operand at 3000²) read and write each operand once, so they pay
-    where the product has many multiply-adds for each operand element: measured kernel alone
-    (tensorcore_vs_cublas_align_rows.jsonl), 5000³ 0.76x cuBLAS with them against 0.72x, but
-    3000³ 0.61x against 0.66x and 2000³ 0.52x against 0.79x: m n k / (m k + k n) from
+    rows against 103 µs with the same values in 6016-byte ones. The copies (torch's, ~23 µs an
+    operand at 3000²) read and write each operand once, so they pay where the product has many
+    multiply-adds for each operand element: kernel alone, 5000³ 0.76x cuBLAS with them against
+    0.72x, but 3000³ 0.61x against 0.66x and 2000³ 0.52x against 0.79x: m n k / (m k + k n) from
     ALIGN_ROWS_FROM (n >= 4000 for a square product)."""
     return m * n * k >= ALIGN_ROWS_FROM * (m * k + k * n)
 

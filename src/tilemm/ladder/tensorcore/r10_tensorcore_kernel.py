@@ -56,8 +56,8 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0)
         if FP64:
             acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)  # 3.6 needs out_dtype
-        elif UPCAST:  # only in Triton's interpreter, whose bfloat16 tl.dot returns garbage (3.9, seen
-            # here): bfloat16 products are exact in float32, so this is the same sum
+        elif UPCAST:  # only in Triton's interpreter, whose bfloat16 tl.dot returns garbage
+            # (3.9): bfloat16 products are exact in float32, so this is the same sum
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
         else:
             acc = tl.dot(a, b, acc)                       # tensor cores, float32 accumulators
@@ -274,7 +274,7 @@ def tf32x3_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, CHUNK: 
     joins the running total by one float32 add. The tensor cores add at their accumulator's
     magnitude and drop low bits (accumulated straight into the running total over all of K: 13x
     SGEMM's error, measured), so the chunk is kept short; adding every K step instead drained
-    their pipeline each step (1.40x SGEMM against 1.92x at 4096³, benchmarks/f32_chunk_try.py).
+    their pipeline each step (1.40x SGEMM against 1.92x at 4096³).
     An Inf or NaN in the operands makes the small products' sum Inf or NaN (Inf times a low part
     of either sign, or times 0); it is dropped, and the a_hi b_hi sum, where Inf and NaN stand
     whole, carries IEEE's result."""

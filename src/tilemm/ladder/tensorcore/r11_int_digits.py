@@ -61,18 +61,17 @@ def planes_launch(x, ndigits: int):
 
 
 def default_block_n(block_n, result_bytes: int) -> int:
-    """Measured on an H100 (benchmarks/int_vs_baselines.py): 128 x 256 tiles are fastest up to
-    32-bit results; int64's second, int64 accumulator needs 128 x 128."""
+    """128 x 256 tiles are the fastest up to 32-bit results; int64's second, int64 accumulator
+    needs 128 x 128."""
     return block_n or (128 if result_bytes == 8 else 256)
 
 
 # int8 data: the Gluon program stores C from the tensor cores' registers, a few bytes a thread. Where
 # C's rows are not 16-byte aligned, C is int8, or K is short (C's store is much of a tile's time), the
-# persistent program's coalesced quarters are faster. H100, kernel alone, Gluon against the persistent
-# program (h100-2026-11-24-s12/probe3.jsonl, probe4.jsonl): int32 C 8192 x 8190 x 1024 529 µs against
-# 219, 8191² x 4096 705 against 493, 8865 x 7026 x 12 490 against 155; aligned 8192² x K: K = 12 138
-# against 101, 512 134 against 129, 1024 166 against 180, 8192 719 against 849; int8 C 8192² x 1024
-# 194 against 122, 4096³ 113 against 105.
+# persistent program's coalesced quarters are faster. Kernel alone, Gluon against the persistent
+# program: int32 C 8192 x 8190 x 1024 529 µs against 219, 8191² x 4096 705 against 493, 8865 x 7026
+# x 12 490 against 155; aligned 8192² x K: K = 12 138 against 101, 512 134 against 129, 1024 166
+# against 180, 8192 719 against 849; int8 C 8192² x 1024 194 against 122, 4096³ 113 against 105.
 SHORT_K = 512
 
 
@@ -94,8 +93,8 @@ def takes_persistent(nd_a: int, nd_b: int, c, k: int) -> bool:
 def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n, block_k, group_m, num_warps,
                     num_stages):
     """A launcher without arguments of the persistent program (int32 sums) on int8 planes a_part
-    (M, K) and b_part (N, K), both K-major; told C's alignment (int32 C of 4002 or 7026 columns
-    1.02x, h100-2026-11-25-s18/c_align_other_rungs.jsonl)."""
+    (M, K) and b_part (N, K), both K-major; told C's alignment (int32 C of 4002 or 7026 columns:
+    1.02x)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     return support.persistent_launch(TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
                                      TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n, k, INT=True,
@@ -123,8 +122,8 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     """run(a, b, c, ...) as a launcher without arguments. On Hopper with K in one launch (results
     up to 32 bits) the digit planes' buffers, the descriptors and the launches are worked out
     once, a Steps that a repeated call replays: planning at each launch cost 100-330 µs of CPU a
-    call (int8 4096 x 2048 x 2048 took 166 µs against 50 µs for torch._int_mm, wide sweep,
-    h100-2026-11-24-s10/int8.log). Elsewhere each launch plans (run)."""
+    call (int8 4096 x 2048 x 2048 took 166 µs against 50 µs for torch._int_mm). Elsewhere each
+    launch plans (run)."""
     m, k = a.shape
     n = b.shape[1]
     nd_c = c.element_size()
@@ -132,7 +131,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     whole = k > 0 and chunk_tiles(k, nd_a, nd_b, nd_c, block_k) * block_k >= k
     if not (whole and support.hopper_gluon()):
         return lambda: run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
-    from . import r11_int8_gluon_kernel as gluon_int8
+    from . import gluon_helpers, r11_int8_gluon_kernel as gluon_int8
     block_n = default_block_n(block_n, nd_c)
     a_part, a_fill = planes_launch(a, nd_a)
     b_part, b_fill = planes_launch(b.T, nd_b)                                 # (N, K): B K-major
@@ -141,8 +140,8 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
                                   num_stages)
     else:
         programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
-        product = gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
-                                      gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k, programs,
+        product = gluon_int8.launcher(gluon_helpers.descriptor(a_part, block_m, block_k),
+                                      gluon_helpers.descriptor(b_part, block_n, block_k), c, m, n, k, programs,
                                       (nd_a, nd_b), group_m, num_stages, num_warps)
     return support.Steps([a_fill, b_fill, product])
 
@@ -177,9 +176,9 @@ def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, gro
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
         a_part, b_part = planes_a(a[:, k0:k1], nd_a), planes_b(b[k0:k1].T, nd_b)  # (N, K): B K-major
         if gluon:
-            from . import r11_int8_gluon_kernel as gluon_int8
-            gluon_int8.launcher(gluon_int8.descriptor(a_part, block_m, block_k),
-                                gluon_int8.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
+            from . import gluon_helpers, r11_int8_gluon_kernel as gluon_int8
+            gluon_int8.launcher(gluon_helpers.descriptor(a_part, block_m, block_k),
+                                gluon_helpers.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
                                 (nd_a, nd_b), group_m, num_stages, num_warps, accumulate=t0 > 0,
                                 lowest_shift=lowest_shift, scales=scales)()
             continue

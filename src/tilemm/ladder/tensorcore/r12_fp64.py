@@ -1,11 +1,14 @@
-"""Rung 12, `tensorcore-f64`: float64 on the H100's FP64 tensor cores (DMMA), in Triton: the
+"""Rung 12, `tensorcore-f64`: float64 on Hopper's FP64 tensor cores (DMMA), in Triton: the
 programs of `tensorcore` (r10_tensorcore_kernel.py) with float64 tiles and a float64 accumulator, the
 persistent TMA one past one round of tiles, the pointer one otherwise. On Hopper, where 128 x 128
 tiles fill more than half the SMs, a Gluon program instead (r12_fp64_dmma_kernel.py): DMMA's
 m16n8k8 shape, which Triton does not issue, on operands read as that instruction takes them.
 
 Constraints: float64 only; any M, N, K, any strides; shared memory of a configuration (eight
-bytes an element) must fit the GPU (checked before launch).
+bytes an element) must fit the GPU (checked before launch); Triton 3.5 or newer (tl.dot of
+float64). The Gluon program needs Gluon TMA descriptors of float64 elements, which Triton 3.6
+makes and later releases refuse: there the Triton programs run every product, and dmma=True is
+refused, naming the Triton version.
 """
 from __future__ import annotations
 
@@ -18,21 +21,32 @@ TILES = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
 TRITON_DEFAULTS = dict(persistent=True, copy_transposed="a")
 # K from which the DMMA program takes a product (dmma=None). It writes each tile's C once its K
 # steps are done, where the persistent Triton program writes one tile while loading the next: with
-# few K steps C's writes dominate. H200 whole calls (h200-2026-11-26-s25/f64_rung_check.jsonl):
-# 8192 x 8192 x 64 0.66x DGEMM against 0.88x; x 256 (tt) 0.92x against 0.86x; 4096 x 4096 x 512
-# 0.90x against 0.87x.
+# few K steps C's writes dominate (8192 x 8192 x 64: 0.66x DGEMM against the Triton program's 0.88x;
+# from K = 256 the DMMA program is ahead).
 DMMA_FROM_K = 256
 # the DMMA program's tiles and stages (r12_fp64_dmma_kernel's, which imports Triton: kept here for
 # the traffic model and limits, which do not)
 DMMA_TILES = dict(block_m=128, block_n=128, block_k=32)
 DMMA_STAGES = 3
+# Triton's tl.dot multiplies float64 from 3.5 on (3.4 refuses float64 operands, at compile time
+# and in the interpreter alike)
+FLOAT64_DOT_FROM = (3, 5)
+
+
+def available() -> str | None:
+    """Why the rung can't run here, or None: the Triton rungs' reasons, or a Triton whose tl.dot
+    takes no float64."""
+    reason = support.available()
+    if reason is None and support.triton_version() < FLOAT64_DOT_FROM:
+        installed = ".".join(map(str, support.triton_version()))
+        return f"needs Triton 3.5 or newer, whose tl.dot multiplies float64 (this is Triton {installed})"
+    return reason
 
 
 def default_tiles(m: int, n: int) -> dict:
-    """Measured on an H100 (tensorcore_vs_cublas_f64*.jsonl, session 2's shapes run): 128 x 128 x 32
-    tiles, 8 warps, 3 stages when they fill the SMs; 64 x 64 x 32 (4 warps, 4 stages) when they do
-    not (1000³: 0.66x DGEMM against 0.35x); 16-wide tiles for a skinny product, bound by reading
-    the other operand."""
+    """The Triton programs' tiles: 128 x 128 x 32, 8 warps, 3 stages when they fill the SMs;
+    64 x 64 x 32 (4 warps, 4 stages) when they do not (1000³: 0.66x DGEMM against 0.35x);
+    16-wide tiles for a skinny product, bound by reading the other operand."""
     if min(m, n) <= 64:
         return dict(block_m=16, block_n=64, block_k=64, num_warps=4, num_stages=4) if m <= 64 else \
             dict(block_m=64, block_n=16, block_k=64, num_warps=4, num_stages=4)
@@ -44,22 +58,29 @@ def default_tiles(m: int, n: int) -> dict:
 def takes_dmma(m: int, n: int, k: int, params: dict) -> bool:
     """Whether a product runs the Gluon DMMA program: dmma=True, or dmma=None with the Triton
     programs' parameters at their defaults (tiles None), on Hopper, where its 128 x 128 tiles fill
-    more than half the SMs (a skinny product keeps its own tiles) and K from DMMA_FROM_K. An empty
-    product never (the Triton launcher writes its zeros). Measured on an H200, whole calls
-    (h200-2026-11-26-s25/):
-    - 3001 x 2999 x 1537 to 8192³, four layouts: 0.96-1.03x DGEMM, the Triton programs 0.88-0.97x
-      (f64_rung_check.jsonl);
-    - under a round, 80-128 tiles on 132 SMs: 0.67-1.07x DGEMM against the Triton program's 64 x 64
-      tiles' 0.55-0.65x; at 64 tiles 0.48-0.52x against 0.59-0.62x (f64_mid_fit.jsonl; held out,
-      9 problems of 70-121 tiles: ahead on each, f64_mid_heldout.jsonl)."""
+    more than half the SMs (a skinny product keeps its own tiles) and K from DMMA_FROM_K, with a
+    Triton whose Gluon describes float64 for TMA. An empty product never (the Triton launcher
+    writes its zeros). Whole calls against DGEMM: from 3001 x 2999 x 1537 to 8192³, four layouts,
+    0.96-1.03x where the Triton programs ran 0.88-0.97x; under a round (80-128 tiles on 132 SMs)
+    0.67-1.07x against the 64 x 64 tiles' 0.55-0.65x, but at 64 tiles 0.48-0.52x
+    against 0.59-0.62x."""
     if m * n * k == 0:
         return False
     if params.get("dmma") is not None:
         return bool(params["dmma"])
     own = all(params.get(name) is None for name in TILES) and all(
         params.get(name, value) == value for name, value in TRITON_DEFAULTS.items())
-    return (own and min(m, n) > 64 and k >= DMMA_FROM_K and support.hopper_gluon()
-            and 2 * -(-m // 128) * -(-n // 128) > support.multiprocessors())
+    return (own and min(m, n) > 64 and k >= DMMA_FROM_K and 2 * -(-m // 128) * -(-n // 128) > support.multiprocessors()
+            and support.hopper_gluon() and support.gluon_float64_descriptors() is None)
+
+
+def dmma_refusal() -> str | None:
+    """Why dmma=True can't be had here, or None."""
+    refusal = support.hopper_gluon_refusal("dmma=True")
+    if refusal:
+        return refusal
+    why = support.gluon_float64_descriptors()
+    return f"dmma=True: {why}; dmma=None or False runs the Triton programs" if why else None
 
 
 def dmma_operands(a, b):
@@ -107,7 +128,7 @@ def traffic(p, dmma=None, **params):
 
 
 def limits(p, dmma=None, **params):
-    refusal = support.hopper_gluon_refusal("dmma=True") if dmma else None
+    refusal = dmma_refusal() if dmma else None
     if refusal:
         return refusal
     if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)):
@@ -119,11 +140,10 @@ def limits(p, dmma=None, **params):
 register(Kernel(
     name="tensorcore-f64", rung=12, device="cuda", backend="triton", dtypes=("float64",),
     seed="beyond", summary="float64 on the FP64 tensor cores: DMMA m16n8k8 in Gluon on Hopper, Triton tl.dot elsewhere",
-    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=available,
     params=tile_params(None, None, None, num_warps=None, num_stages=None) + (
-        # past one round: 0.92-0.94 / 0.93-0.97 / 0.97-0.99x DGEMM at 4096³ / 8192³ / 4096x4096x14336
-        # in two runs, against 0.88-0.89 / 0.90-0.92 / 0.93-0.96x one program a tile
-        # (tensorcore_vs_cublas_f64_persistent_try.jsonl, tensorcore_vs_cublas_f64.jsonl)
+        # past one round: 0.92-0.99x DGEMM at 4096³ to 4096 x 4096 x 14336, against 0.88-0.96x one
+        # program a tile
         Param("persistent", True, (False, True),
               "past one round of tiles: the persistent TMA program (float64 sums); False: one program a tile"),
         Param("copy_transposed", "a", ("none", "a", "ab"),
@@ -131,6 +151,7 @@ register(Kernel(
               "that counts in the rung's time (DMMA reads a transposed A's tiles slowly)"),
         Param("dmma", None, (None, False, True),
               "Hopper: the Gluon program issuing DMMA m16n8k8 (its own 128 x 128 x 32 tiles; the other "
-              "parameters ignored); None: where the tile parameters are None and 128 x 128 tiles fill more than half the SMs "
+              "parameters ignored; needs a Triton whose Gluon describes float64 for TMA, as 3.6's does); None: "
+              "where the tile parameters are None and 128 x 128 tiles fill more than half the SMs "
               "(takes_dmma); False: the Triton programs"),),
 ))

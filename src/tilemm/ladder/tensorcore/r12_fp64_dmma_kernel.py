@@ -15,13 +15,13 @@ registers, and the order, the mma takes: C' = X^T Y^T with
   side by side, each chunk of 8 K columns a box of 64-byte rows (no bank conflicts unswizzled).
 The K slots t, t + 4 of the mma stand for K columns 2t, 2t + 1 in both operands alike. Read K-major
 instead, A's fragment came in two loads whose halves had to be moved into place: 193 register moves
-for 32 DMMA in the loop. Over the wide sweep's 28 problems >= 2048 that try ran 0.917x DGEMM (kernel
-alone), this program 0.989x (whole calls; docs/tensor_cores.md, session 25).
+for 32 DMMA in the loop. Over 28 problems from 2048 that version ran 0.917x DGEMM (kernel alone),
+this program 0.989x (whole calls).
 
 Warp-specialized: one loading warp issues the TMA loads into a ring of STAGES stages, the
 multiplying warps release a stage after a barrier among themselves and a proxy fence (released
 by one thread's arrive without them, a stage was refilled while still being read: wrong
-elements, session 24). One program a tile, GROUP_M block rows walked together.
+elements). One program a tile, GROUP_M block rows walked together.
 
 C' is C (X = A^T, Y = B^T) or C^T (X = B, Y = A), any strides; K >= 1. Kept apart so that
 importing tilemm never imports Triton; GPU only (Gluon has no interpreter).
@@ -31,7 +31,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from .r11_int8_gluon_kernel import invalidate_barriers, stage_barriers, tile_start, tma_load
+from .._tensorcore_support import bound_launch
+from .gluon_helpers import invalidate_barriers, stage_barriers, tile_start, tma_load
 from .r12_fp64 import DMMA_STAGES, DMMA_TILES
 
 BLOCK_M, BLOCK_N, BLOCK_K = DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"]
@@ -161,7 +162,6 @@ def descriptors(x, y):
 def launcher(x, y, c, stride_cm: int, stride_cn: int):
     """A launcher without arguments (a BoundLaunch) of c' = x^T y^T into c (c' = c, or c^T by the
     strides given): x (K, M), y (N, K) float64, rows contiguous and 16-byte aligned; K >= 1."""
-    from .._tensorcore_support import bound_launch
     k, m = x.shape
     n = y.shape[0]
     x_desc, y_desc = descriptors(x, y)

@@ -71,10 +71,9 @@ def parts_of(x, parts: int, block_rows: int, block_k: int):
 
 
 def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
-    """(block_n, block_k, num_stages) with the defaults (None) filled in. Measured on an H100
-    (tensorcore_vs_cublas_f32_sweep.jsonl): 128 x 256 x 32 tiles, 4 stages for TF32. 3xTF32 keeps
-    three accumulators (the total, a chunk's big and small products), which at 128 x 256 spill
-    registers (0.28x SGEMM): 128 x 128 x 32, 3 stages (h100-2026-11-23-s6/f32_chunk_try.jsonl).
+    """(block_n, block_k, num_stages) with the defaults (None) filled in: 128 x 256 x 32 tiles,
+    4 stages for TF32. 3xTF32 keeps three accumulators (the total, a chunk's big and small
+    products), which at 128 x 256 spill registers (0.28x SGEMM): 128 x 128 x 32, 3 stages.
     int8: the integer rung's int64 tiles, 128 x 128 x 128 with 4 stages."""
     if precision == "int8":
         return block_n or 128, block_k or 128, num_stages or 4
@@ -84,13 +83,13 @@ def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
 
 
 # 3xTF32: K steps whose products the tensor cores chain before one float32 add (tf32_matmul).
-# Measured at 4096³ / 8192³ (f32_chunk_try.jsonl): 4 steps 1.62x / 1.71x SGEMM at an error of
+# Measured at 4096³ / 8192³: 4 steps 1.62x / 1.71x SGEMM at an error of
 # 4.6e-7 / 5.5e-7, 8 steps 1.74x / 1.86x at 6.9e-7 / 7.0e-7, 16 steps 1.92x / 2.06x at 1.3e-6 /
-# 1.4e-6 (SGEMM: 2.8e-6 / 4.5e-6; one step, the former program: 1.40x / 1.50x at 5.2e-7 / 8.3e-7).
+# 1.4e-6 (SGEMM: 2.8e-6 / 4.5e-6; a float32 add every step: 1.40x / 1.50x at 5.2e-7 / 8.3e-7).
 CHUNK_STEPS = 16
 # A chunk's error does not shrink with K, SGEMM's grows with it: with 16 steps (512 of K) the
 # error was above SGEMM's for K of 256-1024 (at 512: 1.7e-6 against 1.35e-6), below it from 2048
-# on (f32_chunk_error.jsonl). So K has at least MIN_CHUNKS chunks: with them every K measured
+# on. So K has at least MIN_CHUNKS chunks: with them every K measured
 # (64 to 16384, M = N = 2048) came out below SGEMM's error, by 1.75x to 4.7x. Not every shape: at
 # M = N = 1024 cuBLAS splits K from 2048 on and erred 8.3e-7 at K = 4096 against 1.2e-6 here
 # (within float32's bound; 8-step chunks: 6.7e-7, but 1.74x SGEMM at 4096³ against 1.92x).
@@ -160,8 +159,7 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
 
 # 3xTF32 products of at most this many multiply-adds take one launch (tf32x3_direct), their
 # parts split in registers, on tiles of at most DIRECT_BLOCK (more programs for a small C): there
-# the split passes' two launches cost more than they save. Measured on an H100, kernel alone
-# (h100-2026-11-24-s10/f32_direct.jsonl), direct against split: 256³ 22 against 63 µs, 512³ 37
+# the split passes' two launches cost more than they save. Kernel alone, direct against split: 256³ 22 against 63 µs, 512³ 37
 # against 70, 1024³ 92 against 91, 2048³ 656 against 204, 1000 x 3000 x 300 393 against 77: its
 # tiles pass through registers (split there) into shared memory, which costs past the smallest.
 DIRECT_WORK = 2**28
@@ -258,15 +256,14 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
 
 # 3xTF32's tiles carry three products each, so handing partial sums over pays with no whole
 # round before: stream_k=None shares a last round that leaves 40% of the SMs idle or more
-# (r10_tensorcore.stream_k_pays). Measured on an H100 (h100-2026-11-23-s7/tensorcore_vs_cublas_3xtf32_stream_k.jsonl),
-# against cuBLAS SGEMM: 8192³ (31 rounds, then 4 tiles) 2.092x with stream-K against 2.019x;
-# 1024 x 1024 x 4096 (64 tiles) 1.406x against 1.094x; 4096³ (the last round 76% full) 1.919x
+# (r10_tensorcore.stream_k_pays). Against cuBLAS SGEMM: 8192³ (31 rounds, then 4 tiles) 2.092x with stream-K against 2.019x;
+# 1024 x 1024 x 4096 (64 tiles) 1.406x against 1.094x; 4096³ (the last round of tiles 76% full) 1.919x
 # against 1.931x and 2048³ (128 tiles) 1.638x against 1.650x, within the noise.
 STREAM_K_ROUNDS = 0
 
 
 # The product's multiply-adds a panel from which copying B in panels pays (copy_panels=None),
-# and the most panels: 4 ran faster than 2 at 4096³ and than 8 at 8192³ (tensorcore_vs_cublas_f32_panels4.jsonl)
+# and the most panels: 4 ran faster than 2 at 4096³ and than 8 at 8192³
 PANEL_WORK = 2**34
 MAX_PANELS = 4
 # B's K-major copy over the TF32 product's time at M = 4096 (ncu at 4096³: 42.5 µs against 406 µs);
@@ -285,10 +282,8 @@ def panels_pay(m: int, n: int, k: int, block_m: int, block_n: int, sms: int) -> 
     (a round: one tile a program), the product copying first takes R(1) (1 + share) and in P
     panels sum R(panel) + share R(1) / P (only the first panel's copy is waited for; each panel
     ends in a round of its own); the P that takes least, up to one panel a PANEL_WORK
-    multiply-adds and MAX_PANELS: each panel costs launches of CPU time (~65 µs a panel on the
-    H100's host), which its product must outlast for the copies to stay hidden. Measured on an
-    H100 against cuBLAS TF32 (tf32_overlap_try.jsonl, tensorcore_vs_cublas_tf32_panels*.jsonl,
-    tensorcore_vs_cublas_f32_panels4.jsonl): 4096³ with 4 panels 0.936x per call, 0.940x kernel
+    multiply-adds and MAX_PANELS: each panel costs launches of CPU time (~65 µs a panel), which
+    its product must outlast for the copies to stay hidden. Against cuBLAS TF32: 4096³ with 4 panels 0.936x per call, 0.940x kernel
     alone, with 2 0.843x-0.98x / 0.88x-0.95x, copying first 0.847x-0.95x / 0.86x-0.91x; 8192³
     with 4 0.960x / 0.954x, with 8 0.917x-1.04x / 0.94x-0.95x, copying first 0.897x-0.96x /
     0.92x; 8 panels at 4096³ 0.60x (64 tiles a panel: half the SMs idle) and 3 at 5000³ 0.924x
@@ -310,7 +305,7 @@ def products_by_panel(a_desc, b, c, parts, panels, config):
     copy is done: the copies (bound by HBM, little shared memory) run on the SMs beside the
     product's programs, and only the first panel's copy is waited for. The products run on a
     stream of the highest priority, so that the SMs take their programs before the copies'
-    (tf32_overlap_try.jsonl: 0.907x cuBLAS TF32 against 0.859x at 4096³, kernel alone); both
+    (0.907x cuBLAS TF32 against 0.859x at 4096³, kernel alone); both
     streams start from the calling stream's work so far, and the calling stream waits for the
     products. Under the interpreter, in turn."""
     import torch

@@ -46,21 +46,24 @@ TILES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 GAUSS_FROM_K = 8     # products=3 from this K on (the bound's reach); shorter sums take the four products
 
 
-# (compute capability, dtype) -> {shape class (tilemm.choice.shape_class): "tensorcore-complex"}: where the
-# default leaves the library (CGEMM / ZGEMM) for this rung. Empty until measured: a class is listed when
-# the rung beat the library on benchmarks/complex_vs_library.py's fit half (whole calls, interleaved,
-# every answer checked), as tilemm.choice lists the real rungs' classes.
-MEASURED_WINNERS: dict = {}
+# Where the default leaves the library (CGEMM) for this rung: complex64 products whose real product
+# fills a Hopper GPU with 3xTF32 tiles. Whole calls against the library rung, every answer checked
+# (benchmarks/results/h200/complex_vs_library.jsonl): 1.10-1.98x where M and N are 1024 or more, K 512
+# or more and the product 2^32 complex multiply-adds or more; 0.25-0.94x on skinny, shallow or smaller
+# products. complex128 stays with ZGEMM: the rung ran 0.89-1.07x it on its large products, no class
+# clear of ZGEMM's own spread.
+COMPLEX64_FROM_MACS = 2**32
+COMPLEX64_MIN_MN = 1024
+COMPLEX64_MIN_K = 512
 
 
-def preferred(dtype: str, m: int, n: int, k: int, lds: tuple | None = None) -> str | None:
-    """The rung the default takes for a complex product on this machine's GPU, or None (the library)."""
-    if not MEASURED_WINNERS:
-        return None
-    from ... import choice, machine
-    gpu = machine.gpu()
-    table = MEASURED_WINNERS.get((tuple(gpu.compute_capability) if gpu else None, dtype))
-    return table.get(choice.shape_class(m, n, k, lds)) if table else None
+def preferred(dtype: str, m: int, n: int, k: int, capability: tuple | None) -> str | None:
+    """The rung the default takes for a complex product on a GPU of this compute capability, or
+    None (the library)."""
+    if (dtype == "complex64" and capability is not None and tuple(capability) >= (9, 0)
+            and min(m, n) >= COMPLEX64_MIN_MN and k >= COMPLEX64_MIN_K and m * n * k >= COMPLEX64_FROM_MACS):
+        return "tensorcore-complex"
+    return None
 
 
 def real_of(dtype: str) -> tuple[str, str]:

@@ -9,8 +9,8 @@ K-major first, a pass whose time counts.
 
 On Hopper, float32 sums with the default tiles and K >= 4096 run a warp-specialized Gluon program
 instead (scaled_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
-run): 1.13x the Triton program over the wide sweep's held-out half (H200, session 20). Products of
-a few rows take 64-row tiles, with stream-K where K is deep (thin_tiles); those whose tiles would
+run): 1.13x the Triton program over the wide sweep's held-out half. Products of a few rows take
+64-row tiles, with stream-K where K is deep (thin_tiles); those whose tiles would
 fill half the SMs or fewer, 128 x 128 tiles (MID_TILES).
 
 Constraints: float8_e4m3fn / float8_e5m2 (mixed too); compute capability 8.9 or newer; BLOCK_K a
@@ -26,36 +26,35 @@ DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8,
 TILE_PARAMS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "stream_k")
 # K from which float32 sums take the warp-specialized program (warp_specialized=None). It writes
 # each tile's C before it loads the next tile's first stages, where the Triton program overlaps
-# the two: a tile needs K steps enough to hide that. Chosen on the wide sweep's fit half (H200,
-# whole calls, h200-2026-11-26-s20/fp8_programs_wide.jsonl): K >= 4096 1.130x the Triton program
-# (geometric mean over all 104 problems, lowest 0.866x), K >= 2048 1.131x, the 2048 <= K < 4096
-# band alone no faster (lowest 0.961x), every K 1.059x (lowest 0.41x at K = 156). Held-out half:
-# 1.132x, lowest 0.976x.
+# the two: a tile needs K steps enough to hide that. Chosen on the wide sweep's fit half (whole
+# calls): K >= 4096 1.130x the Triton program (geometric mean over all 104 problems, lowest
+# 0.866x), K >= 2048 1.131x, the 2048 <= K < 4096 band alone no faster (lowest 0.961x), every K
+# 1.059x (lowest 0.41x at K = 156). Held-out half: 1.132x, lowest 0.976x.
 WARP_SPECIALIZED_FROM_K = 4096
-# A product of a few rows (M <= THIN_M: decode) takes THIN_TILES where they make less than a round of
-# tiles, with the K steps shared out among all SMs (stream-K) where those tiles fill half the SMs or
-# fewer and K is deep (from THIN_STREAM_K_FROM_K). Fitted on an H200, whole calls, M of 1-128 against
-# N x K of transformer weights (h200-2026-11-26-s20/fp8_skinny_try.jsonl): at M <= 64 and N x K =
-# 4096 x 14336 or 8192 x 28672, 64 x 128 tiles with stream-K 1.8-2.6x the default tiles; at 8192 x
-# 8192 (K = 8192) without it 1.2-1.6x (stream-K no faster there, and slower at K = 4096: 27-30 µs
-# against 24-26); at M = 128, 8192 x 28672 (a round of 128 tiles) 1.8x without stream-K; equal where
-# the default's tiles are few already (4096 x 4096, 14336 x 4096); slower past a round (28672 x 8192).
-# At M = 256 (fp8_mid_try.jsonl) 1.1-1.9x at 4096 x 4096 and 4096 x 14336, equal at 3072 x 2048.
+# A product of a few rows (M <= THIN_M: decode) takes THIN_TILES where they make less than a round
+# of tiles, with the K steps shared out among all SMs (stream-K) where those tiles fill half the
+# SMs or fewer and K is deep (from THIN_STREAM_K_FROM_K). Fitted in whole calls, M of 1-128
+# against N x K of transformer weights: at M <= 64 and N x K = 4096 x 14336 or 8192 x 28672, 64 x
+# 128 tiles with stream-K 1.8-2.6x the default tiles; at 8192 x 8192 (K = 8192) without it
+# 1.2-1.6x (stream-K no faster there, and slower at K = 4096: 27-30 µs against 24-26); at M = 128,
+# 8192 x 28672 (a round of 128 tiles) 1.8x without stream-K; equal where the default's tiles are
+# few already (4096 x 4096, 14336 x 4096); slower past a round (28672 x 8192). At M = 256 1.1-1.9x
+# at 4096 x 4096 and 4096 x 14336, equal at 3072 x 2048.
 THIN_M = 256
 THIN_TILES = dict(block_m=64, block_n=128, num_warps=4)
 THIN_STREAM_K_FROM_K = 12288
-# A product whose default tiles fill half the SMs or fewer, and that thin_tiles does not take, takes
-# MID_TILES: twice as many tiles. Fitted on an H200, whole calls, M of 256-2048 against N x K of
-# transformer weights (h200-2026-11-26-s20/fp8_mid_try.jsonl): 1.2-1.6x the default at 256 x 6144 x
-# 4096, 256 x 8192 x 8192, 512 x 4096 x 4096 and 512 x 4096 x 14336 (both accumulations), 0.95-1.04x
-# at 512 x 3072 x 2048; where the default's tiles fill more than half the SMs the smaller ones ran
-# slower (512 x 8192 x 8192: 73.8 µs against 62.7, float32 sums).
+# A product whose default tiles fill half the SMs or fewer, and that thin_tiles does not take,
+# takes MID_TILES: twice as many tiles. Fitted in whole calls, M of 256-2048 against N x K of
+# transformer weights: 1.2-1.6x the default at 256 x 6144 x 4096, 256 x 8192 x 8192, 512 x 4096 x
+# 4096 and 512 x 4096 x 14336 (both accumulations), 0.95-1.04x at 512 x 3072 x 2048; where the
+# default's tiles fill more than half the SMs the smaller ones ran slower (512 x 8192 x 8192: 73.8
+# µs against 62.7, float32 sums).
 MID_TILES = dict(block_m=128, block_n=128, num_warps=8)
 
 
 def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) -> dict:
-    """The tiles where block_m / block_n are None, as measured on an H100 at 8192³
-    (benchmarks/fp8_vs_scaled_mm.py): 128 x 256 with fast accumulation, 256 x 128 without
+    """The tiles where block_m / block_n are None, the fastest at 8192³: 128 x 256 with fast
+    accumulation, 256 x 128 without
     (the extra float32 sum of each K step runs better on two 128-row warp groups); and
     warp_specialized where it is None: float32 sums with the default tiles, K from
     WARP_SPECIALIZED_FROM_K, on Hopper. With every tile parameter at its default and
@@ -116,7 +115,7 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
     n = b.shape[1]
     if warp_specialized:
         from . import scaled_fp8_gluon_kernel as ws
-        from .r11_int8_gluon_kernel import descriptor
+        from .gluon_helpers import descriptor
         # the operands (copied into aligned rows where TMA needs it) as row_descriptor reads them
         a_rows, a_fill = support.row_descriptor(a, ws.BLOCK_M, ws.BLOCK_K)
         b_rows, b_fill = support.row_descriptor(b.T, ws.BLOCK_N, ws.BLOCK_K)
@@ -127,7 +126,7 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
     a_desc, a_fill = support.row_descriptor(a, block_m, block_k)
     b_desc, b_fill = support.row_descriptor(b.T, block_n, block_k)  # (N, K): B K-major
     # C's alignment told: float32 C of 7026 or 6524 columns 1.8-2.0x faster, 16-bit C unchanged
-    # (0.985-1.000x; h100-2026-11-25-s18/c_align_other_rungs.jsonl)
+    # (0.985-1.000x)
     c_align = support.c_alignment(c) if c.element_size() == 4 else 1
     product = support.persistent_launch(a_desc, b_desc, c, m, n, k, (scale_a, scale_b), stream_k, SCALED=True,
                                         FAST_ACCUM=fast_accum, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,

@@ -10,12 +10,11 @@ Here each 64-row warpgroup of a 128 x 256 tile is a partition of its own: it wai
 own products and adds them while the other warpgroup's keep the tensor cores busy, in two halves
 of 128 columns (each a fresh 64 x 128 accumulator: a total of 64 x 256 and a half in flight fit a
 warpgroup's registers, two halves in flight do not). One loading warp walks the program's (tile, K
-step) pairs issuing TMA loads into a ring of stages (r11_int8_gluon_kernel's producer and ring).
-Measured on an H200 (benchmarks/fp8_vs_scaled_mm.py, session 20): 0.927x / 0.915x torch._scaled_mm
-at 8192³ / 4096³, against 0.833x / 0.849x for the Triton program; 1.28x that program over the wide
-sweep's held-out problems with K >= 4096, where the rung takes it (scaled_fp8.WARP_SPECIALIZED_FROM_K:
-it writes each tile's C before loading the next, which costs where K is short). docs/tensor_cores.md
-has the figures.
+step) pairs issuing TMA loads into a ring of stages (gluon_helpers' producer and stage_ring).
+On an H200: 0.927x / 0.915x torch._scaled_mm at 8192³ / 4096³, against 0.833x / 0.849x for the
+Triton program; 1.28x that program over the wide sweep's held-out problems with K >= 4096, where
+the rung takes it (scaled_fp8.WARP_SPECIALIZED_FROM_K: it writes each tile's C before loading the
+next, which costs where K is short).
 
 Operands K-major (A (M, K), B^T (N, K)), 16-byte aligned rows; C any strides, bfloat16, float16 or
 float32. Kept apart so that importing tilemm never imports Triton; GPU only (Gluon has no
@@ -26,7 +25,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .r11_int8_gluon_kernel import block_pointers, invalidate_barriers, producer, stage_ring, tile_start
+from .._tensorcore_support import bound_launch
+from .gluon_helpers import block_pointers, invalidate_barriers, producer, stage_ring, tile_start
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
 STAGES = 4
@@ -107,7 +107,6 @@ def fp8_matmul_ws(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stri
 
 def launcher(a_desc, b_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int):
     """A launcher without arguments (a BoundLaunch) of fp8_matmul_ws into c (M, N); K >= 1."""
-    from .._tensorcore_support import bound_launch
     grid = (min(programs, triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N)),)
     return bound_launch(fp8_matmul_ws, grid, (a_desc, b_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1)),
                         dict(GROUP_M=GROUP_M, PROGRAMS=grid[0], STAGES=STAGES, WORKER_REGISTERS=WORKER_REGISTERS,
