@@ -254,6 +254,7 @@ def throughput(args, emit):
 
 
 def compile_check(args, emit):
+    import tilemm.torch_ops  # noqa: F401  (registers torch.ops.tilemm.*, which the node count below looks up)
     stream = token_stream(args, 32000 if not args.tiny else 1000)
     tokens = next(stream)
     model = build_model(args)
