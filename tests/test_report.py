@@ -107,7 +107,7 @@ def test_bench_params_go_to_the_kernels_that_have_them():
     cases = selection.with_params(suites.tensorcore_suite(), parse_params(["autotune=True"]))
     assert {c.kernel for c in cases if c.params.get("autotune") is True} == {"tensorcore"}
     assert all(c.params == {} for c in cases if c.kernel != "tensorcore")
-    assert {c.dtype for c in cases} == {"bfloat16", "int32", "float32", "float64"}
+    assert {c.dtype for c in cases} == {"bfloat16", "int32", "float32", "float64", "complex64"}
     with pytest.raises(ValueError, match="no kernel of the selection has a parameter 'tile'"):
         selection.with_params(suites.tensorcore_suite(), {"tile": 8})
 
