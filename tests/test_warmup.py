@@ -15,6 +15,8 @@ from tilemm import choice, cli
 from tilemm.ladder import r02_cpu_tiled
 from tilemm.warmup import Report, plan_jobs, representative
 
+from .conftest import ON_GPU
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
@@ -46,6 +48,7 @@ def test_a_representative_falls_in_its_shape_class():
     assert sum(shape is not None for shape in found.values()) >= len(found) - 4
 
 
+@pytest.mark.skipif(ON_GPU, reason="needs a machine without a GPU")
 def test_host_warmup_compiles_cpu_tiled_for_integers_and_says_the_gpu_needs_one():
     report = tilemm.warmup(["int32", "float32"], progress=False)
     assert isinstance(report, Report) and not report.failed
@@ -59,6 +62,7 @@ def test_host_warmup_compiles_cpu_tiled_for_integers_and_says_the_gpu_needs_one(
     assert "cpu-tiled" in str(report) and "1 calls ran, 0 failed, 3 skipped" in str(report)
 
 
+@pytest.mark.skipif(ON_GPU, reason="the simulator's path")
 def test_named_rungs_run_under_the_simulator_at_a_toy_size():
     report = tilemm.warmup("float32", kernels=["regblock", "tiled", "cpu-naive"], device="cuda", progress=False)
     assert not report.failed
@@ -75,13 +79,10 @@ def test_given_shapes_and_a_rung_that_does_not_compute_the_dtype():
     assert all(s.kernel != "tensorcore-int" for s in report.steps)     # it computes no float16: nothing to warm
 
 
-def test_cli_warmup_json_help_and_one_line_errors(capsys):
+def test_cli_warmup_json_and_one_line_errors(capsys):
     assert cli.main(["warmup", "--dtypes", "int64", "--device", "cpu", "--shape", "9", "8", "7", "--json"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["kernel"], r["shape"], r["status"]) for r in lines] == [("numpy", [9, 8, 7], "ok")]   # below cpu-tiled's size
-    parser = cli.build_parser()
-    warmup = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "warmup")[1]
-    assert all(action.help for action in warmup._actions)
     with pytest.raises(SystemExit) as e:
         cli.main(["warmup", "--dtypes", "float17"])
     assert e.value.code == 2

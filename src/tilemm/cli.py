@@ -1,4 +1,4 @@
-"""The `tilemm` command: kernels, info, check, bench, explain."""
+"""The `tilemm` command: kernels, info, check, bench, explain, warmup."""
 from __future__ import annotations
 
 import argparse
