@@ -1,57 +1,120 @@
-"""First-call (compile) time of each SIMT rung and dtype; run it twice to see the disk cache.
+"""The first call of every rung in a new process: cold (empty disk caches) and warm (a second new
+process finding what the first compiled); every answer checked.
 
-    PYTHONPATH=src NUMBA_CACHE_DIR=/tmp/nbcache python3 benchmarks/compile_times.py --out DIR --label cold
+    PYTHONPATH=src python3 benchmarks/compile_times.py --out DIR [--kernels K ...] [--size N]
+
+Each rung gets caches of its own, empty (NUMBA_CACHE_DIR and TRITON_CACHE_DIR in a temporary
+folder), so its cold process compiles all it needs. In each process, per dtype the rung computes
+natively, the first call (tilemm.matmul on N x N torch CUDA tensors, or NumPy arrays for a host
+rung, to the synchronized result) and a second are timed; the first dtype's call is the process's
+first, and pays importing numba-cuda or Triton as a user's first call does. cache_files_added: the
+files the call added to the caches (none: all was loaded); numba_cuda: the SIMT kernels loaded from
+the disk cache and compiled. Writes DIR/compile_times.jsonl, a record per rung, dtype and cold/warm.
 """
 import argparse
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
+PREFIX = "PYTHONPATH=src python3 benchmarks/compile_times.py"
 
-import tilemm
-from tilemm import machine
-from tilemm.data import operands
 
-import cupy as cp  # noqa: E402
+def files_in(*folders) -> int:
+    return sum(len(files) for folder in folders for _, _, files in os.walk(folder))
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--out", type=Path, required=True)
-ap.add_argument("--label", required=True)
-args = ap.parse_args()
-t_import = time.perf_counter()
-rungs = [k.name for k in tilemm.kernels("cuda") if k.backend == "numba-cuda"]
-rows = []
-for dtype in ("float32", "int32", "float64", "int64"):
-    a_h, b_h = operands(1, 64, 64, 64, dtype)
-    a, b = cp.asarray(a_h), cp.asarray(b_h)
-    for kernel in rungs:
-        t0 = time.perf_counter()
-        tilemm.matmul(a, b, kernel=kernel)
-        cp.cuda.Device().synchronize()
-        rows.append({"kernel": kernel, "dtype": dtype, "label": args.label, "first_call_s": time.perf_counter() - t0,
-                     **machine.stamp(f"PYTHONPATH=src NUMBA_CACHE_DIR=/tmp/nbc python3 benchmarks/compile_times.py "
-                                     f"--label {args.label}")})
-        print(f"{args.label:5} {kernel:14} {dtype:8} {rows[-1]['first_call_s']:.3f} s", flush=True)
-args.out.mkdir(parents=True, exist_ok=True)
-with open(args.out / "compile_times.jsonl", "a") as f:
-    f.writelines(json.dumps(r) + "\n" for r in rows)
 
-# The machine code of three rungs (float32), to read what the compiler made of the Python.
-from tilemm.ladder.simt import launch, r03_naive, r06_tiled, r08_regblock  # noqa: E402
+def child(name: str, size: int) -> None:
+    """Time this process's first calls of rung `name`, a JSON line per dtype."""
+    import tilemm
+    from tilemm import arrays
+    from tilemm.accuracy import compare_on_device
+    from tilemm.data import operands
 
-with open(args.out / f"asm_{args.label}.txt", "w") as f:
-    for name, factory, params in [("naive", r03_naive.make_naive, {}), ("tiled16", r06_tiled.make_tiled, {"tile": 16}),
-                                  ("tiled32", r06_tiled.make_tiled, {"tile": 32}),
-                                  ("regblock", r08_regblock.make_regblock,
-                                   dict(block_m=128, block_n=128, block_k=16, thread_m=8, thread_n=8))]:
-        kern = launch.compiled(factory, "float32", **params)
-        for sig, ptx in kern.inspect_asm().items():
-            counts = {op: ptx.count(op) for op in ("ld.global", "ld.shared", "ld.shared.v4", "st.shared", "ld.local", "st.local",
-                                                   "fma.rn.f32", "selp", "setp", "bar.sync", "mul.wide")}
-            print(name, counts, flush=True)
-            f.write(f"===== {name} {sig} PTX\n{ptx}\n")
-        try:
-            for sig, sass in kern.inspect_sass().items():
-                f.write(f"===== {name} {sig} SASS\n{sass}\n")
-        except Exception as e:  # nvdisasm missing: the PTX still tells most
-            f.write(f"(no SASS: {e})\n")
+    kernel = tilemm.kernel(name)
+    caches = (os.environ["NUMBA_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"])
+    dtypes = ("float32",) if name == "numpy" else kernel.dtypes      # NumPy compiles nothing: one dtype says so
+    if kernel.device == "cuda":
+        import torch
+        torch.cuda.init()           # the context exists before the first timed call, as in a user's program
+    for dtype in dtypes:
+        a, b = operands(0, size, size, size, dtype)
+        if kernel.device == "cuda":
+            da, db = (arrays.host_bfloat16(x).cuda() if dtype == "bfloat16" else torch.from_numpy(x).cuda()
+                      for x in (a, b))
+            torch.cuda.synchronize()
+        else:
+            da, db = a, b
+        before = files_in(*caches)
+        times = []
+        for _ in range(2):
+            start = time.perf_counter()
+            c = tilemm.matmul(da, db, kernel=name)
+            arrays.synchronize(c)
+            times.append(time.perf_counter() - start)
+        verdict = compare_on_device(c, a, b, dtype)
+        record = {"kernel": name, "backend": kernel.backend, "dtype": dtype, "m": size, "n": size, "k": size,
+                  "first_call_s": times[0], "second_call_s": times[1], "check": verdict.message,
+                  "status": "ok" if verdict.ok else "FAILED", "cache_files_added": files_in(*caches) - before}
+        if kernel.backend == "numba-cuda":
+            from tilemm.ladder.simt import launch
+            record["numba_cuda"] = launch.disk_cache_counts()
+        print(json.dumps(record, default=str), flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, help="write DIR/compile_times.jsonl (appended)")
+    ap.add_argument("--kernels", nargs="+", help="these rungs only (default: every rung that runs here)")
+    ap.add_argument("--size", type=int, default=256, help="the products' M = N = K (default 256)")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds one process may take (default 300)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.size)
+        return 0
+    if args.out is None:
+        ap.error("--out DIR is required")
+
+    import tilemm
+    from tilemm import machine
+    names = args.kernels or [k.name for k in tilemm.kernels() if k.available() is None]
+    for name in names:
+        tilemm.kernel(name)            # an unknown name: refused before any work
+    stamp = machine.stamp(machine.command_line(PREFIX, args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    with open(args.out / "compile_times.jsonl", "a") as out:
+        for name in names:
+            with tempfile.TemporaryDirectory(prefix="tilemm-cold-") as tmp:
+                env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
+                env.update(NUMBA_CACHE_DIR=f"{tmp}/numba", TRITON_CACHE_DIR=f"{tmp}/triton")
+                for label in ("cold", "warm"):
+                    start = time.perf_counter()
+                    try:
+                        res = subprocess.run([sys.executable, __file__, "--child", name, "--size", str(args.size)],
+                                             env=env, capture_output=True, text=True, timeout=args.timeout)
+                        lines, rc, err = res.stdout.splitlines(), res.returncode, res.stderr
+                    except subprocess.TimeoutExpired as e:
+                        lines, rc, err = (e.stdout or b"").decode().splitlines(), "timeout", ""
+                    records = [json.loads(line) for line in lines if line.startswith("{")]
+                    if rc != 0 or not records:
+                        records.append({"kernel": name, "status": "FAILED",
+                                        "check": f"process ended with {rc}: {' '.join(err.split()[-60:])}"})
+                    for r in records:
+                        r.update(label=label, process_s=time.perf_counter() - start, **stamp)
+                        out.write(json.dumps(r) + "\n")
+                        failed += r["status"] != "ok"
+                        first = f"{r['first_call_s']:7.3f} s first, {r['second_call_s'] * 1e3:8.2f} ms second" \
+                            if "first_call_s" in r else r["check"][:200]
+                        print(f"{label:4} {name:20} {r.get('dtype', ''):10} {first}  {r['status']}"
+                              f"  files+{r.get('cache_files_added', '?')} {r.get('numba_cuda', '')}", flush=True)
+                    out.flush()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The `tilemm` command: kernels, info, check, bench, explain."""
+"""The `tilemm` command: kernels, info, check, bench, explain, warmup."""
 from __future__ import annotations
 
 import argparse
@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     commands = {"kernels": cmd_kernels, "info": cmd_info, "check": cmd_check, "bench": cmd_bench,
-                "explain": cmd_explain}
+                "explain": cmd_explain, "warmup": cmd_warmup}
     try:
         return commands[args.command](args)
     except (ValueError, TypeError, OSError) as e:    # refused, before any work where it can be: one line
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"size at which to count loads in the simulator, up to {SIMULATE_UP_TO} (0: off)")
     p.add_argument("--ncu", action="store_true", help="read the real DRAM bytes with Nsight Compute")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    add_warmup_parser(sub, names, kernel_help, dtype_help)
     return parser
 
 
@@ -343,6 +344,44 @@ def cmd_explain(args) -> int:
     if "ncu" in info:
         c.print(f"Nsight Compute: {info['ncu']}")
     return 0
+
+
+# --- `tilemm warmup` ---------------------------------------------------------------------------
+def add_warmup_parser(sub, names, kernel_help: str, dtype_help: str) -> None:
+    p = sub.add_parser("warmup", help="compile ahead of time what calls will need (numba and Triton disk caches)",
+                       description="Compile, once per machine, the programs the default (and the kernels named) "
+                                   "will need for products of these dtypes: each is run once on random operands "
+                                   "and its answer checked; later processes load them from the disk caches. "
+                                   "GPU steps are skipped, with the reason, where there is no GPU.")
+    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE", default=["float32"],
+                   help=f"the operands' dtypes ({dtype_help}; default float32)")
+    p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL",
+                   help=f"warm these rungs too, besides the default ({kernel_help})")
+    p.add_argument("--shape", nargs=3, type=_positive_size, action="append", metavar=("M", "N", "K"),
+                   help="warm this product (M, K) @ (K, N) instead of the typical shapes; repeat for more")
+    p.add_argument("--device", choices=("cpu", "cuda"),
+                   help="warm only the host's or only the GPU's programs (default: both, where present)")
+    p.add_argument("--json", action="store_true", help="print each call as a JSON line, no progress bar or table")
+
+
+def cmd_warmup(args) -> int:
+    from .warmup import warmup
+    report = warmup(args.dtypes, args.kernels, args.shape, args.device, progress=not args.json)
+    if args.json:
+        for s in report.steps:
+            print(json.dumps(dataclasses.asdict(s)))
+    else:
+        t = Table(title=f"tilemm warmup: {report.seconds:.1f} s")
+        for col in ("device", "kernel", "dtype", "calls", "seconds"):
+            t.add_column(col)
+        for (device, kernel, dtype), seconds in report.compiled().items():
+            calls = sum(1 for s in report.steps if s.ok and (s.device, s.kernel, s.dtype) == (device, kernel, dtype))
+            t.add_row(device, kernel, dtype, str(calls), f"{seconds:.2f}")
+        console.print(t)
+        for s in report.skipped + report.failed:
+            shape = " x ".join(map(str, s.shape))
+            console.print(f"{s.device} {s.kernel} {s.dtype} {shape}: {s.status}")
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

@@ -113,12 +113,36 @@ def _available(simulator: bool) -> str | None:
     return None
 
 
+BUILT: list = []     # the kernels compiled() built in this process, for disk_cache_counts
+
+
 @functools.lru_cache(maxsize=None)
 def compiled(factory, dtype: str, **params):
     """factory(numba scalar type, **params) -> a @cuda.jit kernel, built once per combination.
-    numba-cuda caches the machine code on disk (cache=True) across processes."""
+
+    numba-cuda keeps its machine code on disk (cache=True: NUMBA_CACHE_DIR, else __pycache__ beside
+    the rung's file, else a folder of the user's), so a new process loads what an earlier one
+    compiled. The kernels are closures, and numba-cuda keys a closure's entry by its bytecode and a
+    hash of its cells pickled (the scalar type, the tile sizes, the device functions it calls):
+    each combination has an entry of its own, and the key is the same in every process
+    (tests/test_warmup.py checks it). A jit option is not in the key: a rung's register cap must
+    follow from its cells, as each rung's does."""
     import numba
-    return factory(getattr(numba, dtype), **params)
+    kernel = factory(getattr(numba, dtype), **params)
+    BUILT.append(kernel)
+    return kernel
+
+
+def disk_cache_counts() -> dict:
+    """{"loaded": n, "compiled": n}: the SIMT kernels' specialisations this process loaded from
+    numba-cuda's disk cache and those it compiled (nothing under the simulator)."""
+    counts = {"loaded": 0, "compiled": 0}
+    for kernel in BUILT:
+        stats = getattr(kernel, "stats", None)
+        if stats is not None:
+            counts["loaded"] += sum(stats.cache_hits.values())
+            counts["compiled"] += sum(stats.cache_misses.values())
+    return counts
 
 
 # name -> (factory, compile parameters): what compile-only checks need to build each rung.
