@@ -230,7 +230,7 @@ def test_interpreter_split_k_workspace_grows_and_its_counts_stay_zero():
 
 def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
     from tilemm.ladder.tensorcore.tile_model import k_splits
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert k_splits(16, 27, 59150, 16, 64, 128) == 48          # one tile, 463 K steps: the partials' reads cap it
     assert k_splits(404, 108, 32491, 64, 128, 64) == 18        # 7 tiles
     assert k_splits(111, 110, 49346, 64, 128, 64) == 24        # 2 tiles: 66 would fill the SMs; the reads cap it
@@ -243,7 +243,7 @@ def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
 
 def test_thin_operands_not_read_k_major_split_k_to_fill_two_rounds(monkeypatch):
     from tilemm.ladder.tensorcore.tile_model import read_k_major, thin_splits
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert thin_splits(1, 8192, 28672, 16, 64, 128) == 3      # 128 tiles: 3 runs each fill two rounds
     assert thin_splits(1, 5120, 5120, 16, 64, 128) == 3       # 80 tiles would take 4; 40 K steps, runs of 12
     assert thin_splits(1, 8192, 2048, 16, 64, 128) == 1       # 16 K steps: no run of 12 to spare
@@ -311,7 +311,7 @@ def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton, word, monk
          "fp8 rows of 68": torch.randn(9, 68).to(torch.float8_e4m3fn)}[source]
     rows = torch.zeros(9, 72, dtype=x.dtype)[:, :x.shape[1]]
     assert isinstance(rows_copy(x, rows), BoundLaunch)                  # 9 rows: under TORCH_COPY_FROM
-    monkeypatch.setattr(support, "TORCH_COPY_FROM", x.numel() * x.element_size())
+    monkeypatch.setattr(operand_copies, "TORCH_COPY_FROM", x.numel() * x.element_size())
     copy = rows_copy(x, rows)
     assert isinstance(copy, BoundLaunch) == by_triton
     assert by_triton or copy.word == word
@@ -1095,8 +1095,8 @@ def test_float64_dmma_needs_gluon_descriptors_of_float64():
     else:
         assert reason is not None and triton.__version__ in reason
     with pytest.MonkeyPatch.context() as patch:      # as on a Hopper GPU
-        patch.setattr(support, "hopper_gluon", lambda: True)
-        patch.setattr(support, "hopper_gluon_refusal", lambda asked: None)
+        patch.setattr(availability, "hopper_gluon", lambda: True)
+        patch.setattr(availability, "hopper_gluon_refusal", lambda asked: None)
         side = 128 * int(availability.multiprocessors() ** 0.5 + 1)
         own = dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, persistent=True,
                    copy_transposed="a", dmma=None)
@@ -1109,7 +1109,7 @@ def test_float64_needs_a_triton_whose_dot_takes_float64(monkeypatch):
     """tl.dot multiplies float64 from Triton 3.5 on: on an older one the rung says so, naming the
     version, where the other Triton rungs run."""
     assert tilemm.kernel("tensorcore-f64").available() == availability.available()
-    monkeypatch.setattr(support, "triton_version", lambda: (3, 4))
+    monkeypatch.setattr(availability, "triton_version", lambda: (3, 4))
     reason = tilemm.kernel("tensorcore-f64").available()
     assert "Triton 3.5 or newer" in reason and "3.4" in reason
     assert tilemm.kernel("tensorcore").available() is None
@@ -1551,7 +1551,7 @@ def test_interpreter_accumulate_adds_a_16_bit_product_into_float32(m, n, k):
 
 def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch):
     from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert default_tiles(64, 8192, 4096)["block_m"] == 64          # 128 tiles of 64 columns: B read once
     assert default_tiles(33, 8192, 4096)["block_m"] == 64 and default_tiles(20, 8192, 4096)["block_m"] == 32
     assert default_tiles(64, 4096, 2048)["block_m"] == 16          # 64 tiles split in 2: 16 rows keep 256 programs
@@ -1572,7 +1572,7 @@ def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch)
 
 def test_few_split_tiles_are_halved_where_that_fills_more_sms(monkeypatch):
     from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert default_tiles(100, 100, 40000)["block_n"] == 64       # 2 x 21 runs of 64 x 128, 4 x 25 of 64 x 64
     assert default_tiles(395, 292, 12981)["block_n"] == 128      # 21 x 6 runs fill 3/4 of the SMs
     assert default_tiles(488, 795, 2)["block_n"] == 128          # K unsplit: the model's tiles
@@ -1596,7 +1596,7 @@ def test_tile_model_constants_are_the_fit_of_the_committed_record():
 def test_default_tiles_weigh_tile_efficiency_against_waves(monkeypatch):
     from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
     from tilemm.ladder.tensorcore.tile_model import TILE_CHOICES, tile_time
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
 
     def tiles(m, n, k):
         t = default_tiles(m, n, k)

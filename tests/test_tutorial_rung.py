@@ -12,6 +12,7 @@ import torch
 
 import tilemm
 from tilemm import choice
+from tilemm.ladder.tensorcore import availability
 from tilemm.accuracy import compare
 from tilemm.registry import Problem
 from tilemm import dispatch
@@ -138,7 +139,7 @@ def test_never_the_default(monkeypatch):
     for p in problems:
         if tutorial.limits(p, **tutorial.resolve({})) is None:
             assert production.limits(p, **production.resolve({})) is None, p
-    monkeypatch.setattr(support, "_available", lambda interpreter: None)
+    monkeypatch.setattr(availability, "available_under", lambda interpreter: None)
     monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
     chosen = {dispatch.default_kernel("cuda:0", p.dtype, p.m, p.n, p.k, p.dtype, (p.k, p.n)).name
               for p in problems[::7]}

@@ -8,6 +8,7 @@ import numbers
 import sys
 
 from . import compat, streams
+from .ladder.tensorcore import availability
 from .plan_cache import operand_key
 from .plans import JIT_LOCK, KernelUnavailable
 
@@ -91,7 +92,6 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         raise ValueError(f"scaled_matmul: a is on {a.device} and b on {b.device}; put both on one device")
     result_dtype = _out_dtype(out_dtype, torch)
     queue = streams.handle_of(stream) if stream is not None else None
-    from .ladder.tensorcore import availability
     from .ladder.tensorcore import scaled_fp8
     config = scaled_fp8.resolve(_config(params), bool(fast_accum), a.shape[0], b.shape[1], a.shape[1])
     _check_device(a.device, torch)

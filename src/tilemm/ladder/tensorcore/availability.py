@@ -14,11 +14,12 @@ H100_SMS = 132
 def available() -> str | None:
     """Why the Triton rungs can't run here, or None; worked out once (the answer does not change
     within a process, and every plan asks)."""
-    return _available(compat.triton_interpreter())
+    return available_under(compat.triton_interpreter())
 
 
 @functools.lru_cache(maxsize=None)
-def _available(interpreter: bool) -> str | None:
+def available_under(interpreter: bool) -> str | None:
+    """available()'s answer, in or outside Triton's interpreter."""
     try:
         import torch  # noqa: F401
         import triton  # noqa: F401

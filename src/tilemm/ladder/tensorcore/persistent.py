@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..launches import bound_launch
 from ..workspaces import StreamKLaunch
-from .availability import multiprocessors
+from . import availability
 
 # matmul_persistent's flags when a caller names none: A row-major, B given K-major (as B^T),
 # float32 sums of unscaled 16-bit products, C's rows stored as if of any width (C_ALIGN=1)
@@ -22,7 +22,7 @@ def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, scales=(None, N
     from .r10_tensorcore_kernel import matmul_persistent   # Triton loads on first use
     config = {**PERSISTENT_FLAGS, **config}
     tiles = -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"])
-    sms = multiprocessors()
+    sms = availability.multiprocessors()
     stream_k = stream_k and not config["ACCUMULATE"]
     programs = sms if stream_k else min(tiles, sms)
     stream_k = stream_k and tiles % programs != 0 and not config["ACCUMULATE"]
