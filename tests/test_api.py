@@ -5,6 +5,8 @@ import torch
 
 import tilemm
 from tilemm.accuracy import compare
+from tilemm import plan_cache
+from tilemm.ladder import workspaces
 
 from .cases import operands
 
@@ -277,16 +279,15 @@ def test_auto_times_the_fast_rungs_once_and_caches_the_winner(tmp_path, monkeypa
 
 
 def test_a_repeated_call_reuses_its_plan_and_keeps_no_operand():
-    from tilemm import api
     a, b = np.ones((5, 7), np.float32), np.ones((7, 3), np.float32)
     tilemm.matmul(a, b, kernel="cpu-tiled", block_m=8)
-    key = api._call_key(a, b, "cpu-tiled", None, None, {"block_m": 8})
-    kept = api._PLANS[key]
+    key = plan_cache.call_key(a, b, "cpu-tiled", None, None, {"block_m": 8})
+    kept = plan_cache.PLANS[key]
     assert kept.a is None and kept.b is None and kept.params["block_m"] == 8
     a2 = np.arange(35, dtype=np.float32).reshape(5, 7)
     np.testing.assert_array_equal(tilemm.matmul(a2, b, kernel="cpu-tiled", block_m=8), a2 @ b)   # the new operands
-    assert api._PLANS[key] is kept
-    assert api._call_key(a2.T.copy().T, b, "cpu-tiled", None, None, {"block_m": 8}) != key           # strides count
+    assert plan_cache.PLANS[key] is kept
+    assert plan_cache.call_key(a2.T.copy().T, b, "cpu-tiled", None, None, {"block_m": 8}) != key           # strides count
     with pytest.raises(ValueError, match="mismatch"):                 # a bad call is checked, never cached
         tilemm.matmul(a, a, kernel="cpu-tiled")
 
@@ -367,13 +368,11 @@ def test_gpu_library_16_bit_floats(dtype, m, n, k):
 def test_release_memory_forgets_plans_and_workspaces():
     """tilemm.release_memory() lets go of what repeated calls keep (plans, replays, the stream-K and
     split-K workspaces); calls after it plan again and give the same answer."""
-    from tilemm import api
-    from tilemm.ladder import _tensorcore_support as support
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     first = tilemm.matmul(a, a.T)
-    assert api._PLANS
-    support.split_k_workspace(-1, None, tiles=1, runs=2, block_m=16, block_n=16)   # as split K keeps
-    assert support._WORKSPACES
+    assert plan_cache.PLANS
+    workspaces.split_k_workspace(-1, None, tiles=1, runs=2, block_m=16, block_n=16)   # as split K keeps
+    assert workspaces.WORKSPACES
     tilemm.release_memory()
-    assert not api._PLANS and not support._WORKSPACES
+    assert not plan_cache.PLANS and not workspaces.WORKSPACES
     np.testing.assert_array_equal(tilemm.matmul(a, a.T), first)

@@ -3,6 +3,7 @@ Triton's interpreter (set by conftest) the GPU rungs run on the CPU, from host a
 import pytest
 
 from tilemm import check
+from tilemm import kernel_record
 
 from .conftest import ON_GPU
 
@@ -20,6 +21,6 @@ def test_check_catches_a_wrong_kernel(monkeypatch):
     import dataclasses
     from tilemm import registry
     wrong = dataclasses.replace(registry.get("cpu-naive"), run=lambda a, b, c, **p: c.fill(1))
-    monkeypatch.setitem(registry._LADDER, "cpu-naive", wrong)
+    monkeypatch.setitem(kernel_record.LADDER, "cpu-naive", wrong)
     outcomes = list(check.run(["cpu-naive"], ["int32"], [(3, 4, 5)]))
     assert outcomes and not any(o.ok for o in outcomes)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tilemm import api, choice
+from tilemm import choice
+from tilemm import dispatch, kernel_record
 
 ROOT = Path(__file__).parent.parent
 RESULTS = ROOT / "benchmarks/results"
@@ -64,11 +65,11 @@ def test_alignment_is_the_leading_dimensions():
     assert choice.layout_lds(3000, 5000, 7001, "tn") == (3000, 5000)
     assert choice.layout_lds(3000, 5000, 7001, "nt") == (7001, 7001)
     a, b = torch.empty(7001, 3000).T, torch.empty(7001, 5000)
-    assert api._leading_dims(a, b, 7001, 5000) == (3000, 5000)
-    assert api._leading_dims(torch.empty(30, 80)[:, :70], torch.empty(70, 5), 70, 5) == (80, 5)   # padded rows
-    assert api._leading_dims(torch.empty(70), torch.empty(70, 9, 2)[:, :, 0], 70, 9) == (70, 9)  # neither: copied
+    assert dispatch.leading_dims(a, b, 7001, 5000) == (3000, 5000)
+    assert dispatch.leading_dims(torch.empty(30, 80)[:, :70], torch.empty(70, 5), 70, 5) == (80, 5)   # padded rows
+    assert dispatch.leading_dims(torch.empty(70), torch.empty(70, 9, 2)[:, :, 0], 70, 9) == (70, 9)  # neither: copied
     np = pytest.importorskip("numpy")
-    assert api._leading_dims(np.empty((7001, 3000)).T, np.empty((7001, 5000)), 7001, 5000) == (3000, 5000)
+    assert dispatch.leading_dims(np.empty((7001, 3000)).T, np.empty((7001, 5000)), 7001, 5000) == (3000, 5000)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -143,13 +144,13 @@ def test_int8_operands_read_int8s_table_whatever_the_result(monkeypatch):
 
 def test_the_default_takes_the_listed_rung(monkeypatch):
     monkeypatch.setattr(choice, "_capability", lambda: None)
-    unlisted = api._default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name      # the ladder's choice
+    unlisted = dispatch.default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name      # the ladder's choice
     monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
-    assert api._default_kernel("cuda:0", "bfloat16", 6175, 3136, 3462).name == "tensorcore"
-    assert api._default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name == unlisted
-    assert api._default_kernel("cpu", "bfloat16", 6175, 3136, 3462).name == "numpy"
-    assert api._default_kernel("cuda:0", "bfloat16", 3000, 5000, 7001).name == "tensorcore"
-    assert api._default_kernel("cuda:0", "bfloat16", 3000, 5000, 7001, lds=(3000, 5000)).name == unlisted
+    assert dispatch.default_kernel("cuda:0", "bfloat16", 6175, 3136, 3462).name == "tensorcore"
+    assert dispatch.default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name == unlisted
+    assert dispatch.default_kernel("cpu", "bfloat16", 6175, 3136, 3462).name == "numpy"
+    assert dispatch.default_kernel("cuda:0", "bfloat16", 3000, 5000, 7001).name == "tensorcore"
+    assert dispatch.default_kernel("cuda:0", "bfloat16", 3000, 5000, 7001, lds=(3000, 5000)).name == unlisted
 
 
 def test_a_stack_on_the_gpu_takes_the_library_s_batched_call(monkeypatch):
@@ -158,15 +159,15 @@ def test_a_stack_on_the_gpu_takes_the_library_s_batched_call(monkeypatch):
     import dataclasses
     from tilemm import registry
     library = registry.get("cublas")
-    monkeypatch.setitem(registry._LADDER, "cublas", dataclasses.replace(library, available=lambda: None,
+    monkeypatch.setitem(kernel_record.LADDER, "cublas", dataclasses.replace(library, available=lambda: None,
                                                                         limits=lambda problem: None))
     monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
     for dtype in ("int8", "int32", "bfloat16", "float64"):
-        assert api._default_kernel("cuda:0", dtype, 256, 256, 256, dtype, stacked=True).name == "cublas"
-    assert api._default_kernel("cuda:0", "int8", 4096, 4096, 4096, "int8").name == "tensorcore-int"
-    assert api._default_kernel("cuda:0", "int8", 1024, 2048, 2047, "int8", stacked=True).name == "cublas"
-    assert api._default_kernel("cuda:0", "int8", 4096, 4096, 4096, "int8", stacked=True).name == "tensorcore-int"
-    assert api._default_kernel("cpu", "int32", 256, 256, 256, stacked=True).name != "cublas"
+        assert dispatch.default_kernel("cuda:0", dtype, 256, 256, 256, dtype, stacked=True).name == "cublas"
+    assert dispatch.default_kernel("cuda:0", "int8", 4096, 4096, 4096, "int8").name == "tensorcore-int"
+    assert dispatch.default_kernel("cuda:0", "int8", 1024, 2048, 2047, "int8", stacked=True).name == "cublas"
+    assert dispatch.default_kernel("cuda:0", "int8", 4096, 4096, 4096, "int8", stacked=True).name == "tensorcore-int"
+    assert dispatch.default_kernel("cpu", "int32", 256, 256, 256, stacked=True).name != "cublas"
 
 
 def test_auto_times_native_rungs_capped_by_the_table(monkeypatch):

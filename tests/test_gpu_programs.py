@@ -16,6 +16,7 @@ import tilemm
 from tilemm import arrays
 from tilemm.accuracy import compare
 from tilemm.data import random_operand
+from tilemm import dispatch, plan_cache
 
 from .test_concurrency import run_in_threads, run_processes
 
@@ -309,11 +310,11 @@ def test_the_float64_default_on_its_table_classes(shape, layout):
     (unaligned products of 1e11 flops and more, of K under 128 from 1e10, small skinny ones and
     vectors of K under 128; K = 0 an empty sum): the rung runs, and answers right."""
     import torch
-    from tilemm import api, choice
+    from tilemm import choice
     m, n, k = shape
     a, b, a_t, b_t = torch_pair("float64", m, n, k, seed=m + n + k)
     a_t, b_t = laid_out(layout, a_t, b_t)
-    assert choice.preferred("float64", m, n, k, lds=api._leading_dims(a_t, b_t, k, n)) == "tensorcore-f64"
+    assert choice.preferred("float64", m, n, k, lds=dispatch.leading_dims(a_t, b_t, k, n)) == "tensorcore-f64"
     assert tilemm.plan(a_t, b_t).kernel.name == "tensorcore-f64"
     check(tilemm.matmul(a_t, b_t), a, b, "float64", f"default {layout} {shape}")
 
@@ -418,12 +419,11 @@ def test_repeated_calls_replay_on_new_operands(kernel, dtype, params, shape):
     its storage, a side stream whose producer is late, an operand 2 bytes off alignment, which the
     replay must leave to the usual path) each compute their own product."""
     import torch
-    from tilemm import api
     m, n, k = shape
     a, b, a_t, b_t = torch_pair(dtype, m, n, k, seed=11)
     check(tilemm.matmul(a_t, b_t, kernel=kernel, **params), a, b, dtype, f"{kernel} first call", params)
-    key = api._call_key(a_t, b_t, kernel, None, None, params)
-    known = api._PLANS[key]
+    key = plan_cache.call_key(a_t, b_t, kernel, None, None, params)
+    known = plan_cache.PLANS[key]
     assert known.replay is not None, "this call's launches should be replayable"
     if getattr(known.replay, "single", None) is not None:         # one program: the shortest path
         assert known.fast is known.replay.quick is not None, "one program's replay should be the quick call"
@@ -457,11 +457,10 @@ def test_replayed_call_captured_in_a_cuda_graph(kernel, dtype, shape):
     """A repeated call of one program (the replay's shortest path, which a capture does not turn
     away) captured without out=: C comes from the graph's pool, and each replay of the graph
     computes the product of the operands' new values."""
-    from tilemm import api
     m, n, k = shape
     _, _, x, y = torch_pair(dtype, m, n, k, seed=30)
     tilemm.matmul(x, y, kernel=kernel)
-    replay = api._PLANS[api._call_key(x, y, kernel, None, None, {})].replay
+    replay = plan_cache.PLANS[plan_cache.call_key(x, y, kernel, None, None, {})].replay
     assert replay is not None and replay.single is not None, "one program's launch should be replayed"
     graph, c = captured(lambda: tilemm.matmul(x, y, kernel=kernel))
     check_graph_replays(graph, c, x, y, dtype, shape, (31, 32), f"{kernel} {shape}: a replayed call, captured")
@@ -474,13 +473,12 @@ def test_replayed_copies_of_transposed_operands(layout, shape):
     aligned rows before the product; a repeated call copies its own operands again. Aligned ones
     are read through their transposes, whose descriptors a repeated call points at its own."""
     import torch
-    from tilemm import api
     m, n, k = shape
     for seed in (21, 22, 23):
         a, b, a_t, b_t = torch_pair("bfloat16", m, n, k, seed=seed)
         a_t, b_t = laid_out(layout, a_t, b_t)
         check(tilemm.matmul(a_t, b_t, kernel="tensorcore"), a, b, "bfloat16", f"tensorcore {layout} seed {seed}")
-        assert api._PLANS[api._call_key(a_t, b_t, "tensorcore", None, None, {})].replay is not None
+        assert plan_cache.PLANS[plan_cache.call_key(a_t, b_t, "tensorcore", None, None, {})].replay is not None
 
 
 def test_threads_replaying_copies_on_one_stream_keep_their_own_scratch():
@@ -514,13 +512,12 @@ def test_triton_3_6_launches_past_its_python_layers():
     import torch
     from triton.backends import nvidia  # noqa: F401
     from triton.backends.nvidia import driver as nvidia_driver
-    from tilemm import api
     from tilemm.ladder.direct_launch import KNOWN_BASE_FORMAT
     if getattr(nvidia_driver, "_BASE_ARGS_FORMAT", None) != KNOWN_BASE_FORMAT:
         pytest.skip("this Triton's launcher has another layout: Triton's runner launches")
     a, b, a_t, b_t = torch_pair("bfloat16", 1024, 1024, 1024, seed=5)
     tilemm.matmul(a_t, b_t, kernel="tensorcore")
-    replay = api._PLANS[api._call_key(a_t, b_t, "tensorcore", None, None, {})].replay
+    replay = plan_cache.PLANS[plan_cache.call_key(a_t, b_t, "tensorcore", None, None, {})].replay
     launch = replay.launches[-1][0]
     assert launch.runner.__qualname__.startswith("make_runner"), launch.runner
     cells = dict(zip(launch.runner.__code__.co_freevars, launch.runner.__closure__))

@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tilemm
-from tilemm import api, choice
+from tilemm import choice
 from tilemm.registry import Problem
+from tilemm import dispatch
 
 # Sizes where tile arithmetic turns: empty, 1, tile edges and one past them, skinny bounds, large.
 EDGES = [0, 1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4096, 8191, 20000, 70000,
@@ -35,5 +36,5 @@ def test_the_default_chooses_for_any_shape(dtype, m, n, k, aligned):
     lds = (k, n) if aligned else (k + 1, n + 3)
     with pytest.MonkeyPatch.context() as patch:       # the H100's table
         patch.setattr(choice, "_capability", lambda: (9, 0))
-        chosen = api._default_kernel("cuda:0", dtype, m, n, k, dtype, lds)
+        chosen = dispatch.default_kernel("cuda:0", dtype, m, n, k, dtype, lds)
     assert chosen.name in [kern.name for kern in tilemm.kernels()]

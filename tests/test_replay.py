@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tilemm.ladder._tensorcore_support import BoundLaunch, CopyInto, Steps  # noqa: E402
+from tilemm.ladder.launches import BoundLaunch, CopyInto, Steps  # noqa: E402
 from tilemm.ladder.replay import recorded  # noqa: E402
 
 
@@ -121,7 +121,7 @@ def test_inputs_beyond_a_and_b_take_the_new_calls_places():
 def test_a_workspace_launch_is_given_addresses_and_its_workspace():
     """A launch taking a workspace (split K) is given its operands as addresses, as a plain launch
     is, and the workspace of the replay's device and stream, as addresses too."""
-    from tilemm.ladder._tensorcore_support import WorkspaceLaunch
+    from tilemm.ladder.workspaces import WorkspaceLaunch
 
     class Program:                               # stands for a JIT function: what its signature reads
         @staticmethod

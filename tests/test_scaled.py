@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tilemm
+from tilemm.ladder.tensorcore import availability
 
 from .conftest import ON_GPU
 
@@ -100,9 +101,8 @@ def test_warp_specialized_needs_hopper_and_gluon():
 
 
 def test_default_takes_the_warp_specialized_program_only_for_float32_sums_default_tiles_and_deep_k():
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, resolve
-    hopper = support.hopper_gluon()
+    hopper = availability.hopper_gluon()
     assert resolve(DEFAULTS, False, k=4096)["warp_specialized"] == hopper
     assert resolve(DEFAULTS, False, k=4095)["warp_specialized"] is False
     assert resolve(DEFAULTS, True, k=8192)["warp_specialized"] is False
@@ -113,9 +113,8 @@ def test_default_takes_the_warp_specialized_program_only_for_float32_sums_defaul
 
 @pytest.mark.parametrize("fast_accum", [False, True])
 def test_products_of_a_few_rows_take_64_row_tiles_and_stream_k_where_deep(fast_accum):
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, THIN_M, THIN_TILES, resolve
-    sms = support.multiprocessors()
+    sms = availability.multiprocessors()
     n_half = 128 * (sms // 2)                          # half the SMs' tiles at M <= 64
 
     def tiles(m, n, k, config=DEFAULTS):
@@ -133,9 +132,8 @@ def test_products_of_a_few_rows_take_64_row_tiles_and_stream_k_where_deep(fast_a
 
 
 def test_products_whose_tiles_fill_half_the_sms_or_fewer_take_128_x_128_tiles():
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, MID_TILES, THIN_M, resolve
-    sms = support.multiprocessors()
+    sms = availability.multiprocessors()
     few = resolve(DEFAULTS, False, THIN_M + 1, 128, 1024)        # two 256 x 128 tiles
     assert {name: few[name] for name in MID_TILES} == MID_TILES and few["warp_specialized"] is False
     many = resolve(DEFAULTS, False, THIN_M + 1, 128 * sms, 1024)  # 2 * sms of them
@@ -263,8 +261,7 @@ def test_gpu_warp_specialized_program_matches_float64(m, n, k, dtypes, out_dtype
     """The Gluon program (the default on Hopper from K = 4096) and the Triton one, each asked for,
     on ragged tiles, both fp8 types and mixed, C in two dtypes poisoned first (A and B copied into
     aligned rows where K is odd); then a repeated call, replayed, on new operands."""
-    from tilemm.ladder import _tensorcore_support as support
-    if not support.hopper_gluon():
+    if not availability.hopper_gluon():
         pytest.skip("the warp-specialized program runs on Hopper")
     for program in (True, False):
         for seed in (17, 19):
@@ -330,7 +327,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, resolve
 from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_persistent
-from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
+from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
 out = {}
 for ty in ("fp8e4nv", "fp8e5"):
     for fast in (False, True):

@@ -12,6 +12,9 @@ import torch
 
 import tilemm
 from tilemm.accuracy import compare
+from tilemm import kernel_record
+from tilemm.ladder import launches, workspaces
+from tilemm.ladder.tensorcore import availability, operand_copies
 
 from .conftest import ON_GPU
 
@@ -97,14 +100,13 @@ def test_interpreter_tma_programs_into_rows_of_another_width(width, persistent):
 def test_interpreter_fp8_and_int8_programs_into_rows_of_another_width(rung, width):
     """The fp8 program with float32 C and the int8 one are told C's alignment too (c_alignment:
     2, 4, 1 for rows of 70, 72, 73), write C's 68 columns and nothing past them."""
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore import r11_int_digits, scaled_fp8
     torch.manual_seed(width)
     m, n, k = 66, 68, 32
     if rung == "int8":
         a, b = torch.randint(-128, 128, (m, k), dtype=torch.int8), torch.randint(-128, 128, (k, n), dtype=torch.int8)
         rows = torch.full((m, width), 7, dtype=torch.int32)
-        steps = support.Steps([r11_int_digits.persistent_int8(a, b.T.contiguous(), rows[:, :n], m, n, k, 32, 32, 32, 8,
+        steps = launches.Steps([r11_int_digits.persistent_int8(a, b.T.contiguous(), rows[:, :n], m, n, k, 32, 32, 32, 8,
                                                              4, 2)])
     else:
         a, b = torch.randn(m, k).to(torch.float8_e4m3fn), torch.randn(k, n).to(torch.float8_e4m3fn)
@@ -150,7 +152,7 @@ def test_rows_copied_to_alignment_only_where_it_pays():
                                    (130, 130, 48),    # 2 whole rounds, one tile shared by three runs
                                    (130, 130, 16)])   # a run that holds a whole tile writes it to C itself
 def test_interpreter_stream_k_shares_the_last_round(m, n, k):
-    """4 programs here (tilemm.ladder._tensorcore_support.multiprocessors under the interpreter)."""
+    """4 programs here (tilemm.ladder.tensorcore.availability.multiprocessors under the interpreter)."""
     torch.manual_seed(m + n + k)
     a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
     tiles = dict(block_m=64, block_n=64, block_k=16, num_warps=4, num_stages=2)
@@ -195,18 +197,17 @@ def test_interpreter_split_k_by_default_where_tiles_leave_sms_idle():
     """Under the interpreter 4 SMs: one 16 x 16 tile of 32 K steps is split into 4 runs, whose
     partials the last adds into C; a prepared plan does it at each launch, and the tile's count is
     back at 0 after each."""
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore import r10_tensorcore
     torch.manual_seed(3)
     a, b = torch.randn(16, 512, dtype=torch.float16), torch.randn(512, 16, dtype=torch.float16)
     steps = r10_tensorcore.bind(a, b, torch.empty(16, 16, dtype=torch.float16), group_m=8, **SMALL)
-    assert isinstance(steps.launches[-1], support.SplitKLaunch) and steps.launches[-1].grid == (1, 4)
+    assert isinstance(steps.launches[-1], workspaces.SplitKLaunch) and steps.launches[-1].grid == (1, 4)
     launch, result = tilemm.plan(a, b, kernel="tensorcore", **SMALL).prepare(poison=True)
     for _ in range(2):                                 # the second launch sees new values in a
         launch()
         verdict = compare(np.asarray(result()), a.numpy(), b.numpy(), "float16")
         assert verdict.ok, verdict.message
-        assert not support.split_k_workspace(-1, None, 1, 4, 16, 16)[1].any()
+        assert not workspaces.split_k_workspace(-1, None, 1, 4, 16, 16)[1].any()
         a.mul_(-1)
 
 
@@ -214,14 +215,13 @@ def test_interpreter_split_k_by_default_where_tiles_leave_sms_idle():
 def test_interpreter_split_k_workspace_grows_and_its_counts_stay_zero():
     """Products one after another on one stream share a workspace: a larger one grows it, a smaller
     one after reuses it, and every launch leaves the tiles' counts at 0 for the next."""
-    from tilemm.ladder import _tensorcore_support as support
     sizes = []
     for m, n, k, split_k in ((16, 16, 64, 2), (40, 50, 200, 6), (20, 20, 100, 3)):
         torch.manual_seed(m + n + k)
         a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
         c, verdict = run(a, b, **SMALL, tma=False, split_k=split_k)
         assert verdict.ok, (m, n, k, verdict.message)
-        partials, counts = support.split_k_workspace(-1, None, 1, 1, 16, 16)
+        partials, counts = workspaces.split_k_workspace(-1, None, 1, 1, 16, 16)
         assert not counts.any()
         sizes.append(partials.numel())
     # 1 tile x 2 runs, then 12 tiles x 5 runs (13 K steps in runs of 3), then kept
@@ -229,9 +229,8 @@ def test_interpreter_split_k_workspace_grows_and_its_counts_stay_zero():
 
 
 def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.tile_model import k_splits
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert k_splits(16, 27, 59150, 16, 64, 128) == 48          # one tile, 463 K steps: the partials' reads cap it
     assert k_splits(404, 108, 32491, 64, 128, 64) == 18        # 7 tiles
     assert k_splits(111, 110, 49346, 64, 128, 64) == 24        # 2 tiles: 66 would fill the SMs; the reads cap it
@@ -243,9 +242,8 @@ def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
 
 
 def test_thin_operands_not_read_k_major_split_k_to_fill_two_rounds(monkeypatch):
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.tile_model import read_k_major, thin_splits
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert thin_splits(1, 8192, 28672, 16, 64, 128) == 3      # 128 tiles: 3 runs each fill two rounds
     assert thin_splits(1, 5120, 5120, 16, 64, 128) == 3       # 80 tiles would take 4; 40 K steps, runs of 12
     assert thin_splits(1, 8192, 2048, 16, 64, 128) == 1       # 16 K steps: no run of 12 to spare
@@ -261,14 +259,13 @@ def test_interpreter_thin_operand_read_m_major_splits_k(thin):
     """1 x 256 x 4096 on the interpreter's 4 SMs, in 4 tiles of 16 x 64: A as a row is read K-major
     and takes k_splits (a round of tiles fills the SMs: no split); A as the transpose of a column
     (strides (1, 1)) is split in 2 runs (thin_splits), and its answer is right."""
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore import r10_tensorcore
     torch.manual_seed(5)
     row = torch.randn(1, 4096, dtype=torch.float16)                  # strides (4096, 1)
     a = row.reshape(4096, 1).T if thin == "transposed column" else row
     b = torch.randn(4096, 256, dtype=torch.float16)
     steps = r10_tensorcore.bind(a, b, torch.empty(1, 256, dtype=torch.float16), None, None, None, 8, None, None)
-    split = isinstance(steps.launches[-1], support.SplitKLaunch)
+    split = isinstance(steps.launches[-1], workspaces.SplitKLaunch)
     assert split == (thin == "transposed column")
     if split:
         assert steps.launches[-1].grid == (4, 2)
@@ -304,8 +301,8 @@ def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton, word, monk
     aligned, torch's copy for rows that are not (no vector loads) from TORCH_COPY_FROM bytes on, of
     int32 views where the rows' bytes allow, and Triton's under it (one launch's CPU); fp8 as the
     others; each copies exactly."""
-    from tilemm.ladder import _tensorcore_support as support
-    from tilemm.ladder._tensorcore_support import BoundLaunch, rows_copy
+    from tilemm.ladder.launches import BoundLaunch
+    from tilemm.ladder.tensorcore.operand_copies import rows_copy
     half = torch.float16
     x = {"rows of 66": torch.randn(9, 66, dtype=half), "rows of 67": torch.randn(9, 67, dtype=half),
          "rows of 72": torch.randn(9, 72, dtype=half)[:, :70], "transposed": torch.randn(70, 9, dtype=half).T,
@@ -314,7 +311,7 @@ def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton, word, monk
          "fp8 rows of 68": torch.randn(9, 68).to(torch.float8_e4m3fn)}[source]
     rows = torch.zeros(9, 72, dtype=x.dtype)[:, :x.shape[1]]
     assert isinstance(rows_copy(x, rows), BoundLaunch)                  # 9 rows: under TORCH_COPY_FROM
-    monkeypatch.setattr(support, "TORCH_COPY_FROM", x.numel() * x.element_size())
+    monkeypatch.setattr(operand_copies, "TORCH_COPY_FROM", x.numel() * x.element_size())
     copy = rows_copy(x, rows)
     assert isinstance(copy, BoundLaunch) == by_triton
     assert by_triton or copy.word == word
@@ -701,7 +698,7 @@ from triton.compiler import ASTSource
 import tilemm
 from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel, matmul_tma
 from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
-from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
+from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
 out = {}
 
 
@@ -994,7 +991,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
-from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
+from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
 from tilemm.ladder.tensorcore import r12_fp64_dmma_kernel as p
 x_layout, y_layout = (gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=64, rank=2) for w in (128, 0))
 sig = dict(x_desc=f"tensordesc<fp64[8,16],{x_layout!r}>", y_desc=f"tensordesc<fp64[{p.BLOCK_N},8],{y_layout!r}>",
@@ -1038,22 +1035,20 @@ def test_float64_dmma_reads_operands_as_they_are_where_a_form_allows(layout, tra
     """X (rows along C's) and Y (K-major): both row-major operands are C^T's (X = B, Y = A) as they
     are, both column-major ones C's; otherwise the form that copies the smaller operand (here the
     300-row B: N < M)."""
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.r12_fp64 import dmma_operands
     a, b = laid_out(500, 300, 64, layout, torch.float64)
     x, y, t = dmma_operands(a, b)
     assert t == transposed
     assert x.shape == ((64, 300) if t else (64, 500)) and y.shape == ((500, 64) if t else (300, 64))
-    assert tuple(name for name, v in (("x", x), ("y", y)) if not support.k_major(v)) == copied
+    assert tuple(name for name, v in (("x", x), ("y", y)) if not operand_copies.k_major(v)) == copied
     if copied:
         assert (x if copied == ("x",) else y).numel() == 300 * 64       # the smaller operand
 
 
 def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_past_half_the_sms():
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.r12_fp64 import DMMA_FROM_K, takes_dmma
-    hopper = support.hopper_gluon() and support.gluon_float64_descriptors() is None
-    sms = support.multiprocessors()
+    hopper = availability.hopper_gluon() and availability.gluon_float64_descriptors() is None
+    sms = availability.multiprocessors()
     side = 128 * int(sms ** 0.5 + 1)
     own = dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, persistent=True,
                copy_transposed="a", dmma=None)
@@ -1093,17 +1088,16 @@ def test_float64_dmma_needs_gluon_descriptors_of_float64():
     dmma=True is refused before any work, naming the Triton version."""
     pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
     import triton
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore import r12_fp64
-    reason = support.gluon_float64_descriptors()
-    if support.triton_version() <= (3, 6):
+    reason = availability.gluon_float64_descriptors()
+    if availability.triton_version() <= (3, 6):
         assert reason is None
     else:
         assert reason is not None and triton.__version__ in reason
     with pytest.MonkeyPatch.context() as patch:      # as on a Hopper GPU
-        patch.setattr(support, "hopper_gluon", lambda: True)
-        patch.setattr(support, "hopper_gluon_refusal", lambda asked: None)
-        side = 128 * int(support.multiprocessors() ** 0.5 + 1)
+        patch.setattr(availability, "hopper_gluon", lambda: True)
+        patch.setattr(availability, "hopper_gluon_refusal", lambda asked: None)
+        side = 128 * int(availability.multiprocessors() ** 0.5 + 1)
         own = dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, persistent=True,
                    copy_transposed="a", dmma=None)
         assert r12_fp64.takes_dmma(side, side, 4096, own) == (reason is None)
@@ -1114,9 +1108,8 @@ def test_float64_dmma_needs_gluon_descriptors_of_float64():
 def test_float64_needs_a_triton_whose_dot_takes_float64(monkeypatch):
     """tl.dot multiplies float64 from Triton 3.5 on: on an older one the rung says so, naming the
     version, where the other Triton rungs run."""
-    from tilemm.ladder import _tensorcore_support as support
-    assert tilemm.kernel("tensorcore-f64").available() == support.available()
-    monkeypatch.setattr(support, "triton_version", lambda: (3, 4))
+    assert tilemm.kernel("tensorcore-f64").available() == availability.available()
+    monkeypatch.setattr(availability, "triton_version", lambda: (3, 4))
     reason = tilemm.kernel("tensorcore-f64").available()
     assert "Triton 3.5 or newer" in reason and "3.4" in reason
     assert tilemm.kernel("tensorcore").available() is None
@@ -1185,7 +1178,7 @@ def test_tma_program_stores_c_as_wide_as_its_rows_allow():
     """The TMA program told C's alignment (C_ALIGN, c_alignment) stores C's rows of
     7026 or 6524 bf16 elements 2 or 4 at a time, compiled for sm_90; without it, one by one
     (8865 x 7026 x 12 tn: 110.4 -> 104.6 µs)."""
-    from tilemm.ladder._tensorcore_support import c_alignment
+    from tilemm.ladder.tensorcore.operand_copies import c_alignment
     assert c_alignment(torch.empty(3, 7026)) == 2 and c_alignment(torch.empty(3, 6524)) == 4
     assert c_alignment(torch.empty(3, 8192)) == 8 and c_alignment(torch.empty(3, 8191)) == 1
     assert c_alignment(torch.empty(8, 16)[:, :12]) == 4 and c_alignment(torch.empty(12, 8).T) == 1
@@ -1336,7 +1329,6 @@ def test_gpu_int8_data_bit_exact(layout, m, n, k, out_dtype):
     where it stores C faster: both among these shapes): NumPy's wrapped int8 C or the exact int32
     sums, for every layout, at shapes that are not multiples of the tiles and with the extremes
     (-128 times -128, K deep enough to pass 2^24)."""
-    from tilemm.ladder import _tensorcore_support as support
     rng = np.random.default_rng(m * 7 + n * 5 + k)
     a = rng.integers(-128, 128, size=(k, m) if layout[0] == "t" else (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, size=(n, k) if layout[1] == "t" else (k, n), dtype=np.int8)
@@ -1348,7 +1340,7 @@ def test_gpu_int8_data_bit_exact(layout, m, n, k, out_dtype):
     got = tilemm.plan(ta, tb, kernel="tensorcore-int", out_dtype=out_dtype).execute(poison=True).cpu().numpy()
     assert got.dtype == want.dtype and np.array_equal(got, want)
     if torch.cuda.get_device_capability()[0] == 9:
-        assert support.hopper_gluon()          # the Gluon program is the one tested here
+        assert availability.hopper_gluon()          # the Gluon program is the one tested here
 
 
 @pytest.mark.gpu
@@ -1483,7 +1475,7 @@ def test_a_stack_runs_unbound_so_scratch_is_not_kept_per_matrix(monkeypatch):
     binds = []
     spied = dataclasses.replace(registry.get("tensorcore-f32"),
                                 bind=lambda *args, **kw: binds.append(1) or r13_f32.bind(*args, **kw))
-    monkeypatch.setitem(registry._LADDER, "tensorcore-f32", spied)
+    monkeypatch.setitem(kernel_record.LADDER, "tensorcore-f32", spied)
     a, b = operands(3, 9, 10, 20, "float32")
     tilemm.matmul(a, b, kernel="tensorcore-f32", **SMALL)
     assert binds == [1]
@@ -1521,7 +1513,7 @@ def test_gpu_stacks_broadcast_as_numpy(kernel, dtype):
 def test_all_arguments_are_the_programs_signature_in_order():
     """What a bound launch hands the compiled program: every argument, keyword ones and defaults
     in their places, launch options (num_warps, num_stages) left out."""
-    from tilemm.ladder._tensorcore_support import all_arguments
+    from tilemm.ladder.launches import all_arguments
     from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
     values = all_arguments(matmul_kernel, ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9),
                            dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, FP64=True, num_warps=4,
@@ -1558,9 +1550,8 @@ def test_interpreter_accumulate_adds_a_16_bit_product_into_float32(m, n, k):
 
 
 def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch):
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert default_tiles(64, 8192, 4096)["block_m"] == 64          # 128 tiles of 64 columns: B read once
     assert default_tiles(33, 8192, 4096)["block_m"] == 64 and default_tiles(20, 8192, 4096)["block_m"] == 32
     assert default_tiles(64, 4096, 2048)["block_m"] == 16          # 64 tiles split in 2: 16 rows keep 256 programs
@@ -1580,9 +1571,8 @@ def test_skinny_tiles_cover_m_only_where_n_alone_fills_half_the_sms(monkeypatch)
 
 
 def test_few_split_tiles_are_halved_where_that_fills_more_sms(monkeypatch):
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert default_tiles(100, 100, 40000)["block_n"] == 64       # 2 x 21 runs of 64 x 128, 4 x 25 of 64 x 64
     assert default_tiles(395, 292, 12981)["block_n"] == 128      # 21 x 6 runs fill 3/4 of the SMs
     assert default_tiles(488, 795, 2)["block_n"] == 128          # K unsplit: the model's tiles
@@ -1604,10 +1594,9 @@ def test_tile_model_constants_are_the_fit_of_the_committed_record():
 
 
 def test_default_tiles_weigh_tile_efficiency_against_waves(monkeypatch):
-    from tilemm.ladder import _tensorcore_support as support
     from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
     from tilemm.ladder.tensorcore.tile_model import TILE_CHOICES, tile_time
-    monkeypatch.setattr(support, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
 
     def tiles(m, n, k):
         t = default_tiles(m, n, k)

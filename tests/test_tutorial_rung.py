@@ -12,8 +12,10 @@ import torch
 
 import tilemm
 from tilemm import choice
+from tilemm.ladder.tensorcore import availability
 from tilemm.accuracy import compare
 from tilemm.registry import Problem
+from tilemm import dispatch
 
 from .conftest import ON_GPU
 
@@ -129,8 +131,6 @@ def test_never_the_default(monkeypatch):
     run a problem here. `tensorcore` (rung 10) comes before this rung, runs where it runs (one
     available()) and takes every 16-bit problem it takes: this rung is never reached. And in the
     walk itself, every Triton rung made available (the H100's table), it is never chosen."""
-    from tilemm import api
-    from tilemm.ladder import _tensorcore_support as support
     tutorial, production = tilemm.kernel(NAME), tilemm.kernel("tensorcore")
     assert production.rung > tutorial.rung and production.available is tutorial.available
     sizes = (0, 1, 15, 16, 17, 127, 129, 1000, 4097, 2**16, 2**20 + 1, 2**28 - 1, 2**28)
@@ -139,9 +139,9 @@ def test_never_the_default(monkeypatch):
     for p in problems:
         if tutorial.limits(p, **tutorial.resolve({})) is None:
             assert production.limits(p, **production.resolve({})) is None, p
-    monkeypatch.setattr(support, "_available", lambda interpreter: None)
+    monkeypatch.setattr(availability, "available_under", lambda interpreter: None)
     monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
-    chosen = {api._default_kernel("cuda:0", p.dtype, p.m, p.n, p.k, p.dtype, (p.k, p.n)).name
+    chosen = {dispatch.default_kernel("cuda:0", p.dtype, p.m, p.n, p.k, p.dtype, (p.k, p.n)).name
               for p in problems[::7]}
     assert NAME not in chosen
 
@@ -152,7 +152,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import tilemm
-from tilemm.ladder._tensorcore_support import H100_SHARED_OPTIN
+from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
 from tilemm.ladder.tensorcore.r09_tutorial_kernel import matmul_kernel
 default = tilemm.kernel("tensorcore-tutorial").resolve({})
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")

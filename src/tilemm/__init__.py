@@ -9,7 +9,7 @@
     tilemm.warmup(dtypes=["float16", "int8"])      # compile ahead of time what calls will need
     tilemm.nn.swap_linears(model)                  # a torch model's Linears through tilemm (autograd, compile)
 """
-from . import _compat  # noqa: F401  (before anything imports numba.cuda)
+from . import compat  # noqa: F401  (before anything imports numba.cuda)
 from .api import KernelUnavailable, matmul, plan, release_memory
 from .registry import Kernel, get as kernel, kernels
 from .scaled import scaled_matmul

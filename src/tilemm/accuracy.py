@@ -158,7 +158,7 @@ def compare_on_device(c, a, b, result: str) -> Verdict:
 def _on_cupy(cupy, x):
     """x as a CuPy array on the current device (torch's bfloat16, which CuPy lacks, as float32)."""
     from . import arrays
-    torch = arrays._torch()
+    torch = arrays.torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         x = x.float() if x.dtype == torch.bfloat16 else x
         x = x.cuda() if not x.is_cuda else x
@@ -167,7 +167,7 @@ def _on_cupy(cupy, x):
 
 def _on_gpu_with_cupy(c):
     from . import arrays
-    torch = arrays._torch()
+    torch = arrays.torch_if_imported()
     on_gpu = type(c).__module__.startswith("cupy") or (torch is not None and isinstance(c, torch.Tensor) and c.is_cuda)
     if not on_gpu:
         return None

@@ -21,7 +21,7 @@ class Operand:
     shape: tuple
 
 
-def _torch():
+def torch_if_imported():
     """torch if the program has imported it, else None. The import statement, not sys.modules
     alone: while another thread is still importing it, sys.modules holds it half made, and the
     statement waits for that import to finish."""
@@ -31,8 +31,8 @@ def _torch():
     return torch
 
 
-def _cupy():
-    """cupy if the program has imported it, else None (see _torch)."""
+def cupy_if_imported():
+    """cupy if the program has imported it, else None (see torch_if_imported)."""
     if "cupy" not in sys.modules:
         return None
     import cupy
@@ -48,7 +48,7 @@ def native_order(x):
 
 
 def describe(x, operand: str) -> Operand:
-    torch, cupy = _torch(), _cupy()
+    torch, cupy = torch_if_imported(), cupy_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         if x.device.type not in ("cpu", "cuda"):
             raise ValueError(f"matmul: operand {operand} is on torch device {x.device}; tilemm multiplies "
@@ -65,7 +65,7 @@ def describe(x, operand: str) -> Operand:
 
 def to_host(x, dtype: str) -> np.ndarray:
     """A NumPy array of ``dtype`` holding x's values (bfloat16 comes out as float32, exactly)."""
-    torch, cupy = _torch(), _cupy()
+    torch, cupy = torch_if_imported(), cupy_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         x = x.detach().cpu()
         if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
@@ -82,10 +82,10 @@ def from_host(c: np.ndarray, like: Operand, dtype):
     if like.kind == "numpy":
         return exactly(c.astype(dtype, copy=False), dtype)
     if like.kind == "cupy":
-        cupy = _cupy()
+        cupy = cupy_if_imported()
         with cupy.cuda.Device(int(like.device.split(":")[1])):
             return cupy.asarray(exactly(c.astype(dtype, copy=False), dtype))
-    torch = _torch()
+    torch = torch_if_imported()
     # np.asarray keeps a 0-d result (1-D @ 1-D) 0-d, where np.ascontiguousarray makes it shape (1,)
     if dtype == "bfloat16":
         t = torch.from_numpy(np.asarray(c.astype(np.float32), order="C")).to(torch.bfloat16)
@@ -113,13 +113,13 @@ def convert(c, like: Operand, dtype):
 def torch_view(x):
     """A torch tensor on the GPU viewing CuPy array x (no copy), or a copy of x where its strides are
     negative (a[::-1]), which torch can't represent: it ends the process on them instead of raising."""
-    torch = _torch()
+    torch = torch_if_imported()
     return torch.as_tensor(x if min(x.strides, default=0) >= 0 else x.copy(), device="cuda")
 
 
 def device_cast(x, dtype: str, copy: bool):
     """A torch or CuPy array cast to ``dtype`` on its device (a fresh copy if ``copy``)."""
-    torch = _torch()
+    torch = torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         y = x.to(getattr(torch, dtype))
         return y.clone() if copy and y is x else y
@@ -142,7 +142,7 @@ def matrices(batch: tuple, a, b):
 def poison(c):
     """Fill c (NumPy, CuPy or torch) with NaN, or with 0xA5 bytes for integers, so that an entry
     a kernel never writes can't pass a check. Returns c."""
-    torch = _torch()
+    torch = torch_if_imported()
     if torch is not None and isinstance(c, torch.Tensor):
         c.fill_(float("nan")) if c.is_floating_point() or c.is_complex() else c.view(torch.uint8).fill_(0xA5)
     elif np.dtype(c.dtype).kind in "fc":
@@ -155,11 +155,11 @@ def poison(c):
 def device_empty(like: Operand, shape: tuple, dtype: str, poisoned: bool):
     """An array on the device of ``like``, poisoned if asked."""
     if like.kind == "cupy":
-        cupy = _cupy()
+        cupy = cupy_if_imported()
         with cupy.cuda.Device(int(like.device.split(":")[1])):
             c = cupy.empty(shape, dtype)
     else:
-        torch = _torch()
+        torch = torch_if_imported()
         c = torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
     return poison(c) if poisoned else c
 
@@ -167,7 +167,7 @@ def device_empty(like: Operand, shape: tuple, dtype: str, poisoned: bool):
 def synchronize(x) -> None:
     """Wait for the work queued on the current stream of x's device (torch or CuPy); nothing for
     host arrays."""
-    torch, cupy = _torch(), _cupy()
+    torch, cupy = torch_if_imported(), cupy_if_imported()
     if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
         torch.cuda.current_stream(x.device).synchronize()
     elif cupy is not None and isinstance(x, cupy.ndarray):

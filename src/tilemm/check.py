@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _compat, api, arrays, registry
+from . import compat, api, arrays, registry
 from .accuracy import compare_on_device
 from .data import operands
 from .dtypes import INTS, compute_dtype
@@ -41,7 +41,7 @@ def run(kernel_names=None, dtypes=None, shapes=None, on_device: bool = True):
                 da, db = a, b
                 # device copies where there is a GPU; under the CUDA simulator or Triton's
                 # interpreter the host arrays go in (tilemm runs them there itself)
-                if kernel.device == "cuda" and on_device and not _compat.emulated(kernel.backend):
+                if kernel.device == "cuda" and on_device and not compat.emulated(kernel.backend):
                     da, db = arrays.to_device(a, dtype), arrays.to_device(b, dtype)
                 c = api.plan(da, db, kernel=kernel.name).execute(poison=True)
                 v = compare_on_device(c, a, b, dtype)

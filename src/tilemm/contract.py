@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arrays import Operand
+from .arrays import Operand, torch_if_imported
+from .dtypes import SUPPORTED, check_supported, dtype_name
 
 SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
 
@@ -129,3 +130,45 @@ def subclass_wrap(a, b):
 def plain(x):
     """x as a plain ndarray where it is a subclass (its data, no copy), else x."""
     return np.asarray(x) if isinstance(x, np.ndarray) else x
+
+
+def records_gradient(a, b) -> bool:
+    """Whether torch.matmul(a, b) would record an autograd graph: torch tensors, one requiring
+    grad, grad mode on."""
+    torch = torch_if_imported()
+    return (torch is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and (a.requires_grad or b.requires_grad) and torch.is_grad_enabled())
+
+
+def check_no_gradient(a, b) -> None:
+    """A plan records no autograd graph: where torch.matmul would give a result that carries a
+    gradient, a plan's would silently carry none, so it refuses (tilemm.matmul records one)."""
+    import torch      # (only torch operands come here)
+    for i, x in enumerate((a, b)):
+        if x.requires_grad and torch.is_grad_enabled():
+            raise TypeError(f"plan: operand {i} requires grad, and a plan records no autograd graph (its result "
+                            "would carry no gradient); call tilemm.matmul, or plan under torch.no_grad()")
+
+
+
+def checked_out_dtype(out_dtype, result: str) -> str:
+    """numpy.matmul's rule for dtype=: the operands are cast to it with casting='same_kind'."""
+    name = dtype_name(out_dtype)
+    if name not in SUPPORTED:
+        try:
+            name = np.dtype(out_dtype).name     # np.int32, np.dtype("i4"), ...
+        except TypeError:
+            pass
+    check_supported(name, "out_dtype")
+    if not castable(result, name):     # (torch's bfloat16 as a float of NumPy's)
+        raise TypeError(f"matmul: out_dtype={name} would cast the {result} operands to {name}, which "
+                        "numpy.matmul refuses (casting='same_kind'); cast the operands yourself")
+    return name
+
+
+def broadcast_batch(sa, sb, full_a, full_b) -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(sa, sb))
+    except ValueError:
+        raise ValueError(f"matmul: the stacks of matrices can't be broadcast together: "
+                         f"shapes {full_a} and {full_b} (batch dimensions {sa} and {sb})") from None

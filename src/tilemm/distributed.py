@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import api
+from . import contract
 from .dtypes import dtype_name, result_dtype
 from .panels import SIXTEEN_BIT, accumulate, block, blocks
 
@@ -83,7 +83,7 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
     rows_i, cols_j = block(m, grid.rows, i), block(n, grid.cols, j)
     result = result_dtype(dtype_name(a.dtype), dtype_name(b.dtype))
     if out_dtype is not None:
-        result = api._checked_out_dtype(out_dtype, result)
+        result = contract.checked_out_dtype(out_dtype, result)
     sums = "float32" if result in SIXTEEN_BIT else result
     acc = torch.empty((rows_i.stop - rows_i.start, cols_j.stop - cols_j.start), dtype=getattr(torch, sums),
                       device=a.device)

@@ -8,7 +8,7 @@ import platform
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
-from . import _compat
+from . import compat
 
 LIBRARIES = ("tilemm", "numpy", "numba", "numba-cuda", "triton", "torch", "cupy-cuda13x", "cupy-cuda12x",
              "rich", "matplotlib")
@@ -62,7 +62,7 @@ H100 = GPU("NVIDIA H100 80GB HBM3 (assumed)", (9, 0), 132, 1024, (1024, 1024, 64
 @functools.lru_cache(maxsize=None)
 def gpu() -> GPU | None:
     """The real CUDA GPU numba-cuda sees, or None (no GPU, or running under the simulator)."""
-    if _compat.cuda_simulator():
+    if compat.cuda_simulator():
         return None
     try:
         from numba import cuda
@@ -120,7 +120,7 @@ def describe() -> dict:
     g = gpu()
     return {"device": g.name if g else f"CPU: {cpu()['model']}", "cpu": cpu(),
             "gpu": asdict(g) if g else None, "versions": versions(),
-            "simulator": _compat.cuda_simulator(), "interpreter": _compat.triton_interpreter()}
+            "simulator": compat.cuda_simulator(), "interpreter": compat.triton_interpreter()}
 
 
 def stamp(command: str) -> dict:

@@ -3,7 +3,7 @@ panel's product into a running sum (tilemm.distributed over ranks, tilemm.outofc
 of host memory)."""
 from __future__ import annotations
 
-from . import api
+from . import planning
 from .dtypes import dtype_name
 
 SIXTEEN_BIT = ("float16", "bfloat16")
@@ -38,7 +38,7 @@ def accumulate(acc, a, b, sums: str, first: bool) -> None:
                                                                       num_warps=None, num_stages=None))
         r10_tensorcore.launcher(a, b, acc, group_m=8, accumulate=not first, **tiles)()
         return
-    product = api.matmul(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None)
+    product = planning.check(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None).execute()
     if first:
         acc.copy_(product)
     else:
@@ -54,7 +54,7 @@ def product(c, a, b) -> None:
             with torch_matmul_flags(**EXACT_FLAGS) as torch:
                 torch.matmul(a, b, out=c)
         else:
-            c.copy_(api.matmul(a, b, out_dtype="float32"))
+            c.copy_(planning.check(a, b, out_dtype="float32").execute())
         return
     accumulate(c, a, b, dtype_name(c.dtype), first=True)
 

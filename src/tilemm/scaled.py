@@ -7,8 +7,10 @@ import functools
 import numbers
 import sys
 
-from . import _compat, streams
-from .api import _JIT_LOCK, KernelUnavailable, _operand_key
+from . import compat, streams
+from .ladder.tensorcore import availability
+from .plan_cache import operand_key
+from .plans import JIT_LOCK, KernelUnavailable
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -90,12 +92,11 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         raise ValueError(f"scaled_matmul: a is on {a.device} and b on {b.device}; put both on one device")
     result_dtype = _out_dtype(out_dtype, torch)
     queue = streams.handle_of(stream) if stream is not None else None
-    from .ladder import _tensorcore_support as support
     from .ladder.tensorcore import scaled_fp8
     config = scaled_fp8.resolve(_config(params), bool(fast_accum), a.shape[0], b.shape[1], a.shape[1])
     _check_device(a.device, torch)
-    reason = support.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or scaled_fp8.limits(
-        config["block_m"], config["block_n"], config["block_k"], config["num_stages"], _compat.triton_interpreter(),
+    reason = availability.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or scaled_fp8.limits(
+        config["block_m"], config["block_n"], config["block_k"], config["num_stages"], compat.triton_interpreter(),
         bool(fast_accum), config["warp_specialized"])
     if reason:
         raise KernelUnavailable(f"scaled_matmul: {reason}")
@@ -116,7 +117,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
             if k == 0:
                 c.zero_()                                      # an empty sum
             else:
-                with _JIT_LOCK:
+                with JIT_LOCK:
                     launched = scaled_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
                 if key is not None and launched is not None:
                     _remember(key, launched, (a, b, *scales, c))
@@ -140,7 +141,7 @@ def _replay_key(a, b, out_dtype, fast_accum, params):
     if torch is None or type(a) is not torch.Tensor or type(b) is not torch.Tensor or not a.is_cuda:
         return None
     try:
-        key = (_operand_key(a), _operand_key(b), str(out_dtype), bool(fast_accum), tuple(sorted(params.items())))
+        key = (operand_key(a), operand_key(b), str(out_dtype), bool(fast_accum), tuple(sorted(params.items())))
         hash(key)
     except TypeError:                      # a parameter of an unhashable value: checked on the usual path
         return None
@@ -186,7 +187,7 @@ def _config(params: dict) -> dict:
 
 
 def _check_device(device, torch) -> None:
-    problem = _device_problem(device.type, device.index, _compat.triton_interpreter())
+    problem = _device_problem(device.type, device.index, compat.triton_interpreter())
     if problem:
         error, message = problem
         raise error(message.format(device=device))
@@ -197,8 +198,7 @@ def _device_problem(kind: str, index, interpreter: bool):
     """(exception, message) if float8 products can't run on this device, else None; the same
     answer for every call on a device, so it is worked out once (it is a fifth of a call's cost)."""
     import torch
-    from .ladder import _tensorcore_support as support
-    reason = support.available()
+    reason = availability.available()
     if reason:      # the Triton rungs' reason, less its advice to pass another kernel: scaled_matmul takes none
         return KernelUnavailable, f"scaled_matmul {reason.partition(', or use kernel=')[0]}"
     if interpreter:

@@ -18,7 +18,7 @@ import functools
 import sys
 import threading
 
-from . import _compat, arrays
+from . import compat, arrays
 
 LEGACY_DEFAULT = 0
 _local = threading.local()
@@ -51,9 +51,9 @@ def caller_stream(kind: str, device: str, stream=None) -> int:
         return LEGACY_DEFAULT
     index = int(device.split(":")[1])
     if kind == "torch":
-        return arrays._torch()._C._cuda_getCurrentRawStream(index)    # as Triton reads it: no Stream object
+        return arrays.torch_if_imported()._C._cuda_getCurrentRawStream(index)    # as Triton reads it: no Stream object
     if kind == "cupy":
-        cupy = arrays._cupy()
+        cupy = arrays.cupy_if_imported()
         with cupy.cuda.Device(index):
             return cupy.cuda.get_current_stream().ptr
     return LEGACY_DEFAULT
@@ -81,12 +81,12 @@ class queued_on:
         _local.handle = self.handle
         self.stack = None
         if _torch_on_gpu():
-            torch = arrays._torch()
+            torch = arrays.torch_if_imported()
             index = torch.cuda.current_device() if self.index is None else self.index
             if torch._C._cuda_getCurrentRawStream(index) != self.handle:   # what Triton reads
                 self._enter(torch.cuda.stream(_torch_stream(self.handle, index)))
         if self.cupy_too and _cupy_on_gpu():
-            cupy = arrays._cupy()
+            cupy = arrays.cupy_if_imported()
             index = cupy.cuda.runtime.getDevice() if self.index is None else self.index
             if cupy.cuda.get_current_stream(index).ptr != self.handle:
                 self._enter(cupy.cuda.Device(index))
@@ -118,9 +118,9 @@ def _cupy_on_gpu() -> bool:
 @functools.lru_cache(maxsize=None)
 def _gpu_available(library: str) -> bool:
     """Whether torch or CuPy drives a real GPU here (not under the interpreter or simulator)."""
-    if _compat.triton_interpreter() or _compat.cuda_simulator():
+    if compat.triton_interpreter() or compat.cuda_simulator():
         return False
-    module = arrays._torch() if library == "torch" else arrays._cupy()
+    module = arrays.torch_if_imported() if library == "torch" else arrays.cupy_if_imported()
     try:
         return module.cuda.is_available()
     except Exception:       # CuPy without a driver raises instead of answering
@@ -129,7 +129,7 @@ def _gpu_available(library: str) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _torch_stream(handle: int, index: int):
-    torch = arrays._torch()
+    torch = arrays.torch_if_imported()
     if handle == LEGACY_DEFAULT:
         return torch.cuda.default_stream(index)
     return torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
@@ -137,7 +137,7 @@ def _torch_stream(handle: int, index: int):
 
 @functools.lru_cache(maxsize=64)
 def _cupy_stream(handle: int, index: int):
-    cupy = arrays._cupy()
+    cupy = arrays.cupy_if_imported()
     if handle == LEGACY_DEFAULT:
         return cupy.cuda.Stream.null
     with cupy.cuda.Device(index):
@@ -148,7 +148,7 @@ def numba_stream():
     """This thread's call stream as numba-cuda's launch takes it (0 under the simulator, which
     has no external streams and runs everything in order)."""
     handle = current()
-    if handle == LEGACY_DEFAULT or _compat.cuda_simulator():
+    if handle == LEGACY_DEFAULT or compat.cuda_simulator():
         return 0
     return _numba_stream(handle)
 
@@ -162,4 +162,4 @@ def _numba_stream(handle: int):
 def capturing() -> bool:
     """Whether torch is capturing a CUDA graph on this thread's current stream (launches must
     then replay right: nothing that depends on a count kept on the host)."""
-    return _torch_on_gpu() and arrays._torch().cuda.is_current_stream_capturing()
+    return _torch_on_gpu() and arrays.torch_if_imported().cuda.is_current_stream_capturing()

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import _compat, api, arrays, machine, registry, tuning
+from .. import compat, api, arrays, machine, registry, tuning
 from ..accuracy import compare_on_device
 from ..data import operands
 from ..machine import gpu
@@ -157,7 +157,7 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
                           f"{round((prev[0] / 2) ** (1 / 3))} (time scaled by the flops), over the {skip_over_s:g} s budget "
                           "(--skip-over)"}
     a, b = operands(hash((case.m, case.n, case.k)) % 2**31, case.m, case.n, case.k, case.dtype, case.layout)
-    on_gpu = kernel.device == "cuda" and not case.host_inputs and not _compat.emulated(kernel.backend)
+    on_gpu = kernel.device == "cuda" and not case.host_inputs and not compat.emulated(kernel.backend)
     try:
         if on_gpu:
             da, db = arrays.to_device(a, case.dtype), arrays.to_device(b, case.dtype)

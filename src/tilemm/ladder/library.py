@@ -11,9 +11,9 @@ Operands arrive as torch tensors where torch is installed (api._prepare_library)
 import contextlib
 import math
 
-from .. import arrays, streams
+from .. import arrays, compat, streams
 from ..dtypes import dtype_name, is_integer
-from ..registry import Kernel, Traffic, register
+from ..kernel_record import Kernel, Traffic, register
 from .simt import launch
 
 SIXTEEN_BITS = ("float16", "bfloat16")
@@ -62,7 +62,7 @@ def torch_product(dtype: str):
     flags this dtype's product never reads. The flag is read and set through torch's own getter
     and setter where this torch has them (a tenth of a microsecond each, against half a
     microsecond through torch.backends.cuda.matmul), which also keep its split-K part as it was."""
-    torch = arrays._torch()
+    torch = arrays.torch_if_imported()
     flag = FLAG_OF.get(dtype)
     if flag is None:                        # float64: nothing to set
         return torch.matmul
@@ -91,7 +91,7 @@ def run_cublas(a, b, c):
     more than the call) or a CUDA graph is being captured (CuPy refuses to call cuBLAS then);
     integers and CuPy's own arrays through CuPy."""
     name, lib = _library()
-    torch, dtype = arrays._torch(), dtype_name(c.dtype)
+    torch, dtype = arrays.torch_if_imported(), dtype_name(c.dtype)
     through_torch = dtype in SIXTEEN_BITS or (not is_integer(dtype) and (
         (torch is not None and isinstance(c, torch.Tensor)) or streams.capturing()))
     if name == "cupy" and not through_torch:
@@ -116,7 +116,7 @@ def run_stack(a, b, c):
 
 def available():
     reason = launch.available()
-    if reason or launch._compat.cuda_simulator():
+    if reason or compat.cuda_simulator():
         return reason or "the simulator has no cuBLAS"
     try:
         _library()

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit, prange
 from numba.np.ufunc import parallel as numba_parallel
 
-from ..registry import Kernel, Param, Traffic, register
+from ..kernel_record import Kernel, Param, Traffic, register
 from .r01_cpu_naive import CPU_DTYPES
 
 

@@ -8,7 +8,7 @@ against the loop's 5.0 s)."""
 import numpy as np
 
 from ..dtypes import BOOL, COMPLEX, FLOATS, HOST_ONLY, INTS
-from ..registry import Kernel, Traffic, register
+from ..kernel_record import Kernel, Traffic, register
 
 
 # --8<-- [start:kernel]

@@ -29,7 +29,8 @@ import copy
 import threading
 import weakref
 
-from ._tensorcore_support import BoundLaunch, CopyInto, Steps, WorkspaceLaunch, all_arguments, copy_as, raw_stream
+from .launches import BoundLaunch, CopyInto, Steps, all_arguments, copy_as, raw_stream
+from .workspaces import WorkspaceLaunch
 
 COPY = "copy"          # a recorded CopyInto: its values are (dst, src, word)
 

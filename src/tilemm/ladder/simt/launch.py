@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import _compat, machine, streams
-from ...registry import Kernel, Problem, register
+from ... import compat as _compat, machine, streams  # (compat: its short name here)
+from ...kernel_record import Kernel, Problem, register
 from . import direct
 
 SIMT_DTYPES = ("int32", "int64", "float32", "float64")

@@ -12,7 +12,7 @@ Constraints: any M, N, K, any strides; block BLOCK x BLOCK threads (BLOCK <= 32)
 """
 from numba import cuda, uint32
 
-from ...registry import Param, Traffic
+from ...kernel_record import Param, Traffic
 from . import launch
 
 # --8<-- [start:kernel]

@@ -6,7 +6,7 @@ Constraints: any M, N, K, any strides; block BLOCK x BLOCK threads.
 """
 from numba import cuda, uint32
 
-from ...registry import Traffic
+from ...kernel_record import Traffic
 from . import launch
 from .r03_naive import BLOCK, shape
 

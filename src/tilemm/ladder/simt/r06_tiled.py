@@ -18,7 +18,7 @@ reason); any M, N, K, any strides.
 """
 from numba import cuda, uint32
 
-from ...registry import Param, Traffic
+from ...kernel_record import Param, Traffic
 from . import launch
 
 

@@ -10,7 +10,7 @@ Constraints: TILE in {8, 16, 32}, F in {2, 4}; any M, N, K, any strides.
 """
 from numba import cuda, uint32
 
-from ...registry import Param, Traffic
+from ...kernel_record import Param, Traffic
 from . import launch
 from .r06_tiled import TILE
 

@@ -23,7 +23,7 @@ a multiple of 4 columns, say), scalar for the others and at the edges; shared lo
 """
 from numba import cuda, uint32, uint64
 
-from ...registry import Param, Traffic
+from ...kernel_record import Param, Traffic
 from . import launch, vector
 
 PAD = 4

@@ -5,7 +5,7 @@ bytes), returned as a tuple; the caller promises the alignment (`aligned_rows` c
 host). Under the CUDA simulator it is four plain reads."""
 from __future__ import annotations
 
-from ... import _compat
+from ... import compat
 
 VECTOR_BYTES = 16
 
@@ -26,7 +26,7 @@ def aligned_rows(x) -> bool:
         or x.shape[0] * x.shape[1] == 0
 
 
-if _compat.cuda_simulator():
+if compat.cuda_simulator():
     def load_vector(a, i, j, width):
         return tuple(a[i, j + w] for w in range(width))
 else:

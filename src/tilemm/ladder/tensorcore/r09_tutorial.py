@@ -24,8 +24,8 @@ a repeated call's compiled program directly, past Triton's Python layers.
 """
 from __future__ import annotations
 
-from ...registry import Kernel, Traffic, register
-from .. import _tensorcore_support as support
+from ...kernel_record import Kernel, Traffic, register
+from . import availability
 from .r10_tensorcore import tile_params
 
 OFFSET_LIMIT = 2**31        # the kernel's offsets are 32-bit (r09_tutorial_kernel.OFFSET_LIMIT)
@@ -49,14 +49,14 @@ def limits(p, block_m, block_n, block_k, num_stages, **_):
     if largest >= OFFSET_LIMIT:
         return (f"an operand or C of {largest} elements: the tutorial's kernel addresses elements with 32-bit "
                 f"offsets (under {OFFSET_LIMIT}); rung 10, kernel='tensorcore', takes it")
-    return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(block_m, block_n, block_k, num_stages,
+    return availability.dimension_limit(p.m, p.n, p.k) or availability.check_shared(block_m, block_n, block_k, num_stages,
                                                                           p.itemsize)
 
 
 register(Kernel(
     name="tensorcore-tutorial", rung=9, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
     seed="beyond", summary="Triton's matmul tutorial: tl.dot on tensor cores, grouped order, masked edges",
-    run=run, traffic=traffic, limits=limits, available=support.available,
+    run=run, traffic=traffic, limits=limits, available=availability.available,
     # the tutorial's first configuration for CUDA
     params=tile_params(128, 256, 64, num_warps=8, num_stages=3),
 ))

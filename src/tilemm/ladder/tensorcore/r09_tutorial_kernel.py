@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ... import _compat
+from ... import compat
 
 DTYPES = (torch.float16, torch.bfloat16)
 OFFSET_LIMIT = 2**31        # the kernel addresses elements with 32-bit offsets
@@ -109,7 +109,7 @@ def furthest_offset(x) -> int:
 
 def launch(a, b, c, block_m: int, block_n: int, block_k: int, group_m: int, num_warps: int, num_stages: int):
     """The kernel on a grid of one program a tile of C (the checks are matmul's)."""
-    if _compat.triton_interpreter() and c.dtype == torch.bfloat16:
+    if compat.triton_interpreter() and c.dtype == torch.bfloat16:
         # Triton's interpreter multiplies bfloat16 wrongly (NumPy has none): there the same sums
         # from float32 copies (a product of two bfloat16 values is exact in float32), rounded once by torch
         wide = torch.empty(c.shape, dtype=torch.float32, device=c.device)

@@ -21,9 +21,11 @@ any strides; shared memory of a configuration must fit the GPU (checked before l
 """
 from __future__ import annotations
 
-from ... import _compat, tuning
-from ...registry import Kernel, Param, Traffic, WholeNumbers, register
-from .. import _tensorcore_support as support
+from ... import compat, tuning
+from ...kernel_record import Kernel, Param, Traffic, WholeNumbers, register
+from . import availability, operand_copies
+from .. import launches, workspaces
+from .persistent import persistent_launch
 from .tile_model import (MIN_SPLIT_STEPS, THIN_SIDE, halved_tiles_fill_more, k_splits, model_tiles, read_k_major,
                          thick_from_k, thin_splits)
 
@@ -92,7 +94,7 @@ def default_tiles(m: int, n: int, k: int) -> dict:
     tiles and enough of them to fill the SMs (bf16 512 x 3072 x 2048: 128 x 128, 96 tiles;
     512 x 5120 x 4096: 128 x 256, 80 tiles); 64 x 64 where 64 x 128 ones, K split, leave SMs idle
     and those fill more (halved_tiles_fill_more)."""
-    sms = support.multiprocessors()
+    sms = availability.multiprocessors()
     if min(m, n) <= 64:
         rows, other = (m, n) if m <= n else (n, m)
         cover = max(1, -(-other // 64))        # an empty C (M = N = 0) still plans one tile
@@ -167,7 +169,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         return (lambda: None) if accumulate else c.zero_
     # Triton 3.9's interpreter gets bfloat16 wrong twice (tl.dot, and float32 -> bfloat16 by
     # truncation): there, the kernel multiplies in float32 and torch rounds the result.
-    upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
+    upcast = compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
     f64 = a.element_size() == 8
     k_steps = -(-k // block_k)
@@ -182,17 +184,17 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     per_run = -(-k_steps // max(1, min(split_k, k_steps, slots)))
     splits = -(-k_steps // per_run)              # no empty run
     fills, partial = [], None
-    sms = support.multiprocessors()
+    sms = availability.multiprocessors()
     # the persistent program past one round of tiles, or with stream-K asked for under one round
     rounds = persistent and splits == 1 and (tiles_of_c > sms or (stream_k and not f64 and tiles_of_c < sms))
 
     def bound(program, args, options):
         """program on a grid of tiles, or of tiles and runs of K steps (split K, each run's
         partial handed over in one launch; not while a CUDA graph is captured)."""
-        whole = support.bound_launch(program, (tiles_of_c,), args, options)
+        whole = launches.bound_launch(program, (tiles_of_c,), args, options)
         if splits == 1:
             return whole
-        return support.SplitKLaunch(program, (tiles_of_c, splits), args, {**options, "split_steps": per_run}, whole,
+        return workspaces.SplitKLaunch(program, (tiles_of_c, splits), args, {**options, "split_steps": per_run}, whole,
                                     block_m, block_n)
     if tma and min(m, n) > 64 and (a.element_size() == 2 or (f64 and rounds)):
         if align_rows is None:
@@ -206,10 +208,10 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
                                          copy_transpose_rows=not f64)
         fills = [f for f in (a_fill, b_fill) if f]
         tiles = dict(A_T=a_t, B_T=b_t, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-                     UPCAST=upcast, ACCUMULATE=accumulate, C_ALIGN=support.c_alignment(out),
+                     UPCAST=upcast, ACCUMULATE=accumulate, C_ALIGN=operand_copies.c_alignment(out),
                      num_warps=num_warps, num_stages=num_stages)
         if rounds:
-            program = support.persistent_launch(a_desc, b_desc, out, m, n, k, stream_k=bool(stream_k) and not f64,
+            program = persistent_launch(a_desc, b_desc, out, m, n, k, stream_k=bool(stream_k) and not f64,
                                                 F64=f64, **tiles)
         else:
             program = bound(matmul_tma, (a_desc, b_desc, out, m, n, k, out.stride(0), out.stride(1)), tiles)
@@ -228,7 +230,7 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
         program = bound(matmul_kernel, args, tiles)
 
     if partial is None and not upcast:
-        return support.Steps([*fills, program])       # copies and launches: a repeated call can replay them
+        return launches.Steps([*fills, program])       # copies and launches: a repeated call can replay them
 
     def go():
         for fill in fills:
@@ -276,11 +278,11 @@ def descriptor(x, block_rows: int, block_cols: int, align: int = 16, transposed:
     operands transposed 4001³ 1.14x, 8191³ 1.05x, 5006 x 5710 x 252 1.09x; B alone transposed
     0.95-1.09x. Done for A as well (rows of A^T, M-major) it lost at 3001 x 5000 x 4096 (0.94x), so
     A keeps its transposition."""
-    if transposed and not support.k_major(x) and (support.k_major(x.T) or (
+    if transposed and not operand_copies.k_major(x) and (operand_copies.k_major(x.T) or (
             copy_transpose_rows and x.T.stride(1) == 1 and x.stride(1) != 1)):
-        desc, fill = support.row_descriptor(x.T, block_cols, block_rows, align)
+        desc, fill = operand_copies.row_descriptor(x.T, block_cols, block_rows, align)
         return desc, True, fill
-    desc, fill = support.row_descriptor(x, block_rows, block_cols, align)
+    desc, fill = operand_copies.row_descriptor(x, block_rows, block_cols, align)
     return desc, False, fill
 
 
@@ -306,13 +308,13 @@ def tuned(a, b, c):
     m, k = a.shape
     n = b.shape[1]
     layout = ("n" if a.stride(1) == 1 else "t") + ("n" if b.stride(1) == 1 else "t")
-    device = "interpreter" if _compat.triton_interpreter() else torch.cuda.get_device_name(a.device)
+    device = "interpreter" if compat.triton_interpreter() else torch.cuda.get_device_name(a.device)
     key = f"tensorcore|{device}|{str(a.dtype).removeprefix('torch.')}|{m}x{n}x{k}|{layout}"
     fitting = [cfg for cfg in CANDIDATES
-               if support.check_shared(cfg["block_m"], cfg["block_n"], cfg["block_k"], cfg["num_stages"], 2) is None]
+               if availability.check_shared(cfg["block_m"], cfg["block_n"], cfg["block_k"], cfg["num_stages"], 2) is None]
 
     def time_ms(cfg):
-        if _compat.triton_interpreter():  # no clock worth reading: run it once, keep the first
+        if compat.triton_interpreter():  # no clock worth reading: run it once, keep the first
             launch(a, b, c, **cfg)
             return float(fitting.index(cfg))
         import triton.testing
@@ -340,7 +342,7 @@ def limits(p, block_m, block_n, block_k, num_stages, persistent=True, stream_k=F
                 f"(got split_k={split_k}); ask for one or the other")
     t = resolve_tiles(p.m, p.n, p.k, dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages))
     quarter_of_c = t["block_m"] * t["block_n"] // 4 * p.itemsize if persistent and p.itemsize in (2, 8) else 0
-    return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize, quarter_of_c)
+    return availability.dimension_limit(p.m, p.n, p.k) or availability.check_shared(t["block_m"], t["block_n"], t["block_k"], t["num_stages"], p.itemsize, quarter_of_c)
 
 
 BLOCKS = (16, 32, 64, 128, 256)
@@ -367,7 +369,7 @@ TILE_PARAMS = tile_params(None, None, None, num_warps=None, num_stages=None)
 register(Kernel(
     name="tensorcore", rung=10, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
     seed="beyond", summary="Triton tl.dot on tensor cores: tiles staged through shared memory, grouped order",
-    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=availability.available,
     params=TILE_PARAMS + (
             Param("persistent", True, (False, True),
                   "16-bit operands: one program an SM walks the tiles, writing a tile while the next one "

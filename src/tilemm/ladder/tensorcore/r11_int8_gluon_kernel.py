@@ -30,7 +30,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .._tensorcore_support import bound_launch
+from ..launches import bound_launch
 from .gluon_helpers import (block_pointers, first_pair, invalidate_barriers, pair_count, producer, stage_ring,
                             tile_start)
 

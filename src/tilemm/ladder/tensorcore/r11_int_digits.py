@@ -26,9 +26,11 @@ M, N, K, any strides; BLOCK_K a multiple of 32 on the GPU (the 8-bit instruction
 """
 from __future__ import annotations
 
-from ... import _compat, digits
-from ...registry import Kernel, Param, Traffic, register
-from .. import _tensorcore_support as support
+from ... import compat, digits
+from ...kernel_record import Kernel, Param, Traffic, register
+from . import availability, operand_copies
+from .. import launches
+from .persistent import persistent_launch
 
 def digit_count(operand_bytes: int, result_bytes: int) -> int:
     """Digits an operand needs. One of the result's width, or fewer when the operand arrives
@@ -54,10 +56,10 @@ def planes_launch(x, ndigits: int):
     values (None where x is its own plane)."""
     import torch
     from .r11_int_digits_kernel import split_digits
-    if ndigits == 1 and x.dtype == torch.int8 and support.k_major(x):
+    if ndigits == 1 and x.dtype == torch.int8 and operand_copies.k_major(x):
         return x, None
-    out = support.parts_buffer(x.shape[0], x.shape[1], ndigits, torch.int8, x.device)
-    return out.view(ndigits * x.shape[0], out.shape[2]), support.parts_fill(x, out, split_digits, NDIGITS=ndigits)
+    out = operand_copies.parts_buffer(x.shape[0], x.shape[1], ndigits, torch.int8, x.device)
+    return out.view(ndigits * x.shape[0], out.shape[2]), operand_copies.parts_fill(x, out, split_digits, NDIGITS=ndigits)
 
 
 def default_block_n(block_n, result_bytes: int) -> int:
@@ -87,7 +89,7 @@ def takes_persistent(nd_a: int, nd_b: int, c, k: int) -> bool:
     """Whether the product goes to the persistent program: int8 data (one digit each) into a
     result of up to 32 bits, off Hopper (or in the interpreter), or on Hopper where
     stores_coalesced says its stores are the faster."""
-    return nd_a == nd_b == 1 and c.element_size() <= 4 and (not support.hopper_gluon() or stores_coalesced(c, k))
+    return nd_a == nd_b == 1 and c.element_size() <= 4 and (not availability.hopper_gluon() or stores_coalesced(c, k))
 
 
 def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n, block_k, group_m, num_warps,
@@ -96,10 +98,10 @@ def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n,
     (M, K) and b_part (N, K), both K-major; told C's alignment (int32 C of 4002 or 7026 columns:
     1.02x)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
-    return support.persistent_launch(TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
+    return persistent_launch(TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
                                      TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n, k, INT=True,
                                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-                                     num_warps=num_warps, num_stages=num_stages, C_ALIGN=support.c_alignment(c))
+                                     num_warps=num_warps, num_stages=num_stages, C_ALIGN=operand_copies.c_alignment(c))
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
@@ -129,7 +131,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     nd_c = c.element_size()
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
     whole = k > 0 and chunk_tiles(k, nd_a, nd_b, nd_c, block_k) * block_k >= k
-    if not (whole and support.hopper_gluon()):
+    if not (whole and availability.hopper_gluon()):
         return lambda: run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     from . import gluon_helpers, r11_int8_gluon_kernel as gluon_int8
     block_n = default_block_n(block_n, nd_c)
@@ -139,11 +141,11 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
         product = persistent_int8(a_part, b_part, c, m, n, k, block_m, block_n, block_k, group_m, num_warps,
                                   num_stages)
     else:
-        programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
+        programs = min(-(-m // block_m) * -(-n // block_n), availability.multiprocessors())
         product = gluon_int8.launcher(gluon_helpers.descriptor(a_part, block_m, block_k),
                                       gluon_helpers.descriptor(b_part, block_n, block_k), c, m, n, k, programs,
                                       (nd_a, nd_b), group_m, num_stages, num_warps)
-    return support.Steps([a_fill, b_fill, product])
+    return launches.Steps([a_fill, b_fill, product])
 
 
 def chunk_tiles(k: int, nd_a: int, nd_b: int, nd_c: int, block_k: int, lowest_shift: int = 0) -> int:
@@ -168,10 +170,10 @@ def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, gro
     nd_c = 8 if scales[0] is not None else c.element_size()
     k_tiles = -(-k // block_k)
     chunk = chunk_tiles(k, nd_a, nd_b, nd_c, block_k, lowest_shift)
-    gluon = support.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
+    gluon = availability.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
     if scales[0] is not None and (chunk < k_tiles or not gluon):
         raise ValueError("digit_products: scales need the Gluon program and K in one chunk")
-    programs = min(-(-m // block_m) * -(-n // block_n), support.multiprocessors())
+    programs = min(-(-m // block_m) * -(-n // block_n), availability.multiprocessors())
     for t0 in range(0, k_tiles, chunk):
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
         a_part, b_part = planes_a(a[:, k0:k1], nd_a), planes_b(b[k0:k1].T, nd_b)  # (N, K): B K-major
@@ -206,11 +208,11 @@ def traffic(p, block_m, block_n, **_):
 
 def limits(p, block_m, block_n, block_k, num_stages, **_):
     block_n = default_block_n(block_n, p.itemsize)
-    if block_k % 32 and not _compat.triton_interpreter():
+    if block_k % 32 and not compat.triton_interpreter():
         return f"BLOCK_K={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
     # int8 data (one digit pair) writes C in int32 quarters while the next tile loads
     epilogue = block_m * block_n if p.itemsize <= 4 else 0
-    return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue)
+    return availability.dimension_limit(p.m, p.n, p.k) or availability.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue)
 
 
 def compute_unit(p, **_):
@@ -222,7 +224,7 @@ def compute_unit(p, **_):
 register(Kernel(
     name="tensorcore-int", rung=11, device="cuda", backend="triton", dtypes=("int8", "int16", "int32", "int64"),
     seed="beyond", summary="exact integers from int8 tensor-core products of signed base-256 digits, fused",
-    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available, narrow_operands=True,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=availability.available, narrow_operands=True,
     compute_unit=compute_unit,
     params=(Param("block_m", 128, (16, 32, 64, 128, 256), "rows of C per program"),
             Param("block_n", None, (None, 16, 32, 64, 128, 256),

@@ -12,10 +12,12 @@ refused, naming the Triton version.
 """
 from __future__ import annotations
 
-from ...registry import Kernel, Param, register
-from .. import _tensorcore_support as support
+from ...kernel_record import Kernel, Param, register
+from . import availability, operand_copies
+from .. import launches
 from . import r10_tensorcore
 from .r10_tensorcore import tile_params
+from .tile_model import DMMA_STAGES, DMMA_TILES
 
 TILES = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
 TRITON_DEFAULTS = dict(persistent=True, copy_transposed="a")
@@ -24,10 +26,6 @@ TRITON_DEFAULTS = dict(persistent=True, copy_transposed="a")
 # few K steps C's writes dominate (8192 x 8192 x 64: 0.66x DGEMM against the Triton program's 0.88x;
 # from K = 256 the DMMA program is ahead).
 DMMA_FROM_K = 256
-# the DMMA program's tiles and stages (r12_fp64_dmma_kernel's, which imports Triton: kept here for
-# the traffic model and limits, which do not)
-DMMA_TILES = dict(block_m=128, block_n=128, block_k=32)
-DMMA_STAGES = 3
 # Triton's tl.dot multiplies float64 from 3.5 on (3.4 refuses float64 operands, at compile time
 # and in the interpreter alike)
 FLOAT64_DOT_FROM = (3, 5)
@@ -36,9 +34,9 @@ FLOAT64_DOT_FROM = (3, 5)
 def available() -> str | None:
     """Why the rung can't run here, or None: the Triton rungs' reasons, or a Triton whose tl.dot
     takes no float64."""
-    reason = support.available()
-    if reason is None and support.triton_version() < FLOAT64_DOT_FROM:
-        installed = ".".join(map(str, support.triton_version()))
+    reason = availability.available()
+    if reason is None and availability.triton_version() < FLOAT64_DOT_FROM:
+        installed = ".".join(map(str, availability.triton_version()))
         return f"needs Triton 3.5 or newer, whose tl.dot multiplies float64 (this is Triton {installed})"
     return reason
 
@@ -50,7 +48,7 @@ def default_tiles(m: int, n: int) -> dict:
     if min(m, n) <= 64:
         return dict(block_m=16, block_n=64, block_k=64, num_warps=4, num_stages=4) if m <= 64 else \
             dict(block_m=64, block_n=16, block_k=64, num_warps=4, num_stages=4)
-    if -(-m // 128) * -(-n // 128) >= support.multiprocessors():
+    if -(-m // 128) * -(-n // 128) >= availability.multiprocessors():
         return dict(block_m=128, block_n=128, block_k=32, num_warps=8, num_stages=3)
     return dict(block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=4)
 
@@ -70,16 +68,16 @@ def takes_dmma(m: int, n: int, k: int, params: dict) -> bool:
         return bool(params["dmma"])
     own = all(params.get(name) is None for name in TILES) and all(
         params.get(name, value) == value for name, value in TRITON_DEFAULTS.items())
-    return (own and min(m, n) > 64 and k >= DMMA_FROM_K and 2 * -(-m // 128) * -(-n // 128) > support.multiprocessors()
-            and support.hopper_gluon() and support.gluon_float64_descriptors() is None)
+    return (own and min(m, n) > 64 and k >= DMMA_FROM_K and 2 * -(-m // 128) * -(-n // 128) > availability.multiprocessors()
+            and availability.hopper_gluon() and availability.gluon_float64_descriptors() is None)
 
 
 def dmma_refusal() -> str | None:
     """Why dmma=True can't be had here, or None."""
-    refusal = support.hopper_gluon_refusal("dmma=True")
+    refusal = availability.hopper_gluon_refusal("dmma=True")
     if refusal:
         return refusal
-    why = support.gluon_float64_descriptors()
+    why = availability.gluon_float64_descriptors()
     return f"dmma=True: {why}; dmma=None or False runs the Triton programs" if why else None
 
 
@@ -89,17 +87,17 @@ def dmma_operands(a, b):
     contiguous and 16-byte aligned: the form whose operands are so as given (A and B both
     row-major: C^T; both column-major: C), else the one with fewer elements to copy."""
     forms = ((a.T, b.T, False), (b, a, True))
-    return min(forms, key=lambda form: sum(t.numel() for t in form[:2] if not support.k_major(t)))
+    return min(forms, key=lambda form: sum(t.numel() for t in form[:2] if not operand_copies.k_major(t)))
 
 
 def dmma_bind(a, b, c):
     """c = a @ b by the DMMA program, as a Steps: any operand copied into rows first, then the product."""
     from . import r12_fp64_dmma_kernel as program
     x, y, transposed = dmma_operands(a, b)
-    x, x_fill = support.aligned_rows(x)
-    y, y_fill = support.aligned_rows(y)
+    x, x_fill = operand_copies.aligned_rows(x)
+    y, y_fill = operand_copies.aligned_rows(y)
     strides = c.stride()[::-1] if transposed else c.stride()
-    return support.Steps([x_fill, y_fill, program.launcher(x, y, c, *strides)])
+    return launches.Steps([x_fill, y_fill, program.launcher(x, y, c, *strides)])
 
 
 def resolved(m: int, n: int, params: dict) -> dict:
@@ -132,7 +130,7 @@ def limits(p, dmma=None, **params):
     if refusal:
         return refusal
     if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)):
-        return support.dimension_limit(p.m, p.n, p.k) or support.check_shared(
+        return availability.dimension_limit(p.m, p.n, p.k) or availability.check_shared(
             DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"], DMMA_STAGES, 8)
     return r10_tensorcore.limits(p, **resolved(p.m, p.n, params))
 

@@ -47,10 +47,13 @@ Constraints: float32 only; any M, N, K, any strides; shared memory of a configur
 """
 from __future__ import annotations
 
-from ... import _compat
-from ...registry import Kernel, Param, Traffic, register
-from .. import _tensorcore_support as support
+from ... import compat
+from ...kernel_record import Kernel, Param, Traffic, register
+from . import availability, operand_copies
+from .. import launches
+from .persistent import persistent_launch
 from .r10_tensorcore import stream_k_pays, tile_params
+from .r13_f32_panels import panel_bounds, panels_pay
 
 # TF32 keeps 11 significant bits, so hi + lo carries 22 of float32's 24: each 3xTF32 product is
 # off by up to ~3 * 2^-22 of |a||b|, which float32's error bound (2K * 2^-24 of the sum of
@@ -65,9 +68,9 @@ def parts_of(x, parts: int, block_rows: int, block_k: int):
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
     from .r13_f32_kernel import split_tf32
-    if parts == 1 and support.k_major(x):
+    if parts == 1 and operand_copies.k_major(x):
         return TensorDescriptor.from_tensor(x, [block_rows, block_k]), None
-    return support.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, PARTS=parts)
+    return operand_copies.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, PARTS=parts)
 
 
 def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
@@ -134,12 +137,12 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     scale_b, top_b = fixed_scales(b.T)
 
     def planes(scale):
-        return lambda x, nd: support.stacked_parts_tensor(x, nd, torch.int8, split_digits, scale_ptr=scale,
+        return lambda x, nd: operand_copies.stacked_parts_tensor(x, nd, torch.int8, split_digits, scale_ptr=scale,
                                                           NDIGITS=nd, FIXED=True)
     m, n = c.shape
     k = a.shape[1]
     digits = (FIXED_DIGITS, FIXED_DIGITS)
-    if support.hopper_gluon() and chunk_tiles(k, *digits, 8, block_k, FIXED_LOWEST_SHIFT) * block_k >= k:
+    if availability.hopper_gluon() and chunk_tiles(k, *digits, 8, block_k, FIXED_LOWEST_SHIFT) * block_k >= k:
         # the Gluon program scales its int64 sums back into C itself
         digit_products(a, b, c, *digits, block_m, block_n, block_k, group_m, num_warps, num_stages,
                        planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT, scales=(1 / scale_a, 1 / scale_b))
@@ -147,9 +150,9 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
         exact = torch.empty((m, n), dtype=torch.int64, device=c.device)
         digit_products(a, b, exact, *digits, block_m, block_n, block_k, group_m, num_warps, num_stages,
                        planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT)
-        grid = (-(-m // support.SPLIT_BLOCK), -(-n // support.SPLIT_BLOCK))
+        grid = (-(-m // operand_copies.SPLIT_BLOCK), -(-n // operand_copies.SPLIT_BLOCK))
         unscale[grid](exact, 1 / scale_a, 1 / scale_b, c, m, n, c.stride(0), c.stride(1),
-                      BLOCK_M=support.SPLIT_BLOCK, BLOCK_N=support.SPLIT_BLOCK)
+                      BLOCK_M=operand_copies.SPLIT_BLOCK, BLOCK_N=operand_copies.SPLIT_BLOCK)
     tiles_of_c = -(-m // IEEE_TILE) * -(-n // IEEE_TILE)      # programs that meet no Inf or NaN store nothing
     matmul_kernel[(tiles_of_c,)](a, b, c, m, n, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                  c.stride(0), c.stride(1), BLOCK_M=IEEE_TILE, BLOCK_N=IEEE_TILE, BLOCK_K=16,
@@ -202,7 +205,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
     grid = (-(-m // block_m) * -(-n // block_n),)
     if parts == 2 and k < IEEE_BELOW_K:
         from .r10_tensorcore_kernel import matmul_kernel   # short sums: IEEE float32 on the FMA units
-        return support.bound_launch(matmul_kernel, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+        return launches.bound_launch(matmul_kernel, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
                                                           b.stride(1), c.stride(0), c.stride(1)),
                                     dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, GROUP_M=group_m,
                                          UPCAST=True, FP64=False, num_warps=num_warps, num_stages=1))
@@ -211,24 +214,24 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps,
                   num_stages=num_stages)
     a_desc, a_fill = parts_of(a, parts, block_m, block_k)
-    persistent = parts == 1 and persistent and grid[0] > support.multiprocessors()
-    b_copied = not (parts == 1 and support.k_major(b.T))          # TF32 reads a K-major B as it is
+    persistent = parts == 1 and persistent and grid[0] > availability.multiprocessors()
+    b_copied = not (parts == 1 and operand_copies.k_major(b.T))          # TF32 reads a K-major B as it is
     if copy_panels is None:   # measured for TF32; 3xTF32 gained nothing in panels (docs/tensor_cores.md)
-        copy_panels = panels_pay(m, n, k, block_m, block_n, support.multiprocessors()) if parts == 1 else 1
+        copy_panels = panels_pay(m, n, k, block_m, block_n, availability.multiprocessors()) if parts == 1 else 1
     if copy_panels > 1 and b_copied and not persistent:
         steps = [products_by_panel(a_desc, b, c, parts, copy_panels, config)]
     else:
         b_desc, b_fill = parts_of(b.T, parts, block_n, block_k)   # (N, K): B K-major
         if persistent:   # TF32 on the 16-bit rung's persistent program (float32 operands: tl.dot's TF32)
-            product = support.persistent_launch(a_desc, b_desc, c, m, n, k, **config)
+            product = persistent_launch(a_desc, b_desc, c, m, n, k, **config)
         elif parts == 2 and (stream_k if stream_k is not None else
-                             stream_k_pays(grid[0], support.multiprocessors(), -(-k // block_k), STREAM_K_ROUNDS)):
-            product = support.persistent_launch(a_desc, b_desc, c, m, n, k, stream_k=True, PARTS=2,
+                             stream_k_pays(grid[0], availability.multiprocessors(), -(-k // block_k), STREAM_K_ROUNDS)):
+            product = persistent_launch(a_desc, b_desc, c, m, n, k, stream_k=True, PARTS=2,
                                                 CHUNK=chunk_steps(k, block_k), **config)
         else:
             product = product_launch(a_desc, b_desc, c, k, parts, config)
         steps = [b_fill, product]
-    return support.Steps([a_fill] + steps)
+    return launches.Steps([a_fill] + steps)
 
 
 def direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
@@ -239,7 +242,7 @@ def direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_st
     n = b.shape[1]
     block_m, block_n = min(block_m, DIRECT_BLOCK), min(block_n, DIRECT_BLOCK)
     grid = (-(-m // block_m) * -(-n // block_n),)
-    return support.bound_launch(tf32x3_direct, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+    return launches.bound_launch(tf32x3_direct, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
                                                       b.stride(1), c.stride(0), c.stride(1)),
                                 dict(CHUNK=chunk_steps(k, block_k), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
                                      GROUP_M=group_m, num_warps=min(num_warps, 4), num_stages=num_stages))
@@ -250,7 +253,7 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
     from .r13_f32_kernel import tf32_matmul
     m, n = c.shape
     grid = (-(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"]),)
-    return support.bound_launch(tf32_matmul, grid, (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),
+    return launches.bound_launch(tf32_matmul, grid, (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),
                                 dict(PARTS=parts, CHUNK=chunk_steps(k, config["BLOCK_K"]), **config))
 
 
@@ -260,43 +263,6 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
 # 1024 x 1024 x 4096 (64 tiles) 1.406x against 1.094x; 4096³ (the last round of tiles 76% full) 1.919x
 # against 1.931x and 2048³ (128 tiles) 1.638x against 1.650x, within the noise.
 STREAM_K_ROUNDS = 0
-
-
-# The product's multiply-adds a panel from which copying B in panels pays (copy_panels=None),
-# and the most panels: 4 ran faster than 2 at 4096³ and than 8 at 8192³
-PANEL_WORK = 2**34
-MAX_PANELS = 4
-# B's K-major copy over the TF32 product's time at M = 4096 (ncu at 4096³: 42.5 µs against 406 µs);
-# the copy goes as K N and the product as M K N, so the share goes as 1 / M
-COPY_SHARE_4096 = 0.105
-
-
-def panel_bounds(n: int, panels: int, block_n: int) -> list[tuple[int, int]]:
-    """[(n0, n1), ...]: B's columns in `panels` panels of whole tiles of C (the last narrower)."""
-    width = -(-n // panels // block_n) * block_n
-    return [(n0, min(n0 + width, n)) for n0 in range(0, n, width)]
-
-
-def panels_pay(m: int, n: int, k: int, block_m: int, block_n: int, sms: int) -> int:
-    """How many column panels TF32 copies B K-major in (copy_panels=None). In rounds of the SMs
-    (a round: one tile a program), the product copying first takes R(1) (1 + share) and in P
-    panels sum R(panel) + share R(1) / P (only the first panel's copy is waited for; each panel
-    ends in a round of its own); the P that takes least, up to one panel a PANEL_WORK
-    multiply-adds and MAX_PANELS: each panel costs launches of CPU time (~65 µs a panel), which
-    its product must outlast for the copies to stay hidden. Against cuBLAS TF32: 4096³ with 4 panels 0.936x per call, 0.940x kernel
-    alone, with 2 0.843x-0.98x / 0.88x-0.95x, copying first 0.847x-0.95x / 0.86x-0.91x; 8192³
-    with 4 0.960x / 0.954x, with 8 0.917x-1.04x / 0.94x-0.95x, copying first 0.897x-0.96x /
-    0.92x; 8 panels at 4096³ 0.60x (64 tiles a panel: half the SMs idle) and 3 at 5000³ 0.924x
-    against 1.027x (800 tiles take 7 rounds, in 3 panels 8), as the rounds say."""
-    def rounds(columns):
-        return -(-(-(-m // block_m) * -(-columns // block_n)) // sms)
-    share = COPY_SHARE_4096 * 4096 / m
-    whole = rounds(n)
-
-    def time(panels):
-        return sum(rounds(n1 - n0) for n0, n1 in panel_bounds(n, panels, block_n)) + share * whole / panels
-    most = max(1, min(MAX_PANELS, m * n * k // PANEL_WORK))
-    return min(range(1, most + 1), key=time)
 
 
 def products_by_panel(a_desc, b, c, parts, panels, config):
@@ -317,7 +283,7 @@ def products_by_panel(a_desc, b, c, parts, panels, config):
         products.append(product_launch(a_desc, b_desc, c[:, n0:n1], b.shape[0], parts, config))
     if not c.is_cuda:
         return lambda: [step() for pair in zip(copies, products) for step in pair]
-    side, first = support.side_stream(c.device), support.side_stream(c.device, priority=True)
+    side, first = launches.side_stream(c.device), launches.side_stream(c.device, priority=True)
     ready = [torch.cuda.Event() for _ in copies]
     for buffer in buffers:        # used on the two streams: not handed out again before their work is done
         buffer.record_stream(side)
@@ -360,17 +326,17 @@ def traffic(p, block_m, block_n, block_k, num_stages, precision, direct=None, st
 
 def limits(p, block_m, block_n, block_k, num_stages, precision, **_):
     block_n, block_k, num_stages = tiles(precision, block_n, block_k, num_stages)
-    too_long = support.dimension_limit(p.m, p.n, p.k)
-    if too_long or _compat.triton_interpreter():
+    too_long = availability.dimension_limit(p.m, p.n, p.k)
+    if too_long or compat.triton_interpreter():
         return too_long
     if precision == "int8" and block_k % 32:
         return f"BLOCK_K={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
     elif block_k < 8:
         return f"BLOCK_K={block_k}: the TF32 instruction takes K in multiples of 8"
     if precision == "int8":
-        return support.check_shared(block_m, block_n, block_k, num_stages, 1)
+        return availability.check_shared(block_m, block_n, block_k, num_stages, 1)
     parts = 2 if precision == "3xtf32" else 1
-    return support.check_shared(block_m, block_n, block_k, num_stages, 4 * parts)
+    return availability.check_shared(block_m, block_n, block_k, num_stages, 4 * parts)
 
 
 def compute_unit(p, precision, **_):
@@ -382,7 +348,7 @@ register(Kernel(
     name="tensorcore-f32", rung=13, device="cuda", backend="triton", dtypes=("float32",),
     seed="beyond", summary="float32 on tensor cores: 3xTF32 split (float32 accuracy), plain TF32, or int8 "
                            "products of 24-bit fixed point",
-    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available, compute_unit=compute_unit,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=availability.available, compute_unit=compute_unit,
     params=tile_params(128, None, None, num_warps=8, num_stages=None, chosen_by="precision") + (
         Param("precision", "3xtf32", ("3xtf32", "tf32", "int8"),
               "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32); int8: "

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import functools
 
-from ...registry import Kernel, Param, Problem, Traffic, get, register
-from .. import _tensorcore_support as support
+from ...kernel_record import LADDER, Kernel, Param, Problem, Traffic, register
+from . import availability, r12_fp64, r13_f32  # noqa: F401  (the real rungs: registered before real_rung reads them)
 from .r10_tensorcore import tile_params
 
 REAL = {"complex64": ("float32", "tensorcore-f32"), "complex128": ("float64", "tensorcore-f64")}
@@ -75,7 +75,7 @@ def real_of(dtype: str) -> tuple[str, str]:
 def real_rung(dtype: str, params: dict):
     """(the real rung, its resolved parameters, its dtype) for a complex dtype's product."""
     real_dtype, name = real_of(dtype)
-    rung = get(name)
+    rung = LADDER[name]
     given = {key: params[key] for key in TILES if params.get(key) is not None}
     if real_dtype == "float32":
         given["precision"] = params.get("precision", "3xtf32")
@@ -196,7 +196,7 @@ register(Kernel(
     name="tensorcore-complex", rung=14, device="cuda", backend="triton", dtypes=("complex64", "complex128"),
     seed="beyond", summary="complex64 / complex128 as one real product on tensorcore-f32 (3xTF32) / tensorcore-f64 "
                            "(DMMA): interleaved A times B's real block matrix, into C's memory",
-    run=run, bind=bind, traffic=traffic, limits=limits, available=support.available, compute_unit=compute_unit,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=availability.available, compute_unit=compute_unit,
     params=tile_params(None, None, None, num_warps=None, num_stages=None, chosen_by="the real rung") + (
         Param("precision", "3xtf32", ("3xtf32", "tf32"),
               "complex64: tensorcore-f32's precision for the real product (3xtf32: float32 accuracy; tf32: "

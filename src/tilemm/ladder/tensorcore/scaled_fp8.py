@@ -18,8 +18,10 @@ multiple of 32 on the GPU; shared memory of a configuration must fit (checked be
 """
 from __future__ import annotations
 
-from ... import _compat
-from .. import _tensorcore_support as support
+from ... import compat
+from . import availability, operand_copies
+from .. import launches
+from .persistent import persistent_launch
 
 DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=False,
                 warp_specialized=None)
@@ -68,11 +70,11 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
     tile_m, tile_n = (128, 256) if fast_accum else (256, 128)
     warp_specialized = config["warp_specialized"]
     if warp_specialized is None:
-        warp_specialized = not fast_accum and k >= WARP_SPECIALIZED_FROM_K and defaults and support.hopper_gluon()
+        warp_specialized = not fast_accum and k >= WARP_SPECIALIZED_FROM_K and defaults and availability.hopper_gluon()
     if warp_specialized:
         from . import scaled_fp8_gluon_kernel as ws
         tile_m, tile_n = ws.BLOCK_M, ws.BLOCK_N
-    if free and m and n and -(-m // tile_m) * -(-n // tile_n) <= support.multiprocessors() // 2:
+    if free and m and n and -(-m // tile_m) * -(-n // tile_n) <= availability.multiprocessors() // 2:
         return {**config, **MID_TILES, "warp_specialized": False}
     return {**config, "block_m": config["block_m"] or tile_m, "block_n": config["block_n"] or tile_n,
             "warp_specialized": warp_specialized}
@@ -82,7 +84,7 @@ def thin_tiles(m: int, n: int, k: int) -> dict | None:
     """The tile parameters of an M x N x K product of a few rows (THIN_TILES, stream_k where it
     pays), or None where the default's tiles stay."""
     tiles = -(-m // THIN_TILES["block_m"]) * -(-n // THIN_TILES["block_n"])
-    sms = support.multiprocessors()
+    sms = availability.multiprocessors()
     if not 0 < m <= THIN_M or tiles >= sms:
         return None
     return {**THIN_TILES, "stream_k": 2 * tiles <= sms and k >= THIN_STREAM_K_FROM_K}
@@ -93,15 +95,15 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
     if warp_specialized:
         if fast_accum:
             return "warp_specialized=True is the float32 sums' program; fast_accum=True takes the Triton one"
-        refusal = support.hopper_gluon_refusal("warp_specialized=True")
+        refusal = availability.hopper_gluon_refusal("warp_specialized=True")
         if refusal:
             return refusal
         from . import scaled_fp8_gluon_kernel as ws
-        return support.check_shared(ws.BLOCK_M, ws.BLOCK_N, ws.BLOCK_K, ws.STAGES, 1)
+        return availability.check_shared(ws.BLOCK_M, ws.BLOCK_N, ws.BLOCK_K, ws.STAGES, 1)
     if block_k % 32 and not interpreter:
         return f"block_k={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
     # C is written in float32 quarters while the next tile's stages load
-    return support.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue=block_m * block_n)
+    return availability.check_shared(block_m, block_n, block_k, num_stages, 1, epilogue=block_m * block_n)
 
 
 def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages,
@@ -117,28 +119,28 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
         from . import scaled_fp8_gluon_kernel as ws
         from .gluon_helpers import descriptor
         # the operands (copied into aligned rows where TMA needs it) as row_descriptor reads them
-        a_rows, a_fill = support.row_descriptor(a, ws.BLOCK_M, ws.BLOCK_K)
-        b_rows, b_fill = support.row_descriptor(b.T, ws.BLOCK_N, ws.BLOCK_K)
+        a_rows, a_fill = operand_copies.row_descriptor(a, ws.BLOCK_M, ws.BLOCK_K)
+        b_rows, b_fill = operand_copies.row_descriptor(b.T, ws.BLOCK_N, ws.BLOCK_K)
         product = ws.launcher(descriptor(a_rows.base, ws.BLOCK_M, ws.BLOCK_K),
                               descriptor(b_rows.base, ws.BLOCK_N, ws.BLOCK_K), c, scale_a, scale_b, m, n, k,
-                              support.multiprocessors())
-        return support.Steps([a_fill, b_fill, product])
-    a_desc, a_fill = support.row_descriptor(a, block_m, block_k)
-    b_desc, b_fill = support.row_descriptor(b.T, block_n, block_k)  # (N, K): B K-major
+                              availability.multiprocessors())
+        return launches.Steps([a_fill, b_fill, product])
+    a_desc, a_fill = operand_copies.row_descriptor(a, block_m, block_k)
+    b_desc, b_fill = operand_copies.row_descriptor(b.T, block_n, block_k)  # (N, K): B K-major
     # C's alignment told: float32 C of 7026 or 6524 columns 1.8-2.0x faster, 16-bit C unchanged
     # (0.985-1.000x)
-    c_align = support.c_alignment(c) if c.element_size() == 4 else 1
-    product = support.persistent_launch(a_desc, b_desc, c, m, n, k, (scale_a, scale_b), stream_k, SCALED=True,
+    c_align = operand_copies.c_alignment(c) if c.element_size() == 4 else 1
+    product = persistent_launch(a_desc, b_desc, c, m, n, k, (scale_a, scale_b), stream_k, SCALED=True,
                                         FAST_ACCUM=fast_accum, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
                                         GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages, C_ALIGN=c_align)
-    return support.Steps([a_fill, b_fill, product])
+    return launches.Steps([a_fill, b_fill, product])
 
 
 def launch(a, b, c, scale_a, scale_b, fast_accum, **config):
     """c = scale_a * scale_b * (a @ b), as bind's launcher run once (on the CPU under Triton's
     interpreter too); returns that launcher where it wrote c itself, else None."""
     # Triton 3.9's interpreter rounds float32 -> bfloat16 by truncation: there, torch rounds
-    upcast = _compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
+    upcast = compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
     steps = bind(a, b, out, scale_a, scale_b, fast_accum, **config)
     steps()

@@ -25,7 +25,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from .._tensorcore_support import bound_launch
+from ..launches import bound_launch
 from .gluon_helpers import block_pointers, invalidate_barriers, producer, stage_ring, tile_start
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128

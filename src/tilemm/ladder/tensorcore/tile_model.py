@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import math
 
-from .. import _tensorcore_support as support
+from . import availability
 
 FIT_RECORDS = "benchmarks/results/h100/tile_grid.jsonl"     # the canonical record the constants are fitted on
 FIT_SMS = 132      # the records' GPU (an H100 SXM)
+
+# the DMMA program's tiles and stages (r12_fp64_dmma_kernel's, which imports Triton: kept here for
+# tensorcore-f64's traffic model and limits, which do not)
+DMMA_TILES = dict(block_m=128, block_n=128, block_k=32)
+DMMA_STAGES = 3
 
 # K steps a run of split K takes at least: its pipeline fills, and its float32 partial (written
 # and read once more) stays small beside the tiles it reads
@@ -31,7 +36,7 @@ def k_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, i
     s * bm * bn * 4 <= (steps / s) * (bm + bn) * bk * itemsize (uncapped, a thin deep product such as
     111 x 110 x 49346 took twice the time in 66 runs as in the cap's 24)."""
     tiles = -(-m // block_m) * -(-n // block_n)
-    sms = support.multiprocessors()
+    sms = availability.multiprocessors()
     if not tiles or 2 * tiles > sms:         # an empty C, or enough tiles
         return 1
     steps = -(-k // block_k)
@@ -72,7 +77,7 @@ def thin_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int
     THIN_SPLIT_STEPS K steps or more."""
     tiles = -(-m // block_m) * -(-n // block_n)
     steps = -(-k // block_k)
-    return max(1, min(-(-THIN_ROUNDS * support.multiprocessors() // max(1, tiles)), steps // THIN_SPLIT_STEPS))
+    return max(1, min(-(-THIN_ROUNDS * availability.multiprocessors() // max(1, tiles)), steps // THIN_SPLIT_STEPS))
 
 
 def read_k_major(x, k_dim: int) -> bool:
@@ -107,7 +112,7 @@ def tile_time(m: int, n: int, k: int, block_m: int, block_n: int, num_warps: int
     and the split partials handed over (run_terms, the terms fit weighs)."""
     split_k = k_splits(m, n, k, block_m, block_n, block_k)
     waves, macs, handed = run_terms(m, n, k, dict(block_m=block_m, block_n=block_n, block_k=block_k, split_k=split_k),
-                                    support.multiprocessors())
+                                    availability.multiprocessors())
     return waves * (macs * cost / MACS_PER_US + fixed_us) + handed * HAND_OVER_US_PER_BYTE
 
 
@@ -132,7 +137,7 @@ IDLE_SHARE = 0.25
 def halved_tiles_fill_more(m: int, n: int, k: int) -> bool:
     """Whether 64 x 64 tiles should replace the model's 64 x 128 ones: where those are split by K
     (IDLE_SHARE)."""
-    sms = support.multiprocessors()
+    sms = availability.multiprocessors()
 
     def runs(block_m: int, block_n: int) -> tuple:
         splits = k_splits(m, n, k, block_m, block_n, 64)

@@ -1,0 +1,39 @@
+"""tensorcore-f32's B written in panels of columns on a second stream while the product of the
+panels before runs (copy_panels): when it pays, and where the panels fall."""
+from __future__ import annotations
+
+# The product's multiply-adds a panel from which copying B in panels pays (copy_panels=None),
+# and the most panels: 4 ran faster than 2 at 4096³ and than 8 at 8192³
+PANEL_WORK = 2**34
+MAX_PANELS = 4
+# B's K-major copy over the TF32 product's time at M = 4096 (ncu at 4096³: 42.5 µs against 406 µs);
+# the copy goes as K N and the product as M K N, so the share goes as 1 / M
+COPY_SHARE_4096 = 0.105
+
+
+def panel_bounds(n: int, panels: int, block_n: int) -> list[tuple[int, int]]:
+    """[(n0, n1), ...]: B's columns in `panels` panels of whole tiles of C (the last narrower)."""
+    width = -(-n // panels // block_n) * block_n
+    return [(n0, min(n0 + width, n)) for n0 in range(0, n, width)]
+
+
+def panels_pay(m: int, n: int, k: int, block_m: int, block_n: int, sms: int) -> int:
+    """How many column panels TF32 copies B K-major in (copy_panels=None). In rounds of the SMs
+    (a round: one tile a program), the product copying first takes R(1) (1 + share) and in P
+    panels sum R(panel) + share R(1) / P (only the first panel's copy is waited for; each panel
+    ends in a round of its own); the P that takes least, up to one panel a PANEL_WORK
+    multiply-adds and MAX_PANELS: each panel costs launches of CPU time (~65 µs a panel), which
+    its product must outlast for the copies to stay hidden. Against cuBLAS TF32: 4096³ with 4 panels 0.936x per call, 0.940x kernel
+    alone, with 2 0.843x-0.98x / 0.88x-0.95x, copying first 0.847x-0.95x / 0.86x-0.91x; 8192³
+    with 4 0.960x / 0.954x, with 8 0.917x-1.04x / 0.94x-0.95x, copying first 0.897x-0.96x /
+    0.92x; 8 panels at 4096³ 0.60x (64 tiles a panel: half the SMs idle) and 3 at 5000³ 0.924x
+    against 1.027x (800 tiles take 7 rounds, in 3 panels 8), as the rounds say."""
+    def rounds(columns):
+        return -(-(-(-m // block_m) * -(-columns // block_n)) // sms)
+    share = COPY_SHARE_4096 * 4096 / m
+    whole = rounds(n)
+
+    def time(panels):
+        return sum(rounds(n1 - n0) for n0, n1 in panel_bounds(n, panels, block_n)) + share * whole / panels
+    most = max(1, min(MAX_PANELS, m * n * k // PANEL_WORK))
+    return min(range(1, most + 1), key=time)

@@ -1,0 +1,179 @@
+"""The house's inner walls, read from the source: no import circle among tilemm's modules, and no
+private name (``_x``) of one module imported or used by another."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tilemm"
+
+# The tools built on the library (command line, benchmarks, report, explain, check): the library
+# never imports them.
+TOOLS = ("tilemm.cli", "tilemm.bench", "tilemm.explain", "tilemm.check", "tilemm.warmup")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def sources() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def base_of(module: str, is_package: bool, level: int, target: str | None) -> str:
+    """The module a relative import names, resolved against the importing module's package."""
+    package = module if is_package else module.rpartition(".")[0]
+    for _ in range(level - 1):
+        package = package.rpartition(".")[0]
+    return f"{package}.{target}" if target else package
+
+
+def imports(module: str, is_package: bool, text: str, known: set[str]):
+    """(imported module, names taken from it, local names bound to tilemm modules) of one source,
+    imports inside functions included; importlib.import_module("tilemm.x") counts as an import."""
+    edges: dict[str, set[str]] = {}
+    bound: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in known:
+                    edges.setdefault(alias.name, set())
+                    if alias.asname:
+                        bound.add(alias.asname)
+        elif isinstance(node, ast.ImportFrom):
+            base = base_of(module, is_package, node.level, node.module) if node.level else node.module
+            if base not in known:
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in known:           # a module of the package
+                    edges.setdefault(sub, set())
+                    bound.add(alias.asname or alias.name)
+                else:                      # a name defined in base
+                    edges.setdefault(base, set()).add(alias.name)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and node.args[0].value in known):
+            edges.setdefault(node.args[0].value, set())
+    return edges, bound
+
+
+def graph():
+    modules = sources()
+    known = set(modules)
+    return {name: imports(name, path.name == "__init__.py", path.read_text(), known)
+            for name, path in modules.items()}, modules
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan's algorithm), and modules
+    importing themselves."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1 or v in edges.get(v, ()):
+                found.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def ancestors(module: str) -> set[str]:
+    """A module's packages: importing tilemm.a.b runs tilemm/__init__ and tilemm/a/__init__ first,
+    which is not an edge of the graph's circles."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+# Lazy imports of the modules that import torch at their top, from inside a function: a call that
+# torch.compile traces or that records a gradient becomes a torch op (tilemm.torch_ops), whose
+# eager body is tilemm.matmul (or scaled_matmul) again. The recursion is the design; the import
+# waits for the first such call, so `import tilemm` never loads torch.
+LAZY_TORCH = {("tilemm.api", "tilemm.torch_ops"), ("tilemm.scaled", "tilemm.torch_ops")}
+
+
+def module_level(text: str) -> set[str]:
+    """The names of the modules a source imports outside any function (relative ones as written)."""
+    names, todo = set(), list(ast.parse(text).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            names.update(f"{'.' * node.level}{node.module or ''}:{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def test_no_import_circles():
+    found, modules = graph()
+    edges = {m: {t for t in targets if t not in ancestors(m) and (m, t) not in LAZY_TORCH}
+             for m, (targets, _) in found.items()}
+    assert cycles(edges) == []
+    for importer, imported in LAZY_TORCH:         # each exemption: an import inside a function only
+        assert imported in found[importer][0]
+        assert not any(name.endswith(":" + imported.rpartition(".")[2]) or name == imported
+                       for name in module_level(modules[importer].read_text()))
+
+
+def test_no_private_module_names():
+    assert [m for m in sources() if any(private(part) for part in m.split("."))] == []
+
+
+def test_no_private_name_taken_from_another_module():
+    found, modules = graph()
+    taken = [f"{m} imports {name} from {target}" for m, (targets, _) in found.items()
+             for target, names in targets.items() for name in names if private(name)]
+    assert taken == []
+
+
+def test_no_private_attribute_of_an_imported_module():
+    found, modules = graph()
+    used = []
+    for m, (_, bound) in found.items():
+        for node in ast.walk(ast.parse(modules[m].read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                    and private(node.attr)):
+                used.append(f"{m}:{node.lineno} {node.value.id}.{node.attr}")
+    assert used == []
+
+
+def test_the_library_never_imports_the_tools():
+    found, _ = graph()
+    crossing = [f"{m} -> {t}" for m, (targets, _) in found.items() if not m.startswith(TOOLS)
+                for t in targets if t.startswith(TOOLS)]
+    assert crossing == []
+
+
+def test_the_checks_can_fail():
+    """A circle, a foreign private name and a module bound to a local name are found where they are."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    text = "from .api import _LOCK, plan\nfrom . import api as calls\nimport importlib\n" \
+           "def f():\n    importlib.import_module('tilemm.ladder')\n"
+    edges, bound = imports("tilemm.x", False, text, {"tilemm", "tilemm.api", "tilemm.x", "tilemm.ladder"})
+    assert edges == {"tilemm.api": {"_LOCK", "plan"}, "tilemm.ladder": set()} and bound == {"calls"}
