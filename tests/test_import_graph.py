@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tilemm"
 
 # The tools built on the library (command line, benchmarks, report, explain, check): the library
 # never imports them.
-TOOLS = ("tilemm.cli", "tilemm.bench", "tilemm.explain", "tilemm.check", "tilemm.warmup")
+TOOLS = ("tilemm.cli", "tilemm.bench", "tilemm.explain", "tilemm.check")  # (tilemm.warmup is the public warmup() function)
 
 
 def module_name(path: Path) -> str:

@@ -22,7 +22,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from . import _compat, choice, machine, registry
+from . import choice, compat, machine, registry
 from .dtypes import SUPPORTED, is_integer
 
 DEVICES = ("cpu", "cuda")
@@ -172,7 +172,7 @@ def named_jobs(kernel, dtype: str, shapes, devices) -> list[Job]:
     why = kernel.available()
     if why:
         return [Job(kernel.device, dtype, kernel.name, skip=f"skipped: {why}")]
-    if _compat.emulated(kernel.backend):
+    if compat.emulated(kernel.backend):
         return [Job(kernel.device, dtype, kernel.name, shape) for shape in shapes or EMULATED_SHAPES]
     layouts = GPU_LAYOUTS if kernel.device == "cuda" else ("nn",)
     return [Job(kernel.device, dtype, kernel.name, shape, layout)
@@ -217,7 +217,7 @@ def run_job(job: Job) -> Step:
     a, b = operands(0, *job.shape, job.dtype, job.layout)
     da, db = a, b
     kernel = registry.get(job.kernel) if job.kernel else None
-    if job.device == "cuda" and not (kernel and _compat.emulated(kernel.backend)):
+    if job.device == "cuda" and not (kernel and compat.emulated(kernel.backend)):
         da, db = arrays.to_device(a, job.dtype), arrays.to_device(b, job.dtype)
     start = time.perf_counter()
     try:

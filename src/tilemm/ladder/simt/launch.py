@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import compat as _compat, machine, streams  # (compat: its short name here)
+from ... import compat, machine, streams
 from ...kernel_record import Kernel, Problem, register
 from . import direct
 
 SIMT_DTYPES = ("int32", "int64", "float32", "float64")
 # 16-byte aligned shared arrays let the compiler merge four neighbouring loads into one
 # ld.shared.v4; the simulator refuses any alignment argument but None.
-SHARED_ALIGN = None if _compat.cuda_simulator() else 16
+SHARED_ALIGN = None if compat.cuda_simulator() else 16
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def jit_options(registers: int | None = None) -> dict:
     """cuda.jit options: machine code cached on disk across processes, and a register cap
     where one is asked for (the simulator takes no cap)."""
     options = {"cache": True}
-    if registers and not _compat.cuda_simulator():
+    if registers and not compat.cuda_simulator():
         options["max_registers"] = registers
     return options
 
@@ -96,7 +96,7 @@ def index_limit(problem: Problem, who: str = "the SIMT rungs") -> str | None:
 def available() -> str | None:
     """Why numba-cuda kernels can't run here, or None; worked out once (the answer does not
     change within a process, and every plan asks)."""
-    return _available(_compat.cuda_simulator())
+    return _available(compat.cuda_simulator())
 
 
 @functools.lru_cache(maxsize=None)
