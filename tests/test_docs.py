@@ -45,8 +45,23 @@ def _blocks():
 
 
 @pytest.mark.parametrize("block", list(_blocks()))
-def test_docs_block_runs(block, capsys):
-    exec(compile(block, "<docs>", "exec"), {"__name__": "__docs__"})
+def test_docs_block_runs(block, capsys, monkeypatch):
+    torchrun = "run under torchrun" in block.splitlines()[0]
+    if torchrun:                      # as torchrun would start it, as a world of one process
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+            monkeypatch.setenv(name, value)
+    try:
+        exec(compile(block, "<docs>", "exec"), {"__name__": "__docs__"})
+    finally:
+        if torchrun:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
 
 HISTORY = re.compile(r"\bsession \d+|\bround \d+\b|\bissue #?\d+|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"
