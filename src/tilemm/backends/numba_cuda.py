@@ -24,7 +24,10 @@ def prepare(plan, a, b, poison: bool, copy: bool):
     else:   # no sync with the producer's stream: the kernels are queued on the caller's stream
         keep = (arrays.device_cast(a, p.dtype, copy), arrays.device_cast(b, p.dtype, copy),
                 arrays.device_empty(plan.operand, plan.batch + (p.m, p.n), p.dtype, poison))
-        a_d, b_d, c_d = (cuda.as_cuda_array(x, sync=False) for x in keep)
+        # a torch tensor that requires grad (a replayed plan's operands under no_grad) is viewed detached:
+        # numba reads no tensor that requires grad
+        a_d, b_d, c_d = (cuda.as_cuda_array(x.detach() if getattr(x, "requires_grad", False) else x, sync=False)
+                         for x in keep)
 
     if plan.kernel.replay and not host and p.m and p.n and p.k and replayable(plan, copy, poison, a, b, *keep[:2]):
         plan._launched = functools.partial(plan.kernel.replay, a, b, keep[2], **plan.params)   # a repeated call's

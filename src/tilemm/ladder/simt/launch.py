@@ -178,7 +178,8 @@ def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary,
     def replay(a, b, c, **p):
         """After a first launch on torch CUDA tensors: the same kernel launched directly (simt.direct)."""
         from numba import cuda
-        views = tuple(cuda.as_cuda_array(x, sync=False) for x in (a, b, c))
+        views = tuple(cuda.as_cuda_array(x.detach() if getattr(x, "requires_grad", False) else x, sync=False)
+                      for x in (a, b, c))      # (numba reads no tensor that requires grad)
         kernel, grid, args = parts(*views, **p)
         return direct.recorded(kernel, grid.grid, grid.block, args, views, c)
 
