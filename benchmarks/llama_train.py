@@ -5,9 +5,11 @@ Linears and with tilemm's (tilemm.nn.swap_linears), three parts:
               process of its own: torch; torch with another cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG
               is read at CUDA's start), whose spread from the first is the noise to beat; tilemm.
               The loss every 10th step, and whether tilemm's stays within that spread or 1%.
-  throughput  interleaved rounds (torch, tilemm, torch, tilemm, ...) on one model, its Linears
-              swapped in place between rounds: a training step, a prefill, a decode of T tokens
-              with the KV cache; medians over rounds and tilemm's throughput / torch's.
+  throughput  interleaved rounds on one model, its Linears swapped in place: a training step, a
+              prefill, a decode of T tokens with the KV cache, each timed with torch's Linears
+              and with tilemm's back to back (the order alternating round to round), after an
+              untimed round; medians over rounds, tilemm's throughput / torch's as the ratio of
+              the medians and as the median of each round's ratio.
   compile     torch.compile(model) with tilemm's Linears: torch._dynamo.explain's graph breaks (and
               torch's own model's, for reference) and the losses of a few steps against eager.
 
@@ -43,8 +45,8 @@ def parse_args(argv=None):
                     choices=["curves", "throughput", "compile"])
     ap.add_argument("--steps", type=int, default=200, help="curves: AdamW steps")
     ap.add_argument("--every", type=int, default=10, help="curves: record the loss every this many steps")
-    ap.add_argument("--rounds", type=int, default=5, help="throughput: interleaved rounds")
-    ap.add_argument("--reps", type=int, default=3, help="throughput: timed repeats of each phase a round")
+    ap.add_argument("--rounds", type=int, default=9, help="throughput: interleaved rounds")
+    ap.add_argument("--reps", type=int, default=5, help="throughput: timed repeats of each phase a round")
     ap.add_argument("--compile-steps", type=int, default=5)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--intermediate", type=int, default=5632)
@@ -229,25 +231,38 @@ def throughput(args, emit):
     emit({"part": "throughput", "logits_max_abs_diff": float((ours - theirs).abs().max()),
           "logits_max_abs": float(theirs.abs().max())})
     phases = {"train_step": train_step, "prefill": prefill, "decode": decode_only}
-    times = {mode: {phase: [] for phase in phases} for mode in ("torch", "tilemm")}
+    modes = ("torch", "tilemm")
+
+    def use(mode):
+        if mode == "tilemm":
+            tilemm.nn.swap_linears(model, kernel=args.kernel)
+        else:
+            tilemm.nn.restore_linears(model)
+    for mode in modes:                     # a round untimed: every path compiled, planned and allocated
+        use(mode)
+        for call in phases.values():
+            call()
+    times = {mode: {phase: [] for phase in phases} for mode in modes}
+    # each phase timed both ways back to back, the order alternating round to round: the host's
+    # speed drifts (the steps are bound by the CPU: Python and kernel launches), and a ratio of
+    # neighbours in time sees less of that drift than one of two separate runs
     for r in range(args.rounds):
-        for mode in ("torch", "tilemm"):
-            if mode == "tilemm":
-                tilemm.nn.swap_linears(model, kernel=args.kernel)
-            else:
-                tilemm.nn.restore_linears(model)
-            for phase, call in phases.items():
+        for phase, call in phases.items():
+            for mode in (modes if r % 2 == 0 else modes[::-1]):
+                use(mode)
                 times[mode][phase].append(timed(args, call, args.reps))
         progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
             f"{p} {times['torch'][p][-1] * 1e3:.1f} / {times['tilemm'][p][-1] * 1e3:.1f} ms" for p in phases))
     tilemm.nn.restore_linears(model)
     medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
+    paired = {p: statistics.median(t / o for t, o in zip(times["torch"][p], times["tilemm"][p])) for p in phases}
     tokens_of = {"train_step": args.batch * args.seq, "prefill": args.batch * args.seq,
                  "decode": args.batch * args.decode}
     emit({"part": "throughput", "summary": True, "rounds": args.rounds, "reps": args.reps, "batch": args.batch,
           "seq": args.seq, "decode_tokens": args.decode, "median_s": medians, "times_s": times,
           "tokens_per_s": {m: {p: tokens_of[p] / t for p, t in per.items()} for m, per in medians.items()},
-          "ratio_tilemm_over_torch": {p: medians["torch"][p] / medians["tilemm"][p] for p in phases}})
+          "ratio_tilemm_over_torch": {p: medians["torch"][p] / medians["tilemm"][p] for p in phases},
+          "paired_ratio_median": paired})
 
 
 # ---------------------------------------------------------------- (c) torch.compile

@@ -1,5 +1,7 @@
 """tilemm.nn: Linear as a drop-in for torch.nn.Linear, swapping a model's Linears in place and back,
 and a tiny transformer trained with tilemm's Linears and with torch's to the same losses."""
+import pickle
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -155,3 +157,28 @@ def test_transformers_llama_trains_to_torch_s_losses():
 
 def test_tilemm_nn_is_reached_from_the_package():
     assert tilemm.nn.Linear is Linear and tilemm.torch_ops.MatmulFunction is not None
+
+
+@pytest.mark.parametrize("kernel", [None, "cpu-tiled"])
+@pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 4, 5)])
+def test_linear_gradients_match_torch_s_and_its_output_takes_in_place_ops(kernel, shape):
+    """Linear's own autograd (tilemm.nn.LinearProduct): torch's gradients for 1-D, 2-D and 3-D inputs,
+    an output that an in-place op may follow (no view of a custom Function's output), a double
+    backward, and a module that still pickles once it has recorded its layouts."""
+    torch.manual_seed(0)
+    ours = Linear(5, 3, dtype=torch.float64, kernel=kernel)
+    theirs = torch.nn.Linear(5, 3, dtype=torch.float64)
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for layer in (ours, theirs):
+        y = layer(x)
+        y.mul_(2)
+        y.pow(2).sum().backward()
+        grads.append((y.detach(), x.grad, layer.weight.grad, layer.bias.grad))
+        x.grad = None
+    for a, b in zip(*grads):
+        assert a.shape == b.shape and torch.allclose(a, b)
+    assert ours.weight.grad.is_contiguous()
+    assert torch.autograd.gradgradcheck(lambda t: ours(t), (x,))
+    assert ours.products.known and pickle.loads(pickle.dumps(ours)).products.known == {}

@@ -10,11 +10,15 @@
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import api, registry
 
-OPTIONS = ("kernel", "out_dtype", "params")
+OPTIONS = ("kernel", "out_dtype", "params", "products")
+
+is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
 
 
 class Linear(torch.nn.Linear):
@@ -36,19 +40,163 @@ class Linear(torch.nn.Linear):
         """Set the kernel, its parameters and out_dtype (unknown parameters refused here)."""
         check_options(kernel, params)
         self.kernel, self.out_dtype, self.params = kernel, out_dtype, dict(params)
+        self.products = Products(kernel, self.params)
         return self
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        # a stack of rows is one product, (rows, in) @ (in, out), as F.linear computes it
-        rows = input.reshape(-1, self.in_features)
+        weight, bias = self.weight, self.bias
+        if self.out_dtype is not None or input.dtype != weight.dtype or is_compiling():
+            y = self.general_product(input)
+        elif grad_enabled() and (input.requires_grad or weight.requires_grad):
+            y = LinearProduct.apply(input, weight, self.products)
+            if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
+                y = y.reshape(input.shape[:-1] + (self.out_features,))
+        else:
+            y = self.products.linear(input, weight)
+        return y if bias is None else y + bias
+
+    def general_product(self, input: torch.Tensor) -> torch.Tensor:
+        """input @ weight.T through tilemm.matmul's general rules: its autograd (tilemm.torch_ops)
+        for an out_dtype or mixed dtypes, and its custom op under torch.compile."""
+        rows = input.reshape(-1, self.in_features)     # a stack of rows is one product, as F.linear's
         y = api.matmul(rows, self.weight.T, kernel=self.kernel, out_dtype=self.out_dtype, **self.params)
-        y = y.reshape(input.shape[:-1] + (self.out_features,))
-        return y if self.bias is None else y + self.bias
+        return y.reshape(input.shape[:-1] + (self.out_features,))
 
     def extra_repr(self) -> str:
         options = "".join(f", {k}={v!r}" for k, v in (("kernel", self.kernel), ("out_dtype", self.out_dtype),
                                                      *self.params.items()) if v is not None)
         return super().extra_repr() + options
+
+
+class Products:
+    """A module's tilemm.matmul(a, b, kernel=kernel, **params) calls, none recording a gradient,
+    in the fewest Python steps: a model calls each layout again and again (a training step
+    makes three products a Linear, ~100 Linears a forward), and what torch.nn.Linear costs the
+    CPU a call is the bar. For each layout (shapes, strides, dtypes, devices) the first call asks
+    tilemm.plan once and keeps the plan's repeated-call product (Plan.fast), where it has one;
+    later calls go straight to it. Everything else is a plain tilemm.matmul call."""
+
+    LAYOUTS = 64        # layouts kept a module; past that the record starts again
+
+    def __init__(self, kernel: str | None, params: dict):
+        self.kernel, self.params, self.known = kernel, params, {}
+
+    def __getstate__(self):            # a plan's product is a closure: not pickled, found again
+        return {**self.__dict__, "known": {}}
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device)
+        fast = self.known.get(key, False)
+        if fast is False:
+            fast = self.remember(key, self.fast_product(a, b)[0])
+        c = fast(a, b) if fast is not None else None
+        return c if c is not None else api.matmul(a, b, kernel=self.kernel, **self.params)
+
+    def layout(self, input: torch.Tensor, weight: torch.Tensor) -> Layout:
+        """What this module knows of input @ weight.T for input's layout."""
+        key = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.stride(), weight.dtype,
+               weight.device)
+        layout = self.known.get(key)
+        if layout is None:
+            layout = self.remember(key, Layout(*self.fast_product(input.reshape(-1, input.shape[-1]), weight.T)))
+        return layout
+
+    def linear(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout | None = None) -> torch.Tensor:
+        """input @ weight.T, a stack of rows as one product of (rows, in) @ (in, out), as F.linear."""
+        layout = layout or self.layout(input, weight)
+        if layout.folds:    # the library's product folds the stack into that one GEMM of rows, as F.linear does
+            return layout.fast(input, weight.T)
+        return self.rows_product(input, weight, layout).reshape(input.shape[:-1] + (weight.shape[0],))
+
+    def rows_product(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout) -> torch.Tensor:
+        """input's rows @ weight.T, (rows, in) @ (in, out)."""
+        rows = input.reshape(-1, input.shape[-1])
+        y = layout.fast(rows, weight.T) if layout.fast is not None else None
+        return y if y is not None else api.matmul(rows, weight.T, kernel=self.kernel, **self.params)
+
+    def linear_grads(self, layout: Layout, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
+        """(d input, d weight) of input @ weight.T given its contiguous gradient dY (grad mode off):
+        dY @ weight, and dY^T @ input's rows, which comes out in the weight's own layout, no copy.
+        Where the library multiplies both (the first as one GEMM of the rows, as the forward), the
+        layout keeps their products; else each is a call of this module's products."""
+        if layout.grads is None:
+            grad_rows = grad.reshape(-1, grad.shape[-1])
+            (d_input, folds), (d_weight, library) = (self.fast_product(grad_rows, weight),
+                                                     self.fast_product(grad_rows.mT, input.reshape(-1, input.shape[-1])))
+            layout.grads = (d_input, d_weight) if folds and library else False
+        if not layout.grads:
+            return linear_grads(self, grad, input, weight, need_input, need_weight)
+        d_input, d_weight = layout.grads
+        return (d_input(grad, weight) if need_input else None,
+                d_weight(grad.reshape(-1, grad.shape[-1]).mT, input.reshape(-1, input.shape[-1])) if need_weight
+                else None)
+
+    def fast_product(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
+        """(the repeated-call product of tilemm's plan for a @ b, or None; whether it is the library
+        rung's, which multiplies a stack over one B as one GEMM of its rows, as torch.matmul does)."""
+        try:
+            fast = api.plan(a, b, kernel=self.kernel, **self.params).fast
+        except (TypeError, ValueError):         # tilemm.matmul raises it again, at each call
+            return None, False
+        # (api.plan gives a fast product to the library rung alone: the Triton rungs' replays come
+        # from a first call, which tilemm.matmul's own repeated-call path keeps)
+        return fast, fast is not None
+
+    def remember(self, key: tuple, found):
+        if len(self.known) >= self.LAYOUTS:
+            self.known.clear()
+        self.known[key] = found
+        return found
+
+
+class Layout:
+    """One layout of a Linear's input: the forward product's plan product (or None) and whether it
+    folds a stack of rows; the gradients' products, once a backward has asked (False: per call)."""
+    __slots__ = ("fast", "folds", "grads")
+
+    def __init__(self, fast, folds: bool):
+        self.fast, self.folds, self.grads = fast, folds, None
+
+
+def linear_grads(product, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
+    """(d input, d weight) of input @ weight.T, each product a call of ``product(a, b)``."""
+    grad_rows = grad.reshape(-1, grad.shape[-1])
+    return (product(grad_rows, weight).reshape(input.shape) if need_input else None,
+            product(grad_rows.mT, input.reshape(-1, input.shape[-1])) if need_weight else None)
+
+
+class LinearProduct(torch.autograd.Function):
+    """input @ weight.T with autograd, for a Linear's operands of one dtype: tilemm.matmul's general
+    rule (tilemm.torch_ops) specialised to this one layout, in fewer Python steps a call (the
+    usual case inline: each step here is paid ~100 times a training step). Each product is a
+    plain tilemm.matmul with the Linear's kernel and parameters."""
+
+    @staticmethod
+    def forward(ctx, input, weight, products):
+        layout = products.layout(input, weight)
+        ctx.save_for_backward(input, weight)
+        ctx.products, ctx.layout = products, layout
+        if layout.folds:                                # grad mode is off here
+            return layout.fast(input, weight.T)
+        return products.rows_product(input, weight, layout)    # (rows, out): Linear.forward reshapes it
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, weight = ctx.saved_tensors
+        need_input, need_weight = ctx.needs_input_grad[:2]
+        grads = ctx.layout.grads
+        if grads and grad.is_contiguous() and not torch.is_grad_enabled():     # the library's, learned
+            d_input, d_weight = grads
+            return (d_input(grad, weight) if need_input else None,
+                    d_weight(grad.reshape(-1, grad.shape[-1]).mT, input.reshape(-1, input.shape[-1])) if need_weight
+                    else None, None)
+        products = ctx.products
+        if torch.is_grad_enabled():      # create_graph=True: tilemm.matmul records these products' graph
+            product = functools.partial(api.matmul, kernel=products.kernel, **products.params)
+            return linear_grads(product, grad, input, weight, need_input, need_weight) + (None,)
+        if ctx.layout.folds and grad.is_contiguous():
+            return products.linear_grads(ctx.layout, grad, input, weight, need_input, need_weight) + (None,)
+        return linear_grads(products, grad, input, weight, need_input, need_weight) + (None,)
 
 
 def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype=None, **params) -> list[str]:
