@@ -151,25 +151,7 @@ def model_phases(args, emit):
     model = llama_train.build_model(args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     tokens = next(llama_train.token_stream(args, model.config.vocab_size))
-    prompt, short = tokens[:, :args.seq], tokens[:, :8]
-
-    def train_step():
-        model.train()
-        loss = model(input_ids=tokens, labels=tokens).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    def prefill():
-        model.eval()
-        with torch.inference_mode():
-            model(input_ids=prompt, use_cache=True)
-
-    def decode():
-        model.eval()
-        with torch.inference_mode():
-            llama_train.decode(model, short, args.decode)
-    phases = {"train_step": train_step, "prefill": prefill, "decode": decode}
+    phases = llama_train.model_phases(model, optimizer, tokens, args)
     modes = args.modes
     rows = {}
     for repeat in range(2):        # twice: the second pass is the one reported (the first warms every path)

@@ -197,13 +197,10 @@ def decode(model, prompt, tokens: int):
     return last
 
 
-def throughput(args, emit):
-    model = build_model(args)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    stream = token_stream(args, model.config.vocab_size)
-    tokens = next(stream)
-    prompt = tokens[:, :args.seq]
-    short = tokens[:, :8]                  # the decode's own prompt: its time is the decode's steps
+def model_phases(model, optimizer, tokens, args) -> dict:
+    """{phase: a call}: a training step, a prefill of the tokens and a decode of args.decode tokens
+    from an 8-token prompt (its time is the decode's steps)."""
+    prompt, short = tokens[:, :args.seq], tokens[:, :8]
 
     def train_step():
         model.train()
@@ -221,6 +218,16 @@ def throughput(args, emit):
         model.eval()
         with torch.inference_mode():
             decode(model, short, args.decode)
+    return {"train_step": train_step, "prefill": prefill, "decode": decode_only}
+
+
+def throughput(args, emit):
+    model = build_model(args)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    stream = token_stream(args, model.config.vocab_size)
+    tokens = next(stream)
+    prompt = tokens[:, :args.seq]
+    phases = model_phases(model, optimizer, tokens, args)
 
     with torch.inference_mode():           # tilemm's logits against torch's, once
         model.eval()
@@ -230,7 +237,6 @@ def throughput(args, emit):
         tilemm.nn.restore_linears(model)
     emit({"part": "throughput", "logits_max_abs_diff": float((ours - theirs).abs().max()),
           "logits_max_abs": float(theirs.abs().max())})
-    phases = {"train_step": train_step, "prefill": prefill, "decode": decode_only}
     modes = ("torch", "tilemm")
 
     def use(mode):
