@@ -25,7 +25,8 @@ README = ROOT / "README.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 # the CPU rungs and the SIMT rungs in teaching order, then the library
 LADDER_ORDER = ["cpu-naive", "cpu-tiled", "numpy", "naive", "naive-global", "uncoalesced", "tiled", "rect", "regblock",
-                "tensorcore", "tensorcore-int", "tensorcore-f64", "tensorcore-f32", "cublas"]
+                "tensorcore-tutorial", "tensorcore", "tensorcore-int", "tensorcore-f64", "tensorcore-f32",
+                "tensorcore-complex", "cublas"]
 SIXTEEN_BIT_LABEL = {"bfloat16": "bf16", "float16": "fp16", "int8": "int8 -> int32", "float64": "float64"}
 
 
@@ -206,11 +207,11 @@ def headline() -> str:
     parts.append("**NVIDIA H200**, TFLOP/s (int8: TOPS), whole calls, geometric mean over the wide sweep's held-out "
                  "problems with M, N, K >= 2048 (float64: all its problems that large; fp8: 8192³):\n\n"
                  + table(["rung", "dtype", "TFLOP/s", "ratio"], rows))
-    ladder = [r for r in read("h100/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 4096]
+    ladder = [r for r in read("h200/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 4096]
     cublas = next(r for r in ladder if r["kernel"] == "cublas")
     rows = [[rung_label(r), speed(r["gflops"]), ratio(r["gflops"] / cublas["gflops"])]
             for r in sorted(ladder, key=lambda r: (LADDER_ORDER.index(r["kernel"]), rung_label(r)))]
-    parts.append("**NVIDIA H100**, the ladder at float32 4096³ (`tilemm bench --suite ladder`):\n\n"
+    parts.append("**NVIDIA H200**, the ladder at float32 4096³ (`tilemm bench --suite ladder`):\n\n"
                  + table(["rung", "GFLOP/s", "vs cuBLAS"], rows))
     cpu = [r for r in read("cpu/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 1024]
     numpy = next(r for r in cpu if r["kernel"] == "numpy")
@@ -251,16 +252,16 @@ def plots() -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    ladder = [r for r in read("h100/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 4096]
+    ladder = [r for r in read("h200/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 4096]
     ladder.sort(key=lambda r: (LADDER_ORDER.index(r["kernel"]), rung_label(r)))
     fig, ax = plt.subplots(figsize=(7, 3.4), dpi=80)
     labels = [rung_label(r).replace("`", "") for r in ladder]
     ax.barh(labels[::-1], [r["gflops"] for r in ladder][::-1], color="#4c72b0")
     ax.set_xscale("log")
     ax.set_xlabel("GFLOP/s (log scale)")
-    ax.set_title("The ladder on an NVIDIA H100, float32 4096³")
+    ax.set_title("The ladder on an NVIDIA H200, float32 4096³")
     fig.tight_layout()
-    fig.savefig(IMAGES / "ladder_h100.png", metadata={"Software": None})
+    fig.savefig(IMAGES / "ladder_h200.png", metadata={"Software": None})
     plt.close(fig)
     records = read("h200/tensorcore_vs_library.jsonl.gz")
     fig, ax = plt.subplots(figsize=(7, 3.4), dpi=80)
@@ -280,7 +281,7 @@ def plots() -> None:
     plt.close(fig)
 
 
-IMAGE_NAMES = ("ladder_h100.png", "default_vs_library_h200.png")
+IMAGE_NAMES = ("ladder_h200.png", "default_vs_library_h200.png")
 
 
 def main():
