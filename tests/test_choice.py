@@ -130,12 +130,12 @@ def test_int8s_skinny_classes_are_the_ones_its_fit_half_gives():
     (None, "bfloat16", (6175, 3136, 3462), None),                   # no GPU
 ])
 def test_preferred_by_class_and_gpu(monkeypatch, capability, dtype, shape, expected):
-    monkeypatch.setattr(choice, "_capability", lambda: capability)
+    monkeypatch.setattr(choice, "capability", lambda: capability)
     assert choice.preferred(dtype, *shape) == expected
 
 
 def test_int8_operands_read_int8s_table_whatever_the_result(monkeypatch):
-    monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
+    monkeypatch.setattr(choice, "capability", lambda: (9, 0))
     assert choice.preferred("int32", 16, 4096, 4096, operands="int8") == "tensorcore-int"
     assert choice.preferred("int64", 16, 4096, 4096, operands="int8") is None         # int64's table: not skinny
     assert choice.preferred("int32", 16, 4096, 4096, operands="int32") is None
@@ -143,9 +143,9 @@ def test_int8_operands_read_int8s_table_whatever_the_result(monkeypatch):
 
 
 def test_the_default_takes_the_listed_rung(monkeypatch):
-    monkeypatch.setattr(choice, "_capability", lambda: None)
+    monkeypatch.setattr(choice, "capability", lambda: None)
     unlisted = dispatch.default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name      # the ladder's choice
-    monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
+    monkeypatch.setattr(choice, "capability", lambda: (9, 0))
     assert dispatch.default_kernel("cuda:0", "bfloat16", 6175, 3136, 3462).name == "tensorcore"
     assert dispatch.default_kernel("cuda:0", "bfloat16", 8192, 8192, 8192).name == unlisted
     assert dispatch.default_kernel("cpu", "bfloat16", 6175, 3136, 3462).name == "numpy"
@@ -161,7 +161,7 @@ def test_a_stack_on_the_gpu_takes_the_library_s_batched_call(monkeypatch):
     library = registry.get("cublas")
     monkeypatch.setitem(kernel_record.LADDER, "cublas", dataclasses.replace(library, available=lambda: None,
                                                                         limits=lambda problem: None))
-    monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
+    monkeypatch.setattr(choice, "capability", lambda: (9, 0))
     for dtype in ("int8", "int32", "bfloat16", "float64"):
         assert dispatch.default_kernel("cuda:0", dtype, 256, 256, 256, dtype, stacked=True).name == "cublas"
     assert dispatch.default_kernel("cuda:0", "int8", 4096, 4096, 4096, "int8").name == "tensorcore-int"
@@ -178,7 +178,7 @@ def test_auto_times_native_rungs_capped_by_the_table(monkeypatch):
     monkeypatch.setattr(registry.Kernel, "why_not", lambda self, problem, params: None)   # as on a GPU
 
     def names(dtype, shape, capability):
-        monkeypatch.setattr(choice, "_capability", lambda: capability)
+        monkeypatch.setattr(choice, "capability", lambda: capability)
         found = auto.candidates("cuda:0", dtype, lambda k: Problem(*shape, k.compute_dtype(dtype)), *shape)
         return [k.name for k in found]
     assert names("bfloat16", (6175, 3136, 3462), None) == ["cublas", "tensorcore"]

@@ -129,7 +129,7 @@ def tune(key):
                                      '{"k": "a string, not an entry"}', '{"k": {"params": {"x": 99}}}'])
 def test_a_broken_cache_file_is_ignored_with_a_warning(tmp_path, monkeypatch, content):
     monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tuning, "_known", {})
+    monkeypatch.setattr(tuning, "KNOWN", {})
     (tmp_path / "tuning.json").write_text(content)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -139,7 +139,7 @@ def test_a_broken_cache_file_is_ignored_with_a_warning(tmp_path, monkeypatch, co
 
 def test_corrupt_cache_warns(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tuning, "_known", {})
+    monkeypatch.setattr(tuning, "KNOWN", {})
     (tmp_path / "tuning.json").write_text("{truncated")
     with pytest.warns(RuntimeWarning, match="ignoring the tuning cache"):
         tune("k")
@@ -149,7 +149,7 @@ def test_an_unwritable_cache_keeps_the_winner_in_memory(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("TILEMM_CACHE_DIR", str(blocker / "cache"))   # no folder can be made there
-    monkeypatch.setattr(tuning, "_known", {})
+    monkeypatch.setattr(tuning, "KNOWN", {})
     with pytest.warns(RuntimeWarning, match="could not write the tuning cache"):
         assert tune("k") == {"x": 1}
     assert tuning.cached("k")["params"] == {"x": 1}          # later calls read it from memory

@@ -35,6 +35,6 @@ def test_each_kernel_plans_any_shape(case, m, n, k):
 def test_the_default_chooses_for_any_shape(dtype, m, n, k, aligned):
     lds = (k, n) if aligned else (k + 1, n + 3)
     with pytest.MonkeyPatch.context() as patch:       # the H100's table
-        patch.setattr(choice, "_capability", lambda: (9, 0))
+        patch.setattr(choice, "capability", lambda: (9, 0))
         chosen = dispatch.default_kernel("cuda:0", dtype, m, n, k, dtype, lds)
     assert chosen.name in [kern.name for kern in tilemm.kernels()]

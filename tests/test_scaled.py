@@ -146,11 +146,11 @@ def test_number_scales_are_made_once_apart_for_a_and_b():
     for scale_b even at one value: a replay needs each input in memory of its own."""
     from tilemm import scaled
     device = torch.device(WHERE)
-    sa, sb = scaled._scale(1.0, "scale_a", device, torch), scaled._scale(1.0, "scale_b", device, torch)
-    assert sa is scaled._scale(1.0, "scale_a", device, torch) and sa.item() == sb.item() == 1.0
+    sa, sb = scaled.scale_tensor(1.0, "scale_a", device, torch), scaled.scale_tensor(1.0, "scale_b", device, torch)
+    assert sa is scaled.scale_tensor(1.0, "scale_a", device, torch) and sa.item() == sb.item() == 1.0
     assert sa.untyped_storage().data_ptr() != sb.untyped_storage().data_ptr()
     given = torch.tensor(3.0, device=WHERE)                 # a tensor is the caller's: read where it is
-    assert scaled._scale(given, "scale_a", device, torch).data_ptr() == given.data_ptr()
+    assert scaled.scale_tensor(given, "scale_a", device, torch).data_ptr() == given.data_ptr()
 
 
 @pytest.mark.gpu
@@ -163,7 +163,7 @@ def test_gpu_repeated_calls_replay_on_new_operands(layout, fast_accum):
     k = 700
     a0, b0 = operand(1030, k, FP8[0], False, 20), operand(k, 520, FP8[0], layout[1] == "t", 21)
     tilemm.scaled_matmul(a0, b0, 0.5, 2.0, out_dtype="float32", fast_accum=fast_accum)
-    key = scaled._replay_key(a0, b0, "float32", fast_accum, {})
+    key = scaled.replay_key(a0, b0, "float32", fast_accum, {})
     assert scaled._REPLAYS.get(key) is not None, "this call's launches should be replayable"
     adds = -(-k // 32) if fast_accum else 4
     for seed, (sa, sb) in enumerate([(0.5, 2.0), (0.25, torch.tensor(3.0, device="cuda")), (1.0, 1.0)]):

@@ -1271,7 +1271,7 @@ def test_autotune_caches_the_winner_on_disk(tmp_path, monkeypatch):
     assert entry["params"] in tilemm.ladder.tensorcore.r10_tensorcore.CANDIDATES
     assert entry["device"] and entry["date"] and entry["versions"]["triton"]      # where and with what it won
     assert tuning.last["cached"] is False and tuning.last["tuning_s"] > 0      # what `tilemm bench` reports
-    monkeypatch.setattr(tuning, "_record", lambda key, entry: pytest.fail("tuned again instead of reading the cache"))
+    monkeypatch.setattr(tuning, "record", lambda key, entry: pytest.fail("tuned again instead of reading the cache"))
     c2, verdict2 = run(a, b, autotune=True)
     assert verdict2.ok and torch.equal(c, c2)
     assert tuning.last["cached"] is True

@@ -127,7 +127,7 @@ def test_registered_as_rung_9_with_its_limits_and_traffic():
 
 
 def test_never_the_default(monkeypatch):
-    """api._default_kernel walks the ladder down from its highest rung and takes the first that can
+    """dispatch.default_kernel walks the ladder down from its highest rung and takes the first that can
     run a problem here. `tensorcore` (rung 10) comes before this rung, runs where it runs (one
     available()) and takes every 16-bit problem it takes: this rung is never reached. And in the
     walk itself, every Triton rung made available (the H100's table), it is never chosen."""
@@ -140,7 +140,7 @@ def test_never_the_default(monkeypatch):
         if tutorial.limits(p, **tutorial.resolve({})) is None:
             assert production.limits(p, **production.resolve({})) is None, p
     monkeypatch.setattr(availability, "available_under", lambda interpreter: None)
-    monkeypatch.setattr(choice, "_capability", lambda: (9, 0))
+    monkeypatch.setattr(choice, "capability", lambda: (9, 0))
     chosen = {dispatch.default_kernel("cuda:0", p.dtype, p.m, p.n, p.k, p.dtype, (p.k, p.n)).name
               for p in problems[::7]}
     assert NAME not in chosen

@@ -102,7 +102,7 @@ def worth_timing(rung: str, dtype: str, m: int, n: int, k: int, lds: tuple | Non
     sweep measured it on this shape class and the table does not name it (it did not win there)."""
     if preferred(dtype, m, n, k, lds=lds) == rung:
         return True
-    return shape_class(m, n, k, lds) not in MEASURED_CLASSES.get((_capability(), dtype), {}).get(rung, frozenset())
+    return shape_class(m, n, k, lds) not in MEASURED_CLASSES.get((capability(), dtype), {}).get(rung, frozenset())
 
 
 def winners(records: list[dict], rung: str = "tensorcore", min_geomean: float = 1.05, min_ratio: float = 0.97,
@@ -143,11 +143,12 @@ def preferred(dtype: str, m: int, n: int, k: int, operands: str | None = None,
     (an int64 result sums K in chunks, planned at each launch: int64's own table)."""
     if operands == "int8" and dtype in ("int8", "int16", "int32"):
         dtype = "int8"
-    table = MEASURED_WINNERS.get((_capability(), dtype))
+    table = MEASURED_WINNERS.get((capability(), dtype))
     return table.get(shape_class(m, n, k, lds)) if table else None
 
 
 @functools.lru_cache(maxsize=None)
-def _capability():
+def capability():
+    """This machine's GPU's compute capability as a tuple, or None: the key of its tables."""
     gpu = machine.gpu()
     return tuple(gpu.compute_capability) if gpu else None

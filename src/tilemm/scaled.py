@@ -54,7 +54,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     if compiler is not None and compiler.is_compiling():     # one op in the graph; Dynamo never sees the caches
         from . import torch_ops
         return torch_ops.traced_scaled_matmul(a, b, scale_a, scale_b, out_dtype, fast_accum, out, stream, params)
-    key = _replay_key(a, b, out_dtype, fast_accum, params) if out is None and stream is None else None
+    key = replay_key(a, b, out_dtype, fast_accum, params) if out is None and stream is None else None
     replay = _REPLAYS.get(key) if key is not None else None
     if replay is not None:
         import torch
@@ -134,7 +134,7 @@ def release_replays() -> None:
     _REPLAYS.clear()
 
 
-def _replay_key(a, b, out_dtype, fast_accum, params):
+def replay_key(a, b, out_dtype, fast_accum, params):
     """What a call's plan depends on, for CUDA torch tensors a and b (tilemm.api's operand keys);
     else None (no replay)."""
     torch = sys.modules.get("torch")
@@ -214,10 +214,10 @@ def _device_problem(kind: str, index, interpreter: bool):
 
 def _scales(scale_a, scale_b, device, torch) -> tuple:
     """(scale_a, scale_b) as _scale makes each."""
-    return _scale(scale_a, "scale_a", device, torch), _scale(scale_b, "scale_b", device, torch)
+    return scale_tensor(scale_a, "scale_a", device, torch), scale_tensor(scale_b, "scale_b", device, torch)
 
 
-def _scale(s, name: str, device, torch):
+def scale_tensor(s, name: str, device, torch):
     """A one-element float32 tensor on the operands' device. A number's tensor is made once (a
     copy to the GPU costs more than the rest of a small call) and kept apart for scale_a and
     scale_b: a replay needs its inputs in memory of their own. Kept ones are never freed (a

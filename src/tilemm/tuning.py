@@ -56,7 +56,7 @@ def _across_processes(path: Path):
 _WRITING = threading.Lock()   # this process's threads add their winners one at a time
 
 
-def _record(key: str, entry: dict) -> None:
+def record(key: str, entry: dict) -> None:
     """Add one winner to the file: re-read (another process may have written meanwhile), then
     replace it atomically, so a reader never sees half a file. A cache that can't be written
     (read-only, full disk) keeps the winner in memory only, with a warning."""
@@ -83,20 +83,20 @@ def _record(key: str, entry: dict) -> None:
 # The choice the last call of best() made or read, with "cached": whether it was read (the
 # benchmark reports the tuning time of its cases from it).
 last: dict = {}
-_known: dict = {}   # (cache file, key) -> entry: a process reads each winner from disk once
+KNOWN: dict = {}   # (cache file, key) -> entry: a process reads each winner from disk once
 
 
 def cached(key: str) -> dict | None:
     """The choice recorded for key (this process's memory, else the file), which tuning.last then
     describes, or None."""
     where = (cache_file(), key)
-    known = _known.get(where)
+    known = KNOWN.get(where)
     if known is None:
         known = _load().get(key)
         if not (isinstance(known, dict) and isinstance(known.get("params"), dict)):
             known = None               # an entry of another shape: tuned again
     if known is not None:
-        _known[where] = known
+        KNOWN[where] = known
         last.clear()
         last.update(known, key=key, cached=True)
     return known
@@ -116,8 +116,8 @@ def best(key: str, candidates: list[dict], time_ms) -> tuple[dict, dict]:
     entry = {"params": candidates[i], "ms": ms, "tried": len(candidates),
              "tuning_s": time.perf_counter() - start, "device": info["device"], "versions": info["versions"],
              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    _known[(cache_file(), key)] = entry
-    _record(key, entry)
+    KNOWN[(cache_file(), key)] = entry
+    record(key, entry)
     last.clear()
     last.update(entry, key=key, cached=False)
     return entry["params"], entry
