@@ -200,7 +200,7 @@ def _device_problem(kind: str, index, interpreter: bool):
     import torch
     reason = availability.available()
     if reason:      # the Triton rungs' reason, less its advice to pass another kernel: scaled_matmul takes none
-        return KernelUnavailable, f"scaled_matmul {reason.partition(', or use kernel=')[0]}"
+        return KernelUnavailable, f"scaled_matmul {reason.partition(', or a CPU rung')[0]}"
     if interpreter:
         if kind != "cpu":
             return ValueError, "scaled_matmul: under TRITON_INTERPRET=1 the operands must be CPU tensors"

@@ -109,7 +109,7 @@ def _available(simulator: bool) -> str | None:
         return "needs numba-cuda (pip install 'tilemm[cuda]')"
     if not cuda.is_available():
         return ("needs a CUDA GPU (numba.cuda finds none); run it in the simulator at toy sizes with "
-                "NUMBA_ENABLE_CUDASIM=1, or use kernel='cpu-tiled' or 'numpy'")
+                "NUMBA_ENABLE_CUDASIM=1, or a CPU rung (numpy takes every dtype)")
     return None
 
 

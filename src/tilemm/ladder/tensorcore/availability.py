@@ -30,7 +30,7 @@ def available_under(interpreter: bool) -> str | None:
     import torch
     if not torch.cuda.is_available():
         return ("needs a CUDA GPU (torch finds none); run it in Triton's interpreter at toy sizes with "
-                "TRITON_INTERPRET=1, or use kernel='cpu-tiled'")
+                "TRITON_INTERPRET=1, or a CPU rung (numpy takes every dtype)")
     major, _ = torch.cuda.get_device_capability()
     if major < 8:
         return f"needs tensor cores of compute capability 8.0 or newer (this GPU is {major}.x)"
