@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 import tilemm
 from tilemm.accuracy import compare, compare_on_device
 from tilemm.contract import OutputCastingError
+from tilemm.data import operands
 
 from .conftest import ON_GPU
 
@@ -277,15 +278,7 @@ def test_complex_on_the_host(dtypes):
 def test_interpreter_tensorcore_complex_within_its_bound(dtype, m, n, k, layout):
     """The complex rung's real block product on tensorcore-f32 (3xTF32) / tensorcore-f64, under
     Triton's interpreter: every layout (transposed A reaches it as columns, copied into rows)."""
-    rng = np.random.default_rng(m + n + k)
-
-    def make(rows, cols, how):
-        if how == "t":
-            return values(rng, (cols, rows), dtype).T
-        if how == "s":
-            return values(rng, (rows, 2 * cols), dtype)[:, ::2]
-        return values(rng, (rows, cols), dtype)
-    a, b = make(m, k, layout[0]), make(k, n, layout[1])
+    a, b = operands(m + n + k, m, n, k, dtype, layout)      # both parts random
     c = tilemm.plan(a, b, kernel="tensorcore-complex", **SMALL).execute(poison=True)
     assert c.dtype == np.dtype(dtype) and c.shape == (m, n)
     verdict = compare(c, a, b, dtype)

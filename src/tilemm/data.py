@@ -12,9 +12,14 @@ def random_operand(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
         bits = rng.standard_normal(shape, dtype=np.float32).view(np.uint32)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000      # round to nearest even
         return bits.view(np.float32)
-    if np.dtype(dtype).kind in "iu":
+    kind = np.dtype(dtype).kind
+    if kind in "iu":
         info = np.iinfo(dtype)
         return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    if kind == "b":                       # half true: an AND of two operands is rarely all ones
+        return rng.random(shape) < 0.5
+    if kind == "c":                       # both parts: a real-valued complex operand checks half the product
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
     return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
 
 
