@@ -182,3 +182,47 @@ def test_linear_gradients_match_torch_s_and_its_output_takes_in_place_ops(kernel
     assert ours.weight.grad.is_contiguous()
     assert torch.autograd.gradgradcheck(lambda t: ours(t), (x,))
     assert ours.products.known and pickle.loads(pickle.dumps(ours)).products.known == {}
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 4, 5)])
+@pytest.mark.parametrize("reduced", [False, True])
+def test_the_library_s_layouts_give_torch_s_values_and_gradients(shape, reduced, monkeypatch):
+    """Where tilemm's plans are the library's (as on a GPU; here its repeated-call product on the
+    CPU stands in): the forward is F.linear with tilemm's sums; once a backward has seen that both
+    gradient products are the library's too, they run as torch's Linear backward, in one step; and
+    where torch's flags give float32 sums already, later forwards take torch's own autograd."""
+    from tilemm.ladder import library
+    monkeypatch.setattr(tilemm.nn.Products, "fast_product",
+                        lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
+    flag = "allow_bf16_reduced_precision_reduction"
+    before = getattr(torch.backends.cuda.matmul, flag)     # (a property of torch's: set and put back)
+    setattr(torch.backends.cuda.matmul, flag, reduced)
+    try:
+        check_library_layouts(shape, reduced, flag)
+    finally:
+        setattr(torch.backends.cuda.matmul, flag, before)
+
+
+def check_library_layouts(shape, reduced: bool, flag: str):
+    torch.manual_seed(0)
+    ours = Linear(5, 3, dtype=torch.bfloat16)
+    theirs = torch.nn.Linear(5, 3, dtype=torch.bfloat16)
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(shape, dtype=torch.bfloat16, requires_grad=True)
+    for step in range(3):
+        results = []
+        for layer in (ours, theirs):
+            y = layer(x)
+            y.float().pow(2).sum().backward()
+            results.append((y.detach(), x.grad, layer.weight.grad, layer.bias.grad, y.grad_fn))
+            x.grad = layer.weight.grad = layer.bias.grad = None
+        for a, b in zip(results[0][:4], results[1][:4]):    # (torch adds the bias before rounding)
+            assert a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=2e-2, atol=2e-2)
+        layout = next(iter(ours.products.known.values()))
+        assert layout.linear is not None and layout.grads
+        # the bias's add is torch's either way; the product under it is ours or torch's
+        product = results[0][4].next_functions[0][0]
+        assert (type(product).__name__ == "LinearProductBackward") == (step == 0 or reduced)
+        assert getattr(torch.backends.cuda.matmul, flag) is reduced
+    with torch.no_grad():
+        assert torch.allclose(ours(x).double(), theirs(x).double(), rtol=2e-2, atol=2e-2)

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import arrays, contract, outofcore_plan, planning, scaled, streams
 from .ladder import replay, workspaces
-from .plan_cache import PLAN_CACHE_SIZE, PLANS, call_key
+from .plan_cache import PLAN_CACHE_SIZE, PLANS, call_key, pair_key
 from .plans import KernelUnavailable, Plan
 
 __all__ = ["matmul", "plan", "release_memory", "KernelUnavailable", "Plan"]
@@ -58,7 +58,13 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the caches
         from . import torch_ops
         return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
-    key = call_key(a, b, kernel, out, out_dtype, params)
+    if out is None and not params and out_dtype is None and type(a) is type(b):   # the usual call, fewest steps
+        try:
+            key = (pair_key(a, b), kernel, None)
+        except (TypeError, AttributeError):
+            key = None
+    else:
+        key = call_key(a, b, kernel, out, out_dtype, params)
     known = PLANS.get(key) if key is not None else None
     if known is None:
         if contract.records_gradient(a, b):   # (its key never meets a plain call's: see plan_cache)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.nn.functional import linear
 
 from . import api, registry
 
@@ -47,12 +48,17 @@ class Linear(torch.nn.Linear):
         weight, bias = self.weight, self.bias
         if self.out_dtype is not None or input.dtype != weight.dtype or is_compiling():
             y = self.general_product(input)
-        elif grad_enabled() and (input.requires_grad or weight.requires_grad):
-            y = LinearProduct.apply(input, weight, self.products)
-            if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
-                y = y.reshape(input.shape[:-1] + (self.out_features,))
         else:
-            y = self.products.linear(input, weight)
+            products = self.products
+            layout = products.layout(input, weight)
+            if not (grad_enabled() and (input.requires_grad or weight.requires_grad)):
+                y = products.linear(input, weight, layout)
+            elif layout.grads and layout.exact_now():   # torch's autograd runs tilemm's products: its own
+                y = linear(input, weight)
+            else:
+                y = LinearProduct.apply(input, weight, products, layout)
+                if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
+                    y = y.reshape(input.shape[:-1] + (self.out_features,))
         return y if bias is None else y + bias
 
     def general_product(self, input: torch.Tensor) -> torch.Tensor:
@@ -88,24 +94,23 @@ class Products:
         key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device)
         fast = self.known.get(key, False)
         if fast is False:
-            fast = self.remember(key, self.fast_product(a, b)[0])
+            fast = self.remember(key, self.fast_product(a, b))
         c = fast(a, b) if fast is not None else None
         return c if c is not None else api.matmul(a, b, kernel=self.kernel, **self.params)
 
     def layout(self, input: torch.Tensor, weight: torch.Tensor) -> Layout:
-        """What this module knows of input @ weight.T for input's layout."""
-        key = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.stride(), weight.dtype,
-               weight.device)
+        """What this module knows of input @ weight.T for input's layout (weight of input's dtype)."""
+        key = (input.shape, input.stride(), input.device, weight.shape, weight.stride(), weight.device)
         layout = self.known.get(key)
         if layout is None:
-            layout = self.remember(key, Layout(*self.fast_product(input.reshape(-1, input.shape[-1]), weight.T)))
+            rows = input.reshape(-1, input.shape[-1])
+            layout = self.remember(key, Layout(self.fast_product(rows, weight.T), input.dtype))
         return layout
 
-    def linear(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout | None = None) -> torch.Tensor:
+    def linear(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout) -> torch.Tensor:
         """input @ weight.T, a stack of rows as one product of (rows, in) @ (in, out), as F.linear."""
-        layout = layout or self.layout(input, weight)
-        if layout.folds:    # the library's product folds the stack into that one GEMM of rows, as F.linear does
-            return layout.fast(input, weight.T)
+        if layout.linear is not None:     # the library's product: F.linear itself, with tilemm's sums
+            return layout.linear(input, weight)
         return self.rows_product(input, weight, layout).reshape(input.shape[:-1] + (weight.shape[0],))
 
     def rows_product(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout) -> torch.Tensor:
@@ -114,33 +119,22 @@ class Products:
         y = layout.fast(rows, weight.T) if layout.fast is not None else None
         return y if y is not None else api.matmul(rows, weight.T, kernel=self.kernel, **self.params)
 
-    def linear_grads(self, layout: Layout, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
-        """(d input, d weight) of input @ weight.T given its contiguous gradient dY (grad mode off):
-        dY @ weight, and dY^T @ input's rows, which comes out in the weight's own layout, no copy.
-        Where the library multiplies both (the first as one GEMM of the rows, as the forward), the
-        layout keeps their products; else each is a call of this module's products."""
-        if layout.grads is None:
-            grad_rows = grad.reshape(-1, grad.shape[-1])
-            (d_input, folds), (d_weight, library) = (self.fast_product(grad_rows, weight),
-                                                     self.fast_product(grad_rows.mT, input.reshape(-1, input.shape[-1])))
-            layout.grads = (d_input, d_weight) if folds and library else False
-        if not layout.grads:
-            return linear_grads(self, grad, input, weight, need_input, need_weight)
-        d_input, d_weight = layout.grads
-        return (d_input(grad, weight) if need_input else None,
-                d_weight(grad.reshape(-1, grad.shape[-1]).mT, input.reshape(-1, input.shape[-1])) if need_weight
-                else None)
+    def learn_grads(self, layout: Layout, grad, input, weight) -> None:
+        """Whether tilemm's plans for this layout's two gradient products (dY @ weight, and dY^T @
+        input's rows, with dY contiguous) are both the library's: then layout.grads computes both
+        as torch's own Linear backward does (the same cuBLAS calls), with tilemm's sums."""
+        grad_rows = grad.reshape(-1, grad.shape[-1])
+        library = (self.fast_product(grad_rows, weight) is not None
+                   and self.fast_product(grad_rows.mT, input.reshape(-1, input.shape[-1])) is not None)
+        layout.grads = library and layout.linear is not None and library_linear_grads(input.dtype)
 
-    def fast_product(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
-        """(the repeated-call product of tilemm's plan for a @ b, or None; whether it is the library
-        rung's, which multiplies a stack over one B as one GEMM of its rows, as torch.matmul does)."""
+    def fast_product(self, a: torch.Tensor, b: torch.Tensor):
+        """The repeated-call product of tilemm's plan for a @ b (the library rung's alone: it
+        multiplies a stack over one B as one GEMM of its rows, as torch.matmul does), or None."""
         try:
-            fast = api.plan(a, b, kernel=self.kernel, **self.params).fast
+            return api.plan(a, b, kernel=self.kernel, **self.params).fast
         except (TypeError, ValueError):         # tilemm.matmul raises it again, at each call
-            return None, False
-        # (api.plan gives a fast product to the library rung alone: the Triton rungs' replays come
-        # from a first call, which tilemm.matmul's own repeated-call path keeps)
-        return fast, fast is not None
+            return None
 
     def remember(self, key: tuple, found):
         if len(self.known) >= self.LAYOUTS:
@@ -150,12 +144,31 @@ class Products:
 
 
 class Layout:
-    """One layout of a Linear's input: the forward product's plan product (or None) and whether it
-    folds a stack of rows; the gradients' products, once a backward has asked (False: per call)."""
-    __slots__ = ("fast", "folds", "grads")
+    """One layout of a Linear's input: the plan's repeated-call product of its rows (or None);
+    where that is the library's, F.linear with tilemm's sums (linear) and whether torch's flags
+    give those sums already (exact_now); the gradients' products once a backward has asked
+    (False: a tilemm.matmul call each)."""
+    __slots__ = ("fast", "linear", "exact_now", "grads")
 
-    def __init__(self, fast, folds: bool):
-        self.fast, self.folds, self.grads = fast, folds, None
+    def __init__(self, fast, dtype: torch.dtype):
+        from .ladder import library        # (the ladder loads numba: on first use)
+        self.fast, self.grads = fast, None
+        name = str(dtype).removeprefix("torch.")
+        self.linear = library.with_exact_sums(name, linear) if fast is not None else None
+        get, _ = library.exact_sums_flag(name)
+        self.exact_now = (lambda: not get()[0]) if get is not None else (lambda: True)
+
+
+def torch_linear_grads(grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
+    """(d input, d weight) of F.linear(input, weight), as torch's own Linear backward multiplies
+    them: dY @ weight (a stack of rows as one GEMM), and dY^T @ input's rows."""
+    return (torch.matmul(grad, weight) if need_input else None,
+            grad.reshape(-1, grad.shape[-1]).mT.matmul(input.reshape(-1, input.shape[-1])) if need_weight else None)
+
+
+def library_linear_grads(dtype: torch.dtype):
+    from .ladder import library        # (the ladder loads numba: on first use)
+    return library.with_exact_sums(str(dtype).removeprefix("torch."), torch_linear_grads)
 
 
 def linear_grads(product, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
@@ -172,31 +185,27 @@ class LinearProduct(torch.autograd.Function):
     plain tilemm.matmul with the Linear's kernel and parameters."""
 
     @staticmethod
-    def forward(ctx, input, weight, products):
-        layout = products.layout(input, weight)
+    def forward(ctx, input, weight, products, layout):
         ctx.save_for_backward(input, weight)
         ctx.products, ctx.layout = products, layout
-        if layout.folds:                                # grad mode is off here
-            return layout.fast(input, weight.T)
+        if layout.linear is not None:                   # grad mode is off here
+            return layout.linear(input, weight)
         return products.rows_product(input, weight, layout)    # (rows, out): Linear.forward reshapes it
 
     @staticmethod
     def backward(ctx, grad):
         input, weight = ctx.saved_tensors
         need_input, need_weight = ctx.needs_input_grad[:2]
-        grads = ctx.layout.grads
-        if grads and grad.is_contiguous() and not torch.is_grad_enabled():     # the library's, learned
-            d_input, d_weight = grads
-            return (d_input(grad, weight) if need_input else None,
-                    d_weight(grad.reshape(-1, grad.shape[-1]).mT, input.reshape(-1, input.shape[-1])) if need_weight
-                    else None, None)
-        products = ctx.products
+        layout, products = ctx.layout, ctx.products
         if torch.is_grad_enabled():      # create_graph=True: tilemm.matmul records these products' graph
             product = functools.partial(api.matmul, kernel=products.kernel, **products.params)
-            return linear_grads(product, grad, input, weight, need_input, need_weight) + (None,)
-        if ctx.layout.folds and grad.is_contiguous():
-            return products.linear_grads(ctx.layout, grad, input, weight, need_input, need_weight) + (None,)
-        return linear_grads(products, grad, input, weight, need_input, need_weight) + (None,)
+            return linear_grads(product, grad, input, weight, need_input, need_weight) + (None, None)
+        if grad.is_contiguous():
+            if layout.grads is None:
+                products.learn_grads(layout, grad, input, weight)
+            if layout.grads:             # the library's both: as torch's Linear backward, tilemm's sums
+                return layout.grads(grad, input, weight, need_input, need_weight) + (None, None)
+        return linear_grads(products, grad, input, weight, need_input, need_weight) + (None, None)
 
 
 def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype=None, **params) -> list[str]:

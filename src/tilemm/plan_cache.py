@@ -20,13 +20,18 @@ def call_key(a, b, kernel, out, out_dtype, params):
     unhashable parameter, an array kind plan() will refuse)."""
     try:
         if out is None and not params and type(a) is type(b):     # the usual call, in the fewest steps
-            return ((_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b), kernel,
-                    out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
+            return (pair_key(a, b), kernel, out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
         return (operand_key(a), operand_key(b), kernel,
                 None if out is None else (operand_key(out), getattr(getattr(out, "flags", None), "writeable", True)),
                 contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
     except (TypeError, AttributeError):
         return None
+
+
+def pair_key(a, b):
+    """Both operands' part of a call's key, for operands of one type (TypeError for an array kind
+    tilemm does not cache)."""
+    return (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b)
 
 
 def operand_key(x):
@@ -62,10 +67,10 @@ def _new_key_functions(x) -> tuple:
     torch = arrays.torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         # a tensor that would record a gradient goes through autograd: its key never meets a plain one's
-        return ((lambda x: (torch.Tensor, x.dtype, x.shape, x.stride(), x.device,
-                            x.requires_grad and torch.is_grad_enabled())),
-                (lambda a, b: (torch.Tensor, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(),
-                               b.device, (a.requires_grad or b.requires_grad) and torch.is_grad_enabled())))
+        kind, grad_enabled = torch.Tensor, torch.is_grad_enabled
+        return ((lambda x: (kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled())),
+                (lambda a, b: (kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+                               (a.requires_grad or b.requires_grad) and grad_enabled())))
     cupy = arrays.cupy_if_imported()
     if cupy is not None and isinstance(x, cupy.ndarray):
         return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),

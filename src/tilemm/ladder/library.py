@@ -6,7 +6,7 @@ as well); float16 and bfloat16 to cuBLAS through torch (CuPy has no bfloat16), w
 float32 sums throughout (no reduced-precision reductions, which torch allows by default for
 16-bit types); integers go to CuPy's own exact kernel (torch has no integer matmul on CUDA), and bool results, counted
 there in int32 and compared with zero.
-Operands arrive as torch tensors where torch is installed (api._prepare_library).
+Operands arrive as torch tensors where torch is installed (tilemm.backends.library).
 """
 import contextlib
 import math
@@ -59,30 +59,45 @@ def torch_product(dtype: str):
     """product(a, b): torch.matmul(a, b) with float32 sums and no TF32, for operands of dtype, the
     caller's flag put back: what a repeated call of the default kernel on torch tensors runs
     (api.matmul's fast path), without run_cublas's result buffer, the context manager, or the
-    flags this dtype's product never reads. The flag is read and set through torch's own getter
-    and setter where this torch has them (a tenth of a microsecond each, against half a
+    flags this dtype's product never reads."""
+    return with_exact_sums(dtype, arrays.torch_if_imported().matmul)
+
+
+def with_exact_sums(dtype: str, function):
+    """function(*args) run with the one flag of EXACT_FLAGS that torch reads for products of dtype
+    off, the caller's flag put back after it; ``function`` itself where there is nothing to set
+    (float64) or the flag is already off at the call. The flag is read and set through torch's
+    own getter and setter where this torch has them (a tenth of a microsecond each, against half a
     microsecond through torch.backends.cuda.matmul), which also keep its split-K part as it was."""
+    get, put = exact_sums_flag(dtype)
+    if get is None:
+        return function
+
+    def exact(*args):
+        before = get()
+        if not before[0]:
+            return function(*args)
+        put(False, *before[1:])
+        try:
+            return function(*args)
+        finally:
+            put(*before)
+    return exact
+
+
+def exact_sums_flag(dtype: str) -> tuple:
+    """(get, put) of the flag torch reads for products of dtype (get() gives a tuple whose first
+    item is whether reduced-precision sums are allowed); (None, None) where none is read."""
     torch = arrays.torch_if_imported()
     flag = FLAG_OF.get(dtype)
-    if flag is None:                        # float64: nothing to set
-        return torch.matmul
+    if flag is None:
+        return None, None
     get, put = (getattr(torch._C, f"_{verb}_cublas_{flag}", None) for verb in ("get", "set"))
     if get is None or put is None:          # a torch without them: the attribute
         settings = torch.backends.cuda.matmul
         get, put = (lambda: getattr(settings, flag)), (lambda value: setattr(settings, flag, value))
     # the reductions' flags read (allowed, split-K allowed) in newer torch: the state is a tuple
-    state = get if isinstance(get(), tuple) else (lambda: (get(),))
-
-    def product(a, b):
-        before = state()
-        if not before[0]:
-            return torch.matmul(a, b)
-        put(False, *before[1:])
-        try:
-            return torch.matmul(a, b)
-        finally:
-            put(*before)
-    return product
+    return (get if isinstance(get(), tuple) else (lambda: (get(),))), put
 
 
 # --8<-- [start:kernel]
