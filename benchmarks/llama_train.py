@@ -58,6 +58,9 @@ def parse_args(argv=None):
     ap.add_argument("--kernel", default=None, help="tilemm's kernel for every Linear (default: tilemm's choice)")
     ap.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, float32 on the CPU: a check of "
                     "the script itself")
+    ap.add_argument("--float32-sums", action="store_true",
+                    help="torch's 16-bit products with float32 sums throughout (allow_bf16_reduced_precision_"
+                         "reduction off), as tilemm's library rung sums: both modes then compute alike")
     ap.add_argument("--out", default=None)
     ap.add_argument("--run", choices=list(WORKSPACES), help=argparse.SUPPRESS)     # one curves run (a child)
     args = ap.parse_args(argv)
@@ -154,6 +157,7 @@ def child_argv(args) -> list:
             "--intermediate", str(args.intermediate), "--batch", str(args.batch), "--seq", str(args.seq),
             "--lr", str(args.lr), "--seed", str(args.seed)]
     argv += ["--kernel", args.kernel] if args.kernel else []
+    argv += ["--float32-sums"] if args.float32_sums else []
     return argv + (["--tiny"] if args.tiny else [])
 
 
@@ -316,13 +320,15 @@ def compile_check(args, emit):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.float32_sums:
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     if args.run:
         one_curve(args)
         return
     out = Path(os.environ.get("OUT") or args.out or "out")
     out.mkdir(parents=True, exist_ok=True)
     stamp = {"torch": torch.__version__, "tilemm": tilemm.__version__, "tiny": args.tiny, "layers": args.layers,
-             "intermediate": args.intermediate, "kernel": args.kernel, "command": " ".join(sys.argv),
+             "intermediate": args.intermediate, "kernel": args.kernel, "float32_sums": args.float32_sums, "command": " ".join(sys.argv),
              "device": torch.cuda.get_device_name() if not args.tiny else "cpu"}
     try:
         import transformers

@@ -226,3 +226,19 @@ def check_library_layouts(shape, reduced: bool, flag: str):
         assert getattr(torch.backends.cuda.matmul, flag) is reduced
     with torch.no_grad():
         assert torch.allclose(ours(x).double(), theirs(x).double(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_layout_is_planned_for_operands_that_require_grad(monkeypatch):
+    """A training forward's layout asks tilemm.plan with grad mode off (plan refuses operands that
+    would record a gradient, which would leave every training call on the slow path)."""
+    seen = []
+    plan = tilemm.api.plan
+
+    def spy(a, b, **options):
+        seen.append(torch.is_grad_enabled())
+        return plan(a, b, **options)
+    monkeypatch.setattr(tilemm.api, "plan", spy)
+    layer = Linear(5, 3, dtype=torch.float64)
+    x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    layer(x).sum().backward()
+    assert seen and not any(seen)

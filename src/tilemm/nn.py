@@ -132,7 +132,8 @@ class Products:
         """The repeated-call product of tilemm's plan for a @ b (the library rung's alone: it
         multiplies a stack over one B as one GEMM of its rows, as torch.matmul does), or None."""
         try:
-            return api.plan(a, b, kernel=self.kernel, **self.params).fast
+            with torch.no_grad():           # (a plan refuses operands that would record a gradient)
+                return api.plan(a, b, kernel=self.kernel, **self.params).fast
         except (TypeError, ValueError):         # tilemm.matmul raises it again, at each call
             return None
 
