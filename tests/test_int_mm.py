@@ -138,6 +138,22 @@ def test_the_library_path_is_exact(int_mm_on_the_cpu, m):
         assert fast(a, b).shape == (m, 24) and fast(a, b).dtype == torch.int32
 
 
+def test_int_mm_is_given_its_fast_layout_alone(int_mm_on_the_cpu, monkeypatch):
+    """A's rows and B's columns contiguous in every call (cuBLASLt refused 40 x 48 x 64 with B
+    row-major on the H200): operands in other layouts are copied first."""
+    real, seen = torch._int_mm, []
+
+    def recording(a, b, **out):
+        seen.append(a.stride(-1) == 1 and b.stride(-2) == 1)
+        return real(a, b, **out)
+    monkeypatch.setattr(torch, "_int_mm", recording)
+    for m in (5, 40):
+        for name, (a, b) in layouts(m, 48, 64, m).items():
+            int_mm.run(a, b, torch.empty(m, 48, dtype=torch.int32))
+            int_mm.product(a, b)(a, b)
+    assert seen and all(seen)
+
+
 def test_product_refuses_sizes_int_mm_does_not_take(int_mm_on_the_cpu):
     a = torch.zeros(40, 60, dtype=torch.int8)
     assert int_mm.product(a, torch.zeros(60, 48, dtype=torch.int8)) is None       # K = 60
@@ -171,3 +187,17 @@ def test_the_default_is_exact_on_the_gpu(m):
             for _ in range(2):          # the plan's path, then a repeated call's
                 c = tilemm.matmul(a, b, out_dtype="int32", kernel=kernel)
                 assert c.dtype == torch.int32 and torch.equal(c.double(), a.double() @ b.double()), (name, kernel)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_dtype", [None, "int32", "int64"])
+def test_the_library_rung_on_small_int8_products_on_the_gpu(out_dtype):
+    """Small sizes in every layout (cuBLASLt refused 40 x 48 x 64 with B row-major), into int8
+    (wrapped), int32 and int64."""
+    import tilemm
+    for m in (5, 40):
+        for name, (a, b) in layouts(m, 48, 64, m).items():
+            a, b = a.cuda(), b.cuda()
+            c = tilemm.matmul(a, b, out_dtype=out_dtype, kernel="cublas")
+            expected = (a.long().cpu() @ b.long().cpu()).to(c.dtype)         # NumPy's wrap for int8
+            assert torch.equal(c.cpu(), expected), (name, out_dtype)

@@ -3,12 +3,12 @@
 _int_mm takes 2-D int8 CUDA tensors with M above 16 and K and N multiples of 8, and is fast in one
 layout alone: A's rows and B's columns contiguous (B given as (N, K).T, as torch.nn.Linear keeps a
 weight). Elsewhere cuBLASLt takes a slow kernel or refuses (H200, 256 x 8192 x 8192: 53 µs; with A
-column-major 264 µs, and 17 x 28672 x 4096 CUBLAS_STATUS_NOT_SUPPORTED; with B row-major 304 µs).
-So A is copied into rows where it is not (M x K bytes: 67 µs in all), and a row-major B is taken as
-it is: torch's transposing copy of it cost more than the slow kernel (434 µs). Up to 16 rows, A is
-padded with zero rows to PADDED_ROWS. Operands at 4- and 8-byte offsets gave exact answers. The
-int32 sums wrap as NumPy's int32 do: exact modulo 2^32 (17 x 8 x (2^17 + 64) of all -128s gave
-2^31 + 2^20, wrapped).
+column-major 264 µs, and 17 x 28672 x 4096 CUBLAS_STATUS_NOT_SUPPORTED; with B row-major 304 µs, and
+40 x 48 x 64 CUBLAS_STATUS_NOT_SUPPORTED). So operands in another layout are copied into that one,
+the copy counted in the call (A column-major, 256 x 8192 x 8192: 67 µs in all; a row-major B's
+transposing copy costs more: 434 µs). Up to 16 rows, A is padded with zero rows to PADDED_ROWS.
+Operands at 4- and 8-byte offsets gave exact answers. The int32 sums wrap as NumPy's int32 do:
+exact modulo 2^32 (17 x 8 x (2^17 + 64) of all -128s gave 2^31 + 2^20, wrapped).
 """
 from __future__ import annotations
 
@@ -54,10 +54,8 @@ def fast_a(a):
 
 
 def fast_b(b):
-    """B as _int_mm takes it: (N, K).T or row-major as it is, else copied into rows."""
-    if (b.stride(-2) == 1 and b.stride(-1) % 8 == 0) or (b.stride(-1) == 1 and b.stride(-2) % 8 == 0):
-        return b
-    return fast_a(b)
+    """B in _int_mm's fast layout (columns contiguous: (N, K).T), copied where it is not."""
+    return fast_a(b.T).T
 
 
 def run(a, b, c) -> None:
