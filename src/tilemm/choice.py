@@ -80,6 +80,35 @@ MEASURED_WINNERS.update({((9, 0), dtype): INTEGER_WINNERS for dtype in ("int16",
 MEASURED_WINNERS[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.items() if c[0] > 0}
 
 
+# int8 -> int32 on torch tensors: tensorcore-int against the library rung (torch._int_mm), both whole
+# tilemm calls (H200, CUDA events; benchmarks/int8_small_m.py --set fit: 7 layers' N x K, M 1-1024,
+# B given as (N, K).T). The rung tiles C by 128 x 256, a program an SM, and does not split K:
+# - with fewer tiles than half the SMs it lost (M 17-512 x N 3584 x K 18944, 14-56 tiles: 120-130
+#   µs against 66-122); from 72 tiles it won (M 768 x 3072 x 8192: 72 against 105; M 384 x 7168 x
+#   18432, 84 tiles: 128 against 216; M 384 x 8192 x 6144, 96 tiles: 69 against 85); at 64 it tied or
+#   lost (M 512 x 4096 x 14336: 106 against 98; M 256 x 8192 x 6144: 70 against 67);
+# - from 17 to 64 rows _int_mm takes a kernel of its own that won at every N but 2048 x 2048 (within
+#   6 % there), 28672 x 4096's 112 tiles too (58-65 against 68-79);
+# - up to 16 rows (A padded to 17) the library won where K is 8192 or more (a program's K is long:
+#   3584 x 18944 85-90 against 117-124, 3072 x 8192 49-71 against 60-70) and lost where it is 6144 or
+#   less (8192 x 6144 64-83 against 58-69, 2048 x 2048 67-98 against 40-53).
+INT8_TILE = (128, 256)
+INT8_FILL = 0.5               # tiles per SM below which the rung's grid underfills the GPU
+INT8_OWN_KERNEL_ROWS = 64     # up to this many rows _int_mm's small-M kernel won
+INT8_PADDED_DEPTH = 8192      # K from which M <= 16 takes the library (A padded)
+
+
+def int8_library_wins(m: int, n: int, k: int, multiprocessors: int) -> bool:
+    """Whether an int8 x int8 -> int32 product of M x N x K on torch CUDA tensors takes the library
+    (torch._int_mm) rather than tensorcore-int, on a GPU of this many SMs: up to 16 rows where K is
+    deep (the rung's programs each walk all of K), from 17 rows where _int_mm's small-M kernel runs
+    or the rung's tiles would leave the GPU underfilled (see the figures above)."""
+    if m <= 16:
+        return k >= INT8_PADDED_DEPTH
+    tiles = -(-m // INT8_TILE[0]) * -(-n // INT8_TILE[1])
+    return m <= INT8_OWN_KERNEL_ROWS or tiles < INT8_FILL * multiprocessors
+
+
 def measured(records: list[dict], rung: str = "tensorcore") -> frozenset:
     """The shape classes benchmark records measured `rung` on (how MEASURED_CLASSES is made)."""
     return frozenset(record_class(r) for r in records

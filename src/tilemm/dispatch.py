@@ -26,14 +26,15 @@ STACK_PER_MATRIX_FROM = 2**32
 
 
 def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None,
-                    lds: tuple | None = None, stacked: bool = False) -> registry.Kernel:
+                    lds: tuple | None = None, stacked: bool = False, k_major: bool = False) -> registry.Kernel:
     """Host arrays: NumPy, or cpu-tiled for integer products past HOST_INTEGER_TILED_FROM (or
     HOST_INTEGER_TILED_WHEN_COMPILED_FROM where this process has compiled it). Device arrays: the rung
     tilemm.choice lists for this shape class (lds: the operands' leading dimensions) on this GPU,
     else the highest rung of the ladder that can run this problem here at its default parameters
     (NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
     matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Complex results: tensorcore-complex
-    where r14_complex.preferred measured it faster, else the library."""
+    where r14_complex.preferred measured it faster, else the library. int8 torch matrices in
+    _int_mm's fast layout (k_major) into int32: the library where int8_library_wins says."""
     if device != "cpu":
         if is_complex(result):        # the complex rung's own rule (the library where it has not measured faster)
             from .ladder.tensorcore import r14_complex    # (the ladder loads numba: on first use)
@@ -42,6 +43,8 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
         else:
             preferred = choice.preferred(result, m, n, k, operands, lds)
         if stacked and m * n * k < STACK_PER_MATRIX_FROM:
+            preferred = "cublas"
+        elif preferred == "tensorcore-int" and not stacked and k_major and int8_library_wins(result, m, n, k, operands):
             preferred = "cublas"
         kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))
         for kern in kernels:
@@ -70,3 +73,24 @@ def leading_dim(x, cols: int) -> int:
     if strides[-1] == 1:
         return strides[-2]
     return strides[-1] if strides[-2] == 1 else cols
+
+
+def k_major(a, b) -> bool:
+    """Whether torch matrices a and b are in torch._int_mm's fast layout: A's rows and B's columns
+    contiguous (tilemm.ladder.int_mm.k_major)."""
+    from .ladder import int_mm
+    return len(a.shape) >= 2 and len(b.shape) >= 2 and int_mm.k_major(a, b)
+
+
+def int8_library_wins(result: str, m: int, n: int, k: int, operands: str | None) -> bool:
+    """Whether an int8 product into int32 on this GPU takes the library (torch._int_mm) rather than
+    tensorcore-int: choice.int8_library_wins for its SMs, where _int_mm takes the sizes and the
+    library rung runs here."""
+    if operands != "int8" or result != "int32":
+        return False
+    gpu = machine.gpu()
+    if gpu is None or not choice.int8_library_wins(m, n, k, gpu.sms):
+        return False
+    from .ladder import int_mm
+    library = registry.get("cublas")
+    return int_mm.why_not(m, n, k) is None and library.why_not(Problem(m, n, k, "int32"), {}) is None

@@ -68,7 +68,8 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     else:
         chosen = (registry.get(kernel) if kernel is not None else
                   dispatch.default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
-                                  dispatch.leading_dims(a, b, k, n) if da.device != "cpu" else None, math.prod(batch) > 1))
+                                  dispatch.leading_dims(a, b, k, n) if da.device != "cpu" else None, math.prod(batch) > 1,
+                                  da.kind == "torch" and dispatch.k_major(a, b)))
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:
@@ -92,5 +93,9 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
             and len(da.shape) >= 2 and len(db.shape) >= 2 and da.dtype == db.dtype == result == compute):
         from .ladder.library import torch_product    # (the ladder loads numba: on first use)
         fast = torch_product(result)
+    elif (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and len(da.shape) == 2
+          and len(db.shape) == 2 and da.dtype == db.dtype == "int8" and result == compute == "int32"):
+        from .ladder import int_mm     # torch._int_mm, A padded where M is 16 or less
+        fast = int_mm.product(a, b)
     return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast,
                 exact=exact)

@@ -4,8 +4,10 @@ float32 and float64 go to cuBLAS through CuPy (or torch where CuPy is missing), 
 float32 is true SGEMM, and so do complex64 and complex128 (CGEMM and ZGEMM, TF32 off for complex64
 as well); float16 and bfloat16 to cuBLAS through torch (CuPy has no bfloat16), with
 float32 sums throughout (no reduced-precision reductions, which torch allows by default for
-16-bit types); integers go to CuPy's own exact kernel (torch has no integer matmul on CUDA), and bool results, counted
-there in int32 and compared with zero.
+16-bit types); int8 matrices into int32 (out_dtype="int32") go to cuBLASLt's int8 GEMM through
+torch._int_mm where it takes them (tilemm.ladder.int_mm); other integers to CuPy's own exact kernel
+(torch has no other integer matmul on CUDA), and bool results, counted there in int32 and compared
+with zero.
 Operands arrive as torch tensors where torch is installed (tilemm.backends.library).
 """
 import contextlib
@@ -14,6 +16,7 @@ import math
 from .. import arrays, compat, streams
 from ..dtypes import dtype_name, is_integer
 from ..kernel_record import Kernel, Traffic, register
+from . import int_mm
 from .simt import launch
 
 SIXTEEN_BITS = ("float16", "bfloat16")
@@ -104,7 +107,13 @@ def exact_sums_flag(dtype: str) -> tuple:
 def run_cublas(a, b, c):
     """Floats through torch where the operands are torch tensors (CuPy's view of a tensor costs
     more than the call) or a CUDA graph is being captured (CuPy refuses to call cuBLAS then);
-    integers and CuPy's own arrays through CuPy."""
+    int8 operands of an int32 C through torch._int_mm where it takes them; other integers and
+    CuPy's own arrays through CuPy, narrower integer operands first cast to C's dtype."""
+    if a.dtype != c.dtype or b.dtype != c.dtype:     # integers narrower than C's (narrow_operands)
+        if int_mm.takes(a, b, c):
+            int_mm.run(a, b, c)
+            return
+        a, b = a.to(c.dtype), b.to(c.dtype)
     name, lib = _library()
     torch, dtype = arrays.torch_if_imported(), dtype_name(c.dtype)
     through_torch = dtype in SIXTEEN_BITS or (not is_integer(dtype) and (
@@ -158,6 +167,6 @@ register(Kernel(
     dtypes=("int32", "int64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128"),
     seed="anchor", summary="cuBLAS via CuPy (TF32 off) or torch (16-bit floats, float32 sums; CGEMM/ZGEMM); CuPy's "
                            "exact kernel for integers and bool",
-    run=run_cublas, run_stack=run_stack, available=available, limits=limits,
+    run=run_cublas, run_stack=run_stack, available=available, limits=limits, narrow_operands=True,
     traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
 ))
