@@ -327,12 +327,12 @@ def main(argv=None):
         return
     out = Path(os.environ.get("OUT") or args.out or "out")
     out.mkdir(parents=True, exist_ok=True)
-    stamp = {"torch": torch.__version__, "tilemm": tilemm.__version__, "tiny": args.tiny, "layers": args.layers,
-             "intermediate": args.intermediate, "kernel": args.kernel, "float32_sums": args.float32_sums, "command": " ".join(sys.argv),
-             "device": torch.cuda.get_device_name() if not args.tiny else "cpu"}
+    stamp = {**tilemm.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)), "tiny": args.tiny,
+             "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel,
+             "float32_sums": args.float32_sums}
     try:
         import transformers
-        stamp["transformers"] = transformers.__version__
+        stamp["versions"] = {**stamp["versions"], "transformers": transformers.__version__}
     except ImportError:
         raise SystemExit("llama_train.py needs transformers (pip install transformers)") from None
 
