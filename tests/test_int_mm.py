@@ -84,7 +84,9 @@ def test_host_operands_keep_their_kernels():
     b = torch.randint(-128, 128, (96, 256), dtype=torch.int8).T
     checked = tilemm.plan(a, b, out_dtype="int32")
     assert checked.kernel.name in ("numpy", "cpu-tiled") and checked.fast is None
-    assert dispatch.default_kernel("cpu", "int32", 64, 96, 256, "int8", k_major=True).name == "numpy"
+    # (numpy, or cpu-tiled once this process has compiled it: the host's rule, not int8's)
+    assert (dispatch.default_kernel("cpu", "int32", 64, 96, 256, "int8", k_major=True).name
+            == dispatch.default_kernel("cpu", "int32", 64, 96, 256).name)
 
 
 def test_k_major_is_rows_of_a_and_columns_of_b():
