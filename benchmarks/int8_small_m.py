@@ -28,13 +28,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import time
 
 import torch
 
 import tilemm
 
 import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
+from call_overhead import wall_us as block_us  # (wall time a call of a block, one synchronize at the end)
 
 FIT = [(3584, 18944), (3072, 8192), (8192, 6144), (7168, 18432), (2048, 2048), (4096, 14336), (28672, 4096)]
 HELD_OUT = [(4096, 4096), (1024, 4096), (14336, 4096), (11008, 4096), (4096, 11008), (5120, 5120), (13824, 5120),
@@ -72,16 +72,6 @@ def event_timer():
         end.synchronize()
         return start.elapsed_time(end) * 1e3
     return time_us
-
-
-def block_us(call, calls: int) -> float:
-    """Wall time per call of a block of `calls` calls back to back, one synchronize at the end."""
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls * 1e6
 
 
 def measure(calls: dict, rounds: int, per_round: int, block: int) -> tuple:
