@@ -185,6 +185,31 @@ def complex_table(name: str) -> str:
                   "default vs the library", "error: rung / cuBLAS"], rows) + source(name, records)
 
 
+def compile_times_table(name: str) -> str:
+    """Each rung's first call in a new process: cold (empty disk caches, so it compiles) and warm
+    (a second process loading what the first compiled); the first dtype's call also pays importing
+    numba or Triton, the others' are given as a range."""
+    records = read(name)
+    by_rung = {}
+    for r in records:
+        by_rung.setdefault(r["kernel"], {}).setdefault(r["label"], []).append(r)
+
+    def seconds(x: float) -> str:
+        return f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.0f} ms" if x >= 1e-3 else "< 1 ms"
+
+    def first_calls(rs):
+        rest = sorted(r["first_call_s"] for r in rs[1:])
+        low, high = (seconds(rest[0]), seconds(rest[-1])) if rest else (None, None)
+        others = "" if low is None else f" ({low})" if low == high else f" ({low} to {high})"
+        return seconds(rs[0]["first_call_s"]) + others
+    rows = [[f"`{rung}`", ", ".join(r["dtype"] for r in v["cold"]), first_calls(v["cold"]), first_calls(v["warm"])]
+            for rung, v in sorted(by_rung.items(), key=lambda kv: LADDER_ORDER.index(kv[0]))]
+    size = records[0]["m"]
+    return (f"First call of {size}³ in a new process, to the synchronized, checked result; the dtypes in order "
+            "(the first one's call imports numba or Triton, the others' are in brackets):\n\n"
+            + table(["rung", "dtypes", "cold (empty caches)", "warm (disk caches)"], rows) + source(name, records))
+
+
 def headline() -> str:
     """README's block: one table per device."""
     parts = []
@@ -237,6 +262,7 @@ def generated_tables() -> dict:
     files["fp8_h200.md"] = fp8_table("h200/fp8_vs_scaled_mm.jsonl")
     files["int_h100.md"] = int_table("h100/int_vs_baselines.jsonl")
     files["complex_h200.md"] = complex_table("h200/complex_vs_library.jsonl")
+    files["compile_times_h200.md"] = compile_times_table("h200/compile_times.jsonl")
     return files
 
 
