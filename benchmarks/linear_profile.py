@@ -138,11 +138,11 @@ def calls(emit):
     w = layers["torch"].weight.detach()
     x3, rows, wt = x.reshape(2, 8, 256), x, w.T
     fast = tilemm.plan(rows, wt).fast
-    products = tilemm.nn.Products(None, {})
+    layout = tilemm.nn.Products(None, {}).layout(x3, w)
     with torch.inference_mode():
         steps = {"F.linear": lambda: torch.nn.functional.linear(x3, w), "torch.matmul": lambda: torch.matmul(rows, wt),
                  "tilemm.matmul": lambda: tilemm.matmul(rows, wt), "plan.fast": lambda: fast(rows, wt),
-                 "Products.linear": lambda: products.linear(x3, w), "reshape": lambda: x3.reshape(-1, 256),
+                 "Layout.linear": lambda: layout.linear(x3, w), "reshape": lambda: x3.reshape(-1, 256),
                  "weight.T": lambda: w.T}
         emit({"part": "calls", "steps_us": {name: per_call_us(step, 2000) for name, step in steps.items()}})
 

@@ -5,11 +5,12 @@ Linears and with tilemm's (tilemm.nn.swap_linears), three parts:
               process of its own: torch; torch with another cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG
               is read at CUDA's start), whose spread from the first is the noise to beat; tilemm.
               The loss every 10th step, and whether tilemm's stays within that spread or 1%.
-  throughput  interleaved rounds on one model, its Linears swapped in place: a training step, a
-              prefill, a decode of T tokens with the KV cache, each timed with torch's Linears
-              and with tilemm's back to back (the order alternating round to round), after an
-              untimed round; medians over rounds, tilemm's throughput / torch's as the ratio of
-              the medians and as the median of each round's ratio.
+  throughput  two models from one seed, torch's Linears and tilemm's (swapped in place): a
+              training step, a prefill, a decode of T tokens with the KV cache, each timed in
+              both modes back to back (the order alternating rep to rep), after an untimed
+              call of each; tilemm's throughput / torch's as the ratio of the medians, the
+              median of each pair's ratio, and the ratio of the fastest calls (the host's
+              interference least).
   compile     torch.compile(model) with tilemm's Linears: torch._dynamo.explain's graph breaks (and
               torch's own model's, for reference) and the losses of a few steps against eager.
 
@@ -178,17 +179,13 @@ def synchronize(args):
         torch.cuda.synchronize()
 
 
-def timed(args, call, reps: int) -> float:
-    """Median seconds of `reps` calls, after one untimed call."""
+def timed_once(args, call) -> float:
+    """Seconds of one call, the device idle before and after it."""
+    synchronize(args)
+    start = time.perf_counter()
     call()
-    times = []
-    for _ in range(reps):
-        synchronize(args)
-        start = time.perf_counter()
-        call()
-        synchronize(args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    synchronize(args)
+    return time.perf_counter() - start
 
 
 def decode(model, prompt, tokens: int):
@@ -226,53 +223,54 @@ def model_phases(model, optimizer, tokens, args) -> dict:
 
 
 def throughput(args, emit):
-    model = build_model(args)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    stream = token_stream(args, model.config.vocab_size)
+    """Two models from one seed, one with torch's Linears, one with tilemm's (swapped in place),
+    each with its own AdamW, so that the modes take turns without swapping between calls (a swap
+    starts a module's record of layouts anew: its first call plans again). Each rep times a phase
+    in both modes back to back, the order alternating rep to rep: the host's speed drifts (the
+    steps are bound by the CPU: Python and kernel launches), and a ratio of neighbours in time
+    sees less of that drift than one of separate runs."""
+    models = {"torch": build_model(args), "tilemm": build_model(args)}
+    stream = token_stream(args, models["torch"].config.vocab_size)
     tokens = next(stream)
     prompt = tokens[:, :args.seq]
-    phases = model_phases(model, optimizer, tokens, args)
-
     with torch.inference_mode():           # tilemm's logits against torch's, once
-        model.eval()
-        theirs = model(input_ids=prompt).logits.float()
-        tilemm.nn.swap_linears(model, kernel=args.kernel)
-        ours = model(input_ids=prompt).logits.float()
-        tilemm.nn.restore_linears(model)
+        for model in models.values():
+            model.eval()
+        theirs = models["torch"](input_ids=prompt).logits.float()
+        tilemm.nn.swap_linears(models["tilemm"], kernel=args.kernel)
+        ours = models["tilemm"](input_ids=prompt).logits.float()
     emit({"part": "throughput", "logits_max_abs_diff": float((ours - theirs).abs().max()),
           "logits_max_abs": float(theirs.abs().max())})
+    del theirs, ours
     modes = ("torch", "tilemm")
-
-    def use(mode):
-        if mode == "tilemm":
-            tilemm.nn.swap_linears(model, kernel=args.kernel)
-        else:
-            tilemm.nn.restore_linears(model)
-    for mode in modes:                     # a round untimed: every path compiled, planned and allocated
-        use(mode)
-        for call in phases.values():
+    phases = {mode: model_phases(model, torch.optim.AdamW(model.parameters(), lr=args.lr), tokens, args)
+              for mode, model in models.items()}
+    names = list(phases["torch"])
+    for mode in modes:                     # untimed: every path compiled, planned and allocated
+        for call in phases[mode].values():
             call()
-    times = {mode: {phase: [] for phase in phases} for mode in modes}
-    # each phase timed both ways back to back, the order alternating round to round: the host's
-    # speed drifts (the steps are bound by the CPU: Python and kernel launches), and a ratio of
-    # neighbours in time sees less of that drift than one of two separate runs
+    times = {mode: {phase: [] for phase in names} for mode in modes}
+    rep = 0
     for r in range(args.rounds):
-        for phase, call in phases.items():
-            for mode in (modes if r % 2 == 0 else modes[::-1]):
-                use(mode)
-                times[mode][phase].append(timed(args, call, args.reps))
+        for phase in names:
+            for _ in range(args.reps):
+                for mode in (modes if rep % 2 == 0 else modes[::-1]):
+                    times[mode][phase].append(timed_once(args, phases[mode][phase]))
+                rep += 1
         progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{p} {times['torch'][p][-1] * 1e3:.1f} / {times['tilemm'][p][-1] * 1e3:.1f} ms" for p in phases))
-    tilemm.nn.restore_linears(model)
+            f"{p} {statistics.median(times['torch'][p][-args.reps:]) * 1e3:.1f} / "
+            f"{statistics.median(times['tilemm'][p][-args.reps:]) * 1e3:.1f} ms" for p in names))
     medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
-    paired = {p: statistics.median(t / o for t, o in zip(times["torch"][p], times["tilemm"][p])) for p in phases}
+    best = {mode: {p: min(v) for p, v in per.items()} for mode, per in times.items()}
+    paired = {p: statistics.median(t / o for t, o in zip(times["torch"][p], times["tilemm"][p])) for p in names}
     tokens_of = {"train_step": args.batch * args.seq, "prefill": args.batch * args.seq,
                  "decode": args.batch * args.decode}
     emit({"part": "throughput", "summary": True, "rounds": args.rounds, "reps": args.reps, "batch": args.batch,
-          "seq": args.seq, "decode_tokens": args.decode, "median_s": medians, "times_s": times,
+          "seq": args.seq, "decode_tokens": args.decode, "median_s": medians, "best_s": best, "times_s": times,
           "tokens_per_s": {m: {p: tokens_of[p] / t for p, t in per.items()} for m, per in medians.items()},
-          "ratio_tilemm_over_torch": {p: medians["torch"][p] / medians["tilemm"][p] for p in phases},
-          "paired_ratio_median": paired})
+          "ratio_tilemm_over_torch": {p: medians["torch"][p] / medians["tilemm"][p] for p in names},
+          "paired_ratio_median": paired,
+          "best_ratio": {p: best["torch"][p] / best["tilemm"][p] for p in names}})
 
 
 # ---------------------------------------------------------------- (c) torch.compile

@@ -48,17 +48,19 @@ class Linear(torch.nn.Linear):
         weight, bias = self.weight, self.bias
         if self.out_dtype is not None or input.dtype != weight.dtype or is_compiling():
             y = self.general_product(input)
+            return y if bias is None else y + bias
+        products = self.products         # (the usual call inline: a model pays each step ~100 times a forward)
+        layout = (products.known.get((input.shape, input.stride(), input.device, weight.shape, weight.stride(),
+                                      weight.device)) or products.layout(input, weight))
+        recording = grad_enabled() and (input.requires_grad or weight.requires_grad)
+        if layout.linear is not None and (not recording or layout.grads and layout.exact_now()):
+            return layout.linear(input, weight, bias)     # F.linear, its bias in the product's epilogue
+        if not recording:
+            y = products.rows_product(input, weight, layout).reshape(input.shape[:-1] + (self.out_features,))
         else:
-            products = self.products
-            layout = products.layout(input, weight)
-            if not (grad_enabled() and (input.requires_grad or weight.requires_grad)):
-                y = products.linear(input, weight, layout)
-            elif layout.grads and layout.exact_now():   # torch's autograd runs tilemm's products: its own
-                y = linear(input, weight)
-            else:
-                y = LinearProduct.apply(input, weight, products, layout)
-                if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
-                    y = y.reshape(input.shape[:-1] + (self.out_features,))
+            y = LinearProduct.apply(input, weight, products, layout)
+            if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
+                y = y.reshape(input.shape[:-1] + (self.out_features,))
         return y if bias is None else y + bias
 
     def general_product(self, input: torch.Tensor) -> torch.Tensor:
@@ -106,12 +108,6 @@ class Products:
             rows = input.reshape(-1, input.shape[-1])
             layout = self.remember(key, Layout(self.fast_product(rows, weight.T), input.dtype))
         return layout
-
-    def linear(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout) -> torch.Tensor:
-        """input @ weight.T, a stack of rows as one product of (rows, in) @ (in, out), as F.linear."""
-        if layout.linear is not None:     # the library's product: F.linear itself, with tilemm's sums
-            return layout.linear(input, weight)
-        return self.rows_product(input, weight, layout).reshape(input.shape[:-1] + (weight.shape[0],))
 
     def rows_product(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout) -> torch.Tensor:
         """input's rows @ weight.T, (rows, in) @ (in, out)."""
