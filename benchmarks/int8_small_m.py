@@ -12,7 +12,9 @@ fast layout. Variants, each a whole call as a user makes it:
 - _int_mm: torch._int_mm(a, b); for M <= 16, which it refuses, A padded to 32 rows first
   (a.new_zeros(32, K), a copy in, the product's first M rows): the padding counted;
 - library: tilemm's library rung named (kernel="cublas", torch._int_mm in its own way);
-- tensorcore-int: the rung named.
+- tensorcore-int: the rung named, its program chosen by the rung's rule;
+- small-m: the rung's small-M program (small_m=True: small tiles, K split to fill the GPU);
+- rung-tiles: the rung's 128 x 256 tiles (small_m=False).
 
 Every answer is checked exactly against a float64 product (|sums| < 2^53) before anything is
 timed. Timing, the bar's measure: CUDA events around each call, the GPU idle before it (so a call's
@@ -32,6 +34,7 @@ import statistics
 import torch
 
 import tilemm
+from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
 
 import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
 from call_overhead import wall_us as block_us  # (wall time a call of a block, one synchronize at the end)
@@ -43,6 +46,10 @@ SETS = {"fit": FIT, "held-out": HELD_OUT}
 MS = [1, 2, 3, 5, 8, 13, 16, 17, 24, 33, 64, 100, 128, 200, 256, 384, 512, 768, 1024]
 BAR = 0.97
 PADDED_ROWS = 32          # the baseline's padding of A where _int_mm refuses M <= 16
+
+
+def multiprocessors() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def variants(a, b):
@@ -58,7 +65,9 @@ def variants(a, b):
     return {"default": lambda: tilemm.matmul(a, b, out_dtype="int32"),
             "_int_mm": int_mm,
             "library": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="cublas"),
-            "tensorcore-int": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="tensorcore-int")}
+            "tensorcore-int": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="tensorcore-int"),
+            "small-m": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="tensorcore-int", small_m=True),
+            "rung-tiles": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="tensorcore-int", small_m=False)}
 
 
 def event_timer():
@@ -105,6 +114,7 @@ def problem(set_name, m, n, k, b, b64, args, stamp) -> dict:
     record = {"set": set_name, "m": m, "n": n, "k": k, "layout": "A row-major, B (N, K).T",
               "default_kernel": tilemm.plan(a, b, out_dtype="int32").kernel.name,
               "rung_tiles": -(-m // 128) * -(-n // 256),
+              "rung_program": "small-m" if small_m.preferred(m, n, k, multiprocessors()) else "rung tiles",
               "int_mm_form": "as it is" if m > 16 else f"A padded to {PADDED_ROWS} rows (new_zeros, copy, slice: counted)",
               **{f"{label}_us": round(t, 2) for label, t in us.items()},
               **{f"{label}_vs_int_mm": round(base / t, 4) for label, t in us.items() if base and label != "_int_mm"},

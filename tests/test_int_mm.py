@@ -16,18 +16,15 @@ H200_SMS = 132
 
 
 @pytest.mark.parametrize("m, n, k, sms, expected", [
-    (1, 3584, 18944, H200_SMS, True),           # up to 16 rows: the library where K is deep
-    (16, 4096, 8192, H200_SMS, True),
-    (16, 28672, 4096, H200_SMS, False),         # ... the rung where it is not
-    (1, 2048, 2048, H200_SMS, False),
-    (17, 28672, 4096, H200_SMS, True),          # 17 to 64 rows: _int_mm's small-M kernel, even on a full grid
-    (64, 28672, 4096, H200_SMS, True),
-    (100, 28672, 4096, H200_SMS, False),        # 112 tiles: the rung fills the GPU
-    (100, 28672, 4096, 4 * H200_SMS, True),     # ... not one four times larger
-    (512, 3072, 8192, H200_SMS, True),          # 48 tiles: underfilled
-    (768, 3072, 8192, H200_SMS, False),         # 72 tiles: full enough
-    (768, 3072, 8192, 200, True),
-    (1024, 2048, 2048, H200_SMS, True),         # 64 tiles
+    (1, 3584, 18944, H200_SMS, False),          # up to 16 rows: the rung's small-M program, any weight
+    (16, 2048, 2048, H200_SMS, False),
+    (17, 2048, 2048, H200_SMS, True),           # from 17 rows on a weight of 8 MiB or less: the library
+    (512, 2048, 2048, H200_SMS, True),
+    (512, 1024, 8192, H200_SMS, True),
+    (768, 2048, 2048, H200_SMS, False),         # ... up to 512 rows
+    (17, 2048, 4104, H200_SMS, False),          # a larger weight: the rung
+    (64, 28672, 4096, H200_SMS, False),
+    (256, 4096, 2048, 16, False),               # the rung's own tiles fill a GPU of 16 SMs
 ])
 def test_the_rule_is_a_function_of_the_sizes_and_the_sms(m, n, k, sms, expected):
     assert choice.int8_library_wins(m, n, k, sms) is expected
@@ -54,20 +51,21 @@ def test_the_default_takes_the_library_where_the_rule_says(hopper_with_library, 
 
     def default(m, n, k, result="int32", operands="int8", k_major=True, stacked=False):
         return dispatch.default_kernel("cuda:0", result, m, n, k, operands, stacked=stacked, k_major=k_major).name
-    assert default(64, 4096, 4096) == "cublas"
-    assert default(1, 3584, 18944) == "cublas"
+    assert default(64, 2048, 2048) == "cublas"
+    assert default(1, 3584, 18944) == "tensorcore-int"
     assert default(100, 28672, 4096) == "tensorcore-int"
     assert default(1, 2048, 2048) == "tensorcore-int"
-    assert default(64, 4096, 4096, k_major=False) == "tensorcore-int"       # a copy of B would be needed
-    assert default(64, 4092, 4096) == "tensorcore-int"                      # N not a multiple of 8
-    assert default(64, 4096, 4092) == "tensorcore-int"                      # nor K
-    assert default(64, 4096, 4096, result="int64") == default(64, 4096, 4096, result="int64", k_major=False)
-    assert default(64, 4096, 4096, result="int8") == "tensorcore-int"       # int8 results keep the rung
-    assert default(64, 4096, 4096, operands="int16") == default(64, 4096, 4096, operands="int16", k_major=False)
+    assert default(64, 2048, 2048, k_major=False) == "tensorcore-int"       # a copy of B would be needed
+    assert default(64, 2040, 2048) == "cublas"
+    assert default(64, 2044, 2048) == "tensorcore-int"                      # N not a multiple of 8
+    assert default(64, 2048, 2044) == "tensorcore-int"                      # nor K
+    assert default(64, 2048, 2048, result="int64") == default(64, 2048, 2048, result="int64", k_major=False)
+    assert default(64, 2048, 2048, result="int8") == "tensorcore-int"       # int8 results keep the rung
+    assert default(64, 2048, 2048, operands="int16") == default(64, 2048, 2048, operands="int16", k_major=False)
     assert default(4096, 4096, 4096, stacked=True) == "tensorcore-int"      # a stack: the rule for stacks
     monkeypatch.setitem(kernel_record.LADDER, "cublas", dataclasses.replace(
         registry.get("cublas"), limits=lambda problem: "no CuPy"))
-    assert default(64, 4096, 4096) == "tensorcore-int"                     # the library refuses: the rung
+    assert default(64, 2048, 2048) == "tensorcore-int"                     # the library refuses: the rung
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64", "int32", "int64", "complex64"])

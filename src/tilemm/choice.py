@@ -81,32 +81,30 @@ MEASURED_WINNERS[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.it
 
 
 # int8 -> int32 on torch tensors: tensorcore-int against the library rung (torch._int_mm), both whole
-# tilemm calls (H200, CUDA events; benchmarks/int8_small_m.py --set fit: 7 layers' N x K, M 1-1024,
-# B given as (N, K).T). The rung tiles C by 128 x 256, a program an SM, and does not split K:
-# - with fewer tiles than half the SMs it lost (M 17-512 x N 3584 x K 18944, 14-56 tiles: 120-130
-#   µs against 66-122); from 72 tiles it won (M 768 x 3072 x 8192: 72 against 105; M 384 x 7168 x
-#   18432, 84 tiles: 128 against 216; M 384 x 8192 x 6144, 96 tiles: 69 against 85); at 64 it tied or
-#   lost (M 512 x 4096 x 14336: 106 against 98; M 256 x 8192 x 6144: 70 against 67);
-# - from 17 to 64 rows _int_mm takes a kernel of its own that won at every N but 2048 x 2048 (within
-#   6 % there), 28672 x 4096's 112 tiles too (58-65 against 68-79);
-# - up to 16 rows (A padded to 17) the library won where K is 8192 or more (a program's K is long:
-#   3584 x 18944 85-90 against 117-124, 3072 x 8192 49-71 against 60-70) and lost where it is 6144 or
-#   less (8192 x 6144 64-83 against 58-69, 2048 x 2048 67-98 against 40-53).
+# tilemm calls (H200, CUDA events, the GPU idle before each call; benchmarks/int8_small_m.py --set
+# fit: 7 layers' N x K, 2048-28672, M 1-1024, B given as (N, K).T). Where its 128 x 256 tiles
+# would leave SMs idle the rung runs its small-M program (r11_int8_small_m: small tiles, K split
+# to fill the GPU), which reads the weight at 3-3.5 TB/s against _int_mm's 1.3-3:
+# - up to 16 rows (A padded to 17 for _int_mm) it won every shape, 1.4-2.4x;
+# - from 17 rows on weights of 8 MiB or less (2048 x 2048) the call is bound by its CPU time,
+#   where _int_mm's own call is the cheapest: there the library's lost least (0.86-1.0 against
+#   0.65-0.9 for the rung from 100 rows, whose tiles of 64 rows read the weight twice), up to
+#   512 rows (from 768 the rung won, 1.17);
+# - on larger weights from 17 to 128 rows the rung came within 0.83-1.38 of _int_mm (the library
+#   0.86-1.0: its call costs ~2.5 µs of tilemm's Python more), and from 200 rows won (1.15-1.7).
 INT8_TILE = (128, 256)
-INT8_FILL = 0.5               # tiles per SM below which the rung's grid underfills the GPU
-INT8_OWN_KERNEL_ROWS = 64     # up to this many rows _int_mm's small-M kernel won
-INT8_PADDED_DEPTH = 8192      # K from which M <= 16 takes the library (A padded)
+INT8_SMALL_WEIGHT = 2**23       # N x K (bytes of the weight) up to which the call is bound by its CPU time
+INT8_LIBRARY_ROWS = (17, 512)   # rows where the library took those (from 17: _int_mm needs no padding)
 
 
 def int8_library_wins(m: int, n: int, k: int, multiprocessors: int) -> bool:
     """Whether an int8 x int8 -> int32 product of M x N x K on torch CUDA tensors takes the library
-    (torch._int_mm) rather than tensorcore-int, on a GPU of this many SMs: up to 16 rows where K is
-    deep (the rung's programs each walk all of K), from 17 rows where _int_mm's small-M kernel runs
-    or the rung's tiles would leave the GPU underfilled (see the figures above)."""
-    if m <= 16:
-        return k >= INT8_PADDED_DEPTH
+    (torch._int_mm) rather than tensorcore-int, on a GPU of this many SMs: where the rung would
+    run its small-M program (its own tiles fewer than the SMs) on a small weight, from 17 rows to
+    512 (see the figures above)."""
     tiles = -(-m // INT8_TILE[0]) * -(-n // INT8_TILE[1])
-    return m <= INT8_OWN_KERNEL_ROWS or tiles < INT8_FILL * multiprocessors
+    return (INT8_LIBRARY_ROWS[0] <= m <= INT8_LIBRARY_ROWS[1] and n * k <= INT8_SMALL_WEIGHT
+            and tiles < multiprocessors)
 
 
 def measured(records: list[dict], rung: str = "tensorcore") -> frozenset:

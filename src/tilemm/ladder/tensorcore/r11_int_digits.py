@@ -18,8 +18,10 @@ digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Tri
    sums, so K is cut into chunks short enough that they cannot overflow (digits.exact_chunk).
 
 A narrow operand has fewer digits: int8 x int8 needs one product, into int8 (NumPy's wrapped
-result) or, with matmul(..., out_dtype="int32"), the exact int32 sums. int16 needs 3 products,
-int32 10, int64 36 (fewer when an operand is narrower than the result).
+result) or, with matmul(..., out_dtype="int32"), the exact int32 sums; where the rung's tiles
+would leave SMs idle (a few rows times a weight), int8 into int32 takes the small-M program of
+r11_int8_small_m.py instead (small tiles, K split across the GPU: small_m, split_k). int16 needs
+3 products, int32 10, int64 36 (fewer when an operand is narrower than the result).
 
 Constraints: int8, int16, int32, int64 (unsigned types as their signed twins, bit for bit); any
 M, N, K, any strides; BLOCK_K a multiple of 32 on the GPU (the 8-bit instruction's K).
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from ... import compat, digits
 from ...kernel_record import Kernel, Param, Traffic, register
-from . import availability, operand_copies
+from . import availability, operand_copies, r11_int8_small_m
 from .. import launches
 from .persistent import persistent_launch
 
@@ -104,11 +106,14 @@ def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n,
                                      num_warps=num_warps, num_stages=num_stages, C_ALIGN=operand_copies.c_alignment(c))
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, small_m=None, split_k=None):
     m, k = a.shape
     n = b.shape[1]
     if k == 0:
         c.zero_()
+        return
+    if r11_int8_small_m.takes(a, b, c, small_m):    # int8 into int32, few rows: small tiles, K split
+        r11_int8_small_m.launcher(a, b, c, split_k)()
         return
     nd_c = c.element_size()
     block_n = default_block_n(block_n, nd_c)
@@ -120,7 +125,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     digit_products(a, b, c, nd_a, nd_b, block_m, block_n, block_k, group_m, num_warps, num_stages)
 
 
-def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
+def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, small_m=None, split_k=None):
     """run(a, b, c, ...) as a launcher without arguments. On Hopper with K in one launch (results
     up to 32 bits) the digit planes' buffers, the descriptors and the launches are worked out
     once, a Steps that a repeated call replays: planning at each launch cost 100-330 µs of CPU a
@@ -128,11 +133,13 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
     launch plans (run)."""
     m, k = a.shape
     n = b.shape[1]
+    if k > 0 and r11_int8_small_m.takes(a, b, c, small_m):  # one launch of three pointers: a cheap replay
+        return r11_int8_small_m.launcher(a, b, c, split_k)
     nd_c = c.element_size()
     nd_a, nd_b = digit_count(a.element_size(), nd_c), digit_count(b.element_size(), nd_c)
     whole = k > 0 and chunk_tiles(k, nd_a, nd_b, nd_c, block_k) * block_k >= k
     if not (whole and availability.hopper_gluon()):
-        return lambda: run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
+        return lambda: run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, small_m, split_k)
     from . import gluon_helpers, r11_int8_gluon_kernel as gluon_int8
     block_n = default_block_n(block_n, nd_c)
     a_part, a_fill = planes_launch(a, nd_a)
@@ -232,5 +239,11 @@ register(Kernel(
             Param("block_k", 128, (16, 32, 64, 128, 256), "depth of one K step (int8 digits)"),
             Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
             Param("num_warps", 8, (1, 2, 4, 8, 16), "warps per program"),
-            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)")),
+            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"),
+            Param("small_m", None, (None, True, False),
+                  "int8 into int32: the small-M program (r11_int8_small_m: its own tiles, K split to fill "
+                  "the GPU); None: where the rung's tiles would leave SMs idle, A's rows and B's columns "
+                  "contiguous"),
+            Param("split_k", None, (None, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+                  "runs of K a tile of the small-M program; None: enough to fill the GPU")),
 ))

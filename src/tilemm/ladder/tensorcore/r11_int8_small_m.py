@@ -1,0 +1,100 @@
+"""tensorcore-int at small M: int8 x int8 -> int32 in small tiles, K split to fill the GPU.
+
+Why: a few rows of activations times a layer's weight (M up to a few hundred, N and K in the
+thousands) reads the weight once and does little arithmetic on each byte: its time is the weight's
+bytes over the bandwidth the launch keeps busy. The rung's 128 x 256 tiles, a program an SM, give
+such a product a few dozen programs (M = 16, N = 3584: 14 of the H200's 132 SMs reading), and
+each walks all of K alone. Here C is cut into BLOCK_M x BLOCK_N tiles sized to M (16 rows for a
+vector), and where those tiles are fewer than the programs that fill the GPU (one or two an
+SM: TILES), each tile's K steps are split into runs, a program each, that many more programs
+reading the weight at once (split K). The runs' int32 partial sums are exact, so the order they meet in
+changes no bit: the last run of a tile adds the others' (hand_over_int, in the same launch: no
+zeroed C, no second launch). Where one run a tile fills the GPU, each program stores its tile.
+
+The program (r11_int8_small_m_kernel.py) loads through pointers, no descriptors: a launch passes
+three pointers and integers, the cheapest call a repeated product can replay (tilemm.ladder.replay),
+which matters where the product itself takes a few microseconds.
+"""
+from __future__ import annotations
+
+from .. import launches, workspaces
+from . import availability
+
+# Tiles by M: (up to this many rows, (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an
+# SM the split aims at)). On an H200, kernel alone, over 7 layers' N x K (2048-28672): the best
+# tiles of 5-8 tried for each M class came within 3-7 % of the best for each shape (geomean), and
+# one program an SM (what the split aims at) beat two to six but for 17-32 rows.
+TILES = ((16, (16, 128, 256, 4, 3, 1)),
+         (32, (32, 64, 128, 4, 4, 2)),
+         (64, (64, 64, 128, 4, 4, 1)),
+         (None, (64, 128, 128, 4, 4, 1)))
+LEAST_RUN = 4           # K steps a run takes at least (a run's hand-over is a tile's store and reads)
+RUNG_TILE = (128, 256)  # the rung's own tiles (its Gluon and persistent programs)
+FILL = 1.0              # rung tiles per SM below which this program is the rung's choice
+
+
+def tiles_for(m: int) -> tuple:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM) for M rows."""
+    for rows, tiles in TILES:
+        if rows is None or m <= rows:
+            return tiles
+    raise AssertionError("TILES ends with a row of any M")
+
+
+def runs_of_k(m: int, n: int, k: int, multiprocessors: int, tiles: tuple | None = None) -> int:
+    """Into how many runs of K steps each tile is split: enough that tiles x runs reach the
+    programs an SM that the tiles aim at, none shorter than LEAST_RUN steps, none empty."""
+    block_m, block_n, block_k, _, _, per_sm = tiles or tiles_for(m)
+    tiles_of_c = -(-m // block_m) * -(-n // block_n)
+    k_steps = -(-k // block_k)
+    wanted = max(1, min(-(-per_sm * multiprocessors // tiles_of_c), k_steps // LEAST_RUN))
+    per_run = -(-k_steps // wanted)
+    return -(-k_steps // per_run)
+
+
+def preferred(m: int, n: int, k: int, multiprocessors: int) -> bool:
+    """Whether tensorcore-int takes this program for an int8 product into int32 of M x N x K in
+    the fast layout (fast_layout): where the rung's own tiles would leave SMs idle."""
+    tiles = -(-m // RUNG_TILE[0]) * -(-n // RUNG_TILE[1])
+    return k > 0 and tiles < FILL * multiprocessors
+
+
+def fast_layout(a, b) -> bool:
+    """Whether A's rows and B's columns are contiguous (B as (N, K).T: a weight as torch.nn.Linear
+    keeps it): what this program reads fast. Other layouts take the rung's programs, which copy
+    them into K-major digit planes."""
+    return a.stride(1) == 1 and b.stride(0) == 1
+
+
+def takes(a, b, c, small_m=None) -> bool:
+    """Whether tensorcore-int runs this program: int8 A and B into a 2-D int32 C, where small_m
+    is True, or, small_m None, where preferred() and fast_layout() say (False: never)."""
+    if small_m is False or a.element_size() != 1 or b.element_size() != 1 or c.element_size() != 4 or c.dim() != 2:
+        return False
+    if small_m:
+        return True
+    m, k = a.shape
+    return fast_layout(a, b) and preferred(m, b.shape[1], k, availability.multiprocessors())
+
+
+def launcher(a, b, c, split_k=None, tiles: tuple | None = None):
+    """c = a @ b (int8 into int32, K >= 1) as a launcher without arguments: one launch, of
+    split_k runs of K a tile (None: runs_of_k), tiles as tiles_for gives them (None: M's)."""
+    from .r11_int8_small_m_kernel import small_m_matmul        # Triton loads on first use
+    m, k = a.shape
+    n = b.shape[1]
+    block_m, block_n, block_k, num_warps, num_stages, _ = tiles or tiles_for(m)
+    tiles_of_c = -(-m // block_m) * -(-n // block_n)
+    k_steps = -(-k // block_k)
+    runs = split_k or runs_of_k(m, n, k, availability.multiprocessors(), tiles)
+    slots = (2**31 - 1) // (tiles_of_c * block_m * block_n)      # partials addressed by 32-bit offsets
+    per_run = -(-k_steps // max(1, min(runs, k_steps, slots)))
+    runs = -(-k_steps // per_run)                                # no empty run
+    args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    options = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, num_warps=num_warps,
+                   num_stages=max(1, min(num_stages, per_run)))   # stages past a run's K steps only load zeros
+    whole = launches.bound_launch(small_m_matmul, (tiles_of_c,), args, options)
+    if runs == 1:
+        return whole
+    return workspaces.SplitKLaunch(small_m_matmul, (tiles_of_c, runs), args, {**options, "split_steps": per_run},
+                                   whole, block_m, block_n)
