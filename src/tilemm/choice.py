@@ -85,7 +85,7 @@ MEASURED_WINNERS[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.it
 # fit: 7 layers' N x K, 2048-28672, M 1-1024, B given as (N, K).T). Where its 128 x 256 tiles
 # would leave SMs idle the rung runs its small-M program (r11_int8_small_m: small tiles, K split
 # to fill the GPU), which reads the weight at 3-3.5 TB/s against _int_mm's 1.3-3:
-# - up to 16 rows (A padded to 17 for _int_mm) it won every shape, 1.4-2.4x;
+# - up to 16 rows (A padded to 17 for _int_mm) it won every shape, 1.5-2.3x;
 # - from 17 rows on weights of 8 MiB or less (2048 x 2048) the call is bound by its CPU time,
 #   where _int_mm's own call is the cheapest: there the library's lost least (0.86-1.0 against
 #   0.65-0.9 for the rung from 100 rows, whose tiles of 64 rows read the weight twice), up to
