@@ -35,6 +35,7 @@ from tilemm import api
 
 sys.path.insert(0, str(Path(__file__).parent))
 import llama_train  # noqa: E402
+from call_overhead import wall_us  # noqa: E402  (wall time a call of a loop, one synchronize at the end)
 
 SHAPES = {"q/o": (2048, 2048), "k/v": (2048, 512), "gate/up": (2048, 5632), "down": (5632, 2048),
           "lm_head": (2048, 32000)}          # (in, out)
@@ -115,12 +116,7 @@ def products(emit):
 def per_call_us(call, iters: int = 400) -> float:
     for _ in range(20):
         call()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / iters * 1e6
+    return wall_us(call, iters)
 
 
 def calls(emit):

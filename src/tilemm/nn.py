@@ -49,9 +49,9 @@ class Linear(torch.nn.Linear):
         if self.out_dtype is not None or input.dtype != weight.dtype or is_compiling():
             y = self.general_product(input)
             return y if bias is None else y + bias
-        products = self.products         # (the usual call inline: a model pays each step ~100 times a forward)
-        layout = (products.known.get((input.shape, input.stride(), input.device, weight.shape, weight.stride(),
-                                      weight.device)) or products.layout(input, weight))
+        products = self.products         # (the usual call in few steps: a model pays each ~100 times a forward)
+        key = layout_key(input, weight)
+        layout = products.known.get(key) or products.learn_layout(key, input, weight)
         recording = grad_enabled() and (input.requires_grad or weight.requires_grad)
         if layout.linear is not None and (not recording or layout.grads and layout.exact_now()):
             return layout.linear(input, weight, bias)     # F.linear, its bias in the product's epilogue
@@ -102,12 +102,13 @@ class Products:
 
     def layout(self, input: torch.Tensor, weight: torch.Tensor) -> Layout:
         """What this module knows of input @ weight.T for input's layout (weight of input's dtype)."""
-        key = (input.shape, input.stride(), input.device, weight.shape, weight.stride(), weight.device)
-        layout = self.known.get(key)
-        if layout is None:
-            rows = input.reshape(-1, input.shape[-1])
-            layout = self.remember(key, Layout(self.fast_product(rows, weight.T), input.dtype))
-        return layout
+        key = layout_key(input, weight)
+        return self.known.get(key) or self.learn_layout(key, input, weight)
+
+    def learn_layout(self, key: tuple, input: torch.Tensor, weight: torch.Tensor) -> Layout:
+        """Plan input's rows @ weight.T once, and remember the layout under key."""
+        rows = input.reshape(-1, input.shape[-1])
+        return self.remember(key, Layout(self.fast_product(rows, weight.T), input.dtype))
 
     def rows_product(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout) -> torch.Tensor:
         """input's rows @ weight.T, (rows, in) @ (in, out)."""
@@ -138,6 +139,12 @@ class Products:
             self.known.clear()
         self.known[key] = found
         return found
+
+
+def layout_key(input: torch.Tensor, weight: torch.Tensor) -> tuple:
+    """What decides a Linear's layout: both operands' shapes, strides and devices (the dtypes are
+    one, checked before)."""
+    return input.shape, input.stride(), input.device, weight.shape, weight.stride(), weight.device
 
 
 class Layout:
