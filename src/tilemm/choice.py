@@ -92,7 +92,6 @@ MEASURED_WINNERS[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.it
 #   512 rows (from 768 the rung won, 1.17);
 # - on larger weights from 17 to 128 rows the rung came within 0.83-1.38 of _int_mm (the library
 #   0.86-1.0: its call costs ~2.5 µs of tilemm's Python more), and from 200 rows won (1.15-1.7).
-INT8_TILE = (128, 256)
 INT8_SMALL_WEIGHT = 2**23       # N x K (bytes of the weight) up to which the call is bound by its CPU time
 INT8_LIBRARY_ROWS = (17, 512)   # rows where the library took those (from 17: _int_mm needs no padding)
 
@@ -102,9 +101,10 @@ def int8_library_wins(m: int, n: int, k: int, multiprocessors: int) -> bool:
     (torch._int_mm) rather than tensorcore-int, on a GPU of this many SMs: where the rung would
     run its small-M program (its own tiles fewer than the SMs) on a small weight, from 17 rows to
     512 (see the figures above)."""
-    tiles = -(-m // INT8_TILE[0]) * -(-n // INT8_TILE[1])
-    return (INT8_LIBRARY_ROWS[0] <= m <= INT8_LIBRARY_ROWS[1] and n * k <= INT8_SMALL_WEIGHT
-            and tiles < multiprocessors)
+    if not (INT8_LIBRARY_ROWS[0] <= m <= INT8_LIBRARY_ROWS[1] and n * k <= INT8_SMALL_WEIGHT):
+        return False
+    from .ladder.tensorcore import r11_int8_small_m      # (its condition, not a copy of it)
+    return r11_int8_small_m.preferred(m, n, k, multiprocessors)
 
 
 def measured(records: list[dict], rung: str = "tensorcore") -> frozenset:
