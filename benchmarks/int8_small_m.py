@@ -35,6 +35,7 @@ import torch
 
 import tilemm
 from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
+from tilemm.ladder.tensorcore.availability import multiprocessors
 
 import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
 from call_overhead import wall_us as block_us  # (wall time a call of a block, one synchronize at the end)
@@ -46,10 +47,6 @@ SETS = {"fit": FIT, "held-out": HELD_OUT}
 MS = [1, 2, 3, 5, 8, 13, 16, 17, 24, 33, 64, 100, 128, 200, 256, 384, 512, 768, 1024]
 BAR = 0.97
 PADDED_ROWS = 32          # the baseline's padding of A where _int_mm refuses M <= 16
-
-
-def multiprocessors() -> int:
-    return torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def variants(a, b):
