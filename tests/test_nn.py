@@ -5,6 +5,7 @@ import pickle
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilemm
 from tilemm.nn import Linear, restore_linears, swap_linears
@@ -184,13 +185,13 @@ def test_linear_gradients_match_torch_s_and_its_output_takes_in_place_ops(kernel
     assert ours.products.known and pickle.loads(pickle.dumps(ours)).products.known == {}
 
 
-@pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 4, 5)])
+@pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 4, 5), "strided"])
 @pytest.mark.parametrize("reduced", [False, True])
 def test_the_library_s_layouts_give_torch_s_values_and_gradients(shape, reduced, monkeypatch):
     """Where tilemm's plans are the library's (as on a GPU; here its repeated-call product on the
     CPU stands in): the forward is F.linear with tilemm's sums; once a backward has seen that both
-    gradient products are the library's too, they run as torch's Linear backward, in one step; and
-    where torch's flags give float32 sums already, later forwards take torch's own autograd."""
+    gradient products are the library's too, later forwards record torch's own nodes, and where
+    torch's flags would allow reduced-precision sums, its backward products run with them off."""
     from tilemm.ladder import library
     monkeypatch.setattr(tilemm.nn.Products, "fast_product",
                         lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
@@ -208,24 +209,49 @@ def check_library_layouts(shape, reduced: bool, flag: str):
     ours = Linear(5, 3, dtype=torch.bfloat16)
     theirs = torch.nn.Linear(5, 3, dtype=torch.bfloat16)
     theirs.load_state_dict(ours.state_dict())
-    x = torch.randn(shape, dtype=torch.bfloat16, requires_grad=True)
+    if shape == "strided":      # rows that are no view of one matrix (F.linear's graph adds the bias apart)
+        x = torch.randn(2, 4, 5, dtype=torch.bfloat16).transpose(0, 1).detach().requires_grad_()
+    else:
+        x = torch.randn(shape, dtype=torch.bfloat16, requires_grad=True)
     for step in range(3):
-        results = []
+        results, flags = [], []
         for layer in (ours, theirs):
             y = layer(x)
-            y.float().pow(2).sum().backward()
+            with FlagAtProducts(flag) as seen:
+                y.float().pow(2).sum().backward()
+            flags.append(seen)
             results.append((y.detach(), x.grad, layer.weight.grad, layer.bias.grad, y.grad_fn))
             x.grad = layer.weight.grad = layer.bias.grad = None
         for a, b in zip(results[0][:4], results[1][:4]):    # (torch adds the bias before rounding)
             assert a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=2e-2, atol=2e-2)
         layout = next(iter(ours.products.known.values()))
         assert layout.linear is not None and layout.grads
-        # the bias's add is torch's either way; the product under it is ours or torch's
-        product = results[0][4].next_functions[0][0]
-        assert (type(product).__name__ == "LinearProductBackward") == (step == 0 or reduced)
+        # the first backward is ours (it learns the gradients' plans), later ones torch's own nodes
+        nodes = [results[0][4]] + [f for f, _ in results[0][4].next_functions if f is not None]
+        assert any(type(node).__name__ == "LinearProductBackward" for node in nodes) == (step == 0)
+        assert flags[0] and not any(flags[0])       # tilemm's gradient products: float32 sums
+        assert flags[1] and all(value == reduced for value in flags[1])     # torch's: its flag
         assert getattr(torch.backends.cuda.matmul, flag) is reduced
     with torch.no_grad():
         assert torch.allclose(ours(x).double(), theirs(x).double(), rtol=2e-2, atol=2e-2)
+
+
+class FlagAtProducts(TorchDispatchMode):
+    """The value of torch's matmul flag `flag` at each product (mm, addmm, matmul) run under it."""
+    PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::mv")
+
+    def __init__(self, flag: str):
+        super().__init__()
+        self.flag, self.seen = flag, []
+
+    def __enter__(self):
+        super().__enter__()
+        return self.seen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name in self.PRODUCTS:
+            self.seen.append(getattr(torch.backends.cuda.matmul, self.flag))
+        return func(*args, **(kwargs or {}))
 
 
 def test_a_layout_is_planned_for_operands_that_require_grad(monkeypatch):

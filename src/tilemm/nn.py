@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 
 import torch
 from torch.nn.functional import linear
@@ -55,6 +56,10 @@ class Linear(torch.nn.Linear):
         recording = grad_enabled() and (input.requires_grad or weight.requires_grad)
         if layout.linear is not None and (not recording or layout.grads and layout.exact_now()):
             return layout.linear(input, weight, bias)     # F.linear, its bias in the product's epilogue
+        if recording and layout.grads:     # the library's products throughout: torch's own nodes, its flag off
+            y = layout.exact_linear(input, weight, bias)
+            if y is not None:
+                return y
         if not recording:
             y = products.rows_product(input, weight, layout).reshape(input.shape[:-1] + (self.out_features,))
         else:
@@ -149,18 +154,65 @@ def layout_key(input: torch.Tensor, weight: torch.Tensor) -> tuple:
 
 class Layout:
     """One layout of a Linear's input: the plan's repeated-call product of its rows (or None);
-    where that is the library's, F.linear with tilemm's sums (linear) and whether torch's flags
-    give those sums already (exact_now); the gradients' products once a backward has asked
-    (False: a tilemm.matmul call each)."""
-    __slots__ = ("fast", "linear", "exact_now", "grads")
+    where that is the library's, F.linear with tilemm's sums (linear), the same recording a
+    backward that keeps those sums (exact_linear), and whether torch's flags give those sums
+    already (exact_now); the gradients' products once a backward has asked (False: a
+    tilemm.matmul call each)."""
+    __slots__ = ("fast", "linear", "exact_linear", "exact_now", "grads")
 
     def __init__(self, fast, dtype: torch.dtype):
         from .ladder import library        # (the ladder loads numba: on first use)
         self.fast, self.grads = fast, None
         name = str(dtype).removeprefix("torch.")
-        self.linear = library.with_exact_sums(name, linear) if fast is not None else None
-        get, _ = library.exact_sums_flag(name)
+        get, put = library.exact_sums_flag(name)
+        self.linear = self.exact_linear = None
+        if fast is not None:
+            self.linear = library.with_exact_sums(name, linear)
+            if get is not None:
+                self.exact_linear = library.with_exact_sums(name, linear_with_exact_backward(get, put))
         self.exact_now = (lambda: not get()[0]) if get is not None else (lambda: True)
+
+
+# torch's nodes that multiply in F.linear's graph (the product itself, or under the view that
+# puts a stack of rows back in shape and, for strided rows, the bias's add)
+PRODUCT_NODES = ("MmBackward0", "AddmmBackward0")
+
+
+def linear_with_exact_backward(get, put):
+    """F.linear recording torch's own nodes, with hooks before and after its product's node that
+    turn torch's reduced-precision flag off while it runs: torch's backward then makes both
+    gradient products with float32 sums, and no Python Function stands in the graph (one costs
+    ~30 us more a layer of a training step on the host). None where F.linear's graph has no
+    product node where one is looked for (the caller then takes the Function). get, put: the
+    flag's (library.exact_sums_flag). The flag is process-wide, as the forward's toggle is; a
+    second derivative's products (create_graph=True) follow torch's flags."""
+    saved = threading.local()
+
+    def flag_off(grad_outputs):
+        saved.state = state = get()
+        if state[0]:
+            put(False, *state[1:])
+        grad = grad_outputs[0]      # contiguous: the layout whose gradient plans were asked
+        return None if grad is None or grad.is_contiguous() else (grad.contiguous(),)
+
+    def flag_back(grad_inputs, grad_outputs):
+        state = saved.state
+        if state[0]:
+            put(*state)
+
+    def product(input, weight, bias):
+        y = linear(input, weight, bias)
+        node = y.grad_fn
+        for _ in range(2):      # a stack of rows: the view over the product (and the bias's add)
+            if node is None or node.name() in PRODUCT_NODES:
+                break
+            node = node.next_functions[0][0]
+        if node is None or node.name() not in PRODUCT_NODES:
+            return None
+        node.register_prehook(flag_off)
+        node.register_hook(flag_back)
+        return y
+    return product
 
 
 def torch_linear_grads(grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
