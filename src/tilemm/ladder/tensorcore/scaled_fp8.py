@@ -69,7 +69,8 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
     if config["cluster"] and config["warp_specialized"] is None:
         config = {**config, "warp_specialized": True}
     defaults = all(config[p] == DEFAULTS[p] for p in TILE_PARAMS)
-    free = defaults and config["warp_specialized"] is not True      # the tiles are the rung's to choose
+    # the tiles are the rung's to choose
+    free = defaults and config["warp_specialized"] is not True and not config["cluster"]
     thin = thin_tiles(m, n, k) if free else None
     if thin is not None:
         return {**config, **thin, "warp_specialized": False, "cluster": False}
