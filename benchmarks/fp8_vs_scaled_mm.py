@@ -10,12 +10,12 @@ of 16): the data of scaled_fp8.WARP_SPECIALIZED_FROM_K.
 
 float8_e4m3fn, per-tensor scales, bfloat16 out, A row-major and B given as (N, K).T (the only
 layout _scaled_mm takes; tilemm's B row-major case, which pays its transposition, is also timed).
-Where Triton's Gluon can (availability.gluon_multicast), the
-float32 sums' Gluon program is also timed in clusters of two CTAs (cluster=True) beside its one-CTA
-form (cluster=False). The anchor is _scaled_mm as called by default (use_fast_accum=False); its fast-accumulation form
-runs beside it, each matched against tilemm's same mode. Every variant's answer is checked against
-a float64 product of the same fp8 values first (within bfloat16's rounding plus the accumulator
-allowance of tests/test_scaled.py), and its max relative error recorded. Protocol: pre-warm, then
+The float32 sums' Gluon program is timed as asked for (warp_specialized=True) and, where Triton's
+Gluon can (availability.gluon_multicast), in clusters of two CTAs (cluster=True). The anchor is
+_scaled_mm as called by default (use_fast_accum=False); its fast-accumulation form runs beside it,
+each matched against tilemm's same mode. Every variant's answer is checked against a float64
+product of the same fp8 values first (within bfloat16's rounding plus the accumulator allowance of
+tests/test_scaled.py), and its max relative error recorded. Protocol: pre-warm, then
 interleaved rounds (order rotated), CUDA events, the median.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ import gpu_ladder  # noqa: E402  (pre-warm)
 CONFIGS = [dict(block_m=128, block_n=256), dict(block_m=256, block_n=128), dict(stream_k=True), dict(num_stages=3),
            dict(warp_specialized=False)]
 # the float32 sums' Gluon program on one CTA a tile, and (where this Triton's Gluon can) in clusters
-FLOAT32_SUMS_CONFIGS = [dict(warp_specialized=True, cluster=False), dict(cluster=True)]
+FLOAT32_SUMS_CONFIGS = [dict(warp_specialized=True), dict(cluster=True)]
 
 
 def check(c, a, b, scale, fast, block_k=128):

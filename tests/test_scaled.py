@@ -85,7 +85,7 @@ def test_empty_shapes():
      "warp_specialized"),
     ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(warp_specialized=True, fast_accum=True),
      tilemm.KernelUnavailable, "float32 sums"),
-    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(cluster="yes"), ValueError, "cluster"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(cluster=None), ValueError, "cluster"),
     ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(cluster=True, fast_accum=True),
      tilemm.KernelUnavailable, "cluster=True is the float32 sums'"),
     ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(cluster=True, warp_specialized=False),
@@ -112,27 +112,16 @@ def test_cluster_needs_hopper_and_gluon():
         tilemm.scaled_matmul(a, b, cluster=True)
 
 
-@pytest.fixture
-def hopper(monkeypatch):
-    """availability as on a Hopper GPU whose Gluon runs the one-CTA programs; multicast_gluon as
-    the installed Triton answers, unless a test says otherwise."""
-    monkeypatch.setattr(availability, "hopper_gluon", lambda: True)
-    monkeypatch.setattr(availability, "gluon_multicast", lambda: availability.multicast_gluon())
-    return monkeypatch
-
-
 @pytest.mark.parametrize("multicast", [False, True])
-def test_the_cluster_program_is_taken_only_where_gluon_has_multicast(hopper, multicast):
-    """By default the float32 sums' Gluon program runs in clusters exactly where
-    availability.gluon_multicast() says so, and as before (one CTA a tile) elsewhere; cluster=False
-    keeps it on one CTA, cluster=True asks for it (and then is refused where it can't run)."""
+def test_the_cluster_program_is_asked_for_and_refused_where_gluon_lacks_multicast(monkeypatch, multicast):
+    """On a Hopper GPU the float32 sums' Gluon program runs on one CTA a tile by default, whatever
+    Gluon has; cluster=True asks for it in clusters, and is refused where availability's
+    capability check says this Triton's Gluon can't run them."""
     from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, limits, resolve
-    hopper.setattr(availability, "gluon_multicast", lambda: multicast)
+    monkeypatch.setattr(availability, "hopper_gluon", lambda: True)
+    monkeypatch.setattr(availability, "gluon_multicast", lambda: multicast)
     picked = resolve(DEFAULTS, False, 8192, 8192, 8192)
-    assert picked["warp_specialized"] is True and picked["cluster"] is multicast
-    assert resolve({**DEFAULTS, "cluster": False}, False, 8192, 8192, 8192)["cluster"] is False
-    assert resolve(DEFAULTS, False, 8192, 8192, 4095)["cluster"] is False          # the Triton program
-    assert resolve(DEFAULTS, True, 8192, 8192, 8192)["cluster"] is False           # fast accumulation
+    assert picked["warp_specialized"] is True and picked["cluster"] is False
     asked = resolve({**DEFAULTS, "cluster": True}, False, 64, 64, 64)
     assert asked["warp_specialized"] is True and asked["cluster"] is True
     refusal = limits(256, 256, 128, 4, False, False, True, True)
@@ -322,7 +311,7 @@ def test_gpu_warp_specialized_program_matches_float64(m, n, k, dtypes, out_dtype
     aligned rows where K is odd); then a repeated call, replayed, on new operands."""
     if not availability.hopper_gluon():
         pytest.skip("the warp-specialized program runs on Hopper")
-    programs = [dict(warp_specialized=True, cluster=False), dict(warp_specialized=False)]
+    programs = [dict(warp_specialized=True), dict(warp_specialized=False)]
     if availability.gluon_multicast():
         programs.append(dict(cluster=True))          # in clusters of two CTAs
     for program in programs:

@@ -38,9 +38,9 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         or fewer (``scaled_fp8.MID_TILES``)),
         warp_specialized (None: on a Hopper GPU, float32 sums with none of the others given and
         K >= 4096 run the warp-specialized Gluon program, 128 x 256 tiles; True: that program or
-        an error; False: the Triton program), cluster (None: that program in clusters of two
-        CTAs that load each B tile once for both, where Triton's Gluon can, 3.9; True: the
-        clusters or an error; False: one CTA a tile).
+        an error; False: the Triton program), cluster (True: that program in clusters of two
+        CTAs that load each B tile once for both, where Triton's Gluon can (3.9), or an error;
+        False, the default: one CTA a tile).
 
     Returns out, or a new contiguous (M, N) tensor of out_dtype.
 
@@ -175,9 +175,10 @@ def _config(params: dict) -> dict:
     config = {**DEFAULTS, **params}
     if not isinstance(config["stream_k"], bool):
         raise ValueError(f"scaled_matmul: stream_k={config['stream_k']!r} must be True or False")
-    for name in ("warp_specialized", "cluster"):
-        if config[name] is not None and not isinstance(config[name], bool):
-            raise ValueError(f"scaled_matmul: {name}={config[name]!r} must be None, True or False")
+    if config["warp_specialized"] is not None and not isinstance(config["warp_specialized"], bool):
+        raise ValueError(f"scaled_matmul: warp_specialized={config['warp_specialized']!r} must be None, True or False")
+    if not isinstance(config["cluster"], bool):
+        raise ValueError(f"scaled_matmul: cluster={config['cluster']!r} must be True or False")
     for name, value in config.items():
         if (value is None and name in ("block_m", "block_n")) or name in ("warp_specialized", "cluster"):
             continue

@@ -9,9 +9,9 @@ K-major first, a pass whose time counts.
 
 On Hopper, float32 sums with the default tiles and K >= 4096 run a warp-specialized Gluon program
 instead (scaled_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
-run): 1.13x the Triton program over the wide sweep's held-out half; where Triton's Gluon can (3.9),
-in clusters of two CTAs that load each B tile once for both (scaled_fp8_cluster_kernel.py;
-parameter cluster). Products of a few rows take
+run): 1.13x the Triton program over the wide sweep's held-out half. cluster=True runs it, where
+Triton's Gluon can (3.9), in clusters of two CTAs that load each B tile once for both
+(scaled_fp8_cluster_kernel.py): not the default, no faster on an H200. Products of a few rows take
 64-row tiles, with stream-K where K is deep (thin_tiles); those whose tiles would
 fill half the SMs or fewer, 128 x 128 tiles (MID_TILES).
 
@@ -26,7 +26,7 @@ from .. import launches
 from .persistent import persistent_launch
 
 DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=False,
-                warp_specialized=None, cluster=None)
+                warp_specialized=None, cluster=False)
 TILE_PARAMS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "stream_k")
 # K from which float32 sums take the warp-specialized program (warp_specialized=None). It writes
 # each tile's C before it loads the next tile's first stages, where the Triton program overlaps
@@ -63,9 +63,8 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
     warp_specialized where it is None: float32 sums with the default tiles, K from
     WARP_SPECIALIZED_FROM_K, on Hopper. With every tile parameter at its default and
     warp_specialized not True, a product of a few rows takes thin_tiles', and one whose tiles fill
-    half the SMs or fewer MID_TILES, either accumulation. cluster: True asks for the
-    warp-specialized program in clusters (warp_specialized None becomes True); None: the clusters
-    where that program runs and availability.gluon_multicast()."""
+    half the SMs or fewer MID_TILES, either accumulation. cluster=True asks for the
+    warp-specialized program in clusters of two CTAs (warp_specialized None becomes True)."""
     if config["cluster"] and config["warp_specialized"] is None:
         config = {**config, "warp_specialized": True}
     defaults = all(config[p] == DEFAULTS[p] for p in TILE_PARAMS)
@@ -73,7 +72,7 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
     free = defaults and config["warp_specialized"] is not True and not config["cluster"]
     thin = thin_tiles(m, n, k) if free else None
     if thin is not None:
-        return {**config, **thin, "warp_specialized": False, "cluster": False}
+        return {**config, **thin, "warp_specialized": False}
     tile_m, tile_n = (128, 256) if fast_accum else (256, 128)
     warp_specialized = config["warp_specialized"]
     if warp_specialized is None:
@@ -82,12 +81,9 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
         from . import scaled_fp8_gluon_kernel as ws
         tile_m, tile_n = ws.BLOCK_M, ws.BLOCK_N
     if free and m and n and -(-m // tile_m) * -(-n // tile_n) <= availability.multiprocessors() // 2:
-        return {**config, **MID_TILES, "warp_specialized": False, "cluster": False}
-    cluster = config["cluster"]
-    if cluster is None:
-        cluster = bool(warp_specialized) and availability.gluon_multicast()
+        return {**config, **MID_TILES, "warp_specialized": False}
     return {**config, "block_m": config["block_m"] or tile_m, "block_n": config["block_n"] or tile_n,
-            "warp_specialized": warp_specialized, "cluster": cluster}
+            "warp_specialized": warp_specialized}
 
 
 def thin_tiles(m: int, n: int, k: int) -> dict | None:
