@@ -131,7 +131,7 @@ def test_the_cluster_program_is_asked_for_and_refused_where_gluon_lacks_multicas
         assert "cluster=True needs a Triton whose Gluon routes mbarrier arrivals" in refusal
 
 
-def test_multicast_gluon_reads_the_api(monkeypatch):
+def test_gluon_cluster_api_is_read_from_gluon(monkeypatch):
     """Gluon without arrivals routed across CTAs (Triton 3.7's mbarrier.arrive has no from_cta)
     has no cluster program, whatever else it has."""
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier
@@ -139,12 +139,12 @@ def test_multicast_gluon_reads_the_api(monkeypatch):
     def arrive(mbarrier, *, count=1, pred=True, _semantic=None):
         pass
 
-    availability.multicast_gluon.cache_clear()
+    availability.gluon_cluster_api.cache_clear()
     try:
         monkeypatch.setattr(mbarrier, "arrive", arrive)
-        assert availability.multicast_gluon() is False
+        assert availability.gluon_cluster_api() is False
     finally:
-        availability.multicast_gluon.cache_clear()
+        availability.gluon_cluster_api.cache_clear()
 
 
 def test_default_takes_the_warp_specialized_program_only_for_float32_sums_default_tiles_and_deep_k():
@@ -428,8 +428,8 @@ for ta, tb, cty in (("fp8e4nv", "fp8e4nv", "*bf16"), ("fp8e5", "fp8e5", "*fp32")
         and "setmaxnreg.inc" in ptx and re.search(r"STACK:(\d+)", usage).group(1) == "0")
 # the same program in clusters of two CTAs, where this Triton's Gluon can: B loaded by the lead for
 # both (multicast), arrivals on the pair's barriers routed to the lead, wgmma on each CTA's 64 rows
-from tilemm.ladder.tensorcore.availability import multicast_gluon
-if multicast_gluon():
+from tilemm.ladder.tensorcore.availability import gluon_cluster_api
+if gluon_cluster_api():
     from tilemm.ladder.tensorcore import scaled_fp8_cluster_kernel as ck
     la = repr(gl.NVMMASharedLayout.get_default_for([ck.LOAD_ROWS, ck.BLOCK_K], gl.float8e4nv, cga_layout=ck.SPLIT_ROWS))
     lb = repr(gl.NVMMASharedLayout.get_default_for([ck.BLOCK_N, ck.BLOCK_K], gl.float8e4nv, cga_layout=ck.WHOLE))
@@ -457,7 +457,7 @@ def test_default_config_compiles_for_sm90():
     res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
-    assert len(compiled) == 7 + availability.multicast_gluon()
+    assert len(compiled) == 7 + availability.gluon_cluster_api()
     for name, info in compiled.items():
         assert info["cubin"] > 0 and info["wgmma"], (name, info)
         assert info["shared"] <= info["limit"], (name, info)

@@ -1,5 +1,5 @@
 """Whether the Triton rungs can run here, and what this GPU allows them: Triton and torch
-installed, tensor cores, Hopper's Gluon, its SMs, shared memory and 32-bit tile coordinates."""
+installed, tensor cores, Hopper's Gluon (and its clusters), its SMs, shared memory and 32-bit tile coordinates."""
 from __future__ import annotations
 
 import functools
@@ -87,12 +87,12 @@ def gluon_float64_descriptors() -> str | None:
 @functools.lru_cache(maxsize=None)
 def gluon_multicast() -> bool:
     """Whether the Gluon cluster program (scaled_fp8_cluster_kernel: two CTAs, B loaded once for
-    both) runs here: hopper_gluon(), and a Gluon that has what it takes (multicast_gluon())."""
-    return hopper_gluon() and multicast_gluon()
+    both) runs here: hopper_gluon(), and a Gluon that has what it takes (gluon_cluster_api())."""
+    return hopper_gluon() and gluon_cluster_api()
 
 
 @functools.lru_cache(maxsize=None)
-def multicast_gluon() -> bool:
+def gluon_cluster_api() -> bool:
     """Whether this Triton's Gluon has what a cluster program takes, by its API: the TMA load's
     multicast, CGA layouts, barriers shared by a pair of CTAs, and arrivals routed to the CTA that
     holds a barrier (mbarrier.arrive's from_cta). Triton 3.7 has the first three but arrives on
