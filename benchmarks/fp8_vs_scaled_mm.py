@@ -10,10 +10,12 @@ of 16): the data of scaled_fp8.WARP_SPECIALIZED_FROM_K.
 
 float8_e4m3fn, per-tensor scales, bfloat16 out, A row-major and B given as (N, K).T (the only
 layout _scaled_mm takes; tilemm's B row-major case, which pays its transposition, is also timed).
-The anchor is _scaled_mm as called by default (use_fast_accum=False); its fast-accumulation form
-runs beside it, each matched against tilemm's same mode. Every variant's answer is checked against
-a float64 product of the same fp8 values first (within bfloat16's rounding plus the accumulator
-allowance of tests/test_scaled.py), and its max relative error recorded. Protocol: pre-warm, then
+The float32 sums' Gluon program is timed as asked for (warp_specialized=True) and, where Triton's
+Gluon can (availability.gluon_multicast), in clusters of two CTAs (cluster=True). The anchor is
+_scaled_mm as called by default (use_fast_accum=False); its fast-accumulation form runs beside it,
+each matched against tilemm's same mode. Every variant's answer is checked against a float64
+product of the same fp8 values first (within bfloat16's rounding plus the accumulator allowance of
+tests/test_scaled.py), and its max relative error recorded. Protocol: pre-warm, then
 interleaved rounds (order rotated), CUDA events, the median.
 """
 from __future__ import annotations
@@ -27,12 +29,15 @@ import torch
 
 import tilemm
 from tilemm import machine
+from tilemm.ladder.tensorcore.availability import gluon_multicast
 from tilemm.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (pre-warm)
 
 CONFIGS = [dict(block_m=128, block_n=256), dict(block_m=256, block_n=128), dict(stream_k=True), dict(num_stages=3),
            dict(warp_specialized=False)]
+# the float32 sums' Gluon program on one CTA a tile, and (where this Triton's Gluon can) in clusters
+FLOAT32_SUMS_CONFIGS = [dict(warp_specialized=True), dict(cluster=True)]
 
 
 def check(c, a, b, scale, fast, block_k=128):
@@ -109,11 +114,14 @@ def main():
             "tilemm-fast": (lambda: tilemm.scaled_matmul(a, b, sa, sb, fast_accum=True), True),
             "tilemm-b-row-major": (lambda: tilemm.scaled_matmul(a, b_row, sa, sb), False),
         }
-        for params in CONFIGS:
+        for params in CONFIGS + FLOAT32_SUMS_CONFIGS:
+            if params.get("cluster") and not gluon_multicast():
+                continue
             label = "tilemm-" + "-".join(f"{k}={v}" for k, v in params.items())
             variants[label] = (lambda p=params: tilemm.scaled_matmul(a, b, sa, sb, **p), False, params)
-            variants[label + "-fast"] = (lambda p=params: tilemm.scaled_matmul(a, b, sa, sb, fast_accum=True, **p),
-                                         True, params)
+            if params not in FLOAT32_SUMS_CONFIGS:
+                variants[label + "-fast"] = (lambda p=params: tilemm.scaled_matmul(a, b, sa, sb, fast_accum=True, **p),
+                                             True, params)
         good, rows = {}, []
         for label, (launch, fast, *params) in variants.items():
             params = params[0] if params else {}

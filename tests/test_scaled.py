@@ -85,6 +85,11 @@ def test_empty_shapes():
      "warp_specialized"),
     ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(warp_specialized=True, fast_accum=True),
      tilemm.KernelUnavailable, "float32 sums"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(cluster=None), ValueError, "cluster"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(cluster=True, fast_accum=True),
+     tilemm.KernelUnavailable, "cluster=True is the float32 sums'"),
+    ((torch.ones(2, 2).to(FP8[0]), torch.ones(2, 2).to(FP8[0])), dict(cluster=True, warp_specialized=False),
+     tilemm.KernelUnavailable, "warp_specialized=False refuses it"),
 ])
 def test_bad_arguments_are_refused_before_any_kernel(args, kwargs, error, match):
     args = tuple(x.to(WHERE) if isinstance(x, torch.Tensor) and x.ndim >= 2 else x for x in args)
@@ -98,6 +103,48 @@ def test_warp_specialized_needs_hopper_and_gluon():
     a, b = operand(4, 8, FP8[0], False, 1), operand(8, 4, FP8[0], False, 2)
     with pytest.raises(tilemm.KernelUnavailable, match="Hopper"):
         tilemm.scaled_matmul(a, b, warp_specialized=True)
+
+
+@pytest.mark.skipif(ON_GPU, reason="Triton's interpreter runs no Gluon")
+def test_cluster_needs_hopper_and_gluon():
+    a, b = operand(4, 8, FP8[0], False, 1), operand(8, 4, FP8[0], False, 2)
+    with pytest.raises(tilemm.KernelUnavailable, match="cluster=True needs a Hopper GPU"):
+        tilemm.scaled_matmul(a, b, cluster=True)
+
+
+@pytest.mark.parametrize("multicast", [False, True])
+def test_the_cluster_program_is_asked_for_and_refused_where_gluon_lacks_multicast(monkeypatch, multicast):
+    """On a Hopper GPU the float32 sums' Gluon program runs on one CTA a tile by default, whatever
+    Gluon has; cluster=True asks for it in clusters, and is refused where availability's
+    capability check says this Triton's Gluon can't run them."""
+    from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, limits, resolve
+    monkeypatch.setattr(availability, "hopper_gluon", lambda: True)
+    monkeypatch.setattr(availability, "gluon_multicast", lambda: multicast)
+    picked = resolve(DEFAULTS, False, 8192, 8192, 8192)
+    assert picked["warp_specialized"] is True and picked["cluster"] is False
+    asked = resolve({**DEFAULTS, "cluster": True}, False, 64, 64, 64)
+    assert asked["warp_specialized"] is True and asked["cluster"] is True
+    refusal = limits(256, 256, 128, 4, False, False, True, True)
+    if multicast:
+        assert refusal is None
+    else:
+        assert "cluster=True needs a Triton whose Gluon routes mbarrier arrivals" in refusal
+
+
+def test_gluon_cluster_api_is_read_from_gluon(monkeypatch):
+    """Gluon without arrivals routed across CTAs (Triton 3.7's mbarrier.arrive has no from_cta)
+    has no cluster program, whatever else it has."""
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+    def arrive(mbarrier, *, count=1, pred=True, _semantic=None):
+        pass
+
+    availability.gluon_cluster_api.cache_clear()
+    try:
+        monkeypatch.setattr(mbarrier, "arrive", arrive)
+        assert availability.gluon_cluster_api() is False
+    finally:
+        availability.gluon_cluster_api.cache_clear()
 
 
 def test_default_takes_the_warp_specialized_program_only_for_float32_sums_default_tiles_and_deep_k():
@@ -258,19 +305,23 @@ def test_gpu_matches_float64(m, n, k, layout, fast_accum):
 @pytest.mark.parametrize("dtypes", [(0, 0), (1, 1), (0, 1)])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 def test_gpu_warp_specialized_program_matches_float64(m, n, k, dtypes, out_dtype):
-    """The Gluon program (the default on Hopper from K = 4096) and the Triton one, each asked for,
+    """The Gluon program (the default on Hopper from K = 4096) on one CTA a tile and, where
+    Triton's Gluon can, in clusters of two, and the Triton one, each asked for,
     on ragged tiles, both fp8 types and mixed, C in two dtypes poisoned first (A and B copied into
     aligned rows where K is odd); then a repeated call, replayed, on new operands."""
     if not availability.hopper_gluon():
         pytest.skip("the warp-specialized program runs on Hopper")
-    for program in (True, False):
+    programs = [dict(warp_specialized=True), dict(warp_specialized=False)]
+    if availability.gluon_multicast():
+        programs.append(dict(cluster=True))          # in clusters of two CTAs
+    for program in programs:
         for seed in (17, 19):
             a = operand(m, k, FP8[dtypes[0]], False, seed)
             b = operand(k, n, FP8[dtypes[1]], True, seed + 1)
             out = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
-            c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype=out_dtype, out=out, warp_specialized=program)
+            c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype=out_dtype, out=out, **program)
             check(c, a, b, 0.5, 2.0, float32_sums(k) + 4 * 2.0**-13)
-            check(tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype=out_dtype, warp_specialized=program), a, b, 0.5, 2.0,
+            check(tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype=out_dtype, **program), a, b, 0.5, 2.0,
                   float32_sums(k) + 4 * 2.0**-13)
 
 
@@ -375,6 +426,28 @@ for ta, tb, cty in (("fp8e4nv", "fp8e4nv", "*bf16"), ("fp8e5", "fp8e5", "*fp32")
         shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
         wgmma=f"wgmma.mma_async.sync.aligned.m64n{ws.BLOCK_N // 2}k32.f32.{pair[ta]}.{pair[tb]}" in ptx
         and "setmaxnreg.inc" in ptx and re.search(r"STACK:(\d+)", usage).group(1) == "0")
+# the same program in clusters of two CTAs, where this Triton's Gluon can: B loaded by the lead for
+# both (multicast), arrivals on the pair's barriers routed to the lead, wgmma on each CTA's 64 rows
+from tilemm.ladder.tensorcore.availability import gluon_cluster_api
+if gluon_cluster_api():
+    from tilemm.ladder.tensorcore import scaled_fp8_cluster_kernel as ck
+    la = repr(gl.NVMMASharedLayout.get_default_for([ck.LOAD_ROWS, ck.BLOCK_K], gl.float8e4nv, cga_layout=ck.SPLIT_ROWS))
+    lb = repr(gl.NVMMASharedLayout.get_default_for([ck.BLOCK_N, ck.BLOCK_K], gl.float8e4nv, cga_layout=ck.WHOLE))
+    sig = {**sig, "a_desc": f"tensordesc<fp8e4nv[{ck.LOAD_ROWS}, {ck.BLOCK_K}],{la}>",
+           "b_desc": f"tensordesc<fp8e4nv[{ck.BLOCK_N}, {ck.BLOCK_K}],{lb}>", "c_ptr": "*bf16"}
+    const = dict(GROUP_M=ck.GROUP_M, PROGRAMS=66, STAGES=ck.STAGES, WORKER_REGISTERS=ck.WORKER_REGISTERS)
+    k = triton.compile(GluonASTSource(fn=ck.fp8_matmul_cluster, signature=sig, constexprs=const),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_ctas=ck.CTAS))
+    ptx = k.asm["ptx"]
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+    out["cluster-fp8e4nv-bf16"] = dict(
+        shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
+        wgmma=f"wgmma.mma_async.sync.aligned.m64n{ck.BLOCK_N // 2}k32.f32.e4m3.e4m3" in ptx
+        and ".multicast::cluster" in ptx and "mbarrier.arrive.shared::cluster" in ptx and ".reqnctapercluster 2" in ptx
+        and re.search(r"STACK:(\d+)", usage).group(1) == "0")
 print(json.dumps(out))
 """
 
@@ -384,7 +457,7 @@ def test_default_config_compiles_for_sm90():
     res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     compiled = json.loads(res.stdout.strip().splitlines()[-1])
-    assert len(compiled) == 7
+    assert len(compiled) == 7 + availability.gluon_cluster_api()
     for name, info in compiled.items():
         assert info["cubin"] > 0 and info["wgmma"], (name, info)
         assert info["shared"] <= info["limit"], (name, info)

@@ -38,7 +38,9 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         or fewer (``scaled_fp8.MID_TILES``)),
         warp_specialized (None: on a Hopper GPU, float32 sums with none of the others given and
         K >= 4096 run the warp-specialized Gluon program, 128 x 256 tiles; True: that program or
-        an error; False: the Triton program).
+        an error; False: the Triton program), cluster (True: that program in clusters of two
+        CTAs that load each B tile once for both, where Triton's Gluon can (3.9), or an error;
+        False, the default: one CTA a tile).
 
     Returns out, or a new contiguous (M, N) tensor of out_dtype.
 
@@ -97,7 +99,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     _check_device(a.device, torch)
     reason = availability.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or scaled_fp8.limits(
         config["block_m"], config["block_n"], config["block_k"], config["num_stages"], compat.triton_interpreter(),
-        bool(fast_accum), config["warp_specialized"])
+        bool(fast_accum), config["warp_specialized"], config["cluster"])
     if reason:
         raise KernelUnavailable(f"scaled_matmul: {reason}")
     device = "cpu" if a.device.type == "cpu" else f"cuda:{a.device.index or 0}"
@@ -175,8 +177,10 @@ def _config(params: dict) -> dict:
         raise ValueError(f"scaled_matmul: stream_k={config['stream_k']!r} must be True or False")
     if config["warp_specialized"] is not None and not isinstance(config["warp_specialized"], bool):
         raise ValueError(f"scaled_matmul: warp_specialized={config['warp_specialized']!r} must be None, True or False")
+    if not isinstance(config["cluster"], bool):
+        raise ValueError(f"scaled_matmul: cluster={config['cluster']!r} must be True or False")
     for name, value in config.items():
-        if (value is None and name in ("block_m", "block_n")) or name == "warp_specialized":
+        if (value is None and name in ("block_m", "block_n")) or name in ("warp_specialized", "cluster"):
             continue
         if name != "stream_k" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")

@@ -1,5 +1,5 @@
 """Whether the Triton rungs can run here, and what this GPU allows them: Triton and torch
-installed, tensor cores, Hopper's Gluon, its SMs, shared memory and 32-bit tile coordinates."""
+installed, tensor cores, Hopper's Gluon (and its clusters), its SMs, shared memory and 32-bit tile coordinates."""
 from __future__ import annotations
 
 import functools
@@ -82,6 +82,43 @@ def gluon_float64_descriptors() -> str | None:
     except AssertionError:
         return f"Triton {triton.__version__}'s Gluon makes no TMA descriptor of float64 elements (3.6's does)"
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def gluon_multicast() -> bool:
+    """Whether the Gluon cluster program (scaled_fp8_cluster_kernel: two CTAs, B loaded once for
+    both) runs here: hopper_gluon(), and a Gluon that has what it takes (gluon_cluster_api())."""
+    return hopper_gluon() and gluon_cluster_api()
+
+
+@functools.lru_cache(maxsize=None)
+def gluon_cluster_api() -> bool:
+    """Whether this Triton's Gluon has what a cluster program takes, by its API: the TMA load's
+    multicast, CGA layouts, barriers shared by a pair of CTAs, and arrivals routed to the CTA that
+    holds a barrier (mbarrier.arrive's from_cta). Triton 3.7 has the first three but arrives on
+    each CTA's own copy of a shared barrier: the lead could overwrite a stage the other CTA still
+    reads. Needs no GPU."""
+    import inspect
+    try:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+        from .gluon_helpers import tma_load
+        takes = [(tma_load, "multicast"), (mbarrier.arrive, "from_cta"), (gl.NVMMADistributedLayout, "cga_layout"),
+                 (mbarrier.allocate_mbarrier, "two_ctas")]
+        # (a jit function keeps its Python one as .fn)
+        return all(name in inspect.signature(getattr(function, "fn", function)).parameters for function, name in takes)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return False
+
+
+def gluon_multicast_refusal(asked: str) -> str | None:
+    """Why `asked` (a parameter that picks a Gluon cluster program) can't be had here, or None
+    where gluon_multicast()."""
+    refusal = hopper_gluon_refusal(asked)
+    if refusal or gluon_multicast():
+        return refusal
+    return (f"{asked} needs a Triton whose Gluon routes mbarrier arrivals between the CTAs of a cluster "
+            f"(3.9 has it; this is Triton {'.'.join(map(str, triton_version()))})")
 
 
 def hopper_gluon_refusal(asked: str) -> str | None:

@@ -9,7 +9,9 @@ K-major first, a pass whose time counts.
 
 On Hopper, float32 sums with the default tiles and K >= 4096 run a warp-specialized Gluon program
 instead (scaled_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
-run): 1.13x the Triton program over the wide sweep's held-out half. Products of a few rows take
+run): 1.13x the Triton program over the wide sweep's held-out half. cluster=True runs it, where
+Triton's Gluon can (3.9), in clusters of two CTAs that load each B tile once for both
+(scaled_fp8_cluster_kernel.py): not the default, no faster on an H200. Products of a few rows take
 64-row tiles, with stream-K where K is deep (thin_tiles); those whose tiles would
 fill half the SMs or fewer, 128 x 128 tiles (MID_TILES).
 
@@ -24,7 +26,7 @@ from .. import launches
 from .persistent import persistent_launch
 
 DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=False,
-                warp_specialized=None)
+                warp_specialized=None, cluster=False)
 TILE_PARAMS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "stream_k")
 # K from which float32 sums take the warp-specialized program (warp_specialized=None). It writes
 # each tile's C before it loads the next tile's first stages, where the Triton program overlaps
@@ -61,9 +63,13 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
     warp_specialized where it is None: float32 sums with the default tiles, K from
     WARP_SPECIALIZED_FROM_K, on Hopper. With every tile parameter at its default and
     warp_specialized not True, a product of a few rows takes thin_tiles', and one whose tiles fill
-    half the SMs or fewer MID_TILES, either accumulation."""
+    half the SMs or fewer MID_TILES, either accumulation. cluster=True asks for the
+    warp-specialized program in clusters of two CTAs (warp_specialized None becomes True)."""
+    if config["cluster"] and config["warp_specialized"] is None:
+        config = {**config, "warp_specialized": True}
     defaults = all(config[p] == DEFAULTS[p] for p in TILE_PARAMS)
-    free = defaults and config["warp_specialized"] is not True      # the tiles are the rung's to choose
+    # the tiles are the rung's to choose
+    free = defaults and config["warp_specialized"] is not True and not config["cluster"]
     thin = thin_tiles(m, n, k) if free else None
     if thin is not None:
         return {**config, **thin, "warp_specialized": False}
@@ -91,7 +97,15 @@ def thin_tiles(m: int, n: int, k: int) -> dict | None:
 
 
 def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interpreter: bool, fast_accum: bool = False,
-           warp_specialized: bool = False) -> str | None:
+           warp_specialized: bool = False, cluster: bool = False) -> str | None:
+    if cluster:
+        if not warp_specialized:
+            return "cluster=True is the warp-specialized program's; warp_specialized=False refuses it"
+        if fast_accum:
+            return "cluster=True is the float32 sums' program; fast_accum=True takes the Triton one"
+        refusal = availability.gluon_multicast_refusal("cluster=True")
+        if refusal:
+            return refusal
     if warp_specialized:
         if fast_accum:
             return "warp_specialized=True is the float32 sums' program; fast_accum=True takes the Triton one"
@@ -107,14 +121,21 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
 
 
 def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages,
-         stream_k=False, warp_specialized=False):
+         stream_k=False, warp_specialized=False, cluster=False):
     """c = scale_a * scale_b * (a @ b) as a launcher without arguments (a Steps: any copy of an
     operand K-major, then the product), which tilemm.ladder.replay can run again on other operands:
     a (M, K), b (K, N) fp8; scale_a, scale_b one-element float32 tensors on a's device; c (M, N)
     on the GPU, M, N, K > 0. warp_specialized: the Gluon program (its own tiles; the others
-    ignored)."""
+    ignored); with cluster, its form in clusters of two CTAs."""
     m, k = a.shape
     n = b.shape[1]
+    if warp_specialized and cluster:
+        from . import scaled_fp8_cluster_kernel as clustered
+        a_rows, a_fill = operand_copies.aligned_rows(a)
+        b_rows, b_fill = operand_copies.aligned_rows(b.T)              # (N, K): B K-major
+        product = clustered.launcher(*clustered.descriptors(a_rows, b_rows), c, scale_a, scale_b, m, n, k,
+                                     availability.multiprocessors())
+        return launches.Steps([a_fill, b_fill, product])
     if warp_specialized:
         from . import scaled_fp8_gluon_kernel as ws
         from .gluon_helpers import descriptor
