@@ -205,13 +205,14 @@ def main(argv=None):
     out = Path(os.environ.get("OUT") or args.out or "out")
     out.mkdir(parents=True, exist_ok=True)
 
-    def emit(record):
-        line = json.dumps(record)
+    stamp = {**tilemm.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)),
+             "bf16_reduction_default": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction}
+
+    def emit(record):           # every record stamped (device, versions, date, command), as the canonical ones are
+        line = json.dumps({**stamp, **record})
         with open(out / "linear_profile.jsonl", "a") as f:
             f.write(line + "\n")
-        print(line, flush=True)
-    emit({"part": "stamp", "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-          "bf16_reduction_default": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction})
+        print(line if len(line) < 400 else line[:400] + " ...", flush=True)
     for part in args.parts:
         print(f"[linear_profile] {part}", file=sys.stderr, flush=True)
         {"products": products, "calls": calls, "model": lambda e: model_phases(args, e)}[part](emit)
