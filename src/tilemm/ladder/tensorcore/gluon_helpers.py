@@ -1,6 +1,7 @@
 """Gluon pieces shared by the Hopper programs (r11_int8_gluon_kernel, r12_fp64_dmma_kernel,
-scaled_fp8_gluon_kernel): the grouped tile order, C's pointers, the TMA load as this Triton spells
-it, a ring of shared-memory stages with their barriers, and the loading warp that fills it.
+scaled_fp8_gluon_kernel, scaled_fp8_cluster_kernel): the grouped tile order, C's pointers and a
+block's store, the TMA load as this Triton spells it, a ring of shared-memory stages with their
+barriers, and the loading warp that fills it.
 
 Kept apart so that importing tilemm never imports Triton; GPU only (Gluon has no interpreter).
 """
@@ -52,6 +53,17 @@ def block_pointers(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn):
     rows = gl.expand_dims(offs_m.to(gl.int64) * stride_cm, 1)
     cols = gl.expand_dims(offs_n.to(gl.int64) * stride_cn, 0)
     return c_ptr + rows + cols, gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)
+
+
+@gluon.jit
+def store_block(c_ptr, x, row, col, M, N, stride_cm, stride_cn, layout: gl.constexpr, ROWS: gl.constexpr,
+                COLS: gl.constexpr):
+    """x (ROWS x COLS, float32, in register layout `layout`) into C at (row, col), what lies
+    inside C, in C's dtype."""
+    offs_m = row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    offs_n = col + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+    ptrs, inside = block_pointers(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    gl.store(ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)
 
 
 @gluon.jit

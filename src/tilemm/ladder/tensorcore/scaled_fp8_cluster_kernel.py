@@ -38,7 +38,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from ..launches import bound_launch
-from .gluon_helpers import block_pointers, tile_start, tma_load
+from .gluon_helpers import store_block, tile_start, tma_load
 
 CTAS = 2
 BLOCK_M, BLOCK_N, BLOCK_K = 256, 256, 128   # a cluster's tile: 128 rows on each CTA
@@ -53,16 +53,6 @@ SPLIT_ROWS = [[1, 0]]
 WHOLE = [[0, 0]]
 TOTALS = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                 instr_shape=[16, BLOCK_N // 2, 32], cga_layout=SPLIT_ROWS))
-
-
-@gluon.jit
-def store_half(c_ptr, x, row, col, M, N, stride_cm, stride_cn, ROWS: gl.constexpr, HALF: gl.constexpr):
-    """x (ROWS x HALF of the cluster, float32, in TOTALS) into C at (row, col), what lies inside C,
-    in C's dtype; each CTA writes its own rows."""
-    offs_m = row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, TOTALS))
-    offs_n = col + gl.arange(0, HALF, layout=gl.SliceLayout(0, TOTALS))
-    ptrs, inside = block_pointers(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)
-    gl.store(ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)
 
 
 @gluon.jit
@@ -99,8 +89,9 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, scale_a_ptr,
             right += step
             c += 1
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        store_half(c_ptr, left * scale, off_m + WG * ROWS, off_n, M, N, stride_cm, stride_cn, ROWS, HALF)
-        store_half(c_ptr, right * scale, off_m + WG * ROWS, off_n + HALF, M, N, stride_cm, stride_cn, ROWS, HALF)
+        store_block(c_ptr, left * scale, off_m + WG * ROWS, off_n, M, N, stride_cm, stride_cn, TOTALS, ROWS, HALF)
+        store_block(c_ptr, right * scale, off_m + WG * ROWS, off_n + HALF, M, N, stride_cm, stride_cn, TOTALS, ROWS,
+                    HALF)
 
 
 @gluon.jit

@@ -26,7 +26,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from ..launches import bound_launch
-from .gluon_helpers import block_pointers, invalidate_barriers, producer, stage_ring, tile_start
+from .gluon_helpers import invalidate_barriers, producer, stage_ring, store_block, tile_start
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
 STAGES = 4
@@ -34,15 +34,6 @@ GROUP_M = 16
 # registers a thread of the second multiplying warpgroup asks for (the loading warp gives up its
 # own: 24), so that a 64 x 256 float32 total and a 64 x 128 product fit without spilling
 WORKER_REGISTERS = 232
-
-
-@gluon.jit
-def store_half(c_ptr, x, row, col, M, N, stride_cm, stride_cn, layout: gl.constexpr, HALF: gl.constexpr):
-    """x (64 x HALF, float32) into C at (row, col), what lies inside C, in C's dtype."""
-    offs_m = row + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
-    offs_n = col + gl.arange(0, HALF, layout=gl.SliceLayout(0, layout))
-    ptrs, inside = block_pointers(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)
-    gl.store(ptrs, x.to(c_ptr.dtype.element_ty), mask=inside)
 
 
 # --8<-- [start:kernel]
@@ -78,8 +69,9 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr
             right += step
             c += 1
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        store_half(c_ptr, left * scale, off_m + WG * 64, off_n, M, N, stride_cm, stride_cn, layout, HALF)
-        store_half(c_ptr, right * scale, off_m + WG * 64, off_n + HALF, M, N, stride_cm, stride_cn, layout, HALF)
+        store_block(c_ptr, left * scale, off_m + WG * 64, off_n, M, N, stride_cm, stride_cn, layout, 64, HALF)
+        store_block(c_ptr, right * scale, off_m + WG * 64, off_n + HALF, M, N, stride_cm, stride_cn, layout, 64,
+                    HALF)
 # --8<-- [end:kernel]
 
 
