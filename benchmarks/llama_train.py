@@ -249,6 +249,7 @@ def throughput(args, emit):
     for mode in modes:                     # untimed: every path compiled, planned and allocated
         for call in phases[mode].values():
             call()
+    emit({"part": "throughput", "layouts": layouts_seen(models["tilemm"])})
     times = {mode: {phase: [] for phase in names} for mode in modes}
     rep = 0
     for r in range(args.rounds):
@@ -271,6 +272,20 @@ def throughput(args, emit):
           "ratio_tilemm_over_torch": {p: medians["torch"][p] / medians["tilemm"][p] for p in names},
           "paired_ratio_median": paired,
           "best_ratio": {p: best["torch"][p] / best["tilemm"][p] for p in names}})
+
+
+def layouts_seen(model) -> dict:
+    """What tilemm's Linears learned of their layouts in the untimed calls: how many layouts; of
+    those a backward has seen, how many train through torch's own nodes with no hooks (its
+    backward sums in float32 under its flags as they are), through them with the flag turned off
+    in backward (hooks), or through a Function (not the library's products)."""
+    known = [layout for module in model.modules() if isinstance(module, tilemm.nn.Linear)
+             for layout in module.products.known.values() if isinstance(layout, tilemm.nn.Layout)]
+    trained = [layout for layout in known if layout.grads is not None]
+    plain = sum(1 for layout in trained if layout.grads and layout.exact_now())
+    hooked = sum(1 for layout in trained if layout.grads and not layout.exact_now())
+    return {"layouts": len(known), "trained": len(trained), "torch_nodes": plain, "hooked": hooked,
+            "function": len(trained) - plain - hooked}
 
 
 # ---------------------------------------------------------------- (c) torch.compile

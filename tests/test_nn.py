@@ -1,5 +1,6 @@
 """tilemm.nn: Linear as a drop-in for torch.nn.Linear, swapping a model's Linears in place and back,
 and a tiny transformer trained with tilemm's Linears and with torch's to the same losses."""
+import contextlib
 import pickle
 
 import pytest
@@ -195,13 +196,87 @@ def test_the_library_s_layouts_give_torch_s_values_and_gradients(shape, reduced,
     from tilemm.ladder import library
     monkeypatch.setattr(tilemm.nn.Products, "fast_product",
                         lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
-    flag = "allow_bf16_reduced_precision_reduction"
-    before = getattr(torch.backends.cuda.matmul, flag)     # (a property of torch's: set and put back)
-    setattr(torch.backends.cuda.matmul, flag, reduced)
+    # the CPU's products never read the flag, so that torch's backward would be seen to sum in
+    # float32 under it (the next test): here, as where cuBLAS would reduce in 16 bits
+    monkeypatch.setattr(tilemm.nn, "same_gradients_with_flag", lambda *args: False)
+    with flag_set(FLAG, reduced):
+        check_library_layouts(shape, reduced, FLAG)
+
+
+FLAG = "allow_bf16_reduced_precision_reduction"
+
+
+@contextlib.contextmanager
+def flag_set(flag: str, value: bool):
+    """torch.backends.cuda.matmul.<flag> = value, put back after."""
+    before = getattr(torch.backends.cuda.matmul, flag)
+    setattr(torch.backends.cuda.matmul, flag, value)
     try:
-        check_library_layouts(shape, reduced, flag)
+        yield
     finally:
         setattr(torch.backends.cuda.matmul, flag, before)
+
+
+def test_a_backward_seen_to_sum_in_float32_under_the_flag_runs_torch_s_nodes_as_they_are(monkeypatch):
+    """Where torch's own backward is seen, on random operands laid out as the layer's, to give the
+    same gradients bit for bit with the flag on as off (here always: the CPU's products don't read
+    it), later training forwards record plain F.linear: no hooks, torch's flag at each backward
+    product, torch's gradients."""
+    from tilemm.ladder import library
+    monkeypatch.setattr(tilemm.nn.Products, "fast_product",
+                        lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
+    torch.manual_seed(0)
+    ours = Linear(5, 3, dtype=torch.bfloat16)
+    theirs = torch.nn.Linear(5, 3, dtype=torch.bfloat16)
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 4, 5, dtype=torch.bfloat16, requires_grad=True)
+    with flag_set(FLAG, True):
+        for step in range(3):
+            grads = []
+            for layer in (ours, theirs):
+                y = layer(x)
+                with FlagAtProducts(FLAG) as seen:
+                    y.float().pow(2).sum().backward()
+                grads.append((x.grad, layer.weight.grad, layer.bias.grad))
+                x.grad = layer.weight.grad = layer.bias.grad = None
+            layout = next(iter(ours.products.known.values()))
+            assert layout.sums_seen == layout.get() and layout.exact_now()
+            if step:
+                assert seen and all(seen)          # torch's flag as it is at ours' products too
+                assert all(torch.equal(a, b) for a, b in zip(*grads))
+        with flag_set(FLAG, False), flag_set(FLAG, True):     # the state seen, set again: still seen
+            assert layout.exact_now()
+
+
+class FlagReadingLinear(torch.autograd.Function):
+    """F.linear whose weight gradient changes in its last bit where torch's flag allows
+    reduced-precision sums: a product as cuBLAS makes it where it reduces in 16 bits."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return torch.nn.functional.linear(x, w)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        dw = grad.reshape(-1, grad.shape[-1]).mT @ x.reshape(-1, x.shape[-1])
+        if getattr(torch.backends.cuda.matmul, FLAG):
+            dw = torch.nextafter(dw, torch.full_like(dw, float("inf")))
+        return grad @ w, dw
+
+
+@pytest.mark.parametrize("reads_flag", [False, True])
+def test_same_gradients_with_flag_sees_a_backward_that_reads_the_flag(reads_flag, monkeypatch):
+    from tilemm.ladder import library
+    if reads_flag:
+        monkeypatch.setattr(tilemm.nn, "linear", FlagReadingLinear.apply)
+    get, put = library.exact_sums_flag("bfloat16")
+    x = torch.randn(3, 4, 5, dtype=torch.bfloat16).transpose(0, 1)
+    w = torch.randn(2, 5, dtype=torch.bfloat16)
+    with flag_set(FLAG, True):
+        assert tilemm.nn.same_gradients_with_flag(x, w, get, put) is not reads_flag
+        assert getattr(torch.backends.cuda.matmul, FLAG) is True      # put back
 
 
 def check_library_layouts(shape, reduced: bool, flag: str):

@@ -129,6 +129,10 @@ class Products:
         library = (self.fast_product(grad_rows, weight) is not None
                    and self.fast_product(grad_rows.mT, input.reshape(-1, input.shape[-1])) is not None)
         layout.grads = library and layout.linear is not None and library_linear_grads(input.dtype)
+        if layout.grads and layout.get is not None and layout.get()[0]:
+            state = layout.get()
+            if same_gradients_with_flag(input, weight, layout.get, layout.put):
+                layout.sums_seen = state
 
     def fast_product(self, a: torch.Tensor, b: torch.Tensor):
         """The repeated-call product of tilemm's plan for a @ b (the library rung's alone: it
@@ -155,22 +159,71 @@ def layout_key(input: torch.Tensor, weight: torch.Tensor) -> tuple:
 class Layout:
     """One layout of a Linear's input: the plan's repeated-call product of its rows (or None);
     where that is the library's, F.linear with tilemm's sums (linear), the same recording a
-    backward that keeps those sums (exact_linear), and whether torch's flags give those sums
-    already (exact_now); the gradients' products once a backward has asked (False: a
-    tilemm.matmul call each)."""
-    __slots__ = ("fast", "linear", "exact_linear", "exact_now", "grads")
+    backward that keeps those sums (exact_linear); torch's reduced-precision flag for the dtype
+    (get, put: None where none is read); the flag's state under which torch's own backward was
+    seen to sum in float32 all the same (sums_seen); and the gradients' products once a backward
+    has asked (False: a tilemm.matmul call each)."""
+    __slots__ = ("fast", "linear", "exact_linear", "get", "put", "sums_seen", "grads")
 
     def __init__(self, fast, dtype: torch.dtype):
         from .ladder import library        # (the ladder loads numba: on first use)
-        self.fast, self.grads = fast, None
+        self.fast, self.grads, self.sums_seen = fast, None, None
         name = str(dtype).removeprefix("torch.")
-        get, put = library.exact_sums_flag(name)
+        self.get, self.put = get, put = library.exact_sums_flag(name)
         self.linear = self.exact_linear = None
         if fast is not None:
             self.linear = library.with_exact_sums(name, linear)
             if get is not None:
                 self.exact_linear = library.with_exact_sums(name, linear_with_exact_backward(get, put))
-        self.exact_now = (lambda: not get()[0]) if get is not None else (lambda: True)
+
+    def exact_now(self) -> bool:
+        """Whether torch's own backward of F.linear sums this layout's gradients in float32 under
+        torch's flags now: the flag off, or in the state under which that was seen."""
+        if self.get is None:
+            return True
+        state = self.get()
+        return not state[0] or state == self.sums_seen
+
+
+# Products of the random operands that same_gradients_with_flag compares at the least: a
+# reduction of partial sums in 16 bits changes the last bits of most of them
+SEEN_PRODUCTS = 4096
+
+
+def same_gradients_with_flag(input: torch.Tensor, weight: torch.Tensor, get, put) -> bool:
+    """Whether torch's own backward of F.linear, for operands laid out as these (random values of
+    their shapes, strides, dtype and device; dY contiguous, and column-major), gives bit for bit
+    the same gradients with torch's reduced-precision flag as it is now as with it off: then cuBLAS
+    sums in float32 for this layout whatever the flag says (it allows, not asks for, a reduction
+    in 16 bits: a split of K that cuBLAS takes for some shapes), and a backward need not turn the
+    flag off. Drawn again until SEEN_PRODUCTS products have been compared."""
+    per_draw = input.numel() + weight.numel()
+    if not per_draw or not input.numel() or not weight.numel():
+        return False
+    state = get()
+    out_shape = input.shape[:-1] + weight.shape[:1]
+    with torch.enable_grad():
+        for _ in range(min(16, -(-SEEN_PRODUCTS // per_draw))):
+            x, w = random_laid_out(input), random_laid_out(weight)
+            rows = torch.randn(out_shape[::-1], dtype=input.dtype, device=input.device).permute(
+                tuple(range(len(out_shape)))[::-1])
+            for grad in (rows.contiguous(), rows):
+                allowed = torch.autograd.grad(linear(x, w), (x, w), grad)
+                put(False, *state[1:])
+                try:
+                    exact = torch.autograd.grad(linear(x, w), (x, w), grad)
+                finally:
+                    put(*state)
+                if not all(torch.equal(a, b) for a, b in zip(allowed, exact)):
+                    return False
+    return True
+
+
+def random_laid_out(t: torch.Tensor) -> torch.Tensor:
+    """Normal random values in t's shape, strides, dtype and device, requiring grad."""
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    base = torch.randn(extent, dtype=t.dtype, device=t.device)
+    return base.as_strided(t.shape, t.stride()).requires_grad_()
 
 
 # torch's nodes that multiply in F.linear's graph (the product itself, or under the view that
