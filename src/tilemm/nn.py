@@ -124,7 +124,9 @@ class Products:
     def learn_grads(self, layout: Layout, grad, input, weight) -> None:
         """Whether tilemm's plans for this layout's two gradient products (dY @ weight, and dY^T @
         input's rows, with dY contiguous) are both the library's: then layout.grads computes both
-        as torch's own Linear backward does (the same cuBLAS calls), with tilemm's sums."""
+        as torch's own Linear backward does (the same cuBLAS calls), with tilemm's sums; and,
+        where torch's flag allows reduced-precision sums now, whether its backward takes them for
+        this layout (same_gradients_with_flag: if not, layout.sums_seen keeps the flag's state)."""
         grad_rows = grad.reshape(-1, grad.shape[-1])
         library = (self.fast_product(grad_rows, weight) is not None
                    and self.fast_product(grad_rows.mT, input.reshape(-1, input.shape[-1])) is not None)
