@@ -198,7 +198,7 @@ def test_the_library_s_layouts_give_torch_s_values_and_gradients(shape, reduced,
                         lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
     # the CPU's products never read the flag, so that torch's backward would be seen to sum in
     # float32 under it (the next test): here, as where cuBLAS would reduce in 16 bits
-    monkeypatch.setattr(tilemm.nn, "same_gradients_with_flag", lambda *args: False)
+    monkeypatch.setattr(tilemm.nn, "same_with_flag", lambda *args, **kwargs: False)
     with flag_set(FLAG, reduced):
         check_library_layouts(shape, reduced, FLAG)
 
@@ -240,7 +240,7 @@ def test_a_backward_seen_to_sum_in_float32_under_the_flag_runs_torch_s_nodes_as_
                 grads.append((x.grad, layer.weight.grad, layer.bias.grad))
                 x.grad = layer.weight.grad = layer.bias.grad = None
             layout = next(iter(ours.products.known.values()))
-            assert layout.sums_seen == layout.get() and layout.exact_now()
+            assert layout.sums_seen == layout.get() == layout.plain_seen and layout.exact_now()
             if step:
                 assert seen and all(seen)          # torch's flag as it is at ours' products too
                 assert all(torch.equal(a, b) for a, b in zip(*grads))
@@ -253,9 +253,10 @@ class FlagReadingLinear(torch.autograd.Function):
     reduced-precision sums: a product as cuBLAS makes it where it reduces in 16 bits."""
 
     @staticmethod
-    def forward(ctx, x, w):
+    def forward(ctx, x, w, bias=None):
         ctx.save_for_backward(x, w)
-        return torch.nn.functional.linear(x, w)
+        y = torch.nn.functional.linear(x, w, bias)
+        return torch.nextafter(y, torch.full_like(y, float("inf"))) if getattr(torch.backends.cuda.matmul, FLAG) else y
 
     @staticmethod
     def backward(ctx, grad):
@@ -263,20 +264,40 @@ class FlagReadingLinear(torch.autograd.Function):
         dw = grad.reshape(-1, grad.shape[-1]).mT @ x.reshape(-1, x.shape[-1])
         if getattr(torch.backends.cuda.matmul, FLAG):
             dw = torch.nextafter(dw, torch.full_like(dw, float("inf")))
-        return grad @ w, dw
+        return grad @ w, dw, None
 
 
+@pytest.mark.parametrize("gradients", [False, True])
 @pytest.mark.parametrize("reads_flag", [False, True])
-def test_same_gradients_with_flag_sees_a_backward_that_reads_the_flag(reads_flag, monkeypatch):
+def test_same_with_flag_sees_a_product_that_reads_the_flag(reads_flag, gradients, monkeypatch):
     from tilemm.ladder import library
     if reads_flag:
         monkeypatch.setattr(tilemm.nn, "linear", FlagReadingLinear.apply)
     get, put = library.exact_sums_flag("bfloat16")
     x = torch.randn(3, 4, 5, dtype=torch.bfloat16).transpose(0, 1)
-    w = torch.randn(2, 5, dtype=torch.bfloat16)
+    w, bias = torch.randn(2, 5, dtype=torch.bfloat16), torch.randn(2, dtype=torch.bfloat16)
     with flag_set(FLAG, True):
-        assert tilemm.nn.same_gradients_with_flag(x, w, get, put) is not reads_flag
+        assert tilemm.nn.same_with_flag(x, w, bias, get, put, gradients=gradients) is not reads_flag
         assert getattr(torch.backends.cuda.matmul, FLAG) is True      # put back
+
+
+@pytest.mark.parametrize("seen", [False, True])
+def test_a_forward_turns_the_flag_off_unless_f_linear_was_seen_to_sum_in_float32(seen, monkeypatch):
+    """F.linear runs with torch's flag as it is where it was seen to give the same values with it
+    on as off for the layer's layout, else with the flag off for the call (and put back)."""
+    from tilemm.ladder import library
+    monkeypatch.setattr(tilemm.nn.Products, "fast_product",
+                        lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
+    if not seen:
+        monkeypatch.setattr(tilemm.nn, "same_with_flag", lambda *args, **kwargs: False)
+    layer = Linear(5, 3, dtype=torch.bfloat16)
+    x = torch.randn(2, 4, 5, dtype=torch.bfloat16)
+    with flag_set(FLAG, True), torch.no_grad():
+        layer(x)
+        with FlagAtProducts(FLAG) as flags:
+            y = layer(x)
+        assert flags == [seen] and getattr(torch.backends.cuda.matmul, FLAG) is True
+        assert torch.equal(y, F.linear(x, layer.weight, layer.bias))
 
 
 def check_library_layouts(shape, reduced: bool, flag: str):

@@ -51,11 +51,11 @@ class Linear(torch.nn.Linear):
             y = self.general_product(input)
             return y if bias is None else y + bias
         products = self.products         # (the usual call in few steps: a model pays each ~100 times a forward)
-        key = layout_key(input, weight)
-        layout = products.known.get(key) or products.learn_layout(key, input, weight)
+        key = (input.shape, input.stride(), input.device, weight.shape, weight.stride(), weight.device)  # layout_key
+        layout = products.known.get(key) or products.learn_layout(key, input, weight, bias)
         recording = grad_enabled() and (input.requires_grad or weight.requires_grad)
         if layout.linear is not None and (not recording or layout.grads and layout.exact_now()):
-            return layout.linear(input, weight, bias)     # F.linear, its bias in the product's epilogue
+            return layout.product(input, weight, bias)     # F.linear, its bias in the product's epilogue
         if recording and layout.grads:     # the library's products throughout: torch's own nodes, its flag off
             y = layout.exact_linear(input, weight, bias)
             if y is not None:
@@ -110,10 +110,17 @@ class Products:
         key = layout_key(input, weight)
         return self.known.get(key) or self.learn_layout(key, input, weight)
 
-    def learn_layout(self, key: tuple, input: torch.Tensor, weight: torch.Tensor) -> Layout:
-        """Plan input's rows @ weight.T once, and remember the layout under key."""
+    def learn_layout(self, key: tuple, input: torch.Tensor, weight: torch.Tensor, bias=None) -> Layout:
+        """Plan input's rows @ weight.T once, and remember the layout under key; where the plan is
+        the library's and torch's flag allows reduced-precision sums now, whether F.linear takes
+        them for this layout (same_with_flag: if not, layout.plain_seen keeps the flag's state)."""
         rows = input.reshape(-1, input.shape[-1])
-        return self.remember(key, Layout(self.fast_product(rows, weight.T), input.dtype))
+        layout = Layout(self.fast_product(rows, weight.T), input.dtype)
+        if layout.linear is not None and layout.get is not None and layout.get()[0]:
+            state = layout.get()
+            if same_with_flag(input, weight, bias, layout.get, layout.put, gradients=False):
+                layout.plain_seen = state
+        return self.remember(key, layout)
 
     def rows_product(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout) -> torch.Tensor:
         """input's rows @ weight.T, (rows, in) @ (in, out)."""
@@ -126,14 +133,15 @@ class Products:
         input's rows, with dY contiguous) are both the library's: then layout.grads computes both
         as torch's own Linear backward does (the same cuBLAS calls), with tilemm's sums; and,
         where torch's flag allows reduced-precision sums now, whether its backward takes them for
-        this layout (same_gradients_with_flag: if not, layout.sums_seen keeps the flag's state)."""
+        this layout (same_with_flag: if not, layout.sums_seen keeps the flag's state; a bias
+        changes no product of the backward)."""
         grad_rows = grad.reshape(-1, grad.shape[-1])
         library = (self.fast_product(grad_rows, weight) is not None
                    and self.fast_product(grad_rows.mT, input.reshape(-1, input.shape[-1])) is not None)
         layout.grads = library and layout.linear is not None and library_linear_grads(input.dtype)
         if layout.grads and layout.get is not None and layout.get()[0]:
             state = layout.get()
-            if same_gradients_with_flag(input, weight, layout.get, layout.put):
+            if same_with_flag(input, weight, None, layout.get, layout.put, gradients=True):
                 layout.sums_seen = state
 
     def fast_product(self, a: torch.Tensor, b: torch.Tensor):
@@ -162,14 +170,14 @@ class Layout:
     """One layout of a Linear's input: the plan's repeated-call product of its rows (or None);
     where that is the library's, F.linear with tilemm's sums (linear), the same recording a
     backward that keeps those sums (exact_linear); torch's reduced-precision flag for the dtype
-    (get, put: None where none is read); the flag's state under which torch's own backward was
-    seen to sum in float32 all the same (sums_seen); and the gradients' products once a backward
-    has asked (False: a tilemm.matmul call each)."""
-    __slots__ = ("fast", "linear", "exact_linear", "get", "put", "sums_seen", "grads")
+    (get, put: None where none is read); the flag's states under which F.linear (plain_seen) and
+    torch's own backward of it (sums_seen) were seen to sum in float32 all the same; and the
+    gradients' products once a backward has asked (False: a tilemm.matmul call each)."""
+    __slots__ = ("fast", "linear", "exact_linear", "get", "put", "plain_seen", "sums_seen", "grads")
 
     def __init__(self, fast, dtype: torch.dtype):
         from .ladder import library        # (the ladder loads numba: on first use)
-        self.fast, self.grads, self.sums_seen = fast, None, None
+        self.fast, self.grads, self.plain_seen, self.sums_seen = fast, None, None, None
         name = str(dtype).removeprefix("torch.")
         self.get, self.put = get, put = library.exact_sums_flag(name)
         self.linear = self.exact_linear = None
@@ -177,6 +185,15 @@ class Layout:
             self.linear = library.with_exact_sums(name, linear)
             if get is not None:
                 self.exact_linear = library.with_exact_sums(name, linear_with_exact_backward(get, put))
+
+    def product(self, input, weight, bias):
+        """F.linear with tilemm's sums: as it is where torch's flag is off or in the state under
+        which it was seen to sum in float32 all the same; else with the flag off for the call."""
+        if self.get is not None:
+            state = self.get()
+            if state[0] and state != self.plain_seen:
+                return self.linear(input, weight, bias)
+        return linear(input, weight, bias)
 
     def exact_now(self) -> bool:
         """Whether torch's own backward of F.linear sums this layout's gradients in float32 under
@@ -187,45 +204,55 @@ class Layout:
         return not state[0] or state == self.sums_seen
 
 
-# Products of the random operands that same_gradients_with_flag compares at the least: a
-# reduction of partial sums in 16 bits changes the last bits of most of them
+# Products of the random operands that same_with_flag compares at the least: a reduction of
+# partial sums in 16 bits changes the last bits of most of them
 SEEN_PRODUCTS = 4096
 
 
-def same_gradients_with_flag(input: torch.Tensor, weight: torch.Tensor, get, put) -> bool:
-    """Whether torch's own backward of F.linear, for operands laid out as these (random values of
-    their shapes, strides, dtype and device; dY contiguous, and column-major), gives bit for bit
-    the same gradients with torch's reduced-precision flag as it is now as with it off: then cuBLAS
-    sums in float32 for this layout whatever the flag says (it allows, not asks for, a reduction
-    in 16 bits: a split of K that cuBLAS takes for some shapes), and a backward need not turn the
-    flag off. Drawn again until SEEN_PRODUCTS products have been compared."""
-    per_draw = input.numel() + weight.numel()
+def same_with_flag(input: torch.Tensor, weight: torch.Tensor, bias, get, put, gradients: bool) -> bool:
+    """Whether torch's F.linear (gradients=False: its value; True: its own backward's gradients,
+    dY row-major and column-major), for operands laid out as these (random values of their
+    shapes, strides, dtype and device), gives bit for bit the same with torch's reduced-precision
+    flag as it is now as with it off: then cuBLAS sums in float32 for this layout whatever the
+    flag says (it allows, not asks for, a reduction in 16 bits: a split of K that cuBLAS takes for
+    some shapes), and the call need not turn the flag off. Drawn again until SEEN_PRODUCTS
+    products have been compared."""
+    out_shape = input.shape[:-1] + weight.shape[:1]
+    per_draw = (input.numel() + weight.numel()) if gradients else out_shape.numel()
     if not per_draw or not input.numel() or not weight.numel():
         return False
     state = get()
-    out_shape = input.shape[:-1] + weight.shape[:1]
-    with torch.enable_grad():
+
+    def agree(compute) -> bool:
+        allowed = compute()
+        put(False, *state[1:])
+        try:
+            exact = compute()
+        finally:
+            put(*state)
+        return all(torch.equal(a, b) for a, b in zip(allowed, exact))
+
+    with torch.enable_grad() if gradients else torch.no_grad():
         for _ in range(min(16, -(-SEEN_PRODUCTS // per_draw))):
-            x, w = random_laid_out(input), random_laid_out(weight)
+            x, w = random_laid_out(input, gradients), random_laid_out(weight, gradients)
+            b = None if bias is None else random_laid_out(bias, False)
+            if not gradients:
+                if not agree(lambda: (linear(x, w, b),)):
+                    return False
+                continue
             rows = torch.randn(out_shape[::-1], dtype=input.dtype, device=input.device).permute(
                 tuple(range(len(out_shape)))[::-1])
             for grad in (rows.contiguous(), rows):
-                allowed = torch.autograd.grad(linear(x, w), (x, w), grad)
-                put(False, *state[1:])
-                try:
-                    exact = torch.autograd.grad(linear(x, w), (x, w), grad)
-                finally:
-                    put(*state)
-                if not all(torch.equal(a, b) for a, b in zip(allowed, exact)):
+                if not agree(lambda: torch.autograd.grad(linear(x, w, b), (x, w), grad)):
                     return False
     return True
 
 
-def random_laid_out(t: torch.Tensor) -> torch.Tensor:
-    """Normal random values in t's shape, strides, dtype and device, requiring grad."""
+def random_laid_out(t: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """Normal random values in t's shape, strides, dtype and device."""
     extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
     base = torch.randn(extent, dtype=t.dtype, device=t.device)
-    return base.as_strided(t.shape, t.stride()).requires_grad_()
+    return base.as_strided(t.shape, t.stride()).requires_grad_(requires_grad)
 
 
 # torch's nodes that multiply in F.linear's graph (the product itself, or under the view that
