@@ -275,8 +275,10 @@ def throughput(args, emit):
 
 
 def layouts_seen(model) -> dict:
-    """What tilemm's Linears learned of their layouts in the untimed calls: how many layouts; of
-    those a backward has seen, how many train through torch's own nodes with no hooks (its
+    """What tilemm's Linears learned of their layouts in the untimed calls: how many layouts; how
+    many are the library's, and of those how many call F.linear with torch's flag as it is (seen
+    to sum in float32 all the same) rather than turning it off for the call; of those a backward
+    has seen, how many train through torch's own nodes with no hooks (its
     backward sums in float32 under its flags as they are), through them with the flag turned off
     in backward (hooks), or through a Function (not the library's products)."""
     known = [layout for module in model.modules() if isinstance(module, tilemm.nn.Linear)
@@ -284,8 +286,10 @@ def layouts_seen(model) -> dict:
     trained = [layout for layout in known if layout.grads is not None]
     plain = sum(1 for layout in trained if layout.grads and layout.exact_now())
     hooked = sum(1 for layout in trained if layout.grads and not layout.exact_now())
-    return {"layouts": len(known), "trained": len(trained), "torch_nodes": plain, "hooked": hooked,
-            "function": len(trained) - plain - hooked}
+    library = [layout for layout in known if layout.linear is not None]
+    flag_as_is = sum(1 for layout in library if layout.get is None or layout.get() == layout.plain_seen)
+    return {"layouts": len(known), "library": len(library), "forward_flag_as_is": flag_as_is,
+            "trained": len(trained), "torch_nodes": plain, "hooked": hooked, "function": len(trained) - plain - hooked}
 
 
 # ---------------------------------------------------------------- (c) torch.compile
