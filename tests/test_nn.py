@@ -364,3 +364,25 @@ def test_a_layout_is_planned_for_operands_that_require_grad(monkeypatch):
     x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
     layer(x).sum().backward()
     assert seen and not any(seen)
+
+
+def test_a_library_layout_is_looked_up_again_once_the_weight_changes(monkeypatch):
+    """The shortest look-up (Products.library: the input's shape, strides and dtype) is cleared
+    where the weight's device, dtype or strides may change: Module._apply (.to, .half, ...) and a
+    new parameter; the answers stay F.linear's."""
+    from tilemm.ladder import library
+    monkeypatch.setattr(tilemm.nn.Products, "fast_product",
+                        lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
+    layer = Linear(5, 3, dtype=torch.bfloat16)
+    x = torch.randn(2, 5, dtype=torch.bfloat16)
+    layer(x)
+    assert list(layer.products.library) == [(x.shape, x.stride(), x.dtype)]
+    layer.to(torch.float32)
+    assert layer.products.library == {}
+    assert torch.equal(layer(x.float()), F.linear(x.float(), layer.weight, layer.bias)) and layer.products.library
+    layer.weight = torch.nn.Parameter(torch.randn(4, 5))
+    layer.bias = None
+    assert layer.products.library == {}
+    assert torch.equal(layer(x.float()), F.linear(x.float(), layer.weight))
+    restored = pickle.loads(pickle.dumps(layer))
+    assert restored.products.library == {} and torch.equal(restored(x.float()), layer(x.float()))

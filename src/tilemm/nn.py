@@ -46,16 +46,22 @@ class Linear(torch.nn.Linear):
         return self
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
+            layout = self.products.library.get((input.shape, input.stride(), input.dtype))
+            if layout is not None and (not grad_enabled() or layout.grads and layout.exact_now()):
+                return layout.product(input, self.weight, self.bias)
         weight, bias = self.weight, self.bias
         if self.out_dtype is not None or input.dtype != weight.dtype or is_compiling():
             y = self.general_product(input)
             return y if bias is None else y + bias
-        products = self.products         # (the usual call in few steps: a model pays each ~100 times a forward)
-        key = (input.shape, input.stride(), input.device, weight.shape, weight.stride(), weight.device)  # layout_key
+        products = self.products
+        key = layout_key(input, weight)
         layout = products.known.get(key) or products.learn_layout(key, input, weight, bias)
         recording = grad_enabled() and (input.requires_grad or weight.requires_grad)
-        if layout.linear is not None and (not recording or layout.grads and layout.exact_now()):
-            return layout.product(input, weight, bias)     # F.linear, its bias in the product's epilogue
+        if layout.linear is not None:
+            products.library[input.shape, input.stride(), input.dtype] = layout
+            if not recording or layout.grads and layout.exact_now():
+                return layout.product(input, weight, bias)     # F.linear, its bias in the product's epilogue
         if recording and layout.grads:     # the library's products throughout: torch's own nodes, its flag off
             y = layout.exact_linear(input, weight, bias)
             if y is not None:
@@ -75,6 +81,15 @@ class Linear(torch.nn.Linear):
         y = api.matmul(rows, self.weight.T, kernel=self.kernel, out_dtype=self.out_dtype, **self.params)
         return y.reshape(input.shape[:-1] + (self.out_features,))
 
+    def _apply(self, fn, recurse=True):        # (torch.nn.Module's: .to, .cuda, .half, ... call it)
+        self.products.library.clear()        # the weight's device, dtype or strides may change
+        return super()._apply(fn, recurse)
+
+    def register_parameter(self, name: str, param) -> None:
+        if "products" in self.__dict__:      # a new weight or bias (set as an attribute, too)
+            self.products.library.clear()
+        super().register_parameter(name, param)
+
     def extra_repr(self) -> str:
         options = "".join(f", {k}={v!r}" for k, v in (("kernel", self.kernel), ("out_dtype", self.out_dtype),
                                                      *self.params.items()) if v is not None)
@@ -87,15 +102,21 @@ class Products:
     makes three products a Linear, ~100 Linears a forward), and what torch.nn.Linear costs the
     CPU a call is the bar. For each layout (shapes, strides, dtypes, devices) the first call asks
     tilemm.plan once and keeps the plan's repeated-call product (Plan.fast), where it has one;
-    later calls go straight to it. Everything else is a plain tilemm.matmul call."""
+    later calls go straight to it. Everything else is a plain tilemm.matmul call.
+
+    library: the Linear's layouts whose product is the library's (F.linear), by the input's
+    shape, strides and dtype alone, the shortest look-up: the weight is the module's own, and its
+    device, dtype or strides change through Module._apply (.to, .cuda, .half, ...) or a new
+    parameter, both of which clear it. (An input on another device gets torch's error, as from
+    torch.nn.Linear.)"""
 
     LAYOUTS = 64        # layouts kept a module; past that the record starts again
 
     def __init__(self, kernel: str | None, params: dict):
-        self.kernel, self.params, self.known = kernel, params, {}
+        self.kernel, self.params, self.known, self.library = kernel, params, {}, {}
 
     def __getstate__(self):            # a plan's product is a closure: not pickled, found again
-        return {**self.__dict__, "known": {}}
+        return {**self.__dict__, "known": {}, "library": {}}
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device)
@@ -156,6 +177,7 @@ class Products:
     def remember(self, key: tuple, found):
         if len(self.known) >= self.LAYOUTS:
             self.known.clear()
+            self.library.clear()
         self.known[key] = found
         return found
 
