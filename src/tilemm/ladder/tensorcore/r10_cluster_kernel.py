@@ -1,0 +1,171 @@
+"""bfloat16 / float16 products with float32 sums on a Hopper GPU for rung `tensorcore`, in clusters
+of two CTAs that load each B tile once (TMA multicast), written in Gluon: cluster=True.
+
+Two CTAs of a cluster (on two SMs) take a 256 x 256 tile of C, 128 rows each: each loads its own
+A rows, and the first (the lead) loads the B tile once for both, the copy engine writing it into
+both SMs' shared memory. In each CTA two warpgroups of 64 rows each multiply, and one loading warp
+fills a ring of stages (64-deep K steps: 16 KiB of A and 32 KiB of B).
+
+Unlike fp8's (scaled_fp8_cluster_kernel, whose products must be added by hand to float32 totals),
+16-bit wgmma adds into its float32 accumulator itself: each warpgroup keeps its 64 x 256 total in
+the accumulator, issues a K step's products and, while they run, waits only for the previous
+step's (one wgmma group in flight) before releasing that step's stage, as CUTLASS's Hopper
+warp-specialized programs do.
+
+The stage bookkeeping is the fp8 cluster program's: the lead may write a stage of B only when the
+warpgroups of both CTAs are done with it, so each stage has, besides the `empty` barrier of its
+own CTA (gating its A rows), one shared by the pair (`pair_empty`, kept in the lead CTA, which
+alone waits on it) that all four warpgroups arrive on. Needs a Triton whose Gluon routes an
+mbarrier arrival to the CTA that holds the barrier (availability.gluon_multicast: 3.9 does).
+
+A K-major (M, K) with 16-byte aligned rows; B either (K, N) with rows contiguous or given as
+(N, K).T (read K-major), 16-byte aligned rows; C any strides, bfloat16 or float16. Kept apart so
+that importing tilemm never imports Triton; GPU only.
+"""
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+
+from ..launches import bound_launch
+from .gluon_helpers import store_block, tile_start, tma_load
+
+CTAS = 2
+BLOCK_M, BLOCK_N, BLOCK_K = 256, 256, 64    # a cluster's tile: 128 rows on each CTA; K steps of 128 bytes
+LOAD_ROWS = BLOCK_M // 2                     # rows of A a load brings in (64 to each CTA): a warpgroup's
+STAGES = 4
+GROUP_M = 8                                  # cluster tiles down a column before the next (2048 rows)
+WORKER_REGISTERS = 232
+
+# CGA layouts, written here (Gluon makes the lists of a kernel's body into tuples): rows shared
+# out between the two CTAs, or the whole block on each
+SPLIT_ROWS = [[1, 0]]
+WHOLE = [[0, 0]]
+TOTALS = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                instr_shape=[16, BLOCK_N, 16], cga_layout=SPLIT_ROWS))
+
+
+@gluon.jit
+def warpgroup_products(a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, M, N, K, stride_cm, stride_cn,
+                       WG: gl.constexpr, B_K_MAJOR: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+    """Warpgroup WG's rows of each of this cluster's tiles (cluster rows WG * 128 + [0, 128), 64
+    on each CTA): per K step, the products added into the float32 accumulator by wgmma itself,
+    one step's in flight while the previous one's stage is released (to its CTA and to the pair);
+    C at the tile's end."""
+    ROWS: gl.constexpr = BLOCK_M // 2
+    pid = gl.program_id(0)
+    k_steps = gl.cdiv(K, BLOCK_K)
+    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    c = 0
+    for tile in range(pid, num_tiles, PROGRAMS):
+        acc = gl.zeros((ROWS, BLOCK_N), dtype=gl.float32, layout=TOTALS)
+        for t in range(k_steps):
+            slot = c % STAGES
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+            b = b_bufs.index(slot)
+            if B_K_MAJOR:
+                b = b.permute((1, 0))
+            acc = warpgroup_mma(a_bufs.index(2 * slot + WG), b, acc, use_acc=t > 0, is_async=True)
+            # the previous step's products are done (this one's may run on): its stage is free
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            previous = (c + STAGES - 1) % STAGES
+            mbarrier.arrive(empty.index(previous), pred=t > 0)
+            mbarrier.arrive(pair_empty.index(previous), pred=t > 0)
+            c += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        last = (c + STAGES - 1) % STAGES
+        mbarrier.arrive(empty.index(last))
+        mbarrier.arrive(pair_empty.index(last))
+        off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        store_block(c_ptr, acc, off_m + WG * ROWS, off_n, M, N, stride_cm, stride_cn, TOTALS, ROWS, BLOCK_N)
+
+
+@gluon.jit
+def cluster_loads(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pair_empty, M, N, K, B_K_MAJOR: gl.constexpr,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                  PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+    """One warp of each CTA: per K step of this cluster's tiles, once its own warpgroups have
+    released the stage (empty) and, in the lead, those of both CTAs (pair_empty; the other CTA
+    does not wait on it), the two warpgroups' A rows into its own stage and, from the lead, the B
+    tile into both CTAs' stage; ready counts the bytes that arrive in each CTA."""
+    ROWS: gl.constexpr = a_desc.block_type.shape[0]
+    pid = gl.program_id(0)
+    k_steps = gl.cdiv(K, BLOCK_K)
+    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    p = 0
+    for tile in range(pid, num_tiles, PROGRAMS):
+        off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for t in range(k_steps):
+            slot = p % STAGES
+            free = ((p // STAGES) & 1) ^ 1   # the first pass finds the stages free
+            mbarrier.wait(empty.index(slot), free)
+            mbarrier.wait(pair_empty.index(slot), free)
+            bar = ready.index(slot)
+            mbarrier.expect(bar, 2 * a_desc.nbytes_per_cta + b_desc.nbytes_per_cta)
+            tma_load(a_desc, [off_m, t * BLOCK_K], bar, a_bufs.index(2 * slot))
+            tma_load(a_desc, [off_m + ROWS, t * BLOCK_K], bar, a_bufs.index(2 * slot + 1))
+            if B_K_MAJOR:
+                tma_load(b_desc, [off_n, t * BLOCK_K], bar, b_bufs.index(slot), multicast=True)
+            else:
+                tma_load(b_desc, [t * BLOCK_K, off_n], bar, b_bufs.index(slot), multicast=True)
+            p += 1
+
+
+@gluon.jit
+def matmul_cluster(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, GROUP_M: gl.constexpr,
+                   PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr):
+    """C = A @ B from 16-bit a_desc (M, K; blocks of LOAD_ROWS rows split between the CTAs) and
+    b_desc (blocks whole on each CTA: (N, K) blocks BLOCK_N x BLOCK_K where B is read K-major, else
+    (K, N) blocks BLOCK_K x BLOCK_N), float32 sums; launched with num_ctas=2 and min(cluster
+    tiles, PROGRAMS) clusters. In each CTA the first warpgroup is the default partition
+    (num_warps = 4), the second and the loading warp are workers."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_M: gl.constexpr = 2 * a_desc.block_type.shape[0]
+    B_K_MAJOR: gl.constexpr = b_desc.block_type.shape[1] == BLOCK_K
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
+    # stage s holds the two warpgroups' A rows at 2s and 2s + 1
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [2 * STAGES] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    pair_empty = mbarrier.allocate_mbarrier(batch=STAGES, two_ctas=True)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+        mbarrier.init(pair_empty.index(i), count=2)   # a CTA's count: two from each
+    gl.warp_specialize([(warpgroup_products, (a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, M, N, K, stride_cm,
+                                              stride_cn, 0, B_K_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS,
+                                              STAGES)),
+                        (warpgroup_products, (a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, M, N, K, stride_cm,
+                                              stride_cn, 1, B_K_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS,
+                                              STAGES)),
+                        (cluster_loads, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, pair_empty, M, N, K, B_K_MAJOR,
+                                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
+                       [4, 1], [WORKER_REGISTERS, 24])
+
+
+ELEMENTS = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16}
+
+
+def descriptors(a_rows, b_rows, b_k_major: bool):
+    """(A's, B's) Gluon TMA descriptors for matmul_cluster: a_rows (M, K) in blocks of LOAD_ROWS x
+    BLOCK_K shared out by rows between the CTAs; b_rows B^T (N, K) in BLOCK_N x BLOCK_K blocks where
+    b_k_major, else B (K, N) in BLOCK_K x BLOCK_N blocks, whole on each CTA (the lead's multicast).
+    Rows contiguous and 16-byte aligned (operand_copies.aligned_rows)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    b_block = [BLOCK_N, BLOCK_K] if b_k_major else [BLOCK_K, BLOCK_N]
+    made = []
+    for x, block, cga in ((a_rows, [LOAD_ROWS, BLOCK_K], SPLIT_ROWS), (b_rows, b_block, WHOLE)):
+        layout = gl.NVMMASharedLayout.get_default_for(block, ELEMENTS[str(x.dtype)], cga_layout=cga)
+        made.append(TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout))
+    return tuple(made)
+
+
+def launcher(a_desc, b_desc, c, m: int, n: int, k: int, multiprocessors: int):
+    """A launcher without arguments (a BoundLaunch) of matmul_cluster into c (M, N), a cluster for
+    each two SMs (fewer where there are fewer tiles); K >= 1."""
+    clusters = min(multiprocessors // CTAS, triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N))
+    return bound_launch(matmul_cluster, (clusters,), (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),
+                        dict(GROUP_M=GROUP_M, PROGRAMS=clusters, STAGES=STAGES, WORKER_REGISTERS=WORKER_REGISTERS,
+                             num_warps=4, num_ctas=CTAS))
