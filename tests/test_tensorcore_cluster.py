@@ -77,16 +77,20 @@ from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
 from tilemm.ladder.tensorcore import r10_cluster_kernel as ck
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 out = {}
+# bf16 with B's rows and C by TMA stores; fp16 with B^T's rows and C from registers
 for ty, element, k_major in (("bf16", gl.bfloat16, False), ("fp16", gl.float16, True)):
     b_block = [ck.BLOCK_N, ck.BLOCK_K] if k_major else [ck.BLOCK_K, ck.BLOCK_N]
     ptx_ty = {"bf16": "bf16", "fp16": "f16"}[ty]
     la = repr(gl.NVMMASharedLayout.get_default_for([ck.LOAD_ROWS, ck.BLOCK_K], element, cga_layout=ck.SPLIT_ROWS))
     lb = repr(gl.NVMMASharedLayout.get_default_for(b_block, element, cga_layout=ck.WHOLE))
+    lc = repr(gl.NVMMASharedLayout.get_default_for([ck.LOAD_ROWS, ck.BLOCK_N // 2], element,
+                                                   cga_layout=ck.SPLIT_ROWS))
     sig = dict(a_desc=f"tensordesc<{ty}[{ck.LOAD_ROWS}, {ck.BLOCK_K}],{la}>",
-               b_desc=f"tensordesc<{ty}[{b_block[0]}, {b_block[1]}],{lb}>", c_ptr=f"*{ty}", M="i32", N="i32",
-               K="i32", stride_cm="i32", stride_cn="i32", GROUP_M="constexpr", PROGRAMS="constexpr",
-               STAGES="constexpr", WORKER_REGISTERS="constexpr")
-    const = dict(GROUP_M=ck.GROUP_M, PROGRAMS=66, STAGES=ck.STAGES, WORKER_REGISTERS=ck.WORKER_REGISTERS)
+               b_desc=f"tensordesc<{ty}[{b_block[0]}, {b_block[1]}],{lb}>",
+               c_desc=f"tensordesc<{ty}[{ck.LOAD_ROWS}, {ck.BLOCK_N // 2}],{lc}>", c_ptr=f"*{ty}", M="i32",
+               N="i32", K="i32", stride_cm="i32", stride_cn="i32", TMA_STORE="constexpr", GROUP_M="constexpr",
+               PROGRAMS="constexpr", STAGES="constexpr", WORKER_REGISTERS="constexpr")
+    const = dict(TMA_STORE=not k_major, GROUP_M=ck.GROUP_M, PROGRAMS=66, STAGES=ck.STAGES, WORKER_REGISTERS=ck.WORKER_REGISTERS)
     k = triton.compile(GluonASTSource(fn=ck.matmul_cluster, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_ctas=ck.CTAS))
     ptx = k.asm["ptx"]
@@ -99,6 +103,7 @@ for ty, element, k_major in (("bf16", gl.bfloat16, False), ("fp16", gl.float16, 
         wgmma=f"wgmma.mma_async.sync.aligned.m64n{ck.BLOCK_N}k16.f32.{ptx_ty}.{ptx_ty}" in ptx,
         in_flight="wgmma.wait_group.sync.aligned 1" in ptx, multicast=".multicast::cluster" in ptx,
         arrive="mbarrier.arrive.shared::cluster" in ptx, pair=".reqnctapercluster 2" in ptx,
+        tma_store=("cp.async.bulk.tensor.2d.global.shared" in ptx) == (not k_major),
         stack=int(re.search(r"STACK:(\d+)", usage).group(1)))
 print(json.dumps(out))
 """
@@ -106,9 +111,9 @@ print(json.dumps(out))
 
 @pytest.mark.skipif(not availability.gluon_cluster_api(), reason="this Triton's Gluon has no cluster API")
 def test_cluster_program_compiles_for_sm90():
-    """Both dtypes and both B layouts: 64 x 256 wgmma with float32 sums, one group left in flight,
-    B multicast, arrivals routed to the lead's barriers, two CTAs a cluster, no spills, and shared
-    memory within Hopper's."""
+    """Both dtypes, both B layouts and both ways of writing C: 64 x 256 wgmma with float32 sums, one
+    group left in flight, B multicast, arrivals routed to the lead's barriers, two CTAs a cluster,
+    C by TMA stores where asked, no spills, and shared memory within Hopper's."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -116,7 +121,7 @@ def test_cluster_program_compiles_for_sm90():
     assert len(compiled) == 2
     for name, info in compiled.items():
         assert info["cubin"] > 0 and info["shared"] <= info["limit"], (name, info)
-        assert all(info[key] for key in ("wgmma", "in_flight", "multicast", "arrive", "pair")), (name, info)
+        assert all(info[key] for key in ("wgmma", "in_flight", "multicast", "arrive", "pair", "tma_store")), (name, info)
         assert info["stack"] == 0, (name, info)
 
 
@@ -135,8 +140,9 @@ def operands(m, n, k, layout, dtype, seed):
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_cluster_matches_float64(m, n, k, layout, dtype):
-    """Ragged tiles, every layout (operands copied into rows where TMA needs it), C poisoned;
-    then a prepared plan launched again on changed values of A."""
+    """Ragged tiles, every layout (operands copied into rows where TMA needs it), C poisoned,
+    written by TMA stores (a fresh C) and from registers (out= a column-major C); then a prepared
+    plan launched again on changed values of A, and a repeated call on new ones."""
     if not availability.gluon_multicast():
         pytest.skip("this Triton's Gluon has no clusters")
     a, b = operands(m, n, k, layout, dtype, m + n + k)
@@ -144,6 +150,10 @@ def test_gpu_cluster_matches_float64(m, n, k, layout, dtype):
     c = tilemm.plan(a, b, kernel="tensorcore", cluster=True).execute(poison=True)
     verdict = compare(host(c), host(a), host(b), str(dtype).removeprefix("torch."))
     assert c.dtype == dtype and verdict.ok, verdict.message
+    out = torch.full((n, m), float("nan"), dtype=dtype, device="cuda").T     # no rows to store by TMA
+    c = tilemm.matmul(a, b, out=out, kernel="tensorcore", cluster=True)
+    verdict = compare(host(out), host(a), host(b), str(dtype).removeprefix("torch."))
+    assert c.data_ptr() == out.data_ptr() and verdict.ok, verdict.message
     launch, result = tilemm.plan(a, b, kernel="tensorcore", cluster=True).prepare()
     for scale in (-2.0, 0.5):
         a.mul_(scale)                                 # powers of two: exact
@@ -151,3 +161,7 @@ def test_gpu_cluster_matches_float64(m, n, k, layout, dtype):
         launch()
         got, want = c.double().cpu().numpy(), (a.double() @ b.double()).cpu().numpy()
         assert np.isfinite(got).all() and np.abs(got - want).max() <= 2e-2 * np.abs(want).max(), scale
+    for x in (a, a.clone().neg_()):                   # a repeated call (same strides) replays on new operands
+        got = tilemm.matmul(x, b, kernel="tensorcore", cluster=True).double().cpu().numpy()
+        want = (x.double() @ b.double()).cpu().numpy()
+        assert np.isfinite(got).all() and np.abs(got - want).max() <= 2e-2 * np.abs(want).max()

@@ -54,6 +54,9 @@ def bind(a, b, c):
     a_rows, a_fill = operand_copies.aligned_rows(a)
     b_k_major = reads_b_k_major(b)
     b_rows, b_fill = operand_copies.aligned_rows(b.T if b_k_major else b)
-    product = program.launcher(*program.descriptors(a_rows, b_rows, b_k_major), c, m, n, k,
+    # C through TMA stores where its rows are contiguous and aligned (a fresh C's are)
+    tma_c = c if operand_copies.k_major(c) and str(c.dtype) in program.ELEMENTS else None
+    a_desc, b_desc, *c_desc = program.descriptors(a_rows, b_rows, b_k_major, tma_c)
+    product = program.launcher(a_desc, b_desc, c_desc[0] if c_desc else None, c, m, n, k,
                                availability.multiprocessors())
     return launches.Steps([a_fill, b_fill, product])

@@ -25,7 +25,8 @@ that importing tilemm never imports Triton; GPU only.
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
 
 from ..launches import bound_launch
 from .gluon_helpers import store_block, tile_start, tma_load
@@ -46,14 +47,19 @@ TOTALS = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4
 
 
 @gluon.jit
-def warpgroup_products(a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, M, N, K, stride_cm, stride_cn,
-                       WG: gl.constexpr, B_K_MAJOR: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                       BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+def warpgroup_products(a_bufs, b_bufs, ready, empty, pair_empty, c_desc, c_ptr, M, N, K, stride_cm, stride_cn,
+                       WG: gl.constexpr, B_K_MAJOR: gl.constexpr, TMA_STORE: gl.constexpr, BLOCK_M: gl.constexpr,
+                       BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
+                       STAGES: gl.constexpr):
     """Warpgroup WG's rows of each of this cluster's tiles (cluster rows WG * 128 + [0, 128), 64
     on each CTA): per K step, the products added into the float32 accumulator by wgmma itself,
     one step's in flight while the previous one's stage is released (to its CTA and to the pair);
-    C at the tile's end."""
+    C at the tile's end: with TMA_STORE, through shared memory by a TMA store, a half of 128
+    columns at a time, that runs on while the next tile's products start; else from registers."""
     ROWS: gl.constexpr = BLOCK_M // 2
+    HALF: gl.constexpr = BLOCK_N // 2
+    if TMA_STORE:
+        c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
     pid = gl.program_id(0)
     k_steps = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
@@ -78,7 +84,17 @@ def warpgroup_products(a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, M, N, K,
         mbarrier.arrive(empty.index(last))
         mbarrier.arrive(pair_empty.index(last))
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        store_block(c_ptr, acc, off_m + WG * ROWS, off_n, M, N, stride_cm, stride_cn, TOTALS, ROWS, BLOCK_N)
+        if TMA_STORE:
+            halves = acc.reshape([ROWS, 2, HALF]).permute(0, 2, 1).split()
+            for h in gl.static_range(2):
+                tma.store_wait(0)            # the last store has read c_smem
+                c_smem.store(halves[h].to(c_desc.dtype))
+                fence_async_shared()
+                tma.async_store(c_desc, [off_m + WG * ROWS, off_n + h * HALF], c_smem)
+        else:
+            store_block(c_ptr, acc, off_m + WG * ROWS, off_n, M, N, stride_cm, stride_cn, TOTALS, ROWS, BLOCK_N)
+    if TMA_STORE:
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -113,8 +129,9 @@ def cluster_loads(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pair_empty, M, N
 
 
 @gluon.jit
-def matmul_cluster(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, GROUP_M: gl.constexpr,
-                   PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr):
+def matmul_cluster(a_desc, b_desc, c_desc, c_ptr, M, N, K, stride_cm, stride_cn, TMA_STORE: gl.constexpr,
+                   GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
+                   WORKER_REGISTERS: gl.constexpr):
     """C = A @ B from 16-bit a_desc (M, K; blocks of LOAD_ROWS rows split between the CTAs) and
     b_desc (blocks whole on each CTA: (N, K) blocks BLOCK_N x BLOCK_K where B is read K-major, else
     (K, N) blocks BLOCK_K x BLOCK_N), float32 sums; launched with num_ctas=2 and min(cluster
@@ -134,12 +151,12 @@ def matmul_cluster(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, GROUP_M
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)
         mbarrier.init(pair_empty.index(i), count=2)   # a CTA's count: two from each
-    gl.warp_specialize([(warpgroup_products, (a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, M, N, K, stride_cm,
-                                              stride_cn, 0, B_K_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS,
-                                              STAGES)),
-                        (warpgroup_products, (a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, M, N, K, stride_cm,
-                                              stride_cn, 1, B_K_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS,
-                                              STAGES)),
+    gl.warp_specialize([(warpgroup_products, (a_bufs, b_bufs, ready, empty, pair_empty, c_desc, c_ptr, M, N, K,
+                                              stride_cm, stride_cn, 0, B_K_MAJOR, TMA_STORE, BLOCK_M, BLOCK_N,
+                                              BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                        (warpgroup_products, (a_bufs, b_bufs, ready, empty, pair_empty, c_desc, c_ptr, M, N, K,
+                                              stride_cm, stride_cn, 1, B_K_MAJOR, TMA_STORE, BLOCK_M, BLOCK_N,
+                                              BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
                         (cluster_loads, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, pair_empty, M, N, K, B_K_MAJOR,
                                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                        [4, 1], [WORKER_REGISTERS, 24])
@@ -148,24 +165,31 @@ def matmul_cluster(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, GROUP_M
 ELEMENTS = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16}
 
 
-def descriptors(a_rows, b_rows, b_k_major: bool):
+def descriptors(a_rows, b_rows, b_k_major: bool, c=None):
     """(A's, B's) Gluon TMA descriptors for matmul_cluster: a_rows (M, K) in blocks of LOAD_ROWS x
     BLOCK_K shared out by rows between the CTAs; b_rows B^T (N, K) in BLOCK_N x BLOCK_K blocks where
     b_k_major, else B (K, N) in BLOCK_K x BLOCK_N blocks, whole on each CTA (the lead's multicast).
-    Rows contiguous and 16-byte aligned (operand_copies.aligned_rows)."""
+    Rows contiguous and 16-byte aligned (operand_copies.aligned_rows). With c (M, N), rows
+    contiguous and 16-byte aligned, C's too, in blocks of LOAD_ROWS x BLOCK_N / 2 shared out by
+    rows (what a warpgroup stores at a time)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     b_block = [BLOCK_N, BLOCK_K] if b_k_major else [BLOCK_K, BLOCK_N]
     made = []
-    for x, block, cga in ((a_rows, [LOAD_ROWS, BLOCK_K], SPLIT_ROWS), (b_rows, b_block, WHOLE)):
+    blocks = [(a_rows, [LOAD_ROWS, BLOCK_K], SPLIT_ROWS), (b_rows, b_block, WHOLE)]
+    blocks += [(c, [LOAD_ROWS, BLOCK_N // 2], SPLIT_ROWS)] if c is not None else []
+    for x, block, cga in blocks:
         layout = gl.NVMMASharedLayout.get_default_for(block, ELEMENTS[str(x.dtype)], cga_layout=cga)
         made.append(TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout))
     return tuple(made)
 
 
-def launcher(a_desc, b_desc, c, m: int, n: int, k: int, multiprocessors: int):
+def launcher(a_desc, b_desc, c_desc, c, m: int, n: int, k: int, multiprocessors: int):
     """A launcher without arguments (a BoundLaunch) of matmul_cluster into c (M, N), a cluster for
-    each two SMs (fewer where there are fewer tiles); K >= 1."""
+    each two SMs (fewer where there are fewer tiles); K >= 1. c_desc: C's descriptor (descriptors'
+    third), whose TMA stores write C; None: C written from registers (any strides and dtype)."""
     clusters = min(multiprocessors // CTAS, triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N))
-    return bound_launch(matmul_cluster, (clusters,), (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),
-                        dict(GROUP_M=GROUP_M, PROGRAMS=clusters, STAGES=STAGES, WORKER_REGISTERS=WORKER_REGISTERS,
-                             num_warps=4, num_ctas=CTAS))
+    # without a descriptor of C the program takes A's in its place, unread
+    return bound_launch(matmul_cluster, (clusters,), (a_desc, b_desc, c_desc or a_desc, c, m, n, k, c.stride(0),
+                                                      c.stride(1)),
+                        dict(TMA_STORE=c_desc is not None, GROUP_M=GROUP_M, PROGRAMS=clusters, STAGES=STAGES,
+                             WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4, num_ctas=CTAS))
