@@ -90,7 +90,8 @@ for ty, element, k_major in (("bf16", gl.bfloat16, False), ("fp16", gl.float16, 
                c_desc=f"tensordesc<{ty}[{ck.LOAD_ROWS}, {ck.BLOCK_N // 2}],{lc}>", c_ptr=f"*{ty}", M="i32",
                N="i32", K="i32", stride_cm="i32", stride_cn="i32", TMA_STORE="constexpr", GROUP_M="constexpr",
                PROGRAMS="constexpr", STAGES="constexpr", WORKER_REGISTERS="constexpr")
-    const = dict(TMA_STORE=not k_major, GROUP_M=ck.GROUP_M, PROGRAMS=66, STAGES=ck.STAGES, WORKER_REGISTERS=ck.WORKER_REGISTERS)
+    const = dict(TMA_STORE=not k_major, GROUP_M=ck.GROUP_M, PROGRAMS=66, STAGES=ck.STAGES,
+                 WORKER_REGISTERS=ck.WORKER_REGISTERS)
     k = triton.compile(GluonASTSource(fn=ck.matmul_cluster, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_ctas=ck.CTAS))
     ptx = k.asm["ptx"]
@@ -121,7 +122,8 @@ def test_cluster_program_compiles_for_sm90():
     assert len(compiled) == 2
     for name, info in compiled.items():
         assert info["cubin"] > 0 and info["shared"] <= info["limit"], (name, info)
-        assert all(info[key] for key in ("wgmma", "in_flight", "multicast", "arrive", "pair", "tma_store")), (name, info)
+        checks = ("wgmma", "in_flight", "multicast", "arrive", "pair", "tma_store")
+        assert all(info[key] for key in checks), (name, info)
         assert info["stack"] == 0, (name, info)
 
 
