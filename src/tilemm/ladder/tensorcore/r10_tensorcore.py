@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from ... import compat, tuning
 from ...kernel_record import Kernel, Param, Traffic, WholeNumbers, register
-from . import availability, operand_copies
+from . import availability, operand_copies, r10_cluster
+from .operand_copies import descriptor
 from .. import launches, workspaces
 from .persistent import persistent_launch
 from .tile_model import (MIN_SPLIT_STEPS, THIN_SIDE, halved_tiles_fill_more, k_splits, model_tiles, read_k_major,
@@ -51,10 +52,12 @@ def run(a, b, c, **params):
 
 
 def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, persistent=True, stream_k=False,
-         split_k=None, align_rows=None, tma=None, autotune=False):
+         split_k=None, align_rows=None, tma=None, autotune=False, cluster=False):
     """run(a, b, c, ...) as a launcher without arguments, the tiles and descriptors worked out
     once: a prepared plan launched many times pays Triton's launch alone (with autotune, the
-    configuration is tuned, or read from the tuning cache, here)."""
+    configuration is tuned, or read from the tuning cache, here; cluster: r10_cluster's program)."""
+    if cluster:
+        return r10_cluster.bind(a, b, c)
     if autotune:
         config, _ = tuned(a, b, c)
         return launcher(a, b, c, **config)
@@ -267,25 +270,6 @@ def pointer_warps(block_m: int, num_warps: int, narrow: bool) -> int:
     return 8 if narrow and block_m >= 64 and num_warps == 4 else num_warps
 
 
-def descriptor(x, block_rows: int, block_cols: int, align: int = 16, transposed: bool = True,
-               copy_transpose_rows: bool = False):
-    """(TMA descriptor, transposed, fill) for the (rows, cols) operand x: of x itself if its rows
-    are contiguous, of x^T if its columns are (and transposed allows it), else of aligned rows
-    that fill() copies x into (TMA wants 16-byte aligned strides and base; align=128 also copies
-    rows whose stride is not a multiple of 128 bytes); fill is None when there is nothing to copy.
-    copy_transpose_rows (B): where x must be copied and x^T's rows are contiguous but unaligned,
-    copy those rows (B^T, K-major) rather than transpose x: against the transposition, both
-    operands transposed 4001³ 1.14x, 8191³ 1.05x, 5006 x 5710 x 252 1.09x; B alone transposed
-    0.95-1.09x. Done for A as well (rows of A^T, M-major) it lost at 3001 x 5000 x 4096 (0.94x), so
-    A keeps its transposition."""
-    if transposed and not operand_copies.k_major(x) and (operand_copies.k_major(x.T) or (
-            copy_transpose_rows and x.T.stride(1) == 1 and x.stride(1) != 1)):
-        desc, fill = operand_copies.row_descriptor(x.T, block_cols, block_rows, align)
-        return desc, True, fill
-    desc, fill = operand_copies.row_descriptor(x, block_rows, block_cols, align)
-    return desc, False, fill
-
-
 # (m * n * k) / (m * k + k * n) from which copying into 128-byte aligned rows pays (align_rows=None)
 ALIGN_ROWS_FROM = 2000
 
@@ -322,11 +306,13 @@ def tuned(a, b, c):
     return tuning.best(key, fitting, time_ms)
 
 
-def traffic(p, block_m, block_n, block_k=None, split_k=None, **_):
+def traffic(p, block_m, block_n, block_k=None, split_k=None, cluster=False, **_):
     """A read once per block column and B once per block row; with split K, the float32 partial
     of each run of each tile, written and read back once (hand_over), in elements of p's dtype.
     The problem has no layout: split_k=None counts k_splits' runs, not thin_splits' (which a
-    thin operand not read K-major takes)."""
+    thin operand not read K-major takes). cluster: its program's tiles."""
+    if cluster:
+        return traffic(p, **r10_cluster.CLUSTER_TILE, split_k=1)
     tiles = resolve_tiles(p.m, p.n, p.k, dict(block_m=block_m, block_n=block_n, block_k=block_k))
     block_m, block_n = tiles["block_m"], tiles["block_n"]
     splits = split_k or (k_splits(p.m, p.n, p.k, block_m, block_n, tiles["block_k"]) if p.itemsize == 2 else 1)
@@ -336,7 +322,11 @@ def traffic(p, block_m, block_n, block_k=None, split_k=None, **_):
                    written=p.m * p.n + partials)
 
 
-def limits(p, block_m, block_n, block_k, num_stages, persistent=True, stream_k=False, split_k=None, **_):
+def limits(p, block_m, block_n, block_k, num_stages, persistent=True, stream_k=False, split_k=None, cluster=False,
+           **params):
+    if cluster:
+        return r10_cluster.limits(p, block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages,
+                                  persistent=persistent, stream_k=stream_k, split_k=split_k, **params)
     if stream_k and split_k not in (None, 1):
         return (f"stream_k=True shares the K steps of a last round of tiles out itself, and takes no split_k "
                 f"(got split_k={split_k}); ask for one or the other")
@@ -393,5 +383,9 @@ register(Kernel(
                   "but for a C of 8 tiles or fewer (FEW_TILES)"),
             Param("autotune", False, (False, True),
                   "time the CANDIDATES once per device, dtype, shape and layout, cache the winner on disk, "
-                  "and use it (the other parameters are then ignored)"),),
+                  "and use it (the other parameters are then ignored)"),
+            Param("cluster", False, (False, True),
+                  "Hopper, with a Triton whose Gluon has clusters (3.9): the Gluon program in clusters of two "
+                  "CTAs, 256 x 256 tiles, B loaded once for both (r10_cluster; its own tiles: the tile "
+                  "parameters stay at their defaults); refused elsewhere"),),
 ))
