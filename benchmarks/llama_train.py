@@ -1,10 +1,12 @@
 """A Llama model from transformers (random weights, no download) trained and run with torch's
 Linears and with tilemm's (tilemm.nn.swap_linears), three parts:
 
-  curves      N AdamW steps on a fixed synthetic token stream from one seed, three runs, each in a
+  curves      N AdamW steps on a fixed synthetic token stream from one seed, four runs, each in a
               process of its own: torch; torch with another cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG
-              is read at CUDA's start), whose spread from the first is the noise to beat; tilemm.
-              The loss every 10th step, and whether tilemm's stays within that spread or 1%.
+              is read at CUDA's start), whose spread from the first is the noise to beat; torch
+              again as it was (its spread: the run-to-run noise of torch's nondeterministic
+              kernels); tilemm. The loss every 10th step, and whether tilemm's stays within that
+              spread or 1%. --deterministic: every run under torch's deterministic algorithms.
   throughput  two models from one seed, torch's Linears and tilemm's (swapped in place): a
               training step, a prefill, a decode of T tokens with the KV cache, each timed in
               both modes back to back (the order alternating rep to rep), after an untimed
@@ -37,7 +39,9 @@ import torch
 
 import tilemm
 
-WORKSPACES = {"torch": None, "torch-workspace": ":16:8", "tilemm": None}
+# the curves' runs, each in a process of its own, and the cuBLAS workspace each sets (None: as it is)
+WORKSPACES = {"torch": None, "torch-workspace": ":16:8", "torch-again": None, "tilemm": None}
+DETERMINISTIC_WORKSPACE = ":4096:8"     # what torch's deterministic mode asks of cuBLAS where none is set
 
 
 def parse_args(argv=None):
@@ -62,6 +66,9 @@ def parse_args(argv=None):
     ap.add_argument("--float32-sums", action="store_true",
                     help="torch's 16-bit products with float32 sums throughout (allow_bf16_reduced_precision_"
                          "reduction off), as tilemm's library rung sums: both modes then compute alike")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="curves: every run with torch.use_deterministic_algorithms(True): the runs differ only "
+                         "where their products do")
     ap.add_argument("--out", default=None)
     ap.add_argument("--run", choices=list(WORKSPACES), help=argparse.SUPPRESS)     # one curves run (a child)
     args = ap.parse_args(argv)
@@ -132,8 +139,9 @@ def curves(args, emit):
     for run in WORKSPACES:
         progress(f"curves: {run}, {args.steps} steps, in a process of its own")
         env = dict(os.environ)
-        if WORKSPACES[run]:
-            env["CUBLAS_WORKSPACE_CONFIG"] = WORKSPACES[run]
+        workspace = WORKSPACES[run] or (DETERMINISTIC_WORKSPACE if args.deterministic else None)
+        if workspace:
+            env["CUBLAS_WORKSPACE_CONFIG"] = workspace
         command = [sys.executable, __file__, "--run", run] + child_argv(args)
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode:
@@ -141,15 +149,18 @@ def curves(args, emit):
             raise SystemExit(f"curves: the {run} run failed")
         runs[run] = json.loads(done.stdout.strip().splitlines()[-1])["losses"]
         emit({"part": "curves", "run": run, "steps": args.steps, "losses": runs[run]})
-    torch_losses, other, ours = (dict(runs[r]) for r in WORKSPACES)
+    torch_losses, other, again, ours = (dict(runs[r]) for r in WORKSPACES)
     rows = []
     for step, loss in torch_losses.items():
         spread = abs(other[step] - loss)
         gap = abs(ours[step] - loss)
-        rows.append({"step": step, "torch": loss, "torch_workspace": other[step], "tilemm": ours[step],
-                     "spread": spread, "gap": gap, "within": gap <= max(spread, 0.01 * abs(loss))})
-    emit({"part": "curves", "summary": True, "steps": args.steps, "agree": all(r["within"] for r in rows),
+        rows.append({"step": step, "torch": loss, "torch_workspace": other[step], "torch_again": again[step],
+                     "tilemm": ours[step], "spread": spread, "repeat_spread": abs(again[step] - loss), "gap": gap,
+                     "within": gap <= max(spread, 0.01 * abs(loss))})
+    emit({"part": "curves", "summary": True, "steps": args.steps, "deterministic": args.deterministic,
+          "agree": all(r["within"] for r in rows), "identical": all(r["gap"] == 0 for r in rows),
           "max_gap": max(r["gap"] for r in rows), "max_spread": max(r["spread"] for r in rows),
+          "max_repeat_spread": max(r["repeat_spread"] for r in rows),
           "max_relative_gap": max(r["gap"] / abs(r["torch"]) for r in rows), "table": rows})
 
 
@@ -159,10 +170,13 @@ def child_argv(args) -> list:
             "--lr", str(args.lr), "--seed", str(args.seed)]
     argv += ["--kernel", args.kernel] if args.kernel else []
     argv += ["--float32-sums"] if args.float32_sums else []
+    argv += ["--deterministic"] if args.deterministic else []
     return argv + (["--tiny"] if args.tiny else [])
 
 
 def one_curve(args):
+    if args.deterministic:        # (warn_only: an op with no deterministic form warns and runs as it is)
+        torch.use_deterministic_algorithms(True, warn_only=True)
     model = build_model(args)
     if args.run == "tilemm":
         tilemm.nn.swap_linears(model, kernel=args.kernel)
