@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -69,6 +70,9 @@ def parse_args(argv=None):
     ap.add_argument("--deterministic", action="store_true",
                     help="curves: every run with torch.use_deterministic_algorithms(True): the runs differ only "
                          "where their products do")
+    ap.add_argument("--attention", choices=["sdpa", "eager"], default=None,
+                    help="transformers' attention implementation (default: its own choice, sdpa); eager's "
+                         "products and softmax have deterministic forms, sdpa's fused backward may not")
     ap.add_argument("--out", default=None)
     ap.add_argument("--run", choices=list(WORKSPACES), help=argparse.SUPPRESS)     # one curves run (a child)
     args = ap.parse_args(argv)
@@ -85,14 +89,16 @@ def device_and_dtype(args):
 def build_model(args):
     """LlamaForCausalLM with random weights from args.seed, made on the device in its dtype."""
     import transformers
+    chosen = {"attn_implementation": args.attention} if args.attention else {}
     if args.tiny:
         config = transformers.LlamaConfig(hidden_size=64, intermediate_size=args.intermediate,
                                           num_hidden_layers=args.layers, num_attention_heads=4,
-                                          num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256)
+                                          num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256, **chosen)
     else:
         config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=args.intermediate,
                                           num_hidden_layers=args.layers, num_attention_heads=16,
-                                          num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048)
+                                          num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048,
+                                          **chosen)
     device, dtype = device_and_dtype(args)
     torch.manual_seed(args.seed)
     with torch.device(device):
@@ -147,8 +153,10 @@ def curves(args, emit):
         if done.returncode:
             sys.stderr.write(done.stderr)
             raise SystemExit(f"curves: the {run} run failed")
-        runs[run] = json.loads(done.stdout.strip().splitlines()[-1])["losses"]
-        emit({"part": "curves", "run": run, "steps": args.steps, "losses": runs[run]})
+        child = json.loads(done.stdout.strip().splitlines()[-1])
+        runs[run] = child["losses"]
+        emit({"part": "curves", "run": run, "steps": args.steps, "losses": runs[run],
+              "nondeterministic_ops": child["nondeterministic"]})
     torch_losses, other, again, ours = (dict(runs[r]) for r in WORKSPACES)
     rows = []
     for step, loss in torch_losses.items():
@@ -158,6 +166,7 @@ def curves(args, emit):
                      "tilemm": ours[step], "spread": spread, "repeat_spread": abs(again[step] - loss), "gap": gap,
                      "within": gap <= max(spread, 0.01 * abs(loss))})
     emit({"part": "curves", "summary": True, "steps": args.steps, "deterministic": args.deterministic,
+          "attention": args.attention,
           "agree": all(r["within"] for r in rows), "identical": all(r["gap"] == 0 for r in rows),
           "max_gap": max(r["gap"] for r in rows), "max_spread": max(r["spread"] for r in rows),
           "max_repeat_spread": max(r["repeat_spread"] for r in rows),
@@ -171,6 +180,7 @@ def child_argv(args) -> list:
     argv += ["--kernel", args.kernel] if args.kernel else []
     argv += ["--float32-sums"] if args.float32_sums else []
     argv += ["--deterministic"] if args.deterministic else []
+    argv += ["--attention", args.attention] if args.attention else []
     return argv + (["--tiny"] if args.tiny else [])
 
 
@@ -181,8 +191,11 @@ def one_curve(args):
     if args.run == "tilemm":
         tilemm.nn.swap_linears(model, kernel=args.kernel)
     model.train()
-    losses = train_losses(model, args, args.steps, every=args.every)
-    print(json.dumps({"run": args.run, "losses": losses}))
+    with warnings.catch_warnings(record=True) as caught:      # the ops torch ran without a deterministic form
+        warnings.simplefilter("always")
+        losses = train_losses(model, args, args.steps, every=args.every)
+    nondeterministic = sorted({str(w.message).split(".")[0] for w in caught if "determinis" in str(w.message)})
+    print(json.dumps({"run": args.run, "losses": losses, "nondeterministic": nondeterministic}))
 
 
 # ---------------------------------------------------------------- (b) throughput
