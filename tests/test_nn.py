@@ -386,3 +386,33 @@ def test_a_library_layout_is_looked_up_again_once_the_weight_changes(monkeypatch
     assert torch.equal(layer(x.float()), F.linear(x.float(), layer.weight))
     restored = pickle.loads(pickle.dumps(layer))
     assert restored.products.library == {} and torch.equal(restored(x.float()), layer(x.float()))
+
+
+def test_the_shortest_path_reads_the_weight_as_the_module_gives_it(monkeypatch):
+    """A library layout's later calls read the weight and bias the module holds at the call: a
+    parametrization's and pruning's (attributes, not parameters), and torch.func.functional_call's."""
+    from torch.nn.utils import parametrize, prune
+
+    from tilemm.ladder import library
+    monkeypatch.setattr(tilemm.nn.Products, "fast_product",
+                        lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
+    torch.manual_seed(0)
+    x = torch.randn(2, 5)
+
+    class Doubled(torch.nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    layer = Linear(5, 3)
+    layer(x)
+    weights = {"weight": torch.randn(3, 5), "bias": torch.randn(3)}
+    assert torch.equal(torch.func.functional_call(layer, weights, (x,)), F.linear(x, weights["weight"], weights["bias"]))
+    assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+    parametrize.register_parametrization(layer, "weight", Doubled())
+    layer(x)
+    assert torch.equal(layer(x), F.linear(x, 2 * layer.parametrizations.weight.original, layer.bias))
+    pruned = Linear(5, 3)
+    pruned(x)
+    prune.l1_unstructured(pruned, "bias", amount=0.5)
+    pruned(x)
+    assert torch.equal(pruned(x), F.linear(x, pruned.weight, pruned.bias_orig * pruned.bias_mask))

@@ -19,6 +19,7 @@ from torch.nn.functional import linear
 from . import api, registry
 
 OPTIONS = ("kernel", "out_dtype", "params", "products")
+ABSENT = object()      # a parameter not in a module's own record of them
 
 is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
 
@@ -49,7 +50,13 @@ class Linear(torch.nn.Linear):
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             layout = self.products.library.get((input.shape, input.stride(), input.dtype))
             if layout is not None and (not grad_enabled() or layout.grads and layout.exact_now()):
-                return layout.product(input, self.weight, self.bias)
+                # what self.weight and self.bias read, without Module.__getattr__'s two Python calls;
+                # a weight or bias not kept there (a parametrization's, pruning's) is read as an attribute
+                params = self._parameters
+                weight, bias = params.get("weight", ABSENT), params.get("bias", ABSENT)
+                if weight is ABSENT or bias is ABSENT:
+                    weight, bias = self.weight, self.bias
+                return layout.product(input, weight, bias)
         weight, bias = self.weight, self.bias
         if self.out_dtype is not None or input.dtype != weight.dtype or is_compiling():
             y = self.general_product(input)
