@@ -230,6 +230,7 @@ def test_a_backward_seen_to_sum_in_float32_under_the_flag_runs_torch_s_nodes_as_
     theirs = torch.nn.Linear(5, 3, dtype=torch.bfloat16)
     theirs.load_state_dict(ours.state_dict())
     x = torch.randn(2, 4, 5, dtype=torch.bfloat16, requires_grad=True)
+    rng = torch.get_rng_state()
     with flag_set(FLAG, True):
         for step in range(3):
             grads = []
@@ -246,6 +247,7 @@ def test_a_backward_seen_to_sum_in_float32_under_the_flag_runs_torch_s_nodes_as_
                 assert all(torch.equal(a, b) for a, b in zip(*grads))
         with flag_set(FLAG, False), flag_set(FLAG, True):     # the state seen, set again: still seen
             assert layout.exact_now()
+    assert torch.equal(torch.get_rng_state(), rng)      # the random operands drawn from a generator of their own
 
 
 class FlagReadingLinear(torch.autograd.Function):
@@ -272,12 +274,12 @@ class FlagReadingLinear(torch.autograd.Function):
 def test_same_with_flag_sees_a_product_that_reads_the_flag(reads_flag, gradients, monkeypatch):
     from tilemm.ladder import library
     if reads_flag:
-        monkeypatch.setattr(tilemm.nn, "linear", FlagReadingLinear.apply)
+        monkeypatch.setattr(tilemm.linear_flags, "linear", FlagReadingLinear.apply)
     get, put = library.exact_sums_flag("bfloat16")
     x = torch.randn(3, 4, 5, dtype=torch.bfloat16).transpose(0, 1)
     w, bias = torch.randn(2, 5, dtype=torch.bfloat16), torch.randn(2, dtype=torch.bfloat16)
     with flag_set(FLAG, True):
-        assert tilemm.nn.same_with_flag(x, w, bias, get, put, gradients=gradients) is not reads_flag
+        assert tilemm.linear_flags.same_with_flag(x, w, bias, get, put, gradients=gradients) is not reads_flag
         assert getattr(torch.backends.cuda.matmul, FLAG) is True      # put back
 
 
