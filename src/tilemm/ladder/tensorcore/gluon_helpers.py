@@ -1,7 +1,7 @@
 """Gluon pieces shared by the Hopper programs (r11_int8_gluon_kernel, r12_fp64_dmma_kernel,
-scaled_fp8_gluon_kernel, scaled_fp8_cluster_kernel): the grouped tile order, C's pointers and a
-block's store, the TMA load as this Triton spells it, a ring of shared-memory stages with their
-barriers, and the loading warp that fills it.
+scaled_fp8_gluon_kernel, scaled_fp8_cluster_kernel, r10_cluster_kernel): the grouped tile order,
+C's pointers and a block's store, the TMA load as this Triton spells it, a ring of shared-memory
+stages with their barriers, and the loading warps that fill it (one CTA's; a cluster's pair).
 
 Kept apart so that importing tilemm never imports Triton; GPU only (Gluon has no interpreter).
 """
@@ -123,6 +123,38 @@ def producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, ND_A: gl.con
                     tma_load(a_desc, [i * M + off_m, k0], bar, a_bufs.index(slot))
                     tma_load(b_desc, [(s - i) * N + off_n, k0], bar, b_bufs.index(slot))
                     p += 1
+
+
+@gluon.jit
+def cluster_loads(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pair_empty, M, N, K, B_K_MAJOR: gl.constexpr,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                  PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+    """One warp of each CTA: per K step of this cluster's tiles, once its own warpgroups have
+    released the stage (empty) and, in the lead, those of both CTAs (pair_empty; the other CTA
+    does not wait on it), the two warpgroups' A rows into its own stage and, from the lead, the B
+    tile into both CTAs' stage (B_K_MAJOR: B^T's (N, K) blocks, else B's (K, N)); ready counts the
+    bytes that arrive in each CTA."""
+    ROWS: gl.constexpr = a_desc.block_type.shape[0]
+    pid = gl.program_id(0)
+    k_steps = gl.cdiv(K, BLOCK_K)
+    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    p = 0
+    for tile in range(pid, num_tiles, PROGRAMS):
+        off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for t in range(k_steps):
+            slot = p % STAGES
+            free = ((p // STAGES) & 1) ^ 1   # the first pass finds the stages free
+            mbarrier.wait(empty.index(slot), free)
+            mbarrier.wait(pair_empty.index(slot), free)
+            bar = ready.index(slot)
+            mbarrier.expect(bar, 2 * a_desc.nbytes_per_cta + b_desc.nbytes_per_cta)
+            tma_load(a_desc, [off_m, t * BLOCK_K], bar, a_bufs.index(2 * slot))
+            tma_load(a_desc, [off_m + ROWS, t * BLOCK_K], bar, a_bufs.index(2 * slot + 1))
+            if B_K_MAJOR:
+                tma_load(b_desc, [off_n, t * BLOCK_K], bar, b_bufs.index(slot), multicast=True)
+            else:
+                tma_load(b_desc, [t * BLOCK_K, off_n], bar, b_bufs.index(slot), multicast=True)
+            p += 1
 
 
 def descriptor(x, block_rows: int, block_k: int):

@@ -38,7 +38,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from ..launches import bound_launch
-from .gluon_helpers import store_block, tile_start, tma_load
+from .gluon_helpers import cluster_loads, store_block, tile_start
 
 CTAS = 2
 BLOCK_M, BLOCK_N, BLOCK_K = 256, 256, 128   # a cluster's tile: 128 rows on each CTA
@@ -95,34 +95,6 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, scale_a_ptr,
 
 
 @gluon.jit
-def cluster_loads(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pair_empty, M, N, K, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr,
-                  STAGES: gl.constexpr):
-    """One warp of each CTA: per K step of this cluster's tiles, once its own warpgroups have
-    released the stage (empty) and, in the lead, those of both CTAs (pair_empty; the other CTA
-    does not wait on it), the two warpgroups' A rows into its own stage and, from the lead, the B
-    tile into both CTAs' stage; ready counts the bytes that arrive in each CTA."""
-    ROWS: gl.constexpr = a_desc.block_type.shape[0]
-    pid = gl.program_id(0)
-    k_steps = gl.cdiv(K, BLOCK_K)
-    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
-    p = 0
-    for tile in range(pid, num_tiles, PROGRAMS):
-        off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        for t in range(k_steps):
-            slot = p % STAGES
-            free = ((p // STAGES) & 1) ^ 1   # the first pass finds the stages free
-            mbarrier.wait(empty.index(slot), free)
-            mbarrier.wait(pair_empty.index(slot), free)
-            bar = ready.index(slot)
-            mbarrier.expect(bar, 2 * a_desc.nbytes_per_cta + b_desc.nbytes_per_cta)
-            tma_load(a_desc, [off_m, t * BLOCK_K], bar, a_bufs.index(2 * slot))
-            tma_load(a_desc, [off_m + ROWS, t * BLOCK_K], bar, a_bufs.index(2 * slot + 1))
-            tma_load(b_desc, [off_n, t * BLOCK_K], bar, b_bufs.index(slot), multicast=True)
-            p += 1
-
-
-@gluon.jit
 def fp8_matmul_cluster(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_cm, stride_cn,
                        GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
                        WORKER_REGISTERS: gl.constexpr):
@@ -149,8 +121,8 @@ def fp8_matmul_cluster(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K,
                         (warpgroup_sums, (a_bufs, b_bufs, ready, empty, pair_empty, c_ptr, scale_a_ptr, scale_b_ptr,
                                           M, N, K, stride_cm, stride_cn, 1, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                                           PROGRAMS, STAGES)),
-                        (cluster_loads, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, pair_empty, M, N, K, BLOCK_M,
-                                         BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
+                        (cluster_loads, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, pair_empty, M, N, K, True,
+                                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],   # B^T read K-major
                        [4, 1], [WORKER_REGISTERS, 24])
 
 
