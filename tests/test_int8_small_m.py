@@ -9,6 +9,7 @@ import pytest
 from tilemm.ladder import workspaces
 from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
 
+from .compiled import run_program
 from .conftest import ON_GPU
 
 torch = pytest.importorskip("torch")
@@ -123,14 +124,7 @@ def test_compiles_for_sm90_at_every_tile_class():
     """Each row of TILES compiled for sm_90 as a launch specializes it (split K: the hand-over
     compiled too), outside the interpreter: its shared memory fits, the loads are pipelined
     (cp.async), and 64 rows and more take wgmma."""
-    import json
-    import os
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_program(COMPILE)
     assert len(out) == len(small_m.TILES)
     for rows, k in out.items():
         assert 0 < k["shared"] <= k["limit"] and k["pipelined"] and k["cubin"] > 0, (rows, k)

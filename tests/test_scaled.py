@@ -1,10 +1,6 @@
 """tilemm.scaled_matmul (rung `tensorcore-fp8`): float8 products with per-tensor scales, against
 a float64 reference of the same float8 values, in Triton's interpreter (set by conftest) and,
 with the gpu marker, on the device; its argument checks; and its program compiled for sm_90."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,6 +8,7 @@ import torch
 import tilemm
 from tilemm.ladder.tensorcore import availability
 
+from .compiled import run_program
 from .conftest import ON_GPU
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
@@ -401,12 +398,11 @@ for ty in ("fp8e4nv", "fp8e5"):
                                              for t in ("e4m3.e4m3", "e5m2.e5m2")))
 # the warp-specialized Gluon program (Hopper, float32 sums): wgmma of the halves' width, the loading
 # warp's registers handed to the multiplying warpgroups (setmaxnreg), and no spills (cuobjdump's stack)
-import os, re, subprocess, tempfile
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore import scaled_fp8_gluon_kernel as ws
 gl_types = {"fp8e4nv": gl.float8e4nv, "fp8e5": gl.float8e5}
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from tests.compiled import resource_usage
 for ta, tb, cty in (("fp8e4nv", "fp8e4nv", "*bf16"), ("fp8e5", "fp8e5", "*fp32"), ("fp8e4nv", "fp8e5", "*fp16")):
     la = repr(gl.NVMMASharedLayout.get_default_for([ws.BLOCK_M, ws.BLOCK_K], gl_types[ta]))
     lb = repr(gl.NVMMASharedLayout.get_default_for([ws.BLOCK_N, ws.BLOCK_K], gl_types[tb]))
@@ -417,15 +413,11 @@ for ta, tb, cty in (("fp8e4nv", "fp8e4nv", "*bf16"), ("fp8e5", "fp8e5", "*fp32")
     k = triton.compile(GluonASTSource(fn=ws.fp8_matmul_ws, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=4))
     ptx = k.asm["ptx"]
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
     pair = {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}
     out[f"ws-{ta}-{tb}-{cty[1:]}"] = dict(
         shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
         wgmma=f"wgmma.mma_async.sync.aligned.m64n{ws.BLOCK_N // 2}k32.f32.{pair[ta]}.{pair[tb]}" in ptx
-        and "setmaxnreg.inc" in ptx and re.search(r"STACK:(\d+)", usage).group(1) == "0")
+        and "setmaxnreg.inc" in ptx and resource_usage(k.asm["cubin"])["stack"] == 0)
 # the same program in clusters of two CTAs, where this Triton's Gluon can: B loaded by the lead for
 # both (multicast), arrivals on the pair's barriers routed to the lead, wgmma on each CTA's 64 rows
 from tilemm.ladder.tensorcore.availability import gluon_cluster_api
@@ -439,24 +431,17 @@ if gluon_cluster_api():
     k = triton.compile(GluonASTSource(fn=ck.fp8_matmul_cluster, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_ctas=ck.CTAS))
     ptx = k.asm["ptx"]
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
     out["cluster-fp8e4nv-bf16"] = dict(
         shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
         wgmma=f"wgmma.mma_async.sync.aligned.m64n{ck.BLOCK_N // 2}k32.f32.e4m3.e4m3" in ptx
         and ".multicast::cluster" in ptx and "mbarrier.arrive.shared::cluster" in ptx and ".reqnctapercluster 2" in ptx
-        and re.search(r"STACK:(\d+)", usage).group(1) == "0")
+        and resource_usage(k.asm["cubin"])["stack"] == 0)
 print(json.dumps(out))
 """
 
 
 def test_default_config_compiles_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    compiled = json.loads(res.stdout.strip().splitlines()[-1])
+    compiled = run_program(COMPILE)
     assert len(compiled) == 7 + availability.gluon_cluster_api()
     for name, info in compiled.items():
         assert info["cubin"] > 0 and info["wgmma"], (name, info)

@@ -2,9 +2,6 @@
 shapes against a float64 reference, plus a compile-only tier: every default configuration is
 compiled for sm_90 (PTX and cubin) on this CPU machine and its shared memory checked."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +13,7 @@ from tilemm import kernel_record
 from tilemm.ladder import launches, workspaces
 from tilemm.ladder.tensorcore import availability, operand_copies
 
+from .compiled import run_program
 from .conftest import ON_GPU
 
 SMALL = dict(block_m=16, block_n=16, block_k=16, num_warps=1, num_stages=1)
@@ -924,11 +922,7 @@ print(json.dumps(out))
 
 def test_default_configs_compile_for_sm90():
     """The interpreter can't see what the compiler refuses; compiling for Hopper can."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    compiled = json.loads(res.stdout.strip().splitlines()[-1])
+    compiled = run_program(COMPILE, fp_fusion=True)
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn", "64x8192-nn",
                                        "512x3072-nt")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k", "tf32x3-direct",
@@ -944,13 +938,13 @@ def test_default_configs_compile_for_sm90():
 
 
 POINTER_REGISTERS = r"""
-import json, os, re, subprocess, sys
+import json
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles, load_alignment, narrow_loads, pointer_warps
 from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from tests.compiled import resource_usage
 ORDER = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
          "stride_cn"]
 out = {}
@@ -973,26 +967,21 @@ for m, n, k, layout in ((4281, 2264, 20, "nt"), (720, 1455, 139, "nt"), (720, 14
              if i < 3 or (sig[name] == "i32" and values[name] % 16 == 0)}
     compiled = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const, attrs=attrs),
                               target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=p["num_stages"]))
-    path = f"/tmp/tilemm_pointer_{os.getpid()}.cubin"
-    with open(path, "wb") as f:
-        f.write(compiled.asm["cubin"])
-    usage = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True).stdout
-    os.remove(path)
-    out[f"{m}x{n}x{k}-{layout}"] = dict(registers=int(re.search(r"REG:(\d+)", usage).group(1)),
-                                        stack=int(re.search(r"STACK:(\d+)", usage).group(1)),
+    out[f"{m}x{n}x{k}-{layout}"] = dict(**resource_usage(compiled.asm["cubin"]),
                                         asynchronous="cp.async" in compiled.asm["ptx"], warps=warps)
 print(json.dumps(out))
 """
 
 
 DMMA_PROGRAM = r"""
-import json, os, subprocess
+import json
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
 from tilemm.ladder.tensorcore import r12_fp64_dmma_kernel as p
+from tests.compiled import cuobjdump
 x_layout, y_layout = (gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=64, rank=2) for w in (128, 0))
 sig = dict(x_desc=f"tensordesc<fp64[8,16],{x_layout!r}>", y_desc=f"tensordesc<fp64[{p.BLOCK_N},8],{y_layout!r}>",
            c_ptr="*fp64", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32")
@@ -1001,12 +990,7 @@ const = dict(BLOCK_M=p.BLOCK_M, BLOCK_N=p.BLOCK_N, BLOCK_K=p.BLOCK_K, WARPS_M=p.
 sig.update({name: "constexpr" for name in const})
 k = triton.compile(GluonASTSource(fn=p.f64_dmma, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                    options=dict(num_warps=p.WARPS_M * p.WARPS_N, maxnreg=p.REGISTERS))
-path = f"/tmp/tilemm_dmma_{os.getpid()}.cubin"
-with open(path, "wb") as f:
-    f.write(k.asm["cubin"])
-sass = subprocess.run([os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump"),
-                       "-sass", path], capture_output=True, text=True).stdout.splitlines()
-os.remove(path)
+sass = cuobjdump(k.asm["cubin"], "-sass").splitlines()
 loop = [i for i, line in enumerate(sass) if "DMMA" in line]
 between = sass[loop[0]:loop[-1] + 1] if loop else []
 print(json.dumps(dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, mma="mma.sync.aligned.m16n8k8.row.col.f64" in k.asm["ptx"],
@@ -1019,11 +1003,7 @@ def test_float64_dmma_program_compiles_to_m16n8k8_with_fragments_loaded_in_place
     """The DMMA program compiled for sm_90: m16n8k8 products, fed by 16-byte shared-memory loads
     that land in the registers the instruction reads (no register moves between the products:
     read K-major, A's fragments took 193 moves for 32 products), within the shared memory a block may use."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    res = subprocess.run([sys.executable, "-c", DMMA_PROGRAM], env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    info = json.loads(res.stdout.strip().splitlines()[-1])
+    info = run_program(DMMA_PROGRAM, fp_fusion=True)
     assert info["mma"] and info["dmma"] >= 32 and info["loads"] >= 24, info
     assert info["moves"] == 0, info
     assert info["shared"] <= info["limit"], info
@@ -1139,12 +1119,7 @@ def test_pointer_program_on_odd_rows_does_not_spill():
     (load_alignment), rows of 1000 and of 20 load asynchronously; rows of 139, one element at a
     time, take 8 warps (pointer_warps). None spills registers to the stack (untold, at 4281 x 2264
     x 20 nt: 255 registers, 2.9 M spill requests, 98 µs against 25 for nn)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    res = subprocess.run([sys.executable, "-c", POINTER_REGISTERS], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    compiled = json.loads(res.stdout.strip().splitlines()[-1])
+    compiled = run_program(POINTER_REGISTERS, fp_fusion=True)
     for shape, info in compiled.items():
         assert info["stack"] == 0, (shape, info)
     assert compiled["1000x1000x1000-nt"]["asynchronous"] and compiled["4281x2264x20-nt"]["asynchronous"]
@@ -1182,10 +1157,7 @@ def test_tma_program_stores_c_as_wide_as_its_rows_allow():
     assert c_alignment(torch.empty(3, 7026)) == 2 and c_alignment(torch.empty(3, 6524)) == 4
     assert c_alignment(torch.empty(3, 8192)) == 8 and c_alignment(torch.empty(3, 8191)) == 1
     assert c_alignment(torch.empty(8, 16)[:, :12]) == 4 and c_alignment(torch.empty(12, 8).T) == 1
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", C_STORES], env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    stores = json.loads(res.stdout.strip().splitlines()[-1])
+    stores = run_program(C_STORES)
     assert stores == {"1": ["st.global.b16"], "2": ["st.global.b32"], "4": ["st.global.v2.b32"],
                       "8": ["st.global.v4.b32"]}
 

@@ -2,10 +2,6 @@
 where Triton's Gluon has no clusters or there is no Hopper GPU (the CPU tests: the interpreter);
 its program compiled for sm_90 where this Triton's Gluon has the cluster API; and, with the gpu
 marker, its answers against a float64 product."""
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +12,7 @@ from tilemm.accuracy import compare
 from tilemm.kernel_record import Problem
 from tilemm.ladder.tensorcore import availability, r10_cluster
 
+from .compiled import run_program
 from .conftest import ON_GPU
 
 
@@ -68,14 +65,14 @@ def test_b_is_read_k_major_only_where_given_so_or_not_in_rows():
 
 
 COMPILE = r"""
-import json, os, re, subprocess, tempfile
+import json
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
 from tilemm.ladder.tensorcore import r10_cluster_kernel as ck
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from tests.compiled import resource_usage
 out = {}
 # bf16 with B's rows and C by TMA stores; fp16 with B^T's rows and C from registers
 for ty, element, k_major in (("bf16", gl.bfloat16, False), ("fp16", gl.float16, True)):
@@ -95,17 +92,13 @@ for ty, element, k_major in (("bf16", gl.bfloat16, False), ("fp16", gl.float16, 
     k = triton.compile(GluonASTSource(fn=ck.matmul_cluster, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_ctas=ck.CTAS))
     ptx = k.asm["ptx"]
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
     out[f"{ty}-{'k-major' if k_major else 'rows'}"] = dict(
         shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
         wgmma=f"wgmma.mma_async.sync.aligned.m64n{ck.BLOCK_N}k16.f32.{ptx_ty}.{ptx_ty}" in ptx,
         in_flight="wgmma.wait_group.sync.aligned 1" in ptx, multicast=".multicast::cluster" in ptx,
         arrive="mbarrier.arrive.shared::cluster" in ptx, pair=".reqnctapercluster 2" in ptx,
         tma_store=("cp.async.bulk.tensor.2d.global.shared" in ptx) == (not k_major),
-        stack=int(re.search(r"STACK:(\d+)", usage).group(1)))
+        stack=resource_usage(k.asm["cubin"])["stack"])
 print(json.dumps(out))
 """
 
@@ -115,10 +108,7 @@ def test_cluster_program_compiles_for_sm90():
     """Both dtypes, both B layouts and both ways of writing C: 64 x 256 wgmma with float32 sums, one
     group left in flight, B multicast, arrivals routed to the lead's barriers, two CTAs a cluster,
     C by TMA stores where asked, no spills, and shared memory within Hopper's."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    compiled = json.loads(res.stdout.strip().splitlines()[-1])
+    compiled = run_program(COMPILE)
     assert len(compiled) == 2
     for name, info in compiled.items():
         assert info["cubin"] > 0 and info["shared"] <= info["limit"], (name, info)

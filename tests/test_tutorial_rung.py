@@ -1,10 +1,6 @@
 """Rung 9, `tensorcore-tutorial`: under Triton's interpreter (set by conftest) on CPU torch tensors
 at small ragged shapes against a float64 reference, its launcher's checks, its place in the ladder
 (never the default), its program compiled for sm_90 on this CPU machine, and on the GPU."""
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +13,7 @@ from tilemm.accuracy import compare
 from tilemm.registry import Problem
 from tilemm import dispatch
 
+from .compiled import run_program
 from .conftest import ON_GPU
 
 NAME = "tensorcore-tutorial"
@@ -147,7 +144,7 @@ def test_never_the_default(monkeypatch):
 
 
 COMPILE = r"""
-import json, os, re, subprocess, tempfile
+import json, re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -155,7 +152,7 @@ import tilemm
 from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
 from tilemm.ladder.tensorcore.r09_tutorial_kernel import matmul_kernel
 default = tilemm.kernel("tensorcore-tutorial").resolve({})
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from tests.compiled import resource_usage
 PTX_TYPE = dict(fp16="f16", bf16="bf16")
 ORDER = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
          "stride_cn"]
@@ -175,13 +172,9 @@ for name, p in (("default", default), ("small", dict(block_m=64, block_n=64, blo
                            target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
         ptx = k.asm["ptx"]
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(k.asm["cubin"])
-            f.flush()
-            usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
         out[f"{name}-{ty}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, cubin=len(k.asm["cubin"]),
                                    wgmma=re.search(rf"wgmma.mma_async.sync.aligned.m64n\d+k16.f32.{PTX_TYPE[ty]}", ptx) is not None,
-                                   stack=int(re.search(r"STACK:(\d+)", usage).group(1)))
+                                   stack=resource_usage(k.asm["cubin"])["stack"])
 print(json.dumps(out))
 """
 
@@ -190,11 +183,7 @@ def test_compiles_for_sm90_to_wgmma():
     """The interpreter can't see what the compiler refuses; compiling for Hopper can: the default
     and a small configuration, float16 and bfloat16, each on wgmma with float32 sums, within the
     shared memory a block may use, and with no registers spilled to the stack."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    res = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    compiled = json.loads(res.stdout.strip().splitlines()[-1])
+    compiled = run_program(COMPILE, fp_fusion=True)
     assert set(compiled) == {f"{n}-{t}" for n in ("default", "small") for t in ("fp16", "bf16")}
     for name, info in compiled.items():
         assert info["cubin"] > 0 and info["wgmma"] and info["stack"] == 0, (name, info)
