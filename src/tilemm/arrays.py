@@ -114,7 +114,7 @@ def torch_view(x):
     """A torch tensor on the GPU viewing CuPy array x (no copy), or a copy of x where its strides are
     negative (a[::-1]), which torch can't represent: it ends the process on them instead of raising."""
     torch = torch_if_imported()
-    return torch.as_tensor(x if min(x.strides, default=0) >= 0 else x.copy(), device="cuda")
+    return torch.as_tensor(x if min(x.strides, default=0) >= 0 else x.copy(), device=f"cuda:{x.device.id}")
 
 
 def device_cast(x, dtype: str, copy: bool):

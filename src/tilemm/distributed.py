@@ -23,6 +23,7 @@ their own type; integers wrap (sums modulo 2^w are exact in any order).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from . import contract
@@ -73,6 +74,17 @@ def matmul(a, b, grid: Grid, group=None, out_dtype=None):
     import torch.distributed as dist
     if not dist.is_initialized():
         raise RuntimeError("tilemm.distributed.matmul: call torch.distributed.init_process_group first")
+    # the blocks' GPU current for the whole product (a rank that never called torch.cuda.set_device,
+    # LOCAL_RANK's tensors on cuda:1 with cuda:0 current): NCCL's collectives of Python objects and
+    # every allocation follow the current device
+    on_gpu = isinstance(a, torch.Tensor) and a.is_cuda
+    with torch.cuda.device(a.device) if on_gpu else contextlib.nullcontext():
+        return _matmul(a, b, grid, group, out_dtype)
+
+
+def _matmul(a, b, grid: Grid, group, out_dtype):
+    import torch
+    import torch.distributed as dist
     world = dist.get_world_size(group)
     if grid.size != world:
         raise ValueError(f"tilemm.distributed.matmul: a {grid.rows} x {grid.cols} grid is {grid.size} ranks; "

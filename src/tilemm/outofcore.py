@@ -123,9 +123,10 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
         if k == 0:
             c_t.zero_()
         else:
-            _run(a_t.to(getattr(torch, result)) if dtype_name(a_t.dtype) != result else a_t,
-                 b_t.to(getattr(torch, result)) if dtype_name(b_t.dtype) != result else b_t,
-                 c_t, plan, dev, sums, progress)
+            with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():   # its events and streams
+                _run(a_t.to(getattr(torch, result)) if dtype_name(a_t.dtype) != result else a_t,
+                     b_t.to(getattr(torch, result)) if dtype_name(b_t.dtype) != result else b_t,
+                     c_t, plan, dev, sums, progress)
     return c
 
 
