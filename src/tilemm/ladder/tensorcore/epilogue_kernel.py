@@ -1,0 +1,110 @@
+"""The Triton program of tilemm's fused epilogues (launched by epilogue_launch.py): rung 9's tiled
+GEMM on tensor cores, with what usually follows a product done in registers before the one store:
+
+    Z = alpha * (A @ B) [+ beta * C] [+ bias]       (bias a row over N, or a column over M)
+    Y = activation(Z) [+ residual]                  (relu, gelu (erf), gelu_tanh, silu)
+
+Y is rounded once, to its dtype; Z can be stored too (the AUX output, nvmath-python's name): the
+backward of gelu and silu needs the pre-activation. Kept apart so that importing tilemm never
+imports Triton: it loads on the first launch, after TRITON_INTERPRET is read.
+
+Constraints:
+- float16, bfloat16 (float32 sums), float32 (IEEE products: no TF32) or float64 (float64 sums);
+- any M, N, K (edges are masked, K = 0 gives the epilogue of zeros) and any strides of every operand;
+- 64-bit offsets (once a tile): no 2^31-element limit.
+"""
+import triton
+import triton.language as tl
+
+# the activation's code, a constexpr of the program (epilogue_launch.ACTIVATION_CODES names them)
+IDENTITY, RELU, GELU, GELU_TANH, SILU = 0, 1, 2, 3, 4
+
+
+@triton.jit
+def activate(z, ACTIVATION: tl.constexpr):
+    """activation(z), elementwise, in z's dtype (float32 or float64)."""
+    if ACTIVATION == 1:                                  # relu
+        z = tl.where(z > 0, z, 0.0)
+    elif ACTIVATION == 2:                                # gelu, torch's default: z * Phi(z), by erf
+        z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
+    elif ACTIVATION == 3:                                # gelu, tanh's approximation (torch's "tanh")
+        inner = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+        # tanh(u) = 1 - 2 / (exp(2u) + 1): no tanh in tl's core; exact at both infinities
+        z = 0.5 * z * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
+    elif ACTIVATION == 4:                                # silu: z * sigmoid(z)
+        z = z / (1.0 + tl.exp(-z))
+    return z
+
+
+# --8<-- [start:kernel]
+@triton.jit
+def matmul_epilogue_kernel(a_ptr, b_ptr, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, K,
+                           stride_am, stride_ak, stride_bk, stride_bn, stride_ym, stride_yn,
+                           stride_xm, stride_xn, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn,
+                           alpha, beta,
+                           BIAS_OVER_M: tl.constexpr, ACTIVATION: tl.constexpr, WIDE: tl.constexpr,
+                           UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Y = activation(alpha * A @ B + beta * C + bias) + residual, one BLOCK_M x BLOCK_N tile a
+    program. aux_ptr, bias_ptr, c_ptr, res_ptr: None where not given (Triton compiles a program
+    without them). WIDE: 0 float32 products of 16-bit inputs on tensor cores, 1 float32 IEEE
+    products, 2 float64. UPCAST: 16-bit tiles widened to float32 first (Triton's interpreter,
+    whose bfloat16 tl.dot is wrong; a 16-bit product is exact in float32: the same sums)."""
+    # Which tile: groups of GROUP_M block rows walk one block column before the next (rung 9)
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_in_group = GROUP_M * tl.cdiv(N, BLOCK_N)
+    first_pid_m = (pid // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    # 64-bit row and column numbers: offsets past 2^31 elements are right (once a tile: free)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn    # (BLOCK_K, BLOCK_N)
+
+    if WIDE == 2:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K                          # edges load zeros: any M, N, K
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+        if WIDE == 2:
+            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)
+        elif WIDE == 1:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        elif UPCAST:
+            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, b, acc)                       # tensor cores, float32 sums
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    # The epilogue, on the sums in registers: each extra operand read once, a tile at a time
+    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    z = acc * alpha
+    if c_ptr is not None:                                 # accumulate into C: beta * C
+        c = tl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, mask=inside, other=0.0)
+        z += beta * c.to(acc.dtype)
+    if bias_ptr is not None:
+        if BIAS_OVER_M:                                   # a column: one value a row of Y
+            bias = tl.load(bias_ptr + offs_m * stride_bias, mask=offs_m < M, other=0.0)
+            z += bias.to(acc.dtype)[:, None]
+        else:                                             # a row: one value a column (a Linear's)
+            bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
+            z += bias.to(acc.dtype)[None, :]
+    if aux_ptr is not None:                               # the pre-activation, for the backward
+        tl.store(aux_ptr + offs_m[:, None] * stride_xm + offs_n[None, :] * stride_xn,
+                 z.to(aux_ptr.dtype.element_ty), mask=inside)
+    y = activate(z, ACTIVATION)
+    if res_ptr is not None:
+        r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=inside, other=0.0)
+        y += r.to(acc.dtype)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, y.to(y_ptr.dtype.element_ty),
+             mask=inside)                                 # one rounding, to Y's dtype
+# --8<-- [end:kernel]
