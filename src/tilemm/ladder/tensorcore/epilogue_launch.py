@@ -32,7 +32,7 @@ def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:
     """The program's tiles for operands of this dtype: EPILOGUE_CONFIGS', any of them replaced by
     params (block_m=..., num_warps=...). ValueError for a name not a tile parameter or a tile
     that is not a power of two of 16 or more (tl.dot's smallest)."""
-    config = dict(EPILOGUE_CONFIGS[dtype_group(dtype)])
+    config = dict(EPILOGUE_CONFIGS.get(dtype_group(dtype), EPILOGUE_CONFIGS["16-bit"]))
     for name, value in (params or {}).items():
         if name not in CONFIG_KEYS:
             raise TypeError(f"epilogue: unknown parameter {name!r}; the fused-epilogue program takes "
