@@ -15,10 +15,10 @@ import functools
 import torch
 from torch.nn.functional import linear
 
-from . import api, registry
+from . import api, fused_linear, nn_fuse, registry
 from .linear_flags import linear_with_exact_backward, same_with_flag
 
-OPTIONS = ("kernel", "out_dtype", "params", "products")
+OPTIONS = ("kernel", "out_dtype", "params", "products", "activation", "fused_from")
 ABSENT = object()      # a parameter not in a module's own record of them
 
 is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
@@ -35,18 +35,22 @@ class Linear(torch.nn.Linear):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
-                 kernel: str | None = None, out_dtype=None, **params):
+                 kernel: str | None = None, out_dtype=None, activation: str | None = None, **params):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.configure(kernel=kernel, out_dtype=out_dtype, **params)
+        self.configure(kernel=kernel, out_dtype=out_dtype, activation=activation, **params)
 
-    def configure(self, *, kernel: str | None = None, out_dtype=None, **params) -> Linear:
-        """Set the kernel, its parameters and out_dtype (unknown parameters refused here)."""
-        check_options(kernel, params)
-        self.kernel, self.out_dtype, self.params = kernel, out_dtype, dict(params)
+    def configure(self, *, kernel: str | None = None, out_dtype=None, activation: str | None = None,
+                  **params) -> Linear:
+        """Set the kernel, its parameters and out_dtype (unknown parameters refused here);
+        activation: the forward is tilemm.linear with this epilogue (tilemm.nn_fuse), None: none."""
+        nn_fuse.check_fused(kernel, out_dtype, activation, params) if activation else check_options(kernel, params)
+        self.kernel, self.out_dtype, self.params, self.activation = kernel, out_dtype, dict(params), activation
         self.products = Products(kernel, self.params)
         return self
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.activation is not None:       # bias and activation in the product's epilogue
+            return fused_linear.linear(input, self.weight, self.bias, self.activation, kernel=self.kernel, **self.params)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             layout = self.products.library.get((input.shape, input.stride(), input.dtype))
             if layout is not None and (not grad_enabled() or layout.grads and layout.exact_now()):
@@ -98,7 +102,7 @@ class Linear(torch.nn.Linear):
         super().register_parameter(name, param)
 
     def extra_repr(self) -> str:
-        options = "".join(f", {k}={v!r}" for k, v in (("kernel", self.kernel), ("out_dtype", self.out_dtype),
+        options = "".join(f", {k}={v!r}" for k, v in (("kernel", self.kernel), ("out_dtype", self.out_dtype), ("activation", self.activation),
                                                      *self.params.items()) if v is not None)
         return super().extra_repr() + options
 
@@ -282,12 +286,15 @@ class LinearProduct(torch.autograd.Function):
         return linear_grads(products, grad, input, weight, need_input, need_weight) + (None, None)
 
 
-def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype=None, **params) -> list[str]:
+def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype=None, fuse_activations: bool = False,
+                 **params) -> list[str]:
     """Make every torch.nn.Linear of ``model`` (itself included) a tilemm.nn.Linear, in place:
     the same module objects, parameters, hooks, devices, dtypes and requires_grad (an optimizer
     built before keeps working), their class changed. Subclasses of torch.nn.Linear are left as
     they are (their forward is their own). Options as tilemm.nn.Linear's. Returns the names of
-    the modules swapped ("" for model itself)."""
+    the modules swapped ("" for model itself). fuse_activations: every swapped Linear runs
+    through tilemm.linear, and one followed by a known activation takes it into its epilogue
+    (tilemm.nn_fuse.fuse_activations)."""
     check_options(kernel, params)
     swapped = []
     for name, module in model.named_modules():
@@ -295,6 +302,8 @@ def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype
             module.__class__ = Linear
             module.configure(kernel=kernel, out_dtype=out_dtype, **params)
             swapped.append(name)
+    if fuse_activations:
+        nn_fuse.fuse_activations(model, kernel, out_dtype, params)
     return swapped
 
 
@@ -312,6 +321,7 @@ def restore_linears(model: torch.nn.Module) -> list[str]:
     restored = []
     for name, module in model.named_modules():
         if type(module) is Linear:
+            nn_fuse.unfuse(module)           # its activation module back in place
             module.__class__ = torch.nn.Linear
             for option in OPTIONS:
                 module.__dict__.pop(option, None)
