@@ -29,10 +29,13 @@ def activate(z, ACTIVATION: tl.constexpr):
         z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
     elif ACTIVATION == 3:                                # gelu, tanh's approximation (torch's "tanh")
         inner = 0.7978845608028654 * (z + 0.044715 * z * z * z)
-        # tanh(u) = 1 - 2 / (exp(2u) + 1): no tanh in tl's core; exact at both infinities
-        z = 0.5 * z * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
-    elif ACTIVATION == 4:                                # silu: z * sigmoid(z)
-        z = z / (1.0 + tl.exp(-z))
+        # tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|): no tanh in tl's core, no overflow
+        e = tl.exp(-2.0 * tl.abs(inner))
+        t = (1.0 - e) / (1.0 + e)
+        z = 0.5 * z * (1.0 + tl.where(inner < 0, -t, t))
+    elif ACTIVATION == 4:                                # silu: z * sigmoid(z), e = exp(-|z|): no overflow
+        e = tl.exp(-tl.abs(z))
+        z = z * tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
     return z
 
 

@@ -1,0 +1,155 @@
+"""The fused epilogues: tilemm's Triton program (under Triton's interpreter here) and
+tilemm.matmul_epilogue against float64 references, forward and backward; the NumPy path; the
+operators under torch.library.opcheck; errors before any work."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilemm
+from tilemm import fused, fused_ops  # noqa: F401  (fused_ops registers the operators)
+from tilemm.epilogue_math import ACTIVATIONS, activate_numpy, activate_torch
+from tilemm.ladder.tensorcore.epilogue_launch import config_for
+
+TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def reference(a, b, bias, bias_over_m, c, residual, activation, alpha, beta):
+    """The epilogue in float64 with torch's functions (autograd records it)."""
+    z = alpha * (a.double() @ b.double())
+    if c is not None:
+        z = z + beta * c.double()
+    if bias is not None:
+        z = z + (bias.double()[:, None] if bias_over_m else bias.double())
+    y = activate_torch(z, activation)
+    return (y + residual.double() if residual is not None else y), z
+
+
+def relative(x, ref):
+    x, ref = x.detach().double(), ref.detach().double()
+    return float((x - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def operands(m, n, k, dtype, seed=0):
+    """A as a slice of a wider matrix and B as a transposed view: strides other than rows'."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k + 3, generator=g, dtype=torch.float64)[:, 1:k + 1].to(dtype)
+    b = torch.randn(n, k, generator=g, dtype=torch.float64).to(dtype).T
+    bias_n, bias_m = (torch.randn(s, generator=g, dtype=torch.float64).to(dtype) for s in (n, m))
+    c, residual = (torch.randn(m, n, generator=g, dtype=torch.float64).to(dtype) for _ in range(2))
+    return a, b, bias_n, bias_m, c, residual
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_the_program_s_every_epilogue_against_float64(activation, dtype):
+    """Y and AUX of the program at ragged sizes (tiles of 16 over 37 x 29, K = 45), every
+    operand of the epilogue given, bias over N; each within a rounding of its dtype."""
+    a, b, bias, _, c, residual = operands(37, 29, 45, dtype)
+    y, aux = fused.forward(a, b, bias, False, c, residual, activation, 0.5, 2.0, fused.TRITON,
+                           config_for(dtype, dict(block_m=16, block_n=16, block_k=16)), True)
+    ref_y, ref_z = reference(a, b, bias, False, c, residual, activation, 0.5, 2.0)
+    assert y.dtype == dtype and not torch.isnan(y).any()
+    assert relative(y, ref_y) <= TOLERANCE[dtype] and relative(aux, ref_z) <= TOLERANCE[dtype]
+
+
+def test_a_column_bias_and_no_aux():
+    a, b, _, bias_m, _, _ = operands(20, 33, 17, torch.float64, seed=1)
+    y, aux = fused.forward(a, b, bias_m, True, None, None, "relu", 1.0, 0.0, fused.TRITON,
+                           config_for(torch.float64), False)
+    assert aux is None
+    assert relative(y, reference(a, b, bias_m, True, None, None, "relu", 1.0, 0.0)[0]) <= 1e-12
+
+
+@pytest.mark.parametrize("m,n,k", [(5, 7, 0), (0, 7, 4), (6, 0, 3)])
+def test_empty_dimensions(m, n, k):
+    """K = 0 gives the epilogue of zeros (activation(bias + beta * C)); M or N = 0 an empty result."""
+    a, b, bias, _, c, _ = operands(m, n, k, torch.float64)
+    y = tilemm.matmul_epilogue(a, b, bias=bias, c=c, beta=0.5, activation="silu", kernel="tensorcore")
+    assert y.shape == (m, n)
+    assert torch.allclose(y, F.silu(0.5 * c + bias))
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_matmul_epilogue_gradients_against_float64_autograd(activation):
+    """Every operand's gradient, the backward reading what the forward saved (Z, or Y for relu)."""
+    tensors = operands(9, 13, 11, torch.float64, seed=2)
+    a, b, _, bias, c, residual = (t.detach().requires_grad_() for t in tensors)
+    y = tilemm.matmul_epilogue(a, b, bias=bias.reshape(-1, 1), c=c, residual=residual, activation=activation,
+                               alpha=1.5, beta=-0.5, kernel="tensorcore")
+    ref = reference(a, b, bias, True, c, residual, activation, 1.5, -0.5)[0]
+    grad = torch.randn_like(y)
+    got = torch.autograd.grad(y, (a, b, bias, c, residual), grad)
+    want = torch.autograd.grad(ref, (a, b, bias, c, residual), grad)
+    assert relative(y, ref) <= 1e-12
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and relative(g, w) <= 1e-12
+
+
+def test_gradcheck_at_float64():
+    a, b = (torch.randn(s, dtype=torch.float64, requires_grad=True) for s in ((3, 4), (4, 5)))
+    bias = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda a, b, bias: tilemm.matmul_epilogue(a, b, bias=bias, activation="gelu", kernel="tensorcore"),
+        (a, b, bias), fast_mode=True)
+
+
+def test_bfloat16_gradients_against_float32_autograd():
+    tensors = operands(24, 40, 32, torch.bfloat16, seed=3)
+    a, b, bias = (t.detach().requires_grad_() for t in tensors[:3])
+    y = tilemm.matmul_epilogue(a, b, bias=bias, activation="gelu_tanh", kernel="tensorcore")
+    grad = torch.randn_like(y)
+    got = torch.autograd.grad(y, (a, b, bias), grad)
+    a32, b32, bias32 = (t.detach().float().requires_grad_() for t in (a, b, bias))
+    ref = F.gelu(a32 @ b32 + bias32, approximate="tanh")
+    want = torch.autograd.grad(ref, (a32, b32, bias32), grad.float())
+    assert relative(y, ref) <= 1e-2
+    assert all(g.dtype == torch.bfloat16 and relative(g, w) <= 2e-2 for g, w in zip(got, want))
+
+
+def test_the_library_route_is_torch_s_own_operators():
+    """kernel None on the host: torch's addmm and activation, recording torch's own graph."""
+    a, b, bias, _, c, residual = operands(6, 5, 4, torch.float32, seed=4)
+    y = tilemm.matmul_epilogue(a, b, bias=bias, c=c, residual=residual, activation="relu", beta=2.0)
+    assert torch.equal(y, F.relu(torch.addmm(c * 2.0 + bias, a, b)) + residual)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_numpy_operands_against_float64(activation):
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((7, 6)).astype(np.float32), rng.standard_normal((6, 4)).astype(np.float32)
+    bias, c, r = rng.standard_normal((7, 1)), rng.standard_normal((7, 4)), rng.standard_normal((7, 4))
+    y = tilemm.matmul_epilogue(a, b, bias=bias.astype(np.float32), c=c.astype(np.float32),
+                               residual=r.astype(np.float32), activation=activation, alpha=2.0, beta=0.25)
+    assert isinstance(y, np.ndarray) and y.dtype == np.float32
+    z = 2.0 * a.astype(np.float64) @ b.astype(np.float64) + 0.25 * c.astype(np.float32) + bias.astype(np.float32)
+    ref = activate_torch(torch.from_numpy(z), activation).numpy() + r.astype(np.float32)
+    assert np.allclose(y, ref, rtol=1e-5, atol=1e-5)
+    assert np.allclose(activate_numpy(z, activation), activate_torch(torch.from_numpy(z), activation).numpy(),
+                       rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("call,error,words", [
+    (lambda a, b: tilemm.matmul_epilogue(a, b, activation="tanh"), ValueError, "activation='tanh'"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b, bias=torch.ones(4)), ValueError, "bias has shape (4,)"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b, beta=1.0), ValueError, "no c is given"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b, c=torch.ones(3, 2)), ValueError, "c has shape (3, 2)"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b.double()), TypeError, "one dtype"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b.T), ValueError, "core dimension"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b, kernel="cpu-tiled"), ValueError, "has no fused epilogue"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b, kernel="tensorcore", block_m=24), ValueError, "block_m=24"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b, kernel="tensorcore", tma=True), TypeError, "'tma'"),
+    (lambda a, b: tilemm.matmul_epilogue(a.numpy(), b.numpy(), kernel="tensorcore"), ValueError, "NumPy operands"),
+    (lambda a, b: tilemm.matmul_epilogue(a.numpy(), b), TypeError, "every operand is a NumPy array"),
+    (lambda a, b: tilemm.matmul_epilogue(a.int(), b.int()), TypeError, "float tensors"),
+])
+def test_bad_input_is_refused_before_any_work(call, error, words):
+    with pytest.raises(error) as info:
+        call(torch.ones(3, 5), torch.ones(5, 6))
+    assert words in str(info.value)
+
+
+def test_opcheck_matmul_epilogue():
+    a, b, bias, _, c, _ = (t.detach().requires_grad_() for t in operands(7, 9, 8, torch.float64, seed=6))
+    torch.library.opcheck(torch.ops.tilemm.matmul_epilogue,
+                          (a, b, bias, c, None, "silu", 2.0, 0.5, False, True, "tensorcore", "block_m=16"))
