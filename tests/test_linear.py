@@ -1,0 +1,198 @@
+"""tilemm.linear, tilemm.nn.Linear(activation=...) and swap_linears(fuse_activations=True): forward
+and backward against torch, and torch.compile(fullgraph=True) of a model of fused Linears (0 graph
+breaks, one tilemm::linear node a layer, opcheck). On the host the fused-epilogue program runs
+under Triton's interpreter (kernel="tensorcore") and compiles with backend="aot_eager"; the tests
+marked gpu run Inductor, whose graph must hold the program itself."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilemm
+import tilemm.nn
+from tilemm import fused_ops  # noqa: F401  (registers the operators)
+from tilemm.epilogue_math import ACTIVATIONS, activate_torch
+
+
+def relative(x, ref):
+    x, ref = x.detach().double(), ref.detach().double()
+    return float((x - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def mlp(dtype=torch.float64, device="cpu"):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 24),
+                               torch.nn.ReLU(), torch.nn.Linear(24, 8), torch.nn.SiLU(),
+                               torch.nn.Linear(8, 12), torch.nn.GELU(approximate="tanh"),
+                               torch.nn.Linear(12, 4)).to(device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_linear_against_torch_forward_and_backward(activation):
+    """Leading batch dimensions, a residual that broadcasts, every gradient (float64)."""
+    g = torch.Generator().manual_seed(1)
+    x, w, b = (torch.randn(s, generator=g, dtype=torch.float64, requires_grad=True) for s in ((2, 3, 24), (20, 24), (20,)))
+    r = torch.randn(3, 20, generator=g, dtype=torch.float64, requires_grad=True)
+    y = tilemm.linear(x, w, b, activation, residual=r, kernel="tensorcore")
+    ref = activate_torch(F.linear(x, w, b), activation) + r
+    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    got, want = torch.autograd.grad(y, (x, w, b, r), grad), torch.autograd.grad(ref, (x, w, b, r), grad)
+    assert y.shape == ref.shape and relative(y, ref) <= 1e-12
+    assert all(a.shape == e.shape and relative(a, e) <= 1e-12 for a, e in zip(got, want))
+    assert got[1].is_contiguous()        # the weight's gradient in the weight's layout
+
+
+def test_linear_bfloat16_against_float32_autograd():
+    g = torch.Generator().manual_seed(2)
+    x, w, b = (torch.randn(s, generator=g).bfloat16().requires_grad_() for s in ((40, 32), (24, 32), (24,)))
+    y = tilemm.linear(x, w, b, "silu", kernel="tensorcore")
+    x32, w32, b32 = (t.detach().float().requires_grad_() for t in (x, w, b))
+    ref = F.silu(F.linear(x32, w32, b32))
+    grad = torch.randn(ref.shape, generator=g)
+    got = torch.autograd.grad(y, (x, w, b), grad.bfloat16())
+    want = torch.autograd.grad(ref, (x32, w32, b32), grad)
+    assert y.dtype == torch.bfloat16 and relative(y, ref) <= 1e-2
+    assert all(relative(a, e) <= 2e-2 for a, e in zip(got, want))
+
+
+def test_linear_without_grad_and_1d_input():
+    x, w = torch.randn(16, dtype=torch.float64), torch.randn(5, 16, dtype=torch.float64)
+    y = tilemm.linear(x, w, activation="relu", kernel="tensorcore")
+    assert y.shape == (5,) and relative(y, F.relu(F.linear(x, w))) <= 1e-12
+
+
+def test_linear_by_the_library_is_torch_s_own():
+    """kernel None on the host: F.linear then the activation, bit for bit, torch's graph."""
+    x, w, b = torch.randn(4, 8, requires_grad=True), torch.randn(6, 8), torch.randn(6)
+    y = tilemm.linear(x, w, b, "gelu")
+    assert torch.equal(y, F.gelu(F.linear(x, w, b))) and y.grad_fn.name() == "GeluBackward0"
+
+
+def test_linear_of_numpy_arrays():
+    rng = np.random.default_rng(3)
+    x, w, b = rng.standard_normal((2, 5, 8)), rng.standard_normal((3, 8)), rng.standard_normal(3)
+    y = tilemm.linear(x, w, b, "gelu_tanh", residual=np.ones(3))
+    ref = F.gelu(F.linear(*map(torch.from_numpy, (x, w, b))), approximate="tanh").numpy() + 1
+    assert isinstance(y, np.ndarray) and y.shape == (2, 5, 3) and np.allclose(y, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("call,error,words", [
+    (lambda x, w: tilemm.linear(x, w, activation="swish"), ValueError, "activation='swish'"),
+    (lambda x, w: tilemm.linear(x, w.T), ValueError, "in_features"),
+    (lambda x, w: tilemm.linear(x, w, torch.ones(2)), ValueError, "bias has shape (2,)"),
+    (lambda x, w: tilemm.linear(x, w, residual=torch.ones(2, 2)), ValueError, "does not broadcast"),
+    (lambda x, w: tilemm.linear(x, w.half()), TypeError, "one dtype"),
+    (lambda x, w: tilemm.linear(x, w.numpy()), TypeError, "every operand is a NumPy array"),
+])
+def test_linear_refuses_bad_input(call, error, words):
+    with pytest.raises(error) as info:
+        call(torch.ones(3, 8), torch.ones(5, 8))
+    assert words in str(info.value)
+
+
+def test_nn_linear_takes_an_activation():
+    layer = tilemm.nn.Linear(8, 6, activation="relu", kernel="tensorcore", dtype=torch.float64)
+    x = torch.randn(3, 8, dtype=torch.float64)
+    assert relative(layer(x), F.relu(F.linear(x, layer.weight, layer.bias))) <= 1e-12
+    assert "activation='relu'" in repr(layer)
+    with pytest.raises(TypeError, match="out_dtype"):
+        tilemm.nn.Linear(8, 6, activation="relu", out_dtype="float64")
+    with pytest.raises(ValueError, match="activation='tanh'"):
+        tilemm.nn.Linear(8, 6, activation="tanh")
+
+
+def test_swap_linears_fuses_activations_and_restores_them():
+    model, ref = mlp(), mlp()
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    assert [type(m).__name__ for m in model] == ["Linear", "Identity"] * 4 + ["Linear"]
+    assert [model[i].activation for i in (0, 2, 4, 6, 8)] == ["gelu", "relu", "silu", "gelu_tanh", "identity"]
+    x = torch.randn(5, 16, dtype=torch.float64)
+    y, y_ref = model(x), ref(x)
+    assert relative(y, y_ref) <= 1e-12
+    y.sum().backward()
+    y_ref.sum().backward()
+    assert all(relative(p.grad, q.grad) <= 1e-12 for p, q in zip(model.parameters(), ref.parameters()))
+    tilemm.nn.restore_linears(model)
+    assert [type(m) for m in model] == [type(m) for m in ref] and model[1].approximate == "none"
+    assert torch.equal(model(x), ref(x))
+
+
+def test_a_gated_mlp_of_transformers_fuses_its_gate():
+    class LlamaMLP(torch.nn.Module):        # transformers' form: down(act(gate(x)) * up(x))
+        def __init__(self):
+            super().__init__()
+            self.gate_proj, self.up_proj = torch.nn.Linear(8, 16, bias=False), torch.nn.Linear(8, 16, bias=False)
+            self.down_proj, self.act_fn = torch.nn.Linear(16, 8, bias=False), torch.nn.SiLU()
+
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+    model = LlamaMLP().double()
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    assert model.gate_proj.activation == "silu" and isinstance(model.act_fn, torch.nn.Identity)
+    x = torch.randn(3, 8, dtype=torch.float64)
+    assert relative(model(x), ref(x)) <= 1e-12
+
+
+def test_compiled_model_of_fused_linears():
+    """fullgraph=True, no graph break, a tilemm::linear node a layer, and compiled = eager
+    (values and gradients)."""
+    model = mlp()
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    x = torch.randn(6, 16, dtype=torch.float64)
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0
+    nodes = [n for g in explained.graphs for n in g.graph.nodes
+             if n.op == "call_function" and n.target in (torch.ops.tilemm.linear, torch.ops.tilemm.linear.default)]
+    assert len(nodes) == 5
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    y = compiled(x)
+    y.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    y_eager = model(x)
+    y_eager.sum().backward()
+    assert relative(y, y_eager) <= 1e-12
+    assert all(relative(a, p.grad) <= 1e-12 for a, p in zip(grads, model.parameters()))
+
+
+@pytest.mark.parametrize("activation,kernel", [("gelu", "tensorcore"), ("relu", None)])
+def test_opcheck_linear(activation, kernel):
+    x, w, b = (torch.randn(s, dtype=torch.float64, requires_grad=True) for s in ((6, 12), (10, 12), (10,)))
+    r = torch.randn(6, 10, dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(torch.ops.tilemm.linear, (x, w, b, r, activation, True, kernel, ""))
+
+
+# ---------------------------------------------------------------- on the GPU (TILEMM_TEST_GPU=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_gpu_linear_bfloat16_against_float64(activation):
+    g = torch.Generator(device="cuda").manual_seed(4)
+    x, w, b = (torch.randn(s, generator=g, device="cuda").bfloat16().requires_grad_()
+               for s in ((300, 264), (392, 264), (392,)))
+    r = torch.randn(300, 392, generator=g, device="cuda").bfloat16().requires_grad_()
+    y = tilemm.linear(x, w, b, activation, residual=r, kernel="tensorcore")
+    x64, w64, b64, r64 = (t.detach().double().requires_grad_() for t in (x, w, b, r))
+    ref = activate_torch(F.linear(x64, w64, b64), activation) + r64
+    grad = torch.randn(ref.shape, generator=g, device="cuda")
+    got = torch.autograd.grad(y, (x, w, b, r), grad.bfloat16())
+    want = torch.autograd.grad(ref, (x64, w64, b64, r64), grad.double())
+    assert relative(y, ref) <= 1e-2 and all(relative(a, e) <= 2e-2 for a, e in zip(got, want))
+
+
+@pytest.mark.gpu
+def test_gpu_inductor_graph_holds_the_program():
+    from torch._inductor.utils import run_and_get_code
+    model = mlp(torch.bfloat16, "cuda")
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    x = torch.randn(64, 16, device="cuda", dtype=torch.bfloat16)
+    compiled = torch.compile(model, fullgraph=True)
+    y, code = run_and_get_code(compiled, x)
+    assert "matmul_epilogue_kernel" in "\n".join(code)
+    assert relative(y, ref(x)) <= 2e-2
