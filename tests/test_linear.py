@@ -15,13 +15,17 @@ import tilemm.nn
 from tilemm import fused_ops  # noqa: F401  (registers the operators)
 from tilemm.epilogue_math import ACTIVATIONS, activate_torch
 
+from .conftest import ON_GPU
+
+DEVICE = "cuda" if ON_GPU else "cpu"     # the program under Triton's interpreter on the host
+
 
 def relative(x, ref):
     x, ref = x.detach().double(), ref.detach().double()
     return float((x - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
-def mlp(dtype=torch.float64, device="cpu"):
+def mlp(dtype=torch.float64, device=DEVICE):
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 24),
                                torch.nn.ReLU(), torch.nn.Linear(24, 8), torch.nn.SiLU(),
@@ -33,11 +37,11 @@ def mlp(dtype=torch.float64, device="cpu"):
 def test_linear_against_torch_forward_and_backward(activation):
     """Leading batch dimensions, a residual that broadcasts, every gradient (float64)."""
     g = torch.Generator().manual_seed(1)
-    x, w, b = (torch.randn(s, generator=g, dtype=torch.float64, requires_grad=True) for s in ((2, 3, 24), (20, 24), (20,)))
-    r = torch.randn(3, 20, generator=g, dtype=torch.float64, requires_grad=True)
+    x, w, b, r = (torch.randn(s, generator=g, dtype=torch.float64).to(DEVICE).requires_grad_()
+                  for s in ((2, 3, 24), (20, 24), (20,), (3, 20)))
     y = tilemm.linear(x, w, b, activation, residual=r, kernel="tensorcore")
     ref = activate_torch(F.linear(x, w, b), activation) + r
-    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64).to(DEVICE)
     got, want = torch.autograd.grad(y, (x, w, b, r), grad), torch.autograd.grad(ref, (x, w, b, r), grad)
     assert y.shape == ref.shape and relative(y, ref) <= 1e-12
     assert all(a.shape == e.shape and relative(a, e) <= 1e-12 for a, e in zip(got, want))
@@ -46,11 +50,11 @@ def test_linear_against_torch_forward_and_backward(activation):
 
 def test_linear_bfloat16_against_float32_autograd():
     g = torch.Generator().manual_seed(2)
-    x, w, b = (torch.randn(s, generator=g).bfloat16().requires_grad_() for s in ((40, 32), (24, 32), (24,)))
+    x, w, b = (torch.randn(s, generator=g).bfloat16().to(DEVICE).requires_grad_() for s in ((40, 32), (24, 32), (24,)))
     y = tilemm.linear(x, w, b, "silu", kernel="tensorcore")
     x32, w32, b32 = (t.detach().float().requires_grad_() for t in (x, w, b))
     ref = F.silu(F.linear(x32, w32, b32))
-    grad = torch.randn(ref.shape, generator=g)
+    grad = torch.randn(ref.shape, generator=g).to(DEVICE)
     got = torch.autograd.grad(y, (x, w, b), grad.bfloat16())
     want = torch.autograd.grad(ref, (x32, w32, b32), grad)
     assert y.dtype == torch.bfloat16 and relative(y, ref) <= 1e-2
@@ -58,11 +62,12 @@ def test_linear_bfloat16_against_float32_autograd():
 
 
 def test_linear_without_grad_and_1d_input():
-    x, w = torch.randn(16, dtype=torch.float64), torch.randn(5, 16, dtype=torch.float64)
+    x, w = torch.randn(16, dtype=torch.float64, device=DEVICE), torch.randn(5, 16, dtype=torch.float64, device=DEVICE)
     y = tilemm.linear(x, w, activation="relu", kernel="tensorcore")
     assert y.shape == (5,) and relative(y, F.relu(F.linear(x, w))) <= 1e-12
 
 
+@pytest.mark.skipif(ON_GPU, reason="the host's route")
 def test_linear_by_the_library_is_torch_s_own():
     """kernel None on the host: F.linear then the activation, bit for bit, torch's graph."""
     x, w, b = torch.randn(4, 8, requires_grad=True), torch.randn(6, 8), torch.randn(6)
@@ -93,8 +98,8 @@ def test_linear_refuses_bad_input(call, error, words):
 
 
 def test_nn_linear_takes_an_activation():
-    layer = tilemm.nn.Linear(8, 6, activation="relu", kernel="tensorcore", dtype=torch.float64)
-    x = torch.randn(3, 8, dtype=torch.float64)
+    layer = tilemm.nn.Linear(8, 6, activation="relu", kernel="tensorcore", dtype=torch.float64, device=DEVICE)
+    x = torch.randn(3, 8, dtype=torch.float64, device=DEVICE)
     assert relative(layer(x), F.relu(F.linear(x, layer.weight, layer.bias))) <= 1e-12
     assert "activation='relu'" in repr(layer)
     with pytest.raises(TypeError, match="out_dtype"):
@@ -108,7 +113,7 @@ def test_swap_linears_fuses_activations_and_restores_them():
     tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
     assert [type(m).__name__ for m in model] == ["Linear", "Identity"] * 4 + ["Linear"]
     assert [model[i].activation for i in (0, 2, 4, 6, 8)] == ["gelu", "relu", "silu", "gelu_tanh", "identity"]
-    x = torch.randn(5, 16, dtype=torch.float64)
+    x = torch.randn(5, 16, dtype=torch.float64, device=DEVICE)
     y, y_ref = model(x), ref(x)
     assert relative(y, y_ref) <= 1e-12
     y.sum().backward()
@@ -129,11 +134,11 @@ def test_a_gated_mlp_of_transformers_fuses_its_gate():
         def forward(self, x):
             return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
-    model = LlamaMLP().double()
+    model = LlamaMLP().to(DEVICE, torch.float64)
     ref = copy.deepcopy(model)
     tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
     assert model.gate_proj.activation == "silu" and isinstance(model.act_fn, torch.nn.Identity)
-    x = torch.randn(3, 8, dtype=torch.float64)
+    x = torch.randn(3, 8, dtype=torch.float64, device=DEVICE)
     assert relative(model(x), ref(x)) <= 1e-12
 
 
@@ -142,7 +147,7 @@ def test_compiled_model_of_fused_linears():
     (values and gradients)."""
     model = mlp()
     tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
-    x = torch.randn(6, 16, dtype=torch.float64)
+    x = torch.randn(6, 16, dtype=torch.float64, device=DEVICE)
     explained = torch._dynamo.explain(model)(x)
     assert explained.graph_break_count == 0
     nodes = [n for g in explained.graphs for n in g.graph.nodes
@@ -161,8 +166,8 @@ def test_compiled_model_of_fused_linears():
 
 @pytest.mark.parametrize("activation,kernel", [("gelu", "tensorcore"), ("relu", None)])
 def test_opcheck_linear(activation, kernel):
-    x, w, b = (torch.randn(s, dtype=torch.float64, requires_grad=True) for s in ((6, 12), (10, 12), (10,)))
-    r = torch.randn(6, 10, dtype=torch.float64, requires_grad=True)
+    x, w, b, r = (torch.randn(s, dtype=torch.float64, device=DEVICE, requires_grad=True)
+                  for s in ((6, 12), (10, 12), (10,), (6, 10)))
     torch.library.opcheck(torch.ops.tilemm.linear, (x, w, b, r, activation, True, kernel, ""))
 
 
