@@ -62,6 +62,9 @@ def parse_args(argv=None):
     ap.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate (3e-4 set this bf16 model's loss oscillating from step 40, where runs that differ in rounding part ways)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kernel", default=None, help="tilemm's kernel for every Linear (default: tilemm's choice)")
+    ap.add_argument("--fuse-activations", action="store_true",
+                    help="swap_linears(fuse_activations=True): every Linear through tilemm.linear, the MLP's "
+                         "activation in gate_proj's epilogue")
     ap.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, float32 on the CPU: a check of "
                     "the script itself")
     ap.add_argument("--float32-sums", action="store_true",
@@ -178,6 +181,7 @@ def child_argv(args) -> list:
             "--intermediate", str(args.intermediate), "--batch", str(args.batch), "--seq", str(args.seq),
             "--lr", str(args.lr), "--seed", str(args.seed)]
     argv += ["--kernel", args.kernel] if args.kernel else []
+    argv += ["--fuse-activations"] if args.fuse_activations else []
     argv += ["--float32-sums"] if args.float32_sums else []
     argv += ["--deterministic"] if args.deterministic else []
     argv += ["--attention", args.attention] if args.attention else []
@@ -189,7 +193,7 @@ def one_curve(args):
         torch.use_deterministic_algorithms(True, warn_only=True)
     model = build_model(args)
     if args.run == "tilemm":
-        tilemm.nn.swap_linears(model, kernel=args.kernel)
+        tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=args.fuse_activations)
     model.train()
     with warnings.catch_warnings(record=True) as caught:      # the ops torch ran without a deterministic form
         warnings.simplefilter("always")
@@ -264,7 +268,7 @@ def throughput(args, emit):
         for model in models.values():
             model.eval()
         theirs = models["torch"](input_ids=prompt).logits.float()
-        tilemm.nn.swap_linears(models["tilemm"], kernel=args.kernel)
+        tilemm.nn.swap_linears(models["tilemm"], kernel=args.kernel, fuse_activations=args.fuse_activations)
         ours = models["tilemm"](input_ids=prompt).logits.float()
     emit({"part": "throughput", "logits_max_abs_diff": float((ours - theirs).abs().max()),
           "logits_max_abs": float(theirs.abs().max())})
@@ -323,7 +327,7 @@ def layouts_seen(model) -> dict:
 
 
 def compile_check(args, emit):
-    import tilemm.torch_ops  # noqa: F401  (registers torch.ops.tilemm.*, which the node count below looks up)
+    import tilemm.fused_ops, tilemm.torch_ops  # noqa: F401,E401  (register torch.ops.tilemm.*, counted below)
     stream = token_stream(args, 32000 if not args.tiny else 1000)
     tokens = next(stream)
     model = build_model(args)
@@ -331,12 +335,13 @@ def compile_check(args, emit):
     breaks = {}
     for mode in ("torch", "tilemm"):
         if mode == "tilemm":
-            tilemm.nn.swap_linears(model, kernel=args.kernel)
+            tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=args.fuse_activations)
         torch._dynamo.reset()
         explained = torch._dynamo.explain(model)(input_ids=tokens, labels=tokens)
         nodes = sum(1 for g in explained.graphs for n in g.graph.nodes
-                    if n.op == "call_function" and n.target in (torch.ops.tilemm.matmul,
-                                                                torch.ops.tilemm.matmul.default))
+                    if n.op == "call_function" and n.target in (torch.ops.tilemm.matmul, torch.ops.tilemm.linear,
+                                                                torch.ops.tilemm.matmul.default,
+                                                                torch.ops.tilemm.linear.default))
         breaks[mode] = {"graph_breaks": explained.graph_break_count, "graphs": explained.graph_count,
                         "tilemm_nodes": nodes,
                         "reasons": sorted({str(b.reason)[:200] for b in explained.break_reasons})}
@@ -347,7 +352,7 @@ def compile_check(args, emit):
     for mode in ("eager", "compiled"):
         torch._dynamo.reset()
         model = build_model(args)
-        tilemm.nn.swap_linears(model, kernel=args.kernel)
+        tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=args.fuse_activations)
         model.train()
         start = time.perf_counter()
         step_model = torch.compile(model) if mode == "compiled" else None
@@ -373,7 +378,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     stamp = {**tilemm.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)), "tiny": args.tiny,
              "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel,
-             "float32_sums": args.float32_sums}
+             "float32_sums": args.float32_sums, "fuse_activations": args.fuse_activations}
     try:
         import transformers
         stamp["versions"] = {**stamp["versions"], "transformers": transformers.__version__}

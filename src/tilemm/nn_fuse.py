@@ -5,8 +5,8 @@ in the product's pass; one ``tilemm::linear`` operator that Inductor sees into u
 torch.compile). fuse_activations finds, in a swapped model:
 
 - in an ``nn.Sequential``, a Linear followed by a known activation module (nn.ReLU,
-  nn.GELU(approximate='none' or 'tanh'), nn.SiLU, and transformers' GELUActivation and
-  PytorchGELUTanh): the Linear takes the activation, an ``nn.Identity`` takes the module's place;
+  nn.GELU(approximate='none' or 'tanh'), nn.SiLU, and transformers' SiLUActivation,
+  GELUActivation and GELUTanh): the Linear takes the activation, an ``nn.Identity`` takes the module's place;
 - a gated MLP of transformers (LlamaMLP, MistralMLP, Qwen2MLP: ``down_proj(act_fn(gate_proj(x)) *
   up_proj(x))``): gate_proj takes act_fn, which becomes an nn.Identity;
 
@@ -16,11 +16,13 @@ each activation module back. A forward hook on a fused Linear sees the activated
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .epilogue_math import check_activation
 from .ladder.tensorcore.epilogue_launch import config_for
 
+# transformers' activation modules (ACT2FN's), by class name: transformers is no dependency
+TRANSFORMERS_ACTIVATIONS = {"SiLUActivation": "silu", "GELUActivation": "gelu", "GELUTanh": "gelu_tanh",
+                            "PytorchGELUTanh": "gelu_tanh"}
 # transformers' MLPs whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x))
 GATED_MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP")
 
@@ -46,11 +48,7 @@ def activation_of(module: torch.nn.Module) -> str | None:
         return {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
     if kind is torch.nn.SiLU:
         return "silu"
-    if kind.__name__ == "GELUActivation" and getattr(module, "act", None) is F.gelu:
-        return "gelu"
-    if kind.__name__ == "PytorchGELUTanh":
-        return "gelu_tanh"
-    return None
+    return TRANSFORMERS_ACTIVATIONS.get(kind.__name__)     # (each of them computes the same by name)
 
 
 def fuse_activations(model: torch.nn.Module, kernel, out_dtype, params: dict) -> list[str]:

@@ -1,0 +1,153 @@
+"""llama_train.py's Llama under torch.compile: torch's model against tilemm's (its Linears swapped,
+``swap_linears(model, kernel=..., fuse_activations=True)``: every Linear a ``tilemm::linear``
+triton_op that Inductor sees into, the MLP's SiLU in gate_proj's epilogue), both compiled.
+
+  throughput  a training step and a prefill of each compiled model, timed back to back in
+              paired rounds (the order alternating rep to rep), after untimed calls that compile
+              them; tilemm's / torch's as the ratio of the medians and the median of the pairs'
+              ratios.
+  losses      --steps AdamW steps (50 or more) from one seed of four runs: torch eager, torch
+              compiled, tilemm eager, tilemm compiled; torch compiled's gap from torch eager is
+              the spread to stay within (or 1% of the loss), step by step.
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/llama_compiled.py --parts throughput --rounds 5
+    PYTHONPATH=src:benchmarks python3 benchmarks/llama_compiled.py --parts losses --steps 50
+    PYTHONPATH=src:benchmarks python3 benchmarks/llama_compiled.py --tiny --parts throughput losses  # CPU check
+
+Options as llama_train.py's (--layers, --batch, --seq, --kernel, ...); --kernel defaults to
+"tensorcore" here (tilemm's own program, not the library's). Records: llama_compiled.jsonl in
+$OUT (else --out, else ./out), each with the machine's stamp.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+import tilemm
+import tilemm.nn
+
+import llama_train  # noqa: E402  (the model, its token stream, its phases and timer)
+
+
+def parse_args(argv=None):
+    args = llama_train.parse_args(argv)
+    if args.kernel is None and not args.tiny:      # (--tiny on the host: tilemm's default, the library)
+        args.kernel = "tensorcore"
+    args.steps = args.steps if argv and "--steps" in argv else 50
+    return args
+
+
+def models(args) -> dict:
+    """{mode: (model, compiled model)} from one seed, tilemm's swapped with fused activations."""
+    out = {}
+    for mode in ("torch", "tilemm"):
+        model = llama_train.build_model(args)
+        if mode == "tilemm":
+            tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=True)
+        out[mode] = (model, torch.compile(model))
+    return out
+
+
+def compiled_phases(model, compiled, tokens, args) -> dict:
+    """{phase: a call}: a training step and a prefill through the compiled model."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+
+    def train_step():
+        model.train()
+        loss = compiled(input_ids=tokens, labels=tokens).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    def prefill():
+        model.eval()
+        with torch.no_grad():
+            compiled(input_ids=tokens[:, :args.seq])
+    return {"train_step": train_step, "prefill": prefill}
+
+
+def throughput(args, emit):
+    built = models(args)
+    tokens = next(llama_train.token_stream(args, built["torch"][0].config.vocab_size))
+    phases = {mode: compiled_phases(model, compiled, tokens, args) for mode, (model, compiled) in built.items()}
+    modes, names = ("torch", "tilemm"), list(phases["torch"])
+    for mode in modes:                       # untimed: compiled (both phases), planned, allocated
+        for _ in range(2):
+            for call in phases[mode].values():
+                call()
+        llama_train.progress(f"throughput: {mode} compiled")
+    times = {mode: {p: [] for p in names} for mode in modes}
+    rep = 0
+    for r in range(args.rounds):
+        for phase in names:
+            for _ in range(args.reps):
+                for mode in (modes if rep % 2 == 0 else modes[::-1]):
+                    times[mode][phase].append(llama_train.timed_once(args, phases[mode][phase]))
+                rep += 1
+        llama_train.progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{p} {statistics.median(times['torch'][p][-args.reps:]) * 1e3:.1f} / "
+            f"{statistics.median(times['tilemm'][p][-args.reps:]) * 1e3:.1f} ms" for p in names))
+    medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
+    emit({"part": "throughput", "summary": True, "compiled": True, "rounds": args.rounds, "reps": args.reps,
+          "median_s": medians, "times_s": times,
+          "ratio_tilemm_over_torch": {p: medians["torch"][p] / medians["tilemm"][p] for p in names},
+          "paired_ratio_median": {p: statistics.median(t / o for t, o in zip(times["torch"][p], times["tilemm"][p]))
+                                  for p in names}})
+
+
+def losses(args, emit):
+    runs = {}
+    for mode in ("torch", "tilemm"):
+        for compiled in (False, True):
+            torch._dynamo.reset()
+            model = llama_train.build_model(args)
+            if mode == "tilemm":
+                tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=True)
+            model.train()
+            step_model = torch.compile(model) if compiled else None
+            label = f"{mode} {'compiled' if compiled else 'eager'}"
+            runs[label] = dict(llama_train.train_losses(model, args, args.steps, step_model=step_model,
+                                                        every=args.every))
+            llama_train.progress(f"losses: {label} done")
+            del model, step_model
+            torch.cuda.empty_cache() if not args.tiny else None
+    base, other = runs["torch eager"], runs["torch compiled"]
+    rows = []
+    for step, loss in base.items():
+        spread = abs(other[step] - loss)
+        row = {"step": step, **{label: run[step] for label, run in runs.items()}, "spread": spread}
+        for label in ("tilemm eager", "tilemm compiled"):
+            row[f"{label} within"] = abs(runs[label][step] - loss) <= max(spread, 0.01 * abs(loss))
+        rows.append(row)
+    emit({"part": "losses", "summary": True, "steps": args.steps, "table": rows,
+          "agree": {label: all(r[f"{label} within"] for r in rows) for label in ("tilemm eager", "tilemm compiled")},
+          "max_relative_gap": {label: max(abs(runs[label][s] - base[s]) / abs(base[s]) for s in base)
+                               for label in runs if label != "torch eager"}})
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parts = [p for p in ("throughput", "losses") if p in argv]
+    argv = [a for a in argv if a not in ("throughput", "losses", "--parts")]
+    args = parse_args(argv)
+    out = Path(os.environ.get("OUT") or args.out or "out")
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = {**tilemm.machine.stamp("PYTHONPATH=src:benchmarks python3 " + " ".join(sys.argv)), "tiny": args.tiny,
+             "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel, "fuse_activations": True}
+
+    def emit(record):
+        line = json.dumps({**stamp, **record})
+        with open(out / "llama_compiled.jsonl", "a") as f:
+            f.write(line + "\n")
+        print(line if len(line) < 600 else line[:600] + " ...", flush=True)
+    for part in parts or ["throughput", "losses"]:
+        {"throughput": throughput, "losses": losses}[part](args, emit)
+
+
+if __name__ == "__main__":
+    main()
