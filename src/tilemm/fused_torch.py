@@ -12,7 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from . import fused
 from .epilogue_math import activate_torch, needs_aux
-from .fused_linear import bias_layout, check_linear_shapes, check_matrices
+from .epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
 from .ladder.tensorcore.epilogue_launch import DTYPES, config_for
 
 is_compiling = torch.compiler.is_compiling

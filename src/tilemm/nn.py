@@ -303,7 +303,7 @@ def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype
             module.configure(kernel=kernel, out_dtype=out_dtype, **params)
             swapped.append(name)
     if fuse_activations:
-        nn_fuse.fuse_activations(model, kernel, out_dtype, params)
+        nn_fuse.fuse_activations(model, Linear, kernel, out_dtype, params)
     return swapped
 
 

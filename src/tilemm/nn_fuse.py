@@ -51,11 +51,10 @@ def activation_of(module: torch.nn.Module) -> str | None:
     return TRANSFORMERS_ACTIVATIONS.get(kind.__name__)     # (each of them computes the same by name)
 
 
-def fuse_activations(model: torch.nn.Module, kernel, out_dtype, params: dict) -> list[str]:
-    """Fuse model's known activations into the swapped Linears before them, and set every other
-    swapped Linear to run tilemm.linear (see the module's docstring). Returns the names of the
-    Linears that took an activation."""
-    from .nn import Linear
+def fuse_activations(model: torch.nn.Module, Linear: type, kernel, out_dtype, params: dict) -> list[str]:
+    """Fuse model's known activations into the swapped Linears (of class Linear, tilemm.nn's)
+    before them, and set every other swapped Linear to run tilemm.linear (see the module's
+    docstring). Returns the names of the Linears that took an activation."""
     if out_dtype is not None:
         raise TypeError("swap_linears: out_dtype is not taken with fuse_activations=True")
     fused = []
