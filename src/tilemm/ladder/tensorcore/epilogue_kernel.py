@@ -46,13 +46,14 @@ def matmul_epilogue_kernel(a_ptr, b_ptr, y_ptr, aux_ptr, bias_ptr, c_ptr, res_pt
                            stride_xm, stride_xn, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn,
                            alpha, beta,
                            BIAS_OVER_M: tl.constexpr, ACTIVATION: tl.constexpr, WIDE: tl.constexpr,
-                           UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                           UPCAST: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Y = activation(alpha * A @ B + beta * C + bias) + residual, one BLOCK_M x BLOCK_N tile a
     program. aux_ptr, bias_ptr, c_ptr, res_ptr: None where not given (Triton compiles a program
     without them). WIDE: 0 float32 products of 16-bit inputs on tensor cores, 1 float32 IEEE
     products, 2 float64. UPCAST: 16-bit tiles widened to float32 first (Triton's interpreter,
-    whose bfloat16 tl.dot is wrong; a 16-bit product is exact in float32: the same sums)."""
+    whose bfloat16 tl.dot is wrong; a 16-bit product is exact in float32: the same sums).
+    EVEN_K: BLOCK_K divides K, and the tiles load with no mask at all."""
     # Which tile: groups of GROUP_M block rows walk one block column before the next (rung 9)
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -66,17 +67,24 @@ def matmul_epilogue_kernel(a_ptr, b_ptr, y_ptr, aux_ptr, bias_ptr, c_ptr, res_pt
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
-    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn    # (BLOCK_K, BLOCK_N)
+    # rows of A and columns of B past M and N wrap around to ones inside (Triton's tutorial): the
+    # loads need no mask there, and what those rows and columns give is never stored
+    rows_a, cols_b = offs_m % M, offs_n % N
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + offs_k[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols_b[None, :] * stride_bn    # (BLOCK_K, BLOCK_N)
 
     if WIDE == 2:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K                          # edges load zeros: any M, N, K
-        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
-        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:                                             # K's edge loads zeros: any K
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         if WIDE == 2:
             acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)
         elif WIDE == 1:
