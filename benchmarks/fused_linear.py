@@ -135,6 +135,8 @@ def tune(args, stamp, path):
         y, aux = torch.empty(m, n, device="cuda", dtype=x.dtype), torch.empty(m, n, device="cuda", dtype=x.dtype)
         dx, dw = torch.empty_like(x), torch.empty_like(w)
         launchers = {}
+        ref = torch.nn.functional.gelu(torch.nn.functional.linear(x.double(), w.double(), b.double()))
+        ref_dx, ref_dw = g.double() @ w.double(), g.double().T @ x.double()
         for i, config in enumerate(epilogue_launch.CANDIDATE_CONFIGS):
             def launch(config=config):
                 epilogue_launch.launch_epilogue(x, w.mT, y, aux, b, False, None, None, "gelu", 1.0, 0.0, config)
@@ -146,11 +148,11 @@ def tune(args, stamp, path):
             except Exception as e:          # a configuration past the GPU's shared memory
                 print(f"  config {i} {config}: FAILED {type(e).__name__}: {str(e)[:120]}", flush=True)
                 continue
-            if relative(y, torch.nn.functional.gelu(torch.nn.functional.linear(x.double(), w.double(),
-                                                                                b.double()))) > TOLERANCE:
+            if max(relative(y, ref), relative(dx, ref_dx), relative(dw, ref_dw)) > TOLERANCE:
                 print(f"  config {i} {config}: WRONG", flush=True)
                 continue
             launchers[i] = launch
+        del ref, ref_dx, ref_dw
         times = interleaved_rounds(launchers, args.rounds, args.per_round)
         for i, ts in times.items():
             t = statistics.median(ts)
