@@ -164,6 +164,25 @@ def test_compiled_model_of_fused_linears():
     assert all(relative(a, p.grad) <= 1e-12 for a, p in zip(grads, model.parameters()))
 
 
+@pytest.mark.skipif(ON_GPU, reason="the host's route")
+def test_the_operator_decomposes_where_the_route_is_the_library():
+    """A triton_op's body is what AOTAutograd traces: the library's route reaches the backend
+    as aten.addmm and the activation, not as an opaque node."""
+    from torch._dynamo.backends.common import aot_autograd
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+    x, w, b = torch.randn(6, 8), torch.randn(4, 8), torch.randn(4)
+    y = torch.compile(lambda x: tilemm.linear(x, w, b, "gelu"), fullgraph=True,
+                      backend=aot_autograd(fw_compiler=keep))(x)
+    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+    assert "aten.addmm.default" in targets and "aten.gelu.default" in targets
+    assert not any("tilemm" in t for t in targets)
+    assert torch.allclose(y, F.gelu(F.linear(x, w, b)))
+
+
 @pytest.mark.parametrize("activation,kernel", [("gelu", "tensorcore"), ("relu", None)])
 def test_opcheck_linear(activation, kernel):
     x, w, b, r = (torch.randn(s, dtype=torch.float64, device=DEVICE, requires_grad=True)
