@@ -10,6 +10,8 @@ Y = activation(alpha * A @ B + beta * C + bias) + residual. The checks are the c
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import choice, compat, registry
@@ -19,15 +21,23 @@ LIBRARY, TRITON = "library", "triton"
 
 
 def route(kernel: str | None, a: torch.Tensor, m: int, n: int, k: int) -> str:
+    """route_of for a's device and dtype (remembered by shape: a model asks again and again)."""
+    if type(m) is int and type(n) is int and type(k) is int:
+        return route_of(kernel, a.device.type, a.dtype, m, n, k, compat.triton_interpreter())
+    return route_of.__wrapped__(kernel, a.device.type, a.dtype, int(m), int(n), int(k), compat.triton_interpreter())
+
+
+@functools.lru_cache(maxsize=4096)
+def route_of(kernel: str | None, device: str, dtype: torch.dtype, m: int, n: int, k: int, interpreter: bool) -> str:
     """Which route a fused product of this shape takes. kernel None: tilemm's default for the
     product (tilemm.choice's table on a GPU: the epilogue program where it names a Triton rung,
     the library otherwise; the library on the host). A Triton rung named: the epilogue program
     (on a GPU, or on the host under Triton's interpreter). The library rung or numpy: the library.
     ValueError for any other rung, or a Triton rung with host tensors and no interpreter."""
     if kernel in (None, "auto"):
-        if a.device.type != "cuda":
+        if device != "cuda":
             return LIBRARY
-        preferred = choice.preferred(str(a.dtype).removeprefix("torch."), int(m), int(n), int(k))
+        preferred = choice.preferred(str(dtype).removeprefix("torch."), m, n, k)
         return TRITON if preferred and registry.get(preferred).backend == "triton" else LIBRARY
     rung = registry.get(kernel)
     if rung.backend in ("library", "numpy"):
@@ -35,7 +45,7 @@ def route(kernel: str | None, a: torch.Tensor, m: int, n: int, k: int) -> str:
     if rung.backend != "triton":
         raise ValueError(f"kernel={kernel!r} has no fused epilogue: epilogues run in tilemm's Triton program "
                          "(name a Triton rung, e.g. kernel='tensorcore') or in the library (kernel='cublas' or None)")
-    if a.device.type != "cuda" and not compat.triton_interpreter():
+    if device != "cuda" and not interpreter:
         raise ValueError(f"kernel={kernel!r}: the fused-epilogue program runs on a CUDA GPU (or on the host under "
                          "TRITON_INTERPRET=1); these tensors are on the host")
     return TRITON

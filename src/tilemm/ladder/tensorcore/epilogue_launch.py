@@ -3,6 +3,8 @@ by dtype (configurations are data: EPILOGUE_CONFIGS), the grid, and the launch. 
 operands are the caller's (tilemm.epilogue_args); this module only launches."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ... import compat
@@ -31,9 +33,19 @@ def dtype_group(dtype: torch.dtype) -> str:
 def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:
     """The program's tiles for operands of this dtype: EPILOGUE_CONFIGS', any of them replaced by
     params (block_m=..., num_warps=...). ValueError for a name not a tile parameter or a tile
-    that is not a power of two of 16 or more (tl.dot's smallest)."""
+    that is not a power of two of 16 or more (tl.dot's smallest). The dict is shared: read it only."""
+    try:
+        return checked_config(dtype, tuple(sorted((params or {}).items())))
+    except TypeError as e:
+        if "unhashable" not in str(e):
+            raise
+        return checked_config.__wrapped__(dtype, tuple(sorted(params.items())))
+
+
+@functools.lru_cache(maxsize=256)
+def checked_config(dtype: torch.dtype, params: tuple) -> dict:
     config = dict(EPILOGUE_CONFIGS.get(dtype_group(dtype), EPILOGUE_CONFIGS["16-bit"]))
-    for name, value in (params or {}).items():
+    for name, value in params:
         if name not in CONFIG_KEYS:
             raise TypeError(f"epilogue: unknown parameter {name!r}; the fused-epilogue program takes "
                             f"{', '.join(CONFIG_KEYS)}")
