@@ -49,7 +49,6 @@ def recording(*tensors) -> bool:
 def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     check_tensors("linear", x=x, weight=weight, bias=bias, residual=residual)
     check_linear_shapes(tuple(x.shape), tuple(weight.shape), None if bias is None else bias.shape)
-    config = config_for(x.dtype, params)
     out_shape = x.shape[:-1] + weight.shape[:1]
     rows = x.reshape(-1, x.shape[-1])
     residual_rows = None
@@ -65,6 +64,7 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         y, _ = torch.ops.tilemm.linear(rows, weight, bias, residual_rows, activation, save, kernel,
                                        fused_ops.encode_config(params))
         return y.reshape(out_shape)
+    config = config_for(x.dtype, params)      # (under compile the operator's body checks them)
     way = fused.route(kernel, x, rows.shape[0], weight.shape[0], weight.shape[1])
     if way == fused.LIBRARY:    # torch's own functions, its own graph
         y = activate_torch(F.linear(x, weight, bias), activation)
@@ -82,7 +82,6 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
     check_tensors("matmul_epilogue", a=a, b=b, bias=bias, c=c, residual=residual)
     check_matrices(tuple(a.shape), tuple(b.shape), None if c is None else c.shape,
                    None if residual is None else residual.shape)
-    config = config_for(a.dtype, params)
     m, n = a.shape[0], b.shape[1]
     bias_over_m = bias is not None and bias_layout(tuple(bias.shape), m, n)
     bias_1d = None if bias is None else bias.reshape(-1)
@@ -91,6 +90,7 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
         save = recording(a, b, bias, c, residual) and needs_aux(activation, residual is not None)
         return torch.ops.tilemm.matmul_epilogue(a, b, bias_1d, c, residual, activation, alpha, beta, bias_over_m,
                                                 save, kernel, fused_ops.encode_config(params))[0]
+    config = config_for(a.dtype, params)
     way = fused.route(kernel, a, m, n, a.shape[1])
     if way == fused.LIBRARY:    # torch's operators record their own graph
         return fused.forward(a, b, bias_1d, bias_over_m, c, residual, activation, alpha, beta, way, config, False)[0]
