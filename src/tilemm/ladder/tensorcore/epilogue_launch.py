@@ -67,6 +67,9 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
     torch.library.wrap_triton inside a triton_op (the compiled graph then holds the program), None
     to launch it directly (eager)."""
     from .epilogue_kernel import matmul_epilogue_kernel    # Triton loads on first use
+    if wrap is None and a.is_cuda and a.device.index != torch.cuda.current_device():
+        with torch.cuda.device(a.device):      # Triton launches on the current GPU: the operands' for the call
+            return launch_epilogue(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config)
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
