@@ -61,6 +61,16 @@ def test_linear_bfloat16_against_float32_autograd():
     assert all(relative(a, e) <= 2e-2 for a, e in zip(got, want))
 
 
+def test_linear_under_autocast_multiplies_in_autocast_s_dtype():
+    x, w, b = (torch.randn(s, device=DEVICE, requires_grad=True) for s in ((6, 32), (8, 32), (8,)))
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        y = tilemm.linear(x, w, b, "gelu", kernel="tensorcore")
+        ref = F.gelu(F.linear(x, w, b))
+    assert y.dtype == ref.dtype == torch.bfloat16 and relative(y, ref) <= 1e-2
+    y.float().sum().backward()
+    assert w.grad.dtype == torch.float32 and relative(w.grad, torch.autograd.grad(ref.float().sum(), w)[0]) <= 2e-2
+
+
 def test_linear_without_grad_and_1d_input():
     x, w = torch.randn(16, dtype=torch.float64, device=DEVICE), torch.randn(5, 16, dtype=torch.float64, device=DEVICE)
     y = tilemm.linear(x, w, activation="relu", kernel="tensorcore")

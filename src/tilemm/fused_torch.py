@@ -47,6 +47,14 @@ def recording(*tensors) -> bool:
 
 
 def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
+    if isinstance(x, torch.Tensor) and torch.is_autocast_enabled(x.device.type):
+        # as F.linear under autocast: the product's operands in autocast's dtype; a residual of
+        # another dtype added after, with torch's promotion
+        dtype = torch.get_autocast_dtype(x.device.type)
+        x, weight = x.to(dtype), weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+        if residual is not None and residual.dtype != dtype:
+            return linear(x, weight, bias, activation, None, kernel, params) + residual
     check_tensors("linear", x=x, weight=weight, bias=bias, residual=residual)
     check_linear_shapes(tuple(x.shape), tuple(weight.shape), None if bias is None else bias.shape)
     out_shape = x.shape[:-1] + weight.shape[:1]
