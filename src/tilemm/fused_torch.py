@@ -42,6 +42,13 @@ def check_triton_dtype(name: str, dtype: torch.dtype) -> None:
         raise TypeError(f"{name}: the fused-epilogue program takes {', '.join(map(str, DTYPES))}, not {dtype}")
 
 
+def broadcasts_to(shape, target) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
+
+
 def recording(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
@@ -59,17 +66,16 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     check_linear_shapes(tuple(x.shape), tuple(weight.shape), None if bias is None else bias.shape)
     out_shape = x.shape[:-1] + weight.shape[:1]
     rows = x.reshape(-1, x.shape[-1])
-    residual_rows = None
-    if residual is not None:
-        try:
-            residual_rows = residual.expand(out_shape).reshape(rows.shape[0], weight.shape[0])
-        except RuntimeError:
-            raise ValueError(f"linear: residual of shape {tuple(residual.shape)} does not broadcast to the result's "
-                             f"shape {tuple(out_shape)}") from None
+    if residual is not None and not broadcasts_to(residual.shape, out_shape):
+        raise ValueError(f"linear: residual of shape {tuple(residual.shape)} does not broadcast to the result's "
+                         f"shape {tuple(out_shape)}")
+
+    def residual_rows():      # (a copy where the residual is broadcast: not for the library's route)
+        return None if residual is None else residual.expand(out_shape).reshape(rows.shape[0], weight.shape[0])
     if is_compiling():       # one operator the compiled graph sees into (tilemm.fused_ops)
         from . import fused_ops
         save = recording(x, weight, bias, residual) and needs_aux(activation, residual is not None)
-        y, _ = torch.ops.tilemm.linear(rows, weight, bias, residual_rows, activation, save, kernel,
+        y, _ = torch.ops.tilemm.linear(rows, weight, bias, residual_rows(), activation, save, kernel,
                                        fused_ops.encode_config(params))
         return y.reshape(out_shape)
     config = config_for(x.dtype, params)      # (under compile the operator's body checks them)
@@ -79,9 +85,9 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         return y if residual is None else y + residual
     check_triton_dtype("linear", x.dtype)
     if recording(x, weight, bias, residual):
-        y = EpilogueFunction.apply(rows, weight.mT, bias, None, residual_rows, (False, activation, 1.0, 0.0, config))
+        y = EpilogueFunction.apply(rows, weight.mT, bias, None, residual_rows(), (False, activation, 1.0, 0.0, config))
     else:
-        y = fused.forward(rows, weight.mT, bias, False, None, residual_rows, activation, 1.0, 0.0, fused.TRITON,
+        y = fused.forward(rows, weight.mT, bias, False, None, residual_rows(), activation, 1.0, 0.0, fused.TRITON,
                           config, False)[0]
     return y.reshape(out_shape)
 
