@@ -30,8 +30,7 @@ import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
 
 # (rows M = batch x tokens, out_features N, in_features K), bfloat16
 SETS = {"fit": [(8192, 14336, 4096)],
-        "held-out": [(4096, 11008, 4096), (8192, 8192, 2048), (16384, 5632, 2048), (2048, 14336, 4096),
-                     (8192, 3072, 768)]}
+        "held-out": [(4096, 11008, 4096), (16384, 5632, 2048), (2048, 14336, 4096), (8192, 3072, 768)]}
 TOLERANCE = 2e-2       # relative to the reference's largest |value|; bfloat16 holds 8 bits
 
 
@@ -106,6 +105,7 @@ def checked_launchers(mods: dict, x, g, ref, backward: bool):
 
 def compare(args, stamp, set_name: str, path):
     for m, n, k in SETS[set_name]:
+        torch._dynamo.reset()          # each shape's modules compiled afresh (no recompile limit met)
         x, w, b, g = operands(m, n, k)
         ref = reference(x, w, b, g)
         mods = modules(w, b, args.kernel)

@@ -139,6 +139,8 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     stamp = {**tilemm.machine.stamp("PYTHONPATH=src:benchmarks python3 " + " ".join(sys.argv)), "tiny": args.tiny,
              "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel, "fuse_activations": True}
+    import transformers
+    stamp["versions"] = {**stamp["versions"], "transformers": transformers.__version__}
 
     def emit(record):
         line = json.dumps({**stamp, **record})
