@@ -68,7 +68,7 @@ def modules(w, b, kernel):
 
 
 def relative(a, ref) -> float:
-    return float((a.double() - ref).abs().max() / ref.abs().max())
+    return float((a.detach().double() - ref).abs().max() / ref.abs().max())
 
 
 def checked_launchers(mods: dict, x, g, ref, backward: bool):
