@@ -41,8 +41,7 @@ class Linear(torch.nn.Linear):
 
     def configure(self, *, kernel: str | None = None, out_dtype=None, activation: str | None = None,
                   **params) -> Linear:
-        """Set the kernel, its parameters and out_dtype (unknown parameters refused here);
-        activation: the forward is tilemm.linear with this epilogue (tilemm.nn_fuse), None: none."""
+        """Set the kernel, its parameters and out_dtype (unknown parameters refused here)."""
         nn_fuse.check_fused(kernel, out_dtype, activation, params) if activation else check_options(kernel, params)
         self.kernel, self.out_dtype, self.params, self.activation = kernel, out_dtype, dict(params), activation
         self.products = Products(kernel, self.params)
@@ -102,8 +101,9 @@ class Linear(torch.nn.Linear):
         super().register_parameter(name, param)
 
     def extra_repr(self) -> str:
-        options = "".join(f", {k}={v!r}" for k, v in (("kernel", self.kernel), ("out_dtype", self.out_dtype), ("activation", self.activation),
-                                                     *self.params.items()) if v is not None)
+        options = "".join(f", {k}={v!r}" for k, v in (("kernel", self.kernel), ("out_dtype", self.out_dtype),
+                                                     ("activation", self.activation), *self.params.items())
+                          if v is not None)
         return super().extra_repr() + options
 
 
@@ -292,9 +292,7 @@ def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype
     the same module objects, parameters, hooks, devices, dtypes and requires_grad (an optimizer
     built before keeps working), their class changed. Subclasses of torch.nn.Linear are left as
     they are (their forward is their own). Options as tilemm.nn.Linear's. Returns the names of
-    the modules swapped ("" for model itself). fuse_activations: every swapped Linear runs
-    through tilemm.linear, and one followed by a known activation takes it into its epilogue
-    (tilemm.nn_fuse.fuse_activations)."""
+    the modules swapped ("" for model itself)."""
     check_options(kernel, params)
     swapped = []
     for name, module in model.named_modules():
