@@ -84,7 +84,7 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
     program[grid](a, b, y, aux, bias, c, residual, m, n, k, *strides(a), *strides(b), *strides(y), *strides(aux),
                   bias.stride(0) if bias is not None else 0, *strides(c), *strides(residual),
                   float(alpha), float(beta), BIAS_OVER_M=bool(bias_over_m), ACTIVATION=ACTIVATION_CODES[activation],
-                  WIDE=wide, UPCAST=compat.triton_interpreter() and wide == 0, EVEN_K=k % config["block_k"] == 0,
+                  WIDE=wide, UPCAST=compat.triton_interpreter() and wide == 0, EVEN_K=bool(k % config["block_k"] == 0),
                   BLOCK_M=config["block_m"],
                   BLOCK_N=config["block_n"], BLOCK_K=config["block_k"], GROUP_M=config["group_m"],
                   num_warps=config["num_warps"], num_stages=config["num_stages"])
