@@ -129,7 +129,8 @@ def compare(args, stamp, set_name: str, path):
                            "max_relative_error": errors[label], **stamp}
                     f.write(json.dumps(rec) + "\n")
                     print(f"{m}x{n}x{k} {rec['pass']:8} {label:28} {t:8.3f} ms {rec['tflops']:6.1f} TFLOP/s  "
-                          f"vs eager {rec['vs_torch_eager']:.3f}  vs compiled {rec['vs_torch_compiled']:.3f}", flush=True)
+                          f"vs eager {rec['vs_torch_eager']:.3f}  vs compiled {rec['vs_torch_compiled']:.3f}",
+                          flush=True)
         del mods
         torch.cuda.empty_cache()
 

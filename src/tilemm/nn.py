@@ -49,7 +49,8 @@ class Linear(torch.nn.Linear):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.activation is not None:       # bias and activation in the product's epilogue
-            return fused_linear.linear(input, self.weight, self.bias, self.activation, kernel=self.kernel, **self.params)
+            return fused_linear.linear(input, self.weight, self.bias, self.activation, kernel=self.kernel,
+                                       **self.params)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             layout = self.products.library.get((input.shape, input.stride(), input.dtype))
             if layout is not None and (not grad_enabled() or layout.grads and layout.exact_now()):
