@@ -28,10 +28,10 @@ def check_matrices(a_shape: tuple, b_shape: tuple, c_shape, residual_shape, name
 
 def check_linear_shapes(x_shape: tuple, weight_shape: tuple, bias_shape) -> None:
     if len(weight_shape) != 2:
-        raise ValueError(f"linear: weight must be 2-D, (out_features, in_features); it is {weight_shape}")
+        raise ValueError(f"linear: weight must be 2-D, (out_features, in_features); it is {tuple(weight_shape)}")
     if len(x_shape) < 1 or x_shape[-1] != weight_shape[1]:
-        raise ValueError(f"linear: x of shape {x_shape} and weight of shape {weight_shape}: x's last dimension must "
-                         f"be in_features = {weight_shape[1]}")
+        raise ValueError(f"linear: x of shape {tuple(x_shape)} and weight of shape {tuple(weight_shape)}: x's last "
+                         f"dimension must be in_features = {weight_shape[1]}")
     if bias_shape is not None and tuple(bias_shape) != (weight_shape[0],):
         raise ValueError(f"linear: bias has shape {tuple(bias_shape)}; it must be (out_features,) = "
                          f"({weight_shape[0]},)")

@@ -22,9 +22,11 @@ LIBRARY, TRITON = "library", "triton"
 
 def route(kernel: str | None, a: torch.Tensor, m: int, n: int, k: int) -> str:
     """route_of for a's device and dtype (remembered by shape: a model asks again and again)."""
+    device = a.device.type
+    interpreter = device != "cuda" and compat.triton_interpreter()
     if type(m) is int and type(n) is int and type(k) is int:
-        return route_of(kernel, a.device.type, a.dtype, m, n, k, compat.triton_interpreter())
-    return route_of.__wrapped__(kernel, a.device.type, a.dtype, int(m), int(n), int(k), compat.triton_interpreter())
+        return route_of(kernel, device, a.dtype, m, n, k, interpreter)
+    return route_of.__wrapped__(kernel, device, a.dtype, int(m), int(n), int(k), interpreter)
 
 
 @functools.lru_cache(maxsize=4096)

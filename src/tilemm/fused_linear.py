@@ -39,8 +39,7 @@ def linear(x, weight, bias=None, activation=None, *, residual=None, kernel: str 
     activation = check_activation(activation)
     if isinstance(x, np.ndarray) or isinstance(weight, np.ndarray):
         return linear_numpy(x, weight, bias, activation, residual, kernel, params)
-    from . import fused_torch          # (torch loads here: NumPy callers never import it)
-    return fused_torch.linear(x, weight, bias, activation, residual, kernel, params)
+    return torch_side().linear(x, weight, bias, activation, residual, kernel, params)
 
 
 def matmul_epilogue(a, b, *, bias=None, activation=None, alpha: float = 1.0, beta: float | None = None, c=None,
@@ -60,8 +59,20 @@ def matmul_epilogue(a, b, *, bias=None, activation=None, alpha: float = 1.0, bet
         raise ValueError(f"matmul_epilogue: beta={beta} adds beta * c, but no c is given")
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return epilogue_numpy(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
-    from . import fused_torch
-    return fused_torch.matmul_epilogue(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
+    return torch_side().matmul_epilogue(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
+
+
+def torch_side():
+    """tilemm.fused_torch, imported on the first call with torch tensors (torch loads then: NumPy
+    callers never import it)."""
+    global fused_torch
+    if fused_torch is None:
+        from . import fused_torch as module
+        fused_torch = module
+    return fused_torch
+
+
+fused_torch = None
 
 
 # ---------------------------------------------------------------- NumPy: the host's reference

@@ -6,6 +6,8 @@ own graph and cost: F.linear, then the activation), the Triton route one launch 
 autograd.Function where a gradient is recorded)."""
 from __future__ import annotations
 
+from math import prod
+
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
@@ -20,21 +22,23 @@ is_compiling = torch.compiler.is_compiling
 
 def check_tensors(name: str, **tensors) -> None:
     """torch tensors (None allowed), one dtype and one device: TypeError / ValueError otherwise."""
-    given = {label: t for label, t in tensors.items() if t is not None}
-    for label, t in given.items():
+    first = label0 = None
+    for label, t in tensors.items():
+        if t is None:
+            continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: {label} is {type(t).__name__}; the operands are torch tensors (or all NumPy "
                             "arrays)")
-    first = next(iter(given))
-    for label, t in given.items():
-        if t.dtype != given[first].dtype:
-            raise TypeError(f"{name}: {first} is {given[first].dtype} and {label} {t.dtype}; the operands of a fused "
+        if first is None:
+            first, label0 = t, label
+            if first.dtype.is_complex or not first.dtype.is_floating_point:
+                raise TypeError(f"{name}: operands of {first.dtype}; epilogues take float tensors")
+        elif t.dtype != first.dtype:
+            raise TypeError(f"{name}: {label0} is {first.dtype} and {label} {t.dtype}; the operands of a fused "
                             "product have one dtype")
-        if t.device != given[first].device:
-            raise ValueError(f"{name}: {first} is on {given[first].device} and {label} on {t.device}; the operands "
+        elif t.device != first.device:
+            raise ValueError(f"{name}: {label0} is on {first.device} and {label} on {t.device}; the operands "
                              "must be on one device")
-    if given[first].dtype.is_complex or not given[first].dtype.is_floating_point:
-        raise TypeError(f"{name}: operands of {given[first].dtype}; epilogues take float tensors")
 
 
 def check_triton_dtype(name: str, dtype: torch.dtype) -> None:
@@ -63,27 +67,28 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         if residual is not None and residual.dtype != dtype:
             return linear(x, weight, bias, activation, None, kernel, params) + residual
     check_tensors("linear", x=x, weight=weight, bias=bias, residual=residual)
-    check_linear_shapes(tuple(x.shape), tuple(weight.shape), None if bias is None else bias.shape)
+    check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
     out_shape = x.shape[:-1] + weight.shape[:1]
-    rows = x.reshape(-1, x.shape[-1])
     if residual is not None and not broadcasts_to(residual.shape, out_shape):
         raise ValueError(f"linear: residual of shape {tuple(residual.shape)} does not broadcast to the result's "
                          f"shape {tuple(out_shape)}")
 
     def residual_rows():      # (a copy where the residual is broadcast: not for the library's route)
-        return None if residual is None else residual.expand(out_shape).reshape(rows.shape[0], weight.shape[0])
-    if is_compiling():       # one operator the compiled graph sees into (tilemm.fused_ops)
+        return None if residual is None else residual.expand(out_shape).reshape(-1, weight.shape[0])
+    if is_compiling():
+        rows = x.reshape(-1, x.shape[-1])       # one operator the compiled graph sees into (tilemm.fused_ops)
         from . import fused_ops
         save = recording(x, weight, bias, residual) and needs_aux(activation, residual is not None)
         y, _ = torch.ops.tilemm.linear(rows, weight, bias, residual_rows(), activation, save, kernel,
                                        fused_ops.encode_config(params))
         return y.reshape(out_shape)
     config = config_for(x.dtype, params)      # (under compile the operator's body checks them)
-    way = fused.route(kernel, x, rows.shape[0], weight.shape[0], weight.shape[1])
+    way = fused.route(kernel, x, prod(x.shape[:-1]), weight.shape[0], weight.shape[1])
     if way == fused.LIBRARY:    # torch's own functions, its own graph
         y = activate_torch(F.linear(x, weight, bias), activation)
         return y if residual is None else y + residual
     check_triton_dtype("linear", x.dtype)
+    rows = x.reshape(-1, x.shape[-1])
     if recording(x, weight, bias, residual):
         y = EpilogueFunction.apply(rows, weight.mT, bias, None, residual_rows(), (False, activation, 1.0, 0.0, config))
     else:
