@@ -12,9 +12,7 @@ Each returns (Y, AUX): AUX the pre-activation where ``save_aux`` (an empty tenso
 Under Triton's interpreter (host tensors) a traced call takes the library route: the interpreter
 runs kernels on real data only.
 """
-from __future__ import annotations
-
-from typing import Optional
+from typing import Optional      # (no postponed annotations: the operators' schemas are read from them)
 
 import torch
 from torch.library import triton_op, wrap_triton
