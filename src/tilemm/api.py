@@ -45,7 +45,10 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
         cudaStream_t as an int); None: torch's current stream for torch tensors, CuPy's for CuPy
         arrays, the legacy default stream for host arrays (``tilemm.streams``). The call does not
         synchronize the device; host operands wait for their own result only.
-    params: the kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``).
+    params: the kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``); or
+        ``devices=[0, 1, ...]``: the product split over these GPUs from this process (``tilemm.multi``).
+    DTensors (torch.distributed.tensor) multiply rank by rank, placed as torch.matmul places them
+    (``tilemm.dtensor``).
 
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
     ``tilemm.accuracy``. Torch tensors that require grad get torch's autograd (float products:
@@ -53,6 +56,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     ``torch.compile`` a call is one custom op (``tilemm.torch_ops``). Errors are raised before
     any kernel runs.
     """
+    if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # spread: tilemm.spread
+        from . import spread
+        return spread.matmul(a, b, out, kernel, out_dtype, stream, params)
     if out is not None:
         out = contract.single_out(out)
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the caches

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The several-GPU benchmark in one command (about 6 minutes on four H200s): all the host's GPUs as
+# ranks, then two ranks, then tilemm.multi from one process. Records: OUT_DIR/several_gpus.jsonl.
+#   bash benchmarks/several_gpus.sh benchmarks/results/h200
+set -euo pipefail
+out=${1:?usage: bash benchmarks/several_gpus.sh OUT_DIR}
+python=${PYTHON:-python}
+# NVLink multicast stays off in every child (it can take a shared host's GPUs out of service)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}
+gpus=$($python -c 'import torch; print(torch.cuda.device_count())')
+timeout 300 $python -m torch.distributed.run --nproc-per-node "$gpus" benchmarks/several_gpus.py --out "$out" --sizes 32768 65536
+if [ "$gpus" -gt 2 ]; then
+  timeout 120 $python -m torch.distributed.run --nproc-per-node 2 benchmarks/several_gpus.py --out "$out" --sizes 32768 65536
+fi
+timeout 120 $python benchmarks/several_gpus.py --one-process --out "$out" --sizes 32768 65536
