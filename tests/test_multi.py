@@ -44,10 +44,12 @@ def test_cpu_devices_run_the_peer_copy_pipeline(dtype, count):
 @pytest.mark.parametrize("count", [2, 4])
 def test_cpu_devices_run_the_out_of_core_pipeline(count):
     a, b = operands(37, 29, 45, torch.float32, seed=1)
-    c = multi.matmul(a, b, devices=["cpu"] * count, out_of_core=True, memory_limit=4000)
+    c = multi.matmul(a, b, devices=["cpu"] * count, out_of_core=True, memory_limit=6000)
     assert_close(c, a, b, torch.float32)
     an, bn = a.numpy(), b.numpy()
-    cn = multi.matmul(an, bn, devices=["cpu"] * count, out_of_core=True, memory_limit=4000)
+    cn = multi.matmul(an, bn, devices=["cpu"] * count, out_of_core=True, memory_limit=6000)
+    assert isinstance(cn, np.ndarray) and np.allclose(cn, an.astype(np.float64) @ bn, atol=1e-4)
+    cn = multi.matmul(an, bn, devices=["cpu"] * count)
     assert isinstance(cn, np.ndarray) and np.allclose(cn, an.astype(np.float64) @ bn, atol=1e-4)
 
 

@@ -6,17 +6,18 @@ block of each matrix in the 2-D block layout: A (M x K) and C (M x N) cut into R
 are as even as can be (``block``: the first ``n % parts`` blocks one longer), so any M, N, K works.
 
 SUMMA (van de Geijn and Watts, 1997): K is walked in panels, cut where either A's or B's K blocks
-end. For each panel the rank of grid row i that holds it broadcasts A's panel along row i, the
-rank of grid column j that holds it broadcasts B's panel along column j, and every rank adds
-A_panel @ B_panel to its C block with tilemm's own rungs. The next panel's broadcasts are in flight
-while this one multiplies (``async_op``: NCCL moves them on its own stream). A 1 x P or P x 1 grid
-is a 1-D ring instead: the operand split along K alone (A on 1 x P, B on P x 1) goes round, each
-rank starting on the block it holds and passing it on while it multiplies.
+end and every ``panel`` columns. For each panel the rank of grid row i that holds it broadcasts A's
+panel along row i, the rank of grid column j that holds it broadcasts B's panel along column j, and
+every rank adds A_panel @ B_panel to its C block with tilemm's own rungs. A 1 x P or P x 1 grid is
+a 1-D ring instead: the operand split along K alone (A on 1 x P, B on P x 1) goes round, half of
+each block each way, each rank starting on the block it holds. Either way ``depth`` panels or steps
+are in flight while one multiplies, the products on a stream of their own (tilemm.summa).
 
     torchrun --nproc-per-node 2 my_program.py     # init_process_group("nccl"), then:
     grid = tilemm.distributed.Grid(1, 2)
     a_mine = tilemm.distributed.shard(a, grid, rank, "A")   # or build your block directly
     c_mine = tilemm.distributed.matmul(a_mine, b_mine, grid)
+    c = tilemm.distributed.matmul(dtensor_a, dtensor_b)           # DTensors: tilemm.dtensor
 
 Sums: 16-bit floats are summed in float32 across panels and rounded once; float32 and float64 in
 their own type; integers wrap (sums modulo 2^w are exact in any order).
@@ -157,7 +158,9 @@ def _matmul(a, b, grid: Grid, group, out_dtype, knobs: tuple):
                    links, sums, depth, both_ways)
     else:
         row_groups, col_groups = _groups(grid, group, link_ctas, a)
-        width = panel or summa.panel_width(k, acc.shape[0], acc.shape[1], acc.element_size(), a.element_size())
+        # from the largest block, not this rank's: every rank must cut K alike
+        width = panel or summa.panel_width(k, -(-m // grid.rows), -(-n // grid.cols), acc.element_size(),
+                                           a.element_size())
         panels = [p + (p[2] == j, p[4] == i) for p in _panels(k, grid, width)]
         summa.summa(a, b, acc, panels, row_groups[i], col_groups[j],
                     lambda p: _global(grid.rank(i, panels[p][2]), group),

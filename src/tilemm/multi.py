@@ -83,7 +83,8 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
     """C = A @ B over `devices` from this process (see the module's docstring).
 
     a, b: 2-D torch tensors on one GPU (C comes back on that GPU), or host operands (torch CPU
-        tensors or NumPy arrays; C comes back in host memory, pinned, as tilemm.outofcore gives it).
+        tensors or NumPy arrays; C comes back in host memory as tilemm.outofcore gives it: NumPy
+        for NumPy operands, else a torch tensor, pinned where there is a GPU).
     devices: the GPUs to use, e.g. [0, 1, 2, 3] (indices, "cuda:N" or torch devices), or a list of
         "cpu" to run the same threads on the CPU.
     panel_k: K columns a panel (operands on a GPU); default K / PANELS, at least SMALLEST_PANEL.
@@ -105,8 +106,8 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
         out_of_core = home.type == "cpu" and devs[0].type == "cuda"
     rows, cols = split(m, n, k, len(devs))
     shares = [(block(m, rows, d // cols), block(n, cols, d % cols), dev) for d, dev in enumerate(devs)]
+    as_numpy = isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and result != "bfloat16"
     if out_of_core:
-        as_numpy = isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and result != "bfloat16"
         c = np.empty((m, n), dtype=result) if as_numpy else \
             torch.empty((m, n), dtype=torch_result, pin_memory=devs[0].type == "cuda")
         c_t = torch.from_numpy(c) if as_numpy else c
@@ -128,7 +129,7 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
     _run_threads(work, [s for s in shares if s[0].stop > s[0].start and s[1].stop > s[1].start])
     if k == 0:
         c_t.zero_()
-    return c
+    return c.numpy() if as_numpy and not out_of_core else c
 
 
 def _checked_operands(a, b):
@@ -216,6 +217,8 @@ def _share(a, b, c, rows, cols, device, width: int, ready) -> None:
     local = device == a.device
     r, q = rows.stop - rows.start, cols.stop - cols.start
     panels = [(k0, min(k, k0 + width)) for k0 in range(0, k, width)]
+    if lanes.cuda:
+        _peer_access(device, a.device)
     with torch.cuda.device(device) if lanes.cuda else contextlib.nullcontext(), lanes.on(lanes.compute):
         for stream in (lanes.compute, lanes.copy_in, lanes.copy_out):
             lanes.wait(stream, ready)
@@ -277,11 +280,38 @@ def _send_home(piece_sums, c_piece, lanes: _Lanes, local: bool) -> None:
 
 
 def _copy(dst, src, stream) -> None:
-    """dst.copy_(src): between GPUs one 2-D copy on `stream` (a copy engine, over NVLink where the
-    GPUs are peers), rows a stride apart on either side; on the CPU a plain copy."""
-    if not dst.is_cuda:
-        dst.copy_(src)
-    elif src.stride(-1) == 1 and dst.stride(-1) == 1:
-        outofcore.copy_2d(dst, src, stream)
-    else:
+    """dst.copy_(src) queued on `stream` (current): between GPUs a copy engine's copy over NVLink where
+    the GPUs are peers, one 2-D copy for rows a stride apart (torch's copy_ would run a kernel on
+    the SMs for a strided view); on the CPU a plain copy."""
+    if not dst.is_cuda or (src.is_contiguous() and dst.is_contiguous()) or not _copy_2d(dst, src, stream):
         dst.copy_(src, non_blocking=True)
+
+
+def _copy_2d(dst, src, stream) -> bool:
+    """One cuMemcpy2DAsync between two GPUs' 2-D views with contiguous rows, both sides addressed as
+    unified memory (the driver finds each side's GPU); False where it cannot."""
+    if src.stride(-1) != 1 or dst.stride(-1) != 1 or not src.numel():
+        return False
+    from cuda.bindings import driver as cu
+    params = cu.CUDA_MEMCPY2D()
+    for side, t in (("src", src), ("dst", dst)):
+        setattr(params, side + "Pitch", t.stride(0) * t.element_size() if t.shape[0] > 1 else t.shape[1] * t.element_size())
+        setattr(params, side + "MemoryType", cu.CUmemorytype.CU_MEMORYTYPE_UNIFIED)
+        setattr(params, side + "Device", t.data_ptr())
+    params.WidthInBytes = src.shape[1] * src.element_size()
+    params.Height = src.shape[0]
+    err, = cu.cuMemcpy2DAsync(params, cu.CUstream(stream.cuda_stream))
+    return err == cu.CUresult.CUDA_SUCCESS
+
+
+def _peer_access(device, home) -> None:
+    """Let `device` and `home` reach each other's memory directly (torch enables peer access between
+    two GPUs on its first copy between them)."""
+    import torch
+    if device != home and (device, home) not in _PEERS:
+        torch.empty(1, device=device).copy_(torch.empty(1, device=home))
+        torch.empty(1, device=home).copy_(torch.empty(1, device=device))
+        _PEERS.add((device, home))
+
+
+_PEERS: set = set()
