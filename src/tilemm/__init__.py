@@ -8,19 +8,20 @@
     tilemm.release_memory()                        # let go of what repeated calls keep on the GPU
     tilemm.warmup(dtypes=["float16", "int8"])      # compile ahead of time what calls will need
     tilemm.nn.swap_linears(model)                  # a torch model's Linears through tilemm (autograd, compile)
+    c = tilemm.matmul(a, b, devices=[0, 1, 2, 3])  # one product over several GPUs, from this process
 """
 from . import compat  # noqa: F401  (before anything imports numba.cuda)
 from .api import KernelUnavailable, matmul, plan, release_memory
 from .registry import Kernel, get as kernel, kernels
 from .scaled import scaled_matmul
 from .warmup import warmup     # the function: tilemm.warmup(...); its module is sys.modules["tilemm.warmup"]
-from . import distributed, outofcore  # noqa: E402  (products over torch.distributed ranks; past GPU memory)
+from . import distributed, multi, outofcore  # noqa: E402  (over torch.distributed ranks; several GPUs; past GPU memory)
 
 __version__ = "0.1.0"
 __all__ = ["matmul", "plan", "scaled_matmul", "kernels", "kernel", "Kernel", "KernelUnavailable", "release_memory",
            "warmup", "nn", "torch_ops", "__version__"]
 
-TORCH_MODULES = ("nn", "torch_ops")     # they import torch: loaded when first named, as tilemm.nn
+TORCH_MODULES = ("nn", "torch_ops", "dtensor")     # they import torch: loaded when first named, as tilemm.nn
 
 
 def __getattr__(name):
