@@ -127,7 +127,7 @@ def one_process_variants(a, b, n, gpus, host_limit):
         return error_of(c[pick.to(c.device)][:, cols.to(c.device)].to("cuda"), a, b, pick, cols)
     variants = {f"tilemm.multi {gpus} GPUs, operands on GPU 0": (
         lambda: tilemm.multi.matmul(a, b, devices=list(range(gpus))), check)}
-    for panel in (2048, 8192):
+    for panel in (4096, 16384):
         variants[f"tilemm.multi {gpus} GPUs, operands on GPU 0 panel_k={panel}"] = (
             lambda panel=panel: tilemm.multi.matmul(a, b, devices=list(range(gpus)), panel_k=panel), check)
     a_host = torch.empty(a.shape, dtype=a.dtype, pin_memory=True).copy_(a)

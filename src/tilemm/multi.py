@@ -10,7 +10,8 @@ columns). Each GPU has a thread and streams of its own:
   columns is copied GPU to GPU (peer copies over NVLink, a copy engine's 2-D copy on the
   receiver's copy stream) while the previous one multiplies, two slots each way. The last panel
   multiplies in pieces of rows, each piece going home as soon as it is rounded, so that the
-  copy of C back overlaps the last products. The operands' own GPU multiplies its block in place.
+  copy of C back overlaps the last products. The operands' own GPU multiplies its block in place,
+  K whole (no running sum).
 - **Host operands**: each GPU runs tilemm.outofcore on its block (its rows of A, its columns of
   B, its block of a pinned C): the panel pipeline one level up, so operands larger than all the
   GPUs' memory together go through; each GPU has its own host link.
@@ -30,7 +31,7 @@ import numpy as np
 
 from . import outofcore
 from .dtypes import dtype_name, result_dtype
-from .panels import SIXTEEN_BIT, accumulate, block
+from .panels import SIXTEEN_BIT, accumulate, block, product
 
 PANELS = 8                  # K panels a GPU's block is summed over: the first one's copy is an eighth of the data
 SMALLEST_PANEL = 1024       # K columns: below this a panel's product is too short to hide its copy
@@ -105,14 +106,14 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
     if out_of_core is None:
         out_of_core = home.type == "cpu" and devs[0].type == "cuda"
     rows, cols = split(m, n, k, len(devs))
-    shares = [(block(m, rows, d // cols), block(n, cols, d % cols), dev) for d, dev in enumerate(devs)]
+    shares = [(block(m, rows, d // cols), block(n, cols, d % cols), dev, d) for d, dev in enumerate(devs)]
     as_numpy = isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and result != "bfloat16"
     if out_of_core:
         c = np.empty((m, n), dtype=result) if as_numpy else \
             torch.empty((m, n), dtype=torch_result, pin_memory=devs[0].type == "cuda")
         c_t = torch.from_numpy(c) if as_numpy else c
 
-        def work(rows_d, cols_d, dev):
+        def work(rows_d, cols_d, dev, number):
             outofcore.matmul(a_t[rows_d], b_t[:, cols_d], out=c_t[rows_d, cols_d], device=dev,
                              memory_limit=memory_limit)
     else:
@@ -124,8 +125,12 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
         width = panel_k or max(SMALLEST_PANEL, -(-k // PANELS))
         ready = _Lanes(home).mark_current()          # the caller's work on the operands, queued before the call
 
-        def work(rows_d, cols_d, dev):
-            _share(a_t, b_t, c_t, rows_d, cols_d, dev, width, ready)
+        # the operands' own device multiplies in place (with CPU devices, the first: the others go
+        # through the copies, which is how the tests see them)
+        in_place = next((d for d, dev in enumerate(devs) if dev == home), None)
+
+        def work(rows_d, cols_d, dev, number):
+            _share(a_t, b_t, c_t, rows_d, cols_d, dev, width, ready, number == in_place)
     _run_threads(work, [s for s in shares if s[0].stop > s[0].start and s[1].stop > s[1].start])
     if k == 0:
         c_t.zero_()
@@ -207,14 +212,14 @@ class _Lanes:
             stream.wait_event(event)
 
 
-def _share(a, b, c, rows, cols, device, width: int, ready) -> None:
-    """c[rows, cols] = a[rows] @ b[:, cols] on `device`, K in panels of `width` (module docstring)."""
+def _share(a, b, c, rows, cols, device, width: int, ready, local: bool) -> None:
+    """c[rows, cols] = a[rows] @ b[:, cols] on `device`: where the operands are (local), in place;
+    elsewhere K in panels of `width`, copied in (module docstring)."""
     import torch
     k = a.shape[1]
     result = dtype_name(c.dtype)
     sums = "float32" if result in SIXTEEN_BIT else result
     lanes = _Lanes(device)
-    local = device == a.device
     r, q = rows.stop - rows.start, cols.stop - cols.start
     panels = [(k0, min(k, k0 + width)) for k0 in range(0, k, width)]
     if lanes.cuda:
@@ -224,6 +229,15 @@ def _share(a, b, c, rows, cols, device, width: int, ready) -> None:
             lanes.wait(stream, ready)
         if not panels:
             return
+        if local:                                          # in place: one product, K whole, no running sum
+            target = c[rows, cols]
+            whole = target if target.is_contiguous() else torch.empty((r, q), dtype=c.dtype, device=device)
+            product(whole, a[rows], b[:, cols])
+            if whole is not target:
+                target.copy_(whole)
+            if lanes.cuda:
+                lanes.compute.synchronize()
+            return
         acc = torch.empty((r, q), dtype=getattr(torch, sums), device=device)
         slots = [[None, None], [None, None]]               # A's and B's panel buffers (not on the operands' GPU)
         loaded, freed = [None, None], [None, None]         # events: a slot's copy is in; its last product done
@@ -231,8 +245,6 @@ def _share(a, b, c, rows, cols, device, width: int, ready) -> None:
         def fetch(p):
             k0, k1 = panels[p]
             a_src, b_src = a[rows, k0:k1], b[k0:k1, cols]
-            if local:
-                return a_src, b_src
             slot = p % 2
             with lanes.on(lanes.copy_in):
                 lanes.wait(lanes.copy_in, freed[slot])
@@ -258,18 +270,15 @@ def _share(a, b, c, rows, cols, device, width: int, ready) -> None:
                     continue
                 accumulate(acc[piece], a_panel[piece], b_panel, sums, first=p == 0)
                 if last:                                   # rounded once, then home while the next piece multiplies
-                    _send_home(acc[piece], c[rows.start + piece.start:rows.start + piece.stop, cols], lanes, local)
+                    _send_home(acc[piece], c[rows.start + piece.start:rows.start + piece.stop, cols], lanes)
             freed[p % 2] = lanes.mark(lanes.compute)
         for stream in (lanes.compute, lanes.copy_in, lanes.copy_out):
             if stream is not None:
                 stream.synchronize()                       # C complete, and the buffers free, when the call returns
 
 
-def _send_home(piece_sums, c_piece, lanes: _Lanes, local: bool) -> None:
+def _send_home(piece_sums, c_piece, lanes: _Lanes) -> None:
     """Round a finished piece of the block to C's dtype and write it into C (on the operands' device)."""
-    if local:
-        c_piece.copy_(piece_sums)
-        return
     rounded = piece_sums.to(c_piece.dtype)              # on the compute stream
     done = lanes.mark(lanes.compute)
     with lanes.on(lanes.copy_out):
@@ -283,7 +292,7 @@ def _copy(dst, src, stream) -> None:
     """dst.copy_(src) queued on `stream` (current): between GPUs a copy engine's copy over NVLink where
     the GPUs are peers, one 2-D copy for rows a stride apart (torch's copy_ would run a kernel on
     the SMs for a strided view); on the CPU a plain copy."""
-    if not dst.is_cuda or (src.is_contiguous() and dst.is_contiguous()) or not _copy_2d(dst, src, stream):
+    if not dst.is_cuda or not _copy_2d(dst, src, stream):
         dst.copy_(src, non_blocking=True)
 
 

@@ -211,10 +211,9 @@ def ring(a, b, acc, k: int, along_a: bool, me: int, size: int, before: int, afte
             held.pop((step - 1, h), None)
         if step + depth + 1 < size:
             issue(step + depth + 1)
-    for works in sent.values():                   # gloo: the last sends are done before their buffers go
+    for works in sent.values():                   # the last sends are done before their buffers go
         for work in works:
-            if not lanes.cuda:
-                _caller_wait(lanes, work, waited)
+            _caller_wait(lanes, work, waited)
     lanes.finish()
 
 
