@@ -6,7 +6,7 @@ and, in a run of its own, tilemm.multi from one process (operands on GPU 0, and 
 
     bash benchmarks/several_gpus.sh benchmarks/results/h200     # 4 ranks, 2 ranks, one process
 
-or a part of it:
+(with no GPU, the same script runs on the CPU with gloo: a dry run at small --sizes), or a part of it:
 
     torchrun --nproc-per-node 4 benchmarks/several_gpus.py --out DIR --sizes 32768 65536
     python benchmarks/several_gpus.py --one-process --gpus 4 --out DIR --sizes 32768 65536
@@ -38,10 +38,17 @@ KNOBS = {"": {}, " depth=1": dict(depth=1), " depth=3": dict(depth=3), " link_ct
          " link_ctas=8": dict(link_ctas=8)}
 RING_KNOBS = {" one way": dict(both_ways=False)}
 SUMMA_KNOBS = {" panel=8192": dict(panel=8192), " panel=16384": dict(panel=16384)}
+# on a machine with no GPU the same steps run on the CPU (gloo, small --sizes): a dry run of the script
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def synchronize():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def sample(n: int, count: int = 8):
-    return torch.linspace(0, n - 1, count, device="cuda").long().unique()
+    return torch.linspace(0, n - 1, count, device=DEVICE).long().unique()
 
 
 def error_of(c_rows, a, b, rows, cols) -> float:
@@ -52,12 +59,12 @@ def error_of(c_rows, a, b, rows, cols) -> float:
 
 def timed(call, world: int):
     """(seconds of call() on every rank, from a barrier to a barrier, its result)."""
-    torch.cuda.synchronize()
+    synchronize()
     if world > 1:
         dist.barrier()
     t0 = time.perf_counter()
     out = call()
-    torch.cuda.synchronize()
+    synchronize()
     if world > 1:
         dist.barrier()
     return time.perf_counter() - t0, out
@@ -101,7 +108,7 @@ def ranked_variants(a, b, n, rank, world):
         dist.broadcast(b_copy, src=0)
         return torch.matmul(a_rows, b_copy)
     variants["torch rows split, B broadcast"] = (torch_split, check_rows)
-    mesh = init_device_mesh("cuda", (world,))
+    mesh = init_device_mesh(DEVICE, (world,))
     k_mine = tilemm.distributed.block(n, world, rank)
     a_k = DTensor.from_local(a[:, k_mine].contiguous(), mesh, [Shard(1)], run_check=False)
     b_k = DTensor.from_local(b[k_mine].contiguous(), mesh, [Shard(0)], run_check=False)
@@ -124,18 +131,21 @@ def one_process_variants(a, b, n, gpus, host_limit):
 
     def check(c):
         pick = sample(n)
-        return error_of(c[pick.to(c.device)][:, cols.to(c.device)].to("cuda"), a, b, pick, cols)
+        return error_of(c[pick.to(c.device)][:, cols.to(c.device)].to(DEVICE), a, b, pick, cols)
+    devices = list(range(gpus)) if DEVICE == "cuda" else ["cpu"] * gpus
     variants = {f"tilemm.multi {gpus} GPUs, operands on GPU 0": (
-        lambda: tilemm.multi.matmul(a, b, devices=list(range(gpus))), check)}
+        lambda: tilemm.multi.matmul(a, b, devices=devices), check)}
     for panel in (4096, 16384):
         variants[f"tilemm.multi {gpus} GPUs, operands on GPU 0 panel_k={panel}"] = (
-            lambda panel=panel: tilemm.multi.matmul(a, b, devices=list(range(gpus)), panel_k=panel), check)
-    a_host = torch.empty(a.shape, dtype=a.dtype, pin_memory=True).copy_(a)
-    b_host = torch.empty(b.shape, dtype=b.dtype, pin_memory=True).copy_(b)
+            lambda panel=panel: tilemm.multi.matmul(a, b, devices=devices, panel_k=panel), check)
+    pinned = DEVICE == "cuda"
+    a_host = torch.empty(a.shape, dtype=a.dtype, pin_memory=pinned).copy_(a)
+    b_host = torch.empty(b.shape, dtype=b.dtype, pin_memory=pinned).copy_(b)
     variants[f"tilemm.multi {gpus} GPUs, host operands"] = (
-        lambda: tilemm.multi.matmul(a_host, b_host, devices=list(range(gpus))), check)
-    variants[f"tilemm.multi {gpus} GPUs, host operands, {host_limit >> 30} GiB a GPU"] = (
-        lambda: tilemm.multi.matmul(a_host, b_host, devices=list(range(gpus)), memory_limit=host_limit), check)
+        lambda: tilemm.multi.matmul(a_host, b_host, devices=devices, out_of_core=True), check)
+    variants[f"tilemm.multi {gpus} GPUs, host operands, {host_limit >> 20} MiB a GPU"] = (
+        lambda: tilemm.multi.matmul(a_host, b_host, devices=devices, memory_limit=host_limit, out_of_core=True),
+        check)
     return variants
 
 
@@ -147,7 +157,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--one-process", action="store_true", help="tilemm.multi from this process (no torchrun)")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs for --one-process (default: all)")
-    ap.add_argument("--host-limit-gib", type=int, default=4,
+    ap.add_argument("--host-limit-mib", type=int, default=4096,
                     help="--one-process: each GPU's memory_limit for host operands, so that A + B + C pass "
                          "what the GPUs may hold together")
     args = ap.parse_args()
@@ -156,24 +166,26 @@ def main():
             raise SystemExit(f"{name}={os.environ.get(name)!r}: NVLink multicast must stay off ({name}={value})")
     if args.one_process:
         rank, world = 0, 1
-        gpus = args.gpus or torch.cuda.device_count()
-        torch.cuda.set_device(0)
+        gpus = args.gpus or (torch.cuda.device_count() if DEVICE == "cuda" else 2)
+        if DEVICE == "cuda":
+            torch.cuda.set_device(0)
         prefix = "python benchmarks/several_gpus.py"
     else:
-        dist.init_process_group("nccl")
+        dist.init_process_group("nccl" if DEVICE == "cuda" else "gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+        if DEVICE == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
         gpus = world
         prefix = f"torchrun --nproc-per-node {world} benchmarks/several_gpus.py"
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = machine.stamp(machine.command_line(prefix, args))
     dtype = getattr(torch, args.dtype)
     for n in args.sizes:
-        g = torch.Generator(device="cuda").manual_seed(n)            # every rank draws the same A and B
-        a = torch.randn((n, n), generator=g, device="cuda", dtype=dtype)
-        b = torch.randn((n, n), generator=g, device="cuda", dtype=dtype)
+        g = torch.Generator(device=DEVICE).manual_seed(n)            # every rank draws the same A and B
+        a = torch.randn((n, n), generator=g, device=DEVICE, dtype=dtype)
+        b = torch.randn((n, n), generator=g, device=DEVICE, dtype=dtype)
         if args.one_process:
-            variants = one_process_variants(a, b, n, gpus, args.host_limit_gib << 30)
+            variants = one_process_variants(a, b, n, gpus, args.host_limit_mib << 20)
         else:
             variants = ranked_variants(a, b, n, rank, world)
         times = {"one GPU": [], **{label: [] for label in variants}}
@@ -210,7 +222,8 @@ def main():
                     print(f"{gpus} GPUs {args.dtype} {n:6} {label:52} {t * 1e3:8.1f} ms {rec['tflops']:7.1f} TFLOP/s "
                           f"{rec['vs_one_gpu']:5.2f}x one GPU  err {worst:.1e}", flush=True)
         del a, b, variants
-        torch.cuda.empty_cache()
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
     if world > 1:
         dist.destroy_process_group()
 
