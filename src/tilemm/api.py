@@ -56,9 +56,6 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     ``torch.compile`` a call is one custom op (``tilemm.torch_ops``). Errors are raised before
     any kernel runs.
     """
-    if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # spread: tilemm.spread
-        from . import spread
-        return spread.matmul(a, b, out, kernel, out_dtype, stream, params)
     if out is not None:
         out = contract.single_out(out)
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the caches
@@ -73,6 +70,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
         key = call_key(a, b, kernel, out, out_dtype, params)
     known = PLANS.get(key) if key is not None else None
     if known is None:
+        if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # (never keyed)
+            from . import spread                          # several GPUs or ranks: tilemm.spread
+            return spread.matmul(a, b, out, kernel, out_dtype, stream, params)
         if contract.records_gradient(a, b):   # (its key never meets a plain call's: see plan_cache)
             from . import torch_ops
             return torch_ops.differentiable_matmul(a, b, kernel, out, out_dtype, stream, params)

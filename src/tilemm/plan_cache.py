@@ -21,9 +21,11 @@ def call_key(a, b, kernel, out, out_dtype, params):
     try:
         if out is None and not params and type(a) is type(b):     # the usual call, in the fewest steps
             return (pair_key(a, b), kernel, out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
-        return (operand_key(a), operand_key(b), kernel,
-                None if out is None else (operand_key(out), getattr(getattr(out, "flags", None), "writeable", True)),
-                contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
+        key = (operand_key(a), operand_key(b), kernel,
+               None if out is None else (operand_key(out), getattr(getattr(out, "flags", None), "writeable", True)),
+               contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
+        hash(key)                      # a list among the parameters (devices=[0, 1]): no key
+        return key
     except (TypeError, AttributeError):
         return None
 
@@ -58,6 +60,8 @@ def _no_key(*operands):
 
 
 def _new_key_functions(x) -> tuple:
+    if type(x).__name__ == "DTensor":  # spread over ranks (tilemm.spread): never a plan of its own
+        return _no_key, _no_key
     if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
         return _no_key, _no_key        # a subclass (np.matrix): its result goes through its own wrap, uncached
     if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
