@@ -156,7 +156,7 @@ def ring(a, b, acc, k: int, along_a: bool, me: int, size: int, before: int, afte
     # buffers: per half, `slots` of the widest block; step s's piece of half h is in slot s % slots
     widest = max(s.stop - s.start for s in k_blocks)
     buffers = [[torch.empty((_length(halves[h]) * widest,), dtype=moving.dtype, device=moving.device)
-                for _ in range(slots)] for h in range(len(halves))]
+                for _ in range(slots if size > 1 else 0)] for h in range(len(halves))]
     own = [piece_of(moving, h) for h in range(len(halves))]
     sendable = [x if x.is_contiguous() else x.contiguous() for x in own]   # (B's column halves: a copy)
     held = {(0, h): sendable[h] for h in range(len(halves))}
