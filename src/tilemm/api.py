@@ -67,9 +67,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
         key = call_key(a, b, kernel, out, out_dtype, params)
     known = PLANS.get(key) if key is not None else None
     if known is None:
-        if contract.records_gradient(a, b):   # (its key never meets a plain call's: see plan_cache)
-            from . import torch_ops
-            return torch_ops.differentiable_matmul(a, b, kernel, out, out_dtype, stream, params)
+        if contract.torch_routed(a, b):       # autograd, torch.func, jit.trace, meta (their keys never meet a
+            from . import torch_ops           # plain call's: see plan_cache)
+            return torch_ops.routed_matmul(a, b, kernel, out, out_dtype, stream, params)
         wrap = contract.subclass_wrap(a, b)   # (ndarray subclasses have no key: never a known plan)
         if wrap is not None:                  # np.matrix and other subclasses: their data, then their wrap
             value = matmul(contract.plain(a), contract.plain(b), out, kernel=kernel, out_dtype=out_dtype,

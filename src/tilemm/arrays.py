@@ -41,9 +41,14 @@ def cupy_if_imported():
 
 def native_order(x):
     """NumPy data stored in the other byte order (read from a file, say) as a copy in this
-    machine's order, which the kernels read; anything else as it is."""
-    if isinstance(x, np.ndarray) and not x.dtype.isnative:
-        return x.astype(x.dtype.newbyteorder("="))
+    machine's order, which the kernels read; a torch tensor with its conjugate or negative bit
+    set (x.conj(), x.conj().imag: a view whose memory holds the values before that operation) as
+    a copy holding its values, which the kernels read as they are; anything else as it is."""
+    if isinstance(x, np.ndarray):
+        return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+    torch = torch_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor) and (x.is_conj() or x.is_neg()):
+        return x.resolve_conj().resolve_neg()
     return x
 
 
@@ -67,10 +72,9 @@ def to_host(x, dtype: str) -> np.ndarray:
     """A NumPy array of ``dtype`` holding x's values (bfloat16 comes out as float32, exactly)."""
     torch, cupy = torch_if_imported(), cupy_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
-        x = x.detach().cpu()
         if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
-            x = x.float()
-        x = x.numpy()
+            x = x.detach().cpu().float()
+        x = x.numpy(force=True)        # detached, on the host, a conjugate or negative view's own values
     elif cupy is not None and isinstance(x, cupy.ndarray):
         x = cupy.asnumpy(x)
     return x.astype(np.float32 if dtype == "bfloat16" else dtype, copy=False)

@@ -132,12 +132,25 @@ def plain(x):
     return np.asarray(x) if isinstance(x, np.ndarray) else x
 
 
-def records_gradient(a, b) -> bool:
-    """Whether torch.matmul(a, b) would record an autograd graph: torch tensors, one requiring
-    grad, grad mode on."""
+def torch_routed(a, b) -> bool:
+    """Whether torch.matmul(a, b) does what a plan can't: torch tensors that record a gradient,
+    or (torch_unplanned) under a torch.func transform or torch.jit.trace, or holding no memory.
+    tilemm.torch_ops takes those calls."""
     torch = torch_if_imported()
-    return (torch is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and (a.requires_grad or b.requires_grad) and torch.is_grad_enabled())
+    if torch is None or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    return ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled()) or torch_unplanned(torch, a, b)
+
+
+def torch_unplanned(torch, a, b) -> bool:
+    """Whether torch tensors a, b are multiplied under a torch.func transform (grad, vmap, jvp,
+    ...) or torch.jit.trace, or hold no memory a kernel could read (the meta device; FakeTensor
+    and other tensors dispatched by Python)."""
+    state = torch._C
+    return (state._is_tracing() or state._are_functorch_transforms_active()
+            or any(x.device.type == "meta" or (type(x) is not torch.Tensor
+                                               and state._dispatch_keys(x).has(state.DispatchKey.Python))
+                   for x in (a, b)))
 
 
 def check_no_gradient(a, b) -> None:

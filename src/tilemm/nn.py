@@ -15,10 +15,11 @@ import functools
 import torch
 from torch.nn.functional import linear
 
-from . import api, registry
+from . import api, contract, registry
+from .torch_ops import conjugate, dtype_text, encode_params
 from .linear_flags import linear_with_exact_backward, same_with_flag
 
-OPTIONS = ("kernel", "out_dtype", "params", "products")
+OPTIONS = ("kernel", "out_dtype", "params", "products", "op_options")
 ABSENT = object()      # a parameter not in a module's own record of them
 
 is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
@@ -43,10 +44,14 @@ class Linear(torch.nn.Linear):
         """Set the kernel, its parameters and out_dtype (unknown parameters refused here)."""
         check_options(kernel, params)
         self.kernel, self.out_dtype, self.params = kernel, out_dtype, dict(params)
+        # the same as the op's strings, "" for None (a tuple of str: TorchScript types it itself)
+        self.op_options = (kernel or "", encode_params(self.params), dtype_text(out_dtype) or "")
         self.products = Products(kernel, self.params)
         return self
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if torch.jit.is_scripting():    # torch.jit.script compiles this branch alone: the rest is Python's
+            return self.scripted_forward(input)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             layout = self.products.library.get((input.shape, input.stride(), input.dtype))
             if layout is not None and (not grad_enabled() or layout.grads and layout.exact_now()):
@@ -58,7 +63,8 @@ class Linear(torch.nn.Linear):
                     weight, bias = self.weight, self.bias
                 return layout.product(input, weight, bias)
         weight, bias = self.weight, self.bias
-        if self.out_dtype is not None or input.dtype != weight.dtype or is_compiling():
+        if (self.out_dtype is not None or input.dtype != weight.dtype or is_compiling()
+                or not plain_operands(input, weight)):
             y = self.general_product(input)
             return y if bias is None else y + bias
         products = self.products
@@ -83,10 +89,24 @@ class Linear(torch.nn.Linear):
 
     def general_product(self, input: torch.Tensor) -> torch.Tensor:
         """input @ weight.T through tilemm.matmul's general rules: its autograd (tilemm.torch_ops)
-        for an out_dtype or mixed dtypes, and its custom op under torch.compile."""
+        for an out_dtype, torch's error for mixed dtypes, torch.func's transforms, the custom op
+        under torch.compile and torch.jit.trace and for meta tensors, a conjugate view's values."""
         rows = input.reshape(-1, self.in_features)     # a stack of rows is one product, as F.linear's
         y = api.matmul(rows, self.weight.T, kernel=self.kernel, out_dtype=self.out_dtype, **self.params)
         return y.reshape(input.shape[:-1] + (self.out_features,))
+
+    def scripted_forward(self, input: torch.Tensor) -> torch.Tensor:
+        """forward as TorchScript runs it: input @ weight.T as the op torch.ops.tilemm.matmul with the
+        layer's kernel, parameters and out_dtype (a saved module needs ``import tilemm.torch_ops``
+        where it is loaded, which registers the op)."""
+        kernel, params, out_dtype = self.op_options
+        rows = input.reshape(-1, self.in_features)
+        y = torch.ops.tilemm.matmul(rows, self.weight.t(), None if kernel == "" else kernel, params,
+                                    None if out_dtype == "" else out_dtype)
+        y = y.reshape(list(input.shape[:-1]) + [self.out_features])
+        if self.bias is not None:
+            y = y + self.bias
+        return y
 
     def _apply(self, fn, recurse=True):        # (torch.nn.Module's: .to, .cuda, .half, ... call it)
         self.products.library.clear()        # the weight's device, dtype or strides may change
@@ -233,11 +253,23 @@ class Layout:
         return not state[0] or state == self.sums_seen
 
 
+def plain_operands(input: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether a layout's product may take these operands as they are: neither a conjugate or
+    negative view (whose memory is not its values), no jit trace or torch.func transform running,
+    memory to read (not meta or a FakeTensor); else tilemm.matmul's general rules take them."""
+    return not (conj(input) or neg(input) or conj(weight) or neg(weight)
+                or contract.torch_unplanned(torch, input, weight))
+
+
+conj, neg = torch.Tensor.is_conj, torch.Tensor.is_neg
+
+
 def torch_linear_grads(grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
     """(d input, d weight) of F.linear(input, weight), as torch's own Linear backward multiplies
-    them: dY @ weight (a stack of rows as one GEMM), and dY^T @ input's rows."""
-    return (torch.matmul(grad, weight) if need_input else None,
-            grad.reshape(-1, grad.shape[-1]).mT.matmul(input.reshape(-1, input.shape[-1])) if need_weight else None)
+    them: dY @ conj(weight) (a stack of rows as one GEMM), and dY^T @ conj(input's rows)."""
+    return (torch.matmul(grad, conjugate(weight)) if need_input else None,
+            grad.reshape(-1, grad.shape[-1]).mT.matmul(conjugate(input.reshape(-1, input.shape[-1])))
+            if need_weight else None)
 
 
 def library_linear_grads(dtype: torch.dtype):
@@ -246,10 +278,11 @@ def library_linear_grads(dtype: torch.dtype):
 
 
 def linear_grads(product, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
-    """(d input, d weight) of input @ weight.T, each product a call of ``product(a, b)``."""
+    """(d input, d weight) of input @ weight.T, each product a call of ``product(a, b)``: dY @
+    conj(weight) and dY^T @ conj(input's rows) (torch's rule: the conjugates for complex operands)."""
     grad_rows = grad.reshape(-1, grad.shape[-1])
-    return (product(grad_rows, weight).reshape(input.shape) if need_input else None,
-            product(grad_rows.mT, input.reshape(-1, input.shape[-1])) if need_weight else None)
+    return (product(grad_rows, conjugate(weight)).reshape(input.shape) if need_input else None,
+            product(grad_rows.mT, conjugate(input.reshape(-1, input.shape[-1]))) if need_weight else None)
 
 
 class LinearProduct(torch.autograd.Function):

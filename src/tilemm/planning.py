@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from . import arrays, auto, contract, dispatch, registry, streams
+from . import arrays, auto, contract, dispatch, registry, streams, torch_contract
 from .dtypes import HOST_ONLY, check_supported, int_width, is_exact, result_dtype
 from .plans import KernelUnavailable, Plan
 from .registry import Problem
@@ -30,7 +30,8 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     if da.device != db.device:
         raise ValueError(f"matmul: operand 0 is on {da.device} and operand 1 on {db.device}; "
                          "move them to one device")
-    if da.kind == "torch":
+    if da.kind == "torch":            # torch's rules and errors for its tensors: one dtype (tilemm.torch_contract)
+        torch_contract.check(da.shape, db.shape, da.dtype, db.dtype)
         contract.check_no_gradient(a, b)
         a, b = a.detach(), b.detach()     # grad mode is off: numba-cuda cannot view a tensor that requires grad
     result = result_dtype(da.dtype, db.dtype)
