@@ -165,10 +165,12 @@ def test_operands_in_the_other_byte_order_as_numpy(kernel, dtype):
         assert c.dtype == ref.dtype and c.dtype.isnative and np.array_equal(c, ref)
 
 
-def test_tensors_off_the_cpu_and_cuda_refused():
+def test_meta_tensors_get_the_op_s_fake_and_a_plan_refuses_them():
     a = torch.ones(3, 4, device="meta")
-    with pytest.raises(ValueError, match="torch device meta"):
-        tilemm.matmul(a, a.T)
+    c = tilemm.matmul(a, a.T)                    # the shape, as torch.matmul infers it
+    assert c.device.type == "meta" and c.shape == (3, 3)
+    with pytest.raises(ValueError, match="torch device meta"):     # a plan needs memory to read
+        tilemm.plan(a, a.T)
 
 
 def test_mixed_kinds_refused():

@@ -72,9 +72,9 @@ def test_complex_linear_trains_as_torch_s():
 # ---------------------------------------------------------------- conjugate and negative views
 
 
-def views():
-    z, w = tensors((3, 4), (4, 2), dtype=torch.complex128, seed=3)
-    x, y = tensors((3, 4), (4, 2), seed=4)
+def views(real=torch.float64, complex=torch.complex128, device="cpu"):
+    z, w = (t.to(device) for t in tensors((3, 4), (4, 2), dtype=complex, seed=3))
+    x, y = (t.to(device) for t in tensors((3, 4), (4, 2), dtype=real, seed=4))
     return [("conj", z.conj(), w), ("conj both", z.conj(), w.conj()), ("mH", w.mH, z.mH), ("neg", z._neg_view(), w),
             ("real neg", x._neg_view(), y), ("conj imag", z.conj().imag, y), ("neg of b", x, y._neg_view())]
 
@@ -92,6 +92,25 @@ def test_conjugate_and_negative_views_give_their_values(kernel):
         tilemm.matmul(a.conj_physical() if a.is_complex() else a.clone(), b.clone(), kernel=kernel, **params)
         for _ in range(2):
             assert torch.allclose(tilemm.matmul(a, b, kernel=kernel, **params), want), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", [None, "tiled", "regblock", "tensorcore-f64", "tensorcore-f32", "tensorcore-complex"])
+def test_gpu_views_after_a_plain_call_of_their_layout(kernel):
+    """On the GPU a rung reads memory as it is: each view gives its values, on its first call and
+    when a plain call of the same layout made the plan (and its replay) first."""
+    kinds = {"tensorcore-f64": [(torch.float64, None)], "tensorcore-f32": [(torch.float32, None)],
+             "tensorcore-complex": [(None, torch.complex64), (None, torch.complex128)]}
+    for real, complex in kinds.get(kernel, [(torch.float64, torch.complex128), (torch.float32, None)]):
+        for name, a, b in views(real or torch.float64, complex or torch.complex128, "cuda"):
+            if (complex if a.is_complex() else real) is None or (a.is_complex() and kernel in ("tiled", "regblock")):
+                continue
+            want = torch.matmul(a.resolve_conj().resolve_neg(), b.resolve_conj().resolve_neg())
+            assert torch.allclose(tilemm.matmul(a, b, kernel=kernel), want, rtol=1e-3, atol=1e-3), name
+            tilemm.matmul(a.resolve_conj().resolve_neg().clone(), b.resolve_conj().resolve_neg().clone(),
+                          kernel=kernel)
+            for _ in range(2):
+                assert torch.allclose(tilemm.matmul(a, b, kernel=kernel), want, rtol=1e-3, atol=1e-3), name
 
 
 def test_a_view_s_key_never_meets_a_plain_one_s():

@@ -50,8 +50,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
     ``tilemm.accuracy``. Torch tensors that require grad get torch's autograd (float products:
     the operands' gradients computed by tilemm with the same kernel and parameters), and under
-    ``torch.compile`` a call is one custom op (``tilemm.torch_ops``). Errors are raised before
-    any kernel runs.
+    ``torch.compile`` a call is one custom op (``tilemm.torch_ops``). Torch tensors keep torch's
+    contract: one dtype for both, torch's errors, conjugate views, torch.func, torch.jit, meta
+    tensors (``tilemm.torch_contract``). Errors are raised before any kernel runs.
     """
     if out is not None:
         out = contract.single_out(out)

@@ -147,10 +147,15 @@ def torch_unplanned(torch, a, b) -> bool:
     ...) or torch.jit.trace, or hold no memory a kernel could read (the meta device; FakeTensor
     and other tensors dispatched by Python)."""
     state = torch._C
-    return (state._is_tracing() or state._are_functorch_transforms_active()
-            or any(x.device.type == "meta" or (type(x) is not torch.Tensor
-                                               and state._dispatch_keys(x).has(state.DispatchKey.Python))
-                   for x in (a, b)))
+    return (state._is_tracing() or state._are_functorch_transforms_active() or a.is_meta or b.is_meta
+            or python_dispatched(torch, a) or python_dispatched(torch, b))
+
+
+def python_dispatched(torch, x) -> bool:
+    """Whether torch tensor x is dispatched by Python (FakeTensor and the like): no memory to read."""
+    kind = type(x)
+    return (kind is not torch.Tensor and kind is not torch.nn.Parameter
+            and torch._C._dispatch_keys(x).has(torch._C.DispatchKey.Python))
 
 
 def check_no_gradient(a, b) -> None:

@@ -26,7 +26,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import api, dtypes, scaled, torch_contract
+from . import api, contract, dtypes, scaled, torch_contract
 
 # ---------------------------------------------------------------- the gradients, for any product
 
@@ -198,9 +198,8 @@ def recorded_as_op(a, b) -> bool:
     """Whether a call on a and b goes through the custom op: under torch.jit.trace (the trace
     records it), or on tensors that hold no memory a kernel could read (the meta device, and
     tensor subclasses dispatched by Python: FakeTensor and the like), whose op's fake answers."""
-    python = torch._C.DispatchKey.Python
-    return torch._C._is_tracing() or any(x.device.type == "meta" or torch._C._dispatch_keys(x).has(python)
-                                         for x in (a, b))
+    return (torch._C._is_tracing() or a.is_meta or b.is_meta or contract.python_dispatched(torch, a)
+            or contract.python_dispatched(torch, b))
 
 
 def copied_into(out, c):
