@@ -6,7 +6,8 @@
 
 ``Linear`` is a ``torch.nn.Linear`` (same parameters, state_dict keys, initialization and
 ``isinstance``) whose forward is ``input @ weight.T + bias`` with the product computed by
-``tilemm.matmul``, with autograd and as one op under ``torch.compile``.
+``tilemm.matmul``, with autograd (complex too), under ``torch.func``'s transforms, and as one op
+under ``torch.compile``, ``torch.jit.trace`` and ``torch.jit.script``, and on meta tensors.
 """
 from __future__ import annotations
 
