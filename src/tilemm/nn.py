@@ -255,14 +255,10 @@ class Layout:
 
 
 def plain_operands(input: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether a layout's product may take these operands as they are: neither a conjugate or
-    negative view (whose memory is not its values), no jit trace or torch.func transform running,
-    memory to read (not meta or a FakeTensor); else tilemm.matmul's general rules take them."""
-    return not (conj(input) or neg(input) or conj(weight) or neg(weight)
-                or contract.torch_unplanned(torch, input, weight))
-
-
-conj, neg = torch.Tensor.is_conj, torch.Tensor.is_neg
+    """Whether a layout's product may take these operands: no jit trace or torch.func transform
+    running, memory to read (not meta or a FakeTensor); else tilemm.matmul's general rules take
+    them. (A conjugate or negative view is taken: a plan's paths read its values or refuse it.)"""
+    return not contract.torch_unplanned(torch, input, weight)
 
 
 def torch_linear_grads(grad, input, weight, need_input: bool, need_weight: bool) -> tuple:

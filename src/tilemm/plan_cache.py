@@ -67,16 +67,15 @@ def _new_key_functions(x) -> tuple:
     torch = arrays.torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         # what a plan can't serve never meets a plain call's key: a tensor that would record a gradient
-        # (autograd), a conjugate or negative view (its memory is not its values), a call under jit
-        # tracing or a torch.func transform (tilemm.torch_ops), a FakeTensor (its own type)
+        # (autograd), a call under jit tracing or a torch.func transform (tilemm.torch_ops), a FakeTensor
+        # (its own type). A conjugate or negative view may meet a plain tensor's plan: the plan's paths
+        # read its values (to_host, the GPU backends) or refuse it (a replay: ladder.replay.lazy)
         kind, grad_enabled = type(x), torch.is_grad_enabled
-        conj, neg = torch.Tensor.is_conj, torch.Tensor.is_neg
         tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
         return ((lambda x: (kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
-                            conj(x) or neg(x) or tracing() or transformed())),
+                            tracing() or transformed())),
                 (lambda a, b: (kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
-                               (a.requires_grad or b.requires_grad) and grad_enabled(),
-                               conj(a) or neg(a) or conj(b) or neg(b) or tracing() or transformed())))
+                               (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())))
     cupy = arrays.cupy_if_imported()
     if cupy is not None and isinstance(x, cupy.ndarray):
         return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),
