@@ -189,6 +189,12 @@ def test_vmap_matches_torch_s(sa, sb, dims):
     assert torch.allclose(vmap(tilemm.matmul, dims)(a, b), vmap(torch.matmul, dims)(a, b))
 
 
+def test_the_custom_op_s_vmap_rule():
+    a, b = tensors((5, 3, 4), (4, 5))
+    op = lambda x, y: torch.ops.tilemm.matmul(x, y, None, "", None)     # noqa: E731
+    assert torch.allclose(vmap(op, (0, 1))(a, b), vmap(torch.matmul, (0, 1))(a, b))
+
+
 def test_jacrev_of_a_complex_product():
     real, imag = tensors((2, 3), (2, 3))
     b = tensors((3, 2), dtype=torch.complex128, seed=9)[0]
