@@ -95,7 +95,8 @@ def test_conjugate_and_negative_views_give_their_values(kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", [None, "tiled", "regblock", "tensorcore-f64", "tensorcore-f32", "tensorcore-complex"])
+@pytest.mark.parametrize("kernel", [None, "tiled", "regblock", "tensorcore-f64", "tensorcore-f32",
+                                    "tensorcore-complex"])
 def test_gpu_views_after_a_plain_call_of_their_layout(kernel):
     """On the GPU a rung reads memory as it is: each view gives its values, on its first call and
     when a plain call of the same layout made the plan (and its replay) first."""
@@ -141,7 +142,8 @@ def test_linear_takes_a_conjugate_view():
 
 
 EMPTY = [((2, 3, 0), (0, 4)), ((0, 3), (3, 4)), ((3, 0), (0, 4)), ((3, 4), (4, 0)), ((0, 3, 4), (4, 5)),
-         ((2, 0, 4), (4, 5)), ((0,), (0,)), ((0,), (0, 4)), ((3, 0), (0,)), ((3,), (2, 3, 0)), ((2, 1, 3, 0), (4, 0, 2))]
+         ((2, 0, 4), (4, 5)), ((0,), (0,)), ((0,), (0, 4)), ((3, 0), (0,)), ((3,), (2, 3, 0)),
+         ((2, 1, 3, 0), (4, 0, 2))]
 
 
 @pytest.mark.parametrize("sa,sb", EMPTY)

@@ -24,6 +24,7 @@ OPTIONS = ("kernel", "out_dtype", "params", "products", "op_options")
 ABSENT = object()      # a parameter not in a module's own record of them
 
 is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
+tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
 
 
 class Linear(torch.nn.Linear):
@@ -64,8 +65,11 @@ class Linear(torch.nn.Linear):
                     weight, bias = self.weight, self.bias
                 return layout.product(input, weight, bias)
         weight, bias = self.weight, self.bias
-        if (self.out_dtype is not None or input.dtype != weight.dtype or is_compiling()
-                or not plain_operands(input, weight)):
+        # tilemm.matmul's general rules where a layout's product can't serve: a jit trace or a torch.func
+        # transform running, an input with no memory (meta; a FakeTensor). (A conjugate or negative view
+        # is taken: a plan's paths read its values or refuse it.)
+        if (self.out_dtype is not None or input.dtype != weight.dtype or is_compiling() or tracing() or transformed()
+                or input.is_meta or type(input) is not torch.Tensor and contract.python_dispatched(torch, input)):
             y = self.general_product(input)
             return y if bias is None else y + bias
         products = self.products
@@ -252,13 +256,6 @@ class Layout:
             return True
         state = self.get()
         return not state[0] or state == self.sums_seen
-
-
-def plain_operands(input: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether a layout's product may take these operands: no jit trace or torch.func transform
-    running, memory to read (not meta or a FakeTensor); else tilemm.matmul's general rules take
-    them. (A conjugate or negative view is taken: a plan's paths read its values or refuse it.)"""
-    return not contract.torch_unplanned(torch, input, weight)
 
 
 def torch_linear_grads(grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
