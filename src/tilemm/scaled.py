@@ -1,5 +1,6 @@
 """tilemm.scaled_matmul: float8 matrix products with per-tensor scales (torch._scaled_mm's
-contract), on the `tensorcore-fp8` rung. Arguments are checked here, before any kernel runs."""
+contract), on the `tensorcore-fp8` rung; row-wise and block scales go to tilemm.block_scaled.
+Arguments are checked here, before any kernel runs."""
 from __future__ import annotations
 
 import contextlib
@@ -7,7 +8,7 @@ import functools
 import numbers
 import sys
 
-from . import compat, streams
+from . import block_scaled, compat, streams
 from .ladder.tensorcore import availability
 from .plan_cache import operand_key
 from .plans import JIT_LOCK, KernelUnavailable
@@ -23,7 +24,13 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     a (M, K), b (K, N): torch tensors of dtype float8_e4m3fn or float8_e5m2 on one CUDA device
         (CPU tensors under Triton's interpreter), any strides. A row-major a and a b given as
         (N, K).T (its columns contiguous) are read as they are; other layouts are first copied.
-    scale_a, scale_b: per-tensor scales, Python numbers or one-element tensors.
+    scale_a, scale_b: per-tensor scales, Python numbers or one-element tensors; or float32 tensors
+        of row-wise scales, scale_a (M, 1) and scale_b (1, N); or of block scales (DeepGEMM's),
+        scale_a (M, ceil(K/128)), one a 1 x 128 block of A, and scale_b (ceil(K/128), ceil(N/128)),
+        one a 128 x 128 block of B, applied to each K block's float32 partial sums. Row-wise and
+        block scales run the `tensorcore-block-scaled` program (tilemm.block_scaled), whose
+        params are block_m, block_n, block_k, group_m, num_warps, num_stages
+        (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``); no replay, no torch.compile op.
     out_dtype: "bfloat16" (default), "float16" or "float32" (or the torch dtype).
     fast_accum: let the tensor cores add fp8 products with their shorter accumulator (faster,
         less accurate), as ``_scaled_mm(use_fast_accum=True)``; by default each K step's products
@@ -52,6 +59,9 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     backward pass raises (no derivative is implemented), and out= is then refused. Under
     ``torch.compile`` a call is one custom op (``tilemm.torch_ops``).
     """
+    if block_scaled.vector_scales(scale_a, scale_b):     # row-wise or block scales: their own rung
+        return block_scaled.block_scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
+                                                out=out, stream=stream, **params)
     compiler = getattr(sys.modules.get("torch"), "compiler", None)
     if compiler is not None and compiler.is_compiling():     # one op in the graph; Dynamo never sees the caches
         from . import torch_ops

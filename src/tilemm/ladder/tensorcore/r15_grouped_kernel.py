@@ -8,12 +8,13 @@ import triton.language as tl
 
 from ... import compat
 
-# How the groups split the problem (the program's SPLIT): which dimension `offs` cuts, or none.
-BATCHED = 0       # 3-D a x 3-D b: every group M x K x N, its own slice of a, b and c
-SPLIT_M = 1       # 2-D a (tokens sorted by group) x 3-D b: group g's rows of a and c are offs[g-1]:offs[g]
-SPLIT_K = 2       # 2-D a x 2-D b, K cut by offs: c (G, M, N), the weight gradient
-SPLIT_N = 3       # 3-D a x 2-D b, N cut by offs: group g's columns of b and c are offs[g-1]:offs[g]
-COUNTED_M = 4     # 3-D a (G, capacity, K) x 3-D b: group g's first counts[g] rows (the masked layout)
+# How the groups split the problem (the program's SPLIT): which dimension `offs` cuts, or none
+# (tilemm.grouped_checks numbers them alike).
+BATCHED = tl.constexpr(0)       # 3-D a x 3-D b: every group M x K x N, its own slice of a, b and c
+SPLIT_M = tl.constexpr(1)       # 2-D a (tokens sorted by group) x 3-D b: group g's rows of a and c are offs[g-1]:offs[g]
+SPLIT_K = tl.constexpr(2)       # 2-D a x 2-D b, K cut by offs: c (G, M, N), the weight gradient
+SPLIT_N = tl.constexpr(3)       # 3-D a x 2-D b, N cut by offs: group g's columns of b and c are offs[g-1]:offs[g]
+COUNTED_M = tl.constexpr(4)     # 3-D a (G, capacity, K) x 3-D b: group g's first counts[g] rows (the masked layout)
 
 
 # --8<-- [start:kernel]
