@@ -68,6 +68,7 @@ def grouped_matmul(a, b, offs=None, *, counts=None, out_dtype=None, out=None, **
                         "arrays, two CuPy arrays or two torch tensors (or two lists of them)")
     if a.device != b.device:
         raise ValueError(f"grouped_matmul: a is on {a.device} and b on {b.device}; put both on one device")
+    offs, counts = as_array(offs), as_array(counts)
     lay = layout(a, b, offs, counts, out_dtype)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         if out is not None:
