@@ -6,7 +6,6 @@ arguments are checked here before any kernel runs."""
 from __future__ import annotations
 
 import contextlib
-import functools
 
 from . import compat, streams
 from .ladder.tensorcore import availability
@@ -22,19 +21,17 @@ def vector_scales(scale_a, scale_b) -> bool:
     return any(hasattr(s, "numel") and hasattr(s, "shape") and s.numel() != 1 for s in (scale_a, scale_b))
 
 
+def records_gradient(*inputs) -> bool:
+    """Whether autograd records this call (tilemm.scaled then attaches a node whose backward
+    raises, as torch._scaled_mm's, and calls again without recording)."""
+    import torch
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+
+
 def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
                         stream=None, **params):
     """``scaled_matmul``'s product with row-wise or block scales (see its docstring)."""
     import torch
-    inputs = [x for x in (a, b, scale_a, scale_b) if isinstance(x, torch.Tensor)]
-    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
-        if out is not None:
-            raise TypeError("scaled_matmul: functions with out=... arguments don't support automatic "
-                            "differentiation, but one of the arguments requires grad (as torch._scaled_mm refuses)")
-        from . import torch_ops
-        plain = functools.partial(block_scaled_matmul, a, b, scale_a, scale_b, out_dtype=out_dtype,
-                                  fast_accum=fast_accum, stream=stream, **params)
-        return torch_ops.not_differentiable(plain, *inputs)
     check_operands(a, b, torch)
     m, k = a.shape
     n = b.shape[1]
@@ -89,8 +86,8 @@ def scale_kind(scale_a, scale_b, device, m: int, n: int, k: int, torch) -> str:
     for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if not isinstance(s, torch.Tensor):
             raise ValueError(f"scaled_matmul: {name} is {type(s).__name__} while the other scale is a tensor of "
-                             f"several elements; row-wise and block scales come as two float32 tensors of shapes "
-                             f"{describe(shapes)}")
+                             f"several elements; per-tensor scales are one element each, and row-wise and block scales "
+                             f"come as two float32 tensors of shapes {describe(shapes)}")
         if s.dtype != torch.float32:
             raise ValueError(f"scaled_matmul: {name} has dtype {str(s.dtype).removeprefix('torch.')}; row-wise and "
                              "block scales are float32")

@@ -60,8 +60,9 @@ def grouped_matmul(a, b, offs=None, *, counts=None, out_dtype=None, out=None, **
         cut = counts if counts is not None else offs
         cut = arrays.torch_view(cut) if isinstance(cut, cupy.ndarray) else cut
         view = arrays.torch_view(out) if out is not None else None
-        c = grouped_matmul(arrays.torch_view(a), arrays.torch_view(b), *((cut, None) if counts is None else (None, cut)),
-                           out_dtype=out_dtype, out=view, **params)
+        offs, counts = (cut, None) if counts is None else (None, cut)
+        c = grouped_matmul(arrays.torch_view(a), arrays.torch_view(b), offs, counts=counts, out_dtype=out_dtype,
+                           out=view, **params)
         return out if out is not None else cupy.asarray(c)
     if torch is None or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise TypeError(f"grouped_matmul: operands are {type(a).__name__} and {type(b).__name__}; pass two NumPy "

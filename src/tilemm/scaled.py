@@ -59,14 +59,15 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     backward pass raises (no derivative is implemented), and out= is then refused. Under
     ``torch.compile`` a call is one custom op (``tilemm.torch_ops``).
     """
-    if block_scaled.vector_scales(scale_a, scale_b):     # row-wise or block scales: their own rung
+    vector = block_scaled.vector_scales(scale_a, scale_b)     # row-wise or block scales: their own rung
+    if vector and not block_scaled.records_gradient(a, b, scale_a, scale_b):
         return block_scaled.block_scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
                                                 out=out, stream=stream, **params)
     compiler = getattr(sys.modules.get("torch"), "compiler", None)
     if compiler is not None and compiler.is_compiling():     # one op in the graph; Dynamo never sees the caches
         from . import torch_ops
         return torch_ops.traced_scaled_matmul(a, b, scale_a, scale_b, out_dtype, fast_accum, out, stream, params)
-    key = replay_key(a, b, out_dtype, fast_accum, params) if out is None and stream is None else None
+    key = replay_key(a, b, out_dtype, fast_accum, params) if out is None and stream is None and not vector else None
     replay = _REPLAYS.get(key) if key is not None else None
     if replay is not None:
         import torch

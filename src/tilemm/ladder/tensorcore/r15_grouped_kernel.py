@@ -11,7 +11,7 @@ from ... import compat
 # How the groups split the problem (the program's SPLIT): which dimension `offs` cuts, or none
 # (tilemm.grouped_checks numbers them alike).
 BATCHED = tl.constexpr(0)       # 3-D a x 3-D b: every group M x K x N, its own slice of a, b and c
-SPLIT_M = tl.constexpr(1)       # 2-D a (tokens sorted by group) x 3-D b: group g's rows of a and c are offs[g-1]:offs[g]
+SPLIT_M = tl.constexpr(1)       # 2-D a (tokens sorted by group) x 3-D b: group g's rows offs[g-1]:offs[g]
 SPLIT_K = tl.constexpr(2)       # 2-D a x 2-D b, K cut by offs: c (G, M, N), the weight gradient
 SPLIT_N = tl.constexpr(3)       # 3-D a x 2-D b, N cut by offs: group g's columns of b and c are offs[g-1]:offs[g]
 COUNTED_M = tl.constexpr(4)     # 3-D a (G, capacity, K) x 3-D b: group g's first counts[g] rows (the masked layout)
