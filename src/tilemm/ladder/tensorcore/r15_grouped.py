@@ -32,7 +32,7 @@ a plain product with this program.
 """
 from __future__ import annotations
 
-from ...kernel_record import Kernel, Param, Traffic, register
+from ...kernel_record import Kernel, Param, Traffic, WholeNumbers, register
 from . import availability
 
 BLOCKS = (16, 32, 64, 128, 256)
@@ -80,8 +80,7 @@ PARAMS = (
     Param("group_m", DEFAULTS["group_m"], (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
     Param("num_warps", DEFAULTS["num_warps"], (1, 2, 4, 8, 16), "warps per program"),
     Param("num_stages", DEFAULTS["num_stages"], (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"),
-    Param("programs", None, (None, 1, 2, 4, 8, 16, 32, 64, 66, 78, 114, 128, 132, 228, 256, 264),
-          "persistent programs (None: one an SM)"),
+    Param("programs", None, WholeNumbers(1, 65536), "persistent programs (None: one an SM)"),
 )
 
 KERNEL = register(Kernel(
