@@ -81,6 +81,24 @@ def test_other_dtypes_and_transposed_weights(dtype):
     assert wide.dtype == torch.float32
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("name", ["2d-3d", "masked", "3d-3d"])
+def test_tma_program_reads_the_moe_forward_layouts(name, dtype):
+    counted = name == "masked"
+    a_shape = {"2d-3d": (19, 48), "masked": (5, 18, 48), "3d-3d": (5, 3, 48)}[name]
+    a, b = operand(a_shape, dtype, 18), operand((5, 20, 48), dtype, 19).mT         # b K-major, as MoE layers
+    cut = None if name == "3d-3d" else torch.tensor(OFFS if not counted else [0, 1, 18, 17, 3], dtype=torch.int32)
+    c = tilemm.grouped_matmul(a, b, None if counted else cut, counts=cut if counted else None, tma=True, **SMALL)
+    check(c, a, b, cut, counted)
+
+
+def test_tma_is_refused_where_an_operand_is_not_k_major():
+    a, b = operand((6, 48), torch.float16, 20), operand((2, 48, 8), torch.float16, 21)
+    with pytest.raises(ValueError, match="tma=True takes"):
+        tilemm.grouped_matmul(a, b, [2, 6], tma=True, **SMALL)
+    assert tilemm.grouped_matmul(a, b, [2, 6], tma=None, **SMALL).shape == (6, 8)     # None: the pointer program
+
+
 def test_masked_layout_writes_the_counted_rows_only():
     a, b = operand((4, 18, 24), torch.float16, 5), operand((4, 24, 20), torch.float16, 6)
     counts = torch.tensor([0, 1, 18, 17], dtype=torch.int32)
@@ -212,6 +230,20 @@ for split, ty, acc in ((1, "bf16", "*bf16"), (4, "i8", "*i32")):
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     ptx = k.asm["ptx"]
     out[f"{split}-{ty}"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx, cp_async="cp.async" in ptx)
+from tilemm.ladder.tensorcore import r15_grouped_tma_kernel as t
+names = list(inspect.signature(t.grouped_tma_kernel.fn).parameters)
+sig = {n: "i32" for n in names}
+sig.update(a_desc=f"tensordesc<bf16[{p['block_m']}, {p['block_k']}]>", c_ptr="*bf16", offs_ptr="*i32",
+           b_desc=f"tensordesc<bf16[{p['block_n']}, {p['block_k']}]>")
+const = dict(stride_cn=1, SPLIT=1, BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"], BLOCK_SIZE_K=p["block_k"],
+             GROUP_SIZE_M=p["group_m"], INTEGER=False, INPUT_PRECISION=None)
+sig.update({n: "constexpr" for n in const})
+attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ["c_ptr", "offs_ptr", "stride_cm", "N", "K"]}
+k = triton.compile(ASTSource(fn=t.grouped_tma_kernel, signature=sig, constexprs=const, attrs=attrs),
+                   target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+ptx = k.asm["ptx"]
+out["tma-1-bf16"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx,
+                         cp_async="cp.async.bulk.tensor" in ptx)
 print(json.dumps(out))
 """
 

@@ -57,6 +57,11 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False):
     if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
                                 and out.device == a.device):
         raise ValueError(f"grouped_matmul: out must be a {lay.shape} tensor of {dtype} on {a.device}")
+    if config["tma"]:
+        from .ladder.tensorcore.r15_grouped_tma_kernel import eligible
+        if not eligible(a, b, lay.split):
+            raise ValueError("grouped_matmul: tma=True takes the MoE forward layouts with both operands K-major (a "
+                             "row-major, b the transpose of a contiguous (G, N, K)), rows 16-byte aligned")
     reason = r15_grouped.shared_limit(config["block_m"], config["block_n"], config["block_k"],
                                       config["num_stages"], a.element_size())
     if reason:

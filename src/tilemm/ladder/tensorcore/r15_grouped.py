@@ -16,7 +16,10 @@ of ``torch._grouped_mm`` is one program with a different SPLIT:
 - 3-D a (G, M, K) x 2-D b with offs cutting N.
 
 Within a group, tiles are numbered GROUP_SIZE_M block rows at a time (the matmul tutorial's L2
-order). Sums are float32 for 16-bit and float32 operands (float32 products exact: IEEE, not
+order). For the MoE forward layouts with both operands K-major (a row-major, b the transpose of a
+contiguous (G, N, K): how torch's MoE layers hold their weights), r15_grouped_tma_kernel.py's
+form of the program brings its tiles in by TMA, one 2-D descriptor of each operand's stacked
+rows (tma=None takes it where the operands allow). Sums are float32 for 16-bit and float32 operands (float32 products exact: IEEE, not
 TF32) and int32 for int8 (exact), rounded once to C's type.
 
 Constraints:
@@ -36,7 +39,7 @@ from ...kernel_record import Kernel, Param, Traffic, WholeNumbers, register
 from . import availability
 
 BLOCKS = (16, 32, 64, 128, 256)
-DEFAULTS = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4, programs=None)
+DEFAULTS = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4, programs=None, tma=None)
 # the interpreter's tiles: small, so the tests walk the tile loop at toy sizes
 INTERPRETER_TILES = dict(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=2)
 
@@ -46,7 +49,7 @@ def programs_for(tiles_bound: int, programs: int | None) -> int:
     return max(0, min(tiles_bound, programs or availability.multiprocessors()))
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, programs):
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, programs, tma):
     """c = a @ b as a group of one (2-D torch tensors on one device)."""
     from .r15_grouped_kernel import BATCHED, launch
     m, n = c.shape
@@ -54,7 +57,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prog
         return
     tiles = -(-m // block_m) * -(-n // block_n)
     launch(a[None], b[None], c[None], None, BATCHED, 0, programs_for(tiles, programs), block_m, block_n, block_k,
-           group_m, num_warps, num_stages)
+           group_m, num_warps, num_stages, tma)
 
 
 def traffic(p, block_m, block_n, **_):
@@ -81,6 +84,8 @@ PARAMS = (
     Param("num_warps", DEFAULTS["num_warps"], (1, 2, 4, 8, 16), "warps per program"),
     Param("num_stages", DEFAULTS["num_stages"], (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"),
     Param("programs", None, WholeNumbers(1, 65536), "persistent programs (None: one an SM)"),
+    Param("tma", None, (None, False, True), "tiles brought in by TMA (the MoE forward layouts, both operands "
+                                            "K-major; None: where the operands allow)"),
 )
 
 KERNEL = register(Kernel(

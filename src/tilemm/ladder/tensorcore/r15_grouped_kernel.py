@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from ... import compat
+from . import r15_grouped_tma_kernel
 
 # How the groups split the problem (the program's SPLIT): which dimension `offs` cuts, or none
 # (tilemm.grouped_checks numbers them alike).
@@ -79,7 +80,7 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRA
             offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
             offs_k = tl.arange(0, BLOCK_SIZE_K)
             a_ptrs = a_g + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :] * stride_ak
-            b_ptrs = b_g + offs_k[:, None].to(tl.int64) * stride_bk + offs_n[None, :] * stride_bn
+            b_ptrs = b_g + offs_k[:, None] * stride_bk + offs_n[None, :].to(tl.int64) * stride_bn
             if INTEGER:
                 accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.int32)   # exact sums
             else:
@@ -102,19 +103,29 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRA
 
 
 def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
-           group_m: int, num_warps: int, num_stages: int):
+           group_m: int, num_warps: int, num_stages: int, tma=None):
     """The program on `programs` programs (the checks are tilemm.grouped's). a, b, c: 2-D or 3-D
     torch tensors as SPLIT reads them (a group axis first where 3-D); offs: int32 (G,) on their
-    device, or None (BATCHED); extent: the length of the dimension offs cuts."""
+    device, or None (BATCHED); extent: the length of the dimension offs cuts. tma: the TMA program
+    (r15_grouped_tma_kernel) where its eligible() takes the operands (None), always (True: a
+    ValueError where it can't), or never (False)."""
+    use_tma = tma is not False and r15_grouped_tma_kernel.eligible(a, b, split)
+    if tma and not use_tma:
+        raise ValueError("tensorcore-grouped: tma=True takes the MoE forward layouts with both operands K-major "
+                         "(a row-major, b the transpose of a contiguous (G, N, K)), rows 16-byte aligned")
     if compat.triton_interpreter() and a.dtype == torch.bfloat16:
         # Triton's interpreter multiplies bfloat16 wrongly (NumPy has none): there the same sums
         # from float32 copies (a product of two bfloat16 values is exact in float32), rounded
         # once by torch; C's rows that no group covers keep what they held
         wide = c if c.dtype == torch.float32 else c.float()
         launch(a.float(), b.float(), wide, offs, split, extent, programs, block_m, block_n, block_k, group_m,
-               num_warps, num_stages)
+               num_warps, num_stages, use_tma)
         if wide is not c:
             c.copy_(wide)
+        return
+    if use_tma:
+        r15_grouped_tma_kernel.launch(a, b, c, offs, split, extent, programs, block_m, block_n, block_k, group_m,
+                                      num_warps, num_stages)
         return
     g = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else offs.shape[0])
     m, k = a.shape[-2:]
