@@ -34,6 +34,7 @@ HELD_OUT = [(4096, 4096, 7168), (4096, 7168, 2048), (2048, 32768, 512), (8192, 7
 CONFIGS = [dict(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s)
            for bm, bn, bk in ((128, 128, 128), (128, 256, 128), (64, 256, 128), (128, 128, 64))
            for w, s in ((8, 4), (8, 3))]
+CONFIGS += [dict(config, tma=False) for config in CONFIGS[:2]]     # pointer loads beside TMA's (the default here)
 
 
 def blocks(x: int) -> int:

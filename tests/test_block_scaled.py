@@ -63,6 +63,16 @@ def test_block_scales_match_the_dequantized_product(m, n, k, dtypes):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("tma", [True, False])
+def test_block_scales_with_tiles_by_tma_and_by_pointers(tma):
+    m, n, k = 19, 50, 272                       # K a multiple of 16 (TMA's rows), of no tile: edges zero-filled
+    a, b = operand(m, k, E4M3, False, 15), operand(k, n, E5M2, True, 16)
+    scale_a, scale_b = scales((m, -(-k // 128)), 17), scales((-(-k // 128), -(-n // 128)), 18)
+    c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype="float32", tma=tma, **SMALL)
+    check(c, a, b, scale_a, scale_b, block=True)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("fast_accum", [False, True])
 def test_row_wise_scales_match_the_dequantized_product(out_dtype, fast_accum):
@@ -107,6 +117,7 @@ BAD = [
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(out_dtype="int8"), TypeError, "out_dtype"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(out=torch.ones(4, 5)), ValueError, "out must"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(block_k=256), tilemm.KernelUnavailable, "128-wide block"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(tma=1), ValueError, "tma=1"),
 ]
 
 
@@ -137,19 +148,24 @@ from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_
 p = rung.DEFAULTS
 names = list(inspect.signature(s.block_scaled_kernel.fn).parameters)
 out = {}
-for row_wise, (ta, tb) in ((False, ("fp8e4nv", "fp8e4nv")), (True, ("fp8e5", "fp8e5"))):
+for row_wise, (ta, tb), tma in ((False, ("fp8e4nv", "fp8e4nv"), False), (True, ("fp8e5", "fp8e5"), False),
+                                (False, ("fp8e4nv", "fp8e4nv"), True)):
     sig = {n: "i32" for n in names}
     sig.update(a_ptr=f"*{ta}", b_ptr=f"*{tb}", c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32")
+    if tma:
+        sig.update(a_ptr=f"tensordesc<{ta}[{p['block_m']}, {p['block_k']}]>",
+                   b_ptr=f"tensordesc<{tb}[{p['block_n']}, {p['block_k']}]>")
     const = dict(stride_ak=1, stride_bk=1, stride_cn=1, ROW_WISE=row_wise, FAST_ACCUM=False, SCALE_BLOCK=s.SCALE_BLOCK,
-                 BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"], BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"])
+                 BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"], BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"],
+                 TMA=tma)
     sig.update({n: "constexpr" for n in const})
-    aligned = ["a_ptr", "b_ptr", "c_ptr", "sa_ptr", "sb_ptr", "stride_am", "stride_bn", "stride_cm", "N", "K"]
+    aligned = ["c_ptr", "sa_ptr", "sb_ptr", "stride_am", "stride_bn", "stride_cm", "N", "K"] + ["a_ptr", "b_ptr"] * (not tma)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     k = triton.compile(ASTSource(fn=s.block_scaled_kernel, signature=sig, constexprs=const, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     ptx = k.asm["ptx"]
     pair = {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}
-    out[f"{row_wise}-{ta}"] = dict(shared=k.metadata.shared, cp_async="cp.async" in ptx,
+    out[f"{row_wise}-{ta}-{tma}"] = dict(shared=k.metadata.shared, cp_async="cp.async" in ptx,
                                    wgmma=f"wgmma.mma_async.sync.aligned.m64n{p['block_n']}k32.f32.{pair[ta]}.{pair[tb]}" in ptx)
 print(json.dumps(out))
 """

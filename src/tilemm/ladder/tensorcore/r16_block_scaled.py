@@ -22,14 +22,15 @@ Constraints:
 - compute capability 8.9 or newer (fp8 tensor cores); on the CPU, Triton's interpreter;
 - BLOCK_K divides 128 (block scales) and, on the GPU, is a multiple of 32 (the 8-bit instruction's K);
 - any M, N, K and strides: A row-major and B as (N, K).T are read as they are, other layouts are
-  copied K-major first;
+  copied K-major first; with K a multiple of 16 the tiles come in by TMA (tma=None: where the
+  operands allow; False: pointer loads with masks);
 - the shared memory of num_stages stages of tiles must fit the GPU (checked before launch).
 """
 from __future__ import annotations
 
 from . import availability
 
-DEFAULTS = dict(block_m=128, block_n=128, block_k=128, group_m=8, num_warps=8, num_stages=4)
+DEFAULTS = dict(block_m=128, block_n=128, block_k=128, group_m=8, num_warps=8, num_stages=4, tma=None)
 SCALE_BLOCK = 128          # r16_block_scaled_kernel.SCALE_BLOCK (kept here: this module imports no Triton)
 
 
@@ -40,7 +41,11 @@ def resolve(params: dict) -> dict:
         raise TypeError(f"scaled_matmul: unknown parameter(s) {', '.join(sorted(unknown))} for block or row-wise "
                         f"scales; it takes {', '.join(DEFAULTS)}")
     config = {**DEFAULTS, **params}
+    if config["tma"] is not None and not isinstance(config["tma"], bool):
+        raise ValueError(f"scaled_matmul: tma={config['tma']!r} must be None (where the operands allow), True or False")
     for name, value in config.items():
+        if name == "tma":
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")
     for name in ("block_m", "block_n", "block_k"):
