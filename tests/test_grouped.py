@@ -99,6 +99,56 @@ def test_tma_is_refused_where_an_operand_is_not_k_major():
     assert tilemm.grouped_matmul(a, b, [2, 6], tma=None, **SMALL).shape == (6, 8)     # None: the pointer program
 
 
+def dequantized(x, scale, rows_per_scale):
+    """x (float64) times its block scales: (.., rows, K) with scales of 1 x 128 (rows_per_scale 1)
+    or 128 x 128 blocks."""
+    s = scale.double().repeat_interleave(rows_per_scale, -2).repeat_interleave(128, -1)
+    return x.double() * s[..., :x.shape[-2], :x.shape[-1]]
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("tma", [None, False])
+@pytest.mark.parametrize("counted", [False, True])
+def test_float8_groups_with_block_scales_match_the_dequantized_product(tma, counted):
+    e4m3, k, n = torch.float8_e4m3fn, 272, 140          # K and N past one 128-block, ragged
+    b = (torch.randn(3, n, k) * 3).to(e4m3).mT
+    scale_b = scales_like((3, 3, 2), 22)
+    a = (torch.randn((3, 9, k) if counted else (20, k)) * 3).to(e4m3)
+    scale_a = scales_like(a.shape[:-1] + (3,), 23)
+    cut = torch.tensor([9, 0, 4] if counted else [0, 7, 20], dtype=torch.int32)
+    params = dict(SMALL, block_k=32)
+    c = tilemm.grouped_matmul(a, b, None if counted else cut, counts=cut if counted else None, scale_a=scale_a,
+                              scale_b=scale_b, out_dtype=torch.float32, tma=tma, **params)
+    a64, b64 = dequantized(a, scale_a, 1), dequantized(b.mT, scale_b.mT, 128).mT     # B's blocks: (K, N) tiles
+    ref = torch.zeros(c.shape, dtype=torch.float64)
+    size = torch.zeros(c.shape, dtype=torch.float64)
+    lay = layout(a.float(), b.float(), None if counted else cut, cut if counted else None, None)
+    for (rows, a_g, b_g, at), (_, x, y, _) in zip(slices(a64, b64, cut.tolist(), lay),
+                                                  slices(a64.abs(), b64.abs(), cut.tolist(), lay)):
+        ref[at], size[at] = a_g[rows] @ b_g, x[rows] @ y
+    err = (c.double() - ref).abs()
+    assert torch.all(err <= 2.0**-24 * ref.abs() + (2 * k + 3 * k / 16 + 2) * 2.0**-24 * size + 1e-30)
+
+
+def scales_like(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return 2.0 ** torch.randint(-3, 4, shape, generator=g) * (1 + torch.rand(shape, generator=g))
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(), TypeError, "float8 groups take block scales"),
+    (dict(scale_a=torch.ones(6, 1), scale_b=torch.ones(2, 1, 2)), ValueError, r"scale_b has shape \(2, 1, 2\)"),
+    (dict(scale_a=torch.ones(6, 1, dtype=torch.float16), scale_b=torch.ones(2, 1, 1)), ValueError, "float32"),
+    (dict(scale_a=torch.ones(6, 2), scale_b=torch.ones(2, 1, 1)), ValueError, r"scale_a has shape \(6, 2\)"),
+])
+def test_bad_block_scales_are_refused_before_any_work(monkeypatch, kwargs, error, match):
+    monkeypatch.setattr(r15_grouped_kernel, "launch", lambda *_, **__: pytest.fail("launched"))
+    a, b = torch.ones(6, 32).to(torch.float8_e4m3fn), torch.ones(2, 32, 8).to(torch.float8_e4m3fn)
+    kwargs = {k: v.to(WHERE) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    with pytest.raises(error, match=match):
+        tilemm.grouped_matmul(a.to(WHERE), b.to(WHERE), [2, 6], **kwargs)
+
+
 def test_masked_layout_writes_the_counted_rows_only():
     a, b = operand((4, 18, 24), torch.float16, 5), operand((4, 24, 20), torch.float16, 6)
     counts = torch.tensor([0, 1, 18, 17], dtype=torch.int32)
@@ -217,10 +267,10 @@ names = list(inspect.signature(g.grouped_kernel.fn).parameters)
 out = {}
 for split, ty, acc in ((1, "bf16", "*bf16"), (4, "i8", "*i32")):
     sig = {n: "i32" for n in names}
-    sig.update(a_ptr=f"*{ty}", b_ptr=f"*{ty}", c_ptr=acc, offs_ptr="*i32")
+    sig.update(a_ptr=f"*{ty}", b_ptr=f"*{ty}", c_ptr=acc, offs_ptr="*i32", sa_ptr="*fp32", sb_ptr="*fp32")
     const = dict(stride_ak=1, stride_bn=1, stride_cn=1, SPLIT=split, BLOCK_SIZE_M=p["block_m"],
                  BLOCK_SIZE_N=p["block_n"], BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"],
-                 INTEGER=ty == "i8", INPUT_PRECISION=None)
+                 INTEGER=ty == "i8", INPUT_PRECISION=None, SCALED=False)
     sig.update({n: "constexpr" for n in const})
     # what a launch on aligned operands specializes: pointers, row strides and sizes divisible by 16
     aligned = ["a_ptr", "b_ptr", "c_ptr", "offs_ptr", "stride_ag", "stride_am", "stride_bg", "stride_bk", "stride_cg",
@@ -232,18 +282,21 @@ for split, ty, acc in ((1, "bf16", "*bf16"), (4, "i8", "*i32")):
     out[f"{split}-{ty}"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx, cp_async="cp.async" in ptx)
 from tilemm.ladder.tensorcore import r15_grouped_tma_kernel as t
 names = list(inspect.signature(t.grouped_tma_kernel.fn).parameters)
-sig = {n: "i32" for n in names}
-sig.update(a_desc=f"tensordesc<bf16[{p['block_m']}, {p['block_k']}]>", c_ptr="*bf16", offs_ptr="*i32",
-           b_desc=f"tensordesc<bf16[{p['block_n']}, {p['block_k']}]>")
-const = dict(stride_cn=1, SPLIT=1, BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"], BLOCK_SIZE_K=p["block_k"],
-             GROUP_SIZE_M=p["group_m"], INTEGER=False, INPUT_PRECISION=None)
-sig.update({n: "constexpr" for n in const})
-attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ["c_ptr", "offs_ptr", "stride_cm", "N", "K"]}
-k = triton.compile(ASTSource(fn=t.grouped_tma_kernel, signature=sig, constexprs=const, attrs=attrs),
-                   target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
-ptx = k.asm["ptx"]
-out["tma-1-bf16"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx,
-                         cp_async="cp.async.bulk.tensor" in ptx)
+for ty, scaled in (("bf16", False), ("fp8e4nv", True)):     # float8 groups with block scales
+    sig = {n: "i32" for n in names}
+    sig.update(a_desc=f"tensordesc<{ty}[{p['block_m']}, {p['block_k']}]>", c_ptr="*bf16", offs_ptr="*i32",
+               b_desc=f"tensordesc<{ty}[{p['block_n']}, {p['block_k']}]>", sa_ptr="*fp32", sb_ptr="*fp32")
+    const = dict(stride_cn=1, SPLIT=1, BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"],
+                 BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"], INTEGER=False, INPUT_PRECISION=None,
+                 SCALED=scaled)
+    sig.update({n: "constexpr" for n in const})
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ["c_ptr", "offs_ptr", "stride_cm", "N", "K"]}
+    k = triton.compile(ASTSource(fn=t.grouped_tma_kernel, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+    ptx = k.asm["ptx"]
+    out[f"tma-1-{ty}"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx,
+                              cp_async="cp.async.bulk.tensor" in ptx)
 print(json.dumps(out))
 """
 
@@ -254,6 +307,7 @@ def test_the_program_compiles_for_sm90_with_wgmma_and_pipelined_loads():
     for name, info in compiled.items():
         assert info["wgmma"] and info["cp_async"], (name, info)
         assert info["shared"] >= (stages - 1) * (128 + 128) * 64 * (2 if "bf16" in name else 1), (name, info)
+    assert "tma-1-fp8e4nv" in compiled
 
 
 @pytest.mark.gpu

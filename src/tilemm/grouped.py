@@ -8,11 +8,11 @@ import contextlib
 import numpy as np
 
 from . import arrays
-from .grouped_checks import BATCHED, COUNTED_M, SPLIT_M, SPLIT_K, check_values, layout
+from .grouped_checks import BATCHED, COUNTED_M, SPLIT_M, SPLIT_K, check_scales, check_values, layout
 from .grouped_launch import as_array, device_grouped, host_values
 
 
-def grouped_matmul(a, b, offs=None, *, counts=None, out_dtype=None, out=None, **params):
+def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, out_dtype=None, out=None, **params):
     """Grouped products ``C_g = A_g @ B_g``, as ``torch._grouped_mm(a, b, offs)`` computes them.
 
     a, b: NumPy arrays, CuPy arrays or torch tensors (both one kind, on one device) of float16,
@@ -36,8 +36,14 @@ def grouped_matmul(a, b, offs=None, *, counts=None, out_dtype=None, out=None, **
     counts: int32 (G,), the masked layout's valid rows a group (checked where on the host, clamped
         to the capacity on a GPU). No value is read on the host for a GPU's counts or offs: the
         call's launch does not depend on them, so a CUDA graph can capture and replay it.
-    out_dtype: the result's dtype: the operands' (default; int8 gives int32, exact), or float32
-        for 16-bit operands. Sums are float32 (int32 for int8), rounded once.
+    scale_a, scale_b: block scales for float8 operands (torch, e4m3 or e5m2; the MoE forward
+        layouts: 2-D x 3-D with offs, 3-D x 3-D, masked), DeepGEMM's: float32 scale_a (total_M,
+        ceil(K/128)) (or (G, M, ceil(K/128))), one a 1 x 128 block of a row of A, and scale_b
+        (G, ceil(K/128), ceil(N/128)), one a 128 x 128 block of B_g; each K step's float32
+        partial sums are multiplied by theirs on the way into the accumulator (rung 16's rule).
+    out_dtype: the result's dtype: the operands' (default; int8 gives int32, exact; float8
+        bfloat16), or float32 for 16-bit operands (bfloat16, float16 or float32 for float8).
+        Sums are float32 (int32 for int8), rounded once.
     out: an array of the result's shape and dtype, on the operands' device, to write into.
     params: the rung's parameters (block_m, block_n, block_k, group_m, num_warps, num_stages,
         programs: see ``tilemm.kernel("tensorcore-grouped")``); GPU operands only.
@@ -52,6 +58,8 @@ def grouped_matmul(a, b, offs=None, *, counts=None, out_dtype=None, out=None, **
         return problems(a, b, offs, counts, out_dtype, out, params)
     torch, cupy = arrays.torch_if_imported(), arrays.cupy_if_imported()
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        if scale_a is not None or scale_b is not None:
+            raise TypeError("grouped_matmul: block scales are for float8 torch tensors (NumPy has no float8)")
         if params:
             raise TypeError(f"grouped_matmul: parameter(s) {', '.join(sorted(params))} are the GPU program's; "
                             "NumPy operands are multiplied on the host")
@@ -61,8 +69,8 @@ def grouped_matmul(a, b, offs=None, *, counts=None, out_dtype=None, out=None, **
         cut = arrays.torch_view(cut) if isinstance(cut, cupy.ndarray) else cut
         view = arrays.torch_view(out) if out is not None else None
         offs, counts = (cut, None) if counts is None else (None, cut)
-        c = grouped_matmul(arrays.torch_view(a), arrays.torch_view(b), offs, counts=counts, out_dtype=out_dtype,
-                           out=view, **params)
+        c = grouped_matmul(arrays.torch_view(a), arrays.torch_view(b), offs, counts=counts, scale_a=scale_a,
+                           scale_b=scale_b, out_dtype=out_dtype, out=view, **params)
         return out if out is not None else cupy.asarray(c)
     if torch is None or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise TypeError(f"grouped_matmul: operands are {type(a).__name__} and {type(b).__name__}; pass two NumPy "
@@ -70,7 +78,11 @@ def grouped_matmul(a, b, offs=None, *, counts=None, out_dtype=None, out=None, **
     if a.device != b.device:
         raise ValueError(f"grouped_matmul: a is on {a.device} and b on {b.device}; put both on one device")
     offs, counts = as_array(offs), as_array(counts)
-    lay = layout(a, b, offs, counts, out_dtype)
+    scaled = scale_a is not None or scale_b is not None
+    lay = layout(a, b, offs, counts, out_dtype, scaled)
+    if scaled:
+        check_scales(scale_a, scale_b, a, b, lay, torch)
+        return device_grouped(a, b, offs if counts is None else counts, lay, out, params, scales=(scale_a, scale_b))
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         if out is not None:
             raise TypeError("grouped_matmul: functions with out=... arguments don't support automatic "

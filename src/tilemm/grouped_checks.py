@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DTYPES = ("float16", "bfloat16", "float32", "int8")
+FP8 = ("float8_e4m3fn", "float8_e5m2")          # with block scales only
+SCALE_BLOCK = 128
 
 # SPLIT of the program (tilemm.ladder.tensorcore.r15_grouped_kernel's numbering)
 BATCHED, SPLIT_M, SPLIT_K, SPLIT_N, COUNTED_M = range(5)
@@ -30,14 +32,18 @@ def dtype_name(x) -> str:
     return str(x.dtype).removeprefix("torch.")
 
 
-def layout(a, b, offs, counts, out_dtype) -> Layout:
-    """The call's Layout (a, b: arrays with .shape, .ndim and .dtype; offs, counts: None or 1-D)."""
+def layout(a, b, offs, counts, out_dtype, scaled: bool = False) -> Layout:
+    """The call's Layout (a, b: arrays with .shape, .ndim and .dtype; offs, counts: None or 1-D;
+    scaled: block scales given, for float8 operands)."""
     for name, x in (("a", a), ("b", b)):
         if x.ndim not in (2, 3):
             raise ValueError(f"grouped_matmul: operand {name} has shape {tuple(x.shape)}; it takes 2-D or 3-D operands")
-        if dtype_name(x) not in DTYPES:
+        if dtype_name(x) not in (FP8 if scaled else DTYPES):
+            if dtype_name(x) in FP8:
+                raise TypeError(f"grouped_matmul: operand {name} is {dtype_name(x)}; float8 groups take block "
+                                "scales, scale_a and scale_b")
             raise TypeError(f"grouped_matmul: operand {name} has dtype {dtype_name(x)}; it multiplies "
-                            f"{', '.join(DTYPES)}")
+                            f"{', '.join(DTYPES)}" + (" (float8 with block scales: " + ", ".join(FP8) + ")") * scaled)
     if dtype_name(a) != dtype_name(b):
         raise TypeError(f"grouped_matmul: a is {dtype_name(a)} and b {dtype_name(b)}; both must be one dtype")
     if offs is not None and counts is not None:
@@ -81,16 +87,20 @@ def layout(a, b, offs, counts, out_dtype) -> Layout:
         groups = cut.shape[0]
         if split == SPLIT_K:
             shape = (groups, a.shape[0], b.shape[1])
+    if scaled and split not in (SPLIT_M, BATCHED, COUNTED_M):
+        raise ValueError(f"grouped_matmul: block scales take the MoE forward layouts (2-D x 3-D with offs, 3-D x 3-D, "
+                         f"masked); this call is {NAMES[split]}")
     return Layout(split, groups, shape, extent, result_dtype(dtype_name(a), out_dtype))
 
 
 def result_dtype(operands: str, out_dtype) -> str:
     """The result's dtype: out_dtype if allowed (None: the operands', int32 for int8)."""
-    default = "int32" if operands == "int8" else operands
+    default = {"int8": "int32", **dict.fromkeys(FP8, "bfloat16")}.get(operands, operands)
     if out_dtype is None:
         return default
     name = str(getattr(out_dtype, "name", out_dtype)).removeprefix("torch.")
-    allowed = (default,) if operands in ("int8", "float32") else (operands, "float32")
+    allowed = ((default,) if operands in ("int8", "float32") else ("bfloat16", "float16", "float32")
+               if operands in FP8 else (operands, "float32"))
     if name not in allowed:
         raise TypeError(f"grouped_matmul: out_dtype={out_dtype!r} for {operands} operands; choose "
                         f"{' or '.join(allowed)}")
@@ -115,3 +125,23 @@ def check_values(values, lay: Layout) -> None:
     if previous > lay.extent:
         raise ValueError(f"grouped_matmul: offs[-1] = {previous} is past the end: the dimension offs cuts "
                          f"({lay.cuts()}) has {lay.extent}")
+
+
+def check_scales(scale_a, scale_b, a, b, lay: Layout, torch) -> None:
+    """Block scales of float8 groups: float32 tensors on the operands' device, scale_a one a 1 x 128
+    block of a row of A ((total_M, K/128), or (G, M, K/128) for a 3-D a), scale_b one a 128 x 128
+    block of a group's B ((G, K/128, N/128)), K/128 and N/128 rounded up."""
+    k, n = b.shape[-2], b.shape[-1]
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    wanted = {"scale_a": a.shape[:-1] + (kb,), "scale_b": (lay.groups, kb, nb)}
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(s, torch.Tensor):
+            raise ValueError(f"grouped_matmul: {name} is {type(s).__name__}; block scales are float32 tensors, "
+                             f"{name} of shape {tuple(wanted[name])}")
+        if s.dtype != torch.float32:
+            raise ValueError(f"grouped_matmul: {name} has dtype {dtype_name(s)}; block scales are float32")
+        if tuple(s.shape) != tuple(wanted[name]):
+            raise ValueError(f"grouped_matmul: {name} has shape {tuple(s.shape)}; for these operands it is "
+                             f"{tuple(wanted[name])} (one a {'1 x 128' if name == 'scale_a' else '128 x 128'} block)")
+        if s.device != a.device:
+            raise ValueError(f"grouped_matmul: {name} is on {s.device} and the operands on {a.device}")

@@ -30,9 +30,10 @@ def as_array(cut):
     return cut
 
 
-def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False):
+def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=None):
     """torch operands: the rung's one launch (checks first). cut: offs or counts (None: a batch).
-    zero_uncovered: a new result is zeroed even where the offsets are on the GPU (gradients)."""
+    zero_uncovered: a new result is zeroed even where the offsets are on the GPU (gradients).
+    scales: float8 operands' block scales (scale_a, scale_b), checked (grouped_checks.check_scales)."""
     import torch
     from .ladder.tensorcore import availability, r15_grouped
     config = r15_grouped.KERNEL.resolve(params)
@@ -57,6 +58,13 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False):
     if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
                                 and out.device == a.device):
         raise ValueError(f"grouped_matmul: out must be a {lay.shape} tensor of {dtype} on {a.device}")
+    # (block scales: every block_k the rung takes, 16 to 128, divides the scales' 128-wide blocks)
+    if scales is not None and a.device.type == "cuda":
+        if torch.cuda.get_device_capability(a.device) < (8, 9):
+            raise KernelUnavailable("grouped_matmul: float8 needs compute capability 8.9 or newer")
+        if config["block_k"] % 32:
+            raise ValueError(f"grouped_matmul: block_k={config['block_k']}: the 8-bit tensor-core instruction "
+                             "takes K in multiples of 32")
     if config["tma"]:
         from .ladder.tensorcore.r15_grouped_tma_kernel import eligible
         if not eligible(a, b, lay.split):
@@ -79,7 +87,7 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False):
         from .ladder.tensorcore.r15_grouped_kernel import launch
         guard = torch.cuda.device(a.device) if a.device.type == "cuda" else contextlib.nullcontext()
         with guard, JIT_LOCK:
-            launch(a, b, c, cut, lay.split, lay.extent, programs, **config)
+            launch(a, b, c, cut, lay.split, lay.extent, programs, **config, scales=scales)
     return c
 
 

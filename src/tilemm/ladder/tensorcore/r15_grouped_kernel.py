@@ -8,6 +8,7 @@ import triton.language as tl
 
 from ... import compat
 from . import r15_grouped_tma_kernel
+from .r15_grouped_scales import block_scale_factors, scale_arguments
 
 # How the groups split the problem (the program's SPLIT): which dimension `offs` cuts, or none
 # (tilemm.grouped_checks numbers them alike).
@@ -23,15 +24,17 @@ COUNTED_M = tl.constexpr(4)     # 3-D a (G, capacity, K) x 3-D b: group g's firs
 def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRAMS,
                    stride_ag, stride_am, stride_ak, stride_bg, stride_bk, stride_bn,
                    stride_cg, stride_cm, stride_cn,
+                   sa_ptr, sb_ptr, stride_sag, stride_sam, stride_sak, stride_sbg, stride_sbk, stride_sbn,
                    SPLIT: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
                    BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, INTEGER: tl.constexpr,
-                   INPUT_PRECISION: tl.constexpr):
+                   INPUT_PRECISION: tl.constexpr, SCALED: tl.constexpr):
     """C_g = A_g @ B_g for every group g, in one launch of NUM_PROGRAMS programs: program p takes
     tiles p, p + NUM_PROGRAMS, p + 2 NUM_PROGRAMS... of the list of every group's tiles, walking
     the groups in order and working out each one's size from offs on the device (no host read:
     the launch is the same whatever the sizes, so a CUDA graph can hold it). M, N, K: the sizes
     every group shares; EXTENT: the length of the dimension offs cuts (offsets are clamped into
-    it, so bad offsets read and write nothing outside the operands)."""
+    it, so bad offsets read and write nothing outside the operands). SCALED: float8 groups with
+    block scales (sa_ptr, sb_ptr; SPLIT_M, BATCHED or COUNTED_M), applied to each K step's sums."""
     tile = tl.program_id(axis=0)
     tiles_before = 0            # tiles of the groups walked so far
     lo = 0                      # where group g starts along the dimension offs cuts
@@ -43,6 +46,8 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRA
         a_g = a_ptr + tl.cast(g, tl.int64) * stride_ag
         b_g = b_ptr + tl.cast(g, tl.int64) * stride_bg
         c_g = c_ptr + tl.cast(g, tl.int64) * stride_cg
+        sa_g = sa_ptr + tl.cast(g, tl.int64) * stride_sag
+        sb_g = sb_ptr + tl.cast(g, tl.int64) * stride_sbg
         hi = lo
         if SPLIT != BATCHED:
             hi = tl.minimum(tl.maximum(tl.load(offs_ptr + g), lo), EXTENT)   # offs[g], clamped
@@ -50,6 +55,7 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRA
             m_g = hi - lo
             a_g += tl.cast(lo, tl.int64) * stride_am
             c_g += tl.cast(lo, tl.int64) * stride_cm
+            sa_g += tl.cast(lo, tl.int64) * stride_sam
         if SPLIT == SPLIT_K:
             k_g = hi - lo
             a_g += tl.cast(lo, tl.int64) * stride_ak
@@ -87,9 +93,14 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRA
                 accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
             for kk in range(0, tl.cdiv(k_g, BLOCK_SIZE_K)):
                 k_left = k_g - kk * BLOCK_SIZE_K
-                a = tl.load(a_ptrs, mask=(offs_m[:, None] < m_g) & (offs_k[None, :] < k_left), other=0)
-                b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < n_g), other=0)
-                accumulator = tl.dot(a, b, accumulator, input_precision=INPUT_PRECISION)
+                a = tl.load(a_ptrs, mask=(offs_m[:, None] < m_g) & (offs_k[None, :] < k_left), other=0.0)
+                b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < n_g), other=0.0)
+                if SCALED:
+                    accumulator += tl.dot(a, b) * block_scale_factors(
+                        sa_g, sb_g, offs_m, offs_n, m_g, n_g, kk, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                        BLOCK_SIZE_K)
+                else:
+                    accumulator = tl.dot(a, b, accumulator, input_precision=INPUT_PRECISION)
                 a_ptrs += BLOCK_SIZE_K * stride_ak
                 b_ptrs += BLOCK_SIZE_K * stride_bk
             c = accumulator.to(c_ptr.dtype.element_ty)         # one rounding, to C's type
@@ -103,12 +114,13 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRA
 
 
 def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
-           group_m: int, num_warps: int, num_stages: int, tma=None):
+           group_m: int, num_warps: int, num_stages: int, tma=None, scales=None):
     """The program on `programs` programs (the checks are tilemm.grouped's). a, b, c: 2-D or 3-D
     torch tensors as SPLIT reads them (a group axis first where 3-D); offs: int32 (G,) on their
     device, or None (BATCHED); extent: the length of the dimension offs cuts. tma: the TMA program
     (r15_grouped_tma_kernel) where its eligible() takes the operands (None), always (True: a
-    ValueError where it can't), or never (False)."""
+    ValueError where it can't), or never (False). scales: None, or float8 a and b's block scales
+    (scale_a (rows, K/128) or (G, M, K/128), scale_b (G, K/128, N/128), float32)."""
     use_tma = tma is not False and r15_grouped_tma_kernel.eligible(a, b, split)
     if tma and not use_tma:
         raise ValueError("tensorcore-grouped: tma=True takes the MoE forward layouts with both operands K-major "
@@ -125,7 +137,7 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
         return
     if use_tma:
         r15_grouped_tma_kernel.launch(a, b, c, offs, split, extent, programs, block_m, block_n, block_k, group_m,
-                                      num_warps, num_stages)
+                                      num_warps, num_stages, scales)
         return
     g = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else offs.shape[0])
     m, k = a.shape[-2:]
@@ -140,6 +152,6 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
     integer = a.dtype == torch.int8
     grouped_kernel[(programs,)](
         a, b, c, offs if offs is not None else c, g, m, n, k, extent, programs, *sa, *sb, *sc,
-        SPLIT=split, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
+        *scale_arguments(scales, c, split == SPLIT_M), SCALED=scales is not None, SPLIT=split, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
         INTEGER=integer, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else None,
         num_warps=num_warps, num_stages=num_stages)

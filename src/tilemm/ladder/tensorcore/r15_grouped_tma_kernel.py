@@ -8,6 +8,8 @@ arithmetic in the K loop: what the pointer program (r15_grouped_kernel.py) spend
 import triton
 import triton.language as tl
 
+from .r15_grouped_scales import block_scale_factors, scale_arguments
+
 # the layouts it takes, numbered as r15_grouped_kernel's SPLIT (which imports this module)
 BATCHED = tl.constexpr(0)
 SPLIT_M = tl.constexpr(1)
@@ -18,9 +20,10 @@ COUNTED_M = tl.constexpr(4)
 @triton.jit
 def grouped_tma_kernel(a_desc, b_desc, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRAMS,
                        stride_cg, stride_cm, stride_cn,
+                       sa_ptr, sb_ptr, stride_sag, stride_sam, stride_sak, stride_sbg, stride_sbk, stride_sbn,
                        SPLIT: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
                        BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, INTEGER: tl.constexpr,
-                       INPUT_PRECISION: tl.constexpr):
+                       INPUT_PRECISION: tl.constexpr, SCALED: tl.constexpr):
     """C_g = A_g @ B_g for every group (SPLIT_M, BATCHED or COUNTED_M), tiles walked as the pointer
     program walks them. a_desc: A's rows (total_M or G * M, K); b_desc: B's transposed rows (G * N, K)."""
     tile = tl.program_id(axis=0)
@@ -30,6 +33,8 @@ def grouped_tma_kernel(a_desc, b_desc, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_
         m_g = M
         row0 = g * M                       # group g's first row in A's descriptor
         c_g = c_ptr + tl.cast(g, tl.int64) * stride_cg
+        sa_g = sa_ptr + tl.cast(g, tl.int64) * stride_sag
+        sb_g = sb_ptr + tl.cast(g, tl.int64) * stride_sbg
         hi = lo
         if SPLIT != BATCHED:
             hi = tl.minimum(tl.maximum(tl.load(offs_ptr + g), lo), EXTENT)
@@ -37,6 +42,7 @@ def grouped_tma_kernel(a_desc, b_desc, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_
             m_g = hi - lo
             row0 = lo
             c_g = c_ptr + tl.cast(lo, tl.int64) * stride_cm
+            sa_g = sa_ptr + tl.cast(lo, tl.int64) * stride_sam
         if SPLIT == COUNTED_M:
             m_g = hi
             hi = 0
@@ -55,16 +61,21 @@ def grouped_tma_kernel(a_desc, b_desc, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_
                 accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.int32)
             else:
                 accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+            offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+            offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
             a_row = row0 + pid_m * BLOCK_SIZE_M
             b_row = g * N + pid_n * BLOCK_SIZE_N
             for kk in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
                 a = a_desc.load([a_row, kk * BLOCK_SIZE_K])            # (BLOCK_SIZE_M, BLOCK_SIZE_K)
                 b = b_desc.load([b_row, kk * BLOCK_SIZE_K])            # (BLOCK_SIZE_N, BLOCK_SIZE_K)
-                accumulator = tl.dot(a, b.T, accumulator, input_precision=INPUT_PRECISION)
+                if SCALED:
+                    accumulator += tl.dot(a, b.T) * block_scale_factors(
+                        sa_g, sb_g, offs_m, offs_n, m_g, N, kk, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                        BLOCK_SIZE_K)
+                else:
+                    accumulator = tl.dot(a, b.T, accumulator, input_precision=INPUT_PRECISION)
             c = accumulator.to(c_ptr.dtype.element_ty)
 
-            offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-            offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
             c_ptrs = c_g + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
             tl.store(c_ptrs, c, mask=(offs_m[:, None] < m_g) & (offs_n[None, :] < N))
             tile += NUM_PROGRAMS
@@ -87,7 +98,7 @@ def eligible(a, b, split: int) -> bool:
 
 
 def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
-           group_m: int, num_warps: int, num_stages: int):
+           group_m: int, num_warps: int, num_stages: int, scales=None):
     """The program on `programs` programs, for operands that eligible() takes (the checks are
     tilemm.grouped's)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -100,6 +111,6 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
     sc = c.stride() if c.dim() == 3 else (0,) + c.stride()
     grouped_tma_kernel[(programs,)](
         a_desc, b_desc, c, offs if offs is not None else c, g, m, n, k, extent, programs, *sc,
-        SPLIT=split, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
+        *scale_arguments(scales, c, split == SPLIT_M), SCALED=scales is not None, SPLIT=split, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
         INTEGER=a.dtype.itemsize == 1 and not a.dtype.is_floating_point,
         INPUT_PRECISION="ieee" if a.dtype.itemsize == 4 else None, num_warps=num_warps, num_stages=num_stages)
