@@ -1,6 +1,7 @@
 """The fine-grained fp8 bar: tilemm.scaled_matmul with block scales (1x128 for A, 128x128 for B,
 DeepGEMM's) and with row-wise scales, against torch._scaled_mm with row-wise scales (and
-tensor-wise, beside it), on DeepSeek-V3-like shapes.
+tensor-wise, beside it), on DeepSeek-V3-like shapes; then grouped contiguous float8 (GROUPED:
+tilemm.grouped_matmul with block scales, torch._scaled_grouped_mm with row-wise ones beside it).
 
     PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py --out DIR
     ... block_scaled_vs_torch.py --out DIR --quick      # ~2 min: the tuning set over CONFIGS, to pick defaults
@@ -121,6 +122,68 @@ def measure(shape, seed, variants_of, args, base, out_file, label_set):
     torch.cuda.empty_cache()
 
 
+# grouped contiguous (DeepGEMM's m-grouped layout): (groups, rows, N, K), tokens sorted by group
+GROUPED = [(4, 32768, 4096, 7168), (4, 32768, 7168, 2048), (8, 32768, 4096, 7168), (8, 32768, 7168, 2048)]
+
+
+def grouped(shape, seed, args, base, out_file):
+    """tilemm.grouped_matmul with block scales against torch._scaled_grouped_mm with row-wise
+    scales (where this torch has it), balanced and skewed routings; answers checked on 64 sampled
+    rows against the dequantized float64 product."""
+    groups, rows, n, k = shape
+    for kind in ("balanced", "skewed"):
+        g = torch.Generator().manual_seed(seed)
+        weights = torch.ones(groups, dtype=torch.float64) if kind == "balanced" else torch.rand(groups, generator=g,
+                                                                                                 dtype=torch.float64)**4
+        counts = torch.distributions.Multinomial(rows, probs=weights / weights.sum()).sample().long()
+        ends = counts.cumsum(0).tolist()
+        offs = torch.tensor(ends, dtype=torch.int32, device="cuda")
+        a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(groups, n, k, device="cuda").to(torch.float8_e4m3fn).mT          # (G, K, N), K-major
+        scale_a = torch.rand(rows, blocks(k), device="cuda") + 0.5
+        scale_b = torch.rand(groups, blocks(k), blocks(n), device="cuda") + 0.5
+        row_a, row_b = torch.rand(rows, device="cuda") + 0.5, torch.rand(groups, n, device="cuda") + 0.5
+        variants = {"tilemm-grouped-block": ("block", lambda: tilemm.grouped_matmul(a, b, offs, scale_a=scale_a,
+                                                                                    scale_b=scale_b))}
+        if hasattr(torch, "_scaled_grouped_mm"):
+            variants["scaled_grouped_mm-row"] = ("row", lambda: torch._scaled_grouped_mm(
+                a, b, row_a, row_b, offs=offs, out_dtype=torch.bfloat16))
+        good, records = {}, []
+        for label, (scales, launch) in variants.items():
+            try:
+                c = launch()
+                sample = torch.randint(0, rows, (64,), generator=g)
+                group = torch.searchsorted(torch.tensor(ends), sample, right=True)
+                ok, err = True, 0.0
+                for e in group.unique().tolist():
+                    r = sample[group == e].cuda()
+                    sa, sb = ((scale_a[r], scale_b[e]) if scales == "block" else (row_a[r][:, None], row_b[e][None, :]))
+                    good_e, err_e = check(c[r], a[r], b[e], sa, sb, scales, seed)
+                    ok, err = ok and good_e, max(err, err_e)
+            except Exception as ex:  # noqa: BLE001 - recorded as failed; the others still measured
+                print(f"  {label}: {type(ex).__name__}: {ex}"[:300], flush=True)
+                ok, err = False, float("nan")
+            records.append(dict(variant=label, scales=scales, status="ok" if ok else "FAILED", relative_error=err,
+                                groups=groups, rows=rows, n=n, k=k, routing=kind, set="grouped",
+                                dtype="float8_e4m3fn", out_dtype="bfloat16", **base))
+            if ok:
+                good[label] = launch
+        times = {label: statistics.median(ts)
+                 for label, ts in interleaved_rounds(good, args.rounds, args.per_round).items()}
+        anchor = times.get("scaled_grouped_mm-row")
+        for rec in records:
+            t = times.get(rec["variant"])
+            if t is not None:
+                rec.update(median_ms=t, tflops=2 * rows * n * k / t / 1e9,
+                           vs_scaled_grouped_mm_row=anchor / t if anchor else None)
+            print(f"grouped  G={groups} {rows:6}x{n:5}x{k:5} {kind:8} {rec['variant']:30} "
+                  f"{rec.get('median_ms', float('nan')):7.3f} ms {rec.get('tflops', float('nan')):7.1f} TFLOP/s "
+                  f"{rec['status']}", flush=True)
+        with open(out_file, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
@@ -146,6 +209,8 @@ def main():
         for i, shape in enumerate(shapes):
             measure(shape, 100 * (label_set == "held-out") + i, anchors, args, base,
                     args.out / "block_scaled_vs_torch.jsonl", label_set)
+    for i, shape in enumerate(GROUPED):
+        grouped(shape, 200 + i, args, base, args.out / "block_scaled_vs_torch.jsonl")
 
 
 if __name__ == "__main__":

@@ -107,9 +107,9 @@ def dequantized(x, scale, rows_per_scale):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
-@pytest.mark.parametrize("tma", [None, False])
+@pytest.mark.parametrize("tma,out_dtype", [(None, torch.float32), (False, torch.float32), (None, torch.bfloat16)])
 @pytest.mark.parametrize("counted", [False, True])
-def test_float8_groups_with_block_scales_match_the_dequantized_product(tma, counted):
+def test_float8_groups_with_block_scales_match_the_dequantized_product(tma, out_dtype, counted):
     e4m3, k, n = torch.float8_e4m3fn, 272, 140          # K and N past one 128-block, ragged
     b = (torch.randn(3, n, k) * 3).to(e4m3).mT
     scale_b = scales_like((3, 3, 2), 22)
@@ -118,7 +118,7 @@ def test_float8_groups_with_block_scales_match_the_dequantized_product(tma, coun
     cut = torch.tensor([9, 0, 4] if counted else [0, 7, 20], dtype=torch.int32)
     params = dict(SMALL, block_k=32)
     c = tilemm.grouped_matmul(a, b, None if counted else cut, counts=cut if counted else None, scale_a=scale_a,
-                              scale_b=scale_b, out_dtype=torch.float32, tma=tma, **params)
+                              scale_b=scale_b, out_dtype=out_dtype, tma=tma, **params)
     a64, b64 = dequantized(a, scale_a, 1), dequantized(b.mT, scale_b.mT, 128).mT     # B's blocks: (K, N) tiles
     ref = torch.zeros(c.shape, dtype=torch.float64)
     size = torch.zeros(c.shape, dtype=torch.float64)
@@ -127,7 +127,8 @@ def test_float8_groups_with_block_scales_match_the_dequantized_product(tma, coun
                                                   slices(a64.abs(), b64.abs(), cut.tolist(), lay)):
         ref[at], size[at] = a_g[rows] @ b_g, x[rows] @ y
     err = (c.double() - ref).abs()
-    assert torch.all(err <= 2.0**-24 * ref.abs() + (2 * k + 3 * k / 16 + 2) * 2.0**-24 * size + 1e-30)
+    assert c.dtype == out_dtype
+    assert torch.all(err <= ROUNDING[out_dtype] * ref.abs() + (2 * k + 3 * k / 16 + 2) * 2.0**-24 * size + 1e-30)
 
 
 def scales_like(shape, seed):

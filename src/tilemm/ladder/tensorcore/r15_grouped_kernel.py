@@ -125,13 +125,15 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
     if tma and not use_tma:
         raise ValueError("tensorcore-grouped: tma=True takes the MoE forward layouts with both operands K-major "
                          "(a row-major, b the transpose of a contiguous (G, N, K)), rows 16-byte aligned")
-    if compat.triton_interpreter() and a.dtype == torch.bfloat16:
-        # Triton's interpreter multiplies bfloat16 wrongly (NumPy has none): there the same sums
-        # from float32 copies (a product of two bfloat16 values is exact in float32), rounded
-        # once by torch; C's rows that no group covers keep what they held
+    if compat.triton_interpreter() and torch.bfloat16 in (a.dtype, c.dtype):
+        # Triton's interpreter multiplies bfloat16 wrongly (NumPy has none) and rounds float32 to
+        # bfloat16 by truncation: there the same sums from float32 copies (a product of two
+        # bfloat16 values is exact in float32) into float32, rounded once by torch; C's rows that
+        # no group covers keep what they held
         wide = c if c.dtype == torch.float32 else c.float()
-        launch(a.float(), b.float(), wide, offs, split, extent, programs, block_m, block_n, block_k, group_m,
-               num_warps, num_stages, use_tma)
+        up = a.dtype == torch.bfloat16
+        launch(a.float() if up else a, b.float() if up else b, wide, offs, split, extent, programs, block_m, block_n,
+               block_k, group_m, num_warps, num_stages, use_tma, scales)
         if wide is not c:
             c.copy_(wide)
         return
