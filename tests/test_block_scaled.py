@@ -51,8 +51,8 @@ def check(c, a, b, scale_a, scale_b, block: bool):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter sizes; the gpu tests below cover the device")
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (19, 130, 257), (33, 7, 128)])
-@pytest.mark.parametrize("dtypes", [(E4M3, E4M3), (E5M2, E5M2), (E4M3, E5M2)])
+@pytest.mark.parametrize("m,n,k,dtypes", [(1, 1, 1, (E4M3, E4M3)), (19, 130, 257, (E4M3, E5M2)),
+                                          (33, 7, 128, (E5M2, E5M2))])
 def test_block_scales_match_the_dequantized_product(m, n, k, dtypes):
     a, b = operand(m, k, dtypes[0], False, 1), operand(k, n, dtypes[1], True, 2)
     scale_a, scale_b = scales((m, -(-k // 128)), 3), scales((-(-k // 128), -(-n // 128)), 4)

@@ -26,8 +26,8 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
           (a weight gradient);
         - a (G, M, K), b (K, total_N), offs (G,) over N: (M, total_N), b's columns cut by offs.
 
-        A list (or tuple) of a's and a list of b's instead: each pair a product of its own shape;
-        returns the list of results.
+        A list (or tuple) of a's and a list of b's instead: each pair a product of its own shape
+        (a launch each, as a batch of one); returns the list of results.
     offs: int32 (G,) cumulative ends of the groups along the dimension they cut (torch's offs):
         group g spans offs[g-1] (0 for g = 0) to offs[g]. Where offs is on the host (NumPy, a list,
         a CPU tensor), it is checked: sorted, and offs[-1] within that dimension. Offsets on a GPU
