@@ -29,7 +29,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         scale_a (M, ceil(K/128)), one a 1 x 128 block of A, and scale_b (ceil(K/128), ceil(N/128)),
         one a 128 x 128 block of B, applied to each K block's float32 partial sums. Row-wise and
         block scales run the `tensorcore-block-scaled` program (tilemm.block_scaled), whose
-        params are block_m, block_n, block_k, group_m, num_warps, num_stages
+        params are block_m, block_n, block_k, group_m, num_warps, num_stages, tma
         (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``); no replay, no torch.compile op.
     out_dtype: "bfloat16" (default), "float16" or "float32" (or the torch dtype).
     fast_accum: let the tensor cores add fp8 products with their shorter accumulator (faster,
