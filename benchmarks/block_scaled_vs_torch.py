@@ -108,7 +108,8 @@ def measure(shape, seed, variants_of, args, base, out_file, label_set):
                             first_call_s=time.perf_counter() - started, **base))
         if ok:
             good[label] = launch
-    times = {label: statistics.median(ts) for label, ts in interleaved_rounds(good, args.rounds, args.per_round).items()}
+    timed = interleaved_rounds(good, args.rounds, args.per_round)
+    times = {label: statistics.median(ts) for label, ts in timed.items()}
     anchor = times.get("scaled_mm-row")
     for rec in records:
         t = times.get(rec["variant"])

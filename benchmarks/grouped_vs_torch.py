@@ -102,7 +102,8 @@ def measure(shape, kind, seed, variants_of, args, base, out_file, label_set):
                             first_call_s=time.perf_counter() - started, dtype="bfloat16", **base))
         if ok:
             good[label] = launch
-    times = {label: statistics.median(ts) for label, ts in interleaved_rounds(good, args.rounds, args.per_round).items()}
+    timed = interleaved_rounds(good, args.rounds, args.per_round)
+    times = {label: statistics.median(ts) for label, ts in timed.items()}
     anchor, loop = times.get("grouped_mm"), times.get("loop_of_mm")
     for rec in records:
         t = times.get(rec["variant"])

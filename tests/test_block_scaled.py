@@ -155,7 +155,8 @@ for row_wise, (ta, tb), tma in ((False, ("fp8e4nv", "fp8e4nv"), False), (True, (
     if tma:
         sig.update(a_ptr=f"tensordesc<{ta}[{p['block_m']}, {p['block_k']}]>",
                    b_ptr=f"tensordesc<{tb}[{p['block_n']}, {p['block_k']}]>")
-    const = dict(stride_ak=1, stride_bk=1, stride_cn=1, ROW_WISE=row_wise, FAST_ACCUM=False, SCALE_BLOCK=s.SCALE_BLOCK,
+    const = dict(stride_ak=1, stride_bk=1, stride_cn=1, ROW_WISE=row_wise, FAST_ACCUM=False,
+                 SCALE_BLOCK=s.SCALE_BLOCK,
                  BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"], BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"],
                  TMA=tma)
     sig.update({n: "constexpr" for n in const})

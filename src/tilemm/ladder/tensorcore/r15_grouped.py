@@ -19,12 +19,14 @@ Within a group, tiles are numbered GROUP_SIZE_M block rows at a time (the matmul
 order). For the MoE forward layouts with both operands K-major (a row-major, b the transpose of a
 contiguous (G, N, K): how torch's MoE layers hold their weights), r15_grouped_tma_kernel.py's
 form of the program brings its tiles in by TMA, one 2-D descriptor of each operand's stacked
-rows (tma=None takes it where the operands allow). Sums are float32 for 16-bit and float32 operands (float32 products exact: IEEE, not
-TF32) and int32 for int8 (exact), rounded once to C's type.
+rows (tma=None takes it where the operands allow). Sums are float32 for 16-bit and float32
+operands (float32 products exact: IEEE, not TF32) and int32 for int8 (exact), rounded once to C's
+type. Float8 groups take rung 16's block scales (r15_grouped_scales.py), applied to each K step's
+float32 partial sums.
 
 Constraints:
 - float16, bfloat16, float32 or int8, both operands the same; C of the operands' type, or float32
-  (int8: int32);
+  (int8: int32); float8 with block scales in the MoE forward layouts (C bfloat16, float16 or float32);
 - any sizes and strides, empty groups included; offsets and counts are clamped into the operands
   on the device, so bad ones compute nonsense but never touch memory outside them;
 - tiles are powers of two, 16 or more (tl.dot's smallest);

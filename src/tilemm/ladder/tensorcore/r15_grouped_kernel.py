@@ -154,6 +154,7 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
     integer = a.dtype == torch.int8
     grouped_kernel[(programs,)](
         a, b, c, offs if offs is not None else c, g, m, n, k, extent, programs, *sa, *sb, *sc,
-        *scale_arguments(scales, c, split == SPLIT_M), SCALED=scales is not None, SPLIT=split, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
+        *scale_arguments(scales, c, split == SPLIT_M), SCALED=scales is not None, SPLIT=split,
+        BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
         INTEGER=integer, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else None,
         num_warps=num_warps, num_stages=num_stages)

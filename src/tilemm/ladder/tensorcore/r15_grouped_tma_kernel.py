@@ -111,6 +111,7 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
     sc = c.stride() if c.dim() == 3 else (0,) + c.stride()
     grouped_tma_kernel[(programs,)](
         a_desc, b_desc, c, offs if offs is not None else c, g, m, n, k, extent, programs, *sc,
-        *scale_arguments(scales, c, split == SPLIT_M), SCALED=scales is not None, SPLIT=split, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
+        *scale_arguments(scales, c, split == SPLIT_M), SCALED=scales is not None, SPLIT=split,
+        BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
         INTEGER=a.dtype.itemsize == 1 and not a.dtype.is_floating_point,
         INPUT_PRECISION="ieee" if a.dtype.itemsize == 4 else None, num_warps=num_warps, num_stages=num_stages)
