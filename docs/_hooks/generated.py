@@ -39,11 +39,15 @@ def _run(argv: list[str]) -> str:
     """What `tilemm ARGV` prints (argparse's --help ends in SystemExit)."""
     out, err = io.StringIO(), io.StringIO()
     os.environ.setdefault("COLUMNS", "100")          # argparse wraps help at the terminal's width
+    console = _cli().console
+    wrap, console.soft_wrap = console.soft_wrap, True  # a printed line stays one line: the page wraps it
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             status = _cli().main(argv)
         except SystemExit as done:
             status = done.code
+        finally:
+            console.soft_wrap = wrap
     if status:                                       # a page asks for what the CLI refuses: fail the build
         raise ValueError(f"tilemm {' '.join(argv)} exited {status}: {err.getvalue().strip()}")
     return out.getvalue().rstrip()
