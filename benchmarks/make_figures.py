@@ -67,7 +67,7 @@ def inputs() -> list[Path]:
 
 
 def digest() -> str:
-    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(ROOT)}" for p in inputs()]
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {os.path.relpath(p, ROOT)}" for p in inputs()]
     return "\n".join(lines) + "\n"
 
 
@@ -154,7 +154,7 @@ def stale() -> list[str]:
     """The figures missing, and the inputs' digest if it differs from the one written with them."""
     found = [f"docs/images/rungs/{name}" for name in figure_names() if not (IMAGES / name).exists()]
     if not DIGEST.exists() or DIGEST.read_text() != digest():
-        found.append(f"{DIGEST.relative_to(ROOT)} (an input changed)")
+        found.append(f"{os.path.relpath(DIGEST, ROOT)} (an input changed)")
     return found
 
 
