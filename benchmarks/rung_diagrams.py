@@ -198,7 +198,7 @@ def int_digits(plt, path) -> None:
     ax.text(5.4, 3.5, "a = a0 + a1·2^8 + a2·2^16 + a3·2^24 (each digit -128..127)\n"
                       "a·b = sum of ai·bj·2^(8(i+j)); a term with i + j >= 4\nis a multiple of 2^32: it wraps to 0",
             fontsize=8, va="center")
-    ax.text(5.4, 1.6, "10 int8 products on the tensor cores (the blue cells),\nsummed exactly in int32, give "
+    ax.text(5.4, 1.6, "10 int8 matrix products on the tensor cores (the blue\ncells), summed exactly in int32, give "
                       "NumPy's int32 answer", fontsize=8, va="center")
     _save(fig, ax, path, (-0.5, 13.5), (-0.3, 5.4))
     plt.close(fig)
@@ -215,9 +215,9 @@ def dmma(plt, path) -> None:
     _box(ax, 4.6, 1.9, 0.8, 0.4, "B\n4x8", "#d8ead3", fontsize=6)
     _box(ax, 4.6, 0.8, 0.8, 0.8, "C\n8x8", "#c6d4ea", fontsize=7)
     ax.text(4.9, -0.5, "m8n8k4: 256 multiply-adds\nfrom 64 operand values", ha="center", fontsize=8)
-    ax.text(6.6, 1.2, "the larger shape moves half the\noperand data per product: the\nGluon program issues it "
-                      "through\ninline PTX, its operands brought\nby TMA in the layout it reads", fontsize=8,
-            va="center")
+    ax.text(6.6, 1.2, "the larger shape reads fewer operand\nvalues per multiply-add (0.19 against\n0.25): the "
+                      "Gluon program issues\nit through inline PTX, its operands\nbrought by TMA in the layout "
+                      "it reads", fontsize=8, va="center")
     _save(fig, ax, path, (-0.3, 10.5), (-1.1, 3.0))
     plt.close(fig)
 
