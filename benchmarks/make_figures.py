@@ -46,12 +46,20 @@ MEASURED = {
     "cublas": ("h200/ladder.jsonl", ["cublas", "tensorcore-f32", "regblock"]),
 }
 FP8_RECORD = "h200/fp8_vs_scaled_mm.jsonl"
+# page -> (a sweep over many shapes, its dtypes, the variants drawn: this rung first)
+SWEEPS = {
+    "r10-tensorcore": ("h200/tensorcore_vs_library.jsonl.gz", ["bfloat16", "float16"], ["tensorcore", "cublas"]),
+    "r12-tensorcore-f64": ("h200/float64_vs_dgemm.jsonl.gz", ["float64"], ["tensorcore-f64", "f64-triton", "cublas"]),
+    "r14-tensorcore-complex": ("h200/complex_vs_library.jsonl", ["complex64", "complex128"],
+                               ["tensorcore-complex", "cublas"]),
+}
+SWEEP_NAMES = {"cublas": "the library (cuBLAS)", "f64-triton": "rung 10's Triton programs, float64"}
 
 
 def figure_names() -> list[str]:
     """Every PNG this script writes (the docs' pages link them by these names)."""
     import rung_diagrams
-    names = [f"{page}-measured.png" for page in MEASURED] + ["scaled-fp8-measured.png"]
+    names = [f"{page}-measured.png" for page in [*MEASURED, *SWEEPS]] + ["scaled-fp8-measured.png"]
     names += [f"{page}-threads.png" for page in rung_diagrams.SIMT_PAGES]
     names += [f"{page}-schematic.png" for page in rung_diagrams.SCHEMATICS]
     return sorted(names)
@@ -61,7 +69,8 @@ def inputs() -> list[Path]:
     """What the figures are drawn from: a change to any of these makes them stale."""
     import rung_diagrams
     files = [Path(__file__).resolve(), Path(rung_diagrams.__file__).resolve(), ROOT / "benchmarks/make_tables.py"]
-    files += sorted({RESULTS / record for record, _ in MEASURED.values()} | {RESULTS / FP8_RECORD})
+    files += sorted({RESULTS / record for record, _ in MEASURED.values()} | {RESULTS / FP8_RECORD}
+                    | {RESULTS / record for record, _, _ in SWEEPS.values()})
     files += sorted((ROOT / "src/tilemm/ladder/simt").glob("r0*.py"))
     return files
 
@@ -105,6 +114,34 @@ def measured(page: str, plt) -> None:
     plt.close(fig)
 
 
+def sweep(page: str, plt) -> None:
+    """Each problem of a sweep over shapes: this rung's speed over the library's on the same problem
+    (and the rung it grew from, where the sweep timed it), against the problem's size (2MNK)."""
+    record, dtypes, variants = SWEEPS[page]
+    records = [r for r in read(record) if r.get("status", "ok") == "ok"]
+
+    def problem(r):
+        return r["dtype"], r["m"], r["n"], r["k"], r.get("layout"), r.get("split"), r.get("tag")
+    library = {problem(r): r["tflops"] for r in records if r["variant"] == "cublas"}
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(max(4.4 * len(dtypes), 6.5), 3.6), dpi=80, squeeze=False)
+    for ax, dtype in zip(axes[0], dtypes):
+        for i, variant in enumerate(variants[:-1]):
+            rs = [r for r in records if r["dtype"] == dtype and r["variant"] == variant and problem(r) in library]
+            ax.scatter([2 * r["m"] * r["n"] * r["k"] for r in rs], [r["tflops"] / library[problem(r)] for r in rs],
+                       s=14, marker="o" if i == 0 else "x", color=COLOURS[i], label=SWEEP_NAMES.get(variant, variant))
+        ax.axhline(1.0, color="#c44e52", lw=1, ls="--", label=SWEEP_NAMES["cublas"])
+        ax.set_xscale("log")
+        ax.set_xlabel("2MNK of the problem (log scale)")
+        ax.set_ylabel("speed / the library's")
+        ax.set_title(dtype, fontsize=10)
+        ax.grid(True, which="both", lw=0.3, alpha=0.5)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    fig.suptitle(f"{variants[0]} on {records[0]['device']}: each problem of the sweep, whole calls", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(IMAGES / f"{page}-measured.png", metadata={"Software": None})
+    plt.close(fig)
+
+
 def fp8_measured(plt) -> None:
     """scaled_matmul's TFLOP/s beside torch._scaled_mm's, each accumulation, at each size."""
     records = [r for r in read(FP8_RECORD) if r["status"] == "ok"
@@ -137,6 +174,8 @@ def write_all() -> None:
     IMAGES.mkdir(parents=True, exist_ok=True)
     for page in MEASURED:
         measured(page, plt)
+    for page in SWEEPS:
+        sweep(page, plt)
     fp8_measured(plt)
     for page in rung_diagrams.SIMT_PAGES:
         rung_diagrams.threads(page, plt, IMAGES / f"{page}-threads.png")
