@@ -139,3 +139,22 @@ def test_docs_carry_no_history_outside_the_changelog():
              for page in [ROOT / "README.md", *DOCS.rglob("*.md")] if page.name != "changelog.md"
              for m in HISTORY.finditer(page.read_text())]
     assert not found, found
+
+
+def _hook():
+    spec = importlib.util.spec_from_file_location("docs_hook", DOCS / "_hooks" / "generated.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_page_shows_only_its_own_rows_of_a_shared_table():
+    hook = _hook()
+    text = hook._render("rows seeds_h200 seeds_h100 | rung=naive-global")
+    rows = [line for line in text.splitlines() if line.startswith("| 0")]
+    assert rows and all("`naive-global`" in row for row in rows)
+    assert "record: `benchmarks/results/" in text            # the device and record stay under the rows
+    with pytest.raises(ValueError, match="no row of the table"):
+        hook._render("rows seeds_h200 | rung=no-such-rung")
+    with pytest.raises(ValueError, match="no column"):
+        hook._render("rows seeds_h200 | colour=blue")
