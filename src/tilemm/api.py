@@ -124,10 +124,21 @@ compiling = torch_compiling
 
 
 def release_memory() -> None:
-    """Let go of the GPU memory tilemm keeps between calls: the repeated calls' plans and replays
-    (and the scratch of their operand copies, kept per thread and stream, up to 64 MiB each), and
-    the stream-K and split-K workspaces. Later calls plan and allocate anew. The memory goes back
-    to torch's caching allocator; ``torch.cuda.empty_cache()`` then returns it to the driver."""
+    """Let go of the GPU memory tilemm keeps between calls.
+
+    That is the repeated calls' plans and replays (and the scratch of their operand copies, kept
+    per thread and stream, up to 64 MiB each), and the stream-K and split-K workspaces. Later
+    calls plan and allocate anew.
+
+    Returns
+    -------
+    None
+
+    Notes
+    -----
+    The memory goes back to torch's caching allocator; ``torch.cuda.empty_cache()`` then
+    returns it to the driver.
+    """
     PLANS.clear()
     scaled.release_replays()
     replay.release()
@@ -136,7 +147,40 @@ def release_memory() -> None:
 
 
 def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params) -> Plan:
-    """Check everything about ``matmul(a, b, ...)`` and return what would run."""
+    """Check everything about ``matmul(a, b, ...)`` and return what would run, without running it.
+
+    Parameters
+    ----------
+    a, b : array_like
+        The operands, as for `tilemm.matmul`: NumPy or CuPy arrays, or torch tensors.
+    kernel : str, optional
+        A rung's name (`tilemm.kernels` lists them); None: the default's choice for this problem.
+    out : array, optional
+        Where `execute` will write the result (checked here: shape, dtype, device).
+    out_dtype : str or dtype, optional
+        Compute in and return this dtype, as for `tilemm.matmul`.
+    stream : optional
+        Where a GPU kernel is queued, as for `tilemm.matmul`.
+    **params
+        The kernel's parameters, e.g. ``tile=32`` (`Kernel.params` lists them).
+
+    Returns
+    -------
+    Plan
+        The checked call: ``.kernel`` (a `Kernel`), ``.params`` (every parameter, defaults filled
+        in), ``.problem`` (m, n, k and the compute dtype), ``.shape`` and ``.result`` (the result's
+        shape and dtype); ``.execute()`` runs it and returns what `tilemm.matmul` would. Host
+        operands past the GPU's free memory give a plan that multiplies them a panel at a time.
+
+    Raises
+    ------
+    TypeError
+        An operand of a kind or dtype tilemm does not take, or a parameter the kernel does not have.
+    ValueError
+        Shapes that do not multiply, a parameter value the kernel refuses, or a bad out or stream.
+    KernelUnavailable
+        The kernel cannot run this problem on this machine (the message says why).
+    """
     checked = planning.check(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params)
     if out_dtype is None and stream is None and outofcore_plan.goes_out_of_core(checked):
         return outofcore_plan.OutOfCorePlan.of(checked)

@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tile", type=int, help="shorthand for --param tile=N")
     p.add_argument("--simulate", type=_simulated_size, default=32,
                    help=f"size at which to count loads in the simulator, up to {SIMULATE_UP_TO} (0: off)")
+    p.add_argument("--gpu", choices=sorted(machine.ASSUMED), default="H100",
+                   help="where no GPU is here, whose limits and peaks to assume (default H100)")
     p.add_argument("--ncu", action="store_true", help="read the real DRAM bytes with Nsight Compute")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
     add_warmup_parser(sub, names, kernel_help, dtype_help)
@@ -296,7 +298,8 @@ def cmd_explain(args) -> int:
     m, n, k = args.shape or (args.size,) * 3
     dtypes = registry.get(args.kernel).dtypes
     args.dtype = args.dtype or ("float32" if "float32" in dtypes else dtypes[0])
-    info = explain.explain(args.kernel, m, n, k, args.dtype, params, simulate=args.simulate or None)
+    info = explain.explain(args.kernel, m, n, k, args.dtype, params, simulate=args.simulate or None,
+                           assume_gpu=args.gpu)
     if args.ncu:
         info["ncu"] = explain.ncu_bytes(args.kernel, m, n, k, args.dtype, info["params"])
     if args.json:
@@ -330,7 +333,8 @@ def cmd_explain(args) -> int:
         r = info["roofline"]
         unit = (f" of the problem's products: {r['unit']} peak / {r['products_per_product']}"
                 if r["products_per_product"] != 1 else "")
-        c.print(f"roofline ({r['peak_tflops']:.4g} TFLOP/s{unit}, {r['bandwidth_gbs']:g} GB/s): compute {r['compute_ms']:.3g} ms, "
+        c.print(f"roofline of the {info['device'].removesuffix(' (assumed)')} ({r['peak_tflops']:.4g} TFLOP/s{unit}, "
+                f"{r['bandwidth_gbs']:g} GB/s): compute {r['compute_ms']:.3g} ms, "
                 f"memory {r['memory_ms']:.3g} ms -> at best {r['bound_ms']:.3g} ms, bound by {r['bound_by']}. "
                 "Caches serve many of the modelled loads, so a rung can beat its memory bound.")
     if "error" in info.get("simulated", {}):
