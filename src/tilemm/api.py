@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from . import arrays, contract, outofcore_plan, planning, scaled, streams
+from . import arrays, contract, numpy_keywords, outofcore_plan, planning, scaled, streams
 from .ladder import replay, workspaces
 from .plan_cache import PLAN_CACHE_SIZE, PLANS, call_key, pair_key
 from .plans import KernelUnavailable, Plan
@@ -53,6 +53,8 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     ``torch.compile`` a call is one custom op (``tilemm.torch_ops``). Errors are raised before
     any kernel runs.
     """
+    if params and not numpy_keywords.KEYWORDS.isdisjoint(params):   # NumPy's keywords: checked, then this call
+        return numpy_keywords.matmul(a, b, out, kernel, out_dtype, stream, params)
     if out is not None:
         out = contract.single_out(out)
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the caches
@@ -136,8 +138,14 @@ def release_memory() -> None:
 
 
 def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params) -> Plan:
-    """Check everything about ``matmul(a, b, ...)`` and return what would run."""
-    checked = planning.check(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params)
+    """Check everything about ``matmul(a, b, ...)`` and return what would run. NumPy's ``dtype=``,
+    ``signature=`` and ``casting=`` are taken as matmul takes them; ``axes=``, ``order=`` and
+    ``subok=``, which shape matmul's result, are refused (TypeError)."""
+    casting = "same_kind"
+    if params and not numpy_keywords.KEYWORDS.isdisjoint(params):
+        out_dtype, casting, params = numpy_keywords.plan_arguments(a, b, out, out_dtype, params)
+    checked = planning.check(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, casting=casting,
+                             **params)
     if out_dtype is None and stream is None and outofcore_plan.goes_out_of_core(checked):
         return outofcore_plan.OutOfCorePlan.of(checked)
     return checked
