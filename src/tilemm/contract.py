@@ -6,8 +6,9 @@ shape), and ndarray subclasses.
   ``'l'``. Those two dtypes compare and hash equal, so a cache keyed on dtypes must key on the
   char as well (``dtype_key``).
 - **out=**: the result is computed in its own dtype and cast into ``out`` where NumPy's
-  ``casting="same_kind"`` allows it (int16 results into int8, float64 into float32); where it does
-  not, ``OutputCastingError``, a ``TypeError`` as NumPy's own, with NumPy's words. ``out`` takes the
+  ``casting="same_kind"`` (or the ``casting=`` given) allows it (int16 results into int8, float64
+  into float32); where it does not, ``OutputCastingError``, NumPy's own class (a ``TypeError``),
+  with NumPy's words. An operand's cast to ``dtype=`` likewise: ``InputCastingError``. ``out`` takes the
   shapes NumPy's gufunc takes: the result's core dimensions last, and leading (loop) dimensions
   that the operands' stack broadcasts to (the result is repeated along them): a (1, 1) ``out`` for
   1-D @ 1-D. ``out`` may be given by position, or as a tuple of one array.
@@ -132,18 +133,22 @@ def numpy_or_name(dtype):
     return name if name == "bfloat16" else np.dtype(name)
 
 
-def check_out(out, given: Operand, operand: Operand, batch: tuple, core: tuple, result: str,
-              casting: str = "same_kind") -> None:
-    """Refuse an ``out`` (described as ``given``) that numpy.matmul would refuse, before any work:
-    of another kind or device than the operands (TypeError), of a dtype the result can't be cast to
-    under ``casting`` (OutputCastingError), read-only, or of a shape other than the result's core
-    dimensions after loop dimensions that the stack ``batch`` broadcasts to (ValueError)."""
+def check_out_dtype(out, given: Operand, operand: Operand, result: str, casting: str = "same_kind") -> None:
+    """Refuse an ``out`` (described as ``given``) that numpy.matmul would refuse before it looks at
+    shapes: of another kind or device than the operands (TypeError), of a dtype the result can't be
+    cast to under ``casting`` (OutputCastingError)."""
     if (given.kind, given.device) != (operand.kind, operand.device):
         raise TypeError(f"matmul: out is a {given.kind} array on {given.device}; the result is a "
                         f"{operand.kind} array on {operand.device}")
     into = out.dtype if isinstance(getattr(out, "dtype", None), np.dtype) else given.dtype   # (its byte order)
     if not castable(result, into, casting):
         raise OutputCastingError(result, into, casting)
+
+
+def check_out_shape(out, batch: tuple, core: tuple) -> None:
+    """Refuse an ``out`` that numpy.matmul would refuse, before any work: read-only, or of a shape
+    other than the result's core dimensions after loop dimensions that the stack ``batch``
+    broadcasts to (ValueError)."""
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise ValueError("matmul: output array is read-only")
     shape = tuple(out.shape)

@@ -12,9 +12,9 @@ shapes (the plain call's checks). A call that names none of these keywords never
   an int out), the call is planned with that rule each time (no plan cache).
 - **dtype**: tilemm's ``out_dtype`` by NumPy's name. **signature**: a string "ff->f" or a tuple of
   three dtypes or None; matmul's loops take one dtype for all three, so it names dtype= too.
-- **axes**: a list of one entry per operand and one for the result (which may be left out where
-  the result has no core dimension: 1-D @ 1-D): a tuple of the two core axes, or for a 1-D
-  operand one int. The product runs on views whose core axes are last (np.moveaxis,
+- **axes**: a list of one entry per operand and one for the result: a tuple of the two core
+  axes, or for a 1-D operand (and a result of one core axis) one int or a 1-tuple; () for the
+  result of 1-D @ 1-D. The product runs on views whose core axes are last (np.moveaxis,
   torch.movedim, cupy.moveaxis) and the result comes back as a view with its core axes placed;
   ``out`` is written through such a view. **axis** is refused, as numpy.matmul refuses it.
 - **order**: the result's layout: "K" and "C" C-contiguous (NumPy's matmul gives C for "K"),
@@ -45,7 +45,8 @@ NO_AXIS = ("matmul: axis can only be used with a single shared core dimension, n
 class Keywords:
     casting: str = "same_kind"
     computed_in: object = None   # dtype= (or signature's dtype) as given, or None: the operands' common dtype
-    axes: list | None = None
+    axes: object = None
+    axes_given: bool = False     # (axes=None is NumPy's TypeError, not its absence)
     axis_given: bool = False
     order: str = "K"
     subok: bool = True
@@ -78,7 +79,8 @@ def split(params: dict, out_dtype) -> tuple[Keywords, dict]:
         raise TypeError("'subok' must be a boolean")
     if computed_in is not None:
         checked_dtype(computed_in)
-    return Keywords(casting, computed_in, given.get("axes"), "axis" in given, order, subok), kernel_params
+    return (Keywords(casting, computed_in, given.get("axes"), "axes" in given, "axis" in given, order, subok),
+            kernel_params)
 
 
 def checked_choice(name: str, value, choices: tuple, upper: bool = False) -> str:
@@ -172,11 +174,12 @@ def checked_casts(a, b, out, computed_in, casting: str) -> bool:
     return beyond
 
 
-def core_axes(axes, a, b, out) -> tuple | None:
+def core_axes(keywords: Keywords, a, b, out) -> tuple | None:
     """axes= checked as NumPy checks it: (operand 0's core axes, operand 1's, the result's), each
     a tuple of non-negative axes (empty for a result without core dimensions), or None for no axes."""
-    if axes is None:
+    if not keywords.axes_given:
         return None
+    axes = keywords.axes
     if not isinstance(axes, list):
         raise TypeError("axes should be a list.")
     cores = [1 if np.ndim(a) == 1 else 2, 1 if np.ndim(b) == 1 else 2]
@@ -185,11 +188,11 @@ def core_axes(axes, a, b, out) -> tuple | None:
         result_ndim = np.ndim(out)
     else:
         result_ndim = max(np.ndim(a) - cores[0], np.ndim(b) - cores[1], 0) + cores[2]
-    if len(axes) != 3 and not (len(axes) == 2 and cores[2] == 0):
+    if len(axes) != 3:      # (the result's entry, even for 1-D @ 1-D: its signature gives it core axes)
         raise ValueError("axes should be a list with an entry for all 3 inputs and outputs; entries for outputs "
                          "can only be omitted if none of them has core axes.")
     placed = []
-    for i, (entry, core, ndim) in enumerate(zip(list(axes) + [()], cores, (np.ndim(a), np.ndim(b), result_ndim))):
+    for i, (entry, core, ndim) in enumerate(zip(axes, cores, (np.ndim(a), np.ndim(b), result_ndim))):
         placed.append(operand_axes(i, entry, core, ndim))
     return tuple(placed)
 
@@ -241,7 +244,8 @@ def last(count: int) -> tuple:
 
 def laid_out(c, order: str, operands: tuple):
     """The result c (core axes last) in the layout numpy.matmul gives for ``order``: C for "K" and
-    "C", Fortran for "F", and for "A" where every operand is Fortran-contiguous."""
+    "C", Fortran for "F", and for "A" where every operand is Fortran-contiguous; NumPy's strides
+    exactly (a dimension of size 1 too)."""
     if np.ndim(c) < 2:
         return c
     fortran = order == "F" or (order == "A" and all(fortran_contiguous(x) for x in operands))
@@ -250,9 +254,13 @@ def laid_out(c, order: str, operands: tuple):
             return c.contiguous()
         reverse = tuple(reversed(range(c.ndim)))
         return c.permute(reverse).contiguous().permute(reverse)
-    if fortran:
-        return c if c.flags.f_contiguous else c.copy(order="F")
-    return c if c.flags.c_contiguous else c.copy(order="C")
+    sizes = c.shape[::-1] if not fortran else c.shape
+    strides, step = [], c.itemsize
+    for size in sizes:
+        strides.append(step)
+        step *= max(size, 1)
+    wanted = tuple(strides[::-1] if not fortran else strides)
+    return c if c.strides == wanted or c.size == 0 else c.copy(order="F" if fortran else "C")
 
 
 def fortran_contiguous(x) -> bool:
@@ -274,7 +282,7 @@ def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
     beyond_same_kind = checked_casts(a, b, out, computed_in, keywords.casting)
     if keywords.axis_given:
         raise TypeError(NO_AXIS)
-    axes = core_axes(keywords.axes, a, b, out)
+    axes = core_axes(keywords, a, b, out)
     if axes is not None:        # the core axes last, where the product looks for them
         a, b = move(a, axes[0], last(len(axes[0]))), move(b, axes[1], last(len(axes[1])))
     into = out if out is None or axes is None else move(out, axes[2], last(len(axes[2])))

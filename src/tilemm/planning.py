@@ -42,6 +42,8 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         if result == "bfloat16" and da.kind != "torch":
             raise TypeError(f"matmul: out_dtype=bfloat16 needs torch tensors: {da.kind} has no bfloat16 "
                             "to return the result in")
+    if out is not None:               # its kind and dtype before the shapes, as NumPy
+        contract.check_out_dtype(out, arrays.describe(out, "out"), da, result, casting)
     exact = None
     if da.kind in ("numpy", "cupy"):  # the dtype object NumPy returns, not merely one equal to it
         exact = contract.result_type(a.dtype, b.dtype, None if out_dtype is None else (out_dtype, result))
@@ -59,9 +61,10 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     core = ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
     shape = batch + core
     if out is not None:               # NumPy's rules for out, before any kernel is looked at
-        contract.check_out(out, arrays.describe(out, "out"), da, batch, core, result, casting)
+        contract.check_out_shape(out, batch, core)
     if casting == "unsafe" and out_dtype is not None:   # float -> int and the like: cast first, as NumPy does
-        a, b = (x if contract.castable(d.dtype, result) else arrays.cast(x, exact or result) for x, d in ((a, da), (b, db)))
+        a, b = (x if contract.castable(d.dtype, result) else arrays.cast(x, exact or result)
+                for x, d in ((a, da), (b, db)))
         da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
 
     if kernel == "auto":
