@@ -211,7 +211,10 @@ def test_keywords_numpy_matmul_refuses(keyword):
 def test_refusals_in_numpys_order():
     """The keywords' values first, then the dtypes, then axes and axis, then the shapes."""
     a, b = np.ones((2, 3)), np.ones((2, 3))
-    for keywords in (dict(casting="x", order="X"), dict(order="X", subok=1), dict(dtype="i8", axes=[(0, 9)]),
+    for keywords in (dict(casting="x", order="X"), dict(order="X", subok=1), dict(signature="bad", casting="x"),
+                     dict(signature="bad", dtype="i8"), dict(axes=1, axis=0, casting="x"),
+                     dict(signature=("f", None, None), casting="x"), dict(dtype=">f4", casting="x"),
+                     dict(subok=1, signature="bad"), dict(dtype="i8", axes=[(0, 9)]),
                      dict(dtype="i8", axis=0), dict(axes=[(0, 1), (0, 9), (0, 1)]), dict(dtype="i8"),
                      dict(out=np.zeros((3, 3), "i8"))):
         same_outcome(*both(a, b, **keywords))
@@ -531,6 +534,7 @@ def test_gpu_arrays_take_numpys_keywords(kind):
     np.testing.assert_allclose(host(got), np.matmul(s, t, axes=axes), rtol=1e-6, atol=1e-6)
     fortran = tilemm.matmul(device(x), device(y), order="F")
     np.testing.assert_allclose(host(fortran), np.matmul(x, y), rtol=1e-6, atol=1e-6)
+    assert fortran.permute(2, 1, 0).is_contiguous() if kind == "torch" else fortran.flags.f_contiguous
     out = device(np.zeros((3, 40, 16), np.int32))
     assert tilemm.matmul(device(x), device(y), out=out, casting="unsafe") is out
     want = np.matmul(x, y, out=np.zeros((3, 40, 16), np.int32), casting="unsafe")

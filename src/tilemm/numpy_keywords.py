@@ -65,18 +65,22 @@ def split(params: dict, out_dtype) -> tuple[Keywords, dict]:
         raise TypeError("cannot specify both 'signature' and 'dtype'")
     if "axis" in given and "axes" in given:
         raise TypeError("cannot specify both 'axis' and 'axes'")
-    computed_in = given.get("dtype")
-    if "signature" in given:
-        computed_in = signature_dtype(given["signature"])
-    if computed_in is not None and out_dtype is not None:
-        raise TypeError("matmul: dtype= (NumPy's name) and out_dtype= (tilemm's) both name the dtype the product is "
-                        "computed in and returned as: give one")
+    computed_in, entries = given.get("dtype"), None
+    if "signature" in given:          # read first, as NumPy reads it: its form and its dtypes
+        entries = signature_entries(given["signature"])
+    elif computed_in is not None:
+        converted(computed_in)
     casting = checked_choice("casting", given.get("casting", "same_kind"), CASTINGS)
     order = given.get("order")
     order = "K" if order is None else checked_choice("order", order, ORDERS, upper=True)
     subok = given.get("subok", True)
     if type(subok) is not bool:
         raise TypeError("'subok' must be a boolean")
+    if entries is not None:
+        computed_in = signature_dtype(entries)
+    if computed_in is not None and out_dtype is not None:
+        raise TypeError("matmul: dtype= (NumPy's name) and out_dtype= (tilemm's) both name the dtype the product is "
+                        "computed in and returned as: give one")
     if computed_in is not None:
         checked_dtype(computed_in)
     return (Keywords(casting, computed_in, given.get("axes"), "axes" in given, "axis" in given, order, subok),
@@ -97,9 +101,9 @@ def checked_choice(name: str, value, choices: tuple, upper: bool = False) -> str
     return str(chosen)
 
 
-def signature_dtype(signature):
-    """The one dtype a matmul signature names ("ff->f", (None, None, "f"), ("f", "f", None)), or
-    None where it names none; NumPy's errors where it is malformed or names two."""
+def signature_entries(signature) -> tuple:
+    """A matmul signature ("ff->f", (None, None, "f"), ("f", "f", None)) as its three entries,
+    None or a dtype; NumPy's errors where it is malformed."""
     if isinstance(signature, str):
         if len(signature) == 1:
             raise TypeError("Use `dtype` or  fill the tuple with more than one 'None'.")
@@ -107,29 +111,35 @@ def signature_dtype(signature):
         if len(parts) != 2 or len(parts[0]) != 2 or len(parts[1]) != 1:
             raise ValueError("a type-string for matmul, 2 typecode(s) before and 1 after the -> sign")
         try:
-            entries = tuple(np.dtype(code) for code in parts[0] + parts[1])
+            return tuple(np.dtype(code) for code in parts[0] + parts[1])
         except TypeError:
             raise ValueError("Invalid data-type for array") from None
-    elif isinstance(signature, tuple):
-        if len(signature) == 1:
-            raise TypeError("Use `dtype` or  fill the tuple with more than one 'None'.")
-        if len(signature) != 3:
-            raise ValueError("a type-tuple must be specified of length 3 for ufunc 'matmul'")
-        entries = signature
-    else:
+    if not isinstance(signature, tuple):
         raise TypeError("the signature object to ufunc must be a string or a tuple.")
-    named = [entry for entry in entries if entry is not None]
+    if len(signature) == 1:
+        raise TypeError("Use `dtype` or  fill the tuple with more than one 'None'.")
+    if len(signature) != 3:
+        raise ValueError("a type-tuple must be specified of length 3 for ufunc 'matmul'")
+    for entry in signature:
+        if entry is not None:
+            converted(entry)
+    return signature
+
+
+def signature_dtype(entries: tuple):
+    """The one dtype a signature's entries name (as given), or None where they name none; NumPy's
+    refusal where they name two, or one input alone: matmul's loops take one dtype for all three."""
     first, second, result = entries
-    # the loops are homogeneous: every named dtype alike, and both inputs named where the result is not
-    if named and (len({dtype_name(checked_dtype(entry)) for entry in named}) > 1
+    named = [entry for entry in entries if entry is not None]
+    if named and (len({dtype_name(converted(entry)) for entry in named}) > 1
                   or (result is None and (first is None or second is None))):
         raise TypeError("No loop matching the specified signature and casting was found for ufunc matmul")
     return result if result is not None else first
 
 
-def checked_dtype(dtype):
-    """A dtype= or signature entry: NumPy's, or torch's by name; NumPy's refusal of a byte order;
-    tilemm's of what it does not multiply. Returns its np.dtype, or its name."""
+def converted(dtype):
+    """A dtype= or signature entry as NumPy reads it (its np.dtype; NumPy's refusal of a byte
+    order, its error for what is no dtype), or torch's dtype by name."""
     try:
         numpy_dtype = np.dtype(dtype)
     except TypeError:
@@ -141,8 +151,15 @@ def checked_dtype(dtype):
         raise TypeError("The `dtype` and `signature` arguments to ufuncs only select the general DType and not "
                         "details such as the byte order or time unit. You can avoid this error by using the scalar "
                         "types `np.float64` or the dtype string notation.")
-    check_supported(numpy_dtype.name, "dtype")
     return numpy_dtype
+
+
+def checked_dtype(dtype):
+    """A dtype= as converted() reads it, refused (TypeError) where tilemm does not multiply it."""
+    readable = converted(dtype)
+    if isinstance(readable, np.dtype):
+        check_supported(readable.name, "dtype")
+    return readable
 
 
 def operand_dtype(x):
