@@ -182,12 +182,12 @@ def checked_casts(a, b, out, computed_in, casting: str) -> bool:
     for i, dtype in enumerate(dtypes):
         if not contract.castable(dtype, loop, casting):
             raise contract.InputCastingError(dtype, loop, casting, i)
-        beyond = beyond or not contract.castable(dtype, loop)
+        beyond = beyond or (casting == "unsafe" and not contract.castable(dtype, loop))
     if getattr(out, "dtype", None) is not None:     # (an out that is no array: the plain call's refusal)
         into = operand_dtype(out)
         if not contract.castable(loop, into, casting):
             raise contract.OutputCastingError(loop, into, casting)
-        beyond = beyond or not contract.castable(loop, into)
+        beyond = beyond or (casting == "unsafe" and not contract.castable(loop, into))
     return beyond
 
 
