@@ -130,6 +130,58 @@ def test_unsafe_out_casts_the_result_into_out(kernel):
     assert out.tolist() == [[2, 2], [2, 2]]
 
 
+def test_out_arg():
+    """numpy's TestMatmul.test_out_arg, and the unsafe cast it refuses by default."""
+    a = np.ones((5, 2), dtype=float)
+    b = np.array([[1, 3], [5, 7]], dtype=float)
+    tgt = np.dot(a, b)
+    # test as positional argument
+    out = np.zeros((5, 2), dtype=float)
+    tilemm.matmul(a, b, out)
+    np.testing.assert_array_equal(out, tgt, err_msg="out positional argument")
+    # test as keyword argument
+    out = np.zeros((5, 2), dtype=float)
+    tilemm.matmul(a, b, out=out)
+    np.testing.assert_array_equal(out, tgt, err_msg="out keyword argument")
+    # test out with not allowed type cast (safe casting)
+    out = np.zeros((5, 2), dtype=np.int32)
+    with pytest.raises(TypeError, match="Cannot cast ufunc .* output"):
+        tilemm.matmul(a, b, out=out)
+    assert tilemm.matmul(a, b, out=out, casting="unsafe") is out           # allowed where asked
+    np.testing.assert_array_equal(out, tgt)
+    # test out with type upcast to complex
+    out = np.zeros((5, 2), dtype=np.complex128)
+    c = tilemm.matmul(a, b, out=out)
+    assert c is out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ComplexWarning)
+        c = c.astype(tgt.dtype)
+    np.testing.assert_array_equal(c, tgt)
+
+
+def test_matmul_out_overlapping_its_operand():
+    """numpy's test_matmul_out: out is an operand."""
+    a = np.arange(18).reshape(2, 3, 3)
+    b = np.matmul(a, a)
+    c = tilemm.matmul(a, a, out=a, casting="no")
+    assert c is a
+    np.testing.assert_array_equal(c, b)
+
+
+@pytest.mark.parametrize("dt", "?bhilqBHILQefdgFDG")
+def test_result_types_through_dtype(dt):
+    """MatmulCommon.test_result_types with the dtype named (dtype=, signature=) and casting="no":
+    the result of that very dtype, a vector product a scalar of its type."""
+    mat, vec = np.ones((1, 1)).astype(dt), np.ones((1,)).astype(dt)
+    for keywords in (dict(dtype=dt, casting="no"), dict(signature=(None, None, dt), casting="equiv"),
+                     dict(signature=f"{dt}{dt}->{dt}")):
+        for arg in [(mat, vec), (vec, mat), (mat, mat)]:
+            res = same_outcome(*both(*arg, **keywords))
+            assert res.dtype == dt
+        res = same_outcome(*both(vec, vec, **keywords))
+        assert type(res) is np.dtype(dt).type
+
+
 def test_byte_order_is_equivalent():
     a = np.arange(6.0).reshape(2, 3).astype(">f8")
     b = np.ones((3, 2))
