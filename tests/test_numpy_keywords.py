@@ -272,6 +272,13 @@ def test_refusals_in_numpys_order():
         same_outcome(*both(a, b, **keywords))
 
 
+def test_a_scalar_is_refused_before_the_dtypes_and_axes():
+    for (a, b), keywords in (((3, np.ones((2, 2))), dict(casting="no")),
+                             ((np.ones(2), np.float64(2)), dict(axes=[0, 0, ()])),
+                             ((np.ones((2, 2)), 2.0), dict(axes=[(0, 1), (0, 1), (0, 1)], dtype="i8"))):
+        same_outcome(*both(a, b, **keywords))
+
+
 # --- axes= (test_ufunc.py's test_axes_argument and test_axis_argument, matrix_multiply's part) -------
 
 def test_axes_argument():

@@ -236,6 +236,14 @@ def checked_out_dtype(out_dtype, result: str, inputs: tuple = None, casting: str
     return name
 
 
+def check_not_scalars(*shapes) -> None:
+    """NumPy's refusal of a 0-d operand (a scalar), which it makes before it looks at dtypes."""
+    for i, shape in enumerate(shapes):
+        if len(shape) == 0:
+            raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "
+                             f"(has 0, gufunc core with signature {SIGNATURE} requires 1)")
+
+
 def broadcast_batch(sa, sb, full_a, full_b) -> tuple:
     try:
         return tuple(np.broadcast_shapes(sa, sb))

@@ -295,6 +295,7 @@ def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
     if not keywords.subok:
         a, b = contract.plain(a), contract.plain(b)
     operands, out = (a, b), contract.single_out(out)
+    contract.check_not_scalars(np.shape(a), np.shape(b))     # (before the dtypes, as NumPy)
     computed_in = keywords.computed_in if keywords.computed_in is not None else out_dtype
     beyond_same_kind = checked_casts(a, b, out, computed_in, keywords.casting)
     if keywords.axis_given:

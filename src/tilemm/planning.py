@@ -47,10 +47,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     exact = None
     if da.kind in ("numpy", "cupy"):  # the dtype object NumPy returns, not merely one equal to it
         exact = contract.result_type(a.dtype, b.dtype, None if out_dtype is None else (out_dtype, result))
-    for i, d in enumerate((da, db)):
-        if len(d.shape) == 0:
-            raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "
-                             f"(has 0, gufunc core with signature {contract.SIGNATURE} requires 1)")
+    contract.check_not_scalars(da.shape, db.shape)
     m, k = (1, da.shape[0]) if len(da.shape) == 1 else da.shape[-2:]
     k2, n = (db.shape[0], 1) if len(db.shape) == 1 else db.shape[-2:]
     if k != k2:
