@@ -272,11 +272,14 @@ def test_refusals_in_numpys_order():
         same_outcome(*both(a, b, **keywords))
 
 
-def test_a_scalar_is_refused_before_the_dtypes_and_axes():
-    for (a, b), keywords in (((3, np.ones((2, 2))), dict(casting="no")),
-                             ((np.ones(2), np.float64(2)), dict(axes=[0, 0, ()])),
-                             ((np.ones((2, 2)), 2.0), dict(axes=[(0, 1), (0, 1), (0, 1)], dtype="i8"))):
-        same_outcome(*both(a, b, **keywords))
+@pytest.mark.parametrize("scalar", [3, np.int64(3), np.array(3), 3.5, np.float32(2), 2j, True])
+@pytest.mark.parametrize("keywords", [dict(casting="no"), dict(dtype="i8"), dict(axes=[0, 0, ()]),
+                                      dict(casting="same_kind"), dict(dtype="f4", casting="safe")], ids=repr)
+def test_a_scalar_is_refused_after_the_dtypes_before_the_axes(scalar, keywords):
+    """NumPy resolves dtypes first (a Python scalar weakly: 3 takes float64 from a float64 operand
+    even with casting="no"), then refuses the 0-d operand, before it reads axes."""
+    same_outcome(*both(scalar, np.ones((2, 2), np.float32), **keywords))
+    same_outcome(*both(np.ones((2, 2)), scalar, **keywords))
 
 
 # --- axes= (test_ufunc.py's test_axes_argument and test_axis_argument, matrix_multiply's part) -------

@@ -36,6 +36,7 @@ NAMES = ("casting", "dtype", "signature", "axes", "axis", "order", "subok")
 REFUSED = ("where", "keepdims")        # ufunc keywords that numpy.matmul refuses
 KEYWORDS = frozenset(NAMES + REFUSED)  # what api.matmul looks for among its keyword arguments
 CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+WEAK_KINDS = {int: "iufc", float: "fc", complex: "c"}    # a Python scalar takes a computing dtype of these kinds
 ORDERS = ("C", "F", "A", "K")
 NO_AXIS = ("matmul: axis can only be used with a single shared core dimension, not with the 3 distinct ones "
            f"implied by signature {contract.SIGNATURE}.")
@@ -167,17 +168,23 @@ def operand_dtype(x):
     return x.dtype if isinstance(x.dtype, np.dtype) else dtype_name(x.dtype)
 
 
-def checked_casts(a, b, out, computed_in, casting: str) -> bool:
+def checked_casts(a, b, out, computed_in, casting: str, given: tuple = (None, None)) -> bool:
     """NumPy's casting checks, in its order: each operand to the dtype the product is computed in
-    (InputCastingError), the result into out (OutputCastingError). Returns whether a cast passed
-    that "same_kind" would refuse (casting="unsafe"), which the plain call's checks would not let by."""
+    (InputCastingError), the result into out (OutputCastingError). ``given``: the operands as
+    passed, where a Python scalar takes the computing dtype as NumPy's weak scalars do (NEP 50).
+    Returns whether a cast passed that "same_kind" would refuse (casting="unsafe"), which the plain
+    call's checks would not let by."""
     dtypes = [operand_dtype(x) for x in (a, b)]
+    weak = [type(x) in WEAK_KINDS for x in given]
     if computed_in is not None:
         loop = checked_dtype(computed_in)
     elif all(isinstance(d, np.dtype) for d in dtypes):
-        loop = np.result_type(*dtypes)
+        loop = np.result_type(*(x if is_weak else d for x, d, is_weak in zip(given, dtypes, weak)))
     else:
         loop = result_dtype(*(dtype_name(d) for d in dtypes))
+    for i, x in enumerate(given):
+        if weak[i] and isinstance(loop, np.dtype):
+            dtypes[i] = loop if loop.kind in WEAK_KINDS[type(x)] else np.result_type(x, loop)
     beyond = False
     for i, dtype in enumerate(dtypes):
         if not contract.castable(dtype, loop, casting):
@@ -291,13 +298,14 @@ def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
     some of numpy.matmul's keywords: checked, then computed as NumPy computes them."""
     from . import api         # (api calls this module: imported on a call's first use)
     keywords, params = split(params, out_dtype)
+    given = (a, b)
     a, b = arrays.as_arrays(a, b)
     if not keywords.subok:
         a, b = contract.plain(a), contract.plain(b)
     operands, out = (a, b), contract.single_out(out)
-    contract.check_not_scalars(np.shape(a), np.shape(b))     # (before the dtypes, as NumPy)
     computed_in = keywords.computed_in if keywords.computed_in is not None else out_dtype
-    beyond_same_kind = checked_casts(a, b, out, computed_in, keywords.casting)
+    beyond_same_kind = checked_casts(a, b, out, computed_in, keywords.casting, given)
+    contract.check_not_scalars(np.shape(a), np.shape(b))     # (after the dtypes, before the axes: NumPy's order)
     if keywords.axis_given:
         raise TypeError(NO_AXIS)
     axes = core_axes(keywords, a, b, out)
