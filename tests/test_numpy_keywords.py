@@ -71,7 +71,8 @@ DTYPE_CASES = [("float64", "float64", None, None), ("int64", "float32", None, No
                ("float64", "float64", "int64", None), ("float64", "float64", "float32", None),
                ("float64", "float64", "complex128", None), ("float64", "float64", None, "float32"),
                ("float64", "float64", None, "int32"), ("float64", "float64", "int64", "float32"),
-               ("int32", "int32", "int64", "bool"), ("int32", "float32", "int64", None), ("int8", "int8", "int32", None),
+               ("int32", "int32", "int64", "bool"), ("int32", "float32", "int64", None),
+               ("int8", "int8", "int32", None),
                ("int64", "int64", "bool", None), ("float64", "float64", "bool", None), ("uint8", "int8", None, "int8"),
                ("complex128", "complex128", None, "float64"), ("float32", "float32", "float16", "float16")]
 

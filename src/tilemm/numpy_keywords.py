@@ -288,6 +288,7 @@ def laid_out(c, order: str, operands: tuple):
 
 
 def fortran_contiguous(x) -> bool:
+    """Whether x (NumPy, torch or CuPy) is laid out in Fortran order (NumPy's flag; 1-D: always)."""
     if arrays.device_kind(x) == "torch":
         return x.permute(tuple(reversed(range(x.ndim)))).is_contiguous()
     return bool(x.flags.f_contiguous)
