@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tilemm.bench import plots, report, runner, suites, timeleft
+from tilemm.bench import report, roofline, runner, suites, timeleft
 
 from .conftest import ON_GPU
 
@@ -62,7 +62,7 @@ def test_the_summary_is_the_ladder_at_one_size(folder):
 
 
 def test_a_cpu_roofline_has_measured_memory_and_compute_roofs(folder):
-    roofs, source = plots.roofs(report.load(folder), "cpu")
+    roofs, source = roofline.roofs(report.load(folder), "cpu")
     assert roofs["bandwidth_gbs"] > 0 and roofs["float32"] > 0 and roofs["float64"] > 0
     assert "measured" in source
 
@@ -143,10 +143,10 @@ def test_bfloat16_cases_run_on_torch_tensors(tmp_path):
 def test_roofs_are_those_of_the_unit_each_rung_runs_on():
     """3xTF32 runs on TF32 tensor cores, three products each: its roof is not float32's SIMT one."""
     rec = dict(m=64, n=64, k=64, dtype="float32", params={})
-    assert plots.unit_of({**rec, "kernel": "tensorcore-f32"}) == ("tf32", 3)
-    assert plots.unit_of({**rec, "kernel": "tensorcore-f32", "params": {"precision": "int8"}}) == ("int8", 6)
-    assert plots.unit_of({**rec, "kernel": "naive"}) == ("float32", 1)
-    assert plots.unit_of({**rec, "kernel": "a-rung-since-removed"}) == ("float32", 1)
+    assert roofline.unit_of({**rec, "kernel": "tensorcore-f32"}) == ("tf32", 3)
+    assert roofline.unit_of({**rec, "kernel": "tensorcore-f32", "params": {"precision": "int8"}}) == ("int8", 6)
+    assert roofline.unit_of({**rec, "kernel": "naive"}) == ("float32", 1)
+    assert roofline.unit_of({**rec, "kernel": "a-rung-since-removed"}) == ("float32", 1)
 
 
 def test_a_records_command_line_runs_as_written():

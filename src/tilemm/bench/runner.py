@@ -37,6 +37,11 @@ def run_suite(cases: list[Case], *, suite: str, budget_s: float = 2.0, skip_over
         stamp["host_roofs"] = host_roofs()        # a CPU has no datasheet: its roofs, measured
     records = []
     cases = in_running_order(cases)
+    emulators = sorted({EMULATORS[b] for b in map(emulated_backend, (c.kernel for c in cases)) if b})
+    if emulators and progress:
+        print(f"tilemm bench: the GPU rungs run in {' and '.join(emulators)} on this CPU, thousands of times "
+              f"slower than on a GPU: a case predicted to take over {skip_over_s:g} s a call (--skip-over) is "
+              "skipped; toy sizes (--sizes 16 32) take seconds", file=sys.stderr, flush=True)
     costs = CaseCosts(budget_s, skip_over_s)
     shown = _Progress(len(cases)) if progress else None
     start = time.perf_counter()
@@ -45,6 +50,8 @@ def run_suite(cases: list[Case], *, suite: str, budget_s: float = 2.0, skip_over
             shown.start(i, case, time.perf_counter() - start, *costs.left(cases[i:]))
         warn_if_long(case, costs)
         rec = _base(case)
+        if runs_here(case.kernel):        # what was predicted, to set beside what it took
+            rec.update(predicted_s=costs.case_s(case), check_probe_cpu_s=costs.probe_cpu_s(case))
         watch = LoadWatch()
         t0 = time.perf_counter()
         rec.update(_measure(case, budget_s, skip_over_s, costs))
@@ -87,7 +94,7 @@ def warn_if_long(case: Case, costs: CaseCosts) -> None:
     call = costs.call_s(case)
     print(f"tilemm bench: {_what(case)} is predicted to take ~{duration(took)} (a call ~{duration(call)}, "
           f"the check ~{duration(costs.check_s(case))}); Ctrl-C stops the run and keeps the last report; "
-          f"--skip-over {max(1, int(call / 2))} would estimate it instead", file=sys.stderr, flush=True)
+          f"--skip-over {call / 2:.2g} would estimate it instead", file=sys.stderr, flush=True)
 
 
 class _Progress:
@@ -167,13 +174,13 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, costs: CaseCosts) 
     c = plan.execute(poison=True)
     arrays.synchronize(c)                  # a GPU kernel's time too, not only its launch
     first_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     verdict = compare_on_device(c, a, b, case.dtype)      # on the GPU where the result is
-    check_s = time.perf_counter() - t0
+    check_s, check_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     if not verdict.ok:
         return {"status": "FAILED", "reason": verdict.message, "emulated": emulator}
     out = {"status": "ok", "check": verdict.message, "first_call_s": first_s, "check_s": check_s,
-           "emulated": emulator}
+           "check_cpu_s": check_cpu_s, "emulated": emulator}
     timing_start = time.perf_counter()
     if plan.params.get("autotune"):      # the first call tuned (or read the tuning cache): say which, and how long
         out.update(tuning_s=tuning.last.get("tuning_s"), tuning_cached=tuning.last.get("cached"),

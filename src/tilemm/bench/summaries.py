@@ -10,6 +10,15 @@ ANCHORS = ("numpy", "cublas")       # the libraries each device's rungs are meas
 NAIVE = ("naive", "cpu-naive")      # the rung the speed-ups count from, in order of preference
 
 
+def times(x: float) -> str:
+    """A speed ratio with the digits it needs: 22x, 2.27x, 0.0312x, never 0.00x."""
+    if x >= 100:
+        return f"{x:.0f}x"
+    if x >= 1e-4:
+        return f"{x:.3g}x"
+    return "<0.0001x"
+
+
 def rung_of(kernel: str) -> int:
     try:
         return registry.get(kernel).rung

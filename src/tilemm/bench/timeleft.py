@@ -7,7 +7,10 @@ for floats) and a little set-up. Each part is fitted on what was measured so far
 
 - a rung's call: time = t1 * (flops / flops1)^p through its two largest measured sizes, p
   between 1 (time grows with the flops) and 1.5 (a cache cliff between them); one size: p = 1;
-- the check: the same fit, per dtype, over the checks of every rung in that dtype;
+- the check: where the reference is NumPy's integer loop on the host, timed on a few rows of the
+  case's own size (a row costs what a row of the whole product costs, cache misses included:
+  seen at 2048^3 int32, 4 rows predicted 100 s for a product that took 89 s, where a fit from
+  512^3 said 19 s); else the same fit as the calls, per dtype, over every rung's checks;
 - the set-up (operands, plan), its mean over the cases run. A rung's compile falls on its first
   case, which is run before its others are predicted.
 
@@ -17,10 +20,15 @@ enough to warn before a run of hours.
 """
 from __future__ import annotations
 
+import functools
 import math
+import time
 from collections import defaultdict
 
 from .. import compat, registry
+from ..accuracy import reference
+from ..data import operands
+from ..dtypes import is_exact
 from .suites import Case
 
 # Emulated GPU rungs, measured on a 2-core CPU: the CUDA simulator runs each thread as a Python
@@ -65,11 +73,15 @@ def emulated_backend(kernel: str) -> str | None:
 class CaseCosts:
     """Predicted seconds of cases, learned from the records of the cases run so far."""
 
-    def __init__(self, budget_s: float, skip_over_s: float):
+    def __init__(self, budget_s: float, skip_over_s: float, probe=None):
+        """probe(dtype, m, n, k): CPU seconds the host reference of that product takes, or None
+        (default: probe_reference_s, which times it on a few rows)."""
         self.budget_s, self.skip_over_s = budget_s, skip_over_s
+        self.probe = probe or probe_reference_s
         self.calls = defaultdict(list)      # rung key -> [(flops, seconds a call)]
         self.checks = defaultdict(list)     # dtype -> [(flops, seconds of the check)]
         self.setup = []                     # seconds of each case's operands, plan and bookkeeping
+        self.check_cpu = [0.0, 0.0]         # CPU and wall seconds of the integer checks so far
 
     def learn(self, case: Case, record: dict) -> None:
         """Take in a finished case's record (its took_s, check_s, first_call_s, timing_s, median_ms)."""
@@ -79,6 +91,9 @@ class CaseCosts:
         self.calls[case.key].append((flops(case), call))
         if record.get("check_s") is not None:
             self.checks[case.dtype].append((flops(case), record["check_s"]))
+            if is_exact(case.dtype) and record.get("check_cpu_s") is not None:
+                self.check_cpu[0] += record["check_cpu_s"]
+                self.check_cpu[1] += record["check_s"]
         spent = (record.get("first_call_s") or 0.0) + (record.get("check_s") or 0.0) + (record.get("timing_s") or 0.0)
         self.setup.append(max(0.0, record["took_s"] - spent))
 
@@ -95,11 +110,37 @@ class CaseCosts:
         return sorted({round((f / 2) ** (1 / 3)) for f, _ in self.calls.get(case.key, [])})
 
     def check_s(self, case: Case) -> float:
+        """Seconds the check of this case will take: as measured at its size, or probed, or fitted."""
+        same = [s for f, s in self.checks.get(case.dtype, []) if f == flops(case)]
+        if same:
+            return sum(same) / len(same)
+        probed = self.probed(case)
         fit = power_fit(self.checks.get(case.dtype, []))
-        if fit is not None:
-            return fit(flops(case))
+        if fit is not None:         # a probe on a few rows can miss what the whole product meets: the larger
+            return max(fit(flops(case)), probed or 0.0)
+        if probed is not None:
+            return probed
         others = [fit for fit in (power_fit(v) for v in self.checks.values()) if fit]    # a dtype not checked yet
         return max((fit(flops(case)) for fit in others), default=0.0)
+
+    def probed(self, case: Case) -> float | None:
+        """The seconds of this case's check the probe predicts, where its reference is NumPy's integer
+        loop on the host: the probe's CPU seconds over the share of a core the checks have had
+        (the loop runs on one core, which other processes may share)."""
+        cpu_s = self.probe_cpu_s(case)
+        return None if cpu_s is None else cpu_s / self.share()
+
+    def share(self) -> float:
+        """The share of a core the integer checks have had so far (their CPU time over their wall
+        time; 1 on a quiet machine, less where other processes take turns on the cores)."""
+        cpu, wall = self.check_cpu
+        return min(max(cpu / wall, 0.05), 1.0) if wall > 0.1 else 1.0
+
+    def probe_cpu_s(self, case: Case) -> float | None:
+        """The probe's CPU seconds for this case's check (None where the check is not NumPy's integer loop on the host)."""
+        if is_exact(case.dtype) and checked_on_host(case.kernel):
+            return self.probe(case.dtype, case.m, case.n, case.k)
+        return None
 
     def timed_s(self, call_s: float) -> float:
         """The calls of one case: the first, a second when the first passes the budget, then the timed ones."""
@@ -133,6 +174,33 @@ class CaseCosts:
         return total, len(unknown)
 
 
+PROBE_OPS = 2**26          # multiply-adds a probe of the reference does (~0.1 s in NumPy's integer loop)
+PROBE_UP_TO = 2**26        # ... on a B of at most this many elements (8192 x 8192)
+
+
+@functools.lru_cache(maxsize=None)
+def probe_reference_s(dtype: str, m: int, n: int, k: int) -> float | None:
+    """CPU seconds the check's reference of an (m, k) @ (k, n) product in an exact dtype takes on
+    the host: NumPy's loop (one thread) on a few rows of A against all of B, scaled to m rows; CPU
+    time, not wall time, so that other processes' load at the moment of the probe does not count.
+    None past PROBE_UP_TO."""
+    if k * n > PROBE_UP_TO or not m:
+        return None
+    rows = min(m, max(16, -(-PROBE_OPS // max(1, n * k))))
+    a, b = operands(0, rows, n, k, dtype, "nn")
+    t0 = time.process_time()
+    reference(a, b, dtype)
+    return (time.process_time() - t0) * m / rows
+
+
+def checked_on_host(kernel: str) -> bool:
+    """Whether a case's result is checked on the host: a CPU rung's, or an emulated GPU rung's."""
+    try:
+        return registry.get(kernel).device == "cpu" or emulated_backend(kernel) is not None
+    except ValueError:
+        return False
+
+
 def runs_here(name: str) -> bool:
     try:
         return registry.get(name).available() is None
@@ -142,10 +210,10 @@ def runs_here(name: str) -> bool:
 
 def describe_left(seconds: float, unknown: int) -> str:
     """'~2 min left', with the rungs not yet measured, for a progress line."""
-    text = f"~{duration(seconds)} left"
-    if unknown:
-        text += f" + {unknown} rung{'s' * (unknown > 1)} not yet measured"
-    return text
+    rungs = f"{unknown} rung{'s' * (unknown > 1)}"
+    if unknown and not seconds:
+        return f"time left: known after each rung's first size ({rungs} to go)"
+    return f"~{duration(seconds)} left" + (f" + {rungs} not yet measured" if unknown else "")
 
 
 def duration(seconds: float) -> str:
