@@ -50,11 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tilemm", description="Tiled matrix multiplication, rung by rung.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="first steps:\n  tilemm info                     this machine, and which rungs run here\n"
-               "  tilemm kernels                  the ladder\n"
-               "  tilemm explain tiled            one rung: launch shape, traffic, roofline\n"
-               "  tilemm bench --suite cpu --budget 0.3 --skip-over 2 --report out\n"
-               "                                  the CPU rungs against NumPy, a report in out/\n"
+        epilog="first steps: tilemm info; tilemm kernels; tilemm explain tiled;\n"
+               "  tilemm bench --suite cpu --budget 0.3 --skip-over 2 --report out (the CPU rungs, a report in out/)\n"
                "tilemm COMMAND -h says more about each command.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     names = [k.name for k in registry.kernels()]
@@ -256,20 +253,16 @@ def cmd_bench(args) -> int:
     staged = report.prepare(args.report) if args.report else None   # before any work; the last report kept
     results = staged / "results.jsonl" if staged else None
     suite = " ".join(args.suite) if args.suite else cases[0].suite
-    try:
+    with report.kept_on_failure(args.report, staged):
         records = runner.run_suite(cases, suite=suite, budget_s=args.budget, skip_over_s=args.skip_over,
                                    results=results, progress=not args.json)
-    except BaseException:
-        if staged:
-            print(f"tilemm bench: the report in {args.report} is left as it was; this run's records so far: "
-                  f"{results}", file=sys.stderr)
-        raise
     if args.json:
         for r in records:
             print(json.dumps(r))
     else:
         columns, rows = report.table(records)
-        t = Table(title=f"tilemm bench ({suite}) on {records[0]['device']}")
+        t = Table(title=f"tilemm bench ({suite}) on {records[0]['device']}"
+                        + (" (GPU rungs simulated)" if any(r.get("emulated") for r in records) else ""))
         for col in columns:
             t.add_column(col, max_width=60 if col == "note" else None)
         for cells in rows:
@@ -281,12 +274,6 @@ def cmd_bench(args) -> int:
         if not args.json:
             console.print(f"report: {args.report / 'index.html'}")
     return 1 if any(r["status"] == "FAILED" for r in records) else 0
-
-
-def with_params(cases, given: dict):
-    """The cases with the given parameters set on those whose kernel has them (selection.with_params)."""
-    from .bench import selection
-    return selection.with_params(cases, given)
 
 
 def parse_params(texts: list[str]) -> dict:
@@ -386,14 +373,10 @@ def add_warmup_parser(sub, names, kernel_help: str, dtype_help: str) -> None:
 
 
 def cmd_warmup(args) -> int:
-    from .warmup import plan_jobs, warmup
+    from .warmup import nothing_to_warm, plan_jobs, warmup
     jobs = plan_jobs(args.dtypes, args.kernels, args.shape, args.device)
     if not args.json and all(job.skip for job in jobs):      # no bar, no empty table: say so, and why
-        console.print(f"tilemm warmup: nothing to warm here for {' '.join(args.dtypes)}:")
-        for job in jobs:
-            console.print(f"  {job.device} {job.kernel or 'default'}: {job.skip.removeprefix('skipped: ')}")
-        if not machine.gpu() and not args.kernels:
-            console.print("The host's default compiles only for integers (cpu-tiled): tilemm warmup --dtypes int32 int64")
+        console.print(nothing_to_warm(jobs, args.dtypes), highlight=False)
         return 0
     report = warmup(args.dtypes, args.kernels, args.shape, args.device, progress=not args.json)
     if args.json:

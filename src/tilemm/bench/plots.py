@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from .roofline import roofline_figure
-from .summaries import NAIVE, ladder_summary, rung_of, series_of, wide_records
+from .summaries import NAIVE, ladder_summary, rung_of, series_of, times, wide_records
 
 
 # -- plots ----------------------------------------------------------------------------------------
@@ -35,7 +33,11 @@ def plots(records: list[dict], folder: Path) -> tuple[list[tuple[str, str]], str
         made.append((name, caption))
 
     hollow_key = (Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="gray"),
-                  "hollow: estimated, not run")
+                  "hollow: estimated, not run\n(scaled from smaller sizes: may\nmiss a cache cliff)")
+    estimated = (" Hollow markers are estimated, not run: scaled from the rung's largest measured sizes, they "
+                 "may miss a cache cliff (a size where the operands outgrow a cache and each flop costs more), "
+                 "so the real time may be longer." if any_estimated else "")
+    seeds_drawn = any((r.get("seed_figure") or {}).get("unit") == "GFLOP/s" for pts in series.values() for _, r in pts)
 
     def figure(name, caption, title, xlabel, ylabel, draw, logx=True, logy=True, facets=True):
         """One panel per dtype (two to a row), one legend for them all, at the right."""
@@ -104,7 +106,7 @@ def plots(records: list[dict], folder: Path) -> tuple[list[tuple[str, str]], str
             c = "gray" if s["anchor"] else color.get(s["label"], "C0")
             ax.barh(y, s["gflops"], color="white" if s["estimated"] else c, edgecolor=c, linewidth=1.5,
                     hatch="//" if s["estimated"] else None)
-            note = f"{s['gflops']:.3g}" + (f"  ({s['over_naive']:.3g}x naive)" if s["over_naive"] else "")
+            note = f"{s['gflops']:.3g}" + (f"  ({times(s['over_naive'])} naive)" if s["over_naive"] else "")
             ax.text(s["gflops"] * 1.08, y, ("~" if s["estimated"] else "") + note, va="center", fontsize=9)
         ax.set_yticks(ys, [s["label"] + (" (library)" if s["anchor"] else "") for s in rows], fontsize=10)
         ax.set_xscale("log")
@@ -113,7 +115,7 @@ def plots(records: list[dict], folder: Path) -> tuple[list[tuple[str, str]], str
         ax.set_title(f"The ladder at n = {summary['n']} ({summary['dtype']})", fontsize=11)
         ax.grid(True, axis="x", which="both", alpha=0.3)
         fig.tight_layout()
-        estimates = " Hatched bars are estimates (predicted from a smaller size), not runs." \
+        estimates = " Hatched bars are estimates (scaled from smaller sizes, which may miss a cache cliff), not runs." \
             if any(s["estimated"] for s in rows) else ""
         save(fig, "summary.png", f"Each rung's speed at n = {summary['n']} ({summary['dtype']}), in ladder order, "
                                  f"the library (gray) last; the figure beside a bar is its speed-up over the naive "
@@ -121,12 +123,12 @@ def plots(records: list[dict], folder: Path) -> tuple[list[tuple[str, str]], str
 
     if series:               # square products measured: curves against n
         figure("gflops_vs_n.png", "Speed (2n³ flops over the median time) of each rung against the size n, one panel "
-               "per dtype: higher is faster; a rung's line flattens where it reaches its limit. Hollow markers are "
-               "estimated, not run; crosses are the seed's own published figure where it gave one.",
+               "per dtype: higher is faster; a rung's line flattens where it reaches its limit." + estimated
+               + (" Crosses are the seed's own published figure where it gave one." if seeds_drawn else ""),
                "GFLOP/s against n", "n (an n x n x n product)", "GFLOP/s", lines(lambda r: r["gflops"], with_seeds=True))
         figure("time_vs_n.png", "Median time of one call against n, one panel per dtype: lower is faster; the time "
-               "of a rung that does 2n³ flops at a steady rate grows eightfold each time n doubles. Hollow markers "
-               "are estimated, not run.", "Time against n", "n (an n x n x n product)", "median time (ms)",
+               "of a rung that does 2n³ flops at a steady rate grows eightfold each time n doubles." + estimated,
+               "Time against n", "n (an n x n x n product)", "median time (ms)",
                lines(lambda r: r["median_ms"]))
 
     def speedup(ax, dtype):
@@ -142,8 +144,8 @@ def plots(records: list[dict], folder: Path) -> tuple[list[tuple[str, str]], str
         return None
     if any((name, d) in series for name in NAIVE for d in dtypes):
         figure("speedup_vs_naive.png", "How many times faster than the naive rung (the rung every other one "
-               "improves on) each rung is at each n, one panel per dtype. Hollow markers: the rung's time or the "
-               "naive rung's is estimated, not run.", "Speed-up over the naive rung", "n (an n x n x n product)",
+               "improves on) each rung is at each n, one panel per dtype." + (" Hollow markers: the rung's time or "
+               "the naive rung's is estimated, not run (it may miss a cache cliff)." if any_estimated else ""), "Speed-up over the naive rung", "n (an n x n x n product)",
                "x the naive rung", speedup)
     wide = wide_records(records)
     if wide:
@@ -161,9 +163,3 @@ def plots(records: list[dict], folder: Path) -> tuple[list[tuple[str, str]], str
     if roof:
         save(*roof)
     return made, None
-
-
-# -- the folder -----------------------------------------------------------------------------------
-
-# The page checks its own images once loaded: a missing plot is a console error, and the
-# count of good images lands in <body data-images-loaded> for a headless browser to read.

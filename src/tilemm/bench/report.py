@@ -8,10 +8,12 @@ without it the tables are still written and the page says why there are no plots
 """
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
 import shutil
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -132,6 +134,8 @@ def wide_markdown(rows: list[dict]) -> str:
     return _markdown_table(WIDE_COLUMNS, [_wide_cells(r) for r in rows])
 
 
+# The page checks its own images once loaded: a missing plot is a console error, and the
+# count of good images lands in <body data-images-loaded> for a headless browser to read.
 SELF_CHECK = """<script>
 window.addEventListener("load", () => {
   const images = Array.from(document.images);
@@ -170,6 +174,20 @@ def prepare(folder: Path) -> Path:
     except OSError as e:
         raise ValueError(f"--report {folder}: can't write there ({e.strerror or e})") from None
     return new
+
+
+@contextlib.contextmanager
+def kept_on_failure(folder: Path | None, new: Path | None):
+    """Around a run writing into new (None: no report): if it stops (Ctrl-C, an error), say that
+    the report in folder is the last one, unchanged, and where this run's records are."""
+    try:
+        yield
+    except BaseException:
+        if new is None:
+            raise
+        print(f"tilemm bench: the report in {folder} is left as it was; this run's records so far: "
+              f"{new / 'results.jsonl'}", file=sys.stderr)
+        raise
 
 
 def publish(new: Path, folder: Path) -> None:
