@@ -46,7 +46,8 @@ class LoadWatch:
         busy = _busy_seconds()
         if busy is not None and self.busy is not None and wall > 0:
             others = (busy - self.busy) - (time.process_time() - self.own)
-            out["others_busy"] = round(max(0.0, others / wall), 2)
+            # the counters tick every 10 ms: over a short case the share is rough; never past every core
+            out["others_busy"] = round(min(max(0.0, others / wall), float(out["cores"] or 1)), 2)
         return out
 
 

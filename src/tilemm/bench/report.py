@@ -57,8 +57,14 @@ def simulated_note(r: dict) -> str:
 
 
 def table(records: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """(columns, rows) of the records, without the columns that are empty in every row."""
-    rows = [row(r) for r in records]
+    """(columns, rows) of the records, each rung's sizes together (in the order the rungs first
+    ran, smallest size first), without the columns that are empty in every row."""
+    first: dict = {}
+    for i, r in enumerate(records):
+        first.setdefault((r["kernel"], json.dumps(r["params"], sort_keys=True), r["dtype"]), i)
+    order = sorted(records, key=lambda r: (first[(r["kernel"], json.dumps(r["params"], sort_keys=True), r["dtype"])],
+                                           r["m"] * r["n"] * r["k"]))
+    rows = [row(r) for r in order]
     keep = [i for i, _ in enumerate(COLUMNS) if any(cells[i] for cells in rows)]
     return [COLUMNS[i] for i in keep], [[cells[i] for i in keep] for cells in rows]
 
@@ -147,7 +153,8 @@ window.addEventListener("load", () => {
 
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1300px} table{border-collapse:collapse;font-size:13px;"
          "margin-bottom:1.5em} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} "
-         "td:first-child,th:first-child{text-align:left} td:last-child{text-align:left} "
+         "td:first-child,th:first-child{text-align:left} td:last-child,th:last-child{text-align:left} "
+         "td:not(:last-child){white-space:nowrap} "
          "figure{margin:1.5em 0} figcaption{max-width:900px;color:#333;font-size:14px;margin-top:.4em} "
          ".warn{background:#fff4e0;border-left:4px solid #e08a00;padding:.5em .8em;max-width:900px}")
 

@@ -85,10 +85,11 @@ def roofline_figure(plt, series, color):
     for k, ((unit, work), ax) in enumerate(zip(units, axes.ravel())):
         points = [p for p in placed if (unit_of(p[3]) if device == "cuda" else (p[1], 1)) == (unit, work)]
         name = unit if work == 1 else f"{unit} / {work} products"
+        rate = "GOP/s" if is_exact(unit) else "GFLOP/s"      # the axis's unit, in the legend too
         xs = [p[4] for p in points]
         for i, (label, dtype, n, r, ai) in enumerate(points):
             ax.scatter([ai], [r["gflops"]], s=46, marker=MARKERS[i % len(MARKERS)], color=color[label], zorder=3,
-                       label=f"{label} ({dtype}), n = {n}: {r['gflops']:.3g} GFLOP/s")
+                       label=f"{label} ({dtype}), n = {n}: {r['gflops']:.3g} {rate}")
         bw = (peaks or {}).get("bandwidth_gbs")
         top = (peaks or {}).get(unit)
         top = top / work * 1e3 if top else None          # GFLOP/s in the problem's own products
@@ -100,7 +101,7 @@ def roofline_figure(plt, series, color):
             ax.plot(x_mem, x_mem * bw, color="black", linewidth=2, linestyle="--",
                     label=f"memory roof: {bw:.4g} GB/s x intensity, up to the ridge at {ridge:.3g} flop/byte")
             ax.plot([ridge, hi], [top, top], color=ROOF_COLORS[k % len(ROOF_COLORS)], linewidth=2,
-                    label=f"compute roof, {name}: {top:.4g} GFLOP/s")
+                    label=f"compute roof, {name}: {top:.4g} {rate}")
         elif bw:
             missing.append(name)
             x_mem = np.logspace(np.log10(lo), np.log10(hi), 50)
@@ -109,12 +110,12 @@ def roofline_figure(plt, series, color):
         else:
             missing.append(name)
             best = max(p[3]["gflops"] for p in points)
-            ax.axhline(best, linestyle="--", color="gray", label=f"best measured here: {best:.3g} GFLOP/s")
+            ax.axhline(best, linestyle="--", color="gray", label=f"best measured here: {best:.3g} {rate}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
         ax.set_xlabel("arithmetic intensity (flops per byte the rung's traffic model moves)")
-        ax.set_ylabel("GOP/s (2MNK integer operations a second)" if is_exact(unit) else "GFLOP/s")
+        ax.set_ylabel("GOP/s (2MNK / time)" if is_exact(unit) else rate)
         ax.set_title(f"Roofline, {name}: each rung at its largest measured n", fontsize=11)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
