@@ -95,4 +95,5 @@ def test_a_gpu_rung_in_the_simulator_is_not_started_at_a_size_of_hours(tmp_path,
 def test_time_left_reads_as_a_person_would_say_it():
     assert timeleft.describe_left(0.0, 6) == "time left: known after each rung's first size (6 rungs to go)"
     assert timeleft.describe_left(42.0, 1) == "~42 s left + 1 rung not yet measured"
-    assert [timeleft.duration(s) for s in (0.044, 2.5, 45, 210, 7600)] == ["44 ms", "2.5 s", "45 s", "3.5 min", "2.1 h"]
+    assert [timeleft.duration(s) for s in (0.0, 0.044, 2.5, 45, 210, 7600)] == \
+        ["0 s", "44 ms", "2.5 s", "45 s", "3.5 min", "2.1 h"]

@@ -219,7 +219,7 @@ def describe_left(seconds: float, unknown: int) -> str:
 def duration(seconds: float) -> str:
     """A duration as a person reads it: 40 ms, 2.5 s, 45 s, 3.5 min, 2.1 h."""
     if seconds < 1:
-        return f"{seconds * 1e3:.0f} ms"
+        return f"{seconds * 1e3:.0f} ms" if seconds >= 1e-3 else "0 s"
     if seconds < 10:
         return f"{seconds:.2g} s"
     if seconds < 90:
