@@ -26,14 +26,14 @@ def earlier(tmp_path, capsys):
 
 
 def failing_on_the_second_case(monkeypatch, error):
-    measure, calls = runner._measure, []
+    measure, calls = runner.measure_case, []
 
     def measure_then_fail(*args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
             raise error
         return measure(*args, **kwargs)
-    monkeypatch.setattr(runner, "_measure", measure_then_fail)
+    monkeypatch.setattr(runner, "measure_case", measure_then_fail)
     return calls
 
 

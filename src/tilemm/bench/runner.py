@@ -54,7 +54,7 @@ def run_suite(cases: list[Case], *, suite: str, budget_s: float = 2.0, skip_over
             rec.update(predicted_s=costs.case_s(case), check_probe_cpu_s=costs.probe_cpu_s(case))
         watch = LoadWatch()
         t0 = time.perf_counter()
-        rec.update(_measure(case, budget_s, skip_over_s, costs))
+        rec.update(measure_case(case, budget_s, skip_over_s, costs))
         rec["took_s"] = time.perf_counter() - t0
         rec.update(watch.read())
         costs.learn(case, rec)
@@ -135,7 +135,7 @@ def _base(c: Case) -> dict:
             "seed": c.seed, "host_inputs": c.host_inputs, "layout": c.layout, "tag": c.tag}
 
 
-def _measure(case: Case, budget_s: float, skip_over_s: float, costs: CaseCosts) -> dict:
+def measure_case(case: Case, budget_s: float, skip_over_s: float, costs: CaseCosts) -> dict:
     try:
         kernel = registry.get(case.kernel)
     except ValueError as e:

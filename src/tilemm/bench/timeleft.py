@@ -91,7 +91,7 @@ class CaseCosts:
         self.calls[case.key].append((flops(case), call))
         if record.get("check_s") is not None:
             self.checks[case.dtype].append((flops(case), record["check_s"]))
-            if is_exact(case.dtype) and record.get("check_cpu_s") is not None:
+            if is_exact(case.dtype) and checked_on_host(case.kernel) and record.get("check_cpu_s") is not None:
                 self.check_cpu[0] += record["check_cpu_s"]
                 self.check_cpu[1] += record["check_s"]
         spent = (record.get("first_call_s") or 0.0) + (record.get("check_s") or 0.0) + (record.get("timing_s") or 0.0)
