@@ -53,9 +53,9 @@ class LoadWatch:
 
 def busy(record: dict) -> bool:
     """Whether other processes kept more than BUSY_SHARE of the cores busy while the record was
-    measured (where the share was not measured: the load average before it)."""
+    timed (where the share was not measured: the load average before it)."""
     cores = record.get("cores")
-    if not cores:
+    if not cores or record.get("status") != "ok":      # an estimate or a skip measured nothing
         return False
     others = record.get("others_busy")
     if others is None:

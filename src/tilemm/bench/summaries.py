@@ -44,9 +44,9 @@ def series_of(records):
 
 def ladder_summary(records: list[dict]) -> dict | None:
     """The ladder at one size: the dtype (float32 where measured) and the size n at which the
-    most rungs have a time (the largest such n), each rung's GFLOP/s, its speed-up over the rung
-    before it and over the naive rung, and its speed relative to the library. None if no rung
-    has a square time."""
+    most rungs were measured (then the most have a time, then the largest such n), each rung's
+    GFLOP/s, its speed-up over the rung before it and over the naive rung, and its speed relative
+    to the library. None if no rung has a square time."""
     series = series_of(records)
     if not series:
         return None
@@ -57,7 +57,8 @@ def ladder_summary(records: list[dict]) -> dict | None:
         if dt == dtype:
             for n, r in points:
                 at[n][label] = r
-    n = max(at, key=lambda size: (len(at[size]), size))
+    # the size with the most rungs measured (not estimated), then the most rungs, then the largest
+    n = max(at, key=lambda size: (sum(r["status"] == "ok" for r in at[size].values()), len(at[size]), size))
     chosen = at[n]
     order = sorted(chosen, key=lambda label: (chosen[label]["kernel"] in ANCHORS, rung_of(chosen[label]["kernel"]),
                                               label))
