@@ -34,6 +34,10 @@ def records():
     return runner.with_ratios(rs)
 
 
+def test_rates_show_three_digits_and_never_an_exponent():
+    assert [summaries.sig(x) for x in (0.0219, 5.594, 126.4, 51409.2)] == ["0.0219", "5.59", "126", "51,409"]
+
+
 def test_ratios_show_the_digits_they_need():
     assert [summaries.times(x) for x in (0.0031, 0.0312, 2.27, 22.4, 1234.0, 1e-6)] == \
         ["0.0031x", "0.0312x", "2.27x", "22.4x", "1234x", "<0.0001x"]
@@ -69,7 +73,7 @@ def test_the_roofline_has_an_int_roof_gflops_labels_and_roofs_clipped_at_the_rid
     assert "220.2 GFLOP/s" in float_roof                           # 0.2202 TFLOP/s, in the axis's units
     int_roof = [lb for lb in axes[1].get_legend_handles_labels()[1] if lb.startswith("compute roof")][0]
     fastest_int = max(r["gflops"] for r in records if r["dtype"] == "int32")
-    assert f"{fastest_int:.4g} GOP/s" in int_roof                  # attained by the fastest int32 rung
+    assert f"{roofline.number(fastest_int)} GOP/s" in int_roof     # attained by the fastest int32 rung
     assert "int32 the fastest rate a rung of this run reached" in caption and "attained" in caption
     plt.close(fig)
 
@@ -120,3 +124,19 @@ def test_the_load_is_recorded_with_each_measurement():
     got = watch.read()
     assert got["cores"] >= 1 and set(got) >= {"load_before", "load_after", "cores"}
     assert got.get("others_busy", 0.0) >= 0.0
+
+
+def test_a_gpu_roofline_has_a_panel_per_unit_under_the_datasheet_roofs():
+    """On an H200: naive's float32 points under the SIMT float32 roof, tensorcore-f32's under the
+    TF32 roof over its three products, int32 under int32's; each roof in GFLOP/s (GOP/s for int32)."""
+    gpu = {"device": "NVIDIA H200", "host_roofs": None}
+    records = runner.with_ratios([record(k, d, 4096, ms, **gpu) for k, d, ms in [
+        ("naive", "float32", 26.0), ("tensorcore-f32", "float32", 1.4), ("naive", "int32", 30.0)]])
+    fig, axes, caption = roofline_axes(records)
+    titles = [ax.get_title().split(":")[0] for ax in axes]
+    assert titles == ["Roofline, float32", "Roofline, int32", "Roofline, tf32 / 3 products"]
+    roofs = [next(lb for lb in ax.get_legend_handles_labels()[1] if lb.startswith("compute roof")) for ax in axes]
+    assert roofs == ["compute roof, float32: 67,000 GFLOP/s", "compute roof, int32: 33,500 GOP/s",
+                     "compute roof, tf32 / 3 products: 164,900 GFLOP/s"]
+    assert "the NVIDIA H200 datasheet" in caption
+    plt.close(fig)

@@ -21,7 +21,7 @@ import numpy as np
 
 from .plots import plots
 from .load import busy, busy_note
-from .summaries import ladder_summary, times, wide_records
+from .summaries import ladder_summary, sig, times, wide_records
 
 COLUMNS = ["kernel", "params", "dtype", "m x n x k", "status", "median ms", "GFLOP/s", "vs baseline",
            "% peak", "GB/s (model)", "seed's figure", "note"]
@@ -44,11 +44,11 @@ def row(r: dict) -> list[str]:
     seed = f"{fig['value']:g} {fig['unit']} ({r['seed']})" if fig else ""
     ratio = f"{times(r['ratio'])} {r['baseline']}" if r.get("ratio") else ""
     if r["status"] == "estimated":       # not run: the time predicted from a smaller size
-        return [r["kernel"], params, r["dtype"], shape, "estimated", f"~{r['median_ms']:.0f}", f"~{r['gflops']:.3g}",
+        return [r["kernel"], params, r["dtype"], shape, "estimated", f"~{r['median_ms']:.0f}", f"~{sig(r['gflops'])}",
                 ratio and "~" + ratio, "", "", seed, note]
-    return [r["kernel"], params, r["dtype"], shape, "ok", f"{r['median_ms']:.3f}", f"{r['gflops']:.3g}",
+    return [r["kernel"], params, r["dtype"], shape, "ok", f"{r['median_ms']:.3f}", f"{sig(r['gflops'])}",
             ratio, f"{100 * r['peak_fraction']:.0f}%" if r.get("peak_fraction") else "",
-            f"{r['gbps']:.3g}" if r.get("gbps") else "", seed, note]
+            sig(r["gbps"]) if r.get("gbps") else "", seed, note]
 
 
 def simulated_note(r: dict) -> str:
@@ -98,7 +98,7 @@ def summary_table(summary: dict) -> tuple[list[str], list[list[str]]]:
     rows = []
     for s in summary["rows"]:
         r, mark = s["record"], "~" if s["estimated"] else ""
-        rows.append([s["label"] + (" (the library)" if s["anchor"] else ""), f"{mark}{s['gflops']:.3g}",
+        rows.append([s["label"] + (" (the library)" if s["anchor"] else ""), f"{mark}{sig(s['gflops'])}",
                      f"{mark}{r['median_ms']:.3f}", ratio(s["over_before"], s), ratio(s["over_naive"], s),
                      ratio(s["vs_library"], s) + (f" {r['baseline']}" if s["vs_library"] else "")])
     keep = [i for i, _ in enumerate(SUMMARY_COLUMNS) if any(cells[i] for cells in rows)]

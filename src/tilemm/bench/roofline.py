@@ -55,6 +55,11 @@ def roofs(records: list[dict], device: str) -> tuple[dict | None, str]:
     return roofs, how
 
 
+def number(x: float) -> str:
+    """A rate as the legend shows it: 67,000 or 220.2, never 6.7e+04."""
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.4g}"
+
+
 ROOF_COLORS = ("firebrick", "darkgreen", "purple", "darkgoldenrod", "navy", "teal")
 MARKERS = "osD^v<>pP*Xh"
 
@@ -89,7 +94,7 @@ def roofline_figure(plt, series, color):
         xs = [p[4] for p in points]
         for i, (label, dtype, n, r, ai) in enumerate(points):
             ax.scatter([ai], [r["gflops"]], s=46, marker=MARKERS[i % len(MARKERS)], color=color[label], zorder=3,
-                       label=f"{label} ({dtype}), n = {n}: {r['gflops']:.3g} {rate}")
+                       label=f"{label} ({dtype}), n = {n}: {number(r['gflops'])} {rate}")
         bw = (peaks or {}).get("bandwidth_gbs")
         top = (peaks or {}).get(unit)
         top = top / work * 1e3 if top else None          # GFLOP/s in the problem's own products
@@ -99,18 +104,18 @@ def roofline_figure(plt, series, color):
             lo, hi = min(lo, ridge / 4), max(hi, ridge * 4)
             x_mem = np.logspace(np.log10(lo), np.log10(ridge), 50)
             ax.plot(x_mem, x_mem * bw, color="black", linewidth=2, linestyle="--",
-                    label=f"memory roof: {bw:.4g} GB/s x intensity, up to the ridge at {ridge:.3g} flop/byte")
+                    label=f"memory roof: {number(bw)} GB/s x intensity, up to the ridge at {ridge:.3g} flop/byte")
             ax.plot([ridge, hi], [top, top], color=ROOF_COLORS[k % len(ROOF_COLORS)], linewidth=2,
-                    label=f"compute roof, {name}: {top:.4g} {rate}")
+                    label=f"compute roof, {name}: {number(top)} {rate}")
         elif bw:
             missing.append(name)
             x_mem = np.logspace(np.log10(lo), np.log10(hi), 50)
             ax.plot(x_mem, x_mem * bw, color="black", linewidth=2, linestyle="--",
-                    label=f"memory roof: {bw:.4g} GB/s x intensity (no compute roof known for {name})")
+                    label=f"memory roof: {number(bw)} GB/s x intensity (no compute roof known for {name})")
         else:
             missing.append(name)
             best = max(p[3]["gflops"] for p in points)
-            ax.axhline(best, linestyle="--", color="gray", label=f"best measured here: {best:.3g} {rate}")
+            ax.axhline(best, linestyle="--", color="gray", label=f"best measured here: {number(best)} {rate}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)

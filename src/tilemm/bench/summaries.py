@@ -10,6 +10,11 @@ ANCHORS = ("numpy", "cublas")       # the libraries each device's rungs are meas
 NAIVE = ("naive", "cpu-naive")      # the rung the speed-ups count from, in order of preference
 
 
+def sig(x: float) -> str:
+    """A rate with three significant digits, whole numbers from 100 on: 0.0219, 5.59, 126, 51,409."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def times(x: float) -> str:
     """A speed ratio with the digits it needs: 22x, 2.27x, 0.0312x, never 0.00x."""
     if x >= 100:
