@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import machine, registry
-from .bench.selection import SUITES
+from .bench.selection import SUITES, NothingRunsHere
 from .dtypes import SUPPORTED
 
 console = Console(width=None if sys.stdout.isatty() else 200)  # logs get whole rows
@@ -21,11 +21,18 @@ def main(argv=None) -> int:
     """Run a `tilemm` command line; the exit code: 0 done, 1 a check or a measurement failed,
     2 the command line or the machine refused it (a one-line message), 130 interrupted."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:                     # `tilemm` alone: what it can do
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)
     commands = {"kernels": cmd_kernels, "info": cmd_info, "check": cmd_check, "bench": cmd_bench,
                 "explain": cmd_explain, "warmup": cmd_warmup}
     try:
         return commands[args.command](args)
+    except NothingRunsHere as e:     # a line per reason, and what can run here
+        print(f"tilemm {args.command}: error: " + "\n  ".join(e.lines), file=sys.stderr)
+        return 2
     except (ValueError, TypeError, OSError) as e:    # refused, before any work where it can be: one line
         print(f"tilemm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
@@ -40,7 +47,12 @@ def _one_line(e: BaseException) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tilemm", description="Tiled matrix multiplication, rung by rung.")
+    parser = argparse.ArgumentParser(
+        prog="tilemm", description="Tiled matrix multiplication, rung by rung.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="first steps: tilemm info; tilemm kernels; tilemm explain tiled;\n"
+               "  tilemm bench --suite cpu --budget 0.3 --skip-over 2 --report out (the CPU rungs, a report in out/)\n"
+               "tilemm COMMAND -h says more about each command.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     names = [k.name for k in registry.kernels()]
     kernel_help = "one or more of: " + ", ".join(names)
@@ -85,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 60)")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write the report into DIR: results.jsonl, results.md, index.html and plots; "
-                        "a report already there is replaced")
+                        "a report already there is replaced when the run ends (Ctrl-C or a failure leaves it whole)")
     p.add_argument("--json", action="store_true", help="print the records as JSON lines, no table or progress")
 
     p = sub.add_parser("explain", help="launch shape, traffic model, roofline bound; loads counted in the simulator",
@@ -240,34 +252,30 @@ def cmd_bench(args) -> int:
     from .bench import report, runner, selection
     cases = selection.select(args.suite, args.kernels, args.dtypes, tuple(args.sizes) if args.sizes else None,
                              parse_params(args.param))
-    if args.report:
-        report.prepare(args.report)           # writable, and an earlier report there removed: before any work
-    results = args.report / "results.jsonl" if args.report else None
+    staged = report.prepare(args.report) if args.report else None   # before any work; the last report kept
+    results = staged / "results.jsonl" if staged else None
     suite = " ".join(args.suite) if args.suite else cases[0].suite
-    records = runner.run_suite(cases, suite=suite, budget_s=args.budget, skip_over_s=args.skip_over,
-                               results=results, progress=not args.json)
+    with report.kept_on_failure(args.report, staged):
+        records = runner.run_suite(cases, suite=suite, budget_s=args.budget, skip_over_s=args.skip_over,
+                                   results=results, progress=not args.json)
     if args.json:
         for r in records:
             print(json.dumps(r))
     else:
         columns, rows = report.table(records)
-        t = Table(title=f"tilemm bench ({suite}) on {records[0]['device']}")
+        t = Table(title=f"tilemm bench ({suite}) on {records[0]['device']}"
+                        + (" (GPU rungs simulated)" if any(r.get("emulated") for r in records) else ""))
         for col in columns:
             t.add_column(col, max_width=60 if col == "note" else None)
         for cells in rows:
             t.add_row(*cells)
         console.print(t)
     if args.report:
-        page = report.write(args.report, title=f"tilemm bench ({suite})")
+        report.write(staged, title=f"tilemm bench ({suite})")
+        report.publish(staged, args.report)     # only now is the last report replaced
         if not args.json:
-            console.print(f"report: {page}")
+            console.print(f"report: {args.report / 'index.html'}")
     return 1 if any(r["status"] == "FAILED" for r in records) else 0
-
-
-def with_params(cases, given: dict):
-    """The cases with the given parameters set on those whose kernel has them (selection.with_params)."""
-    from .bench import selection
-    return selection.with_params(cases, given)
 
 
 def parse_params(texts: list[str]) -> dict:
@@ -369,7 +377,11 @@ def add_warmup_parser(sub, names, kernel_help: str, dtype_help: str) -> None:
 
 
 def cmd_warmup(args) -> int:
-    from .warmup import warmup
+    from .warmup import nothing_to_warm, plan_jobs, warmup
+    jobs = plan_jobs(args.dtypes, args.kernels, args.shape, args.device)
+    if not args.json and all(job.skip for job in jobs):      # no bar, no empty table: say so, and why
+        console.print(nothing_to_warm(jobs, args.dtypes), highlight=False)
+        return 0
     report = warmup(args.dtypes, args.kernels, args.shape, args.device, progress=not args.json)
     if args.json:
         for s in report.steps:

@@ -147,6 +147,15 @@ def warmup(dtypes=("float32",), kernels=None, shapes=None, device=None, progress
     return report
 
 
+def nothing_to_warm(jobs: list[Job], dtypes) -> str:
+    """What `tilemm warmup` says where every job is skipped: nothing to compile, and why."""
+    lines = [f"tilemm warmup: nothing to warm here for {' '.join(_names(dtypes, 'dtypes'))}:"]
+    lines += [f"  {job.device} {job.kernel or 'default'}: {job.skip.removeprefix('skipped: ')}" for job in jobs]
+    if any(job.device == "cpu" and job.kernel == "numpy" for job in jobs):
+        lines.append("The host's default compiles for integers only (cpu-tiled): tilemm warmup --dtypes int32 int64")
+    return "\n".join(lines)
+
+
 def describe(job: Job) -> str:
     shape = "x".join(map(str, job.shape)) if job.shape else ""
     out = f"->{job.out_dtype}" if job.out_dtype else ""
