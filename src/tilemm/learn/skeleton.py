@@ -53,7 +53,7 @@ def file_text(exercise: Exercise, file_name: str, solution: bool = False) -> str
              "triton": "\nin Triton's interpreter (on a GPU, leave the variable out)"}.get(exercise.backend, "")
     parts = [HEADER.format(rung=exercise.rung, name=exercise.name, idea=exercise.idea, function=exercise.function,
                            file=file_name, path=path, runner=runner, where=where),
-             "\n".join(["import numpy as np"] + [i for i in extract.imports if i != "import numpy as np"]
+             "\n".join(FIRST_IMPORTS[exercise.backend] + [i for i in extract.imports if i != "import numpy as np"]
                        + LAUNCH_IMPORTS[exercise.backend](exercise)),
              "",
              "",
@@ -129,6 +129,8 @@ def triton_launcher(exercise: Exercise, extract: source.Extract) -> str:
         ''')
 
 
+FIRST_IMPORTS = {"numba-cuda": ["import numpy as np", "from tilemm import compat  # noqa: F401  (first: shims numba.cuda needs)"],
+                 "numba": ["import numpy as np"], "triton": ["import numpy as np"]}
 LAUNCH_IMPORTS = {"numba-cuda": simt_imports, "numba": lambda e: [],
                   "triton": lambda e: ["import torch", "import triton"]}
 LAUNCHERS = {"numba-cuda": simt_launcher, "numba": cpu_launcher, "triton": triton_launcher}
