@@ -4,7 +4,8 @@
   sectors it touches (one or two when neighbouring threads read neighbouring elements: coalesced).
 - Shared arrays count theirs, and see races: an element one thread writes and another reads (or
   writes) with no ``cuda.syncthreads()`` between them.
-- In Triton's interpreter, the elements each masked load and store moves, by operand.
+- In Triton's interpreter, the elements each masked load and store moves, by operand; an access
+  past every operand raises IndexError, as the simulator does for an index past an array's edge.
 
 The simulator runs each CUDA thread as a Python thread, so a count is made where the access is
 made, attributed to the thread doing it. Used only where the simulator is on: the module imports
@@ -222,23 +223,31 @@ class HostArray:
 def triton_counted(tally: Tally, operands: dict):
     """While inside: the elements each load and store of Triton's interpreter moves, counted under
     the name of the operand (a torch tensor) its addresses fall in."""
+    import numpy as np
     from triton.runtime import interpreter
 
     spans = {name: (t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for name, t in operands.items()}
 
-    def owner(ptrs):
-        first = int(ptrs.min()) if ptrs.size else 0
-        return next((name for name, (lo, hi) in spans.items() if lo <= first < hi), "other")
+    def tally_by_operand(counts, ptrs, mask):
+        """Each element the mask lets through, under the operand its address falls in ("outside": none)."""
+        moved = ptrs.data[mask.data] if mask.data.shape == ptrs.data.shape else ptrs.data
+        inside = np.zeros(moved.shape, bool)
+        for name, (lo, hi) in spans.items():
+            hit = (moved >= lo) & (moved < hi)
+            counts[name] += int(hit.sum())
+            inside |= hit
+        if not inside.all():      # on a GPU a fault or garbage; here, the same as the simulator's IndexError
+            raise IndexError(f"{int((~inside).sum())} elements of this access lie outside A, B and C")
 
     builder = interpreter.InterpreterBuilder
     original_load, original_store = builder.create_masked_load, builder.create_masked_store
 
     def load(self, ptrs, mask, *args, **kwargs):
-        tally.loads[owner(ptrs.data[mask.data] if mask.data.any() else ptrs.data)] += int(mask.data.sum())
+        tally_by_operand(tally.loads, ptrs, mask)
         return original_load(self, ptrs, mask, *args, **kwargs)
 
     def store(self, ptrs, value, mask, *args, **kwargs):
-        tally.stores[owner(ptrs.data[mask.data] if mask.data.any() else ptrs.data)] += int(mask.data.sum())
+        tally_by_operand(tally.stores, ptrs, mask)
         return original_store(self, ptrs, value, mask, *args, **kwargs)
 
     builder.create_masked_load, builder.create_masked_store = load, store

@@ -133,7 +133,8 @@ def diagnose(c, a, b, dtype: str) -> dict:
 
 def examine(path: Path, exercise: Exercise) -> dict:
     out = {"exercise": exercise.name, "file": str(path), "cases": [], "fault": None, "counts": None,
-           "races": [], "params": exercise.sim_params}
+           "races": [], "params": exercise.sim_params,
+           "count_shape": list(COUNT_SHAPE)}
     module, failed = load(path)
     if failed:
         out["fault"] = failed
