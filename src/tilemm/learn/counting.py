@@ -35,6 +35,8 @@ class Tally:
     shared_stores: dict = field(default_factory=lambda: defaultdict(int))
     sectors: dict = field(default_factory=dict)     # (block, warp, array, op, n) -> set of sectors
     races: list = field(default_factory=list)
+    per_element: dict = field(default_factory=dict)   # "A" -> array of loads per element, where asked
+    watched_block: tuple | None = None                 # per_element counts only this block's loads
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def line(self) -> int | None:
@@ -90,6 +92,8 @@ def global_array(ary, name: str, tally: Tally):
             sector = flat_offset(self._ary, idx) // SECTOR
             with tally.lock:
                 (tally.loads if op == "load" else tally.stores)[name] += 1
+                if op == "load" and name in tally.per_element and tally.watched_block in (None, block):
+                    tally.per_element[name][idx] += 1
                 tally.sectors.setdefault((block, warp, name, op, n), set()).add(sector)
 
         def __getitem__(self, idx):
@@ -212,6 +216,8 @@ class HostArray:
 
     def __getitem__(self, idx):
         self.tally.loads[self.name] += 1
+        if self.name in self.tally.per_element:
+            self.tally.per_element[self.name][idx] += 1
         return self.ary[idx]
 
     def __setitem__(self, idx, value):

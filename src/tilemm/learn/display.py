@@ -43,8 +43,7 @@ def counts_table(grade: Grade) -> Table | None:
     mine, rung, model = exam.get("counts"), exam.get("reference"), exam.get("model")
     if not mine or not rung:
         return None
-    shape = " x ".join(map(str, exam["count_shape"]))
-    t = Table(title=f"memory traffic of one launch at M x N x K = {shape}", title_justify="left")
+    t = Table()
     for col in ("", "yours", "the rung", "traffic model"):
         t.add_column(col, justify="right" if col else "left")
 
@@ -75,17 +74,18 @@ def speed_table(grade: Grade) -> Table | Text | None:
         return Text("on this device it is wrong: " + "; ".join(speed["failures"]), style="red")
     if "fault" in speed:
         return Text(f"timing failed: {speed['fault']}", style="red")
-    n = speed["size"]
-    t = Table(title=f"timed at {n} x {n} x {n} ({speed['dtype']}; median)", title_justify="left")
-    for col in ("", "kernel", "dtype", "ms", "TFLOP/s", "yours vs it"):
-        t.add_column(col, justify="right" if col in ("ms", "TFLOP/s", "yours vs it") else "left")
+    on_cpu = grade.exercise.backend == "numba"
+    unit, scale = ("GFLOP/s", 1e3) if on_cpu else ("TFLOP/s", 1.0)
+    t = Table()
+    for col in ("", "kernel", "dtype", "ms", unit, "its time ÷ yours"):
+        t.add_column(col, justify="left" if col in ("", "kernel", "dtype") else "right")
     yours = next((r["ms"] for r in speed["rows"] if r["label"] == "yours" and "ms" in r), None)
     for r in speed["rows"]:
         if "error" in r:
             t.add_row(r["label"], r["kernel"], "", "", "", r["error"][:60])
             continue
         ratio = f"{r['ms'] / yours:.2f}x" if yours and r["label"] != "yours" else ""
-        t.add_row(r["label"], r["kernel"], r["dtype"], f"{r['ms']:.3f}", f"{r['tflops']:.2f}", ratio)
+        t.add_row(r["label"], r["kernel"], r["dtype"], f"{r['ms']:.3f}", f"{r['tflops'] * scale:.3g}", ratio)
     return t
 
 
@@ -94,9 +94,18 @@ def grade_view(grade: Grade) -> Group:
     head = Text.assemble(("tilemm grade ", "bold"), (grade.file.name, "bold cyan"),
                          f"  ·  exercise {e.rung} · {e.name}: {e.idea}")
     parts = [head, findings_table(grade)]
-    for extra in (counts_table(grade), speed_table(grade)):
-        if extra is not None:
-            parts.append(extra)
+    counts = counts_table(grade)
+    if counts is not None:
+        shape = " x ".join(map(str, grade.examination["count_shape"]))
+        parts += [Text(f"\nMemory traffic of one launch at M x N x K = {shape}, counted in the simulator:",
+                       style="bold"), counts]
+    speed = speed_table(grade)
+    if isinstance(speed, Table):
+        n = grade.speed["size"]
+        where = "on the CPU" if grade.exercise.backend == "numba" else "on the GPU"
+        parts += [Text(f"\nTimed {where} at {n} x {n} x {n}, {grade.speed['dtype']} (median):", style="bold"), speed]
+    elif speed is not None:
+        parts.append(speed)
     verdict = ("[bold green]PASSED[/]: correct, and its traffic is the rung's" if grade.passed else
                "[bold red]NOT YET[/]: fix the first ✗ above, then grade again")
     parts.append(Panel(f"{verdict}  ({grade.seconds:.1f} s)", expand=False))

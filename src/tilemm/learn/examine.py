@@ -57,7 +57,12 @@ def fault(e: BaseException, path: Path, where: str) -> dict:
     """An exception of the learner's code, as data: its kind, its message, their deepest line."""
     frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == path]
     line = frames[-1].lineno if frames else None
-    kind = "index" if isinstance(e, IndexError) else "error"
+    cause = e
+    while cause is not None and not isinstance(cause, IndexError):   # Triton's interpreter wraps it
+        cause = cause.__cause__ or cause.__context__
+    kind = "index" if cause is not None else "error"
+    if cause is not None and cause is not e:
+        e = cause
     return {"kind": kind, "where": where, "type": type(e).__name__, "message": str(e).strip(),
             "line": line, "code": linecache.getline(str(path), line).strip() if line else ""}
 

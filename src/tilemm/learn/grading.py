@@ -57,7 +57,10 @@ def child(module: str, path: Path, exercise: Exercise, env: dict, timeout: float
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "result.json"
         src = str(Path(__file__).resolve().parents[2])          # this tilemm, wherever it is installed
-        env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+               # numba's disk cache of an earlier run of the file (as __main__, say) can't be loaded
+               # into the grader's module: a cache of the grade's own
+               "NUMBA_CACHE_DIR": str(Path(folder) / "numba-cache")}
         start = time.perf_counter()
         try:
             res = subprocess.run([sys.executable, "-m", module, str(path), exercise.name, str(out)], env=env,

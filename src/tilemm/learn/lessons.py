@@ -101,9 +101,9 @@ def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
         c = unwritten[0]
         total = c["shape"][0] * c["shape"][1]
         if c["unwritten"] == total:
-            findings.append(Finding(False, "C was never written", f"none of the {total} entries of C at "
-                                    f"{'x'.join(map(str, c['shape']))} was stored", "each thread stores its sum "
-                                    "into C once its K loop is done (the exercise region ends with that store)"))
+            findings.append(Finding(False, "C was never written", f"no entry of C ({c['shape'][0]} x "
+                                    f"{c['shape'][1]}) was stored", "write the lines the TODO describes; they end "
+                                    "with each thread storing its sum into C"))
         else:
             findings.append(Finding(False, "some entries of C were never written",
                                     f"{c['unwritten']} of {total} at {'x'.join(map(str, c['shape']))}, the first "
