@@ -76,11 +76,14 @@ def test_uncoalesced_where_coalesced_was_asked(tmp_path):
     assert first.title.startswith("uncoalesced accesses to") and "rung 5" in first.lesson
 
 
-def test_missing_barrier_is_a_race(tmp_path):
-    path = write(tmp_path, "tiled", replace=[("            cuda.syncthreads()\n            for j", "            for j")])
-    first, _ = failed(path)
+@pytest.mark.parametrize("which, replace, missing", [
+    ("first", ("            cuda.syncthreads()\n            for j", "            for j"), "between copying the tiles"),
+    ("second", ("            cuda.syncthreads()\n            phase", "            phase"), "after the products")])
+def test_missing_barrier_is_a_race_and_named(tmp_path, which, replace, missing):
+    first, _ = failed(write(tmp_path, "tiled", replace=[replace]))
     assert first.title == "threads race on shared memory"
-    assert "tile_" in first.detail and "cuda.syncthreads()" in first.detail and "rung 6" in first.lesson
+    assert "tile_" in first.detail and "cuda.syncthreads()" in first.detail
+    assert missing in first.lesson and "rung 6" in first.lesson
 
 
 def test_wrong_k_loop_stops_early(tmp_path):

@@ -150,8 +150,12 @@ class SharedArray:
         index = ", ".join(str(int(i)) for i in (idx if isinstance(idx, tuple) else (idx,)))
         self.tally.races.append({
             "array": self.name, "element": index, "block": list(block[:2]),
-            "thread": list(thread[:2]), "did": did, "line": line,
-            "other": list(other[:2]), "other_did": other_did, "other_line": other_line})
+            "thread": list(thread[:2]), "did": did, "line": line, "code": self.code(line),
+            "other": list(other[:2]), "other_did": other_did, "other_line": other_line,
+            "other_code": self.code(other_line)})
+
+    def code(self, line):
+        return linecache.getline(self.tally.learner_file, line).strip() if line else ""
 
     def __getitem__(self, idx):
         self.access(idx, False)

@@ -5,6 +5,7 @@ teaches the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from .exercises import Exercise
 
@@ -39,10 +40,10 @@ def bounds_lesson(exercise: Exercise) -> str:
             "row < m and col < n before touching A, B or C: rung 3")
 
 
-def judge_fault(fault: dict, exercise: Exercise, races: list) -> list[Finding]:
+def judge_fault(fault: dict, exercise: Exercise, races: list, lines: list[str]) -> list[Finding]:
     kind = fault["kind"]
     if races:
-        return [race_finding(races[0])]
+        return [race_finding(races[0], lines)]
     if kind == "syntax":
         return [Finding(False, "the file does not parse", f"line {fault['line']}: {fault['message']}"
                         + (f": `{fault['code'].strip()}`" if fault.get("code") else ""),
@@ -69,22 +70,30 @@ def judge_fault(fault: dict, exercise: Exercise, races: list) -> list[Finding]:
                     f"(on {fault['where']})", "read the message and the line it names")]
 
 
-def race_finding(race: dict) -> Finding:
+def race_finding(race: dict, lines: list[str]) -> Finding:
+    """A race, and which barrier is missing: between the copy into the tiles and the products that
+    read them when the learner's file has no barrier between those two lines, else the one after the
+    products (before the next phase's copy overwrites the tiles)."""
     who = f"thread {tuple(race['thread'])} of block {tuple(race['block'])}"
     other = f"thread {tuple(race['other'])}"
-    detail = (f"{who} {race['did']} {race['array']}[{race['element']}] (line {race['line']}), which {other} "
-              f"{race['other_did']} (line {race['other_line']}) with no cuda.syncthreads() between them")
+
+    def where(line, code):
+        return f"line {line}" + (f": `{code}`" if code else "")
+    detail = (f"{who} {race['did']} {race['array']}[{race['element']}] ({where(race['line'], race.get('code'))}), "
+              f"which {other} {race['other_did']} ({where(race['other_line'], race.get('other_code'))}) with no "
+              "cuda.syncthreads() between them")
     write_line = race["line"] if race["did"] == "wrote" else race["other_line"]
     read_line = race["other_line"] if race["did"] == "wrote" else race["line"]
     if race["did"] == race["other_did"] == "wrote":
-        where = "two threads store the same element of the tile: each thread copies its own element"
-    elif write_line is not None and read_line is not None and write_line < read_line:
-        where = ("the barrier between copying the tiles into shared memory and the products that read them "
-                 "is missing")
+        missing = "two threads store the same element of the tile: each thread copies its own element"
+    elif write_line and read_line and write_line < read_line and not any(
+            "syncthreads" in text for text in lines[write_line:read_line - 1]):
+        missing = ("the barrier between copying the tiles into shared memory and the products that read them "
+                   "is missing")
     else:
-        where = ("the barrier after the products is missing: the next phase's copy overwrites the tile while "
-                 "other threads still read it")
-    return Finding(False, "threads race on shared memory", detail, f"{where}: rung 6")
+        missing = ("the barrier after the products is missing: the next phase's copy overwrites the tiles while "
+                   "other threads still read them")
+    return Finding(False, "threads race on shared memory", detail, f"{missing}: rung 6")
 
 
 def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
@@ -232,12 +241,22 @@ def judge_coalescing(mine: dict, rung: dict, exercise: Exercise) -> list[Finding
     return findings
 
 
+def file_lines(exam: dict) -> list[str]:
+    try:
+        return Path(exam["file"]).read_text().splitlines()
+    except (KeyError, OSError):
+        return []
+
+
 def judge(exam: dict, exercise: Exercise) -> list[Finding]:
     """The findings of one examination, the failures first where they explain the rest."""
     if exam.get("fault"):
-        return judge_fault(exam["fault"], exercise, exam.get("races") or [])
+        return judge_fault(exam["fault"], exercise, exam.get("races") or [], file_lines(exam))
     if exam.get("races"):
-        return [race_finding(exam["races"][0])] + judge_cases(exam["cases"], exercise)
+        after = [Finding(f.ok, f.title, f.detail, "the race above: threads read tiles other threads had not "
+                         "finished writing, or had already overwritten") if not f.ok else f
+                 for f in judge_cases(exam["cases"], exercise)]
+        return [race_finding(exam["races"][0], file_lines(exam))] + after
     findings = judge_cases(exam["cases"], exercise)
     if all(f.ok for f in findings):
         findings += judge_counts(exam, exercise)
