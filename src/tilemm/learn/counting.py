@@ -155,7 +155,7 @@ class SharedArray:
             "other_code": self.code(other_line)})
 
     def code(self, line):
-        return linecache.getline(self.tally.learner_file, line).strip() if line else ""
+        return linecache.getline(self.tally.learner_file, line).split("  #")[0].strip() if line else ""
 
     def __getitem__(self, idx):
         self.access(idx, False)

@@ -64,7 +64,7 @@ def fault(e: BaseException, path: Path, where: str) -> dict:
     if cause is not None and cause is not e:
         e = cause
     return {"kind": kind, "where": where, "type": type(e).__name__, "message": str(e).strip(),
-            "line": line, "code": linecache.getline(str(path), line).strip() if line else ""}
+            "line": line, "code": linecache.getline(str(path), line).split("  #")[0].strip() if line else ""}
 
 
 def arrays(exercise: Exercise, m: int, n: int, k: int, dtype: str):
