@@ -160,3 +160,37 @@ def test_grade_refuses_a_file_that_is_not_an_exercise(tmp_path, capsys):
     assert "names no exercise" in capsys.readouterr().err
     assert cli.main(["grade", str(tmp_path / "missing.py")]) == 2
     assert cli.main(["learn", "99"]) == 2
+
+
+def test_cpu_rung_is_timed_beside_the_rung_and_numpy(tmp_path, monkeypatch):
+    from tilemm.learn import speed
+    monkeypatch.setitem(speed.SIZE, "numba", 48)
+    monkeypatch.setattr(speed, "BUDGET_S", 0.01)
+    path = write(tmp_path, "cpu-naive")
+    measured = speed.measure(path.resolve(), exercises.find("cpu-naive"))
+    rows = {r["label"]: r for r in measured["rows"]}
+    assert set(rows) == {"yours", "the rung", "the rung before"} and rows["the rung before"]["kernel"] == "numpy"
+    assert all(r["ms"] > 0 for r in rows.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["naive", "tiled", "tensorcore-tutorial"])
+def test_gpu_grade_times_the_learner_beside_the_rung_the_one_before_and_cublas(tmp_path, name):
+    result = grading.grade(write(tmp_path, name), time_it=True)
+    assert result.passed, result.findings
+    rows = {r["label"]: r for r in result.speed["rows"]}
+    assert set(rows) == {"yours", "the rung", "the rung before", "cuBLAS"}
+    assert all("ms" in r and r["ms"] > 0 for r in rows.values()), rows
+    # the learner's file is the rung's own kernel at the rung's tiles: within 1.5x of it either way
+    assert 0.67 < rows["yours"]["ms"] / rows["the rung"]["ms"] < 1.5
+
+
+def test_barrier_inside_the_bounds_test_is_named(tmp_path):
+    # the products and both barriers only for threads inside C: right answers in the simulator, a hang on a GPU
+    path = write(tmp_path, "tiled", replace=[
+        ("            cuda.syncthreads()\n            for j in range(tile):",
+         "            if row < m and col < n:\n                cuda.syncthreads()\n            for j in range(tile):"),
+        ("            cuda.syncthreads()\n            phase",
+         "            if row < m and col < n:\n                cuda.syncthreads()\n            phase")])
+    first, _ = failed(path)
+    assert first.title == "a barrier not every thread reaches" and "rung 6" in first.lesson

@@ -41,8 +41,10 @@ def cmd_learn(args) -> int:
         print("Write one: tilemm learn RUNG [--dir DIR]; grade it: tilemm grade FILE")
         return 0
     path = skeleton.write(find(args.rung), args.dir, solution=args.solution, overwrite=args.force)
-    what = "the rung's own code" if args.solution else "the exercise"
-    print(f"wrote {what}: {path}\nedit the lines marked TODO, then: tilemm grade {path}")
+    if args.solution:
+        print(f"wrote the rung's own code: {path}\ngrade it: tilemm grade {path}")
+    else:
+        print(f"wrote the exercise: {path}\nwrite the lines marked TODO, then: tilemm grade {path}")
     return 0
 
 
@@ -55,7 +57,7 @@ def cmd_grade(args) -> int:
                           "examination": result.examination, "speed": result.speed}, indent=1, default=str))
     if args.html or not args.json:
         display.show(display.grade_view(result), args.html, width=None if sys.stdout.isatty() else 110,
-                     echo=not args.json)
+                     echo=not args.json, title=f"tilemm grade {args.file.name}")
     return 0 if result.passed else 1
 
 

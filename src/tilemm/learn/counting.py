@@ -37,6 +37,7 @@ class Tally:
     races: list = field(default_factory=list)
     per_element: dict = field(default_factory=dict)   # "A" -> array of loads per element, where asked
     watched_block: tuple | None = None                 # per_element counts only this block's loads
+    barriers: dict = field(default_factory=dict)       # (block, thread) -> barriers it passed, at its end
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def line(self) -> int | None:
@@ -56,12 +57,27 @@ class Tally:
             count[name] += 1
         return {name: total[name] / count[name] for name in total}
 
+    def divergent_barriers(self) -> dict | None:
+        """A block whose threads passed different numbers of barriers (a cuda.syncthreads() inside a
+        branch some threads skip: the simulator lets the others through, a GPU may hang), or None."""
+        by_block = defaultdict(dict)
+        for (block, thread), passed in self.barriers.items():
+            by_block[block][thread] = passed
+        for block, threads in by_block.items():
+            if len(set(threads.values())) > 1:
+                few = min(threads, key=threads.get)
+                many = max(threads, key=threads.get)
+                return {"block": list(block[:2]), "thread": list(few[:2]), "passed": threads[few],
+                        "other": list(many[:2]), "other_passed": threads[many]}
+        return None
+
     def summary(self) -> dict:
         return {"loads": dict(self.loads), "stores": dict(self.stores),
                 "shared_loads": sum(self.shared_loads.values()), "shared_stores": sum(self.shared_stores.values()),
                 "shared_by_array": {k: [self.shared_loads[k], self.shared_stores[k]]
                                     for k in set(self.shared_loads) | set(self.shared_stores)},
-                "sectors_per_access": self.sectors_per_access(), "races": self.races}
+                "sectors_per_access": self.sectors_per_access(), "races": self.races,
+                "divergent_barriers": self.divergent_barriers()}
 
 
 def simulator_thread():
@@ -184,6 +200,7 @@ def instrumented(tally: Tally):
     from numba.core import types
 
     original_array, original_sync = kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads
+    original_run = kernel.BlockThread.run
 
     def array(self, shape, dtype, alignment=None):
         if isinstance(dtype, types.Type):
@@ -203,11 +220,18 @@ def instrumented(tally: Tally):
         original_sync(self)
         self.barriers_passed = getattr(self, "barriers_passed", 0) + 1
 
+    def run(self):
+        original_run(self)
+        with tally.lock:
+            tally.barriers[(tuple(self.blockIdx), tuple(self.threadIdx))] = getattr(self, "barriers_passed", 0)
+
     kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads = array, syncthreads
+    kernel.BlockThread.run = run
     try:
         yield tally
     finally:
         kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads = original_array, original_sync
+        kernel.BlockThread.run = original_run
 
 
 class HostArray:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from html import escape
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -44,8 +46,8 @@ def counts_table(grade: Grade) -> Table | None:
     if not mine or not rung:
         return None
     t = Table()
-    for col in ("", "yours", "the rung", "traffic model"):
-        t.add_column(col, justify="right" if col else "left")
+    for col in ("counted", "yours", "the rung", "traffic model"):
+        t.add_column(col, justify="left" if col == "counted" else "right")
 
     def row(label, a, b, m=""):
         style = "" if a == b else "red"
@@ -92,13 +94,15 @@ def speed_table(grade: Grade) -> Table | Text | None:
 def grade_view(grade: Grade) -> Group:
     e = grade.exercise
     head = Text.assemble(("tilemm grade ", "bold"), (grade.file.name, "bold cyan"),
-                         f"  ·  exercise {e.rung} · {e.name}: {e.idea}")
+                         (f"\nexercise {e.rung} · {e.name}: {e.idea}", "dim"))
     parts = [head, findings_table(grade)]
     counts = counts_table(grade)
     if counts is not None:
         shape = " x ".join(map(str, grade.examination["count_shape"]))
-        parts += [Text(f"\nMemory traffic of one launch at M x N x K = {shape}, counted in the simulator:",
-                       style="bold"), counts]
+        params = ", ".join(f"{k}={v}" for k, v in grade.examination.get("params", {}).items())
+        where = "as plain Python" if e.backend == "numba" else "in the simulator"
+        parts += [Text(f"\nMemory traffic of one launch at M x N x K = {shape}" + (f", {params}" if params else "")
+                       + f", counted {where}:", style="bold"), counts]
     speed = speed_table(grade)
     if isinstance(speed, Table):
         n = grade.speed["size"]
@@ -112,10 +116,12 @@ def grade_view(grade: Grade) -> Group:
     return Group(*parts)
 
 
-def show(renderable, html: Path | None = None, width: int | None = None, echo: bool = True) -> None:
+def show(renderable, html: Path | None = None, width: int | None = None, echo: bool = True,
+         title: str = "tilemm") -> None:
     """Print (unless echo is False), and with html save it as a page."""
     console = Console(record=html is not None, width=width, file=None if echo else io.StringIO())
     console.print(renderable)
     if html is not None:
         Path(html).parent.mkdir(parents=True, exist_ok=True)
-        console.save_html(str(html))
+        page = console.export_html().replace("<head>", f"<head>\n<title>{escape(title)}</title>", 1)
+        Path(html).write_text(page, encoding="utf-8")

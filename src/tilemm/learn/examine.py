@@ -157,6 +157,7 @@ def examine(path: Path, exercise: Exercise) -> dict:
             case.update(diagnose(c, a, b, dtype))
         out["cases"].append(case)
         out["races"] = out["races"] or tally.races
+        out["divergent_barriers"] = out.get("divergent_barriers") or tally.divergent_barriers()
         if shape == COUNT_SHAPE and dtype == cases(exercise)[0][1]:
             out["counts"] = tally.summary()
     out["reference"] = reference_counts(exercise)

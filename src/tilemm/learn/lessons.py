@@ -248,16 +248,31 @@ def file_lines(exam: dict) -> list[str]:
         return []
 
 
+def divergent_finding(divergent: dict) -> Finding:
+    return Finding(
+        False, "a barrier not every thread reaches",
+        f"in block {tuple(divergent['block'])}, thread {tuple(divergent['thread'])} passed "
+        f"{divergent['passed']} cuda.syncthreads() and thread {tuple(divergent['other'])} "
+        f"{divergent['other_passed']}: the simulator lets the others through, a GPU may hang",
+        "every thread of the block, inside C or not, reaches every barrier: keep cuda.syncthreads() "
+        "out of the bounds test, and let threads past the edge load zeros instead (rung 6)")
+
+
 def judge(exam: dict, exercise: Exercise) -> list[Finding]:
-    """The findings of one examination, the failures first where they explain the rest."""
+    """The findings of one examination, the failures first where they explain the rest: a barrier
+    some threads skip, else a race, explains wrong answers."""
     if exam.get("fault"):
         return judge_fault(exam["fault"], exercise, exam.get("races") or [], file_lines(exam))
-    if exam.get("races"):
-        after = [Finding(f.ok, f.title, f.detail, "the race above: threads read tiles other threads had not "
-                         "finished writing, or had already overwritten") if not f.ok else f
-                 for f in judge_cases(exam["cases"], exercise)]
-        return [race_finding(exam["races"][0], file_lines(exam))] + after
+    lead = []
+    if exam.get("divergent_barriers"):
+        lead.append(divergent_finding(exam["divergent_barriers"]))
+    elif exam.get("races"):
+        lead.append(race_finding(exam["races"][0], file_lines(exam)))
     findings = judge_cases(exam["cases"], exercise)
+    if lead:
+        findings = lead + [f if f.ok else Finding(False, f.title, f.detail, "the " + (
+            "barrier" if exam.get("divergent_barriers") else "race") + " above: threads read tiles other "
+            "threads had not finished writing, or had already overwritten") for f in findings]
     if all(f.ok for f in findings):
         findings += judge_counts(exam, exercise)
     return findings

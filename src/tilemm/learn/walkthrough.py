@@ -6,6 +6,7 @@ notebooks set it in their first cell.
 """
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import numpy as np
@@ -36,7 +37,7 @@ def count(name: str, m: int, n: int, k: int, params: dict | None = None, dtype: 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if kernel.device == "cpu":
-            function = getattr(__import__(find(name).module, fromlist=["_"]), find(name).function)
+            function = getattr(importlib.import_module(find(name).module), find(name).function)
             plain = getattr(function, "py_func", function)
             plain(*(counting.HostArray(x, label, tally) for x, label in ((a, "A"), (b, "B"), (c, "C"))),
                   np.zeros(1, dtype)[0])
