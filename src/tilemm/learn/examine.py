@@ -128,6 +128,8 @@ def diagnose(c, a, b, dtype: str) -> dict:
         rows, cols = np.nonzero(unwritten)
         out["unwritten"] = int(unwritten.sum())
         out["unwritten_first"] = [int(rows[0]), int(cols[0])]
+    if dtype != "int32" and not unwritten.any() and not np.any(c) and np.any(np.matmul(a, b)):
+        out["partial_k"] = 0                      # nothing added: the K loop never ran
     if dtype == "int32" and not unwritten.any():
         for kk in range(a.shape[1]):              # C == A[:, :kk] @ B[:kk]: the K loop stopped early
             if np.array_equal(c, np.matmul(a[:, :kk], b[:kk])):

@@ -53,8 +53,8 @@ def file_text(exercise: Exercise, file_name: str, solution: bool = False) -> str
              "triton": "\nin Triton's interpreter (on a GPU, leave the variable out)"}.get(exercise.backend, "")
     parts = [HEADER.format(rung=exercise.rung, name=exercise.name, idea=exercise.idea, function=exercise.function,
                            file=file_name, path=path, runner=runner, where=where),
-             "\n".join(FIRST_IMPORTS[exercise.backend] + [i for i in extract.imports if i != "import numpy as np"]
-                       + LAUNCH_IMPORTS[exercise.backend](exercise)),
+             "\n".join(dict.fromkeys(FIRST_IMPORTS[exercise.backend] + extract.imports
+                                     + LAUNCH_IMPORTS[exercise.backend](exercise))),     # each once, in order
              "",
              "",
              function.rstrip(),
