@@ -194,3 +194,14 @@ def test_barrier_inside_the_bounds_test_is_named(tmp_path):
          "            if row < m and col < n:\n                cuda.syncthreads()\n            phase")])
     first, _ = failed(path)
     assert first.title == "a barrier not every thread reaches" and "rung 6" in first.lesson
+
+
+def test_products_from_global_memory_point_to_the_tiles(tmp_path):
+    # the tiles are copied, but the products read A and B from global memory again: right, and K times the loads
+    path = write(tmp_path, "tiled", replace=[(
+        "total = acc(total + tile_a[ty, j] * tile_b[j, tx])",
+        "total = acc(total + (a[row, phase + j] * b[phase + j, col] if row < m and col < n and phase + j < k "
+        "else acc(0)))")])
+    first, result = failed(path)
+    assert result.findings[0].ok
+    assert first.title.startswith("A is loaded") and "shared memory" in first.lesson and "rung 6" in first.lesson

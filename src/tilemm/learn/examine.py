@@ -32,6 +32,7 @@ from .exercises import Exercise, find
 SHAPES = ((1, 1, 1), (7, 13, 11), (8, 8, 8), (3, 2, 41), (5, 9, 17))
 COUNT_SHAPE = (7, 13, 11)             # where loads are counted and compared with the rung's
 FLOAT_SHAPE = (3, 5, 7)               # one float32 product: the sum's type (acc) used as asked
+EXTRAS = {"numba_cuda": "cuda", "triton": "triton", "torch": "triton"}   # module -> the extra that brings it
 SENTINEL = {"int32": -1234567, "float32": np.nan, "float16": np.nan}
 
 
@@ -45,6 +46,11 @@ def load(path: Path, name: str = "tilemm_learner"):
             spec.loader.exec_module(module)
     except SyntaxError as e:
         return None, {"kind": "syntax", "message": e.msg, "line": e.lineno, "code": (e.text or "").rstrip()}
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] in EXTRAS:       # an optional dependency, not the learner's fault
+            return None, {"kind": "missing", "message": f"this exercise needs {e.name.split('.')[0]}: "
+                                                        f"pip install 'tilemm[{EXTRAS[e.name.split('.')[0]]}]'"}
+        return None, fault(e, path, "import")
     except Exception as e:      # noqa: BLE001  (the learner's code may raise anything: we report it)
         return None, fault(e, path, "import")
     if not callable(getattr(module, "run", None)):

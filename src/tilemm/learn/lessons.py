@@ -48,6 +48,8 @@ def judge_fault(fault: dict, exercise: Exercise, races: list, lines: list[str]) 
         return [Finding(False, "the file does not parse", f"line {fault['line']}: {fault['message']}"
                         + (f": `{fault['code'].strip()}`" if fault.get("code") else ""),
                         "fix the line, then grade again")]
+    if kind == "missing":
+        return [Finding(False, "a library is missing", fault["message"], "install it, then grade again")]
     if kind == "no-run":
         return [Finding(False, "no launcher", fault["message"], f"`tilemm learn {exercise.name}` writes a fresh file")]
     if kind == "timeout":
