@@ -209,11 +209,12 @@ def instrumented(tally: Tally):
             return original_array(self, shape, dtype)
         caller = sys._getframe(1)
         key = (caller.f_code.co_filename, caller.f_lineno)   # one array a line, as the simulator does
-        found = self.__dict__.setdefault("tilemm_arrays", {}).get(key)
-        if found is None:
-            import numpy as np
-            found = SharedArray(np.zeros(shape, dtype), shared_name(*key), tally)
-            self.tilemm_arrays[key] = found
+        with tally.lock:              # the block's threads ask at once: exactly one of them makes it
+            found = self.__dict__.setdefault("tilemm_arrays", {}).get(key)
+            if found is None:
+                import numpy as np
+                found = SharedArray(np.zeros(shape, dtype), shared_name(*key), tally)
+                self.tilemm_arrays[key] = found
         return found
 
     def syncthreads(self):
