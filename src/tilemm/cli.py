@@ -1,4 +1,4 @@
-"""The `tilemm` command: kernels, info, check, bench, explain, warmup."""
+"""The `tilemm` command: kernels, info, check, bench, explain, warmup, learn, grade."""
 from __future__ import annotations
 
 import argparse
@@ -13,6 +13,7 @@ from rich.table import Table
 from . import machine, registry
 from .bench.selection import SUITES, NothingRunsHere
 from .dtypes import SUPPORTED
+from .learn import command as learn_command
 
 console = Console(width=None if sys.stdout.isatty() else 200)  # logs get whole rows
 
@@ -27,7 +28,7 @@ def main(argv=None) -> int:
         return 0
     args = parser.parse_args(argv)
     commands = {"kernels": cmd_kernels, "info": cmd_info, "check": cmd_check, "bench": cmd_bench,
-                "explain": cmd_explain, "warmup": cmd_warmup}
+                "explain": cmd_explain, "warmup": cmd_warmup, **learn_command.COMMANDS}
     try:
         return commands[args.command](args)
     except NothingRunsHere as e:     # a line per reason, and what can run here
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ncu", action="store_true", help="read the real DRAM bytes with Nsight Compute")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
     add_warmup_parser(sub, names, kernel_help, dtype_help)
+    learn_command.add_parsers(sub)
     return parser
 
 
