@@ -106,7 +106,7 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     the shapes.
     """
     if params and not numpy_keywords.KEYWORDS.isdisjoint(params):   # NumPy's keywords: checked, then this call
-        return numpy_keywords.matmul(a, b, out, kernel, out_dtype, stream, params)
+        return numpy_keywords.matmul(matmul, plan, a, b, out, kernel, out_dtype, stream, params)
     if out is not None:
         out = contract.single_out(out)
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the caches

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from rich.table import Table
 from . import machine, registry
 from .bench.selection import SUITES, NothingRunsHere
 from .dtypes import SUPPORTED
+from . import warmup_command
 from .learn import command as learn_command
 
 console = Console(width=None if sys.stdout.isatty() else 200)  # logs get whole rows
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
         return 0
     args = parser.parse_args(argv)
     commands = {"kernels": cmd_kernels, "info": cmd_info, "check": cmd_check, "bench": cmd_bench,
-                "explain": cmd_explain, "warmup": cmd_warmup, **learn_command.COMMANDS}
+                "explain": cmd_explain, "warmup": warmup_command.run, **learn_command.COMMANDS}
     try:
         return commands[args.command](args)
     except NothingRunsHere as e:     # a line per reason, and what can run here
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where no GPU is here, whose limits and peaks to assume (default H100)")
     p.add_argument("--ncu", action="store_true", help="read the real DRAM bytes with Nsight Compute")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
-    add_warmup_parser(sub, names, kernel_help, dtype_help)
+    warmup_command.add_parser(sub, names, kernel_help, dtype_help, _positive_size)
     learn_command.add_parsers(sub)
     return parser
 
@@ -358,48 +358,6 @@ def cmd_explain(args) -> int:
     if "ncu" in info:
         c.print(f"Nsight Compute: {info['ncu']}")
     return 0
-
-
-# --- `tilemm warmup` ---------------------------------------------------------------------------
-def add_warmup_parser(sub, names, kernel_help: str, dtype_help: str) -> None:
-    p = sub.add_parser("warmup", help="compile ahead of time what calls will need (numba and Triton disk caches)",
-                       description="Compile, once per machine, the programs the default (and the kernels named) "
-                                   "will need for products of these dtypes: each is run once on random operands "
-                                   "and its answer checked; later processes load them from the disk caches. "
-                                   "GPU steps are skipped, with the reason, where there is no GPU.")
-    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE", default=["float32"],
-                   help=f"the operands' dtypes ({dtype_help}; default float32)")
-    p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL",
-                   help=f"warm these rungs too, besides the default ({kernel_help})")
-    p.add_argument("--shape", nargs=3, type=_positive_size, action="append", metavar=("M", "N", "K"),
-                   help="warm this product (M, K) @ (K, N) instead of the typical shapes; repeat for more")
-    p.add_argument("--device", choices=("cpu", "cuda"),
-                   help="warm only the host's or only the GPU's programs (default: both, where present)")
-    p.add_argument("--json", action="store_true", help="print each call as a JSON line, no progress bar or table")
-
-
-def cmd_warmup(args) -> int:
-    from .warmup import nothing_to_warm, plan_jobs, warmup
-    jobs = plan_jobs(args.dtypes, args.kernels, args.shape, args.device)
-    if not args.json and all(job.skip for job in jobs):      # no bar, no empty table: say so, and why
-        console.print(nothing_to_warm(jobs, args.dtypes), highlight=False)
-        return 0
-    report = warmup(args.dtypes, args.kernels, args.shape, args.device, progress=not args.json)
-    if args.json:
-        for s in report.steps:
-            print(json.dumps(dataclasses.asdict(s)))
-    else:
-        t = Table(title=f"tilemm warmup: {report.seconds:.1f} s")
-        for col in ("device", "kernel", "dtype", "calls", "seconds"):
-            t.add_column(col)
-        for (device, kernel, dtype), seconds in report.compiled().items():
-            calls = sum(1 for s in report.steps if s.ok and (s.device, s.kernel, s.dtype) == (device, kernel, dtype))
-            t.add_row(device, kernel, dtype, str(calls), f"{seconds:.2f}")
-        console.print(t)
-        for s in report.skipped + report.failed:
-            shape = " x ".join(map(str, s.shape))
-            console.print(f"{s.device} {s.kernel} {s.dtype} {shape}: {s.status}")
-    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

@@ -294,10 +294,10 @@ def fortran_contiguous(x) -> bool:
     return bool(x.flags.f_contiguous)
 
 
-def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
+def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
     """tilemm.matmul(a, b, out, kernel=..., out_dtype=..., stream=..., **params) where params hold
-    some of numpy.matmul's keywords: checked, then computed as NumPy computes them."""
-    from . import api         # (api calls this module: imported on a call's first use)
+    some of numpy.matmul's keywords: checked, then computed as NumPy computes them. product and
+    plan: tilemm.matmul and tilemm.plan, which take the call once its keywords are resolved."""
     keywords, params = split(params, out_dtype)
     given = (a, b)
     a, b = arrays.as_arrays(a, b)
@@ -318,11 +318,11 @@ def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
             raise TypeError("matmul: a cast that only casting='unsafe' allows records no autograd graph; cast the "
                             "operands yourself, or call it under torch.no_grad()")
         wrap = contract.subclass_wrap(a, b) if out is None else None
-        value = api.plan(a, b, kernel=kernel, out=into, out_dtype=computed_in, stream=stream,
+        value = plan(a, b, kernel=kernel, out=into, out_dtype=computed_in, stream=stream,
                          casting=keywords.casting, **params).execute()
         value = value if wrap is None else wrap(value)
     else:
-        value = api.matmul(a, b, into, kernel=kernel, out_dtype=computed_in, stream=stream, **params)
+        value = product(a, b, into, kernel=kernel, out_dtype=computed_in, stream=stream, **params)
     if out is not None:
         return out
     value = laid_out(value, keywords.order, operands)
