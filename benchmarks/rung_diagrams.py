@@ -265,5 +265,49 @@ def complex_as_real(plt, path) -> None:
     plt.close(fig)
 
 
+def grouped(plt, path) -> None:
+    """Rung 15: tokens sorted by expert (offs marks where each group ends); one persistent launch walks
+    every group's tiles of C, each against its own expert's weight."""
+    fig, ax = _canvas(plt, 8, 4.0, "tensorcore-grouped: one launch, every expert's tiles (offs: where each group ends)")
+    rows, colours = [3, 0, 1, 4], ["#f3d6c0", "#eeeeee", "#d8ead3", "#e6d5ef"]
+    y, t = 5.0, 0
+    for g, (count, colour) in enumerate(zip(rows, colours)):
+        if count == 0:
+            ax.text(-0.2, y + 0.05, f"expert {g}: 0 rows", fontsize=7, ha="right", va="top", color="#777777")
+            continue
+        _box(ax, 0, y - count * 0.5, 1.2, count * 0.5, f"A rows\nof expert {g}", colour, fontsize=7)
+        for r in range(count):
+            for c in range(3):
+                _box(ax, 3.2 + c * 0.9, y - (r + 1) * 0.5, 0.9, 0.5, f"tile {t}\nSM {t % 4}", colour, fontsize=6)
+                t += 1
+        _box(ax, 1.5, y - 0.5, 1.2, 0.5, f"W[{g}]", colour, fontsize=7)
+        y -= count * 0.5
+    ax.text(6.2, 4.2, "tile t goes to program t mod (number of SMs):\nthe program reads which group a tile\n"
+                      "belongs to from offs on the GPU, so the\nhost never waits and a CUDA graph replays it", fontsize=8,
+            va="center")
+    ax.text(6.2, 2.0, "a skewed routing (an expert with 0 or 1\nrows) costs its few tiles, not a launch", fontsize=8,
+            va="center")
+    _save(fig, ax, path, (-1.6, 11.5), (y - 0.3, 5.4))
+    plt.close(fig)
+
+
+def block_scaled(plt, path) -> None:
+    """Rung 16: float8 operands with a float32 scale for each 1 x 128 block of A and each 128 x 128 block of B,
+    applied to each K block's partial sums on the way into the float32 accumulator."""
+    fig, ax = _canvas(plt, 8, 3.8, "block-scaled fp8: a scale a block, applied to each K block's partial sums")
+    for s in range(3):
+        _box(ax, s * 1.2, 1.6, 1.2, 0.5, f"A[i, k{s}] x sa{s}", "#f3d6c0" if s == 1 else "#f7e8dc", fontsize=7)
+        _box(ax, 4.4, 2.8 - s * 1.0, 1.4, 1.0, f"B[k{s}, j]\n128 x 128\nx sb{s}", "#d8ead3" if s == 1 else "#ecf4ea",
+             fontsize=7)
+    ax.text(1.8, 1.1, "one row of A: a float32 scale\nfor each 1 x 128 block", ha="center", fontsize=8)
+    _box(ax, 6.6, 1.2, 1.6, 1.0, "acc (float32)", "#c6d4ea", fontsize=8)
+    ax.text(8.5, 2.3, "for each K block s:\n  p = tl.dot(a_s, b_s)   (fp8 in, float32 out)\n"
+                      "  acc += p * sa_s * sb_s\nthe scales never touch the fp8 values:\n"
+                      "each block keeps its own range (DeepGEMM's layout)", fontsize=8, va="center")
+    _save(fig, ax, path, (-0.3, 13.5), (0.4, 3.9))
+    plt.close(fig)
+
+
 SCHEMATICS = {"r09-tensorcore-tutorial": tutorial, "r10-tensorcore": persistent, "r11-tensorcore-int": int_digits,
-              "r12-tensorcore-f64": dmma, "r13-tensorcore-f32": three_tf32, "r14-tensorcore-complex": complex_as_real}
+              "r12-tensorcore-f64": dmma, "r13-tensorcore-f32": three_tf32, "r14-tensorcore-complex": complex_as_real,
+              "r15-tensorcore-grouped": grouped, "r16-block-scaled": block_scaled}
