@@ -52,6 +52,45 @@ def native_order(x):
     return x
 
 
+def as_arrays(a, b):
+    """The operands, array-likes among them (lists, tuples, Python and NumPy scalars, objects with
+    ``__array__`` or ``__array_interface__``) converted as np.asarray converts them (its errors
+    passed on), as numpy.matmul does. Where the other operand is a torch tensor or a CuPy array
+    there is no NumPy array to make: a TypeError naming the conversion to make."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return a, b
+    device = [x for x in (a, b) if device_kind(x)]
+    if not device:
+        return tuple(x if isinstance(x, np.ndarray) else np.asarray(x) for x in (a, b))
+    for i, x in enumerate((a, b)):
+        if not (isinstance(x, np.ndarray) or device_kind(x)):
+            kind = device_kind(device[0])
+            fix = ("torch.as_tensor(x, device=other.device)" if kind == "torch" else
+                   "cupy.asarray(x) on the other operand's device")
+            raise TypeError(f"matmul: operand {i} is a {type(x).__module__}.{type(x).__name__} and the other a "
+                            f"{kind} array; tilemm converts array-likes as numpy.matmul does only beside NumPy "
+                            f"arrays: pass {fix}")
+    return a, b
+
+
+def device_kind(x) -> str | None:
+    """"torch" for a torch tensor, "cupy" for a CuPy array, else None."""
+    torch, cupy = torch_if_imported(), cupy_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return "torch"
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return "cupy"
+    return None
+
+
+def cast(x, dtype):
+    """x (NumPy, torch or CuPy) as a new array of ``dtype`` (a name, or for NumPy and CuPy an
+    np.dtype), cast as NumPy casts with casting="unsafe" (floats to integers truncate)."""
+    if isinstance(x, np.ndarray):
+        return exactly(x.astype(dtype), dtype)
+    return device_cast(x, dtype if isinstance(dtype, str) else dtype.name, copy=False)
+
+
 def describe(x, operand: str) -> Operand:
     torch, cupy = torch_if_imported(), cupy_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
@@ -118,7 +157,7 @@ def torch_view(x):
     """A torch tensor on the GPU viewing CuPy array x (no copy), or a copy of x where its strides are
     negative (a[::-1]), which torch can't represent: it ends the process on them instead of raising."""
     torch = torch_if_imported()
-    return torch.as_tensor(x if min(x.strides, default=0) >= 0 else x.copy(), device="cuda")
+    return torch.as_tensor(x if min(x.strides, default=0) >= 0 else x.copy(), device=f"cuda:{x.device.id}")
 
 
 def device_cast(x, dtype: str, copy: bool):

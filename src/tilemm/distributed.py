@@ -23,6 +23,7 @@ their own type; integers wrap (sums modulo 2^w are exact in any order).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from . import contract
@@ -33,7 +34,20 @@ from .panels import SIXTEEN_BIT, accumulate, block, blocks
 
 @dataclass(frozen=True)
 class Grid:
-    """A rows x cols grid of ranks, numbered row by row."""
+    """A rows x cols grid of ranks, numbered row by row (rank r sits at row r // cols, column r % cols).
+
+    Attributes
+    ----------
+    rows, cols : int
+        The grid's shape, each 1 or more.
+    size : int
+        rows * cols: the ranks the process group must have.
+
+    Raises
+    ------
+    ValueError
+        rows or cols under 1.
+    """
     rows: int
     cols: int
 
@@ -53,8 +67,29 @@ class Grid:
 
 
 def shard(x, grid: Grid, rank: int, which: str):
-    """Rank's block of the global matrix x, which is "A" (M x K), "B" (K x N) or "C" (M x N): rows cut
-    into grid.rows blocks, columns into grid.cols."""
+    """Rank's block of the global matrix x: rows cut into grid.rows blocks, columns into grid.cols.
+
+    Parameters
+    ----------
+    x : array or torch.Tensor
+        The whole matrix.
+    grid : Grid
+        The ranks' grid.
+    rank : int
+        Whose block.
+    which : {"A", "B", "C"}
+        Which operand x is: A (M x K), B (K x N) or C (M x N).
+
+    Returns
+    -------
+    array or torch.Tensor
+        A view of x: the block rank holds.
+
+    Raises
+    ------
+    ValueError
+        which is not "A", "B" or "C".
+    """
     if which not in ("A", "B", "C"):
         raise ValueError(f"tilemm.distributed.shard: which={which!r}; 'A', 'B' or 'C'")
     i, j = grid.position(rank)
@@ -62,17 +97,49 @@ def shard(x, grid: Grid, rank: int, which: str):
 
 
 def matmul(a, b, grid: Grid, group=None, out_dtype=None):
-    """This rank's block of C = A @ B (see the module's docstring), a torch tensor on the device of a.
+    """This rank's block of C = A @ B over the ranks of a process group (SUMMA; the module's docstring).
 
-    a, b: this rank's blocks of A and B (torch tensors, on the CUDA device the rank uses with NCCL,
-    or on the CPU with gloo). Every rank's blocks are checked together first, with one all-gather:
-    a block that does not fit the layout, or dtypes or devices that differ, raise the same
-    ValueError on every rank before any product.
+    Parameters
+    ----------
+    a, b : torch.Tensor
+        This rank's blocks of A and B, on the CUDA device the rank uses with NCCL, or on the CPU
+        with gloo.
+    grid : Grid
+        The ranks' grid: its size is the group's.
+    group : torch.distributed.ProcessGroup, optional
+        None: the default group.
+    out_dtype : str or torch.dtype, optional
+        Compute in and return this dtype, as for `tilemm.matmul`.
+
+    Returns
+    -------
+    torch.Tensor
+        This rank's block of C, on a's device.
+
+    Raises
+    ------
+    RuntimeError
+        torch.distributed is not initialized.
+    ValueError
+        A grid whose size is not the group's; or, on every rank alike, before any product (all
+        blocks are checked together with one all-gather): a block that does not fit the layout,
+        dtypes or devices that differ.
     """
     import torch
     import torch.distributed as dist
     if not dist.is_initialized():
         raise RuntimeError("tilemm.distributed.matmul: call torch.distributed.init_process_group first")
+    # the blocks' GPU current for the whole product (a rank that never called torch.cuda.set_device,
+    # LOCAL_RANK's tensors on cuda:1 with cuda:0 current): NCCL's collectives of Python objects and
+    # every allocation follow the current device
+    on_gpu = isinstance(a, torch.Tensor) and a.is_cuda
+    with torch.cuda.device(a.device) if on_gpu else contextlib.nullcontext():
+        return _matmul(a, b, grid, group, out_dtype)
+
+
+def _matmul(a, b, grid: Grid, group, out_dtype):
+    import torch
+    import torch.distributed as dist
     world = dist.get_world_size(group)
     if grid.size != world:
         raise ValueError(f"tilemm.distributed.matmul: a {grid.rows} x {grid.cols} grid is {grid.size} ranks; "

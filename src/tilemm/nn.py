@@ -28,13 +28,30 @@ tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_
 
 
 class Linear(torch.nn.Linear):
-    """torch.nn.Linear whose product runs through tilemm.matmul.
+    """torch.nn.Linear whose product runs through `tilemm.matmul`.
 
-    in_features, out_features, bias, device, dtype: as torch.nn.Linear.
-    kernel: a name from ``tilemm.kernels()``; None: tilemm's default for each product.
-    out_dtype: compute in and return this dtype (``tilemm.matmul``'s out_dtype); None: the
-        inputs' dtype, as torch.nn.Linear.
-    params: the kernel's parameters, e.g. ``block_m=128`` (checked here, before any product).
+    Parameters
+    ----------
+    in_features, out_features : int
+        As torch.nn.Linear.
+    bias : bool, default True
+        As torch.nn.Linear.
+    device, dtype : optional
+        As torch.nn.Linear.
+    kernel : str, optional
+        A name from ``tilemm.kernels()``; None: tilemm's default for each product.
+    out_dtype : str or torch.dtype, optional
+        Compute in and return this dtype (`tilemm.matmul`'s out_dtype); None: the inputs'
+        dtype, as torch.nn.Linear.
+    **params
+        The kernel's parameters, e.g. ``block_m=128`` (checked here, before any product).
+
+    Raises
+    ------
+    TypeError
+        Kernel parameters with no kernel named, or a parameter the kernel does not have.
+    ValueError
+        An unknown kernel, or a parameter value it refuses.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
@@ -43,7 +60,18 @@ class Linear(torch.nn.Linear):
         self.configure(kernel=kernel, out_dtype=out_dtype, **params)
 
     def configure(self, *, kernel: str | None = None, out_dtype=None, **params) -> Linear:
-        """Set the kernel, its parameters and out_dtype (unknown parameters refused here)."""
+        """Set the kernel, its parameters and out_dtype, as the constructor's.
+
+        Returns
+        -------
+        Linear
+            This module.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As the constructor's, before anything is changed.
+        """
         check_options(kernel, params)
         self.kernel, self.out_dtype, self.params = kernel, out_dtype, dict(params)
         # the same as the op's strings, "" for None (a tuple of str: TorchScript types it itself)
@@ -310,11 +338,29 @@ class LinearProduct(torch.autograd.Function):
 
 
 def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype=None, **params) -> list[str]:
-    """Make every torch.nn.Linear of ``model`` (itself included) a tilemm.nn.Linear, in place:
-    the same module objects, parameters, hooks, devices, dtypes and requires_grad (an optimizer
+    """Make every torch.nn.Linear of ``model`` (itself included) a `tilemm.nn.Linear`, in place.
+
+    The same module objects, parameters, hooks, devices, dtypes and requires_grad (an optimizer
     built before keeps working), their class changed. Subclasses of torch.nn.Linear are left as
-    they are (their forward is their own). Options as tilemm.nn.Linear's. Returns the names of
-    the modules swapped ("" for model itself)."""
+    they are (their forward is their own).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model; its Linears are changed in place.
+    kernel, out_dtype, **params
+        As `tilemm.nn.Linear`'s.
+
+    Returns
+    -------
+    list of str
+        The names of the modules swapped (``""`` for model itself).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As `tilemm.nn.Linear`'s, before any module is changed.
+    """
     check_options(kernel, params)
     swapped = []
     for name, module in model.named_modules():
@@ -334,8 +380,20 @@ def check_options(kernel: str | None, params: dict) -> None:
 
 
 def restore_linears(model: torch.nn.Module) -> list[str]:
-    """Undo swap_linears: every tilemm.nn.Linear of ``model`` becomes a torch.nn.Linear again,
-    in place, its options dropped. Returns the names of the modules restored."""
+    """Undo `swap_linears`: every `tilemm.nn.Linear` of ``model`` becomes a torch.nn.Linear again.
+
+    In place, its options dropped.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+
+    Returns
+    -------
+    list of str
+        The names of the modules restored (``""`` for model itself).
+    """
     restored = []
     for name, module in model.named_modules():
         if type(module) is Linear:

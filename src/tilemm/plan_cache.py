@@ -20,10 +20,14 @@ def call_key(a, b, kernel, out, out_dtype, params):
     unhashable parameter, an array kind plan() will refuse)."""
     try:
         if out is None and not params and type(a) is type(b):     # the usual call, in the fewest steps
-            return (pair_key(a, b), kernel, out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
-        return (operand_key(a), operand_key(b), kernel,
+            asked = (kernel, out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
+            hash(asked)          # (an unhashable kernel or dtype: no key, and plan() names what is wrong)
+            return (pair_key(a, b),) + asked
+        asked = (kernel, contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
+        hash(asked)              # (a list among the parameters: no key, rather than a TypeError from the cache)
+        return (operand_key(a), operand_key(b),
                 None if out is None else (operand_key(out), getattr(getattr(out, "flags", None), "writeable", True)),
-                contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
+                ) + asked
     except (TypeError, AttributeError):
         return None
 

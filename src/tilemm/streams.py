@@ -9,7 +9,10 @@ device (host arrays only wait for their own copy back).
 
 ``queued_on`` makes that stream current for the call (torch's and CuPy's, so their allocations
 and launches go there, and Triton's, which launches on torch's) and tells the numba-cuda rungs,
-which take a stream argument, through a thread-local (threads keep their own streams).
+which take a stream argument, through a thread-local (threads keep their own streams). It also
+makes the operands' GPU the current device for the call, whichever device the caller had current
+(tensors on ``cuda:1`` while ``cuda:0`` is current), and puts the caller's back after it: this one
+guard is what every rung's launches, allocations and library calls run under.
 """
 from __future__ import annotations
 
@@ -82,15 +85,23 @@ class queued_on:
         self.stack = None
         if _torch_on_gpu():
             torch = arrays.torch_if_imported()
-            index = torch.cuda.current_device() if self.index is None else self.index
+            if self.index is None:
+                index = torch.cuda.current_device()
+            else:       # the operands' GPU current for the call, whichever the caller's is (a device guard):
+                index = self.index      # Triton, numba-cuda and torch's allocations all follow it
+                if torch._C._cuda_getDevice() != index:
+                    self._enter(torch.cuda.device(index))
             if torch._C._cuda_getCurrentRawStream(index) != self.handle:   # what Triton reads
                 self._enter(torch.cuda.stream(_torch_stream(self.handle, index)))
         if self.cupy_too and _cupy_on_gpu():
             cupy = arrays.cupy_if_imported()
-            index = cupy.cuda.runtime.getDevice() if self.index is None else self.index
-            if cupy.cuda.get_current_stream(index).ptr != self.handle:
+            current = cupy.cuda.runtime.getDevice()
+            index = current if self.index is None else self.index
+            if cupy.cuda.get_current_stream(index).ptr != self.handle or index != current:
                 self._enter(cupy.cuda.Device(index))
                 self._enter(_cupy_stream(self.handle, index))
+        elif self.index is not None and _numba_alone_on_gpu():
+            self._enter(_numba_device(self.index))
         return self
 
     def _enter(self, context):
@@ -105,6 +116,17 @@ class queued_on:
         finally:
             _local.handle = self.before
         return False
+
+
+def _numba_alone_on_gpu() -> bool:
+    """numba-cuda loaded with neither torch nor CuPy driving the GPU: it follows the driver's current
+    context, which no other library sets for it."""
+    return "numba.cuda" in sys.modules and not _torch_on_gpu() and not compat.cuda_simulator()
+
+
+def _numba_device(index: int):
+    from numba import cuda
+    return cuda.gpus[index]
 
 
 def _torch_on_gpu() -> bool:

@@ -17,11 +17,14 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
     import torch     # (torch loads on first use)
     p = plan.problem
     where = where or ("cpu" if compat.triton_interpreter() else "cuda")
+    if where == "cuda" and plan.operand.device != "cpu":
+        where = plan.operand.device      # the operands' GPU, not the current one (C and any copy made there)
+    on_gpu = where != "cpu"
     dtype = getattr(torch, p.dtype)
 
     def tensor(x):
         x = arrays.native_order(x)        # a conjugate or negative view's values: Triton reads memory as it is
-        if isinstance(x, torch.Tensor) and x.dtype == dtype and x.is_cuda == (where == "cuda"):
+        if isinstance(x, torch.Tensor) and x.dtype == dtype and x.is_cuda == on_gpu:
             return x.clone() if copy else x            # as it is: the usual call, and the cheapest
         if isinstance(x, np.ndarray):
             # torch takes no negative strides (a[::-1]) and warns on a read-only array: a copy of those
@@ -48,7 +51,7 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
             c_i = c[idx] if idx else c
             bound = bind and bind(a_i, b_i, c_i, **plan.params)
             calls.append(bound or functools.partial(plan.kernel.run, a_i, b_i, c_i, **plan.params))
-    if len(calls) == 1 and bind and where == "cuda" and replayable(plan, copy, poison, a, b, a_t, b_t):
+    if len(calls) == 1 and bind and on_gpu and replayable(plan, copy, poison, a, b, a_t, b_t):
         plan._launched = functools.partial(recorded, calls[0], (a_t, b_t, c))   # for a repeated call's replay
 
     def launch():

@@ -90,8 +90,21 @@ def lazy(x) -> bool:
 
 def current(device) -> bool:
     """Whether device is the current one and no CUDA graph is being captured on its stream."""
+    return on_device(device) and not capturing()
+
+
+def on_device(device) -> bool:
+    """Whether torch's current GPU is device's."""
     import torch
-    return torch._C._cuda_getDevice() == device.index and not capturing()
+    return torch._C._cuda_getDevice() == device.index
+
+
+def elsewhere(index: int, call, *inputs):
+    """call(*inputs) with GPU ``index`` current: a replay recorded there, called while the caller has
+    another GPU current (tensors on cuda:1, cuda:0 current), runs under a device guard (~2 µs)."""
+    import torch
+    with torch.cuda.device(index):
+        return call(*inputs)
 
 
 def capturing() -> bool:
@@ -136,6 +149,8 @@ class Replay:
         torch's current stream (the caller's), or None where this call can't be replayed. Under
         CUDA graph capture a replay that reuses no memory is captured as torch's own launches are
         (C comes from the graph's pool)."""
+        if self._get_device() != self.device_index and self.device_index >= 0:
+            return elsewhere(self.device_index, self, *inputs)
         pointers = [x.data_ptr() for x in inputs]         # the guard's and the launches' (read once)
         if (tuple([p % 16 for p in pointers]) != self.aligned or self._get_device() != self.device_index
                 or (self.reuses_memory and capturing()) or any(lazy(x) for x in inputs)):
@@ -164,8 +179,10 @@ class Replay:
         neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
 
         def call(a, b):
+            if get_device() != index:
+                return elsewhere(index, call, a, b)
             pa, pb = a.data_ptr(), b.data_ptr()
-            if (pa % 16 != align_a or pb % 16 != align_b or get_device() != index or (workspace and capturing())
+            if (pa % 16 != align_a or pb % 16 != align_b or (workspace and capturing())
                     or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))):
                 return None
             c = empty(*shape, dtype=dtype, device=device)

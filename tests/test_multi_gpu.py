@@ -1,0 +1,207 @@
+"""Several GPUs in one process: every rung computes on the GPU its operands live on, whichever
+device is current, and leaves the current device as it found it.
+
+Marked ``gpu`` and ``multigpu``: they run on a machine with two or more GPUs
+(``TILEMM_TEST_GPU=1 pytest -m multigpu``) and are skipped elsewhere.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import tilemm
+from tilemm import accuracy, registry
+from tilemm.data import operands
+
+pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+    pytestmark.append(pytest.mark.skip(reason="needs two or more CUDA GPUs"))
+
+# the dtype each rung is tried in: the first it computes of these
+PREFERRED = ("float32", "float16", "float64", "int32", "complex64")
+M, N, K = 67, 53, 45          # past no tile: ragged edges everywhere
+
+
+def dtype_for(kernel) -> str:
+    return next(d for d in PREFERRED if d in kernel.dtypes)
+
+
+def cuda_rungs() -> list[str]:
+    return [k.name for k in registry.kernels("cuda")]
+
+
+def tensors(dtype: str, device: str, seed: int = 0):
+    a, b = operands(seed, M, N, K, dtype)
+    return a, b, torch.from_numpy(a).to(device), torch.from_numpy(b).to(device)
+
+
+def assert_right(c, a, b, dtype: str) -> None:
+    host = c.cpu().numpy()
+    verdict = accuracy.compare(host, a, b, dtype)
+    assert verdict.ok, verdict.message
+
+
+@pytest.fixture
+def restore_device():
+    before = torch.cuda.current_device()
+    yield
+    torch.cuda.set_device(before)
+
+
+@pytest.mark.parametrize("data, current", [(1, 0), (0, 1)])
+@pytest.mark.parametrize("name", cuda_rungs())
+def test_every_rung_computes_on_its_operands_gpu(name, data, current, restore_device):
+    kernel = registry.get(name)
+    reason = kernel.available()
+    if reason:
+        pytest.skip(reason)
+    dtype = dtype_for(kernel)
+    a, b, a_t, b_t = tensors(dtype, f"cuda:{data}")
+    torch.cuda.set_device(current)
+    for _ in range(3):                  # the first call, then the repeated calls' path
+        c = tilemm.matmul(a_t, b_t, kernel=name)
+        assert c.device == a_t.device
+        assert torch.cuda.current_device() == current
+        assert_right(c, a, b, dtype)
+    out = torch.full((M, N), 7, dtype=c.dtype, device=a_t.device)
+    assert tilemm.matmul(a_t, b_t, out=out, kernel=name) is out
+    assert_right(out, a, b, dtype)
+    assert torch.cuda.current_device() == current
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64", "int32", "int8", "complex64"])
+def test_the_default_on_a_gpu_that_is_not_current(dtype, restore_device):
+    torch.cuda.set_device(0)
+    a, b = operands(3, 300, 257, 129, dtype if dtype != "bfloat16" else "float32")
+    a_t, b_t = torch.from_numpy(a).to("cuda:1"), torch.from_numpy(b).to("cuda:1")
+    if dtype == "bfloat16":
+        a_t, b_t = a_t.bfloat16(), b_t.bfloat16()
+        a, b = a_t.float().cpu().numpy(), b_t.float().cpu().numpy()
+    extra = {"out_dtype": "int32"} if dtype == "int8" else {}
+    for _ in range(3):
+        c = tilemm.matmul(a_t, b_t, **extra)
+        assert c.device == a_t.device and torch.cuda.current_device() == 0
+        result = "int32" if dtype == "int8" else dtype
+        host = c.float().cpu().numpy() if dtype == "bfloat16" else c.cpu().numpy()
+        verdict = accuracy.compare(host, a.astype(result) if dtype == "int8" else a,
+                                   b.astype(result) if dtype == "int8" else b, result)
+        assert verdict.ok, verdict.message
+
+
+def test_auto_on_a_gpu_that_is_not_current(restore_device, tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
+    a, b, a_t, b_t = tensors("float16", "cuda:1")
+    torch.cuda.set_device(0)
+    c = tilemm.matmul(a_t, b_t, kernel="auto")
+    assert c.device == a_t.device and torch.cuda.current_device() == 0
+    assert_right(c, a, b, "float16")
+
+
+def test_operands_on_two_gpus_or_out_on_another_are_refused_before_any_work(restore_device):
+    a, b, a_t, b_t = tensors("float32", "cuda:0")
+    with pytest.raises(ValueError, match="cuda:0.*cuda:1"):
+        tilemm.matmul(a_t, b_t.to("cuda:1"))
+    out = torch.full((M, N), 7.0, device="cuda:1")
+    with pytest.raises(TypeError, match="cuda:1"):
+        tilemm.matmul(a_t, b_t, out=out)
+    assert bool((out == 7.0).all())
+
+
+def test_cupy_arrays_on_another_device():
+    cupy = pytest.importorskip("cupy")
+    a, b = operands(5, M, N, K, "float32")
+    with cupy.cuda.Device(1):
+        a_c, b_c = cupy.asarray(a), cupy.asarray(b)
+    with cupy.cuda.Device(0):
+        for name in ("naive", "tiled", "tensorcore-f32", "cublas", None):
+            c = tilemm.matmul(a_c, b_c, kernel=name)
+            assert c.device.id == 1 and cupy.cuda.runtime.getDevice() == 0
+            assert accuracy.compare(cupy.asnumpy(c), a, b, "float32").ok, name
+
+
+def test_host_operands_run_on_the_current_device(restore_device):
+    a, b = operands(6, M, N, K, "float32")
+    torch.cuda.set_device(1)
+    for name in ("tiled", "tensorcore-f32", None):
+        assert accuracy.compare(tilemm.matmul(a, b, kernel=name), a, b, "float32").ok, name
+    assert torch.cuda.current_device() == 1
+
+
+def test_a_thread_per_gpu(restore_device):
+    errors = []
+
+    def work(device: int):
+        try:
+            a, b, a_t, b_t = tensors("float16", f"cuda:{device}", seed=device)
+            for name in ("tensorcore", "tiled", None):
+                for _ in range(5):
+                    assert_right(tilemm.matmul(a_t, b_t, kernel=name), a, b, "float16")
+        except BaseException as error:      # noqa: BLE001 (reported below)
+            errors.append(error)
+    threads = [threading.Thread(target=work, args=(d,)) for d in range(torch.cuda.device_count())]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_scaled_matmul_on_another_device(restore_device):
+    if torch.cuda.get_device_capability(1) < (8, 9):
+        pytest.skip("float8 tensor cores need compute capability 8.9")
+    a = torch.randn(96, 128, device="cuda:1").to(torch.float8_e4m3fn)
+    b = torch.randn(128, 80, device="cuda:1").to(torch.float8_e4m3fn)
+    torch.cuda.set_device(0)
+    c = tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float32")
+    assert c.device == a.device and torch.cuda.current_device() == 0
+    torch.cuda.set_device(1)
+    assert torch.equal(c, tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float32"))   # as with its GPU current
+    expected = a.cpu().double() @ b.cpu().double()
+    assert torch.allclose(c.cpu().double(), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_out_of_core_on_another_device(restore_device):
+    a, b = operands(7, 300, 200, 500, "float32")
+    torch.cuda.set_device(0)
+    c = tilemm.outofcore.matmul(a, b, device="cuda:1", memory_limit=2 << 20)
+    assert torch.cuda.current_device() == 0
+    assert accuracy.compare(c, a, b, "float32").ok
+
+
+DISTRIBUTED = textwrap.dedent(r"""
+    import os, sys
+    import numpy as np, torch, torch.distributed as dist
+    import tilemm, tilemm.distributed as td
+    from tilemm import accuracy
+    local = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("nccl", rank=local, world_size=2)   # no torch.cuda.set_device
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((301, 203)).astype(np.float32), rng.standard_normal((203, 157)).astype(np.float32)
+    grid = td.Grid(2, 1)
+    mine = td.matmul(td.shard(torch.from_numpy(a), grid, local, "A").to(f"cuda:{local}"),
+                     td.shard(torch.from_numpy(b), grid, local, "B").to(f"cuda:{local}"), grid)
+    assert mine.device == torch.device(f"cuda:{local}"), mine.device
+    assert torch.cuda.current_device() == 0
+    rows = td.block(301, 2, local)
+    verdict = accuracy.compare(mine.cpu().numpy(), a[rows], b, "float32")
+    assert verdict.ok, verdict.message
+    dist.destroy_process_group()
+    print("rank", local, "ok")
+""")
+
+
+def test_distributed_with_local_rank_and_no_set_device(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(DISTRIBUTED)
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
+    procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
+    assert all(f"rank {r} ok" in outputs[r] for r in range(2))
