@@ -314,7 +314,7 @@ def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
         a, b = move(a, axes[0], last(len(axes[0]))), move(b, axes[1], last(len(axes[1])))
     into = out if out is None or axes is None else move(out, axes[2], last(len(axes[2])))
     if beyond_same_kind:        # casting="unsafe" past what the plain call's checks let by: planned with the rule
-        if contract.records_gradient(a, b):
+        if contract.torch_routed(a, b):
             raise TypeError("matmul: a cast that only casting='unsafe' allows records no autograd graph; cast the "
                             "operands yourself, or call it under torch.no_grad()")
         wrap = contract.subclass_wrap(a, b) if out is None else None
