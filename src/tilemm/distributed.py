@@ -36,7 +36,20 @@ from .panels import SIXTEEN_BIT, block, blocks
 
 @dataclass(frozen=True)
 class Grid:
-    """A rows x cols grid of ranks, numbered row by row."""
+    """A rows x cols grid of ranks, numbered row by row (rank r sits at row r // cols, column r % cols).
+
+    Attributes
+    ----------
+    rows, cols : int
+        The grid's shape, each 1 or more.
+    size : int
+        rows * cols: the ranks the process group must have.
+
+    Raises
+    ------
+    ValueError
+        rows or cols under 1.
+    """
     rows: int
     cols: int
 
@@ -56,8 +69,29 @@ class Grid:
 
 
 def shard(x, grid: Grid, rank: int, which: str):
-    """Rank's block of the global matrix x, which is "A" (M x K), "B" (K x N) or "C" (M x N): rows cut
-    into grid.rows blocks, columns into grid.cols."""
+    """Rank's block of the global matrix x: rows cut into grid.rows blocks, columns into grid.cols.
+
+    Parameters
+    ----------
+    x : array or torch.Tensor
+        The whole matrix.
+    grid : Grid
+        The ranks' grid.
+    rank : int
+        Whose block.
+    which : {"A", "B", "C"}
+        Which operand x is: A (M x K), B (K x N) or C (M x N).
+
+    Returns
+    -------
+    array or torch.Tensor
+        A view of x: the block rank holds.
+
+    Raises
+    ------
+    ValueError
+        which is not "A", "B" or "C".
+    """
     if which not in ("A", "B", "C"):
         raise ValueError(f"tilemm.distributed.shard: which={which!r}; 'A', 'B' or 'C'")
     i, j = grid.position(rank)
@@ -67,25 +101,50 @@ def shard(x, grid: Grid, rank: int, which: str):
 def matmul(a, b, grid: Grid | None = None, group=None, out_dtype=None, *, depth: int = summa.DEPTH,
            panel: int | None = None, both_ways: bool = True, link_ctas: int | None = None, placements=None,
            kernel: str | None = None, **params):
-    """This rank's block of C = A @ B (see the module's docstring), a torch tensor on the device of a.
+    """This rank's block of C = A @ B over the ranks of a process group (SUMMA; the module's docstring).
 
-    a, b: this rank's blocks of A and B (torch tensors, on the CUDA device the rank uses with NCCL,
-    or on the CPU with gloo). Every rank's blocks are checked together first, with one all-gather:
-    a block that does not fit the layout, dtypes or devices that differ, or knobs that differ
-    between ranks, raise the same ValueError on every rank before any product.
+    Parameters
+    ----------
+    a, b : torch.Tensor
+        This rank's blocks of A and B, on the CUDA device the rank uses with NCCL, or on the CPU
+        with gloo; or two DTensors on one DeviceMesh (then no grid): tilemm.dtensor's product,
+        each rank's local product by tilemm (kernel, params), the communication DTensor's, the
+        result a DTensor placed as torch.matmul places it.
+    grid : Grid
+        The ranks' grid: its size is the group's.
+    group : torch.distributed.ProcessGroup, optional
+        None: the default group.
+    out_dtype : str or torch.dtype, optional
+        Compute in and return this dtype, as for `tilemm.matmul`.
+    depth : int
+        Panels (SUMMA) or ring steps in flight ahead of the product running (the same on every rank).
+    panel : int, optional
+        K columns a SUMMA panel (cut also where a rank's K block ends); default from the shape and
+        the link (tilemm.summa.panel_width).
+    both_ways : bool
+        A ring sends half of each block each way round (False: all of it one way).
+    link_ctas : int, optional
+        The most thread blocks NCCL may take for the transfers (its max_ctas, on process groups of
+        the same ranks made once): SMs left to the products. None: NCCL's choice.
+    placements : list, optional
+        DTensors only: redistribute the result to these (e.g. [Shard(0)] after Shard(1) x
+        Shard(0): a reduce-scatter of the partial sums).
+    kernel, **params
+        The rung (and its parameters) each rank's local products run.
 
-    The pipeline's knobs (the same on every rank):
-    depth: panels (SUMMA) or ring steps in flight ahead of the product running.
-    panel: K columns a SUMMA panel (cut also where a rank's K block ends); default from the shape
-        and the link (tilemm.summa.panel_width).
-    both_ways: a ring sends half of each block each way round (False: all of it one way).
-    link_ctas: the most thread blocks NCCL may take for the transfers (its max_ctas, on process
-        groups of the same ranks made once): SMs left to the products. None: NCCL's choice.
+    Returns
+    -------
+    torch.Tensor
+        This rank's block of C, on a's device (a DTensor for DTensor operands).
 
-    DTensors: ``matmul(a, b)`` of two DTensors on one DeviceMesh (no grid) is tilemm.dtensor's
-    product: each rank's local product by tilemm (kernel, params), the communication DTensor's,
-    the result a DTensor placed as torch.matmul places it; placements= redistributes it (e.g.
-    [Shard(0)] after Shard(1) x Shard(0): a reduce-scatter of the partial sums).
+    Raises
+    ------
+    RuntimeError
+        torch.distributed is not initialized.
+    ValueError
+        A grid whose size is not the group's; or, on every rank alike, before any product (all
+        blocks are checked together with one all-gather): a block that does not fit the layout,
+        dtypes or devices that differ, knobs that differ between ranks.
     """
     import torch
     import torch.distributed as dist
