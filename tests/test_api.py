@@ -145,8 +145,12 @@ def test_unsupported_dtypes(dtype, word):
     bad(TypeError, word, np.ones((2, 2)).astype(dtype), np.ones((2, 2)))
 
 
-def test_lists_are_refused_with_a_hint():
-    bad(TypeError, "np.asarray", [[1, 2]], np.ones((2, 1)))
+def test_lists_beside_a_torch_tensor_are_refused_with_a_hint():
+    """Array-likes become NumPy arrays as numpy.matmul converts them (tests/test_numpy_keywords.py);
+    beside a torch tensor there is no NumPy array to make."""
+    torch = pytest.importorskip("torch")
+    bad(TypeError, "torch.as_tensor", [[1.0, 2.0]], torch.ones(2, 1))
+    np.testing.assert_array_equal(tilemm.matmul([[1, 2]], np.ones((2, 1))), np.matmul([[1, 2]], np.ones((2, 1))))
 
 
 @pytest.mark.parametrize("kernel", [None, "numpy", "cpu-naive", "cpu-tiled"])
@@ -165,10 +169,12 @@ def test_operands_in_the_other_byte_order_as_numpy(kernel, dtype):
         assert c.dtype == ref.dtype and c.dtype.isnative and np.array_equal(c, ref)
 
 
-def test_tensors_off_the_cpu_and_cuda_refused():
+def test_meta_tensors_get_the_op_s_fake_and_a_plan_refuses_them():
     a = torch.ones(3, 4, device="meta")
-    with pytest.raises(ValueError, match="torch device meta"):
-        tilemm.matmul(a, a.T)
+    c = tilemm.matmul(a, a.T)                    # the shape, as torch.matmul infers it
+    assert c.device.type == "meta" and c.shape == (3, 3)
+    with pytest.raises(ValueError, match="torch device meta"):     # a plan needs memory to read
+        tilemm.plan(a, a.T)
 
 
 def test_mixed_kinds_refused():
@@ -258,8 +264,11 @@ def test_bfloat16_out_dtype_needs_torch():
 @pytest.mark.parametrize("operands,out_dtype", [("float32", "int32"), ("int32", "uint8"), ("float32", "bool")])
 def test_out_dtype_refused_as_numpy_refuses(operands, out_dtype):
     a = np.ones((2, 2), operands)
-    with pytest.raises(TypeError, match="out_dtype"):
+    with pytest.raises(TypeError) as theirs:
+        np.matmul(a, a, dtype=out_dtype)
+    with pytest.raises(TypeError) as ours:           # NumPy's class and words
         tilemm.matmul(a, a, out_dtype=out_dtype)
+    assert isinstance(ours.value, type(theirs.value)) and str(ours.value) == str(theirs.value)
 
 
 def test_auto_times_the_fast_rungs_once_and_caches_the_winner(tmp_path, monkeypatch):

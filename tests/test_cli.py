@@ -89,7 +89,39 @@ def test_bench_refuses_a_report_folder_it_cannot_write_before_any_work(capsys, t
 @pytest.mark.skipif(ON_GPU, reason="needs a machine without a GPU")
 def test_bench_of_a_gpu_rung_on_a_cpu_machine_says_why_nothing_runs():
     code, out, err = run_on_a_cpu_machine("bench", "--kernels", "naive", "--sizes", "64")
-    assert code == 2 and "nothing in this selection can run here: naive needs a CUDA GPU" in err and out == ""
+    assert code == 2 and "nothing in this selection can run here:\n  naive: needs a CUDA GPU" in err and out == ""
+
+
+@pytest.mark.skipif(ON_GPU, reason="needs a machine without a GPU")
+def test_the_ladder_suite_on_a_cpu_says_each_reason_once_and_what_runs_here(tmp_path):
+    """Not one sentence eleven times: a line per reason with the rungs it stops, and the suite
+    that runs on a CPU; no advice to run cuBLAS in the simulator, which has none."""
+    code, out, err = run_on_a_cpu_machine("bench", "--suite", "ladder", "--report", str(tmp_path / "r"))
+    lines = err.splitlines()
+    assert code == 2 and out == "" and not (tmp_path / "r").exists()
+    assert lines[0] == "tilemm bench: error: nothing in this selection can run here:"
+    assert len(lines) == len(set(lines)) <= 5 and sum("needs a CUDA GPU" in line for line in lines) == 3
+    assert "naive, naive-global, uncoalesced, tiled, rect, regblock: needs a CUDA GPU" in err
+    cublas = next(line for line in lines if line.strip().startswith("cublas:"))
+    assert "simulator" not in cublas and "numpy" in cublas
+    assert lines[-1].strip().startswith("on this machine: tilemm bench --suite cpu")
+
+
+@pytest.mark.skipif(ON_GPU, reason="needs a machine without a GPU")
+def test_no_command_advises_cublas_in_the_simulator():
+    for argv in (("kernels",), ("info",), ("check", "--kernels", "cublas")):
+        code, out, err = run_on_a_cpu_machine(*argv)
+        lines = [line for line in (out + err).splitlines() if "cublas" in line]
+        assert lines and not any("NUMBA_ENABLE_CUDASIM" in line or "run it in the simulator" in line
+                                 for line in lines), lines
+
+
+def test_tilemm_alone_lists_its_commands(capsys):
+    code, out, err = run_cli(capsys)
+    assert code == 0 and "usage: tilemm" in out
+    for command in ("kernels", "info", "check", "bench", "explain", "warmup"):
+        assert f"\n    {command} " in out
+    assert "tilemm bench --suite cpu" in out
 
 
 def test_bench_sizes_replace_every_size_of_the_seeds_suite():

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tilemm
+from tilemm import torch_contract
 from tilemm.accuracy import compare
 from tilemm.dtypes import compute_dtype
 
@@ -137,7 +138,8 @@ BATCH = st.lists(st.integers(1, 3), max_size=2).map(tuple)
        seed=st.integers(0, 2**16))
 def test_random_calls_as_numpy(kernel, dtypes, out_dtype, kind, batches, vectors, mnk, into_out, seed):
     """Calls as users make them, answered as numpy.matmul answers: stacks that broadcast, vectors,
-    mixed dtypes, out_dtype (narrower ones too), out=, NumPy or torch; refused where NumPy refuses.
+    mixed dtypes (refused for torch tensors, as torch refuses them), out_dtype (narrower ones too),
+    out=, NumPy or torch; refused where NumPy refuses.
     This table found 1-D @ 1-D coming back as shape (1,) on torch, and narrower float out_dtypes
     multiplying the unrounded operands."""
     import torch
@@ -155,6 +157,10 @@ def test_random_calls_as_numpy(kernel, dtypes, out_dtype, kind, batches, vectors
         return
     numpy_type, want = type(want), np.asarray(want)       # a NumPy scalar for 1-D @ 1-D
     wrap = (lambda x: torch.from_numpy(np.asarray(x))) if kind == "torch" else (lambda x: x)
+    if kind == "torch" and dtypes[0] != dtypes[1]:        # torch's rule for its tensors: one dtype
+        with pytest.raises(torch_contract.TorchTypeError):
+            tilemm.matmul(wrap(a), wrap(b), kernel=kernel, out_dtype=out_dtype)
+        return
     out = wrap(np.full(want.shape, 7, want.dtype)) if into_out else None
     with np.errstate(all="ignore"):
         got = tilemm.matmul(wrap(a), wrap(b), kernel=kernel, out_dtype=out_dtype, out=out)

@@ -82,3 +82,20 @@ def test_cli_refuses_bad_sizes_and_dtypes_in_one_line(capsys, argv, says):
         code = refused.code
     err = capsys.readouterr().err
     assert code == 2 and says in err and "Traceback" not in err
+
+
+def test_without_a_gpu_explain_assumes_the_gpu_named_and_says_so(capsys):
+    """The docs set explain's roofline beside an H200's measurements: --gpu H200 takes its peaks
+    (its own bandwidth) where no GPU is here, and the output names the device."""
+    from tilemm import machine
+    if machine.gpu() is not None:
+        pytest.skip("a real GPU is here: its own limits and peaks are used")
+    h100 = explain.explain("naive", 1024, 1024, 1024, simulate=None)
+    h200 = explain.explain("naive", 1024, 1024, 1024, simulate=None, assume_gpu="H200")
+    assert h200["roofline"]["bandwidth_gbs"] > h100["roofline"]["bandwidth_gbs"]
+    assert "H200" in h200["device"] and h200["gpu_assumed"]
+    assert cli.main(["explain", "naive", "--size", "1024", "--simulate", "0", "--gpu", "H200"]) == 0
+    out = capsys.readouterr().out
+    assert "roofline of the NVIDIA H200" in out and "those of an NVIDIA H200" in out
+    with pytest.raises(ValueError, match="no figures for a GPU named"):
+        explain.explain("naive", 64, 64, 64, simulate=None, assume_gpu="V100")

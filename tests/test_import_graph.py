@@ -111,8 +111,10 @@ def ancestors(module: str) -> set[str]:
 # Lazy imports of the modules that import torch at their top, from inside a function: a call that
 # torch.compile traces or that records a gradient becomes a torch op (tilemm.torch_ops), whose
 # eager body is tilemm.matmul (or scaled_matmul) again. The recursion is the design; the import
-# waits for the first such call, so `import tilemm` never loads torch.
-LAZY_TORCH = {("tilemm.api", "tilemm.torch_ops"), ("tilemm.scaled", "tilemm.torch_ops")}
+# waits for the first such call, so `import tilemm` never loads torch. Likewise a product of
+# DTensors (tilemm.spread: tilemm.dtensor), whose local products are tilemm.matmul again.
+LAZY_TORCH = {("tilemm.api", "tilemm.torch_ops"), ("tilemm.scaled", "tilemm.torch_ops"),
+              ("tilemm.spread", "tilemm.dtensor")}
 
 
 def module_level(text: str) -> set[str]:

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tilemm.bench import plots, report, runner, suites
+from tilemm.bench import load, report, roofline, runner, suites, timeleft
 
 from .conftest import ON_GPU
 
@@ -37,10 +37,12 @@ def test_report_files_and_ratios(folder):
 
 
 def test_columns_empty_in_every_row_are_left_out(folder):
-    """A CPU run has no parameters, no peak and no seed's figure: no such columns."""
+    """A CPU run has no parameters, no peak and no seed's figure: no such columns (and no notes,
+    unless the machine was busy)."""
     header = (folder / "results.md").read_text().split("## Every measurement")[1].strip().splitlines()[0]
     assert "kernel" in header and "GFLOP/s" in header
-    for empty in ("params", "% peak", "seed's figure", "note"):
+    quiet = not any(load.busy(r) for r in report.load(folder))
+    for empty in ("params", "% peak", "seed's figure") + ("note",) * quiet:
         assert f"| {empty} |" not in header
     page = (folder / "index.html").read_text()
     assert "<th>% peak</th>" not in page and "<th>params</th>" not in page
@@ -62,7 +64,7 @@ def test_the_summary_is_the_ladder_at_one_size(folder):
 
 
 def test_a_cpu_roofline_has_measured_memory_and_compute_roofs(folder):
-    roofs, source = plots.roofs(report.load(folder), "cpu")
+    roofs, source = roofline.roofs(report.load(folder), "cpu")
     assert roofs["bandwidth_gbs"] > 0 and roofs["float32"] > 0 and roofs["float64"] > 0
     assert "measured" in source
 
@@ -114,16 +116,21 @@ def test_bench_params_go_to_the_kernels_that_have_them():
 
 def test_the_time_left_comes_from_the_predicted_times_of_the_cases_left():
     """A rung measured at n = 16 (1 ms a call) predicts n = 32 at 8 ms a call; a case past
-    --skip-over is estimated, not run, and costs nothing; overhead measured on done cases counts."""
-    clock = runner.TimeLeft(budget_s=0.5, skip_over_s=0.05)
-    seen = {("cpu-tiled", (), "float32"): (2.0 * 16**3, 1.0)}
-    cases = [suites.Case("cpu-tiled", "float32", n, n, n) for n in (32, 64)]
-    assert clock.left(cases[:1], seen) == pytest.approx(clock.timed_s(8e-3))
-    assert clock.left(cases, seen) == pytest.approx(clock.timed_s(8e-3))          # 64: 64 ms > 50 ms, estimated
-    clock.done({"status": "ok", "median_ms": 1.0}, clock.timed_s(1e-3) + 0.25, first_of_its_rung=False)
-    assert clock.left(cases[:1], seen) == pytest.approx(clock.timed_s(8e-3) + 0.25)
-    # timed: the budget, but at most 30 calls and at least 3; then the first call and one more
-    assert [clock.timed_s(s) for s in (8e-3, 0.1, 1.0)] == pytest.approx([32 * 8e-3, 0.5 + 0.2, 5 * 1.0])
+    --skip-over is estimated, not run, and costs nothing; the check and the set-up measured count."""
+    costs = timeleft.CaseCosts(budget_s=0.5, skip_over_s=0.05)
+    cases = [suites.Case("cpu-tiled", "float32", n, n, n) for n in (16, 32, 64)]
+    assert costs.left(cases) == (0.0, 1)                       # nothing measured: no number for the rung
+    costs.learn(cases[0], {"status": "ok", "median_ms": 1.0, "took_s": 1.0, "first_call_s": 0.1,
+                           "check_s": 0.2, "timing_s": 0.5})    # 0.2 s of set-up besides
+    check_32 = 0.2 * 8
+    assert costs.case_s(cases[1]) == pytest.approx(costs.timed_s(8e-3) + check_32 + 0.2)
+    assert costs.case_s(cases[2]) == 0.0                       # 64: 64 ms > 50 ms, estimated
+    assert costs.left(cases[1:]) == (pytest.approx(costs.case_s(cases[1])), 0)
+    # the calls: the first, then the budget's timed ones (at least 3, at most 30); a slow rung: 3 calls
+    assert [costs.timed_s(s) for s in (8e-3, 0.1, 1.0)] == pytest.approx([8e-3 + 30 * 8e-3, 0.1 + 0.6, 3.0])
+    # a second size: the exponent between them (a cache cliff: time grows faster than the flops)
+    costs.learn(cases[1], {"status": "ok", "median_ms": 32.0, "took_s": 2.0, "check_s": 1.6})
+    assert costs.call_s(cases[2]) == pytest.approx(32e-3 * 8 ** 1.5)        # 32x for 8x the flops: clipped at 1.5
 
 
 def test_bfloat16_cases_run_on_torch_tensors(tmp_path):
@@ -138,10 +145,10 @@ def test_bfloat16_cases_run_on_torch_tensors(tmp_path):
 def test_roofs_are_those_of_the_unit_each_rung_runs_on():
     """3xTF32 runs on TF32 tensor cores, three products each: its roof is not float32's SIMT one."""
     rec = dict(m=64, n=64, k=64, dtype="float32", params={})
-    assert plots.unit_of({**rec, "kernel": "tensorcore-f32"}) == ("tf32", 3)
-    assert plots.unit_of({**rec, "kernel": "tensorcore-f32", "params": {"precision": "int8"}}) == ("int8", 6)
-    assert plots.unit_of({**rec, "kernel": "naive"}) == ("float32", 1)
-    assert plots.unit_of({**rec, "kernel": "a-rung-since-removed"}) == ("float32", 1)
+    assert roofline.unit_of({**rec, "kernel": "tensorcore-f32"}) == ("tf32", 3)
+    assert roofline.unit_of({**rec, "kernel": "tensorcore-f32", "params": {"precision": "int8"}}) == ("int8", 6)
+    assert roofline.unit_of({**rec, "kernel": "naive"}) == ("float32", 1)
+    assert roofline.unit_of({**rec, "kernel": "a-rung-since-removed"}) == ("float32", 1)
 
 
 def test_a_records_command_line_runs_as_written():

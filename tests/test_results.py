@@ -2,6 +2,7 @@
 results/INDEX.md, and the tables, plots and README block made from them in step with them."""
 import gzip
 import json
+import os
 import re
 import subprocess
 import sys
@@ -50,6 +51,28 @@ def test_tables_plots_and_readme_are_in_step_with_the_records():
     done = subprocess.run([sys.executable, "benchmarks/make_tables.py", "--check"], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_rung_pages_figures_are_in_step_with_their_inputs():
+    """benchmarks/make_figures.py drew every rung page's figure from the records and kernels as they
+    are now (a digest of its inputs is written beside the figures)."""
+    done = subprocess.run([sys.executable, "benchmarks/make_figures.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_figures_check_sees_a_changed_input(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(ROOT / "benchmarks"), *sys.path])   # make_figures adds its folders too
+    monkeypatch.setitem(os.environ, "NUMBA_ENABLE_CUDASIM", os.environ.get("NUMBA_ENABLE_CUDASIM", "1"))
+    import make_figures
+    record = tmp_path / "ladder.jsonl"
+    record.write_text("{}\n")
+    monkeypatch.setattr(make_figures, "inputs", lambda: [record])
+    monkeypatch.setattr(make_figures, "DIGEST", tmp_path / "inputs.sha256")
+    make_figures.DIGEST.write_text(make_figures.digest())
+    assert not [s for s in make_figures.stale() if "inputs.sha256" in s]
+    record.write_text('{"changed": 1}\n')
+    assert [s for s in make_figures.stale() if "an input changed" in s]
 
 
 def test_the_default_s_tables_are_in_step_with_their_records():

@@ -90,6 +90,16 @@ def test_cli_warmup_json_and_one_line_errors(capsys):
     assert "invalid choice" in err[-1]
 
 
+@pytest.mark.skipif(ON_GPU, reason="needs a machine without a GPU")
+def test_cli_warmup_on_a_cpu_says_there_is_nothing_to_warm_for_floats(capsys):
+    """No progress bar and no empty table: what was not warmed, why, and what would be."""
+    assert cli.main(["warmup"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tilemm warmup: nothing to warm here for float32:")
+    assert "NumPy, which compiles nothing" in out and "needs a CUDA GPU" in out
+    assert "tilemm warmup --dtypes int32 int64" in out and "━" not in out and "┏" not in out
+
+
 # A child without the simulator, where numba-cuda compiles for sm_90 with NVVM from PyPI and no
 # GPU: its device queries answer for an H100-class GPU, and binding to a context keeps the PTX.
 # Everything else is numba-cuda's own path: the key, the index and data files, the load.

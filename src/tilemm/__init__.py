@@ -4,25 +4,28 @@
     c = tilemm.matmul(a, b)                        # NumPy, CuPy or torch in, same kind out
     c = tilemm.matmul(a, b, kernel="cpu-tiled", block_m=32)
     c = tilemm.scaled_matmul(a8, b8, scale_a, scale_b)  # float8 torch tensors, as torch._scaled_mm
+    c = tilemm.grouped_matmul(x, w, offs)          # experts' products in one launch, as torch._grouped_mm
     tilemm.kernels()                               # the ladder
     tilemm.release_memory()                        # let go of what repeated calls keep on the GPU
     tilemm.warmup(dtypes=["float16", "int8"])      # compile ahead of time what calls will need
     tilemm.nn.swap_linears(model)                  # a torch model's Linears through tilemm (autograd, compile)
     y = tilemm.linear(x, w, b, activation="gelu")   # the product and its epilogue in one pass
+    c = tilemm.matmul(a, b, devices=[0, 1, 2, 3])  # one product over several GPUs, from this process
 """
 from . import compat  # noqa: F401  (before anything imports numba.cuda)
 from .api import KernelUnavailable, matmul, plan, release_memory
 from .fused_linear import linear, matmul_epilogue
 from .registry import Kernel, get as kernel, kernels
 from .scaled import scaled_matmul
+from .grouped import grouped_matmul
 from .warmup import warmup     # the function: tilemm.warmup(...); its module is sys.modules["tilemm.warmup"]
-from . import distributed, outofcore  # noqa: E402  (products over torch.distributed ranks; past GPU memory)
+from . import distributed, multi, outofcore  # noqa: E402  (over torch.distributed ranks; several GPUs; past GPU memory)
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "linear", "matmul_epilogue", "plan", "scaled_matmul", "kernels", "kernel", "Kernel", "KernelUnavailable", "release_memory",
-           "warmup", "nn", "torch_ops", "__version__"]
+__all__ = ["matmul", "linear", "matmul_epilogue", "plan", "scaled_matmul", "grouped_matmul", "kernels", "kernel",
+           "Kernel", "KernelUnavailable", "release_memory", "warmup", "nn", "torch_ops", "__version__"]
 
-TORCH_MODULES = ("nn", "torch_ops")     # they import torch: loaded when first named, as tilemm.nn
+TORCH_MODULES = ("nn", "torch_ops", "dtensor")     # they import torch: loaded when first named, as tilemm.nn
 
 
 def __getattr__(name):

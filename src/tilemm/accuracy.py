@@ -28,6 +28,18 @@ from .dtypes import ACCUMULATE, HOST_ONLY, UNIT_ROUNDOFF, is_complex, is_exact
 
 @dataclass
 class Verdict:
+    """The outcome of `compare`.
+
+    Attributes
+    ----------
+    ok : bool
+        Whether the result passed.
+    worst : float
+        Floats: the worst |error| / allowed error over the finite entries; integers: the count of
+        entries that differ.
+    message : str
+        What was found, e.g. the first entry that differs.
+    """
     ok: bool
     worst: float  # worst |error| / allowed error over finite entries (ints: count of mismatches)
     message: str
@@ -85,8 +97,25 @@ def denormal_floor(result: str) -> float:
 
 
 def compare(c, a, b, result: str) -> Verdict:
-    """Check c (of dtype ``result``, float32 for bfloat16) against the reference; NumPy arrays
-    or CuPy arrays, all three of one kind."""
+    """Check a product against the reference, as every rung's answer is checked.
+
+    Integers and bool must equal ``numpy.matmul`` bit for bit; floats must lie within the
+    dot-product error bound of a float64 (or complex128) reference (the module's docstring).
+
+    Parameters
+    ----------
+    c : numpy.ndarray or cupy.ndarray
+        The result, of dtype ``result`` (float32 for bfloat16).
+    a, b : numpy.ndarray or cupy.ndarray
+        The operands, of c's kind.
+    result : str
+        The result's dtype name, e.g. ``"float32"``.
+
+    Returns
+    -------
+    Verdict
+        ``ok``, the worst error against its bound, and a message.
+    """
     np = array_module(c)  # noqa: F811  (the same code serves NumPy and CuPy)
     ref = reference(a, b, result)
     if c.shape != ref.shape:

@@ -41,10 +41,54 @@ def cupy_if_imported():
 
 def native_order(x):
     """NumPy data stored in the other byte order (read from a file, say) as a copy in this
-    machine's order, which the kernels read; anything else as it is."""
-    if isinstance(x, np.ndarray) and not x.dtype.isnative:
-        return x.astype(x.dtype.newbyteorder("="))
+    machine's order, which the kernels read; a torch tensor with its conjugate or negative bit
+    set (x.conj(), x.conj().imag: a view whose memory holds the values before that operation) as
+    a copy holding its values, which the kernels read as they are; anything else as it is."""
+    if isinstance(x, np.ndarray):
+        return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+    torch = torch_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor) and (x.is_conj() or x.is_neg()):
+        return x.resolve_conj().resolve_neg()
     return x
+
+
+def as_arrays(a, b):
+    """The operands, array-likes among them (lists, tuples, Python and NumPy scalars, objects with
+    ``__array__`` or ``__array_interface__``) converted as np.asarray converts them (its errors
+    passed on), as numpy.matmul does. Where the other operand is a torch tensor or a CuPy array
+    there is no NumPy array to make: a TypeError naming the conversion to make."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return a, b
+    device = [x for x in (a, b) if device_kind(x)]
+    if not device:
+        return tuple(x if isinstance(x, np.ndarray) else np.asarray(x) for x in (a, b))
+    for i, x in enumerate((a, b)):
+        if not (isinstance(x, np.ndarray) or device_kind(x)):
+            kind = device_kind(device[0])
+            fix = ("torch.as_tensor(x, device=other.device)" if kind == "torch" else
+                   "cupy.asarray(x) on the other operand's device")
+            raise TypeError(f"matmul: operand {i} is a {type(x).__module__}.{type(x).__name__} and the other a "
+                            f"{kind} array; tilemm converts array-likes as numpy.matmul does only beside NumPy "
+                            f"arrays: pass {fix}")
+    return a, b
+
+
+def device_kind(x) -> str | None:
+    """"torch" for a torch tensor, "cupy" for a CuPy array, else None."""
+    torch, cupy = torch_if_imported(), cupy_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return "torch"
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return "cupy"
+    return None
+
+
+def cast(x, dtype):
+    """x (NumPy, torch or CuPy) as a new array of ``dtype`` (a name, or for NumPy and CuPy an
+    np.dtype), cast as NumPy casts with casting="unsafe" (floats to integers truncate)."""
+    if isinstance(x, np.ndarray):
+        return exactly(x.astype(dtype), dtype)
+    return device_cast(x, dtype if isinstance(dtype, str) else dtype.name, copy=False)
 
 
 def describe(x, operand: str) -> Operand:
@@ -67,10 +111,9 @@ def to_host(x, dtype: str) -> np.ndarray:
     """A NumPy array of ``dtype`` holding x's values (bfloat16 comes out as float32, exactly)."""
     torch, cupy = torch_if_imported(), cupy_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
-        x = x.detach().cpu()
         if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
-            x = x.float()
-        x = x.numpy()
+            x = x.detach().cpu().float()
+        x = x.numpy(force=True)        # detached, on the host, a conjugate or negative view's own values
     elif cupy is not None and isinstance(x, cupy.ndarray):
         x = cupy.asnumpy(x)
     return x.astype(np.float32 if dtype == "bfloat16" else dtype, copy=False)

@@ -1,8 +1,7 @@
-"""The `tilemm` command: kernels, info, check, bench, explain, warmup."""
+"""The `tilemm` command: kernels, info, check, bench, explain, warmup, learn, grade."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -11,8 +10,10 @@ from rich.console import Console
 from rich.table import Table
 
 from . import machine, registry
-from .bench.selection import SUITES
+from .bench.selection import SUITES, NothingRunsHere
 from .dtypes import SUPPORTED
+from . import warmup_command
+from .learn import command as learn_command
 
 console = Console(width=None if sys.stdout.isatty() else 200)  # logs get whole rows
 
@@ -21,11 +22,18 @@ def main(argv=None) -> int:
     """Run a `tilemm` command line; the exit code: 0 done, 1 a check or a measurement failed,
     2 the command line or the machine refused it (a one-line message), 130 interrupted."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:                     # `tilemm` alone: what it can do
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)
     commands = {"kernels": cmd_kernels, "info": cmd_info, "check": cmd_check, "bench": cmd_bench,
-                "explain": cmd_explain, "warmup": cmd_warmup}
+                "explain": cmd_explain, "warmup": warmup_command.run, **learn_command.COMMANDS}
     try:
         return commands[args.command](args)
+    except NothingRunsHere as e:     # a line per reason, and what can run here
+        print(f"tilemm {args.command}: error: " + "\n  ".join(e.lines), file=sys.stderr)
+        return 2
     except (ValueError, TypeError, OSError) as e:    # refused, before any work where it can be: one line
         print(f"tilemm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
@@ -40,7 +48,12 @@ def _one_line(e: BaseException) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tilemm", description="Tiled matrix multiplication, rung by rung.")
+    parser = argparse.ArgumentParser(
+        prog="tilemm", description="Tiled matrix multiplication, rung by rung.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="first steps: tilemm info; tilemm kernels; tilemm explain tiled;\n"
+               "  tilemm bench --suite cpu --budget 0.3 --skip-over 2 --report out (the CPU rungs, a report in out/)\n"
+               "tilemm COMMAND -h says more about each command.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     names = [k.name for k in registry.kernels()]
     kernel_help = "one or more of: " + ", ".join(names)
@@ -85,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 60)")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write the report into DIR: results.jsonl, results.md, index.html and plots; "
-                        "a report already there is replaced")
+                        "a report already there is replaced when the run ends (Ctrl-C or a failure leaves it whole)")
     p.add_argument("--json", action="store_true", help="print the records as JSON lines, no table or progress")
 
     p = sub.add_parser("explain", help="launch shape, traffic model, roofline bound; loads counted in the simulator",
@@ -100,9 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tile", type=int, help="shorthand for --param tile=N")
     p.add_argument("--simulate", type=_simulated_size, default=32,
                    help=f"size at which to count loads in the simulator, up to {SIMULATE_UP_TO} (0: off)")
+    p.add_argument("--gpu", choices=sorted(machine.ASSUMED), default="H100",
+                   help="where no GPU is here, whose limits and peaks to assume (default H100)")
     p.add_argument("--ncu", action="store_true", help="read the real DRAM bytes with Nsight Compute")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
-    add_warmup_parser(sub, names, kernel_help, dtype_help)
+    warmup_command.add_parser(sub, names, kernel_help, dtype_help, _positive_size)
+    learn_command.add_parsers(sub)
     return parser
 
 
@@ -238,34 +254,30 @@ def cmd_bench(args) -> int:
     from .bench import report, runner, selection
     cases = selection.select(args.suite, args.kernels, args.dtypes, tuple(args.sizes) if args.sizes else None,
                              parse_params(args.param))
-    if args.report:
-        report.prepare(args.report)           # writable, and an earlier report there removed: before any work
-    results = args.report / "results.jsonl" if args.report else None
+    staged = report.prepare(args.report) if args.report else None   # before any work; the last report kept
+    results = staged / "results.jsonl" if staged else None
     suite = " ".join(args.suite) if args.suite else cases[0].suite
-    records = runner.run_suite(cases, suite=suite, budget_s=args.budget, skip_over_s=args.skip_over,
-                               results=results, progress=not args.json)
+    with report.kept_on_failure(args.report, staged):
+        records = runner.run_suite(cases, suite=suite, budget_s=args.budget, skip_over_s=args.skip_over,
+                                   results=results, progress=not args.json)
     if args.json:
         for r in records:
             print(json.dumps(r))
     else:
         columns, rows = report.table(records)
-        t = Table(title=f"tilemm bench ({suite}) on {records[0]['device']}")
+        t = Table(title=f"tilemm bench ({suite}) on {records[0]['device']}"
+                        + (" (GPU rungs simulated)" if any(r.get("emulated") for r in records) else ""))
         for col in columns:
             t.add_column(col, max_width=60 if col == "note" else None)
         for cells in rows:
             t.add_row(*cells)
         console.print(t)
     if args.report:
-        page = report.write(args.report, title=f"tilemm bench ({suite})")
+        report.write(staged, title=f"tilemm bench ({suite})")
+        report.publish(staged, args.report)     # only now is the last report replaced
         if not args.json:
-            console.print(f"report: {page}")
+            console.print(f"report: {args.report / 'index.html'}")
     return 1 if any(r["status"] == "FAILED" for r in records) else 0
-
-
-def with_params(cases, given: dict):
-    """The cases with the given parameters set on those whose kernel has them (selection.with_params)."""
-    from .bench import selection
-    return selection.with_params(cases, given)
 
 
 def parse_params(texts: list[str]) -> dict:
@@ -296,7 +308,8 @@ def cmd_explain(args) -> int:
     m, n, k = args.shape or (args.size,) * 3
     dtypes = registry.get(args.kernel).dtypes
     args.dtype = args.dtype or ("float32" if "float32" in dtypes else dtypes[0])
-    info = explain.explain(args.kernel, m, n, k, args.dtype, params, simulate=args.simulate or None)
+    info = explain.explain(args.kernel, m, n, k, args.dtype, params, simulate=args.simulate or None,
+                           assume_gpu=args.gpu)
     if args.ncu:
         info["ncu"] = explain.ncu_bytes(args.kernel, m, n, k, args.dtype, info["params"])
     if args.json:
@@ -330,7 +343,8 @@ def cmd_explain(args) -> int:
         r = info["roofline"]
         unit = (f" of the problem's products: {r['unit']} peak / {r['products_per_product']}"
                 if r["products_per_product"] != 1 else "")
-        c.print(f"roofline ({r['peak_tflops']:.4g} TFLOP/s{unit}, {r['bandwidth_gbs']:g} GB/s): compute {r['compute_ms']:.3g} ms, "
+        c.print(f"roofline of the {info['device'].removesuffix(' (assumed)')} ({r['peak_tflops']:.4g} TFLOP/s{unit}, "
+                f"{r['bandwidth_gbs']:g} GB/s): compute {r['compute_ms']:.3g} ms, "
                 f"memory {r['memory_ms']:.3g} ms -> at best {r['bound_ms']:.3g} ms, bound by {r['bound_by']}. "
                 "Caches serve many of the modelled loads, so a rung can beat its memory bound.")
     if "error" in info.get("simulated", {}):
@@ -344,44 +358,6 @@ def cmd_explain(args) -> int:
     if "ncu" in info:
         c.print(f"Nsight Compute: {info['ncu']}")
     return 0
-
-
-# --- `tilemm warmup` ---------------------------------------------------------------------------
-def add_warmup_parser(sub, names, kernel_help: str, dtype_help: str) -> None:
-    p = sub.add_parser("warmup", help="compile ahead of time what calls will need (numba and Triton disk caches)",
-                       description="Compile, once per machine, the programs the default (and the kernels named) "
-                                   "will need for products of these dtypes: each is run once on random operands "
-                                   "and its answer checked; later processes load them from the disk caches. "
-                                   "GPU steps are skipped, with the reason, where there is no GPU.")
-    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE", default=["float32"],
-                   help=f"the operands' dtypes ({dtype_help}; default float32)")
-    p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL",
-                   help=f"warm these rungs too, besides the default ({kernel_help})")
-    p.add_argument("--shape", nargs=3, type=_positive_size, action="append", metavar=("M", "N", "K"),
-                   help="warm this product (M, K) @ (K, N) instead of the typical shapes; repeat for more")
-    p.add_argument("--device", choices=("cpu", "cuda"),
-                   help="warm only the host's or only the GPU's programs (default: both, where present)")
-    p.add_argument("--json", action="store_true", help="print each call as a JSON line, no progress bar or table")
-
-
-def cmd_warmup(args) -> int:
-    from .warmup import warmup
-    report = warmup(args.dtypes, args.kernels, args.shape, args.device, progress=not args.json)
-    if args.json:
-        for s in report.steps:
-            print(json.dumps(dataclasses.asdict(s)))
-    else:
-        t = Table(title=f"tilemm warmup: {report.seconds:.1f} s")
-        for col in ("device", "kernel", "dtype", "calls", "seconds"):
-            t.add_column(col)
-        for (device, kernel, dtype), seconds in report.compiled().items():
-            calls = sum(1 for s in report.steps if s.ok and (s.device, s.kernel, s.dtype) == (device, kernel, dtype))
-            t.add_row(device, kernel, dtype, str(calls), f"{seconds:.2f}")
-        console.print(t)
-        for s in report.skipped + report.failed:
-            shape = " x ".join(map(str, s.shape))
-            console.print(f"{s.device} {s.kernel} {s.dtype} {shape}: {s.status}")
-    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

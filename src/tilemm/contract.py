@@ -6,8 +6,9 @@ shape), and ndarray subclasses.
   ``'l'``. Those two dtypes compare and hash equal, so a cache keyed on dtypes must key on the
   char as well (``dtype_key``).
 - **out=**: the result is computed in its own dtype and cast into ``out`` where NumPy's
-  ``casting="same_kind"`` allows it (int16 results into int8, float64 into float32); where it does
-  not, ``OutputCastingError``, a ``TypeError`` as NumPy's own, with NumPy's words. ``out`` takes the
+  ``casting="same_kind"`` (or the ``casting=`` given) allows it (int16 results into int8, float64
+  into float32); where it does not, ``OutputCastingError``, NumPy's own class (a ``TypeError``),
+  with NumPy's words. An operand's cast to ``dtype=`` likewise: ``InputCastingError``. ``out`` takes the
   shapes NumPy's gufunc takes: the result's core dimensions last, and leading (loop) dimensions
   that the operands' stack broadcasts to (the result is repeated along them): a (1, 1) ``out`` for
   1-D @ 1-D. ``out`` may be given by position, or as a tuple of one array.
@@ -21,17 +22,57 @@ shape), and ndarray subclasses.
 """
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
 from .arrays import Operand, torch_if_imported
-from .dtypes import SUPPORTED, check_supported, dtype_name
+from .dtypes import HOST_ONLY, SUPPORTED, check_supported, dtype_name
 
 SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
 
 
-class OutputCastingError(TypeError):
-    """``out`` is of a dtype the result can't be cast to with casting="same_kind" (NumPy raises
-    its _UFuncOutputCastingError, a TypeError, with the same words)."""
+def numpy_error_class(name: str):
+    """NumPy's own exception class of this name (numpy._core._exceptions; numpy.core's before
+    NumPy 2), so that code catching NumPy's errors catches tilemm's; TypeError where it is missing."""
+    for module in ("numpy._core._exceptions", "numpy.core._exceptions"):
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    return TypeError
+
+
+def dtype_repr(dtype) -> str:
+    """A dtype as NumPy's messages write it: dtype('float64'), dtype('>f8'); torch's by name."""
+    return repr(dtype) if isinstance(dtype, np.dtype) else f"dtype('{dtype}')"
+
+
+class InputCastingError(numpy_error_class("_UFuncInputCastingError")):
+    """An operand can't be cast to the dtype the product is computed in (dtype=, signature=, or
+    the operands' common dtype) under the casting rule: NumPy's _UFuncInputCastingError, a
+    TypeError, with its words."""
+
+    def __init__(self, from_, to, casting: str, index: int):
+        TypeError.__init__(self, from_, to, casting, index)      # (NumPy's __init__ wants the ufunc)
+        self.ufunc, self.from_, self.to, self.casting, self.in_i = np.matmul, from_, to, casting, index
+
+    def __str__(self):
+        return (f"Cannot cast ufunc 'matmul' input {self.in_i} from {dtype_repr(self.from_)} to "
+                f"{dtype_repr(self.to)} with casting rule {self.casting!r}")
+
+
+class OutputCastingError(numpy_error_class("_UFuncOutputCastingError")):
+    """``out`` is of a dtype the result can't be cast to under the casting rule ("same_kind" unless
+    casting= says otherwise): NumPy's _UFuncOutputCastingError, a TypeError, with its words."""
+
+    def __init__(self, from_, to, casting: str = "same_kind"):
+        TypeError.__init__(self, from_, to, casting)
+        self.ufunc, self.from_, self.to, self.casting, self.out_i = np.matmul, from_, to, casting, 0
+
+    def __str__(self):
+        return (f"Cannot cast ufunc 'matmul' output from {dtype_repr(self.from_)} to {dtype_repr(self.to)} "
+                f"with casting rule {self.casting!r}")
 
 
 def single_out(out):
@@ -62,25 +103,52 @@ def dtype_key(dtype):
     return dtype, getattr(dtype, "char", None)
 
 
-def castable(result: str, to: str) -> bool:
-    """Whether casting="same_kind" takes a ``result`` into ``to`` (NumPy's np.can_cast; torch's
-    bfloat16, which NumPy lacks, as float16: a float of the same kind)."""
-    def numpy_name(name):
-        return "float16" if name == "bfloat16" else name
-    return bool(np.can_cast(np.dtype(numpy_name(result)), np.dtype(numpy_name(to)), casting="same_kind"))
+def castable(from_, to, casting: str = "same_kind") -> bool:
+    """Whether NumPy's ``casting`` rule takes dtype ``from_`` to ``to`` (np.can_cast; each an
+    np.dtype, a name, or a torch dtype). torch's bfloat16, which NumPy lacks: a float of 8 bits of
+    mantissa, its own dtype ("no", "equiv"), safe from bool and 8-bit integers and into float32 and
+    wider, of float's kind."""
+    source, target = numpy_or_name(from_), numpy_or_name(to)
+    if not (isinstance(source, str) or isinstance(target, str)):
+        return bool(np.can_cast(source, target, casting=casting))
+    if str(source) == str(target) or casting == "unsafe":       # (one of them is bfloat16)
+        return True
+    if casting == "safe":
+        if isinstance(source, str):
+            return np.dtype(target).name in ("float32", "float64", "complex64", "complex128") + HOST_ONLY
+        return source.name in ("bool", "int8", "uint8")
+    if casting == "same_kind":
+        def as_numpy(dtype):
+            return np.dtype("float16") if isinstance(dtype, str) else dtype
+        return bool(np.can_cast(as_numpy(source), as_numpy(target), casting="same_kind"))
+    return False
 
 
-def check_out(out, given: Operand, operand: Operand, batch: tuple, core: tuple, result: str) -> None:
-    """Refuse an ``out`` (described as ``given``) that numpy.matmul would refuse, before any work:
-    of another kind or device than the operands (TypeError), of a dtype the result can't be cast to
-    (OutputCastingError), read-only, or of a shape other than the result's core dimensions after
-    loop dimensions that the stack ``batch`` broadcasts to (ValueError)."""
+def numpy_or_name(dtype):
+    """An np.dtype as it is (its byte order and char kept), else its dtype's NumPy name, or
+    "bfloat16"."""
+    if isinstance(dtype, np.dtype):
+        return dtype
+    name = dtype_name(dtype)
+    return name if name == "bfloat16" else np.dtype(name)
+
+
+def check_out_dtype(out, given: Operand, operand: Operand, result: str, casting: str = "same_kind") -> None:
+    """Refuse an ``out`` (described as ``given``) that numpy.matmul would refuse before it looks at
+    shapes: of another kind or device than the operands (TypeError), of a dtype the result can't be
+    cast to under ``casting`` (OutputCastingError)."""
     if (given.kind, given.device) != (operand.kind, operand.device):
         raise TypeError(f"matmul: out is a {given.kind} array on {given.device}; the result is a "
                         f"{operand.kind} array on {operand.device}")
-    if not castable(result, given.dtype):
-        raise OutputCastingError(f"Cannot cast ufunc 'matmul' output from dtype('{result}') to "
-                                 f"dtype('{given.dtype}') with casting rule 'same_kind'")
+    into = out.dtype if isinstance(getattr(out, "dtype", None), np.dtype) else given.dtype   # (its byte order)
+    if not castable(result, into, casting):
+        raise OutputCastingError(result, into, casting)
+
+
+def check_out_shape(out, batch: tuple, core: tuple) -> None:
+    """Refuse an ``out`` that numpy.matmul would refuse, before any work: read-only, or of a shape
+    other than the result's core dimensions after loop dimensions that the stack ``batch``
+    broadcasts to (ValueError)."""
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise ValueError("matmul: output array is read-only")
     shape = tuple(out.shape)
@@ -132,12 +200,30 @@ def plain(x):
     return np.asarray(x) if isinstance(x, np.ndarray) else x
 
 
-def records_gradient(a, b) -> bool:
-    """Whether torch.matmul(a, b) would record an autograd graph: torch tensors, one requiring
-    grad, grad mode on."""
+def torch_routed(a, b) -> bool:
+    """Whether torch.matmul(a, b) does what a plan can't: torch tensors that record a gradient,
+    or (torch_unplanned) under a torch.func transform or torch.jit.trace, or holding no memory.
+    tilemm.torch_ops takes those calls."""
     torch = torch_if_imported()
-    return (torch is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and (a.requires_grad or b.requires_grad) and torch.is_grad_enabled())
+    if torch is None or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    return ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled()) or torch_unplanned(torch, a, b)
+
+
+def torch_unplanned(torch, a, b) -> bool:
+    """Whether torch tensors a, b are multiplied under a torch.func transform (grad, vmap, jvp,
+    ...) or torch.jit.trace, or hold no memory a kernel could read (the meta device; FakeTensor
+    and other tensors dispatched by Python)."""
+    state = torch._C
+    return (state._is_tracing() or state._are_functorch_transforms_active() or a.is_meta or b.is_meta
+            or python_dispatched(torch, a) or python_dispatched(torch, b))
+
+
+def python_dispatched(torch, x) -> bool:
+    """Whether torch tensor x is dispatched by Python (FakeTensor and the like): no memory to read."""
+    kind = type(x)
+    return (kind is not torch.Tensor and kind is not torch.nn.Parameter
+            and torch._C._dispatch_keys(x).has(torch._C.DispatchKey.Python))
 
 
 def check_no_gradient(a, b) -> None:
@@ -151,8 +237,10 @@ def check_no_gradient(a, b) -> None:
 
 
 
-def checked_out_dtype(out_dtype, result: str) -> str:
-    """numpy.matmul's rule for dtype=: the operands are cast to it with casting='same_kind'."""
+def checked_out_dtype(out_dtype, result: str, inputs: tuple = None, casting: str = "same_kind") -> str:
+    """numpy.matmul's rule for dtype=: each operand (of dtypes ``inputs``; else the operands'
+    common dtype ``result``) is cast to it under ``casting`` ("same_kind" unless casting= says
+    otherwise: float -> int is refused), else InputCastingError. Returns the dtype's name."""
     name = dtype_name(out_dtype)
     if name not in SUPPORTED:
         try:
@@ -160,10 +248,18 @@ def checked_out_dtype(out_dtype, result: str) -> str:
         except TypeError:
             pass
     check_supported(name, "out_dtype")
-    if not castable(result, name):     # (torch's bfloat16 as a float of NumPy's)
-        raise TypeError(f"matmul: out_dtype={name} would cast the {result} operands to {name}, which "
-                        "numpy.matmul refuses (casting='same_kind'); cast the operands yourself")
+    for i, dtype in enumerate(inputs or (result,)):
+        if not castable(dtype, name, casting):     # (torch's bfloat16 as a float of NumPy's)
+            raise InputCastingError(numpy_or_name(dtype), numpy_or_name(name), casting, i)
     return name
+
+
+def check_not_scalars(*shapes) -> None:
+    """NumPy's refusal of a 0-d operand (a scalar), which it makes before it looks at dtypes."""
+    for i, shape in enumerate(shapes):
+        if len(shape) == 0:
+            raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "
+                             f"(has 0, gufunc core with signature {SIGNATURE} requires 1)")
 
 
 def broadcast_batch(sa, sb, full_a, full_b) -> tuple:

@@ -6,17 +6,18 @@ block of each matrix in the 2-D block layout: A (M x K) and C (M x N) cut into R
 are as even as can be (``block``: the first ``n % parts`` blocks one longer), so any M, N, K works.
 
 SUMMA (van de Geijn and Watts, 1997): K is walked in panels, cut where either A's or B's K blocks
-end. For each panel the rank of grid row i that holds it broadcasts A's panel along row i, the
-rank of grid column j that holds it broadcasts B's panel along column j, and every rank adds
-A_panel @ B_panel to its C block with tilemm's own rungs. The next panel's broadcasts are in flight
-while this one multiplies (``async_op``: NCCL moves them on its own stream). A 1 x P or P x 1 grid
-is a 1-D ring instead: the operand split along K alone (A on 1 x P, B on P x 1) goes round, each
-rank starting on the block it holds and passing it on while it multiplies.
+end and every ``panel`` columns. For each panel the rank of grid row i that holds it broadcasts A's
+panel along row i, the rank of grid column j that holds it broadcasts B's panel along column j, and
+every rank adds A_panel @ B_panel to its C block with tilemm's own rungs. A 1 x P or P x 1 grid is
+a 1-D ring instead: the operand split along K alone (A on 1 x P, B on P x 1) goes round, half of
+each block each way, each rank starting on the block it holds. Either way ``depth`` panels or steps
+are in flight while one multiplies, the products on a stream of their own (tilemm.summa).
 
     torchrun --nproc-per-node 2 my_program.py     # init_process_group("nccl"), then:
     grid = tilemm.distributed.Grid(1, 2)
     a_mine = tilemm.distributed.shard(a, grid, rank, "A")   # or build your block directly
     c_mine = tilemm.distributed.matmul(a_mine, b_mine, grid)
+    c = tilemm.distributed.matmul(dtensor_a, dtensor_b)           # DTensors: tilemm.dtensor
 
 Sums: 16-bit floats are summed in float32 across panels and rounded once; float32 and float64 in
 their own type; integers wrap (sums modulo 2^w are exact in any order).
@@ -24,17 +25,31 @@ their own type; integers wrap (sums modulo 2^w are exact in any order).
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 
-from . import contract
+from . import contract, summa
 from .dtypes import dtype_name, result_dtype
-from .panels import SIXTEEN_BIT, accumulate, block, blocks
+from .panels import SIXTEEN_BIT, block, blocks
 
 
 
 @dataclass(frozen=True)
 class Grid:
-    """A rows x cols grid of ranks, numbered row by row."""
+    """A rows x cols grid of ranks, numbered row by row (rank r sits at row r // cols, column r % cols).
+
+    Attributes
+    ----------
+    rows, cols : int
+        The grid's shape, each 1 or more.
+    size : int
+        rows * cols: the ranks the process group must have.
+
+    Raises
+    ------
+    ValueError
+        rows or cols under 1.
+    """
     rows: int
     cols: int
 
@@ -54,35 +69,128 @@ class Grid:
 
 
 def shard(x, grid: Grid, rank: int, which: str):
-    """Rank's block of the global matrix x, which is "A" (M x K), "B" (K x N) or "C" (M x N): rows cut
-    into grid.rows blocks, columns into grid.cols."""
+    """Rank's block of the global matrix x: rows cut into grid.rows blocks, columns into grid.cols.
+
+    Parameters
+    ----------
+    x : array or torch.Tensor
+        The whole matrix.
+    grid : Grid
+        The ranks' grid.
+    rank : int
+        Whose block.
+    which : {"A", "B", "C"}
+        Which operand x is: A (M x K), B (K x N) or C (M x N).
+
+    Returns
+    -------
+    array or torch.Tensor
+        A view of x: the block rank holds.
+
+    Raises
+    ------
+    ValueError
+        which is not "A", "B" or "C".
+    """
     if which not in ("A", "B", "C"):
         raise ValueError(f"tilemm.distributed.shard: which={which!r}; 'A', 'B' or 'C'")
     i, j = grid.position(rank)
     return x[block(x.shape[0], grid.rows, i), block(x.shape[1], grid.cols, j)]
 
 
-def matmul(a, b, grid: Grid, group=None, out_dtype=None):
-    """This rank's block of C = A @ B (see the module's docstring), a torch tensor on the device of a.
+def matmul(a, b, grid: Grid | None = None, group=None, out_dtype=None, *, depth: int = summa.DEPTH,
+           panel: int | None = None, both_ways: bool = True, link_ctas: int | None = None, placements=None,
+           kernel: str | None = None, **params):
+    """This rank's block of C = A @ B over the ranks of a process group (SUMMA; the module's docstring).
 
-    a, b: this rank's blocks of A and B (torch tensors, on the CUDA device the rank uses with NCCL,
-    or on the CPU with gloo). Every rank's blocks are checked together first, with one all-gather:
-    a block that does not fit the layout, or dtypes or devices that differ, raise the same
-    ValueError on every rank before any product.
+    Parameters
+    ----------
+    a, b : torch.Tensor
+        This rank's blocks of A and B, on the CUDA device the rank uses with NCCL, or on the CPU
+        with gloo; or two DTensors on one DeviceMesh (then no grid): tilemm.dtensor's product,
+        each rank's local product by tilemm (kernel, params), the communication DTensor's, the
+        result a DTensor placed as torch.matmul places it.
+    grid : Grid
+        The ranks' grid: its size is the group's.
+    group : torch.distributed.ProcessGroup, optional
+        None: the default group.
+    out_dtype : str or torch.dtype, optional
+        Compute in and return this dtype, as for `tilemm.matmul`.
+    depth : int
+        Panels (SUMMA) or ring steps in flight ahead of the product running (the same on every rank).
+    panel : int, optional
+        K columns a SUMMA panel (cut also where a rank's K block ends); default from the shape and
+        the link (tilemm.summa.panel_width).
+    both_ways : bool
+        A ring sends half of each block each way round (False: all of it one way).
+    link_ctas : int, optional
+        The most thread blocks NCCL may take for the transfers (its max_ctas, on process groups of
+        the same ranks made once): SMs left to the products. None: NCCL's choice.
+    placements : list, optional
+        DTensors only: redistribute the result to these (e.g. [Shard(0)] after Shard(1) x
+        Shard(0): a reduce-scatter of the partial sums).
+    kernel, **params
+        The rung (and its parameters) each rank's local products run.
+
+    Returns
+    -------
+    torch.Tensor
+        This rank's block of C, on a's device (a DTensor for DTensor operands).
+
+    Raises
+    ------
+    RuntimeError
+        torch.distributed is not initialized.
+    ValueError
+        A grid whose size is not the group's; or, on every rank alike, before any product (all
+        blocks are checked together with one all-gather): a block that does not fit the layout,
+        dtypes or devices that differ, knobs that differ between ranks.
     """
     import torch
     import torch.distributed as dist
+    if _is_dtensor(a) or _is_dtensor(b):
+        if grid is not None or group is not None:
+            raise ValueError("tilemm.distributed.matmul: DTensors carry their mesh; pass no grid or group")
+        from . import dtensor
+        return dtensor.matmul(a, b, kernel=kernel, out_dtype=out_dtype, placements=placements, **params)
+    if grid is None:
+        raise TypeError("tilemm.distributed.matmul: a grid of ranks is needed for plain tensors "
+                        "(tilemm.distributed.Grid(rows, cols)); DTensors carry their mesh instead")
+    if placements is not None or kernel is not None or params:
+        raise TypeError("tilemm.distributed.matmul: placements=, kernel= and kernel parameters are taken for "
+                        "DTensors; blocks of a grid run tilemm's default rungs")
     if not dist.is_initialized():
         raise RuntimeError("tilemm.distributed.matmul: call torch.distributed.init_process_group first")
+    knobs = _checked_knobs(depth, panel, both_ways, link_ctas)
     # the blocks' GPU current for the whole product (a rank that never called torch.cuda.set_device,
     # LOCAL_RANK's tensors on cuda:1 with cuda:0 current): NCCL's collectives of Python objects and
     # every allocation follow the current device
     on_gpu = isinstance(a, torch.Tensor) and a.is_cuda
     with torch.cuda.device(a.device) if on_gpu else contextlib.nullcontext():
-        return _matmul(a, b, grid, group, out_dtype)
+        return _matmul(a, b, grid, group, out_dtype, knobs)
 
 
-def _matmul(a, b, grid: Grid, group, out_dtype):
+def _is_dtensor(x) -> bool:
+    tensor_module = sys.modules.get("torch.distributed.tensor")
+    return tensor_module is not None and isinstance(x, tensor_module.DTensor)
+
+
+def _checked_knobs(depth, panel, both_ways, link_ctas) -> tuple:
+    def positive(name, value, optional):
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"tilemm.distributed.matmul: {name}={value!r}; a positive int"
+                             + (" or None" if optional else ""))
+    positive("depth", depth, False)
+    positive("panel", panel, True)
+    positive("link_ctas", link_ctas, True)
+    if not isinstance(both_ways, bool):
+        raise ValueError(f"tilemm.distributed.matmul: both_ways={both_ways!r}; True or False")
+    return depth, panel, both_ways, link_ctas
+
+
+def _matmul(a, b, grid: Grid, group, out_dtype, knobs: tuple):
     import torch
     import torch.distributed as dist
     world = dist.get_world_size(group)
@@ -90,7 +198,8 @@ def _matmul(a, b, grid: Grid, group, out_dtype):
         raise ValueError(f"tilemm.distributed.matmul: a {grid.rows} x {grid.cols} grid is {grid.size} ranks; "
                          f"the group has {world}")
     me = dist.get_rank(group)
-    m, n, k = _checked_layout(a, b, grid, group, me)
+    m, n, k = _checked_layout(a, b, grid, group, me, knobs)
+    depth, panel, both_ways, link_ctas = knobs
     i, j = grid.position(me)
     rows_i, cols_j = block(m, grid.rows, i), block(n, grid.cols, j)
     result = result_dtype(dtype_name(a.dtype), dtype_name(b.dtype))
@@ -101,95 +210,33 @@ def _matmul(a, b, grid: Grid, group, out_dtype):
                       device=a.device)
     if k == 0:                                  # an empty sum
         return acc.zero_().to(getattr(torch, result))
+    links = _link_group(group, link_ctas, a)
     if grid.rows == 1 or grid.cols == 1:        # one operand is split along K alone: pass it round
-        _ring(a, b, acc, grid, group, k, sums)
+        p = grid.size
+        summa.ring(a, b, acc, k, grid.rows == 1, me, p, _global((me - 1) % p, group), _global((me + 1) % p, group),
+                   links, sums, depth, both_ways)
     else:
-        _summa(a, b, acc, grid, group, i, j, k, sums)
+        row_groups, col_groups = _groups(grid, group, link_ctas, a)
+        # from the largest block, not this rank's: every rank must cut K alike
+        width = panel or summa.panel_width(k, -(-m // grid.rows), -(-n // grid.cols), acc.element_size(),
+                                           a.element_size())
+        panels = [p + (p[2] == j, p[4] == i) for p in _panels(k, grid, width)]
+        summa.summa(a, b, acc, panels, row_groups[i], col_groups[j],
+                    lambda p: _global(grid.rank(i, panels[p][2]), group),
+                    lambda p: _global(grid.rank(panels[p][4], j), group), sums, depth)
     return acc if sums == result else acc.to(getattr(torch, result))
 
 
-def _summa(a, b, acc, grid: Grid, group, i: int, j: int, k: int, sums: str) -> None:
-    """acc += A_row_i @ B_col_j on a 2-D grid: each K panel broadcast along grid row i (A's part)
-    and grid column j (B's), the next panel's broadcasts in flight while this one multiplies."""
-    import torch
-    import torch.distributed as dist
-    row_groups, col_groups = _groups(grid, group)
-    row_group, col_group = row_groups[i], col_groups[j]
-    panels = _panels(k, grid)
-
-    def start(p):
-        """Broadcasts of panel p: (A panel, B panel, works to wait for)."""
-        k0, k1, owner_col, a_off, owner_row, b_off = p
-        works = []
-        if owner_col == j:
-            a_panel = a[:, k0 - a_off:k1 - a_off].contiguous()
-        else:
-            a_panel = torch.empty((a.shape[0], k1 - k0), dtype=a.dtype, device=a.device)
-        if a_panel.numel():                     # row i's ranks all hold rows_i: all skip an empty panel
-            works.append(dist.broadcast(a_panel, src=_global(grid.rank(i, owner_col), group), group=row_group,
-                                        async_op=True))
-        if owner_row == i:
-            b_panel = b[k0 - b_off:k1 - b_off, :].contiguous()
-        else:
-            b_panel = torch.empty((k1 - k0, b.shape[1]), dtype=b.dtype, device=b.device)
-        if b_panel.numel():                     # likewise column j's
-            works.append(dist.broadcast(b_panel, src=_global(grid.rank(owner_row, j), group), group=col_group,
-                                        async_op=True))
-        return a_panel, b_panel, works
-
-    pending = start(panels[0])
-    for p in range(len(panels)):
-        a_panel, b_panel, works = pending
-        if p + 1 < len(panels):
-            pending = start(panels[p + 1])     # in flight while this panel multiplies
-        for work in works:
-            work.wait()
-        if acc.numel():
-            accumulate(acc, a_panel, b_panel, sums, first=p == 0)
-
-
-def _ring(a, b, acc, grid: Grid, group, k: int, sums: str) -> None:
-    """acc += A_row @ B_col on a 1 x P grid (A's K blocks passed round) or a P x 1 one (B's):
-    each rank starts on the block it holds, and while it multiplies one block it sends that block
-    to the rank before it and receives the next from the rank after it."""
-    import torch
-    import torch.distributed as dist
-    me = dist.get_rank(group)
-    p = grid.size
-    k_blocks = blocks(k, p)
-    along_k_of_a = grid.rows == 1                          # 1 x P: A's columns are K blocks
-    current = (a if along_k_of_a else b).contiguous()
-    before, after = _global((me - 1) % p, group), _global((me + 1) % p, group)
-    for step in range(p):
-        mine = (me + step) % p                              # the K block `current` holds
-        requests = []
-        if step + 1 < p:
-            width = k_blocks[(mine + 1) % p]
-            shape = (a.shape[0], width.stop - width.start) if along_k_of_a else (width.stop - width.start, b.shape[1])
-            incoming = torch.empty(shape, dtype=current.dtype, device=current.device)
-            ops = []
-            if current.numel():                             # both ends know the sizes: empty blocks skip
-                ops.append(dist.P2POp(dist.isend, current, before, group))
-            if incoming.numel():
-                ops.append(dist.P2POp(dist.irecv, incoming, after, group))
-            requests = dist.batch_isend_irecv(ops) if ops else []
-        if acc.numel():
-            rows = k_blocks[mine]
-            if along_k_of_a:
-                accumulate(acc, current, b[rows], sums, first=step == 0)
-            else:
-                accumulate(acc, a[:, rows], current, sums, first=step == 0)
-        for request in requests:
-            request.wait()
-        if step + 1 < p:
-            current = incoming
-
-
-def _panels(k: int, grid: Grid) -> list[tuple]:
+def _panels(k: int, grid: Grid, width: int | None = None) -> list[tuple]:
     """(k0, k1, A's owner column, its first K index, B's owner row, its first K index) for each panel
-    of K: cut wherever A's K blocks (grid.cols of them) or B's (grid.rows) end; empty panels left out."""
+    of K: cut wherever A's K blocks (grid.cols of them) or B's (grid.rows) end, and every `width`
+    columns within; empty panels left out."""
     a_blocks, b_blocks = blocks(k, grid.cols), blocks(k, grid.rows)
-    cuts = sorted({0, k} | {s.stop for s in a_blocks} | {s.stop for s in b_blocks})
+    cuts = {0, k} | {s.stop for s in a_blocks} | {s.stop for s in b_blocks}
+    if width:
+        for start, stop in zip(sorted(cuts), sorted(cuts)[1:]):
+            cuts |= set(range(start, stop, width))
+    cuts = sorted(cuts)
     panels = []
     for k0, k1 in zip(cuts, cuts[1:]):
         if k1 > k0:
@@ -202,17 +249,45 @@ def _panels(k: int, grid: Grid) -> list[tuple]:
 _GROUPS: dict = {}
 
 
-def _groups(grid: Grid, group):
-    """([row i's group], [column j's group]) of a 2-D grid, made once per grid and group: every rank
-    takes part in making every group, in one order, as torch.distributed requires."""
+def _groups(grid: Grid, group, link_ctas, like):
+    """([row i's group], [column j's group]) of a 2-D grid, made once per grid, group and link_ctas:
+    every rank takes part in making every group, in one order, as torch.distributed requires."""
     import torch.distributed as dist
-    key = (grid, group)
+    key = (grid, group, link_ctas)
     if key not in _GROUPS:
         ranks = [_global(r, group) for r in range(grid.size)]
-        rows = [dist.new_group([ranks[grid.rank(i, j)] for j in range(grid.cols)]) for i in range(grid.rows)]
-        cols = [dist.new_group([ranks[grid.rank(i, j)] for i in range(grid.rows)]) for j in range(grid.cols)]
+        options = _nccl_options(link_ctas, like)
+        rows = [dist.new_group([ranks[grid.rank(i, j)] for j in range(grid.cols)], pg_options=options)
+                for i in range(grid.rows)]
+        cols = [dist.new_group([ranks[grid.rank(i, j)] for i in range(grid.rows)], pg_options=options)
+                for j in range(grid.cols)]
         _GROUPS[key] = rows, cols
     return _GROUPS[key]
+
+
+def _link_group(group, link_ctas, like):
+    """The group the ring's transfers go on: `group` itself, or (link_ctas on NCCL) a group of the same
+    ranks whose NCCL communicator takes at most link_ctas thread blocks, made once."""
+    import torch.distributed as dist
+    options = _nccl_options(link_ctas, like)
+    if options is None:
+        return group
+    key = ("ring", group, link_ctas)
+    if key not in _GROUPS:
+        ranks = [_global(r, group) for r in range(dist.get_world_size(group))]
+        _GROUPS[key] = dist.new_group(ranks, pg_options=options)
+    return _GROUPS[key]
+
+
+def _nccl_options(link_ctas, like):
+    """NCCL's options for groups of at most link_ctas thread blocks (None: no limit, or not NCCL)."""
+    import torch.distributed as dist
+    if link_ctas is None or not like.is_cuda or not hasattr(dist, "ProcessGroupNCCL"):
+        return None
+    options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)
+    options.config.max_ctas = link_ctas
+    options.config.min_ctas = 1
+    return options
 
 
 def _global(rank: int, group) -> int:
@@ -220,7 +295,7 @@ def _global(rank: int, group) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
-def _checked_layout(a, b, grid: Grid, group, me: int) -> tuple[int, int, int]:
+def _checked_layout(a, b, grid: Grid, group, me: int, knobs: tuple = ()) -> tuple[int, int, int]:
     """(M, N, K) from every rank's blocks, gathered once; the same ValueError on every rank if they
     do not form the layout."""
     import torch
@@ -231,15 +306,19 @@ def _checked_layout(a, b, grid: Grid, group, me: int) -> tuple[int, int, int]:
     elif a.ndim != 2 or b.ndim != 2:
         mine = ("not matrices", f"{tuple(a.shape)}, {tuple(b.shape)}")
     else:
-        mine = (tuple(a.shape), tuple(b.shape), str(a.dtype), str(b.dtype), a.device.type, b.device.type)
+        mine = (tuple(a.shape), tuple(b.shape), str(a.dtype), str(b.dtype), a.device.type, b.device.type, knobs)
     every = [None] * grid.size
     dist.all_gather_object(every, mine, group=group)
     problems = [f"rank {r}: blocks {s[1]} are {s[0]}" for r, s in enumerate(every) if len(s) == 2]
     if problems:
         raise ValueError("tilemm.distributed.matmul: " + "; ".join(problems))
-    kinds = {s[2:] for s in every}
+    kinds = {s[2:6] for s in every}
     if len(kinds) > 1:
         raise ValueError(f"tilemm.distributed.matmul: the ranks' blocks differ in dtype or device: {sorted(kinds)}")
+    settings = {s[6] for s in every}
+    if len(settings) > 1:
+        raise ValueError("tilemm.distributed.matmul: the ranks' knobs (depth, panel, both_ways, link_ctas) differ: "
+                         f"{sorted(settings, key=repr)}")
     # the global sizes: A's rows down grid column 0, A's columns along grid row 0, B's columns along row 0
     m = sum(every[grid.rank(i, 0)][0][0] for i in range(grid.rows))
     k = sum(every[grid.rank(0, j)][0][1] for j in range(grid.cols))

@@ -22,7 +22,11 @@ from .ladder.simt import launch as simt_launch
 from .registry import Problem
 
 def explain(name: str, m: int, n: int, k: int, dtype: str = "float32", params: dict | None = None,
-            simulate: int | None = 32) -> dict:
+            simulate: int | None = 32, assume_gpu: str = "H100") -> dict:
+    """The launch, traffic model and roofline of kernel `name` on an (m, k) @ (k, n) product.
+
+    The limits and peaks are this machine's GPU's; where there is none, those of the GPU named by
+    `assume_gpu` (a key of `machine.ASSUMED`), and the result says so (``gpu_assumed``)."""
     kernel = registry.get(name)
     p = kernel.resolve(params or {})
     computed_in = kernel.compute_dtype(dtype)
@@ -33,7 +37,7 @@ def explain(name: str, m: int, n: int, k: int, dtype: str = "float32", params: d
                          f"product on it in {computed_in}: explain that with --dtype {computed_in}")
     problem = Problem(m, n, k, dtype)
     itemsize = problem.itemsize
-    gpu = machine.limits()
+    gpu = machine.limits(assume_gpu)
     on_gpu = kernel.device == "cuda"
     out = {"kernel": kernel.name, "summary": kernel.summary, "seed": kernel.seed, "params": p,
            "problem": {"m": m, "n": n, "k": k, "dtype": dtype},

@@ -64,6 +64,47 @@ class Problem:
 
 @dataclass(frozen=True)
 class Kernel:
+    """One rung of the ladder: what it computes, where it runs, its parameters and its models.
+
+    Get one with ``tilemm.kernel(name)``; ``tilemm.kernels()`` lists them all.
+
+    Attributes
+    ----------
+    name : str
+        The rung's name, e.g. ``"tiled"``: the ``kernel=`` of `tilemm.matmul`.
+    rung : int
+        Its position on the ladder (the anchor `cublas` is 99).
+    device : str
+        ``"cpu"`` or ``"cuda"``.
+    backend : str
+        What it is written in: ``"numba"``, ``"numba-cuda"``, ``"triton"``, ``"numpy"`` or ``"library"``.
+    dtypes : tuple of str
+        The dtypes it computes natively; others are promoted to one of these.
+    seed : str
+        Where the idea comes from (``"seeds 000-003"``, ``"beyond"``, ``"anchor"``).
+    summary : str
+        The rung's idea in one line.
+    run : callable
+        ``run(a, b, c, **params)`` writes ``a @ b`` into ``c`` (arrays on the kernel's device).
+    traffic : callable
+        ``traffic(problem, **params)``: the global-memory traffic model, a `Traffic` in elements.
+    params : tuple of Param
+        Its parameters: each one's name, default and allowed values.
+    limits : callable
+        ``limits(problem, **params)``: why it cannot run a problem (a sentence), or None.
+    available : callable
+        ``available()``: why it cannot run on this machine, or None.
+    launch_shape : callable or None
+        The SIMT rungs' grid, block and shared memory for a problem (`tilemm explain` prints it).
+    bind, replay, run_stack : callable or None
+        Faster paths of a prepared plan, a repeated call and a stack of matrices; None where the
+        rung has none.
+    narrow_operands : bool
+        Signed integer operands narrower than the compute dtype reach `run` as they are.
+    compute_unit : callable or None
+        The datasheet peak its products run on, and how many there per product of the problem
+        (3xTF32: three TF32 products); None: the dtype's own unit.
+    """
     name: str
     rung: int                 # position in the ladder; `tilemm kernels` lists in this order
     device: str               # "cpu" or "cuda"
@@ -89,7 +130,25 @@ class Kernel:
                                        # call, where the rung's library takes stacks itself; None: run() a matrix
 
     def resolve(self, given: dict) -> dict:
-        """Defaults filled in, unknown names refused (TypeError), values checked (ValueError)."""
+        """The kernel's parameters for a call: ``given``, checked, with the defaults filled in.
+
+        Parameters
+        ----------
+        given : dict
+            Parameter names and values, e.g. ``{"tile": 32}``.
+
+        Returns
+        -------
+        dict
+            Every parameter of the kernel, by name.
+
+        Raises
+        ------
+        TypeError
+            A name the kernel has no parameter for (the message lists those it has).
+        ValueError
+            A value outside the parameter's choices.
+        """
         known = {p.name: p for p in self.params}
         unknown = given.keys() - known.keys()
         if unknown:
@@ -110,7 +169,20 @@ class Kernel:
         return compute_dtype(result, self.dtypes)
 
     def why_not(self, problem: Problem, params: dict) -> str | None:
-        """The reason this kernel can't compute ``problem`` here, or None if it can."""
+        """The reason this kernel can't compute ``problem`` here, or None if it can.
+
+        Parameters
+        ----------
+        problem : Problem
+            The product (m, n, k and the compute dtype).
+        params : dict
+            The kernel's parameters, as `resolve` returns them.
+
+        Returns
+        -------
+        str or None
+            A sentence saying why not (no GPU, a launch limit, a refused shape), or None.
+        """
         reason = self.available()
         if reason:
             return reason

@@ -5,7 +5,7 @@ import datetime
 import functools
 import os
 import platform
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 
 from . import compat
@@ -57,6 +57,8 @@ def datasheet(device_name: str) -> dict | None:
 # A typical Hopper part: the limits that apply when no GPU is here (or under the simulator).
 H100 = GPU("NVIDIA H100 80GB HBM3 (assumed)", (9, 0), 132, 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
            48 * 1024, 227 * 1024, 50 * 2**20, 1980.0, 80.0, simulated=True)
+# The H200 is the same chip with more and faster memory: its limits are the H100's, its bandwidth its own.
+ASSUMED = {"H100": H100, "H200": replace(H100, name="NVIDIA H200 (assumed)", memory_gb=141.0)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,9 +89,12 @@ def _described(device_id: int) -> GPU:
                d.CLOCK_RATE / 1000.0, total / 1e9)
 
 
-def limits() -> GPU:
-    """The GPU whose limits a launch is checked against: the real one, else a typical H100."""
-    return gpu() or H100
+def limits(assume: str = "H100") -> GPU:
+    """The GPU whose limits a launch is checked against: the real one, else the one named in
+    ASSUMED (a typical H100 unless told)."""
+    if assume not in ASSUMED:
+        raise ValueError(f"no figures for a GPU named {assume!r}: one of {', '.join(ASSUMED)}")
+    return gpu() or ASSUMED[assume]
 
 
 def versions() -> dict:

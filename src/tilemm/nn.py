@@ -6,7 +6,8 @@
 
 ``Linear`` is a ``torch.nn.Linear`` (same parameters, state_dict keys, initialization and
 ``isinstance``) whose forward is ``input @ weight.T + bias`` with the product computed by
-``tilemm.matmul``, with autograd and as one op under ``torch.compile``.
+``tilemm.matmul``, with autograd (complex too), under ``torch.func``'s transforms, and as one op
+under ``torch.compile``, ``torch.jit.trace`` and ``torch.jit.script``, and on meta tensors.
 """
 from __future__ import annotations
 
@@ -15,23 +16,45 @@ import functools
 import torch
 from torch.nn.functional import linear
 
-from . import api, fused_linear, nn_fuse, registry
+from . import api, contract, fused_linear, nn_fuse, registry
+from .torch_ops import conjugate, dtype_text, encode_params
 from .linear_flags import linear_with_exact_backward, same_with_flag
 
-OPTIONS = ("kernel", "out_dtype", "params", "products", "activation", "fused_from")
+OPTIONS = ("kernel", "out_dtype", "params", "products", "op_options", "activation", "fused_from")
 ABSENT = object()      # a parameter not in a module's own record of them
 
 is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
+tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
 
 
 class Linear(torch.nn.Linear):
-    """torch.nn.Linear whose product runs through tilemm.matmul.
+    """torch.nn.Linear whose product runs through `tilemm.matmul`.
 
-    in_features, out_features, bias, device, dtype: as torch.nn.Linear.
-    kernel: a name from ``tilemm.kernels()``; None: tilemm's default for each product.
-    out_dtype: compute in and return this dtype (``tilemm.matmul``'s out_dtype); None: the
-        inputs' dtype, as torch.nn.Linear.
-    params: the kernel's parameters, e.g. ``block_m=128`` (checked here, before any product).
+    Parameters
+    ----------
+    in_features, out_features : int
+        As torch.nn.Linear.
+    bias : bool, default True
+        As torch.nn.Linear.
+    device, dtype : optional
+        As torch.nn.Linear.
+    kernel : str, optional
+        A name from ``tilemm.kernels()``; None: tilemm's default for each product.
+    out_dtype : str or torch.dtype, optional
+        Compute in and return this dtype (`tilemm.matmul`'s out_dtype); None: the inputs'
+        dtype, as torch.nn.Linear.
+    activation : {"relu", "gelu", "gelu_tanh", "silu"}, optional
+        Applied to ``input @ weight.T + bias`` in the product's epilogue (`tilemm.linear`), its
+        backward from what the forward saved.
+    **params
+        The kernel's parameters, e.g. ``block_m=128`` (checked here, before any product).
+
+    Raises
+    ------
+    TypeError
+        Kernel parameters with no kernel named, or a parameter the kernel does not have.
+    ValueError
+        An unknown kernel, or a parameter value it refuses.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
@@ -41,13 +64,28 @@ class Linear(torch.nn.Linear):
 
     def configure(self, *, kernel: str | None = None, out_dtype=None, activation: str | None = None,
                   **params) -> Linear:
-        """Set the kernel, its parameters and out_dtype (unknown parameters refused here)."""
+        """Set the kernel, its parameters, out_dtype and the activation, as the constructor's.
+
+        Returns
+        -------
+        Linear
+            This module.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As the constructor's, before anything is changed.
+        """
         nn_fuse.check_fused(kernel, out_dtype, activation, params) if activation else check_options(kernel, params)
         self.kernel, self.out_dtype, self.params, self.activation = kernel, out_dtype, dict(params), activation
+        # the same as the op's strings, "" for None (a tuple of str: TorchScript types it itself)
+        self.op_options = (kernel or "", encode_params(self.params), dtype_text(out_dtype) or "", activation or "")
         self.products = Products(kernel, self.params)
         return self
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if torch.jit.is_scripting():    # torch.jit.script compiles this branch alone: the rest is Python's
+            return self.scripted_forward(input)
         if self.activation is not None:       # bias and activation in the product's epilogue
             return fused_linear.linear(input, self.weight, self.bias, self.activation, kernel=self.kernel,
                                        **self.params)
@@ -62,7 +100,11 @@ class Linear(torch.nn.Linear):
                     weight, bias = self.weight, self.bias
                 return layout.product(input, weight, bias)
         weight, bias = self.weight, self.bias
-        if self.out_dtype is not None or input.dtype != weight.dtype or is_compiling():
+        # tilemm.matmul's general rules where a layout's product can't serve: a jit trace or a torch.func
+        # transform running, an input with no memory (meta; a FakeTensor). (A conjugate or negative view
+        # is taken: a plan's paths read its values or refuse it.)
+        if (self.out_dtype is not None or input.dtype != weight.dtype or is_compiling() or tracing() or transformed()
+                or input.is_meta or type(input) is not torch.Tensor and contract.python_dispatched(torch, input)):
             y = self.general_product(input)
             return y if bias is None else y + bias
         products = self.products
@@ -87,10 +129,32 @@ class Linear(torch.nn.Linear):
 
     def general_product(self, input: torch.Tensor) -> torch.Tensor:
         """input @ weight.T through tilemm.matmul's general rules: its autograd (tilemm.torch_ops)
-        for an out_dtype or mixed dtypes, and its custom op under torch.compile."""
+        for an out_dtype, torch's error for mixed dtypes, torch.func's transforms, the custom op
+        under torch.compile and torch.jit.trace and for meta tensors, a conjugate view's values."""
         rows = input.reshape(-1, self.in_features)     # a stack of rows is one product, as F.linear's
         y = api.matmul(rows, self.weight.T, kernel=self.kernel, out_dtype=self.out_dtype, **self.params)
         return y.reshape(input.shape[:-1] + (self.out_features,))
+
+    def scripted_forward(self, input: torch.Tensor) -> torch.Tensor:
+        """forward as TorchScript runs it: input @ weight.T as the op torch.ops.tilemm.matmul with the
+        layer's kernel, parameters and out_dtype (a saved module needs ``import tilemm.torch_ops``
+        where it is loaded, which registers the op)."""
+        kernel, params, out_dtype, activation = self.op_options
+        rows = input.reshape(-1, self.in_features)
+        y = torch.ops.tilemm.matmul(rows, self.weight.t(), None if kernel == "" else kernel, params,
+                                    None if out_dtype == "" else out_dtype)
+        y = y.reshape(list(input.shape[:-1]) + [self.out_features])
+        if self.bias is not None:
+            y = y + self.bias
+        if activation == "relu":
+            y = torch.relu(y)
+        elif activation == "gelu":
+            y = torch.nn.functional.gelu(y)
+        elif activation == "gelu_tanh":
+            y = torch.nn.functional.gelu(y, approximate="tanh")
+        elif activation == "silu":
+            y = torch.nn.functional.silu(y)
+        return y
 
     def _apply(self, fn, recurse=True):        # (torch.nn.Module's: .to, .cuda, .half, ... call it)
         self.products.library.clear()        # the weight's device, dtype or strides may change
@@ -240,9 +304,10 @@ class Layout:
 
 def torch_linear_grads(grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
     """(d input, d weight) of F.linear(input, weight), as torch's own Linear backward multiplies
-    them: dY @ weight (a stack of rows as one GEMM), and dY^T @ input's rows."""
-    return (torch.matmul(grad, weight) if need_input else None,
-            grad.reshape(-1, grad.shape[-1]).mT.matmul(input.reshape(-1, input.shape[-1])) if need_weight else None)
+    them: dY @ conj(weight) (a stack of rows as one GEMM), and dY^T @ conj(input's rows)."""
+    return (torch.matmul(grad, conjugate(weight)) if need_input else None,
+            grad.reshape(-1, grad.shape[-1]).mT.matmul(conjugate(input.reshape(-1, input.shape[-1])))
+            if need_weight else None)
 
 
 def library_linear_grads(dtype: torch.dtype):
@@ -251,10 +316,11 @@ def library_linear_grads(dtype: torch.dtype):
 
 
 def linear_grads(product, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
-    """(d input, d weight) of input @ weight.T, each product a call of ``product(a, b)``."""
+    """(d input, d weight) of input @ weight.T, each product a call of ``product(a, b)``: dY @
+    conj(weight) and dY^T @ conj(input's rows) (torch's rule: the conjugates for complex operands)."""
     grad_rows = grad.reshape(-1, grad.shape[-1])
-    return (product(grad_rows, weight).reshape(input.shape) if need_input else None,
-            product(grad_rows.mT, input.reshape(-1, input.shape[-1])) if need_weight else None)
+    return (product(grad_rows, conjugate(weight)).reshape(input.shape) if need_input else None,
+            product(grad_rows.mT, conjugate(input.reshape(-1, input.shape[-1]))) if need_weight else None)
 
 
 class LinearProduct(torch.autograd.Function):
@@ -289,11 +355,34 @@ class LinearProduct(torch.autograd.Function):
 
 def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype=None, fuse_activations: bool = False,
                  **params) -> list[str]:
-    """Make every torch.nn.Linear of ``model`` (itself included) a tilemm.nn.Linear, in place:
-    the same module objects, parameters, hooks, devices, dtypes and requires_grad (an optimizer
+    """Make every torch.nn.Linear of ``model`` (itself included) a `tilemm.nn.Linear`, in place.
+
+    The same module objects, parameters, hooks, devices, dtypes and requires_grad (an optimizer
     built before keeps working), their class changed. Subclasses of torch.nn.Linear are left as
-    they are (their forward is their own). Options as tilemm.nn.Linear's. Returns the names of
-    the modules swapped ("" for model itself)."""
+    they are (their forward is their own).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model; its Linears are changed in place.
+    kernel, out_dtype, **params
+        As `tilemm.nn.Linear`'s.
+    fuse_activations : bool, default False
+        Also replace a Linear followed by a known activation module (ReLU, GELU, SiLU, and the
+        gate of transformers' Llama, Mistral and Qwen2 MLPs) by one layer whose product, bias and
+        activation run in one pass (`tilemm.linear`); every swapped Linear then runs through
+        `tilemm.linear`, which torch.compile sees as the Triton program itself.
+
+    Returns
+    -------
+    list of str
+        The names of the modules swapped (``""`` for model itself).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As `tilemm.nn.Linear`'s, before any module is changed.
+    """
     check_options(kernel, params)
     swapped = []
     for name, module in model.named_modules():
@@ -315,8 +404,20 @@ def check_options(kernel: str | None, params: dict) -> None:
 
 
 def restore_linears(model: torch.nn.Module) -> list[str]:
-    """Undo swap_linears: every tilemm.nn.Linear of ``model`` becomes a torch.nn.Linear again,
-    in place, its options dropped. Returns the names of the modules restored."""
+    """Undo `swap_linears`: every `tilemm.nn.Linear` of ``model`` becomes a torch.nn.Linear again.
+
+    In place, its options dropped.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+
+    Returns
+    -------
+    list of str
+        The names of the modules restored (``""`` for model itself).
+    """
     restored = []
     for name, module in model.named_modules():
         if type(module) is Linear:

@@ -98,10 +98,34 @@ def plan_blocks(m: int, n: int, k: int, in_bytes: int, sum_bytes: int, out_bytes
 
 
 def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, progress: bool = False):
-    """C = A @ B for host operands (NumPy arrays or torch CPU tensors, 2-D) however large, through
-    the GPU a panel at a time; returns out, or a new host array of NumPy's result dtype (a torch
-    CPU tensor for bfloat16 or torch operands). memory_limit: bytes of device memory to plan for
-    (default: 85% of what is free). device: "cuda", "cuda:N" or "cpu" (default: cuda if present)."""
+    """C = A @ B for host matrices however large, through the GPU a panel at a time.
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray or torch.Tensor
+        2-D host operands (NumPy arrays or torch CPU tensors).
+    out : numpy.ndarray or torch.Tensor, optional
+        A host array of the result's shape and dtype to write into.
+    memory_limit : int, optional
+        Bytes of device memory to plan for; None: 85% of what is free.
+    device : str, optional
+        ``"cuda"``, ``"cuda:N"`` or ``"cpu"``; None: cuda if present.
+    progress : bool, default False
+        Show the panels' progress.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor
+        out, or a new host array of NumPy's result dtype (a torch CPU tensor for bfloat16 or
+        torch operands).
+
+    Raises
+    ------
+    TypeError
+        An operand that is not a NumPy array or torch tensor, or of a dtype it does not take.
+    ValueError
+        Operands on a GPU, not 2-D, or whose shapes do not multiply; a bad out.
+    """
     import torch
     a_t, b_t = _host_tensor(a, "0"), _host_tensor(b, "1")
     (m, k), (k2, n) = a_t.shape, b_t.shape
@@ -131,7 +155,18 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
 
 
 def free_device_bytes(device=None) -> int:
-    """What a plan may use of the GPU's memory: HEADROOM of what is free now."""
+    """What an out-of-core plan may use of the GPU's memory: HEADROOM (85%) of what is free now.
+
+    Parameters
+    ----------
+    device : torch.device, str or int, optional
+        The GPU; None: torch's current one.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
     import torch
     return int(torch.cuda.mem_get_info(device)[0] * HEADROOM)
 

@@ -20,10 +20,14 @@ def call_key(a, b, kernel, out, out_dtype, params):
     unhashable parameter, an array kind plan() will refuse)."""
     try:
         if out is None and not params and type(a) is type(b):     # the usual call, in the fewest steps
-            return (pair_key(a, b), kernel, out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
-        return (operand_key(a), operand_key(b), kernel,
+            asked = (kernel, out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
+            hash(asked)          # (an unhashable kernel or dtype: no key, and plan() names what is wrong)
+            return (pair_key(a, b),) + asked
+        asked = (kernel, contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
+        hash(asked)              # (a list among the parameters: no key, rather than a TypeError from the cache)
+        return (operand_key(a), operand_key(b),
                 None if out is None else (operand_key(out), getattr(getattr(out, "flags", None), "writeable", True)),
-                contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
+                ) + asked
     except (TypeError, AttributeError):
         return None
 
@@ -58,6 +62,8 @@ def _no_key(*operands):
 
 
 def _new_key_functions(x) -> tuple:
+    if type(x).__name__ == "DTensor":  # spread over ranks (tilemm.spread): never a plan of its own
+        return _no_key, _no_key
     if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
         return _no_key, _no_key        # a subclass (np.matrix): its result goes through its own wrap, uncached
     if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
@@ -66,11 +72,16 @@ def _new_key_functions(x) -> tuple:
                                b.strides)))
     torch = arrays.torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
-        # a tensor that would record a gradient goes through autograd: its key never meets a plain one's
-        kind, grad_enabled = torch.Tensor, torch.is_grad_enabled
-        return ((lambda x: (kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled())),
+        # what a plan can't serve never meets a plain call's key: a tensor that would record a gradient
+        # (autograd), a call under jit tracing or a torch.func transform (tilemm.torch_ops), a FakeTensor
+        # (its own type). A conjugate or negative view may meet a plain tensor's plan: the plan's paths
+        # read its values (to_host, the GPU backends) or refuse it (a replay: ladder.replay.lazy)
+        kind, grad_enabled = type(x), torch.is_grad_enabled
+        tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
+        return ((lambda x: (kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
+                            tracing() or transformed())),
                 (lambda a, b: (kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
-                               (a.requires_grad or b.requires_grad) and grad_enabled())))
+                               (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())))
     cupy = arrays.cupy_if_imported()
     if cupy is not None and isinstance(x, cupy.ndarray):
         return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),

@@ -6,15 +6,18 @@ import math
 
 import numpy as np
 
-from . import arrays, auto, contract, dispatch, registry, streams
+from . import arrays, auto, contract, dispatch, registry, streams, torch_contract
 from .dtypes import HOST_ONLY, check_supported, int_width, is_exact, result_dtype
 from .plans import KernelUnavailable, Plan
 from .registry import Problem
 
 
-def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params) -> Plan:
+def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, casting: str = "same_kind",
+          **params) -> Plan:
     """Check everything about ``matmul(a, b, ...)`` and return what would run, in core (a call
-    that goes out of core is tilemm.outofcore_plan's: api.plan asks it)."""
+    that goes out of core is tilemm.outofcore_plan's: api.plan asks it). ``casting``: NumPy's rule
+    for the operands' cast to out_dtype and the result's into out (tilemm.numpy_keywords)."""
+    a, b = arrays.as_arrays(a, b)        # lists, scalars, __array__ objects: np.asarray's arrays
     if contract.subclass_wrap(a, b) is not None:     # an ndarray subclass's wrap is matmul()'s: its data here
         a, b = contract.plain(a), contract.plain(b)
     out = contract.single_out(out)
@@ -30,22 +33,22 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     if da.device != db.device:
         raise ValueError(f"matmul: operand 0 is on {da.device} and operand 1 on {db.device}; "
                          "move them to one device")
-    if da.kind == "torch":
+    if da.kind == "torch":            # torch's rules and errors for its tensors: one dtype (tilemm.torch_contract)
+        torch_contract.check(da.shape, db.shape, da.dtype, db.dtype)
         contract.check_no_gradient(a, b)
         a, b = a.detach(), b.detach()     # grad mode is off: numba-cuda cannot view a tensor that requires grad
     result = result_dtype(da.dtype, db.dtype)
     if out_dtype is not None:         # before the shapes, as NumPy resolves dtype= first
-        result = contract.checked_out_dtype(out_dtype, result)
+        result = contract.checked_out_dtype(out_dtype, result, (a.dtype, b.dtype), casting)
         if result == "bfloat16" and da.kind != "torch":
             raise TypeError(f"matmul: out_dtype=bfloat16 needs torch tensors: {da.kind} has no bfloat16 "
                             "to return the result in")
+    if out is not None:               # its kind and dtype before the shapes, as NumPy
+        contract.check_out_dtype(out, arrays.describe(out, "out"), da, result, casting)
     exact = None
     if da.kind in ("numpy", "cupy"):  # the dtype object NumPy returns, not merely one equal to it
         exact = contract.result_type(a.dtype, b.dtype, None if out_dtype is None else (out_dtype, result))
-    for i, d in enumerate((da, db)):
-        if len(d.shape) == 0:
-            raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "
-                             f"(has 0, gufunc core with signature {contract.SIGNATURE} requires 1)")
+    contract.check_not_scalars(da.shape, db.shape)
     m, k = (1, da.shape[0]) if len(da.shape) == 1 else da.shape[-2:]
     k2, n = (db.shape[0], 1) if len(db.shape) == 1 else db.shape[-2:]
     if k != k2:
@@ -56,7 +59,11 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     core = ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
     shape = batch + core
     if out is not None:               # NumPy's rules for out, before any kernel is looked at
-        contract.check_out(out, arrays.describe(out, "out"), da, batch, core, result)
+        contract.check_out_shape(out, batch, core)
+    if casting == "unsafe" and out_dtype is not None:   # float -> int and the like: cast first, as NumPy does
+        a, b = (x if contract.castable(d.dtype, result) else arrays.cast(x, exact or result)
+                for x, d in ((a, da), (b, db)))
+        da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
 
     if kernel == "auto":
         if params:

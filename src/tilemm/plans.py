@@ -11,7 +11,11 @@ from .registry import Problem
 
 
 class KernelUnavailable(ValueError):
-    """The chosen kernel can't run this problem on this machine; the message says why."""
+    """The chosen kernel can't run this problem on this machine; the message says why.
+
+    A subclass of ValueError, raised before any work: no GPU, a launch over the GPU's limits, a
+    dtype or shape the rung refuses. `Kernel.why_not` gives the same reason without raising.
+    """
 
 
 

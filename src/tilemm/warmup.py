@@ -101,10 +101,37 @@ class Report:
 
 
 def warmup(dtypes=("float32",), kernels=None, shapes=None, device=None, progress: bool = True) -> Report:
-    """Compile ahead of time what the default (and the rungs named in `kernels`) will need for
-    products of `dtypes` (the operands' dtype), on `device` ("cpu", "cuda", or None: both where
-    present). shapes: (m, n, k) products to warm instead of the typical ones. progress: a progress
-    bar on the terminal. Returns a Report: each call's rung, shape, seconds and status."""
+    """Compile ahead of time what the default (and the rungs named) will need.
+
+    Each call is run once on random operands and its answer checked; later processes load the
+    programs from numba's and Triton's disk caches.
+
+    Parameters
+    ----------
+    dtypes : str or sequence of str, default ("float32",)
+        The operands' dtypes.
+    kernels : str or sequence of str, optional
+        Rungs to warm besides the default.
+    shapes : sequence of (m, n, k), optional
+        Products to warm instead of the typical shapes.
+    device : {"cpu", "cuda"}, optional
+        Only the host's or only the GPU's programs; None: both, where present.
+    progress : bool, default True
+        Show a progress bar on the terminal.
+
+    Returns
+    -------
+    Report
+        ``.steps``: each call's device, rung, dtype, shape, seconds and status (``"ok"``,
+        ``"skipped: why"`` or ``"FAILED: why"``); ``.seconds``: the whole warm-up.
+
+    Raises
+    ------
+    TypeError
+        dtypes, kernels or shapes of the wrong type.
+    ValueError
+        An unsupported dtype, an unknown kernel, a bad shape or device.
+    """
     jobs = plan_jobs(dtypes, kernels, shapes, device)
     report = Report()
     start = time.perf_counter()
@@ -118,6 +145,15 @@ def warmup(dtypes=("float32",), kernels=None, shapes=None, device=None, progress
             bar.advance(task)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def nothing_to_warm(jobs: list[Job], dtypes) -> str:
+    """What `tilemm warmup` says where every job is skipped: nothing to compile, and why."""
+    lines = [f"tilemm warmup: nothing to warm here for {' '.join(_names(dtypes, 'dtypes'))}:"]
+    lines += [f"  {job.device} {job.kernel or 'default'}: {job.skip.removeprefix('skipped: ')}" for job in jobs]
+    if any(job.device == "cpu" and job.kernel == "numpy" for job in jobs):
+        lines.append("The host's default compiles for integers only (cpu-tiled): tilemm warmup --dtypes int32 int64")
+    return "\n".join(lines)
 
 
 def describe(job: Job) -> str:

@@ -22,6 +22,8 @@ def prepare(plan, a, b, poison: bool, copy: bool):
         c_d = cuda.to_device(poisoned(plan.batch + (p.m, p.n), p.dtype, poison), stream=stream)
         keep = ()
     else:   # no sync with the producer's stream: the kernels are queued on the caller's stream
+        # (a conjugate or negative view as its values: numba reads memory as it is)
+        a, b = arrays.native_order(a), arrays.native_order(b)
         keep = (arrays.device_cast(a, p.dtype, copy), arrays.device_cast(b, p.dtype, copy),
                 arrays.device_empty(plan.operand, plan.batch + (p.m, p.n), p.dtype, poison))
         # a torch tensor that requires grad (a replayed plan's operands under no_grad) is viewed detached:

@@ -23,6 +23,7 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
     dtype = getattr(torch, p.dtype)
 
     def tensor(x):
+        x = arrays.native_order(x)        # a conjugate or negative view's values: Triton reads memory as it is
         if isinstance(x, torch.Tensor) and x.dtype == dtype and x.is_cuda == on_gpu:
             return x.clone() if copy else x            # as it is: the usual call, and the cheapest
         if isinstance(x, np.ndarray):

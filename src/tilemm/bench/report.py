@@ -8,15 +8,20 @@ without it the tables are still written and the page says why there are no plots
 """
 from __future__ import annotations
 
+import contextlib
 import html
 import json
+import os
+import shutil
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from .plots import plots
-from .summaries import ladder_summary, wide_records
+from .load import busy, busy_note
+from .summaries import ladder_summary, sig, times, wide_records
 
 COLUMNS = ["kernel", "params", "dtype", "m x n x k", "status", "median ms", "GFLOP/s", "vs baseline",
            "% peak", "GB/s (model)", "seed's figure", "note"]
@@ -31,22 +36,35 @@ def row(r: dict) -> list[str]:
     if r.get("host_inputs"):
         params = (params + ",with copies").strip(",")
     shape = f"{r['m']}x{r['n']}x{r['k']}"
+    notes = [n for n in (r.get("reason", "") if r["status"] != "ok" else "", simulated_note(r), busy_note(r)) if n]
+    note = "; ".join(notes)
     if r["status"] not in ("ok", "estimated"):
-        return [r["kernel"], params, r["dtype"], shape, r["status"], "", "", "", "", "", "", r.get("reason", "")]
+        return [r["kernel"], params, r["dtype"], shape, r["status"], "", "", "", "", "", "", note]
     fig = r.get("seed_figure")
     seed = f"{fig['value']:g} {fig['unit']} ({r['seed']})" if fig else ""
-    ratio = f"{r['ratio']:.2f}x {r['baseline']}" if r.get("ratio") else ""
+    ratio = f"{times(r['ratio'])} {r['baseline']}" if r.get("ratio") else ""
     if r["status"] == "estimated":       # not run: the time predicted from a smaller size
-        return [r["kernel"], params, r["dtype"], shape, "estimated", f"~{r['median_ms']:.0f}", f"~{r['gflops']:.1f}",
-                ratio and "~" + ratio, "", "", seed, r.get("reason", "")]
-    return [r["kernel"], params, r["dtype"], shape, "ok", f"{r['median_ms']:.3f}", f"{r['gflops']:.1f}",
+        return [r["kernel"], params, r["dtype"], shape, "estimated", f"~{r['median_ms']:.0f}", f"~{sig(r['gflops'])}",
+                ratio and "~" + ratio, "", "", seed, note]
+    return [r["kernel"], params, r["dtype"], shape, "ok", f"{r['median_ms']:.3f}", f"{sig(r['gflops'])}",
             ratio, f"{100 * r['peak_fraction']:.0f}%" if r.get("peak_fraction") else "",
-            f"{r['gbps']:.0f}" if r.get("gbps") else "", seed, ""]
+            sig(r["gbps"]) if r.get("gbps") else "", seed, note]
+
+
+def simulated_note(r: dict) -> str:
+    """The note of a GPU rung's record measured in the CUDA simulator or Triton's interpreter."""
+    return f"simulated: run in {r['emulated']} on the CPU, not on a GPU" if r.get("emulated") else ""
 
 
 def table(records: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """(columns, rows) of the records, without the columns that are empty in every row."""
-    rows = [row(r) for r in records]
+    """(columns, rows) of the records, each rung's sizes together (in the order the rungs first
+    ran, smallest size first), without the columns that are empty in every row."""
+    first: dict = {}
+    for i, r in enumerate(records):
+        first.setdefault((r["kernel"], json.dumps(r["params"], sort_keys=True), r["dtype"]), i)
+    order = sorted(records, key=lambda r: (first[(r["kernel"], json.dumps(r["params"], sort_keys=True), r["dtype"])],
+                                           r["m"] * r["n"] * r["k"]))
+    rows = [row(r) for r in order]
     keep = [i for i, _ in enumerate(COLUMNS) if any(cells[i] for cells in rows)]
     return [COLUMNS[i] for i in keep], [[cells[i] for i in keep] for cells in rows]
 
@@ -75,14 +93,14 @@ SUMMARY_COLUMNS = ["rung", "GFLOP/s", "median ms", "x the rung before", "x naive
 
 def summary_table(summary: dict) -> tuple[list[str], list[list[str]]]:
     """(columns, rows) of the ladder summary, without columns empty in every row; estimates marked ~."""
-    def times(x, row):
-        return "" if x is None else ("~" if row["estimated"] else "") + f"{x:.2f}x"
+    def ratio(x, row):
+        return "" if x is None else ("~" if row["estimated"] else "") + times(x)
     rows = []
     for s in summary["rows"]:
         r, mark = s["record"], "~" if s["estimated"] else ""
-        rows.append([s["label"] + (" (the library)" if s["anchor"] else ""), f"{mark}{s['gflops']:.1f}",
-                     f"{mark}{r['median_ms']:.3f}", times(s["over_before"], s), times(s["over_naive"], s),
-                     times(s["vs_library"], s) + (f" {r['baseline']}" if s["vs_library"] else "")])
+        rows.append([s["label"] + (" (the library)" if s["anchor"] else ""), f"{mark}{sig(s['gflops'])}",
+                     f"{mark}{r['median_ms']:.3f}", ratio(s["over_before"], s), ratio(s["over_naive"], s),
+                     ratio(s["vs_library"], s) + (f" {r['baseline']}" if s["vs_library"] else "")])
     keep = [i for i, _ in enumerate(SUMMARY_COLUMNS) if any(cells[i] for cells in rows)]
     return [SUMMARY_COLUMNS[i] for i in keep], [[cells[i] for i in keep] for cells in rows]
 
@@ -122,6 +140,8 @@ def wide_markdown(rows: list[dict]) -> str:
     return _markdown_table(WIDE_COLUMNS, [_wide_cells(r) for r in rows])
 
 
+# The page checks its own images once loaded: a missing plot is a console error, and the
+# count of good images lands in <body data-images-loaded> for a headless browser to read.
 SELF_CHECK = """<script>
 window.addEventListener("load", () => {
   const images = Array.from(document.images);
@@ -133,24 +153,61 @@ window.addEventListener("load", () => {
 
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1300px} table{border-collapse:collapse;font-size:13px;"
          "margin-bottom:1.5em} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} "
-         "td:first-child,th:first-child{text-align:left} td:last-child{text-align:left} "
-         "figure{margin:1.5em 0} figcaption{max-width:900px;color:#333;font-size:14px;margin-top:.4em}")
+         "td:first-child,th:first-child{text-align:left} td:last-child,th:last-child{text-align:left} "
+         "td:not(:last-child){white-space:nowrap} "
+         "figure{margin:1.5em 0} figcaption{max-width:900px;color:#333;font-size:14px;margin-top:.4em} "
+         ".warn{background:#fff4e0;border-left:4px solid #e08a00;padding:.5em .8em;max-width:900px}")
 
 
-def prepare(folder: Path) -> None:
-    """Make folder ready for a new report, before any case runs: created where needed, checked
-    writable, and the files of an earlier report there removed (a re-run replaces the report)."""
+def staging(folder: Path) -> Path:
+    """The sibling folder a new report is written into before it replaces the one in folder."""
+    return folder.parent / f".{folder.name}.tilemm-new"
+
+
+def prepare(folder: Path) -> Path:
+    """Check, before any case runs, that folder can take a report (created where needed,
+    writable), and return an empty staging folder beside it for the new report: the report in
+    folder stays whole until publish() replaces it, so Ctrl-C or a failure leaves it as it was."""
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--report {folder}: that is a file; name a folder")
+    new = staging(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / ".tilemm-can-write"
         probe.write_text("")
         probe.unlink()
+        shutil.rmtree(new, ignore_errors=True)      # what an interrupted run left
+        new.mkdir()
     except OSError as e:
         raise ValueError(f"--report {folder}: can't write there ({e.strerror or e})") from None
-    for name in REPORT_FILES + PLOT_FILES:
+    return new
+
+
+@contextlib.contextmanager
+def kept_on_failure(folder: Path | None, new: Path | None):
+    """Around a run writing into new (None: no report): if it stops (Ctrl-C, an error), say that
+    the report in folder is the last one, unchanged, and where this run's records are."""
+    try:
+        yield
+    except BaseException:
+        if new is None:
+            raise
+        print(f"tilemm bench: the report in {folder} is left as it was; this run's records so far: "
+              f"{new / 'results.jsonl'}", file=sys.stderr)
+        raise
+
+
+def publish(new: Path, folder: Path) -> None:
+    """Replace the report in folder by the finished one in new, file by file with os.replace
+    (each atomic), an earlier report's files the new one lacks removed; other files in folder
+    are left alone. new is removed."""
+    names = set(REPORT_FILES + PLOT_FILES)
+    made = [p.name for p in new.iterdir() if p.name in names]
+    for name in made:
+        os.replace(new / name, folder / name)
+    for name in names - set(made):
         (folder / name).unlink(missing_ok=True)
+    shutil.rmtree(new, ignore_errors=True)
 
 
 def normalized(r: dict) -> dict:
@@ -173,12 +230,30 @@ def load(folder: Path) -> list[dict]:
     return with_ratios([normalized(r) for r in records if "kernel" in r and "status" in r])
 
 
+def warnings(records: list[dict]) -> list[str]:
+    """What a reader must know before reading the numbers: GPU rungs that were simulated, a
+    machine others were using."""
+    out = []
+    emulators = sorted({r["emulated"] for r in records if r.get("emulated")})
+    if emulators:
+        out.append(f"Simulated: the GPU rungs ran in {' and '.join(emulators)} on this CPU, not on a GPU. Their "
+                   "times say how slow the emulation is, nothing about the kernels' speed on a GPU.")
+    loaded = [r for r in records if busy(r)]
+    if loaded:
+        worst = max(loaded, key=lambda r: r.get("others_busy") or r.get("load_before") or 0)
+        out.append(f"Busy machine: other processes kept more than half of the {worst['cores']} cores busy during "
+                   f"{len(loaded)} of {len(records)} measurements ({busy_note(worst).split(': ', 1)[1]} at worst). "
+                   "Their times may be up to several times slower than on a quiet machine, and ratios between "
+                   "them may mislead; they say 'busy machine' in the note column.")
+    return out
+
+
 def write(folder: Path, title: str = "tilemm report") -> Path:
     """results.md, the plots and index.html for the records in folder/results.jsonl."""
     records = load(folder)
     summary = ladder_summary(records)
     wide = wide_summary(records)
-    md = [f"# {title}\n"]
+    md = [f"# {title}\n"] + [f"> {line}\n" for line in warnings(records)]
     if summary:
         md += [f"## The ladder at n = {summary['n']} ({summary['dtype']})\n", _markdown_table(*summary_table(summary))]
     md += ["## Every measurement\n", markdown(records)]
@@ -196,6 +271,7 @@ def write(folder: Path, title: str = "tilemm report") -> Path:
         body.append(f"<p>Measured on <b>{html.escape(device)}</b>{', ' if dates else ''}"
                     f"{html.escape(', '.join(dates))}; versions: "
                     f"{html.escape(', '.join(f'{k} {v}' for k, v in first['versions'].items()))}</p>")
+    body += [f'<p class="warn">{html.escape(line)}</p>' for line in warnings(records)]
     if not records:
         body.append("<p>No measurements: results.jsonl is empty.</p>")
     if why_not:

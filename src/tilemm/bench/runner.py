@@ -1,9 +1,10 @@
 """Run a suite: check every kernel's answer, then time it; one JSON record per measurement.
 
-A kernel whose answer fails the check is recorded as FAILED and never timed. Each rung runs
-its sizes smallest first; a case whose predicted time a call (from the same rung's largest
-measured size, scaled by the flop count) exceeds skip_over_s is not run: it is recorded as
-"estimated", its time the prediction, and the table and plots mark it so.
+A kernel whose answer fails the check is recorded as FAILED and never timed. The cases run
+smallest first; a case whose predicted time a call (from the same rung's measured sizes, see
+timeleft.py) exceeds skip_over_s is not run: it is recorded as "estimated", its time the
+prediction, and the table and plots mark it so. Each record carries what the case took (the
+check apart) and how busy the machine was (load.py).
 """
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from .. import compat, api, arrays, machine, registry, tuning
 from ..accuracy import compare_on_device
 from ..data import operands
 from ..machine import gpu
+from .load import LoadWatch
 from .roofs import host_roofs
 from .seeds import published
 from .suites import Case
+from .timeleft import CaseCosts, describe_left, duration, emulated_backend, runs_here
 from ..timing import summary, time_cuda, time_host
 
 L2_ROTATE_BYTES = 64 * 2**20  # rotate input sets until they span more than any L2 cache
@@ -30,24 +33,31 @@ def run_suite(cases: list[Case], *, suite: str, budget_s: float = 2.0, skip_over
     records of cases that carry no suite of their own; results: a JSON-lines file appended to
     as each case finishes."""
     stamp = machine.stamp(" ".join(["tilemm"] + sys.argv[1:]))
-    if any(_runs_here(c.kernel) and registry.get(c.kernel).device == "cpu" for c in cases):
+    if any(runs_here(c.kernel) and registry.get(c.kernel).device == "cpu" for c in cases):
         stamp["host_roofs"] = host_roofs()        # a CPU has no datasheet: its roofs, measured
-    records, seen = [], {}
-    first = {}
-    for i, c in enumerate(cases):       # each rung's sizes smallest first: the small ones predict the rest
-        first.setdefault(c.key, i)
-    cases = sorted(cases, key=lambda c: (first[c.key], c.m * c.n * c.k))
-    clock = TimeLeft(budget_s, skip_over_s)
+    records = []
+    cases = in_running_order(cases)
+    emulators = sorted({EMULATORS[b] for b in map(emulated_backend, (c.kernel for c in cases)) if b})
+    if emulators and progress:
+        print(f"tilemm bench: the GPU rungs run in {' and '.join(emulators)} on this CPU, thousands of times "
+              f"slower than on a GPU: a case predicted to take over {skip_over_s:g} s a call (--skip-over) is "
+              "skipped; toy sizes (--sizes 16 32) take seconds", file=sys.stderr, flush=True)
+    costs = CaseCosts(budget_s, skip_over_s)
     shown = _Progress(len(cases)) if progress else None
     start = time.perf_counter()
     for i, case in enumerate(cases):
         if shown:
-            shown.start(i, case, time.perf_counter() - start, clock.left(cases[i:], seen))
+            shown.start(i, case, time.perf_counter() - start, *costs.left(cases[i:]))
+        warn_if_long(case, costs)
         rec = _base(case)
-        new_key = case.key not in seen
+        if runs_here(case.kernel):        # what was predicted, to set beside what it took
+            rec.update(predicted_s=costs.case_s(case), check_probe_cpu_s=costs.probe_cpu_s(case))
+        watch = LoadWatch()
         t0 = time.perf_counter()
-        rec.update(_measure(case, budget_s, skip_over_s, seen))
-        clock.done(rec, time.perf_counter() - t0, new_key)
+        rec.update(measure_case(case, budget_s, skip_over_s, costs))
+        rec["took_s"] = time.perf_counter() - t0
+        rec.update(watch.read())
+        costs.learn(case, rec)
         rec.update(stamp)
         rec["suite"] = case.suite or suite
         records.append(rec)
@@ -60,50 +70,31 @@ def run_suite(cases: list[Case], *, suite: str, budget_s: float = 2.0, skip_over
     return with_ratios(records)
 
 
-def _runs_here(name: str) -> bool:
-    try:
-        return registry.get(name).available() is None
-    except ValueError:
-        return False
+def in_running_order(cases: list[Case]) -> list[Case]:
+    """Smallest products first, each size's rungs in the order given: every rung's smallest size
+    runs early, so the time left is predicted for every rung soon, and a rung's larger sizes are
+    predicted from its smaller ones before they run."""
+    first = {}
+    for i, c in enumerate(cases):
+        first.setdefault(c.key, i)
+    return sorted(cases, key=lambda c: (c.m * c.n * c.k, first[c.key]))
 
 
-class TimeLeft:
-    """Seconds the cases still to run will take: each one's calls predicted from its rung's
-    largest measured size (time scaled by the flops, as the runner predicts them), plus the
-    overhead (operands, the check, compiling) measured on the cases done so far, apart for a
-    rung's first size (which compiles) and its later ones."""
+WARN_OVER_S = 60.0      # a case predicted to take longer is announced before it starts
+EMULATORS = {"numba-cuda": "the CUDA simulator", "triton": "Triton's interpreter"}
 
-    def __init__(self, budget_s: float, skip_over_s: float):
-        self.budget_s, self.skip_over_s = budget_s, skip_over_s
-        self.first, self.later = [], []     # overhead seconds of the cases done
 
-    def timed_s(self, call_s: float) -> float:
-        """The timing of one case: its budget (at most 30 calls, at least 3), the first call and a second."""
-        return max(min(self.budget_s, 30 * call_s), 3 * call_s) + 2 * call_s
-
-    @staticmethod
-    def _mean(values, default):
-        return sum(values) / len(values) if values else default
-
-    def left(self, cases: list[Case], seen: dict) -> float:
-        total, keys = 0.0, set()
-        for c in cases:
-            if not _runs_here(c.kernel):
-                continue
-            prev = seen.get(c.key)
-            if prev is None:           # a rung not measured yet: its budget, and overhead as measured
-                total += self.budget_s + self._mean(self.later if c.key in keys else self.first, self.budget_s)
-                keys.add(c.key)
-                continue
-            call_s = prev[1] * 2.0 * c.m * c.n * c.k / prev[0] / 1e3
-            if call_s <= self.skip_over_s:       # else estimated, not run
-                total += self.timed_s(call_s) + self._mean(self.later, 0.0)
-        return total
-
-    def done(self, record: dict, took_s: float, first_of_its_rung: bool) -> None:
-        if record.get("status") == "ok":
-            overhead = max(0.0, took_s - self.timed_s(record["median_ms"] / 1e3))
-            (self.first if first_of_its_rung else self.later).append(overhead)
+def warn_if_long(case: Case, costs: CaseCosts) -> None:
+    """Say so, before it starts, when a case is predicted to take over WARN_OVER_S."""
+    if not runs_here(case.kernel):
+        return
+    took = costs.case_s(case)
+    if took is None or took <= WARN_OVER_S:
+        return
+    call = costs.call_s(case)
+    print(f"tilemm bench: {_what(case)} is predicted to take ~{duration(took)} (a call ~{duration(call)}, "
+          f"the check ~{duration(costs.check_s(case))}); Ctrl-C stops the run and keeps the last report; "
+          f"--skip-over {call / 2:.2g} would estimate it instead", file=sys.stderr, flush=True)
 
 
 class _Progress:
@@ -118,17 +109,21 @@ class _Progress:
             self.bar.start()
             self.task = self.bar.add_task("bench", total=total, left="")
 
-    def start(self, i: int, case: Case, spent_s: float, left_s: float) -> None:
-        what = f"{case.kernel} {_fmt(case.params)} {case.dtype} {case.m}x{case.n}x{case.k}".replace("  ", " ")
+    def start(self, i: int, case: Case, spent_s: float, left_s: float, unknown: int) -> None:
+        left = describe_left(left_s, unknown)
         if self.bar is None:
-            print(f"[{i + 1}/{self.total}] {what} ({spent_s:.0f} s, ~{left_s:.0f} s left)", flush=True)
+            print(f"[{i + 1}/{self.total}] {_what(case)} ({spent_s:.0f} s, {left})", flush=True)
         else:
-            self.bar.update(self.task, completed=i, description=what, left=f"~{left_s:.0f} s left")
+            self.bar.update(self.task, completed=i, description=_what(case), left=left)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.update(self.task, completed=self.total, left="")
             self.bar.stop()
+
+
+def _what(case: Case) -> str:
+    return f"{case.kernel} {_fmt(case.params)} {case.dtype} {case.m}x{case.n}x{case.k}".replace("  ", " ")
 
 
 def _fmt(params):
@@ -140,7 +135,7 @@ def _base(c: Case) -> dict:
             "seed": c.seed, "host_inputs": c.host_inputs, "layout": c.layout, "tag": c.tag}
 
 
-def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dict:
+def measure_case(case: Case, budget_s: float, skip_over_s: float, costs: CaseCosts) -> dict:
     try:
         kernel = registry.get(case.kernel)
     except ValueError as e:
@@ -149,13 +144,20 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
     if why:  # before any data moves: a CPU-only machine skips the GPU rungs and says why
         return {"status": "skipped", "reason": why}
     flops = 2.0 * case.m * case.n * case.k
-    prev = seen.get(case.key)
-    if prev and prev[1] * flops / prev[0] > skip_over_s * 1e3:   # measured on a budget: the rest estimated
-        ms = prev[1] * flops / prev[0]
+    emulator = EMULATORS.get(emulated_backend(case.kernel))
+    predicted = costs.call_s(case)
+    sizes = costs.measured_sizes(case)
+    if predicted is not None and predicted > skip_over_s and not sizes:   # an emulated rung never measured
+        return {"status": "skipped", "emulated": emulator,
+                "reason": f"not run: at least ~{duration(predicted)} a call predicted in {emulator} (a GPU rung run "
+                          f"on the CPU), over the {skip_over_s:g} s budget (--skip-over); measure it there at "
+                          "--sizes 32 64, or on a GPU"}
+    if predicted is not None and predicted > skip_over_s:    # measured on a budget: the rest estimated
+        ms = predicted * 1e3
         return {"status": "estimated", "median_ms": ms, "gflops": flops / ms / 1e6,
-                "reason": f"not run: {ms / 1e3:.1f} s a call predicted from the measured n = "
-                          f"{round((prev[0] / 2) ** (1 / 3))} (time scaled by the flops), over the {skip_over_s:g} s budget "
-                          "(--skip-over)"}
+                "reason": f"not run: ~{duration(predicted)} a call predicted from the measured n = "
+                          f"{', '.join(map(str, sizes[-2:]))} (time scaled by the flops), over the {skip_over_s:g} s "
+                          f"budget (--skip-over); a cache cliff past n = {sizes[-1]} would make it slower"}
     a, b = operands(hash((case.m, case.n, case.k)) % 2**31, case.m, case.n, case.k, case.dtype, case.layout)
     on_gpu = kernel.device == "cuda" and not case.host_inputs and not compat.emulated(kernel.backend)
     try:
@@ -172,10 +174,14 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
     c = plan.execute(poison=True)
     arrays.synchronize(c)                  # a GPU kernel's time too, not only its launch
     first_s = time.perf_counter() - t0
+    t0, cpu0 = time.perf_counter(), time.process_time()
     verdict = compare_on_device(c, a, b, case.dtype)      # on the GPU where the result is
+    check_s, check_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     if not verdict.ok:
-        return {"status": "FAILED", "reason": verdict.message}
-    out = {"status": "ok", "check": verdict.message, "first_call_s": first_s}
+        return {"status": "FAILED", "reason": verdict.message, "emulated": emulator}
+    out = {"status": "ok", "check": verdict.message, "first_call_s": first_s, "check_s": check_s,
+           "check_cpu_s": check_cpu_s, "emulated": emulator}
+    timing_start = time.perf_counter()
     if plan.params.get("autotune"):      # the first call tuned (or read the tuning cache): say which, and how long
         out.update(tuning_s=tuning.last.get("tuning_s"), tuning_cached=tuning.last.get("cached"),
                    tuned_params=tuning.last.get("params"))
@@ -194,6 +200,7 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
         launches = [plan.prepare(copy=copies > 1)[0] for _ in range(min(copies, 8))]
         t = summary(time_cuda(launches, budget_s, min_reps=min_reps, warm=slow))
     out.update(t)
+    out["timing_s"] = time.perf_counter() - timing_start
     ms = t["median_ms"]
     out["gflops"] = flops / ms / 1e6 if ms > 0 else None
     p = plan.problem
@@ -207,8 +214,6 @@ def _measure(case: Case, budget_s: float, skip_over_s: float, seen: dict) -> dic
     fig = published(case.seed, case.kernel, case.params, case.dtype, case.n) if case.seed else None
     if fig:
         out["seed_figure"] = {"value": fig.value, "unit": fig.unit, "where": fig.where}
-    if case.key not in seen or seen[case.key][0] < flops:  # predict from the largest measured size
-        seen[case.key] = (flops, ms)
     return out
 
 

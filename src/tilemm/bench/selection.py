@@ -136,5 +136,25 @@ def select(suite_names: list[str] | None, kernels: list[str] | None, dtypes: lis
     cases = with_params(cases, params or {})
     reasons = [why_not_here(c) for c in cases]
     if all(reasons):
-        raise ValueError("nothing in this selection can run here: " + "; ".join(dict.fromkeys(reasons)))
+        raise NothingRunsHere(cases)
     return cases
+
+
+class NothingRunsHere(ValueError):
+    """No case of a selection can run on this machine: one line per reason, with the rungs it
+    stops, and on a machine without a GPU the suite that can run."""
+
+    def __init__(self, cases: list[Case]):
+        stopped: dict = {}
+        for c in cases:
+            kernel = registry.get(c.kernel)
+            why = kernel.available()
+            if why is None:
+                why = f"does not compute {c.dtype} (its dtypes: {', '.join(kernel.dtypes)})"
+            stopped.setdefault(why, []).append(kernel.name)
+        self.lines = ["nothing in this selection can run here:"] + [
+            f"{', '.join(dict.fromkeys(names))}: {why}" for why, names in stopped.items()]
+        if not machine.gpu():
+            self.lines.append("on this machine: tilemm bench --suite cpu --budget 0.3 --skip-over 2 (the CPU rungs "
+                              "against NumPy, a few minutes on 2 cores)")
+        super().__init__(" ".join(self.lines))

@@ -10,6 +10,20 @@ ANCHORS = ("numpy", "cublas")       # the libraries each device's rungs are meas
 NAIVE = ("naive", "cpu-naive")      # the rung the speed-ups count from, in order of preference
 
 
+def sig(x: float) -> str:
+    """A rate with three significant digits, whole numbers from 100 on: 0.0219, 5.59, 126, 51,409."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def times(x: float) -> str:
+    """A speed ratio with the digits it needs: 22x, 2.27x, 0.0312x, never 0.00x."""
+    if x >= 100:
+        return f"{x:.0f}x"
+    if x >= 1e-4:
+        return f"{x:.3g}x"
+    return "<0.0001x"
+
+
 def rung_of(kernel: str) -> int:
     try:
         return registry.get(kernel).rung
@@ -35,9 +49,9 @@ def series_of(records):
 
 def ladder_summary(records: list[dict]) -> dict | None:
     """The ladder at one size: the dtype (float32 where measured) and the size n at which the
-    most rungs have a time (the largest such n), each rung's GFLOP/s, its speed-up over the rung
-    before it and over the naive rung, and its speed relative to the library. None if no rung
-    has a square time."""
+    most rungs were measured (then the most have a time, then the largest such n), each rung's
+    GFLOP/s, its speed-up over the rung before it and over the naive rung, and its speed relative
+    to the library. None if no rung has a square time."""
     series = series_of(records)
     if not series:
         return None
@@ -48,7 +62,8 @@ def ladder_summary(records: list[dict]) -> dict | None:
         if dt == dtype:
             for n, r in points:
                 at[n][label] = r
-    n = max(at, key=lambda size: (len(at[size]), size))
+    # the size with the most rungs measured (not estimated), then the most rungs, then the largest
+    n = max(at, key=lambda size: (sum(r["status"] == "ok" for r in at[size].values()), len(at[size]), size))
     chosen = at[n]
     order = sorted(chosen, key=lambda label: (chosen[label]["kernel"] in ANCHORS, rung_of(chosen[label]["kernel"]),
                                               label))

@@ -139,9 +139,13 @@ def run_stack(a, b, c):
 
 
 def available():
+    if compat.cuda_simulator():
+        return "the CUDA simulator has no cuBLAS; on the CPU the library rung is numpy"
     reason = launch.available()
-    if reason or compat.cuda_simulator():
-        return reason or "the simulator has no cuBLAS"
+    if reason and "simulator" in reason:     # not the SIMT rungs' advice: the simulator can't run this one
+        return "needs a CUDA GPU (numba.cuda finds none); on the CPU the library rung is numpy"
+    if reason:
+        return reason
     try:
         _library()
     except ImportError:

@@ -17,12 +17,14 @@ CPU_DTYPES = ("int32", "int64", "float32", "float64")
 def _naive(a, b, c, zero):
     m, k = a.shape
     n = b.shape[1]
+    # --- exercise: begin
     for i in range(m):
         for j in range(n):
             total = zero                    # the sum lives in a register
             for p in range(k):
                 total += a[i, p] * b[p, j]  # b walks a column: a cache miss per step
             c[i, j] = total
+    # --- exercise: end
 # --8<-- [end:kernel]
 
 

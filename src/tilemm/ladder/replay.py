@@ -75,8 +75,17 @@ def alignment(*inputs) -> tuple:
 def fits(inputs: tuple, device, aligned: tuple) -> bool:
     """Whether a call on inputs (a, b, ...) may replay launches recorded on `device` with inputs
     aligned as `aligned`: the same alignment, the current device that device, no CUDA graph being
-    captured. (The operands' device is the recorded one: a replay is found by a key holding it.)"""
-    return alignment(*inputs) == aligned and current(device)
+    captured, no input a conjugate or negative view. (The operands' device is the recorded one: a
+    replay is found by a key holding it.)"""
+    return alignment(*inputs) == aligned and current(device) and not any(lazy(x) for x in inputs)
+
+
+def lazy(x) -> bool:
+    """Whether torch tensor x is a conjugate or negative view (x.conj(), x.conj().imag): its memory
+    holds the values before that operation, which a launch would read as they are. A plan's key
+    does not tell such a view from a plain tensor of its layout: the replay refuses it, and the
+    plan's usual path multiplies its values."""
+    return x.is_neg() or x.is_conj()
 
 
 def current(device) -> bool:
@@ -144,7 +153,7 @@ class Replay:
             return elsewhere(self.device_index, self, *inputs)
         pointers = [x.data_ptr() for x in inputs]         # the guard's and the launches' (read once)
         if (tuple([p % 16 for p in pointers]) != self.aligned or self._get_device() != self.device_index
-                or (self.reuses_memory and capturing())):
+                or (self.reuses_memory and capturing()) or any(lazy(x) for x in inputs)):
             return None
         c = self._empty(*self.c_shape, dtype=self.dtype, device=self.device)   # (a tuple: ~1 µs slower)
         self.launch(inputs, c, pointers, self._stream_of(self.device_index))
@@ -165,12 +174,16 @@ class Replay:
         align_a, align_b = self.aligned
         index, shape, dtype, device = self.device_index, self.c_shape, self.dtype, self.device
         empty, get_device, stream_of = self._empty, self._get_device, self._stream_of
+        import torch
+        # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
+        neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
 
         def call(a, b):
             if get_device() != index:
                 return elsewhere(index, call, a, b)
             pa, pb = a.data_ptr(), b.data_ptr()
-            if pa % 16 != align_a or pb % 16 != align_b or (workspace and capturing()):
+            if (pa % 16 != align_a or pb % 16 != align_b or (workspace and capturing())
+                    or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))):
                 return None
             c = empty(*shape, dtype=dtype, device=device)
             pointers = (pa, pb, c.data_ptr())

@@ -2,4 +2,5 @@
 from . import reference, r01_cpu_naive, r02_cpu_tiled  # noqa: F401
 from .simt import r03_naive, r04_naive_global, r05_uncoalesced, r06_tiled, r07_rect, r08_regblock  # noqa: F401
 from .tensorcore import r09_tutorial, r10_tensorcore, r11_int_digits, r12_fp64, r13_f32, r14_complex  # noqa: F401
+from .tensorcore import r15_grouped  # noqa: F401
 from . import library  # noqa: F401

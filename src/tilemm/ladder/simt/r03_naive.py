@@ -20,6 +20,7 @@ def make_naive(acc):
     @cuda.jit(cache=True)
     def naive(a, b, c):
         m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
+        # --- exercise: begin
         row = uint32(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y)
         col = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
         if row < m and col < n:
@@ -29,6 +30,7 @@ def make_naive(acc):
                 total = acc(total + a[row, p] * b[p, col])
                 p = uint32(p + 1)
             c[row, col] = total
+        # --- exercise: end
     return naive
 # --8<-- [end:kernel]
 

@@ -16,6 +16,7 @@ def make_naive_global(acc):
     @cuda.jit(cache=True)
     def naive_global(a, b, c):
         m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
+        # --- exercise: begin
         row = uint32(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y)
         col = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
         if row < m and col < n:
@@ -24,6 +25,7 @@ def make_naive_global(acc):
             while p < k:
                 c[row, col] = acc(c[row, col] + a[row, p] * b[p, col])  # a read and a write of C per step
                 p = uint32(p + 1)
+        # --- exercise: end
     return naive_global
 # --8<-- [end:kernel]
 

@@ -17,6 +17,7 @@ def make_uncoalesced(acc):
     @cuda.jit(cache=True)
     def uncoalesced(a, b, c):
         m, n, k = uint32(c.shape[0]), uint32(c.shape[1]), uint32(a.shape[1])
+        # --- exercise: begin
         row = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)  # x walks rows: strided
         col = uint32(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y)
         if row < m and col < n:
@@ -26,6 +27,7 @@ def make_uncoalesced(acc):
                 total = acc(total + a[row, p] * b[p, col])
                 p = uint32(p + 1)
             c[row, col] = total
+        # --- exercise: end
     return uncoalesced
 # --8<-- [end:kernel]
 

@@ -34,6 +34,7 @@ def make_tiled(acc, tile):
         tx, ty = uint32(cuda.threadIdx.x), uint32(cuda.threadIdx.y)
         row = uint32(cuda.blockIdx.y * tile + ty)
         col = uint32(cuda.blockIdx.x * tile + tx)
+        # --- exercise: begin
         total = acc(0)
         phase = uint32(0)
         while phase < k:                               # phase walks K in steps of TILE
@@ -54,6 +55,7 @@ def make_tiled(acc, tile):
             phase = uint32(phase + tile)
         if row < m and col < n:
             c[row, col] = total
+        # --- exercise: end
     return tiled
 # --8<-- [end:kernel]
 

@@ -29,6 +29,7 @@ def make_rect(acc, tile, f):
         row = uint32(cuda.blockIdx.y * tile + ty)
         col0 = uint32(cuda.blockIdx.x * (tile * f) + tx)   # this thread's columns: col0 + i*TILE
         total = cuda.local.array(f, acc)
+        # --- exercise: begin
         for i in range(f):
             total[i] = acc(0)
         phase = uint32(0)
@@ -56,6 +57,7 @@ def make_rect(acc, tile, f):
             col = uint32(col0 + i * tile)
             if row < m and col < n:
                 c[row, col] = total[i]
+        # --- exercise: end
     return rect
 # --8<-- [end:kernel]
 

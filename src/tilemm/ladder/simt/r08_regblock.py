@@ -131,17 +131,21 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, vector_a=1
     @cuda.jit(device=True, inline="always")
     def read_step(a_v, b_v, a_s, b_s, buf, p, a_base, b_base):
         """This thread's THREAD_M values of A and THREAD_N of B at K step p of the tile."""
+        # --- exercise: begin
         for i in range(thread_m):
             a_v[i] = a_s[buf, p, (i // vec_m) * a_step + a_base + i % vec_m]
         for j in range(thread_n):
             b_v[j] = b_s[buf, p, (j // vec_n) * b_step + b_base + j % vec_n]
+        # --- exercise: end
 
     @cuda.jit(device=True, inline="always")
     def outer_product(c_r, a_v, b_v):
         """One K step: THREAD_M x THREAD_N multiply-adds into the register tile."""
+        # --- exercise: begin
         for i in range(thread_m):
             for j in range(thread_n):
                 c_r[i, j] = acc(c_r[i, j] + a_v[i] * b_v[j])
+        # --- exercise: end
 
     @cuda.jit(device=True, inline="always")
     def turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, p, a_base, b_base):

@@ -42,6 +42,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     # float32 sums; Triton stages the tiles through shared memory itself (num_stages deep). Loads
     # past an edge of A or B are masked and read as 0, which adds nothing: any M, N, K.
     accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    # --- exercise: begin
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
         k_left = K - k * BLOCK_SIZE_K
         a = tl.load(a_ptrs, mask=(offs_am[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
@@ -49,6 +50,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         accumulator = tl.dot(a, b, accumulator)
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
+    # --- exercise: end
     c = accumulator.to(c_ptr.dtype.element_ty)       # one rounding, to C's 16-bit type
 
     # Write the tile, what lies inside C.

@@ -1,0 +1,122 @@
+"""tilemm.scaled_matmul with scales that change along the matrices: row-wise ((M, 1) and (1, N),
+as torch._scaled_mm's) and DeepGEMM's block scales ((M, ceil(K/128)) for 1 x 128 blocks of A,
+(ceil(K/128), ceil(N/128)) for 128 x 128 blocks of B), on the `tensorcore-block-scaled` rung.
+tilemm.scaled passes a call here when a scale is a tensor of more than one element; its
+arguments are checked here before any kernel runs."""
+from __future__ import annotations
+
+import contextlib
+
+from . import compat, streams
+from .ladder.tensorcore import availability
+from .ladder.tensorcore.r16_block_scaled import limits, resolve, scale_shapes
+from .plans import JIT_LOCK, KernelUnavailable
+
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def vector_scales(scale_a, scale_b) -> bool:
+    """Whether a call's scales are row-wise or block scales (a tensor of more than one element)."""
+    return any(hasattr(s, "numel") and hasattr(s, "shape") and s.numel() != 1 for s in (scale_a, scale_b))
+
+
+def records_gradient(*inputs) -> bool:
+    """Whether autograd records this call (tilemm.scaled then attaches a node whose backward
+    raises, as torch._scaled_mm's, and calls again without recording)."""
+    import torch
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+
+
+def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
+                        stream=None, **params):
+    """``scaled_matmul``'s product with row-wise or block scales (see its docstring)."""
+    import torch
+    check_operands(a, b, torch)
+    m, k = a.shape
+    n = b.shape[1]
+    row_wise = scale_kind(scale_a, scale_b, a.device, m, n, k, torch) == "row-wise"
+    name = str(out_dtype).removeprefix("torch.")
+    if name not in OUT_DTYPES:
+        raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
+    result_dtype = getattr(torch, name)
+    config = resolve(params)
+    problem = device_problem(a.device) or availability.dimension_limit(m, n, k) or limits(
+        config, row_wise, compat.triton_interpreter())
+    if problem:
+        raise problem if isinstance(problem, Exception) else KernelUnavailable(f"scaled_matmul: {problem}")
+    if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n)
+                                and out.dtype == result_dtype and out.device == a.device):
+        raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {a.device}; got "
+                         f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')}")
+    device = "cpu" if a.device.type == "cpu" else f"cuda:{a.device.index or 0}"
+    queue = streams.handle_of(stream) if stream is not None else streams.caller_stream("torch", device)
+    with streams.queued_on(queue, device, cupy_too=False) if device != "cpu" else contextlib.nullcontext():
+        c = torch.empty((m, n), dtype=result_dtype, device=a.device) if out is None else out
+        if m and n:
+            if k == 0:
+                c.zero_()                                      # an empty sum
+            else:
+                from .ladder.tensorcore.r16_block_scaled_kernel import launch
+                with JIT_LOCK:
+                    launch(a, b, c, scale_a, scale_b, row_wise, bool(fast_accum), **config)
+    return c
+
+
+def check_operands(a, b, torch) -> None:
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"scaled_matmul: operand {name} is {type(x).__name__}; float8 data comes as torch "
+                            f"tensors (NumPy has no float8 dtype)")
+        dtype = str(x.dtype).removeprefix("torch.")
+        if dtype not in FP8:
+            raise TypeError(f"scaled_matmul: operand {name} has dtype {dtype}; it multiplies {' and '.join(FP8)}")
+        if x.ndim != 2:
+            raise ValueError(f"scaled_matmul: operand {name} has shape {tuple(x.shape)}; it takes matrices (2-D)")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"scaled_matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not line up "
+                         f"(a's {a.shape[1]} columns vs b's {b.shape[0]} rows)")
+    if a.device != b.device:
+        raise ValueError(f"scaled_matmul: a is on {a.device} and b on {b.device}; put both on one device")
+
+
+def scale_kind(scale_a, scale_b, device, m: int, n: int, k: int, torch) -> str:
+    """"row-wise" or "block", from the scales' shapes; a ValueError naming what is wrong otherwise."""
+    shapes = scale_shapes(m, n, k)
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(s, torch.Tensor):
+            raise ValueError(f"scaled_matmul: {name} is {type(s).__name__} while the other scale is a tensor of "
+                             f"several elements; per-tensor scales are one element each, and row-wise and block scales "
+                             f"come as two float32 tensors of shapes {describe(shapes)}")
+        if s.dtype != torch.float32:
+            raise ValueError(f"scaled_matmul: {name} has dtype {str(s.dtype).removeprefix('torch.')}; row-wise and "
+                             "block scales are float32")
+        if s.device != device:
+            raise ValueError(f"scaled_matmul: {name} is on {s.device} and the operands on {device}; put them on one "
+                             "device")
+    given = (tuple(scale_a.shape), tuple(scale_b.shape))
+    for kind, wanted in shapes.items():
+        if given == wanted:
+            return kind
+    raise ValueError(f"scaled_matmul: scales of shapes {given[0]} and {given[1]} for a ({m}, {k}) @ ({k}, {n}) "
+                     f"product; it takes per-tensor scales (one element each) or {describe(shapes)}")
+
+
+def describe(shapes: dict) -> str:
+    return " or ".join(f"{kind} {a} and {b}" for kind, (a, b) in shapes.items())
+
+
+def device_problem(device):
+    """Why float8 products can't run on the operands' device (an exception to raise), or None."""
+    reason = availability.available()
+    if reason:
+        return KernelUnavailable(f"scaled_matmul {reason.partition(', or a CPU rung')[0]}")
+    if compat.triton_interpreter():
+        return None if device.type == "cpu" else ValueError(
+            "scaled_matmul: under TRITON_INTERPRET=1 the operands must be CPU tensors")
+    if device.type != "cuda":
+        return ValueError(f"scaled_matmul: the operands are on {device}; move them to a CUDA GPU")
+    import torch
+    if torch.cuda.get_device_capability(device) < (8, 9):
+        return KernelUnavailable("scaled_matmul needs float8 tensor cores (compute capability 8.9 or newer)")
+    return None

@@ -1,0 +1,114 @@
+"""torch.matmul's contract for torch tensors: one dtype for both operands, and torch's errors.
+
+NumPy promotes mixed dtypes (``float32 @ float64`` is float64); torch.matmul refuses them, and
+a model that mixes them by mistake learns of it from that error. So for torch tensors tilemm
+keeps torch's rule: both operands of one dtype (``out_dtype=``, tilemm's own keyword, still
+chooses the result's dtype). NumPy arrays keep NumPy's rules, and so do CuPy arrays: CuPy follows
+NumPy, promotion included.
+
+The errors for torch tensors are of a class that is both NumPy's (ValueError for shapes,
+TypeError for dtypes) and torch's (RuntimeError), with torch's words, so that code written
+against either catches them: ``mat1 and mat2 shapes cannot be multiplied (10x9 and 8x25)``. The
+words are torch's on the CPU for operands whose stacks are contiguous (torch picks among mm,
+mv, dot and bmm by the operands' strides and whether they require grad; each says it its way).
+
+Nothing here imports torch: the rules read shapes and dtype names.
+"""
+from __future__ import annotations
+
+import math
+
+
+class TorchShapeError(ValueError, RuntimeError):
+    """torch tensors whose shapes torch.matmul refuses (torch raises RuntimeError; NumPy's
+    ValueError for the same shapes)."""
+
+
+class TorchTypeError(TypeError, RuntimeError):
+    """torch tensors of two dtypes, or ``out=`` on a call that records a gradient: torch.matmul
+    raises RuntimeError."""
+
+
+# torch's names for a dtype in its messages: the C++ type (mm's), the ScalarType (mv's, dot's, bmm's)
+CPP_NAMES = {"float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double",
+             "complex64": "c10::complex<float>", "complex128": "c10::complex<double>", "int8": "signed char",
+             "uint8": "unsigned char", "int16": "short int", "int32": "int", "int64": "long int", "bool": "bool",
+             "uint16": "short unsigned int", "uint32": "unsigned int", "uint64": "long unsigned int"}
+SCALAR_NAMES = {"float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
+                "complex64": "ComplexFloat", "complex128": "ComplexDouble", "int8": "Char", "uint8": "Byte",
+                "int16": "Short", "int32": "Int", "int64": "Long", "bool": "Bool", "uint16": "UInt16",
+                "uint32": "UInt32", "uint64": "UInt64"}
+
+
+def refusal(sa: tuple, sb: tuple, da: str, db: str) -> Exception | None:
+    """The error torch.matmul raises for operands of shapes sa, sb and dtype names da, db, in the
+    order torch checks (shapes before dtypes, but for two vectors), or None where it multiplies them."""
+    ra, rb = len(sa), len(sb)
+    if ra == 0 or rb == 0:
+        return TorchShapeError(f"both arguments to matmul need to be at least 1D, but they are {ra}D and {rb}D")
+    if ra == 1 and rb == 1:                                 # torch.dot
+        if da != db:
+            return TorchTypeError(f"dot : expected both vectors to have same dtype, but found {_scalar(da)} and "
+                                  f"{_scalar(db)}")
+        if sa[0] != sb[0]:
+            return TorchShapeError(f"inconsistent tensor size, expected tensor [{sa[0]}] and src [{sb[0]}] to have "
+                                   f"the same number of elements, but got {sa[0]} and {sb[0]} elements respectively")
+        return None
+    if ra >= 2 and rb == 1:                                 # torch.mv of A's rows (a stack folded into them)
+        rows = math.prod(sa[:-1])
+        if sa[-1] != sb[0]:
+            return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{sa[-1]}), vec ({sb[0]})")
+        if da != db:
+            return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(db)}, "
+                                  f"{_scalar(da)}, and {_scalar(db)}")
+        return None
+    if rb == 2:                                             # torch.mm of A's rows (a vector as one row)
+        rows = math.prod(sa[:-1])
+        if sa[-1] != sb[0]:
+            return TorchShapeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{sa[-1]} and "
+                                   f"{sb[0]}x{sb[1]})")
+        if da != db:
+            return TorchTypeError(f"expected m1 and m2 to have the same dtype, but got: {_cpp(da)} != {_cpp(db)}")
+        return None
+    batch = _broadcast(sa[:-2], sb[:-2])                    # torch.bmm of the broadcast stacks
+    if isinstance(batch, Exception):
+        return batch
+    k, k2 = sa[-1], sb[-2]
+    if k != k2:
+        count = math.prod(batch)
+        return TorchShapeError(f"Expected size for first two dimensions of batch2 tensor to be: [{count}, {k}] but "
+                               f"got: [{count}, {k2}].")
+    if da != db:
+        return TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
+    return None
+
+
+def check(sa: tuple, sb: tuple, da: str, db: str) -> None:
+    """Raise torch.matmul's error for these operands (see refusal), if it has one."""
+    error = refusal(tuple(sa), tuple(sb), da, db)
+    if error is not None:
+        raise error
+
+
+def _broadcast(sa: tuple, sb: tuple):
+    """The stacks' broadcast shape, or torch's error where they do not broadcast (its
+    infer_size, from the last dimension back)."""
+    n = max(len(sa), len(sb))
+    shape = []
+    for i in range(n - 1, -1, -1):
+        offset = n - 1 - i
+        x = sa[len(sa) - 1 - offset] if len(sa) - 1 - offset >= 0 else 1
+        y = sb[len(sb) - 1 - offset] if len(sb) - 1 - offset >= 0 else 1
+        if x != y and x != 1 and y != 1:
+            return TorchShapeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                                   f"non-singleton dimension {i}")
+        shape.append(y if x == 1 else x)
+    return tuple(shape[::-1])
+
+
+def _cpp(name: str) -> str:
+    return CPP_NAMES.get(name, name)
+
+
+def _scalar(name: str) -> str:
+    return SCALAR_NAMES.get(name, name)

@@ -1,0 +1,198 @@
+"""tilemm.scaled_matmul with row-wise and block scales (rung `tensorcore-block-scaled`): against the
+float64 product of the dequantized operands (each fp8 value times its scale), in Triton's
+interpreter (set by conftest) on shapes that are not multiples of the 128-blocks; bad scales
+refused before any kernel; the program compiled for sm_90; and, with the gpu marker,
+DeepSeek-V3-like shapes on the device."""
+import pytest
+import torch
+
+import tilemm
+from tilemm.ladder.tensorcore import r16_block_scaled_kernel
+
+from .compiled import run_program
+from .conftest import ON_GPU
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+WHERE = "cuda" if ON_GPU else "cpu"
+SMALL = {} if ON_GPU else dict(block_m=16, block_n=32, block_k=32, num_warps=4, num_stages=2)
+ROUNDING = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
+
+
+def operand(rows, cols, dtype, transposed, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn((cols, rows) if transposed else (rows, cols), generator=g) * 3).to(dtype).to(WHERE)
+    return x.T if transposed else x
+
+
+def scales(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (2.0 ** torch.randint(-3, 4, shape, generator=g) * (1 + torch.rand(shape, generator=g))).to(WHERE)
+
+
+def dequantized(x, scale, rows_per_scale, cols_per_scale):
+    """x (float64) with each element times its scale (a scale covers a rows x cols block)."""
+    s = scale.double().cpu().repeat_interleave(rows_per_scale, 0).repeat_interleave(cols_per_scale, 1)
+    return x.double().cpu() * s[:x.shape[0], :x.shape[1]]
+
+
+def check(c, a, b, scale_a, scale_b, block: bool):
+    m, k = a.shape
+    n = b.shape[1]
+    if block:
+        a64, b64 = dequantized(a, scale_a, 1, 128), dequantized(b, scale_b, 128, 128)
+    else:
+        a64, b64 = dequantized(a, scale_a, 1, k), dequantized(b, scale_b, k, 1)
+    ref, size = a64 @ b64, a64.abs() @ b64.abs()
+    # one rounding to c's dtype; float32 sums: a product, a partial sum of a K step, its scaling
+    # and its addition each round (2K + 3 K/16 roundings at most)
+    bound = ROUNDING[c.dtype] * ref.abs() + (2 * k + 3 * k / 16 + 2) * 2.0**-24 * size + torch.finfo(c.dtype).tiny
+    err = (c.double().cpu() - ref).abs()
+    assert not torch.isnan(c).any() and torch.all(err <= bound), f"worst error / bound {(err / bound).max():.3g}"
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes; the gpu tests below cover the device")
+@pytest.mark.parametrize("m,n,k,dtypes", [(1, 1, 1, (E4M3, E4M3)), (19, 130, 257, (E4M3, E5M2)),
+                                          (33, 7, 128, (E5M2, E5M2))])
+def test_block_scales_match_the_dequantized_product(m, n, k, dtypes):
+    a, b = operand(m, k, dtypes[0], False, 1), operand(k, n, dtypes[1], True, 2)
+    scale_a, scale_b = scales((m, -(-k // 128)), 3), scales((-(-k // 128), -(-n // 128)), 4)
+    out = torch.full((m, n), float("nan"), device=WHERE)          # poisoned: every entry must be written
+    c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype="float32", out=out, **SMALL)
+    assert c is out
+    check(c, a, b, scale_a, scale_b, block=True)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("tma", [True, False])
+def test_block_scales_with_tiles_by_tma_and_by_pointers(tma):
+    m, n, k = 19, 50, 272                       # K a multiple of 16 (TMA's rows), of no tile: edges zero-filled
+    a, b = operand(m, k, E4M3, False, 15), operand(k, n, E5M2, True, 16)
+    scale_a, scale_b = scales((m, -(-k // 128)), 17), scales((-(-k // 128), -(-n // 128)), 18)
+    c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype="float32", tma=tma, **SMALL)
+    check(c, a, b, scale_a, scale_b, block=True)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("fast_accum", [False, True])
+def test_row_wise_scales_match_the_dequantized_product(out_dtype, fast_accum):
+    m, n, k = 21, 40, 70
+    a, b = operand(m, k, E4M3, False, 5), operand(k, n, E4M3, False, 6)          # b row-major: read as it is
+    scale_a, scale_b = scales((m, 1), 7), scales((1, n), 8)
+    c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum, **SMALL)
+    assert c.dtype == out_dtype and c.shape == (m, n)
+    check(c, a, b, scale_a, scale_b, block=False)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+def test_block_scales_in_a_bfloat16_result_and_transposed_scales():
+    m, n, k = 17, 129, 300
+    a, b = operand(m, k, E4M3, False, 9), operand(k, n, E4M3, True, 10)
+    scale_a = scales((-(-k // 128), m), 11).T                      # DeepGEMM keeps A's scales M-major
+    scale_b = scales((-(-k // 128), -(-n // 128)), 12)
+    c = tilemm.scaled_matmul(a, b, scale_a, scale_b, **SMALL)
+    assert c.dtype == torch.bfloat16
+    check(c, a, b, scale_a, scale_b, block=True)
+
+
+def test_empty_products():
+    a, b = operand(5, 40, E4M3, False, 13), operand(40, 6, E4M3, True, 14)
+    zero_k = tilemm.scaled_matmul(a[:, :0], b[:0], scales((5, 1), 1), scales((1, 6), 2), out_dtype="float32",
+                                  **SMALL)
+    assert torch.equal(zero_k.cpu(), torch.zeros(5, 6))
+    assert tilemm.scaled_matmul(a[:0], b, scales((0, 1), 1), scales((1, 1), 2), **SMALL).shape == (0, 6)
+
+
+ONES = torch.ones(4, 8).to(E4M3), torch.ones(8, 6).to(E4M3)
+BAD = [
+    ((*ONES, torch.ones(4, 2), torch.ones(1, 1)), {}, ValueError, r"per-tensor .* row-wise \(4, 1\) and \(1, 6\)"),
+    ((*ONES, torch.ones(4, 1), torch.ones(6, 1)), {}, ValueError, "shapes"),
+    ((*ONES, torch.ones(4, 1), torch.ones(2, 1)), {}, ValueError, r"block \(4, 1\) and \(1, 1\)"),
+    ((*ONES, torch.ones(4, 1, dtype=torch.float64), torch.ones(1, 6)), {}, ValueError, "float32"),
+    ((*ONES, 1.0, torch.ones(1, 6)), {}, ValueError, "two float32 tensors"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(block_q=1), TypeError, "unknown parameter"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(block_k=48), ValueError, "power of two"),
+    ((ONES[0], torch.ones(8, 6).to(E4M3)[:5], torch.ones(4, 1), torch.ones(1, 6)), {}, ValueError, "line up"),
+    ((ONES[0].float(), ONES[1], torch.ones(4, 1), torch.ones(1, 6)), {}, TypeError, "dtype float32"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(out_dtype="int8"), TypeError, "out_dtype"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(out=torch.ones(4, 5)), ValueError, "out must"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(block_k=256), tilemm.KernelUnavailable, "128-wide block"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(tma=1), ValueError, "tma=1"),
+]
+
+
+@pytest.mark.parametrize("args,kwargs,error,match", BAD)
+def test_bad_scales_are_refused_before_any_kernel(monkeypatch, args, kwargs, error, match):
+    def launched(*_, **__):
+        raise AssertionError("launched")
+    monkeypatch.setattr(r16_block_scaled_kernel, "launch", launched)
+    args = tuple(x.to(WHERE) if isinstance(x, torch.Tensor) else x for x in args)
+    kwargs = {k: v.to(WHERE) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    with pytest.raises(error, match=match):
+        tilemm.scaled_matmul(*args, **kwargs)
+
+
+def test_gradients_are_refused_as_scaled_mm_s():
+    c = tilemm.scaled_matmul(ONES[0].to(WHERE), ONES[1].to(WHERE), torch.ones(4, 1, device=WHERE, requires_grad=True),
+                             torch.ones(1, 6, device=WHERE), **SMALL)
+    assert c.requires_grad
+    with pytest.raises(RuntimeError):
+        c.sum().backward()
+
+
+COMPILE = r"""
+import inspect, json, triton
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_kernel as s
+p = rung.DEFAULTS
+names = list(inspect.signature(s.block_scaled_kernel.fn).parameters)
+out = {}
+for row_wise, (ta, tb), tma in ((False, ("fp8e4nv", "fp8e4nv"), False), (True, ("fp8e5", "fp8e5"), False),
+                                (False, ("fp8e4nv", "fp8e4nv"), True)):
+    sig = {n: "i32" for n in names}
+    sig.update(a_ptr=f"*{ta}", b_ptr=f"*{tb}", c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32")
+    if tma:
+        sig.update(a_ptr=f"tensordesc<{ta}[{p['block_m']}, {p['block_k']}]>",
+                   b_ptr=f"tensordesc<{tb}[{p['block_n']}, {p['block_k']}]>")
+    const = dict(stride_ak=1, stride_bk=1, stride_cn=1, ROW_WISE=row_wise, FAST_ACCUM=False,
+                 SCALE_BLOCK=s.SCALE_BLOCK,
+                 BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"], BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"],
+                 TMA=tma)
+    sig.update({n: "constexpr" for n in const})
+    aligned = ["c_ptr", "sa_ptr", "sb_ptr", "stride_am", "stride_bn", "stride_cm", "N", "K"] + ["a_ptr", "b_ptr"] * (not tma)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    k = triton.compile(ASTSource(fn=s.block_scaled_kernel, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+    ptx = k.asm["ptx"]
+    pair = {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}
+    out[f"{row_wise}-{ta}-{tma}"] = dict(shared=k.metadata.shared, cp_async="cp.async" in ptx,
+                                   wgmma=f"wgmma.mma_async.sync.aligned.m64n{p['block_n']}k32.f32.{pair[ta]}.{pair[tb]}" in ptx)
+print(json.dumps(out))
+"""
+
+
+def test_the_program_compiles_for_sm90_with_fp8_wgmma_and_pipelined_loads():
+    for name, info in run_program(COMPILE).items():
+        assert info["wgmma"] and info["cp_async"] and info["shared"] >= 2 * 256 * 128, (name, info)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(4096, 7168, 16384), (517, 1030, 333), (128, 7168, 2048), (4096, 2112, 7168)])
+def test_gpu_block_scales_match_the_dequantized_product(m, n, k):
+    a, b = operand(m, k, E4M3, False, 1), operand(k, n, E4M3, True, 2)
+    scale_a, scale_b = scales((m, -(-k // 128)), 3), scales((-(-k // 128), -(-n // 128)), 4)
+    c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype="float32")
+    if m * n * k > 2**36:           # the float64 reference of the largest on rows of C only
+        rows = slice(0, 64)
+        a, scale_a, c = a[rows], scale_a[rows], c[rows]
+    check(c, a, b, scale_a, scale_b, block=True)
+
+
+@pytest.mark.gpu
+def test_gpu_row_wise_scales_match_scaled_mm():
+    a, b = operand(1024, 2048, E4M3, False, 1), operand(2048, 3072, E4M3, True, 2)
+    scale_a, scale_b = scales((1024, 1), 3), scales((1, 3072), 4)
+    c = tilemm.scaled_matmul(a, b, scale_a, scale_b)
+    want = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+    assert torch.allclose(c.float(), want.float(), rtol=2e-2, atol=1e-1)

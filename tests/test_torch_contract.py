@@ -1,0 +1,332 @@
+"""torch's contract for torch tensors, through tilemm.matmul and tilemm.nn.Linear: complex
+gradients (dA = dC @ B^H), conjugate and negative views, gradients with empty dimensions,
+torch.func's transforms, torch.jit.trace and script, meta tensors and FakeTensors, and torch's
+dtype rule and errors (NumPy's kept for NumPy arrays). Small shapes, CPU tensors."""
+import io
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from torch.func import functional_call, grad, jacfwd, jacrev, jvp, vjp, vmap
+
+import tilemm
+from tilemm import plan_cache, torch_contract
+from tilemm.nn import Linear
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")   # (torch 2.13 deprecates torch.jit)
+
+
+def tensors(*shapes, dtype=torch.float64, seed=0, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, dtype=dtype, generator=g).requires_grad_(grad) for s in shapes]
+
+
+# ---------------------------------------------------------------- complex gradients, gradcheck
+
+
+@pytest.mark.parametrize("dtype", [torch.complex128, torch.float64])
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 2)), ((4,), (4, 3)), ((2, 3, 4), (4,)), ((2, 3, 4), (1, 4, 2))])
+def test_gradcheck_and_gradgradcheck(dtype, sa, sb):
+    a, b = tensors(sa, sb, dtype=dtype, grad=True)
+    assert torch.autograd.gradcheck(tilemm.matmul, (a, b))
+    assert torch.autograd.gradgradcheck(tilemm.matmul, (a, b))
+
+
+def test_complex_gradients_are_torch_s():
+    """dA = dC @ B^H, dB = A^H @ dC: what torch.matmul gives, not dC @ B^T."""
+    a, b = tensors((3, 4), (4, 2), dtype=torch.complex128, grad=True)
+    dc = tensors((3, 2), dtype=torch.complex128, seed=1)[0]
+    ours = torch.autograd.grad(tilemm.matmul(a, b), (a, b), dc)
+    theirs = torch.autograd.grad(torch.matmul(a, b), (a, b), dc)
+    assert all(torch.allclose(x, y) for x, y in zip(ours, theirs))
+    assert torch.allclose(ours[0], dc @ b.detach().mH)
+
+
+def test_gradcheck_through_the_custom_op_complex():
+    a, b = tensors((3, 4), (4, 2), dtype=torch.complex128, grad=True)
+    assert torch.autograd.gradcheck(lambda x, y: torch.ops.tilemm.matmul(x, y, None, "", None), (a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex128, torch.float64])
+def test_linear_gradcheck_and_gradgradcheck(dtype):
+    layer = Linear(4, 3, dtype=dtype)
+    x, w, bias = tensors((2, 4), (3, 4), (3,), dtype=dtype, seed=2, grad=True)
+
+    def forward(x, w, bias):
+        return functional_call(layer, {"weight": w, "bias": bias}, (x,))
+    assert torch.autograd.gradcheck(forward, (x, w, bias))
+    assert torch.autograd.gradgradcheck(forward, (x, w, bias))
+
+
+def test_complex_linear_trains_as_torch_s():
+    ours = Linear(4, 3, dtype=torch.complex128)
+    theirs = torch.nn.Linear(4, 3, dtype=torch.complex128)
+    theirs.load_state_dict(ours.state_dict())
+    x = tensors((5, 4), dtype=torch.complex128)[0]
+    ours(x).abs().sum().backward()
+    theirs(x).abs().sum().backward()
+    assert torch.allclose(ours.weight.grad, theirs.weight.grad) and torch.allclose(ours.bias.grad, theirs.bias.grad)
+
+
+# ---------------------------------------------------------------- conjugate and negative views
+
+
+def views(real=torch.float64, complex=torch.complex128, device="cpu"):
+    z, w = (t.to(device) for t in tensors((3, 4), (4, 2), dtype=complex, seed=3))
+    x, y = (t.to(device) for t in tensors((3, 4), (4, 2), dtype=real, seed=4))
+    return [("conj", z.conj(), w), ("conj both", z.conj(), w.conj()), ("mH", w.mH, z.mH), ("neg", z._neg_view(), w),
+            ("real neg", x._neg_view(), y), ("conj imag", z.conj().imag, y), ("neg of b", x, y._neg_view())]
+
+
+@pytest.mark.parametrize("kernel", [None, "cpu-tiled", "tensorcore-f64"])
+def test_conjugate_and_negative_views_give_their_values(kernel):
+    """Each view's values, on the first call and on a repeated call whose plan a plain operand of
+    the same layout made (tensorcore-f64 reads the memory itself, under Triton's interpreter)."""
+    params = dict(block_m=16, block_n=16, block_k=16, persistent=False) if kernel == "tensorcore-f64" else {}
+    for name, a, b in views():
+        if kernel is not None and a.is_complex():        # (the real rungs' views: the real ones)
+            continue
+        plain_a, plain_b = a.resolve_conj().resolve_neg(), b.resolve_conj().resolve_neg()
+        want = torch.matmul(plain_a, plain_b)
+        tilemm.matmul(a.conj_physical() if a.is_complex() else a.clone(), b.clone(), kernel=kernel, **params)
+        for _ in range(2):
+            assert torch.allclose(tilemm.matmul(a, b, kernel=kernel, **params), want), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", [None, "tiled", "regblock", "tensorcore-f64", "tensorcore-f32",
+                                    "tensorcore-complex"])
+def test_gpu_views_after_a_plain_call_of_their_layout(kernel):
+    """On the GPU a rung reads memory as it is: each view gives its values, on its first call and
+    when a plain call of the same layout made the plan (and its replay) first."""
+    kinds = {"tensorcore-f64": [(torch.float64, None)], "tensorcore-f32": [(torch.float32, None)],
+             "tensorcore-complex": [(None, torch.complex64), (None, torch.complex128)]}
+    for real, complex in kinds.get(kernel, [(torch.float64, torch.complex128), (torch.float32, None)]):
+        for name, a, b in views(real or torch.float64, complex or torch.complex128, "cuda"):
+            if (complex if a.is_complex() else real) is None or (a.is_complex() and kernel in ("tiled", "regblock")):
+                continue
+            want = torch.matmul(a.resolve_conj().resolve_neg(), b.resolve_conj().resolve_neg())
+            assert torch.allclose(tilemm.matmul(a, b, kernel=kernel), want, rtol=1e-3, atol=1e-3), name
+            tilemm.matmul(a.resolve_conj().resolve_neg().clone(), b.resolve_conj().resolve_neg().clone(),
+                          kernel=kernel)
+            for _ in range(2):
+                assert torch.allclose(tilemm.matmul(a, b, kernel=kernel), want, rtol=1e-3, atol=1e-3), name
+
+
+def test_a_replay_refuses_a_view():
+    """A view meets a plain tensor's plan (the key does not tell them apart): a replay, which
+    reads memory as it is, refuses it (then the plan's usual path reads its values)."""
+    from tilemm.ladder import replay
+    x, y = tensors((3, 4), (4, 2))
+    z = tensors((3, 4), dtype=torch.complex128)[0]
+    assert not replay.lazy(x) and replay.lazy(x._neg_view()) and replay.lazy(z.conj()) and replay.lazy(z.conj().imag)
+    assert plan_cache.pair_key(x._neg_view(), y) == plan_cache.pair_key(x, y)
+
+
+def test_a_view_s_gradient():
+    z, w = tensors((3, 4), (4, 2), dtype=torch.complex128, grad=True)
+    ours = torch.autograd.grad(tilemm.matmul(z.conj(), w._neg_view()).abs().sum(), (z, w))
+    theirs = torch.autograd.grad(torch.matmul(z.conj(), w._neg_view()).abs().sum(), (z, w))
+    assert all(torch.allclose(x, y) for x, y in zip(ours, theirs))
+
+
+def test_linear_takes_a_conjugate_view():
+    layer = Linear(4, 3, dtype=torch.complex128, bias=False)
+    x = tensors((5, 4), dtype=torch.complex128)[0]
+    layer(x.conj_physical())              # the layout's plan, learned on a plain input
+    assert torch.allclose(layer(x.conj()), x.conj() @ layer.weight.detach().T)
+
+
+# ---------------------------------------------------------------- empty dimensions in the backward
+
+
+EMPTY = [((2, 3, 0), (0, 4)), ((0, 3), (3, 4)), ((3, 0), (0, 4)), ((3, 4), (4, 0)), ((0, 3, 4), (4, 5)),
+         ((2, 0, 4), (4, 5)), ((0,), (0,)), ((0,), (0, 4)), ((3, 0), (0,)), ((3,), (2, 3, 0)),
+         ((2, 1, 3, 0), (4, 0, 2))]
+
+
+@pytest.mark.parametrize("sa,sb", EMPTY)
+def test_backward_with_an_empty_dimension_gives_torch_s_zeros(sa, sb):
+    a, b = tensors(sa, sb, grad=True)
+    c = tilemm.matmul(a, b)
+    dc = torch.ones_like(c)
+    ours = torch.autograd.grad(c, (a, b), dc)
+    theirs = torch.autograd.grad(torch.matmul(a, b), (a, b), dc)
+    for x, y in zip(ours, theirs):
+        assert x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+
+
+def test_linear_backward_of_no_rows():
+    layer = Linear(4, 3, dtype=torch.float64)
+    x = torch.empty(0, 4, dtype=torch.float64, requires_grad=True)
+    layer(x).sum().backward()
+    assert x.grad.shape == (0, 4) and torch.equal(layer.weight.grad, torch.zeros(3, 4, dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- torch.func
+
+
+def test_grad_jacrev_jacfwd_vjp_and_jvp_match_torch_s():
+    a, b = tensors((3, 4), (4, 2))
+    ours, theirs = (lambda x, y: tilemm.matmul(x, y)), (lambda x, y: torch.matmul(x, y))
+    tilemm.matmul(a, b)                                   # a plain call's plan, which the transforms must not take
+    for transform in (lambda f: grad(lambda x, y: f(x, y).square().sum(), argnums=(0, 1)),
+                      lambda f: jacrev(f, argnums=(0, 1)), lambda f: jacfwd(f, argnums=(0, 1))):
+        for x, y in zip(transform(ours)(a, b), transform(theirs)(a, b)):
+            assert torch.allclose(x, y)
+    da, db = tensors((3, 4), (4, 2), seed=5)
+    for x, y in zip(jvp(ours, (a, b), (da, db)), jvp(theirs, (a, b), (da, db))):
+        assert torch.allclose(x, y)
+    (out, back), (out2, back2) = vjp(ours, a, b), vjp(theirs, a, b)
+    dc = torch.ones_like(out)
+    assert torch.allclose(out, out2) and all(torch.allclose(x, y) for x, y in zip(back(dc), back2(dc)))
+
+
+@pytest.mark.parametrize("sa,sb,dims", [((5, 3, 4), (4, 2), (0, None)), ((4, 5), (4, 2), (1, None)),
+                                        ((5, 4), (5, 4), (0, 0)), ((3, 4), (4, 5), (None, 1)),
+                                        ((5, 4), (2, 4, 3), (0, None)), ((5, 2, 3, 4), (5, 4), (0, 0))])
+def test_vmap_matches_torch_s(sa, sb, dims):
+    a, b = tensors(sa, sb)
+    assert torch.allclose(vmap(tilemm.matmul, dims)(a, b), vmap(torch.matmul, dims)(a, b))
+
+
+def test_the_custom_op_s_vmap_rule():
+    a, b = tensors((5, 3, 4), (4, 5))
+    op = lambda x, y: torch.ops.tilemm.matmul(x, y, None, "", None)     # noqa: E731
+    assert torch.allclose(vmap(op, (0, 1))(a, b), vmap(torch.matmul, (0, 1))(a, b))
+
+
+def test_jacrev_of_a_complex_product():
+    real, imag = tensors((2, 3), (2, 3))
+    b = tensors((3, 2), dtype=torch.complex128, seed=9)[0]
+
+    def loss(product):        # (jacrev takes real inputs: the complex operand made of two)
+        return lambda x, y: product(torch.complex(x, y), b).abs()
+    ours = jacrev(loss(tilemm.matmul), argnums=(0, 1))(real, imag)
+    theirs = jacrev(loss(torch.matmul), argnums=(0, 1))(real, imag)
+    assert all(torch.allclose(x, y) for x, y in zip(ours, theirs))
+
+
+def test_functional_call_over_a_linear():
+    ours = Linear(4, 3, dtype=torch.float64)
+    theirs = torch.nn.Linear(4, 3, dtype=torch.float64)
+    theirs.load_state_dict(ours.state_dict())
+    x = tensors((5, 4), seed=6)[0]
+    params = {name: p.detach() for name, p in ours.named_parameters()}
+    ours(x)                                                # the layer's layouts, learned eagerly
+
+    def loss(module):
+        return lambda p, x: functional_call(module, p, (x,)).square().sum()
+    for name, g in jacrev(loss(ours))(params, x).items():
+        assert torch.allclose(g, jacrev(loss(theirs))(params, x)[name])
+    assert torch.allclose(vmap(ours)(x[:, None]), vmap(theirs)(x[:, None]))
+    assert torch.allclose(grad(loss(ours), argnums=1)(params, x), grad(loss(theirs), argnums=1)(params, x))
+
+
+# ---------------------------------------------------------------- torch.jit, meta, FakeTensor
+
+
+def test_jit_trace_records_the_op():
+    a, b = tensors((3, 4), (4, 2))
+    tilemm.matmul(a, b)                                    # a plain call's plan first: the trace must not take it
+    traced = torch.jit.trace(lambda x, y: tilemm.matmul(x, y), (a, b))
+    assert "tilemm::matmul" in str(traced.graph)
+    a2, b2 = tensors((3, 4), (4, 2), seed=7)
+    assert torch.allclose(traced(a2, b2), a2 @ b2)
+
+
+def test_jit_trace_of_a_linear():
+    layer = Linear(4, 3, dtype=torch.float64)
+    x = tensors((2, 4))[0]
+    layer(x)
+    traced = torch.jit.trace(layer, (x,))
+    x2 = tensors((2, 4), seed=8)[0]
+    assert torch.allclose(traced(x2), torch.nn.functional.linear(x2, layer.weight, layer.bias))
+
+
+def test_jit_script_of_a_model_with_linears():
+    model = torch.nn.Sequential(Linear(4, 8, dtype=torch.float64, kernel="cpu-tiled", block_m=16), torch.nn.ReLU(),
+                                Linear(8, 2, bias=False, dtype=torch.float64))
+    scripted = torch.jit.script(model)
+    x = tensors((3, 5, 4))[0]
+    assert torch.allclose(scripted(x), model(x))
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    buffer.seek(0)
+    assert torch.allclose(torch.jit.load(buffer)(x), model(x))
+    assert type(model[0]) is Linear and model[0](x).grad_fn is not None   # the model itself as it was
+
+
+def test_meta_tensors_and_fake_tensors_get_the_op_s_fake():
+    layer = Linear(4, 3, device="meta")
+    y = layer(torch.empty(2, 5, 4, device="meta"))
+    assert y.device.type == "meta" and y.shape == (2, 5, 3)
+    c = tilemm.matmul(torch.empty(2, 3, 4, device="meta"), torch.empty(4, device="meta"))
+    assert c.device.type == "meta" and c.shape == (2, 3)
+    with pytest.raises(RuntimeError, match="10x9 and 8x25"):
+        tilemm.matmul(torch.empty(10, 9, device="meta"), torch.empty(8, 25, device="meta"))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    a, b = tensors((3, 4), (4, 2))
+    tilemm.matmul(a, b)
+    with FakeTensorMode() as mode:
+        fa, fb = mode.from_tensor(a), mode.from_tensor(b)
+        c = tilemm.matmul(fa, fb)
+        assert type(c).__name__ == "FakeTensor" and c.shape == (3, 2) and c.dtype == torch.float64
+
+
+# ---------------------------------------------------------------- dtypes and errors
+
+
+CASES = [((3, 4), (4, 2)), ((4,), (4,)), ((3, 4), (4,)), ((4,), (4, 2)), ((2, 3, 4), (4, 2)), ((2, 3, 4), (2, 4, 2)),
+         ((3, 4), (2, 4, 2)), ((10, 9), (8, 25)), ((9,), (8,)), ((2, 9), (8,)), ((9,), (8, 3)), ((2, 2, 9), (8, 3)),
+         ((2, 2, 9), (2, 8, 3)), ((2, 2, 9), (3, 9, 3)), ((9,), (2, 8, 3)), ((2, 2, 9), (8,)), ((), (4,)),
+         ((4,), ())]
+DTYPES = [(torch.float32, torch.float64), (torch.int16, torch.float32), (torch.complex64, torch.complex128),
+          (torch.float16, torch.bfloat16), (torch.int8, torch.int32), (torch.float32, torch.float32)]
+
+
+def test_torch_s_errors_and_words():
+    """Where torch.matmul refuses, tilemm raises an error that is a RuntimeError (torch's class)
+    and NumPy's class (ValueError for shapes, TypeError for dtypes), with torch's words."""
+    for (sa, sb), (da, db) in itertools.product(CASES, DTYPES):
+        a, b = torch.zeros(sa, dtype=da), torch.ones(sb, dtype=db)
+        try:
+            want = torch.matmul(a, b)
+        except RuntimeError as refusal:
+            with pytest.raises(RuntimeError) as raised:
+                tilemm.matmul(a, b)
+            assert str(raised.value) == str(refusal), (sa, sb, da, db)
+            assert isinstance(raised.value, (torch_contract.TorchShapeError, torch_contract.TorchTypeError))
+            assert isinstance(raised.value, ValueError if "dtype" not in str(refusal) and "scalar type" not in
+                              str(refusal) else TypeError)
+            continue
+        got = tilemm.matmul(a, b)
+        assert got.shape == want.shape and got.dtype == want.dtype
+
+
+def test_mixed_dtypes_refused_for_torch_promoted_for_numpy():
+    with pytest.raises(RuntimeError, match="expected .* and .* to have the same dtype, but got:"):
+        tilemm.matmul(torch.ones(2, 3, dtype=torch.int16), torch.ones(3, 2))
+    c = tilemm.matmul(np.ones((2, 3), np.float32), np.ones((3, 2), np.float64))
+    assert c.dtype == np.float64                           # NumPy's rule for NumPy arrays
+    with pytest.raises(ValueError, match="mismatch in its core dimension") as raised:
+        tilemm.matmul(np.ones((10, 9)), np.ones((8, 25)))
+    assert not isinstance(raised.value, RuntimeError)
+    assert tilemm.matmul(torch.ones(2, 3), torch.ones(3, 2), out_dtype="float64").dtype == torch.float64
+
+
+def test_linear_refuses_an_input_of_another_dtype():
+    layer = Linear(4, 3)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        layer(torch.ones(2, 4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        Linear(4, 3, out_dtype="float64")(torch.ones(2, 4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="2x5 and 4x3"):
+        layer(torch.ones(2, 5))
+
+
+def test_out_with_autograd_is_torch_s_runtime_error():
+    a, b = tensors((3, 4), (4, 2), grad=True)
+    with pytest.raises(RuntimeError, match="out=... arguments don't support automatic differentiation"):
+        tilemm.matmul(a, b, out=torch.empty(3, 2, dtype=torch.float64))
