@@ -313,7 +313,7 @@ def layouts_seen(model) -> dict:
     backward sums in float32 under its flags as they are), through them with the flag turned off
     in backward (hooks), or through a Function (not the library's products)."""
     known = [layout for module in model.modules() if isinstance(module, tilemm.nn.Linear)
-             for layout in module.products.known.values() if isinstance(layout, tilemm.nn.Layout)]
+             for layout in module.products.known.values() if isinstance(layout, tilemm.nn_products.Layout)]
     trained = [layout for layout in known if layout.grads is not None]
     plain = sum(1 for layout in trained if layout.grads and layout.exact_now())
     hooked = sum(1 for layout in trained if layout.grads and not layout.exact_now())

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilemm
+import tilemm.nn_products
 from tilemm.nn import Linear, restore_linears, swap_linears
 
 
@@ -198,7 +199,7 @@ def test_the_library_s_layouts_give_torch_s_values_and_gradients(shape, reduced,
                         lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
     # the CPU's products never read the flag, so that torch's backward would be seen to sum in
     # float32 under it (the next test): here, as where cuBLAS would reduce in 16 bits
-    monkeypatch.setattr(tilemm.nn, "same_with_flag", lambda *args, **kwargs: False)
+    monkeypatch.setattr(tilemm.nn_products, "same_with_flag", lambda *args, **kwargs: False)
     with flag_set(FLAG, reduced):
         check_library_layouts(shape, reduced, FLAG)
 
@@ -291,7 +292,7 @@ def test_a_forward_turns_the_flag_off_unless_f_linear_was_seen_to_sum_in_float32
     monkeypatch.setattr(tilemm.nn.Products, "fast_product",
                         lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
     if not seen:
-        monkeypatch.setattr(tilemm.nn, "same_with_flag", lambda *args, **kwargs: False)
+        monkeypatch.setattr(tilemm.nn_products, "same_with_flag", lambda *args, **kwargs: False)
     layer = Linear(5, 3, dtype=torch.bfloat16)
     x = torch.randn(2, 4, 5, dtype=torch.bfloat16)
     with flag_set(FLAG, True), torch.no_grad():
