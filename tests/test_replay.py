@@ -176,7 +176,7 @@ def test_constexpr_tuples_are_kept_as_they_are():
 def test_alignment_is_each_operands_own():
     """Triton specializes each pointer on its own 16 bytes: an aligned A with an unaligned B is not
     the same program as an unaligned A with an aligned B, so the guard tells them apart."""
-    from tilemm.ladder.replay import alignment
+    from tilemm.ladder.replay_guard import alignment
     x = torch.empty(64, dtype=torch.float32)
     aligned, off = x[:16].view(4, 4), x[1:17].view(4, 4)
     assert alignment(aligned, aligned) == (0, 0)

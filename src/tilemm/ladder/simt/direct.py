@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ..replay import elsewhere, fits, on_device
+from ..replay_guard import elsewhere, fits, on_device
 
 
 class SimtReplay:
