@@ -76,7 +76,7 @@ def views(real=torch.float64, complex=torch.complex128, device="cpu"):
     z, w = (t.to(device) for t in tensors((3, 4), (4, 2), dtype=complex, seed=3))
     x, y = (t.to(device) for t in tensors((3, 4), (4, 2), dtype=real, seed=4))
     return [("conj", z.conj(), w), ("conj both", z.conj(), w.conj()), ("mH", w.mH, z.mH), ("neg", z._neg_view(), w),
-            ("real neg", x._neg_view(), y), ("conj imag", z.conj().imag, y), ("neg of b", x, y._neg_view())]
+            ("real neg", x._neg_view(), y), ("conj imag", z.conj().imag, y.to(z.real.dtype)), ("neg of b", x, y._neg_view())]
 
 
 @pytest.mark.parametrize("kernel", [None, "cpu-tiled", "tensorcore-f64"])
