@@ -46,6 +46,8 @@ def check(c, a, b, scale_a, scale_b, block: bool):
     # one rounding to c's dtype; float32 sums: a product, a partial sum of a K step, its scaling
     # and its addition each round (2K + 3 K/16 roundings at most)
     bound = ROUNDING[c.dtype] * ref.abs() + (2 * k + 3 * k / 16 + 2) * 2.0**-24 * size + torch.finfo(c.dtype).tiny
+    if ON_GPU:    # Hopper's tensor cores add fp8 products in an accumulator of ~13 bits within a K block
+        bound += 4 * 2.0**-13 * size      # (its four k32 steps; as tests/test_scaled.py allows the one-scale program)
     err = (c.double().cpu() - ref).abs()
     assert not torch.isnan(c).any() and torch.all(err <= bound), f"worst error / bound {(err / bound).max():.3g}"
 

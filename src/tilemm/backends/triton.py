@@ -20,6 +20,8 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
     if where == "cuda" and plan.operand.device != "cpu":
         where = plan.operand.device      # the operands' GPU, not the current one (C and any copy made there)
     on_gpu = where != "cpu"
+    if not on_gpu:
+        compat.mend_triton_interpreter()     # (once: an older Triton's interpreter with a newer NumPy)
     dtype = getattr(torch, p.dtype)
 
     def tensor(x):

@@ -200,6 +200,8 @@ def model(exercise: Exercise, m: int, n: int, k: int) -> dict:
 
 def main(argv: list[str]) -> int:
     path, name, result = Path(argv[0]).resolve(), argv[1], Path(argv[2])
+    if compat.triton_interpreter():
+        compat.mend_triton_interpreter()
     result.write_text(json.dumps(examine(path, find(name))))
     return 0
 
