@@ -41,7 +41,7 @@ from ...kernel_record import Kernel, Param, Traffic, WholeNumbers, register
 from . import availability
 
 BLOCKS = (16, 32, 64, 128, 256)
-DEFAULTS = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4, programs=None, tma=None)
+DEFAULTS = dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4, programs=None, tma=None)
 # the interpreter's tiles: small, so the tests walk the tile loop at toy sizes
 INTERPRETER_TILES = dict(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=2)
 
