@@ -3,7 +3,7 @@ DeepGEMM's) and with row-wise scales, against torch._scaled_mm with row-wise sca
 tensor-wise, beside it), on DeepSeek-V3-like shapes; then grouped contiguous float8 (GROUPED:
 tilemm.grouped_matmul with block scales, torch._scaled_grouped_mm with row-wise ones beside it).
 
-    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py --out DIR
+    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py --out DIR
     ... block_scaled_vs_torch.py --out DIR --quick      # ~2 min: the tuning set over CONFIGS, to pick defaults
 
 float8_e4m3fn, A row-major (M, K), B given as (N, K).T, bfloat16 out, float32 sums (torch's
@@ -15,14 +15,13 @@ variant that fails is recorded as failed and not timed. Protocol: pre-warm, inte
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
+import bench_setup  # noqa: E402  (benchmarks/: run with PYTHONPATH=src:benchmarks)
 import tilemm
 from tilemm import machine
 from tilemm.timing import interleaved_rounds
@@ -187,22 +186,10 @@ def grouped(shape, seed, args, base, out_file):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--quick", action="store_true", help="the tuning set over CONFIGS only (~2 min)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--per-round", type=float, default=0.15)
-    ap.add_argument("--prewarm", type=float, default=8.0)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = bench_setup.tuning_arguments()
     base = machine.stamp(machine.command_line(
-        "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py", args))
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    stop = time.perf_counter() + args.prewarm
-    while time.perf_counter() < stop:                  # clocks up before the first round
-        x @ x
-        torch.cuda.synchronize()
-    del x
+        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py", args))
+    bench_setup.prewarm(args.prewarm)
     if args.quick:
         for i, shape in enumerate(TUNE):
             measure(shape, i, tuning, args, base, args.out / "block_scaled_tuning.jsonl", "tune")

@@ -2,7 +2,7 @@
 mixture-of-experts shapes (bfloat16, tokens sorted by expert, weights (G, N, K) read transposed as
 torch's MoE layers hold them).
 
-    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py --out DIR
+    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py --out DIR
     ... grouped_vs_torch.py --out DIR --quick      # ~2 min: the tuning set over CONFIGS, to pick defaults
 
 Shapes: experts G, routed rows (tokens x top-k), hidden K, the expert's width N; each with a
@@ -16,14 +16,13 @@ variant that fails is recorded as failed and not timed. Protocol: pre-warm, inte
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
+import bench_setup  # noqa: E402  (benchmarks/: run with PYTHONPATH=src:benchmarks)
 import tilemm
 from tilemm import machine
 from tilemm.timing import interleaved_rounds
@@ -133,22 +132,10 @@ def tuning(a, b, offs, ends):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--quick", action="store_true", help="the tuning set over CONFIGS only (~2 min)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--per-round", type=float, default=0.15)
-    ap.add_argument("--prewarm", type=float, default=8.0)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = bench_setup.tuning_arguments()
     base = machine.stamp(machine.command_line(
-        "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py", args))
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    stop = time.perf_counter() + args.prewarm
-    while time.perf_counter() < stop:                  # clocks up before the first round
-        x @ x
-        torch.cuda.synchronize()
-    del x
+        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py", args))
+    bench_setup.prewarm(args.prewarm)
     if args.quick:
         out_file = args.out / "grouped_tuning.jsonl"
         for i, shape in enumerate(TUNE):

@@ -5,9 +5,7 @@ tilemm.scaled passes a call here when a scale is a tensor of more than one eleme
 arguments are checked here before any kernel runs."""
 from __future__ import annotations
 
-import contextlib
-
-from . import compat, streams
+from . import compat, scaled_out, streams
 from .ladder.tensorcore import availability
 from .ladder.tensorcore.r16_block_scaled import limits, resolve, scale_shapes
 from .plans import JIT_LOCK, KernelUnavailable
@@ -45,13 +43,10 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
         config, row_wise, compat.triton_interpreter())
     if problem:
         raise problem if isinstance(problem, Exception) else KernelUnavailable(f"scaled_matmul: {problem}")
-    if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n)
-                                and out.dtype == result_dtype and out.device == a.device):
-        raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {a.device}; got "
-                         f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')}")
-    device = "cpu" if a.device.type == "cpu" else f"cuda:{a.device.index or 0}"
+    scaled_out.check_out(out, m, n, result_dtype, a.device)
+    device = scaled_out.device_name(a.device)
     queue = streams.handle_of(stream) if stream is not None else streams.caller_stream("torch", device)
-    with streams.queued_on(queue, device, cupy_too=False) if device != "cpu" else contextlib.nullcontext():
+    with scaled_out.on_stream(queue, device):
         c = torch.empty((m, n), dtype=result_dtype, device=a.device) if out is None else out
         if m and n:
             if k == 0:

@@ -3,12 +3,11 @@ contract), on the `tensorcore-fp8` rung; row-wise and block scales go to tilemm.
 Arguments are checked here, before any kernel runs."""
 from __future__ import annotations
 
-import contextlib
 import functools
 import numbers
 import sys
 
-from . import block_scaled, compat, streams
+from . import block_scaled, compat, scaled_out, streams
 from .ladder.tensorcore import availability
 from .plan_cache import operand_key
 from .plans import JIT_LOCK, KernelUnavailable
@@ -138,17 +137,13 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         bool(fast_accum), config["warp_specialized"], config["cluster"])
     if reason:
         raise KernelUnavailable(f"scaled_matmul: {reason}")
-    device = "cpu" if a.device.type == "cpu" else f"cuda:{a.device.index or 0}"
+    device = scaled_out.device_name(a.device)
     if queue is None:
         queue = streams.caller_stream("torch", device)
     m, k = a.shape
     n = b.shape[1]
-    if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n)
-                                and out.dtype == result_dtype and out.device == a.device):
-        raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {a.device}; got "
-                         f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')} "
-                         f"{getattr(out, 'device', '')}")
-    with streams.queued_on(queue, device, cupy_too=False) if device != "cpu" else contextlib.nullcontext():
+    scaled_out.check_out(out, m, n, result_dtype, a.device)
+    with scaled_out.on_stream(queue, device):
         scales = _scales(scale_a, scale_b, a.device, torch)
         c = torch.empty((m, n), dtype=result_dtype, device=a.device) if out is None else out
         if m and n:
