@@ -10,7 +10,6 @@ from .ladder.tensorcore import availability
 from .ladder.tensorcore.r16_block_scaled import limits, resolve, scale_shapes
 from .plans import JIT_LOCK, KernelUnavailable
 
-FP8 = ("float8_e4m3fn", "float8_e5m2")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -30,7 +29,7 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
                         stream=None, **params):
     """``scaled_matmul``'s product with row-wise or block scales (see its docstring)."""
     import torch
-    check_operands(a, b, torch)
+    scaled_out.check_operands(a, b, torch)
     m, k = a.shape
     n = b.shape[1]
     row_wise = scale_kind(scale_a, scale_b, a.device, m, n, k, torch) == "row-wise"
@@ -56,23 +55,6 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
                 with JIT_LOCK:
                     launch(a, b, c, scale_a, scale_b, row_wise, bool(fast_accum), **config)
     return c
-
-
-def check_operands(a, b, torch) -> None:
-    for name, x in (("a", a), ("b", b)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"scaled_matmul: operand {name} is {type(x).__name__}; float8 data comes as torch "
-                            f"tensors (NumPy has no float8 dtype)")
-        dtype = str(x.dtype).removeprefix("torch.")
-        if dtype not in FP8:
-            raise TypeError(f"scaled_matmul: operand {name} has dtype {dtype}; it multiplies {' and '.join(FP8)}")
-        if x.ndim != 2:
-            raise ValueError(f"scaled_matmul: operand {name} has shape {tuple(x.shape)}; it takes matrices (2-D)")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"scaled_matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not line up "
-                         f"(a's {a.shape[1]} columns vs b's {b.shape[0]} rows)")
-    if a.device != b.device:
-        raise ValueError(f"scaled_matmul: a is on {a.device} and b on {b.device}; put both on one device")
 
 
 def scale_kind(scale_a, scale_b, device, m: int, n: int, k: int, torch) -> str:

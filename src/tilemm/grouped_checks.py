@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .scaled_out import FP8        # (with block scales only)
+
 DTYPES = ("float16", "bfloat16", "float32", "int8")
-FP8 = ("float8_e4m3fn", "float8_e5m2")          # with block scales only
 SCALE_BLOCK = 128
 
 # SPLIT of the program (tilemm.ladder.tensorcore.r15_grouped_kernel's numbering)

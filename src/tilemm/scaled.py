@@ -12,7 +12,6 @@ from .ladder.tensorcore import availability
 from .plan_cache import operand_key
 from .plans import JIT_LOCK, KernelUnavailable
 
-FP8 = ("float8_e4m3fn", "float8_e5m2")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -112,21 +111,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         plain = functools.partial(scaled_matmul, a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
                                   stream=stream, **params)
         return torch_ops.not_differentiable(plain, *inputs)
-    for name, x in (("a", a), ("b", b)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"scaled_matmul: operand {name} is {type(x).__name__}; float8 data comes as torch "
-                            f"tensors (NumPy has no float8 dtype)")
-        dtype = str(x.dtype).removeprefix("torch.")
-        if dtype not in FP8:
-            raise TypeError(f"scaled_matmul: operand {name} has dtype {dtype}; it multiplies {' and '.join(FP8)} "
-                            f"(tilemm.matmul takes the other dtypes)")
-        if x.ndim != 2:
-            raise ValueError(f"scaled_matmul: operand {name} has shape {tuple(x.shape)}; it takes matrices (2-D)")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"scaled_matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not line up "
-                         f"(a's {a.shape[1]} columns vs b's {b.shape[0]} rows)")
-    if a.device != b.device:
-        raise ValueError(f"scaled_matmul: a is on {a.device} and b on {b.device}; put both on one device")
+    scaled_out.check_operands(a, b, torch)
     result_dtype = _out_dtype(out_dtype, torch)
     queue = streams.handle_of(stream) if stream is not None else None
     from .ladder.tensorcore import scaled_fp8
