@@ -123,7 +123,10 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
         c = torch.empty((m, n), dtype=torch_result, device=home)
         c_t = c
         width = panel_k or max(SMALLEST_PANEL, -(-k // PANELS))
-        ready = _Lanes(home).mark_current()          # the caller's work on the operands, queued before the call
+        ready = None
+        if home.type == "cuda":        # the caller's work on the operands, queued before the call
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(home))
 
         # the operands' own device multiplies in place (with CPU devices, the first: the others go
         # through the copies, which is how the tests see them)
@@ -179,39 +182,6 @@ def _run_threads(work, shares) -> None:
         raise errors[0]
 
 
-class _Lanes:
-    """A device's streams (compute, copy in, copy out) and events between them; on the CPU
-    everything runs in order and these do nothing."""
-
-    def __init__(self, device):
-        import torch
-        self.device = device
-        self.cuda = device.type == "cuda"
-        self.compute = self.copy_in = self.copy_out = None
-        if self.cuda:
-            self.compute, self.copy_in, self.copy_out = (torch.cuda.Stream(device) for _ in range(3))
-
-    def on(self, stream):
-        import torch
-        return torch.cuda.stream(stream) if self.cuda else contextlib.nullcontext()
-
-    def mark(self, stream):
-        if not self.cuda:
-            return None
-        import torch
-        event = torch.cuda.Event()
-        event.record(stream)
-        return event
-
-    def mark_current(self):
-        import torch
-        return self.mark(torch.cuda.current_stream(self.device)) if self.cuda else None
-
-    def wait(self, stream, event):
-        if self.cuda and event is not None:
-            stream.wait_event(event)
-
-
 def _share(a, b, c, rows, cols, device, width: int, ready, local: bool) -> None:
     """c[rows, cols] = a[rows] @ b[:, cols] on `device`: where the operands are (local), in place;
     elsewhere K in panels of `width`, copied in (module docstring)."""
@@ -219,7 +189,7 @@ def _share(a, b, c, rows, cols, device, width: int, ready, local: bool) -> None:
     k = a.shape[1]
     result = dtype_name(c.dtype)
     sums = "float32" if result in SIXTEEN_BIT else result
-    lanes = _Lanes(device)
+    lanes = outofcore.Lanes(device, own_compute=True)
     r, q = rows.stop - rows.start, cols.stop - cols.start
     panels = [(k0, min(k, k0 + width)) for k0 in range(0, k, width)]
     if lanes.cuda:
@@ -277,7 +247,7 @@ def _share(a, b, c, rows, cols, device, width: int, ready, local: bool) -> None:
                 stream.synchronize()                       # C complete, and the buffers free, when the call returns
 
 
-def _send_home(piece_sums, c_piece, lanes: _Lanes) -> None:
+def _send_home(piece_sums, c_piece, lanes: outofcore.Lanes) -> None:
     """Round a finished piece of the block to C's dtype and write it into C (on the operands' device)."""
     rounded = piece_sums.to(c_piece.dtype)              # on the compute stream
     done = lanes.mark(lanes.compute)

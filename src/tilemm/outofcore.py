@@ -203,16 +203,17 @@ def _checked_out(out, shape, result: str, as_numpy: bool):
     return out
 
 
-class _Lanes:
-    """A copy-in stream, the caller's stream for products and a copy-out stream on a GPU, with
-    events between them; on the CPU everything runs in order and these do nothing."""
+class Lanes:
+    """A copy-in stream, a stream for products (the caller's, or with ``own_compute`` one of its
+    own) and a copy-out stream on a GPU, with events between them; on the CPU everything runs in
+    order and these do nothing."""
 
-    def __init__(self, device):
+    def __init__(self, device, own_compute: bool = False):
         import torch
         self.cuda = device.type == "cuda"
         self.compute = self.copy_in = self.copy_out = None
         if self.cuda:
-            self.compute = torch.cuda.current_stream(device)
+            self.compute = torch.cuda.Stream(device) if own_compute else torch.cuda.current_stream(device)
             self.copy_in, self.copy_out = torch.cuda.Stream(device), torch.cuda.Stream(device)
 
     def on(self, stream):
@@ -238,7 +239,7 @@ def _run(a, b, c, plan: Blocks, device, sums: str, progress: bool):
     m, k = a.shape
     n = b.shape[1]
     bm, bn, bk = plan.block_m, plan.block_n, plan.block_k
-    lanes = _Lanes(device)
+    lanes = Lanes(device)
     pinned = lanes.cuda
     # Pinned host operands with contiguous rows go to the device panel by panel as one 2-D DMA
     # each, and result blocks straight into a pinned C: no staging copy on the host, whose
