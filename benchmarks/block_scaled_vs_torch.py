@@ -23,8 +23,8 @@ import torch
 
 import bench_setup  # noqa: E402  (benchmarks/: run with PYTHONPATH=src:benchmarks)
 import tilemm
-from tilemm import machine
-from tilemm.timing import interleaved_rounds
+from tilemm.system import machine
+from tilemm.system.timing import interleaved_rounds
 
 # (M, N, K): DeepSeek-V3's dense GEMMs (DeepGEMM's table: N x K pairs) at M = 4096, and others
 TUNE = [(4096, 7168, 16384), (4096, 2112, 7168), (4096, 24576, 1536)]

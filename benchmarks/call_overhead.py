@@ -16,7 +16,7 @@ import time
 import torch
 
 import tilemm
-from tilemm.accuracy import compare
+from tilemm.numerics.accuracy import compare
 
 import gpu_ladder  # noqa: E402  (--out, stamps)
 

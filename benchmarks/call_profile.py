@@ -6,7 +6,7 @@ held-out half, against torch.matmul).
     PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/call_profile.py --out DIR
 
 For each problem and each of the two calls, after its answer is checked (int8 exactly against
-_int_mm's; floats against a float64 product, tilemm.accuracy's bound):
+_int_mm's; floats against a float64 product, tilemm.numerics.accuracy's bound):
 
 - host_us: the CPU's time a call, a loop of calls with no synchronization inside (each returns as
   soon as its work is queued; the queue never fills in --calls calls);
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 import tilemm
-from tilemm.accuracy import compare_on_device
+from tilemm.numerics.accuracy import compare_on_device
 
 import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
 from int8_small_m import event_timer

@@ -8,7 +8,7 @@ Whole calls as a user makes them, each allocating its result: tilemm.matmul(a, b
 kernel="tensorcore", cluster=True) (`cluster`), tilemm.matmul(a, b, kernel="tensorcore")
 (`tensorcore`), tilemm.matmul(a, b) (`default`) and torch.matmul(a, b) (`torch`). Layout "nn":
 A and B row-major; "nt": B given as (N, K).T. Every answer is checked first against a float64
-product of the same values on the GPU, within tilemm.accuracy's bound, and its errors recorded.
+product of the same values on the GPU, within tilemm.numerics.accuracy's bound, and its errors recorded.
 Protocol: pre-warm, interleaved rounds (order rotated), CUDA events, medians; vs_torch is
 torch's median over the variant's. One stamped JSON line a (size, dtype, layout, variant) to
 DIR/cluster_vs_cublas.jsonl. cluster=True is left out (and said so) where this Triton's Gluon has
@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 
 import tilemm
-from tilemm import machine
-from tilemm.accuracy import denormal_floor, tolerance
-from tilemm.ladder.tensorcore.availability import gluon_multicast
-from tilemm.timing import interleaved_rounds
+from tilemm.system import machine
+from tilemm.numerics.accuracy import denormal_floor, tolerance
+from tilemm.engine.availability import gluon_multicast
+from tilemm.system.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (pre-warm)
 
@@ -46,7 +46,7 @@ def variants(a, b) -> dict:
 
 def checked(calls: dict, a, b, dtype: str, base: dict) -> tuple[dict, list]:
     """(the calls whose answers pass, a record of each): every answer against a float64 product on
-    the GPU, within tilemm.accuracy's bound (float32 sums of K products, one rounding to dtype);
+    the GPU, within tilemm.numerics.accuracy's bound (float32 sums of K products, one rounding to dtype);
     each record carries its worst error over that bound and its max error relative to max |C|."""
     ref = a.double() @ b.double()
     rel_sum, rel_out = tolerance(dtype, a.shape[1])

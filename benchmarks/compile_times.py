@@ -30,9 +30,9 @@ def files_in(*folders) -> int:
 def child(name: str, size: int) -> None:
     """Time this process's first calls of rung `name`, a JSON line per dtype."""
     import tilemm
-    from tilemm import arrays
-    from tilemm.accuracy import compare_on_device
-    from tilemm.data import operands
+    from tilemm.numerics import arrays
+    from tilemm.numerics.accuracy import compare_on_device
+    from tilemm.numerics.data import operands
 
     kernel = tilemm.kernel(name)
     caches = (os.environ["NUMBA_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"])
@@ -80,7 +80,7 @@ def main() -> int:
         ap.error("--out DIR is required")
 
     import tilemm
-    from tilemm import machine
+    from tilemm.system import machine
     names = args.kernels or [k.name for k in tilemm.kernels() if k.available() is None]
     for name in names:
         tilemm.kernel(name)            # an unknown name: refused before any work

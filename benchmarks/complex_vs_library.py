@@ -7,11 +7,11 @@ Whole calls as a user makes them, on torch CUDA tensors, interleaved rounds (ord
 round), CUDA events, the median:
 - `cublas`: torch.matmul(a, b), TF32 off (CGEMM / ZGEMM themselves);
 - `library`: tilemm.matmul(a, b, kernel="cublas"), the library rung (what the default's table is
-  judged against, as tilemm.choice's tables are);
+  judged against, as tilemm.choose.by_shape's tables are);
 - `default`: tilemm.matmul(a, b);
 - `tensorcore-complex`: tilemm.matmul(a, b, kernel="tensorcore-complex") (the block form's one real
   product); for complex128 also `gauss`: products=3 (Gauss's three real products).
-Every answer is checked before it is timed: within tilemm.accuracy's complex bound, and its
+Every answer is checked before it is timed: within tilemm.numerics.accuracy's complex bound, and its
 normwise error max|C - C128| / max|C128| against a complex128 product of the same operands
 recorded beside CGEMM's (the bar: the rung's no larger). Headline: complex64 8192³ (bar: the rung
 >= 1.8x CGEMM) and complex128 4096³ (>= 1.0x ZGEMM). The sweep: generated problems (M, N, K
@@ -33,9 +33,10 @@ import numpy as np
 import torch
 
 import tilemm
-from tilemm import choice, machine
-from tilemm.accuracy import compare_on_device
-from tilemm.timing import interleaved_rounds
+from tilemm.choose import by_shape as choice
+from tilemm.system import machine
+from tilemm.numerics.accuracy import compare_on_device
+from tilemm.system.timing import interleaved_rounds
 
 HEADLINE = [("complex64", 8192, 8192, 8192, "nn"), ("complex128", 4096, 4096, 4096, "nn")]
 # the sweep's largest product, in complex multiply-adds (a complex128 one of 2^35 takes ~0.5 s a call)
@@ -118,7 +119,7 @@ def geomean(values: list[float]) -> float:
 
 
 def report_sweep(records: list[dict]) -> None:
-    """The fit half's winning classes (as tilemm.choice.winners judges them) and both halves' ratios."""
+    """The fit half's winning classes (as tilemm.choose.by_shape.winners judges them) and both halves' ratios."""
     rung = [r for r in records if r["variant"] == "tensorcore-complex" and r.get("vs_library")]
     capability = tuple(machine.gpu().compute_capability) if machine.gpu() else None
     table = {}

@@ -10,9 +10,9 @@ import statistics
 import time
 
 import tilemm
-from tilemm.accuracy import compare
-from tilemm.data import operands
-from tilemm.machine import describe
+from tilemm.numerics.accuracy import compare
+from tilemm.numerics.data import operands
+from tilemm.system.machine import describe
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--n", type=int, default=1024)

@@ -1,5 +1,5 @@
-"""The default kernel's shape-class tables (tilemm.choice) from their canonical records: writes the
-package data files src/tilemm/tables/*.json, checks them, and says what each table gives on the
+"""The default kernel's shape-class tables (tilemm.choose.by_shape) from their canonical records: writes the
+package data files src/tilemm/choose/tables/*.json, checks them, and says what each table gives on the
 wide sweep's held-out half.
 
     python3 benchmarks/default_table.py            # write every table from its record
@@ -7,7 +7,7 @@ wide sweep's held-out half.
     PYTHONPATH=src python3 benchmarks/default_table.py --held-out   # each table on the held-out half
 
 A table is made from the fit half of the wide sweep (tensorcore_vs_cublas.py --wide fit --whole-calls,
-the rung and `library` among the variants) by tilemm.choice.winners: the shape classes where the rung's
+the rung and `library` among the variants) by tilemm.choose.by_shape.winners: the shape classes where the rung's
 ratios to the library rung have a geometric mean of at least 1.05x and none below 0.97x. The dtypes of
 a table are judged together (bfloat16 and float16 run the same programs); a class the fit half holds a
 single shape of is judged with a grid of its own as well (min_shapes=2 and the `checks` records). Each
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
-from tilemm import choice  # noqa: E402  (the library, from this checkout)
+from tilemm.choose import by_shape as choice  # noqa: E402  (the library, from this checkout)
 
 RESULTS = "benchmarks/results"
 HELD_OUT = f"{RESULTS}/h200/tensorcore_vs_library.jsonl.gz"
@@ -63,7 +63,7 @@ def make_table(name: str, root: Path = ROOT) -> dict:
     used = fit + [r for r in checks if r["variant"] == spec["rung"]]
     return {
         "about": f"where the default takes {spec['rung']} instead of the library rung, by shape class "
-                 "(work, aligned, depth, thin: tilemm.choice.shape_class); written by " + COMMAND,
+                 "(work, aligned, depth, thin: tilemm.choose.by_shape.shape_class); written by " + COMMAND,
         "capability": spec["capability"],
         "dtypes": spec["dtypes"],
         "rung": spec["rung"],
@@ -90,7 +90,7 @@ def table_text(table: dict) -> str:
 def held_out(name: str) -> None:
     """What the table gives on the held-out half: the rung's ratio where it names the class, the
     library's (1) elsewhere."""
-    table = json.loads((ROOT / "src/tilemm/tables" / name).read_text())
+    table = json.loads((ROOT / "src/tilemm/choose/tables" / name).read_text())
     classes = {tuple(c) for c in table["winners"]}
     records = read_records(ROOT / HELD_OUT)
     for dtype in table["dtypes"]:
@@ -111,7 +111,7 @@ def main():
     args = ap.parse_args()
     stale = []
     for name in TABLES:
-        path = ROOT / "src/tilemm/tables" / name
+        path = ROOT / "src/tilemm/choose/tables" / name
         if args.held_out:
             held_out(name)
             continue

@@ -1,4 +1,4 @@
-"""tilemm.distributed on several GPUs against one GPU at the same problem size: wall time of a
+"""tilemm.spread.distributed on several GPUs against one GPU at the same problem size: wall time of a
 whole product (every rank's block of C, from the first broadcast to the last add), the
 answer checked on sampled rows and columns against float64.
 
@@ -20,11 +20,11 @@ import torch
 import torch.distributed as dist
 
 import tilemm
-from tilemm import machine
+from tilemm.system import machine
 
 
 def grids(world: int):
-    return [tilemm.distributed.Grid(r, world // r) for r in range(1, world + 1) if world % r == 0]
+    return [tilemm.spread.distributed.Grid(r, world // r) for r in range(1, world + 1) if world % r == 0]
 
 
 def timed(call) -> tuple:
@@ -61,8 +61,8 @@ def main():
             times = {"one GPU": []}
             blocks = {}
             for grid in grids(world):
-                blocks[grid] = (tilemm.distributed.shard(a, grid, rank, "A").contiguous(),
-                                tilemm.distributed.shard(b, grid, rank, "B").contiguous())
+                blocks[grid] = (tilemm.spread.distributed.shard(a, grid, rank, "A").contiguous(),
+                                tilemm.spread.distributed.shard(b, grid, rank, "B").contiguous())
                 times[f"{grid.rows}x{grid.cols}"] = []
             checks = {}
             for r in range(args.rounds + 1):                         # round 0: warm-up (compiles), not kept
@@ -74,13 +74,13 @@ def main():
                 if r:
                     times["one GPU"].append(t)
                 for grid, (a_mine, b_mine) in blocks.items():
-                    t, c_mine = timed(lambda: tilemm.distributed.matmul(a_mine, b_mine, grid))
+                    t, c_mine = timed(lambda: tilemm.spread.distributed.matmul(a_mine, b_mine, grid))
                     if r:
                         times[f"{grid.rows}x{grid.cols}"].append(t)
                     else:                                            # check: sampled rows of this block
                         i, j = grid.position(rank)
-                        rows = tilemm.distributed.block(n, grid.rows, i)
-                        cols = tilemm.distributed.block(n, grid.cols, j)
+                        rows = tilemm.spread.distributed.block(n, grid.rows, i)
+                        cols = tilemm.spread.distributed.block(n, grid.cols, j)
                         pick = torch.arange(0, rows.stop - rows.start, max(1, (rows.stop - rows.start) // 7),
                                             device="cuda")
                         ref = a[rows][pick].double() @ b[:, cols].double()
@@ -110,9 +110,9 @@ def main():
 
 def breakdown(rank: int, world: int, n: int):
     """Where a 1 x world bf16 product's time goes, on each rank: its local products alone (added into
-    float32 C by the tensorcore rung, as tilemm.distributed does), the same products by cuBLAS into
+    float32 C by the tensorcore rung, as tilemm.spread.distributed does), the same products by cuBLAS into
     bf16 (no float32 sums across panels), and passing its A block round alone."""
-    from tilemm.panels import accumulate as _accumulate, blocks
+    from tilemm.spread.panels import accumulate as _accumulate, blocks
     a = torch.randn((n, n // world), device="cuda", dtype=torch.bfloat16)      # this rank's A block
     b = torch.randn((n, n // world), device="cuda", dtype=torch.bfloat16)      # its B block: all K rows
     acc = torch.zeros((n, n // world), device="cuda", dtype=torch.float32)

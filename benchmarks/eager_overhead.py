@@ -50,7 +50,7 @@ CUDA_CASES = [("bfloat16", 64, None), ("bfloat16", 512, None), ("bfloat16", 512,
 CUDA_CHILD = r"""
 import json, sys, time
 import torch, tilemm
-from tilemm.accuracy import compare_on_device
+from tilemm.numerics.accuracy import compare_on_device
 torch.set_num_threads(1)
 torch.backends.cuda.matmul.allow_tf32 = False      # torch's float32 is SGEMM, as tilemm's default
 calls, blocks, cases = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
@@ -107,7 +107,7 @@ def run_round(tree: str, args) -> tuple[dict, dict]:
 def write(out: str, record: dict, args):
     """Append the record, stamped, to OUT/eager_overhead.jsonl (tilemm from PYTHONPATH for the stamp)."""
     from pathlib import Path
-    from tilemm import machine
+    from tilemm.system import machine
     stamp = machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks python3 benchmarks/eager_overhead.py", args))
     Path(out).mkdir(parents=True, exist_ok=True)
     with open(Path(out) / "eager_overhead.jsonl", "a") as f:

@@ -3,7 +3,7 @@
     PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py --out DIR
     ... fp8_vs_scaled_mm.py --out DIR --wide fit held-out     # the two float32-sum programs, wide sweep
 
---wide: over the wide sweep's problems (tilemm.bench.suites.wide_problems; A row-major, B as
+--wide: over the wide sweep's problems (tilemm.tools.bench.suites.wide_problems; A row-major, B as
 (N, K).T), whole calls of the float32 sums' two programs, scaled_matmul(warp_specialized=False)
 (`triton`) and (=True) (`gluon`), with _scaled_mm beside them where it takes the shape (multiples
 of 16): the data of scaled_fp8.WARP_SPECIALIZED_FROM_K.
@@ -28,9 +28,9 @@ from pathlib import Path
 import torch
 
 import tilemm
-from tilemm import machine
-from tilemm.ladder.tensorcore.availability import gluon_multicast
-from tilemm.timing import interleaved_rounds
+from tilemm.system import machine
+from tilemm.engine.availability import gluon_multicast
+from tilemm.system.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (pre-warm)
 
@@ -56,7 +56,7 @@ def check(c, a, b, scale, fast, block_k=128):
 
 def wide(out: Path, splits: list, base: dict):
     """The --wide records (see the module's doc), one line a problem, every answer checked."""
-    from tilemm.bench.suites import wide_problems
+    from tilemm.tools.bench.suites import wide_problems
     for p in wide_problems():
         if p.split not in splits:
             continue

@@ -23,8 +23,8 @@ import torch
 
 import tilemm
 import tilemm.nn
-from tilemm.ladder.tensorcore import epilogue_launch
-from tilemm.timing import interleaved_rounds
+from tilemm.engine import epilogue_launch
+from tilemm.system.timing import interleaved_rounds
 
 import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
 

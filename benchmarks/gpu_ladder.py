@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 
 import tilemm  # first: its shim lets numba-cuda import under NumPy 2.5
-from tilemm import arrays, machine
-from tilemm.accuracy import compare
-from tilemm.timing import interleaved_rounds, launch_overhead_us
-from tilemm.data import operands
+from tilemm.numerics import arrays
+from tilemm.system import machine
+from tilemm.numerics.accuracy import compare
+from tilemm.system.timing import interleaved_rounds, launch_overhead_us
+from tilemm.numerics.data import operands
 
 import cupy as cp  # noqa: E402
 

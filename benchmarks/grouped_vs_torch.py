@@ -24,8 +24,8 @@ import torch
 
 import bench_setup  # noqa: E402  (benchmarks/: run with PYTHONPATH=src:benchmarks)
 import tilemm
-from tilemm import machine
-from tilemm.timing import interleaved_rounds
+from tilemm.system import machine
+from tilemm.system.timing import interleaved_rounds
 
 # (experts, routed rows, hidden K, width N): Mixtral-, DeepSeek-V3- and Qwen3-MoE-like layers
 TUNE = [(8, 32768, 4096, 14336), (64, 16384, 7168, 4096), (128, 32768, 2048, 1536)]

@@ -4,7 +4,7 @@ torch._int_mm (cuBLASLt's int8 GEMM): the bar is 0.97x _int_mm or better on ever
     PYTHONPATH=src:benchmarks python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all]
 
 Problems: M in --ms, times (N, K) of a set: `fit`, the layers the default's rule was set on
-(tilemm.choice.int8_library_wins), and `held-out`, other layers', never looked at while setting it.
+(tilemm.choose.by_shape.int8_library_wins), and `held-out`, other layers', never looked at while setting it.
 A is (M, K) row-major, B the weight as torch.nn.Linear keeps it, (N, K), given as its .T: _int_mm's
 fast layout. Variants, each a whole call as a user makes it:
 
@@ -35,7 +35,7 @@ import torch
 
 import tilemm
 from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
-from tilemm.ladder.tensorcore.availability import multiprocessors
+from tilemm.engine.availability import multiprocessors
 
 import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
 from call_overhead import wall_us as block_us  # (wall time a call of a block, one synchronize at the end)

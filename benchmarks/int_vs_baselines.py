@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 import tilemm
-from tilemm.timing import interleaved_rounds
-from tilemm import machine
+from tilemm.system.timing import interleaved_rounds
+from tilemm.system import machine
 
 import cupy as cp  # noqa: E402
 import gpu_ladder  # noqa: E402  (pre-warm and interleaved rounds)

@@ -14,7 +14,7 @@
 
 Modes: torch; torch-noreduce (torch's Linears with allow_bf16_reduced_precision_reduction off, as
 tilemm's library rung runs them); tilemm (tilemm.nn.Linear); tilemm-general (each Linear through
-tilemm.matmul's general autograd rule, tilemm.torch_ops). Results: JSON lines in
+tilemm.matmul's general autograd rule, tilemm.torch.ops). Results: JSON lines in
 $OUT/linear_profile.jsonl (else --out, else ./out).
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ SHAPES = {"q/o": (2048, 2048), "k/v": (2048, 512), "gate/up": (2048, 5632), "dow
 
 class GeneralLinear(tilemm.nn.Linear):
     """A Linear whose product goes through tilemm.matmul's general path (autograd by
-    tilemm.torch_ops.MatmulFunction): the reference for tilemm.nn.Linear's own."""
+    tilemm.torch.ops.MatmulFunction): the reference for tilemm.nn.Linear's own."""
 
     def forward(self, input):
         rows = input.reshape(-1, self.in_features)
@@ -205,7 +205,7 @@ def main(argv=None):
     out = Path(os.environ.get("OUT") or args.out or "out")
     out.mkdir(parents=True, exist_ok=True)
 
-    stamp = {**tilemm.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)),
+    stamp = {**tilemm.system.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)),
              "bf16_reduction_default": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction}
 
     def emit(record):           # every record stamped (device, versions, date, command), as the canonical ones are

@@ -137,7 +137,7 @@ def main(argv=None):
     args = parse_args(argv)
     out = Path(os.environ.get("OUT") or args.out or "out")
     out.mkdir(parents=True, exist_ok=True)
-    stamp = {**tilemm.machine.stamp("PYTHONPATH=src:benchmarks python3 " + " ".join(sys.argv)), "tiny": args.tiny,
+    stamp = {**tilemm.system.machine.stamp("PYTHONPATH=src:benchmarks python3 " + " ".join(sys.argv)), "tiny": args.tiny,
              "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel, "fuse_activations": True}
     import transformers
     stamp["versions"] = {**stamp["versions"], "transformers": transformers.__version__}

@@ -313,7 +313,7 @@ def layouts_seen(model) -> dict:
     backward sums in float32 under its flags as they are), through them with the flag turned off
     in backward (hooks), or through a Function (not the library's products)."""
     known = [layout for module in model.modules() if isinstance(module, tilemm.nn.Linear)
-             for layout in module.products.known.values() if isinstance(layout, tilemm.nn_products.Layout)]
+             for layout in module.products.known.values() if isinstance(layout, tilemm.torch.nn_products.Layout)]
     trained = [layout for layout in known if layout.grads is not None]
     plain = sum(1 for layout in trained if layout.grads and layout.exact_now())
     hooked = sum(1 for layout in trained if layout.grads and not layout.exact_now())
@@ -327,7 +327,7 @@ def layouts_seen(model) -> dict:
 
 
 def compile_check(args, emit):
-    import tilemm.fused_ops, tilemm.torch_ops  # noqa: F401,E401  (register torch.ops.tilemm.*, counted below)
+    import tilemm.torch.fused_ops, tilemm.torch.ops  # noqa: F401,E401  (register torch.ops.tilemm.*, counted below)
     stream = token_stream(args, 32000 if not args.tiny else 1000)
     tokens = next(stream)
     model = build_model(args)
@@ -376,7 +376,7 @@ def main(argv=None):
         return
     out = Path(os.environ.get("OUT") or args.out or "out")
     out.mkdir(parents=True, exist_ok=True)
-    stamp = {**tilemm.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)), "tiny": args.tiny,
+    stamp = {**tilemm.system.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)), "tiny": args.tiny,
              "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel,
              "float32_sums": args.float32_sums, "fuse_activations": args.fuse_activations}
     try:

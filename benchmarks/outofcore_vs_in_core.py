@@ -1,4 +1,4 @@
-"""tilemm.outofcore against the same product in core: host operands streamed through the GPU a
+"""tilemm.spread.outofcore against the same product in core: host operands streamed through the GPU a
 panel at a time (memory_limit forces the blocks that a product larger than the GPU would get)
 against tilemm.matmul on device operands, TFLOP/s of each, the answer checked on sampled rows and
 columns against float64.
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 import tilemm
-import tilemm.outofcore as ooc
-from tilemm import machine
+import tilemm.spread.outofcore as ooc
+from tilemm.system import machine
 
 
 def host_operand(n: int, dtype, seed: int):
@@ -95,7 +95,7 @@ def main():
     ap.add_argument("--n", type=int, default=32768)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--limits-gb", type=float, nargs="+", default=[24, 8, 4],
-                    help="device memory to plan for, GiB (0: tilemm.outofcore's default, from the free memory)")
+                    help="device memory to plan for, GiB (0: tilemm.spread.outofcore's default, from the free memory)")
     ap.add_argument("--in-core-n", type=int, help="the in-core product's size, if not --n (which may not fit)")
     ap.add_argument("--timeline", action="store_true",
                     help="also profile one out-of-core product per limit: time in products, in copies, in both")

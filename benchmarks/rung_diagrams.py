@@ -30,8 +30,8 @@ def recorded_launch(kernel: str, params: dict) -> dict:
     index), made in the simulator (loads of C, for the rung that reads C back, are counted too)."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-    from tilemm import registry
-    from tilemm.data import operands
+    from tilemm.ladder import registry
+    from tilemm.numerics.data import operands
 
     class Recording(FakeCUDAArray):
         def __init__(self, ary, log):

@@ -1,8 +1,8 @@
 """Several GPUs against one, interleaved in one run, every answer checked on sampled rows and columns
-against float64: tilemm.distributed on every grid of the world size (and its pipeline's knobs),
+against float64: tilemm.spread.distributed on every grid of the world size (and its pipeline's knobs),
 what a torch user would write (rows of C split after a broadcast of B; DTensor's own matmul,
 Shard(1) x Shard(0) then a reduce-scatter, and Shard(0) x Replicate), tilemm on the same DTensors,
-and, in a run of its own, tilemm.multi from one process (operands on GPU 0, and in host memory).
+and, in a run of its own, tilemm.spread.multi from one process (operands on GPU 0, and in host memory).
 
     bash benchmarks/several_gpus.sh benchmarks/results/h200     # 4 ranks, 2 ranks, one process
 
@@ -32,7 +32,7 @@ import torch  # noqa: E402  (after the environment above)
 import torch.distributed as dist  # noqa: E402
 
 import tilemm  # noqa: E402
-from tilemm import machine  # noqa: E402
+from tilemm.system import machine  # noqa: E402
 
 KNOBS = {"": {}, " depth=1": dict(depth=1), " depth=3": dict(depth=3), " link_ctas=4": dict(link_ctas=4),
          " link_ctas=8": dict(link_ctas=8)}
@@ -79,11 +79,11 @@ def ranked_variants(a, b, n, rank, world):
     for r in range(1, world + 1):
         if world % r:
             continue
-        grid = tilemm.distributed.Grid(r, world // r)
-        a_mine = tilemm.distributed.shard(a, grid, rank, "A").contiguous()
-        b_mine = tilemm.distributed.shard(b, grid, rank, "B").contiguous()
+        grid = tilemm.spread.distributed.Grid(r, world // r)
+        a_mine = tilemm.spread.distributed.shard(a, grid, rank, "A").contiguous()
+        b_mine = tilemm.spread.distributed.shard(b, grid, rank, "B").contiguous()
         i, j = grid.position(rank)
-        rows_i, cols_j = tilemm.distributed.block(n, grid.rows, i), tilemm.distributed.block(n, grid.cols, j)
+        rows_i, cols_j = tilemm.spread.distributed.block(n, grid.rows, i), tilemm.spread.distributed.block(n, grid.cols, j)
         pick_c = cols[(cols >= cols_j.start) & (cols < cols_j.stop)]
 
         def check(c, rows_i=rows_i, cols_j=cols_j, pick_c=pick_c):
@@ -95,8 +95,8 @@ def ranked_variants(a, b, n, rank, world):
         for name, knob in knobs.items():
             variants[f"tilemm {grid.rows}x{grid.cols}{name}"] = (
                 (lambda a_mine=a_mine, b_mine=b_mine, grid=grid, knob=knob:
-                 tilemm.distributed.matmul(a_mine, b_mine, grid, **knob)), check)
-    rows_mine = tilemm.distributed.block(n, world, rank)
+                 tilemm.spread.distributed.matmul(a_mine, b_mine, grid, **knob)), check)
+    rows_mine = tilemm.spread.distributed.block(n, world, rank)
     a_rows = a[rows_mine].contiguous()
     b_copy = b.clone() if rank == 0 else torch.empty_like(b)
 
@@ -109,7 +109,7 @@ def ranked_variants(a, b, n, rank, world):
         return torch.matmul(a_rows, b_copy)
     variants["torch rows split, B broadcast"] = (torch_split, check_rows)
     mesh = init_device_mesh(DEVICE, (world,))
-    k_mine = tilemm.distributed.block(n, world, rank)
+    k_mine = tilemm.spread.distributed.block(n, world, rank)
     a_k = DTensor.from_local(a[:, k_mine].contiguous(), mesh, [Shard(1)], run_check=False)
     b_k = DTensor.from_local(b[k_mine].contiguous(), mesh, [Shard(0)], run_check=False)
     a_r = DTensor.from_local(a_rows, mesh, [Shard(0)], run_check=False)
@@ -121,7 +121,7 @@ def ranked_variants(a, b, n, rank, world):
         lambda: torch.matmul(a_k, b_k).redistribute(placements=[Shard(0)]), local)
     variants["DTensor S(0) x R"] = (lambda: torch.matmul(a_r, b_r), local)
     variants["tilemm DTensor S(1) x S(0) + reduce-scatter"] = (
-        lambda: tilemm.distributed.matmul(a_k, b_k, placements=[Shard(0)]), local)
+        lambda: tilemm.spread.distributed.matmul(a_k, b_k, placements=[Shard(0)]), local)
     variants["tilemm DTensor S(0) x R"] = (lambda: tilemm.matmul(a_r, b_r), local)
     return variants
 
@@ -133,18 +133,18 @@ def one_process_variants(a, b, n, gpus, host_limit):
         pick = sample(n)
         return error_of(c[pick.to(c.device)][:, cols.to(c.device)].to(DEVICE), a, b, pick, cols)
     devices = list(range(gpus)) if DEVICE == "cuda" else ["cpu"] * gpus
-    variants = {f"tilemm.multi {gpus} GPUs, operands on GPU 0": (
-        lambda: tilemm.multi.matmul(a, b, devices=devices), check)}
+    variants = {f"tilemm.spread.multi {gpus} GPUs, operands on GPU 0": (
+        lambda: tilemm.spread.multi.matmul(a, b, devices=devices), check)}
     for panel in (4096, 16384):
-        variants[f"tilemm.multi {gpus} GPUs, operands on GPU 0 panel_k={panel}"] = (
-            lambda panel=panel: tilemm.multi.matmul(a, b, devices=devices, panel_k=panel), check)
+        variants[f"tilemm.spread.multi {gpus} GPUs, operands on GPU 0 panel_k={panel}"] = (
+            lambda panel=panel: tilemm.spread.multi.matmul(a, b, devices=devices, panel_k=panel), check)
     pinned = DEVICE == "cuda"
     a_host = torch.empty(a.shape, dtype=a.dtype, pin_memory=pinned).copy_(a)
     b_host = torch.empty(b.shape, dtype=b.dtype, pin_memory=pinned).copy_(b)
-    variants[f"tilemm.multi {gpus} GPUs, host operands"] = (
-        lambda: tilemm.multi.matmul(a_host, b_host, devices=devices, out_of_core=True), check)
-    variants[f"tilemm.multi {gpus} GPUs, host operands, {host_limit >> 20} MiB a GPU"] = (
-        lambda: tilemm.multi.matmul(a_host, b_host, devices=devices, memory_limit=host_limit, out_of_core=True),
+    variants[f"tilemm.spread.multi {gpus} GPUs, host operands"] = (
+        lambda: tilemm.spread.multi.matmul(a_host, b_host, devices=devices, out_of_core=True), check)
+    variants[f"tilemm.spread.multi {gpus} GPUs, host operands, {host_limit >> 20} MiB a GPU"] = (
+        lambda: tilemm.spread.multi.matmul(a_host, b_host, devices=devices, memory_limit=host_limit, out_of_core=True),
         check)
     return variants
 
@@ -155,7 +155,7 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[32768, 65536])
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--one-process", action="store_true", help="tilemm.multi from this process (no torchrun)")
+    ap.add_argument("--one-process", action="store_true", help="tilemm.spread.multi from this process (no torchrun)")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs for --one-process (default: all)")
     ap.add_argument("--host-limit-mib", type=int, default=4096,
                     help="--one-process: each GPU's memory_limit for host operands, so that A + B + C pass "

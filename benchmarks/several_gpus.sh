@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The several-GPU benchmark in one command (at most 9 minutes): all the host's GPUs as
-# ranks, then two ranks, then tilemm.multi from one process. Records: OUT_DIR/several_gpus.jsonl.
+# ranks, then two ranks, then tilemm.spread.multi from one process. Records: OUT_DIR/several_gpus.jsonl.
 #   bash benchmarks/several_gpus.sh benchmarks/results/h200
 set -euo pipefail
 out=${1:?usage: bash benchmarks/several_gpus.sh OUT_DIR}

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 import tilemm
-from tilemm.accuracy import compare_on_device
-from tilemm.timing import paired_ratio
+from tilemm.numerics.accuracy import compare_on_device
+from tilemm.system.timing import paired_ratio
 
 import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
 from call_overhead import wall_us

@@ -8,7 +8,7 @@ calls, wrong answers and faults (both must be 0).
 
 A call's answer is checked on a sample of C (its first and last rows and columns among them)
 against NumPy on the host: exact for integers (NumPy wraps as tilemm must), within
-tilemm.accuracy's bound for floats. A call a rung refuses (KernelUnavailable) or that runs out of
+tilemm.numerics.accuracy's bound for floats. A call a rung refuses (KernelUnavailable) or that runs out of
 GPU memory is counted apart; any other exception is a fault.
 """
 from __future__ import annotations
@@ -24,10 +24,11 @@ import traceback
 import numpy as np
 
 import tilemm
-from tilemm import arrays, machine
-from tilemm.accuracy import compare
-from tilemm.data import random_operand
-from tilemm.dtypes import result_dtype
+from tilemm.numerics import arrays
+from tilemm.system import machine
+from tilemm.numerics.accuracy import compare
+from tilemm.numerics.data import random_operand
+from tilemm.numerics.dtypes import result_dtype
 
 SIMT = ("naive", "naive-global", "uncoalesced", "tiled", "rect", "regblock")
 CASES = ([(k, d) for k in SIMT for d in ("int32", "int64", "float32", "float64")]

@@ -13,7 +13,7 @@ included: the default kernel's bars, e.g.
         --variants default library --whole-calls
 
 Ratios (vs_cublas, vs_library) are the median over rounds of each round's ratio of medians
-(tilemm.timing.paired_ratio). Each record also carries the HBM bound of its shape: the bytes a GEMM must move at least (A, B
+(tilemm.system.timing.paired_ratio). Each record also carries the HBM bound of its shape: the bytes a GEMM must move at least (A, B
 and C once) over the copy bandwidth measured in the same run.
 """
 import argparse
@@ -24,10 +24,10 @@ import statistics
 import time
 
 import tilemm
-from tilemm import machine
-from tilemm.accuracy import denormal_floor, tolerance
-from tilemm.bench.suites import SHAPES, wide_problems
-from tilemm.timing import graphed, interleaved_rounds, launch_overhead_us, paired_ratio, time_cuda
+from tilemm.system import machine
+from tilemm.numerics.accuracy import denormal_floor, tolerance
+from tilemm.tools.bench.suites import SHAPES, wide_problems
+from tilemm.system.timing import graphed, interleaved_rounds, launch_overhead_us, paired_ratio, time_cuda
 
 import torch  # noqa: E402
 
@@ -137,7 +137,7 @@ def copy_bandwidth() -> float:
 
 
 def checked(c, a, b, dtype):
-    """(ok, worst error over tilemm.accuracy's bound), on the GPU in float64; int8: exact (0.0)."""
+    """(ok, worst error over tilemm.numerics.accuracy's bound), on the GPU in float64; int8: exact (0.0)."""
     ref = a.double() @ b.double()
     if dtype == "int8":             # int32 sums of int8 products: exact in float64 (|sums| < 2^53)
         same = bool(torch.equal(c.double(), ref))
@@ -208,7 +208,7 @@ def main():
                     help="time whole calls as a user makes them (tilemm.matmul(a, b) against torch.matmul(a, b), "
                          "each allocating its result) instead of prepared launches into a buffer")
     ap.add_argument("--wide", choices=["all", "fit", "held-out"],
-                    help="the wide sweep's problems (tilemm.bench.suites.wide_problems, with their layouts) "
+                    help="the wide sweep's problems (tilemm.tools.bench.suites.wide_problems, with their layouts) "
                          "instead of --shapes: all of them or one half")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Where `tensorcore`'s tile model (tilemm.ladder.tensorcore.tile_model) comes from: the kernel-alone time of
+"""Where `tensorcore`'s tile model (tilemm.engine.tile_model) comes from: the kernel-alone time of
 tile configurations over the wide sweep's fit half (bf16, products of 5e8 flops or more), beside
 torch.matmul, interleaved rounds; then a least-squares fit of the model's constants.
 
@@ -32,7 +32,7 @@ def candidates(m: int, n: int, k: int) -> list:
     skinny one (M or N <= 64), the default tiles with K split into SKINNY_SPLITS runs of 2 K steps
     or more; None: the shipped default."""
     from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
-    from tilemm.ladder.tensorcore.tile_model import FIT_SMS, MIN_SPLIT_STEPS
+    from tilemm.engine.tile_model import FIT_SMS, MIN_SPLIT_STEPS
     if min(m, n) <= 64:
         tiles = default_tiles(m, n, k)
         steps = -(-k // tiles["block_k"])
@@ -55,7 +55,7 @@ def candidates(m: int, n: int, k: int) -> list:
 def problems(split: str, skinny: bool = False) -> list:
     """The wide sweep's problems of one half of 5e8 flops or more, not skinny; skinny: those with
     M or N <= 64, of 2e7 flops or more."""
-    from tilemm.bench.suites import wide_problems
+    from tilemm.tools.bench.suites import wide_problems
     return sorted((p for p in wide_problems() if p.split == split and (
         2 * p.m * p.n * p.k >= 2e7 and min(p.m, p.n) <= 64 if skinny else 2 * p.m * p.n * p.k >= 5e8 and min(p.m, p.n) > 64)),
                   key=lambda p: p.m * p.n * p.k)
@@ -91,8 +91,8 @@ def compile_problem(job):
 def measure(args):
     import torch
     from tensorcore_vs_cublas import checked
-    from tilemm import machine
-    from tilemm.timing import interleaved_rounds
+    from tilemm.system import machine
+    from tilemm.system.timing import interleaved_rounds
     stamp = machine.stamp(machine.command_line(
         "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py", args))
     found = problems(args.split, args.skinny)
@@ -131,7 +131,7 @@ def measure(args):
 
 def fit(path: str):
     """Print tile_model.fit of a tile_grid.jsonl: the constants to set against tile_model's."""
-    from tilemm.ladder.tensorcore import tile_model
+    from tilemm.engine import tile_model
     found = tile_model.fit([json.loads(line) for line in open(path)])
     print(f"{found['problems']} problems; rate {found['rate']:.3g} multiply-adds a µs an SM (128 x 256)")
     for (bm, bn, warps), (cost, fixed) in found["shapes"].items():

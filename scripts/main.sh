@@ -24,7 +24,7 @@ REPORT=${REPORT:-report}
 # Measured on a budget: a rung's larger sizes whose predicted call time passes --skip-over
 # seconds are estimated from the sizes measured (marked so in the table and plots), not run.
 # The full sweep: bash scripts/main.sh --skip-over 3600 (an hour a call at most).
-if .venv/bin/python -c "import sys, tilemm.machine as m; sys.exit(0 if m.gpu() else 1)"; then
+if .venv/bin/python -c "import sys, tilemm.system.machine as m; sys.exit(0 if m.gpu() else 1)"; then
     SUITES=(seeds ladder)
 else
     SUITES=(cpu)

@@ -3,7 +3,7 @@ import numpy as np
 
 import pytest
 
-from tilemm.accuracy import compare, compare_on_device, tolerance
+from tilemm.numerics.accuracy import compare, compare_on_device, tolerance
 
 from .cases import operands
 

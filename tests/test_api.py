@@ -4,9 +4,9 @@ import pytest
 import torch
 
 import tilemm
-from tilemm.accuracy import compare
-from tilemm import plan_cache
-from tilemm.ladder import workspaces
+from tilemm.numerics.accuracy import compare
+from tilemm.plans import cache as plan_cache
+from tilemm.engine import workspaces
 
 from .cases import operands
 
@@ -115,7 +115,7 @@ def test_cpu_tiled_knows_what_it_has_compiled():
 def test_kernels_have_metadata():
     for k in tilemm.kernels():
         assert k.name and k.device in ("cpu", "cuda") and k.dtypes and k.seed and k.summary
-        t = k.traffic(tilemm.registry.Problem(64, 64, 64, "float32"), **{p.name: p.default for p in k.params})
+        t = k.traffic(tilemm.ladder.registry.Problem(64, 64, 64, "float32"), **{p.name: p.default for p in k.params})
         assert t.read >= 2 * 64 * 64 and t.written >= 64 * 64
     assert [k.rung for k in tilemm.kernels()] == sorted(k.rung for k in tilemm.kernels())
 
@@ -221,7 +221,7 @@ def test_a_narrower_out_dtype_rounds_the_operands_first(kernel):
     values (inf past 65504), and so does a rung that computes float16 in float32; a bfloat16 result
     the same, from float32 tensors. Once those rungs multiplied the wider values, 54x off float16's
     bound at 87 x 6 x 2."""
-    from tilemm.accuracy import compare
+    from tilemm.numerics.accuracy import compare
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((87, 2)), rng.standard_normal((2, 6))
     c = tilemm.matmul(a, b, kernel=kernel, out_dtype="float16")
@@ -272,7 +272,7 @@ def test_out_dtype_refused_as_numpy_refuses(operands, out_dtype):
 
 
 def test_auto_times_the_fast_rungs_once_and_caches_the_winner(tmp_path, monkeypatch):
-    from tilemm import tuning
+    from tilemm.system import tuning
     monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(5)
     a = rng.integers(-2**31, 2**31 - 1, (70, 90), dtype=np.int64).astype(np.int32)
@@ -355,7 +355,7 @@ def test_gpu_library_16_bit_floats(dtype, m, n, k):
     """16-bit CUDA tensors: the default kernel for a stack is the library's batched call, in their
     own dtype (not float32 copies), float32 sums within the bound, torch's flags as the caller left
     them."""
-    from tilemm.accuracy import compare
+    from tilemm.numerics.accuracy import compare
     torch.manual_seed(m + n + k)
     a, b = torch.randn(2, m, k, dtype=dtype, device="cuda"), torch.randn(k, n, dtype=dtype, device="cuda")
     plan = tilemm.plan(a, b)

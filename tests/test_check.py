@@ -2,8 +2,8 @@
 Triton's interpreter (set by conftest) the GPU rungs run on the CPU, from host arrays."""
 import pytest
 
-from tilemm import check
-from tilemm import kernel_record
+from tilemm.tools import check
+from tilemm.ladder import record as kernel_record
 
 from .conftest import ON_GPU
 
@@ -19,7 +19,7 @@ def test_check_runs_emulated_gpu_rungs_from_host_arrays():
 
 def test_check_catches_a_wrong_kernel(monkeypatch):
     import dataclasses
-    from tilemm import registry
+    from tilemm.ladder import registry
     wrong = dataclasses.replace(registry.get("cpu-naive"), run=lambda a, b, c, **p: c.fill(1))
     monkeypatch.setitem(kernel_record.LADDER, "cpu-naive", wrong)
     outcomes = list(check.run(["cpu-naive"], ["int32"], [(3, 4, 5)]))

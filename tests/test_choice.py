@@ -1,4 +1,4 @@
-"""The default kernel's shape classes (tilemm.choice): the tables shipped are the ones their rule
+"""The default kernel's shape classes (tilemm.choose.by_shape): the tables shipped are the ones their rule
 makes from the committed sweep (package data files that agree with their records), they apply only
 on the GPU generation they were measured on, and the default takes the listed rung there and cuBLAS
 elsewhere."""
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tilemm import choice
-from tilemm import dispatch, kernel_record
+from tilemm.choose import by_shape as choice
+from tilemm.choose import default as dispatch
+from tilemm.ladder import record as kernel_record
 
 ROOT = Path(__file__).parent.parent
 RESULTS = ROOT / "benchmarks/results"
@@ -157,7 +158,7 @@ def test_a_stack_on_the_gpu_takes_the_library_s_batched_call(monkeypatch):
     """A stack of matrices: the library's one batched call, not a launch a matrix, but for matrices
     of 2^32 multiply-adds and more (here cuBLAS is made available: the CPU tests have none)."""
     import dataclasses
-    from tilemm import registry
+    from tilemm.ladder import registry
     library = registry.get("cublas")
     monkeypatch.setitem(kernel_record.LADDER, "cublas", dataclasses.replace(library, available=lambda: None,
                                                                         limits=lambda problem: None))
@@ -173,8 +174,9 @@ def test_a_stack_on_the_gpu_takes_the_library_s_batched_call(monkeypatch):
 def test_auto_times_native_rungs_capped_by_the_table(monkeypatch):
     """kernel="auto" on a GPU: rungs that compute the result's own dtype (no float32 or float64 rung
     for bfloat16), and where the table names a rung, that rung and the library alone."""
-    from tilemm import auto, registry
-    from tilemm.registry import Problem
+    from tilemm.choose import auto
+    from tilemm.ladder import registry
+    from tilemm.ladder.registry import Problem
     monkeypatch.setattr(registry.Kernel, "why_not", lambda self, problem, params: None)   # as on a GPU
 
     def names(dtype, shape, capability):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tilemm import cli
-from tilemm.bench import selection
+from tilemm.tools import cli
+from tilemm.tools.bench import selection
 
 from .conftest import ON_GPU
 
@@ -20,7 +20,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def run_cli(capsys, *argv):
-    """(exit code, stdout, stderr) of tilemm.cli.main(argv) in this process."""
+    """(exit code, stdout, stderr) of tilemm.tools.cli.main(argv) in this process."""
     try:
         code = cli.main(list(argv))
     except SystemExit as refused:           # argparse's refusals
@@ -31,11 +31,11 @@ def run_cli(capsys, *argv):
 
 
 def run_on_a_cpu_machine(*argv, code=None):
-    """(exit code, stdout, stderr) of `python -m tilemm.cli argv` (or of `python -c code`) with
+    """(exit code, stdout, stderr) of `python -m tilemm.tools.cli argv` (or of `python -c code`) with
     no simulator and no interpreter: what a machine without a GPU sees."""
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "tilemm.cli", *argv]
+    command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "tilemm.tools.cli", *argv]
     res = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert "Traceback" not in res.stdout + res.stderr, res.stderr
     return res.returncode, res.stdout, res.stderr

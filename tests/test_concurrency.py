@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import tilemm
-from tilemm import streams, tuning
-from tilemm.accuracy import compare
+from tilemm.engine import streams
+from tilemm.system import tuning
+from tilemm.numerics.accuracy import compare
 
 from .cases import operands
 
@@ -166,7 +167,7 @@ def test_auto_with_an_unwritable_cache_still_answers(tmp_path, monkeypatch):
 def _tune_in_a_process(cache_dir, i):
     import os
     os.environ["TILEMM_CACHE_DIR"] = cache_dir
-    from tilemm import tuning as t
+    from tilemm.system import tuning as t
     for key in (f"own-{i}", "shared"):
         t.best(key, [{"x": 1}, {"x": 2}], lambda c: float(c["x"]))
 

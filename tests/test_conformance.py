@@ -1,16 +1,16 @@
 """Every kernel that can run here x every dtype it claims x the conformance shapes.
 
 The output is poisoned before each launch; integers must be bit-exact with
-numpy.matmul, floats within the bound of tilemm.accuracy; NaN must be seen.
+numpy.matmul, floats within the bound of tilemm.numerics.accuracy; NaN must be seen.
 """
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import tilemm
-from tilemm import torch_contract
-from tilemm.accuracy import compare
-from tilemm.dtypes import compute_dtype
+from tilemm.contract import torch_rules as torch_contract
+from tilemm.numerics.accuracy import compare
+from tilemm.numerics.dtypes import compute_dtype
 
 from .cases import NUMPY_DTYPES, SHAPES, operands
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tilemm import digits
+from tilemm.numerics import digits
 
 from .cases import operands
 

@@ -1,12 +1,12 @@
-"""tilemm.ladder.direct_launch: the compiled program's C launcher called past Triton's Python
+"""tilemm.engine.direct_launch: the compiled program's C launcher called past Triton's Python
 layers. The C launcher and Triton's launcher objects are stand-ins here (the layout checked is
 Triton 3.6's); the GPU tier (tests/test_gpu_programs.py) checks products launched this way."""
 import types
 
 import pytest
 
-from tilemm.ladder import direct_launch
-from tilemm.ladder.direct_launch import KNOWN_BASE_FORMAT, launch_parts, make_runner
+from tilemm.engine import direct_launch
+from tilemm.engine.direct_launch import KNOWN_BASE_FORMAT, launch_parts, make_runner
 
 
 class Base:

@@ -1,4 +1,4 @@
-"""tilemm.distributed on the CPU: four gloo processes (the same code NCCL runs on GPUs), every
+"""tilemm.spread.distributed on the CPU: four gloo processes (the same code NCCL runs on GPUs), every
 dtype family, grids 2 x 2, 1 x 4 and 4 x 1, shapes that the grid does not divide (and blocks that
 are empty), checked against NumPy; blocks that do not form the layout refused on every rank. In
 the same processes (one start for all): the pipeline's knobs on every grid of 4 and of 2, and
@@ -10,9 +10,9 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from tilemm import summa
-from tilemm.distributed import Grid, _panels
-from tilemm.panels import block, blocks
+from tilemm.spread import summa
+from tilemm.spread.distributed import Grid, _panels
+from tilemm.spread.panels import block, blocks
 
 SHAPES = [(13, 11, 7), (5, 3, 9), (2, 9, 3), (16, 16, 16), (7, 5, 0), (1, 1, 1)]
 DTYPES = ["float32", "float64", "int32", "int64", "int8", "bfloat16"]
@@ -91,7 +91,7 @@ def _dtensor_checks(rank, failures):
         for number, (pa, pb) in enumerate(cases):
             da, db = _distributed(a, mesh, pa, a), _distributed(b, mesh, pb, b)
             torch_c = torch.matmul(da, db)
-            entry = tilemm.matmul if number % 2 else tilemm.distributed.matmul     # both routes, in turn
+            entry = tilemm.matmul if number % 2 else tilemm.spread.distributed.matmul     # both routes, in turn
             for label, c in ((entry.__module__, entry(da, db)),):
                 where = f"rank {rank} mesh {tuple(mesh.shape)} {pa} x {pb} {label}"
                 if tuple(c.placements) != tuple(torch_c.placements):
@@ -101,8 +101,8 @@ def _dtensor_checks(rank, failures):
     # K split, then a reduce-scatter: C's rows
     mesh = init_device_mesh("cpu", (4,))
     da, db = _distributed(a, mesh, (Shard(1),), a), _distributed(b, mesh, (Shard(0),), b)
-    c = tilemm.distributed.matmul(da, db, placements=[Shard(0)])
-    partial = tilemm.distributed.matmul(da, db)
+    c = tilemm.spread.distributed.matmul(da, db, placements=[Shard(0)])
+    partial = tilemm.spread.distributed.matmul(da, db)
     if tuple(c.placements) != (Shard(0),) or not isinstance(partial.placements[0], Partial) or \
             not torch.allclose(c.full_tensor().double(), want, atol=1e-4):
         failures.append(f"rank {rank}: Shard(1) x Shard(0) reduce-scattered to {c.placements}")
@@ -112,9 +112,9 @@ def _dtensor_checks(rank, failures):
                        out_dtype="int64", kernel="numpy")
     if ci.dtype != torch.int64 or not torch.equal(ci.full_tensor(), ai.long() @ bi.long()):
         failures.append(f"rank {rank}: int32 with out_dtype=int64 gave {ci.dtype}")
-    for bad, kind in ((lambda: tilemm.distributed.matmul(da, a), TypeError),
-                      (lambda: tilemm.distributed.matmul(da, db, tilemm.distributed.Grid(1, 4)), ValueError),
-                      (lambda: tilemm.distributed.matmul(da, db, placements=[Shard(0), Shard(1)]), ValueError)):
+    for bad, kind in ((lambda: tilemm.spread.distributed.matmul(da, a), TypeError),
+                      (lambda: tilemm.spread.distributed.matmul(da, db, tilemm.spread.distributed.Grid(1, 4)), ValueError),
+                      (lambda: tilemm.spread.distributed.matmul(da, db, placements=[Shard(0), Shard(1)]), ValueError)):
         try:
             bad()
             failures.append(f"rank {rank}: a bad DTensor call was not refused")
@@ -137,25 +137,25 @@ def _pipeline_checks(rank, failures):
     settings = [dict(depth=1, panel=2, both_ways=False), dict(depth=3, panel=1, both_ways=True)]
     for rows, cols, group, me in [(2, 2, None, rank), (1, 4, None, rank), (4, 1, None, rank),
                                   (1, 2, pair, rank % 2), (2, 1, pair, rank % 2)]:
-        grid = tilemm.distributed.Grid(rows, cols)
+        grid = tilemm.spread.distributed.Grid(rows, cols)
         for knobs in settings:
-            mine = tilemm.distributed.matmul(torch.from_numpy(np.ascontiguousarray(tilemm.distributed.shard(a, grid, me, "A"))),
-                                             torch.from_numpy(np.ascontiguousarray(tilemm.distributed.shard(b, grid, me, "B"))),
+            mine = tilemm.spread.distributed.matmul(torch.from_numpy(np.ascontiguousarray(tilemm.spread.distributed.shard(a, grid, me, "A"))),
+                                             torch.from_numpy(np.ascontiguousarray(tilemm.spread.distributed.shard(b, grid, me, "B"))),
                                              grid, group, **knobs)
-            want = tilemm.distributed.shard(a.astype(np.float64) @ b.astype(np.float64), grid, me, "C")
+            want = tilemm.spread.distributed.shard(a.astype(np.float64) @ b.astype(np.float64), grid, me, "C")
             if mine.shape != want.shape or not np.allclose(mine.numpy(), want, atol=1e-4):
                 failures.append(f"rank {rank} grid {rows}x{cols} {knobs}: wrong block")
     # knobs that differ between ranks: the same ValueError everywhere, before any transfer
-    grid = tilemm.distributed.Grid(2, 2)
-    blocks = [torch.from_numpy(np.ascontiguousarray(tilemm.distributed.shard(x, grid, rank, w))) for x, w in ((a, "A"), (b, "B"))]
+    grid = tilemm.spread.distributed.Grid(2, 2)
+    blocks = [torch.from_numpy(np.ascontiguousarray(tilemm.spread.distributed.shard(x, grid, rank, w))) for x, w in ((a, "A"), (b, "B"))]
     try:
-        tilemm.distributed.matmul(*blocks, grid, depth=1 + (rank == 2))
+        tilemm.spread.distributed.matmul(*blocks, grid, depth=1 + (rank == 2))
         failures.append(f"rank {rank}: knobs that differ were not refused")
     except ValueError as e:
         if "knobs" not in str(e):
             failures.append(f"rank {rank}: {e}")
     try:
-        tilemm.distributed.matmul(*blocks, grid, depth=0)
+        tilemm.spread.distributed.matmul(*blocks, grid, depth=0)
         failures.append(f"rank {rank}: depth=0 was not refused")
     except ValueError:
         pass
@@ -166,21 +166,21 @@ def _worker(rank, world, path, failures):
     import torch.distributed as dist
 
     import tilemm
-    from tilemm.accuracy import compare
-    from tilemm.data import random_operand
+    from tilemm.numerics.accuracy import compare
+    from tilemm.numerics.data import random_operand
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
     try:
         for rows, cols in GRIDS:
-            grid = tilemm.distributed.Grid(rows, cols)
+            grid = tilemm.spread.distributed.Grid(rows, cols)
             for dtype in DTYPES:
                 for m, n, k in SHAPES:
                     rng = np.random.default_rng([m, n, k])          # every rank draws the same A and B
                     a, b = random_operand(rng, (m, k), dtype), random_operand(rng, (k, n), dtype)
                     to = (lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16)) \
                         if dtype == "bfloat16" else (lambda x: torch.from_numpy(np.ascontiguousarray(x)))
-                    mine = tilemm.distributed.matmul(to(tilemm.distributed.shard(a, grid, rank, "A")),
-                                                     to(tilemm.distributed.shard(b, grid, rank, "B")), grid)
-                    want = tilemm.distributed.shard(np.zeros((m, n)), grid, rank, "C").shape
+                    mine = tilemm.spread.distributed.matmul(to(tilemm.spread.distributed.shard(a, grid, rank, "A")),
+                                                     to(tilemm.spread.distributed.shard(b, grid, rank, "B")), grid)
+                    want = tilemm.spread.distributed.shard(np.zeros((m, n)), grid, rank, "C").shape
                     got = (mine.float() if dtype == "bfloat16" else mine).numpy()
                     i, j = grid.position(rank)
                     rows_i, cols_j = block(m, rows, i), block(n, cols, j)
@@ -189,10 +189,10 @@ def _worker(rank, world, path, failures):
                         failures.append(f"rank {rank} grid {rows}x{cols} {dtype} {m}x{n}x{k}: "
                                         f"{verdict.message if verdict else f'shape {got.shape}, want {want}'}")
         # a rank whose block does not fit the layout: the same ValueError on every rank, before any product
-        grid = tilemm.distributed.Grid(2, 2)
+        grid = tilemm.spread.distributed.Grid(2, 2)
         a = torch.ones((3 if rank == 3 else 2, 2))
         try:
-            tilemm.distributed.matmul(a, torch.ones((2, 2)), grid)
+            tilemm.spread.distributed.matmul(a, torch.ones((2, 2)), grid)
             failures.append(f"rank {rank}: a bad layout was not refused")
         except ValueError as e:
             if "rank 3" not in str(e):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tilemm.cli import markdown_table
+from tilemm.tools.cli import markdown_table
 
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"

@@ -7,9 +7,10 @@ import torch
 import torch.nn.functional as F
 
 import tilemm
-from tilemm import fused, fused_ops  # noqa: F401  (fused_ops registers the operators)
-from tilemm.epilogue_math import ACTIVATIONS, activate_numpy, activate_torch
-from tilemm.ladder.tensorcore.epilogue_launch import config_for
+from tilemm.products import fused
+from tilemm.torch import fused_ops  # noqa: F401  (fused_ops registers the operators)
+from tilemm.numerics.epilogue_math import ACTIVATIONS, activate_numpy, activate_torch
+from tilemm.engine.epilogue_launch import config_for
 
 from .conftest import ON_GPU
 

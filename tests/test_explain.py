@@ -2,7 +2,7 @@
 the CUDA simulator), and a launch a GPU would refuse is explained, not attempted."""
 import pytest
 
-from tilemm import cli, explain
+from tilemm.tools import cli, explain
 
 from .test_simt import SMALL
 
@@ -41,7 +41,7 @@ def test_roofline_counts_the_products_on_the_unit_that_runs_them(kernel, dtype, 
     """An emulating rung's compute bound is its unit's peak over the products it does for each
     product of the problem (3xTF32 runs on TF32 tensor cores, three products each: the float32
     SIMT peak is not its bound)."""
-    from tilemm import machine
+    from tilemm.system import machine
     r = explain.explain(kernel, 4096, 4096, 4096, dtype, params, simulate=None)["roofline"]
     assert (r["unit"], r["products_per_product"]) == (unit, work)
     assert r["peak_tflops"] == pytest.approx(machine.limits().peak(unit) / work)
@@ -87,7 +87,7 @@ def test_cli_refuses_bad_sizes_and_dtypes_in_one_line(capsys, argv, says):
 def test_without_a_gpu_explain_assumes_the_gpu_named_and_says_so(capsys):
     """The docs set explain's roofline beside an H200's measurements: --gpu H200 takes its peaks
     (its own bandwidth) where no GPU is here, and the output names the device."""
-    from tilemm import machine
+    from tilemm.system import machine
     if machine.gpu() is not None:
         pytest.skip("a real GPU is here: its own limits and peaks are used")
     h100 = explain.explain("naive", 1024, 1024, 1024, simulate=None)

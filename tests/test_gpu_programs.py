@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import tilemm
-from tilemm import arrays
-from tilemm.accuracy import compare
-from tilemm.data import random_operand
-from tilemm import dispatch, plan_cache
+from tilemm.numerics import arrays
+from tilemm.numerics.accuracy import compare
+from tilemm.numerics.data import random_operand
+from tilemm.choose import default as dispatch
+from tilemm.plans import cache as plan_cache
 
 from .test_concurrency import run_in_threads, run_processes
 
@@ -306,11 +307,11 @@ def test_float64_dmma_every_layout_and_odd_sizes(layout, shape):
                                            ((9001, 12001, 100), "tn"), ((33, 984, 9), "nt"), ((1, 5001, 100), "nn"),
                                            ((5001, 1, 77), "tn"), ((1, 5001, 0), "nn")])
 def test_the_float64_default_on_its_table_classes(shape, layout):
-    """kernel=None on float64 device operands of the classes tilemm.choice gives `tensorcore-f64`
+    """kernel=None on float64 device operands of the classes tilemm.choose.by_shape gives `tensorcore-f64`
     (unaligned products of 1e11 flops and more, of K under 128 from 1e10, small skinny ones and
     vectors of K under 128; K = 0 an empty sum): the rung runs, and answers right."""
     import torch
-    from tilemm import choice
+    from tilemm.choose import by_shape as choice
     m, n, k = shape
     a, b, a_t, b_t = torch_pair("float64", m, n, k, seed=m + n + k)
     a_t, b_t = laid_out(layout, a_t, b_t)
@@ -369,8 +370,8 @@ def _auto_in_a_process(cache_dir, seed):
 
 
 def test_four_processes_tune_into_one_cache(tmp_path):
-    from tilemm import auto
-    from tilemm.registry import Problem
+    from tilemm.choose import auto
+    from tilemm.ladder.registry import Problem
     # a problem where auto times more than one rung (the shipped table leaves float32 unmeasured)
     assert len(auto.candidates("cuda", "float32", lambda kern: Problem(512, 512, 512, "float32"), 512, 512, 512)) > 1
     assert run_processes(_auto_in_a_process, [(str(tmp_path), i) for i in range(4)], 600) == [0] * 4
@@ -383,7 +384,7 @@ def test_the_check_on_the_gpu_fails_a_wrong_entry(dtype):
     """The bench and `tilemm check` check torch CUDA results on the GPU: it must still catch one
     wrong entry (and pass the right answer)."""
     import torch
-    from tilemm.accuracy import compare_on_device
+    from tilemm.numerics.accuracy import compare_on_device
     a, b, da, db = torch_pair(dtype, 300, 200, 100, 7)
     c = tilemm.matmul(da, db, kernel="cublas")
     assert compare_on_device(c, a, b, dtype).ok
@@ -507,12 +508,12 @@ def test_threads_replaying_copies_on_one_stream_keep_their_own_scratch():
 
 
 def test_triton_3_6_launches_past_its_python_layers():
-    """Where Triton's launcher has the layout tilemm.ladder.direct_launch knows, a prepared
+    """Where Triton's launcher has the layout tilemm.engine.direct_launch knows, a prepared
     program's runner is the direct one (elsewhere Triton's own: this test then says so)."""
     import torch
     from triton.backends import nvidia  # noqa: F401
     from triton.backends.nvidia import driver as nvidia_driver
-    from tilemm.ladder.direct_launch import KNOWN_BASE_FORMAT
+    from tilemm.engine.direct_launch import KNOWN_BASE_FORMAT
     if getattr(nvidia_driver, "_BASE_ARGS_FORMAT", None) != KNOWN_BASE_FORMAT:
         pytest.skip("this Triton's launcher has another layout: Triton's runner launches")
     a, b, a_t, b_t = torch_pair("bfloat16", 1024, 1024, 1024, seed=5)
@@ -539,7 +540,7 @@ def test_out_of_core_on_the_gpu_with_pinned_operands(dtype, pinned_out):
     """Pinned host operands go to the GPU as 2-D copies a panel and (pinned C) come back the same
     way: 4 x 4 ragged blocks of C, K in four chunks, every entry checked; and a panel arriving in pieces."""
     import torch
-    import tilemm.outofcore as ooc
+    import tilemm.spread.outofcore as ooc
     m, n, k = 1000, 900, 1100
     rng = np.random.default_rng(3)
     a, b = random_operand(rng, (m, k), dtype), random_operand(rng, (k, n), dtype)
@@ -562,8 +563,8 @@ def test_out_of_core_on_the_gpu_with_pinned_operands(dtype, pinned_out):
 
 def test_matmul_on_host_matrices_past_free_memory_goes_out_of_core(monkeypatch):
     """tilemm.matmul with a GPU rung on NumPy matrices whose A + B + C pass the free memory (made
-    small here) streams them through tilemm.outofcore; every entry checked."""
-    import tilemm.outofcore as ooc
+    small here) streams them through tilemm.spread.outofcore; every entry checked."""
+    import tilemm.spread.outofcore as ooc
     monkeypatch.setattr(ooc, "free_device_bytes", lambda device=None: 6 << 20)
     rng = np.random.default_rng(9)
     a, b = random_operand(rng, (1000, 1100), "float32"), random_operand(rng, (1100, 900), "float32")

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tilemm"
 
 # The tools built on the library (command line, benchmarks, report, explain, check): the library
 # never imports them.
-TOOLS = ("tilemm.cli", "tilemm.bench", "tilemm.explain", "tilemm.check")  # (tilemm.warmup is the public warmup() function)
+TOOLS = ("tilemm.tools.cli", "tilemm.tools.bench", "tilemm.tools.explain", "tilemm.tools.check")  # (tilemm.warmup is the public warmup() function)
 
 
 def module_name(path: Path) -> str:
@@ -109,12 +109,12 @@ def ancestors(module: str) -> set[str]:
 
 
 # Lazy imports of the modules that import torch at their top, from inside a function: a call that
-# torch.compile traces or that records a gradient becomes a torch op (tilemm.torch_ops), whose
+# torch.compile traces or that records a gradient becomes a torch op (tilemm.torch.ops), whose
 # eager body is tilemm.matmul (or scaled_matmul) again. The recursion is the design; the import
 # waits for the first such call, so `import tilemm` never loads torch. Likewise a product of
-# DTensors (tilemm.spread: tilemm.dtensor), whose local products are tilemm.matmul again.
-LAZY_TORCH = {("tilemm.api", "tilemm.torch_ops"), ("tilemm.scaled", "tilemm.torch_ops"),
-              ("tilemm.spread", "tilemm.dtensor")}
+# DTensors (tilemm.spread.route: tilemm.spread.dtensor), whose local products are tilemm.matmul again.
+LAZY_TORCH = {("tilemm.api", "tilemm.torch.ops"), ("tilemm.products.scaled", "tilemm.torch.ops"),
+              ("tilemm.spread.route", "tilemm.spread.dtensor")}
 
 
 def module_level(text: str) -> set[str]:

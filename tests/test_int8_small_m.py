@@ -6,7 +6,7 @@ count of runs as functions of the sizes and SMs; the program compiled for sm_90 
 runs it; and exact answers on the GPU."""
 import pytest
 
-from tilemm.ladder import workspaces
+from tilemm.engine import workspaces
 from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
 
 from .compiled import run_program
@@ -99,7 +99,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul
 from tilemm.ladder.tensorcore.r11_int8_small_m import TILES
-from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
+from tilemm.engine.availability import H100_SHARED_OPTIN
 out = {}
 for rows, (bm, bn, bk, warps, stages, _) in TILES:
     sig = dict(a_ptr="*i8", b_ptr="*i8", c_ptr="*i32", M="i32", N="i32", K="i32", stride_am="i32",

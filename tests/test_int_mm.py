@@ -1,5 +1,5 @@
 """int8 x int8 -> int32 through torch._int_mm (tilemm.ladder.int_mm) in the library rung, and the
-default's rule for it (tilemm.choice.int8_library_wins): the rule as a pure function of the sizes
+default's rule for it (tilemm.choose.by_shape.int8_library_wins): the rule as a pure function of the sizes
 and the SM count; the default takes the library only on a GPU, in _int_mm's fast layout, where
 _int_mm takes the sizes, and nothing changes for other dtypes; the library's products are exact
 (on the CPU through torch's own _int_mm, which takes the same sizes)."""
@@ -7,7 +7,10 @@ import dataclasses
 
 import pytest
 
-from tilemm import choice, dispatch, kernel_record, machine, registry, streams
+from tilemm.choose import by_shape as choice, default as dispatch
+from tilemm.ladder import record as kernel_record, registry
+from tilemm.system import machine
+from tilemm.engine import streams
 from tilemm.ladder import int_mm
 
 torch = pytest.importorskip("torch")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tilemm import cli
+from tilemm.tools import cli
 from tilemm.learn import exercises, grading, skeleton, source
 
 EXERCISES = [e.name for e in exercises.EXERCISES]

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 import tilemm
 import tilemm.nn
-from tilemm import fused_ops  # noqa: F401  (registers the operators)
-from tilemm.epilogue_math import ACTIVATIONS, activate_torch
+from tilemm.torch import fused_ops  # noqa: F401  (registers the operators)
+from tilemm.numerics.epilogue_math import ACTIVATIONS, activate_torch
 
 from .conftest import ON_GPU
 

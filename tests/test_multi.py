@@ -1,11 +1,11 @@
-"""tilemm.multi: one product over several devices from one process. On the CPU the same threads run
+"""tilemm.spread.multi: one product over several devices from one process. On the CPU the same threads run
 the same steps with devices=["cpu", ...] (streams and events do nothing there); the GPU tier runs on
 a machine with two or more GPUs (marked gpu and multigpu)."""
 import numpy as np
 import pytest
 
 import tilemm
-from tilemm import multi
+from tilemm.spread import multi
 
 torch = pytest.importorskip("torch")
 

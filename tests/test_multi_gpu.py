@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import tilemm
-from tilemm import accuracy, registry
-from tilemm.data import operands
+from tilemm.numerics import accuracy
+from tilemm.ladder import registry
+from tilemm.numerics.data import operands
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]
 
@@ -169,7 +170,7 @@ def test_scaled_matmul_on_another_device(restore_device):
 def test_out_of_core_on_another_device(restore_device):
     a, b = operands(7, 300, 200, 500, "float32")
     torch.cuda.set_device(0)
-    c = tilemm.outofcore.matmul(a, b, device="cuda:1", memory_limit=2 << 20)
+    c = tilemm.spread.outofcore.matmul(a, b, device="cuda:1", memory_limit=2 << 20)
     assert torch.cuda.current_device() == 0
     assert accuracy.compare(c, a, b, "float32").ok
 
@@ -177,7 +178,7 @@ def test_out_of_core_on_another_device(restore_device):
 DISTRIBUTED = textwrap.dedent(r"""
     import os, sys
     import numpy as np, torch, torch.distributed as dist
-    import tilemm, tilemm.distributed as td
+    import tilemm, tilemm.spread.distributed as td
     from tilemm import accuracy
     local = int(os.environ["LOCAL_RANK"])
     dist.init_process_group("nccl", rank=local, world_size=2)   # no torch.cuda.set_device

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilemm
-import tilemm.nn_products
+import tilemm.torch.nn_products
 from tilemm.nn import Linear, restore_linears, swap_linears
 
 
@@ -159,7 +159,7 @@ def test_transformers_llama_trains_to_torch_s_losses():
 
 
 def test_tilemm_nn_is_reached_from_the_package():
-    assert tilemm.nn.Linear is Linear and tilemm.torch_ops.MatmulFunction is not None
+    assert tilemm.nn.Linear is Linear and tilemm.torch.ops.MatmulFunction is not None
 
 
 @pytest.mark.parametrize("kernel", [None, "cpu-tiled"])
@@ -199,7 +199,7 @@ def test_the_library_s_layouts_give_torch_s_values_and_gradients(shape, reduced,
                         lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
     # the CPU's products never read the flag, so that torch's backward would be seen to sum in
     # float32 under it (the next test): here, as where cuBLAS would reduce in 16 bits
-    monkeypatch.setattr(tilemm.nn_products, "same_with_flag", lambda *args, **kwargs: False)
+    monkeypatch.setattr(tilemm.torch.nn_products, "same_with_flag", lambda *args, **kwargs: False)
     with flag_set(FLAG, reduced):
         check_library_layouts(shape, reduced, FLAG)
 
@@ -275,12 +275,12 @@ class FlagReadingLinear(torch.autograd.Function):
 def test_same_with_flag_sees_a_product_that_reads_the_flag(reads_flag, gradients, monkeypatch):
     from tilemm.ladder import library
     if reads_flag:
-        monkeypatch.setattr(tilemm.linear_flags, "linear", FlagReadingLinear.apply)
+        monkeypatch.setattr(tilemm.torch.linear_flags, "linear", FlagReadingLinear.apply)
     get, put = library.exact_sums_flag("bfloat16")
     x = torch.randn(3, 4, 5, dtype=torch.bfloat16).transpose(0, 1)
     w, bias = torch.randn(2, 5, dtype=torch.bfloat16), torch.randn(2, dtype=torch.bfloat16)
     with flag_set(FLAG, True):
-        assert tilemm.linear_flags.same_with_flag(x, w, bias, get, put, gradients=gradients) is not reads_flag
+        assert tilemm.torch.linear_flags.same_with_flag(x, w, bias, get, put, gradients=gradients) is not reads_flag
         assert getattr(torch.backends.cuda.matmul, FLAG) is True      # put back
 
 
@@ -292,7 +292,7 @@ def test_a_forward_turns_the_flag_off_unless_f_linear_was_seen_to_sum_in_float32
     monkeypatch.setattr(tilemm.nn.Products, "fast_product",
                         lambda self, a, b: library.torch_product(str(a.dtype).removeprefix("torch.")))
     if not seen:
-        monkeypatch.setattr(tilemm.nn_products, "same_with_flag", lambda *args, **kwargs: False)
+        monkeypatch.setattr(tilemm.torch.nn_products, "same_with_flag", lambda *args, **kwargs: False)
     layer = Linear(5, 3, dtype=torch.bfloat16)
     x = torch.randn(2, 4, 5, dtype=torch.bfloat16)
     with flag_set(FLAG, True), torch.no_grad():

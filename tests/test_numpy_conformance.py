@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tilemm
-from tilemm.accuracy import compare, compare_on_device
-from tilemm.contract import OutputCastingError
-from tilemm.data import operands
+from tilemm.numerics.accuracy import compare, compare_on_device
+from tilemm.contract.numpy_rules import OutputCastingError
+from tilemm.numerics.data import operands
 
 from .conftest import ON_GPU
 
@@ -546,8 +546,8 @@ def test_interpreter_gauss_products_within_the_complex_bound(m, n, k, layout):
 
 def test_complex_rung_models_count_its_real_products():
     rung = tilemm.kernel("tensorcore-complex")
-    problem = tilemm.registry.Problem(4096, 4096, 4096, "complex128")
+    problem = tilemm.ladder.registry.Problem(4096, 4096, 4096, "complex128")
     four, three = rung.resolve({}), rung.resolve({"products": 3})
     assert rung.unit(problem, four)[1] == 4 and rung.unit(problem, three)[1] == 3
-    assert rung.unit(tilemm.registry.Problem(64, 64, 64, "complex64"), four) == ("tf32", 12)
+    assert rung.unit(tilemm.ladder.registry.Problem(64, 64, 64, "complex64"), four) == ("tf32", 12)
     assert rung.traffic(problem, **three).read < rung.traffic(problem, **four).read

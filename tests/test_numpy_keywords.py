@@ -11,7 +11,8 @@ import pytest
 from numpy.exceptions import AxisError, ComplexWarning
 
 import tilemm
-from tilemm import contract, plan_cache
+from tilemm.contract import numpy_rules as contract
+from tilemm.plans import cache as plan_cache
 
 CASTINGS = ["no", "equiv", "safe", "same_kind", "unsafe"]
 

@@ -1,11 +1,11 @@
-"""tilemm.outofcore on the CPU: the same code the GPU runs, with a memory limit small enough to force
+"""tilemm.spread.outofcore on the CPU: the same code the GPU runs, with a memory limit small enough to force
 3 x 3 blocks of C or more and K split into chunks, on every dtype family, checked against NumPy."""
 import numpy as np
 import pytest
 
-import tilemm.outofcore as ooc
-from tilemm.accuracy import compare
-from tilemm.data import random_operand
+import tilemm.spread.outofcore as ooc
+from tilemm.numerics.accuracy import compare
+from tilemm.numerics.data import random_operand
 
 
 def test_a_small_limit_forces_blocks_and_split_k():
@@ -75,10 +75,11 @@ def test_a_bad_out_is_refused():
 
 def test_matmul_on_host_matrices_past_the_gpu_goes_out_of_core(monkeypatch):
     """tilemm.matmul(a, b, kernel=<a GPU rung>) on host matrices whose A + B + C pass the GPU's free
-    memory runs tilemm.outofcore (here with no GPU: the rung's checks stood in for, the free memory
+    memory runs tilemm.spread.outofcore (here with no GPU: the rung's checks stood in for, the free memory
     made small, the CPU path of out of core); a product that fits keeps the in-core plan."""
     import tilemm
-    from tilemm import api, registry
+    from tilemm import api
+    from tilemm.ladder import registry
     monkeypatch.setattr(registry.Kernel, "why_not", lambda self, problem, params: None)   # as on a GPU
     monkeypatch.setattr(ooc, "free_device_bytes", lambda device=None: 40 * 40 * 4 * 3)
     real = ooc.matmul

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tilemm
-from tilemm import choice
-from tilemm.registry import Problem
-from tilemm import dispatch
+from tilemm.choose import by_shape as choice
+from tilemm.ladder.registry import Problem
+from tilemm.choose import default as dispatch
 
 # Sizes where tile arithmetic turns: empty, 1, tile edges and one past them, skinny bounds, large.
 EDGES = [0, 1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4096, 8191, 20000, 70000,

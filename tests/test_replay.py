@@ -1,12 +1,12 @@
-"""A repeated call's launches replayed on new operands (tilemm.ladder.replay): the substitution
+"""A repeated call's launches replayed on new operands (tilemm.engine.replay): the substitution
 itself, checked on the CPU with a stand-in for a compiled program that records what it is given.
 The GPU tier (tests/test_gpu_programs.py) checks replayed products against the reference."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from tilemm.ladder.launches import BoundLaunch, CopyInto, Steps  # noqa: E402
-from tilemm.ladder.replay import recorded  # noqa: E402
+from tilemm.engine.launches import BoundLaunch, CopyInto, Steps  # noqa: E402
+from tilemm.engine.replay import recorded  # noqa: E402
 
 
 class Descriptor:
@@ -121,7 +121,7 @@ def test_inputs_beyond_a_and_b_take_the_new_calls_places():
 def test_a_workspace_launch_is_given_addresses_and_its_workspace():
     """A launch taking a workspace (split K) is given its operands as addresses, as a plain launch
     is, and the workspace of the replay's device and stream, as addresses too."""
-    from tilemm.ladder.workspaces import WorkspaceLaunch
+    from tilemm.engine.workspaces import WorkspaceLaunch
 
     class Program:                               # stands for a JIT function: what its signature reads
         @staticmethod
@@ -176,7 +176,7 @@ def test_constexpr_tuples_are_kept_as_they_are():
 def test_alignment_is_each_operands_own():
     """Triton specializes each pointer on its own 16 bytes: an aligned A with an unaligned B is not
     the same program as an unaligned A with an aligned B, so the guard tells them apart."""
-    from tilemm.ladder.replay_guard import alignment
+    from tilemm.engine.replay_guard import alignment
     x = torch.empty(64, dtype=torch.float32)
     aligned, off = x[:16].view(4, 4), x[1:17].view(4, 4)
     assert alignment(aligned, aligned) == (0, 0)
@@ -220,7 +220,7 @@ def test_scratch_grows_and_large_scratch_is_not_kept(monkeypatch):
     """A replay needing more scratch than is kept grows it, and one whose scratch passes
     SCRATCH_KEPT_UP_TO allocates its own at every call."""
     import threading
-    from tilemm.ladder import replay as replay_module
+    from tilemm.engine import replay as replay_module
     small, small_seen = copy_and_product()
     result = {}
 
@@ -248,7 +248,7 @@ def test_scratch_grows_and_large_scratch_is_not_kept(monkeypatch):
 
 
 def test_scratch_buffers_start_aligned():
-    from tilemm.ladder.replay import SCRATCH_ALIGN, scratch_layout
+    from tilemm.engine.replay import SCRATCH_ALIGN, scratch_layout
     offsets, total = scratch_layout([(5, torch.float32), (3, torch.bfloat16), (1, torch.int8)])
     assert offsets == [0, SCRATCH_ALIGN, 2 * SCRATCH_ALIGN] and total == 3 * SCRATCH_ALIGN
 
@@ -275,7 +275,7 @@ def test_two_scratch_buffers_in_the_kept_scratch_do_not_overlap():
 def test_descriptors_over_views_of_operands_take_their_addresses():
     """A descriptor whose base is a view of an operand (B^T, rows from the third on) is replayed
     with the address of that place in the new operand, not a tensor view: Triton reads no more."""
-    from tilemm.ladder.replay import Address
+    from tilemm.engine.replay import Address
     a, b, c = torch.randn(8, 6), torch.randn(6, 5), torch.empty(8, 5)
     product, seen = launched((Descriptor(a[2:], [4, 2]), Descriptor(b.T, [4, 2]), c, 8, 5, 6))
     replay = recorded(product, (a, b, c))
@@ -292,7 +292,7 @@ def test_release_lets_go_of_every_threads_kept_scratch():
     """tilemm.release_memory (replay.release) drops the kept scratch of this thread and of another
     live one; the next call allocates anew and still reads its own operands."""
     import threading
-    from tilemm.ladder import replay as replay_module
+    from tilemm.engine import replay as replay_module
     replay, seen = copy_and_product()
     replay.run(torch.randn(8, 6), torch.randn(6, 5))
     ready, released, done = threading.Event(), threading.Event(), {}

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tilemm.bench import load, report, roofline, runner, suites, timeleft
+from tilemm.tools.bench import load, report, roofline, runner, suites, timeleft
 
 from .conftest import ON_GPU
 
@@ -104,8 +104,8 @@ def test_a_rung_that_cannot_run_here_is_skipped_with_its_reason(tmp_path):
 
 
 def test_bench_params_go_to_the_kernels_that_have_them():
-    from tilemm.bench import selection
-    from tilemm.cli import parse_params
+    from tilemm.tools.bench import selection
+    from tilemm.tools.cli import parse_params
     cases = selection.with_params(suites.tensorcore_suite(), parse_params(["autotune=True"]))
     assert {c.kernel for c in cases if c.params.get("autotune") is True} == {"tensorcore"}
     assert all(c.params == {} for c in cases if c.kernel != "tensorcore")
@@ -155,7 +155,7 @@ def test_a_records_command_line_runs_as_written():
     """machine.command_line writes what argparse reads back: flags bare (not `--graphs True`,
     which argparse refuses), unset options left out, lists spaced, underscores as dashes."""
     import argparse
-    from tilemm import machine
+    from tilemm.system import machine
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--graphs", action="store_true")

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from tilemm.bench import load, plots, report, roofline, runner, summaries  # noqa: E402
+from tilemm.tools.bench import load, plots, report, roofline, runner, summaries  # noqa: E402
 
 HOST_ROOFS = {"bandwidth_gbs": 10.0, "float32": 0.2202, "float64": 0.1, "measured": "memory: a copy; compute: "
               "NumPy (BLAS) at 1024x1024x1024"}

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tilemm import cli
-from tilemm.bench import report, runner
+from tilemm.tools import cli
+from tilemm.tools.bench import report, runner
 
 ARGV = ["bench", "--kernels", "numpy", "--sizes", "8", "16", "--budget", "0.01"]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tilemm
-from tilemm.ladder.tensorcore import availability
+from tilemm.engine import availability
 
 from .compiled import run_program
 from .conftest import ON_GPU
@@ -188,7 +188,7 @@ def test_products_whose_tiles_fill_half_the_sms_or_fewer_take_128_x_128_tiles():
 def test_number_scales_are_made_once_apart_for_a_and_b():
     """A number's scale tensor is kept (no copy to the GPU each call), one for scale_a and another
     for scale_b even at one value: a replay needs each input in memory of its own."""
-    from tilemm import scaled
+    from tilemm.products import scaled
     device = torch.device(WHERE)
     sa, sb = scaled.scale_tensor(1.0, "scale_a", device, torch), scaled.scale_tensor(1.0, "scale_b", device, torch)
     assert sa is scaled.scale_tensor(1.0, "scale_a", device, torch) and sa.item() == sb.item() == 1.0
@@ -203,7 +203,7 @@ def test_number_scales_are_made_once_apart_for_a_and_b():
 def test_gpu_repeated_calls_replay_on_new_operands(layout, fast_accum):
     """The first call's launches (B copied K-major where it is row-major) replayed on new operands
     and new scales, on the current stream and on a side stream: each call its own product."""
-    from tilemm import scaled
+    from tilemm.products import scaled
     k = 700
     a0, b0 = operand(1030, k, FP8[0], False, 20), operand(k, 520, FP8[0], layout[1] == "t", 21)
     tilemm.scaled_matmul(a0, b0, 0.5, 2.0, out_dtype="float32", fast_accum=fast_accum)
@@ -374,8 +374,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, resolve
-from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_persistent
-from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
+from tilemm.engine.programs import matmul_persistent
+from tilemm.engine.availability import H100_SHARED_OPTIN
 out = {}
 for ty in ("fp8e4nv", "fp8e5"):
     for fast in (False, True):
@@ -420,7 +420,7 @@ for ta, tb, cty in (("fp8e4nv", "fp8e4nv", "*bf16"), ("fp8e5", "fp8e5", "*fp32")
         and "setmaxnreg.inc" in ptx and resource_usage(k.asm["cubin"])["stack"] == 0)
 # the same program in clusters of two CTAs, where this Triton's Gluon can: B loaded by the lead for
 # both (multicast), arrivals on the pair's barriers routed to the lead, wgmma on each CTA's 64 rows
-from tilemm.ladder.tensorcore.availability import gluon_cluster_api
+from tilemm.engine.availability import gluon_cluster_api
 if gluon_cluster_api():
     from tilemm.ladder.tensorcore import scaled_fp8_cluster_kernel as ck
     la = repr(gl.NVMMASharedLayout.get_default_for([ck.LOAD_ROWS, ck.BLOCK_K], gl.float8e4nv, cga_layout=ck.SPLIT_ROWS))

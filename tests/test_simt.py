@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import tilemm
-from tilemm.accuracy import compare
-from tilemm.registry import Problem
+from tilemm.numerics.accuracy import compare
+from tilemm.ladder.registry import Problem
 
 from .cases import operands
 
@@ -111,7 +111,7 @@ def test_grid_limit():
 def test_simt_rungs_refuse_matrices_past_32_bit_indices(kernel, m, n, k, matrix):
     """32-bit indices can't reach 2^31 elements: refused with the limit named, never wrapped."""
     problem = Problem(m, n, k, "float32")
-    rung = tilemm.registry.get(kernel)
+    rung = tilemm.ladder.registry.get(kernel)
     reason = rung.limits(problem, **rung.resolve({}))
     assert reason and f"{matrix} is" in reason and "2^31" in reason
 

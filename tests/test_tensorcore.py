@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import tilemm
-from tilemm.accuracy import compare
-from tilemm import kernel_record
-from tilemm.ladder import launches, workspaces
-from tilemm.ladder.tensorcore import availability, operand_copies
+from tilemm.numerics.accuracy import compare
+from tilemm.ladder import record as kernel_record
+from tilemm.engine import launches, workspaces
+from tilemm.engine import availability, operand_copies
 
 from .compiled import run_program
 from .conftest import ON_GPU
@@ -150,7 +150,7 @@ def test_rows_copied_to_alignment_only_where_it_pays():
                                    (130, 130, 48),    # 2 whole rounds, one tile shared by three runs
                                    (130, 130, 16)])   # a run that holds a whole tile writes it to C itself
 def test_interpreter_stream_k_shares_the_last_round(m, n, k):
-    """4 programs here (tilemm.ladder.tensorcore.availability.multiprocessors under the interpreter)."""
+    """4 programs here (tilemm.engine.availability.multiprocessors under the interpreter)."""
     torch.manual_seed(m + n + k)
     a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
     tiles = dict(block_m=64, block_n=64, block_k=16, num_warps=4, num_stages=2)
@@ -227,7 +227,7 @@ def test_interpreter_split_k_workspace_grows_and_its_counts_stay_zero():
 
 
 def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
-    from tilemm.ladder.tensorcore.tile_model import k_splits
+    from tilemm.engine.tile_model import k_splits
     monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert k_splits(16, 27, 59150, 16, 64, 128) == 48          # one tile, 463 K steps: the partials' reads cap it
     assert k_splits(404, 108, 32491, 64, 128, 64) == 18        # 7 tiles
@@ -236,11 +236,11 @@ def test_split_k_fills_the_sms_a_round_of_tiles_leaves_idle(monkeypatch):
     assert k_splits(16, 4096, 4096, 16, 64, 128) == 2          # 64 tiles: half the SMs
     assert k_splits(1024, 1024, 65536, 64, 128, 64) == 1       # 128 tiles: a round fills the SMs
     assert k_splits(100, 100, 64, 64, 64, 64) == 1             # one K step
-    assert k_splits(0, 100, 4096, 64, 64, 64) == 1             # an empty block (tilemm.panels' ragged ones)
+    assert k_splits(0, 100, 4096, 64, 64, 64) == 1             # an empty block (tilemm.spread.panels' ragged ones)
 
 
 def test_thin_operands_not_read_k_major_split_k_to_fill_two_rounds(monkeypatch):
-    from tilemm.ladder.tensorcore.tile_model import read_k_major, thin_splits
+    from tilemm.engine.tile_model import read_k_major, thin_splits
     monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     assert thin_splits(1, 8192, 28672, 16, 64, 128) == 3      # 128 tiles: 3 runs each fill two rounds
     assert thin_splits(1, 5120, 5120, 16, 64, 128) == 3       # 80 tiles would take 4; 40 K steps, runs of 12
@@ -283,7 +283,7 @@ def test_stream_k_with_split_k_is_refused_before_any_work():
 @pytest.mark.parametrize("layout", ["nn", "tt"])
 def test_interpreter_float64_persistent(layout):
     """More tiles than programs (4 here): the persistent TMA program with float64 sums."""
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(5, 70, 90, 45, "float64", layout)
     c = tilemm.matmul(a, b, kernel="tensorcore-f64", persistent=True, **SMALL)
     verdict = compare(c, a, b, "float64")
@@ -299,8 +299,8 @@ def test_rows_copy_takes_triton_where_it_is_faster(source, by_triton, word, monk
     aligned, torch's copy for rows that are not (no vector loads) from TORCH_COPY_FROM bytes on, of
     int32 views where the rows' bytes allow, and Triton's under it (one launch's CPU); fp8 as the
     others; each copies exactly."""
-    from tilemm.ladder.launches import BoundLaunch
-    from tilemm.ladder.tensorcore.operand_copies import rows_copy
+    from tilemm.engine.launches import BoundLaunch
+    from tilemm.engine.operand_copies import rows_copy
     half = torch.float16
     x = {"rows of 66": torch.randn(9, 66, dtype=half), "rows of 67": torch.randn(9, 67, dtype=half),
          "rows of 72": torch.randn(9, 72, dtype=half)[:, :70], "transposed": torch.randn(70, 9, dtype=half).T,
@@ -322,7 +322,7 @@ def test_small_products_take_the_pointer_program():
     it the TMA programs but for a C of few tiles (a deep K); tma=True or False says which whatever
     the size."""
     from tilemm.ladder.tensorcore import r10_tensorcore
-    from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
+    from tilemm.engine.programs import matmul_kernel
     tiles = dict(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=2)
 
     def program(m, n, k, **params):
@@ -366,7 +366,7 @@ def test_interpreter_transposed_views_and_nan(dtype):
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (17, 33, 9), (40, 7, 65)])
 def test_interpreter_float64(m, n, k):
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(m * n + k, m, n, k, "float64", "tn")
     c = tilemm.plan(a, b, kernel="tensorcore-f64", **SMALL).execute(poison=True)
     assert c.dtype == np.float64
@@ -380,7 +380,7 @@ def test_interpreter_float64(m, n, k):
                                           (24, 20, 48, "tt"), (9, 9, 16, "nn")])
 def test_interpreter_3xtf32_is_float32_accurate(m, n, k, layout, direct):
     """3xTF32 in one launch (the parts split in registers) and by split passes (the parts written K-major)."""
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(m + n + k, m, n, k, "float32", layout)
     c = tilemm.plan(a, b, kernel="tensorcore-f32", direct=direct, **SMALL).execute(poison=True)
     assert c.dtype == np.float32
@@ -417,7 +417,7 @@ def assert_ieee_nan_and_inf(c, a, b):
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("direct,k", [(True, 17), (False, 17), (None, 11)])   # K < 16: IEEE float32
 def test_3xtf32_inf_and_nan_propagate_as_ieee(direct, k):
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(4, 9, 10, k, "float32")
     a[2, 4], a[5, 0], b[3, 7] = np.nan, np.inf, -np.inf
     b[0, 3] = 0.0                      # inf * 0 is NaN in IEEE as well; elsewhere b's low parts have both signs
@@ -431,7 +431,7 @@ def test_3xtf32_chunks_of_k_steps(monkeypatch, direct):
     """3xTF32 sums a chunk of K steps on the tensor cores, then adds it in float32: with chunks
     of 2 steps of 16, K = 70 is chunks of 2, 2 and 1 steps (the last one partial). Float32's
     bound holds, and Inf and NaN, one in each of two chunks, land where IEEE puts them."""
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     from tilemm.ladder.tensorcore import r13_f32
     monkeypatch.setattr(r13_f32, "CHUNK_STEPS", 2)
     monkeypatch.setattr(r13_f32, "MIN_CHUNKS", 1)
@@ -453,7 +453,7 @@ def test_interpreter_3xtf32_stream_k(monkeypatch, m, n, k):
     """3xTF32 on the persistent program, a last partial round shared out by K steps: chunks of 2
     steps, which a run's share cuts; float32's bound holds, and Inf and NaN land where IEEE puts
     them. 4 programs here (multiprocessors under the interpreter)."""
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     from tilemm.ladder.tensorcore import r13_f32
     monkeypatch.setattr(r13_f32, "CHUNK_STEPS", 2)
     monkeypatch.setattr(r13_f32, "MIN_CHUNKS", 1)
@@ -491,7 +491,7 @@ def int8_precision_bound(a, b, c):
 @pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (17, 33, 9, "tn"), (40, 7, 65, "nt"), (3, 5, 0, "nn"),
                                           (24, 20, 48, "tt"), (0, 4, 3, "nn"), (70, 36, 130, "nn")])
 def test_interpreter_int8_precision_within_its_bound(m, n, k, layout):
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(m + n + k, m, n, k, "float32", layout)
     a[::3] *= 2.0**40                        # rows and columns of their own scales, far apart
     b[:, 1::4] *= 2.0**-70
@@ -508,8 +508,8 @@ def test_int8_precision_is_the_fixed_point_product_of_its_shifts(layout):
     base-256 digits, the pairs of shifts 2..4 summed exactly, scaled back, rounded once. In the
     interpreter (the Triton program, then a scaling pass) and on the GPU (on Hopper the Gluon
     program, scaling in its epilogue)."""
-    from tilemm import digits
-    from tilemm.data import operands
+    from tilemm.numerics import digits
+    from tilemm.numerics.data import operands
     from tilemm.ladder.tensorcore.r13_f32 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
     a, b = operands(11, *((300, 260, 700) if ON_GPU else (23, 19, 70)), "float32", layout)
     a[1] *= 2.0**-30
@@ -560,7 +560,7 @@ def test_fixed_scales_bring_each_row_to_23_bits():
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_int8_precision_inf_and_nan_follow_ieee():
     """Fixed point holds no Inf or NaN: the tiles of C they reach are computed again in IEEE float32."""
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(4, 9, 10, 11, "float32")
     a[2, 4], b[3, 7] = np.nan, -np.inf
     c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
@@ -571,7 +571,7 @@ def test_int8_precision_inf_and_nan_follow_ieee():
 def test_int8_precision_long_k_in_pieces(monkeypatch):
     """K past FIXED_K (int64 could overflow) runs in pieces, each its own fixed-point product
     (scales of its own), added in float32; Inf and NaN still land where IEEE puts them."""
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     from tilemm.ladder.tensorcore import r13_f32
     monkeypatch.setattr(r13_f32, "FIXED_K", 48)
     a, b = operands(6, 9, 10, 150, "float32")
@@ -587,8 +587,8 @@ def test_int8_precision_long_k_in_pieces(monkeypatch):
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_int8_precision_k_chunks_accumulate(monkeypatch):
     """K past one exact chunk: the chunks' int64 products add up before the scaling back."""
-    from tilemm import digits
-    from tilemm.data import operands
+    from tilemm.numerics import digits
+    from tilemm.numerics.data import operands
     monkeypatch.setattr(digits, "exact_chunk", lambda pairs: 40)
     a, b = operands(5, 9, 10, 150, "float32")
     c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="int8", **SMALL)
@@ -600,7 +600,7 @@ def test_int8_precision_k_chunks_accumulate(monkeypatch):
 @pytest.mark.parametrize("persistent", [False, True])
 def test_interpreter_tf32_within_tf32_error(persistent):
     """persistent: 20 tiles for the interpreter's 4 programs, on the 16-bit rung's program."""
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(8, 70, 66, 70, "float32", "tn")
     c = tilemm.matmul(a, b, kernel="tensorcore-f32", precision="tf32", persistent=persistent, **SMALL)
     ref = a.astype(np.float64) @ b.astype(np.float64)
@@ -613,7 +613,7 @@ def test_interpreter_tf32_within_tf32_error(persistent):
 def test_interpreter_b_copied_in_panels(precision, panels, n, monkeypatch):
     """B written K-major a panel of columns at a time, each panel's product on its own (the
     last panel narrower, more panels asked for than there are tiles): the same answer."""
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     from tilemm.ladder.tensorcore import r13_f32
     calls = []
     by_panel = r13_f32.products_by_panel
@@ -694,9 +694,9 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import tilemm
-from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel, matmul_tma
+from tilemm.engine.programs import matmul_kernel, matmul_tma
 from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
-from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
+from tilemm.engine.availability import H100_SHARED_OPTIN
 out = {}
 
 
@@ -749,7 +749,7 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
                                                    wgmma="wgmma" in k.asm["ptx"] or p["block_m"] < 64,
                                                    cubin=len(k.asm["cubin"]))
 # tensorcore persistent=True: the persistent TMA program, C written in quarters (tt: with stream-K)
-from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_persistent
+from tilemm.engine.programs import matmul_persistent
 for layout in ("nn", "tt"):
     p = default_tiles(8192, 8192, 8192)
     a_t, b_t = layout[0] == "t", layout[1] == "t"
@@ -786,7 +786,7 @@ out["ieee-nonfinite"] = dict(shared=k_ieee.metadata.shared, limit=H100_SHARED_OP
                              cubin=len(k_ieee.asm["cubin"]))
 out["float64"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # the copy into aligned rows (a transposed bf16 operand: 64-bit offsets); a copy, no product (wgmma: not asked)
-from tilemm.ladder.tensorcore.r10_tensorcore_kernel import copy_rows
+from tilemm.engine.programs import copy_rows
 k = triton.compile(ASTSource(fn=copy_rows, signature=dict(src="*bf16", dst="*bf16", R="i32", C="i32", stride_sr="i32",
                                                           stride_sc="i32", stride_dr="i32", BLOCK_R="constexpr",
                                                           BLOCK_C="constexpr"),
@@ -943,7 +943,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles, load_alignment, narrow_loads, pointer_warps
-from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
+from tilemm.engine.programs import matmul_kernel
 from tests.compiled import resource_usage
 ORDER = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
          "stride_cn"]
@@ -979,7 +979,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
-from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
+from tilemm.engine.availability import H100_SHARED_OPTIN
 from tilemm.ladder.tensorcore import r12_fp64_dmma_kernel as p
 from tests.compiled import cuobjdump
 x_layout, y_layout = (gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=64, rank=2) for w in (128, 0))
@@ -1045,7 +1045,7 @@ def test_float64_dmma_is_taken_by_the_rungs_own_tiles_on_hopper_past_half_the_sm
 
 def test_float64_traffic_model_counts_the_tiles_of_the_program_that_runs():
     from tilemm.ladder.tensorcore import r10_tensorcore, r12_fp64
-    from tilemm.registry import Problem
+    from tilemm.ladder.registry import Problem
     k = tilemm.kernel("tensorcore-f64")
     params = {q.name: q.default for q in k.params}
     p = Problem(1000, 1100, 4000, "float64")
@@ -1131,7 +1131,7 @@ import json, re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_tma
+from tilemm.engine.programs import matmul_tma
 sig = dict(a_desc="tensordesc<bf16[64, 128]>", b_desc="tensordesc<bf16[64, 256]>", c_ptr="*bf16", M="i32", N="i32",
            K="i32", stride_cm="i32", stride_cn="constexpr", A_T="constexpr", B_T="constexpr", BLOCK_M="constexpr",
            BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", ACCUMULATE="constexpr",
@@ -1153,7 +1153,7 @@ def test_tma_program_stores_c_as_wide_as_its_rows_allow():
     """The TMA program told C's alignment (C_ALIGN, c_alignment) stores C's rows of
     7026 or 6524 bf16 elements 2 or 4 at a time, compiled for sm_90; without it, one by one
     (8865 x 7026 x 12 tn: 110.4 -> 104.6 µs)."""
-    from tilemm.ladder.tensorcore.operand_copies import c_alignment
+    from tilemm.engine.operand_copies import c_alignment
     assert c_alignment(torch.empty(3, 7026)) == 2 and c_alignment(torch.empty(3, 6524)) == 4
     assert c_alignment(torch.empty(3, 8192)) == 8 and c_alignment(torch.empty(3, 8191)) == 1
     assert c_alignment(torch.empty(8, 16)[:, :12]) == 4 and c_alignment(torch.empty(12, 8).T) == 1
@@ -1172,7 +1172,7 @@ INT_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "u
 @pytest.mark.parametrize("m,n,k,layout", [(1, 1, 1, "nn"), (17, 33, 9, "tn"), (40, 7, 65, "nt"), (3, 5, 0, "nn"),
                                           (5, 3, 48, "tt"), (18, 20, 32, "nt")])
 def test_int_digits_bit_exact(dtype, m, n, k, layout):
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(m + n + k, m, n, k, dtype, layout)
     c = tilemm.plan(a, b, kernel="tensorcore-int", **SMALL).execute(poison=True)
     assert c.dtype == np.dtype(dtype)
@@ -1196,7 +1196,7 @@ def test_int_digits_extremes(dtype):
 @pytest.mark.parametrize("dtype,out_dtype", [("int8", "int32"), ("int8", "int16"), ("int16", "int64"), ("int8", "int64")])
 def test_int_digits_out_dtype_gives_the_wide_sums(layout, dtype, out_dtype):
     """int8 data, int32 result: NumPy's matmul(..., dtype=int32), from one digit product."""
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(7, 19, 21, 64, dtype, layout)
     c = tilemm.plan(a, b, kernel="tensorcore-int", out_dtype=out_dtype, **SMALL).execute(poison=True)
     assert c.dtype == np.dtype(out_dtype)
@@ -1220,8 +1220,8 @@ def test_int_digits_narrow_extremes_carry_a_digit(dtype, out_dtype):
 def test_int64_k_chunks_accumulate(monkeypatch):
     """For int64 the shifts below 4 need exact int32 sums, so long K runs in chunks added in int64:
     shrink the chunk so that the interpreter can afford several."""
-    from tilemm import digits
-    from tilemm.data import operands
+    from tilemm.numerics import digits
+    from tilemm.numerics.data import operands
     monkeypatch.setattr(digits, "exact_chunk", lambda pairs: 40)
     a, b = operands(3, 9, 10, 150, "int64")
     c = tilemm.matmul(a, b, kernel="tensorcore-int", **SMALL)
@@ -1230,7 +1230,7 @@ def test_int64_k_chunks_accumulate(monkeypatch):
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_autotune_caches_the_winner_on_disk(tmp_path, monkeypatch):
-    from tilemm import tuning
+    from tilemm.system import tuning
     monkeypatch.setenv("TILEMM_CACHE_DIR", str(tmp_path))
     torch.manual_seed(1)
     a, b = torch.randn(40, 50, dtype=torch.float16), torch.randn(50, 33, dtype=torch.float16)
@@ -1261,7 +1261,7 @@ def test_3xtf32_method_meets_the_float32_bound_from_k16(k):
     """The interpreter multiplies in float32, so it cannot show TF32's rounding: emulate the
     hardware's 3xTF32 (lo truncated by the MMA, a_lo b_lo dropped) in NumPy and hold it to
     tilemm's float32 bound. With K = 1 it can exceed it, which is why short sums take IEEE."""
-    from tilemm.accuracy import compare
+    from tilemm.numerics.accuracy import compare
     rng = np.random.default_rng(k)
     worst = 0.0
     for trial in range(20):
@@ -1355,7 +1355,7 @@ def test_gpu_int64_long_k_chunks_accumulate(dtype):
                                           (513, 130, 4097, "nt"), (64, 48, 50000, "tn"),   # 50000: two K chunks
                                           (16, 24, 70000, "nn")])                          # 70000: two pieces
 def test_gpu_int8_precision_within_its_bound(m, n, k, layout):
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(m + n + k, m, n, k, "float32", layout)
     a[::3] *= 2.0**40
     b[:, 1::4] *= 2.0**-70
@@ -1367,7 +1367,7 @@ def test_gpu_int8_precision_within_its_bound(m, n, k, layout):
 
 @pytest.mark.gpu
 def test_gpu_int8_precision_inf_and_nan_follow_ieee():
-    from tilemm.data import operands
+    from tilemm.numerics.data import operands
     a, b = operands(6, 300, 257, 1000, "float32")
     a[2, 4], a[200, 7], b[3, 7], b[9, 250] = np.nan, np.inf, -np.inf, 0.0
     a[201, 9] = np.inf                            # inf * 0 is NaN in IEEE
@@ -1441,8 +1441,8 @@ def test_a_stack_runs_unbound_so_scratch_is_not_kept_per_matrix(monkeypatch):
     """A prepared plan binds a single product once (its split buffers kept for the plan's life);
     a stack of matrices runs each product unbound, so that its scratch is not kept a matrix."""
     import dataclasses
-    from tilemm import registry
-    from tilemm.data import operands
+    from tilemm.ladder import registry
+    from tilemm.numerics.data import operands
     from tilemm.ladder.tensorcore import r13_f32
     binds = []
     spied = dataclasses.replace(registry.get("tensorcore-f32"),
@@ -1485,8 +1485,8 @@ def test_gpu_stacks_broadcast_as_numpy(kernel, dtype):
 def test_all_arguments_are_the_programs_signature_in_order():
     """What a bound launch hands the compiled program: every argument, keyword ones and defaults
     in their places, launch options (num_warps, num_stages) left out."""
-    from tilemm.ladder.launches import all_arguments
-    from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
+    from tilemm.engine.launches import all_arguments
+    from tilemm.engine.programs import matmul_kernel
     values = all_arguments(matmul_kernel, ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9),
                            dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, FP64=True, num_warps=4,
                                 num_stages=2))
@@ -1503,10 +1503,10 @@ def test_3xtf32_stream_k_where_the_last_round_idles_sms():
     assert not stream_k_pays(128, 132, 64, STREAM_K_ROUNDS)     # 2048³: one round, nearly full
 
 
-@pytest.mark.skipif(ON_GPU, reason="interpreter tests: on the GPU tilemm.distributed's run checks it")
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests: on the GPU tilemm.spread.distributed's run checks it")
 @pytest.mark.parametrize("m, n, k", [(150, 140, 40), (70, 80, 33), (20, 30, 40)])
 def test_interpreter_accumulate_adds_a_16_bit_product_into_float32(m, n, k):
-    """launcher(accumulate=True): C += A @ B in C's float32 (tilemm.distributed's K panels), by the
+    """launcher(accumulate=True): C += A @ B in C's float32 (tilemm.spread.distributed's K panels), by the
     persistent and TMA programs' epilogue and, for skinny products, the pointer program's sum added."""
     import torch
     from tilemm.ladder.tensorcore import r10_tensorcore
@@ -1554,7 +1554,7 @@ def test_tile_model_constants_are_the_fit_of_the_committed_record():
     """TILE_CHOICES, MACS_PER_US and HAND_OVER_US_PER_BYTE are tile_model.fit of FIT_RECORDS
     (benchmarks/tile_grid.py's measurements), to the digits shipped; and the fit picks well there."""
     from pathlib import Path
-    from tilemm.ladder.tensorcore import tile_model
+    from tilemm.engine import tile_model
     path = Path(__file__).parent.parent / tile_model.FIT_RECORDS
     found = tile_model.fit([json.loads(line) for line in path.open()])
     assert found["rate"] == pytest.approx(tile_model.MACS_PER_US, rel=0.01)
@@ -1567,7 +1567,7 @@ def test_tile_model_constants_are_the_fit_of_the_committed_record():
 
 def test_default_tiles_weigh_tile_efficiency_against_waves(monkeypatch):
     from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
-    from tilemm.ladder.tensorcore.tile_model import TILE_CHOICES, tile_time
+    from tilemm.engine.tile_model import TILE_CHOICES, tile_time
     monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
 
     def tiles(m, n, k):

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import tilemm
-from tilemm.accuracy import compare
-from tilemm.kernel_record import Problem
-from tilemm.ladder.tensorcore import availability, r10_cluster
+from tilemm.numerics.accuracy import compare
+from tilemm.ladder.record import Problem
+from tilemm.engine import availability
+from tilemm.ladder.tensorcore import r10_cluster
 
 from .compiled import run_program
 from .conftest import ON_GPU
@@ -51,7 +52,7 @@ def test_cluster_refuses_the_rung_s_tile_parameters_and_other_dtypes(monkeypatch
 
 
 def test_the_rung_lists_cluster_off_by_default():
-    params = {p.name: p for p in tilemm.registry.get("tensorcore").params}
+    params = {p.name: p for p in tilemm.ladder.registry.get("tensorcore").params}
     assert params["cluster"].default is False and params["cluster"].choices == (False, True)
 
 
@@ -70,7 +71,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
-from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
+from tilemm.engine.availability import H100_SHARED_OPTIN
 from tilemm.ladder.tensorcore import r10_cluster_kernel as ck
 from tests.compiled import resource_usage
 out = {}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tilemm.bench import runner, suites, timeleft
+from tilemm.tools.bench import runner, suites, timeleft
 
 RUN = Path(__file__).parent / "data" / "cpu_run_2core_busy.json"
 
@@ -56,8 +56,8 @@ def test_without_the_check_the_estimate_misses():
 def test_the_probe_times_the_reference_on_a_few_rows():
     """CPU seconds of NumPy's integer loop scaled from a slice of A: within 3x of the whole product."""
     import time
-    from tilemm.accuracy import reference
-    from tilemm.data import operands
+    from tilemm.numerics.accuracy import reference
+    from tilemm.numerics.data import operands
     timeleft.probe_reference_s.cache_clear()
     probe = timeleft.probe_reference_s("int32", 384, 384, 384)
     a, b = operands(0, 384, 384, 384, "int32", "nn")

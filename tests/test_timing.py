@@ -1,5 +1,5 @@
-"""tilemm.timing's arithmetic (the timers themselves need a GPU: the benchmarks use them there)."""
-from tilemm.timing import paired_ratio
+"""tilemm.system.timing's arithmetic (the timers themselves need a GPU: the benchmarks use them there)."""
+from tilemm.system.timing import paired_ratio
 
 
 def test_paired_ratio_compares_within_rounds():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tilemm
-from tilemm import torch_ops
+from tilemm.torch import ops as torch_ops
 
 HOST = ["numpy", "cpu-naive", "cpu-tiled"]
 # the SIMT rungs under the CUDA simulator and tensorcore-f64 under Triton's interpreter, at small tiles

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import tilemm
-from tilemm import api, torch_ops
+from tilemm import api
+from tilemm.torch import ops as torch_ops
 
 from .test_nn import tiny_model, train
 from .test_torch_autograd import FP8, float8

@@ -11,7 +11,8 @@ import torch
 from torch.func import functional_call, grad, jacfwd, jacrev, jvp, vjp, vmap
 
 import tilemm
-from tilemm import plan_cache, torch_contract
+from tilemm.plans import cache as plan_cache
+from tilemm.contract import torch_rules as torch_contract
 from tilemm.nn import Linear
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")   # (torch 2.13 deprecates torch.jit)
@@ -118,7 +119,7 @@ def test_gpu_views_after_a_plain_call_of_their_layout(kernel):
 def test_a_replay_refuses_a_view():
     """A view meets a plain tensor's plan (the key does not tell them apart): a replay, which
     reads memory as it is, refuses it (then the plan's usual path reads its values)."""
-    from tilemm.ladder import replay
+    from tilemm.engine import replay
     x, y = tensors((3, 4), (4, 2))
     z = tensors((3, 4), dtype=torch.complex128)[0]
     assert not replay.lazy(x) and replay.lazy(x._neg_view()) and replay.lazy(z.conj()) and replay.lazy(z.conj().imag)

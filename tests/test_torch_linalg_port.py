@@ -3,7 +3,7 @@ tilemm.matmul where the original calls torch.matmul (torch.mm, torch.bmm, torch.
 are torch.matmul on 2-D, 3-D, 2-D @ 1-D and 1-D operands) and keeps the original's assertions,
 on CPU tensors (the default kernel for them runs for real: the sizes are the originals' or
 smaller where noted). Where an original hands torch.matmul an ``out`` of another shape, which
-torch resizes, tilemm keeps NumPy's rule for out= (it is never resized: tilemm.contract), so the
+torch resizes, tilemm keeps NumPy's rule for out= (it is never resized: tilemm.contract.numpy_rules), so the
 port passes an ``out`` of the result's shape and says so."""
 import itertools
 import math

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import tilemm
-from tilemm import choice
-from tilemm.ladder.tensorcore import availability
-from tilemm.accuracy import compare
-from tilemm.registry import Problem
-from tilemm import dispatch
+from tilemm.choose import by_shape as choice
+from tilemm.engine import availability
+from tilemm.numerics.accuracy import compare
+from tilemm.ladder.registry import Problem
+from tilemm.choose import default as dispatch
 
 from .compiled import run_program
 from .conftest import ON_GPU
@@ -149,7 +149,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import tilemm
-from tilemm.ladder.tensorcore.availability import H100_SHARED_OPTIN
+from tilemm.engine.availability import H100_SHARED_OPTIN
 from tilemm.ladder.tensorcore.r09_tutorial_kernel import matmul_kernel
 default = tilemm.kernel("tensorcore-tutorial").resolve({})
 from tests.compiled import resource_usage

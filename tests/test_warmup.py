@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import tilemm
-from tilemm import choice, cli
+from tilemm.choose import by_shape as choice
+from tilemm.tools import cli
 from tilemm.ladder import r02_cpu_tiled
 from tilemm.warmup import Report, plan_jobs, representative
 

@@ -31,7 +31,7 @@ TABLES = Path(__file__).resolve().parents[1] / "tables"
 def _cli():
     if str(SRC) not in sys.path:
         sys.path.insert(0, str(SRC))
-    from tilemm import cli
+    from tilemm.tools import cli
     return cli
 
 
@@ -103,7 +103,7 @@ def _rows(text: str, column: str, values: set[str]) -> str:
 def _ladder() -> str:
     """The registry's ladder, one row a rung, each kernel linked to its page (ladder/rNN-name.md;
     the anchors rung 0 and the library by name)."""
-    from tilemm import registry
+    from tilemm.ladder import registry
     rows = ["| rung | kernel | device | from | idea |", "|---|---|---|---|---|"]
     for k in registry.kernels():
         page = "cublas.md" if k.name == "cublas" else f"r{k.rung:02d}-{k.name}.md"

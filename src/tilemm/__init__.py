@@ -12,24 +12,35 @@
     y = tilemm.linear(x, w, b, activation="gelu")   # the product and its epilogue in one pass
     c = tilemm.matmul(a, b, devices=[0, 1, 2, 3])  # one product over several GPUs, from this process
 """
-from . import compat  # noqa: F401  (before anything imports numba.cuda)
-from .api import KernelUnavailable, matmul, plan, release_memory
-from .fused_linear import linear, matmul_epilogue
-from .registry import Kernel, get as kernel, kernels
-from .scaled import scaled_matmul
-from .grouped import grouped_matmul
-from .warmup import warmup     # the function: tilemm.warmup(...); its module is sys.modules["tilemm.warmup"]
-from . import distributed, multi, outofcore  # noqa: E402  (over torch.distributed ranks; several GPUs; past GPU memory)
+import sys
+
+from tilemm.system import compat  # noqa: F401  (before anything imports numba.cuda)
+from tilemm.api import KernelUnavailable, matmul, plan, release_memory
+from tilemm.products.linear import linear, matmul_epilogue
+from tilemm.ladder.registry import Kernel, get as kernel, kernels
+from tilemm.products.scaled import scaled_matmul
+from tilemm.products.grouped import grouped_matmul
+from tilemm.warmup import warmup     # the function: tilemm.warmup(...); its module is sys.modules["tilemm.warmup"]
+from tilemm.spread import distributed, multi, outofcore  # noqa: E402  (over torch.distributed ranks; several GPUs; past GPU memory)
 
 __version__ = "0.1.0"
 __all__ = ["matmul", "linear", "matmul_epilogue", "plan", "scaled_matmul", "grouped_matmul", "kernels", "kernel",
            "Kernel", "KernelUnavailable", "release_memory", "warmup", "nn", "torch_ops", "__version__"]
 
-TORCH_MODULES = ("nn", "torch_ops", "dtensor")     # they import torch: loaded when first named, as tilemm.nn
+# The public modules that import torch: loaded when first named, as tilemm.nn
+TORCH_MODULES = {"nn": "tilemm.nn", "torch_ops": "tilemm.torch_ops", "dtensor": "tilemm.spread.dtensor"}
+
+# Public module names kept where their modules now live in a layer's folder: tilemm.distributed,
+# tilemm.multi and tilemm.outofcore (import tilemm.outofcore works too).
+for _public in (distributed, multi, outofcore):
+    sys.modules[f"{__name__}.{_public.__name__.rpartition('.')[2]}"] = _public
+del _public
 
 
 def __getattr__(name):
     if name in TORCH_MODULES:
         import importlib
-        return importlib.import_module(f"{__name__}.{name}")
+        module = importlib.import_module(TORCH_MODULES[name])
+        sys.modules.setdefault(f"{__name__}.{name}", module)
+        return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,10 +10,15 @@ import sys
 
 import numpy as np
 
-from . import arrays, contract, numpy_keywords, outofcore_plan, planning, scaled, streams
-from .ladder import replay, workspaces
-from .plan_cache import PLAN_CACHE_SIZE, PLANS, call_key, pair_key
-from .plans import KernelUnavailable, Plan
+from tilemm.numerics import arrays
+from tilemm.contract import numpy_rules as contract, numpy_keywords
+from tilemm.spread import outofcore_plan
+from tilemm.plans import checks as planning
+from tilemm.products import scaled
+from tilemm.engine import streams
+from tilemm.engine import replay, workspaces
+from tilemm.plans.cache import PLAN_CACHE_SIZE, PLANS, call_key, pair_key
+from tilemm.plans.plan import KernelUnavailable, Plan
 
 __all__ = ["matmul", "plan", "release_memory", "KernelUnavailable", "Plan"]
 
@@ -22,7 +27,7 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     """``a @ b`` as numpy.matmul computes it, with the kernel of your choice.
 
     NumPy's keywords (``dtype``, ``casting``, ``axes``, ``order``, ``subok``, ``signature``) are
-    taken with NumPy's meaning and NumPy's errors (``tilemm.numpy_keywords``); a call that names
+    taken with NumPy's meaning and NumPy's errors (``tilemm.contract.numpy_keywords``); a call that names
     none of them pays nothing for them.
 
     Parameters
@@ -42,11 +47,11 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
         ``contract.OutputCastingError``, NumPy's own class, a TypeError); the result's shape, or
         leading dimensions the stack broadcasts to (a (1, 1) out for 1-D @ 1-D). The same rules
         for torch and CuPy outs, of the operands' kind and device (torch.matmul's own would
-        resize out and refuse another dtype: ``tilemm.contract``).
+        resize out and refuse another dtype: ``tilemm.contract.numpy_rules``).
     kernel : str, optional
         A name from ``tilemm.kernels()``; None picks the default for the inputs' device; "auto"
         the fastest of the fast rungs for this problem, timed on the first call and then read
-        from the tuning cache (``tilemm.auto``).
+        from the tuning cache (``tilemm.choose.auto``).
     out_dtype : dtype, optional
         Compute in and return this dtype: int8 inputs with ``out_dtype="int32"`` give the exact
         int32 sums instead of int8's wrapped ones. NumPy's ``dtype=`` by tilemm's name (a NumPy,
@@ -54,7 +59,7 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     stream : stream or int, optional
         Where a GPU kernel's work is queued (a torch, CuPy or numba-cuda stream, or a
         cudaStream_t as an int); None: torch's current stream for torch tensors, CuPy's for CuPy
-        arrays, the legacy default stream for host arrays (``tilemm.streams``). The call does not
+        arrays, the legacy default stream for host arrays (``tilemm.engine.streams``). The call does not
         synchronize the device; host operands wait for their own result only.
     dtype : dtype, optional
         NumPy's name for ``out_dtype`` (both given: TypeError). The operands are cast to it under
@@ -87,9 +92,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     **params
         The kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``); or
         ``devices=[0, 1, ...]``: the product split over these GPUs from this process
-        (``tilemm.multi``). numpy.matmul's ``where`` and ``keepdims`` are refused (TypeError).
+        (``tilemm.spread.multi``). numpy.matmul's ``where`` and ``keepdims`` are refused (TypeError).
         DTensors (torch.distributed.tensor) multiply rank by rank, placed as torch.matmul places
-        them (``tilemm.dtensor``).
+        them (``tilemm.spread.dtensor``).
 
     Returns
     -------
@@ -102,11 +107,11 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     Notes
     -----
     Integers are exact and wrap as NumPy's do; floats lie within the bound documented in
-    ``tilemm.accuracy``. Torch tensors that require grad get torch's autograd (float products:
+    ``tilemm.numerics.accuracy``. Torch tensors that require grad get torch's autograd (float products:
     the operands' gradients computed by tilemm with the same kernel and parameters), and under
-    ``torch.compile`` a call is one custom op (``tilemm.torch_ops``). Torch tensors keep torch's
+    ``torch.compile`` a call is one custom op (``tilemm.torch.ops``). Torch tensors keep torch's
     contract: one dtype for both, torch's errors, conjugate views, torch.func, torch.jit, meta
-    tensors (``tilemm.torch_contract``). Errors are raised before any kernel runs, in NumPy's
+    tensors (``tilemm.contract.torch_rules``). Errors are raised before any kernel runs, in NumPy's
     order for NumPy arrays: the keywords' values, the dtypes and casts, the axes, the shapes.
     """
     if params and not numpy_keywords.KEYWORDS.isdisjoint(params):   # NumPy's keywords: checked, then this call
@@ -114,7 +119,7 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     if out is not None:
         out = contract.single_out(out)
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the caches
-        from . import torch_ops
+        from tilemm.torch import ops as torch_ops
         return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
     if out is None and not params and out_dtype is None and type(a) is type(b):   # the usual call, fewest steps
         try:
@@ -126,10 +131,10 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     known = PLANS.get(key) if key is not None else None
     if known is None:
         if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # (never keyed)
-            from . import spread                          # several GPUs or ranks: tilemm.spread
+            from tilemm.spread import route as spread                          # several GPUs or ranks: tilemm.spread
             return spread.matmul(a, b, out, kernel, out_dtype, stream, params)
         if contract.torch_routed(a, b):       # autograd, torch.func, jit.trace, meta (their keys never meet a
-            from . import torch_ops           # plain call's: see plan_cache)
+            from tilemm.torch import ops as torch_ops           # plain call's: see plan_cache)
             return torch_ops.routed_matmul(a, b, kernel, out, out_dtype, stream, params)
         wrap = contract.subclass_wrap(a, b)   # (ndarray subclasses have no key: never a known plan)
         if wrap is not None:                  # np.matrix and other subclasses: their data, then their wrap

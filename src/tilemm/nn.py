@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from . import api, contract, fused_linear, nn_fuse, registry
-from .torch_ops import dtype_text, encode_params
-from .nn_products import LinearProduct, Products, layout_key
+from tilemm import api
+from tilemm.contract import numpy_rules as contract
+from tilemm.products import linear as fused_linear
+from tilemm.torch import nn_fuse
+from tilemm.ladder import registry
+from tilemm.torch.ops import dtype_text, encode_params
+from tilemm.torch.nn_products import LinearProduct, Products, layout_key
 
 OPTIONS = ("kernel", "out_dtype", "params", "products", "op_options", "activation", "fused_from")
 ABSENT = object()      # a parameter not in a module's own record of them
@@ -125,7 +129,7 @@ class Linear(torch.nn.Linear):
         return y if bias is None else y + bias
 
     def general_product(self, input: torch.Tensor) -> torch.Tensor:
-        """input @ weight.T through tilemm.matmul's general rules: its autograd (tilemm.torch_ops)
+        """input @ weight.T through tilemm.matmul's general rules: its autograd (tilemm.torch.ops)
         for an out_dtype, torch's error for mixed dtypes, torch.func's transforms, the custom op
         under torch.compile and torch.jit.trace and for meta tensors, a conjugate view's values."""
         rows = input.reshape(-1, self.in_features)     # a stack of rows is one product, as F.linear's
@@ -139,7 +143,7 @@ class Linear(torch.nn.Linear):
 
     def scripted_forward(self, input: torch.Tensor) -> torch.Tensor:
         """forward as TorchScript runs it: input @ weight.T as the op torch.ops.tilemm.matmul with the
-        layer's kernel, parameters and out_dtype (a saved module needs ``import tilemm.torch_ops``
+        layer's kernel, parameters and out_dtype (a saved module needs ``import tilemm.torch.ops``
         where it is loaded, which registers the op)."""
         kernel, params, out_dtype, activation = self.op_options
         rows = input.reshape(-1, self.in_features)

@@ -22,11 +22,13 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from . import choice, compat, machine, registry
-from .dtypes import SUPPORTED, is_integer
+from tilemm.choose import by_shape as choice
+from tilemm.system import compat, machine
+from tilemm.ladder import registry
+from tilemm.numerics.dtypes import SUPPORTED, is_integer
 
 DEVICES = ("cpu", "cuda")
-# Shapes of the default's shape classes (tilemm.choice) are looked for on this grid, at most
+# Shapes of the default's shape classes (tilemm.choose.by_shape) are looked for on this grid, at most
 # LARGEST elements in A, B and C together; +1 on N or K makes rows unaligned.
 SIDES = (1, 2, 16, 64, 256, 1024, 2048, 4096, 8192, 16384)
 DEPTHS = (64, 96, 1024, 4096, 16384, 65536)
@@ -216,7 +218,7 @@ def named_jobs(kernel, dtype: str, shapes, devices) -> list[Job]:
 
 
 def typical_shapes(capability, result: str) -> list[tuple]:
-    """A shape of each class the shipped table for this GPU and result dtype lists (tilemm.choice),
+    """A shape of each class the shipped table for this GPU and result dtype lists (tilemm.choose.by_shape),
     or a few common ones where there is no table."""
     table = choice.MEASURED_WINNERS.get((tuple(capability), result))
     if not table:
@@ -247,9 +249,10 @@ def run_job(job: Job) -> Step:
                     seconds, status)
     if job.skip:
         return step(job.kernel or "default", 0.0, job.skip)
-    from . import api, arrays
-    from .accuracy import compare_on_device
-    from .data import operands
+    from tilemm import api
+    from tilemm.numerics import arrays
+    from tilemm.numerics.accuracy import compare_on_device
+    from tilemm.numerics.data import operands
     a, b = operands(0, *job.shape, job.dtype, job.layout)
     da, db = a, b
     kernel = registry.get(job.kernel) if job.kernel else None

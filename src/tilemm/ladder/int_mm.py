@@ -12,7 +12,8 @@ exact modulo 2^32 (17 x 8 x (2^17 + 64) of all -128s gave 2^31 + 2^20, wrapped).
 """
 from __future__ import annotations
 
-from .. import arrays, streams
+from tilemm.numerics import arrays
+from tilemm.engine import streams
 
 # _int_mm's least M; fewer rows are padded to this many with zeros
 PADDED_ROWS = 17

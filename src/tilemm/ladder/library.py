@@ -8,16 +8,18 @@ float32 sums throughout (no reduced-precision reductions, which torch allows by 
 torch._int_mm where it takes them (tilemm.ladder.int_mm); other integers to CuPy's own exact kernel
 (torch has no other integer matmul on CUDA), and bool results, counted there in int32 and compared
 with zero.
-Operands arrive as torch tensors where torch is installed (tilemm.backends.library).
+Operands arrive as torch tensors where torch is installed (tilemm.engine.backends.library).
 """
 import contextlib
 import math
 
-from .. import arrays, compat, streams
-from ..dtypes import dtype_name, is_integer
-from ..kernel_record import Kernel, Traffic, register
-from . import int_mm
-from .simt import launch
+from tilemm.numerics import arrays
+from tilemm.system import compat
+from tilemm.engine import streams
+from tilemm.numerics.dtypes import dtype_name, is_integer
+from tilemm.ladder.record import Kernel, Traffic, register
+from tilemm.ladder import int_mm
+from tilemm.ladder.simt import launch
 
 SIXTEEN_BITS = ("float16", "bfloat16")
 

@@ -7,7 +7,7 @@ inner loop touches a new cache line of B. Rung 2 (`cpu-tiled`) fixes that.
 import numpy as np
 from numba import njit
 
-from ..kernel_record import Kernel, Traffic, register
+from tilemm.ladder.record import Kernel, Traffic, register
 
 CPU_DTYPES = ("int32", "int64", "float32", "float64")
 

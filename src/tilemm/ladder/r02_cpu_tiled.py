@@ -11,8 +11,8 @@ import numpy as np
 from numba import njit, prange
 from numba.np.ufunc import parallel as numba_parallel
 
-from ..kernel_record import Kernel, Param, Traffic, register
-from .r01_cpu_naive import CPU_DTYPES
+from tilemm.ladder.record import Kernel, Param, Traffic, register
+from tilemm.ladder.r01_cpu_naive import CPU_DTYPES
 
 
 # --8<-- [start:kernel]

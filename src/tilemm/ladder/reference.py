@@ -7,8 +7,8 @@ the same answers within the bound, through OpenBLAS's SGEMM (1024³ on a 2-core 
 against the loop's 5.0 s)."""
 import numpy as np
 
-from ..dtypes import BOOL, COMPLEX, FLOATS, HOST_ONLY, INTS
-from ..kernel_record import Kernel, Traffic, register
+from tilemm.numerics.dtypes import BOOL, COMPLEX, FLOATS, HOST_ONLY, INTS
+from tilemm.ladder.record import Kernel, Traffic, register
 
 
 # --8<-- [start:kernel]

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .exercises import EXERCISES
+from tilemm.learn.exercises import EXERCISES
 
 
 def add_parsers(sub) -> None:
@@ -34,8 +34,8 @@ def add_parsers(sub) -> None:
 
 
 def cmd_learn(args) -> int:
-    from . import display, skeleton
-    from .exercises import find
+    from tilemm.learn import display, skeleton
+    from tilemm.learn.exercises import find
     if args.rung is None:
         display.show(display.exercise_table())
         print("Write one: tilemm learn RUNG [--dir DIR]; grade it: tilemm grade FILE")
@@ -49,7 +49,7 @@ def cmd_learn(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from . import display, grading
+    from tilemm.learn import display, grading
     result = grading.grade(args.file, args.exercise, args.timeout, time_it=False if args.no_timing else None)
     if args.json:
         print(json.dumps({"exercise": result.exercise.name, "passed": result.passed,

@@ -11,8 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .exercises import EXERCISES
-from .grading import Grade
+from tilemm.learn.exercises import EXERCISES
+from tilemm.learn.grading import Grade
 
 
 def exercise_table() -> Table:

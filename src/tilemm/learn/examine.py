@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import compat  # noqa: F401  (before numba.cuda: the shims it needs)
-from .. import accuracy
-from ..data import operands
-from ..kernel_record import Problem
-from . import counting, skeleton
-from .exercises import Exercise, find
+from tilemm.system import compat  # noqa: F401  (before numba.cuda: the shims it needs)
+from tilemm.numerics import accuracy
+from tilemm.numerics.data import operands
+from tilemm.ladder.record import Problem
+from tilemm.learn import counting, skeleton
+from tilemm.learn.exercises import Exercise, find
 
 # (m, n, k): one element; primes past every tile; a tile multiple; K much larger than M and N; M < N < K.
 # Small: the simulator runs each CUDA thread as a Python thread, and a block costs milliseconds.
@@ -189,7 +189,7 @@ def reference_counts(exercise: Exercise) -> dict:
 
 def model(exercise: Exercise, m: int, n: int, k: int) -> dict:
     """The rung's traffic model (elements read and written) at this shape, with the exercise's parameters."""
-    from .. import registry
+    from tilemm.ladder import registry
     kernel = registry.get(exercise.name)
     # the exercise's small tiles may lie below those the rung offers: no validation, the model alone
     params = {**{p.name: p.default for p in kernel.params}, **exercise.sim_params}

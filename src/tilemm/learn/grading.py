@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import lessons
-from .exercises import Exercise, find
+from tilemm.learn import lessons
+from tilemm.learn.exercises import Exercise, find
 
 SIMULATED = {"NUMBA_ENABLE_CUDASIM": "1", "TRITON_INTERPRET": "1"}
 

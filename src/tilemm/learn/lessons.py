@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .exercises import Exercise
+from tilemm.learn.exercises import Exercise
 
 COALESCING_SLACK = 1.5      # a warp's access may touch this many times the rung's sectors before it is flagged
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from . import source
-from .exercises import Exercise
+from tilemm.learn import source
+from tilemm.learn.exercises import Exercise
 
 HEADER = '''"""Exercise {rung} · `{name}`: {idea}.
 
@@ -80,7 +80,7 @@ def write(exercise: Exercise, folder: Path, solution: bool = False, overwrite: b
 
 
 def simt_imports(exercise: Exercise) -> list[str]:
-    return ["import numba", "from tilemm.kernel_record import Problem", f"from {exercise.module} import shape"]
+    return ["import numba", "from tilemm.ladder.record import Problem", f"from {exercise.module} import shape"]
 
 
 def simt_launcher(exercise: Exercise, extract: source.Extract) -> str:

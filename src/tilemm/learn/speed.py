@@ -14,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import accuracy, compat, registry, timing
-from . import examine
-from .exercises import BY_NAME, Exercise, find
+from tilemm.numerics import accuracy
+from tilemm.system import compat, timing
+from tilemm.ladder import registry
+from tilemm.learn import examine
+from tilemm.learn.exercises import BY_NAME, Exercise, find
 
 SIZE = {"numba": 256, "numba-cuda": 2048, "triton": 4096}        # n of the timed n x n x n product
 DTYPE = {"numba": "float32", "numba-cuda": "float32", "triton": "float16"}

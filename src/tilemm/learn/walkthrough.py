@@ -11,12 +11,12 @@ import warnings
 
 import numpy as np
 
-from .. import compat  # noqa: F401  (before numba.cuda: the shims it needs)
-from .. import registry
-from ..data import operands
-from ..kernel_record import Problem
-from . import counting, source
-from .exercises import find
+from tilemm.system import compat  # noqa: F401  (before numba.cuda: the shims it needs)
+from tilemm.ladder import registry
+from tilemm.numerics.data import operands
+from tilemm.ladder.record import Problem
+from tilemm.learn import counting, source
+from tilemm.learn.exercises import find
 
 
 def kernel_source(name: str) -> str:
@@ -57,7 +57,7 @@ def count(name: str, m: int, n: int, k: int, params: dict | None = None, dtype: 
 def run_two_d(name: str, args, params: dict) -> None:
     """The rung's 2-D kernel (never its flat form: a flat array has no rows to count by) on its grid."""
     import numba
-    from ..ladder.simt import launch
+    from tilemm.ladder.simt import launch
     factory, compile_params = launch.FACTORIES[name]
     a, b, c = args
     problem = Problem(a.shape[0], b.shape[1], a.shape[1], np.dtype(c.dtype).name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ..replay_guard import elsewhere, fits, on_device
+from tilemm.engine.replay_guard import elsewhere, fits, on_device
 
 
 class SimtReplay:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import compat, machine, streams
-from ...kernel_record import Kernel, Problem, register
-from . import direct
+from tilemm.system import compat, machine
+from tilemm.engine import streams
+from tilemm.ladder.record import Kernel, Problem, register
+from tilemm.ladder.simt import direct
 
 SIMT_DTYPES = ("int32", "int64", "float32", "float64")
 # 16-byte aligned shared arrays let the compiler merge four neighbouring loads into one
@@ -173,7 +174,7 @@ def register_simt(name, rung, factory, shape_fn, traffic, params, seed, summary,
 
     def run(a, b, c, **p):
         kernel, grid, args = parts(a, b, c, **p)
-        kernel[grid.grid, grid.block, streams.numba_stream()](*args)    # the caller's stream (tilemm.streams)
+        kernel[grid.grid, grid.block, streams.numba_stream()](*args)    # the caller's stream (tilemm.engine.streams)
 
     def replay(a, b, c, **p):
         """After a first launch on torch CUDA tensors: the same kernel launched directly (simt.direct)."""

@@ -12,8 +12,8 @@ Constraints: any M, N, K, any strides; block BLOCK x BLOCK threads (BLOCK <= 32)
 """
 from numba import cuda, uint32
 
-from ...kernel_record import Param, Traffic
-from . import launch
+from tilemm.ladder.record import Param, Traffic
+from tilemm.ladder.simt import launch
 
 # --8<-- [start:kernel]
 def make_naive(acc):

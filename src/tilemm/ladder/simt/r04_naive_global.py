@@ -6,9 +6,9 @@ Constraints: any M, N, K, any strides; block BLOCK x BLOCK threads.
 """
 from numba import cuda, uint32
 
-from ...kernel_record import Traffic
-from . import launch
-from .r03_naive import BLOCK, shape
+from tilemm.ladder.record import Traffic
+from tilemm.ladder.simt import launch
+from tilemm.ladder.simt.r03_naive import BLOCK, shape
 
 
 # --8<-- [start:kernel]

@@ -8,8 +8,8 @@ Constraints: any M, N, K, any strides; block BLOCK x BLOCK threads; N <= 65535 *
 """
 from numba import cuda, uint32
 
-from . import launch
-from .r03_naive import BLOCK, naive_traffic
+from tilemm.ladder.simt import launch
+from tilemm.ladder.simt.r03_naive import BLOCK, naive_traffic
 
 
 # --8<-- [start:kernel]

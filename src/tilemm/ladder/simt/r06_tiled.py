@@ -18,8 +18,8 @@ reason); any M, N, K, any strides.
 """
 from numba import cuda, uint32
 
-from ...kernel_record import Param, Traffic
-from . import launch
+from tilemm.ladder.record import Param, Traffic
+from tilemm.ladder.simt import launch
 
 
 # --8<-- [start:kernel]

@@ -10,9 +10,9 @@ Constraints: TILE in {8, 16, 32}, F in {2, 4}; any M, N, K, any strides.
 """
 from numba import cuda, uint32
 
-from ...kernel_record import Param, Traffic
-from . import launch
-from .r06_tiled import TILE
+from tilemm.ladder.record import Param, Traffic
+from tilemm.ladder.simt import launch
+from tilemm.ladder.simt.r06_tiled import TILE
 
 
 # --8<-- [start:kernel]

@@ -23,8 +23,8 @@ a multiple of 4 columns, say), scalar for the others and at the edges; shared lo
 """
 from numba import cuda, uint32, uint64
 
-from ...kernel_record import Param, Traffic
-from . import launch, vector
+from tilemm.ladder.record import Param, Traffic
+from tilemm.ladder.simt import launch, vector
 
 PAD = 4
 

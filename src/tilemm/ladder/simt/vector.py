@@ -5,7 +5,7 @@ bytes), returned as a tuple; the caller promises the alignment (`aligned_rows` c
 host). Under the CUDA simulator it is four plain reads."""
 from __future__ import annotations
 
-from ... import compat
+from tilemm.system import compat
 
 VECTOR_BYTES = 16
 

@@ -24,15 +24,15 @@ a repeated call's compiled program directly, past Triton's Python layers.
 """
 from __future__ import annotations
 
-from ...kernel_record import Kernel, Traffic, register
-from . import availability
-from .r10_tensorcore import tile_params
+from tilemm.ladder.record import Kernel, Traffic, register
+from tilemm.engine import availability
+from tilemm.ladder.tensorcore.r10_tensorcore import tile_params
 
 OFFSET_LIMIT = 2**31        # the kernel's offsets are 32-bit (r09_tutorial_kernel.OFFSET_LIMIT)
 
 
 def run(a, b, c, **params):
-    from .r09_tutorial_kernel import matmul    # Triton loads on first use
+    from tilemm.ladder.tensorcore.r09_tutorial_kernel import matmul    # Triton loads on first use
     matmul(a, b, c, **params)
 
 

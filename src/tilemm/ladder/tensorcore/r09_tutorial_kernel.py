@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ... import compat
+from tilemm.system import compat
 
 DTYPES = (torch.float16, torch.bfloat16)
 OFFSET_LIMIT = 2**31        # the kernel addresses elements with 32-bit offsets

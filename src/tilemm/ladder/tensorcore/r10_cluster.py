@@ -9,8 +9,8 @@ its own tiles), the plan is refused before any work.
 """
 from __future__ import annotations
 
-from . import availability, operand_copies
-from .. import launches
+from tilemm.engine import availability, operand_copies
+from tilemm.engine import launches
 
 # the rung's parameters at their defaults: the cluster program takes none of them (its tiles,
 # stages and tile order are its own; operands are copied only where TMA needs it)
@@ -43,8 +43,8 @@ def reads_b_k_major(b) -> bool:
 
 def bind(a, b, c):
     """c = a @ b by the cluster program as a Steps (any operand copied into aligned rows first,
-    then the product), which tilemm.ladder.replay can run again on other operands."""
-    from . import r10_cluster_kernel as program     # Triton loads on first use
+    then the product), which tilemm.engine.replay can run again on other operands."""
+    from tilemm.ladder.tensorcore import r10_cluster_kernel as program     # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
     if k == 0:                       # an empty sum (and no tensor to describe)

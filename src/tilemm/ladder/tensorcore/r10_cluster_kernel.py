@@ -38,8 +38,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from ..launches import bound_launch
-from .gluon_helpers import cluster_loads, store_block, tile_start
+from tilemm.engine.launches import bound_launch
+from tilemm.engine.gluon_helpers import cluster_loads, store_block, tile_start
 
 CTAS = 2
 BLOCK_M, BLOCK_N, BLOCK_K = 256, 256, 64    # a cluster's tile: 128 rows on each CTA; K steps of 128 bytes

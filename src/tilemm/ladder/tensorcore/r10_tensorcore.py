@@ -10,7 +10,7 @@ What it adds to rung 9: tiles brought in by TMA where a product pays for it (tak
 arithmetic, no masks); persistent programs, one an SM, that write one tile while the next one loads;
 split K (and stream-K, on request) where the tiles of C leave SMs idle; operands copied into aligned
 rows where TMA needs them or reads them faster; tiles chosen by shape (tile_model); 64-bit offsets;
-and a bound launcher (bind) that tilemm.ladder.replay launches again on a repeated call's operands.
+and a bound launcher (bind) that tilemm.engine.replay launches again on a repeated call's operands.
 
 float16 and bfloat16 in, float32 accumulation, rounded once to the input type: what NumPy
 does for float16 (and torch for bfloat16). The same program multiplies float64 for rung
@@ -21,14 +21,14 @@ any strides; shared memory of a configuration must fit the GPU (checked before l
 """
 from __future__ import annotations
 
-from ... import compat, tuning
-from ...kernel_record import Kernel, Param, Traffic, WholeNumbers, register
-from . import availability, operand_copies, r10_cluster
-from .operand_copies import descriptor
-from .. import launches, workspaces
-from .persistent import persistent_launch
-from .tile_model import (MIN_SPLIT_STEPS, THIN_SIDE, halved_tiles_fill_more, k_splits, model_tiles, read_k_major,
-                         thick_from_k, thin_splits)
+from tilemm.system import compat, tuning
+from tilemm.ladder.record import Kernel, Param, Traffic, WholeNumbers, register
+from tilemm.engine import availability, operand_copies
+from tilemm.ladder.tensorcore import r10_cluster
+from tilemm.engine.operand_copies import descriptor
+from tilemm.engine import launches, workspaces
+from tilemm.engine.persistent import persistent_launch
+from tilemm.engine.tile_model import MIN_SPLIT_STEPS, THIN_SIDE, halved_tiles_fill_more, k_splits, model_tiles, read_k_major, thick_from_k, thin_splits
 
 
 # Candidates for autotune=True (configurations are data, never edits of the kernel); each is
@@ -161,11 +161,11 @@ def launcher(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
     where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
     0.5); tma=False: the pointer program whatever the shape. accumulate: c += a @ b (c may be
-    float32 for 16-bit a and b: tilemm.distributed's panels).
+    float32 for 16-bit a and b: tilemm.spread.distributed's panels).
     copy_transposed ("a", "ab", "none"): float64 operands stored column-major that are copied into
     rows first on the TMA path (A by default: see below).
     """
-    from .r10_tensorcore_kernel import matmul_kernel, matmul_tma  # Triton loads on first use
+    from tilemm.engine.programs import matmul_kernel, matmul_tma  # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
     if k == 0:                       # an empty sum (and no tensor to describe)
@@ -287,7 +287,7 @@ def rows_aligned_pays(m: int, n: int, k: int) -> bool:
 
 def tuned(a, b, c):
     """The fastest candidate for this device, dtype, shape and layout, tuned once and then
-    read from tilemm's tuning cache (see tilemm.tuning)."""
+    read from tilemm's tuning cache (see tilemm.system.tuning)."""
     import torch
     m, k = a.shape
     n = b.shape[1]

@@ -12,13 +12,13 @@ changes no bit: the last run of a tile adds the others' (hand_over_int, in the s
 zeroed C, no second launch). Where one run a tile fills the GPU, each program stores its tile.
 
 The program (r11_int8_small_m_kernel.py) loads through pointers, no descriptors: a launch passes
-three pointers and integers, the cheapest call a repeated product can replay (tilemm.ladder.replay),
+three pointers and integers, the cheapest call a repeated product can replay (tilemm.engine.replay),
 which matters where the product itself takes a few microseconds.
 """
 from __future__ import annotations
 
-from .. import launches, workspaces
-from . import availability
+from tilemm.engine import launches, workspaces
+from tilemm.engine import availability
 
 # Tiles by M: (up to this many rows, (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an
 # SM the split aims at)). On an H200, kernel alone, over 7 layers' N x K (2048-28672): the best
@@ -80,7 +80,7 @@ def takes(a, b, c, small_m=None) -> bool:
 def launcher(a, b, c, split_k=None, tiles: tuple | None = None):
     """c = a @ b (int8 into int32, K >= 1) as a launcher without arguments: one launch, of
     split_k runs of K a tile (None: runs_of_k), tiles as tiles_for gives them (None: M's)."""
-    from .r11_int8_small_m_kernel import small_m_matmul        # Triton loads on first use
+    from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul        # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
     block_m, block_n, block_k, num_warps, num_stages, _ = tiles or tiles_for(m)

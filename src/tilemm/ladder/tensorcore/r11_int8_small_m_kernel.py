@@ -4,7 +4,7 @@ imports Triton."""
 import triton
 import triton.language as tl
 
-from .r10_tensorcore_kernel import store_tile
+from tilemm.engine.programs import store_tile
 
 
 # --8<-- [start:kernel]

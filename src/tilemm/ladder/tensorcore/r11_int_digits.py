@@ -28,11 +28,13 @@ M, N, K, any strides; BLOCK_K a multiple of 32 on the GPU (the 8-bit instruction
 """
 from __future__ import annotations
 
-from ... import compat, digits
-from ...kernel_record import Kernel, Param, Traffic, register
-from . import availability, operand_copies, r11_int8_small_m
-from .. import launches
-from .persistent import persistent_launch
+from tilemm.system import compat
+from tilemm.numerics import digits
+from tilemm.ladder.record import Kernel, Param, Traffic, register
+from tilemm.engine import availability, operand_copies
+from tilemm.ladder.tensorcore import r11_int8_small_m
+from tilemm.engine import launches
+from tilemm.engine.persistent import persistent_launch
 
 def digit_count(operand_bytes: int, result_bytes: int) -> int:
     """Digits an operand needs. One of the result's width, or fewer when the operand arrives
@@ -57,7 +59,7 @@ def planes_launch(x, ndigits: int):
     """(planes, fill): digit_planes' tensor for x and the launch that writes it from x's current
     values (None where x is its own plane)."""
     import torch
-    from .r11_int_digits_kernel import split_digits
+    from tilemm.ladder.tensorcore.r11_int_digits_kernel import split_digits
     if ndigits == 1 and x.dtype == torch.int8 and operand_copies.k_major(x):
         return x, None
     out = operand_copies.parts_buffer(x.shape[0], x.shape[1], ndigits, torch.int8, x.device)
@@ -140,7 +142,8 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, sma
     whole = k > 0 and chunk_tiles(k, nd_a, nd_b, nd_c, block_k) * block_k >= k
     if not (whole and availability.hopper_gluon()):
         return lambda: run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, small_m, split_k)
-    from . import gluon_helpers, r11_int8_gluon_kernel as gluon_int8
+    from tilemm.engine import gluon_helpers
+    from tilemm.ladder.tensorcore import r11_int8_gluon_kernel as gluon_int8
     block_n = default_block_n(block_n, nd_c)
     a_part, a_fill = planes_launch(a, nd_a)
     b_part, b_fill = planes_launch(b.T, nd_b)                                 # (N, K): B K-major
@@ -185,14 +188,15 @@ def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, gro
         k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
         a_part, b_part = planes_a(a[:, k0:k1], nd_a), planes_b(b[k0:k1].T, nd_b)  # (N, K): B K-major
         if gluon:
-            from . import gluon_helpers, r11_int8_gluon_kernel as gluon_int8
+            from tilemm.engine import gluon_helpers
+            from tilemm.ladder.tensorcore import r11_int8_gluon_kernel as gluon_int8
             gluon_int8.launcher(gluon_helpers.descriptor(a_part, block_m, block_k),
                                 gluon_helpers.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
                                 (nd_a, nd_b), group_m, num_stages, num_warps, accumulate=t0 > 0,
                                 lowest_shift=lowest_shift, scales=scales)()
             continue
         from triton.tools.tensor_descriptor import TensorDescriptor
-        from .r11_int_digits_kernel import digit_matmul
+        from tilemm.ladder.tensorcore.r11_int_digits_kernel import digit_matmul
         digit_matmul[(programs,)](TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
                                   TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n,
                                   -(-(k1 - k0) // block_k), c.stride(0), c.stride(1), ND_A=nd_a, ND_B=nd_b,

@@ -3,7 +3,7 @@ fused product of all digit pairs. Kept apart so that importing tilemm never impo
 import triton
 import triton.language as tl
 
-from .r10_tensorcore_kernel import store_tile, tile_position
+from tilemm.engine.programs import store_tile, tile_position
 
 
 # --8<-- [start:split]

@@ -12,12 +12,12 @@ refused, naming the Triton version.
 """
 from __future__ import annotations
 
-from ...kernel_record import Kernel, Param, register
-from . import availability, operand_copies
-from .. import launches
-from . import r10_tensorcore
-from .r10_tensorcore import tile_params
-from .tile_model import DMMA_STAGES, DMMA_TILES
+from tilemm.ladder.record import Kernel, Param, register
+from tilemm.engine import availability, operand_copies
+from tilemm.engine import launches
+from tilemm.ladder.tensorcore import r10_tensorcore
+from tilemm.ladder.tensorcore.r10_tensorcore import tile_params
+from tilemm.engine.tile_model import DMMA_STAGES, DMMA_TILES
 
 TILES = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
 TRITON_DEFAULTS = dict(persistent=True, copy_transposed="a")
@@ -92,7 +92,7 @@ def dmma_operands(a, b):
 
 def dmma_bind(a, b, c):
     """c = a @ b by the DMMA program, as a Steps: any operand copied into rows first, then the product."""
-    from . import r12_fp64_dmma_kernel as program
+    from tilemm.ladder.tensorcore import r12_fp64_dmma_kernel as program
     x, y, transposed = dmma_operands(a, b)
     x, x_fill = operand_copies.aligned_rows(x)
     y, y_fill = operand_copies.aligned_rows(y)

@@ -31,9 +31,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from ..launches import bound_launch
-from .gluon_helpers import invalidate_barriers, stage_barriers, tile_start, tma_load
-from .tile_model import DMMA_STAGES, DMMA_TILES
+from tilemm.engine.launches import bound_launch
+from tilemm.engine.gluon_helpers import invalidate_barriers, stage_barriers, tile_start, tma_load
+from tilemm.engine.tile_model import DMMA_STAGES, DMMA_TILES
 
 BLOCK_M, BLOCK_N, BLOCK_K = DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"]
 WARPS_M, WARPS_N = 2, 4           # the 8 multiplying warps over the tile: 64 x 32 each

@@ -47,13 +47,13 @@ Constraints: float32 only; any M, N, K, any strides; shared memory of a configur
 """
 from __future__ import annotations
 
-from ... import compat
-from ...kernel_record import Kernel, Param, Traffic, register
-from . import availability, operand_copies
-from .. import launches
-from .persistent import persistent_launch
-from .r10_tensorcore import stream_k_pays, tile_params
-from .r13_f32_panels import panel_bounds, panels_pay
+from tilemm.system import compat
+from tilemm.ladder.record import Kernel, Param, Traffic, register
+from tilemm.engine import availability, operand_copies
+from tilemm.engine import launches
+from tilemm.engine.persistent import persistent_launch
+from tilemm.ladder.tensorcore.r10_tensorcore import stream_k_pays, tile_params
+from tilemm.ladder.tensorcore.r13_f32_panels import panel_bounds, panels_pay
 
 # TF32 keeps 11 significant bits, so hi + lo carries 22 of float32's 24: each 3xTF32 product is
 # off by up to ~3 * 2^-22 of |a||b|, which float32's error bound (2K * 2^-24 of the sum of
@@ -67,7 +67,7 @@ def parts_of(x, parts: int, block_rows: int, block_k: int):
     K-major with TMA's alignment."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
-    from .r13_f32_kernel import split_tf32
+    from tilemm.ladder.tensorcore.r13_f32_kernel import split_tf32
     if parts == 1 and operand_copies.k_major(x):
         return TensorDescriptor.from_tensor(x, [block_rows, block_k]), None
     return operand_copies.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, PARTS=parts)
@@ -129,10 +129,10 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     NaN, which fixed point cannot hold, are found on the GPU (no wait for it here): the tiles of C
     they meet are then computed again in IEEE float32."""
     import torch
-    from .r10_tensorcore_kernel import matmul_kernel
-    from .r11_int_digits import chunk_tiles, digit_products
-    from .r11_int_digits_kernel import split_digits
-    from .r13_f32_kernel import unscale
+    from tilemm.engine.programs import matmul_kernel
+    from tilemm.ladder.tensorcore.r11_int_digits import chunk_tiles, digit_products
+    from tilemm.ladder.tensorcore.r11_int_digits_kernel import split_digits
+    from tilemm.ladder.tensorcore.r13_f32_kernel import unscale
     scale_a, top_a = fixed_scales(a)
     scale_b, top_b = fixed_scales(b.T)
 
@@ -208,7 +208,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
     parts = 2 if precision == "3xtf32" else 1
     grid = (-(-m // block_m) * -(-n // block_n),)
     if parts == 2 and k < IEEE_BELOW_K:
-        from .r10_tensorcore_kernel import matmul_kernel   # short sums: IEEE float32 on the FMA units
+        from tilemm.engine.programs import matmul_kernel   # short sums: IEEE float32 on the FMA units
         return launches.bound_launch(matmul_kernel, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
                                                           b.stride(1), c.stride(0), c.stride(1)),
                                     dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, GROUP_M=group_m,
@@ -242,7 +242,7 @@ def direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_st
     """A launcher without arguments of tf32x3_direct: 3xTF32 in one launch, on tiles of at most
     DIRECT_BLOCK x DIRECT_BLOCK (and at most 4 warps for them), their columns narrowed to
     DIRECT_NARROW_BLOCK where C would have fewer tiles than the GPU has SMs."""
-    from .r13_f32_kernel import tf32x3_direct
+    from tilemm.ladder.tensorcore.r13_f32_kernel import tf32x3_direct
     m, k = a.shape
     n = b.shape[1]
     block_m, block_n = min(block_m, DIRECT_BLOCK), min(block_n, DIRECT_BLOCK)
@@ -257,7 +257,7 @@ def direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_st
 
 def product_launch(a_desc, b_desc, c, k, parts, config):
     """A launcher without arguments of tf32_matmul: c (M, N) from A's and B's stacked parts."""
-    from .r13_f32_kernel import tf32_matmul
+    from tilemm.ladder.tensorcore.r13_f32_kernel import tf32_matmul
     m, n = c.shape
     grid = (-(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"]),)
     return launches.bound_launch(tf32_matmul, grid, (a_desc, b_desc, c, m, n, k, c.stride(0), c.stride(1)),

@@ -5,7 +5,7 @@ imports Triton."""
 import triton
 import triton.language as tl
 
-from .r10_tensorcore_kernel import store_tile, tf32x3_steps, tile_position
+from tilemm.engine.programs import store_tile, tf32x3_steps, tile_position
 
 
 @triton.jit

@@ -17,7 +17,7 @@ at DGEMM's (DMMA).
 
 Accuracy: each part of C is a real dot product of 2K terms, sum_k (a_r b_r - a_i b_i) and
 sum_k (a_r b_i + a_i b_r), whose magnitudes sum to at most sum_k |a_k| |b_k| (Cauchy-Schwarz):
-the real rung's bound over 2K terms, 2 (2K) u sum_k |a_k| |b_k| a part, which tilemm.accuracy
+the real rung's bound over 2K terms, 2 (2K) u sum_k |a_k| |b_k| a part, which tilemm.numerics.accuracy
 checks for complex results.
 
 products=3 (complex128 only): Gauss's three real products of M x N x K instead, P1 = A_r B_r,
@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import functools
 
-from ...kernel_record import LADDER, Kernel, Param, Problem, Traffic, register
-from . import availability, r12_fp64, r13_f32  # noqa: F401  (the real rungs: registered before real_rung reads them)
-from .r10_tensorcore import tile_params
+from tilemm.ladder.record import LADDER, Kernel, Param, Problem, Traffic, register
+from tilemm.engine import availability
+from tilemm.ladder.tensorcore import r12_fp64, r13_f32  # noqa: F401  (the real rungs: registered before real_rung reads them)
+from tilemm.ladder.tensorcore.r10_tensorcore import tile_params
 
 REAL = {"complex64": ("float32", "tensorcore-f32"), "complex128": ("float64", "tensorcore-f64")}
 TILES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")

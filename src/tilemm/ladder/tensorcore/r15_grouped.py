@@ -37,8 +37,8 @@ a plain product with this program.
 """
 from __future__ import annotations
 
-from ...kernel_record import Kernel, Param, Traffic, WholeNumbers, register
-from . import availability
+from tilemm.ladder.record import Kernel, Param, Traffic, WholeNumbers, register
+from tilemm.engine import availability
 
 BLOCKS = (16, 32, 64, 128, 256)
 DEFAULTS = dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4, programs=None, tma=None)
@@ -53,7 +53,7 @@ def programs_for(tiles_bound: int, programs: int | None) -> int:
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, programs, tma):
     """c = a @ b as a group of one (2-D torch tensors on one device)."""
-    from .r15_grouped_kernel import BATCHED, launch
+    from tilemm.ladder.tensorcore.r15_grouped_kernel import BATCHED, launch
     m, n = c.shape
     if not (m and n):
         return

@@ -6,12 +6,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ... import compat
-from . import r15_grouped_tma_kernel
-from .r15_grouped_scales import block_scale_factors, scale_arguments
+from tilemm.system import compat
+from tilemm.ladder.tensorcore import r15_grouped_tma_kernel
+from tilemm.ladder.tensorcore.r15_grouped_scales import block_scale_factors, scale_arguments
 
 # How the groups split the problem (the program's SPLIT): which dimension `offs` cuts, or none
-# (tilemm.grouped_checks numbers them alike).
+# (tilemm.products.grouped_checks numbers them alike).
 BATCHED = tl.constexpr(0)       # 3-D a x 3-D b: every group M x K x N, its own slice of a, b and c
 SPLIT_M = tl.constexpr(1)       # 2-D a (tokens sorted by group) x 3-D b: group g's rows offs[g-1]:offs[g]
 SPLIT_K = tl.constexpr(2)       # 2-D a x 2-D b, K cut by offs: c (G, M, N), the weight gradient
@@ -115,7 +115,7 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRA
 
 def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
            group_m: int, num_warps: int, num_stages: int, tma=None, scales=None):
-    """The program on `programs` programs (the checks are tilemm.grouped's). a, b, c: 2-D or 3-D
+    """The program on `programs` programs (the checks are tilemm.products.grouped's). a, b, c: 2-D or 3-D
     torch tensors as SPLIT reads them (a group axis first where 3-D); offs: int32 (G,) on their
     device, or None (BATCHED); extent: the length of the dimension offs cuts. tma: the TMA program
     (r15_grouped_tma_kernel) where its eligible() takes the operands (None), always (True: a

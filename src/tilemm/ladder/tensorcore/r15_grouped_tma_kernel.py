@@ -8,7 +8,7 @@ arithmetic in the K loop: what the pointer program (r15_grouped_kernel.py) spend
 import triton
 import triton.language as tl
 
-from .r15_grouped_scales import block_scale_factors, scale_arguments
+from tilemm.ladder.tensorcore.r15_grouped_scales import block_scale_factors, scale_arguments
 
 # the layouts it takes, numbered as r15_grouped_kernel's SPLIT (which imports this module)
 BATCHED = tl.constexpr(0)
@@ -100,7 +100,7 @@ def eligible(a, b, split: int) -> bool:
 def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
            group_m: int, num_warps: int, num_stages: int, scales=None):
     """The program on `programs` programs, for operands that eligible() takes (the checks are
-    tilemm.grouped's)."""
+    tilemm.products.grouped's)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     g, k, n = b.shape
     a_rows = a.reshape(-1, k) if a.dim() == 3 else a                 # (rows, K): a view (packed)

@@ -28,7 +28,7 @@ Constraints:
 """
 from __future__ import annotations
 
-from . import availability
+from tilemm.engine import availability
 
 DEFAULTS = dict(block_m=128, block_n=128, block_k=128, group_m=8, num_warps=8, num_stages=4, tma=None)
 SCALE_BLOCK = 128          # r16_block_scaled_kernel.SCALE_BLOCK (kept here: this module imports no Triton)

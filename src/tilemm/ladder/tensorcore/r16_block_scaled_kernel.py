@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ... import compat
+from tilemm.system import compat
 
 SCALE_BLOCK = 128          # the block scales' block: 1 x 128 of A, 128 x 128 of B
 
@@ -82,7 +82,7 @@ def block_scaled_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
 
 def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, block_m: int, block_n: int, block_k: int,
            group_m: int, num_warps: int, num_stages: int, tma=None):
-    """The program on one program a tile of C (the checks are tilemm.block_scaled's): a (M, K) and
+    """The program on one program a tile of C (the checks are tilemm.products.block_scaled's): a (M, K) and
     b (K, N) float8; row_wise: scale_a (M, 1) and scale_b (1, N); else scale_a (M, ceil(K/128))
     and scale_b (ceil(K/128), ceil(N/128)); float32, any strides. On the GPU the 8-bit tensor-core
     instruction reads both operands K-major: A row-major and B given as (N, K).T are read as they

@@ -20,10 +20,10 @@ multiple of 32 on the GPU; shared memory of a configuration must fit (checked be
 """
 from __future__ import annotations
 
-from ... import compat
-from . import availability, operand_copies
-from .. import launches
-from .persistent import persistent_launch
+from tilemm.system import compat
+from tilemm.engine import availability, operand_copies
+from tilemm.engine import launches
+from tilemm.engine.persistent import persistent_launch
 
 DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=False,
                 warp_specialized=None, cluster=False)
@@ -78,7 +78,7 @@ def resolve(config: dict, fast_accum: bool, m: int = 0, n: int = 0, k: int = 0) 
     if warp_specialized is None:
         warp_specialized = not fast_accum and k >= WARP_SPECIALIZED_FROM_K and defaults and availability.hopper_gluon()
     if warp_specialized:
-        from . import scaled_fp8_gluon_kernel as ws
+        from tilemm.ladder.tensorcore import scaled_fp8_gluon_kernel as ws
         tile_m, tile_n = ws.BLOCK_M, ws.BLOCK_N
     if free and m and n and -(-m // tile_m) * -(-n // tile_n) <= availability.multiprocessors() // 2:
         return {**config, **MID_TILES, "warp_specialized": False}
@@ -112,7 +112,7 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
         refusal = availability.hopper_gluon_refusal("warp_specialized=True")
         if refusal:
             return refusal
-        from . import scaled_fp8_gluon_kernel as ws
+        from tilemm.ladder.tensorcore import scaled_fp8_gluon_kernel as ws
         return availability.check_shared(ws.BLOCK_M, ws.BLOCK_N, ws.BLOCK_K, ws.STAGES, 1)
     if block_k % 32 and not interpreter:
         return f"block_k={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"
@@ -123,22 +123,22 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
 def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages,
          stream_k=False, warp_specialized=False, cluster=False):
     """c = scale_a * scale_b * (a @ b) as a launcher without arguments (a Steps: any copy of an
-    operand K-major, then the product), which tilemm.ladder.replay can run again on other operands:
+    operand K-major, then the product), which tilemm.engine.replay can run again on other operands:
     a (M, K), b (K, N) fp8; scale_a, scale_b one-element float32 tensors on a's device; c (M, N)
     on the GPU, M, N, K > 0. warp_specialized: the Gluon program (its own tiles; the others
     ignored); with cluster, its form in clusters of two CTAs."""
     m, k = a.shape
     n = b.shape[1]
     if warp_specialized and cluster:
-        from . import scaled_fp8_cluster_kernel as clustered
+        from tilemm.ladder.tensorcore import scaled_fp8_cluster_kernel as clustered
         a_rows, a_fill = operand_copies.aligned_rows(a)
         b_rows, b_fill = operand_copies.aligned_rows(b.T)              # (N, K): B K-major
         product = clustered.launcher(*clustered.descriptors(a_rows, b_rows), c, scale_a, scale_b, m, n, k,
                                      availability.multiprocessors())
         return launches.Steps([a_fill, b_fill, product])
     if warp_specialized:
-        from . import scaled_fp8_gluon_kernel as ws
-        from .gluon_helpers import descriptor
+        from tilemm.ladder.tensorcore import scaled_fp8_gluon_kernel as ws
+        from tilemm.engine.gluon_helpers import descriptor
         # the operands (copied into aligned rows where TMA needs it) as row_descriptor reads them
         a_rows, a_fill = operand_copies.row_descriptor(a, ws.BLOCK_M, ws.BLOCK_K)
         b_rows, b_fill = operand_copies.row_descriptor(b.T, ws.BLOCK_N, ws.BLOCK_K)

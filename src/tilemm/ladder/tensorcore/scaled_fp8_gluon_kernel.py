@@ -25,8 +25,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from ..launches import bound_launch
-from .gluon_helpers import invalidate_barriers, producer, stage_ring, store_block, tile_start
+from tilemm.engine.launches import bound_launch
+from tilemm.engine.gluon_helpers import invalidate_barriers, producer, stage_ring, store_block, tile_start
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 128
 STAGES = 4

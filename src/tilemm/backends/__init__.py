@@ -1,6 +1,0 @@
-"""How a rung is prepared and launched, by backend: each module's prepare(plan, a, b, poison, copy)
-gives (launch, result) for a Plan (tilemm.plans)."""
-from . import host, library, numba_cuda, triton
-
-# a kernel's backend, else its device -> its prepare
-PREPARE = {"cpu": host.prepare, "cuda": numba_cuda.prepare, "triton": triton.prepare, "library": library.prepare}

@@ -1,0 +1,98 @@
+"""How a kernel is chosen when the call names none: the default for the operands' device, shape
+and dtype (tilemm.choose.by_shape's tables on a GPU, the ladder's highest rung that runs otherwise)."""
+from __future__ import annotations
+
+from tilemm.choose import by_shape as choice
+from tilemm.system import machine
+from tilemm.ladder import registry
+from tilemm.numerics.dtypes import is_complex, is_integer
+from tilemm.ladder.registry import Problem
+
+
+# NumPy multiplies integers with a plain loop: 0.16-1.4 G multiply-adds a second on the 2-core host
+# (16 x 4096 x 4096 int32: 1.65 s). cpu-tiled, once compiled, ran 2-4x it at 64³ and 11-60x from
+# 256³ up (whole calls, int8 / int32 / int64). Its compile takes ~2 s a dtype once per machine
+# (then cached on disk: ~0.12 s to load in a new process), so a process that has not compiled it yet
+# takes it where NumPy's loop costs about that load or more (2^27 multiply-adds: 0.1-0.8 s), and one
+# that has, wherever it is faster (2^18).
+HOST_INTEGER_TILED_FROM = 2**27
+HOST_INTEGER_TILED_WHEN_COMPILED_FROM = 2**18
+
+
+# A stack of matrices on the GPU: the library multiplies it in one batched call, a rung of ours a
+# launch a matrix. On an H200 (whole calls), int8 / int32 stacks of 100 x 256³ took 0.36 / 0.35 ms
+# batched against 9.7 / 17.7 ms a launch a matrix, and 8 x 1024³ 1.06 / 1.02 against 0.90 / 1.32:
+# from 2^32 multiply-adds a matrix, a launch is a small share of each matrix's time, and the rung
+# the table names for the shape runs.
+STACK_PER_MATRIX_FROM = 2**32
+
+
+def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None,
+                    lds: tuple | None = None, stacked: bool = False, k_major: bool = False) -> registry.Kernel:
+    """Host arrays: NumPy, or cpu-tiled for integer products past HOST_INTEGER_TILED_FROM (or
+    HOST_INTEGER_TILED_WHEN_COMPILED_FROM where this process has compiled it). Device arrays: the rung
+    tilemm.choose.by_shape lists for this shape class (lds: the operands' leading dimensions) on this GPU,
+    else the highest rung of the ladder that can run this problem here at its default parameters
+    (NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
+    matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Complex results: tensorcore-complex
+    where r14_complex.preferred measured it faster, else the library. int8 torch matrices in
+    _int_mm's fast layout (k_major) into int32: the library where int8_library_wins says."""
+    if device != "cpu":
+        if is_complex(result):        # the complex rung's own rule (the library where it has not measured faster)
+            from tilemm.ladder.tensorcore import r14_complex    # (the ladder loads numba: on first use)
+            gpu = machine.gpu()
+            preferred = r14_complex.preferred(result, m, n, k, gpu.compute_capability if gpu else None)
+        else:
+            preferred = choice.preferred(result, m, n, k, operands, lds)
+        if stacked and m * n * k < STACK_PER_MATRIX_FROM:
+            preferred = "cublas"
+        elif preferred == "tensorcore-int" and not stacked and k_major and int8_library_wins(result, m, n, k, operands):
+            preferred = "cublas"
+        kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))
+        for kern in kernels:
+            compute = kern.compute_dtype(result)
+            if compute and kern.why_not(Problem(m, n, k, compute), kern.resolve({})) is None:
+                return kern
+    if is_integer(result) and m * n * k >= HOST_INTEGER_TILED_WHEN_COMPILED_FROM:
+        tiled = registry.get("cpu-tiled")
+        from tilemm.ladder import r02_cpu_tiled as cpu    # (the ladder loads numba: on first use)
+        if m * n * k >= HOST_INTEGER_TILED_FROM or cpu.tiled_compiled_for(tiled.compute_dtype(result)):
+            return tiled
+    return registry.get("numpy")
+
+
+def leading_dims(a, b, k: int, n: int) -> tuple:
+    """A's and B's leading dimensions in elements, as the library would be given them
+    (tilemm.choose.by_shape.shape_class): the row stride of contiguous rows, the column stride of a
+    transposed view; K and N for a vector or an operand of neither (copied into rows first)."""
+    return leading_dim(a, k), leading_dim(b, n)
+
+
+def leading_dim(x, cols: int) -> int:
+    if len(x.shape) < 2:
+        return cols
+    strides = x.stride() if callable(getattr(x, "stride", None)) else tuple(s // x.itemsize for s in x.strides)
+    if strides[-1] == 1:
+        return strides[-2]
+    return strides[-1] if strides[-2] == 1 else cols
+
+
+def k_major(a, b) -> bool:
+    """Whether torch matrices a and b are in torch._int_mm's fast layout: A's rows and B's columns
+    contiguous (tilemm.ladder.int_mm.k_major)."""
+    from tilemm.ladder import int_mm
+    return len(a.shape) >= 2 and len(b.shape) >= 2 and int_mm.k_major(a, b)
+
+
+def int8_library_wins(result: str, m: int, n: int, k: int, operands: str | None) -> bool:
+    """Whether an int8 product into int32 on this GPU takes the library (torch._int_mm) rather than
+    tensorcore-int: choice.int8_library_wins for its SMs, where _int_mm takes the sizes and the
+    library rung runs here."""
+    if operands != "int8" or result != "int32":
+        return False
+    gpu = machine.gpu()
+    if gpu is None or not choice.int8_library_wins(m, n, k, gpu.sms):
+        return False
+    from tilemm.ladder import int_mm
+    library = registry.get("cublas")
+    return int_mm.why_not(m, n, k) is None and library.why_not(Problem(m, n, k, "int32"), {}) is None

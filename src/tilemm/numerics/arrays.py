@@ -1,0 +1,246 @@
+"""Which kind of array came in (NumPy, PyTorch, CuPy), where it lives, and moving it.
+
+Nothing here imports torch or cupy: a user who has neither never pays for them.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilemm.numerics.dtypes import dtype_name
+
+
+@dataclass(frozen=True)
+class Operand:
+    kind: str      # "numpy", "torch" or "cupy"
+    device: str    # "cpu" or "cuda:N"
+    dtype: str     # canonical dtype name
+    shape: tuple
+
+
+def torch_if_imported():
+    """torch if the program has imported it, else None. The import statement, not sys.modules
+    alone: while another thread is still importing it, sys.modules holds it half made, and the
+    statement waits for that import to finish."""
+    if "torch" not in sys.modules:
+        return None
+    import torch
+    return torch
+
+
+def cupy_if_imported():
+    """cupy if the program has imported it, else None (see torch_if_imported)."""
+    if "cupy" not in sys.modules:
+        return None
+    import cupy
+    return cupy
+
+
+def native_order(x):
+    """NumPy data stored in the other byte order (read from a file, say) as a copy in this
+    machine's order, which the kernels read; a torch tensor with its conjugate or negative bit
+    set (x.conj(), x.conj().imag: a view whose memory holds the values before that operation) as
+    a copy holding its values, which the kernels read as they are; anything else as it is."""
+    if isinstance(x, np.ndarray):
+        return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+    torch = torch_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor) and (x.is_conj() or x.is_neg()):
+        return x.resolve_conj().resolve_neg()
+    return x
+
+
+def as_arrays(a, b):
+    """The operands, array-likes among them (lists, tuples, Python and NumPy scalars, objects with
+    ``__array__`` or ``__array_interface__``) converted as np.asarray converts them (its errors
+    passed on), as numpy.matmul does. Where the other operand is a torch tensor or a CuPy array
+    there is no NumPy array to make: a TypeError naming the conversion to make."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return a, b
+    device = [x for x in (a, b) if device_kind(x)]
+    if not device:
+        return tuple(x if isinstance(x, np.ndarray) else np.asarray(x) for x in (a, b))
+    for i, x in enumerate((a, b)):
+        if not (isinstance(x, np.ndarray) or device_kind(x)):
+            kind = device_kind(device[0])
+            fix = ("torch.as_tensor(x, device=other.device)" if kind == "torch" else
+                   "cupy.asarray(x) on the other operand's device")
+            raise TypeError(f"matmul: operand {i} is a {type(x).__module__}.{type(x).__name__} and the other a "
+                            f"{kind} array; tilemm converts array-likes as numpy.matmul does only beside NumPy "
+                            f"arrays: pass {fix}")
+    return a, b
+
+
+def device_kind(x) -> str | None:
+    """"torch" for a torch tensor, "cupy" for a CuPy array, else None."""
+    torch, cupy = torch_if_imported(), cupy_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return "torch"
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return "cupy"
+    return None
+
+
+def cast(x, dtype):
+    """x (NumPy, torch or CuPy) as a new array of ``dtype`` (a name, or for NumPy and CuPy an
+    np.dtype), cast as NumPy casts with casting="unsafe" (floats to integers truncate)."""
+    if isinstance(x, np.ndarray):
+        return exactly(x.astype(dtype), dtype)
+    return device_cast(x, dtype if isinstance(dtype, str) else dtype.name, copy=False)
+
+
+def describe(x, operand: str) -> Operand:
+    torch, cupy = torch_if_imported(), cupy_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor):
+        if x.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"matmul: operand {operand} is on torch device {x.device}; tilemm multiplies "
+                             "tensors on the CPU or a CUDA GPU")
+        dev = "cpu" if x.device.type == "cpu" else f"cuda:{x.device.index or 0}"
+        return Operand("torch", dev, dtype_name(x.dtype), tuple(x.shape))
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return Operand("cupy", f"cuda:{x.device.id}", dtype_name(x.dtype), x.shape)
+    if isinstance(x, np.ndarray):
+        return Operand("numpy", "cpu", dtype_name(x.dtype), x.shape)
+    raise TypeError(f"matmul: operand {operand} is a {type(x).__module__}.{type(x).__name__}; "
+                    "pass a NumPy array, a PyTorch tensor or a CuPy array (np.asarray(x) for lists)")
+
+
+def to_host(x, dtype: str) -> np.ndarray:
+    """A NumPy array of ``dtype`` holding x's values (bfloat16 comes out as float32, exactly)."""
+    torch, cupy = torch_if_imported(), cupy_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor):
+        if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
+            x = x.detach().cpu().float()
+        x = x.numpy(force=True)        # detached, on the host, a conjugate or negative view's own values
+    elif cupy is not None and isinstance(x, cupy.ndarray):
+        x = cupy.asnumpy(x)
+    return x.astype(np.float32 if dtype == "bfloat16" else dtype, copy=False)
+
+
+def from_host(c: np.ndarray, like: Operand, dtype):
+    """c (host, any dtype) converted to ``dtype`` (a name, or for NumPy and CuPy the exact np.dtype)
+    in the kind and on the device of ``like``."""
+    if like.kind == "numpy":
+        return exactly(c.astype(dtype, copy=False), dtype)
+    if like.kind == "cupy":
+        cupy = cupy_if_imported()
+        with cupy.cuda.Device(int(like.device.split(":")[1])):
+            return cupy.asarray(exactly(c.astype(dtype, copy=False), dtype))
+    torch = torch_if_imported()
+    # np.asarray keeps a 0-d result (1-D @ 1-D) 0-d, where np.ascontiguousarray makes it shape (1,)
+    if dtype == "bfloat16":
+        t = torch.from_numpy(np.asarray(c.astype(np.float32), order="C")).to(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.asarray(c.astype(dtype, copy=False), order="C"))
+    return t.to(like.device)
+
+
+def exactly(x, dtype):
+    """x (NumPy or CuPy) as the very dtype object asked for: astype keeps an equal dtype of another
+    char ('l' for 'q'), which a view changes without a copy."""
+    if isinstance(dtype, np.dtype) and x.dtype.char != dtype.char:
+        return x.view(dtype)
+    return x
+
+
+def convert(c, like: Operand, dtype):
+    """The result in ``dtype``, in the kind and on the device of ``like``: a host array is
+    moved there, a device array is cast in place (integers wrap, floats round)."""
+    if isinstance(c, np.ndarray):
+        return from_host(c, like, dtype)
+    return device_cast(c, dtype, copy=False)
+
+
+def torch_view(x):
+    """A torch tensor on the GPU viewing CuPy array x (no copy), or a copy of x where its strides are
+    negative (a[::-1]), which torch can't represent: it ends the process on them instead of raising."""
+    torch = torch_if_imported()
+    return torch.as_tensor(x if min(x.strides, default=0) >= 0 else x.copy(), device=f"cuda:{x.device.id}")
+
+
+def device_cast(x, dtype: str, copy: bool):
+    """A torch or CuPy array cast to ``dtype`` on its device (a fresh copy if ``copy``)."""
+    torch = torch_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor):
+        y = x.to(getattr(torch, dtype))
+        return y.clone() if copy and y is x else y
+    return exactly(x.astype(dtype, copy=copy), dtype)
+
+
+def matrices(batch: tuple, a, b):
+    """(index into C, A's matrix, B's matrix) for each matrix of the stack batch + (m, n) that a
+    and b broadcast to (a dimension of 1 repeats its matrix); for no batch, ((), a, b)."""
+    if not batch:
+        yield (), a, b
+        return
+    sa, sb = a.shape[:-2], b.shape[:-2]
+    for idx in itertools.product(*map(range, batch)):
+        ia = tuple(i if d != 1 else 0 for i, d in zip(idx[len(idx) - len(sa):], sa))
+        ib = tuple(i if d != 1 else 0 for i, d in zip(idx[len(idx) - len(sb):], sb))
+        yield idx, a[ia], b[ib]
+
+
+def poison(c):
+    """Fill c (NumPy, CuPy or torch) with NaN, or with 0xA5 bytes for integers, so that an entry
+    a kernel never writes can't pass a check. Returns c."""
+    torch = torch_if_imported()
+    if torch is not None and isinstance(c, torch.Tensor):
+        c.fill_(float("nan")) if c.is_floating_point() or c.is_complex() else c.view(torch.uint8).fill_(0xA5)
+    elif np.dtype(c.dtype).kind in "fc":
+        c.fill(np.nan)
+    else:
+        c.view(np.uint8).fill(0xA5)
+    return c
+
+
+def device_empty(like: Operand, shape: tuple, dtype: str, poisoned: bool):
+    """An array on the device of ``like``, poisoned if asked."""
+    if like.kind == "cupy":
+        cupy = cupy_if_imported()
+        with cupy.cuda.Device(int(like.device.split(":")[1])):
+            c = cupy.empty(shape, dtype)
+    else:
+        torch = torch_if_imported()
+        c = torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    return poison(c) if poisoned else c
+
+
+def synchronize(x) -> None:
+    """Wait for the work queued on the current stream of x's device (torch or CuPy); nothing for
+    host arrays."""
+    torch, cupy = torch_if_imported(), cupy_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
+        torch.cuda.current_stream(x.device).synchronize()
+    elif cupy is not None and isinstance(x, cupy.ndarray):
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def assign(out, value) -> None:
+    """out[...] = value for any of the three kinds (value of the same kind), value cast to out's
+    dtype and repeated along out's leading dimensions where it has fewer (NumPy's broadcasting)."""
+    if hasattr(out, "copy_"):
+        out.copy_(value)
+    else:
+        out[...] = value
+
+
+def to_device(x: np.ndarray, dtype: str | None = None):
+    """A CUDA copy of a host array: a CuPy array where CuPy is installed, else a torch tensor;
+    for dtype "bfloat16" (float32 values in x) a torch bfloat16 tensor, as CuPy has none."""
+    if dtype == "bfloat16":
+        return host_bfloat16(x).cuda()
+    try:
+        import cupy
+        return cupy.asarray(x)
+    except ImportError:
+        import torch
+        return torch.from_numpy(np.ascontiguousarray(x)).cuda()
+
+
+def host_bfloat16(x: np.ndarray):
+    """A CPU torch bfloat16 tensor of x's values (float32 holding bfloat16 values: exact), its
+    strides kept (a transposed view stays transposed)."""
+    import torch
+    return torch.from_numpy(x).to(torch.bfloat16)

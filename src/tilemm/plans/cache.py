@@ -1,0 +1,91 @@
+"""The plans of repeated calls: a call's key (what decides its plan) and the cache it finds them in.
+
+A repeated call (same kinds, devices, dtypes, shapes, strides, kernel, parameters) reuses the
+plan its first call checked: a dictionary look-up instead of the checks, the default kernel's
+choice and the parameters' resolution. What depends on the operands' memory (alignment, the
+stream) is worked out at each call, after the look-up.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tilemm.numerics import arrays
+from tilemm.contract import numpy_rules as contract
+
+PLAN_CACHE_SIZE = 512
+PLANS: dict = {}
+
+
+def call_key(a, b, kernel, out, out_dtype, params):
+    """What decides a call's plan, as a hashable key; None for a call not worth caching (an
+    unhashable parameter, an array kind plan() will refuse)."""
+    try:
+        if out is None and not params and type(a) is type(b):     # the usual call, in the fewest steps
+            asked = (kernel, out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
+            hash(asked)          # (an unhashable kernel or dtype: no key, and plan() names what is wrong)
+            return (pair_key(a, b),) + asked
+        asked = (kernel, contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
+        hash(asked)              # (a list among the parameters: no key, rather than a TypeError from the cache)
+        return (operand_key(a), operand_key(b),
+                None if out is None else (operand_key(out), getattr(getattr(out, "flags", None), "writeable", True)),
+                ) + asked
+    except (TypeError, AttributeError):
+        return None
+
+
+def pair_key(a, b):
+    """Both operands' part of a call's key, for operands of one type (TypeError for an array kind
+    tilemm does not cache)."""
+    return (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b)
+
+
+def operand_key(x):
+    """One operand's part of a call's key (TypeError for an array kind tilemm does not cache)."""
+    return _key_functions(type(x), x)[0](x)
+
+
+def _key_functions(kind, x) -> tuple:
+    """(one operand's part of the key, two operands' of that kind): by the exact type, one look-up
+    (a repeated call's key costs about half of an isinstance chain's, and a third less with both
+    operands in one function)."""
+    known = _KEY_OF.get(kind)
+    if known is None:
+        known = _KEY_OF[kind] = _new_key_functions(x)
+    return known
+
+
+# array type -> _key_functions' pair for it
+_KEY_OF: dict = {}
+
+
+def _no_key(*operands):
+    raise TypeError("not cached")
+
+
+def _new_key_functions(x) -> tuple:
+    if type(x).__name__ == "DTensor":  # spread over ranks (tilemm.spread.route): never a plan of its own
+        return _no_key, _no_key
+    if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+        return _no_key, _no_key        # a subclass (np.matrix): its result goes through its own wrap, uncached
+    if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
+        return ((lambda x: (np.ndarray, x.dtype, x.dtype.char, x.shape, x.strides)),
+                (lambda a, b: (np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape,
+                               b.strides)))
+    torch = arrays.torch_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor):
+        # what a plan can't serve never meets a plain call's key: a tensor that would record a gradient
+        # (autograd), a call under jit tracing or a torch.func transform (tilemm.torch.ops), a FakeTensor
+        # (its own type). A conjugate or negative view may meet a plain tensor's plan: the plan's paths
+        # read its values (to_host, the GPU backends) or refuse it (a replay: ladder.replay.lazy)
+        kind, grad_enabled = type(x), torch.is_grad_enabled
+        tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
+        return ((lambda x: (kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
+                            tracing() or transformed())),
+                (lambda a, b: (kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+                               (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())))
+    cupy = arrays.cupy_if_imported()
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),
+                (lambda a, b: (cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype,
+                               b.dtype.char, b.shape, b.strides, b.device.id)))
+    raise TypeError("not an array tilemm takes")

@@ -1,0 +1,112 @@
+"""plan()'s checks: everything about a call, NumPy's contract first, then the kernel (named,
+default or auto) and what it can run; a Plan comes out, or an error before any work."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tilemm.numerics import arrays
+from tilemm.choose import auto, default as dispatch
+from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
+from tilemm.ladder import registry
+from tilemm.engine import streams
+from tilemm.numerics.dtypes import HOST_ONLY, check_supported, int_width, is_exact, result_dtype
+from tilemm.plans.plan import KernelUnavailable, Plan
+from tilemm.ladder.registry import Problem
+
+
+def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, casting: str = "same_kind",
+          **params) -> Plan:
+    """Check everything about ``matmul(a, b, ...)`` and return what would run, in core (a call
+    that goes out of core is tilemm.spread.outofcore_plan's: api.plan asks it). ``casting``: NumPy's rule
+    for the operands' cast to out_dtype and the result's into out (tilemm.contract.numpy_keywords)."""
+    a, b = arrays.as_arrays(a, b)        # lists, scalars, __array__ objects: np.asarray's arrays
+    if contract.subclass_wrap(a, b) is not None:     # an ndarray subclass's wrap is matmul()'s: its data here
+        a, b = contract.plain(a), contract.plain(b)
+    out = contract.single_out(out)
+    a, b = arrays.native_order(a), arrays.native_order(b)
+    da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
+    if stream is not None:
+        streams.handle_of(stream)      # a bad stream= is refused before anything else
+    check_supported(da.dtype, "0")
+    check_supported(db.dtype, "1")
+    if da.kind != db.kind:
+        raise TypeError(f"matmul: operand 0 is a {da.kind} array and operand 1 a {db.kind} array; "
+                        "pass both as the same kind")
+    if da.device != db.device:
+        raise ValueError(f"matmul: operand 0 is on {da.device} and operand 1 on {db.device}; "
+                         "move them to one device")
+    if da.kind == "torch":            # torch's rules and errors for its tensors: one dtype (tilemm.contract.torch_rules)
+        torch_contract.check(da.shape, db.shape, da.dtype, db.dtype)
+        contract.check_no_gradient(a, b)
+        a, b = a.detach(), b.detach()     # grad mode is off: numba-cuda cannot view a tensor that requires grad
+    result = result_dtype(da.dtype, db.dtype)
+    if out_dtype is not None:         # before the shapes, as NumPy resolves dtype= first
+        result = contract.checked_out_dtype(out_dtype, result, (a.dtype, b.dtype), casting)
+        if result == "bfloat16" and da.kind != "torch":
+            raise TypeError(f"matmul: out_dtype=bfloat16 needs torch tensors: {da.kind} has no bfloat16 "
+                            "to return the result in")
+    if out is not None:               # its kind and dtype before the shapes, as NumPy
+        contract.check_out_dtype(out, arrays.describe(out, "out"), da, result, casting)
+    exact = None
+    if da.kind in ("numpy", "cupy"):  # the dtype object NumPy returns, not merely one equal to it
+        exact = contract.result_type(a.dtype, b.dtype, None if out_dtype is None else (out_dtype, result))
+    contract.check_not_scalars(da.shape, db.shape)
+    m, k = (1, da.shape[0]) if len(da.shape) == 1 else da.shape[-2:]
+    k2, n = (db.shape[0], 1) if len(db.shape) == 1 else db.shape[-2:]
+    if k != k2:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                         f"signature {contract.SIGNATURE} (size {k2} is different from {k}); "
+                         f"shapes {da.shape} and {db.shape}")
+    batch = contract.broadcast_batch(da.shape[:-2], db.shape[:-2], da.shape, db.shape)
+    core = ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
+    shape = batch + core
+    if out is not None:               # NumPy's rules for out, before any kernel is looked at
+        contract.check_out_shape(out, batch, core)
+    if casting == "unsafe" and out_dtype is not None:   # float -> int and the like: cast first, as NumPy does
+        a, b = (x if contract.castable(d.dtype, result) else arrays.cast(x, exact or result)
+                for x, d in ((a, da), (b, db)))
+        da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
+
+    if kernel == "auto":
+        if params:
+            raise TypeError(f"matmul: kernel='auto' takes no kernel parameters (got {', '.join(sorted(params))}); "
+                            "name a kernel to set them")
+        chosen = auto.choose(lambda name: check(a, b, kernel=name, out_dtype=out_dtype, stream=stream), da.device,
+                             result, m, n, k,
+                             auto.layout(a) + auto.layout(b), dispatch.leading_dims(a, b, k, n))
+    else:
+        chosen = (registry.get(kernel) if kernel is not None else
+                  dispatch.default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
+                                  dispatch.leading_dims(a, b, k, n) if da.device != "cpu" else None, math.prod(batch) > 1,
+                                  da.kind == "torch" and dispatch.k_major(a, b)))
+    resolved = chosen.resolve(params)
+    compute = chosen.compute_dtype(result)
+    if compute is None:
+        host_only = " (longdouble: NumPy's own, on the host)" if result in HOST_ONLY else ""
+        raise TypeError(f"matmul: kernel {chosen.name!r} does not compute {result}{host_only} "
+                        f"(it computes {', '.join(chosen.dtypes)}); try kernel='numpy'")
+    if result == "bool" and k >= 2**31 and int_width(compute) < 64:   # the count of true pairs must fit
+        compute = chosen.compute_dtype("int64")
+        if compute is None:
+            raise KernelUnavailable(f"matmul: kernel {chosen.name!r} counts bool products in "
+                                    f"{chosen.compute_dtype('bool')}, which K = {k} could pass; try kernel='numpy'")
+    problem = Problem(m, n, k, compute)
+    reason = chosen.why_not(problem, resolved)
+    if reason:
+        raise KernelUnavailable(f"matmul: kernel {chosen.name!r} can't run this problem: {reason}")
+    queue = streams.caller_stream(da.kind, da.device, stream) if chosen.device == "cuda" else streams.LEGACY_DEFAULT
+    direct = (chosen.name == "numpy" and da.kind == db.kind == "numpy" and da.dtype == db.dtype == result == compute
+              and (out_dtype is None or exact.char == np.result_type(a.dtype, b.dtype).char))
+    fast = None
+    if (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and not is_exact(result)
+            and len(da.shape) >= 2 and len(db.shape) >= 2 and da.dtype == db.dtype == result == compute):
+        from tilemm.ladder.library import torch_product    # (the ladder loads numba: on first use)
+        fast = torch_product(result)
+    elif (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and len(da.shape) == 2
+          and len(db.shape) == 2 and da.dtype == db.dtype == "int8" and result == compute == "int32"):
+        from tilemm.ladder import int_mm     # torch._int_mm, A padded where M is 16 or less
+        fast = int_mm.product(a, b)
+    return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast,
+                exact=exact)

@@ -1,0 +1,127 @@
+"""A checked call (Plan): which kernel, dtypes and shapes; run on its stream through its backend."""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+
+from tilemm.numerics import arrays
+from tilemm.engine import backends, streams
+from tilemm.ladder import registry
+from tilemm.numerics.dtypes import dtype_name, is_exact, is_integer
+from tilemm.ladder.registry import Problem
+
+
+class KernelUnavailable(ValueError):
+    """The chosen kernel can't run this problem on this machine; the message says why.
+
+    A subclass of ValueError, raised before any work: no GPU, a launch over the GPU's limits, a
+    dtype or shape the rung refuses. `Kernel.why_not` gives the same reason without raising.
+    """
+
+
+
+# Numba-cuda and Triton load a compiled program into the context on its first launch, and neither
+# does that safely from two threads at once (numba-cuda: "key already in dictionary: <CUlibrary>").
+# Their plans are prepared and launched under this lock: held for the microseconds of a launch,
+# and for the compile on a first one.
+JIT_LOCK = threading.RLock()
+
+
+@dataclass
+class Plan:
+    """A checked call: which kernel, which dtypes and shapes. ``execute`` runs it."""
+    a: object
+    b: object
+    operand: arrays.Operand      # what operand 0 is (kind, device, dtype)
+    kernel: registry.Kernel
+    params: dict
+    problem: Problem             # one matrix of the stack, in the compute dtype
+    batch: tuple
+    shape: tuple                 # the result's shape
+    result: str                  # the result's dtype
+    out: object = None
+    stream: int = streams.LEGACY_DEFAULT   # the raw stream a GPU kernel is queued on
+    direct: bool = False         # the numpy rung on NumPy operands already of the result's dtype: numpy.matmul
+    fast: object = None          # a repeated call with no out or stream, in the fewest steps: fast(a, b) gives C,
+                                 # or None where it can't (then the plan's path): the library on torch CUDA
+                                 # float matrices or stacks of the compute dtype, library.torch_product(dtype); one
+                                 # program's replay, Replay.quick
+    replay: object = None        # a Triton or numba-cuda rung on such tensors: the first call's launches, which
+                                 # a repeated call with no out or stream replays (ladder/replay.py, simt/direct.py)
+    out_of_core: bool = False    # a GPU rung on host matrices past the GPU's free memory: an OutOfCorePlan
+                                 # (tilemm.spread.outofcore_plan) multiplies them a panel at a time
+    exact: object = None         # NumPy and CuPy operands: the result's np.dtype as np.result_type gives it
+                                 # (its char: 'q', not 'l', for longlong operands); None: the name `result`
+
+    def execute(self, poison: bool = False):
+        """Run the kernel and return the result as matmul does. ``poison`` fills the output
+        with NaN (or 0xA5 bytes) first, so an entry the kernel never writes can't pass a check."""
+        with self._on_stream():
+            launch, result = self._prepare(poison, False)
+            launch()
+            value = arrays.convert(result().reshape(self.shape), self.operand, self.exact or self.result)
+            if self.out is None:
+                return value[()] if self.operand.kind == "numpy" and not self.shape else value  # NumPy's scalar
+            arrays.assign(self.out, value)
+            return self.out
+
+    def recorded_launches(self):
+        """After execute(): its launches as a Replay, where they can be replayed (else None)."""
+        launched = getattr(self, "_launched", None)
+        try:
+            return launched() if launched else None
+        except (AttributeError, KeyError, TypeError, ValueError):   # another Triton or numba-cuda's internals:
+            return None                                                # repeated calls take the usual path
+
+    def prepare(self, poison: bool = False, copy: bool = False):
+        """(launch, result): operands moved and cast for the kernel, the output allocated.
+        ``launch()`` runs the kernel alone, as often as a benchmark likes; ``result()`` gives C
+        in the compute dtype with shape batch + (m, n). ``copy`` gives the kernel operands of its
+        own (benchmarks rotate several such sets so the inputs do not sit in cache). Both run on
+        the plan's stream, whatever stream is current when they are called."""
+        with self._on_stream():
+            launch, result = self._prepare(poison, copy)
+        if self.kernel.device == "cpu":
+            return launch, result
+
+        def launch_on_stream():
+            with self._on_stream():
+                launch()
+
+        def result_on_stream():
+            with self._on_stream():
+                return result()
+        return launch_on_stream, result_on_stream
+
+    def _on_stream(self):
+        if self.kernel.device == "cpu":
+            return contextlib.nullcontext()
+        # CuPy's current stream matters where CuPy does the work: its arrays, and the library rung
+        cupy_too = self.operand.kind == "cupy" or (self.kernel.backend == "library" and is_integer(self.problem.dtype))
+        return streams.queued_on(self.stream, self.operand.device, cupy_too)
+
+    def _prepare(self, poison: bool, copy: bool):
+        a2, b2 = self._as_result_dtype(self.a), self._as_result_dtype(self.b)
+        a2 = a2 if len(a2.shape) > 1 else a2[None, :]
+        b2 = b2 if len(b2.shape) > 1 else b2[:, None]
+        prepare = backends.PREPARE.get(self.kernel.backend) or backends.PREPARE[self.kernel.device]
+        if self.kernel.backend not in ("numba-cuda", "triton"):
+            return prepare(self, a2, b2, poison, copy)
+        with JIT_LOCK:
+            launch, result = prepare(self, a2, b2, poison, copy)
+
+        def locked_launch():
+            with JIT_LOCK:
+                launch()
+        return locked_launch, result
+
+    def _as_result_dtype(self, x):
+        """x cast to the result's dtype where the rung would skip that rounding: numpy.matmul casts
+        its operands to the result's dtype before it multiplies, and a float result a rung computes
+        in a wider dtype (float16 in float32) must see those values (float64 operands with
+        out_dtype="float16": their float16 roundings; int32 ones: inf past 65504). An integer
+        result wraps the same either way, and a rung computing the result's own dtype casts."""
+        if self.result == self.problem.dtype or is_exact(self.result) or dtype_name(x.dtype) == self.result:
+            return x
+        return arrays.convert(x, self.operand, self.result)

@@ -1,0 +1,101 @@
+"""tilemm.scaled_matmul with scales that change along the matrices: row-wise ((M, 1) and (1, N),
+as torch._scaled_mm's) and DeepGEMM's block scales ((M, ceil(K/128)) for 1 x 128 blocks of A,
+(ceil(K/128), ceil(N/128)) for 128 x 128 blocks of B), on the `tensorcore-block-scaled` rung.
+tilemm.products.scaled passes a call here when a scale is a tensor of more than one element; its
+arguments are checked here before any kernel runs."""
+from __future__ import annotations
+
+from tilemm.system import compat
+from tilemm.products import scaled_common as scaled_out
+from tilemm.engine import streams
+from tilemm.engine import availability
+from tilemm.ladder.tensorcore.r16_block_scaled import limits, resolve, scale_shapes
+from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
+
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def vector_scales(scale_a, scale_b) -> bool:
+    """Whether a call's scales are row-wise or block scales (a tensor of more than one element)."""
+    return any(hasattr(s, "numel") and hasattr(s, "shape") and s.numel() != 1 for s in (scale_a, scale_b))
+
+
+def records_gradient(*inputs) -> bool:
+    """Whether autograd records this call (tilemm.products.scaled then attaches a node whose backward
+    raises, as torch._scaled_mm's, and calls again without recording)."""
+    import torch
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+
+
+def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
+                        stream=None, **params):
+    """``scaled_matmul``'s product with row-wise or block scales (see its docstring)."""
+    import torch
+    scaled_out.check_operands(a, b, torch)
+    m, k = a.shape
+    n = b.shape[1]
+    row_wise = scale_kind(scale_a, scale_b, a.device, m, n, k, torch) == "row-wise"
+    name = str(out_dtype).removeprefix("torch.")
+    if name not in OUT_DTYPES:
+        raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
+    result_dtype = getattr(torch, name)
+    config = resolve(params)
+    problem = device_problem(a.device) or availability.dimension_limit(m, n, k) or limits(
+        config, row_wise, compat.triton_interpreter())
+    if problem:
+        raise problem if isinstance(problem, Exception) else KernelUnavailable(f"scaled_matmul: {problem}")
+    scaled_out.check_out(out, m, n, result_dtype, a.device)
+    device = scaled_out.device_name(a.device)
+    queue = streams.handle_of(stream) if stream is not None else streams.caller_stream("torch", device)
+    with scaled_out.on_stream(queue, device):
+        c = torch.empty((m, n), dtype=result_dtype, device=a.device) if out is None else out
+        if m and n:
+            if k == 0:
+                c.zero_()                                      # an empty sum
+            else:
+                from tilemm.ladder.tensorcore.r16_block_scaled_kernel import launch
+                with JIT_LOCK:
+                    launch(a, b, c, scale_a, scale_b, row_wise, bool(fast_accum), **config)
+    return c
+
+
+def scale_kind(scale_a, scale_b, device, m: int, n: int, k: int, torch) -> str:
+    """"row-wise" or "block", from the scales' shapes; a ValueError naming what is wrong otherwise."""
+    shapes = scale_shapes(m, n, k)
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(s, torch.Tensor):
+            raise ValueError(f"scaled_matmul: {name} is {type(s).__name__} while the other scale is a tensor of "
+                             f"several elements; per-tensor scales are one element each, and row-wise and block scales "
+                             f"come as two float32 tensors of shapes {describe(shapes)}")
+        if s.dtype != torch.float32:
+            raise ValueError(f"scaled_matmul: {name} has dtype {str(s.dtype).removeprefix('torch.')}; row-wise and "
+                             "block scales are float32")
+        if s.device != device:
+            raise ValueError(f"scaled_matmul: {name} is on {s.device} and the operands on {device}; put them on one "
+                             "device")
+    given = (tuple(scale_a.shape), tuple(scale_b.shape))
+    for kind, wanted in shapes.items():
+        if given == wanted:
+            return kind
+    raise ValueError(f"scaled_matmul: scales of shapes {given[0]} and {given[1]} for a ({m}, {k}) @ ({k}, {n}) "
+                     f"product; it takes per-tensor scales (one element each) or {describe(shapes)}")
+
+
+def describe(shapes: dict) -> str:
+    return " or ".join(f"{kind} {a} and {b}" for kind, (a, b) in shapes.items())
+
+
+def device_problem(device):
+    """Why float8 products can't run on the operands' device (an exception to raise), or None."""
+    reason = availability.available()
+    if reason:
+        return KernelUnavailable(f"scaled_matmul {reason.partition(', or a CPU rung')[0]}")
+    if compat.triton_interpreter():
+        return None if device.type == "cpu" else ValueError(
+            "scaled_matmul: under TRITON_INTERPRET=1 the operands must be CPU tensors")
+    if device.type != "cuda":
+        return ValueError(f"scaled_matmul: the operands are on {device}; move them to a CUDA GPU")
+    import torch
+    if torch.cuda.get_device_capability(device) < (8, 9):
+        return KernelUnavailable("scaled_matmul needs float8 tensor cores (compute capability 8.9 or newer)")
+    return None

@@ -1,0 +1,106 @@
+"""tilemm.grouped_matmul's GPU path: offsets or counts made ready on the operands' device,
+the result allocated, and the `tensorcore-grouped` rung's one launch (checks first)."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from tilemm.numerics import arrays
+from tilemm.system import compat
+from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_M, SPLIT_N, check_values
+from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
+
+
+def host_values(cut) -> list | None:
+    """The offsets or counts as Python ints where they are on the host (no wait on a GPU), else None."""
+    torch = arrays.torch_if_imported()
+    if torch is not None and isinstance(cut, torch.Tensor):
+        return cut.tolist() if cut.device.type == "cpu" else None
+    if isinstance(cut, np.ndarray):
+        return cut.tolist()
+    return None
+
+
+def as_array(cut):
+    """offs or counts given as a list or tuple of ints: an int32 NumPy array (a list has no dtype)."""
+    if isinstance(cut, (list, tuple)):
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in cut):
+            raise ValueError("grouped_matmul: offs and counts given as a list must hold whole numbers")
+        return np.asarray(cut, dtype=np.int32).reshape(len(cut))
+    return cut
+
+
+def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=None):
+    """torch operands: the rung's one launch (checks first). cut: offs or counts (None: a batch).
+    zero_uncovered: a new result is zeroed even where the offsets are on the GPU (gradients).
+    scales: float8 operands' block scales (scale_a, scale_b), checked (grouped_checks.check_scales)."""
+    import torch
+    from tilemm.engine import availability
+    from tilemm.ladder.tensorcore import r15_grouped
+    config = r15_grouped.KERNEL.resolve(params)
+    reason = availability.available()
+    if reason:
+        raise KernelUnavailable(f"grouped_matmul {reason.partition(', or a CPU rung')[0]}")
+    if compat.triton_interpreter() != (a.device.type == "cpu"):
+        raise ValueError(f"grouped_matmul: the operands are on {a.device}; "
+                         + ("under TRITON_INTERPRET=1 they must be CPU tensors" if compat.triton_interpreter()
+                            else "NumPy arrays are multiplied on the host, torch tensors on a CUDA GPU"))
+    values = None
+    if cut is not None:
+        cut = as_array(cut)
+        values = host_values(cut)
+        if values is not None:
+            check_values(values, lay)
+        elif not (isinstance(cut, torch.Tensor) and cut.device == a.device):
+            raise ValueError(f"grouped_matmul: offs or counts on {getattr(cut, 'device', '?')}; put them on the "
+                             f"operands' device ({a.device}) or the host")
+        cut = torch.as_tensor(cut, device=a.device)
+    dtype = getattr(torch, lay.dtype)
+    if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
+                                and out.device == a.device):
+        raise ValueError(f"grouped_matmul: out must be a {lay.shape} tensor of {dtype} on {a.device}")
+    # (block scales: every block_k the rung takes, 16 to 128, divides the scales' 128-wide blocks)
+    if scales is not None and a.device.type == "cuda":
+        if torch.cuda.get_device_capability(a.device) < (8, 9):
+            raise KernelUnavailable("grouped_matmul: float8 needs compute capability 8.9 or newer")
+        if config["block_k"] % 32:
+            raise ValueError(f"grouped_matmul: block_k={config['block_k']}: the 8-bit tensor-core instruction "
+                             "takes K in multiples of 32")
+    if config["tma"]:
+        from tilemm.ladder.tensorcore.r15_grouped_tma_kernel import eligible
+        if not eligible(a, b, lay.split):
+            raise ValueError("grouped_matmul: tma=True takes the MoE forward layouts with both operands K-major (a "
+                             "row-major, b the transpose of a contiguous (G, N, K)), rows 16-byte aligned")
+    reason = r15_grouped.shared_limit(config["block_m"], config["block_n"], config["block_k"],
+                                      config["num_stages"], a.element_size())
+    if reason:
+        raise KernelUnavailable(f"grouped_matmul: {reason}")
+    # rows (columns) past offs[-1] or a group's count: zero in a new result where that is known
+    uncovered = lay.split == COUNTED_M or (lay.split in (SPLIT_M, SPLIT_N) and (
+        zero_uncovered or (values is not None and values[-1:] != [lay.extent])))
+    if out is None:
+        c = (torch.zeros if uncovered else torch.empty)(lay.shape, dtype=dtype, device=a.device)
+    else:
+        c = out
+    tiles = tiles_bound(a, b, lay, config["block_m"], config["block_n"])
+    programs = r15_grouped.programs_for(tiles, config.pop("programs"))
+    if programs:
+        from tilemm.ladder.tensorcore.r15_grouped_kernel import launch
+        guard = torch.cuda.device(a.device) if a.device.type == "cuda" else contextlib.nullcontext()
+        with guard, JIT_LOCK:
+            launch(a, b, c, cut, lay.split, lay.extent, programs, **config, scales=scales)
+    return c
+
+
+def tiles_bound(a, b, lay, block_m: int, block_n: int) -> int:
+    """The most tiles the groups can have, whatever their sizes (each cut can add one partial tile)."""
+    def cdiv(x, y):
+        return -(-x // y)
+    g = lay.groups
+    m, n = a.shape[-2], b.shape[-1]
+    if lay.split == SPLIT_M:
+        return (cdiv(m, block_m) + g) * cdiv(n, block_n)
+    if lay.split == SPLIT_N:
+        return cdiv(m, block_m) * (cdiv(n, block_n) + g)
+    return g * cdiv(m, block_m) * cdiv(n, block_n)

@@ -1,0 +1,265 @@
+"""tilemm.scaled_matmul: float8 matrix products with per-tensor scales (torch._scaled_mm's
+contract), on the `tensorcore-fp8` rung; row-wise and block scales go to tilemm.products.block_scaled.
+Arguments are checked here, before any kernel runs."""
+from __future__ import annotations
+
+import functools
+import numbers
+import sys
+
+from tilemm.products import block_scaled, scaled_common as scaled_out
+from tilemm.system import compat
+from tilemm.engine import streams
+from tilemm.engine import availability
+from tilemm.plans.cache import operand_key
+from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
+
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
+                  stream=None, **params):
+    """``(scale_a * a) @ (scale_b * b)`` for float8 a and b, as ``torch._scaled_mm`` computes it.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        (M, K), float8_e4m3fn or float8_e5m2, on a CUDA device (a CPU tensor under Triton's
+        interpreter), any strides. A row-major a is read as it is; another layout is first copied.
+    b : torch.Tensor
+        (K, N), of a's kind and device. A b given as (N, K).T (its columns contiguous) is read as
+        it is; another layout is first copied.
+    scale_a, scale_b : float or torch.Tensor, default 1.0
+        Per-tensor scales: Python numbers or one-element float tensors; or float32 tensors of
+        row-wise scales, scale_a (M, 1) and scale_b (1, N); or of block scales (DeepGEMM's),
+        scale_a (M, ceil(K/128)), one a 1 x 128 block of A, and scale_b (ceil(K/128), ceil(N/128)),
+        one a 128 x 128 block of B, applied to each K block's float32 partial sums. Row-wise and
+        block scales run the `tensorcore-block-scaled` program (tilemm.products.block_scaled), whose params
+        are block_m, block_n, block_k, group_m, num_warps, num_stages, tma
+        (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``); no replay, no torch.compile op.
+    out_dtype : {"bfloat16", "float16", "float32"} or torch.dtype, default "bfloat16"
+        The result's dtype.
+    fast_accum : bool, default False
+        Let the tensor cores add fp8 products with their shorter accumulator (faster, less
+        accurate), as ``_scaled_mm(use_fast_accum=True)``; by default each K step's products are
+        added to a float32 sum.
+    out : torch.Tensor, optional
+        An (M, N) tensor of out_dtype on the operands' device to write into (any strides).
+    stream : optional
+        Where the work is queued, as for `tilemm.matmul` (None: torch's current stream).
+    **params
+        ``block_m``, ``block_n``, ``block_k``, ``group_m``, ``num_warps``, ``num_stages``: the tile
+        and schedule (``tilemm.ladder.tensorcore.scaled_fp8.DEFAULTS``). With none given, 64 x 128
+        tiles for a product of M <= 256 rows whose tiles make less than a round, stream-K where
+        they fill half the SMs or fewer and K >= 12288 (``scaled_fp8.thin_tiles``), and 128 x 128
+        tiles where the default's would fill half the SMs or fewer (``scaled_fp8.MID_TILES``).
+        ``stream_k`` (bool). ``warp_specialized``: None, on a Hopper GPU, runs the warp-specialized
+        Gluon program (128 x 256 tiles) for float32 sums with K >= 4096 and none of the others
+        given; True: that program or an error; False: the Triton program. ``cluster``: True runs
+        that program in clusters of two CTAs that load each B tile once for both, where Triton's
+        Gluon can (3.9), or an error; False (the default): one CTA a tile.
+
+    Returns
+    -------
+    torch.Tensor
+        out, or a new contiguous (M, N) tensor of out_dtype.
+
+    Raises
+    ------
+    TypeError
+        An operand that is not a float8 torch tensor, an unknown parameter or out_dtype, or out=
+        with operands that require grad.
+    ValueError
+        Shapes that do not line up, operands on two devices, a bad out, scale or parameter value.
+    KernelUnavailable
+        No PyTorch, or no GPU (or interpreter) that can run the program; the message says why.
+
+    Notes
+    -----
+    A call that repeats an earlier one (the same shapes, strides, dtypes, device and parameters,
+    no out, no stream) replays the first one's launches on its own operands
+    (``tilemm.engine.replay``): none of the checks and choices are made again.
+
+    Gradients follow ``torch._scaled_mm``'s rules: operands that require grad give a result
+    whose backward pass raises (no derivative is implemented). Under ``torch.compile`` a call is
+    one custom op (``tilemm.torch.ops``).
+    """
+    vector = block_scaled.vector_scales(scale_a, scale_b)     # row-wise or block scales: their own rung
+    if vector and not block_scaled.records_gradient(a, b, scale_a, scale_b):
+        return block_scaled.block_scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
+                                                out=out, stream=stream, **params)
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    if compiler is not None and compiler.is_compiling():     # one op in the graph; Dynamo never sees the caches
+        from tilemm.torch import ops as torch_ops
+        return torch_ops.traced_scaled_matmul(a, b, scale_a, scale_b, out_dtype, fast_accum, out, stream, params)
+    key = replay_key(a, b, out_dtype, fast_accum, params) if out is None and stream is None and not vector else None
+    replay = _REPLAYS.get(key) if key is not None else None
+    if replay is not None:
+        import torch
+        scales = _scales(scale_a, scale_b, a.device, torch)
+        c = replay(a, b, *scales)
+        if c is not None:
+            return c
+    try:
+        import torch
+    except ImportError:
+        raise KernelUnavailable("scaled_matmul needs PyTorch (pip install 'tilemm[triton]')") from None
+    inputs = [x for x in (a, b, scale_a, scale_b) if isinstance(x, torch.Tensor)]
+    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
+        if out is not None:
+            raise TypeError("scaled_matmul: functions with out=... arguments don't support automatic "
+                            "differentiation, but one of the arguments requires grad (as torch._scaled_mm refuses)")
+        from tilemm.torch import ops as torch_ops
+        plain = functools.partial(scaled_matmul, a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
+                                  stream=stream, **params)
+        return torch_ops.not_differentiable(plain, *inputs)
+    scaled_out.check_operands(a, b, torch)
+    result_dtype = _out_dtype(out_dtype, torch)
+    queue = streams.handle_of(stream) if stream is not None else None
+    from tilemm.ladder.tensorcore import scaled_fp8
+    config = scaled_fp8.resolve(_config(params), bool(fast_accum), a.shape[0], b.shape[1], a.shape[1])
+    _check_device(a.device, torch)
+    reason = availability.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or scaled_fp8.limits(
+        config["block_m"], config["block_n"], config["block_k"], config["num_stages"], compat.triton_interpreter(),
+        bool(fast_accum), config["warp_specialized"], config["cluster"])
+    if reason:
+        raise KernelUnavailable(f"scaled_matmul: {reason}")
+    device = scaled_out.device_name(a.device)
+    if queue is None:
+        queue = streams.caller_stream("torch", device)
+    m, k = a.shape
+    n = b.shape[1]
+    scaled_out.check_out(out, m, n, result_dtype, a.device)
+    with scaled_out.on_stream(queue, device):
+        scales = _scales(scale_a, scale_b, a.device, torch)
+        c = torch.empty((m, n), dtype=result_dtype, device=a.device) if out is None else out
+        if m and n:
+            if k == 0:
+                c.zero_()                                      # an empty sum
+            else:
+                with JIT_LOCK:
+                    launched = scaled_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
+                if key is not None and launched is not None:
+                    _remember(key, launched, (a, b, *scales, c))
+    return c
+
+
+# Repeated calls' launches (tilemm.engine.replay), by the call's key; as tilemm.api's plans
+REPLAY_CACHE_SIZE = 512
+_REPLAYS: dict = {}
+
+
+def release_replays() -> None:
+    """Forget the repeated calls' replays (tilemm.release_memory)."""
+    _REPLAYS.clear()
+
+
+def replay_key(a, b, out_dtype, fast_accum, params):
+    """What a call's plan depends on, for CUDA torch tensors a and b (tilemm.api's operand keys);
+    else None (no replay)."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(a) is not torch.Tensor or type(b) is not torch.Tensor or not a.is_cuda:
+        return None
+    try:
+        key = (operand_key(a), operand_key(b), str(out_dtype), bool(fast_accum), tuple(sorted(params.items())))
+        hash(key)
+    except TypeError:                      # a parameter of an unhashable value: checked on the usual path
+        return None
+    return key
+
+
+def _remember(key, launched, operands: tuple) -> None:
+    from tilemm.engine.replay import recorded
+    replay = recorded(launched, operands)
+    if replay is not None:
+        if len(_REPLAYS) >= REPLAY_CACHE_SIZE:
+            _REPLAYS.clear()
+        _REPLAYS[key] = replay
+
+
+def _out_dtype(out_dtype, torch):
+    name = str(out_dtype).removeprefix("torch.")
+    if name not in OUT_DTYPES:
+        raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
+    return getattr(torch, name)
+
+
+def _config(params: dict) -> dict:
+    from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"scaled_matmul: unknown parameter(s) {', '.join(sorted(unknown))}; "
+                        f"it takes {', '.join(DEFAULTS)}")
+    config = {**DEFAULTS, **params}
+    if not isinstance(config["stream_k"], bool):
+        raise ValueError(f"scaled_matmul: stream_k={config['stream_k']!r} must be True or False")
+    if config["warp_specialized"] is not None and not isinstance(config["warp_specialized"], bool):
+        raise ValueError(f"scaled_matmul: warp_specialized={config['warp_specialized']!r} must be None, True or False")
+    if not isinstance(config["cluster"], bool):
+        raise ValueError(f"scaled_matmul: cluster={config['cluster']!r} must be True or False")
+    for name, value in config.items():
+        if (value is None and name in ("block_m", "block_n")) or name in ("warp_specialized", "cluster"):
+            continue
+        if name != "stream_k" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")
+    for name in ("block_m", "block_n", "block_k"):
+        if config[name] is not None and (config[name] < 16 or config[name] & (config[name] - 1)):
+            raise ValueError(f"scaled_matmul: {name}={config[name]} must be a power of two, 16 or more")
+    return config
+
+
+def _check_device(device, torch) -> None:
+    problem = _device_problem(device.type, device.index, compat.triton_interpreter())
+    if problem:
+        error, message = problem
+        raise error(message.format(device=device))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_problem(kind: str, index, interpreter: bool):
+    """(exception, message) if float8 products can't run on this device, else None; the same
+    answer for every call on a device, so it is worked out once (it is a fifth of a call's cost)."""
+    import torch
+    reason = availability.available()
+    if reason:      # the Triton rungs' reason, less its advice to pass another kernel: scaled_matmul takes none
+        return KernelUnavailable, f"scaled_matmul {reason.partition(', or a CPU rung')[0]}"
+    if interpreter:
+        if kind != "cpu":
+            return ValueError, "scaled_matmul: under TRITON_INTERPRET=1 the operands must be CPU tensors"
+        return None
+    if kind != "cuda":
+        return ValueError, "scaled_matmul: the operands are on {device}; move them to a CUDA GPU"
+    if torch.cuda.get_device_capability(torch.device(kind, index)) < (8, 9):
+        return KernelUnavailable, "scaled_matmul needs float8 tensor cores (compute capability 8.9 or newer)"
+    return None
+
+
+def _scales(scale_a, scale_b, device, torch) -> tuple:
+    """(scale_a, scale_b) as _scale makes each."""
+    return scale_tensor(scale_a, "scale_a", device, torch), scale_tensor(scale_b, "scale_b", device, torch)
+
+
+def scale_tensor(s, name: str, device, torch):
+    """A one-element float32 tensor on the operands' device. A number's tensor is made once (a
+    copy to the GPU costs more than the rest of a small call) and kept apart for scale_a and
+    scale_b: a replay needs its inputs in memory of their own. Kept ones are never freed (a
+    launch on another stream may still read one), so past SCALE_CACHE_SIZE numbers each call
+    makes its own."""
+    if isinstance(s, numbers.Real) and not isinstance(s, bool):
+        key = (name, float(s), device)
+        tensor = _SCALES.get(key)
+        if tensor is None:
+            tensor = torch.tensor([float(s)], dtype=torch.float32, device=device)
+            if len(_SCALES) < SCALE_CACHE_SIZE:
+                _SCALES[key] = tensor
+        return tensor
+    if isinstance(s, torch.Tensor) and s.numel() == 1 and s.dtype.is_floating_point:
+        if s.dtype == torch.float32 and s.device == device:
+            return s           # read where it is (the program loads its one element): no view, no cast
+        return s.reshape(1).to(device=device, dtype=torch.float32)
+    raise ValueError(f"scaled_matmul: {name} must be a number or a one-element float tensor (per-tensor scales); "
+                     f"got {type(s).__name__}{' of shape ' + str(tuple(s.shape)) if hasattr(s, 'shape') else ''}")
+
+
+SCALE_CACHE_SIZE = 64
+_SCALES: dict = {}         # (scale_a or scale_b, value, device) -> its one-element float32 tensor

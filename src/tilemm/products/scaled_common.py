@@ -1,0 +1,48 @@
+"""What the float8 products (tilemm.products.scaled and tilemm.products.block_scaled) share around their programs:
+the operands' checks, out='s check, and the stream and device their C is made and written on."""
+from __future__ import annotations
+
+import contextlib
+
+from tilemm.engine import streams
+
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+def check_operands(a, b, torch) -> None:
+    """a (M, K) and b (K, N): float8 torch matrices on one device (TypeError, ValueError otherwise)."""
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"scaled_matmul: operand {name} is {type(x).__name__}; float8 data comes as torch "
+                            f"tensors (NumPy has no float8 dtype)")
+        dtype = str(x.dtype).removeprefix("torch.")
+        if dtype not in FP8:
+            raise TypeError(f"scaled_matmul: operand {name} has dtype {dtype}; it multiplies {' and '.join(FP8)} "
+                            f"(tilemm.matmul takes the other dtypes)")
+        if x.ndim != 2:
+            raise ValueError(f"scaled_matmul: operand {name} has shape {tuple(x.shape)}; it takes matrices (2-D)")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"scaled_matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not line up "
+                         f"(a's {a.shape[1]} columns vs b's {b.shape[0]} rows)")
+    if a.device != b.device:
+        raise ValueError(f"scaled_matmul: a is on {a.device} and b on {b.device}; put both on one device")
+
+
+def check_out(out, m: int, n: int, result_dtype, device) -> None:
+    """out is None or an (m, n) torch tensor of result_dtype on device (ValueError otherwise)."""
+    import torch
+    if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n)
+                                and out.dtype == result_dtype and out.device == device):
+        raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {device}; got "
+                         f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')} "
+                         f"{getattr(out, 'device', '')}")
+
+
+def device_name(device) -> str:
+    """A torch device as the streams module names it: "cpu" or "cuda:N"."""
+    return "cpu" if device.type == "cpu" else f"cuda:{device.index or 0}"
+
+
+def on_stream(queue: int, device: str):
+    """The call's stream (and its GPU) current while C is made and written; nothing on the CPU."""
+    return streams.queued_on(queue, device, cupy_too=False) if device != "cpu" else contextlib.nullcontext()

@@ -1,0 +1,96 @@
+"""tilemm's product on DTensors: a sharding rule for ``torch.ops.tilemm.matmul``.
+
+A DTensor program calls ``tilemm.matmul(a, b)`` (or ``tilemm.spread.distributed.matmul(a, b)``) on
+DTensors as it would call ``torch.matmul``: DTensor's dispatcher reads the rule registered here,
+redistributes the operands to the cheapest placement it allows (no communication where the
+operands already fit one), runs ``torch.ops.tilemm.matmul`` on each rank's local tensors (tilemm's
+rungs) and hands back a DTensor. The rule is torch's own for ``mm``, one mesh dimension at a
+time, so the result's placement is the one ``torch.matmul`` gives on the same operands:
+
+    A           B            C
+    Shard(0)    Replicate    Shard(0)       rows of C: no communication
+    Replicate   Shard(1)     Shard(1)       columns of C: no communication
+    Shard(1)    Shard(0)     Partial()      K split: each rank's partial sum (``placements=`` to reduce)
+    Replicate   Replicate    Replicate
+    Partial()   Replicate    Partial()      (a sum is linear in either operand)
+    Replicate   Partial()    Partial()
+
+and on a 2-D mesh any pair of these, one per mesh dimension: ``(Shard(0), Replicate())`` x
+``(Replicate(), Shard(1))`` gives ``(Shard(0), Shard(1))``, C's 2-D blocks. Operands that match no
+row (``Shard(0)`` x ``Shard(0)``) are redistributed first, as torch does (here: B all-gathered).
+Products of stacks and vectors run replicated.
+
+Importing this module registers the rule (tilemm's package does it on first use of a DTensor).
+"""
+from __future__ import annotations
+
+import torch
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+from tilemm.torch import ops as torch_ops
+
+_REGISTERED = []
+
+
+def register() -> None:
+    """Register the sharding rule of ``torch.ops.tilemm.matmul`` with DTensor (once)."""
+    if _REGISTERED:
+        return
+    try:
+        from torch.distributed.tensor.experimental import register_sharding
+    except ImportError as e:            # torch before 2.5
+        raise RuntimeError("tilemm on DTensors needs torch.distributed.tensor.experimental.register_sharding "
+                           f"(torch 2.5 or later); this torch is {torch.__version__}") from e
+    register_sharding(torch.ops.tilemm.matmul.default)(matmul_sharding)
+    _REGISTERED.append(True)
+
+
+def matmul_sharding(a, b, kernel, params, out_dtype):
+    """The acceptable (output placements, input placements) of one mesh dimension, torch's order for
+    mm: DTensor expands them over the mesh and picks the one that costs least to reach."""
+    extra = [None, None, None]                  # kernel, params, out_dtype: not tensors
+    strategies = [([Replicate()], [Replicate(), Replicate()] + extra)]
+    if len(a.shape) == 2 and len(b.shape) == 2:
+        strategies += [
+            ([Partial()], [Shard(1), Shard(0)] + extra),        # K: partial sums
+            ([Shard(0)], [Shard(0), Replicate()] + extra),      # rows of A, rows of C
+            ([Shard(1)], [Replicate(), Shard(1)] + extra),      # columns of B, columns of C
+            ([Partial()], [Partial(), Replicate()] + extra),
+            ([Partial()], [Replicate(), Partial()] + extra),
+        ]
+    return strategies
+
+
+def is_dtensor(x) -> bool:
+    return isinstance(x, DTensor)
+
+
+def matmul(a, b, out=None, *, kernel: str | None = None, out_dtype=None, stream=None, placements=None, **params):
+    """C = A @ B of DTensors on one DeviceMesh, each rank's local product by tilemm (``kernel`` and
+    ``params`` as tilemm.matmul takes them), returned as a DTensor with the placement torch.matmul
+    gives (the module's table). placements: redistribute C to these afterwards, e.g. ``[Shard(0)]``
+    after ``Shard(1)`` x ``Shard(0)``: one reduce-scatter instead of the Partial sums."""
+    if not (isinstance(a, DTensor) and isinstance(b, DTensor)):
+        raise TypeError(f"tilemm.matmul on DTensors takes two DTensors on one mesh; got {type(a).__name__} and "
+                        f"{type(b).__name__} (DTensor.from_local or distribute_tensor makes one)")
+    if a.device_mesh != b.device_mesh:
+        raise ValueError(f"tilemm.matmul on DTensors: the operands lie on different meshes ({a.device_mesh} and "
+                         f"{b.device_mesh})")
+    if out is not None or stream is not None:
+        raise TypeError("tilemm.matmul on DTensors takes neither out= nor stream= (each rank's product runs on "
+                        "its current stream; DTensor allocates the result)")
+    if placements is not None:
+        placements = _checked_placements(placements, a.device_mesh.ndim)
+    register()
+    c = torch.ops.tilemm.matmul(a, b, kernel, torch_ops.encode_params(params), torch_ops.dtype_text(out_dtype))
+    if placements is not None and tuple(placements) != tuple(c.placements):
+        c = c.redistribute(placements=placements)
+    return c
+
+
+def _checked_placements(placements, mesh_dims: int) -> list:
+    placements = list(placements)
+    if len(placements) != mesh_dims or not all(isinstance(p, (Shard, Replicate, Partial)) for p in placements):
+        raise ValueError(f"tilemm.matmul on DTensors: placements={placements!r}; one Shard, Replicate or Partial "
+                         f"for each of the mesh's {mesh_dims} dimensions")
+    return placements

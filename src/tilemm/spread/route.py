@@ -1,0 +1,20 @@
+"""Where tilemm.matmul sends a product spread over several devices: DTensors (tilemm.spread.dtensor) and
+``devices=[...]`` (tilemm.spread.multi). Imported only when a call has one of them."""
+from __future__ import annotations
+
+MULTI_OPTIONS = ("panel_k", "memory_limit", "out_of_core")
+
+
+def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
+    """tilemm.matmul(a, b, ...) where an operand is a DTensor or params holds devices=."""
+    if "devices" in params:
+        others = sorted(set(params) - {"devices", *MULTI_OPTIONS})
+        given = [name for name, value in (("out", out), ("kernel", kernel), ("out_dtype", out_dtype),
+                                          ("stream", stream)) if value is not None]
+        if others or given:
+            raise TypeError(f"matmul: devices= splits the product with tilemm's default rungs and takes "
+                            f"{', '.join(MULTI_OPTIONS)}; not {', '.join(given + others)}")
+        from tilemm.spread import multi
+        return multi.matmul(a, b, **params)
+    from tilemm.spread import dtensor
+    return dtensor.matmul(a, b, out, kernel=kernel, out_dtype=out_dtype, stream=stream, **params)

@@ -1,0 +1,149 @@
+"""tilemm.linear and tilemm.matmul_epilogue on torch tensors: the checks, the route (tilemm.products.fused),
+eager autograd (EpilogueFunction), and under torch.compile the operators of tilemm.torch.fused_ops.
+
+Eager calls never pass through the dispatcher: the library route is torch's own functions (its
+own graph and cost: F.linear, then the activation), the Triton route one launch (plus an
+autograd.Function where a gradient is recorded)."""
+from __future__ import annotations
+
+from math import prod
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from tilemm.products import fused
+from tilemm.numerics.epilogue_math import activate_torch, needs_aux
+from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
+from tilemm.engine.epilogue_launch import DTYPES, config_for
+
+is_compiling = torch.compiler.is_compiling
+
+
+def check_tensors(name: str, **tensors) -> None:
+    """torch tensors (None allowed), one dtype and one device: TypeError / ValueError otherwise."""
+    first = label0 = None
+    for label, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: {label} is {type(t).__name__}; the operands are torch tensors (or all NumPy "
+                            "arrays)")
+        if first is None:
+            first, label0 = t, label
+            if first.dtype.is_complex or not first.dtype.is_floating_point:
+                raise TypeError(f"{name}: operands of {first.dtype}; epilogues take float tensors")
+        elif t.dtype != first.dtype:
+            raise TypeError(f"{name}: {label0} is {first.dtype} and {label} {t.dtype}; the operands of a fused "
+                            "product have one dtype")
+        elif t.device != first.device:
+            raise ValueError(f"{name}: {label0} is on {first.device} and {label} on {t.device}; the operands "
+                             "must be on one device")
+
+
+def check_triton_dtype(name: str, dtype: torch.dtype) -> None:
+    if dtype not in DTYPES:
+        raise TypeError(f"{name}: the fused-epilogue program takes {', '.join(map(str, DTYPES))}, not {dtype}")
+
+
+def broadcasts_to(shape, target) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
+
+
+def recording(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
+    if isinstance(x, torch.Tensor) and torch.is_autocast_enabled(x.device.type):
+        # as F.linear under autocast: the product's operands in autocast's dtype; a residual of
+        # another dtype added after, with torch's promotion
+        dtype = torch.get_autocast_dtype(x.device.type)
+        x, weight = x.to(dtype), weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+        if residual is not None and residual.dtype != dtype:
+            return linear(x, weight, bias, activation, None, kernel, params) + residual
+    check_tensors("linear", x=x, weight=weight, bias=bias, residual=residual)
+    check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
+    out_shape = x.shape[:-1] + weight.shape[:1]
+    if residual is not None and not broadcasts_to(residual.shape, out_shape):
+        raise ValueError(f"linear: residual of shape {tuple(residual.shape)} does not broadcast to the result's "
+                         f"shape {tuple(out_shape)}")
+
+    def residual_rows():      # (a copy where the residual is broadcast: not for the library's route)
+        return None if residual is None else residual.expand(out_shape).reshape(-1, weight.shape[0])
+    if is_compiling():
+        rows = x.reshape(-1, x.shape[-1])       # one operator the compiled graph sees into (tilemm.torch.fused_ops)
+        from tilemm.torch import fused_ops
+        save = recording(x, weight, bias, residual) and needs_aux(activation, residual is not None)
+        y, _ = torch.ops.tilemm.linear(rows, weight, bias, residual_rows(), activation, save, kernel,
+                                       fused_ops.encode_config(params))
+        return y.reshape(out_shape)
+    config = config_for(x.dtype, params)      # (under compile the operator's body checks them)
+    way = fused.route(kernel, x, prod(x.shape[:-1]), weight.shape[0], weight.shape[1])
+    if way == fused.LIBRARY:    # torch's own functions, its own graph
+        y = activate_torch(F.linear(x, weight, bias), activation)
+        return y if residual is None else y + residual
+    check_triton_dtype("linear", x.dtype)
+    rows = x.reshape(-1, x.shape[-1])
+    if recording(x, weight, bias, residual):
+        y = EpilogueFunction.apply(rows, weight.mT, bias, None, residual_rows(), (False, activation, 1.0, 0.0, config))
+    else:
+        y = fused.forward(rows, weight.mT, bias, False, None, residual_rows(), activation, 1.0, 0.0, fused.TRITON,
+                          config, False)[0]
+    return y.reshape(out_shape)
+
+
+def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, residual, kernel, params: dict):
+    check_tensors("matmul_epilogue", a=a, b=b, bias=bias, c=c, residual=residual)
+    check_matrices(tuple(a.shape), tuple(b.shape), None if c is None else c.shape,
+                   None if residual is None else residual.shape)
+    m, n = a.shape[0], b.shape[1]
+    bias_over_m = bias is not None and bias_layout(tuple(bias.shape), m, n)
+    bias_1d = None if bias is None else bias.reshape(-1)
+    if is_compiling():
+        from tilemm.torch import fused_ops
+        save = recording(a, b, bias, c, residual) and needs_aux(activation, residual is not None)
+        return torch.ops.tilemm.matmul_epilogue(a, b, bias_1d, c, residual, activation, alpha, beta, bias_over_m,
+                                                save, kernel, fused_ops.encode_config(params))[0]
+    config = config_for(a.dtype, params)
+    way = fused.route(kernel, a, m, n, a.shape[1])
+    if way == fused.LIBRARY:    # torch's operators record their own graph
+        return fused.forward(a, b, bias_1d, bias_over_m, c, residual, activation, alpha, beta, way, config, False)[0]
+    check_triton_dtype("matmul_epilogue", a.dtype)
+    spec = (bias_over_m, activation, alpha, beta, config)
+    if recording(a, b, bias, c, residual):
+        return EpilogueFunction.apply(a, b, bias_1d, c, residual, spec)
+    return fused.forward(a, b, bias_1d, bias_over_m, c if beta != 0 else None, residual, activation, alpha, beta,
+                         fused.TRITON, config, False)[0]
+
+
+class EpilogueFunction(torch.autograd.Function):
+    """The Triton route's product with autograd, eager: the forward saves what the activation's
+    backward reads (Z, or Y for relu without a residual); the backward's products run the same
+    program. spec = (bias_over_m, activation, alpha, beta, config)."""
+
+    @staticmethod
+    def forward(ctx, a, b, bias, c, residual, spec):
+        bias_over_m, activation, alpha, beta, config = spec
+        save_aux = needs_aux(activation, residual is not None)
+        y, aux = fused.forward(a, b, bias, bias_over_m, c if beta != 0 else None, residual, activation, alpha, beta,
+                               fused.TRITON, config, save_aux)
+        ctx.save_for_backward(a, b, aux if save_aux else (y if activation == "relu" else None))
+        ctx.spec, ctx.bias_shape = spec, None if bias is None else bias.shape
+        ctx.given = (c is not None, residual is not None)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        a, b, saved = ctx.saved_tensors
+        bias_over_m, activation, alpha, beta, config = ctx.spec
+
+        def product(x, y, scale):
+            return fused.plain_product(x, y, scale, fused.TRITON, config)
+        return fused.grads(grad, saved, a, b, ctx.bias_shape, bias_over_m, *ctx.given, activation, alpha, beta,
+                           ctx.needs_input_grad[:5], product) + (None,)

@@ -1,0 +1,113 @@
+"""tilemm's fused products as torch operators that torch.compile sees into:
+``torch.ops.tilemm.linear`` and ``torch.ops.tilemm.matmul_epilogue``.
+
+Both are ``torch.library.triton_op``s: their Python body is what torch.compile traces (the fake
+implementation is derived from it), so the compiled graph holds tilemm's Triton program itself
+(through ``torch.library.wrap_triton``), which Inductor schedules and fuses around; where tilemm's
+route for a shape is the library, the body is torch's own ``addmm`` / ``mm`` and activation, and
+Inductor does for them what it does for torch. Their gradients (``register_autograd``) are the
+same formula as the eager path's (tilemm.products.fused.grads), its products calls of the same operator.
+
+Each returns (Y, AUX): AUX the pre-activation where ``save_aux`` (an empty tensor otherwise).
+Under Triton's interpreter (host tensors) a traced call takes the library route: the interpreter
+runs kernels on real data only.
+"""
+from typing import Optional      # (no postponed annotations: the operators' schemas are read from them)
+
+import torch
+from torch.library import triton_op, wrap_triton
+from torch._subclasses.fake_tensor import is_fake
+
+from tilemm.system import compat
+from tilemm.products import fused
+from tilemm.numerics.epilogue_math import needs_aux
+from tilemm.engine.epilogue_launch import config_for
+
+
+def encode_config(params: dict) -> str:
+    """Tile parameters (ints) as the operators' string argument: "block_m=64;num_warps=4"."""
+    return ";".join(f"{name}={int(value)}" for name, value in sorted(params.items()))
+
+
+def decode_config(text: str) -> dict:
+    return {name: int(value) for name, value in (item.split("=", 1) for item in text.split(";") if item)}
+
+
+def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, save_aux, kernel, params):
+    """The operators' body: the route for this shape, then the product (the Triton program
+    through wrap_triton, or torch's operators)."""
+    way = fused.route(kernel, a, a.shape[0], b.shape[1], a.shape[1])
+    if way == fused.TRITON and compat.triton_interpreter() and (is_fake(a) or a.device.type == "meta"):
+        way = fused.LIBRARY          # the interpreter cannot trace a kernel: the same sums by torch
+    y, aux = fused.forward(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, way,
+                           config_for(a.dtype, decode_config(params)), save_aux, wrap=wrap_triton)
+    if aux is None:
+        return y, y.new_empty(0)
+    return y, aux if aux is not y else aux.clone()
+
+
+@triton_op("tilemm::matmul_epilogue", mutates_args=())
+def matmul_epilogue_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], c: Optional[torch.Tensor],
+                       residual: Optional[torch.Tensor], activation: str, alpha: float, beta: float,
+                       bias_over_m: bool, save_aux: bool, kernel: Optional[str],
+                       params: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(activation(alpha * a @ b + beta * c + bias) + residual, pre-activation or empty)."""
+    return traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, save_aux, kernel, params)
+
+
+@triton_op("tilemm::linear", mutates_args=())
+def linear_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
+              activation: str, save_aux: bool, kernel: Optional[str], params: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(activation(x @ weight.T + bias) + residual, pre-activation or empty), x of rows (R, in)."""
+    return traced_body(x, weight.mT, bias, False, None, residual, activation, 1.0, 0.0, save_aux, kernel, params)
+
+
+def saved_for_backward(activation: str, has_residual: bool, save_aux: bool, y, aux):
+    """What the activation's backward reads: Z (AUX), or Y for relu without a residual."""
+    if needs_aux(activation, has_residual):
+        if not save_aux:
+            raise RuntimeError(f"tilemm: the backward of activation={activation!r} needs the pre-activation; call "
+                               "the operator with save_aux=True when a gradient is wanted")
+        return aux
+    return y if activation == "relu" else None
+
+
+def op_product(kernel, params):
+    def product(x, y, alpha):
+        return torch.ops.tilemm.matmul_epilogue(x, y, None, None, None, "identity", alpha, 0.0, False, False,
+                                                kernel, params)[0]
+    return product
+
+
+def setup_matmul_epilogue(ctx, inputs, output):
+    a, b, bias, c, residual, activation, alpha, beta, bias_over_m, save_aux, kernel, params = inputs
+    ctx.save_for_backward(a, b, saved_for_backward(activation, residual is not None, save_aux, *output))
+    ctx.spec = (None if bias is None else bias.shape, bias_over_m, c is not None, residual is not None,
+                activation, alpha, beta, kernel, params)
+
+
+def backward_matmul_epilogue(ctx, grad, grad_aux):
+    a, b, saved = ctx.saved_tensors
+    bias_shape, bias_over_m, has_c, has_residual, activation, alpha, beta, kernel, params = ctx.spec
+    return fused.grads(grad, saved, a, b, bias_shape, bias_over_m, has_c, has_residual, activation, alpha, beta,
+                       ctx.needs_input_grad[:5], op_product(kernel, params)) + (None,) * 7
+
+
+def setup_linear(ctx, inputs, output):
+    x, weight, bias, residual, activation, save_aux, kernel, params = inputs
+    ctx.save_for_backward(x, weight, saved_for_backward(activation, residual is not None, save_aux, *output))
+    ctx.spec = (None if bias is None else bias.shape, residual is not None, activation, kernel, params)
+
+
+def backward_linear(ctx, grad, grad_aux):
+    x, weight, saved = ctx.saved_tensors
+    bias_shape, has_residual, activation, kernel, params = ctx.spec
+    needs = ctx.needs_input_grad
+    dx, dwt, dbias, _, dres = fused.grads(grad, saved, x, weight.mT, bias_shape, False, False, has_residual,
+                                          activation, 1.0, 0.0, (needs[0], needs[1], needs[2], False, needs[3]),
+                                          op_product(kernel, params))
+    return dx, (dwt.mT if dwt is not None else None), dbias, dres, None, None, None, None
+
+
+matmul_epilogue_op.register_autograd(backward_matmul_epilogue, setup_context=setup_matmul_epilogue)
+linear_op.register_autograd(backward_linear, setup_context=setup_linear)

@@ -1,0 +1,72 @@
+"""Gradients of tilemm.grouped_matmul for torch tensors. Each layout's two gradients are grouped
+products of the same program in another layout: for C_g = A_g @ B_g, dA_g = dC_g @ B_g^T and
+dB_g = A_g^T @ dC_g, where the group axis that offs cut in C becomes a cut of K (the weight's
+gradient of the MoE forward pass is the K-cut product) and the reverse."""
+from __future__ import annotations
+
+import torch
+
+from tilemm.products.grouped_launch import device_grouped
+from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_K, SPLIT_M, SPLIT_N, layout
+
+
+def differentiable(a, b, offs, counts, lay, params):
+    """grouped_matmul(a, b, offs or counts) recorded for autograd."""
+    cut = offs if counts is None else counts
+    if cut is not None and not isinstance(cut, torch.Tensor):
+        cut = torch.as_tensor(cut, dtype=torch.int32)
+    return GroupedMatmul.apply(a, b, cut, lay, params)
+
+
+def product(a, b, cut, split, params):
+    """One grouped product for a gradient: a new result, rows that no group covers zeroed."""
+    offs, counts = (None, cut) if split == COUNTED_M else (cut, None)
+    if split == BATCHED:
+        offs = None
+    lay = layout(a, b, offs, counts, None)
+    return device_grouped(a, b, cut if split != BATCHED else None, lay, None, params, zero_uncovered=True)
+
+
+def gradients(a, b, cut, split, dc, params, need_a: bool, need_b: bool):
+    """(dA, dB) of C = grouped(a, b, cut) in layout `split` (None where not needed)."""
+    da = db = None
+    if split in (BATCHED, COUNTED_M):
+        if split == COUNTED_M:
+            # rows past a group's count are not functions of a or b: their gradient is dropped
+            rows = torch.arange(a.shape[1], device=dc.device)
+            dc = dc * (rows[None, :, None] < cut.to(dc.device)[:, None, None]).to(dc.dtype)
+        if need_a:
+            da = product(dc, b.mT, None, BATCHED, params)
+        if need_b:
+            db = product(a.mT, dc, None, BATCHED, params)
+    elif split == SPLIT_M:          # a (T, K) rows cut, b (G, K, N), c (T, N)
+        if need_a:
+            da = product(dc, b.mT, cut, SPLIT_M, params)             # (T, N) x (G, N, K)
+        if need_b:
+            db = product(a.T, dc, cut, SPLIT_K, params)              # (K, T) x (T, N), T cut
+    elif split == SPLIT_K:          # a (M, T), b (T, N), T cut, c (G, M, N)
+        if need_a:
+            da = product(dc, b.T, cut, SPLIT_N, params)              # (G, M, N) x (N, T), T cut
+        if need_b:
+            db = product(a.T, dc, cut, SPLIT_M, params)              # (T, M) rows cut x (G, M, N)
+    elif split == SPLIT_N:          # a (G, M, K), b (K, T) columns cut, c (M, T)
+        if need_a:
+            da = product(dc, b.T, cut, SPLIT_K, params)              # (M, T) x (T, K), T cut
+        if need_b:
+            db = product(a.mT, dc, cut, SPLIT_N, params)             # (G, K, M) x (M, T) columns cut
+    return da, db
+
+
+class GroupedMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, cut, lay, params):
+        ctx.save_for_backward(a, b, cut) if cut is not None else ctx.save_for_backward(a, b)
+        ctx.split, ctx.params = lay.split, params
+        return device_grouped(a, b, cut, lay, None, params)
+
+    @staticmethod
+    def backward(ctx, dc):
+        a, b, *rest = ctx.saved_tensors
+        cut = rest[0] if rest else None
+        da, db = gradients(a, b, cut, ctx.split, dc.to(a.dtype), ctx.params, *ctx.needs_input_grad[:2])
+        return da, db, None, None, None

@@ -1,0 +1,86 @@
+"""Activations fused into tilemm.nn.Linear's epilogue: ``swap_linears(model, fuse_activations=True)``.
+
+A swapped Linear with ``activation`` set runs ``tilemm.linear`` (its bias, and the activation,
+in the product's pass; one ``tilemm::linear`` operator that Inductor sees into under
+torch.compile). fuse_activations finds, in a swapped model:
+
+- in an ``nn.Sequential``, a Linear followed by a known activation module (nn.ReLU,
+  nn.GELU(approximate='none' or 'tanh'), nn.SiLU, and transformers' SiLUActivation,
+  GELUActivation and GELUTanh): the Linear takes the activation, an ``nn.Identity`` takes the module's place;
+- a gated MLP of transformers (LlamaMLP, MistralMLP, Qwen2MLP: ``down_proj(act_fn(gate_proj(x)) *
+  up_proj(x))``): gate_proj takes act_fn, which becomes an nn.Identity;
+
+and every other swapped Linear runs tilemm.linear with no activation. ``restore_linears`` puts
+each activation module back. A forward hook on a fused Linear sees the activated output.
+"""
+from __future__ import annotations
+
+import torch
+
+from tilemm.numerics.epilogue_math import check_activation
+from tilemm.engine.epilogue_launch import config_for
+
+# transformers' activation modules (ACT2FN's), by class name: transformers is no dependency
+TRANSFORMERS_ACTIVATIONS = {"SiLUActivation": "silu", "GELUActivation": "gelu", "GELUTanh": "gelu_tanh",
+                            "PytorchGELUTanh": "gelu_tanh"}
+# transformers' MLPs whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x))
+GATED_MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP")
+
+
+def check_fused(kernel, out_dtype, activation, params: dict) -> None:
+    """Refuse options tilemm.linear doesn't take (TypeError, ValueError), before any product."""
+    check_activation(activation)
+    if out_dtype is not None:
+        raise TypeError("Linear: out_dtype is not taken with an activation (tilemm.linear computes in the "
+                        "operands' dtype)")
+    if kernel not in (None, "auto"):
+        from tilemm.ladder import registry
+        registry.get(kernel)              # (ValueError naming the known kernels)
+    config_for(torch.float16, params)     # (the program's tile parameters only)
+
+
+def activation_of(module: torch.nn.Module) -> str | None:
+    """The epilogue's name for a known activation module, or None."""
+    kind = type(module)
+    if kind is torch.nn.ReLU:
+        return "relu"
+    if kind is torch.nn.GELU:
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
+    if kind is torch.nn.SiLU:
+        return "silu"
+    return TRANSFORMERS_ACTIVATIONS.get(kind.__name__)     # (each of them computes the same by name)
+
+
+def fuse_activations(model: torch.nn.Module, Linear: type, kernel, out_dtype, params: dict) -> list[str]:
+    """Fuse model's known activations into the swapped Linears (of class Linear, tilemm.nn's)
+    before them, and set every other swapped Linear to run tilemm.linear (see the module's
+    docstring). Returns the names of the Linears that took an activation."""
+    if out_dtype is not None:
+        raise TypeError("swap_linears: out_dtype is not taken with fuse_activations=True")
+    fused = []
+    for name, module in list(model.named_modules()):
+        pairs = []
+        if isinstance(module, torch.nn.Sequential):
+            keys = list(module._modules)
+            pairs = [(module, first, module, second) for first, second in zip(keys, keys[1:])]
+        elif type(module).__name__ in GATED_MLPS and hasattr(module, "gate_proj") and hasattr(module, "act_fn"):
+            pairs = [(module, "gate_proj", module, "act_fn")]
+        for owner, linear_key, holder, activation_key in pairs:
+            linear, act = owner._modules[linear_key], holder._modules.get(activation_key)
+            activation = activation_of(act) if act is not None else None
+            if type(linear) is Linear and activation and linear.activation in (None, "identity"):
+                linear.configure(kernel=kernel, activation=activation, **params)
+                linear.fused_from = (holder, activation_key, act)
+                holder._modules[activation_key] = torch.nn.Identity()
+                fused.append(f"{name}.{linear_key}" if name else linear_key)
+    for module in model.modules():
+        if type(module) is Linear and not module.activation:
+            module.configure(kernel=kernel, activation="identity", **params)
+    return fused
+
+
+def unfuse(linear: torch.nn.Module) -> None:
+    """Put a fused Linear's activation module back in its place (restore_linears)."""
+    holder, key, act = linear.__dict__.pop("fused_from", (None, None, None))
+    if holder is not None and isinstance(holder._modules.get(key), torch.nn.Identity):
+        holder._modules[key] = act
