@@ -24,9 +24,8 @@ import torch
 import tilemm
 import tilemm.nn
 from tilemm.ladder.tensorcore import epilogue_launch
-from tilemm.timing import interleaved_rounds
 
-import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
+import harness
 
 # (rows M = batch x tokens, out_features N, in_features K), bfloat16
 SETS = {"fit": [(8192, 14336, 4096)],
@@ -116,7 +115,7 @@ def compare(args, stamp, set_name: str, path):
         mods = modules(w, b, args.kernel)
         for backward in (False, True):
             launchers, errors = checked_launchers(mods, x, g, ref if backward else ref[:1], backward)
-            times = interleaved_rounds(launchers, args.rounds, args.per_round)
+            times = harness.interleaved_rounds(launchers, args.rounds, args.per_round)
             med = {label: statistics.median(ts) for label, ts in times.items()}
             if "torch eager" not in med or "torch compiled" not in med:
                 raise SystemExit("torch's own variants failed: nothing to compare with")
@@ -161,7 +160,7 @@ def tune(args, stamp, path):
                 continue
             launchers[i] = launch
         del ref, ref_dx, ref_dw
-        times = interleaved_rounds(launchers, args.rounds, args.per_round)
+        times = harness.interleaved_rounds(launchers, args.rounds, args.per_round)
         for i, ts in times.items():
             t = statistics.median(ts)
             scores.setdefault(i, []).append(t)
@@ -176,12 +175,12 @@ def tune(args, stamp, path):
 
 
 def main():
-    args = gpu_ladder.out_and_n(0, set="fit", kernel="tensorcore", rounds=5, per_round=0.3, prewarm=5.0,
+    args = harness.arguments(n=0, set="fit", kernel="tensorcore", rounds=5, per_round=0.3, prewarm=5.0,
                                 quick=False)
     if args.set not in SETS:
         raise SystemExit(f"--set: {', '.join(SETS)}, not {args.set!r}")
-    stamp = gpu_ladder.try_stamp("fused_linear.py", args)
-    gpu_ladder.prewarm(args.prewarm)
+    stamp = harness.stamp("fused_linear.py", args)
+    harness.prewarm(args.prewarm, "float32")
     path = args.out / "fused_linear.jsonl"
     if args.quick:
         tune(args, stamp, path)
