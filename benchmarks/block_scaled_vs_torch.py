@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 import tilemm
+from tilemm.timing import interleaved_rounds
 
 import harness
 
@@ -94,7 +95,7 @@ def measure(shape, seed, variants_of, args, base, out_file, label_set):
     records = [dict(variant=label, scales=kinds[label], status="ok" if found.ok else "FAILED",
                     relative_error=found.value, m=m, n=n, k=k, set=label_set, dtype="float8_e4m3fn",
                     out_dtype="bfloat16", first_call_s=found.seconds, **base) for label, found in outcomes.items()]
-    times = harness.medians(harness.interleaved_rounds(good, args.rounds, args.per_round))
+    times = harness.medians(interleaved_rounds(good, args.rounds, args.per_round))
     anchor = times.get("scaled_mm-row")
     for rec in records:
         t = times.get(rec["variant"])
@@ -149,7 +150,7 @@ def grouped(shape, seed, args, base, out_file):
         records = [dict(variant=label, scales=variants[label][0], status="ok" if found.ok else "FAILED",
                         relative_error=found.value, groups=groups, rows=rows, n=n, k=k, routing=kind, set="grouped",
                         dtype="float8_e4m3fn", out_dtype="bfloat16", **base) for label, found in outcomes.items()]
-        times = harness.medians(harness.interleaved_rounds(good, args.rounds, args.per_round))
+        times = harness.medians(interleaved_rounds(good, args.rounds, args.per_round))
         anchor = times.get("scaled_grouped_mm-row")
         for rec in records:
             t = times.get(rec["variant"])

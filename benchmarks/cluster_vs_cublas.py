@@ -20,6 +20,7 @@ import torch
 
 import tilemm
 from tilemm.ladder.tensorcore.availability import gluon_multicast
+from tilemm.timing import interleaved_rounds
 
 import harness
 
@@ -71,7 +72,7 @@ def main():
                 b = harness.operand(n, n, layout[1], dtype, g)     # "t": B given as (N, K).T, columns contiguous
                 base = dict(stamp, m=n, n=n, k=n, dtype=dtype, layout=layout)
                 good, rows = checked(variants(a, b), a, b, dtype, base)
-                times = harness.interleaved_rounds(good, args.rounds, args.per_round)
+                times = interleaved_rounds(good, args.rounds, args.per_round)
                 med = harness.medians(times)
                 anchor = med.get("torch", float("nan"))
                 for rec in rows:

@@ -27,6 +27,7 @@ import torch
 
 import tilemm
 from tilemm.ladder.tensorcore.availability import gluon_multicast
+from tilemm.timing import interleaved_rounds
 
 import harness
 
@@ -64,7 +65,7 @@ def wide(out: Path, splits: list, base: dict):
         errors = {label: found.value for label, found in outcomes.items()}
         for label in launch.keys() - timed.keys():
             print(p, label, "WRONG", errors[label], flush=True)
-        times = harness.medians(harness.interleaved_rounds(timed, 3, 0.08))
+        times = harness.medians(interleaved_rounds(timed, 3, 0.08))
         with open(out / "fp8_programs_wide.jsonl", "a") as f:
             f.write(json.dumps(dict(base, m=p.m, n=p.n, k=p.k, kind=p.kind, split=p.split, ms=times,
                                     errors=errors)) + "\n")
@@ -118,7 +119,7 @@ def main():
                  "params": params_of[label], "relative_error": found.value, "m": n, "n": n, "k": n,
                  "dtype": "float8_e4m3fn", "out_dtype": "bfloat16", **base} for label, found in outcomes.items()]
         torch.cuda.synchronize()
-        times = harness.interleaved_rounds(good, args.rounds, args.per_round)
+        times = interleaved_rounds(good, args.rounds, args.per_round)
         meds = harness.medians(times)
         anchor = {False: meds["scaled_mm"], True: meds["scaled_mm-fast"]}
         for rec in rows:

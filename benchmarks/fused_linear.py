@@ -24,6 +24,7 @@ import torch
 import tilemm
 import tilemm.nn
 from tilemm.ladder.tensorcore import epilogue_launch
+from tilemm.timing import interleaved_rounds
 
 import harness
 
@@ -115,7 +116,7 @@ def compare(args, stamp, set_name: str, path):
         mods = modules(w, b, args.kernel)
         for backward in (False, True):
             launchers, errors = checked_launchers(mods, x, g, ref if backward else ref[:1], backward)
-            times = harness.interleaved_rounds(launchers, args.rounds, args.per_round)
+            times = interleaved_rounds(launchers, args.rounds, args.per_round)
             med = {label: statistics.median(ts) for label, ts in times.items()}
             if "torch eager" not in med or "torch compiled" not in med:
                 raise SystemExit("torch's own variants failed: nothing to compare with")
@@ -160,7 +161,7 @@ def tune(args, stamp, path):
                 continue
             launchers[i] = launch
         del ref, ref_dx, ref_dw
-        times = harness.interleaved_rounds(launchers, args.rounds, args.per_round)
+        times = interleaved_rounds(launchers, args.rounds, args.per_round)
         for i, ts in times.items():
             t = statistics.median(ts)
             scores.setdefault(i, []).append(t)

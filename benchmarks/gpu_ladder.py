@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tilemm  # first: its shim lets numba-cuda import under NumPy 2.5
 from tilemm.accuracy import compare
-from tilemm.timing import launch_overhead_us
+from tilemm.timing import interleaved_rounds, launch_overhead_us
 from tilemm.data import operands
 
 import harness
@@ -99,7 +99,7 @@ def main():
             cp.cuda.Device().synchronize()
             verdicts = {label: compare(res(), a, b, dtype) for label, (res, _) in outputs.items()}
             good = {label: fn for label, fn in launchers.items() if verdicts[label].ok}
-            times = harness.interleaved_rounds(good, args.rounds, args.per_round)
+            times = interleaved_rounds(good, args.rounds, args.per_round)
             for label in launchers:
                 spec = next((v for v in variants if v[0] == label), None)
                 rec = {"variant": label, "kernel": spec[1] if spec else label, "params": spec[2] if spec else {},

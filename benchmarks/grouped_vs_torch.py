@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 import tilemm
+from tilemm.timing import interleaved_rounds
 
 import harness
 
@@ -85,7 +86,7 @@ def measure(shape, kind, seed, variants_of, args, base, out_file, label_set):
                     rows=rows, k=k, n=n, routing=kind, set=label_set, empty_groups=int((counts == 0).sum()),
                     small_groups=int((counts <= 64).sum()), largest_group=int(counts.max()),
                     first_call_s=found.seconds, dtype="bfloat16", **base) for label, found in outcomes.items()]
-    times = harness.medians(harness.interleaved_rounds(good, args.rounds, args.per_round))
+    times = harness.medians(interleaved_rounds(good, args.rounds, args.per_round))
     anchor, loop = times.get("grouped_mm"), times.get("loop_of_mm")
     for rec in records:
         t = times.get(rec["variant"])

@@ -1,19 +1,20 @@
 """What every benchmark script shares: the one module they import (no script imports another).
 
     import harness
+    from tilemm.timing import interleaved_rounds                      # the library's timers, as they are
     args = harness.arguments(rounds=5, per_round=0.3, prewarm=10.0)   # --out DIR (made) and these options
     stamp = harness.stamp("fp8_vs_scaled_mm.py", args)                # tilemm.machine.stamp of its command
     harness.prewarm(args.prewarm)                                     # the GPU's clocks up first
     good, outcomes = harness.checked(calls, check)                     # every answer checked before timing
-    times = harness.interleaved_rounds(good, args.rounds, args.per_round)   # tilemm.timing's, CUDA events
+    times = harness.medians(interleaved_rounds(good, args.rounds, args.per_round))
     harness.append(args.out / "fp8_vs_scaled_mm.jsonl", records)
 
 Arguments and stamps; the pre-warm; the timers tilemm.timing has no place for (whole calls by wall
 clock, a call between CUDA events with the GPU idle before it, rounds of any measure in rotated
 order, one synchronized call); answer checks against a float64 (or exact) reference; operands;
 records (JSON lines, stamped) and the canonical files' reader; a child process's JSON lines.
-torch is imported where a helper needs it, so that a script's --help, and the table and figure
-scripts, run where torch is missing.
+tilemm and torch are imported where a helper needs them: a script's --help, the table and figure
+scripts, and a child process that times `import tilemm` itself, import this module without them.
 """
 from __future__ import annotations
 
@@ -27,9 +28,6 @@ import subprocess
 import time
 from pathlib import Path
 from typing import NamedTuple
-
-from tilemm import machine, timing
-from tilemm.accuracy import denormal_floor, tolerance
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks/results"
@@ -72,9 +70,10 @@ def arguments(description: str | None = None, helps: dict | None = None, argv=No
     return parse(parser(description, helps=helps, **defaults), argv)
 
 
-def stamp(script: str, args, env: str = ENV) -> dict:
-    """tilemm.machine.stamp of `env python3 benchmarks/<script>` with these arguments (--out left out)."""
-    return machine.stamp(machine.command_line(f"{env} python3 benchmarks/{script}".strip(), args))
+def stamp(script: str, args, env: str = ENV, runner: str = "python3") -> dict:
+    """tilemm.machine.stamp of `env runner benchmarks/<script>` with these arguments (--out left out)."""
+    from tilemm import machine
+    return machine.stamp(machine.command_line(f"{env} {runner} benchmarks/{script}".strip(), args))
 
 
 def out_folder(given=None) -> Path:
@@ -85,11 +84,6 @@ def out_folder(given=None) -> Path:
 
 
 # ---------------------------------------------------------------- the GPU's clocks, and timers
-
-# the library's timers, named here so that a script needs harness alone: prepared launches (or
-# whole calls) timed with CUDA events in interleaved rounds, and the median of rounds' ratios
-interleaved_rounds = timing.interleaved_rounds
-paired_ratio = timing.paired_ratio
 
 def prewarm(seconds: float, dtype: str = "bfloat16") -> None:
     """8192^3 products (torch, this dtype) for `seconds`: the clocks up, and at the power cap,
@@ -192,6 +186,7 @@ def float64_check(c, a, b, dtype: str) -> tuple[bool, float, float]:
     tensors, on the GPU against a float64 product: float32 sums of K products, one rounding to
     `dtype`; NaN fails. int8 (int32 sums, exact in float64: |sums| < 2^53): equal, or not."""
     import torch
+    from tilemm.accuracy import denormal_floor, tolerance
     ref = a.double() @ b.double()
     if dtype == "int8":
         same = c.shape == ref.shape and bool(torch.equal(c.double(), ref))

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 import tilemm
+from tilemm.timing import interleaved_rounds
 
 import harness
 
@@ -53,7 +54,7 @@ def measure(case, launchers, results, reference, args, meta):
         records.append({"case": case, "variant": label, "status": "ok" if ok else "FAILED", **meta})
         if ok:
             good[label] = launchers[label]
-    times = harness.interleaved_rounds(good, args.rounds, args.per_round)
+    times = interleaved_rounds(good, args.rounds, args.per_round)
     meds = harness.medians(times)
     anchor = meds.get("anchor")
     m, n, k = meta["m"], meta["n"], meta["k"]

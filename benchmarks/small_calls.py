@@ -30,6 +30,7 @@ import torch
 
 import tilemm
 from tilemm.accuracy import compare_on_device
+from tilemm.timing import paired_ratio
 
 import harness
 
@@ -133,7 +134,7 @@ def measure(a, b, dtype: str, kernel, rounds: int, block_ms: float) -> dict:
     times, count = time_rounds({"tilemm": tilemm_call, "torch": torch_call}, rounds, block_ms)
     tilemm_us, torch_us = statistics.median(times["tilemm"]), statistics.median(times["torch"])
     return {**rec, "tilemm_us": tilemm_us, "torch_us": torch_us, "ratio": torch_us / tilemm_us,
-            "paired_ratio": harness.paired_ratio([[t] for t in times["torch"]], [[t] for t in times["tilemm"]]),
+            "paired_ratio": paired_ratio([[t] for t in times["torch"]], [[t] for t in times["tilemm"]]),
             "calls_per_block": count}
 
 

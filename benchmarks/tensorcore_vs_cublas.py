@@ -23,7 +23,7 @@ import statistics
 
 import tilemm
 from tilemm.bench.suites import SHAPES, wide_problems
-from tilemm.timing import graphed, launch_overhead_us, time_cuda
+from tilemm.timing import graphed, interleaved_rounds, launch_overhead_us, paired_ratio, time_cuda
 
 import torch  # noqa: E402
 
@@ -259,13 +259,13 @@ def main():
                 tf32 = label.startswith("tf32") or label == TF32_ANCHOR
                 verdicts[label] = (tf32_checked if tf32 else lambda c, a, b: checked(c, a, b, dtype_name))(
                     results[label](), a, b)
-            by_round = harness.interleaved_rounds({label: fn for label, fn in launches.items() if verdicts[label][0]},
+            by_round = interleaved_rounds({label: fn for label, fn in launches.items() if verdicts[label][0]},
                                           args.rounds, args.per_round, warmup_s=0.05, by_round=True)
             times = {label: [t for round_times in rounds for t in round_times] for label, rounds in by_round.items()}
             graph_times = {}
             if args.graphs:
                 copies = 10
-                graph_times = harness.interleaved_rounds({label: graphed(fn, copies) for label, fn in launches.items()
+                graph_times = interleaved_rounds({label: graphed(fn, copies) for label, fn in launches.items()
                                                   if verdicts[label][0] and label not in uncapturable},
                                                  args.rounds, args.per_round, warmup_s=0.05)
                 graph_times = {label: [t / copies for t in ts] for label, ts in graph_times.items()}
@@ -283,11 +283,11 @@ def main():
                 if label in times:
                     med = statistics.median(times[label])
                     if TF32_ANCHOR in times:
-                        rec["vs_cublas_tf32"] = harness.paired_ratio(by_round[TF32_ANCHOR], by_round[label])
+                        rec["vs_cublas_tf32"] = paired_ratio(by_round[TF32_ANCHOR], by_round[label])
                     if "library" in times:
-                        rec["vs_library"] = harness.paired_ratio(by_round["library"], by_round[label])
+                        rec["vs_library"] = paired_ratio(by_round["library"], by_round[label])
                     rec.update(median_ms=med, tflops=2 * m * n * k / med / 1e9,
-                               vs_cublas=harness.paired_ratio(by_round["cublas"], by_round[label]) if "cublas" in times else None,
+                               vs_cublas=paired_ratio(by_round["cublas"], by_round[label]) if "cublas" in times else None,
                                vs_hbm_bound=bound_ms / med, launch_overhead_us=launch_overhead_us(launches[label]))
                 if label in graph_times:
                     rec["graph_median_ms"] = statistics.median(graph_times[label])

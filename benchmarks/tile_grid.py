@@ -90,6 +90,7 @@ def compile_problem(job):
 
 def measure(args):
     import torch
+    from tilemm.timing import interleaved_rounds
     stamp = harness.stamp("tile_grid.py", args)
     found = problems(args.split, args.skinny)
     with mp.get_context("spawn").Pool(args.workers) as pool:
@@ -109,7 +110,7 @@ def measure(args):
                     bad.append(label)
                     continue
                 launches[label] = go
-            times = harness.interleaved_rounds(launches, rounds=3, per_round_s=0.01)
+            times = interleaved_rounds(launches, rounds=3, per_round_s=0.01)
             ms = {label: statistics.median(t) for label, t in times.items()}
             f.write(json.dumps(dict(m=p.m, n=p.n, k=p.k, layout=p.layout, kind=p.kind, split=p.split, ms=ms,
                                     params=dict(candidates(p.m, p.n, p.k)), failed_check=bad, **stamp)) + "\n")
