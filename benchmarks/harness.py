@@ -277,7 +277,7 @@ def rung_label(record: dict) -> str:
 
 # ---------------------------------------------------------------- child processes
 
-def child_lines(argv: list, env: dict, timeout: float) -> tuple[list[dict], str | None]:
+def child_lines(argv: list, env: dict, timeout: float | None = None) -> tuple[list[dict], str | None]:
     """([the JSON objects a child process printed, a line each], None, or why it failed: its exit
     status or timeout and the tail of its stderr). Never raises for the child's failure."""
     try:
