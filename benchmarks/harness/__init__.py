@@ -12,14 +12,14 @@
 Arguments and stamps; the pre-warm; the timers tilemm.timing has no place for (whole calls by wall
 clock, a call between CUDA events with the GPU idle before it, rounds of any measure in rotated
 order, one synchronized call); answer checks against a float64 (or exact) reference; operands;
-records (JSON lines, stamped) and the canonical files' reader; a child process's JSON lines.
+records (JSON lines, stamped); a child process's JSON lines. harness.records reads the canonical
+files; harness.llama is the Llama model of the llama scripts.
 tilemm and torch are imported where a helper needs them: a script's --help, the table and figure
 scripts, and a child process that times `import tilemm` itself, import this module without them.
 """
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import os
@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks/results"
 # what a canonical command has in front of it (benchmarks/README.md); a script's stamp says so
 ENV = "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1"
 
@@ -258,21 +256,6 @@ def emitter(path, stamp: dict, show: int = 400):
             f.write(line + "\n")
         print(line if len(line) < show else line[:show] + " ...", flush=True)
     return emit
-
-
-def read_records(path) -> list[dict]:
-    """The records of a .jsonl or .jsonl.gz file: a relative path is a canonical file's, under
-    benchmarks/results (e.g. "h200/ladder.jsonl")."""
-    path = Path(path) if Path(path).is_absolute() else RESULTS / path
-    opened = gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
-    with opened as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def rung_label(record: dict) -> str:
-    """A record's rung as the tables name it: `kernel` (its parameters)."""
-    params = ", ".join(f"{k}={v}" for k, v in sorted((record.get("params") or {}).items()))
-    return f"`{record['kernel']}`" + (f" ({params})" if params else "")
 
 
 # ---------------------------------------------------------------- child processes
