@@ -3,7 +3,7 @@ DeepGEMM's) and with row-wise scales, against torch._scaled_mm with row-wise sca
 tensor-wise, beside it), on DeepSeek-V3-like shapes; then grouped contiguous float8 (GROUPED:
 tilemm.grouped_matmul with block scales, torch._scaled_grouped_mm with row-wise ones beside it).
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py --out DIR
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py --out DIR
     ... block_scaled_vs_torch.py --out DIR --quick      # ~2 min: the tuning set over CONFIGS, to pick defaults
 
 float8_e4m3fn, A row-major (M, K), B given as (N, K).T, bfloat16 out, float32 sums (torch's

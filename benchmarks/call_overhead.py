@@ -3,7 +3,7 @@ call of a loop of calls (inputs on the GPU, the result allocated by the call, on
 at the end), tilemm beside torch.matmul and CuPy on the same operands, in interleaved rounds,
 over sizes 64 ... 4096, dtypes and rungs. Every variant's answer is checked first.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/call_overhead.py --out DIR --sizes 64 256 512 1024 2048 4096
+    PYTHONPATH=src python3 benchmarks/call_overhead.py --out DIR --sizes 64 256 512 1024 2048 4096
 
 Where the wall time exceeds the GPU's, the CPU's cost of a call sets the pace.
 """

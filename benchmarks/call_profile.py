@@ -3,7 +3,7 @@ baseline, on the problems where the default's whole calls ran under 0.97x the ba
 bars' own benchmarks (int8_small_m.py's held-out set, against torch._int_mm; small_calls.py's
 held-out half, against torch.matmul).
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/call_profile.py --out DIR
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/call_profile.py --out DIR
 
 For each problem and each of the two calls, after its answer is checked (int8 exactly against
 _int_mm's; floats against a float64 product, tilemm.accuracy's bound):

@@ -1,7 +1,7 @@
 """Rung `tensorcore`'s cluster=True (two CTAs a 256 x 256 tile, B loaded once for both: Gluon,
 Triton 3.9) against cuBLAS (torch.matmul), the rung's one-CTA defaults and tilemm's default.
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/cluster_vs_cublas.py --out DIR \
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/cluster_vs_cublas.py --out DIR \
         [--sizes 8192 4096] [--dtypes bfloat16 float16] [--layouts nn nt]
 
 Whole calls as a user makes them, each allocating its result: tilemm.matmul(a, b,

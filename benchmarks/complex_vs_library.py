@@ -1,7 +1,7 @@
 """Complex products: the tilemm complex rung and the complex default against cuBLAS's CGEMM / ZGEMM.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/complex_vs_library.py --out DIR               # headline + sweep
-    PYTHONPATH=src:benchmarks python3 benchmarks/complex_vs_library.py --out DIR --no-sweep    # headline only
+    PYTHONPATH=src python3 benchmarks/complex_vs_library.py --out DIR               # headline + sweep
+    PYTHONPATH=src python3 benchmarks/complex_vs_library.py --out DIR --no-sweep    # headline only
 
 Whole calls as a user makes them, on torch CUDA tensors, interleaved rounds (order rotated each
 round), CUDA events, the median:

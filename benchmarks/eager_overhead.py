@@ -9,7 +9,7 @@ whole calls of CUDA_CASES beside torch.matmul's on the same operands, each answe
 against a float64 reference, one synchronization at the end of each block.
 
     python3 benchmarks/eager_overhead.py --trees src /path/to/other/checkout/src --rounds 9
-    PYTHONPATH=src:benchmarks python3 benchmarks/eager_overhead.py --device cuda --trees src OTHER/src --out DIR
+    PYTHONPATH=src python3 benchmarks/eager_overhead.py --device cuda --trees src OTHER/src --out DIR
 """
 import argparse
 import json
@@ -108,7 +108,7 @@ def run_round(tree: str, args) -> tuple[dict, dict]:
 
 def write(out: str, record: dict, args):
     """Append the record, stamped, to OUT/eager_overhead.jsonl (tilemm from PYTHONPATH for the stamp)."""
-    stamp = harness.stamp("eager_overhead.py", args, env="PYTHONPATH=src:benchmarks")
+    stamp = harness.stamp("eager_overhead.py", args, env="PYTHONPATH=src")
     Path(out).mkdir(parents=True, exist_ok=True)
     harness.append(Path(out) / "eager_overhead.jsonl",
                    [{**record, "tensors": record["device"], **stamp}])      # the stamp's device: the machine

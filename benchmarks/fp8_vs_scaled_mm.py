@@ -1,6 +1,6 @@
 """The fp8 bar: tilemm.scaled_matmul against torch._scaled_mm.
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py --out DIR
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py --out DIR
     ... fp8_vs_scaled_mm.py --out DIR --wide fit held-out     # the two float32-sum programs, wide sweep
 
 --wide: over the wide sweep's problems (tilemm.bench.suites.wide_problems; A row-major, B as

@@ -5,9 +5,9 @@ against torch.compile's (Inductor's) output for the same module. Every variant's
 gradients are checked against a float64 reference before it is timed; the variants are timed in
 interleaved rounds.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/fused_linear.py --out OUT --set fit
-    PYTHONPATH=src:benchmarks python3 benchmarks/fused_linear.py --out OUT --set held-out
-    PYTHONPATH=src:benchmarks python3 benchmarks/fused_linear.py --out OUT --quick   # tile tuning
+    PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --set fit
+    PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --set held-out
+    PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --quick   # tile tuning
 
 --quick times the program's candidate configurations (epilogue_launch.CANDIDATE_CONFIGS) on the
 fit shapes' three products (forward with bias + GELU and its AUX, dX, dW) and prints the winner

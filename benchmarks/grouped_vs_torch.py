@@ -2,7 +2,7 @@
 mixture-of-experts shapes (bfloat16, tokens sorted by expert, weights (G, N, K) read transposed as
 torch's MoE layers hold them).
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py --out DIR
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py --out DIR
     ... grouped_vs_torch.py --out DIR --quick      # ~2 min: the tuning set over CONFIGS, to pick defaults
 
 Shapes: experts G, routed rows (tokens x top-k), hidden K, the expert's width N; each with a

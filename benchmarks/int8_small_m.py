@@ -1,7 +1,7 @@
 """The default on int8 -> exact int32 products of real layers' weights, M from 1 to 1024, against
 torch._int_mm (cuBLASLt's int8 GEMM): the bar is 0.97x _int_mm or better on every problem.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all]
+    PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all]
 
 Problems: M in --ms, times (N, K) of a set: `fit`, the layers the default's rule was set on
 (tilemm.choice.int8_library_wins), and `held-out`, other layers', never looked at while setting it.

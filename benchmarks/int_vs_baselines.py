@@ -1,6 +1,6 @@
 """`tensorcore-int` against the integer GEMMs a Python user has.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/int_vs_baselines.py --out DIR
+    PYTHONPATH=src python3 benchmarks/int_vs_baselines.py --out DIR
 
 - int8 -> int32 (out_dtype="int32"), n = 8192, each of the four layouts of A and B ('t': a
   transposed view), against torch._int_mm with B given as (N, K).T (its fast layout). The

@@ -10,9 +10,9 @@ triton_op that Inductor sees into, the MLP's SiLU in gate_proj's epilogue), both
               compiled, tilemm eager, tilemm compiled; torch compiled's gap from torch eager is
               the spread to stay within (or 1% of the loss), step by step.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/llama_compiled.py --parts throughput --rounds 5
-    PYTHONPATH=src:benchmarks python3 benchmarks/llama_compiled.py --parts losses --steps 50
-    PYTHONPATH=src:benchmarks python3 benchmarks/llama_compiled.py --tiny --parts throughput losses  # CPU check
+    PYTHONPATH=src python3 benchmarks/llama_compiled.py --parts throughput --rounds 5
+    PYTHONPATH=src python3 benchmarks/llama_compiled.py --parts losses --steps 50
+    PYTHONPATH=src python3 benchmarks/llama_compiled.py --tiny --parts throughput losses  # CPU check
 
 Options as llama.py's (--layers, --batch, --seq, --kernel, ...); --kernel defaults to
 "tensorcore" here (tilemm's own program, not the library's). Records: llama_compiled.jsonl in
@@ -132,7 +132,7 @@ def losses(args, emit):
 def main(argv=None):
     args = parse_args(argv)
     out = harness.out_folder(args.out)
-    stamp = {**tilemm.machine.stamp("PYTHONPATH=src:benchmarks python3 " + " ".join(sys.argv)), "tiny": args.tiny,
+    stamp = {**tilemm.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)), "tiny": args.tiny,
              "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel, "fuse_activations": True}
     import transformers
     stamp["versions"] = {**stamp["versions"], "transformers": transformers.__version__}

@@ -5,7 +5,7 @@ of small products on torch CUDA tensors: M, N, K from 1 up (named sizes such as 
 --max-flops (2MNK) a product, the four layouts of (A, B) (a row-major matrix or a transposed view
 of one), bfloat16, float16, float32 and float64.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/small_calls.py --out DIR [--half fit|held-out|all]
+    PYTHONPATH=src python3 benchmarks/small_calls.py --out DIR [--half fit|held-out|all]
 
 The sweep is the same for a --seed, and each shape (M, N, K) belongs to one half, fit or
 held-out, by a hash of it: a rule tuned on the fit half is judged on the held-out half, which

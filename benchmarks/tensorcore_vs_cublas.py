@@ -199,7 +199,7 @@ def main():
                 and (args.max_macs is None or p[0] * p[1] * p[2] <= args.max_macs)]
     if args.wide:
         args.shapes = None          # not used: the record's command leaves them out
-    stamp = harness.stamp("tensorcore_vs_cublas.py", args, env="PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1")
+    stamp = harness.stamp("tensorcore_vs_cublas.py", args)
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
     harness.prewarm(args.prewarm)

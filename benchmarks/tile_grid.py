@@ -2,7 +2,7 @@
 tile configurations over the wide sweep's fit half (bf16, products of 5e8 flops or more), beside
 torch.matmul, interleaved rounds; then a least-squares fit of the model's constants.
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py --out DIR [--split fit] [--workers 12]
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py --out DIR [--split fit] [--workers 12]
     python3 benchmarks/tile_grid.py --fit DIR/tile_grid.jsonl
 
 Measuring compiles every configuration first in worker processes (Triton's disk cache), then

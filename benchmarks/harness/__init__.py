@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 # what a canonical command has in front of it (benchmarks/README.md); a script's stamp says so
-ENV = "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1"
+ENV = "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1"
 
 
 # ---------------------------------------------------------------- arguments and stamps
