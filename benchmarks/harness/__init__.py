@@ -225,12 +225,13 @@ def checked(calls: dict, check, width: int = 28) -> tuple[dict, dict]:
 
 def operand(rows: int, cols: int, how: str = "n", dtype: str = "float32", generator=None, device: str = "cuda"):
     """A random (rows, cols) torch tensor: a transposed view of a (cols, rows) one where how is
-    "t". Floats standard normal (drawn in float32, then rounded to dtype), complex both parts
-    normal, integers uniform over their range (never zeros: they hide unwritten outputs)."""
+    "t". Floats standard normal (drawn in float32 and rounded to a narrower dtype; float64 and
+    complex drawn in their own, every bit of the mantissa used), integers uniform over their
+    range (never zeros: they hide unwritten outputs)."""
     import torch
     shape = (cols, rows) if how == "t" else (rows, cols)
     kind = getattr(torch, dtype)
-    if kind.is_complex:
+    if kind.is_complex or kind == torch.float64:
         x = torch.randn(shape, generator=generator, device=device, dtype=kind)
     elif kind.is_floating_point:
         x = torch.randn(shape, generator=generator, device=device).to(kind)
@@ -260,7 +261,7 @@ def emitter(path, stamp: dict, show: int = 400):
 
 # ---------------------------------------------------------------- child processes
 
-def child_lines(argv: list, env: dict, timeout: float | None = None) -> tuple[list[dict], str | None]:
+def child_lines(argv: list, env: dict | None, timeout: float | None = None) -> tuple[list[dict], str | None]:
     """([the JSON objects a child process printed, a line each], None, or why it failed: its exit
     status or timeout and the tail of its stderr). Never raises for the child's failure."""
     try:
