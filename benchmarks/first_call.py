@@ -43,7 +43,7 @@ PREFERRED = ("float32", "bfloat16", "float64", "int8", "complex64", "int32", "fl
 CACHES = {"TRITON_CACHE_DIR": "triton", "NUMBA_CACHE_DIR": "numba", "CUDA_CACHE_PATH": "nv",
           "CUPY_CACHE_DIR": "cupy", "TILEMM_CACHE_DIR": "tilemm"}
 STATES = ("warm", "empty")
-TIMES = ("first_call_s", "import_s", "second_call_s", "process_s")
+TIMES = ("first_call_s", "import_s", "second_call_s", "setup_s", "process_s")   # setup: torch, the context, operands
 
 
 def out_dtype(dtype: str) -> str | None:
