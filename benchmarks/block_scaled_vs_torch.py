@@ -3,7 +3,7 @@ DeepGEMM's) and with row-wise scales, against torch._scaled_mm with row-wise sca
 tensor-wise, beside it), on DeepSeek-V3-like shapes; then grouped contiguous float8 (GROUPED:
 tilemm.grouped_matmul with block scales, torch._scaled_grouped_mm with row-wise ones beside it).
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py --out DIR
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py --out DIR
     ... block_scaled_vs_torch.py --out DIR --quick      # ~2 min: the tuning set over CONFIGS, to pick defaults
 
 float8_e4m3fn, A row-major (M, K), B given as (N, K).T, bfloat16 out, float32 sums (torch's
@@ -15,16 +15,12 @@ variant that fails is recorded as failed and not timed. Protocol: pre-warm, inte
 """
 from __future__ import annotations
 
-import json
-import statistics
-import time
-
 import torch
 
-import bench_setup  # noqa: E402  (benchmarks/: run with PYTHONPATH=src:benchmarks)
 import tilemm
-from tilemm.system import machine
 from tilemm.system.timing import interleaved_rounds
+
+import harness
 
 # (M, N, K): DeepSeek-V3's dense GEMMs (DeepGEMM's table: N x K pairs) at M = 4096, and others
 TUNE = [(4096, 7168, 16384), (4096, 2112, 7168), (4096, 24576, 1536)]
@@ -67,10 +63,7 @@ def check(c, a, b, scale_a, scale_b, kind: str, seed: int) -> tuple[bool, float]
     else:
         x, y = x * float(scale_a), y * float(scale_b)
     ref, size = x @ y, x.abs() @ y.abs()
-    err = (c[rows].double() - ref).abs()
-    bound = 2.0**-8 * ref.abs() + (2 * k + 3 * k / 32 + 2) * 2.0**-24 * size + 1e-30
-    ok = bool((err <= bound).all()) and not bool(torch.isnan(c[rows]).any())
-    return ok, float(err.max() / ref.abs().max().clamp_min(1e-30))
+    return harness.within(c[rows], ref, 2.0**-8 * ref.abs() + (2 * k + 3 * k / 32 + 2) * 2.0**-24 * size + 1e-30)
 
 
 def anchors(a, b, s):
@@ -95,21 +88,14 @@ def tuning(a, b, s):
 def measure(shape, seed, variants_of, args, base, out_file, label_set):
     m, n, k = shape
     a, b, scales = problem(m, n, k, seed)
-    good, records = {}, []
-    for label, (kind, launch) in variants_of(a, b, scales).items():
-        started = time.perf_counter()
-        try:
-            ok, err = check(launch(), a, b, *scales[kind], kind, seed)
-        except Exception as e:  # noqa: BLE001 - recorded as failed; the others still measured
-            print(f"  {label}: {type(e).__name__}: {e}"[:300], flush=True)
-            ok, err = False, float("nan")
-        records.append(dict(variant=label, scales=kind, status="ok" if ok else "FAILED", relative_error=err, m=m, n=n,
-                            k=k, set=label_set, dtype="float8_e4m3fn", out_dtype="bfloat16",
-                            first_call_s=time.perf_counter() - started, **base))
-        if ok:
-            good[label] = launch
-    timed = interleaved_rounds(good, args.rounds, args.per_round)
-    times = {label: statistics.median(ts) for label, ts in timed.items()}
+    variants = variants_of(a, b, scales)
+    kinds = {label: kind for label, (kind, _) in variants.items()}
+    good, outcomes = harness.checked({label: launch for label, (_, launch) in variants.items()},
+                                     lambda label, c: check(c, a, b, *scales[kinds[label]], kinds[label], seed))
+    records = [dict(variant=label, scales=kinds[label], status="ok" if found.ok else "FAILED",
+                    relative_error=found.value, m=m, n=n, k=k, set=label_set, dtype="float8_e4m3fn",
+                    out_dtype="bfloat16", first_call_s=found.seconds, **base) for label, found in outcomes.items()]
+    times = harness.medians(interleaved_rounds(good, args.rounds, args.per_round))
     anchor = times.get("scaled_mm-row")
     for rec in records:
         t = times.get(rec["variant"])
@@ -118,8 +104,7 @@ def measure(shape, seed, variants_of, args, base, out_file, label_set):
         print(f"{label_set:8} {m:5}x{n:5}x{k:5} {rec['variant']:62} {rec.get('median_ms', float('nan')):7.3f} ms "
               f"{rec.get('tflops', float('nan')):7.1f} TFLOP/s x{rec.get('vs_scaled_mm_row') or float('nan'):5.3f} "
               f"{rec['status']}", flush=True)
-    with open(out_file, "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
+    harness.append(out_file, records)
     torch.cuda.empty_cache()
 
 
@@ -149,28 +134,23 @@ def grouped(shape, seed, args, base, out_file):
         if hasattr(torch, "_scaled_grouped_mm"):
             variants["scaled_grouped_mm-row"] = ("row", lambda: torch._scaled_grouped_mm(
                 a, b, row_a, row_b, offs=offs, out_dtype=torch.bfloat16))
-        good, records = {}, []
-        for label, (scales, launch) in variants.items():
-            try:
-                c = launch()
-                sample = torch.randint(0, rows, (64,), generator=g)
-                group = torch.searchsorted(torch.tensor(ends), sample, right=True)
-                ok, err = True, 0.0
-                for e in group.unique().tolist():
-                    r = sample[group == e].cuda()
-                    sa, sb = ((scale_a[r], scale_b[e]) if scales == "block" else (row_a[r][:, None], row_b[e][None, :]))
-                    good_e, err_e = check(c[r], a[r], b[e], sa, sb, scales, seed)
-                    ok, err = ok and good_e, max(err, err_e)
-            except Exception as ex:  # noqa: BLE001 - recorded as failed; the others still measured
-                print(f"  {label}: {type(ex).__name__}: {ex}"[:300], flush=True)
-                ok, err = False, float("nan")
-            records.append(dict(variant=label, scales=scales, status="ok" if ok else "FAILED", relative_error=err,
-                                groups=groups, rows=rows, n=n, k=k, routing=kind, set="grouped",
-                                dtype="float8_e4m3fn", out_dtype="bfloat16", **base))
-            if ok:
-                good[label] = launch
-        times = {label: statistics.median(ts)
-                 for label, ts in interleaved_rounds(good, args.rounds, args.per_round).items()}
+        def sampled_check(label, c):
+            """On 64 sampled rows, each against its group's dequantized float64 product."""
+            scales = variants[label][0]
+            sample = torch.randint(0, rows, (64,), generator=g)
+            group = torch.searchsorted(torch.tensor(ends), sample, right=True)
+            ok, err = True, 0.0
+            for e in group.unique().tolist():
+                r = sample[group == e].cuda()
+                sa, sb = ((scale_a[r], scale_b[e]) if scales == "block" else (row_a[r][:, None], row_b[e][None, :]))
+                good_e, err_e = check(c[r], a[r], b[e], sa, sb, scales, seed)
+                ok, err = ok and good_e, max(err, err_e)
+            return ok, err
+        good, outcomes = harness.checked({label: launch for label, (_, launch) in variants.items()}, sampled_check)
+        records = [dict(variant=label, scales=variants[label][0], status="ok" if found.ok else "FAILED",
+                        relative_error=found.value, groups=groups, rows=rows, n=n, k=k, routing=kind, set="grouped",
+                        dtype="float8_e4m3fn", out_dtype="bfloat16", **base) for label, found in outcomes.items()]
+        times = harness.medians(interleaved_rounds(good, args.rounds, args.per_round))
         anchor = times.get("scaled_grouped_mm-row")
         for rec in records:
             t = times.get(rec["variant"])
@@ -180,16 +160,15 @@ def grouped(shape, seed, args, base, out_file):
             print(f"grouped  G={groups} {rows:6}x{n:5}x{k:5} {kind:8} {rec['variant']:30} "
                   f"{rec.get('median_ms', float('nan')):7.3f} ms {rec.get('tflops', float('nan')):7.1f} TFLOP/s "
                   f"{rec['status']}", flush=True)
-        with open(out_file, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
+        harness.append(out_file, records)
         torch.cuda.empty_cache()
 
 
 def main():
-    args = bench_setup.tuning_arguments()
-    base = machine.stamp(machine.command_line(
-        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py", args))
-    bench_setup.prewarm(args.prewarm)
+    args = harness.arguments(quick=False, rounds=3, per_round=0.15, prewarm=8.0,
+                             helps={"quick": "the tuning set over CONFIGS only (~2 min)"})
+    base = harness.stamp("block_scaled_vs_torch.py", args)
+    harness.prewarm(args.prewarm)
     if args.quick:
         for i, shape in enumerate(TUNE):
             measure(shape, i, tuning, args, base, args.out / "block_scaled_tuning.jsonl", "tune")

@@ -3,35 +3,24 @@ call of a loop of calls (inputs on the GPU, the result allocated by the call, on
 at the end), tilemm beside torch.matmul and CuPy on the same operands, in interleaved rounds,
 over sizes 64 ... 4096, dtypes and rungs. Every variant's answer is checked first.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/call_overhead.py --out DIR --sizes 64 256 512 1024 2048 4096
+    PYTHONPATH=src python3 benchmarks/call_overhead.py --out DIR --sizes 64 256 512 1024 2048 4096
 
 Where the wall time exceeds the GPU's, the CPU's cost of a call sets the pace.
 """
 from __future__ import annotations
 
 import json
-import statistics
-import time
 
 import torch
 
 import tilemm
 from tilemm.numerics.accuracy import compare
 
-import gpu_ladder  # noqa: E402  (--out, stamps)
+import harness
 
 # (dtype, tilemm kernel): None is the default a user gets
 CASES = [("bfloat16", None), ("bfloat16", "tensorcore"), ("float32", None), ("float32", "tensorcore-f32"),
          ("float32", "regblock")]
-
-
-def wall_us(call, calls: int) -> float:
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls * 1e6
 
 
 def variants(dtype, kernel, a, b):
@@ -46,13 +35,13 @@ def variants(dtype, kernel, a, b):
 
 
 def main():
-    args = gpu_ladder.out_and_n(0, sizes=["64", "256", "512", "1024", "2048", "4096"], rounds=5, calls=200)
-    stamp = gpu_ladder.try_stamp("call_overhead.py", args)
+    args = harness.arguments(n=0, sizes=[64, 256, 512, 1024, 2048, 4096], rounds=5, calls=200)
+    stamp = harness.stamp("call_overhead.py", args)
     torch.backends.cuda.matmul.allow_tf32 = False           # torch's float32 is SGEMM, as tilemm's default
     import cupy
     cupy.cuda.Device().synchronize()
     with open(args.out / "call_overhead.jsonl", "a") as f:
-        for n in map(int, args.sizes):
+        for n in args.sizes:
             for dtype, kernel in CASES:
                 a = torch.randn(n, n, device="cuda", dtype=getattr(torch, dtype))
                 b = torch.randn_like(a)
@@ -62,15 +51,10 @@ def main():
                     c = torch.as_tensor(call(), device="cuda")
                     verdict = compare(*(cupy.asarray(x.float()) for x in (c, a, b)), dtype)   # on the GPU
                     checked[label] = verdict.ok
-                times = {label: [] for label in calls}
-                labels = list(calls)
                 count = max(5, min(args.calls, int(2e11 / (2 * n ** 3)) or 5))   # ~a second a variant at most
-                for r in range(args.rounds):
-                    for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-                        times[label].append(wall_us(calls[label], count))
-                torch_us = statistics.median(times["torch.matmul"])
-                for label, ts in times.items():
-                    us = statistics.median(ts)
+                times = harness.medians(harness.rounds(calls, args.rounds, lambda call: harness.wall_us(call, count)))
+                torch_us = times["torch.matmul"]
+                for label, us in times.items():
                     rec = {"variant": label, "dtype": dtype, "n": n, "wall_us_per_call": us, "vs_torch": us / torch_us,
                            "answer_ok": checked[label], "calls_per_round": count, "rounds": args.rounds, **stamp}
                     f.write(json.dumps(rec) + "\n")

@@ -3,7 +3,7 @@ baseline, on the problems where the default's whole calls ran under 0.97x the ba
 bars' own benchmarks (int8_small_m.py's held-out set, against torch._int_mm; small_calls.py's
 held-out half, against torch.matmul).
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/call_profile.py --out DIR
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/call_profile.py --out DIR
 
 For each problem and each of the two calls, after its answer is checked (int8 exactly against
 _int_mm's; floats against a float64 product, tilemm.numerics.accuracy's bound):
@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 import tilemm
 from tilemm.numerics.accuracy import compare_on_device
 
-import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
-from int8_small_m import event_timer
+import harness
 
 # (M, N, K) of int8_small_m.py's held-out set where the default ran under 0.97x _int_mm
 INT8 = [(17, 4096, 4096), (64, 4096, 4096), (100, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096),
@@ -52,16 +49,6 @@ FLOATS = [("bfloat16", 7, 43, 70, "tt"), ("bfloat16", 4954, 94, 3, "nn"), ("bflo
           ("float64", 5162, 46, 256, "tt")]
 
 
-def host_us(call, calls: int) -> float:
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
-
-
 def kernel_us(call, calls: int) -> float | None:
     """GPU kernel time a call: the CUDA kernel events' durations over `calls` calls."""
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -75,11 +62,6 @@ def kernel_us(call, calls: int) -> float | None:
     return sum(e.time_range.elapsed_us() for e in kernels) / calls
 
 
-def operand(rows: int, cols: int, how: str, dtype, g):
-    x = torch.randn((cols, rows) if how == "t" else (rows, cols), generator=g, device="cuda").to(dtype)
-    return x.T if how == "t" else x
-
-
 def int8_calls(m: int, n: int, k: int, g):
     a = torch.randint(-128, 128, (m, k), generator=g, device="cuda", dtype=torch.int8)
     b = torch.randint(-128, 128, (n, k), generator=g, device="cuda", dtype=torch.int8).T
@@ -90,8 +72,7 @@ def int8_calls(m: int, n: int, k: int, g):
 
 
 def float_calls(dtype: str, m: int, n: int, k: int, layout: str, g):
-    a = operand(m, k, layout[0], getattr(torch, dtype), g)
-    b = operand(k, n, layout[1], getattr(torch, dtype), g)
+    a, b = harness.operand(m, k, layout[0], dtype, g), harness.operand(k, n, layout[1], dtype, g)
     ours, theirs = (lambda: tilemm.matmul(a, b)), (lambda: torch.matmul(a, b))
     verdict = compare_on_device(ours(), a, b, dtype)
     return {"dtype": dtype, "m": m, "n": n, "k": k, "layout": layout, "baseline": "torch.matmul",
@@ -99,17 +80,14 @@ def float_calls(dtype: str, m: int, n: int, k: int, layout: str, g):
 
 
 def profile(fields: dict, ours, theirs, rounds: int, calls: int) -> dict:
-    call_us = event_timer()      # the int8 bar's own measure: events around one call, the GPU idle before
-    measures = {"tilemm": {"host": [], "call": []}, "baseline": {"host": [], "call": []}}
+    call_us = harness.event_timer()    # the int8 bar's own measure: events around one call, the GPU idle before
     pair = {"tilemm": ours, "baseline": theirs}
-    for r in range(rounds):
-        for label in (("tilemm", "baseline") if r % 2 == 0 else ("baseline", "tilemm")):
-            measures[label]["host"].append(host_us(pair[label], calls))
-            measures[label]["call"].append(statistics.median(call_us(pair[label]) for _ in range(5)))
+    measures = harness.rounds(pair, rounds, lambda call: (harness.host_us(call, calls),
+                                                          statistics.median(call_us(call) for _ in range(5))))
     record = dict(fields)
     for label, call in pair.items():
-        record[f"{label}_host_us"] = round(statistics.median(measures[label]["host"]), 2)
-        record[f"{label}_call_us"] = round(statistics.median(measures[label]["call"]), 2)
+        record[f"{label}_host_us"] = round(statistics.median(host for host, _ in measures[label]), 2)
+        record[f"{label}_call_us"] = round(statistics.median(one for _, one in measures[label]), 2)
         kernel = kernel_us(call, calls)
         record[f"{label}_kernel_us"] = None if kernel is None else round(kernel, 2)
     record["call_ratio"] = round(record["baseline_call_us"] / record["tilemm_call_us"], 4)
@@ -124,10 +102,9 @@ def main():
     ap.add_argument("--prewarm", type=float, default=3.0)
     ap.add_argument("--max-seconds", type=float, default=400.0, help="stop starting problems after this")
     args = ap.parse_args()
-    out = Path(os.environ.get("OUT") or args.out or "out")
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = gpu_ladder.try_stamp("call_profile.py", args)
-    gpu_ladder.prewarm(args.prewarm)
+    out = harness.out_folder(args.out)
+    stamp = harness.stamp("call_profile.py", args)
+    harness.prewarm(args.prewarm, "float32")
     g = torch.Generator(device="cuda").manual_seed(0)
     started = time.time()
     problems = [("int8", p) for p in INT8] + [("float", p) for p in FLOATS]

@@ -14,14 +14,12 @@ the disk cache and compiled. Writes DIR/compile_times.jsonl, a record per rung, 
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-PREFIX = "PYTHONPATH=src python3 benchmarks/compile_times.py"
-
+import harness
 
 def files_in(*folders) -> int:
     return sum(len(files) for folder in folders for _, _, files in os.walk(folder))
@@ -40,6 +38,10 @@ def child(name: str, size: int) -> None:
     if kernel.device == "cuda":
         import torch
         torch.cuda.init()           # the context exists before the first timed call, as in a user's program
+        synchronize = torch.cuda.synchronize
+    else:
+        def synchronize():          # a host rung's call returns its result
+            pass
     for dtype in dtypes:
         a, b = operands(0, size, size, size, dtype)
         if kernel.device == "cuda":
@@ -51,10 +53,8 @@ def child(name: str, size: int) -> None:
         before = files_in(*caches)
         times = []
         for _ in range(2):
-            start = time.perf_counter()
-            c = tilemm.matmul(da, db, kernel=name)
-            arrays.synchronize(c)
-            times.append(time.perf_counter() - start)
+            seconds, c = harness.timed(lambda: tilemm.matmul(da, db, kernel=name), synchronize)
+            times.append(seconds)
         verdict = compare_on_device(c, a, b, dtype)
         record = {"kernel": name, "backend": kernel.backend, "dtype": dtype, "m": size, "n": size, "k": size,
                   "first_call_s": times[0], "second_call_s": times[1], "check": verdict.message,
@@ -80,11 +80,10 @@ def main() -> int:
         ap.error("--out DIR is required")
 
     import tilemm
-    from tilemm.system import machine
     names = args.kernels or [k.name for k in tilemm.kernels() if k.available() is None]
     for name in names:
         tilemm.kernel(name)            # an unknown name: refused before any work
-    stamp = machine.stamp(machine.command_line(PREFIX, args))
+    stamp = harness.stamp("compile_times.py", args, env="PYTHONPATH=src")
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
     with open(args.out / "compile_times.jsonl", "a") as out:
@@ -94,16 +93,10 @@ def main() -> int:
                 env.update(NUMBA_CACHE_DIR=f"{tmp}/numba", TRITON_CACHE_DIR=f"{tmp}/triton")
                 for label in ("cold", "warm"):
                     start = time.perf_counter()
-                    try:
-                        res = subprocess.run([sys.executable, __file__, "--child", name, "--size", str(args.size)],
-                                             env=env, capture_output=True, text=True, timeout=args.timeout)
-                        lines, rc, err = res.stdout.splitlines(), res.returncode, res.stderr
-                    except subprocess.TimeoutExpired as e:
-                        lines, rc, err = (e.stdout or b"").decode().splitlines(), "timeout", ""
-                    records = [json.loads(line) for line in lines if line.startswith("{")]
-                    if rc != 0 or not records:
-                        records.append({"kernel": name, "status": "FAILED",
-                                        "check": f"process ended with {rc}: {' '.join(err.split()[-60:])}"})
+                    records, error = harness.child_lines(
+                        [sys.executable, __file__, "--child", name, "--size", str(args.size)], env, args.timeout)
+                    if error:
+                        records.append({"kernel": name, "status": "FAILED", "check": error})
                     for r in records:
                         r.update(label=label, process_s=time.perf_counter() - start, **stamp)
                         out.write(json.dumps(r) + "\n")

@@ -1,7 +1,7 @@
 """Complex products: the tilemm complex rung and the complex default against cuBLAS's CGEMM / ZGEMM.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/complex_vs_library.py --out DIR               # headline + sweep
-    PYTHONPATH=src:benchmarks python3 benchmarks/complex_vs_library.py --out DIR --no-sweep    # headline only
+    PYTHONPATH=src python3 benchmarks/complex_vs_library.py --out DIR               # headline + sweep
+    PYTHONPATH=src python3 benchmarks/complex_vs_library.py --out DIR --no-sweep    # headline only
 
 Whole calls as a user makes them, on torch CUDA tensors, interleaved rounds (order rotated each
 round), CUDA events, the median:
@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,17 +36,11 @@ from tilemm.system import machine
 from tilemm.numerics.accuracy import compare_on_device
 from tilemm.system.timing import interleaved_rounds
 
+import harness
+
 HEADLINE = [("complex64", 8192, 8192, 8192, "nn"), ("complex128", 4096, 4096, 4096, "nn")]
 # the sweep's largest product, in complex multiply-adds (a complex128 one of 2^35 takes ~0.5 s a call)
 MAX_WORK = {"complex64": 2**36, "complex128": 2**34}
-
-
-def operand(rows: int, cols: int, how: str, dtype, generator):
-    """A random complex (rows, cols) operand on the GPU, both parts standard normal; a transposed
-    view of a (cols, rows) one where how is "t"."""
-    shape = (cols, rows) if how == "t" else (rows, cols)
-    x = torch.randn(shape, dtype=dtype, device="cuda", generator=generator)
-    return x.T if how == "t" else x
 
 
 def variants(a, b) -> dict:
@@ -76,8 +68,7 @@ def checked(call, a, b, dtype: str, reference) -> dict:
 
 def measure(dtype: str, m: int, n: int, k: int, layout: str, rounds: int, per_round: float, seed: int) -> list[dict]:
     generator = torch.Generator(device="cuda").manual_seed(seed)
-    torch_dtype = getattr(torch, dtype)
-    a, b = operand(m, k, layout[0], torch_dtype, generator), operand(k, n, layout[1], torch_dtype, generator)
+    a, b = harness.operand(m, k, layout[0], dtype, generator), harness.operand(k, n, layout[1], dtype, generator)
     reference = torch.matmul(a.to(torch.complex128), b.to(torch.complex128))
     calls = variants(a, b)
     checks = {label: checked(call, a, b, dtype, reference) for label, call in calls.items()}
@@ -86,7 +77,7 @@ def measure(dtype: str, m: int, n: int, k: int, layout: str, rounds: int, per_ro
             print(f"  {label}: WRONG ANSWER ({found['bound']}); not timed", flush=True)
     timed = {label: call for label, call in calls.items() if checks[label]["ok"]}
     times = interleaved_rounds(timed, rounds, per_round)
-    median = {label: statistics.median(t) for label, t in times.items()}
+    median = harness.medians(times)
     kernel_of_default = tilemm.plan(a, b).kernel.name
     records = []
     for label, ms in median.items():
@@ -114,10 +105,6 @@ def sweep_problems(seed: int, count: int) -> list[tuple]:
     return found
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
-
-
 def report_sweep(records: list[dict]) -> None:
     """The fit half's winning classes (as tilemm.choose.by_shape.winners judges them) and both halves' ratios."""
     rung = [r for r in records if r["variant"] == "tensorcore-complex" and r.get("vs_library")]
@@ -127,7 +114,7 @@ def report_sweep(records: list[dict]) -> None:
     for split in ("fit", "held-out"):
         mine = [r["vs_library"] for r in gauss if r["split"] == split]
         if mine:
-            print(f"complex128 {split}: gauss (products=3) / library geomean {geomean(mine):.3f} (min {min(mine):.3f})",
+            print(f"complex128 {split}: gauss (products=3) / library geomean {harness.geomean(mine):.3f} (min {min(mine):.3f})",
                   flush=True)
     for dtype in ("complex64", "complex128"):
         fit = [r for r in rung if r["dtype"] == dtype and r["split"] == "fit"]
@@ -137,13 +124,13 @@ def report_sweep(records: list[dict]) -> None:
         for split in ("fit", "held-out"):
             mine = [r for r in rung if r["dtype"] == dtype and r["split"] == split]
             picked = [r["vs_library"] if choice.record_class(r) in won else 1.0 for r in mine]
-            print(f"{dtype} {split}: tensorcore-complex / library geomean {geomean([r['vs_library'] for r in mine]):.3f}"
+            print(f"{dtype} {split}: tensorcore-complex / library geomean {harness.geomean([r['vs_library'] for r in mine]):.3f}"
                   f" (min {min((r['vs_library'] for r in mine), default=float('nan')):.3f}); the default with the fit "
-                  f"half's table: geomean {geomean(picked):.3f}, min {min(picked, default=float('nan')):.3f} "
+                  f"half's table: geomean {harness.geomean(picked):.3f}, min {min(picked, default=float('nan')):.3f} "
                   f"(assuming the library's own time where it stays)", flush=True)
         default = [r["vs_library"] for r in records if r["dtype"] == dtype and r["variant"] == "default"
                    and r.get("vs_library")]
-        print(f"{dtype}: the default as shipped / library, every problem: geomean {geomean(default):.3f}, "
+        print(f"{dtype}: the default as shipped / library, every problem: geomean {harness.geomean(default):.3f}, "
               f"min {min(default, default=float('nan')):.3f}", flush=True)
     print(f"r14_complex.MEASURED_WINNERS = {table!r}", flush=True)
 
@@ -175,7 +162,7 @@ def main():
         problems = [parse_shape(text) for text in args.shapes]
     elif not args.no_sweep:
         problems += sweep_problems(args.seed, args.sweep_count)
-    stamp = machine.stamp("python3 benchmarks/complex_vs_library.py " + " ".join(sys.argv[1:]))
+    stamp = harness.stamp("complex_vs_library.py", args, env="")
     records = []
     with path.open("a") as f:
         for i, (dtype, m, n, k, layout, split) in enumerate(problems):

@@ -4,43 +4,39 @@ alike (the suite times them minutes apart). The ratio of the medians is the figu
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/cpu_interleaved.py --n 1024
 """
 import argparse
-import datetime
 import json
-import statistics
-import time
+import os
 
 import tilemm
 from tilemm.numerics.accuracy import compare
 from tilemm.numerics.data import operands
-from tilemm.system.machine import describe
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--n", type=int, default=1024)
-ap.add_argument("--rounds", type=int, default=21)
-ap.add_argument("--dtypes", nargs="+", default=["float32", "int32"])
-args = ap.parse_args()
-for dtype in args.dtypes:
-    a, b = operands(1, args.n, args.n, args.n, dtype)
-    launches = {}
-    for kernel in ("numpy", "cpu-tiled"):
-        plan = tilemm.plan(a, b, kernel=kernel)
-        verdict = compare(plan.execute(poison=True), a, b, dtype)
-        assert verdict.ok, verdict.message
-        launches[kernel] = plan.prepare()[0]
-        launches[kernel]()
-    times = {k: [] for k in launches}
-    rounds = args.rounds if dtype != "int32" else 3  # NumPy's integer loop takes seconds
-    for _ in range(rounds):
-        for kernel, launch in launches.items():
-            t0 = time.perf_counter()
-            launch()
-            times[kernel].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    info = describe()
-    print(json.dumps({"dtype": dtype, "n": args.n, "rounds": rounds,
-                      "numpy_gflops": 2 * args.n**3 / med["numpy"] / 1e9,
-                      "cpu_tiled_gflops": 2 * args.n**3 / med["cpu-tiled"] / 1e9,
-                      "cpu_tiled_vs_numpy": med["numpy"] / med["cpu-tiled"],
-                      "device": info["device"], "cores": info["cpu"]["cores"], "versions": info["versions"],
-                      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                      "command": f"env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/cpu_interleaved.py --n {args.n}"}))
+import harness
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "int32"])
+    args = ap.parse_args()
+    stamp = harness.stamp("cpu_interleaved.py", args, env="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE", runner="python")
+    for dtype in args.dtypes:
+        a, b = operands(1, args.n, args.n, args.n, dtype)
+        launches = {}
+        for kernel in ("numpy", "cpu-tiled"):
+            plan = tilemm.plan(a, b, kernel=kernel)
+            verdict = compare(plan.execute(poison=True), a, b, dtype)
+            assert verdict.ok, verdict.message
+            launches[kernel] = plan.prepare()[0]
+            launches[kernel]()
+        rounds = args.rounds if dtype != "int32" else 3  # NumPy's integer loop takes seconds
+        med = harness.medians(harness.rounds(launches, rounds, lambda launch: harness.timed(launch, lambda: None)[0]))
+        print(json.dumps({"dtype": dtype, "n": args.n, "rounds": rounds,
+                          "numpy_gflops": 2 * args.n**3 / med["numpy"] / 1e9,
+                          "cpu_tiled_gflops": 2 * args.n**3 / med["cpu-tiled"] / 1e9,
+                          "cpu_tiled_vs_numpy": med["numpy"] / med["cpu-tiled"], "cores": os.cpu_count(), **stamp}))
+
+
+if __name__ == "__main__":
+    main()

@@ -15,15 +15,16 @@ data file carries its provenance: the GPU and the date of its records, the recor
 and this script's command.
 """
 import argparse
-import gzip
 import json
-import math
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
 from tilemm.choose import by_shape as choice  # noqa: E402  (the library, from this checkout)
+
+from harness import geomean  # noqa: E402
+from harness.records import read_records  # noqa: E402
 
 RESULTS = "benchmarks/results"
 HELD_OUT = f"{RESULTS}/h200/tensorcore_vs_library.jsonl.gz"
@@ -39,14 +40,6 @@ TABLES = {
                            dtypes=["int8"], rung="tensorcore-int", capability=[9, 0], min_shapes=1),
 }
 COMMAND = "python3 benchmarks/default_table.py"
-
-
-def read_records(path) -> list[dict]:
-    """The records of a .jsonl or .jsonl.gz file."""
-    path = Path(path)
-    opened = gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
-    with opened as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def fit_half(records: list[dict], dtypes, rung: str) -> list[dict]:
@@ -100,7 +93,7 @@ def held_out(name: str) -> None:
         taken = [r for r in half if choice.record_class(r) in classes]
         ratios = [r["vs_library"] for r in taken] + [1.0] * (len(half) - len(taken))
         print(f"{dtype}: {len(half)} held-out problems, the table's geometric mean "
-              f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x the library rung, lowest {min(ratios):.3f}x; "
+              f"{geomean(ratios):.3f}x the library rung, lowest {min(ratios):.3f}x; "
               f"{table['rung']} on {len(taken)}")
 
 

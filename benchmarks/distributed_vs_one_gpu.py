@@ -13,29 +13,29 @@ import argparse
 import json
 import os
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 import tilemm
-from tilemm.system import machine
+
+import harness
 
 
 def grids(world: int):
     return [tilemm.spread.distributed.Grid(r, world // r) for r in range(1, world + 1) if world % r == 0]
 
 
+def settle():
+    """Every rank's work done: the times run from a barrier to a barrier."""
+    torch.cuda.synchronize()
+    dist.barrier()
+
+
 def timed(call) -> tuple:
-    """(seconds of call() on every rank, from a barrier to a barrier, its result)"""
-    torch.cuda.synchronize()
-    dist.barrier()
-    t0 = time.perf_counter()
-    out = call()
-    torch.cuda.synchronize()
-    dist.barrier()
-    return time.perf_counter() - t0, out
+    """(seconds of call() on every rank, its result)"""
+    return harness.timed(call, settle)
 
 
 def main():
@@ -50,9 +50,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    stamp = machine.stamp("torchrun --nproc-per-node %d benchmarks/distributed_vs_one_gpu.py %s"
-                          % (world, " ".join(f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                                            for k, v in vars(args).items() if k != "out")))
+    stamp = harness.stamp("distributed_vs_one_gpu.py", args, env="", runner=f"torchrun --nproc-per-node {world}")
     for dtype in args.dtypes:
         for n in args.sizes:
             g = torch.Generator(device="cuda").manual_seed(n)        # every rank draws the same A and B
@@ -101,7 +99,7 @@ def main():
                         f.write(json.dumps(rec) + "\n")
                         print(f"{dtype:9} {n:6} {label:8} {t * 1e3:9.1f} ms {rec['tflops']:7.1f} TFLOP/s "
                               f"{rec['vs_one_gpu']:5.2f}x one GPU  err {worst}", flush=True)
-            del a, b, blocks
+            a = b = blocks = None
             torch.cuda.empty_cache()
     if args.breakdown:
         breakdown(rank, world, max(args.sizes))

@@ -9,14 +9,16 @@ whole calls of CUDA_CASES beside torch.matmul's on the same operands, each answe
 against a float64 reference, one synchronization at the end of each block.
 
     python3 benchmarks/eager_overhead.py --trees src /path/to/other/checkout/src --rounds 9
-    PYTHONPATH=src:benchmarks python3 benchmarks/eager_overhead.py --device cuda --trees src OTHER/src --out DIR
+    PYTHONPATH=src python3 benchmarks/eager_overhead.py --device cuda --trees src OTHER/src --out DIR
 """
 import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
+from pathlib import Path
+
+import harness
 
 CHILD = r"""
 import json, sys, time
@@ -96,22 +98,20 @@ def run_round(tree: str, args) -> tuple[dict, dict]:
         argv = [CUDA_CHILD, str(args.calls), str(args.blocks), json.dumps(CUDA_CASES)]
     else:
         argv = [CHILD, str(args.n), str(args.calls), str(args.blocks)]
-    line = subprocess.run([sys.executable, "-c", *argv], env=env, check=True, capture_output=True,
-                          text=True).stdout.strip().splitlines()[-1]
+    found, error = harness.child_lines([sys.executable, "-c", *argv], env)
+    if error:
+        raise SystemExit(f"the process importing tilemm from {tree} failed: {error}")
     if args.device == "cuda":
-        got = json.loads(line)
-        return got["times"], got["wrong"]
-    return json.loads(line), {}
+        return found[-1]["times"], found[-1]["wrong"]
+    return found[-1], {}
 
 
 def write(out: str, record: dict, args):
     """Append the record, stamped, to OUT/eager_overhead.jsonl (tilemm from PYTHONPATH for the stamp)."""
-    from pathlib import Path
-    from tilemm.system import machine
-    stamp = machine.stamp(machine.command_line("PYTHONPATH=src:benchmarks python3 benchmarks/eager_overhead.py", args))
+    stamp = harness.stamp("eager_overhead.py", args, env="PYTHONPATH=src")
     Path(out).mkdir(parents=True, exist_ok=True)
-    with open(Path(out) / "eager_overhead.jsonl", "a") as f:
-        f.write(json.dumps({**record, "tensors": record["device"], **stamp}) + "\n")   # the stamp's device: the machine
+    harness.append(Path(out) / "eager_overhead.jsonl",
+                   [{**record, "tensors": record["device"], **stamp}])      # the stamp's device: the machine
 
 
 def main():

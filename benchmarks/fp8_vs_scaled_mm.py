@@ -1,6 +1,6 @@
 """The fp8 bar: tilemm.scaled_matmul against torch._scaled_mm.
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py --out DIR
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py --out DIR
     ... fp8_vs_scaled_mm.py --out DIR --wide fit held-out     # the two float32-sum programs, wide sweep
 
 --wide: over the wide sweep's problems (tilemm.tools.bench.suites.wide_problems; A row-major, B as
@@ -20,19 +20,16 @@ interleaved rounds (order rotated), CUDA events, the median.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 from pathlib import Path
 
 import torch
 
 import tilemm
-from tilemm.system import machine
 from tilemm.engine.availability import gluon_multicast
 from tilemm.system.timing import interleaved_rounds
 
-import gpu_ladder  # noqa: E402  (pre-warm)
+import harness
 
 CONFIGS = [dict(block_m=128, block_n=256), dict(block_m=256, block_n=128), dict(stream_k=True), dict(num_stages=3),
            dict(warp_specialized=False)]
@@ -48,10 +45,7 @@ def check(c, a, b, scale, fast, block_k=128):
     size = (a.double().abs() @ b.double().abs()) * abs(scale)
     k = a.shape[1]
     adds = -(-k // 32) if fast else block_k // 32
-    bound = 2.0**-8 * ref.abs() + (2 * k * 2.0**-24 + adds * 2.0**-13) * size
-    err = (c.double() - ref).abs()
-    ok = bool((err <= bound).all()) and not bool(torch.isnan(c).any())
-    return ok, float(err.max() / ref.abs().max())
+    return harness.within(c, ref, 2.0**-8 * ref.abs() + (2 * k * 2.0**-24 + adds * 2.0**-13) * size)
 
 
 def wide(out: Path, splits: list, base: dict):
@@ -67,14 +61,11 @@ def wide(out: Path, splits: list, base: dict):
                   "gluon": lambda: tilemm.scaled_matmul(a, b, sa, sb, warp_specialized=True)}
         if p.m % 16 == 0 and p.n % 16 == 0 and p.k % 16 == 0:
             launch["scaled_mm"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
-        errors, timed = {}, {}
-        for label, fn in launch.items():
-            ok, errors[label] = check(fn(), a, b, 1.0, False)
-            if ok:
-                timed[label] = fn
-            else:
-                print(p, label, "WRONG", errors[label], flush=True)
-        times = {label: statistics.median(ts) for label, ts in interleaved_rounds(timed, 3, 0.08).items()}
+        timed, outcomes = harness.checked(launch, lambda label, c: check(c, a, b, 1.0, False))
+        errors = {label: found.value for label, found in outcomes.items()}
+        for label in launch.keys() - timed.keys():
+            print(p, label, "WRONG", errors[label], flush=True)
+        times = harness.medians(interleaved_rounds(timed, 3, 0.08))
         with open(out / "fp8_programs_wide.jsonl", "a") as f:
             f.write(json.dumps(dict(base, m=p.m, n=p.n, k=p.k, kind=p.kind, split=p.split, ms=times,
                                     errors=errors)) + "\n")
@@ -83,19 +74,16 @@ def wide(out: Path, splits: list, base: dict):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
+    ap = harness.parser()
     ap.add_argument("--wide", nargs="+", choices=["fit", "held-out"],
                     help="instead of the sizes: the two float32-sum programs over these halves of the wide sweep")
     ap.add_argument("--sizes", nargs="+", type=int, default=[8192, 4096])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--per-round", type=float, default=0.3)
     ap.add_argument("--prewarm", type=float, default=10.0)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = machine.stamp(machine.command_line(
-        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/fp8_vs_scaled_mm.py", args))
-    gpu_ladder.prewarm(args.prewarm)
+    args = harness.parse(ap)
+    base = harness.stamp("fp8_vs_scaled_mm.py", args)
+    harness.prewarm(args.prewarm, "float32")
     if args.wide:
         return wide(args.out, args.wide, base)
     records = []
@@ -122,25 +110,21 @@ def main():
             if params not in FLOAT32_SUMS_CONFIGS:
                 variants[label + "-fast"] = (lambda p=params: tilemm.scaled_matmul(a, b, sa, sb, fast_accum=True, **p),
                                              True, params)
-        good, rows = {}, []
-        for label, (launch, fast, *params) in variants.items():
-            params = params[0] if params else {}
-            try:
-                ok, rel = check(launch(), a, b, 2.0, fast, params.get("block_k", 128))
-            except Exception as e:  # noqa: BLE001 - recorded as FAILED, the others still measured
-                print(f"{label}: {type(e).__name__}: {e}"[:300], flush=True)
-                ok, rel = False, float("nan")
-            rows.append({"variant": label, "status": "ok" if ok else "FAILED", "fast_accum": fast, "params": params,
-                         "relative_error": rel, "m": n, "n": n, "k": n, "dtype": "float8_e4m3fn",
-                         "out_dtype": "bfloat16", **base})
-            if ok:
-                good[label] = launch
+        fast_of = {label: fast for label, (_, fast, *_) in variants.items()}
+        params_of = {label: (params[0] if params else {}) for label, (_, _, *params) in variants.items()}
+        good, outcomes = harness.checked({label: launch for label, (launch, *_) in variants.items()},
+                                         lambda label, c: check(c, a, b, 2.0, fast_of[label],
+                                                                params_of[label].get("block_k", 128)))
+        rows = [{"variant": label, "status": "ok" if found.ok else "FAILED", "fast_accum": fast_of[label],
+                 "params": params_of[label], "relative_error": found.value, "m": n, "n": n, "k": n,
+                 "dtype": "float8_e4m3fn", "out_dtype": "bfloat16", **base} for label, found in outcomes.items()]
         torch.cuda.synchronize()
         times = interleaved_rounds(good, args.rounds, args.per_round)
-        anchor = {False: statistics.median(times["scaled_mm"]), True: statistics.median(times["scaled_mm-fast"])}
+        meds = harness.medians(times)
+        anchor = {False: meds["scaled_mm"], True: meds["scaled_mm-fast"]}
         for rec in rows:
             if rec["variant"] in times:
-                med = statistics.median(times[rec["variant"]])
+                med = meds[rec["variant"]]
                 rec.update(median_ms=med, tflops=2 * n**3 / med / 1e9, samples=len(times[rec["variant"]]),
                            vs_scaled_mm=anchor[False] / med, vs_scaled_mm_same_accum=anchor[rec["fast_accum"]] / med)
             print(f"{n:5} {rec['variant']:28} {rec.get('median_ms', float('nan')):7.3f} ms "
@@ -150,8 +134,7 @@ def main():
         records += rows
         variants = good = None                                   # frees this size's operands
         torch.cuda.empty_cache()
-    with open(args.out / "fp8_vs_scaled_mm.jsonl", "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
+    harness.append(args.out / "fp8_vs_scaled_mm.jsonl", records)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@ against torch.compile's (Inductor's) output for the same module. Every variant's
 gradients are checked against a float64 reference before it is timed; the variants are timed in
 interleaved rounds.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/fused_linear.py --out OUT --set fit
-    PYTHONPATH=src:benchmarks python3 benchmarks/fused_linear.py --out OUT --set held-out
-    PYTHONPATH=src:benchmarks python3 benchmarks/fused_linear.py --out OUT --quick   # tile tuning
+    PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --set fit
+    PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --set held-out
+    PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --quick   # tile tuning
 
 --quick times the program's candidate configurations (epilogue_launch.CANDIDATE_CONFIGS) on the
 fit shapes' three products (forward with bias + GELU and its AUX, dX, dW) and prints the winner
@@ -26,7 +26,7 @@ import tilemm.nn
 from tilemm.engine import epilogue_launch
 from tilemm.system.timing import interleaved_rounds
 
-import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
+import harness
 
 # (rows M = batch x tokens, out_features N, in_features K), bfloat16
 SETS = {"fit": [(8192, 14336, 4096)],
@@ -176,12 +176,12 @@ def tune(args, stamp, path):
 
 
 def main():
-    args = gpu_ladder.out_and_n(0, set="fit", kernel="tensorcore", rounds=5, per_round=0.3, prewarm=5.0,
+    args = harness.arguments(n=0, set="fit", kernel="tensorcore", rounds=5, per_round=0.3, prewarm=5.0,
                                 quick=False)
     if args.set not in SETS:
         raise SystemExit(f"--set: {', '.join(SETS)}, not {args.set!r}")
-    stamp = gpu_ladder.try_stamp("fused_linear.py", args)
-    gpu_ladder.prewarm(args.prewarm)
+    stamp = harness.stamp("fused_linear.py", args)
+    harness.prewarm(args.prewarm, "float32")
     path = args.out / "fused_linear.jsonl"
     if args.quick:
         tune(args, stamp, path)

@@ -10,22 +10,18 @@ checked against a float64 (or exact integer) reference before it is timed.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
-import json
 import statistics
 import subprocess
 import time
 from pathlib import Path
 
 import tilemm  # first: its shim lets numba-cuda import under NumPy 2.5
-from tilemm.numerics import arrays
-from tilemm.system import machine
 from tilemm.numerics.accuracy import compare
 from tilemm.system.timing import interleaved_rounds, launch_overhead_us
 from tilemm.numerics.data import operands
 
-import cupy as cp  # noqa: E402
+import harness
 
 HERE = Path(__file__).parent
 
@@ -69,131 +65,18 @@ def twin_launcher(lib, name, param, dtype, a, b, c):
     return launch
 
 
-def out_and_n(n: int = 8192, **options):
-    """The arguments of the one-size experiment scripts: --out DIR (made if missing), --n, and
-    any options named, each taking its default's form: a bool is a flag, a list one or more
-    values, anything else one value of the default's type."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--n", type=int, default=n)
-    for name, default in options.items():
-        flag = f"--{name.replace('_', '-')}"          # as machine.command_line writes it back
-        if isinstance(default, bool):
-            ap.add_argument(flag, action="store_true", default=default)
-        elif isinstance(default, list):
-            ap.add_argument(flag, nargs="+", default=default)
-        else:
-            ap.add_argument(flag, type=type(default), default=default)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    return args
-
-
-def prewarm(seconds: float):
-    x = cp.random.standard_normal((8192, 8192), dtype=cp.float32)
-    t_stop = time.perf_counter() + seconds
-    while time.perf_counter() < t_stop:
-        x @ x
-        cp.cuda.Device().synchronize()
-
-
-def float32_operands(n: int):
-    """(a, b, a @ b in float64): n x n random normal float32 on the GPU, seeded by n; and cuBLAS
-    set to true SGEMM (TF32 off) for the anchors."""
-    import torch
-    gen = torch.Generator(device="cuda").manual_seed(n)
-    a = torch.randn(n, n, device="cuda", generator=gen)
-    b = torch.randn(n, n, device="cuda", generator=gen)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return a, b, a.double() @ b.double()
-
-
-def relative_error_check(ref, tolerance: float):
-    """check(c) -> (ok, max |C - ref| / max |ref|): within `tolerance`, and no NaN."""
-    def check(c):
-        err = float((c.double() - ref).abs().max() / ref.abs().max())
-        return err <= tolerance, err
-    return check
-
-
-class Checked:
-    """The variants of a try, each run once and checked before it is timed: check(c) -> (ok,
-    number) on its poisoned output c. A variant that does not compile or launch is reported and
-    left out, so the try goes on; a wrong answer stops it, unless wrong_ones_out, where it is
-    reported, kept in `wrong` and left out of the timing."""
-
-    def __init__(self, check, width: int = 40, wrong_ones_out: bool = False):
-        self.check, self.width, self.wrong_ones_out = check, width, wrong_ones_out
-        self.launchers, self.values, self.wrong = {}, {}, {}
-
-    def add(self, label: str, launch, c):
-        import torch
-        arrays.poison(c)
-        try:
-            launch()
-            torch.cuda.synchronize()
-        except Exception as e:
-            print(f"{label:{self.width}} FAILED: {type(e).__name__}: {str(e)[:200]}", flush=True)
-            return
-        ok, value = self.check(c)
-        print(f"{label:{self.width}} checked: {ok} ({value:.2e})", flush=True)
-        if not ok and self.wrong_ones_out:
-            self.wrong[label] = value
-            return
-        assert ok, label
-        self.launchers[label], self.values[label] = launch, value
-
-
-def write_ratios(path: Path, times: dict, anchor: str, ratio: str, stamp: dict, width: int = 40, **fields):
-    """Appends a record a variant to path and prints a line each: its median ms, the anchor's
-    median over its own (`ratio`), `fields` ({name: {label: value}}), the launches timed, stamp."""
-    base = statistics.median(times[anchor])
-    with open(path, "a") as f:
-        for label, ts in times.items():
-            med = statistics.median(ts)
-            rec = {"variant": label, "median_ms": med, ratio: base / med,
-                   **{name: values[label] for name, values in fields.items()}, "launches": len(ts), **stamp}
-            extra = "   ".join(f"{name} {values[label]:.2e}" for name, values in fields.items())
-            print(f"{label:{width}} {med * 1e3:9.1f} us   {ratio} {base / med:5.3f}   {extra}", flush=True)
-            f.write(json.dumps(rec) + "\n")
-
-
-def try_stamp(script: str, args) -> dict:
-    """machine.stamp of a try run as `benchmarks/<script>` with these arguments."""
-    return machine.stamp(machine.command_line(f"PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 "
-                                              f"benchmarks/{script}", args))
-
-
-def time_and_record(variants: Checked, args, script: str, anchor: str, ratio: str, value: str, launchers=None,
-                    **fields):
-    """A try's end: pre-warm (--prewarm s), time the checked variants (or `launchers` made of them)
-    in interleaved rounds (--rounds, --per-round), and append to OUT/<script>.jsonl a record for
-    each (write_ratios; the check's number as `value`) and one for each wrong answer left out."""
-    prewarm(args.prewarm)
-    times = interleaved_rounds(launchers or variants.launchers, args.rounds, args.per_round)
-    stamp = try_stamp(script, args)
-    path = args.out / (Path(script).stem + ".jsonl")
-    write_ratios(path, times, anchor, ratio, {**fields, **stamp}, width=variants.width, **{value: variants.values})
-    with open(path, "a") as f:
-        for label, number in variants.wrong.items():
-            f.write(json.dumps({"variant": label, **fields, "wrong_answer": True, value: number, **stamp}) + "\n")
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096])
-    ap.add_argument("--dtypes", nargs="+", default=["float32", "int32"])
+    ap = harness.parser(sizes=[2048, 4096], dtypes=["float32", "int32"])
     ap.add_argument("--variants", nargs="+")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--per-round", type=float, default=0.3)
     ap.add_argument("--prewarm", type=float, default=5.0)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = harness.parse(ap)
+    import cupy as cp
     lib = build_twins(args.out)
-    stamp = machine.stamp(machine.command_line("PYTHONPATH=src python3 benchmarks/gpu_ladder.py", args))
+    stamp = harness.stamp("gpu_ladder.py", args, env="PYTHONPATH=src")
     variants = [v for v in VARIANTS if not args.variants or v[0] in args.variants]
-    prewarm(args.prewarm)
+    harness.prewarm(args.prewarm, "float32")
     records = []
     for dtype in args.dtypes:
         for n in args.sizes:
@@ -244,8 +127,7 @@ def main():
                       f"vs cuBLAS {r.get('vs_cublas', float('nan')):5.2f}  {r['status']} {r['check']}", flush=True)
             del a, b, launchers, outputs
             cp.get_default_memory_pool().free_all_blocks()
-    with open(args.out / "gpu_ladder.jsonl", "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
+    harness.append(args.out / "gpu_ladder.jsonl", records)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 mixture-of-experts shapes (bfloat16, tokens sorted by expert, weights (G, N, K) read transposed as
 torch's MoE layers hold them).
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py --out DIR
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py --out DIR
     ... grouped_vs_torch.py --out DIR --quick      # ~2 min: the tuning set over CONFIGS, to pick defaults
 
 Shapes: experts G, routed rows (tokens x top-k), hidden K, the expert's width N; each with a
@@ -16,16 +16,12 @@ variant that fails is recorded as failed and not timed. Protocol: pre-warm, inte
 """
 from __future__ import annotations
 
-import json
-import statistics
-import time
-
 import torch
 
-import bench_setup  # noqa: E402  (benchmarks/: run with PYTHONPATH=src:benchmarks)
 import tilemm
-from tilemm.system import machine
 from tilemm.system.timing import interleaved_rounds
+
+import harness
 
 # (experts, routed rows, hidden K, width N): Mixtral-, DeepSeek-V3- and Qwen3-MoE-like layers
 TUNE = [(8, 32768, 4096, 14336), (64, 16384, 7168, 4096), (128, 32768, 2048, 1536)]
@@ -76,10 +72,8 @@ def check(c, a, b, ends, seed) -> tuple[bool, float]:
         r = rows[groups == e].cuda()
         x, y = a[r].double(), b[e].double()
         ref, size = x @ y, x.abs() @ y.abs()
-        err = (c[r].double() - ref).abs()
-        bound = 2.0**-8 * ref.abs() + 2 * a.shape[1] * 2.0**-24 * size + 1e-30
-        ok &= bool((err <= bound).all()) and not bool(torch.isnan(c[r]).any())
-        worst = max(worst, float(err.max() / ref.abs().max().clamp_min(1e-30)))
+        good, error = harness.within(c[r], ref, 2.0**-8 * ref.abs() + 2 * a.shape[1] * 2.0**-24 * size + 1e-30)
+        ok, worst = ok and good, max(worst, error)
     return ok, worst
 
 
@@ -87,22 +81,12 @@ def measure(shape, kind, seed, variants_of, args, base, out_file, label_set):
     experts, rows, k, n = shape
     a, b, offs, ends, counts = problem(experts, rows, k, n, kind, seed)
     flops = 2 * rows * k * n
-    good, records = {}, []
-    for label, launch in variants_of(a, b, offs, ends).items():
-        started = time.perf_counter()
-        try:
-            ok, err = check(launch(), a, b, ends, seed)
-        except Exception as e:  # noqa: BLE001 - recorded as failed; the others still measured
-            print(f"  {label}: {type(e).__name__}: {e}"[:300], flush=True)
-            ok, err = False, float("nan")
-        records.append(dict(variant=label, status="ok" if ok else "FAILED", relative_error=err, experts=experts,
-                            rows=rows, k=k, n=n, routing=kind, set=label_set, empty_groups=int((counts == 0).sum()),
-                            small_groups=int((counts <= 64).sum()), largest_group=int(counts.max()),
-                            first_call_s=time.perf_counter() - started, dtype="bfloat16", **base))
-        if ok:
-            good[label] = launch
-    timed = interleaved_rounds(good, args.rounds, args.per_round)
-    times = {label: statistics.median(ts) for label, ts in timed.items()}
+    good, outcomes = harness.checked(variants_of(a, b, offs, ends), lambda label, c: check(c, a, b, ends, seed))
+    records = [dict(variant=label, status="ok" if found.ok else "FAILED", relative_error=found.value, experts=experts,
+                    rows=rows, k=k, n=n, routing=kind, set=label_set, empty_groups=int((counts == 0).sum()),
+                    small_groups=int((counts <= 64).sum()), largest_group=int(counts.max()),
+                    first_call_s=found.seconds, dtype="bfloat16", **base) for label, found in outcomes.items()]
+    times = harness.medians(interleaved_rounds(good, args.rounds, args.per_round))
     anchor, loop = times.get("grouped_mm"), times.get("loop_of_mm")
     for rec in records:
         t = times.get(rec["variant"])
@@ -112,8 +96,7 @@ def measure(shape, kind, seed, variants_of, args, base, out_file, label_set):
         print(f"{label_set:8} G={experts:3} {rows:6}x{k:5}x{n:5} {kind:8} {rec['variant']:44} "
               f"{rec.get('median_ms', float('nan')):8.3f} ms {rec.get('tflops', float('nan')):7.1f} TFLOP/s "
               f"x{rec.get('vs_grouped_mm') or float('nan'):5.3f} {rec['status']}", flush=True)
-    with open(out_file, "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
+    harness.append(out_file, records)
     torch.cuda.empty_cache()
 
 
@@ -132,10 +115,10 @@ def tuning(a, b, offs, ends):
 
 
 def main():
-    args = bench_setup.tuning_arguments()
-    base = machine.stamp(machine.command_line(
-        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py", args))
-    bench_setup.prewarm(args.prewarm)
+    args = harness.arguments(quick=False, rounds=3, per_round=0.15, prewarm=8.0,
+                             helps={"quick": "the tuning set over CONFIGS only (~2 min)"})
+    base = harness.stamp("grouped_vs_torch.py", args)
+    harness.prewarm(args.prewarm)
     if args.quick:
         out_file = args.out / "grouped_tuning.jsonl"
         for i, shape in enumerate(TUNE):

@@ -1,7 +1,7 @@
 """The default on int8 -> exact int32 products of real layers' weights, M from 1 to 1024, against
 torch._int_mm (cuBLASLt's int8 GEMM): the bar is 0.97x _int_mm or better on every problem.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all]
+    PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all]
 
 Problems: M in --ms, times (N, K) of a set: `fit`, the layers the default's rule was set on
 (tilemm.choose.by_shape.int8_library_wins), and `held-out`, other layers', never looked at while setting it.
@@ -28,8 +28,6 @@ a set, for both measures: the default's lowest ratio, geometric mean and the pro
 from __future__ import annotations
 
 import json
-import math
-import statistics
 
 import torch
 
@@ -37,8 +35,7 @@ import tilemm
 from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
 from tilemm.engine.availability import multiprocessors
 
-import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
-from call_overhead import wall_us as block_us  # (wall time a call of a block, one synchronize at the end)
+import harness
 
 FIT = [(3584, 18944), (3072, 8192), (8192, 6144), (7168, 18432), (2048, 2048), (4096, 14336), (28672, 4096)]
 HELD_OUT = [(4096, 4096), (1024, 4096), (14336, 4096), (11008, 4096), (4096, 11008), (5120, 5120), (13824, 5120),
@@ -67,31 +64,17 @@ def variants(a, b):
             "rung-tiles": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="tensorcore-int", small_m=False)}
 
 
-def event_timer():
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def time_us(call) -> float:
-        torch.cuda.synchronize()
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3
-    return time_us
-
-
 def measure(calls: dict, rounds: int, per_round: int, block: int) -> tuple:
     """({label: [µs of each call, CUDA events]}, {label: [µs a call of each block]}): interleaved
     rounds, the order rotated each round, each round per_round timed calls and a block of calls
     of each variant."""
-    time_us, labels = event_timer(), list(calls)
-    times, blocks = {label: [] for label in labels}, {label: [] for label in labels}
-    for r in range(rounds):
-        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            for _ in range(per_round):
-                times[label].append(time_us(calls[label]))
-            blocks[label].append(block_us(calls[label], block))
-    return times, blocks
+    time_us = harness.event_timer()
+
+    def both(call):
+        return [time_us(call) for _ in range(per_round)], harness.wall_us(call, block)
+    found = harness.rounds(calls, rounds, both)
+    return ({label: [t for events, _ in each for t in events] for label, each in found.items()},
+            {label: [wall for _, wall in each] for label, each in found.items()})
 
 
 def problem(set_name, m, n, k, b, b64, args, stamp) -> dict:
@@ -105,8 +88,7 @@ def problem(set_name, m, n, k, b, b64, args, stamp) -> dict:
             wrong.append(label)
             del calls[label]
     times, blocks = measure(calls, args.rounds, args.per_round, args.block)
-    us = {label: statistics.median(ts) for label, ts in times.items()}
-    wall = {label: statistics.median(ts) for label, ts in blocks.items()}
+    us, wall = harness.medians(times), harness.medians(blocks)
     base, wall_base = us.get("_int_mm"), wall.get("_int_mm")
     record = {"set": set_name, "m": m, "n": n, "k": k, "layout": "A row-major, B (N, K).T",
               "default_kernel": tilemm.plan(a, b, out_dtype="int32").kernel.name,
@@ -135,7 +117,7 @@ def summary(set_name: str, records: list[dict], stamp: dict) -> dict:
         ratios = [r[key] for r in records if key in r]
         line[measure_name] = {
             "timed": len(ratios), "min": min(ratios, default=None),
-            "geomean": math.exp(statistics.fmean(map(math.log, ratios))) if ratios else None,
+            "geomean": harness.geomean(ratios) if ratios else None,
             "under_bar": sum(x < BAR for x in ratios),
             "problems_under_bar": [(r["m"], r["n"], r["k"], r["default_kernel"], r[key]) for r in records
                                    if r.get(key, BAR) < BAR]}
@@ -148,11 +130,11 @@ def summary(set_name: str, records: list[dict], stamp: dict) -> dict:
 
 
 def main():
-    args = gpu_ladder.out_and_n(0, set="all", ms=[str(m) for m in MS], rounds=5, per_round=8, block=20, prewarm=5.0)
+    args = harness.arguments(n=0, set="all", ms=list(MS), rounds=5, per_round=8, block=20, prewarm=5.0)
     if args.set not in ("fit", "held-out", "all"):
         raise SystemExit(f"--set: fit, held-out or all, not {args.set!r}")
-    stamp = gpu_ladder.try_stamp("int8_small_m.py", args)
-    gpu_ladder.prewarm(args.prewarm)
+    stamp = harness.stamp("int8_small_m.py", args)
+    harness.prewarm(args.prewarm, "float32")
     path = args.out / "int8_small_m.jsonl"
     for set_name in (["fit", "held-out"] if args.set == "all" else [args.set]):
         records = []
@@ -160,7 +142,7 @@ def main():
             gen = torch.Generator(device="cuda").manual_seed(n * 131 + k)
             weight = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=gen)
             b, b64 = weight.T, weight.T.double()
-            for m in map(int, args.ms):
+            for m in args.ms:
                 records.append(problem(set_name, m, n, k, b, b64, args, stamp))
                 with open(path, "a") as f:
                     f.write(json.dumps(records[-1]) + "\n")

@@ -1,6 +1,6 @@
 """`tensorcore-int` against the integer GEMMs a Python user has.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/int_vs_baselines.py --out DIR
+    PYTHONPATH=src python3 benchmarks/int_vs_baselines.py --out DIR
 
 - int8 -> int32 (out_dtype="int32"), n = 8192, each of the four layouts of A and B ('t': a
   transposed view), against torch._int_mm with B given as (N, K).T (its fast layout). The
@@ -13,20 +13,13 @@ median. Every answer is checked before timing: int8 products against a float64 G
 """
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-from pathlib import Path
-
 import numpy as np
 import torch
 
 import tilemm
 from tilemm.system.timing import interleaved_rounds
-from tilemm.system import machine
 
-import cupy as cp  # noqa: E402
-import gpu_ladder  # noqa: E402  (pre-warm and interleaved rounds)
+import harness
 
 CONFIGS = {   # rung parameters to try besides the defaults, per case
     "int32-from-int8": [dict(num_stages=3)],
@@ -36,12 +29,8 @@ CONFIGS = {   # rung parameters to try besides the defaults, per case
 
 
 def operand(rng_seed, rows, cols, dtype, how):
-    g = torch.Generator(device="cuda").manual_seed(rng_seed)
-    info = np.iinfo(dtype)
-    shape = (cols, rows) if how == "t" else (rows, cols)
-    x = torch.randint(int(info.min), int(info.max), shape, generator=g, device="cuda",
-                      dtype=getattr(torch, dtype))
-    return x.T if how == "t" else x
+    """Uniform over the dtype's range, seeded: the same operand for a seed in every run."""
+    return harness.operand(rows, cols, how, dtype, torch.Generator(device="cuda").manual_seed(rng_seed))
 
 
 def rung(a, b, out_dtype, **params):
@@ -66,11 +55,12 @@ def measure(case, launchers, results, reference, args, meta):
         if ok:
             good[label] = launchers[label]
     times = interleaved_rounds(good, args.rounds, args.per_round)
-    anchor = statistics.median(times["anchor"]) if "anchor" in times else None
+    meds = harness.medians(times)
+    anchor = meds.get("anchor")
     m, n, k = meta["m"], meta["n"], meta["k"]
     for rec in records:
         if rec["variant"] in times:
-            med = statistics.median(times[rec["variant"]])
+            med = meds[rec["variant"]]
             rec.update(median_ms=med, tops=2 * m * n * k / med / 1e9, samples=len(times[rec["variant"]]))
             if anchor:
                 rec["vs_anchor"] = anchor / med
@@ -81,19 +71,10 @@ def measure(case, launchers, results, reference, args, meta):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--n8", type=int, default=8192)
-    ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--per-round", type=float, default=0.3)
-    ap.add_argument("--prewarm", type=float, default=10.0)
-    ap.add_argument("--cases", nargs="+", default=["int8", "int32", "int64"])
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = machine.stamp(machine.command_line(
-        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/int_vs_baselines.py", args))
-    gpu_ladder.prewarm(args.prewarm)
+    args = harness.arguments(n8=8192, n=4096, rounds=3, per_round=0.3, prewarm=10.0, cases=["int8", "int32", "int64"])
+    import cupy as cp
+    base = harness.stamp("int_vs_baselines.py", args)
+    harness.prewarm(args.prewarm, "float32")
     records = []
     if "int8" in args.cases:
         n = args.n8
@@ -132,8 +113,7 @@ def main():
             launchers[label], results[label] = rung(a, b, None, **params)
         meta = {"dtype": dtype, "layout": "nn", "m": n, "n": n, "k": n, "anchor": "cupy.matmul", **base}
         records += measure(dtype, launchers, results, reference, args, meta)
-    with open(args.out / "int_vs_baselines.jsonl", "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
+    harness.append(args.out / "int_vs_baselines.jsonl", records)
 
 
 if __name__ == "__main__":

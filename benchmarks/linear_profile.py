@@ -21,21 +21,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 import tilemm
 from tilemm import api
 
-sys.path.insert(0, str(Path(__file__).parent))
-import llama_train  # noqa: E402
-from call_overhead import wall_us  # noqa: E402  (wall time a call of a loop, one synchronize at the end)
+import harness
+from harness import llama
 
 SHAPES = {"q/o": (2048, 2048), "k/v": (2048, 512), "gate/up": (2048, 5632), "down": (5632, 2048),
           "lm_head": (2048, 32000)}          # (in, out)
@@ -77,17 +73,11 @@ def set_mode(model, mode: str) -> None:
 
 
 def event_ms(call, reps: int = 30) -> float:
+    """Median milliseconds of a call between CUDA events, after 3 untimed calls."""
     for _ in range(3):
         call()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    time_us = harness.event_timer()
+    return statistics.median(time_us(call) for _ in range(reps)) / 1e3
 
 
 def products(emit):
@@ -116,7 +106,7 @@ def products(emit):
 def per_call_us(call, iters: int = 400) -> float:
     for _ in range(20):
         call()
-    return wall_us(call, iters)
+    return harness.wall_us(call, iters)
 
 
 def calls(emit):
@@ -144,10 +134,10 @@ def calls(emit):
 
 
 def model_phases(args, emit):
-    model = llama_train.build_model(args)
+    model = llama.build_model(args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    tokens = next(llama_train.token_stream(args, model.config.vocab_size))
-    phases = llama_train.model_phases(model, optimizer, tokens, args)
+    tokens = next(llama.token_stream(args, model.config.vocab_size))
+    phases = llama.model_phases(model, optimizer, tokens, args)
     modes = args.modes
     rows = {}
     for repeat in range(2):        # twice: the second pass is the one reported (the first warms every path)
@@ -200,19 +190,14 @@ def main(argv=None):
                     choices=["torch", "torch-noreduce", "tilemm", "tilemm-general"], help="model: the modes")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    args.tiny, args.layers, args.intermediate, args.batch, args.seq, args.seed, args.lr = \
-        False, 16, 5632, 4, 512, 0, 3e-4
-    out = Path(os.environ.get("OUT") or args.out or "out")
-    out.mkdir(parents=True, exist_ok=True)
+    args.tiny, args.layers, args.intermediate, args.batch, args.seq, args.seed, args.lr, args.attention = \
+        False, 16, 5632, 4, 512, 0, 3e-4, None
+    out = harness.out_folder(args.out)
 
     stamp = {**tilemm.system.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)),
              "bf16_reduction_default": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction}
 
-    def emit(record):           # every record stamped (device, versions, date, command), as the canonical ones are
-        line = json.dumps({**stamp, **record})
-        with open(out / "linear_profile.jsonl", "a") as f:
-            f.write(line + "\n")
-        print(line if len(line) < 400 else line[:400] + " ...", flush=True)
+    emit = harness.emitter(out / "linear_profile.jsonl", stamp)   # every record stamped, as the canonical ones are
     for part in args.parts:
         print(f"[linear_profile] {part}", file=sys.stderr, flush=True)
         {"products": products, "calls": calls, "model": lambda e: model_phases(args, e)}[part](emit)

@@ -1,4 +1,4 @@
-"""llama_train.py's Llama under torch.compile: torch's model against tilemm's (its Linears swapped,
+"""llama.py's Llama under torch.compile: torch's model against tilemm's (its Linears swapped,
 ``swap_linears(model, kernel=..., fuse_activations=True)``: every Linear a ``tilemm::linear``
 triton_op that Inductor sees into, the MLP's SiLU in gate_proj's epilogue), both compiled.
 
@@ -10,35 +10,34 @@ triton_op that Inductor sees into, the MLP's SiLU in gate_proj's epilogue), both
               compiled, tilemm eager, tilemm compiled; torch compiled's gap from torch eager is
               the spread to stay within (or 1% of the loss), step by step.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/llama_compiled.py --parts throughput --rounds 5
-    PYTHONPATH=src:benchmarks python3 benchmarks/llama_compiled.py --parts losses --steps 50
-    PYTHONPATH=src:benchmarks python3 benchmarks/llama_compiled.py --tiny --parts throughput losses  # CPU check
+    PYTHONPATH=src python3 benchmarks/llama_compiled.py --parts throughput --rounds 5
+    PYTHONPATH=src python3 benchmarks/llama_compiled.py --parts losses --steps 50
+    PYTHONPATH=src python3 benchmarks/llama_compiled.py --tiny --parts throughput losses  # CPU check
 
-Options as llama_train.py's (--layers, --batch, --seq, --kernel, ...); --kernel defaults to
+Options as llama.py's (--layers, --batch, --seq, --kernel, ...); --kernel defaults to
 "tensorcore" here (tilemm's own program, not the library's). Records: llama_compiled.jsonl in
 $OUT (else --out, else ./out), each with the machine's stamp.
 """
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
 import tilemm
 import tilemm.nn
 
-import llama_train  # noqa: E402  (the model, its token stream, its phases and timer)
+import harness
+from harness import llama
 
 
 def parse_args(argv=None):
-    args = llama_train.parse_args(argv)
+    ap = llama.parser(["throughput", "losses"], description=__doc__.split("\n\n")[0])
+    ap.set_defaults(steps=50)
+    args = llama.parsed(ap, argv)
     if args.kernel is None and not args.tiny:      # (--tiny on the host: tilemm's default, the library)
         args.kernel = "tensorcore"
-    args.steps = args.steps if argv and "--steps" in argv else 50
     return args
 
 
@@ -46,7 +45,7 @@ def models(args) -> dict:
     """{mode: (model, compiled model)} from one seed, tilemm's swapped with fused activations."""
     out = {}
     for mode in ("torch", "tilemm"):
-        model = llama_train.build_model(args)
+        model = llama.build_model(args)
         if mode == "tilemm":
             tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=True)
         out[mode] = (model, torch.compile(model))
@@ -73,23 +72,23 @@ def compiled_phases(model, compiled, tokens, args) -> dict:
 
 def throughput(args, emit):
     built = models(args)
-    tokens = next(llama_train.token_stream(args, built["torch"][0].config.vocab_size))
+    tokens = next(llama.token_stream(args, built["torch"][0].config.vocab_size))
     phases = {mode: compiled_phases(model, compiled, tokens, args) for mode, (model, compiled) in built.items()}
     modes, names = ("torch", "tilemm"), list(phases["torch"])
     for mode in modes:                       # untimed: compiled (both phases), planned, allocated
         for _ in range(2):
             for call in phases[mode].values():
                 call()
-        llama_train.progress(f"throughput: {mode} compiled")
+        llama.progress(f"throughput: {mode} compiled")
     times = {mode: {p: [] for p in names} for mode in modes}
     rep = 0
     for r in range(args.rounds):
         for phase in names:
             for _ in range(args.reps):
                 for mode in (modes if rep % 2 == 0 else modes[::-1]):
-                    times[mode][phase].append(llama_train.timed_once(args, phases[mode][phase]))
+                    times[mode][phase].append(llama.timed_once(args, phases[mode][phase]))
                 rep += 1
-        llama_train.progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
+        llama.progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
             f"{p} {statistics.median(times['torch'][p][-args.reps:]) * 1e3:.1f} / "
             f"{statistics.median(times['tilemm'][p][-args.reps:]) * 1e3:.1f} ms" for p in names))
     medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
@@ -105,15 +104,15 @@ def losses(args, emit):
     for mode in ("torch", "tilemm"):
         for compiled in (False, True):
             torch._dynamo.reset()
-            model = llama_train.build_model(args)
+            model = llama.build_model(args)
             if mode == "tilemm":
                 tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=True)
             model.train()
             step_model = torch.compile(model) if compiled else None
             label = f"{mode} {'compiled' if compiled else 'eager'}"
-            runs[label] = dict(llama_train.train_losses(model, args, args.steps, step_model=step_model,
+            runs[label] = dict(llama.train_losses(model, args, args.steps, step_model=step_model,
                                                         every=args.every))
-            llama_train.progress(f"losses: {label} done")
+            llama.progress(f"losses: {label} done")
             del model, step_model
             torch.cuda.empty_cache() if not args.tiny else None
     base, other = runs["torch eager"], runs["torch compiled"]
@@ -131,23 +130,15 @@ def losses(args, emit):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    parts = [p for p in ("throughput", "losses") if p in argv]
-    argv = [a for a in argv if a not in ("throughput", "losses", "--parts")]
     args = parse_args(argv)
-    out = Path(os.environ.get("OUT") or args.out or "out")
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = {**tilemm.system.machine.stamp("PYTHONPATH=src:benchmarks python3 " + " ".join(sys.argv)), "tiny": args.tiny,
+    out = harness.out_folder(args.out)
+    stamp = {**tilemm.system.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)), "tiny": args.tiny,
              "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel, "fuse_activations": True}
     import transformers
     stamp["versions"] = {**stamp["versions"], "transformers": transformers.__version__}
 
-    def emit(record):
-        line = json.dumps({**stamp, **record})
-        with open(out / "llama_compiled.jsonl", "a") as f:
-            f.write(line + "\n")
-        print(line if len(line) < 600 else line[:600] + " ...", flush=True)
-    for part in parts or ["throughput", "losses"]:
+    emit = harness.emitter(out / "llama_compiled.jsonl", stamp, show=600)
+    for part in args.parts:
         {"throughput": throughput, "losses": losses}[part](args, emit)
 
 

@@ -34,110 +34,17 @@ import subprocess
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
 import tilemm
 
+import harness
+from harness import llama
+
 # the curves' runs, each in a process of its own, and the cuBLAS workspace each sets (None: as it is)
 WORKSPACES = {"torch": None, "torch-workspace": ":16:8", "torch-again": None, "tilemm": None}
 DETERMINISTIC_WORKSPACE = ":4096:8"     # what torch's deterministic mode asks of cuBLAS where none is set
-
-
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", nargs="+", default=["curves", "throughput", "compile"],
-                    choices=["curves", "throughput", "compile"])
-    ap.add_argument("--steps", type=int, default=200, help="curves: AdamW steps")
-    ap.add_argument("--every", type=int, default=10, help="curves: record the loss every this many steps")
-    ap.add_argument("--rounds", type=int, default=9, help="throughput: interleaved rounds")
-    ap.add_argument("--reps", type=int, default=5, help="throughput: timed repeats of each phase a round")
-    ap.add_argument("--compile-steps", type=int, default=5)
-    ap.add_argument("--layers", type=int, default=16)
-    ap.add_argument("--intermediate", type=int, default=5632)
-    ap.add_argument("--batch", type=int, default=4, help="sequences per training step and per prefill")
-    ap.add_argument("--seq", type=int, default=512, help="tokens per sequence")
-    ap.add_argument("--decode", type=int, default=64, help="tokens decoded with the KV cache")
-    ap.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate (3e-4 set this bf16 model's loss oscillating from step 40, where runs that differ in rounding part ways)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kernel", default=None, help="tilemm's kernel for every Linear (default: tilemm's choice)")
-    ap.add_argument("--fuse-activations", action="store_true",
-                    help="swap_linears(fuse_activations=True): every Linear through tilemm.linear, the MLP's "
-                         "activation in gate_proj's epilogue")
-    ap.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, float32 on the CPU: a check of "
-                    "the script itself")
-    ap.add_argument("--float32-sums", action="store_true",
-                    help="torch's 16-bit products with float32 sums throughout (allow_bf16_reduced_precision_"
-                         "reduction off), as tilemm's library rung sums: both modes then compute alike")
-    ap.add_argument("--deterministic", action="store_true",
-                    help="curves: every run with torch.use_deterministic_algorithms(True): the runs differ only "
-                         "where their products do")
-    ap.add_argument("--attention", choices=["sdpa", "eager"], default=None,
-                    help="transformers' attention implementation (default: its own choice, sdpa); eager's "
-                         "products and softmax have deterministic forms, sdpa's fused backward may not")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--run", choices=list(WORKSPACES), help=argparse.SUPPRESS)     # one curves run (a child)
-    args = ap.parse_args(argv)
-    if args.tiny:
-        args.layers, args.intermediate, args.batch, args.seq, args.decode = 2, 128, 2, 32, 8
-        args.lr = 1e-3
-    return args
-
-
-def device_and_dtype(args):
-    return ("cpu", torch.float32) if args.tiny else ("cuda", torch.bfloat16)
-
-
-def build_model(args):
-    """LlamaForCausalLM with random weights from args.seed, made on the device in its dtype."""
-    import transformers
-    chosen = {"attn_implementation": args.attention} if args.attention else {}
-    if args.tiny:
-        config = transformers.LlamaConfig(hidden_size=64, intermediate_size=args.intermediate,
-                                          num_hidden_layers=args.layers, num_attention_heads=4,
-                                          num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256, **chosen)
-    else:
-        config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=args.intermediate,
-                                          num_hidden_layers=args.layers, num_attention_heads=16,
-                                          num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048,
-                                          **chosen)
-    device, dtype = device_and_dtype(args)
-    torch.manual_seed(args.seed)
-    with torch.device(device):
-        model = transformers.LlamaForCausalLM(config)
-    return model.to(dtype)
-
-
-def token_stream(args, vocab: int):
-    """The batches of a fixed synthetic stream: sequences drawn (by a seeded generator) from 64 fixed
-    random documents, so that the model has something to learn and the loss falls."""
-    g = torch.Generator().manual_seed(args.seed + 1)
-    documents = torch.randint(0, vocab, (64, args.seq + 1), generator=g)
-    device, _ = device_and_dtype(args)
-    while True:
-        yield documents[torch.randint(0, 64, (args.batch,), generator=g)].to(device)
-
-
-def train_losses(model, args, steps: int, step_model=None, every: int = 1) -> list:
-    """[(step, loss)] of `steps` AdamW steps (the loss of every `every`-th step and the last)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
-    forward = step_model if step_model is not None else model
-    stream = token_stream(args, model.config.vocab_size)
-    losses = []
-    for step in range(steps):
-        tokens = next(stream)
-        loss = forward(input_ids=tokens, labels=tokens).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if step % every == 0 or step == steps - 1:
-            losses.append((step, loss.item()))
-    return losses
-
-
-def progress(message: str) -> None:
-    print(f"[llama_train {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- (a) loss curves
@@ -146,7 +53,7 @@ def progress(message: str) -> None:
 def curves(args, emit):
     runs = {}
     for run in WORKSPACES:
-        progress(f"curves: {run}, {args.steps} steps, in a process of its own")
+        llama.progress(f"curves: {run}, {args.steps} steps, in a process of its own")
         env = dict(os.environ)
         workspace = WORKSPACES[run] or (DETERMINISTIC_WORKSPACE if args.deterministic else None)
         if workspace:
@@ -191,66 +98,18 @@ def child_argv(args) -> list:
 def one_curve(args):
     if args.deterministic:        # (warn_only: an op with no deterministic form warns and runs as it is)
         torch.use_deterministic_algorithms(True, warn_only=True)
-    model = build_model(args)
+    model = llama.build_model(args)
     if args.run == "tilemm":
         tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=args.fuse_activations)
     model.train()
     with warnings.catch_warnings(record=True) as caught:      # the ops torch ran without a deterministic form
         warnings.simplefilter("always")
-        losses = train_losses(model, args, args.steps, every=args.every)
+        losses = llama.train_losses(model, args, args.steps, every=args.every)
     nondeterministic = sorted({str(w.message).split(".")[0] for w in caught if "determinis" in str(w.message)})
     print(json.dumps({"run": args.run, "losses": losses, "nondeterministic": nondeterministic}))
 
 
 # ---------------------------------------------------------------- (b) throughput
-
-
-def synchronize(args):
-    if not args.tiny:
-        torch.cuda.synchronize()
-
-
-def timed_once(args, call) -> float:
-    """Seconds of one call, the device idle before and after it."""
-    synchronize(args)
-    start = time.perf_counter()
-    call()
-    synchronize(args)
-    return time.perf_counter() - start
-
-
-def decode(model, prompt, tokens: int):
-    """Prefill `prompt`, then `tokens` greedy steps of one token a sequence with the KV cache."""
-    out = model(input_ids=prompt, use_cache=True)
-    cache, last = out.past_key_values, out.logits[:, -1:].argmax(-1)
-    for _ in range(tokens):
-        out = model(input_ids=last, past_key_values=cache, use_cache=True)
-        cache, last = out.past_key_values, out.logits[:, -1:].argmax(-1)
-    return last
-
-
-def model_phases(model, optimizer, tokens, args) -> dict:
-    """{phase: a call}: a training step, a prefill of the tokens and a decode of args.decode tokens
-    from an 8-token prompt (its time is the decode's steps)."""
-    prompt, short = tokens[:, :args.seq], tokens[:, :8]
-
-    def train_step():
-        model.train()
-        loss = model(input_ids=tokens, labels=tokens).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    def prefill():
-        model.eval()
-        with torch.inference_mode():
-            model(input_ids=prompt, use_cache=True)
-
-    def decode_only():
-        model.eval()
-        with torch.inference_mode():
-            decode(model, short, args.decode)
-    return {"train_step": train_step, "prefill": prefill, "decode": decode_only}
 
 
 def throughput(args, emit):
@@ -260,8 +119,8 @@ def throughput(args, emit):
     in both modes back to back, the order alternating rep to rep: the host's speed drifts (the
     steps are bound by the CPU: Python and kernel launches), and a ratio of neighbours in time
     sees less of that drift than one of separate runs."""
-    models = {"torch": build_model(args), "tilemm": build_model(args)}
-    stream = token_stream(args, models["torch"].config.vocab_size)
+    models = {"torch": llama.build_model(args), "tilemm": llama.build_model(args)}
+    stream = llama.token_stream(args, models["torch"].config.vocab_size)
     tokens = next(stream)
     prompt = tokens[:, :args.seq]
     with torch.inference_mode():           # tilemm's logits against torch's, once
@@ -274,7 +133,7 @@ def throughput(args, emit):
           "logits_max_abs": float(theirs.abs().max())})
     del theirs, ours
     modes = ("torch", "tilemm")
-    phases = {mode: model_phases(model, torch.optim.AdamW(model.parameters(), lr=args.lr), tokens, args)
+    phases = {mode: llama.model_phases(model, torch.optim.AdamW(model.parameters(), lr=args.lr), tokens, args)
               for mode, model in models.items()}
     names = list(phases["torch"])
     for mode in modes:                     # untimed: every path compiled, planned and allocated
@@ -287,9 +146,9 @@ def throughput(args, emit):
         for phase in names:
             for _ in range(args.reps):
                 for mode in (modes if rep % 2 == 0 else modes[::-1]):
-                    times[mode][phase].append(timed_once(args, phases[mode][phase]))
+                    times[mode][phase].append(llama.timed_once(args, phases[mode][phase]))
                 rep += 1
-        progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
+        llama.progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
             f"{p} {statistics.median(times['torch'][p][-args.reps:]) * 1e3:.1f} / "
             f"{statistics.median(times['tilemm'][p][-args.reps:]) * 1e3:.1f} ms" for p in names))
     medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
@@ -328,10 +187,10 @@ def layouts_seen(model) -> dict:
 
 def compile_check(args, emit):
     import tilemm.torch.fused_ops, tilemm.torch.ops  # noqa: F401,E401  (register torch.ops.tilemm.*, counted below)
-    stream = token_stream(args, 32000 if not args.tiny else 1000)
+    stream = llama.token_stream(args, 32000 if not args.tiny else 1000)
     tokens = next(stream)
-    model = build_model(args)
-    progress("compile: torch._dynamo.explain, torch's Linears then tilemm's")
+    model = llama.build_model(args)
+    llama.progress("compile: torch._dynamo.explain, torch's Linears then tilemm's")
     breaks = {}
     for mode in ("torch", "tilemm"):
         if mode == "tilemm":
@@ -347,16 +206,16 @@ def compile_check(args, emit):
                         "reasons": sorted({str(b.reason)[:200] for b in explained.break_reasons})}
     emit({"part": "compile", "explain": breaks})
     del model
-    progress(f"compile: {args.compile_steps} steps eager, then compiled (tilemm's Linears)")
+    llama.progress(f"compile: {args.compile_steps} steps eager, then compiled (tilemm's Linears)")
     runs = {}
     for mode in ("eager", "compiled"):
         torch._dynamo.reset()
-        model = build_model(args)
+        model = llama.build_model(args)
         tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=args.fuse_activations)
         model.train()
         start = time.perf_counter()
         step_model = torch.compile(model) if mode == "compiled" else None
-        runs[mode] = train_losses(model, args, args.compile_steps, step_model=step_model)
+        runs[mode] = llama.train_losses(model, args, args.compile_steps, step_model=step_model)
         runs[mode + "_s"] = time.perf_counter() - start
         del model, step_model
     gaps = [abs(c - e) / abs(e) for (_, e), (_, c) in zip(runs["eager"], runs["compiled"])]
@@ -368,14 +227,15 @@ def compile_check(args, emit):
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    ap = llama.parser(["curves", "throughput", "compile"], description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", choices=list(WORKSPACES), help=argparse.SUPPRESS)     # one curves run (a child)
+    args = llama.parsed(ap, argv)
     if args.float32_sums:
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     if args.run:
         one_curve(args)
         return
-    out = Path(os.environ.get("OUT") or args.out or "out")
-    out.mkdir(parents=True, exist_ok=True)
+    out = harness.out_folder(args.out)
     stamp = {**tilemm.system.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)), "tiny": args.tiny,
              "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel,
              "float32_sums": args.float32_sums, "fuse_activations": args.fuse_activations}
@@ -385,15 +245,11 @@ def main(argv=None):
     except ImportError:
         raise SystemExit("llama_train.py needs transformers (pip install transformers)") from None
 
-    def emit(record):
-        line = json.dumps({**stamp, **record})
-        with open(out / "llama_train.jsonl", "a") as f:
-            f.write(line + "\n")
-        print(line if len(line) < 400 else line[:400] + " ...", flush=True)
+    emit = harness.emitter(out / "llama_train.jsonl", stamp)
     for part in args.parts:
-        progress(f"{part}: start")
+        llama.progress(f"{part}: start")
         {"curves": curves, "throughput": throughput, "compile": compile_check}[part](args, emit)
-        progress(f"{part}: done")
+        llama.progress(f"{part}: done")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")      # the diagrams count loa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
 
-from make_tables import RESULTS, read, rung_label  # noqa: E402
+from harness.records import RESULTS, read_records, rung_label  # noqa: E402
 
 IMAGES = ROOT / "docs/images/rungs"
 DIGEST = IMAGES / "inputs.sha256"
@@ -68,7 +68,7 @@ def figure_names() -> list[str]:
 def inputs() -> list[Path]:
     """What the figures are drawn from: a change to any of these makes them stale."""
     import rung_diagrams
-    files = [Path(__file__).resolve(), Path(rung_diagrams.__file__).resolve(), ROOT / "benchmarks/make_tables.py"]
+    files = [Path(__file__).resolve(), Path(rung_diagrams.__file__).resolve(), ROOT / "benchmarks/harness/records.py"]
     files += sorted({RESULTS / record for record, _ in MEASURED.values()} | {RESULTS / FP8_RECORD}
                     | {RESULTS / record for record, _, _ in SWEEPS.values()})
     files += sorted((ROOT / "src/tilemm/ladder/simt").glob("r0*.py"))
@@ -84,7 +84,7 @@ def measured(page: str, plt) -> None:
     """GFLOP/s over n of this rung (each of its measured parameter sets), the rung before and the
     library, float32 and int32 side by side, on the device the record names."""
     record, rungs = MEASURED[page]
-    records = [r for r in read(record) if r["status"] == "ok" and r["kernel"] in rungs]
+    records = [r for r in read_records(record) if r["status"] == "ok" and r["kernel"] in rungs]
     dtypes = [d for d in ("float32", "int32") if any(r["dtype"] == d and r["kernel"] == rungs[0] for r in records)]
     fig, axes = plt.subplots(1, len(dtypes), figsize=(4.4 * len(dtypes), 3.6), dpi=80, squeeze=False)
     for ax, dtype in zip(axes[0], dtypes):
@@ -118,7 +118,7 @@ def sweep(page: str, plt) -> None:
     """Each problem of a sweep over shapes: this rung's speed over the library's on the same problem
     (and the rung it grew from, where the sweep timed it), against the problem's size (2MNK)."""
     record, dtypes, variants = SWEEPS[page]
-    records = [r for r in read(record) if r.get("status", "ok") == "ok"]
+    records = [r for r in read_records(record) if r.get("status", "ok") == "ok"]
 
     def problem(r):
         return r["dtype"], r["m"], r["n"], r["k"], r.get("layout"), r.get("split"), r.get("tag")
@@ -144,7 +144,7 @@ def sweep(page: str, plt) -> None:
 
 def fp8_measured(plt) -> None:
     """scaled_matmul's TFLOP/s beside torch._scaled_mm's, each accumulation, at each size."""
-    records = [r for r in read(FP8_RECORD) if r["status"] == "ok"
+    records = [r for r in read_records(FP8_RECORD) if r["status"] == "ok"
                and r["variant"] in ("tilemm", "tilemm-fast", "scaled_mm", "scaled_mm-fast")]
     sizes = sorted({r["m"] for r in records})
     variants = ["tilemm", "scaled_mm", "tilemm-fast", "scaled_mm-fast"]

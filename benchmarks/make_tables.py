@@ -11,14 +11,13 @@ the committed files; the plots' pixels depend on matplotlib's version, so --chec
 they exist (their figures are the tables').
 """
 import argparse
-import gzip
-import json
-import math
 import sys
 from pathlib import Path
 
+from harness import geomean
+from harness.records import RESULTS, read_records, rung_label
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks/results"
 TABLES = ROOT / "docs/tables"
 IMAGES = ROOT / "docs/images"
 README = ROOT / "README.md"
@@ -28,19 +27,6 @@ LADDER_ORDER = ["cpu-naive", "cpu-tiled", "numpy", "naive", "naive-global", "unc
                 "tensorcore-tutorial", "tensorcore", "tensorcore-int", "tensorcore-f64", "tensorcore-f32",
                 "tensorcore-complex", "cublas"]
 SIXTEEN_BIT_LABEL = {"bfloat16": "bf16", "float16": "fp16", "int8": "int8 -> int32", "float64": "float64"}
-
-
-def read(name: str) -> list[dict]:
-    """The records of a canonical file (.jsonl or .jsonl.gz) under benchmarks/results."""
-    path = RESULTS / name
-    opened = gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
-    with opened as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 def speed(x: float) -> str:
@@ -66,15 +52,10 @@ def source(name: str, records: list[dict]) -> str:
     return f"\n*{devices}, {when}; record: `benchmarks/results/{name}` (`benchmarks/make_tables.py` writes this table).*\n"
 
 
-def rung_label(r: dict) -> str:
-    params = ", ".join(f"{k}={v}" for k, v in sorted((r.get("params") or {}).items()))
-    return f"`{r['kernel']}`" + (f" ({params})" if params else "")
-
-
 def ladder_table(name: str, library: str) -> tuple[str, list[dict]]:
     """GFLOP/s of each rung at each size, float32 and int32, and its ratio to the library at the
     largest size measured."""
-    records = [r for r in read(name) if r["status"] == "ok"]
+    records = [r for r in read_records(name) if r["status"] == "ok"]
     sizes = sorted({r["m"] for r in records})
     text = []
     for dtype in ("float32", "int32"):
@@ -97,7 +78,7 @@ def ladder_table(name: str, library: str) -> tuple[str, list[dict]]:
 
 def seeds_table(name: str) -> str:
     """The seeds' own cases: each rung's figure beside the seed's (the seeds ran older GPUs)."""
-    records = [r for r in read(name) if r["status"] == "ok" and r.get("seed_figure") and not r.get("host_inputs")]
+    records = [r for r in read_records(name) if r["status"] == "ok" and r.get("seed_figure") and not r.get("host_inputs")]
     rows = []
     for r in sorted(records, key=lambda r: (r["seed"], r["dtype"], r["m"], LADDER_ORDER.index(r["kernel"]))):
         fig = r["seed_figure"]
@@ -129,14 +110,14 @@ def sweep_rows(records: list[dict]) -> list[list]:
 
 
 def tensorcore_table(name: str) -> str:
-    records = read(name)
+    records = read_records(name)
     return table(["dtype", "rung", "held-out problems", "vs the library rung, geomean over all of them", "lowest",
                   "vs torch.matmul / _int_mm, over all", "TFLOP/s, geomean over those with M, N, K >= 2048",
                   "vs the library rung over those"], sweep_rows(records)) + source(name, records)
 
 
 def float64_table(name: str) -> str:
-    records = [r for r in read(name) if r["status"] == "ok"]
+    records = [r for r in read_records(name) if r["status"] == "ok"]
     rows = []
     for variant in sorted({r["variant"] for r in records} - {"cublas"}):
         rs = [r for r in records if r["variant"] == variant]
@@ -149,7 +130,7 @@ def float64_table(name: str) -> str:
 
 
 def fp8_table(name: str) -> str:
-    records = [r for r in read(name) if r["status"] == "ok"]
+    records = [r for r in read_records(name) if r["status"] == "ok"]
     rows = [[f"{r['m']} x {r['n']} x {r['k']}", f"`{r['variant']}`",
              "fast" if r["fast_accum"] else "float32 sums", f"{r['tflops']:.0f}", f"{r['vs_scaled_mm_same_accum']:.3f}x",
              f"{r['relative_error']:.1e}"]
@@ -159,7 +140,7 @@ def fp8_table(name: str) -> str:
 
 
 def int_table(name: str) -> str:
-    records = [r for r in read(name) if r["status"] == "ok"]
+    records = [r for r in read_records(name) if r["status"] == "ok"]
     rows = [[r["case"], f"{r['m']} x {r['n']} x {r['k']}", f"`{r['variant']}`" if r["variant"] != "anchor" else r["anchor"],
              f"{r['tops']:.0f}", f"{r['vs_anchor']:.2f}x"] for r in records]
     return table(["case", "M x N x K", "variant", "TOPS", "vs the baseline"], rows) + source(name, records)
@@ -168,7 +149,7 @@ def int_table(name: str) -> str:
 def complex_table(name: str) -> str:
     """The complex rung and the complex default against the library rung (CGEMM / ZGEMM), whole
     calls: the headline problems, then the grid the default's rule was set on and the one held out."""
-    records = read(name)
+    records = read_records(name)
     by_problem = {}
     for r in records:
         if r["split"] in ("headline", "fit", "held-out"):
@@ -190,7 +171,7 @@ def compile_times_table(name: str) -> str:
     """Each rung's first call in a new process: cold (empty disk caches, so it compiles) and warm
     (a second process loading what the first compiled); the first dtype's call also pays importing
     numba or Triton, the others' are given as a range."""
-    records = read(name)
+    records = read_records(name)
     by_rung = {}
     for r in records:
         by_rung.setdefault(r["kernel"], {}).setdefault(r["label"], []).append(r)
@@ -214,7 +195,7 @@ def compile_times_table(name: str) -> str:
 def headline() -> str:
     """README's block: one table per device."""
     parts = []
-    h200 = read("h200/tensorcore_vs_library.jsonl.gz")
+    h200 = read_records("h200/tensorcore_vs_library.jsonl.gz")
     rows = []
     for dtype in ("bfloat16", "float16", "int8"):
         big = [r for r in h200 if r["dtype"] == dtype and r["status"] == "ok" and min(r["m"], r["n"], r["k"]) >= 2048]
@@ -224,23 +205,23 @@ def headline() -> str:
                      f"{geomean(r['tflops'] for r in rs):.0f}",
                      f"{geomean(r['vs_library'] for r in rs):.3f}x the library rung"
                      + (f", {geomean(r['vs_cublas'] for r in rs if r.get('vs_cublas')):.3f}x torch.matmul" if dtype != "int8" else "")])
-    f64 = [r for r in read("h200/float64_vs_dgemm.jsonl.gz") if r["variant"] == "tensorcore-f64" and r["status"] == "ok"]
+    f64 = [r for r in read_records("h200/float64_vs_dgemm.jsonl.gz") if r["variant"] == "tensorcore-f64" and r["status"] == "ok"]
     rows.append(["`tensorcore-f64`", "float64", f"its {len(f64)} problems with M, N, K >= 2048",
                  f"{geomean(r['tflops'] for r in f64):.0f}", f"{geomean(r['vs_cublas'] for r in f64):.3f}x cuBLAS DGEMM"])
-    fp8 = [r for r in read("h200/fp8_vs_scaled_mm.jsonl") if r["variant"] in ("tilemm", "tilemm-fast") and r["m"] == 8192]
+    fp8 = [r for r in read_records("h200/fp8_vs_scaled_mm.jsonl") if r["variant"] in ("tilemm", "tilemm-fast") and r["m"] == 8192]
     for r in fp8:
         rows.append(["`scaled_matmul`", "fp8 e4m3" + (", fast accumulation" if r["fast_accum"] else ""), "8192³",
                      f"{r['tflops']:.0f}", f"{r['vs_scaled_mm_same_accum']:.3f}x torch._scaled_mm"])
     parts.append("**NVIDIA H200**, TFLOP/s (int8: TOPS), whole calls, geometric mean over the problems named in each row "
                  "(the rung pages give each sweep whole: all its held-out problems, of every size):\n\n"
                  + table(["rung", "dtype", "problems", "TFLOP/s", "ratio"], rows))
-    ladder = [r for r in read("h200/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 4096]
+    ladder = [r for r in read_records("h200/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 4096]
     cublas = next(r for r in ladder if r["kernel"] == "cublas")
     rows = [[rung_label(r), speed(r["gflops"]), ratio(r["gflops"] / cublas["gflops"])]
             for r in sorted(ladder, key=lambda r: (LADDER_ORDER.index(r["kernel"]), rung_label(r)))]
     parts.append("**NVIDIA H200**, the ladder at float32 4096³ (`tilemm bench --suite ladder`):\n\n"
                  + table(["rung", "GFLOP/s", "vs cuBLAS"], rows))
-    cpu = [r for r in read("cpu/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 1024]
+    cpu = [r for r in read_records("cpu/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 1024]
     numpy = next(r for r in cpu if r["kernel"] == "numpy")
     rows = [[rung_label(r), speed(r["gflops"]), ratio(r["gflops"] / numpy["gflops"])]
             for r in sorted(cpu, key=lambda r: LADDER_ORDER.index(r["kernel"]))]
@@ -280,7 +261,7 @@ def plots() -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    ladder = [r for r in read("h200/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 4096]
+    ladder = [r for r in read_records("h200/ladder.jsonl") if r["status"] == "ok" and r["dtype"] == "float32" and r["m"] == 4096]
     ladder.sort(key=lambda r: (LADDER_ORDER.index(r["kernel"]), rung_label(r)))
     fig, ax = plt.subplots(figsize=(7, 3.4), dpi=80)
     labels = [rung_label(r).replace("`", "") for r in ladder]
@@ -291,7 +272,7 @@ def plots() -> None:
     fig.tight_layout()
     fig.savefig(IMAGES / "ladder_h200.png", metadata={"Software": None})
     plt.close(fig)
-    records = read("h200/tensorcore_vs_library.jsonl.gz")
+    records = read_records("h200/tensorcore_vs_library.jsonl.gz")
     fig, ax = plt.subplots(figsize=(7, 3.4), dpi=80)
     for dtype, colour in (("bfloat16", "#4c72b0"), ("int8", "#dd8452"), ("float64", "#55a868")):
         rs = [r for r in records if r["dtype"] == dtype and r["variant"] == "default" and r["status"] == "ok"]

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
 
 import tilemm
 import tilemm.spread.outofcore as ooc
-from tilemm.system import machine
+
+import harness
 
 
 def host_operand(n: int, dtype, seed: int):
@@ -101,10 +101,7 @@ def main():
                     help="also profile one out-of-core product per limit: time in products, in copies, in both")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    stamp = machine.stamp(f"PYTHONPATH=src python3 benchmarks/outofcore_vs_in_core.py --n {args.n} --dtype {args.dtype} "
-                          f"--limits-gb {' '.join(map(str, args.limits_gb))}"
-                          + (f" --in-core-n {args.in_core_n}" if args.in_core_n else "")
-                          + (" --timeline" if args.timeline else ""))
+    stamp = harness.stamp("outofcore_vs_in_core.py", args, env="PYTHONPATH=src")
     dtype, n = getattr(torch, args.dtype), args.in_core_n or args.n
     a, b = host_operand(n, dtype, 1), host_operand(n, dtype, 2)
     records = []
@@ -112,16 +109,13 @@ def main():
     tilemm.matmul(a_d, b_d)
     times = []
     for _ in range(5):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        c_d = tilemm.matmul(a_d, b_d)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
+        t, c_d = harness.timed(lambda: tilemm.matmul(a_d, b_d))
+        times.append(t)
     in_core = sorted(times)[2]
     in_core_tflops = 2.0 * n ** 3 / in_core / 1e12
     records.append(dict(variant="in core", n=n, seconds=in_core, tflops=in_core_tflops,
                         error=sampled_error(c_d.cpu(), a, b)))
-    del a_d, b_d, c_d
+    a_d = b_d = c_d = None                        # the in-core operands let go
     torch.cuda.empty_cache()
     if args.in_core_n:
         del a, b
@@ -135,11 +129,7 @@ def main():
         plan = ooc.plan_blocks(n, n, n, a.element_size(), sums, a.element_size(), memory)
         if not args.in_core_n:
             ooc.matmul(a, b, out=out, memory_limit=memory)       # warm (compiles, allocator)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        ooc.matmul(a, b, out=out, memory_limit=memory)
-        torch.cuda.synchronize()
-        t = time.perf_counter() - t0
+        t, _ = harness.timed(lambda: ooc.matmul(a, b, out=out, memory_limit=memory))
         records.append(dict(variant=f"out of core, {memory / 2**30:.1f} GiB", n=n, seconds=t, tflops=flops / t / 1e12,
                             blocks=plan.count(n, n, n), block_shape=(plan.block_m, plan.block_n, plan.block_k),
                             operands_vs_gpu_memory=3 * n * n * a.element_size() / torch.cuda.mem_get_info()[1],

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 from pathlib import Path
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -32,7 +31,8 @@ import torch  # noqa: E402  (after the environment above)
 import torch.distributed as dist  # noqa: E402
 
 import tilemm  # noqa: E402
-from tilemm.system import machine  # noqa: E402
+
+import harness  # noqa: E402
 
 KNOBS = {"": {}, " depth=1": dict(depth=1), " depth=3": dict(depth=3), " link_ctas=4": dict(link_ctas=4),
          " link_ctas=8": dict(link_ctas=8)}
@@ -59,15 +59,11 @@ def error_of(c_rows, a, b, rows, cols) -> float:
 
 def timed(call, world: int):
     """(seconds of call() on every rank, from a barrier to a barrier, its result)."""
-    synchronize()
-    if world > 1:
-        dist.barrier()
-    t0 = time.perf_counter()
-    out = call()
-    synchronize()
-    if world > 1:
-        dist.barrier()
-    return time.perf_counter() - t0, out
+    def settle():
+        synchronize()
+        if world > 1:
+            dist.barrier()
+    return harness.timed(call, settle)
 
 
 def ranked_variants(a, b, n, rank, world):
@@ -169,16 +165,16 @@ def main():
         gpus = args.gpus or (torch.cuda.device_count() if DEVICE == "cuda" else 2)
         if DEVICE == "cuda":
             torch.cuda.set_device(0)
-        prefix = "python benchmarks/several_gpus.py"
+        runner = "python"
     else:
         dist.init_process_group("nccl" if DEVICE == "cuda" else "gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
         if DEVICE == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
         gpus = world
-        prefix = f"torchrun --nproc-per-node {world} benchmarks/several_gpus.py"
+        runner = f"torchrun --nproc-per-node {world}"
     args.out.mkdir(parents=True, exist_ok=True)
-    stamp = machine.stamp(machine.command_line(prefix, args))
+    stamp = harness.stamp("several_gpus.py", args, env="", runner=runner)
     dtype = getattr(torch, args.dtype)
     for n in args.sizes:
         g = torch.Generator(device=DEVICE).manual_seed(n)            # every rank draws the same A and B
@@ -221,7 +217,7 @@ def main():
                     f.write(json.dumps(rec) + "\n")
                     print(f"{gpus} GPUs {args.dtype} {n:6} {label:52} {t * 1e3:8.1f} ms {rec['tflops']:7.1f} TFLOP/s "
                           f"{rec['vs_one_gpu']:5.2f}x one GPU  err {worst:.1e}", flush=True)
-        del a, b, variants
+        a = b = variants = None
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
     if world > 1:

@@ -5,7 +5,7 @@ of small products on torch CUDA tensors: M, N, K from 1 up (named sizes such as 
 --max-flops (2MNK) a product, the four layouts of (A, B) (a row-major matrix or a transposed view
 of one), bfloat16, float16, float32 and float64.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/small_calls.py --out DIR [--half fit|held-out|all]
+    PYTHONPATH=src python3 benchmarks/small_calls.py --out DIR [--half fit|held-out|all]
 
 The sweep is the same for a --seed, and each shape (M, N, K) belongs to one half, fit or
 held-out, by a hash of it: a rule tuned on the fit half is judged on the held-out half, which
@@ -32,8 +32,7 @@ import tilemm
 from tilemm.numerics.accuracy import compare_on_device
 from tilemm.system.timing import paired_ratio
 
-import gpu_ladder  # noqa: E402  (--out, stamps, pre-warm)
-from call_overhead import wall_us
+import harness
 
 LAYOUTS = ("nn", "tn", "nt", "tt")
 DTYPES = ["bfloat16", "float16", "float32", "float64"]
@@ -92,12 +91,7 @@ def sweep(seed: int, dtypes, count: int, max_flops: float = 1e10, half: str = "a
 def operands(p: Problem, seed: int):
     """A (m, k) and B (k, n) on the GPU, random normal, each a transposed view where the layout says 't'."""
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{seed} {p}".encode()))
-
-    def make(rows, cols, how):
-        x = torch.randn((cols, rows) if how == "t" else (rows, cols), generator=g, device="cuda")
-        x = x.to(getattr(torch, p.dtype))
-        return x.T if how == "t" else x
-    return make(p.m, p.k, p.layout[0]), make(p.k, p.n, p.layout[1])
+    return harness.operand(p.m, p.k, p.layout[0], p.dtype, g), harness.operand(p.k, p.n, p.layout[1], p.dtype, g)
 
 
 def checked(call, a, b, dtype: str) -> tuple[bool, str]:
@@ -121,14 +115,9 @@ def time_rounds(calls: dict, rounds: int, block_ms: float) -> tuple[dict, int]:
     every label, sized so the slowest's block takes ~block_ms; the first label first in even rounds."""
     for call in calls.values():
         call()
-    slowest = max(wall_us(call, 5) for call in calls.values())
+    slowest = max(harness.wall_us(call, 5) for call in calls.values())
     count = int(min(max(block_ms * 1e3 / slowest, 3), 5000))
-    times = {label: [] for label in calls}
-    labels = list(calls)
-    for r in range(rounds):
-        for label in (labels if r % 2 == 0 else labels[::-1]):
-            times[label].append(wall_us(calls[label], count))
-    return times, count
+    return harness.rounds(calls, rounds, lambda call: harness.wall_us(call, count)), count
 
 
 def measure(a, b, dtype: str, kernel, rounds: int, block_ms: float) -> dict:
@@ -149,10 +138,6 @@ def measure(a, b, dtype: str, kernel, rounds: int, block_ms: float) -> dict:
             "calls_per_block": count}
 
 
-def geometric_mean(xs) -> float:
-    return math.exp(statistics.fmean(math.log(x) for x in xs))
-
-
 def summary(records: list[dict]) -> list[str]:
     """Lines a dtype, for each half present and for both together: the geometric mean of the
     ratio, how many under SLOW, how many wrong, and the lowest 5."""
@@ -165,7 +150,7 @@ def summary(records: list[dict]) -> list[str]:
             timed = [r for r in rs if r["ratio"] is not None]
             line = f"{dtype:9} {half:8} {len(timed):3} timed  wrong: {len(rs) - len(timed)}"
             if timed:
-                line += (f"  geomean {geometric_mean(r['ratio'] for r in timed):5.2f}x"
+                line += (f"  geomean {harness.geomean(r['ratio'] for r in timed):5.2f}x"
                          f"  under {SLOW}x: {sum(r['ratio'] < SLOW for r in timed)}")
             lines.append(line)
             lines += [f"    {r['ratio']:5.2f}x  {r['m']}x{r['n']}x{r['k']} {r['layout']}  {r['kernel']}"
@@ -183,15 +168,15 @@ def problem_line(rec: dict) -> str:
 
 
 def main():
-    args = gpu_ladder.out_and_n(0, seed=2029, count=40, dtypes=list(DTYPES), half="all", rounds=5, block_ms=10.0,
+    args = harness.arguments(n=0, seed=2029, count=40, dtypes=list(DTYPES), half="all", rounds=5, block_ms=10.0,
                                 max_flops=1e10, prewarm=3.0)
     if args.half not in HALVES:
         raise SystemExit(f"--half: one of {', '.join(HALVES)}")
-    stamp = gpu_ladder.try_stamp("small_calls.py", args)
+    stamp = harness.stamp("small_calls.py", args)
     torch.backends.cuda.matmul.allow_tf32 = False           # torch's float32 is SGEMM, as tilemm's default
     problems = sweep(args.seed, args.dtypes, args.count, args.max_flops, args.half)
     print(f"{len(problems)} problems (seed {args.seed}, half {args.half})", flush=True)
-    gpu_ladder.prewarm(args.prewarm)
+    harness.prewarm(args.prewarm, "float32")
     records = []
     started = time.perf_counter()
     with open(args.out / "small_calls.jsonl", "a") as f:

@@ -20,15 +20,17 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 
 import tilemm
 from tilemm.numerics import arrays
-from tilemm.system import machine
 from tilemm.numerics.accuracy import compare
 from tilemm.numerics.data import random_operand
 from tilemm.numerics.dtypes import result_dtype
+
+import harness
 
 SIMT = ("naive", "naive-global", "uncoalesced", "tiled", "rect", "regblock")
 CASES = ([(k, d) for k in SIMT for d in ("int32", "int64", "float32", "float64")]
@@ -200,15 +202,12 @@ def main(argv=None):
         t.start()
     for t in threads:
         t.join()
-    info = machine.describe()
     record = {"benchmark": "stress", **{k: v for k, v in stats.items()}, "threads": args.threads, "seed": args.seed,
-              "seconds": round(time.perf_counter() - start, 1), "device": info["device"], "versions": info["versions"],
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
+              "seconds": round(time.perf_counter() - start, 1), **harness.stamp("stress.py", args, env="PYTHONPATH=src")}
     if args.out:
-        import pathlib
-        pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
-        with open(pathlib.Path(args.out) / "stress.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        harness.append(out / "stress.jsonl", [record])
     print(json.dumps({k: record[k] for k in ("calls", "wrong", "faults", "refused", "out_of_memory", "seconds")}))
     for case in stats["wrong_cases"][:20] + stats["fault_cases"][:20]:
         print(case)

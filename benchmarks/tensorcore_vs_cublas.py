@@ -18,18 +18,16 @@ and C once) over the copy bandwidth measured in the same run.
 """
 import argparse
 import json
-import math
 import os
 import statistics
-import time
 
 import tilemm
-from tilemm.system import machine
-from tilemm.numerics.accuracy import denormal_floor, tolerance
 from tilemm.tools.bench.suites import SHAPES, wide_problems
 from tilemm.system.timing import graphed, interleaved_rounds, launch_overhead_us, paired_ratio, time_cuda
 
 import torch  # noqa: E402
+
+import harness
 
 # (label, kernel, params) per dtype; "skinny" only where M <= 64. "library" is tilemm's own library
 # rung (cuBLAS with float32 sums; CuPy's exact kernel for integers), what the default must not lose to
@@ -138,26 +136,7 @@ def copy_bandwidth() -> float:
 
 def checked(c, a, b, dtype):
     """(ok, worst error over tilemm.numerics.accuracy's bound), on the GPU in float64; int8: exact (0.0)."""
-    ref = a.double() @ b.double()
-    if dtype == "int8":             # int32 sums of int8 products: exact in float64 (|sums| < 2^53)
-        same = bool(torch.equal(c.double(), ref))
-        return same, 0.0 if same else float("inf")
-    scale = a.double().abs() @ b.double().abs()
-    rel_sum, rel_out = tolerance(dtype, a.shape[1])
-    floor = denormal_floor(dtype)
-    ratio = ((c.double() - ref).abs() / (rel_sum * scale * (1 + rel_out) + rel_out * ref.abs() + floor)).max()
-    return bool(ratio <= 1) and not bool(torch.isnan(c).any()), float(ratio)
-
-
-def laid_out(rows: int, cols: int, how: str, dtype):
-    """A random (rows, cols) operand on the GPU: row-major ('n') or a transposed view ('t');
-    int8: uniform over its range."""
-    shape = (cols, rows) if how == "t" else (rows, cols)
-    if dtype == torch.int8:
-        x = torch.randint(-128, 128, shape, device="cuda", dtype=dtype)
-    else:
-        x = torch.randn(shape, device="cuda", dtype=dtype)
-    return x.T if how == "t" else x
+    return harness.float64_check(c, a, b, dtype)[:2]
 
 
 def whole_call(call, m: int, n: int, dtype):
@@ -220,23 +199,18 @@ def main():
                 and (args.max_macs is None or p[0] * p[1] * p[2] <= args.max_macs)]
     if args.wide:
         args.shapes = None          # not used: the record's command leaves them out
-    stamp = machine.stamp(machine.command_line(
-        "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tensorcore_vs_cublas.py", args))
+    stamp = harness.stamp("tensorcore_vs_cublas.py", args)
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t_end = time.perf_counter() + args.prewarm
-    while time.perf_counter() < t_end:
-        x @ x
-        torch.cuda.synchronize()
+    harness.prewarm(args.prewarm)
     records = []
     for dtype_name in args.dtypes:
         dtype = getattr(torch, dtype_name)
         for m, n, k, layout, tag in problems:
             shape = f"{m}x{n}x{k}{'' if layout == 'nn' else ' ' + layout}"
             torch.manual_seed(m + n + k)
-            a = laid_out(m, k, layout[0], dtype)
-            b = laid_out(k, n, layout[1], dtype)
+            a = harness.operand(m, k, layout[0], dtype_name)         # 't': a transposed view
+            b = harness.operand(k, n, layout[1], dtype_name)
             launches, results, uncapturable = {}, {}, set()
             c_ref = torch.empty(m, n, device="cuda", dtype=torch.int32 if dtype == torch.int8 else dtype)
             torch.backends.cuda.matmul.allow_tf32 = False                 # cuBLAS SGEMM: no TF32
@@ -328,7 +302,7 @@ def main():
                       f"vs TF32 {rec.get('vs_cublas_tf32') or float('nan'):5.3f}  rel.err {rec.get('relative_error', 0):.1e} "
                       f"graph {rec.get('graph_vs_cublas') or float('nan'):5.3f} {rec['status']} "
                       f"({verdicts[label][1]:.2g}x bound)", flush=True)
-            del a, b, c_ref, launches, results
+            a = b = c_ref = launches = results = None          # this problem's memory let go
             torch.cuda.empty_cache()
         for label in dict.fromkeys(r["variant"] for r in records if r["dtype"] == dtype_name):
             for key in ("vs_cublas", "vs_library", "graph_vs_cublas"):
@@ -337,7 +311,7 @@ def main():
                               and r.get(key) and (split is None or (r["tag"] or "").endswith(split))]
                     if ratios:
                         print(f"{label} {dtype_name} {split or 'all'}: geometric mean {key} over {len(ratios)} "
-                              f"shapes {math.exp(statistics.fmean(map(math.log, ratios))):.3f}, lowest "
+                              f"shapes {harness.geomean(ratios):.3f}, lowest "
                               f"{min(ratios):.3f}", flush=True)
 
 

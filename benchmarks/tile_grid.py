@@ -2,7 +2,7 @@
 tile configurations over the wide sweep's fit half (bf16, products of 5e8 flops or more), beside
 torch.matmul, interleaved rounds; then a least-squares fit of the model's constants.
 
-    PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py --out DIR [--split fit] [--workers 12]
+    PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py --out DIR [--split fit] [--workers 12]
     python3 benchmarks/tile_grid.py --fit DIR/tile_grid.jsonl
 
 Measuring compiles every configuration first in worker processes (Triton's disk cache), then
@@ -18,7 +18,8 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
-import time
+
+import harness
 
 TILES = [(128, 256, 8), (256, 128, 8), (128, 128, 8), (128, 128, 4), (64, 128, 4), (128, 64, 4), (64, 64, 4)]
 
@@ -62,11 +63,10 @@ def problems(split: str, skinny: bool = False) -> list:
 
 
 def operands(p):
-    """Random bf16 A and B of problem p in its layout (tensorcore_vs_cublas.laid_out)."""
+    """Random bf16 A and B of problem p in its layout."""
     import torch
-    from tensorcore_vs_cublas import laid_out
     torch.manual_seed(p.m * 7 + p.n * 13 + p.k)
-    return laid_out(p.m, p.k, p.layout[0], torch.bfloat16), laid_out(p.k, p.n, p.layout[1], torch.bfloat16)
+    return harness.operand(p.m, p.k, p.layout[0], "bfloat16"), harness.operand(p.k, p.n, p.layout[1], "bfloat16")
 
 
 def launcher(a, b, c, params):
@@ -90,20 +90,12 @@ def compile_problem(job):
 
 def measure(args):
     import torch
-    from tensorcore_vs_cublas import checked
-    from tilemm.system import machine
     from tilemm.system.timing import interleaved_rounds
-    stamp = machine.stamp(machine.command_line(
-        "PYTHONPATH=src:benchmarks TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/tile_grid.py", args))
+    stamp = harness.stamp("tile_grid.py", args)
     found = problems(args.split, args.skinny)
     with mp.get_context("spawn").Pool(args.workers) as pool:
         list(pool.imap_unordered(compile_problem, [(i, args.split, args.skinny) for i in range(len(found))]))
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t_end = time.perf_counter() + 8
-    while time.perf_counter() < t_end:       # the clock settled at the power cap before timing
-        x @ x
-    torch.cuda.synchronize()
-    del x
+    harness.prewarm(8)                       # the clock settled at the power cap before timing
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "skinny_grid.jsonl" if args.skinny else "tile_grid.jsonl"), "w") as f:
         for p in found:
@@ -114,7 +106,7 @@ def measure(args):
                 c = torch.full((p.m, p.n), float("nan"), dtype=torch.bfloat16, device="cuda")
                 go = launcher(a, b, c, params)
                 go()
-                if not checked(c, a, b, "bfloat16")[0]:             # float64 reference; NaN (unwritten) fails
+                if not harness.float64_check(c, a, b, "bfloat16")[0]:   # float64 reference; NaN (unwritten) fails
                     bad.append(label)
                     continue
                 launches[label] = go

@@ -179,7 +179,7 @@ DISTRIBUTED = textwrap.dedent(r"""
     import os, sys
     import numpy as np, torch, torch.distributed as dist
     import tilemm, tilemm.spread.distributed as td
-    from tilemm import accuracy
+    from tilemm.numerics import accuracy
     local = int(os.environ["LOCAL_RANK"])
     dist.init_process_group("nccl", rank=local, world_size=2)   # no torch.cuda.set_device
     rng = np.random.default_rng(0)

@@ -1,0 +1,282 @@
+"""What every benchmark script shares: the one module they import (no script imports another).
+
+    import harness
+    from tilemm.system.timing import interleaved_rounds                      # the library's timers, as they are
+    args = harness.arguments(rounds=5, per_round=0.3, prewarm=10.0)   # --out DIR (made) and these options
+    stamp = harness.stamp("fp8_vs_scaled_mm.py", args)                # tilemm.system.machine.stamp of its command
+    harness.prewarm(args.prewarm)                                     # the GPU's clocks up first
+    good, outcomes = harness.checked(calls, check)                     # every answer checked before timing
+    times = harness.medians(interleaved_rounds(good, args.rounds, args.per_round))
+    harness.append(args.out / "fp8_vs_scaled_mm.jsonl", records)
+
+Arguments and stamps; the pre-warm; the timers tilemm.system.timing has no place for (whole calls by wall
+clock, a call between CUDA events with the GPU idle before it, rounds of any measure in rotated
+order, one synchronized call); answer checks against a float64 (or exact) reference; operands;
+records (JSON lines, stamped); a child process's JSON lines. harness.records reads the canonical
+files; harness.llama is the Llama model of the llama scripts.
+tilemm and torch are imported where a helper needs them: a script's --help, the table and figure
+scripts, and a child process that times `import tilemm` itself, import this module without them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+# what a canonical command has in front of it (benchmarks/README.md); a script's stamp says so
+ENV = "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1"
+
+
+# ---------------------------------------------------------------- arguments and stamps
+
+def parser(description: str | None = None, out_required: bool = True, helps: dict | None = None,
+           **defaults) -> argparse.ArgumentParser:
+    """--out DIR and an option for each default, in the default's form: a bool is a flag, a list
+    takes one or more values of its first item's type, anything else one value of its type.
+    `helps`: {option: its help}. A script adds its own options to what this returns."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", type=Path, required=out_required, help="the folder for the records (made)")
+    for name, default in defaults.items():
+        flag = f"--{name.replace('_', '-')}"          # as machine.command_line writes it back
+        helped = {"help": (helps or {}).get(name)}
+        if isinstance(default, bool):
+            ap.add_argument(flag, action="store_true", default=default, **helped)
+        elif isinstance(default, list):
+            ap.add_argument(flag, nargs="+", default=default, type=type(default[0]) if default else str, **helped)
+        else:
+            ap.add_argument(flag, type=type(default), default=default, **helped)
+    return ap
+
+
+def parse(ap: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """The parsed arguments, the --out folder made."""
+    args = ap.parse_args(argv)
+    if getattr(args, "out", None) is not None:
+        args.out = Path(args.out)
+        args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def arguments(description: str | None = None, helps: dict | None = None, argv=None, **defaults):
+    """parse(parser(...)): --out DIR (made) and the options named by their defaults."""
+    return parse(parser(description, helps=helps, **defaults), argv)
+
+
+def stamp(script: str, args, env: str = ENV, runner: str = "python3") -> dict:
+    """tilemm.system.machine.stamp of `env runner benchmarks/<script>` with these arguments (--out left out)."""
+    from tilemm.system import machine
+    return machine.stamp(machine.command_line(f"{env} {runner} benchmarks/{script}".strip(), args))
+
+
+def out_folder(given=None) -> Path:
+    """$OUT, else `given`, else ./out: made."""
+    out = Path(os.environ.get("OUT") or given or "out")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+# ---------------------------------------------------------------- the GPU's clocks, and timers
+
+def prewarm(seconds: float, dtype: str = "bfloat16") -> None:
+    """8192^3 products (torch, this dtype) for `seconds`: the clocks up, and at the power cap,
+    before the first round."""
+    import torch
+    x = torch.randn(8192, 8192, device="cuda").to(getattr(torch, dtype))
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        x @ x
+        torch.cuda.synchronize()
+
+
+def wall_us(call, calls: int) -> float:
+    """Microseconds a call of a block of `calls` calls by wall clock, one synchronization at the
+    block's end: a loop of whole calls as a user's program makes them."""
+    import torch
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def host_us(call, calls: int) -> float:
+    """Microseconds of the CPU's a call: a block of calls timed until the last returns (each
+    returns once its work is queued), the GPU idle before it."""
+    import torch
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def event_timer():
+    """time_us(call): microseconds between CUDA events around one call, the GPU idle before it
+    (the CPU's part of the call and the GPU's, one after the other)."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def time_us(call) -> float:
+        torch.cuda.synchronize()
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3
+    return time_us
+
+
+def rounds(calls: dict, count: int, measure) -> dict:
+    """{label: [measure(call), one a round]} over `count` rounds, the order rotated each round
+    (with two labels: which goes first alternates), so that a drifting machine treats all alike."""
+    labels = list(calls)
+    found = {label: [] for label in labels}
+    for r in range(count):
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            found[label].append(measure(calls[label]))
+    return found
+
+
+def timed(call, synchronize=None) -> tuple[float, object]:
+    """(seconds of call(), its result): synchronize() before and after (default: torch's CUDA
+    synchronize; pass one that also waits at a barrier for ranks, or a no-op on the CPU)."""
+    if synchronize is None:
+        import torch
+        synchronize = torch.cuda.synchronize
+    synchronize()
+    start = time.perf_counter()
+    out = call()
+    synchronize()
+    return time.perf_counter() - start, out
+
+
+def medians(times: dict) -> dict:
+    return {label: statistics.median(ts) for label, ts in times.items()}
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(statistics.fmean(map(math.log, values))) if values else float("nan")
+
+
+# ---------------------------------------------------------------- answers
+
+def within(c, ref, bound) -> tuple[bool, float]:
+    """(every |C - ref| within its bound and no NaN, max |C - ref| / max |ref|): torch tensors,
+    ref and bound in float64."""
+    import torch
+    err = (c.double() - ref).abs()
+    ok = bool((err <= bound).all()) and not bool(torch.isnan(c).any())
+    return ok, float(err.max() / ref.abs().max().clamp_min(1e-300))
+
+
+def float64_check(c, a, b, dtype: str) -> tuple[bool, float, float]:
+    """(ok, worst error over tilemm.numerics.accuracy's bound, max |C - C64| / max |C64|) of torch CUDA
+    tensors, on the GPU against a float64 product: float32 sums of K products, one rounding to
+    `dtype`; NaN fails. int8 (int32 sums, exact in float64: |sums| < 2^53): equal, or not."""
+    import torch
+    from tilemm.numerics.accuracy import denormal_floor, tolerance
+    ref = a.double() @ b.double()
+    if dtype == "int8":
+        same = c.shape == ref.shape and bool(torch.equal(c.double(), ref))
+        return same, 0.0 if same else float("inf"), 0.0 if same else float("inf")
+    rel_sum, rel_out = tolerance(dtype, a.shape[1])
+    bound = rel_sum * (a.double().abs() @ b.double().abs()) * (1 + rel_out) + rel_out * ref.abs() + denormal_floor(dtype)
+    err = (c.double() - ref).abs()
+    over = float((err / bound).max())
+    return (over <= 1 and not bool(torch.isnan(c).any())), over, float(err.max() / ref.abs().max().clamp_min(1e-300))
+
+
+class Outcome(NamedTuple):
+    """A call's answer checked: ok, the check's number, and the seconds of that first call and its check."""
+    ok: bool
+    value: float
+    seconds: float
+
+
+def checked(calls: dict, check, width: int = 28) -> tuple[dict, dict]:
+    """({label: call} of the calls whose answers pass, {label: Outcome}): each call made once
+    (compiling what it needs) and its answer given to check(label, answer) -> (ok, number). A
+    call that raises is reported and fails (number NaN); the others still go on."""
+    good, outcomes = {}, {}
+    for label, call in calls.items():
+        started = time.perf_counter()
+        try:
+            ok, value = check(label, call())
+        except Exception as e:  # noqa: BLE001 - recorded as failed, the others still measured
+            print(f"  {label:{width}} FAILED: {type(e).__name__}: {e}"[:300], flush=True)
+            ok, value = False, float("nan")
+        outcomes[label] = Outcome(ok, value, time.perf_counter() - started)
+        if ok:
+            good[label] = call
+    return good, outcomes
+
+
+# ---------------------------------------------------------------- operands
+
+def operand(rows: int, cols: int, how: str = "n", dtype: str = "float32", generator=None, device: str = "cuda"):
+    """A random (rows, cols) torch tensor: a transposed view of a (cols, rows) one where how is
+    "t". Floats standard normal (drawn in float32 and rounded to a narrower dtype; float64 and
+    complex drawn in their own, every bit of the mantissa used), integers uniform over their
+    range (never zeros: they hide unwritten outputs)."""
+    import torch
+    shape = (cols, rows) if how == "t" else (rows, cols)
+    kind = getattr(torch, dtype)
+    if kind.is_complex or kind == torch.float64:
+        x = torch.randn(shape, generator=generator, device=device, dtype=kind)
+    elif kind.is_floating_point:
+        x = torch.randn(shape, generator=generator, device=device).to(kind)
+    else:
+        info = torch.iinfo(kind)
+        x = torch.randint(info.min, info.max, shape, generator=generator, device=device, dtype=kind)
+    return x.T if how == "t" else x
+
+
+# ---------------------------------------------------------------- records
+
+def append(path, records) -> None:
+    """Append each record to path as a JSON line."""
+    with open(path, "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def emitter(path, stamp: dict, show: int = 400):
+    """emit(record): the record, stamped, appended to path and printed (its first `show` characters)."""
+    def emit(record: dict) -> None:
+        line = json.dumps({**stamp, **record})
+        with open(path, "a") as f:
+            f.write(line + "\n")
+        print(line if len(line) < show else line[:show] + " ...", flush=True)
+    return emit
+
+
+# ---------------------------------------------------------------- child processes
+
+def child_lines(argv: list, env: dict | None, timeout: float | None = None) -> tuple[list[dict], str | None]:
+    """([the JSON objects a child process printed, a line each], None, or why it failed: its exit
+    status or timeout and the tail of its stderr). Never raises for the child's failure."""
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        out, err, rc = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as e:
+        out, err, rc = e.stdout or "", e.stderr or "", f"timeout after {timeout} s"
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x for x in (out, err))
+    found = []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            try:
+                found.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    if rc == 0 and found:
+        return found, None
+    return found, f"process ended with {rc or 'no record'}: {' '.join(err.split()[-60:])}"
