@@ -168,10 +168,10 @@ def _within(np, c, ref, scale, result: str, k: int, what: str) -> Verdict:
 
 
 def compare_on_device(c, a, b, result: str) -> Verdict:
-    """compare, on the GPU when c is there (a torch or CuPy array) and CuPy is installed: a
-    16384^3 float64 reference takes ~30 s on 16 host cores, an int32 one at 2048^3 ~25 s (NumPy's
-    integer loop), and milliseconds on the GPU. a and b may be host arrays. Else, or when the GPU
-    lacks the memory for it, on the host."""
+    """compare, on the GPU when c is there (a torch or CuPy array) and CuPy is installed: the
+    reference of a large product is slow on the host (float64 BLAS, or NumPy's integer loop, which
+    has none) and fast on the GPU. a and b may be host arrays. Else, or when the GPU lacks the
+    memory for it, on the host."""
     from tilemm.numerics import arrays
     cupy = _on_gpu_with_cupy(c)
     if cupy is not None:

@@ -14,10 +14,10 @@ each block each way, each rank starting on the block it holds. Either way ``dept
 are in flight while one multiplies, the products on a stream of their own (tilemm.spread.summa).
 
     torchrun --nproc-per-node 2 my_program.py     # init_process_group("nccl"), then:
-    grid = tilemm.spread.distributed.Grid(1, 2)
-    a_mine = tilemm.spread.distributed.shard(a, grid, rank, "A")   # or build your block directly
-    c_mine = tilemm.spread.distributed.matmul(a_mine, b_mine, grid)
-    c = tilemm.spread.distributed.matmul(dtensor_a, dtensor_b)           # DTensors: tilemm.spread.dtensor
+    grid = tilemm.distributed.Grid(1, 2)
+    a_mine = tilemm.distributed.shard(a, grid, rank, "A")   # or build your block directly
+    c_mine = tilemm.distributed.matmul(a_mine, b_mine, grid)
+    c = tilemm.distributed.matmul(dtensor_a, dtensor_b)           # DTensors: tilemm.spread.dtensor
 
 Sums: 16-bit floats are summed in float32 across panels and rounded once; float32 and float64 in
 their own type; integers wrap (sums modulo 2^w are exact in any order).
@@ -56,7 +56,7 @@ class Grid:
 
     def __post_init__(self):
         if self.rows < 1 or self.cols < 1:
-            raise ValueError(f"tilemm.spread.distributed: a grid of {self.rows} x {self.cols} ranks; both must be >= 1")
+            raise ValueError(f"tilemm.distributed: a grid of {self.rows} x {self.cols} ranks; both must be >= 1")
 
     @property
     def size(self) -> int:
@@ -94,7 +94,7 @@ def shard(x, grid: Grid, rank: int, which: str):
         which is not "A", "B" or "C".
     """
     if which not in ("A", "B", "C"):
-        raise ValueError(f"tilemm.spread.distributed.shard: which={which!r}; 'A', 'B' or 'C'")
+        raise ValueError(f"tilemm.distributed.shard: which={which!r}; 'A', 'B' or 'C'")
     i, j = grid.position(rank)
     return x[block(x.shape[0], grid.rows, i), block(x.shape[1], grid.cols, j)]
 
@@ -151,17 +151,17 @@ def matmul(a, b, grid: Grid | None = None, group=None, out_dtype=None, *, depth:
     import torch.distributed as dist
     if _is_dtensor(a) or _is_dtensor(b):
         if grid is not None or group is not None:
-            raise ValueError("tilemm.spread.distributed.matmul: DTensors carry their mesh; pass no grid or group")
+            raise ValueError("tilemm.distributed.matmul: DTensors carry their mesh; pass no grid or group")
         from tilemm.spread import dtensor
         return dtensor.matmul(a, b, kernel=kernel, out_dtype=out_dtype, placements=placements, **params)
     if grid is None:
-        raise TypeError("tilemm.spread.distributed.matmul: a grid of ranks is needed for plain tensors "
-                        "(tilemm.spread.distributed.Grid(rows, cols)); DTensors carry their mesh instead")
+        raise TypeError("tilemm.distributed.matmul: a grid of ranks is needed for plain tensors "
+                        "(tilemm.distributed.Grid(rows, cols)); DTensors carry their mesh instead")
     if placements is not None or kernel is not None or params:
-        raise TypeError("tilemm.spread.distributed.matmul: placements=, kernel= and kernel parameters are taken for "
+        raise TypeError("tilemm.distributed.matmul: placements=, kernel= and kernel parameters are taken for "
                         "DTensors; blocks of a grid run tilemm's default rungs")
     if not dist.is_initialized():
-        raise RuntimeError("tilemm.spread.distributed.matmul: call torch.distributed.init_process_group first")
+        raise RuntimeError("tilemm.distributed.matmul: call torch.distributed.init_process_group first")
     knobs = _checked_knobs(depth, panel, both_ways, link_ctas)
     # the blocks' GPU current for the whole product (a rank that never called torch.cuda.set_device,
     # LOCAL_RANK's tensors on cuda:1 with cuda:0 current): NCCL's collectives of Python objects and
@@ -181,13 +181,13 @@ def _checked_knobs(depth, panel, both_ways, link_ctas) -> tuple:
         if value is None and optional:
             return
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"tilemm.spread.distributed.matmul: {name}={value!r}; a positive int"
+            raise ValueError(f"tilemm.distributed.matmul: {name}={value!r}; a positive int"
                              + (" or None" if optional else ""))
     positive("depth", depth, False)
     positive("panel", panel, True)
     positive("link_ctas", link_ctas, True)
     if not isinstance(both_ways, bool):
-        raise ValueError(f"tilemm.spread.distributed.matmul: both_ways={both_ways!r}; True or False")
+        raise ValueError(f"tilemm.distributed.matmul: both_ways={both_ways!r}; True or False")
     return depth, panel, both_ways, link_ctas
 
 
@@ -196,7 +196,7 @@ def _matmul(a, b, grid: Grid, group, out_dtype, knobs: tuple):
     import torch.distributed as dist
     world = dist.get_world_size(group)
     if grid.size != world:
-        raise ValueError(f"tilemm.spread.distributed.matmul: a {grid.rows} x {grid.cols} grid is {grid.size} ranks; "
+        raise ValueError(f"tilemm.distributed.matmul: a {grid.rows} x {grid.cols} grid is {grid.size} ranks; "
                          f"the group has {world}")
     me = dist.get_rank(group)
     m, n, k = _checked_layout(a, b, grid, group, me, knobs)
@@ -312,13 +312,13 @@ def _checked_layout(a, b, grid: Grid, group, me: int, knobs: tuple = ()) -> tupl
     dist.all_gather_object(every, mine, group=group)
     problems = [f"rank {r}: blocks {s[1]} are {s[0]}" for r, s in enumerate(every) if len(s) == 2]
     if problems:
-        raise ValueError("tilemm.spread.distributed.matmul: " + "; ".join(problems))
+        raise ValueError("tilemm.distributed.matmul: " + "; ".join(problems))
     kinds = {s[2:6] for s in every}
     if len(kinds) > 1:
-        raise ValueError(f"tilemm.spread.distributed.matmul: the ranks' blocks differ in dtype or device: {sorted(kinds)}")
+        raise ValueError(f"tilemm.distributed.matmul: the ranks' blocks differ in dtype or device: {sorted(kinds)}")
     settings = {s[6] for s in every}
     if len(settings) > 1:
-        raise ValueError("tilemm.spread.distributed.matmul: the ranks' knobs (depth, panel, both_ways, link_ctas) differ: "
+        raise ValueError("tilemm.distributed.matmul: the ranks' knobs (depth, panel, both_ways, link_ctas) differ: "
                          f"{sorted(settings, key=repr)}")
     # the global sizes: A's rows down grid column 0, A's columns along grid row 0, B's columns along row 0
     m = sum(every[grid.rank(i, 0)][0][0] for i in range(grid.rows))
@@ -333,7 +333,7 @@ def _checked_layout(a, b, grid: Grid, group, me: int, knobs: tuple = ()) -> tupl
             bad.append(f"rank {r} (grid {i}, {j}) holds A {s[0]} and B {s[1]}, the layout gives A {want_a} "
                        f"and B {want_b}")
     if bad:
-        raise ValueError(f"tilemm.spread.distributed.matmul: the blocks do not form the {grid.rows} x {grid.cols} block "
+        raise ValueError(f"tilemm.distributed.matmul: the blocks do not form the {grid.rows} x {grid.cols} block "
                          f"layout of a ({m} x {k}) @ ({k} x {n}) product: " + "; ".join(bad))
     return m, n, k
 

@@ -1,6 +1,6 @@
 """tilemm's product on DTensors: a sharding rule for ``torch.ops.tilemm.matmul``.
 
-A DTensor program calls ``tilemm.matmul(a, b)`` (or ``tilemm.spread.distributed.matmul(a, b)``) on
+A DTensor program calls ``tilemm.matmul(a, b)`` (or ``tilemm.distributed.matmul(a, b)``) on
 DTensors as it would call ``torch.matmul``: DTensor's dispatcher reads the rule registered here,
 redistributes the operands to the cheapest placement it allows (no communication where the
 operands already fit one), runs ``torch.ops.tilemm.matmul`` on each rank's local tensors (tilemm's

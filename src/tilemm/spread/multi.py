@@ -1,6 +1,6 @@
 """One product over several GPUs of one host, from one Python process: no torchrun, no process group.
 
-    c = tilemm.spread.multi.matmul(a, b, devices=[0, 1, 2, 3])     # a, b on one GPU, or in host memory
+    c = tilemm.multi.matmul(a, b, devices=[0, 1, 2, 3])     # a, b on one GPU, or in host memory
 
 C is cut into a rows x cols grid of blocks, one a GPU (``split``: the grid that moves the fewest
 bytes out of the operands' memory: square products 2 x 2 on four GPUs, a thin C by rows or
@@ -12,7 +12,7 @@ columns). Each GPU has a thread and streams of its own:
   multiplies in pieces of rows, each piece going home as soon as it is rounded, so that the
   copy of C back overlaps the last products. The operands' own GPU multiplies its block in place,
   K whole (no running sum).
-- **Host operands**: each GPU runs tilemm.spread.outofcore on its block (its rows of A, its columns of
+- **Host operands**: each GPU runs tilemm.outofcore on its block (its rows of A, its columns of
   B, its block of a pinned C): the panel pipeline one level up, so operands larger than all the
   GPUs' memory together go through; each GPU has its own host link.
 
@@ -50,32 +50,32 @@ def checked_devices(devices) -> list:
     """The torch devices of `devices` (ints, "cuda:N", torch.device, or all "cpu"), or a ValueError."""
     import torch
     if isinstance(devices, (str, int)) or not hasattr(devices, "__iter__"):
-        raise ValueError(f"tilemm.spread.multi: devices={devices!r}; give a list, e.g. devices=[0, 1]")
+        raise ValueError(f"tilemm.multi: devices={devices!r}; give a list, e.g. devices=[0, 1]")
     found = []
     for d in devices:
         if isinstance(d, bool):
-            raise ValueError(f"tilemm.spread.multi: devices holds {d!r}; GPU indices are ints")
+            raise ValueError(f"tilemm.multi: devices holds {d!r}; GPU indices are ints")
         try:
             dev = torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
         except (RuntimeError, TypeError) as e:
-            raise ValueError(f"tilemm.spread.multi: devices holds {d!r}, which is not a device ({e})") from None
+            raise ValueError(f"tilemm.multi: devices holds {d!r}, which is not a device ({e})") from None
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
         found.append(dev)
     if not found:
-        raise ValueError("tilemm.spread.multi: devices=[] names no device")
+        raise ValueError("tilemm.multi: devices=[] names no device")
     kinds = {d.type for d in found}
     if kinds - {"cuda", "cpu"} or len(kinds) > 1:
-        raise ValueError(f"tilemm.spread.multi: devices={list(devices)!r}; all CUDA GPUs, or all 'cpu' (to run the "
+        raise ValueError(f"tilemm.multi: devices={list(devices)!r}; all CUDA GPUs, or all 'cpu' (to run the "
                          "same steps on the CPU)")
     if kinds == {"cuda"}:
         count = torch.cuda.device_count()
         outside = [d.index for d in found if d.index < 0 or d.index >= count]
         if outside:
-            raise ValueError(f"tilemm.spread.multi: devices {outside} are out of range: this host has {count} CUDA GPUs")
+            raise ValueError(f"tilemm.multi: devices {outside} are out of range: this host has {count} CUDA GPUs")
         seen = [d.index for d in found]
         if len(set(seen)) != len(seen):
-            raise ValueError(f"tilemm.spread.multi: devices={seen} names a GPU twice")
+            raise ValueError(f"tilemm.multi: devices={seen} names a GPU twice")
     return found
 
 
@@ -84,21 +84,21 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
     """C = A @ B over `devices` from this process (see the module's docstring).
 
     a, b: 2-D torch tensors on one GPU (C comes back on that GPU), or host operands (torch CPU
-        tensors or NumPy arrays; C comes back in host memory as tilemm.spread.outofcore gives it: NumPy
+        tensors or NumPy arrays; C comes back in host memory as tilemm.outofcore gives it: NumPy
         for NumPy operands, else a torch tensor, pinned where there is a GPU).
     devices: the GPUs to use, e.g. [0, 1, 2, 3] (indices, "cuda:N" or torch devices), or a list of
         "cpu" to run the same threads on the CPU.
     panel_k: K columns a panel (operands on a GPU); default K / PANELS, at least SMALLEST_PANEL.
     memory_limit: bytes each GPU's out-of-core plan may use (host operands; default: its free memory).
-    out_of_core: run each device's block through tilemm.spread.outofcore; default: host operands on GPUs do.
+    out_of_core: run each device's block through tilemm.outofcore; default: host operands on GPUs do.
     """
     import torch
     devs = checked_devices(devices)
     a_t, b_t, home = _checked_operands(a, b)
     if home.type == "cuda" and devs[0].type == "cpu":
-        raise ValueError(f"tilemm.spread.multi: the operands are on {home}, the devices are CPUs")
+        raise ValueError(f"tilemm.multi: the operands are on {home}, the devices are CPUs")
     if panel_k is not None and (isinstance(panel_k, bool) or not isinstance(panel_k, int) or panel_k < 1):
-        raise ValueError(f"tilemm.spread.multi: panel_k={panel_k!r}; a positive int")
+        raise ValueError(f"tilemm.multi: panel_k={panel_k!r}; a positive int")
     (m, k), n = a_t.shape, b_t.shape[1]
     result = result_dtype(dtype_name(a_t.dtype), dtype_name(b_t.dtype))
     torch_result = getattr(torch, result)
@@ -118,7 +118,7 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
                              memory_limit=memory_limit)
     else:
         if home.type == "cpu" and devs[0].type == "cuda":
-            raise ValueError("tilemm.spread.multi: host operands on GPUs go out of core (out_of_core=False takes "
+            raise ValueError("tilemm.multi: host operands on GPUs go out of core (out_of_core=False takes "
                              "operands on one GPU)")
         c = torch.empty((m, n), dtype=torch_result, device=home)
         c_t = c
@@ -145,22 +145,22 @@ def _checked_operands(a, b):
     import torch
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, (np.ndarray, torch.Tensor)) and isinstance(b, (np.ndarray, torch.Tensor))):
-            raise TypeError(f"tilemm.spread.multi: operands are a {type(a).__name__} and a {type(b).__name__}")
+            raise TypeError(f"tilemm.multi: operands are a {type(a).__name__} and a {type(b).__name__}")
         a, b = (torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in (a, b))
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        raise TypeError(f"tilemm.spread.multi: operands are a {type(a).__name__} and a {type(b).__name__}; it takes "
+        raise TypeError(f"tilemm.multi: operands are a {type(a).__name__} and a {type(b).__name__}; it takes "
                         "torch tensors or NumPy arrays")
     if a.device != b.device:
-        raise ValueError(f"tilemm.spread.multi: the operands are on {a.device} and {b.device}; put both on one GPU "
+        raise ValueError(f"tilemm.multi: the operands are on {a.device} and {b.device}; put both on one GPU "
                          "or both in host memory")
     if a.ndim != 2 or b.ndim != 2:
-        raise ValueError(f"tilemm.spread.multi: shapes {tuple(a.shape)} and {tuple(b.shape)}; it takes matrices (2-D)")
+        raise ValueError(f"tilemm.multi: shapes {tuple(a.shape)} and {tuple(b.shape)}; it takes matrices (2-D)")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"tilemm.spread.multi: shapes {tuple(a.shape)} and {tuple(b.shape)} do not line up "
+        raise ValueError(f"tilemm.multi: shapes {tuple(a.shape)} and {tuple(b.shape)} do not line up "
                          f"(core dimensions {a.shape[1]} and {b.shape[0]})")
     for name, x in (("0", a), ("1", b)):
         if dtype_name(x.dtype) not in outofcore.DTYPES:
-            raise TypeError(f"tilemm.spread.multi: operand {name} has dtype {x.dtype}; it takes {', '.join(outofcore.DTYPES)}")
+            raise TypeError(f"tilemm.multi: operand {name} has dtype {x.dtype}; it takes {', '.join(outofcore.DTYPES)}")
     return a, b, a.device
 
 
@@ -173,7 +173,7 @@ def _run_threads(work, shares) -> None:
             work(*share)
         except BaseException as e:            # re-raised in the caller's thread
             errors.append(e)
-    threads = [threading.Thread(target=run, args=(s,), name=f"tilemm.spread.multi {s[2]}") for s in shares]
+    threads = [threading.Thread(target=run, args=(s,), name=f"tilemm.multi {s[2]}") for s in shares]
     for t in threads:
         t.start()
     for t in threads:

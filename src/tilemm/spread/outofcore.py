@@ -11,8 +11,8 @@ whole, block row i's A panel serves every block of the row), and each finished b
 (tilemm.spread.panels.product for K in one pass, tilemm.spread.panels.accumulate for a split K: float32 sums for
 16-bit floats).
 
-    c = tilemm.spread.outofcore.matmul(a, b)                  # NumPy or torch CPU tensors in, host C out
-    tilemm.spread.outofcore.matmul(a, b, out=c, memory_limit=8 << 30, progress=True)
+    c = tilemm.outofcore.matmul(a, b)                  # NumPy or torch CPU tensors in, host C out
+    tilemm.outofcore.matmul(a, b, out=c, memory_limit=8 << 30, progress=True)
 
 With no GPU (or device="cpu") the same code runs on the CPU, which is how the tests run it with a
 small memory_limit.
@@ -29,15 +29,15 @@ from tilemm.spread.panels import SIXTEEN_BIT, accumulate, product
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8")
 SMALLEST_BLOCK = 16
-# The GPU's products against the host -> device copies, per byte copied: bf16 products at ~730
-# TFLOP/s over 2-D copies of pinned panels at 14-19 GB/s on an H100 (docs/distributed.md). Only the
-# ratio matters, to weigh copies against work.
+# The GPU's products against the host -> device copies, in flops per byte copied: a Hopper's
+# in-core bf16 rate (the "in core" rows of benchmarks/results/h100/outofcore.jsonl) over what 2-D
+# copies of pinned panels move through PCIe. Only the ratio matters, to weigh copies against work.
 FLOP_PER_BYTE = 38000
-HBM_PER_COPIED_BYTE = 150      # HBM's ~3 TB/s over the copies' ~19 GB/s
-STEP_BYTES = 2 << 20           # a step's own cost (launches, events: ~0.1 ms), in bytes copied meanwhile
+HBM_PER_COPIED_BYTE = 150      # HBM's rate over the copies': a pass over device memory is that much cheaper
+STEP_BYTES = 2 << 20           # a step's own cost (launches, events), in bytes copied meanwhile
 # A pinned A panel is copied in up to ARRIVAL_PIECES pieces of ARRIVAL_ROWS rows or more, and the
 # product of each piece's rows of C starts once that piece is in: the first panel (16 GB at 128000^3,
-# ~0.9 s over PCIe) no longer holds the GPU idle until it is whole.
+# with nothing to hide its copy behind) no longer holds the GPU idle until it is whole.
 ARRIVAL_PIECES, ARRIVAL_ROWS = 8, 4096
 HEADROOM = 0.85            # of the free memory: the library's workspace and the allocator's rounding
 
@@ -91,7 +91,7 @@ def plan_blocks(m: int, n: int, k: int, in_bytes: int, sum_bytes: int, out_bytes
                     best = cost, Blocks(bm, bn, bk, device_bytes(bm, bn, bk, in_bytes, sum_bytes, out_bytes))
     if best is None:
         bm, bn, bk = sizes(m)[-1], sizes(n)[-1], sizes(k)[-1]
-        raise ValueError(f"tilemm.spread.outofcore: even {bm} x {bn} blocks of C with K in chunks of {bk} need "
+        raise ValueError(f"tilemm.outofcore: even {bm} x {bn} blocks of C with K in chunks of {bk} need "
                          f"{device_bytes(bm, bn, bk, in_bytes, sum_bytes, out_bytes)} bytes of device memory "
                          f"(two A and two B panels, the sum, two result blocks); {limit} are available")
     return best[1]
@@ -175,18 +175,18 @@ def _host_tensor(x, operand: str):
     import torch
     if isinstance(x, np.ndarray):
         if dtype_name(x.dtype) not in DTYPES:
-            raise TypeError(f"tilemm.spread.outofcore: operand {operand} has dtype {x.dtype}; it takes {', '.join(DTYPES)}")
+            raise TypeError(f"tilemm.outofcore: operand {operand} has dtype {x.dtype}; it takes {', '.join(DTYPES)}")
         x = torch.from_numpy(x)
     elif not isinstance(x, torch.Tensor):
-        raise TypeError(f"tilemm.spread.outofcore: operand {operand} is a {type(x).__name__}; pass a NumPy array or a torch "
+        raise TypeError(f"tilemm.outofcore: operand {operand} is a {type(x).__name__}; pass a NumPy array or a torch "
                         "CPU tensor (device arrays fit the GPU already: use tilemm.matmul)")
     elif x.device.type != "cpu":
-        raise ValueError(f"tilemm.spread.outofcore: operand {operand} is on {x.device}; out of core takes host operands "
+        raise ValueError(f"tilemm.outofcore: operand {operand} is on {x.device}; out of core takes host operands "
                          "(tilemm.matmul multiplies device arrays)")
     elif dtype_name(x.dtype) not in DTYPES:
-        raise TypeError(f"tilemm.spread.outofcore: operand {operand} has dtype {x.dtype}; it takes {', '.join(DTYPES)}")
+        raise TypeError(f"tilemm.outofcore: operand {operand} has dtype {x.dtype}; it takes {', '.join(DTYPES)}")
     if x.ndim != 2:
-        raise ValueError(f"tilemm.spread.outofcore: operand {operand} has shape {tuple(x.shape)}; it takes matrices (2-D)")
+        raise ValueError(f"tilemm.outofcore: operand {operand} has shape {tuple(x.shape)}; it takes matrices (2-D)")
     return x
 
 
@@ -198,7 +198,7 @@ def _checked_out(out, shape, result: str, as_numpy: bool):
         return torch.empty(shape, dtype=getattr(torch, result), pin_memory=torch.cuda.is_available())
     kind_ok = isinstance(out, np.ndarray) or (isinstance(out, torch.Tensor) and out.device.type == "cpu")
     if not kind_ok or tuple(out.shape) != tuple(shape) or dtype_name(out.dtype) != result:
-        raise ValueError(f"tilemm.spread.outofcore: out must be a host array of shape {shape} and dtype {result}; got "
+        raise ValueError(f"tilemm.outofcore: out must be a host array of shape {shape} and dtype {result}; got "
                          f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')}")
     return out
 
@@ -382,7 +382,7 @@ def copy_2d(dst, src, stream) -> None:
     if params.WidthInBytes and params.Height:
         err, = cu.cuMemcpy2DAsync(params, cu.CUstream(stream.cuda_stream))
         if err != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"tilemm.spread.outofcore: a 2-D copy of {tuple(src.shape)} failed: {err}")
+            raise RuntimeError(f"tilemm.outofcore: a 2-D copy of {tuple(src.shape)} failed: {err}")
 
 
 def _part(buffer, rows: int, cols: int):

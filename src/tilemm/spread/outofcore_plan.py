@@ -1,6 +1,6 @@
 """When a call goes out of core, and the plan that takes it there: a GPU rung on host matrices
 whose A, B and C would pass the GPU's free memory if copied in whole runs through
-tilemm.spread.outofcore, a panel at a time (the library's products)."""
+tilemm.outofcore, a panel at a time (the library's products)."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +21,7 @@ def goes_out_of_core(plan: Plan) -> bool:
 
 def past_device_memory(problem) -> bool:
     """Whether A, B and C of a product on host operands would pass the GPU's free memory if copied
-    in whole: then they go through tilemm.spread.outofcore, a panel at a time."""
+    in whole: then they go through tilemm.outofcore, a panel at a time."""
     p = problem
     try:
         free = outofcore.free_device_bytes()
@@ -32,7 +32,7 @@ def past_device_memory(problem) -> bool:
 
 class OutOfCorePlan(Plan):
     """A plan of host matrices past the GPU's free memory: execute() multiplies them with
-    tilemm.spread.outofcore; prepare() refuses (it gives in-core launches only)."""
+    tilemm.outofcore; prepare() refuses (it gives in-core launches only)."""
 
     @classmethod
     def of(cls, plan: Plan) -> OutOfCorePlan:
@@ -48,5 +48,5 @@ class OutOfCorePlan(Plan):
 
     def prepare(self, poison: bool = False, copy: bool = False):
         raise KernelUnavailable(f"matmul: {self.problem.m}x{self.problem.n}x{self.problem.k} on host matrices "
-                                "passes the GPU's free memory: execute() runs it out of core (tilemm.spread.outofcore), "
+                                "passes the GPU's free memory: execute() runs it out of core (tilemm.outofcore), "
                                 "a panel at a time; prepare() gives in-core launches only")

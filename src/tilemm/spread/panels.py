@@ -1,5 +1,5 @@
 """What the products past one GPU share: cutting a range into near-equal blocks, and adding one K
-panel's product into a running sum (tilemm.spread.distributed over ranks, tilemm.spread.outofcore over pieces
+panel's product into a running sum (tilemm.distributed over ranks, tilemm.outofcore over pieces
 of host memory)."""
 from __future__ import annotations
 

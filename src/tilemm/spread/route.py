@@ -1,5 +1,5 @@
 """Where tilemm.matmul sends a product spread over several devices: DTensors (tilemm.spread.dtensor) and
-``devices=[...]`` (tilemm.spread.multi). Imported only when a call has one of them."""
+``devices=[...]`` (tilemm.multi). Imported only when a call has one of them."""
 from __future__ import annotations
 
 MULTI_OPTIONS = ("panel_k", "memory_limit", "out_of_core")

@@ -1,4 +1,4 @@
-"""The pipelines of tilemm.spread.distributed: SUMMA on a 2-D grid of ranks, a ring on a 1-D one, with every
+"""The pipelines of tilemm.distributed: SUMMA on a 2-D grid of ranks, a ring on a 1-D one, with every
 transfer in flight while earlier products run.
 
 Three queues a rank (on a GPU; on the CPU everything runs in order and the events do nothing):
@@ -20,7 +20,7 @@ import math
 
 from tilemm.spread.panels import accumulate, block, blocks
 
-# Defaults of the knobs (tilemm.spread.distributed.matmul's keywords) and what they are chosen from
+# Defaults of the knobs (tilemm.distributed.matmul's keywords) and what they are chosen from
 DEPTH = 2                   # panels in flight ahead of the product running
 SMALLEST_PANEL = 1024       # K columns: a thinner panel's product is too short for its launch and transfer
 LINK_BYTES_PER_S = 350e9    # one GPU's NVLink, one way (H100 / H200: 18 links of 25 GB/s, less overheads)

@@ -56,7 +56,7 @@ def interleaved_rounds(launchers: dict, rounds: int, per_round_s: float, warmup_
                        by_round: bool = False) -> dict:
     """{label: milliseconds per launch} from interleaved rounds (the order rotated each round):
     every variant gets per_round_s of samples a round, so a GPU whose clock drifts as it heats
-    (an H100 at its power cap) treats them all alike. by_round: {label: [each round's samples]}."""
+    (one at its power cap) treats them all alike. by_round: {label: [each round's samples]}."""
     times = {label: [] for label in launchers}
     labels = list(launchers)
     for r in range(rounds):

@@ -8,9 +8,9 @@ for floats) and a little set-up. Each part is fitted on what was measured so far
 - a rung's call: time = t1 * (flops / flops1)^p through its two largest measured sizes, p
   between 1 (time grows with the flops) and 1.5 (a cache cliff between them); one size: p = 1;
 - the check: where the reference is NumPy's integer loop on the host, timed on a few rows of the
-  case's own size (a row costs what a row of the whole product costs, cache misses included:
-  seen at 2048^3 int32, 4 rows predicted 100 s for a product that took 89 s, where a fit from
-  512^3 said 19 s); else the same fit as the calls, per dtype, over every rung's checks;
+  case's own size (a row costs what a row of the whole product costs, cache misses included,
+  which a fit from smaller sizes misses: their rows fit in caches the large product's outgrow);
+  else the same fit as the calls, per dtype, over every rung's checks;
 - the set-up (operands, plan), its mean over the cases run. A rung's compile falls on its first
   case, which is run before its others are predicted.
 
@@ -32,10 +32,9 @@ from tilemm.numerics.data import operands
 from tilemm.numerics.dtypes import is_exact
 from tilemm.tools.bench.suites import Case
 
-# Emulated GPU rungs, measured on a 2-core CPU: the CUDA simulator runs each thread as a Python
-# thread (naive: 1e5 flop/s at 32^3; tiled: 3e4; regblock: 2e4), Triton's interpreter a block
-# at a time in NumPy (tensorcore-f32: 3e6 flop/s at 32^3, 7e6 at 64^3). Taken at the fast end:
-# a prediction from them is a lower bound.
+# Emulated GPU rungs' rates: the CUDA simulator runs each thread as a Python thread, Triton's
+# interpreter a block at a time in NumPy, two orders of magnitude faster. Each is the fastest rung
+# of its emulator at toy sizes on a small CPU, so a prediction from them is a lower bound.
 EMULATED_FLOPS_PER_S = {"numba-cuda": 1e5, "triton": 1e7}
 EXPONENT = (1.0, 1.5)        # time ~ flops^p: at least linear; past 1.5 an extrapolation is a guess
 
