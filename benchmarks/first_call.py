@@ -118,7 +118,10 @@ def child(case: dict, size: int) -> None:
             return tilemm.matmul(a, b, **options)
     first_s, c = harness.timed(call, synchronize)
     second_s, c = harness.timed(call, synchronize)
-    from tilemm.numerics.accuracy import compare_on_device      # (the anchor's first import of tilemm: after its calls)
+    try:                        # (the anchor's first import of tilemm: after its calls)
+        from tilemm.numerics.accuracy import compare_on_device
+    except ImportError:         # a --tree from before tilemm's folders (tilemm.accuracy)
+        from tilemm.accuracy import compare_on_device
     verdict = compare_on_device(c, a, b, out_dtype(dtype) or dtype)
     used = kernel if anchor else tilemm.plan(a, b, **options).kernel.name
     print(json.dumps({"setup_s": setup_s, "import_s": import_s, "first_call_s": first_s, "second_call_s": second_s,
@@ -202,6 +205,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=512, help="the operands' M = N = K (default 512)")
     ap.add_argument("--timeout", type=float, default=150.0, help="seconds one process may take (default 150)")
     ap.add_argument("--max-seconds", type=float, default=270.0, help="start no case after this (default 270)")
+    ap.add_argument("--tree", help="the source tree (the folder holding tilemm/) the runs import (default: as imported here)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -215,6 +219,9 @@ def main(argv=None) -> int:
     stamp = harness.stamp("first_call.py", args, env="PYTHONPATH=src")
     out = harness.out_folder(args.out)
     base_env = dict(os.environ)
+    if args.tree:               # e.g. an earlier version's checkout, for a before/after
+        base_env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.abspath(args.tree), base_env.get("PYTHONPATH")]))
+        stamp = {**stamp, "tree": args.tree}
     if args.device == "cuda":       # the GPU itself, not the simulator or the interpreter
         for name in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET"):
             base_env.pop(name, None)
