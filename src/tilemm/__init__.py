@@ -28,7 +28,7 @@ __all__ = ["matmul", "linear", "matmul_epilogue", "plan", "scaled_matmul", "grou
            "Kernel", "KernelUnavailable", "release_memory", "warmup", "nn", "torch_ops", "__version__"]
 
 # The public modules that import torch: loaded when first named, as tilemm.nn
-TORCH_MODULES = {"nn": "tilemm.nn", "torch_ops": "tilemm.torch_ops", "dtensor": "tilemm.spread.dtensor"}
+TORCH_MODULES = {"nn": "tilemm.nn", "torch_ops": "tilemm.torch_ops", "dtensor": "tilemm.dtensor"}
 
 # Public module names kept where their modules now live in a layer's folder: tilemm.distributed,
 # tilemm.multi and tilemm.outofcore (import tilemm.outofcore works too).
