@@ -1,13 +1,10 @@
 """What this machine is: library versions, the CPU, the GPU and its limits and peaks."""
 from __future__ import annotations
 
-import datetime
 import functools
 import os
-import platform
 import sys
 from dataclasses import asdict, dataclass, replace
-from importlib import metadata
 
 from tilemm.system import compat
 
@@ -171,7 +168,11 @@ def limits(assume: str = "H100") -> GPU:
     return gpu() or ASSUMED[assume]
 
 
+# (platform, importlib.metadata and datetime load where a record is written, not at import: a call
+# never needs them, and importlib.metadata alone brings email, zipfile, csv and socket)
 def versions() -> dict:
+    import platform
+    from importlib import metadata
     out = {"python": platform.python_version()}
     for lib in LIBRARIES:
         try:
@@ -182,6 +183,7 @@ def versions() -> dict:
 
 
 def cpu() -> dict:
+    import platform
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -205,6 +207,7 @@ def describe() -> dict:
 def stamp(command: str) -> dict:
     """What every result record carries: the device, the library versions, the date (UTC) and
     the command that measured it."""
+    import datetime
     info = describe()
     return {"device": info["device"], "versions": info["versions"],
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "command": command}
