@@ -157,3 +157,18 @@ def test_torch_cupy_and_numba_describe_the_gpu_alike():
         return
     assert machine.described_by_cupy(0) == by_numba
     assert torch.cuda.current_device() == 0
+
+
+def test_the_public_names_a_numpy_call_never_needs_load_where_first_named():
+    found = fresh("""
+        import json, sys
+        import tilemm
+        before = sorted(m for m in ("tilemm.products.linear", "tilemm.products.grouped", "tilemm.spread.summa")
+                        if m in sys.modules)
+        import tilemm.multi
+        from tilemm import distributed
+        print(json.dumps(dict(before=before, multi=tilemm.multi.__name__, grid=distributed.Grid.__name__,
+                              linear=tilemm.linear.__module__, grouped=tilemm.grouped_matmul.__name__)))
+    """)
+    assert found == dict(before=[], multi="tilemm.spread.multi", grid="Grid", linear="tilemm.products.linear",
+                         grouped="grouped_matmul")
