@@ -99,23 +99,29 @@ H200 = dict(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, tot
 
 def test_a_torch_gpu_is_described_by_torch_without_numba():
     """On torch tensors the first call describes the GPU (the default's table key) from torch's
-    device properties: numba.cuda, which took ~0.65 s of that call on an H200, is not imported."""
+    device properties, and the default's choice asks torch whether its rungs run: numba.cuda, which
+    took ~0.65 s of that call on an H200, is not imported."""
     found = fresh(f"""
         import json, sys, types
         import torch
         torch.cuda.is_available = lambda: True             # a GPU as torch would report it
         torch.cuda.current_device = lambda: 0
         torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(**{H200!r})
+        torch.cuda.get_device_capability = lambda *device: (9, 0)
         from tilemm.system import machine
-        from tilemm.choose import by_shape
+        from tilemm.choose import by_shape, default
         gpu = machine.gpu()
+        chosen = {{dtype: default.default_kernel("cuda:0", dtype, 64, 64, 64, dtype, (64, 64)).name
+                  for dtype in ("float32", "bfloat16", "float64", "int32")}}
         print(json.dumps(dict(name=gpu.name, capability=list(gpu.compute_capability), sms=gpu.sms,
                               optin=gpu.max_shared_per_block_optin, clock=gpu.clock_mhz,
                               limits=gpu.max_threads_per_block, grid=list(gpu.max_grid_dim),
-                              table=by_shape.capability(), numba="numba" in sys.modules)))
+                              table=by_shape.capability(), chosen=chosen, numba="numba" in sys.modules)))
     """)
     assert found == dict(name="NVIDIA H200", capability=[9, 0], sms=132, optin=227 * 1024, clock=1980.0,
-                         limits=1024, grid=[2**31 - 1, 65535, 65535], table=[9, 0], numba=False)
+                         limits=1024, grid=[2**31 - 1, 65535, 65535], table=[9, 0],
+                         chosen=dict(float32="cublas", bfloat16="cublas", float64="cublas", int32="tensorcore-int"),
+                         numba=False)
 
 
 @pytest.fixture

@@ -45,11 +45,11 @@ def run_cublas(a, b, c):
             int_mm.run(a, b, c)
             return
         a, b = a.to(c.dtype), b.to(c.dtype)
-    name, lib = _library()
     torch, dtype = arrays.torch_if_imported(), dtype_name(c.dtype)
     through_torch = dtype in SIXTEEN_BITS or (not is_integer(dtype) and (
         (torch is not None and isinstance(c, torch.Tensor)) or streams.capturing()))
-    if name == "cupy" and not through_torch:
+    name, lib = ("torch", torch) if through_torch else _library()   # (CuPy is imported only where it runs)
+    if name == "cupy":
         lib.matmul(lib.asarray(a), lib.asarray(b), out=lib.asarray(c))
         return
     with torch_matmul_flags(**EXACT_FLAGS) as torch:
@@ -84,8 +84,14 @@ def available():
     return None
 
 
+def cupy_installed() -> bool:
+    """Whether CuPy is here, asked without importing it (a first call on torch tensors never needs it)."""
+    import importlib.util
+    return "cupy" in sys.modules or importlib.util.find_spec("cupy") is not None
+
+
 def limits(problem):
-    if problem.dtype.startswith("int") and _library()[0] == "torch":
+    if problem.dtype.startswith("int") and not cupy_installed():
         return "torch has no integer matmul on CUDA and CuPy is not installed"
     if problem.dtype.startswith("int"):
         return launch.index_limit(problem, "CuPy's integer matmul")
