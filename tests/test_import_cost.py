@@ -178,3 +178,19 @@ def test_the_public_names_a_numpy_call_never_needs_load_where_first_named():
     """)
     assert found == dict(before=[], multi="tilemm.spread.multi", grid="Grid", linear="tilemm.products.linear",
                          grouped="grouped_matmul")
+
+
+@pytest.mark.gpu
+def test_a_first_call_on_torch_cuda_tensors_imports_neither_numba_nor_cupy():
+    """torch tensors on the GPU, the default kernel: the GPU is described by torch and the library
+    rung multiplies through torch, so numba-cuda and CuPy (~0.65 s and more on an H200) stay unloaded."""
+    loaded = fresh("""
+        import json, sys
+        import torch
+        import tilemm
+        for dtype in (torch.bfloat16, torch.float32, torch.float64):
+            a = torch.ones(256, 256, device="cuda", dtype=dtype)
+            assert (tilemm.matmul(a, a) == 256).all()
+        print(json.dumps(sorted(m for m in ("numba", "cupy") if m in sys.modules)))
+    """)
+    assert loaded == []
