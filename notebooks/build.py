@@ -26,7 +26,7 @@ SRC = HERE.parent / "src"
 class Walk:
     rung: int
     name: str
-    module: str                 # file under src/ whose docstring is the idea
+    module: str                 # file under src/ whose docstring is the idea (its kernel: the *_kernel.py beside it)
     params: dict
     compare: dict = field(default_factory=dict)   # rung -> its parameters, counted beside this one
     look_for: str = ""
@@ -87,7 +87,7 @@ def notebook(walk: Walk) -> nbformat.NotebookNode:
                       "import matplotlib.pyplot as plt\n"
                       "from IPython.display import Code\n\n"
                       "from tilemm.learn import walkthrough"),
-        new_markdown_cell(f"## The code\n\nThe kernel as `src/{walk.module}` has it, read from the file. The "
+        new_markdown_cell(f"## The code\n\nThe kernel as `src/{walk.module.replace('.py', '_kernel.py')}` has it, read from the file. The "
                           "lines between `# --- exercise: begin` and `# --- exercise: end` are the lesson: "
                           f"`tilemm learn {walk.name}` writes this kernel with them left for you."),
         new_code_cell(f"Code(walkthrough.kernel_source({walk.name!r}), language=\"python\")"),

@@ -139,7 +139,7 @@ def test_a_new_process_loads_the_simt_kernels_an_earlier_one_compiled(tmp_path):
             index = sorted(p.name for p in tmp_path.rglob("*.nbi"))
             data = list(tmp_path.rglob("*.nbc"))
     assert runs == [{"loaded": 0, "compiled": 2}, {"loaded": 2, "compiled": 0}]
-    assert len(index) == 2 and index[0].startswith("r03_naive.make_naive") and "regblock" in index[1]
+    assert len(index) == 2 and index[0].startswith("r03_naive_kernel.make_naive") and "regblock" in index[1]
     assert len(data) == 2 and all(p.stat().st_size > 1000 for p in data)
     assert sorted(p.name for p in tmp_path.rglob("*.nbi")) == index       # the second run wrote no new entry
     assert len(list(tmp_path.rglob("*.nbc"))) == 2

@@ -13,7 +13,6 @@ The first call pays the timing, the cache answers the rest.
 from __future__ import annotations
 
 import functools
-import statistics
 
 from tilemm.choose import by_shape as choice
 from tilemm.ladder import registry
@@ -81,6 +80,7 @@ def choose(plan_for, device: str, result: str, m: int, n: int, k: int, layout: s
         else:
             from tilemm.system.timing import time_cuda
             times = time_cuda([call], TIMING_BUDGET_S)
+        import statistics     # (where auto times: not at import)
         return statistics.median(times)
     chosen, _ = tuning.best(key, [{"kernel": kern.name} for kern in found], time_ms)
     return registry.get(chosen["kernel"])

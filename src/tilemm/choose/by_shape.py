@@ -23,7 +23,6 @@ multiplies integers with CuPy's own kernel (cuBLAS has no integer GEMM but int8 
 from __future__ import annotations
 
 import functools
-import json
 import math
 from pathlib import Path
 
@@ -46,14 +45,24 @@ def shape_class(m: int, n: int, k: int, lds: tuple | None = None) -> tuple:
 
 def read_table(path) -> dict:
     """A table's data file, its shape classes as tuples."""
+    import json     # (json loads only where a table is read)
     table = json.loads(Path(path).read_text())
     for key in ("winners", "measured"):
         table[key] = frozenset(tuple(c) for c in table[key])
     return table
 
 
-def _shipped_tables() -> tuple:
-    """(MEASURED_WINNERS, MEASURED_CLASSES) from the data files."""
+@functools.lru_cache(maxsize=None)
+def shipped_tables() -> tuple:
+    """(MEASURED_WINNERS, MEASURED_CLASSES, INT8_SKINNY), read from the data files at their first
+    use (not at import: a call on the host never needs them).
+
+    MEASURED_WINNERS: (compute capability, dtype) -> {shape class: kernel}, where the default leaves
+    cuBLAS; MEASURED_CLASSES: (compute capability, dtype) -> {rung: the shape classes the sweep's fit
+    half measured it on}, where kernel="auto" need not compile and time a rung the table does not name.
+    Integers on Hopper follow INTEGER_WINNERS besides: every product that is not skinny takes
+    `tensorcore-int` (the library has no fast integer GEMM); int8 operands also where the int8 table
+    says; int64 (K in chunks, planned at each launch) from 10^10 operations on."""
     winners, classes = {}, {}
     for path in sorted(TABLES.glob("*.json")):
         table = read_table(path)
@@ -61,23 +70,24 @@ def _shipped_tables() -> tuple:
             key = (tuple(table["capability"]), dtype)
             winners[key] = {c: table["rung"] for c in table["winners"]}
             classes[key] = {table["rung"]: table["measured"]}
-    return winners, classes
+    int8 = winners.get(((9, 0), "int8"), {})
+    winners[((9, 0), "int8")] = {**INTEGER_WINNERS, **int8}
+    winners.update({((9, 0), dtype): INTEGER_WINNERS for dtype in ("int16", "int32")})
+    winners[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.items() if c[0] > 0}
+    return winners, classes, tuple(sorted(c for c in int8 if c[3]))
 
 
-# (compute capability, dtype) -> {shape class: kernel}: where the default leaves cuBLAS; and
-# (compute capability, dtype) -> {rung: the shape classes the sweep's fit half measured it on}: where
-# kernel="auto" need not compile and time a rung the table does not name
-MEASURED_WINNERS, MEASURED_CLASSES = _shipped_tables()
-
-# Integers on Hopper: every product that is not skinny takes `tensorcore-int` (the library has no fast
-# integer GEMM); int8 operands also where the int8 table says; int64 (K in chunks, planned at each
-# launch) from 10^10 operations on.
 INTEGER_WINNERS = {(work, aligned, depth, 0): "tensorcore-int"
                    for work in (0, 1, 2) for aligned in (False, True) for depth in (0, 1, 2)}
-INT8_SKINNY = tuple(sorted(c for c in MEASURED_WINNERS.get(((9, 0), "int8"), {}) if c[3]))
-MEASURED_WINNERS[((9, 0), "int8")] = {**INTEGER_WINNERS, **MEASURED_WINNERS.get(((9, 0), "int8"), {})}
-MEASURED_WINNERS.update({((9, 0), dtype): INTEGER_WINNERS for dtype in ("int16", "int32")})
-MEASURED_WINNERS[((9, 0), "int64")] = {c: rung for c, rung in INTEGER_WINNERS.items() if c[0] > 0}
+# The tables by name, read at first use: MEASURED_WINNERS, MEASURED_CLASSES, and INT8_SKINNY (the
+# skinny classes the int8 table gives tensorcore-int)
+LAZY_TABLES = ("MEASURED_WINNERS", "MEASURED_CLASSES", "INT8_SKINNY")
+
+
+def __getattr__(name):
+    if name in LAZY_TABLES:
+        return shipped_tables()[LAZY_TABLES.index(name)]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # int8 -> int32 on torch tensors: tensorcore-int against the library rung (torch._int_mm), both whole
@@ -129,7 +139,8 @@ def worth_timing(rung: str, dtype: str, m: int, n: int, k: int, lds: tuple | Non
     sweep measured it on this shape class and the table does not name it (it did not win there)."""
     if preferred(dtype, m, n, k, lds=lds) == rung:
         return True
-    return shape_class(m, n, k, lds) not in MEASURED_CLASSES.get((capability(), dtype), {}).get(rung, frozenset())
+    classes = shipped_tables()[1].get((capability(), dtype), {})
+    return shape_class(m, n, k, lds) not in classes.get(rung, frozenset())
 
 
 def winners(records: list[dict], rung: str = "tensorcore", min_geomean: float = 1.05, min_ratio: float = 0.97,
@@ -170,7 +181,7 @@ def preferred(dtype: str, m: int, n: int, k: int, operands: str | None = None,
     (an int64 result sums K in chunks, planned at each launch: int64's own table)."""
     if operands == "int8" and dtype in ("int8", "int16", "int32"):
         dtype = "int8"
-    table = MEASURED_WINNERS.get((capability(), dtype))
+    table = shipped_tables()[0].get((capability(), dtype))
     return table.get(shape_class(m, n, k, lds)) if table else None
 
 

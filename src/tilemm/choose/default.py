@@ -55,8 +55,7 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
                 return kern
     if is_integer(result) and m * n * k >= HOST_INTEGER_TILED_WHEN_COMPILED_FROM:
         tiled = registry.get("cpu-tiled")
-        from tilemm.ladder import r02_cpu_tiled as cpu    # (the ladder loads numba: on first use)
-        if m * n * k >= HOST_INTEGER_TILED_FROM or cpu.tiled_compiled_for(tiled.compute_dtype(result)):
+        if m * n * k >= HOST_INTEGER_TILED_FROM or tiled.compiled_for(tiled.compute_dtype(result)):
             return tiled
     return registry.get("numpy")
 
@@ -79,9 +78,8 @@ def leading_dim(x, cols: int) -> int:
 
 def k_major(a, b) -> bool:
     """Whether torch matrices a and b are in torch._int_mm's fast layout: A's rows and B's columns
-    contiguous (tilemm.ladder.int_mm.k_major)."""
-    from tilemm.ladder import int_mm
-    return len(a.shape) >= 2 and len(b.shape) >= 2 and int_mm.k_major(a, b)
+    contiguous (the library rung's int8_gemm.k_major)."""
+    return len(a.shape) >= 2 and len(b.shape) >= 2 and registry.get("cublas").int8_gemm.k_major(a, b)
 
 
 def int8_library_wins(result: str, m: int, n: int, k: int, operands: str | None) -> bool:
@@ -93,6 +91,5 @@ def int8_library_wins(result: str, m: int, n: int, k: int, operands: str | None)
     gpu = machine.gpu()
     if gpu is None or not choice.int8_library_wins(m, n, k, gpu.sms):
         return False
-    from tilemm.ladder import int_mm
     library = registry.get("cublas")
-    return int_mm.why_not(m, n, k) is None and library.why_not(Problem(m, n, k, "int32"), {}) is None
+    return library.int8_gemm.why_not(m, n, k) is None and library.why_not(Problem(m, n, k, "int32"), {}) is None

@@ -10,13 +10,14 @@ torch._int_mm where it takes them (tilemm.ladder.int_mm); other integers to CuPy
 with zero.
 Operands arrive as torch tensors where torch is installed (tilemm.engine.backends.library).
 """
-import contextlib
 import math
+import sys
 
 from tilemm.numerics import arrays
-from tilemm.system import compat
+from tilemm.system import compat, machine
 from tilemm.engine import streams
-from tilemm.numerics.dtypes import dtype_name, is_integer
+from tilemm.numerics.dtypes import dtype_name, is_exact, is_integer
+from tilemm.engine.torch_flags import EXACT_FLAGS, exact_sums_flag, torch_matmul_flags, torch_product, with_exact_sums  # noqa: F401
 from tilemm.ladder.record import Kernel, Traffic, register
 from tilemm.ladder import int_mm
 from tilemm.ladder.simt import launch
@@ -33,78 +34,6 @@ def _library():
         return "torch", torch
 
 
-@contextlib.contextmanager
-def torch_matmul_flags(**flags):
-    """torch.backends.cuda.matmul's flags set for one call, the caller's put back after it (torch
-    reads them when it picks the cuBLAS routine, at the call); only those that differ are touched
-    (each costs a few microseconds)."""
-    import torch
-    settings = torch.backends.cuda.matmul
-    before = {name: getattr(settings, name) for name in flags}
-    changed = {name: old for name, old in before.items() if old != flags[name]}
-    try:
-        for name in changed:
-            setattr(settings, name, flags[name])
-        yield torch
-    finally:
-        for name, value in changed.items():
-            setattr(settings, name, value)
-
-
-EXACT_FLAGS = dict(allow_tf32=False, allow_fp16_reduced_precision_reduction=False,
-                   allow_bf16_reduced_precision_reduction=False)
-
-
-# the one flag of EXACT_FLAGS that torch reads for a product of this dtype
-FLAG_OF = {"float32": "allow_tf32", "complex64": "allow_tf32", "float16": "allow_fp16_reduced_precision_reduction",
-           "bfloat16": "allow_bf16_reduced_precision_reduction"}
-
-
-def torch_product(dtype: str):
-    """product(a, b): torch.matmul(a, b) with float32 sums and no TF32, for operands of dtype, the
-    caller's flag put back: what a repeated call of the default kernel on torch tensors runs
-    (api.matmul's fast path), without run_cublas's result buffer, the context manager, or the
-    flags this dtype's product never reads."""
-    return with_exact_sums(dtype, arrays.torch_if_imported().matmul)
-
-
-def with_exact_sums(dtype: str, function):
-    """function(*args) run with the one flag of EXACT_FLAGS that torch reads for products of dtype
-    off, the caller's flag put back after it; ``function`` itself where there is nothing to set
-    (float64) or the flag is already off at the call. The flag is read and set through torch's
-    own getter and setter where this torch has them (a tenth of a microsecond each, against half a
-    microsecond through torch.backends.cuda.matmul), which also keep its split-K part as it was."""
-    get, put = exact_sums_flag(dtype)
-    if get is None:
-        return function
-
-    def exact(*args):
-        before = get()
-        if not before[0]:
-            return function(*args)
-        put(False, *before[1:])
-        try:
-            return function(*args)
-        finally:
-            put(*before)
-    return exact
-
-
-def exact_sums_flag(dtype: str) -> tuple:
-    """(get, put) of the flag torch reads for products of dtype (get() gives a tuple whose first
-    item is whether reduced-precision sums are allowed); (None, None) where none is read."""
-    torch = arrays.torch_if_imported()
-    flag = FLAG_OF.get(dtype)
-    if flag is None:
-        return None, None
-    get, put = (getattr(torch._C, f"_{verb}_cublas_{flag}", None) for verb in ("get", "set"))
-    if get is None or put is None:          # a torch without them: the attribute
-        settings = torch.backends.cuda.matmul
-        get, put = (lambda: getattr(settings, flag)), (lambda value: setattr(settings, flag, value))
-    # the reductions' flags read (allowed, split-K allowed) in newer torch: the state is a tuple
-    return (get if isinstance(get(), tuple) else (lambda: (get(),))), put
-
-
 # --8<-- [start:kernel]
 def run_cublas(a, b, c):
     """Floats through torch where the operands are torch tensors (CuPy's view of a tensor costs
@@ -116,11 +45,11 @@ def run_cublas(a, b, c):
             int_mm.run(a, b, c)
             return
         a, b = a.to(c.dtype), b.to(c.dtype)
-    name, lib = _library()
     torch, dtype = arrays.torch_if_imported(), dtype_name(c.dtype)
     through_torch = dtype in SIXTEEN_BITS or (not is_integer(dtype) and (
         (torch is not None and isinstance(c, torch.Tensor)) or streams.capturing()))
-    if name == "cupy" and not through_torch:
+    name, lib = ("torch", torch) if through_torch else _library()   # (CuPy is imported only where it runs)
+    if name == "cupy":
         lib.matmul(lib.asarray(a), lib.asarray(b), out=lib.asarray(c))
         return
     with torch_matmul_flags(**EXACT_FLAGS) as torch:
@@ -141,22 +70,28 @@ def run_stack(a, b, c):
 
 
 def available():
+    """Why the library can't run here, or None: asked of the library the operands came with (torch
+    or CuPy, already loaded), else of the one installed; never of numba-cuda, which it does not run on."""
     if compat.cuda_simulator():
         return "the CUDA simulator has no cuBLAS; on the CPU the library rung is numpy"
-    reason = launch.available()
-    if reason and "simulator" in reason:     # not the SIMT rungs' advice: the simulator can't run this one
-        return "needs a CUDA GPU (numba.cuda finds none); on the CPU the library rung is numpy"
-    if reason:
-        return reason
-    try:
-        _library()
-    except ImportError:
-        return "needs CuPy or PyTorch with CUDA"
+    if "torch" not in sys.modules and "cupy" not in sys.modules:
+        try:
+            _library()
+        except ImportError:
+            return "needs CuPy or PyTorch with CUDA"
+    if machine.gpu() is None:
+        return "needs a CUDA GPU (none found); on the CPU the library rung is numpy"
     return None
 
 
+def cupy_installed() -> bool:
+    """Whether CuPy is here, asked without importing it (a first call on torch tensors never needs it)."""
+    import importlib.util
+    return "cupy" in sys.modules or importlib.util.find_spec("cupy") is not None
+
+
 def limits(problem):
-    if problem.dtype.startswith("int") and _library()[0] == "torch":
+    if problem.dtype.startswith("int") and not cupy_installed():
         return "torch has no integer matmul on CUDA and CuPy is not installed"
     if problem.dtype.startswith("int"):
         return launch.index_limit(problem, "CuPy's integer matmul")
@@ -168,6 +103,17 @@ def limits(problem):
     return None
 
 
+def fast_product(a, b, operands: str, result: str, compute: str):
+    """A plan's product for repeated calls on torch CUDA matrices a and b of dtype `operands`, or
+    None: torch.matmul with float32 sums for floats (torch_product), torch._int_mm for int8 into
+    int32 (int_mm.product, where it takes their sizes)."""
+    if operands == result == compute and not is_exact(result) and len(a.shape) >= 2 and len(b.shape) >= 2:
+        return torch_product(result)
+    if operands == "int8" and result == compute == "int32" and len(a.shape) == len(b.shape) == 2:
+        return int_mm.product(a, b)
+    return None
+
+
 register(Kernel(
     name="cublas", rung=99, device="cuda", backend="library",
     dtypes=("int32", "int64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128"),
@@ -175,4 +121,5 @@ register(Kernel(
                            "exact kernel for integers and bool",
     run=run_cublas, run_stack=run_stack, available=available, limits=limits, narrow_operands=True,
     traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
+    fast_product=fast_product, int8_gemm=int_mm,
 ))

@@ -96,6 +96,15 @@ class Kernel:
         ``available()``: why it cannot run on this machine, or None.
     launch_shape : callable or None
         The SIMT rungs' grid, block and shared memory for a problem (`tilemm explain` prints it).
+    compiled_for : callable or None
+        ``compiled_for(dtype)``: whether this process holds the kernel compiled for that compute
+        dtype (the default takes a compiled rung sooner), without compiling or importing it.
+    fast_product : callable or None
+        ``fast_product(a, b, operands, result, compute)``: the library's own product of torch CUDA
+        tensors shaped as a and b, for a plan's repeated calls, or None where it has none.
+    int8_gemm : module or None
+        The rung's int8 x int8 -> int32 GEMM (`tilemm.ladder.int_mm`): ``why_not(m, n, k)``,
+        ``k_major(a, b)`` (its fast layout); the default weighs it against tensorcore-int.
     bind, replay, run_stack : callable or None
         Faster paths of a prepared plan, a repeated call and a stack of matrices; None where the
         rung has none.
@@ -128,6 +137,12 @@ class Kernel:
                                           # products there per product of the problem); None: the dtype's own
     run_stack: Callable | None = None  # run_stack(a, b, c): a whole stack of matrices (NumPy's broadcasting) in one
                                        # call, where the rung's library takes stacks itself; None: run() a matrix
+    compiled_for: Callable | None = None  # compiled_for(dtype) -> whether this process holds its kernel compiled for
+                                          # that compute dtype (None: not tracked); never imports the kernel
+    fast_product: Callable | None = None  # fast_product(a, b, operands, result, compute) -> a function (a, b) -> a @ b
+                                          # for a plan's repeated calls on torch CUDA tensors, or None
+    int8_gemm: Any = None   # its library's int8 x int8 -> int32 GEMM (tilemm.ladder.int_mm): why_not(m, n, k),
+                            # k_major(a, b) (its fast layout), product(a, b); None: it has none
 
     def resolve(self, given: dict) -> dict:
         """The kernel's parameters for a call: ``given``, checked, with the defaults filled in.

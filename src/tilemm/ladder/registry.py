@@ -2,12 +2,15 @@
 
 Each kernel module builds a ``Kernel`` (tilemm.ladder.record) and passes it to ``register``; the
 CLI, the benchmark, ``explain`` and the README table all read the ladder through ``kernels()``
-and ``get()``.
+and ``get()``. ``get(name)`` imports the one module that registers the rung (tilemm.ladder.rungs
+says which), ``kernels()`` all of them; none imports numba, numba-cuda or Triton, which a rung's
+kernel file loads at its first launch.
 """
 from __future__ import annotations
 
 import importlib
 
+from tilemm.ladder.rungs import RUNGS
 from tilemm.ladder.record import LADDER, DTYPE_UNITS, Kernel, Param, Problem, Traffic, WholeNumbers, register
 
 __all__ = ["kernels", "get", "Kernel", "Param", "Problem", "Traffic", "WholeNumbers", "register", "DTYPE_UNITS"]
@@ -26,7 +29,8 @@ def kernels(device: str | None = None) -> list[Kernel]:
     list of Kernel
         Sorted by rung.
     """
-    importlib.import_module("tilemm.ladder.rungs")  # registers every rung (they load numba: on first use)
+    for module in dict.fromkeys(RUNGS.values()):     # registers every rung (their kernels load on first use)
+        importlib.import_module(module)
     ladder = sorted(LADDER.values(), key=lambda k: k.rung)
     return [k for k in ladder if device is None or k.device == device]
 
@@ -48,9 +52,9 @@ def get(name: str) -> Kernel:
     ValueError
         No kernel has that name (the message lists those that exist).
     """
-    if name in LADDER:               # registered already: no need to walk the ladder
+    if name in LADDER:               # registered already
         return LADDER[name]
-    ladder = {k.name: k for k in kernels()}
-    if name not in ladder:
-        raise ValueError(f"unknown kernel {name!r}; known kernels: {', '.join(ladder)}")
-    return ladder[name]
+    if name not in RUNGS:
+        raise ValueError(f"unknown kernel {name!r}; known kernels: {', '.join(k.name for k in kernels())}")
+    importlib.import_module(RUNGS[name])     # registers it (and only the rungs its module needs)
+    return LADDER[name]

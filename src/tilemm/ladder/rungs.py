@@ -1,6 +1,24 @@
-"""Every rung of the ladder: importing this module registers them, in ladder order."""
-from tilemm.ladder import reference, r01_cpu_naive, r02_cpu_tiled  # noqa: F401
-from tilemm.ladder.simt import r03_naive, r04_naive_global, r05_uncoalesced, r06_tiled, r07_rect, r08_regblock  # noqa: F401
-from tilemm.ladder.tensorcore import r09_tutorial, r10_tensorcore, r11_int_digits, r12_fp64, r13_f32, r14_complex  # noqa: F401
-from tilemm.ladder.tensorcore import r15_grouped  # noqa: F401
-from tilemm.ladder import library  # noqa: F401
+"""Where each rung's record lives, in ladder order: the registry imports a rung's module when the
+rung is first asked for. A rung's module holds its record, launcher and checks and never imports
+numba, numba-cuda or Triton at import: its kernel's file does, at the first launch."""
+
+# kernel name -> the module that registers it
+RUNGS = {
+    "numpy": "tilemm.ladder.reference",
+    "cpu-naive": "tilemm.ladder.r01_cpu_naive",
+    "cpu-tiled": "tilemm.ladder.r02_cpu_tiled",
+    "naive": "tilemm.ladder.simt.r03_naive",
+    "naive-global": "tilemm.ladder.simt.r04_naive_global",
+    "uncoalesced": "tilemm.ladder.simt.r05_uncoalesced",
+    "tiled": "tilemm.ladder.simt.r06_tiled",
+    "rect": "tilemm.ladder.simt.r07_rect",
+    "regblock": "tilemm.ladder.simt.r08_regblock",
+    "tensorcore-tutorial": "tilemm.ladder.tensorcore.r09_tutorial",
+    "tensorcore": "tilemm.ladder.tensorcore.r10_tensorcore",
+    "tensorcore-int": "tilemm.ladder.tensorcore.r11_int_digits",
+    "tensorcore-f64": "tilemm.ladder.tensorcore.r12_fp64",
+    "tensorcore-f32": "tilemm.ladder.tensorcore.r13_f32",
+    "tensorcore-complex": "tilemm.ladder.tensorcore.r14_complex",
+    "tensorcore-grouped": "tilemm.ladder.tensorcore.r15_grouped",
+    "cublas": "tilemm.ladder.library",
+}

@@ -1,6 +1,6 @@
 """The exercises: one a rung, each the rung's own kernel with its lesson left for the learner.
 
-An exercise names the rung's module and the function that holds the kernel (a factory for the
+An exercise names the module of the rung's kernel and the function that holds it (a factory for the
 numba-cuda rungs, the kernel itself for the CPU and Triton rungs); the lines the learner writes
 are those between ``# --- exercise: begin`` and ``# --- exercise: end`` in the rung's source, so
 an exercise can't drift from its rung. ``todo`` holds, for each such region in order, what to
@@ -27,13 +27,13 @@ class Exercise:
 
 EXERCISES = (
     Exercise(
-        "cpu-naive", 1, "tilemm.ladder.r01_cpu_naive", "_naive", "numba",
+        "cpu-naive", 1, "tilemm.ladder.r01_cpu_naive_kernel", "naive", "numba",
         "the triple loop: one sum per output, kept in a register",
         ("For every row i of C and every column j: start a sum at `zero`, add a[i, p] * b[p, j] for\n"
          "every p in range(k), and store the sum in c[i, j] once.",),
         before="numpy"),
     Exercise(
-        "naive", 3, "tilemm.ladder.simt.r03_naive", "make_naive", "numba-cuda",
+        "naive", 3, "tilemm.ladder.simt.r03_naive_kernel", "make_naive", "numba-cuda",
         "one thread per output of C, the sum in a register",
         ("This thread computes one element of C. Its row is blockIdx.y * blockDim.y + threadIdx.y and\n"
          "its column blockIdx.x * blockDim.x + threadIdx.x (threadIdx.x walks the columns, so a warp\n"
@@ -42,7 +42,7 @@ EXERCISES = (
          "uint32 counter, and store c[row, col] once at the end.",),
         sim_params={"block": 8}, before="cpu-tiled"),
     Exercise(
-        "naive-global", 4, "tilemm.ladder.simt.r04_naive_global", "make_naive_global", "numba-cuda",
+        "naive-global", 4, "tilemm.ladder.simt.r04_naive_global_kernel", "make_naive_global", "numba-cuda",
         "naive, accumulating straight into C in global memory (the slow way, on purpose)",
         ("As in `naive`, one thread per element of C (threadIdx.x walks the columns, threads past the\n"
          "edge do nothing), but keep the sum in C itself: set c[row, col] to acc(0), then at every\n"
@@ -50,14 +50,14 @@ EXERCISES = (
          "memory: that traffic is the lesson.",),
         sim_params={"block": 8}, before="naive"),
     Exercise(
-        "uncoalesced", 5, "tilemm.ladder.simt.r05_uncoalesced", "make_uncoalesced", "numba-cuda",
+        "uncoalesced", 5, "tilemm.ladder.simt.r05_uncoalesced_kernel", "make_uncoalesced", "numba-cuda",
         "naive with threadIdx.x walking the rows of C: the coalescing lesson",
         ("Write `naive` with the thread axes swapped: the row is blockIdx.x * blockDim.x + threadIdx.x\n"
          "and the column blockIdx.y * blockDim.y + threadIdx.y, so the 32 threads of a warp read 32\n"
          "different rows of A. Threads past the edge of C do nothing; the sum stays in a register.",),
         sim_params={"block": 8}, before="naive"),
     Exercise(
-        "tiled", 6, "tilemm.ladder.simt.r06_tiled", "make_tiled", "numba-cuda",
+        "tiled", 6, "tilemm.ladder.simt.r06_tiled_kernel", "make_tiled", "numba-cuda",
         "shared-memory tiles: each element of A and B loaded once per block, not once per thread",
         ("Walk K in phases of TILE. In each phase, this thread copies one element of A, a[row, phase + tx],\n"
          "into tile_a[ty, tx] and one of B, b[phase + ty, col], into tile_b[ty, tx] (a zero where the\n"
@@ -67,7 +67,7 @@ EXERCISES = (
          "never derived from the grid. At the end, store the sum where (row, col) lies inside C.",),
         sim_params={"tile": 4}, before="uncoalesced", uses_shared=True),
     Exercise(
-        "rect", 7, "tilemm.ladder.simt.r07_rect", "make_rect", "numba-cuda",
+        "rect", 7, "tilemm.ladder.simt.r07_rect_kernel", "make_rect", "numba-cuda",
         "one A tile and F B tiles per phase: F outputs per thread, A read F times less",
         ("This thread computes F outputs, in columns col0 + i * TILE (i < F), summed in total[i]\n"
          "(zero them first). Per phase of TILE along K: copy a[row, phase + tx] into tile_a[ty, tx] and,\n"
@@ -77,7 +77,7 @@ EXERCISES = (
          "inside C.",),
         sim_params={"tile": 4, "f": 2}, before="tiled", uses_shared=True),
     Exercise(
-        "regblock", 8, "tilemm.ladder.simt.r08_regblock", "make_regblock", "numba-cuda",
+        "regblock", 8, "tilemm.ladder.simt.r08_regblock_kernel", "make_regblock", "numba-cuda",
         "register tiles: per K step a thread reads THREAD_M + THREAD_N values and does THREAD_M x "
         "THREAD_N products",
         ("read_step: copy this thread's THREAD_M values of A at step p into a_v and its THREAD_N values\n"

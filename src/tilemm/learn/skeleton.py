@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from tilemm.ladder.rungs import RUNGS
 from tilemm.learn import source
 from tilemm.learn.exercises import Exercise
 
@@ -80,7 +81,7 @@ def write(exercise: Exercise, folder: Path, solution: bool = False, overwrite: b
 
 
 def simt_imports(exercise: Exercise) -> list[str]:
-    return ["import numba", "from tilemm.ladder.record import Problem", f"from {exercise.module} import shape"]
+    return ["import numba", "from tilemm.ladder.record import Problem", f"from {RUNGS[exercise.name]} import shape"]
 
 
 def simt_launcher(exercise: Exercise, extract: source.Extract) -> str:

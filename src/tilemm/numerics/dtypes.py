@@ -24,6 +24,8 @@ COMPLEX = ("complex64", "complex128")
 HOST_ONLY = tuple(name for name in (np.dtype(np.longdouble).name, np.dtype(np.clongdouble).name)
                   if name not in FLOATS + COMPLEX)
 SUPPORTED = FLOATS + INTS + BOOL + COMPLEX + HOST_ONLY
+# What the numba rungs (CPU and SIMT) compute natively; other dtypes are promoted to one of these.
+WORD_DTYPES = ("int32", "int64", "float32", "float64")
 
 # Unit roundoff of each float type: half the distance from 1.0 to the next number (a complex type's
 # is its parts').

@@ -7,11 +7,11 @@ import math
 import numpy as np
 
 from tilemm.numerics import arrays
-from tilemm.choose import auto, default as dispatch
+from tilemm.choose import default as dispatch
 from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
 from tilemm.ladder import registry
 from tilemm.engine import streams
-from tilemm.numerics.dtypes import HOST_ONLY, check_supported, int_width, is_exact, result_dtype
+from tilemm.numerics.dtypes import HOST_ONLY, check_supported, int_width, result_dtype
 from tilemm.plans.plan import KernelUnavailable, Plan
 from tilemm.ladder.registry import Problem
 
@@ -73,6 +73,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         if params:
             raise TypeError(f"matmul: kernel='auto' takes no kernel parameters (got {', '.join(sorted(params))}); "
                             "name a kernel to set them")
+        from tilemm.choose import auto     # (kernel="auto" alone times rungs: loaded where asked)
         chosen = auto.choose(lambda name: check(a, b, kernel=name, out_dtype=out_dtype, stream=stream), da.device,
                              result, m, n, k,
                              auto.layout(a) + auto.layout(b), dispatch.leading_dims(a, b, k, n))
@@ -99,14 +100,8 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     queue = streams.caller_stream(da.kind, da.device, stream) if chosen.device == "cuda" else streams.LEGACY_DEFAULT
     direct = (chosen.name == "numpy" and da.kind == db.kind == "numpy" and da.dtype == db.dtype == result == compute
               and (out_dtype is None or exact.char == np.result_type(a.dtype, b.dtype).char))
-    fast = None
-    if (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and not is_exact(result)
-            and len(da.shape) >= 2 and len(db.shape) >= 2 and da.dtype == db.dtype == result == compute):
-        from tilemm.ladder.library import torch_product    # (the ladder loads numba: on first use)
-        fast = torch_product(result)
-    elif (chosen.name == "cublas" and da.kind == db.kind == "torch" and da.device != "cpu" and len(da.shape) == 2
-          and len(db.shape) == 2 and da.dtype == db.dtype == "int8" and result == compute == "int32"):
-        from tilemm.ladder import int_mm     # torch._int_mm, A padded where M is 16 or less
-        fast = int_mm.product(a, b)
+    fast = None      # the rung's library product for repeated calls (torch.matmul, torch._int_mm)
+    if chosen.fast_product and da.kind == db.kind == "torch" and da.device != "cpu" and da.dtype == db.dtype:
+        fast = chosen.fast_product(a, b, da.dtype, result, compute)
     return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast,
                 exact=exact)

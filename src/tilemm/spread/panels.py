@@ -50,7 +50,7 @@ def product(c, a, b) -> None:
     torch with the reduced-precision reductions off (what a K in one pass needs: no running sum)."""
     if dtype_name(a.dtype) in SIXTEEN_BIT:
         if a.is_cuda:
-            from tilemm.ladder.library import EXACT_FLAGS, torch_matmul_flags
+            from tilemm.engine.torch_flags import EXACT_FLAGS, torch_matmul_flags
             with torch_matmul_flags(**EXACT_FLAGS) as torch:
                 torch.matmul(a, b, out=c)
         else:

@@ -1,12 +1,10 @@
 """What this machine is: library versions, the CPU, the GPU and its limits and peaks."""
 from __future__ import annotations
 
-import datetime
 import functools
 import os
-import platform
+import sys
 from dataclasses import asdict, dataclass, replace
-from importlib import metadata
 
 from tilemm.system import compat
 
@@ -61,23 +59,86 @@ H100 = GPU("NVIDIA H100 80GB HBM3 (assumed)", (9, 0), 132, 1024, (1024, 1024, 64
 ASSUMED = {"H100": H100, "H200": replace(H100, name="NVIDIA H200 (assumed)", memory_gb=141.0)}
 
 
+# What CUDA has allowed every GPU since compute capability 3.0 (the Programming Guide's table of
+# technical specifications): the limits torch's device properties do not carry.
+CUDA_LIMITS = {"max_threads_per_block": 1024, "max_block_dim": (1024, 1024, 64),
+               "max_grid_dim": (2**31 - 1, 65535, 65535), "max_shared_per_block": 48 * 1024}
+
+
 @functools.lru_cache(maxsize=None)
 def gpu() -> GPU | None:
-    """The real CUDA GPU numba-cuda sees, or None (no GPU, or running under the simulator)."""
+    """The real CUDA GPU this process works on (its current device), or None (no GPU, or running
+    under the simulator). Described by the library already loaded to run there, so that a first
+    call imports nothing more: torch (the operands are torch tensors), else CuPy, else numba-cuda."""
     if compat.cuda_simulator():
         return None
     try:
-        from numba import cuda
-        if not cuda.is_available():
-            return None
-        return _described(cuda.get_current_device().id)
+        for describe in (torch_gpu, cupy_gpu, numba_gpu):
+            found = describe()
+            if found is not False:
+                return found
+        return None
     except Exception:  # a broken driver is "no GPU" for dispatch; `tilemm info` shows why
         return None
 
 
+def torch_gpu() -> GPU | bool:
+    """torch's current CUDA device, described from its device properties; False where torch is not
+    imported (nor worth importing for this) or sees no GPU (a CPU build, say)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return False
+    return described_by_torch(torch.cuda.current_device())
+
+
+def cupy_gpu() -> GPU | bool:
+    """CuPy's current device, described by the CUDA runtime; False where CuPy is not imported or
+    sees no GPU."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None or cupy.cuda.runtime.getDeviceCount() == 0:
+        return False
+    return described_by_cupy(cupy.cuda.runtime.getDevice())
+
+
+def numba_gpu() -> GPU | None:
+    """numba-cuda's current device, or None (no numba-cuda, or no GPU)."""
+    try:
+        from numba import cuda
+    except ImportError:
+        return None
+    if not cuda.is_available():
+        return None
+    return described_by_numba(cuda.get_current_device().id)
+
+
 @functools.lru_cache(maxsize=None)
-def _described(device_id: int) -> GPU:
-    """GPU device_id's attributes, read once: every plan checks its launch against them."""
+def described_by_torch(device_id: int) -> GPU:
+    """GPU device_id's attributes as torch reads them (cudaGetDeviceProperties), read once."""
+    import torch
+    p = torch.cuda.get_device_properties(device_id)
+    return GPU(p.name, (p.major, p.minor), p.multi_processor_count, CUDA_LIMITS["max_threads_per_block"],
+               CUDA_LIMITS["max_block_dim"], CUDA_LIMITS["max_grid_dim"],
+               getattr(p, "shared_memory_per_block", CUDA_LIMITS["max_shared_per_block"]),
+               getattr(p, "shared_memory_per_block_optin", None) or optin_of_capability((p.major, p.minor)),
+               p.L2_cache_size, getattr(p, "clock_rate", 0) / 1000.0, p.total_memory / 1e9)
+
+
+@functools.lru_cache(maxsize=None)
+def described_by_cupy(device_id: int) -> GPU:
+    """GPU device_id's attributes as CuPy's runtime reads them (cudaGetDeviceProperties), read once."""
+    import cupy
+    p = cupy.cuda.runtime.getDeviceProperties(device_id)
+    name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+    return GPU(name, (p["major"], p["minor"]), p["multiProcessorCount"], p["maxThreadsPerBlock"],
+               tuple(p["maxThreadsDim"]), tuple(p["maxGridSize"]), p["sharedMemPerBlock"],
+               p.get("sharedMemPerBlockOptin") or optin_of_capability((p["major"], p["minor"])),
+               p["l2CacheSize"], p["clockRate"] / 1000.0, p["totalGlobalMem"] / 1e9)
+
+
+@functools.lru_cache(maxsize=None)
+def described_by_numba(device_id: int) -> GPU:
+    """GPU device_id's attributes as numba-cuda reads them, read once: every plan checks its launch
+    against them."""
     from numba import cuda
     d = cuda.get_current_device()
     free, total = cuda.current_context().get_memory_info()
@@ -89,6 +150,16 @@ def _described(device_id: int) -> GPU:
                d.CLOCK_RATE / 1000.0, total / 1e9)
 
 
+# Dynamic shared memory a block may opt into, by compute capability (CUDA Programming Guide), for a
+# torch too old to report it.
+OPTIN_SHARED = {(7, 0): 96 * 1024, (7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 7): 163 * 1024,
+                (8, 9): 99 * 1024, (9, 0): 227 * 1024}
+
+
+def optin_of_capability(capability: tuple) -> int:
+    return OPTIN_SHARED.get(tuple(capability), CUDA_LIMITS["max_shared_per_block"])
+
+
 def limits(assume: str = "H100") -> GPU:
     """The GPU whose limits a launch is checked against: the real one, else the one named in
     ASSUMED (a typical H100 unless told)."""
@@ -97,7 +168,11 @@ def limits(assume: str = "H100") -> GPU:
     return gpu() or ASSUMED[assume]
 
 
+# (platform, importlib.metadata and datetime load where a record is written, not at import: a call
+# never needs them, and importlib.metadata alone brings email, zipfile, csv and socket)
 def versions() -> dict:
+    import platform
+    from importlib import metadata
     out = {"python": platform.python_version()}
     for lib in LIBRARIES:
         try:
@@ -108,6 +183,7 @@ def versions() -> dict:
 
 
 def cpu() -> dict:
+    import platform
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -131,6 +207,7 @@ def describe() -> dict:
 def stamp(command: str) -> dict:
     """What every result record carries: the device, the library versions, the date (UTC) and
     the command that measured it."""
+    import datetime
     info = describe()
     return {"device": info["device"], "versions": info["versions"],
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "command": command}

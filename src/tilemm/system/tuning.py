@@ -4,8 +4,6 @@ every later call and process. TILEMM_CACHE_DIR moves the file (default ~/.cache/
 from __future__ import annotations
 
 import contextlib
-import datetime
-import json
 import os
 import tempfile
 import threading
@@ -24,6 +22,7 @@ def _load() -> dict:
     object is ignored with a warning (the call goes on and tunes again), never an error."""
     path = cache_file()
     try:
+        import json     # (where the cache is read: not at import)
         entries = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
@@ -60,6 +59,7 @@ def record(key: str, entry: dict) -> None:
     """Add one winner to the file: re-read (another process may have written meanwhile), then
     replace it atomically, so a reader never sees half a file. A cache that can't be written
     (read-only, full disk) keeps the winner in memory only, with a warning."""
+    import json
     path = cache_file()
     with _WRITING:
         try:
@@ -111,6 +111,7 @@ def best(key: str, candidates: list[dict], time_ms) -> tuple[dict, dict]:
     start = time.perf_counter()
     timed = [(time_ms(c), i) for i, c in enumerate(candidates)]
     ms, i = min(timed)
+    import datetime
     from tilemm.system import machine
     info = machine.describe()        # a winner says where, when and with which libraries it won
     entry = {"params": candidates[i], "ms": ms, "tried": len(candidates),

@@ -115,15 +115,15 @@ class Layout:
     __slots__ = ("fast", "linear", "exact_linear", "get", "put", "plain_seen", "sums_seen", "grads")
 
     def __init__(self, fast, dtype: torch.dtype):
-        from tilemm.ladder import library        # (the ladder loads numba: on first use)
+        from tilemm.engine import torch_flags      # (the library rung's float32-sum flags)
         self.fast, self.grads, self.plain_seen, self.sums_seen = fast, None, None, None
         name = str(dtype).removeprefix("torch.")
-        self.get, self.put = get, put = library.exact_sums_flag(name)
+        self.get, self.put = get, put = torch_flags.exact_sums_flag(name)
         self.linear = self.exact_linear = None
         if fast is not None:
-            self.linear = library.with_exact_sums(name, linear)
+            self.linear = torch_flags.with_exact_sums(name, linear)
             if get is not None:
-                self.exact_linear = library.with_exact_sums(name, linear_with_exact_backward(get, put))
+                self.exact_linear = torch_flags.with_exact_sums(name, linear_with_exact_backward(get, put))
 
     def product(self, input, weight, bias):
         """F.linear with tilemm's sums: as it is where torch's flag is off or in the state under
@@ -152,8 +152,8 @@ def torch_linear_grads(grad, input, weight, need_input: bool, need_weight: bool)
 
 
 def library_linear_grads(dtype: torch.dtype):
-    from tilemm.ladder import library        # (the ladder loads numba: on first use)
-    return library.with_exact_sums(str(dtype).removeprefix("torch."), torch_linear_grads)
+    from tilemm.engine import torch_flags      # (the library rung's float32-sum flags)
+    return torch_flags.with_exact_sums(str(dtype).removeprefix("torch."), torch_linear_grads)
 
 
 def linear_grads(product, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:

@@ -9,19 +9,38 @@ first, and says which limit and why.
 from __future__ import annotations
 
 import functools
+import importlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from tilemm.system import compat, machine
 from tilemm.engine import streams
-from tilemm.ladder.record import Kernel, Problem, register
+from tilemm.numerics.dtypes import WORD_DTYPES
+from tilemm.ladder.record import Kernel, Param, Problem, register
 from tilemm.ladder.simt import direct
 
-SIMT_DTYPES = ("int32", "int64", "float32", "float64")
+SIMT_DTYPES = WORD_DTYPES
 # 16-byte aligned shared arrays let the compiler merge four neighbouring loads into one
 # ld.shared.v4; the simulator refuses any alignment argument but None.
 SHARED_ALIGN = None if compat.cuda_simulator() else 16
+
+
+# The parameters several rungs share: naive's block (rungs 3-5) and tiled's tile (rungs 6-7).
+BLOCK = Param("block", 16, (1, 2, 4, 8, 16, 32, 64), "threads per block side (BLOCK x BLOCK); 64 exceeds 1024")
+TILE = Param("tile", 16, (8, 16, 32, 64), "TILE_WIDTH: a block is TILE x TILE threads and tiles")
+
+
+@dataclass(frozen=True)
+class Factory:
+    """A rung's kernel factory, named by its module and function: factory(numba scalar type,
+    **compile params) -> a @cuda.jit kernel. The module (and numba-cuda with it) is imported at the
+    first build, so that reading a rung's record never imports numba."""
+    module: str
+    function: str
+
+    def __call__(self, scalar, **params):
+        return getattr(importlib.import_module(self.module), self.function)(scalar, **params)
 
 
 @dataclass(frozen=True)
