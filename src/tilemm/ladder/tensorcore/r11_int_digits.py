@@ -98,14 +98,16 @@ def takes_persistent(nd_a: int, nd_b: int, c, k: int) -> bool:
 
 def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n, block_k, group_m, num_warps,
                     num_stages):
-    """A launcher without arguments of the persistent program (int32 sums) on int8 planes a_part
+    """A launcher without arguments of the engine's persistent schedule with int32 sums of K steps
+    (int8_steps) on int8 planes a_part
     (M, K) and b_part (N, K), both K-major; told C's alignment (int32 C of 4002 or 7026 columns:
     1.02x)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
+    from tilemm.ladder.tensorcore.r11_int_digits_kernel import int8_steps
     return persistent_launch(TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
-                                     TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n, k, INT=True,
-                                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-                                     num_warps=num_warps, num_stages=num_stages, C_ALIGN=operand_copies.c_alignment(c))
+                             TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n, k, int8_steps,
+                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
+                             num_warps=num_warps, num_stages=num_stages, C_ALIGN=operand_copies.c_alignment(c))
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, small_m=None, split_k=None):

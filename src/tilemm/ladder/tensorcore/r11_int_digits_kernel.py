@@ -94,3 +94,25 @@ def digit_matmul(a_desc, b_desc, c_ptr, M, N, K_TILES, stride_cm, stride_cn,
             total = acc
         store_tile(c_ptr, total, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
 # --8<-- [end:fused]
+
+
+@triton.jit
+def int8_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T: tl.constexpr, B_T: tl.constexpr,
+               UPCAST: tl.constexpr, OPTION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """The int32 sum (wrapping, as the result must) of K steps step_from..step_to - 1 of the tile at
+    (off_m, off_n), int8 tiles brought in by TMA, both K-major (A row-major, B given as B^T): what
+    the engine's persistent schedule runs on each tile for int8 data (UPCAST, OPTION: unused)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for step in range(step_from, step_to):
+        k0 = step * BLOCK_K
+        if A_T:
+            a = a_desc.load([k0, off_m]).T
+        else:
+            a = a_desc.load([off_m, k0])
+        if B_T:
+            b = b_desc.load([off_n, k0]).T
+        else:
+            b = b_desc.load([k0, off_n])
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32)    # Triton 3.6 needs out_dtype for int8
+    return acc

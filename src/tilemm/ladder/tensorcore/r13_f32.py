@@ -52,7 +52,8 @@ from tilemm.ladder.record import Kernel, Param, Traffic, register
 from tilemm.engine import availability, operand_copies
 from tilemm.engine import launches
 from tilemm.engine.persistent import persistent_launch
-from tilemm.ladder.tensorcore.r10_tensorcore import stream_k_pays, tile_params
+from tilemm.engine.tensorcore_launch import stream_k_pays
+from tilemm.ladder.tensorcore.tile_params import tile_params
 from tilemm.ladder.tensorcore.r13_f32_panels import panel_bounds, panels_pay
 
 # TF32 keeps 11 significant bits, so hi + lo carries 22 of float32's 24: each 3xTF32 product is
@@ -129,7 +130,7 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     NaN, which fixed point cannot hold, are found on the GPU (no wait for it here): the tiles of C
     they meet are then computed again in IEEE float32."""
     import torch
-    from tilemm.engine.programs import matmul_kernel
+    from tilemm.ladder.tensorcore.r13_f32_kernel import ieee_matmul
     from tilemm.ladder.tensorcore.r11_int_digits import chunk_tiles, digit_products
     from tilemm.ladder.tensorcore.r11_int_digits_kernel import split_digits
     from tilemm.ladder.tensorcore.r13_f32_kernel import unscale
@@ -154,10 +155,9 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
         unscale[grid](exact, 1 / scale_a, 1 / scale_b, c, m, n, c.stride(0), c.stride(1),
                       BLOCK_M=operand_copies.SPLIT_BLOCK, BLOCK_N=operand_copies.SPLIT_BLOCK)
     tiles_of_c = -(-m // IEEE_TILE) * -(-n // IEEE_TILE)      # programs that meet no Inf or NaN store nothing
-    matmul_kernel[(tiles_of_c,)](a, b, c, m, n, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                 c.stride(0), c.stride(1), BLOCK_M=IEEE_TILE, BLOCK_N=IEEE_TILE, BLOCK_K=16,
-                                 GROUP_M=8, UPCAST=True, FP64=False, top_a_ptr=top_a, top_b_ptr=top_b,
-                                 num_warps=4, num_stages=1)
+    ieee_matmul[(tiles_of_c,)](a, b, c, m, n, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                               c.stride(0), c.stride(1), BLOCK_M=IEEE_TILE, BLOCK_N=IEEE_TILE, BLOCK_K=16,
+                               GROUP_M=8, top_a_ptr=top_a, top_b_ptr=top_b, num_warps=4, num_stages=1)
 
 
 # 3xTF32 products of at most this many multiply-adds take one launch (tf32x3_direct), their
@@ -208,11 +208,11 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
     parts = 2 if precision == "3xtf32" else 1
     grid = (-(-m // block_m) * -(-n // block_n),)
     if parts == 2 and k < IEEE_BELOW_K:
-        from tilemm.engine.programs import matmul_kernel   # short sums: IEEE float32 on the FMA units
-        return launches.bound_launch(matmul_kernel, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                                          b.stride(1), c.stride(0), c.stride(1)),
+        from tilemm.ladder.tensorcore.r13_f32_kernel import ieee_matmul   # short sums: IEEE float32 on the FMA units
+        return launches.bound_launch(ieee_matmul, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+                                                        b.stride(1), c.stride(0), c.stride(1)),
                                     dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, GROUP_M=group_m,
-                                         UPCAST=True, FP64=False, num_warps=num_warps, num_stages=1))
+                                         num_warps=num_warps, num_stages=1))
     if parts == 2 and takes_direct(m, n, k, direct, stream_k, copy_panels):
         return direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps,
@@ -220,18 +220,19 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
     a_desc, a_fill = parts_of(a, parts, block_m, block_k)
     persistent = parts == 1 and persistent and grid[0] > availability.multiprocessors()
     b_copied = not (parts == 1 and operand_copies.k_major(b.T))          # TF32 reads a K-major B as it is
+    from tilemm.ladder.tensorcore import r13_f32_kernel as kernel     # the sums of K steps (Triton loads here)
     if copy_panels is None:   # measured for TF32; 3xTF32 gained nothing in panels (docs/tensor_cores.md)
         copy_panels = panels_pay(m, n, k, block_m, block_n, availability.multiprocessors()) if parts == 1 else 1
     if copy_panels > 1 and b_copied and not persistent:
         steps = [products_by_panel(a_desc, b, c, parts, copy_panels, config)]
     else:
         b_desc, b_fill = parts_of(b.T, parts, block_n, block_k)   # (N, K): B K-major
-        if persistent:   # TF32 on the 16-bit rung's persistent program (float32 operands: tl.dot's TF32)
-            product = persistent_launch(a_desc, b_desc, c, m, n, k, **config)
+        if persistent:   # TF32 on the engine's persistent schedule
+            product = persistent_launch(a_desc, b_desc, c, m, n, k, kernel.tf32_steps, **config)
         elif parts == 2 and (stream_k if stream_k is not None else
                              stream_k_pays(grid[0], availability.multiprocessors(), -(-k // block_k), STREAM_K_ROUNDS)):
-            product = persistent_launch(a_desc, b_desc, c, m, n, k, stream_k=True, PARTS=2,
-                                                CHUNK=chunk_steps(k, block_k), **config)
+            product = persistent_launch(a_desc, b_desc, c, m, n, k, kernel.tf32x3_steps, stream_k=True,
+                                        OPTION=chunk_steps(k, block_k), FLATTEN=False, **config)
         else:
             product = product_launch(a_desc, b_desc, c, k, parts, config)
         steps = [b_fill, product]
@@ -266,7 +267,7 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
 
 # 3xTF32's tiles carry three products each, so handing partial sums over pays with no whole
 # round before: stream_k=None shares a last round that leaves 40% of the SMs idle or more
-# (r10_tensorcore.stream_k_pays). Against cuBLAS SGEMM: 8192³ (31 rounds, then 4 tiles) 2.092x with stream-K against 2.019x;
+# (tilemm.engine.tensorcore_launch.stream_k_pays). Against cuBLAS SGEMM: 8192³ (31 rounds, then 4 tiles) 2.092x with stream-K against 2.019x;
 # 1024 x 1024 x 4096 (64 tiles) 1.406x against 1.094x; 4096³ (the last round of tiles 76% full) 1.919x
 # against 1.931x and 2048³ (128 tiles) 1.638x against 1.650x, within the noise.
 STREAM_K_ROUNDS = 0

@@ -151,9 +151,10 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
     # C's alignment told: float32 C of 7026 or 6524 columns 1.8-2.0x faster, 16-bit C unchanged
     # (0.985-1.000x)
     c_align = operand_copies.c_alignment(c) if c.element_size() == 4 else 1
-    product = persistent_launch(a_desc, b_desc, c, m, n, k, (scale_a, scale_b), stream_k, SCALED=True,
-                                        FAST_ACCUM=fast_accum, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                        GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages, C_ALIGN=c_align)
+    from tilemm.ladder.tensorcore.scaled_fp8_kernel import scaled_steps     # Triton loads on first use
+    product = persistent_launch(a_desc, b_desc, c, m, n, k, scaled_steps, (scale_a, scale_b), stream_k,
+                                OPTION=bool(fast_accum), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages, C_ALIGN=c_align)
     return launches.Steps([a_fill, b_fill, product])
 
 
