@@ -478,7 +478,7 @@ def int8_precision_bound(a, b, c):
     off by under 1/FIXED_TOP of its row's (column's) largest, r_i (c_j), from rounding to fixed
     point; the dropped shifts 0 and 1, |d0 e0 + 2^8 (d0 e1 + d1 e0)| <= 513 * 2^14 a product in
     units of 2^-(e_i + f_j) < r_i c_j / (FIXED_TOP / 2)^2; and float32's one rounding."""
-    from tilemm.ladder.tensorcore.r13_f32 import FIXED_TOP
+    from tilemm.ladder.tensorcore.r13_f32_int8 import FIXED_TOP
     a64, b64 = np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))
     ref = a.astype(np.float64) @ b.astype(np.float64)
     r, col = a64.max(1, initial=0)[:, None], b64.max(0, initial=0)[None, :]
@@ -511,7 +511,7 @@ def test_int8_precision_is_the_fixed_point_product_of_its_shifts(layout):
     program, scaling in its epilogue)."""
     from tilemm.numerics import digits
     from tilemm.numerics.data import operands
-    from tilemm.ladder.tensorcore.r13_f32 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
+    from tilemm.ladder.tensorcore.r13_f32_int8 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
     a, b = operands(11, *((300, 260, 700) if ON_GPU else (23, 19, 70)), "float32", layout)
     a[1] *= 2.0**-30
     scale_a = fixed_scales(torch.from_numpy(a))[0].numpy()[:, None]
@@ -546,7 +546,7 @@ def test_int8_precision_uses_the_digits_whole_range():
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_fixed_scales_bring_each_row_to_23_bits():
-    from tilemm.ladder.tensorcore.r13_f32 import FIXED_TOP, fixed_scales
+    from tilemm.ladder.tensorcore.r13_f32_int8 import FIXED_TOP, fixed_scales
     rng = np.random.default_rng(3)
     x = torch.from_numpy((rng.standard_normal((200, 7)) * 2.0 ** rng.integers(-140, 120, (200, 1))).astype(np.float32))
     x[0] = 0
@@ -832,7 +832,7 @@ k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=con
 out["tf32x3-stream-k"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                               wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 # 3xTF32 in one launch (small products), at its tiles
-from tilemm.ladder.tensorcore.r13_f32 import DIRECT_BLOCK
+from tilemm.ladder.tensorcore.r13_f32_direct import DIRECT_BLOCK
 from tilemm.ladder.tensorcore.r13_f32_kernel import tf32x3_direct
 sig = dict(a_ptr="*fp32", b_ptr="*fp32", c_ptr="*fp32", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
            stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", CHUNK="constexpr", BLOCK_M="constexpr",

@@ -37,8 +37,7 @@ from __future__ import annotations
 
 import functools
 
-from tilemm.ladder import registry
-from tilemm.ladder.record import Kernel, Param, Problem, Traffic, register
+from tilemm.ladder.record import LADDER, Kernel, Param, Problem, Traffic, register
 from tilemm.ladder.tensorcore.tile_params import tile_params
 from tilemm.engine import availability
 
@@ -75,9 +74,11 @@ def real_of(dtype: str) -> tuple[str, str]:
 
 def real_rung(dtype: str, params: dict):
     """(the real rung, its resolved parameters, its dtype) for a complex dtype's product: the real
-    rung is reached through the registry, as any caller reaches a rung."""
+    rung is read from the registry's table (LADDER), not imported; the registry registers every rung
+    before a plan reaches this one (importing tilemm.ladder.registry here would close a circle
+    through tilemm.ladder.rungs)."""
     real_dtype, name = real_of(dtype)
-    rung = registry.get(name)
+    rung = LADDER[name]
     given = {key: params[key] for key in TILES if params.get(key) is not None}
     if real_dtype == "float32":
         given["precision"] = params.get("precision", "3xtf32")
