@@ -848,7 +848,8 @@ k = triton.compile(ASTSource(fn=split_tf32, signature=sig, constexprs=dict(PARTS
                    target=GPUTarget("cuda", 90, 32))
 out["split-tf32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
 # tensorcore-int: the fused digit product for each result width, and the digit split
-from tilemm.ladder.tensorcore.r11_int_digits_kernel import digit_matmul, int8_steps, split_digits
+from tilemm.engine.digit_programs import digit_matmul, split_digits
+from tilemm.ladder.tensorcore.r11_int_digits_kernel import int8_steps
 q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
 for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
     block_n = 128 if nd_c == 8 else 256     # the default (None) resolved as the rung does
@@ -878,7 +879,7 @@ for cty in ("*i8", "*i32"):
 # accumulator's synchronous, and whose loading warp gives its registers to the others (setmaxnreg)
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
-from tilemm.ladder.tensorcore.r11_int8_gluon_kernel import int8_matmul_ws
+from tilemm.engine.int8_gluon import int8_matmul_ws
 for cty, digits, block_n, accumulate in (("*i8", (1, 1, 1), 256, False), ("*i32", (1, 1, 1), 256, False),
                                          ("*i32", (4, 4, 4), 256, False), ("*i64", (8, 8, 8), 128, True),
                                          ("*fp32", (3, 3, 8), 128, False)):   # tensorcore-f32's precision="int8"

@@ -48,8 +48,8 @@ def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
     they meet are then computed again in IEEE float32."""
     import torch
     from tilemm.ladder.tensorcore.r13_f32_kernel import ieee_matmul
-    from tilemm.ladder.tensorcore.r11_int_digits import chunk_tiles, digit_products
-    from tilemm.ladder.tensorcore.r11_int_digits_kernel import split_digits
+    from tilemm.engine.digit_products import chunk_tiles, digit_products
+    from tilemm.engine.digit_programs import split_digits
     from tilemm.ladder.tensorcore.r13_f32_kernel import unscale
     scale_a, top_a = fixed_scales(a)
     scale_b, top_b = fixed_scales(b.T)
