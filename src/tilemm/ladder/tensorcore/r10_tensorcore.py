@@ -1,10 +1,10 @@
 """Rung 10, `tensorcore`: the tiled GEMM on tensor cores, in Triton: rung 9's program (Triton's
 matmul tutorial, r09_tutorial.py) made fast; the programs themselves are in
 r10_tensorcore_kernel.py, and how a product is launched (which program, which tiles, split K) in
-tilemm.engine.tensorcore_launch, which rung 12 shares. Each program computes a BLOCK_M x BLOCK_N tile of C: per K step it loads
-a (BLOCK_M, BLOCK_K) tile of A and a (BLOCK_K, BLOCK_N) tile of B and `tl.dot` multiplies them on
-the tensor cores into float32 accumulators; Triton stages the tiles through shared memory
-(num_stages deep) itself. Programs are numbered in groups of GROUP_M block rows so that
+tilemm.engine.tensorcore_launch, which rung 12 shares. Each program computes a BLOCK_M x BLOCK_N
+tile of C: per K step it loads a (BLOCK_M, BLOCK_K) tile of A and a (BLOCK_K, BLOCK_N) tile of B
+and `tl.dot` multiplies them on the tensor cores into float32 accumulators; Triton stages the
+tiles through shared memory (num_stages deep) itself. Programs are numbered in groups of GROUP_M block rows so that
 neighbours share their B tiles in L2.
 
 What it adds to rung 9: tiles brought in by TMA where a product pays for it (takes_tma: no address
@@ -28,7 +28,7 @@ from tilemm.ladder.record import Kernel, Param, Traffic, WholeNumbers, register
 from tilemm.ladder.tensorcore import r10_cluster
 from tilemm.ladder.tensorcore.tile_params import tile_params
 from tilemm.engine import availability, tensorcore_launch
-from tilemm.engine.tensorcore_launch import default_tiles, resolve_tiles, takes_tma  # noqa: F401  (the rung's tiles)
+from tilemm.engine.tensorcore_launch import default_tiles, resolve_tiles, takes_tma  # noqa: F401  (default_tiles: this rung's tiles, read here by benchmarks)
 
 
 # Candidates for autotune=True (configurations are data, never edits of the kernel); each is
