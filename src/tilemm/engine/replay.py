@@ -327,7 +327,11 @@ def constant(v) -> bool:
     matmul_kernel's ALIGN)."""
     if isinstance(v, tuple):
         return all(constant(x) for x in v)
-    return v is None or isinstance(v, (bool, int, float, str)) or type(v).__name__ == "JITFunction"
+    return v is None or isinstance(v, (bool, int, float, str)) or type(v).__name__ in TRITON_FUNCTIONS
+
+
+# A @triton.jit function's type, compiled and under Triton's interpreter
+TRITON_FUNCTIONS = ("JITFunction", "InterpretedFunction")
 
 
 class Address:
