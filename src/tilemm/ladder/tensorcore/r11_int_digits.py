@@ -29,7 +29,6 @@ M, N, K, any strides; BLOCK_K a multiple of 32 on the GPU (the 8-bit instruction
 from __future__ import annotations
 
 from tilemm.system import compat
-from tilemm.numerics import digits
 from tilemm.ladder.record import Kernel, Param, Traffic, register
 from tilemm.engine import availability, operand_copies
 from tilemm.ladder.tensorcore import r11_int8_small_m

@@ -39,7 +39,7 @@ from tilemm.engine.tensorcore_launch import stream_k_pays
 from tilemm.ladder.tensorcore.tile_params import tile_params
 from tilemm.ladder.tensorcore.r13_f32_panels import overlapped, panel_bounds, panels_pay
 from tilemm.ladder.tensorcore.r13_f32_int8 import FIXED_K, run_int8
-from tilemm.ladder.tensorcore.r13_f32_direct import direct_launch, takes_direct
+from tilemm.ladder.tensorcore.r13_f32_direct import DIRECT_BLOCK, direct_launch, takes_direct
 
 # TF32 keeps 11 significant bits, so hi + lo carries 22 of float32's 24: each 3xTF32 product is
 # off by up to ~3 * 2^-22 of |a||b|, which float32's error bound (2K * 2^-24 of the sum of
