@@ -20,6 +20,22 @@ def tile_position(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROU
 
 
 @triton.jit
+def step_tiles(a_desc, b_desc, off_m, off_n, k0, A_T: tl.constexpr, B_T: tl.constexpr):
+    """The tiles of A and B of the K step at k0 for the tile at (off_m, off_n), brought in by TMA:
+    a_desc describes A, or A^T when A_T; b_desc B, or B^T when B_T (what a rung's sum of K steps
+    loads each step)."""
+    if A_T:
+        a = a_desc.load([k0, off_m]).T
+    else:
+        a = a_desc.load([off_m, k0])
+    if B_T:
+        b = b_desc.load([off_n, k0]).T
+    else:
+        b = b_desc.load([k0, off_n])
+    return a, b
+
+
+@triton.jit
 def hand_over(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, stride_cn):
     """Split K's hand-over of a run's float32 partial sum acc: it goes to the run's slot for its
     tile (ws: runs x tiles slots of BLOCK_M x BLOCK_N) and the tile's count is raised; the run

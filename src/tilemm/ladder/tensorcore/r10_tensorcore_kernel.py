@@ -5,7 +5,7 @@ never imports Triton: it loads on the first launch, after TRITON_INTERPRET is re
 import triton
 import triton.language as tl
 
-from tilemm.engine.programs import hand_over, store_tile, tile_position
+from tilemm.engine.programs import hand_over, step_tiles, store_tile, tile_position
 
 
 # --8<-- [start:kernel]
@@ -100,14 +100,7 @@ def tile_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T: tl.c
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(step_from, step_to):
         k0 = step * BLOCK_K
-        if A_T:
-            a = a_desc.load([k0, off_m]).T
-        else:
-            a = a_desc.load([off_m, k0])
-        if B_T:
-            b = b_desc.load([off_n, k0]).T
-        else:
-            b = b_desc.load([k0, off_n])
+        a, b = step_tiles(a_desc, b_desc, off_m, off_n, k0, A_T, B_T)
         if UPCAST:   # Triton's interpreter only: see matmul_kernel
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
         else:

@@ -4,7 +4,7 @@ apart so that importing tilemm never imports Triton."""
 import triton
 import triton.language as tl
 
-from tilemm.engine.programs import tile_position
+from tilemm.engine.programs import step_tiles, tile_position
 
 
 # --8<-- [start:kernel]
@@ -51,13 +51,6 @@ def f64_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T: tl.co
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
     for step in range(step_from, step_to):
         k0 = step * BLOCK_K
-        if A_T:
-            a = a_desc.load([k0, off_m]).T
-        else:
-            a = a_desc.load([off_m, k0])
-        if B_T:
-            b = b_desc.load([off_n, k0]).T
-        else:
-            b = b_desc.load([k0, off_n])
+        a, b = step_tiles(a_desc, b_desc, off_m, off_n, k0, A_T, B_T)
         acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)
     return acc

@@ -4,6 +4,8 @@ by the per-tensor scales as it writes C. Kept apart so that importing tilemm nev
 import triton
 import triton.language as tl
 
+from tilemm.engine.programs import step_tiles
+
 
 # --8<-- [start:steps]
 @triton.jit
@@ -19,14 +21,7 @@ def scaled_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T: tl
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(step_from, step_to):
         k0 = step * BLOCK_K
-        if A_T:
-            a = a_desc.load([k0, off_m]).T
-        else:
-            a = a_desc.load([off_m, k0])
-        if B_T:
-            b = b_desc.load([off_n, k0]).T
-        else:
-            b = b_desc.load([k0, off_n])
+        a, b = step_tiles(a_desc, b_desc, off_m, off_n, k0, A_T, B_T)
         if FAST_ACCUM:
             acc = tl.dot(a, b, acc)
         else:
