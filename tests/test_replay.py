@@ -173,6 +173,18 @@ def test_constexpr_tuples_are_kept_as_they_are():
     assert recorded(holding, (a, b, c)) is None
 
 
+def test_a_programs_step_function_is_kept_as_it_is():
+    """The persistent schedule's STEPS (a Triton function passed as a constexpr, the rung's sum of
+    K steps) is part of the recording, as a constant is: repeated calls replay it."""
+    from tilemm.ladder.tensorcore.r10_tensorcore_kernel import tile_steps
+    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
+    product, seen = launched((a, b, c, tile_steps))
+    replay = recorded(product, (a, b, c))
+    assert replay is not None
+    replay.run(torch.randn(4, 4), torch.randn(4, 4))
+    assert seen[-1][3] is tile_steps
+
+
 def test_alignment_is_each_operands_own():
     """Triton specializes each pointer on its own 16 bytes: an aligned A with an unaligned B is not
     the same program as an unaligned A with an aligned B, so the guard tells them apart."""

@@ -375,6 +375,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS, resolve
 from tilemm.engine.programs import matmul_persistent
+from tilemm.ladder.tensorcore.scaled_fp8_kernel import scaled_steps
 from tilemm.engine.availability import H100_SHARED_OPTIN
 out = {}
 for ty in ("fp8e4nv", "fp8e5"):
@@ -383,12 +384,12 @@ for ty in ("fp8e4nv", "fp8e5"):
         sig = dict(a_desc=f"tensordesc<{ty}[{p['block_m']}, {p['block_k']}]>",
                    b_desc=f"tensordesc<{ty}[{p['block_n']}, {p['block_k']}]>", c_ptr="*bf16", scale_a_ptr="*fp32",
                    scale_b_ptr="*fp32", ws_ptr="*fp32", flags_ptr="*i32", epoch="i32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32",
-                   A_T="constexpr", B_T="constexpr", SCALED="constexpr", FAST_ACCUM="constexpr",
-                   INT="constexpr", F64="constexpr", STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-                   PROGRAMS="constexpr", UPCAST="constexpr", PARTS="constexpr", CHUNK="constexpr",
+                   STEPS="constexpr", OPTION="constexpr", A_T="constexpr", B_T="constexpr",
+                   STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
+                   PROGRAMS="constexpr", UPCAST="constexpr", FLATTEN="constexpr",
                    ACCUMULATE="constexpr", C_ALIGN="constexpr")
-        const = dict(A_T=False, B_T=True, SCALED=True, FAST_ACCUM=fast, INT=False, F64=False, STREAM_K=p["stream_k"], BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
-                     BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1,
+        const = dict(STEPS=scaled_steps, OPTION=fast, A_T=False, B_T=True, STREAM_K=p["stream_k"], BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
+                     BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, FLATTEN=True,
                      ACCUMULATE=False, C_ALIGN=1)
         k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))

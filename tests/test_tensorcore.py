@@ -139,7 +139,7 @@ def test_interpreter_rows_copied_to_128_byte_alignment(layout):
 
 
 def test_rows_copied_to_alignment_only_where_it_pays():
-    from tilemm.ladder.tensorcore.r10_tensorcore import rows_aligned_pays
+    from tilemm.engine.tensorcore_launch import rows_aligned_pays
     assert rows_aligned_pays(5000, 5000, 5000) and rows_aligned_pays(8191, 8191, 8191)
     assert not rows_aligned_pays(3000, 3000, 3000) and not rows_aligned_pays(16, 8192, 8192)
 
@@ -322,13 +322,14 @@ def test_small_products_take_the_pointer_program():
     it the TMA programs but for a C of few tiles (a deep K); tma=True or False says which whatever
     the size."""
     from tilemm.ladder.tensorcore import r10_tensorcore
-    from tilemm.engine.programs import matmul_kernel
+    from tilemm.engine import tensorcore_launch
+    from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
     tiles = dict(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=2)
 
     def program(m, n, k, **params):
         a, b = torch.empty(m, k, dtype=torch.float16), torch.empty(k, n, dtype=torch.float16)
         return r10_tensorcore.bind(a, b, torch.empty(m, n, dtype=torch.float16), **tiles, **params).launches[-1].program
-    assert 512 * 512 * 512 <= r10_tensorcore.POINTERS_UP_TO < 1024 * 512 * 1024
+    assert 512 * 512 * 512 <= tensorcore_launch.POINTERS_UP_TO < 1024 * 512 * 1024
     assert program(512, 512, 512) is matmul_kernel
     assert program(1024, 1024, 512) is not matmul_kernel
     assert program(404, 108, 32491) is matmul_kernel                     # 4 tiles of 128 x 128
@@ -477,7 +478,7 @@ def int8_precision_bound(a, b, c):
     off by under 1/FIXED_TOP of its row's (column's) largest, r_i (c_j), from rounding to fixed
     point; the dropped shifts 0 and 1, |d0 e0 + 2^8 (d0 e1 + d1 e0)| <= 513 * 2^14 a product in
     units of 2^-(e_i + f_j) < r_i c_j / (FIXED_TOP / 2)^2; and float32's one rounding."""
-    from tilemm.ladder.tensorcore.r13_f32 import FIXED_TOP
+    from tilemm.ladder.tensorcore.r13_f32_int8 import FIXED_TOP
     a64, b64 = np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))
     ref = a.astype(np.float64) @ b.astype(np.float64)
     r, col = a64.max(1, initial=0)[:, None], b64.max(0, initial=0)[None, :]
@@ -510,7 +511,7 @@ def test_int8_precision_is_the_fixed_point_product_of_its_shifts(layout):
     program, scaling in its epilogue)."""
     from tilemm.numerics import digits
     from tilemm.numerics.data import operands
-    from tilemm.ladder.tensorcore.r13_f32 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
+    from tilemm.ladder.tensorcore.r13_f32_int8 import FIXED_DIGITS, FIXED_LOWEST_SHIFT, fixed_scales
     a, b = operands(11, *((300, 260, 700) if ON_GPU else (23, 19, 70)), "float32", layout)
     a[1] *= 2.0**-30
     scale_a = fixed_scales(torch.from_numpy(a))[0].numpy()[:, None]
@@ -545,7 +546,7 @@ def test_int8_precision_uses_the_digits_whole_range():
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_fixed_scales_bring_each_row_to_23_bits():
-    from tilemm.ladder.tensorcore.r13_f32 import FIXED_TOP, fixed_scales
+    from tilemm.ladder.tensorcore.r13_f32_int8 import FIXED_TOP, fixed_scales
     rng = np.random.default_rng(3)
     x = torch.from_numpy((rng.standard_normal((200, 7)) * 2.0 ** rng.integers(-140, 120, (200, 1))).astype(np.float32))
     x[0] = 0
@@ -694,7 +695,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import tilemm
-from tilemm.engine.programs import matmul_kernel, matmul_tma
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel, matmul_tma, tile_steps
 from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles
 from tilemm.engine.availability import H100_SHARED_OPTIN
 out = {}
@@ -702,8 +703,8 @@ out = {}
 
 def persistent_signature(a_desc, b_desc, c_ptr, scales="constexpr", workspace="constexpr"):
     # matmul_persistent's signature: its descriptors and C as given, the rest in their types
-    flags = ("A_T", "B_T", "SCALED", "FAST_ACCUM", "INT", "F64", "STREAM_K", "BLOCK_M", "BLOCK_N", "BLOCK_K",
-             "GROUP_M", "PROGRAMS", "UPCAST", "PARTS", "CHUNK", "ACCUMULATE", "C_ALIGN")
+    flags = ("STEPS", "OPTION", "A_T", "B_T", "STREAM_K", "BLOCK_M", "BLOCK_N", "BLOCK_K",
+             "GROUP_M", "PROGRAMS", "UPCAST", "FLATTEN", "ACCUMULATE", "C_ALIGN")
     return dict(a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, scale_a_ptr=scales, scale_b_ptr=scales,
                 ws_ptr=workspace, flags_ptr="*i32" if workspace != "constexpr" else "constexpr", epoch="i32",
                 M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", **dict.fromkeys(flags, "constexpr"))
@@ -727,10 +728,10 @@ for (m, n), layout in (((8192, 8192), "nn"), ((8192, 8192), "tt"), ((16, 8192), 
             sig = dict(a_ptr="*" + ty, b_ptr="*" + ty, c_ptr="*" + ty, M="i32", N="i32", K="i32", stride_am="i32",
                        stride_ak="i32", stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32",
                        BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
-                       UPCAST="constexpr", FP64="constexpr", top_a_ptr="constexpr", top_b_ptr="constexpr",
+                       UPCAST="constexpr",
                        split_steps="constexpr", ws_ptr="constexpr", counts_ptr="constexpr", ALIGN="constexpr")
             const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, UPCAST=False,
-                         FP64=False, top_a_ptr=None, top_b_ptr=None, split_steps=None, ws_ptr=None, counts_ptr=None,
+                         split_steps=None, ws_ptr=None, counts_ptr=None,
                          ALIGN=(8,) * 9)
         k = triton.compile(ASTSource(fn=matmul_kernel if min(m, n) <= 64 else matmul_tma, signature=sig,
                                      constexprs=const),
@@ -756,8 +757,8 @@ for layout in ("nn", "tt"):
     a_block = [p["block_k"], p["block_m"]] if a_t else [p["block_m"], p["block_k"]]
     b_block = [p["block_n"], p["block_k"]] if b_t else [p["block_k"], p["block_n"]]
     sig = persistent_signature(f"tensordesc<bf16{a_block}>", f"tensordesc<bf16{b_block}>", "*bf16", workspace="*fp32")
-    const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=a_t, B_T=b_t, SCALED=False, FAST_ACCUM=False, INT=False, F64=False, STREAM_K=layout == "tt",
-                 BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1,
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, STEPS=tile_steps, OPTION=None, A_T=a_t, B_T=b_t, STREAM_K=layout == "tt",
+                 BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False, FLATTEN=True,
                  ACCUMULATE=False, C_ALIGN=2 if layout == "tt" else 8)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
@@ -765,21 +766,20 @@ for layout in ("nn", "tt"):
                                        cubin=len(k.asm["cubin"]))
 # tensorcore-f64: the pointer program in float64
 from tilemm.ladder.tensorcore.r12_fp64 import default_tiles as f64_tiles
+from tilemm.ladder.tensorcore import r12_fp64_kernel
 p = {**f64_tiles(8192, 8192), "group_m": 8}
 sig = dict(a_ptr="*fp64", b_ptr="*fp64", c_ptr="*fp64", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
            stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", BLOCK_M="constexpr",
-           BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", FP64="constexpr",
-           top_a_ptr="constexpr", top_b_ptr="constexpr", split_steps="constexpr", ws_ptr="constexpr", counts_ptr="constexpr",
-           ALIGN="constexpr")
-const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], UPCAST=False,
-             FP64=True, top_a_ptr=None, top_b_ptr=None, split_steps=None, ws_ptr=None, counts_ptr=None, ALIGN=(1,) * 9)
-k = triton.compile(ASTSource(fn=matmul_kernel, signature=sig, constexprs=const),
+           BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", ALIGN="constexpr")
+const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=p["group_m"], ALIGN=(1,) * 9)
+k = triton.compile(ASTSource(fn=r12_fp64_kernel.matmul_kernel, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 # tensorcore-f32 precision="int8": the tiles of C that meet Inf or NaN, in IEEE float32
-sig_ieee = {**sig, "a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "top_a_ptr": "*fp32", "top_b_ptr": "*fp32"}
-k_ieee = triton.compile(ASTSource(fn=matmul_kernel, signature=sig_ieee, constexprs=dict(
-    BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=True, FP64=False, split_steps=None, ws_ptr=None,
-    counts_ptr=None, ALIGN=(1,) * 9)),
+from tilemm.ladder.tensorcore.r13_f32_kernel import ieee_matmul
+sig_ieee = {**{name: t for name, t in sig.items() if name != "ALIGN"}, "a_ptr": "*fp32", "b_ptr": "*fp32",
+            "c_ptr": "*fp32", "top_a_ptr": "*fp32", "top_b_ptr": "*fp32"}
+k_ieee = triton.compile(ASTSource(fn=ieee_matmul, signature=sig_ieee, constexprs=dict(
+    BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=8)),
     target=GPUTarget("cuda", 90, 32),
     options=dict(num_warps=4, num_stages=1))
 out["ieee-nonfinite"] = dict(shared=k_ieee.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True,
@@ -796,15 +796,15 @@ out["copy-rows"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma
 # tensorcore-f64 persistent=True: the persistent TMA program with float64 sums
 sig = persistent_signature(f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>",
                            f"tensordesc<fp64[{p['block_k']}, {p['block_n']}]>", "*fp64")
-const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=False, SCALED=False,
-             FAST_ACCUM=False, INT=False, F64=True, STREAM_K=False, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
-             BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1,
+const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, STEPS=r12_fp64_kernel.f64_steps,
+             OPTION=None, A_T=False, B_T=False, STREAM_K=False, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
+             BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, FLATTEN=True,
                  ACCUMULATE=False, C_ALIGN=1)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 out["float64-persistent"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
 # tensorcore-f32: 3xTF32 and TF32 products by TMA, and the split
-from tilemm.ladder.tensorcore.r13_f32_kernel import split_tf32, tf32_matmul
+from tilemm.ladder.tensorcore.r13_f32_kernel import split_tf32, tf32_matmul, tf32x3_steps
 from tilemm.ladder.tensorcore.r13_f32 import CHUNK_STEPS, tiles
 p = {q.name: q.default for q in tilemm.kernel("tensorcore-f32").params}
 for parts in (1, 2):
@@ -823,16 +823,16 @@ for parts in (1, 2):
 block_n, block_k, stages = tiles("3xtf32", p["block_n"], p["block_k"], p["num_stages"])
 sig = persistent_signature(f"tensordesc<fp32[{p['block_m']}, {block_k}]>", f"tensordesc<fp32[{block_n}, {block_k}]>",
                            "*fp32", workspace="*fp32")
-const = dict(scale_a_ptr=None, scale_b_ptr=None, A_T=False, B_T=True, SCALED=False, FAST_ACCUM=False, INT=False,
-             F64=False, STREAM_K=True, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=p["group_m"],
-             PROGRAMS=132, UPCAST=False, PARTS=2, CHUNK=CHUNK_STEPS,
+const = dict(scale_a_ptr=None, scale_b_ptr=None, STEPS=tf32x3_steps, OPTION=CHUNK_STEPS, A_T=False, B_T=True,
+             STREAM_K=True, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=p["group_m"],
+             PROGRAMS=132, UPCAST=False, FLATTEN=False,
              ACCUMULATE=False, C_ALIGN=1)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                    options=dict(num_warps=p["num_warps"], num_stages=stages))
 out["tf32x3-stream-k"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                               wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
 # 3xTF32 in one launch (small products), at its tiles
-from tilemm.ladder.tensorcore.r13_f32 import DIRECT_BLOCK
+from tilemm.ladder.tensorcore.r13_f32_direct import DIRECT_BLOCK
 from tilemm.ladder.tensorcore.r13_f32_kernel import tf32x3_direct
 sig = dict(a_ptr="*fp32", b_ptr="*fp32", c_ptr="*fp32", M="i32", N="i32", K="i32", stride_am="i32", stride_ak="i32",
            stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="i32", CHUNK="constexpr", BLOCK_M="constexpr",
@@ -848,7 +848,8 @@ k = triton.compile(ASTSource(fn=split_tf32, signature=sig, constexprs=dict(PARTS
                    target=GPUTarget("cuda", 90, 32))
 out["split-tf32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))
 # tensorcore-int: the fused digit product for each result width, and the digit split
-from tilemm.ladder.tensorcore.r11_int_digits_kernel import digit_matmul, split_digits
+from tilemm.engine.digit_programs import digit_matmul, split_digits
+from tilemm.ladder.tensorcore.r11_int_digits_kernel import int8_steps
 q = {x.name: x.default for x in tilemm.kernel("tensorcore-int").params}
 for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
     block_n = 128 if nd_c == 8 else 256     # the default (None) resolved as the rung does
@@ -865,9 +866,9 @@ for nd_a, nd_b, nd_c, cty in ((4, 4, 4, "*i32"), (8, 8, 8, "*i64")):
 # int8 data (one digit pair): the persistent program with int32 sums, C in int8 or int32
 for cty in ("*i8", "*i32"):
     sig = persistent_signature(f"tensordesc<i8[{q['block_m']}, {q['block_k']}]>", f"tensordesc<i8[256, {q['block_k']}]>", cty)
-    const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, A_T=False, B_T=True, SCALED=False,
-                 FAST_ACCUM=False, INT=True, F64=False, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
-                 GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False, PARTS=1, CHUNK=1,
+    const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, STEPS=int8_steps, OPTION=None,
+                 A_T=False, B_T=True, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
+                 GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False, FLATTEN=True,
                  ACCUMULATE=False, C_ALIGN=1)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
@@ -878,7 +879,7 @@ for cty in ("*i8", "*i32"):
 # accumulator's synchronous, and whose loading warp gives its registers to the others (setmaxnreg)
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
-from tilemm.ladder.tensorcore.r11_int8_gluon_kernel import int8_matmul_ws
+from tilemm.engine.int8_gluon import int8_matmul_ws
 for cty, digits, block_n, accumulate in (("*i8", (1, 1, 1), 256, False), ("*i32", (1, 1, 1), 256, False),
                                          ("*i32", (4, 4, 4), 256, False), ("*i64", (8, 8, 8), 128, True),
                                          ("*fp32", (3, 3, 8), 128, False)):   # tensorcore-f32's precision="int8"
@@ -942,8 +943,8 @@ import json
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from tilemm.ladder.tensorcore.r10_tensorcore import default_tiles, load_alignment, narrow_loads, pointer_warps
-from tilemm.engine.programs import matmul_kernel
+from tilemm.engine.tensorcore_launch import default_tiles, load_alignment, narrow_loads, pointer_warps
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
 from tests.compiled import resource_usage
 ORDER = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
          "stride_cn"]
@@ -955,8 +956,8 @@ for m, n, k, layout in ((4281, 2264, 20, "nt"), (720, 1455, 139, "nt"), (720, 14
                   stride_cn=1)
     align = load_alignment(m, n, k, *sa, *sb, n, 1)
     warps = pointer_warps(p["block_m"], p["num_warps"], narrow_loads(align, sa, sb))
-    const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, UPCAST=False, FP64=False,
-                 top_a_ptr=None, top_b_ptr=None, split_steps=None, ws_ptr=None, counts_ptr=None, ALIGN=align)
+    const = dict(BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, UPCAST=False,
+                 split_steps=None, ws_ptr=None, counts_ptr=None, ALIGN=align)
     # as Triton specializes a launch: integers equal to 1 are constants, pointers and integers
     # divisible by 16 are marked so
     const.update({name: 1 for name, v in values.items() if v == 1})
@@ -1100,7 +1101,7 @@ def test_float64_needs_a_triton_whose_dot_takes_float64(monkeypatch):
 def test_load_alignment_and_narrow_loads():
     """What the pointer program is told each size divides by (up to 8), and where its loads stay two
     elements wide or narrower along an operand's contiguous axis (then 64-row tiles take 8 warps)."""
-    from tilemm.ladder.tensorcore.r10_tensorcore import load_alignment, narrow_loads, pointer_warps
+    from tilemm.engine.tensorcore_launch import load_alignment, narrow_loads, pointer_warps
     assert load_alignment(1000, 20, 7, 0, 1, 16, 2264, 6) == (8, 4, 1, 8, 1, 8, 8, 2)
     # 720 x 1455 x 139 nt: A's rows and B's columns of 139 elements
     odd = load_alignment(720, 1455, 139, 139, 1, 1, 139, 1455, 1)
@@ -1131,7 +1132,7 @@ import json, re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from tilemm.engine.programs import matmul_tma
+from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_tma
 sig = dict(a_desc="tensordesc<bf16[64, 128]>", b_desc="tensordesc<bf16[64, 256]>", c_ptr="*bf16", M="i32", N="i32",
            K="i32", stride_cm="i32", stride_cn="constexpr", A_T="constexpr", B_T="constexpr", BLOCK_M="constexpr",
            BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr", UPCAST="constexpr", ACCUMULATE="constexpr",
@@ -1486,16 +1487,15 @@ def test_all_arguments_are_the_programs_signature_in_order():
     """What a bound launch hands the compiled program: every argument, keyword ones and defaults
     in their places, launch options (num_warps, num_stages) left out."""
     from tilemm.engine.launches import all_arguments
-    from tilemm.engine.programs import matmul_kernel
+    from tilemm.ladder.tensorcore.r10_tensorcore_kernel import matmul_kernel
     values = all_arguments(matmul_kernel, ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9),
-                           dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, FP64=True, num_warps=4,
+                           dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=8, UPCAST=False, num_warps=4,
                                 num_stages=2))
-    assert values == ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 16, 8, False, True, None, None, None, None,
-                      None, (1,) * 9)
+    assert values == ("a", "b", "c", 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 16, 8, False, None, None, None, (1,) * 9)
 
 
 def test_3xtf32_stream_k_where_the_last_round_idles_sms():
-    from tilemm.ladder.tensorcore.r10_tensorcore import stream_k_pays
+    from tilemm.engine.tensorcore_launch import stream_k_pays
     from tilemm.ladder.tensorcore.r13_f32 import STREAM_K_ROUNDS
     assert stream_k_pays(4096, 132, 256, STREAM_K_ROUNDS)       # 8192³, 128 x 128 tiles: 31 rounds and 4 tiles
     assert stream_k_pays(64, 132, 128, STREAM_K_ROUNDS)         # 1024 x 1024 x 4096: half the SMs

@@ -102,11 +102,11 @@ def _rows(text: str, column: str, values: set[str]) -> str:
 
 def _ladder() -> str:
     """The registry's ladder, one row a rung, each kernel linked to its page (ladder/rNN-name.md;
-    the anchors rung 0 and the library by name)."""
+    the anchors rung 0 and the library, and the fp8 product program, by name)."""
     from tilemm.ladder import registry
     rows = ["| rung | kernel | device | from | idea |", "|---|---|---|---|---|"]
     for k in registry.kernels():
-        page = "cublas.md" if k.name == "cublas" else f"r{k.rung:02d}-{k.name}.md"
+        page = f"{k.name}.md" if k.name in ("cublas", "scaled-fp8") else f"r{k.rung:02d}-{k.name}.md"
         rung = "anchor" if k.name == "cublas" else k.rung
         rows.append(f"| {rung} | [`{k.name}`]({page}) | {k.device} | {k.seed} | {k.summary} |")
     return "\n".join(rows)

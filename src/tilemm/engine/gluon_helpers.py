@@ -1,4 +1,4 @@
-"""Gluon pieces shared by the Hopper programs (r11_int8_gluon_kernel, r12_fp64_dmma_kernel,
+"""Gluon pieces shared by the Hopper programs (tilemm.engine.int8_gluon, r12_fp64_dmma_kernel,
 scaled_fp8_gluon_kernel, scaled_fp8_cluster_kernel, r10_cluster_kernel): the grouped tile order,
 C's pointers and a block's store, the TMA load as this Triton spells it, a ring of shared-memory
 stages with their barriers, and the loading warps that fill it (one CTA's; a cluster's pair).
@@ -36,7 +36,7 @@ def pair_count(s, nd_a, nd_b):
 @gluon.jit
 def tile_start(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
     """(row, column) of C where tile number `tile` starts, in the grouped order of
-    r10_tensorcore_kernel.tile_position (GROUP_M block rows walk a block column together: L2 reuse)."""
+    tilemm.engine.programs.tile_position (GROUP_M block rows walk a block column together: L2 reuse)."""
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_in_group = GROUP_M * gl.cdiv(N, BLOCK_N)
     first_pid_m = (tile // num_pid_in_group) * GROUP_M

@@ -66,7 +66,7 @@ TORCH_COPY_FROM = 2 << 20
 def rows_copy(x, rows):
     """A launcher without arguments copying x into rows (contiguous rows, 16-byte aligned): torch's
     copy where x's rows are contiguous but not 16-byte aligned and x has TORCH_COPY_FROM bytes or
-    more, else r10_tensorcore_kernel.copy_rows, 64 x 64 tiles. torch's against Triton's: fp16
+    more, else tilemm.engine.programs.copy_rows, 64 x 64 tiles. torch's against Triton's: fp16
     6000² transposed 295 µs against 54, 6000² in 12000-byte rows 91 µs against 55, but 7615 x 1866
     (3732-byte rows, no vector loads) 39 µs against 55; fp8 8192² transposed 461 µs against 52,
     7001 x 5003 transposed 285 against 293, but 4096 x 4100 in its own rows 31 against 142. torch's

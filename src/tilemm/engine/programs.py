@@ -1,75 +1,9 @@
-"""The Triton program of rung `tensorcore` (see r10_tensorcore.py). Kept apart so that importing
+"""The tensor-core rungs' shared Triton programs: the tile order (tile_position), the persistent
+tile schedule with stream-K (matmul_persistent, which each rung fills with its own sum of K steps),
+split K's hand-over, C's stores, and the copy into aligned rows. Kept apart so that importing
 tilemm never imports Triton: it loads on the first launch, after TRITON_INTERPRET is read."""
 import triton
 import triton.language as tl
-
-
-# --8<-- [start:kernel]
-@triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  UPCAST: tl.constexpr, FP64: tl.constexpr, top_a_ptr=None, top_b_ptr=None, split_steps=None,
-                  ws_ptr=None, counts_ptr=None, ALIGN: tl.constexpr = (1, 1, 1, 1, 1, 1, 1, 1, 1)):
-    """C = A @ B, a program a tile, pointers and masks: any strides, any M, N, K. top_a_ptr and
-    top_b_ptr given (each row of A's and column of B's largest |x|, float32): only the tiles that
-    meet a row or column holding Inf or NaN are computed and stored (tensorcore-f32's
-    precision="int8" puts those through IEEE float32 here). split_steps given: split K (see
-    matmul_tma). ALIGN: a power of two dividing each of M, N, K, stride_am, stride_ak, stride_bk,
-    stride_bn, stride_cm, stride_cn (load_alignment)."""
-    # Triton knows an integer argument's divisibility only by 16: told that a row of 1000 or 20
-    # elements divides by 8 or 4, it loads 16- or 8-byte vectors asynchronously instead of one
-    # element at a time into registers (which spilled: 255 registers a thread, 64 x 128 tiles),
-    # and stores C's rows in vectors too
-    M, N, K = M // ALIGN[0] * ALIGN[0], N // ALIGN[1] * ALIGN[1], K // ALIGN[2] * ALIGN[2]
-    stride_am, stride_ak = stride_am // ALIGN[3] * ALIGN[3], stride_ak // ALIGN[4] * ALIGN[4]
-    stride_bk, stride_bn = stride_bk // ALIGN[5] * ALIGN[5], stride_bn // ALIGN[6] * ALIGN[6]
-    stride_cm, stride_cn = stride_cm // ALIGN[7] * ALIGN[7], stride_cn // ALIGN[8] * ALIGN[8]
-    off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    steps = tl.cdiv(K, BLOCK_K)
-    first = 0
-    if split_steps is not None:                           # split K: this program's run of K steps
-        first = tl.program_id(1) * split_steps
-        steps = tl.minimum(steps, first + split_steps)
-    if top_a_ptr is not None:
-        top_a = tl.load(top_a_ptr + offs_m, mask=offs_m < M, other=0.0)
-        top_b = tl.load(top_b_ptr + offs_n, mask=offs_n < N, other=0.0)
-        meets = tl.maximum(tl.max(tl.where(tl.abs(top_a) < float("inf"), 0, 1), axis=0),   # NaN: 1 too
-                           tl.max(tl.where(tl.abs(top_b) < float("inf"), 0, 1), axis=0))
-        steps = steps * meets
-        offs_m = tl.where(meets > 0, offs_m, M)          # nothing stored where it meets none
-    # 64-bit offsets: an operand of 2^31 elements or more is addressed right (once a tile: free)
-    rows_a, cols_b = offs_m.to(tl.int64), offs_n.to(tl.int64)
-    ks = (first * BLOCK_K + offs_k).to(tl.int64)
-    a_ptrs = a_ptr + rows_a[:, None] * stride_am + ks[None, :] * stride_ak   # (BLOCK_M, BLOCK_K)
-    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols_b[None, :] * stride_bn   # (BLOCK_K, BLOCK_N)
-    if FP64:                                              # float64: the FP64 tensor cores (DMMA)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(first, steps):
-        k_left = K - step * BLOCK_K                       # edges load zeros: any M, N, K
-        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0)
-        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0)
-        if FP64:
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)  # 3.6 needs out_dtype
-        elif UPCAST:  # only in Triton's interpreter, whose bfloat16 tl.dot returns garbage
-            # (3.9): bfloat16 products are exact in float32, so this is the same sum
-            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, b, acc)                       # tensor cores, float32 accumulators
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    if split_steps is not None:
-        hand_over(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, stride_cn)
-    else:
-        c = acc.to(c_ptr.dtype.element_ty)                # one rounding, as NumPy's float16
-        c_ptrs = c_ptr + rows_a[:, None] * stride_cm + cols_b[None, :] * stride_cn
-        tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
-# --8<-- [end:kernel]
 
 
 @triton.jit
@@ -86,31 +20,19 @@ def tile_position(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROU
 
 
 @triton.jit
-def matmul_tma(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn,
-               A_T: tl.constexpr, B_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, UPCAST: tl.constexpr, ACCUMULATE: tl.constexpr,
-               split_steps=None, ws_ptr=None, counts_ptr=None, C_ALIGN: tl.constexpr = 1):
-    """The same product with the tiles brought in by TMA (Hopper's bulk tensor copy): no address
-    arithmetic, no masks (the copy engine fills zeros past M, N and K). a_desc describes A, or A^T
-    when A_T (A stored column-major); b_desc B, or B^T when B_T. ACCUMULATE: C += A @ B.
-    C_ALIGN: a power of two dividing N and stride_cm (c_alignment), so that C's rows are stored
-    that many elements at a time.
-
-    split_steps given (split K): the launch's second grid axis numbers runs of split_steps K steps,
-    each a program of its own that sums its run of its tile's K steps and hands it over (hand_over)."""
-    N, stride_cm = N // C_ALIGN * C_ALIGN, stride_cm // C_ALIGN * C_ALIGN    # no-ops that say C_ALIGN divides them
-    off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    first = 0
-    steps = tl.cdiv(K, BLOCK_K)
-    if split_steps is not None:
-        first = tl.program_id(1) * split_steps
-        steps = tl.minimum(steps, first + split_steps)
-    acc = tile_steps(a_desc, b_desc, off_m, off_n, first, steps, M, N, A_T, B_T, False, False, False,
-                     False, UPCAST, 1, 1, BLOCK_M, BLOCK_N, BLOCK_K)
-    if split_steps is not None:
-        hand_over(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, stride_cn)
+def step_tiles(a_desc, b_desc, off_m, off_n, k0, A_T: tl.constexpr, B_T: tl.constexpr):
+    """The tiles of A and B of the K step at k0 for the tile at (off_m, off_n), brought in by TMA:
+    a_desc describes A, or A^T when A_T; b_desc B, or B^T when B_T (what a rung's sum of K steps
+    loads each step)."""
+    if A_T:
+        a = a_desc.load([k0, off_m]).T
     else:
-        store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, ACCUMULATE)
+        a = a_desc.load([off_m, k0])
+    if B_T:
+        b = b_desc.load([off_n, k0]).T
+    else:
+        b = b_desc.load([k0, off_n])
+    return a, b
 
 
 @triton.jit
@@ -137,14 +59,18 @@ def hand_over(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, str
 
 @triton.jit(do_not_specialize=["epoch"])
 def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, flags_ptr, epoch,
-                      M, N, K, stride_cm, stride_cn,
-                      A_T: tl.constexpr, B_T: tl.constexpr, SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr,
-                      INT: tl.constexpr, F64: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, UPCAST: tl.constexpr, PARTS: tl.constexpr,
-                      CHUNK: tl.constexpr, ACCUMULATE: tl.constexpr, C_ALIGN: tl.constexpr = 1):
-    """matmul_tma made persistent: PROGRAMS programs (one an SM) walk the tiles, the tile loop
-    flattened into the K loop, so the next tile's loads are in flight while this one's C is
-    written (in quarters: the stages still hold shared memory then).
+                      M, N, K, stride_cm, stride_cn, STEPS: tl.constexpr, OPTION: tl.constexpr,
+                      A_T: tl.constexpr, B_T: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr,
+                      UPCAST: tl.constexpr, FLATTEN: tl.constexpr, ACCUMULATE: tl.constexpr, C_ALIGN: tl.constexpr = 1):
+    """The persistent tile schedule: PROGRAMS programs (one an SM) walk the tiles of C, and STEPS,
+    the rung's sum of a tile's K steps, fills each (a @triton.jit function passed as a constexpr:
+    STEPS(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T, B_T, UPCAST, OPTION,
+    BLOCK_M, BLOCK_N, BLOCK_K) returns the tile's sum of K steps step_from..step_to - 1; OPTION is
+    the rung's own constexpr). a_desc describes A, or A^T when A_T; b_desc B, or B^T when B_T.
+    FLATTEN: the tile loop flattened into the K loop, so the next tile's loads are in flight while
+    this one's C is written (in quarters: the stages still hold shared memory then); a STEPS
+    whose K loop is two loops already is not flattened.
 
     STREAM_K: whole rounds of PROGRAMS tiles go as above; the tiles left over, which would keep
     a few SMs busy for one more round while the rest idle, are shared out by K steps instead,
@@ -153,27 +79,14 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
     program) and raise their flag to this launch's `epoch`; the owner waits for those flags, adds
     the partials and writes C. Runs are handed out in reverse program order, so an owner's
     helpers have lower program ids (Triton's interpreter runs programs in order) and finish their
-    share of the tile first (it is the first thing each does).
+    share of the tile first (it is the first thing each does). Float32 sums only.
 
-    The same program multiplies float8 for tilemm.scaled_matmul (SCALED: C = scale_a * scale_b *
-    A @ B; 8-bit operands come K-major only, A_T = False and B_T = True). Hopper adds fp8 products
-    into the accumulator with fewer bits than float32 keeps; unless FAST_ACCUM each K step's
-    products go into a fresh accumulator added to the float32 sum (max_num_imprecise_acc), as
-    cuBLAS does unless asked for fast accumulation (torch._scaled_mm's use_fast_accum).
-
-    And int8 for `tensorcore-int` (INT: int32 sums, which wrap as the result must; C written as
-    int32, or int8 wrapped), and float64 for `tensorcore-f64` (F64: float64 sums on DMMA). No
-    stream-K for those: its partial sums are float32.
-
-    And float32 by 3xTF32 for `tensorcore-f32` (PARTS == 2: a_desc and b_desc hold A's and B^T's
-    TF32 parts stacked, tf32x3_steps' chunks of CHUNK steps). Its tile loop is not flattened: the
-    K loop is two loops already.
-
+    scale_a_ptr and scale_b_ptr given: C = scale_a * scale_b * sums (tilemm.scaled_matmul).
     ACCUMULATE (whole tiles only, no stream-K): C += A @ B, C read and written in its own dtype
     (tilemm.spread.distributed adds each K panel's 16-bit product into float32 C).
     """
-    tl.static_assert(not ((INT or F64 or ACCUMULATE) and STREAM_K))
-    N, stride_cm = N // C_ALIGN * C_ALIGN, stride_cm // C_ALIGN * C_ALIGN    # as in matmul_tma
+    tl.static_assert(not (ACCUMULATE and STREAM_K))
+    N, stride_cm = N // C_ALIGN * C_ALIGN, stride_cm // C_ALIGN * C_ALIGN    # no-ops that say C_ALIGN divides them
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
@@ -181,12 +94,12 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
         whole_rounds = num_tiles - num_tiles % PROGRAMS
     else:
         whole_rounds = num_tiles
-    for tile in tl.range(pid, whole_rounds, PROGRAMS, flatten=PARTS == 1):
+    for tile in tl.range(pid, whole_rounds, PROGRAMS, flatten=FLATTEN):
         off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tile_steps(a_desc, b_desc, off_m, off_n, 0, k_steps, M, N, A_T, B_T, SCALED, FAST_ACCUM, INT, F64,
-                         UPCAST, PARTS, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K)
-        store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr, SCALED), off_m, off_n, M, N, stride_cm,
-                       stride_cn, ACCUMULATE)
+        acc = STEPS(a_desc, b_desc, off_m, off_n, 0, k_steps, M, N, A_T, B_T, UPCAST, OPTION, BLOCK_M, BLOCK_N,
+                    BLOCK_K)
+        store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr), off_m, off_n, M, N, stride_cm, stride_cn,
+                       ACCUMULATE)
     if STREAM_K:
         units = (num_tiles - whole_rounds) * k_steps          # (tile, K step) pairs left
         per = tl.cdiv(units, PROGRAMS)
@@ -202,11 +115,12 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
             lo = tl.maximum(u, first)
             hi = tl.minimum(end, first + k_steps)
             off_m, off_n = tile_position(whole_rounds + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = tile_steps(a_desc, b_desc, off_m, off_n, lo - first, hi - first, M, N, A_T, B_T, SCALED,
-                             FAST_ACCUM, INT, F64, UPCAST, PARTS, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K)
+            acc = STEPS(a_desc, b_desc, off_m, off_n, lo - first, hi - first, M, N, A_T, B_T, UPCAST, OPTION,
+                        BLOCK_M, BLOCK_N, BLOCK_K)
+            tl.static_assert(acc.dtype == tl.float32, "stream-K hands float32 partial sums over")
             last_run = (first + k_steps - 1) // per
             if lo == first and last_run == run:      # the whole tile is this run's: straight to C
-                store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr, SCALED), off_m, off_n, M, N, stride_cm,
+                store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr), off_m, off_n, M, N, stride_cm,
                                stride_cn, False)
             else:
                 owner = lo == first
@@ -217,96 +131,22 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
                 tl.debug_barrier()   # every thread's share of the partial is written before it is read or flagged
                 if owner:            # wait for the helpers, add their partials, write C
                     add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid, run + 1, last_run,
-                                 off_m, off_n, M, N, stride_cm, stride_cn, SCALED, BLOCK_M, BLOCK_N, PROGRAMS)
+                                 off_m, off_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, PROGRAMS)
                 else:                # a helper: the partial is stored; say so
                     tl.atomic_xchg(flags_ptr + pid, epoch, sem="release")
 
 
 @triton.jit
-def tile_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T: tl.constexpr, B_T: tl.constexpr,
-               SCALED: tl.constexpr, FAST_ACCUM: tl.constexpr, INT: tl.constexpr, F64: tl.constexpr,
-               UPCAST: tl.constexpr, PARTS: tl.constexpr, CHUNK: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The float32 (INT: int32, F64: float64) sum of K steps step_from..step_to - 1 of the tile at
-    (off_m, off_n); PARTS == 2: by 3xTF32 (tf32x3_steps)."""
-    if PARTS == 2:
-        return tf32x3_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, CHUNK, BLOCK_M, BLOCK_N,
-                            BLOCK_K)
-    if INT:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    elif F64:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(step_from, step_to):
-        k0 = step * BLOCK_K
-        if A_T:
-            a = a_desc.load([k0, off_m]).T
-        else:
-            a = a_desc.load([off_m, k0])
-        if B_T:
-            b = b_desc.load([off_n, k0]).T
-        else:
-            b = b_desc.load([k0, off_n])
-        if INT:
-            acc = tl.dot(a, b, acc, out_dtype=tl.int32)    # Triton 3.6 needs out_dtype for int8
-        elif F64:
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)
-        elif UPCAST:   # Triton's interpreter only: see matmul_kernel
-            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-        elif SCALED and not FAST_ACCUM:
-            acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
-        else:
-            acc = tl.dot(a, b, acc)
-    return acc
-
-
-@triton.jit
-def tf32x3_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The float32 sum of K steps step_from..step_to - 1 of the tile at (off_m, off_n) by 3xTF32:
-    a_desc holds A's TF32 parts stacked, (2M, K), b_desc B^T's, (2N, K); a_hi b_hi + a_hi b_lo +
-    a_lo b_hi, from the four tiles loaded once per K step; the missing a_lo b_lo is 2^-22 of a
-    product.
-
-    The sum goes in two levels. For CHUNK K steps the tensor cores chain their products, a_hi b_hi
-    into one accumulator and the small cross terms into another, started at zero; then the chunk
-    joins the running total by one float32 add. The tensor cores add at their accumulator's
-    magnitude and drop low bits (accumulated straight into the running total over all of K: 13x
-    SGEMM's error, measured), so the chunk is kept short; adding every K step instead drained
-    their pipeline each step (1.40x SGEMM against 1.92x at 4096³).
-    An Inf or NaN in the operands makes the small products' sum Inf or NaN (Inf times a low part
-    of either sign, or times 0); it is dropped, and the a_hi b_hi sum, where Inf and NaN stand
-    whole, carries IEEE's result."""
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for c0 in range(step_from, step_to, CHUNK):
-        big = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for step in range(c0, tl.minimum(c0 + CHUNK, step_to)):    # pipelined, chained
-            k0 = step * BLOCK_K
-            a_hi = a_desc.load([off_m, k0])
-            b_hi = b_desc.load([off_n, k0]).T
-            a_lo = a_desc.load([M + off_m, k0])
-            b_lo = b_desc.load([N + off_n, k0]).T
-            small = tl.dot(a_lo, b_hi, small, input_precision="tf32")
-            small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
-            big = tl.dot(a_hi, b_hi, big, input_precision="tf32")
-        acc += big + tl.where(tl.abs(small) < float("inf"), small, 0.0)    # one float32 add a chunk
-    return acc
-
-
-@triton.jit
-def scaled(x, scale_a_ptr, scale_b_ptr, SCALED: tl.constexpr):
-    """x times the per-tensor scales (SCALED), else x."""
-    if SCALED:
+def scaled(x, scale_a_ptr, scale_b_ptr):
+    """x times the per-tensor scales where they are given, else x."""
+    if scale_a_ptr is not None:
         x = x * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
     return x
 
 
 @triton.jit
 def add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid, run_from, run_to, off_m, off_n,
-                 M, N, stride_cm, stride_cn, SCALED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 PROGRAMS: tl.constexpr):
+                 M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PROGRAMS: tl.constexpr):
     """C's tile = the owner's partial (in its slot) + those of runs run_from..run_to, each added
     once its program's flag shows this launch's epoch; a quarter of the columns at a time, read
     from L2 (.cg: another SM wrote them)."""
@@ -322,7 +162,7 @@ def add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid,
         for run in range(run_from, run_to + 1):
             helper_slot = ws_ptr + (2 * (PROGRAMS - 1 - run) + 1) * (BLOCK_M * BLOCK_N)
             total += tl.load(helper_slot + q * QUARTER + offs, cache_modifier=".cg")
-        store_tile(c_ptr, scaled(total, scale_a_ptr, scale_b_ptr, SCALED), off_m, off_n + q * QUARTER, M, N,
+        store_tile(c_ptr, scaled(total, scale_a_ptr, scale_b_ptr), off_m, off_n + q * QUARTER, M, N,
                    stride_cm, stride_cn, False)
 
 

@@ -322,11 +322,16 @@ def _slot(v, storages: dict, groups: dict, program: bool = False):
 
 
 def constant(v) -> bool:
-    """Whether v is a value a replay keeps as it is: None, a number, a string, or a tuple of them (a
-    constexpr such as matmul_kernel's ALIGN)."""
+    """Whether v is a value a replay keeps as it is: None, a number, a string, a Triton function
+    (a constexpr such as matmul_persistent's STEPS), or a tuple of them (a constexpr such as
+    matmul_kernel's ALIGN)."""
     if isinstance(v, tuple):
         return all(constant(x) for x in v)
-    return v is None or isinstance(v, (bool, int, float, str))
+    return v is None or isinstance(v, (bool, int, float, str)) or type(v).__name__ in TRITON_FUNCTIONS
+
+
+# A @triton.jit function's type, compiled and under Triton's interpreter
+TRITON_FUNCTIONS = ("JITFunction", "InterpretedFunction")
 
 
 class Address:

@@ -4,7 +4,7 @@ A product runs in whole waves of tiles, one tile an SM at a time; each tile cost
 at a rate that depends on its shape (a 64-row tile drives one warpgroup's wgmma, a 128 x 256 one
 two), plus a fixed cost a wave (the pipeline filled, the tile written), plus split K's hand-over of
 float32 partials. Big tiles are the most efficient, but few of them can leave SMs idle: the model
-weighs the two (r10_tensorcore.default_tiles takes model_tiles' pick). Its constants are fitted by
+weighs the two (tensorcore_launch.default_tiles takes model_tiles' pick). Its constants are fitted by
 least squares to kernel-alone times of the wide sweep's fit half (benchmarks/tile_grid.py measures
 them and prints fit's result); tests/test_tensorcore.py checks that the shipped constants are that
 fit of the committed record.

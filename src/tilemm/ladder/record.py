@@ -58,7 +58,9 @@ class Problem:
 
     @property
     def itemsize(self) -> int:
-        """Bytes of one element of the compute dtype (NumPy has no bfloat16: 2)."""
+        """Bytes of one element of the compute dtype (NumPy has no bfloat16: 2, nor float8: 1)."""
+        if self.dtype.startswith("float8"):
+            return 1
         return 2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize
 
 

@@ -20,5 +20,6 @@ RUNGS = {
     "tensorcore-f32": "tilemm.ladder.tensorcore.r13_f32",
     "tensorcore-complex": "tilemm.ladder.tensorcore.r14_complex",
     "tensorcore-grouped": "tilemm.ladder.tensorcore.r15_grouped",
+    "scaled-fp8": "tilemm.ladder.tensorcore.scaled_fp8",
     "cublas": "tilemm.ladder.library",
 }

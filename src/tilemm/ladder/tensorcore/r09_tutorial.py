@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from tilemm.ladder.record import Kernel, Traffic, register
 from tilemm.engine import availability
-from tilemm.ladder.tensorcore.r10_tensorcore import tile_params
+from tilemm.ladder.tensorcore.tile_params import tile_params
 
 OFFSET_LIMIT = 2**31        # the kernel's offsets are 32-bit (r09_tutorial_kernel.OFFSET_LIMIT)
 

@@ -58,7 +58,7 @@ def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
 
 @triton.jit
 def hand_over_int(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, stride_cn):
-    """Split K's hand-over (r10_tensorcore_kernel.hand_over) of an int32 partial: its bits go to
+    """Split K's hand-over (tilemm.engine.programs.hand_over) of an int32 partial: its bits go to
     the run's slot of the float32 workspace, the tile's count is raised, and the run that raises
     it last adds the tile's slots as int32 (exact, in any order), writes C and sets the count back
     to 0, as every launch finds it."""

@@ -2,14 +2,14 @@
 
 Each operand is split into signed base-256 digits (int8); the product modulo 2^w is the sum of the
 digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Triton programs
-(r11_int_digits_kernel.py):
+(tilemm.engine.digit_programs, which tensorcore-f32's precision="int8" shares):
 
 1. `split_digits` writes each operand's digit planes, B's transposed: Hopper's 8-bit tensor-core
    instruction reads K-major operands only, so a row-major B is made K-major here, in one pass
    whose time counts in the rung's time (an int8 A that is already K-major is used as it is, and
    so is an int8 B given as (N, K).T).
 2. `digit_matmul` multiplies all pairs in one launch (on Hopper the warp-specialized Gluon
-   program of r11_int8_gluon_kernel.py does instead, the same steps with its int32 tensor-core
+   program of tilemm.engine.int8_gluon does instead, the same steps with its int32 tensor-core
    products kept asynchronous; int8 data elsewhere, and on Hopper where C is int8, its rows are
    not 16-byte aligned or K is short (stores_coalesced), goes to the persistent program of
    `tensorcore` and `scaled_matmul` with int32 sums): for each shift s, the pairs (i, s - i) run
@@ -29,11 +29,11 @@ M, N, K, any strides; BLOCK_K a multiple of 32 on the GPU (the 8-bit instruction
 from __future__ import annotations
 
 from tilemm.system import compat
-from tilemm.numerics import digits
 from tilemm.ladder.record import Kernel, Param, Traffic, register
 from tilemm.engine import availability, operand_copies
 from tilemm.ladder.tensorcore import r11_int8_small_m
 from tilemm.engine import launches
+from tilemm.engine.digit_products import chunk_tiles, digit_planes, digit_products, planes_launch
 from tilemm.engine.persistent import persistent_launch
 
 def digit_count(operand_bytes: int, result_bytes: int) -> int:
@@ -44,26 +44,6 @@ def digit_count(operand_bytes: int, result_bytes: int) -> int:
     if operand_bytes >= result_bytes:
         return result_bytes
     return 1 if operand_bytes == 1 else operand_bytes + 1
-
-
-def digit_planes(x, ndigits: int):
-    """x's digit planes, stacked (ndigits * rows, K), K contiguous: x itself when it is already
-    int8 and K-major with TMA's alignment."""
-    planes, fill = planes_launch(x, ndigits)
-    if fill:
-        fill()
-    return planes
-
-
-def planes_launch(x, ndigits: int):
-    """(planes, fill): digit_planes' tensor for x and the launch that writes it from x's current
-    values (None where x is its own plane)."""
-    import torch
-    from tilemm.ladder.tensorcore.r11_int_digits_kernel import split_digits
-    if ndigits == 1 and x.dtype == torch.int8 and operand_copies.k_major(x):
-        return x, None
-    out = operand_copies.parts_buffer(x.shape[0], x.shape[1], ndigits, torch.int8, x.device)
-    return out.view(ndigits * x.shape[0], out.shape[2]), operand_copies.parts_fill(x, out, split_digits, NDIGITS=ndigits)
 
 
 def default_block_n(block_n, result_bytes: int) -> int:
@@ -98,14 +78,16 @@ def takes_persistent(nd_a: int, nd_b: int, c, k: int) -> bool:
 
 def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n, block_k, group_m, num_warps,
                     num_stages):
-    """A launcher without arguments of the persistent program (int32 sums) on int8 planes a_part
+    """A launcher without arguments of the engine's persistent schedule with int32 sums of K steps
+    (int8_steps) on int8 planes a_part
     (M, K) and b_part (N, K), both K-major; told C's alignment (int32 C of 4002 or 7026 columns:
     1.02x)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
+    from tilemm.ladder.tensorcore.r11_int_digits_kernel import int8_steps
     return persistent_launch(TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
-                                     TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n, k, INT=True,
-                                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-                                     num_warps=num_warps, num_stages=num_stages, C_ALIGN=operand_copies.c_alignment(c))
+                             TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n, k, int8_steps,
+                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
+                             num_warps=num_warps, num_stages=num_stages, C_ALIGN=operand_copies.c_alignment(c))
 
 
 def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, small_m=None, split_k=None):
@@ -142,8 +124,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, sma
     whole = k > 0 and chunk_tiles(k, nd_a, nd_b, nd_c, block_k) * block_k >= k
     if not (whole and availability.hopper_gluon()):
         return lambda: run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, small_m, split_k)
-    from tilemm.engine import gluon_helpers
-    from tilemm.ladder.tensorcore import r11_int8_gluon_kernel as gluon_int8
+    from tilemm.engine import gluon_helpers, int8_gluon as gluon_int8
     block_n = default_block_n(block_n, nd_c)
     a_part, a_fill = planes_launch(a, nd_a)
     b_part, b_fill = planes_launch(b.T, nd_b)                                 # (N, K): B K-major
@@ -156,53 +137,6 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, sma
                                       gluon_helpers.descriptor(b_part, block_n, block_k), c, m, n, k, programs,
                                       (nd_a, nd_b), group_m, num_stages, num_warps)
     return launches.Steps([a_fill, b_fill, product])
-
-
-def chunk_tiles(k: int, nd_a: int, nd_b: int, nd_c: int, block_k: int, lowest_shift: int = 0) -> int:
-    """K steps a launch may take: all of them, but for int64, whose shifts below 4 need exact
-    int32 sums (digits.exact_chunk)."""
-    if nd_c != 8:
-        return -(-k // block_k)
-    pairs = max(len(digits.shift_pairs(s, nd_a, nd_b)) for s in range(lowest_shift, 4))
-    return max(1, digits.exact_chunk(pairs) // block_k)
-
-
-def digit_products(a, b, c, nd_a: int, nd_b: int, block_m, block_n, block_k, group_m, num_warps, num_stages,
-                   planes_a=digit_planes, planes_b=digit_planes, lowest_shift: int = 0, scales=(None, None)):
-    """c = A @ B modulo 2^(8 c.element_size()) from nd_a digits of A and nd_b of B (K >= 1): the
-    digit pairs on the tensor cores, K cut into chunks where int64 needs exact sums. planes_a(x,
-    nd) and planes_b(x, nd) write the stacked digit planes of a slice of A and of B^T
-    (digit_planes). For tensorcore-f32's precision="int8": its fixed-point split as the planes,
-    the shifts below lowest_shift left out of int64 sums, and, on the Gluon program with K in
-    one chunk, scales (float64 factors of rows and columns) that turn those sums into float32 c."""
-    m, k = a.shape
-    n = b.shape[1]
-    nd_c = 8 if scales[0] is not None else c.element_size()
-    k_tiles = -(-k // block_k)
-    chunk = chunk_tiles(k, nd_a, nd_b, nd_c, block_k, lowest_shift)
-    gluon = availability.hopper_gluon()              # on Hopper: the warp-specialized Gluon program
-    if scales[0] is not None and (chunk < k_tiles or not gluon):
-        raise ValueError("digit_products: scales need the Gluon program and K in one chunk")
-    programs = min(-(-m // block_m) * -(-n // block_n), availability.multiprocessors())
-    for t0 in range(0, k_tiles, chunk):
-        k0, k1 = t0 * block_k, min(k, (t0 + chunk) * block_k)
-        a_part, b_part = planes_a(a[:, k0:k1], nd_a), planes_b(b[k0:k1].T, nd_b)  # (N, K): B K-major
-        if gluon:
-            from tilemm.engine import gluon_helpers
-            from tilemm.ladder.tensorcore import r11_int8_gluon_kernel as gluon_int8
-            gluon_int8.launcher(gluon_helpers.descriptor(a_part, block_m, block_k),
-                                gluon_helpers.descriptor(b_part, block_n, block_k), c, m, n, k1 - k0, programs,
-                                (nd_a, nd_b), group_m, num_stages, num_warps, accumulate=t0 > 0,
-                                lowest_shift=lowest_shift, scales=scales)()
-            continue
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        from tilemm.ladder.tensorcore.r11_int_digits_kernel import digit_matmul
-        digit_matmul[(programs,)](TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
-                                  TensorDescriptor.from_tensor(b_part, [block_n, block_k]), c, m, n,
-                                  -(-(k1 - k0) // block_k), c.stride(0), c.stride(1), ND_A=nd_a, ND_B=nd_b,
-                                  ND_C=nd_c, LOWEST=lowest_shift, ACCUMULATE=t0 > 0, BLOCK_M=block_m, BLOCK_N=block_n,
-                                  BLOCK_K=block_k, GROUP_M=group_m, PROGRAMS=programs, num_warps=num_warps,
-                                  num_stages=num_stages)
 
 
 def traffic(p, block_m, block_n, **_):

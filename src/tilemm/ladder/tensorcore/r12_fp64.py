@@ -1,6 +1,7 @@
 """Rung 12, `tensorcore-f64`: float64 on Hopper's FP64 tensor cores (DMMA), in Triton: the
-programs of `tensorcore` (r10_tensorcore_kernel.py) with float64 tiles and a float64 accumulator, the
-persistent TMA one past one round of tiles, the pointer one otherwise. On Hopper, where 128 x 128
+programs of `tensorcore` with float64 tiles and a float64 accumulator (r12_fp64_kernel.py), launched
+as rung 10 launches its own (tilemm.engine.tensorcore_launch): the engine's persistent schedule with
+float64 sums of K steps (f64_steps) past one round of tiles, the pointer program otherwise. On Hopper, where 128 x 128
 tiles fill more than half the SMs, a Gluon program instead (r12_fp64_dmma_kernel.py): DMMA's
 m16n8k8 shape, which Triton does not issue, on operands read as that instruction takes them.
 
@@ -12,11 +13,9 @@ refused, naming the Triton version.
 """
 from __future__ import annotations
 
-from tilemm.ladder.record import Kernel, Param, register
-from tilemm.engine import availability, operand_copies
-from tilemm.engine import launches
-from tilemm.ladder.tensorcore import r10_tensorcore
-from tilemm.ladder.tensorcore.r10_tensorcore import tile_params
+from tilemm.ladder.record import Kernel, Param, Traffic, register
+from tilemm.ladder.tensorcore.tile_params import tile_params
+from tilemm.engine import availability, launches, operand_copies, tensorcore_launch
 from tilemm.engine.tile_model import DMMA_STAGES, DMMA_TILES
 
 TILES = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
@@ -115,14 +114,16 @@ def bind(a, b, c, dmma=None, **params):
     n = b.shape[1]
     if takes_dmma(m, n, k, dict(params, dmma=dmma)):
         return dmma_bind(a, b, c)
-    return r10_tensorcore.launcher(a, b, c, **resolved(m, n, params))
+    from tilemm.ladder.tensorcore import r12_fp64_kernel as kernel      # Triton loads on first use
+    programs = tensorcore_launch.Programs(kernel.matmul_kernel, None, kernel.f64_steps)
+    return tensorcore_launch.launcher(programs, a, b, c, **resolved(m, n, params))
 
 
 def traffic(p, dmma=None, **params):
     """The traffic of the program that runs: the DMMA program's tiles where takes_dmma."""
-    if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)):
-        return r10_tensorcore.traffic(p, **DMMA_TILES)
-    return r10_tensorcore.traffic(p, **resolved(p.m, p.n, params))
+    tiles = DMMA_TILES if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)) else resolved(p.m, p.n, params)
+    read, written = tensorcore_launch.traffic(p, **tiles)
+    return Traffic(read=read, written=written)
 
 
 def limits(p, dmma=None, **params):
@@ -132,7 +133,7 @@ def limits(p, dmma=None, **params):
     if takes_dmma(p.m, p.n, p.k, dict(params, dmma=dmma)):
         return availability.dimension_limit(p.m, p.n, p.k) or availability.check_shared(
             DMMA_TILES["block_m"], DMMA_TILES["block_n"], DMMA_TILES["block_k"], DMMA_STAGES, 8)
-    return r10_tensorcore.limits(p, **resolved(p.m, p.n, params))
+    return tensorcore_launch.limits(p, **resolved(p.m, p.n, params))
 
 
 register(Kernel(

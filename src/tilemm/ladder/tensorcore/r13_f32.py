@@ -24,24 +24,7 @@ or -Inf where IEEE float32 gives Inf; the small products are summed apart, dropp
 finite, and the a_hi b_hi product carries Inf and NaN as IEEE does (one exception: Inf times a
 subnormal below TF32's reach, whose a_hi is 0, gives NaN).
 
-precision="int8" (Ozaki's scheme, on the integer rung's tensor cores): each row of A and each
-column of B is scaled by a power of two into 24-bit fixed point, |x| 2^e <= 8355711 (the most that
-three signed base-256 digits reach) and above half that, and rounded to the nearest integer. The
-integer product is then summed from int8 digit products on `tensorcore-int`'s programs, shift by
-shift with exact int32 sums into int64, but for the two lowest shifts (d0 e0, and d0 e1 + d1 e0,
-shifted by 8): 6 digit pairs instead of 9, each dropped product at most 2^-21 of the row's and
-column's largest. Scaled back in float64 (exact; on Hopper in the Gluon program's epilogue, where K
-fits one exact chunk), rounded once to float32. K past 2^16 (where int64 could overflow) is cut
-into pieces of 2^16, each such a product, added in float32. So, with r_i = max_k |a_ik| and
-c_j = max_k |b_kj|,
-
-    |C - AB| <~ 2^-23 (r_i sum_k |b_kj| + c_j sum_k |a_ik|) + 2^-21 K r_i c_j + 2^-24 |C|
-
-(exact constants in tests/test_tensorcore.py). A normwise bound, not float32's per-product one:
-an element far below its row's largest keeps fewer bits. On random data it is more accurate
-than SGEMM (measured: docs/tensor_cores.md); on rows of mixed magnitudes use the default. The
-tiles of C that meet a row or column holding Inf or NaN (which fixed point cannot hold) are
-computed again in IEEE float32, so Inf and NaN land where IEEE arithmetic puts them.
+precision="int8" (Ozaki's scheme, on the integer rung's tensor cores): r13_f32_int8.py.
 
 Constraints: float32 only; any M, N, K, any strides; shared memory of a configuration must fit.
 """
@@ -52,8 +35,11 @@ from tilemm.ladder.record import Kernel, Param, Traffic, register
 from tilemm.engine import availability, operand_copies
 from tilemm.engine import launches
 from tilemm.engine.persistent import persistent_launch
-from tilemm.ladder.tensorcore.r10_tensorcore import stream_k_pays, tile_params
-from tilemm.ladder.tensorcore.r13_f32_panels import panel_bounds, panels_pay
+from tilemm.engine.tensorcore_launch import stream_k_pays
+from tilemm.ladder.tensorcore.tile_params import tile_params
+from tilemm.ladder.tensorcore.r13_f32_panels import overlapped, panel_bounds, panels_pay
+from tilemm.ladder.tensorcore.r13_f32_int8 import FIXED_K, run_int8
+from tilemm.ladder.tensorcore.r13_f32_direct import DIRECT_BLOCK, direct_launch, takes_direct
 
 # TF32 keeps 11 significant bits, so hi + lo carries 22 of float32's 24: each 3xTF32 product is
 # off by up to ~3 * 2^-22 of |a||b|, which float32's error bound (2K * 2^-24 of the sum of
@@ -106,81 +92,6 @@ def chunk_steps(k: int, block_k: int) -> int:
     return min(CHUNK_STEPS, 1 << (steps.bit_length() - 1))
 
 
-# precision="int8": three signed base-256 digits reach 127 * (1 + 2^8 + 2^16) at most
-FIXED_DIGITS = 3
-FIXED_LOWEST_SHIFT = 2  # shifts 0 and 1 left out: 2^-21 of r_i c_j a product, for a third of the work
-IEEE_TILE = 32          # tiles of C meeting Inf or NaN, in IEEE float32 (the FMA units)
-FIXED_TOP = 127 * (1 + 2**8 + 2**16)
-FIXED_K = 2**16         # K summed as one integer product: 2^16 products under 2^46 stay well inside int64
-
-
-def fixed_scales(x):
-    """(scale, top) for each row of x (rows, K): scale = 2^e (float64) with top * 2^e in
-    (FIXED_TOP / 2, FIXED_TOP], top the row's largest |x| (Inf or NaN where the row holds one)."""
-    import torch
-    top = torch.linalg.vector_norm(x, ord=float("inf"), dim=1)
-    mantissa, exponent = torch.frexp(top)            # top = mantissa * 2^exponent, mantissa in [0.5, 1)
-    e = 23 - exponent - (mantissa > FIXED_TOP / 2**23).to(exponent.dtype)
-    return torch.ldexp(torch.ones_like(top, dtype=torch.float64), e), top
-
-
-def run_int8(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    """c = A @ B by precision="int8" (the module's docstring). Rows and columns holding Inf or
-    NaN, which fixed point cannot hold, are found on the GPU (no wait for it here): the tiles of C
-    they meet are then computed again in IEEE float32."""
-    import torch
-    from tilemm.engine.programs import matmul_kernel
-    from tilemm.ladder.tensorcore.r11_int_digits import chunk_tiles, digit_products
-    from tilemm.ladder.tensorcore.r11_int_digits_kernel import split_digits
-    from tilemm.ladder.tensorcore.r13_f32_kernel import unscale
-    scale_a, top_a = fixed_scales(a)
-    scale_b, top_b = fixed_scales(b.T)
-
-    def planes(scale):
-        return lambda x, nd: operand_copies.stacked_parts_tensor(x, nd, torch.int8, split_digits, scale_ptr=scale,
-                                                          NDIGITS=nd, FIXED=True)
-    m, n = c.shape
-    k = a.shape[1]
-    digits = (FIXED_DIGITS, FIXED_DIGITS)
-    if availability.hopper_gluon() and chunk_tiles(k, *digits, 8, block_k, FIXED_LOWEST_SHIFT) * block_k >= k:
-        # the Gluon program scales its int64 sums back into C itself
-        digit_products(a, b, c, *digits, block_m, block_n, block_k, group_m, num_warps, num_stages,
-                       planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT, scales=(1 / scale_a, 1 / scale_b))
-    else:   # K in chunks (or the Triton program): the exact int64 product, then scaled back
-        exact = torch.empty((m, n), dtype=torch.int64, device=c.device)
-        digit_products(a, b, exact, *digits, block_m, block_n, block_k, group_m, num_warps, num_stages,
-                       planes(scale_a), planes(scale_b), FIXED_LOWEST_SHIFT)
-        grid = (-(-m // operand_copies.SPLIT_BLOCK), -(-n // operand_copies.SPLIT_BLOCK))
-        unscale[grid](exact, 1 / scale_a, 1 / scale_b, c, m, n, c.stride(0), c.stride(1),
-                      BLOCK_M=operand_copies.SPLIT_BLOCK, BLOCK_N=operand_copies.SPLIT_BLOCK)
-    tiles_of_c = -(-m // IEEE_TILE) * -(-n // IEEE_TILE)      # programs that meet no Inf or NaN store nothing
-    matmul_kernel[(tiles_of_c,)](a, b, c, m, n, a.shape[1], a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                 c.stride(0), c.stride(1), BLOCK_M=IEEE_TILE, BLOCK_N=IEEE_TILE, BLOCK_K=16,
-                                 GROUP_M=8, UPCAST=True, FP64=False, top_a_ptr=top_a, top_b_ptr=top_b,
-                                 num_warps=4, num_stages=1)
-
-
-# 3xTF32 products of at most this many multiply-adds take one launch (tf32x3_direct), their
-# parts split in registers, on tiles of at most DIRECT_BLOCK (more programs for a small C): there
-# the split passes' two launches cost more than they save. Kernel alone, direct against split: 256³ 22 against 63 µs, 512³ 37
-# against 70, 1024³ 92 against 91, 2048³ 656 against 204, 1000 x 3000 x 300 393 against 77: its
-# tiles pass through registers (split there) into shared memory, which costs past the smallest.
-DIRECT_WORK = 2**28
-DIRECT_BLOCK = 64
-# Where DIRECT_BLOCK-square tiles leave SMs without a program, their columns are halved (once: 32 x
-# 32 tiles ran slower on 4 warps, and no faster on 2). Whole calls on an H200, 64 x 64 against 64 x
-# 32 tiles: 256³ 19.2 against 12.6 µs, 512³ 38.1 against 20.3 (SGEMM 18.2), 640³ 47.1 against 31.8.
-DIRECT_NARROW_BLOCK = 32
-
-
-def takes_direct(m: int, n: int, k: int, direct=None, stream_k=None, copy_panels=None) -> bool:
-    """Whether 3xTF32 runs as one launch (tf32x3_direct): as asked, else for products of at most
-    DIRECT_WORK multiply-adds unless stream-K or panels were asked for."""
-    if direct is not None:
-        return direct
-    return m * n * k <= DIRECT_WORK and not stream_k and (copy_panels or 1) == 1
-
-
 def run(a, b, c, **params):
     bind(a, b, c, **params)()
 
@@ -208,51 +119,36 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
     parts = 2 if precision == "3xtf32" else 1
     grid = (-(-m // block_m) * -(-n // block_n),)
     if parts == 2 and k < IEEE_BELOW_K:
-        from tilemm.engine.programs import matmul_kernel   # short sums: IEEE float32 on the FMA units
-        return launches.bound_launch(matmul_kernel, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                                          b.stride(1), c.stride(0), c.stride(1)),
+        from tilemm.ladder.tensorcore.r13_f32_kernel import ieee_matmul   # short sums: IEEE float32 on the FMA units
+        return launches.bound_launch(ieee_matmul, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+                                                        b.stride(1), c.stride(0), c.stride(1)),
                                     dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=16, GROUP_M=group_m,
-                                         UPCAST=True, FP64=False, num_warps=num_warps, num_stages=1))
+                                         num_warps=num_warps, num_stages=1))
     if parts == 2 and takes_direct(m, n, k, direct, stream_k, copy_panels):
-        return direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages)
+        return direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages,
+                             chunk_steps(k, block_k))
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps,
                   num_stages=num_stages)
     a_desc, a_fill = parts_of(a, parts, block_m, block_k)
     persistent = parts == 1 and persistent and grid[0] > availability.multiprocessors()
     b_copied = not (parts == 1 and operand_copies.k_major(b.T))          # TF32 reads a K-major B as it is
+    from tilemm.ladder.tensorcore import r13_f32_kernel as kernel     # the sums of K steps (Triton loads here)
     if copy_panels is None:   # measured for TF32; 3xTF32 gained nothing in panels (docs/tensor_cores.md)
         copy_panels = panels_pay(m, n, k, block_m, block_n, availability.multiprocessors()) if parts == 1 else 1
     if copy_panels > 1 and b_copied and not persistent:
         steps = [products_by_panel(a_desc, b, c, parts, copy_panels, config)]
     else:
         b_desc, b_fill = parts_of(b.T, parts, block_n, block_k)   # (N, K): B K-major
-        if persistent:   # TF32 on the 16-bit rung's persistent program (float32 operands: tl.dot's TF32)
-            product = persistent_launch(a_desc, b_desc, c, m, n, k, **config)
+        if persistent:   # TF32 on the engine's persistent schedule
+            product = persistent_launch(a_desc, b_desc, c, m, n, k, kernel.tf32_steps, **config)
         elif parts == 2 and (stream_k if stream_k is not None else
                              stream_k_pays(grid[0], availability.multiprocessors(), -(-k // block_k), STREAM_K_ROUNDS)):
-            product = persistent_launch(a_desc, b_desc, c, m, n, k, stream_k=True, PARTS=2,
-                                                CHUNK=chunk_steps(k, block_k), **config)
+            product = persistent_launch(a_desc, b_desc, c, m, n, k, kernel.tf32x3_steps, stream_k=True,
+                                        OPTION=chunk_steps(k, block_k), FLATTEN=False, **config)
         else:
             product = product_launch(a_desc, b_desc, c, k, parts, config)
         steps = [b_fill, product]
     return launches.Steps([a_fill] + steps)
-
-
-def direct_launch(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    """A launcher without arguments of tf32x3_direct: 3xTF32 in one launch, on tiles of at most
-    DIRECT_BLOCK x DIRECT_BLOCK (and at most 4 warps for them), their columns narrowed to
-    DIRECT_NARROW_BLOCK where C would have fewer tiles than the GPU has SMs."""
-    from tilemm.ladder.tensorcore.r13_f32_kernel import tf32x3_direct
-    m, k = a.shape
-    n = b.shape[1]
-    block_m, block_n = min(block_m, DIRECT_BLOCK), min(block_n, DIRECT_BLOCK)
-    if -(-m // block_m) * -(-n // block_n) < availability.multiprocessors():
-        block_n = min(block_n, DIRECT_NARROW_BLOCK)
-    grid = (-(-m // block_m) * -(-n // block_n),)
-    return launches.bound_launch(tf32x3_direct, grid, (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                                      b.stride(1), c.stride(0), c.stride(1)),
-                                dict(CHUNK=chunk_steps(k, block_k), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                     GROUP_M=group_m, num_warps=min(num_warps, 4), num_stages=num_stages))
 
 
 def product_launch(a_desc, b_desc, c, k, parts, config):
@@ -266,7 +162,7 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
 
 # 3xTF32's tiles carry three products each, so handing partial sums over pays with no whole
 # round before: stream_k=None shares a last round that leaves 40% of the SMs idle or more
-# (r10_tensorcore.stream_k_pays). Against cuBLAS SGEMM: 8192³ (31 rounds, then 4 tiles) 2.092x with stream-K against 2.019x;
+# (tilemm.engine.tensorcore_launch.stream_k_pays). Against cuBLAS SGEMM: 8192³ (31 rounds, then 4 tiles) 2.092x with stream-K against 2.019x;
 # 1024 x 1024 x 4096 (64 tiles) 1.406x against 1.094x; 4096³ (the last round of tiles 76% full) 1.919x
 # against 1.931x and 2048³ (128 tiles) 1.638x against 1.650x, within the noise.
 STREAM_K_ROUNDS = 0
@@ -278,38 +174,14 @@ def products_by_panel(a_desc, b, c, parts, panels, config):
     copy is done: the copies (bound by HBM, little shared memory) run on the SMs beside the
     product's programs, and only the first panel's copy is waited for. The products run on a
     stream of the highest priority, so that the SMs take their programs before the copies'
-    (0.907x cuBLAS TF32 against 0.859x at 4096³, kernel alone); both
-    streams start from the calling stream's work so far, and the calling stream waits for the
-    products. Under the interpreter, in turn."""
-    import torch
+    (0.907x cuBLAS TF32 against 0.859x at 4096³, kernel alone): overlapped."""
     copies, products, buffers = [], [], []
     for n0, n1 in panel_bounds(c.shape[1], panels, config["BLOCK_N"]):
         b_desc, copy = parts_of(b[:, n0:n1].T, parts, config["BLOCK_N"], config["BLOCK_K"])
         copies.append(copy)
         buffers.append(b_desc.base)
         products.append(product_launch(a_desc, b_desc, c[:, n0:n1], b.shape[0], parts, config))
-    if not c.is_cuda:
-        return lambda: [step() for pair in zip(copies, products) for step in pair]
-    side, first = launches.side_stream(c.device), launches.side_stream(c.device, priority=True)
-    ready = [torch.cuda.Event() for _ in copies]
-    for buffer in buffers:        # used on the two streams: not handed out again before their work is done
-        buffer.record_stream(side)
-        buffer.record_stream(first)
-
-    def go():
-        caller = torch.cuda.current_stream(c.device)
-        side.wait_stream(caller)  # A's parts, B itself and C are written on the calling stream
-        first.wait_stream(caller)
-        with torch.cuda.stream(side):
-            for copy, event in zip(copies, ready):
-                copy()
-                event.record(side)
-        with torch.cuda.stream(first):
-            for product, event in zip(products, ready):
-                first.wait_event(event)
-                product()
-        caller.wait_stream(first)
-    return go
+    return overlapped(copies, products, buffers, c)
 
 
 def traffic(p, block_m, block_n, block_k, num_stages, precision, direct=None, stream_k=None, copy_panels=None, **_):

@@ -1,11 +1,13 @@
 """The Triton programs of rung `tensorcore-f32` (see r13_f32.py): the split of float32 operands
-into TF32 parts, K-major, the product of the parts, and the scaling back of precision="int8"'s
-exact integer product (its digits are split and multiplied by tensorcore-int's programs). Kept apart so that importing tilemm never
-imports Triton."""
+into TF32 parts, K-major, the product of the parts (tf32x3_steps, which the engine's persistent
+schedule also runs on each tile), IEEE float32 on the FMA units for short sums and for the tiles
+that meet Inf or NaN, and the scaling back of precision="int8"'s exact integer product (its
+digits are split and multiplied by tensorcore-int's programs). Kept apart so that importing
+tilemm never imports Triton."""
 import triton
 import triton.language as tl
 
-from tilemm.engine.programs import store_tile, tf32x3_steps, tile_position
+from tilemm.engine.programs import store_tile, tile_position
 
 
 @triton.jit
@@ -79,6 +81,93 @@ def tf32x3_direct(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 # --8<-- [end:kernel]
 
 
+# --8<-- [start:steps]
+@triton.jit
+def tf32x3_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T: tl.constexpr, B_T: tl.constexpr,
+                 UPCAST: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """The float32 sum of K steps step_from..step_to - 1 of the tile at (off_m, off_n) by 3xTF32:
+    a_desc holds A's TF32 parts stacked, (2M, K), b_desc B^T's, (2N, K); a_hi b_hi + a_hi b_lo +
+    a_lo b_hi, from the four tiles loaded once per K step; the missing a_lo b_lo is 2^-22 of a
+    product. (A_T, B_T, UPCAST: unused, the engine's persistent schedule passes them; its OPTION
+    is CHUNK.)
+
+    The sum goes in two levels. For CHUNK K steps the tensor cores chain their products, a_hi b_hi
+    into one accumulator and the small cross terms into another, started at zero; then the chunk
+    joins the running total by one float32 add. The tensor cores add at their accumulator's
+    magnitude and drop low bits (accumulated straight into the running total over all of K: 13x
+    SGEMM's error, measured), so the chunk is kept short; adding every K step instead drained
+    their pipeline each step (1.40x SGEMM against 1.92x at 4096³).
+    An Inf or NaN in the operands makes the small products' sum Inf or NaN (Inf times a low part
+    of either sign, or times 0); it is dropped, and the a_hi b_hi sum, where Inf and NaN stand
+    whole, carries IEEE's result."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for c0 in range(step_from, step_to, CHUNK):
+        big = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for step in range(c0, tl.minimum(c0 + CHUNK, step_to)):    # pipelined, chained
+            k0 = step * BLOCK_K
+            a_hi = a_desc.load([off_m, k0])
+            b_hi = b_desc.load([off_n, k0]).T
+            a_lo = a_desc.load([M + off_m, k0])
+            b_lo = b_desc.load([N + off_n, k0]).T
+            small = tl.dot(a_lo, b_hi, small, input_precision="tf32")
+            small = tl.dot(a_hi, b_lo, small, input_precision="tf32")
+            big = tl.dot(a_hi, b_hi, big, input_precision="tf32")
+        acc += big + tl.where(tl.abs(small) < float("inf"), small, 0.0)    # one float32 add a chunk
+    return acc
+# --8<-- [end:steps]
+
+
+@triton.jit
+def tf32_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T: tl.constexpr, B_T: tl.constexpr,
+               UPCAST: tl.constexpr, OPTION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """The float32 sum of K steps step_from..step_to - 1 by one TF32 product (precision="tf32" on
+    the persistent schedule): A row-major, B given K-major (as B^T); the other flags unused."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(step_from, step_to):
+        k0 = step * BLOCK_K
+        acc = tl.dot(a_desc.load([off_m, k0]), b_desc.load([off_n, k0]).T, acc)    # float32 operands: TF32
+    return acc
+
+
+@triton.jit
+def ieee_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                top_a_ptr=None, top_b_ptr=None):
+    """C = A @ B in IEEE float32 on the FMA units, a program a tile, pointers and masks (rung 10's
+    pointer program in float32): short sums, where splitting into TF32 parts costs more. top_a_ptr
+    and top_b_ptr given (each row of A's and column of B's largest |x|, float32): only the tiles
+    that meet a row or column holding Inf or NaN are computed and stored (precision="int8")."""
+    off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    steps = tl.cdiv(K, BLOCK_K)
+    if top_a_ptr is not None:
+        top_a = tl.load(top_a_ptr + offs_m, mask=offs_m < M, other=0.0)
+        top_b = tl.load(top_b_ptr + offs_n, mask=offs_n < N, other=0.0)
+        meets = tl.maximum(tl.max(tl.where(tl.abs(top_a) < float("inf"), 0, 1), axis=0),   # NaN: 1 too
+                           tl.max(tl.where(tl.abs(top_b) < float("inf"), 0, 1), axis=0))
+        steps = steps * meets
+        offs_m = tl.where(meets > 0, offs_m, M)          # nothing stored where it meets none
+    rows_a, cols_b = offs_m.to(tl.int64), offs_n.to(tl.int64)
+    ks = offs_k.to(tl.int64)
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols_b[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(0, steps):
+        k_left = K - step * BLOCK_K
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + rows_a[:, None] * stride_cm + cols_b[None, :] * stride_cn
+    tl.store(c_ptrs, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
 @triton.jit
 def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.constexpr, CHUNK: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -87,8 +176,8 @@ def tf32_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm, stride_cn, PARTS: tl.
     tf32x3_steps, in chunks of CHUNK K steps."""
     off_m, off_n = tile_position(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     if PARTS == 2:
-        acc = tf32x3_steps(a_desc, b_desc, off_m, off_n, 0, tl.cdiv(K, BLOCK_K), M, N, CHUNK, BLOCK_M, BLOCK_N,
-                           BLOCK_K)
+        acc = tf32x3_steps(a_desc, b_desc, off_m, off_n, 0, tl.cdiv(K, BLOCK_K), M, N, False, True, False, CHUNK,
+                           BLOCK_M, BLOCK_N, BLOCK_K)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):

@@ -1,6 +1,8 @@
 """tensorcore-f32's B written in panels of columns on a second stream while the product of the
-panels before runs (copy_panels): when it pays, and where the panels fall."""
+panels before runs (copy_panels): when it pays, where the panels fall, and the two streams."""
 from __future__ import annotations
+
+from tilemm.engine import launches
 
 # The product's multiply-adds a panel from which copying B in panels pays (copy_panels=None),
 # and the most panels: 4 ran faster than 2 at 4096³ and than 8 at 8192³
@@ -37,3 +39,34 @@ def panels_pay(m: int, n: int, k: int, block_m: int, block_n: int, sms: int) -> 
         return sum(rounds(n1 - n0) for n0, n1 in panel_bounds(n, panels, block_n)) + share * whole / panels
     most = max(1, min(MAX_PANELS, m * n * k // PANEL_WORK))
     return min(range(1, most + 1), key=time)
+
+
+def overlapped(copies: list, products: list, buffers: list, c):
+    """A launcher without arguments running each copy on a side stream and each product, once its
+    copy is done, on a stream of the highest priority (so that the SMs take the products' programs
+    before the copies'); both streams start from the calling stream's work so far, and the calling
+    stream waits for the products. buffers: the copies' targets, kept from reuse until both
+    streams are done with them. Off the GPU (Triton's interpreter), in turn."""
+    import torch
+    if not c.is_cuda:
+        return lambda: [step() for pair in zip(copies, products) for step in pair]
+    side, first = launches.side_stream(c.device), launches.side_stream(c.device, priority=True)
+    ready = [torch.cuda.Event() for _ in copies]
+    for buffer in buffers:        # used on the two streams: not handed out again before their work is done
+        buffer.record_stream(side)
+        buffer.record_stream(first)
+
+    def go():
+        caller = torch.cuda.current_stream(c.device)
+        side.wait_stream(caller)  # A's parts, B itself and C are written on the calling stream
+        first.wait_stream(caller)
+        with torch.cuda.stream(side):
+            for copy, event in zip(copies, ready):
+                copy()
+                event.record(side)
+        with torch.cuda.stream(first):
+            for product, event in zip(products, ready):
+                first.wait_event(event)
+                product()
+        caller.wait_stream(first)
+    return go

@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import functools
 
-from tilemm.ladder.record import LADDER, Kernel, Param, Problem, Traffic, register
+from tilemm.ladder import registry
+from tilemm.ladder.record import Kernel, Param, Problem, Traffic, register
+from tilemm.ladder.tensorcore.tile_params import tile_params
 from tilemm.engine import availability
-from tilemm.ladder.tensorcore import r12_fp64, r13_f32  # noqa: F401  (the real rungs: registered before real_rung reads them)
-from tilemm.ladder.tensorcore.r10_tensorcore import tile_params
 
 REAL = {"complex64": ("float32", "tensorcore-f32"), "complex128": ("float64", "tensorcore-f64")}
 TILES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
@@ -74,9 +74,10 @@ def real_of(dtype: str) -> tuple[str, str]:
 
 
 def real_rung(dtype: str, params: dict):
-    """(the real rung, its resolved parameters, its dtype) for a complex dtype's product."""
+    """(the real rung, its resolved parameters, its dtype) for a complex dtype's product: the real
+    rung comes from the registry, by name (never imported: no rung imports another)."""
     real_dtype, name = real_of(dtype)
-    rung = LADDER[name]
+    rung = registry.get(name)
     given = {key: params[key] for key in TILES if params.get(key) is not None}
     if real_dtype == "float32":
         given["precision"] = params.get("precision", "3xtf32")

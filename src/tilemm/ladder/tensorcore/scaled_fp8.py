@@ -1,6 +1,7 @@
 """The fp8 program behind ``tilemm.scaled_matmul``: float8 (e4m3 / e5m2) products with per-tensor scales on Hopper's
 8-bit tensor cores, in Triton; what torch._scaled_mm computes. Called by tilemm.scaled_matmul
-(NumPy has no fp8 dtype, so this program is not a rung of matmul's ladder).
+(NumPy has no fp8 dtype: its record, `scaled-fp8`, is a product program that tilemm.matmul never
+picks; run directly, it multiplies with unit scales).
 
 C = (scale_a * scale_b) * (A @ B), float32 sums, one rounding to C's dtype (bfloat16, float16 or
 float32). The 8-bit instruction reads both operands K-major: A row-major and B given as
@@ -21,8 +22,8 @@ multiple of 32 on the GPU; shared memory of a configuration must fit (checked be
 from __future__ import annotations
 
 from tilemm.system import compat
-from tilemm.engine import availability, operand_copies
-from tilemm.engine import launches
+from tilemm.ladder.record import Kernel, Param, Traffic, register
+from tilemm.engine import availability, launches, operand_copies
 from tilemm.engine.persistent import persistent_launch
 
 DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=8, num_warps=8, num_stages=4, stream_k=False,
@@ -151,9 +152,10 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
     # C's alignment told: float32 C of 7026 or 6524 columns 1.8-2.0x faster, 16-bit C unchanged
     # (0.985-1.000x)
     c_align = operand_copies.c_alignment(c) if c.element_size() == 4 else 1
-    product = persistent_launch(a_desc, b_desc, c, m, n, k, (scale_a, scale_b), stream_k, SCALED=True,
-                                        FAST_ACCUM=fast_accum, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                        GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages, C_ALIGN=c_align)
+    from tilemm.ladder.tensorcore.scaled_fp8_kernel import scaled_steps     # Triton loads on first use
+    product = persistent_launch(a_desc, b_desc, c, m, n, k, scaled_steps, (scale_a, scale_b), stream_k,
+                                OPTION=bool(fast_accum), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages, C_ALIGN=c_align)
     return launches.Steps([a_fill, b_fill, product])
 
 
@@ -169,3 +171,50 @@ def launch(a, b, c, scale_a, scale_b, fast_accum, **config):
         c.copy_(out)
         return None
     return steps
+
+
+def run(a, b, c, fast_accum=False, **config):
+    """c = a @ b with unit scales (the record's run; tilemm.scaled_matmul passes its scales)."""
+    import torch
+    one = torch.ones((), dtype=torch.float32, device=a.device)
+    m, n, k = a.shape[0], b.shape[1], a.shape[1]
+    if k == 0:
+        c.zero_()
+        return
+    launch(a, b, c, one, one, bool(fast_accum), **resolve({**DEFAULTS, **config}, bool(fast_accum), m, n, k))
+
+
+def traffic(p, block_m=None, block_n=None, **config):
+    """A read once per block column of C and B once per block row; C written once (elements)."""
+    t = resolve({**DEFAULTS, **config, "block_m": block_m, "block_n": block_n}, bool(config.get("fast_accum")),
+                p.m, p.n, p.k)
+    return Traffic(read=p.m * p.k * -(-p.n // t["block_n"]) + p.k * p.n * -(-p.m // t["block_m"]),
+                   written=p.m * p.n)
+
+
+def problem_limits(p, fast_accum=False, **config):
+    """Why the program can't compute problem p at these parameters, or None."""
+    t = resolve({**DEFAULTS, **config}, bool(fast_accum), p.m, p.n, p.k)
+    return availability.dimension_limit(p.m, p.n, p.k) or limits(
+        t["block_m"], t["block_n"], t["block_k"], t["num_stages"], compat.triton_interpreter(), bool(fast_accum),
+        t["warp_specialized"], t["cluster"])
+
+
+KERNEL = register(Kernel(
+    name="scaled-fp8", rung=17, device="cuda", backend="triton", dtypes=("float8_e4m3fn", "float8_e5m2"),
+    seed="beyond", summary="float8 with per-tensor scales (tilemm.scaled_matmul): the engine's persistent schedule, "
+                           "fp8 sums of K steps; never tilemm.matmul's default",
+    run=run, traffic=traffic, limits=problem_limits, available=availability.available,
+    params=(Param("block_m", None, (None, 64, 128, 256), "rows of C per program (None: chosen by shape, resolve)"),
+            Param("block_n", None, (None, 64, 128, 256), "columns of C per program (None: chosen by shape)"),
+            Param("block_k", 128, (32, 64, 128, 256), "depth of one K step"),
+            Param("group_m", 8, (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
+            Param("num_warps", 8, (4, 8), "warps per program"),
+            Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"),
+            Param("stream_k", False, (False, True), "a last, partial round of tiles shared out by K steps"),
+            Param("fast_accum", False, (False, True),
+                  "the tensor cores' own (shorter) accumulator carries the sums (torch._scaled_mm's use_fast_accum)"),
+            Param("warp_specialized", None, (None, False, True),
+                  "Hopper: the warp-specialized Gluon program (None: float32 sums, default tiles, K >= 4096)"),
+            Param("cluster", False, (False, True), "the Gluon program in clusters of two CTAs (Triton 3.9's Gluon)")),
+))

@@ -2,8 +2,8 @@
 
 Hopper adds fp8 products into its accumulator with fewer bits than float32 keeps, so each K step's
 products go into a fresh accumulator that is then added to the float32 total (cuBLAS does the
-same unless asked for fast accumulation). In the Triton program (r10_tensorcore_kernel's
-matmul_persistent) every warp of the tile waits for each step's products before any adds them,
+same unless asked for fast accumulation). In the Triton program (the engine's
+matmul_persistent with scaled_steps) every warp of the tile waits for each step's products before any adds them,
 and the tensor cores idle meanwhile: the float32 sums cost it 22% of its fast-accumulation speed.
 
 Here each 64-row warpgroup of a 128 x 256 tile is a partition of its own: it waits only for its

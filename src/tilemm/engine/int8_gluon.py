@@ -1,5 +1,6 @@
-"""The int8 products of rung `tensorcore-int` on a Hopper GPU — int8 data, and the digit pairs of
-wider integers (r11_int_digits.py) — written in Gluon (Triton's lower-level dialect: shared
+"""The int8 products of exact integer products on a Hopper GPU (tilemm.engine.digit_products: rung
+`tensorcore-int` and tensorcore-f32's precision="int8") — int8 data, and the digit pairs of
+wider integers — written in Gluon (Triton's lower-level dialect: shared
 memory, barriers, tensor-core waits and warp roles spelled out).
 
 Why not the Triton program every other 8- and 16-bit product uses: Triton's software pipeliner
