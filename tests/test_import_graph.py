@@ -179,3 +179,54 @@ def test_the_checks_can_fail():
            "def f():\n    importlib.import_module('tilemm.ladder')\n"
     edges, bound = imports("tilemm.x", False, text, {"tilemm", "tilemm.api", "tilemm.x", "tilemm.ladder"})
     assert edges == {"tilemm.api": {"_LOCK", "plan"}, "tilemm.ladder": set()} and bound == {"calls"}
+
+
+# Folders as layers, from the top down, in the order a call passes through them: a module imports
+# modules of its own folder or of a folder below it, never above. The top holds the public fronts
+# (tilemm/__init__, api, nn, warmup and the public name torch_ops).
+LAYERS = ("tools", "learn", "", "spread", "torch", "products", "plans", "choose", "contract", "ladder", "engine",
+          "numerics", "system")
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    folder = parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else ""
+    return LAYERS.index(folder)
+
+
+def test_folders_are_layers():
+    found, _ = graph()
+    upward = [f"{m} -> {t}" for m, (targets, _) in found.items() for t in targets
+              if t not in ancestors(m) and layer_of(t) < layer_of(m)]
+    assert upward == []
+
+
+def test_no_rung_imports_a_rung():
+    found, _ = graph()
+    rung = lambda m: m.rpartition(".")[2][:1] == "r" and m.rpartition(".")[2][1:3].isdigit()
+    number = lambda m: m.rpartition(".")[2][:3]
+    crossing = [f"{m} -> {t}" for m, (targets, _) in found.items() for t in targets
+                if rung(m) and rung(t) and number(m) != number(t)]
+    assert crossing == []
+
+
+def test_the_engine_imports_nothing_from_the_ladder():
+    found, _ = graph()
+    assert [f"{m} -> {t}" for m, (targets, _) in found.items() if m.startswith("tilemm.engine")
+            for t in targets if t.startswith("tilemm.ladder")] == []
+
+
+def test_no_module_over_400_lines_and_no_rung_10_to_14_file_over_250():
+    long = [p.name for p in PACKAGE.rglob("*.py") if len(p.read_text().splitlines()) > 400]
+    rungs = [p.name for p in (PACKAGE / "ladder" / "tensorcore").glob("r1[0-4]_*.py")
+             if len(p.read_text().splitlines()) > 250]
+    assert long == [] and rungs == []
+
+
+def test_upper_floors_reach_the_rungs_through_the_registry():
+    found, _ = graph()
+    door = ("tilemm.ladder", "tilemm.ladder.registry", "tilemm.ladder.record")
+    bypass = [f"{m} -> {t}" for m, (targets, _) in found.items()
+              if not m.startswith(("tilemm.ladder", "tilemm.tools", "tilemm.learn"))
+              for t in targets if t.startswith("tilemm.ladder") and t not in door]
+    assert bypass == []

@@ -52,6 +52,8 @@ def public_module(name: str, where: str):
         spec.loader = importlib.util.LazyLoader(spec.loader)
         module = sys.modules[where] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        parent, _, child = where.rpartition(".")
+        setattr(importlib.import_module(parent), child, module)     # as an import would: tilemm.spread.multi
     sys.modules[f"{__name__}.{name}"] = module
     return module
 

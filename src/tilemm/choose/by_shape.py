@@ -113,8 +113,8 @@ def int8_library_wins(m: int, n: int, k: int, multiprocessors: int) -> bool:
     512 (see the figures above)."""
     if not (INT8_LIBRARY_ROWS[0] <= m <= INT8_LIBRARY_ROWS[1] and n * k <= INT8_SMALL_WEIGHT):
         return False
-    from tilemm.ladder.tensorcore import r11_int8_small_m      # (its condition, not a copy of it)
-    return r11_int8_small_m.preferred(m, n, k, multiprocessors)
+    from tilemm.ladder import registry                          # (the rung's condition, not a copy of it)
+    return registry.get("tensorcore-int").prefers("int8", m, n, k, multiprocessors, None)
 
 
 def measured(records: list[dict], rung: str = "tensorcore") -> frozenset:

@@ -35,13 +35,14 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
     else the highest rung of the ladder that can run this problem here at its default parameters
     (NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
     matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Complex results: tensorcore-complex
-    where r14_complex.preferred measured it faster, else the library. int8 torch matrices in
+    where its record's prefers() measured it faster, else the library. int8 torch matrices in
     _int_mm's fast layout (k_major) into int32: the library where int8_library_wins says."""
     if device != "cpu":
         if is_complex(result):        # the complex rung's own rule (the library where it has not measured faster)
-            from tilemm.ladder.tensorcore import r14_complex    # (the ladder loads numba: on first use)
             gpu = machine.gpu()
-            preferred = r14_complex.preferred(result, m, n, k, gpu.compute_capability if gpu else None)
+            prefers = registry.get("tensorcore-complex").prefers(result, m, n, k, gpu.sms if gpu else 0,
+                                                                  gpu.compute_capability if gpu else None)
+            preferred = "tensorcore-complex" if prefers else None
         else:
             preferred = choice.preferred(result, m, n, k, operands, lds)
         if stacked and m * n * k < STACK_PER_MATRIX_FROM:

@@ -107,6 +107,14 @@ class Kernel:
     int8_gemm : module or None
         The rung's int8 x int8 -> int32 GEMM (`tilemm.ladder.int_mm`): ``why_not(m, n, k)``,
         ``k_major(a, b)`` (its fast layout); the default weighs it against tensorcore-int.
+    prefers : callable or None
+        ``prefers(dtype, m, n, k, sms, capability)``: the rung's own rule for whether the default
+        takes it for this product on a GPU of this many SMs and this compute capability (None:
+        unknown), where the shape tables hold no class for it (rung 14: complex products; rung 11:
+        its small-M program).
+    accumulate : callable or None
+        ``accumulate(a, b, acc, first)``: a @ b added into float32 acc in the product's own
+        epilogue (first: written over it), for the products past one GPU that add K panels.
     bind, replay, run_stack : callable or None
         Faster paths of a prepared plan, a repeated call and a stack of matrices; None where the
         rung has none.
@@ -145,6 +153,8 @@ class Kernel:
                                           # for a plan's repeated calls on torch CUDA tensors, or None
     int8_gemm: Any = None   # its library's int8 x int8 -> int32 GEMM (tilemm.ladder.int_mm): why_not(m, n, k),
                             # k_major(a, b) (its fast layout), product(a, b); None: it has none
+    prefers: Callable | None = None     # prefers(dtype, m, n, k, sms, capability) -> whether the default takes it
+    accumulate: Callable | None = None  # accumulate(a, b, acc, first): a @ b added into float32 acc
 
     def resolve(self, given: dict) -> dict:
         """The kernel's parameters for a call: ``given``, checked, with the defaults filled in.

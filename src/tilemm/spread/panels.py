@@ -3,6 +3,7 @@ panel's product into a running sum (tilemm.distributed over ranks, tilemm.outofc
 of host memory)."""
 from __future__ import annotations
 
+from tilemm.ladder import registry
 from tilemm.plans import checks as planning
 from tilemm.numerics.dtypes import dtype_name
 
@@ -33,10 +34,7 @@ def accumulate(acc, a, b, sums: str, first: bool) -> None:
             else:
                 torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
             return
-        from tilemm.ladder.tensorcore import r10_tensorcore
-        tiles = r10_tensorcore.resolve_tiles(a.shape[0], b.shape[1], a.shape[1], dict(block_m=None, block_n=None, block_k=None,
-                                                                      num_warps=None, num_stages=None))
-        r10_tensorcore.launcher(a, b, acc, group_m=8, accumulate=not first, **tiles)()
+        registry.get("tensorcore").accumulate(a, b, acc, first)
         return
     product = planning.check(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None).execute()
     if first:

@@ -119,10 +119,18 @@ def limits(p, cluster=False, **params):
 
 
 TILE_PARAMS = tile_params(None, None, None, num_warps=None, num_stages=None)
+def accumulate(a, b, acc, first: bool) -> None:
+    """a @ b added into float32 acc in the product's own epilogue (first: written over it), at the
+    default tiles: the K panels of the products past one GPU (tilemm.spread.panels)."""
+    tiles = resolve_tiles(a.shape[0], b.shape[1], a.shape[1],
+                          dict(block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None))
+    launcher(a, b, acc, group_m=8, accumulate=not first, **tiles)()
+
+
 register(Kernel(
     name="tensorcore", rung=10, device="cuda", backend="triton", dtypes=("float16", "bfloat16"),
     seed="beyond", summary="Triton tl.dot on tensor cores: tiles staged through shared memory, grouped order",
-    run=run, bind=bind, traffic=traffic, limits=limits, available=availability.available,
+    run=run, bind=bind, traffic=traffic, limits=limits, available=availability.available, accumulate=accumulate,
     params=TILE_PARAMS + (
             Param("persistent", True, (False, True),
                   "16-bit operands: one program an SM walks the tiles, writing a tile while the next one "

@@ -170,7 +170,7 @@ register(Kernel(
     name="tensorcore-int", rung=11, device="cuda", backend="triton", dtypes=("int8", "int16", "int32", "int64"),
     seed="beyond", summary="exact integers from int8 tensor-core products of signed base-256 digits, fused",
     run=run, bind=bind, traffic=traffic, limits=limits, available=availability.available, narrow_operands=True,
-    compute_unit=compute_unit,
+    compute_unit=compute_unit, prefers=lambda dtype, m, n, k, sms, capability: r11_int8_small_m.preferred(m, n, k, sms),
     params=(Param("block_m", 128, (16, 32, 64, 128, 256), "rows of C per program"),
             Param("block_n", None, (None, 16, 32, 64, 128, 256),
                   "columns of C per program; None: 256, or 128 for int64 (its int64 total takes registers)"),

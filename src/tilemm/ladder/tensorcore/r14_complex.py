@@ -199,6 +199,7 @@ register(Kernel(
     seed="beyond", summary="complex64 / complex128 as one real product on tensorcore-f32 (3xTF32) / tensorcore-f64 "
                            "(DMMA): interleaved A times B's real block matrix, into C's memory",
     run=run, bind=bind, traffic=traffic, limits=limits, available=availability.available, compute_unit=compute_unit,
+    prefers=lambda dtype, m, n, k, sms, capability: preferred(dtype, m, n, k, capability) is not None,
     params=tile_params(None, None, None, num_warps=None, num_stages=None, chosen_by="the real rung") + (
         Param("precision", "3xtf32", ("3xtf32", "tf32"),
               "complex64: tensorcore-f32's precision for the real product (3xtf32: float32 accuracy; tf32: "
