@@ -16,10 +16,8 @@ import sys
 
 from tilemm.system import compat  # noqa: F401  (before anything imports numba.cuda)
 from tilemm.api import KernelUnavailable, matmul, plan, release_memory
-from tilemm.products.linear import linear, matmul_epilogue
+from tilemm.products_api import grouped_matmul, linear, matmul_epilogue, scaled_matmul
 from tilemm.ladder.registry import Kernel, get as kernel, kernels
-from tilemm.products.scaled import scaled_matmul
-from tilemm.products.grouped import grouped_matmul
 from tilemm.warmup import warmup     # the function: tilemm.warmup(...); its module is sys.modules["tilemm.warmup"]
 from tilemm.spread import distributed, multi, outofcore  # noqa: E402  (over torch.distributed ranks; several GPUs; past GPU memory)
 

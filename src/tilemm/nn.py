@@ -16,7 +16,7 @@ import torch
 
 from tilemm import api
 from tilemm.contract import numpy_rules as contract
-from tilemm.products import linear as fused_linear
+from tilemm import products_api
 from tilemm.torch import nn_fuse
 from tilemm.ladder import registry
 from tilemm.torch.ops import dtype_text, encode_params
@@ -139,7 +139,7 @@ class Linear(torch.nn.Linear):
     @torch.jit.unused
     def fused_forward(self, input: torch.Tensor) -> torch.Tensor:
         """activation(input @ weight.T + bias) in one pass (tilemm.linear)."""
-        return fused_linear.linear(input, self.weight, self.bias, self.activation, kernel=self.kernel, **self.params)
+        return products_api.linear(input, self.weight, self.bias, self.activation, kernel=self.kernel, **self.params)
 
     def scripted_forward(self, input: torch.Tensor) -> torch.Tensor:
         """forward as TorchScript runs it: input @ weight.T as the op torch.ops.tilemm.matmul with the

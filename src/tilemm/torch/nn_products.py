@@ -8,9 +8,9 @@ import functools
 import torch
 from torch.nn.functional import linear
 
-from tilemm import api
+from tilemm.plans import calls, checks
 from tilemm.torch.linear_flags import linear_with_exact_backward, same_with_flag
-from tilemm.torch.ops import conjugate
+from tilemm.torch.ops import conjugate, eager_product
 
 
 class Products:
@@ -18,8 +18,9 @@ class Products:
     in the fewest Python steps: a model calls each layout again and again (a training step
     makes three products a Linear, ~100 Linears a forward), and what torch.nn.Linear costs the
     CPU a call is the bar. For each layout (shapes, strides, dtypes, devices) the first call asks
-    tilemm.plan once and keeps the plan's repeated-call product (Plan.fast), where it has one;
-    later calls go straight to it. Everything else is a plain tilemm.matmul call.
+    the plans' checks once and keeps the plan's repeated-call product (Plan.fast), where it has
+    one; later calls go straight to it. Everything else is a plain product by its plan
+    (tilemm.plans.calls).
 
     library: the Linear's layouts whose product is the library's (F.linear), by the input's
     shape, strides and dtype alone, the shortest look-up: the weight is the module's own, and its
@@ -41,7 +42,7 @@ class Products:
         if fast is False:
             fast = self.remember(key, self.fast_product(a, b))
         c = fast(a, b) if fast is not None else None
-        return c if c is not None else api.matmul(a, b, kernel=self.kernel, **self.params)
+        return c if c is not None else calls.matmul(a, b, kernel=self.kernel, **self.params)
 
     def layout(self, input: torch.Tensor, weight: torch.Tensor) -> Layout:
         """What this module knows of input @ weight.T for input's layout (weight of input's dtype)."""
@@ -64,7 +65,7 @@ class Products:
         """input's rows @ weight.T, (rows, in) @ (in, out)."""
         rows = input.reshape(-1, input.shape[-1])
         y = layout.fast(rows, weight.T) if layout.fast is not None else None
-        return y if y is not None else api.matmul(rows, weight.T, kernel=self.kernel, **self.params)
+        return y if y is not None else calls.matmul(rows, weight.T, kernel=self.kernel, **self.params)
 
     def learn_grads(self, layout: Layout, grad, input, weight) -> None:
         """Whether tilemm's plans for this layout's two gradient products (dY @ weight, and dY^T @
@@ -87,7 +88,7 @@ class Products:
         multiplies a stack over one B as one GEMM of its rows, as torch.matmul does), or None."""
         try:
             with torch.no_grad():           # (a plan refuses operands that would record a gradient)
-                return api.plan(a, b, kernel=self.kernel, **self.params).fast
+                return checks.check(a, b, kernel=self.kernel, **self.params).fast
         except (TypeError, ValueError):         # tilemm.matmul raises it again, at each call
             return None
 
@@ -183,8 +184,8 @@ class LinearProduct(torch.autograd.Function):
         input, weight = ctx.saved_tensors
         need_input, need_weight = ctx.needs_input_grad[:2]
         layout, products = ctx.layout, ctx.products
-        if torch.is_grad_enabled():      # create_graph=True: tilemm.matmul records these products' graph
-            product = functools.partial(api.matmul, kernel=products.kernel, **products.params)
+        if torch.is_grad_enabled():      # create_graph=True: these products record their graph (tilemm.torch.ops)
+            product = functools.partial(eager_product, kernel=products.kernel, params=products.params)
             return linear_grads(product, grad, input, weight, need_input, need_weight) + (None, None)
         if grad.is_contiguous():
             if layout.grads is None:

@@ -2,7 +2,7 @@
 
 - A ``tilemm.matmul`` of torch tensors that would record a gradient (one requires grad, grad
   mode on), or under a ``torch.func`` transform (grad, vjp, jacrev, vmap, jvp, jacfwd), goes
-  through ``MatmulFunction``: its forward is the plain call; its backward dA = dC @ B^H and
+  through ``MatmulFunction``: its forward is the call's plan (tilemm.plans.calls); its backward dA = dC @ B^H and
   dB = A^H @ dC (torch's rule: the conjugate transposes for complex operands), its forward-mode
   derivative dC = dA @ B + A @ dB, and its vmap rule one product with the vmapped dimension as a
   stack dimension; each computed by tilemm with the same kernel and parameters.
@@ -26,9 +26,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from tilemm import api
 from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
 from tilemm.numerics import dtypes
+from tilemm.plans import calls
 from tilemm.products import scaled
 
 # ---------------------------------------------------------------- the gradients, for any product
@@ -141,7 +141,7 @@ class MatmulFunction(torch.autograd.Function):
     @staticmethod
     def forward(a, b, options):
         kernel, out_dtype, stream, params = options
-        return api.matmul(a, b, kernel=kernel, out_dtype=out_dtype, stream=stream, **params)   # grad mode off here
+        return calls.matmul(a, b, kernel=kernel, out_dtype=out_dtype, stream=stream, **params)   # grad mode off here
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -153,9 +153,9 @@ class MatmulFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        # tilemm.matmul again: under create_graph=True it records this product's graph (double backward)
+        # under create_graph=True each product records its own graph (double backward): product()
         kernel, _, _, params = ctx.options
-        product = functools.partial(_eager_product, kernel=kernel, params=params)
+        product = functools.partial(eager_product, kernel=kernel, params=params)
         grad_a, grad_b = operand_grads(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1], product)
         return grad_a, grad_b, None
 
@@ -163,7 +163,7 @@ class MatmulFunction(torch.autograd.Function):
     def jvp(ctx, da, db, _):
         a, b = ctx.saved_tensors
         kernel, out_dtype, _, params = ctx.options
-        return tangent(da, db, a, b, functools.partial(_eager_product, kernel=kernel, params=params,
+        return tangent(da, db, a, b, functools.partial(eager_product, kernel=kernel, params=params,
                                                        out_dtype=out_dtype))
 
     @staticmethod
@@ -171,8 +171,13 @@ class MatmulFunction(torch.autograd.Function):
         return vmapped(lambda x, y: MatmulFunction.apply(x, y, options), a, b, in_dims[0], in_dims[1])
 
 
-def _eager_product(x, y, kernel, params, out_dtype=None):
-    return api.matmul(x, y, kernel=kernel, out_dtype=out_dtype, **params)
+def eager_product(x, y, kernel, params, out_dtype=None):
+    """x @ y of torch tensors, with the kernel and parameters given: through MatmulFunction (or
+    the custom op) where it records a gradient or runs under a transform or a trace (a
+    backward's products under create_graph=True, a tangent's), else by its plan."""
+    if contract.torch_routed(x, y):
+        return routed_matmul(x, y, kernel, None, out_dtype, None, params)
+    return calls.matmul(x, y, kernel=kernel, out_dtype=out_dtype, **params)
 
 
 def routed_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
@@ -235,7 +240,7 @@ def decode_params(text: str) -> dict:
 def matmul_op(a: torch.Tensor, b: torch.Tensor, kernel: Optional[str], params: str,
               out_dtype: Optional[str]) -> torch.Tensor:
     """tilemm.matmul(a, b, kernel=kernel, out_dtype=out_dtype, **params) as one operator."""
-    c = api.matmul(a.detach(), b.detach(), kernel=kernel, out_dtype=out_dtype, **decode_params(params))
+    c = calls.matmul(a.detach(), b.detach(), kernel=kernel, out_dtype=out_dtype, **decode_params(params))
     return c.contiguous()          # the fake's layout (a rung may hand back a view of its own buffer)
 
 
