@@ -122,8 +122,9 @@ class Linear(torch.nn.Linear):
                 return y
         if not recording:
             y = products.rows_product(input, weight, layout).reshape(input.shape[:-1] + (self.out_features,))
-        else:
-            y = LinearProduct.apply(input, weight, products, layout)
+        else:          # tilemm.matmul's autograd, with this layout's own products (F.linear's takes any input)
+            a = input if layout.linear is not None else input.reshape(-1, self.in_features)
+            y = LinearProduct.apply(a, weight.T, (self.kernel, None, None, self.params, layout))
             if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
                 y = y.reshape(input.shape[:-1] + (self.out_features,))
         return y if bias is None else y + bias

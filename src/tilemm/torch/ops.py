@@ -136,11 +136,17 @@ def vmapped(product, a, b, a_dim, b_dim):
 
 class MatmulFunction(torch.autograd.Function):
     """tilemm.matmul with autograd and torch.func's transforms, for eager calls; options =
-    (kernel, out_dtype, stream, params)."""
+    (kernel, out_dtype, stream, params, own). own: None, or a layer's own products for its
+    operands' layout (a tilemm.nn.Linear's: tilemm.torch.nn_products.Layout): own.forward(a, b)
+    computes C, and own.gradients(grad, a, b, need_a, need_b) gives (dA, dB) where it has faster
+    ones than the general rule's (else None); the rule, its double backward and its derivatives
+    are this Function's for every caller."""
 
     @staticmethod
     def forward(a, b, options):
-        kernel, out_dtype, stream, params = options
+        kernel, out_dtype, stream, params, own = options
+        if own is not None:
+            return own.forward(a, b)
         return calls.matmul(a, b, kernel=kernel, out_dtype=out_dtype, stream=stream, **params)   # grad mode off here
 
     @staticmethod
@@ -153,8 +159,12 @@ class MatmulFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        # under create_graph=True each product records its own graph (double backward): product()
-        kernel, _, _, params = ctx.options
+        kernel, _, _, params, own = ctx.options
+        if own is not None and not torch.is_grad_enabled():
+            grads = own.gradients(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+            if grads is not None:
+                return grads + (None,)
+        # under create_graph=True each product records its own graph (double backward): eager_product
         product = functools.partial(eager_product, kernel=kernel, params=params)
         grad_a, grad_b = operand_grads(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1], product)
         return grad_a, grad_b, None
@@ -162,7 +172,7 @@ class MatmulFunction(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, da, db, _):
         a, b = ctx.saved_tensors
-        kernel, out_dtype, _, params = ctx.options
+        kernel, out_dtype, _, params, _ = ctx.options
         return tangent(da, db, a, b, functools.partial(eager_product, kernel=kernel, params=params,
                                                        out_dtype=out_dtype))
 
@@ -198,8 +208,8 @@ def differentiable_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
             raise torch_contract.TorchTypeError(
                 "matmul: functions with out=... arguments don't support automatic differentiation, but one of the "
                 "arguments requires grad (as torch.matmul refuses); drop out= or call it under torch.no_grad()")
-        return copied_into(out, MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params)))
-    return MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params))
+        return copied_into(out, MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None)))
+    return MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None))
 
 
 def recorded_as_op(a, b) -> bool:
