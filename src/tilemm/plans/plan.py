@@ -70,8 +70,8 @@ class Plan:
             launch, result, record = self.prepared(a, b, poison, False)
             launch()
             value = arrays.convert(result().reshape(self.shape), self.operand, self.exact or self.result)
-            if out is None:
-                return (value[()] if self.operand.kind == "numpy" and not self.shape else value), record  # NumPy's scalar
+            if out is None:          # (NumPy's scalar for NumPy's 1-D @ 1-D)
+                return (value[()] if self.operand.kind == "numpy" and not self.shape else value), record
             arrays.assign(out, value)
             return out, record
 

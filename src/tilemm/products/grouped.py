@@ -1,10 +1,8 @@
 """tilemm.grouped_matmul's products: many matrix products in one call, the grouped GEMM of a
 mixture of experts, with torch._grouped_mm's arguments; on the `tensorcore-grouped` rung for torch
-and CuPy arrays on a GPU, a loop of products on the host for NumPy's. Gradients: tilemm.torch.grouped_autograd,
-which the public function (tilemm.products_api) sends such calls to."""
+and CuPy arrays on a GPU, a loop of products on the host for NumPy's. Gradients are
+tilemm.torch.grouped_autograd's, where the public function (tilemm.products_api) sends them."""
 from __future__ import annotations
-
-import contextlib
 
 import numpy as np
 
