@@ -16,9 +16,10 @@ class Products:
     """A module's products input @ weight.T, with its kernel and parameters, in the fewest Python
     steps: a model calls each layout again and again (a training step makes three products a
     Linear, ~100 Linears a forward), and what torch.nn.Linear costs the CPU a call is the bar.
-    For each layout (shapes, strides, dtypes, devices) the first call asks the plans' checks once and keeps the plan's repeated-call product (Plan.fast), where it has
-    one; later calls go straight to it. Everything else is a plain product by its plan
-    (tilemm.plans.calls), and a product that records a gradient tilemm.matmul's autograd
+    For each layout (shapes, strides, dtypes, devices) the first call asks the plans' checks once
+    and keeps the plan's repeated-call product (Plan.fast), where it has one; later calls go
+    straight to it. Everything else is a plain product by its plan (tilemm.plans.calls), and a
+    product that records a gradient goes through tilemm.matmul's autograd
     (tilemm.torch.ops.MatmulFunction, as LinearProduct) with the layout's own products.
 
     library: the Linear's layouts whose product is the library's (F.linear), by the input's
