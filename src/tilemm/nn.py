@@ -123,7 +123,7 @@ class Linear(torch.nn.Linear):
         if not recording:
             y = products.rows_product(input, weight, layout).reshape(input.shape[:-1] + (self.out_features,))
         else:          # tilemm.matmul's autograd, with this layout's own products (F.linear's takes any input)
-            a = input if layout.linear is not None else input.reshape(-1, self.in_features)
+            a = input if layout.linear is not None else input.reshape(-1, input.shape[-1])
             y = LinearProduct.apply(a, weight.T, (self.kernel, None, None, self.params, layout))
             if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
                 y = y.reshape(input.shape[:-1] + (self.out_features,))
