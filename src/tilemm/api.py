@@ -143,7 +143,9 @@ def torch_compiling() -> bool:
     return compiler is not None and compiler.is_compiling()
 
 
-compiling = torch_compiling
+# torch imported before tilemm (as torch programs do): torch's own check, one call fewer a call;
+# else torch_compiling, which finds torch once it is imported
+compiling = getattr(getattr(sys.modules.get("torch"), "compiler", None), "is_compiling", torch_compiling)
 
 
 def release_memory() -> None:
