@@ -385,3 +385,17 @@ def test_release_memory_forgets_plans_and_workspaces():
     tilemm.release_memory()
     assert not plan_cache.PLANS and not workspaces.WORKSPACES
     np.testing.assert_array_equal(tilemm.matmul(a, a.T), first)
+
+
+def test_a_plan_runs_again_on_new_operands_without_its_checks(monkeypatch):
+    """Plan.run_again: the checked plan's product on new operands of its layout (what a repeated
+    tilemm.matmul call runs), with no check made again; into out where one is given."""
+    a, b = np.ones((5, 7), np.float32), np.ones((7, 3), np.float32)
+    checked = tilemm.plan(a, b, kernel="cpu-tiled", block_m=8)
+    monkeypatch.setattr(tilemm.plans.checks, "check", lambda *args, **kwargs: pytest.fail("checked again"))
+    a2 = np.arange(35, dtype=np.float32).reshape(5, 7)
+    np.testing.assert_array_equal(checked.run_again(a2, b), a2 @ b)
+    out = np.empty((5, 3), np.float32)
+    assert checked.run_again(a2, b, out=out) is out
+    np.testing.assert_array_equal(out, a2 @ b)
+    np.testing.assert_array_equal(checked.execute(), a @ b)        # the plan's own operands, as they were

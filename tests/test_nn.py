@@ -354,15 +354,16 @@ class FlagAtProducts(TorchDispatchMode):
 
 
 def test_a_layout_is_planned_for_operands_that_require_grad(monkeypatch):
-    """A training forward's layout asks tilemm.plan with grad mode off (plan refuses operands that
-    would record a gradient, which would leave every training call on the slow path)."""
+    """A training forward's layout is planned (tilemm.plans.checks) with grad mode off (a plan
+    refuses operands that would record a gradient, which would leave every training call on the
+    slow path)."""
     seen = []
-    plan = tilemm.api.plan
+    plan = tilemm.plans.checks.check
 
     def spy(a, b, **options):
         seen.append(torch.is_grad_enabled())
         return plan(a, b, **options)
-    monkeypatch.setattr(tilemm.api, "plan", spy)
+    monkeypatch.setattr(tilemm.plans.checks, "check", spy)
     layer = Linear(5, 3, dtype=torch.float64)
     x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
     layer(x).sum().backward()

@@ -60,12 +60,12 @@ def test_gradcheck_through_the_custom_op(sa, sb):
 
 def test_the_backward_uses_the_forward_s_kernel_and_parameters(monkeypatch):
     calls = []
-    plain = tilemm.api.matmul
+    plain = tilemm.plans.calls.matmul
 
     def recorded(x, y, **options):
         calls.append(options)
         return plain(x, y, **options)
-    monkeypatch.setattr(torch_ops.api, "matmul", recorded)
+    monkeypatch.setattr(torch_ops.calls, "matmul", recorded)
     a, b = leaves((6, 4), (4, 3))
     torch_ops.differentiable_matmul(a, b, "cpu-tiled", None, None, None, {"block_m": 16}).sum().backward()
     assert len(calls) == 3          # C, dA, dB
@@ -76,8 +76,8 @@ def test_only_the_gradients_needed_are_computed(monkeypatch):
     a, b = leaves((6, 4), (4, 3))
     b.requires_grad_(False)
     calls = []
-    plain = tilemm.api.matmul
-    monkeypatch.setattr(torch_ops.api, "matmul", lambda x, y, **o: calls.append(o) or plain(x, y, **o))
+    plain = tilemm.plans.calls.matmul
+    monkeypatch.setattr(torch_ops.calls, "matmul", lambda x, y, **o: calls.append(o) or plain(x, y, **o))
     tilemm.matmul(a, b, kernel="numpy").sum().backward()
     assert len(calls) == 2 and b.grad is None and a.grad is not None
 

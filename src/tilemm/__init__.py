@@ -24,9 +24,7 @@ from tilemm.warmup import warmup     # the function: tilemm.warmup(...); its mod
 
 if TYPE_CHECKING:     # what the names below are (the docs' reference reads them here); at run time each
     # loads where first named (LAZY, PUBLIC_MODULES): a NumPy call never needs them
-    from tilemm.products.linear import linear, matmul_epilogue
-    from tilemm.products.scaled import scaled_matmul
-    from tilemm.products.grouped import grouped_matmul
+    from tilemm.products_api import grouped_matmul, linear, matmul_epilogue, scaled_matmul
     from tilemm.spread import distributed, multi, outofcore  # (over torch.distributed ranks; several GPUs; past GPU memory)
 
 __version__ = "0.1.0"
@@ -38,8 +36,8 @@ TORCH_MODULES = {"nn": "tilemm.nn", "torch_ops": "tilemm.torch_ops", "dtensor": 
 
 # The public functions a NumPy call never needs: their modules load when first named
 # (tilemm.linear, ...), so that importing tilemm stays cheap.
-LAZY = {"linear": "tilemm.products.linear", "matmul_epilogue": "tilemm.products.linear",
-        "scaled_matmul": "tilemm.products.scaled", "grouped_matmul": "tilemm.products.grouped"}
+LAZY = {"linear": "tilemm.products_api", "matmul_epilogue": "tilemm.products_api",
+        "scaled_matmul": "tilemm.products_api", "grouped_matmul": "tilemm.products_api"}
 
 
 def public_module(name: str, where: str):

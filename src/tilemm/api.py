@@ -1,23 +1,20 @@
 """The public functions: tilemm.matmul, tilemm.plan and tilemm.release_memory, with their docs.
 
-A call goes: matmul -> a known plan (plan_cache) or plan() -> planning.check (NumPy's contract,
-dispatch's choice of kernel) -> Plan.execute -> backends -> the rung (tilemm.ladder).
+A call goes: matmul -> a known plan (tilemm.plans.cache: Plan.run_again) or plan() ->
+tilemm.plans.checks (NumPy's contract, the choice of kernel) -> Plan.run -> tilemm.engine.backends
+-> the rung (tilemm.ladder). What a plain plan does not run is decided here first: NumPy's keywords
+(tilemm.contract.numpy_keywords), torch's autograd and compiler (tilemm.torch.ops), several devices
+(tilemm.spread), ndarray subclasses.
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 
-import numpy as np
-
-from tilemm.numerics import arrays
 from tilemm.contract import numpy_rules as contract, numpy_keywords
 from tilemm.spread import outofcore_plan
-from tilemm.plans import checks as planning
+from tilemm.plans import cache, calls, checks
 from tilemm.products import scaled
-from tilemm.engine import streams
 from tilemm.engine import replay, workspaces
-from tilemm.plans.cache import PLAN_CACHE_SIZE, PLANS, call_key, pair_key
 from tilemm.plans.plan import KernelUnavailable, Plan
 
 __all__ = ["matmul", "plan", "release_memory", "KernelUnavailable", "Plan"]
@@ -118,75 +115,37 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
         return numpy_keywords.matmul(matmul, plan, a, b, out, kernel, out_dtype, stream, params)
     if out is not None:
         out = contract.single_out(out)
-    if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the caches
+    if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the plans
         from tilemm.torch import ops as torch_ops
         return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
-    if out is None and not params and out_dtype is None and type(a) is type(b):   # the usual call, fewest steps
-        try:
-            key = (pair_key(a, b), kernel, None)
-        except (TypeError, AttributeError):
-            key = None
-    else:
-        key = call_key(a, b, kernel, out, out_dtype, params)
-    known = PLANS.get(key) if key is not None else None
-    if known is None:
-        if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # (never keyed)
-            from tilemm.spread import route as spread                          # several GPUs or ranks: tilemm.spread
-            return spread.matmul(a, b, out, kernel, out_dtype, stream, params)
-        if contract.torch_routed(a, b):       # autograd, torch.func, jit.trace, meta (their keys never meet a
-            from tilemm.torch import ops as torch_ops           # plain call's: see plan_cache)
-            return torch_ops.routed_matmul(a, b, kernel, out, out_dtype, stream, params)
-        wrap = contract.subclass_wrap(a, b)   # (ndarray subclasses have no key: never a known plan)
-        if wrap is not None:                  # np.matrix and other subclasses: their data, then their wrap
-            value = matmul(contract.plain(a), contract.plain(b), out, kernel=kernel, out_dtype=out_dtype,
-                           stream=stream, **params)
-            return value if out is not None else wrap(value)
-        native_a, native_b = arrays.native_order(a), arrays.native_order(b)
-        if native_a is not a or native_b is not b:     # a copy each call: no plan to replay on the originals
-            key, a, b = None, native_a, native_b
-        checked = plan(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params)
-        value = checked.execute()
-        if key is not None:
-            if len(PLANS) >= PLAN_CACHE_SIZE:
-                PLANS.clear()
-            replay = checked.recorded_launches()
-            PLANS[key] = dataclasses.replace(checked, a=None, b=None, out=None,    # keeps no operand alive
-                                              replay=replay, fast=checked.fast or getattr(replay, "quick", None))
-        return value
-    if known.direct:                       # the numpy rung on NumPy operands of the result's dtype
-        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
-    if out is None and stream is None:     # on torch's current stream, the caller's
-        fast = known.fast
-        if fast is not None:
-            c = fast(a, b)
-            if c is not None:
-                return c
-        elif known.replay is not None:     # (where a quick call refused, its replay would: the same guard)
-            c = known.replay(a, b)
-            if c is not None:
-                return c
-    again = object.__new__(type(known))    # dataclasses.replace would run every field's __init__ again
-    again.__dict__.update(known.__dict__, a=a, b=b, out=out)
-    if known.kernel.device == "cuda":      # the stream is the caller's now, not at the first call
-        again.stream = streams.caller_stream(known.operand.kind, known.operand.device, stream)
-    return again.execute()
+    key, known = cache.lookup(a, b, kernel, out, out_dtype, params)
+    if known is not None:                # a repeated call: its plan (tilemm.plans)
+        return known.run_again(a, b, out, stream)
+    if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # (never keyed)
+        from tilemm.spread import route as spread                      # several GPUs or ranks: tilemm.spread
+        return spread.matmul(a, b, out, kernel, out_dtype, stream, params)
+    if contract.torch_routed(a, b):      # autograd, torch.func, jit.trace, meta (their keys never meet a
+        from tilemm.torch import ops as torch_ops                      # plain call's: see tilemm.plans.cache)
+        return torch_ops.routed_matmul(a, b, kernel, out, out_dtype, stream, params)
+    wrap = contract.subclass_wrap(a, b)  # (ndarray subclasses have no key: never a known plan)
+    if wrap is not None:                 # np.matrix and other subclasses: their data, then their wrap
+        value = matmul(contract.plain(a), contract.plain(b), out, kernel=kernel, out_dtype=out_dtype,
+                       stream=stream, **params)
+        return value if out is not None else wrap(value)
+    return calls.first_call(key, a, b, kernel, out, out_dtype, stream, params, plan)
 
 
 def torch_compiling() -> bool:
-    """Whether torch.compile or torch.export is tracing this call. Once torch is imported,
-    torch.compiler.is_compiling takes this function's place as compiling: the cheapest check
-    that sees both (Dynamo reads it as True; torch.export without Dynamo sets what it returns)."""
+    """Whether torch.compile or torch.export is tracing this call (Dynamo reads
+    torch.compiler.is_compiling as True; torch.export without Dynamo sets what it returns).
+    False where torch is not imported: nothing can be compiling."""
     compiler = getattr(sys.modules.get("torch"), "compiler", None)    # (None while torch is still importing)
-    if compiler is None:
-        return False
-    if compiler.is_compiling():            # bound by an eager call: Dynamo would replay a traced one's binding
-        return True
-    global compiling
-    compiling = compiler.is_compiling
-    return False
+    return compiler is not None and compiler.is_compiling()
 
 
-compiling = torch_compiling
+# torch imported before tilemm (as torch programs do): torch's own check, one call fewer a call;
+# else torch_compiling, which finds torch once it is imported
+compiling = getattr(getattr(sys.modules.get("torch"), "compiler", None), "is_compiling", torch_compiling)
 
 
 def release_memory() -> None:
@@ -205,7 +164,7 @@ def release_memory() -> None:
     The memory goes back to torch's caching allocator; ``torch.cuda.empty_cache()`` then
     returns it to the driver.
     """
-    PLANS.clear()
+    cache.PLANS.clear()
     scaled.release_replays()
     replay.release()
     workspaces.release_workspaces()
@@ -252,7 +211,7 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     casting = "same_kind"
     if params and not numpy_keywords.KEYWORDS.isdisjoint(params):
         out_dtype, casting, params = numpy_keywords.plan_arguments(a, b, out, out_dtype, params)
-    checked = planning.check(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, casting=casting,
+    checked = checks.check(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, casting=casting,
                              **params)
     if out_dtype is None and stream is None and outofcore_plan.goes_out_of_core(checked):
         return outofcore_plan.OutOfCorePlan.of(checked)

@@ -16,7 +16,7 @@ import torch
 
 from tilemm import api
 from tilemm.contract import numpy_rules as contract
-from tilemm.products import linear as fused_linear
+from tilemm import products_api
 from tilemm.torch import nn_fuse
 from tilemm.ladder import registry
 from tilemm.torch.ops import dtype_text, encode_params
@@ -122,8 +122,9 @@ class Linear(torch.nn.Linear):
                 return y
         if not recording:
             y = products.rows_product(input, weight, layout).reshape(input.shape[:-1] + (self.out_features,))
-        else:
-            y = LinearProduct.apply(input, weight, products, layout)
+        else:          # tilemm.matmul's autograd, with this layout's own products (F.linear's takes any input)
+            a = input if layout.linear is not None else input.reshape(-1, input.shape[-1])
+            y = LinearProduct.apply(a, weight.T, (self.kernel, None, None, self.params, layout))
             if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
                 y = y.reshape(input.shape[:-1] + (self.out_features,))
         return y if bias is None else y + bias
@@ -139,7 +140,7 @@ class Linear(torch.nn.Linear):
     @torch.jit.unused
     def fused_forward(self, input: torch.Tensor) -> torch.Tensor:
         """activation(input @ weight.T + bias) in one pass (tilemm.linear)."""
-        return fused_linear.linear(input, self.weight, self.bias, self.activation, kernel=self.kernel, **self.params)
+        return products_api.linear(input, self.weight, self.bias, self.activation, kernel=self.kernel, **self.params)
 
     def scripted_forward(self, input: torch.Tensor) -> torch.Tensor:
         """forward as TorchScript runs it: input @ weight.T as the op torch.ops.tilemm.matmul with the

@@ -2,8 +2,8 @@
 
 A repeated call (same kinds, devices, dtypes, shapes, strides, kernel, parameters) reuses the
 plan its first call checked: a dictionary look-up instead of the checks, the default kernel's
-choice and the parameters' resolution. What depends on the operands' memory (alignment, the
-stream) is worked out at each call, after the look-up.
+choice and the parameters' resolution (Plan.run_again). What depends on the operands' memory
+(alignment, the stream) is worked out at each call, after the look-up.
 """
 from __future__ import annotations
 
@@ -14,6 +14,27 @@ from tilemm.contract import numpy_rules as contract
 
 PLAN_CACHE_SIZE = 512
 PLANS: dict = {}
+
+
+def lookup(a, b, kernel, out, out_dtype, params) -> tuple:
+    """(key, the plan kept for it or None); key None for a call that is never kept."""
+    if out is None and not params and out_dtype is None and type(a) is type(b):   # the usual call, fewest steps
+        try:     # (pair_key's steps, one call fewer)
+            key = ((_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b), kernel, None)
+        except (TypeError, AttributeError):
+            return None, None
+    else:
+        key = call_key(a, b, kernel, out, out_dtype, params)
+        if key is None:
+            return None, None
+    return key, PLANS.get(key)
+
+
+def remember(key, plan, record) -> None:
+    """Keep the plan of a first call (run with record from Plan.run) for the repeated calls of key."""
+    if len(PLANS) >= PLAN_CACHE_SIZE:
+        PLANS.clear()
+    PLANS[key] = plan.for_repeats(record)
 
 
 def call_key(a, b, kernel, out, out_dtype, params):

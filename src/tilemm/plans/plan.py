@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from dataclasses import dataclass
+
+import numpy as np
 
 from tilemm.numerics import arrays
 from tilemm.engine import backends, streams
@@ -57,22 +60,53 @@ class Plan:
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
         with NaN (or 0xA5 bytes) first, so an entry the kernel never writes can't pass a check."""
-        with self._on_stream():
-            launch, result = self._prepare(poison, False)
+        return self.run(self.a, self.b, self.out, self.stream, poison)[0]
+
+    def run(self, a, b, out, stream, poison: bool = False):
+        """(result, record): the kernel run on operands a and b of this plan's layout (into out,
+        on stream), and record() giving its launches as a Replay where a repeated call may
+        replay them (else record is None)."""
+        with self.on_stream(stream):
+            launch, result, record = self.prepared(a, b, poison, False)
             launch()
             value = arrays.convert(result().reshape(self.shape), self.operand, self.exact or self.result)
-            if self.out is None:
-                return value[()] if self.operand.kind == "numpy" and not self.shape else value  # NumPy's scalar
-            arrays.assign(self.out, value)
-            return self.out
+            if out is None:          # (NumPy's scalar for NumPy's 1-D @ 1-D)
+                return (value[()] if self.operand.kind == "numpy" and not self.shape else value), record
+            arrays.assign(out, value)
+            return out, record
 
-    def recorded_launches(self):
-        """After execute(): its launches as a Replay, where they can be replayed (else None)."""
-        launched = getattr(self, "_launched", None)
+    def run_again(self, a, b, out=None, stream=None):
+        """This plan's product on new operands of the same kinds, dtypes, shapes and strides (a
+        repeated call, tilemm.plans.calls): in the fewest steps where it has them, numpy.matmul
+        (direct), the library's product (fast) or the first call's launches replayed (replay);
+        else run through the backend again, on the caller's stream."""
+        if self.direct:                    # the numpy rung on NumPy operands of the result's dtype
+            return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+        if out is None and stream is None:     # on torch's current stream, the caller's
+            fast = self.fast
+            if fast is not None:
+                c = fast(a, b)
+                if c is not None:
+                    return c
+            elif self.replay is not None:  # (where a quick call refused, its replay would: the same guard)
+                c = self.replay(a, b)
+                if c is not None:
+                    return c
+        if self.kernel.device == "cuda":   # the stream is the caller's now, not at the first call
+            stream = streams.caller_stream(self.operand.kind, self.operand.device, stream)
+        else:
+            stream = self.stream
+        return self.run(a, b, out, stream)[0]
+
+    def for_repeats(self, record) -> Plan:
+        """The plan that repeated calls run (run_again): no operand kept alive, and the first
+        call's launches (record()) as its replay where they can be replayed."""
         try:
-            return launched() if launched else None
+            replay = record() if record is not None else None
         except (AttributeError, KeyError, TypeError, ValueError):   # another Triton or numba-cuda's internals:
-            return None                                                # repeated calls take the usual path
+            replay = None                                              # repeated calls take the usual path
+        return dataclasses.replace(self, a=None, b=None, out=None, replay=replay,
+                                   fast=self.fast or getattr(replay, "quick", None))
 
     def prepare(self, poison: bool = False, copy: bool = False):
         """(launch, result): operands moved and cast for the kernel, the output allocated.
@@ -80,41 +114,43 @@ class Plan:
         in the compute dtype with shape batch + (m, n). ``copy`` gives the kernel operands of its
         own (benchmarks rotate several such sets so the inputs do not sit in cache). Both run on
         the plan's stream, whatever stream is current when they are called."""
-        with self._on_stream():
-            launch, result = self._prepare(poison, copy)
+        with self.on_stream(self.stream):
+            launch, result, _ = self.prepared(self.a, self.b, poison, copy)
         if self.kernel.device == "cpu":
             return launch, result
 
         def launch_on_stream():
-            with self._on_stream():
+            with self.on_stream(self.stream):
                 launch()
 
         def result_on_stream():
-            with self._on_stream():
+            with self.on_stream(self.stream):
                 return result()
         return launch_on_stream, result_on_stream
 
-    def _on_stream(self):
+    def on_stream(self, stream):
+        """Where this plan's work is queued: stream made current (a GPU kernel's), else nothing."""
         if self.kernel.device == "cpu":
             return contextlib.nullcontext()
         # CuPy's current stream matters where CuPy does the work: its arrays, and the library rung
         cupy_too = self.operand.kind == "cupy" or (self.kernel.backend == "library" and is_integer(self.problem.dtype))
-        return streams.queued_on(self.stream, self.operand.device, cupy_too)
+        return streams.queued_on(stream, self.operand.device, cupy_too)
 
-    def _prepare(self, poison: bool, copy: bool):
-        a2, b2 = self._as_result_dtype(self.a), self._as_result_dtype(self.b)
+    def prepared(self, a, b, poison: bool, copy: bool):
+        """The backend's (launch, result, record) for operands a and b (tilemm.engine.backends)."""
+        a2, b2 = self._as_result_dtype(a), self._as_result_dtype(b)
         a2 = a2 if len(a2.shape) > 1 else a2[None, :]
         b2 = b2 if len(b2.shape) > 1 else b2[:, None]
         prepare = backends.PREPARE.get(self.kernel.backend) or backends.PREPARE[self.kernel.device]
         if self.kernel.backend not in ("numba-cuda", "triton"):
             return prepare(self, a2, b2, poison, copy)
         with JIT_LOCK:
-            launch, result = prepare(self, a2, b2, poison, copy)
+            launch, result, record = prepare(self, a2, b2, poison, copy)
 
         def locked_launch():
             with JIT_LOCK:
                 launch()
-        return locked_launch, result
+        return locked_launch, result, record
 
     def _as_result_dtype(self, x):
         """x cast to the result's dtype where the rung would skip that rounding: numpy.matmul casts

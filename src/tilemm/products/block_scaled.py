@@ -20,13 +20,6 @@ def vector_scales(scale_a, scale_b) -> bool:
     return any(hasattr(s, "numel") and hasattr(s, "shape") and s.numel() != 1 for s in (scale_a, scale_b))
 
 
-def records_gradient(*inputs) -> bool:
-    """Whether autograd records this call (tilemm.products.scaled then attaches a node whose backward
-    raises, as torch._scaled_mm's, and calls again without recording)."""
-    import torch
-    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
-
-
 def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
                         stream=None, **params):
     """``scaled_matmul``'s product with row-wise or block scales (see its docstring)."""

@@ -6,7 +6,8 @@
   that under torch.compile Inductor sees aten operators and does for them what it does for torch.
 
 Y = activation(alpha * A @ B + beta * C + bias) + residual. The checks are the caller's
-(tilemm.products.linear); here every operand is 2-D (bias 1-D) and of one dtype and device.
+(tilemm.products_api, tilemm.torch.fused_autograd); here every operand is 2-D (bias 1-D) and of
+one dtype and device.
 """
 from __future__ import annotations
 

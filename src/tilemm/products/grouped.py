@@ -1,9 +1,8 @@
-"""tilemm.grouped_matmul: many matrix products in one call, the grouped GEMM of a mixture of
-experts, with torch._grouped_mm's arguments; on the `tensorcore-grouped` rung for torch and CuPy
-arrays on a GPU, a loop of products on the host for NumPy's."""
+"""tilemm.grouped_matmul's products: many matrix products in one call, the grouped GEMM of a
+mixture of experts, with torch._grouped_mm's arguments; on the `tensorcore-grouped` rung for torch
+and CuPy arrays on a GPU, a loop of products on the host for NumPy's. Gradients are
+tilemm.torch.grouped_autograd's, where the public function (tilemm.products_api) sends them."""
 from __future__ import annotations
-
-import contextlib
 
 import numpy as np
 
@@ -13,49 +12,10 @@ from tilemm.products.grouped_launch import as_array, device_grouped, host_values
 
 
 def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, out_dtype=None, out=None, **params):
-    """Grouped products ``C_g = A_g @ B_g``, as ``torch._grouped_mm(a, b, offs)`` computes them.
-
-    a, b: NumPy arrays, CuPy arrays or torch tensors (both one kind, on one device) of float16,
-        bfloat16 (torch), float32 or int8, both one dtype, any strides. Their ranks pick the layout:
-
-        - a (total_M, K) 2-D, b (G, K, N) 3-D, offs (G,): group g is a's rows offs[g-1]:offs[g]
-          (tokens sorted by expert) times b[g]; the result is (total_M, N);
-        - a (G, M, K), b (G, K, N): a batch, (G, M, N); with ``counts`` (G,), the masked layout:
-          group g is a[g]'s first counts[g] rows;
-        - a (M, total_K), b (total_K, N), offs (G,) over K: (G, M, N), C_g = a[:, cut g] @ b[cut g]
-          (a weight gradient);
-        - a (G, M, K), b (K, total_N), offs (G,) over N: (M, total_N), b's columns cut by offs.
-
-        A list (or tuple) of a's and a list of b's instead: each pair a product of its own shape
-        (a launch each, as a batch of one); returns the list of results.
-    offs: int32 (G,) cumulative ends of the groups along the dimension they cut (torch's offs):
-        group g spans offs[g-1] (0 for g = 0) to offs[g]. Where offs is on the host (NumPy, a list,
-        a CPU tensor), it is checked: sorted, and offs[-1] within that dimension. Offsets on a GPU
-        are trusted, as torch trusts them (reading them would wait for the GPU): the program
-        clamps them into the operands, so bad ones give a wrong answer, never a fault.
-    counts: int32 (G,), the masked layout's valid rows a group (checked where on the host, clamped
-        to the capacity on a GPU). No value is read on the host for a GPU's counts or offs: the
-        call's launch does not depend on them, so a CUDA graph can capture and replay it.
-    scale_a, scale_b: block scales for float8 operands (torch, e4m3 or e5m2; the MoE forward
-        layouts: 2-D x 3-D with offs, 3-D x 3-D, masked), DeepGEMM's: float32 scale_a (total_M,
-        ceil(K/128)) (or (G, M, ceil(K/128))), one a 1 x 128 block of a row of A, and scale_b
-        (G, ceil(K/128), ceil(N/128)), one a 128 x 128 block of B_g; each K step's float32
-        partial sums are multiplied by theirs on the way into the accumulator (rung 16's rule).
-    out_dtype: the result's dtype: the operands' (default; int8 gives int32, exact; float8
-        bfloat16), or float32 for 16-bit operands (bfloat16, float16 or float32 for float8).
-        Sums are float32 (int32 for int8), rounded once.
-    out: an array of the result's shape and dtype, on the operands' device, to write into.
-    params: the rung's parameters (block_m, block_n, block_k, group_m, num_warps, num_stages,
-        programs: see ``tilemm.kernel("tensorcore-grouped")``); GPU operands only.
-
-    Rows (or columns) that no group covers, past offs[-1] or past a group's count, are not written:
-    in a new result they are 0 (offs on a GPU: unspecified, as torch's). Gradients flow for torch
-    tensors in every contiguous layout and the batch (dA_g = dC_g B_g^T, dB_g = A_g^T dC_g: the
-    weight's a K-cut product of this same program); with counts, rows past a group's count get
-    none. Raises ValueError or TypeError naming the problem before any work.
-    """
+    """tilemm.grouped_matmul's products (its docstring: tilemm.products_api), recording no gradient
+    (tilemm.products_api sends those to tilemm.torch.grouped_autograd first)."""
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        return problems(a, b, offs, counts, out_dtype, out, params)
+        return problems(a, b, offs, counts, out_dtype, out, params, grouped_matmul)
     torch, cupy = arrays.torch_if_imported(), arrays.cupy_if_imported()
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         if scale_a is not None or scale_b is not None:
@@ -75,28 +35,41 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
     if torch is None or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise TypeError(f"grouped_matmul: operands are {type(a).__name__} and {type(b).__name__}; pass two NumPy "
                         "arrays, two CuPy arrays or two torch tensors (or two lists of them)")
-    if a.device != b.device:
-        raise ValueError(f"grouped_matmul: a is on {a.device} and b on {b.device}; put both on one device")
-    offs, counts = as_array(offs), as_array(counts)
     scaled = scale_a is not None or scale_b is not None
-    lay = layout(a, b, offs, counts, out_dtype, scaled)
+    offs, counts, lay = torch_layout(a, b, offs, counts, out_dtype, scaled)
     if scaled:
         check_scales(scale_a, scale_b, a, b, lay, torch)
         return device_grouped(a, b, offs if counts is None else counts, lay, out, params, scales=(scale_a, scale_b))
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        if out is not None:
-            raise TypeError("grouped_matmul: functions with out=... arguments don't support automatic "
-                            "differentiation, but one of the arguments requires grad")
-        if lay.dtype.startswith("int") or lay.dtype != str(a.dtype).removeprefix("torch."):
-            raise TypeError(f"grouped_matmul: gradients flow for floating operands with the result in their dtype "
-                            f"(here {lay.dtype} from {a.dtype}), as torch's grouped_mm")
-        from tilemm.torch.grouped_autograd import differentiable
-        return differentiable(a, b, offs, counts, lay, params)
     return device_grouped(a, b, offs if counts is None else counts, lay, out, params)
 
 
-def problems(a_list, b_list, offs, counts, out_dtype, out, params) -> list:
-    """A list of products of their own shapes, each as grouped_matmul's plain one (a group of one)."""
+def records_gradient(a, b, scale_a, scale_b) -> bool:
+    """Whether autograd records a call: torch tensors (no block scales), one requiring grad, grad mode on."""
+    torch = arrays.torch_if_imported()
+    return (torch is not None and scale_a is None and scale_b is None and isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor) and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
+
+
+def torch_layout(a, b, offs, counts, out_dtype, scaled: bool = False):
+    """(offs, counts, layout) of a call on torch tensors a and b, checked."""
+    if a.device != b.device:
+        raise ValueError(f"grouped_matmul: a is on {a.device} and b on {b.device}; put both on one device")
+    offs, counts = as_array(offs), as_array(counts)
+    return offs, counts, layout(a, b, offs, counts, out_dtype, scaled)
+
+
+def check_differentiable(a, lay, out) -> None:
+    """Refuse a call that records a gradient where torch's grouped_mm would (out=, an integer or widened result)."""
+    if out is not None:
+        raise TypeError("grouped_matmul: functions with out=... arguments don't support automatic "
+                        "differentiation, but one of the arguments requires grad")
+    if lay.dtype.startswith("int") or lay.dtype != str(a.dtype).removeprefix("torch."):
+        raise TypeError(f"grouped_matmul: gradients flow for floating operands with the result in their dtype "
+                        f"(here {lay.dtype} from {a.dtype}), as torch's grouped_mm")
+
+
+def problems(a_list, b_list, offs, counts, out_dtype, out, params, product) -> list:
+    """A list of products of their own shapes, each product(a[None], b[None], ...) (a group of one)."""
     if not (isinstance(a_list, (list, tuple)) and isinstance(b_list, (list, tuple))):
         raise TypeError("grouped_matmul: a list of problems takes a list of a's and a list of b's")
     if len(a_list) != len(b_list):
@@ -110,7 +83,7 @@ def problems(a_list, b_list, offs, counts, out_dtype, out, params) -> list:
         if a.shape[1] != b.shape[0]:
             raise ValueError(f"grouped_matmul: problem {i}: shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
                              f"line up (a's {a.shape[1]} columns vs b's {b.shape[0]} rows)")
-    return [grouped_matmul(a[None], b[None], out_dtype=out_dtype, **params)[0] for a, b in zip(a_list, b_list)]
+    return [product(a[None], b[None], out_dtype=out_dtype, **params)[0] for a, b in zip(a_list, b_list)]
 
 
 def host_grouped(a, b, offs, counts, out_dtype, out):

@@ -1,79 +1,13 @@
-"""tilemm.linear and tilemm.matmul_epilogue: a product with what follows it fused into the same pass.
-
-    y = tilemm.linear(x, weight, bias, activation="gelu")          # gelu(x @ weight.T + bias)
-    y = tilemm.linear(x, weight, bias, "relu", residual=h)         # relu(...) + h
-    d = tilemm.matmul_epilogue(a, b, c=c, alpha=2.0, beta=0.5)     # 0.5 * c + 2 * a @ b
-
-On torch tensors (autograd; one ``tilemm::`` operator under torch.compile, tilemm.torch.fused_ops) and on
-NumPy arrays (computed in float64 on the host and rounded once to the result's dtype). The route
-for each product (tilemm.products.fused.route): tilemm's fused-epilogue Triton program, or torch's own
-operators where tilemm's default for the shape is the library.
+"""tilemm.linear and tilemm.matmul_epilogue (tilemm.products_api) on NumPy arrays: computed in
+float64 on the host and rounded once to the result's dtype. (On torch tensors they are
+tilemm.torch.fused_autograd's: autograd, and one ``tilemm::`` operator under torch.compile.)
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tilemm.numerics.epilogue_math import activate_numpy, check_activation
+from tilemm.numerics.epilogue_math import activate_numpy
 from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
-
-__all__ = ["linear", "matmul_epilogue"]
-
-
-def linear(x, weight, bias=None, activation=None, *, residual=None, kernel: str | None = None, **params):
-    """``activation(x @ weight.T + bias) + residual``, in one pass where the route is tilemm's program.
-
-    x: (..., in_features), any leading dimensions; weight: (out_features, in_features); bias:
-        (out_features,) or None; residual: broadcastable to the result (..., out_features), or None.
-        torch tensors of one dtype and device, or NumPy arrays.
-    activation: None, "relu", "gelu" (erf, torch's default), "gelu_tanh" (torch's approximate="tanh")
-        or "silu".
-    kernel: None: tilemm's default for the product's shape (the library's operators where that is
-        the library); a Triton rung (e.g. "tensorcore"): tilemm's fused-epilogue program; "cublas":
-        torch's operators. params: the program's tiles (block_m, block_n, block_k, group_m,
-        num_warps, num_stages).
-
-    The backward (torch) reads what the forward saved: the pre-activation for gelu and silu (and
-    relu with a residual), the output for relu; dX = dZ @ W and dW = dZ^T @ X by the same route,
-    dBias = dZ summed over rows. Errors (TypeError, ValueError) are raised before any work.
-    """
-    activation = check_activation(activation)
-    if isinstance(x, np.ndarray) or isinstance(weight, np.ndarray):
-        return linear_numpy(x, weight, bias, activation, residual, kernel, params)
-    return torch_side().linear(x, weight, bias, activation, residual, kernel, params)
-
-
-def matmul_epilogue(a, b, *, bias=None, activation=None, alpha: float = 1.0, beta: float | None = None, c=None,
-                    residual=None, kernel: str | None = None, **params):
-    """``activation(alpha * a @ b + beta * c + bias) + residual``: cuBLASLt's and nvmath-python's
-    epilogues on a 2-D product (M, K) @ (K, N).
-
-    bias: a row over N (shape (N,) or (1, N)) or a column over M (shape (M, 1)); c: (M, N), added
-    as beta * c (beta None: 1 where c is given); residual: (M, N), added after the activation;
-    activation, kernel, params: as tilemm.linear's. torch tensors (autograd, torch.compile) or
-    NumPy arrays.
-    """
-    activation = check_activation(activation)
-    alpha = float(alpha)
-    beta = (1.0 if c is not None else 0.0) if beta is None else float(beta)
-    if beta != 0 and c is None:
-        raise ValueError(f"matmul_epilogue: beta={beta} adds beta * c, but no c is given")
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return epilogue_numpy(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
-    return torch_side().matmul_epilogue(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
-
-
-def torch_side():
-    """tilemm.torch.fused_autograd, imported on the first call with torch tensors (torch loads then: NumPy
-    callers never import it)."""
-    global fused_torch
-    if fused_torch is None:
-        from tilemm.torch import fused_autograd as module
-        fused_torch = module
-    return fused_torch
-
-
-fused_torch = None
-
 
 # ---------------------------------------------------------------- NumPy: the host's reference
 

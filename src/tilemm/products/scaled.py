@@ -1,6 +1,7 @@
-"""tilemm.scaled_matmul: float8 matrix products with per-tensor scales (torch._scaled_mm's
+"""tilemm.scaled_matmul's product: float8 matrices with per-tensor scales (torch._scaled_mm's
 contract), on the `tensorcore-fp8` rung; row-wise and block scales go to tilemm.products.block_scaled.
-Arguments are checked here, before any kernel runs."""
+Arguments are checked here, before any kernel runs; the public function (tilemm.products_api)
+sends calls that record a gradient or that torch.compile traces to tilemm.torch.ops first."""
 from __future__ import annotations
 
 import functools
@@ -19,79 +20,12 @@ OUT_DTYPES = ("bfloat16", "float16", "float32")
 
 def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
                   stream=None, **params):
-    """``(scale_a * a) @ (scale_b * b)`` for float8 a and b, as ``torch._scaled_mm`` computes it.
-
-    Parameters
-    ----------
-    a : torch.Tensor
-        (M, K), float8_e4m3fn or float8_e5m2, on a CUDA device (a CPU tensor under Triton's
-        interpreter), any strides. A row-major a is read as it is; another layout is first copied.
-    b : torch.Tensor
-        (K, N), of a's kind and device. A b given as (N, K).T (its columns contiguous) is read as
-        it is; another layout is first copied.
-    scale_a, scale_b : float or torch.Tensor, default 1.0
-        Per-tensor scales: Python numbers or one-element float tensors; or float32 tensors of
-        row-wise scales, scale_a (M, 1) and scale_b (1, N); or of block scales (DeepGEMM's),
-        scale_a (M, ceil(K/128)), one a 1 x 128 block of A, and scale_b (ceil(K/128), ceil(N/128)),
-        one a 128 x 128 block of B, applied to each K block's float32 partial sums. Row-wise and
-        block scales run the `tensorcore-block-scaled` program (tilemm.products.block_scaled), whose params
-        are block_m, block_n, block_k, group_m, num_warps, num_stages, tma
-        (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``); no replay, no torch.compile op.
-    out_dtype : {"bfloat16", "float16", "float32"} or torch.dtype, default "bfloat16"
-        The result's dtype.
-    fast_accum : bool, default False
-        Let the tensor cores add fp8 products with their shorter accumulator (faster, less
-        accurate), as ``_scaled_mm(use_fast_accum=True)``; by default each K step's products are
-        added to a float32 sum.
-    out : torch.Tensor, optional
-        An (M, N) tensor of out_dtype on the operands' device to write into (any strides).
-    stream : optional
-        Where the work is queued, as for `tilemm.matmul` (None: torch's current stream).
-    **params
-        ``block_m``, ``block_n``, ``block_k``, ``group_m``, ``num_warps``, ``num_stages``: the tile
-        and schedule (``tilemm.ladder.tensorcore.scaled_fp8.DEFAULTS``). With none given, 64 x 128
-        tiles for a product of M <= 256 rows whose tiles make less than a round, stream-K where
-        they fill half the SMs or fewer and K >= 12288 (``scaled_fp8.thin_tiles``), and 128 x 128
-        tiles where the default's would fill half the SMs or fewer (``scaled_fp8.MID_TILES``).
-        ``stream_k`` (bool). ``warp_specialized``: None, on a Hopper GPU, runs the warp-specialized
-        Gluon program (128 x 256 tiles) for float32 sums with K >= 4096 and none of the others
-        given; True: that program or an error; False: the Triton program. ``cluster``: True runs
-        that program in clusters of two CTAs that load each B tile once for both, where Triton's
-        Gluon can (3.9), or an error; False (the default): one CTA a tile.
-
-    Returns
-    -------
-    torch.Tensor
-        out, or a new contiguous (M, N) tensor of out_dtype.
-
-    Raises
-    ------
-    TypeError
-        An operand that is not a float8 torch tensor, an unknown parameter or out_dtype, or out=
-        with operands that require grad.
-    ValueError
-        Shapes that do not line up, operands on two devices, a bad out, scale or parameter value.
-    KernelUnavailable
-        No PyTorch, or no GPU (or interpreter) that can run the program; the message says why.
-
-    Notes
-    -----
-    A call that repeats an earlier one (the same shapes, strides, dtypes, device and parameters,
-    no out, no stream) replays the first one's launches on its own operands
-    (``tilemm.engine.replay``): none of the checks and choices are made again.
-
-    Gradients follow ``torch._scaled_mm``'s rules: operands that require grad give a result
-    whose backward pass raises (no derivative is implemented). Under ``torch.compile`` a call is
-    one custom op (``tilemm.torch.ops``).
-    """
+    """tilemm.scaled_matmul's product (its docstring: tilemm.products_api), recording no gradient
+    and not traced by torch.compile (tilemm.products_api decides those first)."""
     vector = block_scaled.vector_scales(scale_a, scale_b)     # row-wise or block scales: their own rung
-    if vector and not block_scaled.records_gradient(a, b, scale_a, scale_b):
+    if vector:
         return block_scaled.block_scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
                                                 out=out, stream=stream, **params)
-    compiler = getattr(sys.modules.get("torch"), "compiler", None)
-    if compiler is not None and compiler.is_compiling():     # one op in the graph; Dynamo never sees the caches
-        from tilemm.torch import ops as torch_ops
-        return torch_ops.traced_scaled_matmul(a, b, scale_a, scale_b, out_dtype, fast_accum, out, stream, params)
     key = replay_key(a, b, out_dtype, fast_accum, params) if out is None and stream is None and not vector else None
     replay = _REPLAYS.get(key) if key is not None else None
     if replay is not None:
@@ -104,15 +38,6 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         import torch
     except ImportError:
         raise KernelUnavailable("scaled_matmul needs PyTorch (pip install 'tilemm[triton]')") from None
-    inputs = [x for x in (a, b, scale_a, scale_b) if isinstance(x, torch.Tensor)]
-    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
-        if out is not None:
-            raise TypeError("scaled_matmul: functions with out=... arguments don't support automatic "
-                            "differentiation, but one of the arguments requires grad (as torch._scaled_mm refuses)")
-        from tilemm.torch import ops as torch_ops
-        plain = functools.partial(scaled_matmul, a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
-                                  stream=stream, **params)
-        return torch_ops.not_differentiable(plain, *inputs)
     scaled_out.check_operands(a, b, torch)
     result_dtype = _out_dtype(out_dtype, torch)
     queue = streams.handle_of(stream) if stream is not None else None
@@ -144,7 +69,15 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     return c
 
 
-# Repeated calls' launches (tilemm.engine.replay), by the call's key; as tilemm.api's plans
+def records_gradient(a, b, scale_a, scale_b) -> bool:
+    """Whether autograd records this call: an input requires grad, grad mode on (its node's backward
+    then raises, as torch._scaled_mm's: tilemm.torch.ops.not_differentiable)."""
+    torch = sys.modules.get("torch")
+    return (torch is not None and torch.is_grad_enabled()
+            and any(getattr(x, "requires_grad", False) for x in (a, b, scale_a, scale_b)))
+
+
+# Repeated calls' launches (tilemm.engine.replay), by the call's key; as tilemm.matmul's plans
 REPLAY_CACHE_SIZE = 512
 _REPLAYS: dict = {}
 

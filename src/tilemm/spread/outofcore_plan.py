@@ -31,20 +31,20 @@ def past_device_memory(problem) -> bool:
 
 
 class OutOfCorePlan(Plan):
-    """A plan of host matrices past the GPU's free memory: execute() multiplies them with
+    """A plan of host matrices past the GPU's free memory: execute() and run() multiply them with
     tilemm.outofcore; prepare() refuses (it gives in-core launches only)."""
 
     @classmethod
     def of(cls, plan: Plan) -> OutOfCorePlan:
         return cls(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)} | {"out_of_core": True})
 
-    def execute(self, poison: bool = False):
-        whole = self.out is not None and tuple(self.out.shape) == self.shape and \
-            dtype_name(self.out.dtype) == self.result
-        if self.out is None or whole:
-            return outofcore.matmul(self.a, self.b, out=self.out)
-        arrays.assign(self.out, outofcore.matmul(self.a, self.b))     # cast or repeated into out
-        return self.out
+    def run(self, a, b, out, stream, poison: bool = False):
+        """(result, None): a and b multiplied out of core (no replay)."""
+        whole = out is not None and tuple(out.shape) == self.shape and dtype_name(out.dtype) == self.result
+        if out is None or whole:
+            return outofcore.matmul(a, b, out=out), None
+        arrays.assign(out, outofcore.matmul(a, b))     # cast or repeated into out
+        return out, None
 
     def prepare(self, poison: bool = False, copy: bool = False):
         raise KernelUnavailable(f"matmul: {self.problem.m}x{self.problem.n}x{self.problem.k} on host matrices "

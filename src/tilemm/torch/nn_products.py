@@ -1,25 +1,26 @@
-"""The products a tilemm.nn.Linear runs, one layout of its input at a time, and their autograd:
-the layout's product (tilemm.matmul, or torch's own F.linear where tilemm's default is the
-library and its sums are the same), and the backward's."""
+"""The products a tilemm.nn.Linear runs, one layout of its input at a time: the layout's product
+(its plan's, or torch's own F.linear where tilemm's default is the library and its sums are the
+same), and the backward's, which tilemm.matmul's autograd (tilemm.torch.ops.MatmulFunction, as
+LinearProduct) asks the layout for."""
 from __future__ import annotations
-
-import functools
 
 import torch
 from torch.nn.functional import linear
 
-from tilemm import api
+from tilemm.plans import calls, checks
 from tilemm.torch.linear_flags import linear_with_exact_backward, same_with_flag
-from tilemm.torch.ops import conjugate
+from tilemm.torch.ops import MatmulFunction, conjugate
 
 
 class Products:
-    """A module's tilemm.matmul(a, b, kernel=kernel, **params) calls, none recording a gradient,
-    in the fewest Python steps: a model calls each layout again and again (a training step
-    makes three products a Linear, ~100 Linears a forward), and what torch.nn.Linear costs the
-    CPU a call is the bar. For each layout (shapes, strides, dtypes, devices) the first call asks
-    tilemm.plan once and keeps the plan's repeated-call product (Plan.fast), where it has one;
-    later calls go straight to it. Everything else is a plain tilemm.matmul call.
+    """A module's products input @ weight.T, with its kernel and parameters, in the fewest Python
+    steps: a model calls each layout again and again (a training step makes three products a
+    Linear, ~100 Linears a forward), and what torch.nn.Linear costs the CPU a call is the bar.
+    For each layout (shapes, strides, dtypes, devices) the first call asks the plans' checks once
+    and keeps the plan's repeated-call product (Plan.fast), where it has one; later calls go
+    straight to it. Everything else is a plain product by its plan (tilemm.plans.calls), and a
+    product that records a gradient goes through tilemm.matmul's autograd
+    (tilemm.torch.ops.MatmulFunction, as LinearProduct) with the layout's own products.
 
     library: the Linear's layouts whose product is the library's (F.linear), by the input's
     shape, strides and dtype alone, the shortest look-up: the weight is the module's own, and its
@@ -35,14 +36,6 @@ class Products:
     def __getstate__(self):            # a plan's product is a closure: not pickled, found again
         return {**self.__dict__, "known": {}, "library": {}}
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device)
-        fast = self.known.get(key, False)
-        if fast is False:
-            fast = self.remember(key, self.fast_product(a, b))
-        c = fast(a, b) if fast is not None else None
-        return c if c is not None else api.matmul(a, b, kernel=self.kernel, **self.params)
-
     def layout(self, input: torch.Tensor, weight: torch.Tensor) -> Layout:
         """What this module knows of input @ weight.T for input's layout (weight of input's dtype)."""
         key = layout_key(input, weight)
@@ -53,7 +46,7 @@ class Products:
         the library's and torch's flag allows reduced-precision sums now, whether F.linear takes
         them for this layout (same_with_flag: if not, layout.plain_seen keeps the flag's state)."""
         rows = input.reshape(-1, input.shape[-1])
-        layout = Layout(self.fast_product(rows, weight.T), input.dtype)
+        layout = Layout(self.fast_product(rows, weight.T), input.dtype, self)
         if layout.linear is not None and layout.get is not None and layout.get()[0]:
             state = layout.get()
             if same_with_flag(input, weight, bias, layout.get, layout.put, gradients=False):
@@ -64,7 +57,7 @@ class Products:
         """input's rows @ weight.T, (rows, in) @ (in, out)."""
         rows = input.reshape(-1, input.shape[-1])
         y = layout.fast(rows, weight.T) if layout.fast is not None else None
-        return y if y is not None else api.matmul(rows, weight.T, kernel=self.kernel, **self.params)
+        return y if y is not None else calls.matmul(rows, weight.T, kernel=self.kernel, **self.params)
 
     def learn_grads(self, layout: Layout, grad, input, weight) -> None:
         """Whether tilemm's plans for this layout's two gradient products (dY @ weight, and dY^T @
@@ -87,7 +80,7 @@ class Products:
         multiplies a stack over one B as one GEMM of its rows, as torch.matmul does), or None."""
         try:
             with torch.no_grad():           # (a plan refuses operands that would record a gradient)
-                return api.plan(a, b, kernel=self.kernel, **self.params).fast
+                return checks.check(a, b, kernel=self.kernel, **self.params).fast
         except (TypeError, ValueError):         # tilemm.matmul raises it again, at each call
             return None
 
@@ -112,11 +105,12 @@ class Layout:
     (get, put: None where none is read); the flag's states under which F.linear (plain_seen) and
     torch's own backward of it (sums_seen) were seen to sum in float32 all the same; and the
     gradients' products once a backward has asked (False: a tilemm.matmul call each)."""
-    __slots__ = ("fast", "linear", "exact_linear", "get", "put", "plain_seen", "sums_seen", "grads")
+    __slots__ = ("fast", "linear", "exact_linear", "get", "put", "plain_seen", "sums_seen", "grads", "products")
 
-    def __init__(self, fast, dtype: torch.dtype):
+    def __init__(self, fast, dtype: torch.dtype, products: Products):
         from tilemm.engine import torch_flags      # (the library rung's float32-sum flags)
         self.fast, self.grads, self.plain_seen, self.sums_seen = fast, None, None, None
+        self.products = products
         name = str(dtype).removeprefix("torch.")
         self.get, self.put = get, put = torch_flags.exact_sums_flag(name)
         self.linear = self.exact_linear = None
@@ -133,6 +127,28 @@ class Layout:
             if state[0] and state != self.plain_seen:
                 return self.linear(input, weight, bias)
         return linear(input, weight, bias)
+
+    def forward(self, input, weight_t):
+        """input @ weight_t, for MatmulFunction (grad mode off): F.linear with tilemm's sums where
+        the plan is the library's (any input), else the plan's product (input: rows)."""
+        if self.linear is not None:
+            return self.linear(input, weight_t.mT)
+        return self.products.rows_product(input, weight_t.mT, self)
+
+    def gradients(self, grad, input, weight_t, need_input: bool, need_weight_t: bool):
+        """(d input, d weight_t) as torch's own Linear backward multiplies them (tilemm's sums),
+        where tilemm's plans for both gradient products are the library's; else None
+        (MatmulFunction's general rule). The first backward of a contiguous dY learns which
+        (Products.learn_grads)."""
+        if not grad.is_contiguous():
+            return None
+        weight = weight_t.mT
+        if self.grads is None:
+            self.products.learn_grads(self, grad, input, weight)
+        if not self.grads:
+            return None
+        d_input, d_weight = self.grads(grad, input, weight, need_input, need_weight_t)
+        return d_input, None if d_weight is None else d_weight.mT
 
     def exact_now(self) -> bool:
         """Whether torch's own backward of F.linear sums this layout's gradients in float32 under
@@ -156,39 +172,7 @@ def library_linear_grads(dtype: torch.dtype):
     return torch_flags.with_exact_sums(str(dtype).removeprefix("torch."), torch_linear_grads)
 
 
-def linear_grads(product, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
-    """(d input, d weight) of input @ weight.T, each product a call of ``product(a, b)``: dY @
-    conj(weight) and dY^T @ conj(input's rows) (torch's rule: the conjugates for complex operands)."""
-    grad_rows = grad.reshape(-1, grad.shape[-1])
-    return (product(grad_rows, conjugate(weight)).reshape(input.shape) if need_input else None,
-            product(grad_rows.mT, conjugate(input.reshape(-1, input.shape[-1]))) if need_weight else None)
-
-
-class LinearProduct(torch.autograd.Function):
-    """input @ weight.T with autograd, for a Linear's operands of one dtype: tilemm.matmul's general
-    rule (tilemm.torch.ops) specialised to this one layout, in fewer Python steps a call (the
-    usual case inline: each step here is paid ~100 times a training step). Each product is a
-    plain tilemm.matmul with the Linear's kernel and parameters."""
-
-    @staticmethod
-    def forward(ctx, input, weight, products, layout):
-        ctx.save_for_backward(input, weight)
-        ctx.products, ctx.layout = products, layout
-        if layout.linear is not None:                   # grad mode is off here
-            return layout.linear(input, weight)
-        return products.rows_product(input, weight, layout)    # (rows, out): Linear.forward reshapes it
-
-    @staticmethod
-    def backward(ctx, grad):
-        input, weight = ctx.saved_tensors
-        need_input, need_weight = ctx.needs_input_grad[:2]
-        layout, products = ctx.layout, ctx.products
-        if torch.is_grad_enabled():      # create_graph=True: tilemm.matmul records these products' graph
-            product = functools.partial(api.matmul, kernel=products.kernel, **products.params)
-            return linear_grads(product, grad, input, weight, need_input, need_weight) + (None, None)
-        if grad.is_contiguous():
-            if layout.grads is None:
-                products.learn_grads(layout, grad, input, weight)
-            if layout.grads:             # the library's both: as torch's Linear backward, tilemm's sums
-                return layout.grads(grad, input, weight, need_input, need_weight) + (None, None)
-        return linear_grads(products, grad, input, weight, need_input, need_weight) + (None, None)
+class LinearProduct(MatmulFunction):
+    """tilemm.matmul's autograd (MatmulFunction: the same forward, backward, double backward and
+    derivatives) for a Linear's rows @ weight.T, options' last item its Layout; a node of its own
+    name in the graph."""

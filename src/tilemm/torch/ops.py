@@ -2,7 +2,7 @@
 
 - A ``tilemm.matmul`` of torch tensors that would record a gradient (one requires grad, grad
   mode on), or under a ``torch.func`` transform (grad, vjp, jacrev, vmap, jvp, jacfwd), goes
-  through ``MatmulFunction``: its forward is the plain call; its backward dA = dC @ B^H and
+  through ``MatmulFunction``: its forward is the call's plan (tilemm.plans.calls); its backward dA = dC @ B^H and
   dB = A^H @ dC (torch's rule: the conjugate transposes for complex operands), its forward-mode
   derivative dC = dA @ B + A @ dB, and its vmap rule one product with the vmapped dimension as a
   stack dimension; each computed by tilemm with the same kernel and parameters.
@@ -26,9 +26,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from tilemm import api
 from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
 from tilemm.numerics import dtypes
+from tilemm.plans import calls
 from tilemm.products import scaled
 
 # ---------------------------------------------------------------- the gradients, for any product
@@ -136,12 +136,18 @@ def vmapped(product, a, b, a_dim, b_dim):
 
 class MatmulFunction(torch.autograd.Function):
     """tilemm.matmul with autograd and torch.func's transforms, for eager calls; options =
-    (kernel, out_dtype, stream, params)."""
+    (kernel, out_dtype, stream, params, own). own: None, or a layer's own products for its
+    operands' layout (a tilemm.nn.Linear's: tilemm.torch.nn_products.Layout): own.forward(a, b)
+    computes C, and own.gradients(grad, a, b, need_a, need_b) gives (dA, dB) where it has faster
+    ones than the general rule's (else None); the rule, its double backward and its derivatives
+    are this Function's for every caller."""
 
     @staticmethod
     def forward(a, b, options):
-        kernel, out_dtype, stream, params = options
-        return api.matmul(a, b, kernel=kernel, out_dtype=out_dtype, stream=stream, **params)   # grad mode off here
+        kernel, out_dtype, stream, params, own = options
+        if own is not None:
+            return own.forward(a, b)
+        return calls.matmul(a, b, kernel=kernel, out_dtype=out_dtype, stream=stream, **params)   # grad mode off here
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -153,17 +159,21 @@ class MatmulFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        # tilemm.matmul again: under create_graph=True it records this product's graph (double backward)
-        kernel, _, _, params = ctx.options
-        product = functools.partial(_eager_product, kernel=kernel, params=params)
+        kernel, _, _, params, own = ctx.options
+        if own is not None and not torch.is_grad_enabled():
+            grads = own.gradients(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+            if grads is not None:
+                return grads + (None,)
+        # under create_graph=True each product records its own graph (double backward): eager_product
+        product = functools.partial(eager_product, kernel=kernel, params=params)
         grad_a, grad_b = operand_grads(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1], product)
         return grad_a, grad_b, None
 
     @staticmethod
     def jvp(ctx, da, db, _):
         a, b = ctx.saved_tensors
-        kernel, out_dtype, _, params = ctx.options
-        return tangent(da, db, a, b, functools.partial(_eager_product, kernel=kernel, params=params,
+        kernel, out_dtype, _, params, _ = ctx.options
+        return tangent(da, db, a, b, functools.partial(eager_product, kernel=kernel, params=params,
                                                        out_dtype=out_dtype))
 
     @staticmethod
@@ -171,8 +181,13 @@ class MatmulFunction(torch.autograd.Function):
         return vmapped(lambda x, y: MatmulFunction.apply(x, y, options), a, b, in_dims[0], in_dims[1])
 
 
-def _eager_product(x, y, kernel, params, out_dtype=None):
-    return api.matmul(x, y, kernel=kernel, out_dtype=out_dtype, **params)
+def eager_product(x, y, kernel, params, out_dtype=None):
+    """x @ y of torch tensors, with the kernel and parameters given: through MatmulFunction (or
+    the custom op) where it records a gradient or runs under a transform or a trace (a
+    backward's products under create_graph=True, a tangent's), else by its plan."""
+    if contract.torch_routed(x, y):
+        return routed_matmul(x, y, kernel, None, out_dtype, None, params)
+    return calls.matmul(x, y, kernel=kernel, out_dtype=out_dtype, **params)
 
 
 def routed_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
@@ -193,8 +208,8 @@ def differentiable_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
             raise torch_contract.TorchTypeError(
                 "matmul: functions with out=... arguments don't support automatic differentiation, but one of the "
                 "arguments requires grad (as torch.matmul refuses); drop out= or call it under torch.no_grad()")
-        return copied_into(out, MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params)))
-    return MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params))
+        return copied_into(out, MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None)))
+    return MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None))
 
 
 def recorded_as_op(a, b) -> bool:
@@ -235,7 +250,7 @@ def decode_params(text: str) -> dict:
 def matmul_op(a: torch.Tensor, b: torch.Tensor, kernel: Optional[str], params: str,
               out_dtype: Optional[str]) -> torch.Tensor:
     """tilemm.matmul(a, b, kernel=kernel, out_dtype=out_dtype, **params) as one operator."""
-    c = api.matmul(a.detach(), b.detach(), kernel=kernel, out_dtype=out_dtype, **decode_params(params))
+    c = calls.matmul(a.detach(), b.detach(), kernel=kernel, out_dtype=out_dtype, **decode_params(params))
     return c.contiguous()          # the fake's layout (a rung may hand back a view of its own buffer)
 
 

@@ -27,5 +27,5 @@ def replayable(plan, copy: bool, poison: bool, a, b, used_a, used_b) -> bool:
     """Whether a prepared call's launches may be recorded for repeated calls to replay: a plain
     call (no copies, no poison) on 2-D torch tensors that the kernel took as they are (used_a is
     a: no cast, no copy) with a result of the compute dtype."""
-    return (not copy and not poison and plan.operand.kind == "torch" and len(plan.a.shape) == len(plan.b.shape) == 2
-            and used_a is a and used_b is b and plan.result == plan.problem.dtype)
+    return (not copy and not poison and plan.operand.kind == "torch" and not plan.batch and len(plan.shape) == 2
+            and used_a is a and used_b is b and plan.result == plan.problem.dtype)   # (both operands 2-D)

@@ -12,7 +12,8 @@ from tilemm.engine.backends.common import poisoned, replayable, run_over_stack
 
 def prepare(plan, a, b, poison: bool, copy: bool):
     """Operands cast on the device (host arrays copied in), C allocated in the inputs' kind;
-    numba-cuda sees torch and CuPy memory through __cuda_array_interface__, with no copy."""
+    numba-cuda sees torch and CuPy memory through __cuda_array_interface__, with no copy. Returns
+    (launch, result, record): record() gives the launches as a Replay, where they can be replayed."""
     from numba import cuda     # (numba.cuda loads on first use)
     p = plan.problem
     host = plan.operand.device == "cpu"  # NumPy arrays or CPU tensors: copy in and out
@@ -32,8 +33,9 @@ def prepare(plan, a, b, poison: bool, copy: bool):
         a_d, b_d, c_d = (cuda.as_cuda_array(x.detach() if getattr(x, "requires_grad", False) else x, sync=False)
                          for x in keep)
 
+    record = None          # for a repeated call's replay
     if plan.kernel.replay and not host and p.m and p.n and p.k and replayable(plan, copy, poison, a, b, *keep[:2]):
-        plan._launched = functools.partial(plan.kernel.replay, a, b, keep[2], **plan.params)   # a repeated call's
+        record = functools.partial(plan.kernel.replay, a, b, keep[2], **plan.params)
 
     def launch():
         if p.m and p.n and p.k:
@@ -52,4 +54,4 @@ def prepare(plan, a, b, poison: bool, copy: bool):
         if stream:
             stream.synchronize()
         return c_h
-    return launch, result
+    return launch, result, record

@@ -14,7 +14,8 @@ from tilemm.engine.backends.common import replayable
 
 def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
     """Triton takes torch tensors: host arrays are copied to the GPU (to CPU tensors under
-    Triton's interpreter), CuPy arrays are viewed through __cuda_array_interface__."""
+    Triton's interpreter), CuPy arrays are viewed through __cuda_array_interface__. Returns
+    (launch, result, record): record() gives the launch as a Replay, where it can be replayed."""
     import torch     # (torch loads on first use)
     p = plan.problem
     where = where or ("cpu" if compat.triton_interpreter() else "cuda")
@@ -54,8 +55,9 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
             c_i = c[idx] if idx else c
             bound = bind and bind(a_i, b_i, c_i, **plan.params)
             calls.append(bound or functools.partial(plan.kernel.run, a_i, b_i, c_i, **plan.params))
+    record = None          # for a repeated call's replay
     if len(calls) == 1 and bind and on_gpu and replayable(plan, copy, poison, a, b, a_t, b_t):
-        plan._launched = functools.partial(recorded, calls[0], (a_t, b_t, c))   # for a repeated call's replay
+        record = functools.partial(recorded, calls[0], (a_t, b_t, c))
 
     def launch():
         for call in calls:
@@ -68,4 +70,4 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
             import cupy    # (the operands are CuPy's: imported already)
             return cupy.asarray(c)
         return c
-    return launch, result
+    return launch, result, record

@@ -1,0 +1,34 @@
+"""A product beneath the public front: its plan found (a repeated call: Plan.run_again) or made
+(the checks, once) and run, the plan then kept for the call's repeats (tilemm.plans.cache).
+
+tilemm.matmul (tilemm.api) decides first what is not a plain plan's to run (NumPy's keywords,
+torch.compile, autograd, several devices, ndarray subclasses); the torch layer's operators
+(tilemm.torch.ops) run their products here.
+"""
+from __future__ import annotations
+
+from tilemm.numerics import arrays
+from tilemm.plans import cache, checks
+
+
+def matmul(a, b, out=None, *, kernel: str | None = None, out_dtype=None, stream=None, **params):
+    """``a @ b`` by its plan, in core (a call that goes out of core is tilemm.matmul's): the
+    operands' kinds as tilemm.plan takes them; torch tensors that record no gradient."""
+    key, known = cache.lookup(a, b, kernel, out, out_dtype, params)
+    if known is not None:
+        return known.run_again(a, b, out, stream)
+    return first_call(key, a, b, kernel, out, out_dtype, stream, params, checks.check)
+
+
+def first_call(key, a, b, kernel, out, out_dtype, stream, params: dict, make):
+    """A call with no plan kept: make(a, b, ...) checks it into a Plan (tilemm.plans.checks.check,
+    or tilemm.plan, which may go out of core); run, and kept under key for its repeats (where key
+    is not None and the operands needed no copy)."""
+    native_a, native_b = arrays.native_order(a), arrays.native_order(b)
+    if native_a is not a or native_b is not b:     # a copy each call: no plan to replay on the originals
+        key, a, b = None, native_a, native_b
+    checked = make(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params)
+    value, record = checked.run(checked.a, checked.b, checked.out, checked.stream)
+    if key is not None:
+        cache.remember(key, checked, record)
+    return value
