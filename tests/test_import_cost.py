@@ -176,7 +176,7 @@ def test_the_public_names_a_numpy_call_never_needs_load_where_first_named():
         print(json.dumps(dict(before=before, multi=tilemm.multi.__name__, grid=distributed.Grid.__name__,
                               linear=tilemm.linear.__module__, grouped=tilemm.grouped_matmul.__name__)))
     """)
-    assert found == dict(before=[], multi="tilemm.spread.multi", grid="Grid", linear="tilemm.products.linear",
+    assert found == dict(before=[], multi="tilemm.spread.multi", grid="Grid", linear="tilemm.products_api",
                          grouped="grouped_matmul")
 
 

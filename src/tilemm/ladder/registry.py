@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from tilemm.ladder.rungs import RUNGS
+from tilemm.ladder.rungs import PROGRAMS, RUNGS
 from tilemm.ladder.record import LADDER, DTYPE_UNITS, Kernel, Param, Problem, Traffic, WholeNumbers, register
 
 __all__ = ["kernels", "get", "Kernel", "Param", "Problem", "Traffic", "WholeNumbers", "register", "DTYPE_UNITS"]
@@ -58,3 +58,13 @@ def get(name: str) -> Kernel:
         raise ValueError(f"unknown kernel {name!r}; known kernels: {', '.join(k.name for k in kernels())}")
     importlib.import_module(RUNGS[name])     # registers it (and only the rungs its module needs)
     return LADDER[name]
+
+
+def program(name: str):
+    """The module of a rung or product program, for the product fronts that call its own launcher
+    (tilemm.grouped_matmul: ``tensorcore-grouped``; tilemm.scaled_matmul: ``scaled-fp8`` and
+    ``block-scaled``): the floors above the ladder reach it here, as they reach a rung by `get`."""
+    where = RUNGS.get(name) or PROGRAMS.get(name)
+    if where is None:
+        raise ValueError(f"unknown program {name!r}; known: {', '.join([*RUNGS, *PROGRAMS])}")
+    return importlib.import_module(where)

@@ -2,6 +2,10 @@
 rung is first asked for. A rung's module holds its record, launcher and checks and never imports
 numba, numba-cuda or Triton at import: its kernel's file does, at the first launch."""
 
+# The product programs that tilemm.matmul never runs and that register no rung of their own: their
+# fronts (tilemm.scaled_matmul with scales that vary) call their launchers, through registry.program
+PROGRAMS = {"block-scaled": "tilemm.ladder.tensorcore.r16_block_scaled"}
+
 # kernel name -> the module that registers it
 RUNGS = {
     "numpy": "tilemm.ladder.reference",

@@ -9,8 +9,10 @@ from tilemm.system import compat
 from tilemm.products import scaled_common as scaled_out
 from tilemm.engine import streams
 from tilemm.engine import availability
-from tilemm.ladder.tensorcore.r16_block_scaled import limits, resolve, scale_shapes
+from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
+
+PROGRAM = registry.program("block-scaled")    # rung 16: its checks and its launch (Triton loads at the launch)
 
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -32,8 +34,8 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
     if name not in OUT_DTYPES:
         raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     result_dtype = getattr(torch, name)
-    config = resolve(params)
-    problem = device_problem(a.device) or availability.dimension_limit(m, n, k) or limits(
+    config = PROGRAM.resolve(params)
+    problem = device_problem(a.device) or availability.dimension_limit(m, n, k) or PROGRAM.limits(
         config, row_wise, compat.triton_interpreter())
     if problem:
         raise problem if isinstance(problem, Exception) else KernelUnavailable(f"scaled_matmul: {problem}")
@@ -46,15 +48,14 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
             if k == 0:
                 c.zero_()                                      # an empty sum
             else:
-                from tilemm.ladder.tensorcore.r16_block_scaled_kernel import launch
                 with JIT_LOCK:
-                    launch(a, b, c, scale_a, scale_b, row_wise, bool(fast_accum), **config)
+                    PROGRAM.launch(a, b, c, scale_a, scale_b, row_wise, bool(fast_accum), **config)
     return c
 
 
 def scale_kind(scale_a, scale_b, device, m: int, n: int, k: int, torch) -> str:
     """"row-wise" or "block", from the scales' shapes; a ValueError naming what is wrong otherwise."""
-    shapes = scale_shapes(m, n, k)
+    shapes = PROGRAM.scale_shapes(m, n, k)
     for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if not isinstance(s, torch.Tensor):
             raise ValueError(f"scaled_matmul: {name} is {type(s).__name__} while the other scale is a tensor of "

@@ -8,7 +8,8 @@ import numpy as np
 
 from tilemm.numerics import arrays
 from tilemm.system import compat
-from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_M, SPLIT_N, check_values
+from tilemm.products.grouped_checks import COUNTED_M, SPLIT_M, SPLIT_N, check_values
+from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
 
 
@@ -37,7 +38,7 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, sc
     scales: float8 operands' block scales (scale_a, scale_b), checked (grouped_checks.check_scales)."""
     import torch
     from tilemm.engine import availability
-    from tilemm.ladder.tensorcore import r15_grouped
+    r15_grouped = registry.program("tensorcore-grouped")
     config = r15_grouped.KERNEL.resolve(params)
     reason = availability.available()
     if reason:
@@ -68,8 +69,7 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, sc
             raise ValueError(f"grouped_matmul: block_k={config['block_k']}: the 8-bit tensor-core instruction "
                              "takes K in multiples of 32")
     if config["tma"]:
-        from tilemm.ladder.tensorcore.r15_grouped_tma_kernel import eligible
-        if not eligible(a, b, lay.split):
+        if not r15_grouped.tma_eligible(a, b, lay.split):
             raise ValueError("grouped_matmul: tma=True takes the MoE forward layouts with both operands K-major (a "
                              "row-major, b the transpose of a contiguous (G, N, K)), rows 16-byte aligned")
     reason = r15_grouped.shared_limit(config["block_m"], config["block_n"], config["block_k"],
@@ -86,10 +86,9 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, sc
     tiles = tiles_bound(a, b, lay, config["block_m"], config["block_n"])
     programs = r15_grouped.programs_for(tiles, config.pop("programs"))
     if programs:
-        from tilemm.ladder.tensorcore.r15_grouped_kernel import launch
         guard = torch.cuda.device(a.device) if a.device.type == "cuda" else contextlib.nullcontext()
         with guard, JIT_LOCK:
-            launch(a, b, c, cut, lay.split, lay.extent, programs, **config, scales=scales)
+            r15_grouped.launch(a, b, c, cut, lay.split, lay.extent, programs, **config, scales=scales)
     return c
 
 

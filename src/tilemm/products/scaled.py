@@ -13,6 +13,7 @@ from tilemm.system import compat
 from tilemm.engine import streams
 from tilemm.engine import availability
 from tilemm.plans.cache import operand_key
+from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
 
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -41,7 +42,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     scaled_out.check_operands(a, b, torch)
     result_dtype = _out_dtype(out_dtype, torch)
     queue = streams.handle_of(stream) if stream is not None else None
-    from tilemm.ladder.tensorcore import scaled_fp8
+    scaled_fp8 = registry.program("scaled-fp8")
     config = scaled_fp8.resolve(_config(params), bool(fast_accum), a.shape[0], b.shape[1], a.shape[1])
     _check_device(a.device, torch)
     reason = availability.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or scaled_fp8.limits(
@@ -118,7 +119,7 @@ def _out_dtype(out_dtype, torch):
 
 
 def _config(params: dict) -> dict:
-    from tilemm.ladder.tensorcore.scaled_fp8 import DEFAULTS
+    DEFAULTS = registry.program("scaled-fp8").DEFAULTS
     unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"scaled_matmul: unknown parameter(s) {', '.join(sorted(unknown))}; "

@@ -46,6 +46,18 @@ DEFAULTS = dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, nu
 INTERPRETER_TILES = dict(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=2)
 
 
+def launch(*args, **kwargs):
+    """The one launch (r15_grouped_kernel.launch; Triton loads here, on first use)."""
+    from tilemm.ladder.tensorcore.r15_grouped_kernel import launch as launch_program
+    launch_program(*args, **kwargs)
+
+
+def tma_eligible(a, b, split: int) -> bool:
+    """Whether the operands can be read by TMA (r15_grouped_tma_kernel.eligible)."""
+    from tilemm.ladder.tensorcore.r15_grouped_tma_kernel import eligible
+    return eligible(a, b, split)
+
+
 def programs_for(tiles_bound: int, programs: int | None) -> int:
     """The persistent grid: one program an SM (or `programs`), never more than there may be tiles."""
     return max(0, min(tiles_bound, programs or availability.multiprocessors()))

@@ -34,6 +34,12 @@ DEFAULTS = dict(block_m=128, block_n=128, block_k=128, group_m=8, num_warps=8, n
 SCALE_BLOCK = 128          # r16_block_scaled_kernel.SCALE_BLOCK (kept here: this module imports no Triton)
 
 
+def launch(*args, **kwargs):
+    """The program's launch (r16_block_scaled_kernel.launch; Triton loads here, on first use)."""
+    from tilemm.ladder.tensorcore.r16_block_scaled_kernel import launch as launch_program
+    launch_program(*args, **kwargs)
+
+
 def resolve(params: dict) -> dict:
     """The program's parameters, defaults filled in; unknown names a TypeError, bad values a ValueError."""
     unknown = set(params) - set(DEFAULTS)
