@@ -74,8 +74,9 @@ def check_supported(name: str, operand: str) -> None:
     if name not in SUPPORTED:
         kinds = {"object": "Python objects", "complex32": "complex32 (torch's chalf)"}
         what = kinds.get(name, f"dtype {name}")
+        float8 = " (float8 with its scales: tilemm.scaled_matmul)" if name.startswith("float8") else ""
         raise TypeError(
-            f"matmul: operand {operand} has dtype {name}; tilemm does not multiply {what}. "
+            f"matmul: operand {operand} has dtype {name}; tilemm does not multiply {what}{float8}. "
             f"Supported: {', '.join(SUPPORTED)}")
 
 
