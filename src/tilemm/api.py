@@ -13,8 +13,6 @@ import sys
 from tilemm.contract import numpy_rules as contract, numpy_keywords
 from tilemm.spread import outofcore_plan
 from tilemm.plans import cache, calls, checks
-from tilemm.products import scaled
-from tilemm.engine import replay, workspaces
 from tilemm.plans.plan import KernelUnavailable, Plan
 
 __all__ = ["matmul", "plan", "release_memory", "KernelUnavailable", "Plan"]
@@ -165,10 +163,11 @@ def release_memory() -> None:
     returns it to the driver.
     """
     cache.PLANS.clear()
-    scaled.release_replays()
-    replay.release()
-    workspaces.release_workspaces()
-
+    # what keeps memory, each where a call has loaded it: float8 replays, replays, workspaces
+    for module, release in (("tilemm.products.scaled", "release_replays"), ("tilemm.engine.replay", "release"),
+                            ("tilemm.engine.workspaces", "release_workspaces")):
+        if module in sys.modules:
+            getattr(sys.modules[module], release)()
 
 
 def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, **params) -> Plan:

@@ -141,7 +141,7 @@ class Plan:
         a2, b2 = self._as_result_dtype(a), self._as_result_dtype(b)
         a2 = a2 if len(a2.shape) > 1 else a2[None, :]
         b2 = b2 if len(b2.shape) > 1 else b2[:, None]
-        prepare = backends.PREPARE.get(self.kernel.backend) or backends.PREPARE[self.kernel.device]
+        prepare = backends.prepare_for(self.kernel.backend, self.kernel.device)
         if self.kernel.backend not in ("numba-cuda", "triton"):
             return prepare(self, a2, b2, poison, copy)
         with JIT_LOCK:

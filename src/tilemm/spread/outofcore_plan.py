@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 
 from tilemm.numerics import arrays
-from tilemm.spread import outofcore
 from tilemm.numerics.dtypes import FLOATS, INTS, dtype_name
 from tilemm.plans.plan import KernelUnavailable, Plan
 
@@ -23,6 +22,7 @@ def past_device_memory(problem) -> bool:
     """Whether A, B and C of a product on host operands would pass the GPU's free memory if copied
     in whole: then they go through tilemm.outofcore, a panel at a time."""
     p = problem
+    from tilemm.spread import outofcore      # (torch's and the pipeline's: loaded where a GPU rung meets host operands)
     try:
         free = outofcore.free_device_bytes()
     except (ImportError, RuntimeError, AssertionError):   # no torch, or a torch without CUDA: in core, as before
@@ -40,6 +40,7 @@ class OutOfCorePlan(Plan):
 
     def run(self, a, b, out, stream, poison: bool = False):
         """(result, None): a and b multiplied out of core (no replay)."""
+        from tilemm.spread import outofcore
         whole = out is not None and tuple(out.shape) == self.shape and dtype_name(out.dtype) == self.result
         if out is None or whole:
             return outofcore.matmul(a, b, out=out), None
