@@ -32,7 +32,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from tilemm.engine.launches import bound_launch
-from tilemm.engine.gluon_helpers import block_pointers, first_pair, invalidate_barriers, pair_count, producer, stage_ring, tile_start
+from tilemm.engine.gluon_helpers import block_pointers, invalidate_barriers, pair_count, producer, stage_ring, tile_start
 
 # the wgmma N sizes an 8-bit integer product takes (no 256, unlike floating point)
 INT8_INSTR_N = (224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 24, 16, 8)
