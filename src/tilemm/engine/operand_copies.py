@@ -67,8 +67,8 @@ def rows_copy(x, rows):
     """A launcher without arguments copying x into rows (contiguous rows, 16-byte aligned): torch's
     copy where x's rows are contiguous but not 16-byte aligned and x has TORCH_COPY_FROM bytes or
     more, else tilemm.engine.programs.copy_rows, 64 x 64 tiles. Measured torch's against Triton's:
-    Triton's tiles transpose far faster, and copy aligned rows faster, but torch's copy wins on
-    large rows that allow no vector loads. torch's copy itself runs faster on 4-byte words: where
+    Triton's tiles transpose far faster, and copy 16-byte aligned rows faster, but torch's copy
+    wins on rows whose bytes allow no vector loads. torch's copy itself runs faster on 4-byte words: where
     such rows' bytes and x's start divide by 4, it copies int32 views."""
     if x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 and x.numel() * x.element_size() >= TORCH_COPY_FROM:
         row_bytes = x.shape[1] * x.element_size()

@@ -58,7 +58,7 @@ def takes_dmma(m: int, n: int, k: int, params: dict) -> bool:
     more than half the SMs (a skinny product keeps its own tiles) and K from DMMA_FROM_K, with a
     Triton whose Gluon describes float64 for TMA. An empty product never (the Triton launcher
     writes its zeros). Measured in whole calls against DGEMM over four layouts: ahead of the Triton
-    programs from a round of tiles down to a little over half a round; at half a round or fewer
+    programs on large products and down to a little over half a round of tiles; at half a round or fewer
     the 64 x 64 Triton tiles, which keep more SMs busy, are faster (docs/ladder/r12-tensorcore-f64.md)."""
     if m * n * k == 0:
         return False
