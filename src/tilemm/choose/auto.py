@@ -7,7 +7,7 @@ shipped ranking (tilemm.choose.by_shape) where it names a rung; on the host NumP
 The teaching rungs (naive, tiled, ...) are never candidates. Each candidate is run once on the
 caller's operands (compiling it), its answer checked, then timed for a short budget as whole
 calls, planning and launching included: a later matmul(kernel="auto") pays those each time, and
-at small sizes they decide (a tensor-core rung's call costs ~100 µs of CPU, cuBLAS's a fraction).
+at small sizes they decide (a tensor-core rung's call costs more CPU time than cuBLAS's).
 The first call pays the timing, the cache answers the rest.
 """
 from __future__ import annotations

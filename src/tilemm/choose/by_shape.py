@@ -92,16 +92,16 @@ def __getattr__(name):
 
 # int8 -> int32 on torch tensors: tensorcore-int against the library rung (torch._int_mm), both whole
 # tilemm calls (H200, CUDA events, the GPU idle before each call; benchmarks/int8_small_m.py --set
-# fit: 7 layers' N x K, 2048-28672, M 1-1024, B given as (N, K).T). Where its 128 x 256 tiles
-# would leave SMs idle the rung runs its small-M program (r11_int8_small_m: small tiles, K split
-# to fill the GPU), which reads the weight at 3-3.5 TB/s against _int_mm's 1.3-3:
-# - up to 16 rows (A padded to 17 for _int_mm) it won every shape, 1.5-2.3x;
+# fit: 7 layers' N x K, 2048-28672, M 1-1024, B given as (N, K).T; record
+# benchmarks/results/h200/int8_small_m.jsonl). Where its 128 x 256 tiles would leave SMs idle the
+# rung runs its small-M program (r11_int8_small_m: small tiles, K split to fill the GPU), which
+# keeps more of the weight's reads in flight than _int_mm:
+# - up to 16 rows (A padded to 17 for _int_mm) it won every shape;
 # - from 17 rows on weights of 8 MiB or less (2048 x 2048) the call is bound by its CPU time,
-#   where _int_mm's own call is the cheapest: there the library's lost least (0.86-1.0 against
-#   0.65-0.9 for the rung from 100 rows, whose tiles of 64 rows read the weight twice), up to
-#   512 rows (from 768 the rung won, 1.17);
-# - on larger weights from 17 to 128 rows the rung came within 0.83-1.38 of _int_mm (the library
-#   0.86-1.0: its call costs ~2.5 µs of tilemm's Python more), and from 200 rows won (1.15-1.7).
+#   where _int_mm's own call is the cheapest: there the library's lost least (the rung's tiles of
+#   64 rows read the weight twice from 100 rows), up to 512 rows (from 768 the rung won);
+# - on larger weights from 17 to 128 rows neither side won everywhere (the library's call costs
+#   only tilemm's Python more than _int_mm's), and from 200 rows the rung won.
 INT8_SMALL_WEIGHT = 2**23       # N x K (bytes of the weight) up to which the call is bound by its CPU time
 INT8_LIBRARY_ROWS = (17, 512)   # rows where the library took those (from 17: _int_mm needs no padding)
 

@@ -20,10 +20,10 @@ HOST_INTEGER_TILED_WHEN_COMPILED_FROM = 2**18
 
 
 # A stack of matrices on the GPU: the library multiplies it in one batched call, a rung of ours a
-# launch a matrix. On an H200 (whole calls), int8 / int32 stacks of 100 x 256³ took 0.36 / 0.35 ms
-# batched against 9.7 / 17.7 ms a launch a matrix, and 8 x 1024³ 1.06 / 1.02 against 0.90 / 1.32:
-# from 2^32 multiply-adds a matrix, a launch is a small share of each matrix's time, and the rung
-# the table names for the shape runs.
+# launch a matrix. Measured in whole calls on int8 / int32 stacks: many small matrices run far
+# faster batched (a launch each costs more than a small matrix's work); from 2^32 multiply-adds a
+# matrix, a launch is a small share of each matrix's time, and the rung the table names for the
+# shape runs.
 STACK_PER_MATRIX_FROM = 2**32
 
 

@@ -15,11 +15,10 @@ Warp-specialized and persistent: one program an SM; one warp (the producer) walk
 (tile, K step) pairs issuing TMA loads into a ring of STAGES stages (gluon_helpers' producer), each stage guarded by a
 `ready` barrier (the tiles are in) and an `empty` one (the product that read it is done); the
 other warps (consumers, two warpgroups on one 128 x 256 tile) multiply and store C from their
-registers at each tile's end while the producer already loads the next tile: int8 at 8192³
-1.43-1.45x torch._int_mm, against 1.34x for the same loop without the producer warp, whose stage refills put CTA-wide
-barriers in every K step (ncu: 54% of the warps' stalls at a barrier, the integer tensor pipe 77%
-busy); at 4096³ int32 (ten digit pairs) 6.25-6.44x cupy.matmul and int64 (36) 6.84x, against
-5.1-5.2x and 5.5-5.6x on the Triton digit program.
+registers at each tile's end while the producer already loads the next tile. Measured faster than
+the same loop without the producer warp, whose stage refills put CTA-wide barriers in every K
+step (under ncu most of the warps' stalls were at a barrier), and than the Triton digit program
+for int32 and int64 results (figures: docs/tables/int_h100.md, docs/lessons.md).
 
 Operands: the digit planes of A, stacked (ND_A * M, K), and of B^T, (ND_B * N, K), K-major
 (Hopper's 8-bit wgmma reads no other layout; the rung writes them so, or uses int8 data as it is

@@ -17,8 +17,8 @@ def bound_launch(program, grid: tuple, args: tuple, options: dict):
 class BoundLaunch:
     """program[grid](*args, **options) as a launcher without arguments that, from its second call
     on, launches the compiled program directly. Triton binds and specializes every argument,
-    computes a cache key and looks the program up at each launch: 24 µs of CPU a launch, against
-    13 µs for the compiled program's own launcher and 12 µs for cuBLAS through torch. With the
+    computes a cache key and looks the program up at each launch: about twice the CPU time of the
+    compiled program's own launcher, or of cuBLAS through torch. With the
     same argument objects at every call the lookup finds the same program, so it is done once;
     and the program's own launcher is called past Triton's Python layers where it can be
     (tilemm.engine.direct_launch). Under the interpreter, or with another device current than at

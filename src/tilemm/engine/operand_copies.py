@@ -31,10 +31,10 @@ def descriptor(x, block_rows: int, block_cols: int, align: int = 16, transposed:
     that fill() copies x into (TMA wants 16-byte aligned strides and base; align=128 also copies
     rows whose stride is not a multiple of 128 bytes); fill is None when there is nothing to copy.
     copy_transpose_rows (B): where x must be copied and x^T's rows are contiguous but unaligned,
-    copy those rows (B^T, K-major) rather than transpose x: against the transposition, both
-    operands transposed 4001³ 1.14x, 8191³ 1.05x, 5006 x 5710 x 252 1.09x; B alone transposed
-    0.95-1.09x. Done for A as well (rows of A^T, M-major) it lost at 3001 x 5000 x 4096 (0.94x), so
-    A keeps its transposition."""
+    copy those rows (B^T, K-major) rather than transpose x: a plain row copy is cheaper than a
+    transposing one, and measured faster in whole calls with both operands transposed. Done for A
+    as well (rows of A^T, M-major) it lost (the program then reads A M-major), so A keeps its
+    transposition."""
     if transposed and not k_major(x) and (k_major(x.T) or (
             copy_transpose_rows and x.T.stride(1) == 1 and x.stride(1) != 1)):
         desc, fill = row_descriptor(x.T, block_cols, block_rows, align)
@@ -57,21 +57,19 @@ def aligned_rows(x, align: int = 16):
 
 COPY_BLOCK = 64
 # Bytes from which an operand whose rows are contiguous but not 16-byte aligned is copied by torch:
-# faster on the GPU than copy_rows, but ~8 µs of CPU against a replayed launch's ~4. Under it, the
-# launch: bf16 whole calls with copies of 0.3-2 MB, 1.15-1.47x where the call was CPU-bound
-# (2131 x 4127 x 94 nt 50.7 -> 34.4 µs), 0.96x at 7615 x 432 x 1866 nt, GPU-bound, with a 1.6 MB B
+# faster on the GPU than copy_rows, but about twice a replayed launch's CPU time. Under it, the
+# launch: measured in bf16 whole calls with copies of 0.3-2 MB, a clear gain where the call was
+# CPU-bound and close to level where it was GPU-bound.
 TORCH_COPY_FROM = 2 << 20
 
 
 def rows_copy(x, rows):
     """A launcher without arguments copying x into rows (contiguous rows, 16-byte aligned): torch's
     copy where x's rows are contiguous but not 16-byte aligned and x has TORCH_COPY_FROM bytes or
-    more, else tilemm.engine.programs.copy_rows, 64 x 64 tiles. torch's against Triton's: fp16
-    6000² transposed 295 µs against 54, 6000² in 12000-byte rows 91 µs against 55, but 7615 x 1866
-    (3732-byte rows, no vector loads) 39 µs against 55; fp8 8192² transposed 461 µs against 52,
-    7001 x 5003 transposed 285 against 293, but 4096 x 4100 in its own rows 31 against 142. torch's
-    copy itself runs faster on 4-byte words: where such rows' bytes and x's start divide by 4, it
-    copies int32 views (bf16 7615 x 1866 38.5 µs against 26.6, fp8 4096 x 4100 29.7 against 12.6)."""
+    more, else tilemm.engine.programs.copy_rows, 64 x 64 tiles. Measured torch's against Triton's:
+    Triton's tiles transpose far faster, and copy 16-byte aligned rows faster, but torch's copy
+    wins on rows whose bytes allow no vector loads. torch's copy itself runs faster on 4-byte words: where
+    such rows' bytes and x's start divide by 4, it copies int32 views."""
     if x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 and x.numel() * x.element_size() >= TORCH_COPY_FROM:
         row_bytes = x.shape[1] * x.element_size()
         words = x.element_size() < 4 and row_bytes % 4 == 0 and x.stride(0) * x.element_size() % 4 == 0
@@ -120,7 +118,7 @@ def c_alignment(c) -> int:
     """The largest power of two up to 8 dividing C's width and its row stride, for a C whose rows
     are contiguous (else 1): what the TMA programs are told (C_ALIGN), so that they store rows of
     7026 or 6524 elements 2 or 4 at a time where Triton, knowing only divisibility by 16, stores
-    them one by one. Each rung passes it where it was measured to pay (docs/tensor_cores.md)."""
+    them one by one. Each rung passes it where it was measured to pay."""
     if c.stride(1) != 1:
         return 1
     width, stride = c.shape[1], c.stride(0)

@@ -2,17 +2,17 @@
 
 A call that repeats an earlier one (same shapes, strides, dtypes, kernel, parameters: the plan
 cache's key) would work out the same tiles, descriptors and scratch buffers, and Triton would bind
-and look up the same compiled programs: ~130 µs of Python a call, against ~20 µs for
-torch.matmul. A Replay keeps what the first call's launches were (each a compiled program and
+and look up the same compiled programs: several times the Python of a whole torch.matmul call.
+A Replay keeps what the first call's launches were (each a compiled program and
 its argument values) with the operands, their views and the scratch buffers marked; a repeated
-call allocates C afresh (torch's caching allocator: stream-safe, a few µs), puts the new
+call allocates C afresh (torch's caching allocator: stream-safe and cheap), puts the new
 operands in their places and launches the programs directly.
 
 The scratch (operands copied into aligned rows, split parts) is kept per thread and stream, up to
 SCRATCH_KEPT_UP_TO bytes, with the launches' values that point into it filled in once: a call on
 a stream runs after that stream's previous call has read it, and a thread's calls are queued one
-after the other. Each scratch allocation cost ~3.5 µs of CPU and the views into it ~4 µs each; a
-larger product's scratch is allocated at each call as before, where those microseconds are lost
+after the other. Each scratch allocation, and each view into it, cost CPU time comparable to a
+whole small call; a larger product's scratch is allocated at each call as before, where those microseconds are lost
 in its GPU time.
 
 Only steps a rung declares to be the whole of its work (a ``Steps`` of ``BoundLaunch``es and
@@ -20,8 +20,8 @@ Only steps a rung declares to be the whole of its work (a ``Steps`` of ``BoundLa
 replayed, only on 2-D torch CUDA tensors already of the compute dtype, with the first call's
 alignment (Triton specializes on each pointer's 16 bytes) on the same device, and outside CUDA-graph
 capture where the launches reuse memory (kept scratch, a workspace); anything else takes the plan's
-usual path. A single program's replay, the usual small call, is taken in the fewest steps: a
-bf16 call of 64 x 64 x 64 went from 0.85x to about 1.0x torch.matmul's CPU time.
+usual path. A single program's replay, the usual small call, is taken in the fewest steps, which
+brings a small call's CPU time level with torch.matmul's.
 """
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ class Replay:
         if (tuple([p % 16 for p in pointers]) != self.aligned or self._get_device() != self.device_index
                 or (self.reuses_memory and capturing()) or any(lazy(x) for x in inputs)):
             return None
-        c = self._empty(*self.c_shape, dtype=self.dtype, device=self.device)   # (a tuple: ~1 µs slower)
+        c = self._empty(*self.c_shape, dtype=self.dtype, device=self.device)   # (a tuple: measured slower)
         self.launch(inputs, c, pointers, self._stream_of(self.device_index))
         return c
 
@@ -336,7 +336,7 @@ TRITON_FUNCTIONS = ("JITFunction", "InterpretedFunction")
 
 class Address:
     """Stands for a descriptor's base where that is a view of an operand: Triton reads nothing of
-    it but its address, and a tensor view costs ~2 µs of CPU a call."""
+    it but its address, and a tensor view costs CPU time at every call."""
     __slots__ = ("address",)
 
     def __init__(self, address: int):

@@ -39,7 +39,8 @@ def on_device(device) -> bool:
 
 def elsewhere(index: int, call, *inputs):
     """call(*inputs) with GPU ``index`` current: a replay recorded there, called while the caller has
-    another GPU current (tensors on cuda:1, cuda:0 current), runs under a device guard (~2 µs)."""
+    another GPU current (tensors on cuda:1, cuda:0 current), runs under a device guard (cheap, and
+    only on this path)."""
     import torch
     with torch.cuda.device(index):
         return call(*inputs)

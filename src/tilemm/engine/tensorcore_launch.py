@@ -25,15 +25,15 @@ class Programs(NamedTuple):
 
 
 # Multiply-adds up to which a product takes the pointer program (tma=None): Triton launches a
-# program whose arguments are TMA descriptors ~5 µs slower (it encodes them at each launch), and a
+# program whose arguments are TMA descriptors more slowly (it encodes them at each launch), and a
 # copy into aligned rows costs a launch more, while the TMA program's speed only shows past them
-# (bf16, pointers against TMA: GPU time 3.2 / 4.3 µs against 3.0 / 3.8 µs at 256³ / 512³, CPU time
-# of a launch 11.6 / 13.1 µs against 15.9 / 19.8 µs; at 2048³ 37 µs against 27).
+# (measured in bf16: at 256³ / 512³ the GPU times are close and the pointer launch is cheaper on the
+# CPU; at 2048³ TMA is clearly ahead).
 POINTERS_UP_TO = 2**28
 # ... and whatever its size, a product whose C is FEW_TILES 128 x 128 tiles or fewer: its deep K is
 # split across the SMs either way, and TMA's descriptors and copies into aligned rows cost more than
-# its loads save (bf16, kernel alone: pointers 0.895x cuBLAS against TMA's 0.375x at 79 x 350 x 12726
-# tn, 3 tiles; TMA ahead from 12 tiles on).
+# its loads save (measured in bf16, kernel alone: pointers far ahead at 3 tiles, TMA ahead from 12
+# tiles on).
 FEW_TILES = 8
 
 
@@ -72,9 +72,9 @@ def default_tiles(m: int, n: int, k: int) -> dict:
 
 def skinny_block(rows: int) -> int:
     """The tile side that covers a skinny dimension of 64 or fewer rows: a power of two, 16 or more
-    (tl.dot's smallest). 16-row tiles read B four times over at M = 64 (bf16 64 x 8192 x 8192 97.7
-    µs against 50.8, cuBLAS 49.9); where fewer tiles leave SMs idle the 16-row ones are faster
-    (64 x 2048 x 2048: 25.8 µs against 33.6)."""
+    (tl.dot's smallest). 16-row tiles read B four times over at M = 64, so with N and K large they
+    run at about half the speed; where fewer tiles leave SMs idle the 16-row ones are faster (their
+    extra programs keep more SMs reading)."""
     return max(16, 1 << max(0, rows - 1).bit_length())
 
 
@@ -87,10 +87,9 @@ def resolve_tiles(m: int, n: int, k: int, given: dict) -> dict:
 def stream_k_pays(tiles: int, programs: int, k_steps: int, min_rounds: int) -> bool:
     """Whether to share a last, partial round of tiles out by K steps: when that round leaves most
     SMs idle, after min_rounds whole rounds, with K steps enough to share (3xTF32's stream_k=None,
-    r13_f32). Not for 16-bit tiles, whose hand-over of partial sums did not pay: kernel alone,
-    128 x 256 tiles, stream-K against none 0.88-0.99x where this rule (min_rounds 8) took it, e.g.
-    4096 x 14336 x 4096 0.93x, 16384 x 8192 x 2048 0.88x, and with fewer tiles than SMs 0.2-0.8x
-    against split K."""
+    r13_f32). Not for 16-bit tiles, whose hand-over of partial sums did not pay: measured kernel
+    alone in 128 x 256 tiles, stream-K was slower than none wherever this rule (min_rounds 8) took
+    it, and with fewer tiles than SMs far slower than split K."""
     whole, left = divmod(tiles, programs)
     return whole >= min_rounds and 0 < left < 0.6 * programs and k_steps >= 32
 
@@ -100,7 +99,7 @@ def launcher(programs: Programs, a, b, c, block_m, block_n, block_k, group_m, nu
     """c = a @ b, float16/bfloat16 (float32 sums) or float64, as a function without arguments.
     16-bit operands go through TMA (copied at each launch into 16-byte aligned rows if their
     strides are not), by the persistent program when there is more than one round of tiles and
-    persistent is not False (as fast or faster on the shapes suite, 1.3x at 8192x8192x128; one
+    persistent is not False (measured as fast or faster on the shapes suite; one
     round is launched more cheaply one program a tile), with stream_k the tiles of a last, partial round shared out by K steps
     (see tilemm.engine.programs.matmul_persistent; also under one round, then every tile's), with split_k > 1 each tile's K steps split
     into that many runs (programs of their own, whose float32 partials the last one adds: see
@@ -109,8 +108,8 @@ def launcher(programs: Programs, a, b, c, block_m, block_n, block_k, group_m, nu
     are not a multiple of 128 bytes copied into rows that are (None: where rows_aligned_pays);
     float64 takes the persistent program (float64 sums) past one round if persistent, else the
     pointer program, as skinny products do (M or N <= 64: bound by reading the other operand,
-    where the pointer program's many small loads in flight measured 0.94 of the HBM bound and TMA
-    0.5); tma=False: the pointer program whatever the shape. accumulate: c += a @ b (c may be
+    where the pointer program's many small loads in flight measured close to the HBM bound and TMA
+    far below it); tma=False: the pointer program whatever the shape. accumulate: c += a @ b (c may be
     float32 for 16-bit a and b: tilemm.spread.distributed's panels).
     copy_transposed ("a", "ab", "none"): float64 operands stored column-major that are copied into
     rows first on the TMA path (A by default: see below). programs: the rung's (Programs).
@@ -152,9 +151,9 @@ def launcher(programs: Programs, a, b, c, block_m, block_n, block_k, group_m, nu
         if align_rows is None:
             align_rows = rows_aligned_pays(m, n, k)
         align = 128 if align_rows and a.element_size() == 2 else 16
-        # float64: an M-major A is copied into rows first: DMMA read its transposed tiles at
-        # 0.51-0.70x DGEMM against 0.85-1.03x for a row-major A (products from 2048); the copy is
-        # ~1% of such a product's time
+        # float64: an M-major A is copied into rows first: DMMA read its transposed tiles far more
+        # slowly than a row-major A's (measured on products from 2048), and the copy is a small
+        # share of such a product's time
         a_desc, a_t, a_fill = descriptor(a, block_m, block_k, align, transposed=not (f64 and copy_transposed != "none"))
         b_desc, b_t, b_fill = descriptor(b, block_k, block_n, align, transposed=not (f64 and copy_transposed == "ab"),
                                          copy_transpose_rows=not f64)
@@ -226,11 +225,10 @@ ALIGN_ROWS_FROM = 2000
 
 def rows_aligned_pays(m: int, n: int, k: int) -> bool:
     """Whether to copy 16-bit operands whose rows are not a multiple of 128 bytes into rows that
-    are (align_rows=None). TMA reads such rows much slower: bf16 3000³ ran 139 µs with 6000-byte
-    rows against 103 µs with the same values in 6016-byte ones. The copies (torch's, ~23 µs an
-    operand at 3000²) read and write each operand once, so they pay where the product has many
-    multiply-adds for each operand element: kernel alone, 5000³ 0.76x cuBLAS with them against
-    0.72x, but 3000³ 0.61x against 0.66x and 2000³ 0.52x against 0.79x: m n k / (m k + k n) from
+    are (align_rows=None). TMA reads such rows much slower (bf16 3000³ in 6000-byte rows against the
+    same values in 6016-byte ones, measured). The copies (torch's) read and write each operand once,
+    so they pay where the product has many multiply-adds for each operand element: measured kernel
+    alone, they gained at 5000³ and lost at 3000³ and 2000³, hence m n k / (m k + k n) from
     ALIGN_ROWS_FROM (n >= 4000 for a square product)."""
     return m * n * k >= ALIGN_ROWS_FROM * (m * k + k * n)
 

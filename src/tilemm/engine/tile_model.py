@@ -59,8 +59,8 @@ THIN_SPLIT_STEPS = 12
 # this K a split call's fixed cost loses, and runs that fill fewer SMs lose to the 16-row tiles'.
 THICK_FROM_K = 8192
 # ... and from half that K for 33-64 rows, whose 16-row tiles read the other operand 3-4 times over
-# (bf16 whole calls on an H200, M = 64, K = 4608 / 6144: 1.2-2.1x the 16-row tiles; at 32 rows the
-# 16-row tiles, read twice, were as fast)
+# (measured in bf16 whole calls, M = 64, K = 4608 / 6144: thick tiles clearly faster; at 32 rows
+# the 16-row tiles, read twice, were as fast)
 THICK_ROWS_FROM = 33
 
 
@@ -72,8 +72,8 @@ def thick_from_k(rows: int) -> int:
 def thin_splits(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int) -> int:
     """Into how many runs of K steps to split the tiles of a skinny product (M or N <= THIN_SIDE)
     whose thin operand is not read K-major (A^T of a few columns, or a vector whose strides are
-    both 1): one run a tile, such products read the other operand at 1.2-2.1 TB/s against 2.2-3.0
-    for a K-major one, so more runs are kept in flight: THIN_ROUNDS rounds of SMs, in runs of
+    both 1): one run a tile, such products read the other operand well below the rate a K-major
+    one reaches, so more runs are kept in flight: THIN_ROUNDS rounds of SMs, in runs of
     THIN_SPLIT_STEPS K steps or more."""
     tiles = -(-m // block_m) * -(-n // block_n)
     steps = -(-k // block_k)
@@ -89,17 +89,16 @@ def read_k_major(x, k_dim: int) -> bool:
 
 # The tiles the default chooses among for a product that is not skinny: (block_m, block_n,
 # num_warps, a multiply-add's cost relative to 128 x 256 tiles, a wave's fixed cost in µs). Fitted
-# (fit, below) on the wide sweep's fit half, kernel alone, bf16 on an H100 (FIT_RECORDS; the fitted
-# model's pick was within 10% of the fastest of 11-13 configurations on 38 of 40 problems): an SM
+# (fit, below) on the wide sweep's fit half, kernel alone, bf16 on an H100 (FIT_RECORDS): an SM
 # does 3.15e6 multiply-adds a µs in 128 x 256 tiles, 1.15x the time in 128 x 128 and 1.89x in
 # 64 x 128 (one warpgroup's wgmma), and a wave (pipeline filled, tile written) costs 7.3 / 4.6 /
 # 1.7 µs.
 TILE_CHOICES = ((128, 256, 8, 1.0, 7.3), (128, 128, 4, 1.15, 4.6), (64, 128, 4, 1.89, 1.7))
 MACS_PER_US = 3.15e6
-# How much faster a smaller tile must be predicted to be taken: the model's median error is 11%
-# (fit), and larger tiles read each operand fewer times, which counts most where TMA reads rows
-# that are not 128-byte aligned (bf16 3000³, whole calls: 146 µs in 128 x 256 tiles against 179 in
-# the 128 x 128 ones the model predicted 2.5% faster).
+# How much faster a smaller tile must be predicted to be taken: the model errs (fit reports its
+# median error), and larger tiles read each operand fewer times, which counts most where TMA reads
+# rows that are not 128-byte aligned (bf16 3000³: 128 x 128 tiles predicted slightly faster ran
+# clearly slower than 128 x 256).
 TILE_MARGIN = 0.05
 # µs a byte of split K's float32 partials costs (written, then read by the run that ends the tile)
 HAND_OVER_US_PER_BYTE = 2.0e-6
@@ -129,8 +128,8 @@ def model_tiles(m: int, n: int, k: int) -> tuple:
 
 # Where the model's smallest tiles (64 x 128), K split by k_splits, leave this share of the SMs or
 # more idle, 64 x 64 tiles take their place if their runs are more: k_splits splits a tile half as
-# big into more runs (its hand-over is half as big). Fitted on bf16 whole calls on an H200,
-# products of 1-15 tiles of 128 x 128 and K of 8877-40000: 1.00-1.32x where it changes the tiles.
+# big into more runs (its hand-over is half as big). Fitted on bf16 whole calls, products of 1-15
+# tiles of 128 x 128 and K of 8877-40000: never slower where it changes the tiles.
 IDLE_SHARE = 0.25
 
 

@@ -2,11 +2,11 @@
 
 _int_mm takes 2-D int8 CUDA tensors with M above 16 and K and N multiples of 8, and is fast in one
 layout alone: A's rows and B's columns contiguous (B given as (N, K).T, as torch.nn.Linear keeps a
-weight). Elsewhere cuBLASLt takes a slow kernel or refuses (H200, 256 x 8192 x 8192: 53 µs; with A
-column-major 264 µs, and 17 x 28672 x 4096 CUBLAS_STATUS_NOT_SUPPORTED; with B row-major 304 µs, and
-40 x 48 x 64 CUBLAS_STATUS_NOT_SUPPORTED). So operands in another layout are copied into that one,
-the copy counted in the call (A column-major, 256 x 8192 x 8192: 67 µs in all; a row-major B's
-transposing copy costs more: 434 µs). Up to 16 rows, A is padded with zero rows to PADDED_ROWS.
+weight). Elsewhere cuBLASLt takes a kernel several times slower, or refuses some shapes
+(CUBLAS_STATUS_NOT_SUPPORTED, e.g. a column-major A at 17 x 28672 x 4096, a row-major B at 40 x 48 x
+64). So operands in another layout are copied into that one, the copy counted in the call (for a
+column-major A far cheaper in all than the slow kernel; a row-major B's transposing copy costs
+more). Up to 16 rows, A is padded with zero rows to PADDED_ROWS.
 Operands at 4- and 8-byte offsets gave exact answers. The int32 sums wrap as NumPy's int32 do:
 exact modulo 2^32 (17 x 8 x (2^17 + 64) of all -128s gave 2^31 + 2^20, wrapped).
 """

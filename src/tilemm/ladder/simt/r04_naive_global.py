@@ -1,6 +1,6 @@
 """Rung 4, `naive-global`: `naive`, but the sum is kept in C itself, in global memory
 (seed 002's "direct write"): every step reads and writes C, where `naive` keeps it in a
-register. Seed 002 measured it at a third of `naive` on an A100 at n = 10240.
+register, so it is bound by C's traffic (seed 002's figures: docs/ladder/r04-naive-global.md).
 
 The kernel is in r04_naive_global_kernel.py, built (numba-cuda imported) at the first launch.
 

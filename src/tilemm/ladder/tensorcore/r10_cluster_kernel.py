@@ -18,14 +18,12 @@ own CTA (gating its A rows), one shared by the pair (`pair_empty`, kept in the l
 alone waits on it) that all four warpgroups arrive on. Needs a Triton whose Gluon routes an
 mbarrier arrival to the CTA that holds the barrier (availability.gluon_multicast: 3.9 does).
 
-Asked for only (tilemm.matmul(..., kernel="tensorcore", cluster=True)): on an H200 with Triton
-3.9, bf16 whole calls ran 0.999-1.016x torch.matmul at 8192³ and 0.994-1.008x at 4096³, the Triton
-program of the rung 1.008-1.021x and 0.996-1.008x in the same rounds. Under ncu (8192³) it keeps
-the tensor pipe 94% busy (cuBLAS's nvjet 320 x 128 cluster program: 93%) and the SMs 94% busy
-(93%): the tensor cores set its pace; the 6% they idle would be the tiles' last partial round
-(1024 tiles on 66 clusters) and the epilogue, where both warpgroups stop multiplying. Tiles 192
-wide (a 128- and a 64-wide accumulator: Gluon's blocks are powers of two) to fill that round
-better ran slower (0.98-0.99x at 8192³, 0.87x at 4096³).
+Asked for only (tilemm.matmul(..., kernel="tensorcore", cluster=True)): it runs level with
+torch.matmul and with the rung's Triton program, not ahead of them (figures and the ncu counters:
+docs/ladder/r10-tensorcore.md, "In clusters of two CTAs"). The tensor cores set its pace, as they
+set cuBLAS's; what they idle would be the tiles' last partial round (1024 tiles on 66 clusters at
+8192³) and the epilogue, where both warpgroups stop multiplying. Tiles 192 wide (a 128- and a
+64-wide accumulator: Gluon's blocks are powers of two) to fill that round better ran slower.
 
 A K-major (M, K) with 16-byte aligned rows; B either (K, N) with rows contiguous or given as
 (N, K).T (read K-major), 16-byte aligned rows; C any strides, bfloat16 or float16 (written by TMA

@@ -21,9 +21,9 @@ from tilemm.engine import launches, workspaces
 from tilemm.engine import availability
 
 # Tiles by M: (up to this many rows, (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an
-# SM the split aims at)). On an H200, kernel alone, over 7 layers' N x K (2048-28672): the best
-# tiles of 5-8 tried for each M class came within 3-7 % of the best for each shape (geomean), and
-# one program an SM (what the split aims at) beat two to six but for 17-32 rows.
+# SM the split aims at)). Measured kernel alone over 7 layers' N x K (2048-28672): one set of
+# tiles for each M class, chosen among 5-8 tried, comes close to the best for each shape, and one
+# program an SM (what the split aims at) beat two to six but for 17-32 rows.
 TILES = ((16, (16, 128, 256, 4, 3, 1)),
          (32, (32, 64, 128, 4, 4, 2)),
          (64, (64, 64, 128, 4, 4, 1)),

@@ -54,10 +54,9 @@ def default_block_n(block_n, result_bytes: int) -> int:
 
 # int8 data: the Gluon program stores C from the tensor cores' registers, a few bytes a thread. Where
 # C's rows are not 16-byte aligned, C is int8, or K is short (C's store is much of a tile's time), the
-# persistent program's coalesced quarters are faster. Kernel alone, Gluon against the persistent
-# program: int32 C 8192 x 8190 x 1024 529 µs against 219, 8191² x 4096 705 against 493, 8865 x 7026
-# x 12 490 against 155; aligned 8192² x K: K = 12 138 against 101, 512 134 against 129, 1024 166
-# against 180, 8192 719 against 849; int8 C 8192² x 1024 194 against 122, 4096³ 113 against 105.
+# persistent program's coalesced quarters are faster (measured kernel alone, Gluon against the
+# persistent program: with aligned int32 C the Gluon program pulls ahead from K = 1024 on, hence
+# SHORT_K).
 SHORT_K = 512
 
 
@@ -80,8 +79,8 @@ def persistent_int8(a_part, b_part, c, m: int, n: int, k: int, block_m, block_n,
                     num_stages):
     """A launcher without arguments of the engine's persistent schedule with int32 sums of K steps
     (int8_steps) on int8 planes a_part
-    (M, K) and b_part (N, K), both K-major; told C's alignment (int32 C of 4002 or 7026 columns:
-    1.02x)."""
+    (M, K) and b_part (N, K), both K-major; told C's alignment (measured a little faster for int32
+    C of unaligned widths)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     from tilemm.ladder.tensorcore.r11_int_digits_kernel import int8_steps
     return persistent_launch(TensorDescriptor.from_tensor(a_part, [block_m, block_k]),
@@ -112,8 +111,8 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, smal
 def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, small_m=None, split_k=None):
     """run(a, b, c, ...) as a launcher without arguments. On Hopper with K in one launch (results
     up to 32 bits) the digit planes' buffers, the descriptors and the launches are worked out
-    once, a Steps that a repeated call replays: planning at each launch cost 100-330 µs of CPU a
-    call (int8 4096 x 2048 x 2048 took 166 µs against 50 µs for torch._int_mm). Elsewhere each
+    once, a Steps that a repeated call replays: planning at each launch cost several times the CPU
+    time of a whole torch._int_mm call. Elsewhere each
     launch plans (run)."""
     m, k = a.shape
     n = b.shape[1]

@@ -22,8 +22,8 @@ TILES = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
 TRITON_DEFAULTS = dict(persistent=True, copy_transposed="a")
 # K from which the DMMA program takes a product (dmma=None). It writes each tile's C once its K
 # steps are done, where the persistent Triton program writes one tile while loading the next: with
-# few K steps C's writes dominate (8192 x 8192 x 64: 0.66x DGEMM against the Triton program's 0.88x;
-# from K = 256 the DMMA program is ahead).
+# few K steps C's writes dominate, and the Triton program is faster; from K = 256 (measured) the
+# DMMA program is ahead.
 DMMA_FROM_K = 256
 # Triton's tl.dot multiplies float64 from 3.5 on (3.4 refuses float64 operands, at compile time
 # and in the interpreter alike)
@@ -42,7 +42,7 @@ def available() -> str | None:
 
 def default_tiles(m: int, n: int) -> dict:
     """The Triton programs' tiles: 128 x 128 x 32, 8 warps, 3 stages when they fill the SMs;
-    64 x 64 x 32 (4 warps, 4 stages) when they do not (1000³: 0.66x DGEMM against 0.35x);
+    64 x 64 x 32 (4 warps, 4 stages) when they do not (more, smaller tiles keep more SMs busy);
     16-wide tiles for a skinny product, bound by reading the other operand."""
     if min(m, n) <= 64:
         return dict(block_m=16, block_n=64, block_k=64, num_warps=4, num_stages=4) if m <= 64 else \
@@ -57,10 +57,9 @@ def takes_dmma(m: int, n: int, k: int, params: dict) -> bool:
     programs' parameters at their defaults (tiles None), on Hopper, where its 128 x 128 tiles fill
     more than half the SMs (a skinny product keeps its own tiles) and K from DMMA_FROM_K, with a
     Triton whose Gluon describes float64 for TMA. An empty product never (the Triton launcher
-    writes its zeros). Whole calls against DGEMM: from 3001 x 2999 x 1537 to 8192³, four layouts,
-    0.96-1.03x where the Triton programs ran 0.88-0.97x; under a round (80-128 tiles on 132 SMs)
-    0.67-1.07x against the 64 x 64 tiles' 0.55-0.65x, but at 64 tiles 0.48-0.52x
-    against 0.59-0.62x."""
+    writes its zeros). Measured in whole calls against DGEMM over four layouts: ahead of the Triton
+    programs on large products and down to a little over half a round of tiles; at half a round or fewer
+    the 64 x 64 Triton tiles, which keep more SMs busy, are faster (docs/ladder/r12-tensorcore-f64.md)."""
     if m * n * k == 0:
         return False
     if params.get("dmma") is not None:
@@ -141,8 +140,8 @@ register(Kernel(
     seed="beyond", summary="float64 on the FP64 tensor cores: DMMA m16n8k8 in Gluon on Hopper, Triton tl.dot elsewhere",
     run=run, bind=bind, traffic=traffic, limits=limits, available=available,
     params=tile_params(None, None, None, num_warps=None, num_stages=None) + (
-        # past one round: 0.92-0.99x DGEMM at 4096³ to 4096 x 4096 x 14336, against 0.88-0.96x one
-        # program a tile
+        # past one round of tiles the persistent program measured faster than one program a tile
+        # (it loads the next tile while writing this one's C)
         Param("persistent", True, (False, True),
               "past one round of tiles: the persistent TMA program (float64 sums); False: one program a tile"),
         Param("copy_transposed", "a", ("none", "a", "ab"),

@@ -15,8 +15,8 @@ registers, and the order, the mma takes: C' = X^T Y^T with
   side by side, each chunk of 8 K columns a box of 64-byte rows (no bank conflicts unswizzled).
 The K slots t, t + 4 of the mma stand for K columns 2t, 2t + 1 in both operands alike. Read K-major
 instead, A's fragment came in two loads whose halves had to be moved into place: 193 register moves
-for 32 DMMA in the loop. Over 28 problems from 2048 that version ran 0.917x DGEMM (kernel alone),
-this program 0.989x (whole calls).
+for 32 DMMA in the loop, and that version ran measurably behind this one against DGEMM
+(this program's figure: docs/lessons.md).
 
 Warp-specialized: one loading warp issues the TMA loads into a ring of STAGES stages, the
 multiplying warps release a stage after a barrier among themselves and a proxy fence (released

@@ -62,7 +62,7 @@ def parts_of(x, parts: int, block_rows: int, block_k: int):
 def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
     """(block_n, block_k, num_stages) with the defaults (None) filled in: 128 x 256 x 32 tiles,
     4 stages for TF32. 3xTF32 keeps three accumulators (the total, a chunk's big and small
-    products), which at 128 x 256 spill registers (0.28x SGEMM): 128 x 128 x 32, 3 stages.
+    products), which at 128 x 256 spill registers (measured far slower): 128 x 128 x 32, 3 stages.
     int8: the integer rung's int64 tiles, 128 x 128 x 128 with 4 stages."""
     if precision == "int8":
         return block_n or 128, block_k or 128, num_stages or 4
@@ -72,16 +72,15 @@ def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:
 
 
 # 3xTF32: K steps whose products the tensor cores chain before one float32 add (tf32_matmul).
-# Measured at 4096³ / 8192³: 4 steps 1.62x / 1.71x SGEMM at an error of
-# 4.6e-7 / 5.5e-7, 8 steps 1.74x / 1.86x at 6.9e-7 / 7.0e-7, 16 steps 1.92x / 2.06x at 1.3e-6 /
-# 1.4e-6 (SGEMM: 2.8e-6 / 4.5e-6; a float32 add every step: 1.40x / 1.50x at 5.2e-7 / 8.3e-7).
+# Longer chunks drain the tensor cores' pipeline less often (faster) and drop more low bits (less
+# accurate); measured at 4096³ / 8192³ against 4- and 8-step chunks, 16 steps was the fastest and
+# still below SGEMM's error (docs/ladder/r13-tensorcore-f32.md, docs/guides/precision.md).
 CHUNK_STEPS = 16
 # A chunk's error does not shrink with K, SGEMM's grows with it: with 16 steps (512 of K) the
-# error was above SGEMM's for K of 256-1024 (at 512: 1.7e-6 against 1.35e-6), below it from 2048
-# on. So K has at least MIN_CHUNKS chunks: with them every K measured
-# (64 to 16384, M = N = 2048) came out below SGEMM's error, by 1.75x to 4.7x. Not every shape: at
-# M = N = 1024 cuBLAS splits K from 2048 on and erred 8.3e-7 at K = 4096 against 1.2e-6 here
-# (within float32's bound; 8-step chunks: 6.7e-7, but 1.74x SGEMM at 4096³ against 1.92x).
+# error was above SGEMM's for K of 256-1024, below it from 2048 on. So K has at least MIN_CHUNKS
+# chunks: with them every K measured (64 to 16384, M = N = 2048) came out below SGEMM's error.
+# Not every shape: at M = N = 1024 cuBLAS splits K from 2048 on and errs less than this rung there
+# (still within float32's bound; shorter chunks would close that gap at a cost in speed everywhere).
 MIN_CHUNKS = 8
 
 
@@ -133,7 +132,7 @@ def bind(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, pre
     persistent = parts == 1 and persistent and grid[0] > availability.multiprocessors()
     b_copied = not (parts == 1 and operand_copies.k_major(b.T))          # TF32 reads a K-major B as it is
     from tilemm.ladder.tensorcore import r13_f32_kernel as kernel     # the sums of K steps (Triton loads here)
-    if copy_panels is None:   # measured for TF32; 3xTF32 gained nothing in panels (docs/tensor_cores.md)
+    if copy_panels is None:   # measured for TF32; 3xTF32 gained nothing in panels (docs/guides/precision.md)
         copy_panels = panels_pay(m, n, k, block_m, block_n, availability.multiprocessors()) if parts == 1 else 1
     if copy_panels > 1 and b_copied and not persistent:
         steps = [products_by_panel(a_desc, b, c, parts, copy_panels, config)]
@@ -162,9 +161,9 @@ def product_launch(a_desc, b_desc, c, k, parts, config):
 
 # 3xTF32's tiles carry three products each, so handing partial sums over pays with no whole
 # round before: stream_k=None shares a last round that leaves 40% of the SMs idle or more
-# (tilemm.engine.tensorcore_launch.stream_k_pays). Against cuBLAS SGEMM: 8192³ (31 rounds, then 4 tiles) 2.092x with stream-K against 2.019x;
-# 1024 x 1024 x 4096 (64 tiles) 1.406x against 1.094x; 4096³ (the last round of tiles 76% full) 1.919x
-# against 1.931x and 2048³ (128 tiles) 1.638x against 1.650x, within the noise.
+# (tilemm.engine.tensorcore_launch.stream_k_pays). Measured against cuBLAS SGEMM: it gains where the
+# last round is nearly empty (a few tiles after many rounds) or the tiles are fewer than the SMs,
+# and is within the noise where the last round is mostly full.
 STREAM_K_ROUNDS = 0
 
 
@@ -173,8 +172,8 @@ def products_by_panel(a_desc, b, c, parts, panels, config):
     (whole tiles of C) at a time on a second stream, the product of each panel started once its
     copy is done: the copies (bound by HBM, little shared memory) run on the SMs beside the
     product's programs, and only the first panel's copy is waited for. The products run on a
-    stream of the highest priority, so that the SMs take their programs before the copies'
-    (0.907x cuBLAS TF32 against 0.859x at 4096³, kernel alone): overlapped."""
+    stream of the highest priority, so that the SMs take their programs before the copies' (measured
+    faster than copying first, kernel alone): overlapped."""
     copies, products, buffers = [], [], []
     for n0, n1 in panel_bounds(c.shape[1], panels, config["BLOCK_N"]):
         b_desc, copy = parts_of(b[:, n0:n1].T, parts, config["BLOCK_N"], config["BLOCK_K"])

@@ -5,14 +5,14 @@ from tilemm.engine import availability, launches
 
 # 3xTF32 products of at most this many multiply-adds take one launch (tf32x3_direct), their
 # parts split in registers, on tiles of at most DIRECT_BLOCK (more programs for a small C): there
-# the split passes' two launches cost more than they save. Kernel alone, direct against split: 256³ 22 against 63 µs, 512³ 37
-# against 70, 1024³ 92 against 91, 2048³ 656 against 204, 1000 x 3000 x 300 393 against 77: its
-# tiles pass through registers (split there) into shared memory, which costs past the smallest.
+# the split passes' two launches cost more than they save (measured, kernel alone: level at 1024³,
+# far slower past it): its tiles pass through registers (split there) into shared memory, which
+# costs past the smallest.
 DIRECT_WORK = 2**28
 DIRECT_BLOCK = 64
 # Where DIRECT_BLOCK-square tiles leave SMs without a program, their columns are halved (once: 32 x
-# 32 tiles ran slower on 4 warps, and no faster on 2). Whole calls on an H200, 64 x 64 against 64 x
-# 32 tiles: 256³ 19.2 against 12.6 µs, 512³ 38.1 against 20.3 (SGEMM 18.2), 640³ 47.1 against 31.8.
+# 32 tiles ran slower on 4 warps, and no faster on 2): more programs on a small C outweigh the
+# narrower tiles' extra loads (measured in whole calls).
 DIRECT_NARROW_BLOCK = 32
 
 

@@ -15,7 +15,7 @@ c_j = max_k |b_kj|,
 
 (exact constants in tests/test_tensorcore.py). A normwise bound, not float32's per-product one:
 an element far below its row's largest keeps fewer bits. On random data it is more accurate
-than SGEMM (measured: docs/tensor_cores.md); on rows of mixed magnitudes use the default. The
+than SGEMM (measured: docs/guides/precision.md); on rows of mixed magnitudes use the default. The
 tiles of C that meet a row or column holding Inf or NaN (which fixed point cannot hold) are
 computed again in IEEE float32, so Inf and NaN land where IEEE arithmetic puts them.
 """

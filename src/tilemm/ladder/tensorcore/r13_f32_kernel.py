@@ -95,9 +95,9 @@ def tf32x3_steps(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T: tl
     The sum goes in two levels. For CHUNK K steps the tensor cores chain their products, a_hi b_hi
     into one accumulator and the small cross terms into another, started at zero; then the chunk
     joins the running total by one float32 add. The tensor cores add at their accumulator's
-    magnitude and drop low bits (accumulated straight into the running total over all of K: 13x
-    SGEMM's error, measured), so the chunk is kept short; adding every K step instead drained
-    their pipeline each step (1.40x SGEMM against 1.92x at 4096³).
+    magnitude and drop low bits (accumulated straight into the running total over all of K, the
+    error measured far above SGEMM's), so the chunk is kept short; adding every K step instead
+    drained their pipeline each step (docs/ladder/r13-tensorcore-f32.md, "The lesson").
     An Inf or NaN in the operands makes the small products' sum Inf or NaN (Inf times a low part
     of either sign, or times 0); it is dropped, and the a_hi b_hi sum, where Inf and NaN stand
     whole, carries IEEE's result."""

@@ -24,12 +24,10 @@ def panels_pay(m: int, n: int, k: int, block_m: int, block_n: int, sms: int) -> 
     (a round: one tile a program), the product copying first takes R(1) (1 + share) and in P
     panels sum R(panel) + share R(1) / P (only the first panel's copy is waited for; each panel
     ends in a round of its own); the P that takes least, up to one panel a PANEL_WORK
-    multiply-adds and MAX_PANELS: each panel costs launches of CPU time (~65 µs a panel), which
-    its product must outlast for the copies to stay hidden. Against cuBLAS TF32: 4096³ with 4 panels 0.936x per call, 0.940x kernel
-    alone, with 2 0.843x-0.98x / 0.88x-0.95x, copying first 0.847x-0.95x / 0.86x-0.91x; 8192³
-    with 4 0.960x / 0.954x, with 8 0.917x-1.04x / 0.94x-0.95x, copying first 0.897x-0.96x /
-    0.92x; 8 panels at 4096³ 0.60x (64 tiles a panel: half the SMs idle) and 3 at 5000³ 0.924x
-    against 1.027x (800 tiles take 7 rounds, in 3 panels 8), as the rounds say."""
+    multiply-adds and MAX_PANELS: each panel costs launches of CPU time, which its product must
+    outlast for the copies to stay hidden. The rounds decide, as measured against cuBLAS TF32:
+    panels too narrow to fill the SMs (8 at 4096³: half the SMs idle) or that add a round (3 at
+    5000³: 7 rounds become 8) lose to copying first."""
     def rounds(columns):
         return -(-(-(-m // block_m) * -(-columns // block_n)) // sms)
     share = COPY_SHARE_4096 * 4096 / m

@@ -49,10 +49,10 @@ GAUSS_FROM_K = 8     # products=3 from this K on (the bound's reach); shorter su
 
 # Where the default leaves the library (CGEMM) for this rung: complex64 products whose real product
 # fills a Hopper GPU with 3xTF32 tiles. Whole calls against the library rung, every answer checked
-# (benchmarks/results/h200/complex_vs_library.jsonl): 1.10-1.98x where M and N are 1024 or more, K 512
-# or more and the product 2^32 complex multiply-adds or more; 0.25-0.94x on skinny, shallow or smaller
-# products. complex128 stays with ZGEMM: the rung ran 0.89-1.07x it on its large products, no class
-# clear of ZGEMM's own spread.
+# (benchmarks/results/h200/complex_vs_library.jsonl): faster where M and N are 1024 or more, K 512
+# or more and the product 2^32 complex multiply-adds or more; slower on skinny, shallow or smaller
+# products. complex128 stays with ZGEMM: on its large products no class came out clear of ZGEMM's
+# own spread (docs/ladder/r14-tensorcore-complex.md).
 COMPLEX64_FROM_MACS = 2**32
 COMPLEX64_MIN_MN = 1024
 COMPLEX64_MIN_K = 512

@@ -10,9 +10,9 @@ K-major first, a pass whose time counts.
 
 On Hopper, float32 sums with the default tiles and K >= 4096 run a warp-specialized Gluon program
 instead (scaled_fp8_gluon_kernel.py: each 64-row warpgroup adds its own products while the other's
-run): 1.13x the Triton program over the wide sweep's held-out half. cluster=True runs it, where
+run): faster than the Triton program there, measured on the wide sweep's held-out half. cluster=True runs it, where
 Triton's Gluon can (3.9), in clusters of two CTAs that load each B tile once for both
-(scaled_fp8_cluster_kernel.py): not the default, no faster on an H200. Products of a few rows take
+(scaled_fp8_cluster_kernel.py): not the default, hardly faster (docs/ladder/scaled-fp8.md). Products of a few rows take
 64-row tiles, with stream-K where K is deep (thin_tiles); those whose tiles would
 fill half the SMs or fewer, 128 x 128 tiles (MID_TILES).
 
@@ -32,28 +32,24 @@ TILE_PARAMS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_sta
 # K from which float32 sums take the warp-specialized program (warp_specialized=None). It writes
 # each tile's C before it loads the next tile's first stages, where the Triton program overlaps
 # the two: a tile needs K steps enough to hide that. Chosen on the wide sweep's fit half (whole
-# calls): K >= 4096 1.130x the Triton program (geometric mean over all 104 problems, lowest
-# 0.866x), K >= 2048 1.131x, the 2048 <= K < 4096 band alone no faster (lowest 0.961x), every K
-# 1.059x (lowest 0.41x at K = 156). Held-out half: 1.132x, lowest 0.976x.
+# calls, against the Triton program): the 2048 <= K < 4096 band gained nothing, and short K lost
+# badly; the held-out half confirmed the threshold.
 WARP_SPECIALIZED_FROM_K = 4096
 # A product of a few rows (M <= THIN_M: decode) takes THIN_TILES where they make less than a round
 # of tiles, with the K steps shared out among all SMs (stream-K) where those tiles fill half the
 # SMs or fewer and K is deep (from THIN_STREAM_K_FROM_K). Fitted in whole calls, M of 1-128
-# against N x K of transformer weights: at M <= 64 and N x K = 4096 x 14336 or 8192 x 28672, 64 x
-# 128 tiles with stream-K 1.8-2.6x the default tiles; at 8192 x 8192 (K = 8192) without it
-# 1.2-1.6x (stream-K no faster there, and slower at K = 4096: 27-30 µs against 24-26); at M = 128,
-# 8192 x 28672 (a round of 128 tiles) 1.8x without stream-K; equal where the default's tiles are
-# few already (4096 x 4096, 14336 x 4096); slower past a round (28672 x 8192). At M = 256 1.1-1.9x
-# at 4096 x 4096 and 4096 x 14336, equal at 3072 x 2048.
+# against N x K of transformer weights: the thin tiles win where the default's tiles leave most
+# SMs idle, stream-K on top of them only where K is deep (at K = 8192 it gained nothing, at 4096 it
+# lost); they are level where the default's tiles are few already (4096 x 4096, 14336 x 4096) and
+# slower past a round (28672 x 8192).
 THIN_M = 256
 THIN_TILES = dict(block_m=64, block_n=128, num_warps=4)
 THIN_STREAM_K_FROM_K = 12288
 # A product whose default tiles fill half the SMs or fewer, and that thin_tiles does not take,
 # takes MID_TILES: twice as many tiles. Fitted in whole calls, M of 256-2048 against N x K of
-# transformer weights: 1.2-1.6x the default at 256 x 6144 x 4096, 256 x 8192 x 8192, 512 x 4096 x
-# 4096 and 512 x 4096 x 14336 (both accumulations), 0.95-1.04x at 512 x 3072 x 2048; where the
-# default's tiles fill more than half the SMs the smaller ones ran slower (512 x 8192 x 8192: 73.8
-# µs against 62.7, float32 sums).
+# transformer weights: faster where the default's tiles leave more than half the SMs idle (both
+# accumulations), level at 512 x 3072 x 2048; where the default's tiles fill more than half the
+# SMs the smaller ones ran slower.
 MID_TILES = dict(block_m=128, block_n=128, num_warps=8)
 
 
@@ -149,8 +145,7 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
         return launches.Steps([a_fill, b_fill, product])
     a_desc, a_fill = operand_copies.row_descriptor(a, block_m, block_k)
     b_desc, b_fill = operand_copies.row_descriptor(b.T, block_n, block_k)  # (N, K): B K-major
-    # C's alignment told: float32 C of 7026 or 6524 columns 1.8-2.0x faster, 16-bit C unchanged
-    # (0.985-1.000x)
+    # C's alignment told: measured much faster for float32 C of unaligned widths, 16-bit C unchanged
     c_align = operand_copies.c_alignment(c) if c.element_size() == 4 else 1
     from tilemm.ladder.tensorcore.scaled_fp8_kernel import scaled_steps     # Triton loads on first use
     product = persistent_launch(a_desc, b_desc, c, m, n, k, scaled_steps, (scale_a, scale_b), stream_k,

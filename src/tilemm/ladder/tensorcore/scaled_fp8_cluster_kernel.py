@@ -7,11 +7,10 @@ rows each: each loads its own A rows, and the first (the lead) loads the B tile 
 copy engine writing it into both SMs' shared memory: the pair reads 64 KiB from L2 a step where two
 one-CTA programs read 96.
 
-Asked for only (scaled_matmul(cluster=True)): on an H200 with Triton 3.9 it ran 0.927x / 0.920x
-torch._scaled_mm at 8192³ / 4096³, against 0.908x / 0.916x for the one-CTA program in the same
-rounds (h200/fp8_cluster_triton39.jsonl). Halving B's reads changed little, so L2 is not what
-holds that program back: under ncu both Gluon programs keep the SMs 78% busy against cuBLAS's 92%,
-and their warps spend 56% of their cycles between issues waiting at a barrier (cuBLAS's: 39%),
+Asked for only (scaled_matmul(cluster=True)): it ran hardly faster than the one-CTA program
+(benchmarks/results/h200/fp8_cluster_triton39.jsonl; docs/ladder/scaled-fp8.md). Halving B's reads
+changed little, so L2 is not what holds that program back: under ncu both Gluon programs keep the
+SMs less busy than cuBLAS does, and their warps spend more of their cycles waiting at a barrier,
 the wait for each half's products before they are added.
 
 The structure is that program's: in each CTA a partition per 64-row warpgroup adds its products

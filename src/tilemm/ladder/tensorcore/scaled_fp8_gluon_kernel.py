@@ -11,10 +11,10 @@ own products and adds them while the other warpgroup's keep the tensor cores bus
 of 128 columns (each a fresh 64 x 128 accumulator: a total of 64 x 256 and a half in flight fit a
 warpgroup's registers, two halves in flight do not). One loading warp walks the program's (tile, K
 step) pairs issuing TMA loads into a ring of stages (gluon_helpers' producer and stage_ring).
-On an H200: 0.927x / 0.915x torch._scaled_mm at 8192³ / 4096³, against 0.833x / 0.849x for the
-Triton program; 1.28x that program over the wide sweep's held-out problems with K >= 4096, where
-the rung takes it (scaled_fp8.WARP_SPECIALIZED_FROM_K: it writes each tile's C before loading the
-next, which costs where K is short).
+Faster than the rung's Triton program where K is deep, so the rung takes it from
+scaled_fp8.WARP_SPECIALIZED_FROM_K on (it writes each tile's C before loading the next, which costs
+where K is short); its figures against torch._scaled_mm: benchmarks/results/h200/fp8_vs_scaled_mm.jsonl
+(benchmarks/results/INDEX.md).
 
 Operands K-major (A (M, K), B^T (N, K)), 16-byte aligned rows; C any strides, bfloat16, float16 or
 float32. Kept apart so that importing tilemm never imports Triton; GPU only (Gluon has no
