@@ -231,7 +231,7 @@ register(Kernel(
         Param("precision", "3xtf32", ("3xtf32", "tf32", "int8"),
               "3xtf32: float32 accuracy from three TF32 products; tf32: one (torch's allow_tf32); int8: "
               "rows and columns in 24-bit fixed point, multiplied exactly on int8 tensor cores (a "
-              "normwise bound: docs/tensor_cores.md)"),
+              "normwise bound: docs/guides/precision.md)"),
         Param("persistent", False, (False, True),
               "tf32: one program an SM walks the tiles (the 16-bit rung's program) past one round"),
         Param("stream_k", None, (None, False, True),
