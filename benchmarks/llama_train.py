@@ -140,17 +140,7 @@ def throughput(args, emit):
         for call in phases[mode].values():
             call()
     emit({"part": "throughput", "layouts": layouts_seen(models["tilemm"])})
-    times = {mode: {phase: [] for phase in names} for mode in modes}
-    rep = 0
-    for r in range(args.rounds):
-        for phase in names:
-            for _ in range(args.reps):
-                for mode in (modes if rep % 2 == 0 else modes[::-1]):
-                    times[mode][phase].append(llama.timed_once(args, phases[mode][phase]))
-                rep += 1
-        llama.progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{p} {statistics.median(times['torch'][p][-args.reps:]) * 1e3:.1f} / "
-            f"{statistics.median(times['tilemm'][p][-args.reps:]) * 1e3:.1f} ms" for p in names))
+    times = llama.interleaved_times(args, phases, modes, names)
     medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
     best = {mode: {p: min(v) for p, v in per.items()} for mode, per in times.items()}
     paired = {p: statistics.median(t / o for t, o in zip(times["torch"][p], times["tilemm"][p])) for p in names}

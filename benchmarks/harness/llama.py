@@ -5,6 +5,7 @@ step, a prefill, a decode with the KV cache) as calls to time. transformers is n
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 
@@ -121,6 +122,23 @@ def synchronize(args):
 def timed_once(args, call) -> float:
     """Seconds of one call, the device idle before and after it."""
     return harness.timed(call, lambda: synchronize(args))[0]
+
+
+def interleaved_times(args, phases: dict, modes, names) -> dict:
+    """{mode: {phase: [seconds]}}: args.rounds rounds, each phase args.reps times a round, the modes
+    taking turns first; a line of each round's medians (torch / tilemm)."""
+    times = {mode: {phase: [] for phase in names} for mode in modes}
+    rep = 0
+    for r in range(args.rounds):
+        for phase in names:
+            for _ in range(args.reps):
+                for mode in (modes if rep % 2 == 0 else modes[::-1]):
+                    times[mode][phase].append(timed_once(args, phases[mode][phase]))
+                rep += 1
+        progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{p} {statistics.median(times['torch'][p][-args.reps:]) * 1e3:.1f} / "
+            f"{statistics.median(times['tilemm'][p][-args.reps:]) * 1e3:.1f} ms" for p in names))
+    return times
 
 
 def decode(model, prompt, tokens: int):
