@@ -59,13 +59,13 @@ def bf16_reduction(allowed: bool):
         settings.allow_bf16_reduced_precision_reduction = before
 
 
-def set_mode(model, mode: str) -> None:
+def set_mode(model, mode: str, kernel: str | None = None) -> None:
     tilemm.nn.restore_linears(model)
     for m in model.modules():
         if type(m) is GeneralLinear:
             m.__class__ = torch.nn.Linear
     if mode.startswith("tilemm"):
-        tilemm.nn.swap_linears(model)
+        tilemm.nn.swap_linears(model, kernel=kernel)
         if mode == "tilemm-general":
             for m in model.modules():
                 if type(m) is tilemm.nn.Linear:
@@ -80,7 +80,7 @@ def event_ms(call, reps: int = 30) -> float:
     return statistics.median(time_us(call) for _ in range(reps)) / 1e3
 
 
-def products(emit):
+def products(emit, kernel: str | None = None):
     g = torch.Generator(device="cuda").manual_seed(0)
 
     def randn(*shape):
@@ -97,7 +97,7 @@ def products(emit):
                 row["torch_ms"] = event_ms(lambda: torch.matmul(a, b))
                 with bf16_reduction(False):
                     row["torch_noreduce_ms"] = event_ms(lambda: torch.matmul(a, b))
-                row["tilemm_ms"] = event_ms(lambda: tilemm.matmul(a, b))
+                row["tilemm_ms"] = event_ms(lambda: tilemm.matmul(a, b, kernel=kernel))
                 flops = 2 * a.shape[0] * b.shape[1] * a.shape[1]
                 row["tflops"] = {v: flops / row[v + "_ms"] / 1e9 for v in ("torch", "torch_noreduce", "tilemm")}
                 emit(row)
@@ -142,7 +142,7 @@ def model_phases(args, emit):
     rows = {}
     for repeat in range(2):        # twice: the second pass is the one reported (the first warms every path)
         for mode in modes:
-            set_mode(model, mode)
+            set_mode(model, mode, args.kernel)
             with bf16_reduction(mode != "torch-noreduce") if mode.startswith("torch") else contextlib.nullcontext():
                 for phase, call in phases.items():
                     call()
@@ -175,7 +175,7 @@ def profiled(call) -> dict:
         return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
     kernels = sorted(averages, key=device_us, reverse=True)
     gemm = sum(device_us(e) for e in averages if "gemm" in e.key.lower() or "xmma" in e.key.lower()
-               or "cutlass" in e.key.lower())
+               or "cutlass" in e.key.lower() or "matmul" in e.key.lower())
     return {"gpu_kernels_ms": sum(device_us(e) for e in averages) / 1e3, "gemm_kernels_ms": gemm / 1e3,
             "top_kernels": [(e.key[:90], round(device_us(e) / 1e3, 3), e.count) for e in kernels[:10]]}
 
@@ -188,6 +188,7 @@ def main(argv=None):
     ap.add_argument("--decode", type=int, default=16)
     ap.add_argument("--modes", nargs="+", default=["torch", "torch-noreduce", "tilemm", "tilemm-general"],
                     choices=["torch", "torch-noreduce", "tilemm", "tilemm-general"], help="model: the modes")
+    ap.add_argument("--kernel", default=None, help="tilemm's kernel for its products and Linears (default: its choice)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.tiny, args.layers, args.intermediate, args.batch, args.seq, args.seed, args.lr, args.attention = \
@@ -200,7 +201,7 @@ def main(argv=None):
     emit = harness.emitter(out / "linear_profile.jsonl", stamp)   # every record stamped, as the canonical ones are
     for part in args.parts:
         print(f"[linear_profile] {part}", file=sys.stderr, flush=True)
-        {"products": products, "calls": calls, "model": lambda e: model_phases(args, e)}[part](emit)
+        {"products": lambda e: products(e, args.kernel), "calls": calls, "model": lambda e: model_phases(args, e)}[part](emit)
 
 
 if __name__ == "__main__":
