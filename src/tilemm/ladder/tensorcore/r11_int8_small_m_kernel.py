@@ -11,9 +11,11 @@ from tilemm.engine.programs import store_tile
 @triton.jit
 def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                   split_steps=None, ws_ptr=None, counts_ptr=None):
-    """C = A @ B, int8 operands of any strides (fast where A's rows and B's columns are contiguous:
-    B as torch.nn.Linear keeps a weight, (N, K).T), int32 sums. The grid: (tiles of C, runs of K
+                   B_ROWS: tl.constexpr = False, split_steps=None, ws_ptr=None, counts_ptr=None):
+    """C = A @ B, int8 operands of any strides (fast where A's rows are contiguous and B's columns,
+    B as torch.nn.Linear keeps a weight, (N, K).T, or, B_ROWS, B's rows: B's tile is loaded in
+    the order its bytes lie, K-major (BLOCK_N, BLOCK_K) or N-major (BLOCK_K, BLOCK_N), so that
+    each warp reads whole lines), int32 sums. The grid: (tiles of C, runs of K
     steps); the tiles of one block column are neighbours, so a weight tile read for several
     block rows is read from L2. Rows past M load zeros (a masked copy reads nothing: at 33 rows of
     64, reading row 32 again in their place cost 25-30 %), columns past N read column N - 1
@@ -32,21 +34,34 @@ def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
         first = tl.program_id(1) * split_steps
         steps = tl.minimum(steps, first + split_steps)
     rows = offs_m.to(tl.int64)                           # 64-bit offsets: operands past 2^31 bytes
-    cols = tl.minimum(offs_n, N - 1).to(tl.int64)
     ks = (first * BLOCK_K + offs_k).to(tl.int64)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
-    b_ptrs = b_ptr + cols[:, None] * stride_bn + ks[None, :] * stride_bk    # (BLOCK_N, BLOCK_K): B^T's rows
     in_m = offs_m[:, None] < M
+    if B_ROWS:     # columns past N masked: a clamped column would hide the columns' contiguity (byte loads)
+        in_n = offs_n[None, :] < N
+        b_ptrs = b_ptr + ks[:, None] * stride_bk + offs_n.to(tl.int64)[None, :] * stride_bn  # (BLOCK_K, BLOCK_N)
+    else:
+        cols = tl.minimum(offs_n, N - 1).to(tl.int64)
+        b_ptrs = b_ptr + cols[:, None] * stride_bn + ks[None, :] * stride_bk    # (BLOCK_N, BLOCK_K): B^T's rows
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for step in range(first, steps):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=in_m, other=0)
-            b = tl.load(b_ptrs)
+            if B_ROWS:
+                b = tl.load(b_ptrs, mask=in_n, other=0)
+            else:
+                b = tl.load(b_ptrs)
         else:
-            inside = offs_k[None, :] < K - step * BLOCK_K
-            a = tl.load(a_ptrs, mask=in_m & inside, other=0)
-            b = tl.load(b_ptrs, mask=inside, other=0)
-        acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)      # Triton 3.6 needs out_dtype for int8
+            inside = offs_k < K - step * BLOCK_K
+            a = tl.load(a_ptrs, mask=in_m & inside[None, :], other=0)
+            if B_ROWS:
+                b = tl.load(b_ptrs, mask=inside[:, None] & in_n, other=0)
+            else:
+                b = tl.load(b_ptrs, mask=inside[None, :], other=0)
+        if B_ROWS:     # Hopper's 8-bit MMA reads B K-major: Triton turns the tile over on its way to shared memory
+            acc = tl.dot(a, b, acc, out_dtype=tl.int32)    # Triton 3.6 needs out_dtype for int8
+        else:
+            acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if split_steps is not None:
