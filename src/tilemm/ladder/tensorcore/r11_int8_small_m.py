@@ -37,12 +37,15 @@ TILES = ((16, (16, 128, 256, 4, 3, 1)),
          (32, (32, 64, 128, 4, 4, 2)),
          (64, (64, 64, 128, 4, 4, 1)),
          (None, (64, 128, 128, 4, 4, 1)))
-# B row-major: its tiles are turned K-major through registers, so a K step's tile is smaller
-# (benchmarks/int8_small_m.py --tune --layouts row).
-ROW_TILES = ((16, (16, 128, 128, 4, 4, 1)),
+# B row-major (benchmarks/int8_small_m.py --tune --layouts row): below WGMMA_ROWS the tiles of
+# (N, K).T, Triton's pipeline copying B's rows into shared memory as they lie and turning them over
+# as it reads them out; from WGMMA_ROWS on, B's next tile is loaded into registers while one is
+# multiplied (B_AHEAD), and more programs an SM keep more of it in flight.
+ROW_TILES = ((16, (16, 128, 256, 4, 3, 1)),
              (32, (32, 64, 128, 4, 4, 2)),
-             (64, (64, 64, 128, 4, 4, 1)),
-             (None, (64, 128, 64, 4, 4, 1)))
+             (64, (64, 64, 128, 4, 4, 2)),
+             (None, (64, 128, 128, 4, 4, 2)))
+WGMMA_ROWS = 64         # BLOCK_M from which Triton multiplies with wgmma on Hopper (a warpgroup's rows)
 ROW_MAJOR_ROWS = 256    # rows up to which a row-major B takes this program wherever its tiles fit
 LEAST_RUN = 4           # K steps a run takes at least (a run's hand-over is a tile's store and reads)
 RUNG_TILE = (128, 256)  # the rung's own tiles (its Gluon and persistent programs)
@@ -109,7 +112,8 @@ def takes(a, b, c, small_m=None) -> bool:
 def launcher(a, b, c, split_k=None, tiles: tuple | None = None):
     """c = a @ b (int8 into int32, K >= 1) as a launcher without arguments: one launch, of
     split_k runs of K a tile (None: runs_of_k), tiles as tiles_for gives them (None: M's for B's
-    layout). B row-major (b_rows) is loaded row by row (B_ROWS), any other B as (N, K).T."""
+    layout). B row-major (b_rows) is loaded row by row (B_ROWS; from WGMMA_ROWS rows a tile, a
+    step ahead: B_AHEAD), any other B as (N, K).T."""
     from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul        # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
@@ -124,7 +128,7 @@ def launcher(a, b, c, split_k=None, tiles: tuple | None = None):
     runs = -(-k_steps // per_run)                                # no empty run
     args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     options = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, B_ROWS=rows,
-                   num_warps=num_warps,
+                   B_AHEAD=rows and block_m >= WGMMA_ROWS, num_warps=num_warps,
                    num_stages=max(1, min(num_stages, per_run)))   # stages past a run's K steps only load zeros
     whole = launches.bound_launch(small_m_matmul, (tiles_of_c,), args, options)
     if runs == 1:
