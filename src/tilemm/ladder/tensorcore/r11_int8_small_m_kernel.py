@@ -78,35 +78,41 @@ def steps_b_rows(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, st
     """The K steps first..steps-1 with B's tile loaded as B's rows, (BLOCK_K, BLOCK_N), N along
     each warp's lines as they lie; the 8-bit MMA reads B K-major, so Triton turns the tile over
     between memory and the MMA. Columns past N are masked (a clamped column would hide the
-    columns' contiguity: byte loads). B_AHEAD: the next step's tile is loaded into registers
-    while this one is multiplied. Where Triton takes wgmma (BLOCK_M 64 and more) it turns B over
-    on its way into shared memory and would load it in the step that uses it, the whole memory
-    latency at each step; with mma.sync (fewer rows) its pipeline copies B's rows into shared
-    memory stages as they lie, and turns them over as it reads them out."""
+    columns' contiguity: byte loads). Where Triton takes wgmma (BLOCK_M 64 and more) it turns B
+    over on its way into shared memory, a byte a store, and would load it in the step that uses
+    it, the whole memory latency at each step: there (B_AHEAD) the next step's tile is in flight
+    into registers while one is multiplied, and A keeps Triton's pipeline. (Two steps ahead cost a
+    register a byte carried, A's pipeline lost: 228 registers a thread at 64 x 128 x 128 and 8
+    warps, against 118.) With mma.sync (fewer rows) Triton's pipeline copies B's rows into
+    shared memory stages as they lie, and turns them over as it reads them out. Either way each
+    block row's programs turn B's tiles over: tiles of more rows turn the weight over fewer times."""
     in_n = offs_n[None, :] < N
     b_ptrs = b_ptr + ks[:, None] * stride_bk + offs_n.to(tl.int64)[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    if B_AHEAD:
-        k_end = tl.minimum(K, steps * BLOCK_K)          # the run's end: nothing past it is loaded ahead
+    if B_AHEAD:        # the first step's tile in flight (nothing past the run's end is loaded ahead)
+        k_end = tl.minimum(K, steps * BLOCK_K)
         b_next = tl.load(b_ptrs, mask=in_n & (offs_k[:, None] < k_end - first * BLOCK_K), other=0)
-    for step in range(first, steps):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=in_m, other=0)
-        else:
-            a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
-        if B_AHEAD:    # the next step's load issued before this step's tile is turned over and multiplied
-            b_ptrs += BLOCK_K * stride_bk
+        for step in range(first, steps):
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=in_m, other=0)
+            else:
+                a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
+            b_ptrs += BLOCK_K * stride_bk        # the next step's load issued before this step's multiply
             b_after = tl.load(b_ptrs, mask=in_n & (offs_k[:, None] < k_end - (step + 1) * BLOCK_K), other=0)
             acc = tl.dot(a, b_next, acc, out_dtype=tl.int32)
             b_next = b_after
-        else:
+            a_ptrs += BLOCK_K * stride_ak
+    else:
+        for step in range(first, steps):
             if EVEN_K:
+                a = tl.load(a_ptrs, mask=in_m, other=0)
                 b = tl.load(b_ptrs, mask=in_n, other=0)
             else:
+                a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
                 b = tl.load(b_ptrs, mask=in_n & (offs_k[:, None] < K - step * BLOCK_K), other=0)
+            acc = tl.dot(a, b, acc, out_dtype=tl.int32)     # Triton 3.6 needs out_dtype for int8
+            a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
-            acc = tl.dot(a, b, acc, out_dtype=tl.int32)
-        a_ptrs += BLOCK_K * stride_ak
     return acc
 # --8<-- [end:kernel]
 
