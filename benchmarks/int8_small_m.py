@@ -18,8 +18,10 @@ call as a user makes it:
 - col, row: tilemm.matmul(a, b, out_dtype="int32") given B in that layout (the default, its plan
   cached after the first call).
 
-Every answer, the anchor's too, is checked exactly against a float64 product on the GPU (exact:
-|sums| <= K * 2^14 < 2^53) before anything is timed. Timing, the bar's measure: CUDA events around
+Every answer, the anchor's too (so each equals the anchor's), is checked exactly against a float64
+product on the GPU (exact: |sums| <= K * 2^14 < 2^53) before anything is timed; a wrong one is
+recorded and not timed, and so is a call that raises (`failed`: cuBLASLt has refused sizes with B
+row-major). Timing, the bar's measure: CUDA events around
 each call, the GPU idle before it (a call's CPU cost counts, as a user waiting on one call pays
 it), in interleaved rounds (the order rotated each round), the median of all of a variant's calls.
 Besides, each round times a block of --block calls back to back by wall clock (`*_wall_*`). One
@@ -133,9 +135,14 @@ def program(a, b) -> str:
 def problem(set_name, m, n, k, bs, b64, args, stamp) -> dict:
     a = activations(m, n, k)
     reference = a.double() @ b64
-    calls = variants(a, bs, args.layouts)
-    wrong = [label for label, call in calls.items() if not exact(call(), reference)]   # compiles too
-    times, blocks = measure({label: call for label, call in calls.items() if label not in wrong},
+    calls, wrong, failed = variants(a, bs, args.layouts), [], {}
+    for label, call in calls.items():          # every answer checked (and compiled) before any timing
+        try:
+            if not exact(call(), reference):
+                wrong.append(label)
+        except RuntimeError as e:               # cuBLASLt has refused some sizes with B row-major
+            failed[label] = str(e)[:200]
+    times, blocks = measure({label: call for label, call in calls.items() if label not in wrong and label not in failed},
                             args.rounds, args.per_round, args.block)
     us, wall = harness.medians(times), harness.medians(blocks)
     base, wall_base = us.get("_int_mm"), wall.get("_int_mm")
@@ -148,17 +155,18 @@ def problem(set_name, m, n, k, bs, b64, args, stamp) -> dict:
               **{f"{label}_wall_vs_int_mm": round(wall_base / t, 4) for label, t in wall.items()
                  if wall_base and label != "_int_mm"},
               "samples": min(len(ts) for ts in times.values()), "blocks": args.rounds, "block_calls": args.block,
-              "wrong": wrong, **stamp}
+              "wrong": wrong, "failed": failed, **stamp}
     print(f"{set_name:8} {m:4} x {n:5} x {k:5}" + "".join(f"  {label} {t:6.1f}" for label, t in us.items())
           + "".join(f"  {layout} x{record.get(f'{layout}_vs_int_mm', float('nan')):.3f}" for layout in args.layouts)
-          + (f"  WRONG {wrong}" if wrong else ""), flush=True)
+          + (f"  WRONG {wrong}" if wrong else "") + (f"  FAILED {sorted(failed)}" if failed else ""), flush=True)
     return record
 
 
 def summary(set_name: str, layout: str, records: list[dict], stamp: dict) -> dict:
     """A set's figures for one layout: CUDA events (the bar's measure) and, besides, blocks of calls."""
     line = {"summary": set_name, "layout": layout, "problems": len(records), "bar": BAR,
-            "wrong": sum(layout in r["wrong"] or "_int_mm" in r["wrong"] for r in records)}
+            "wrong": sum(layout in r["wrong"] or "_int_mm" in r["wrong"] for r in records),
+            "failed": sum(layout in r["failed"] or "_int_mm" in r["failed"] for r in records)}
     for measure_name, key in (("events", f"{layout}_vs_int_mm"), ("blocks", f"{layout}_wall_vs_int_mm")):
         ratios = [r[key] for r in records if key in r]
         line[measure_name] = {
