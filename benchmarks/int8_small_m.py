@@ -3,7 +3,7 @@ against torch._int_mm given B as (N, K).T (its fast layout): the bar is 1.0x or 
 problem of the held-out set. And --tune: the small-M program's tiles for each layout.
 
     PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all] [--layouts col row]
-    PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR --tune [--layouts row]
+    PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR --tune [--layouts row] [--then-sweep --set held-out]
 
 Problems: M in --ms times (N, K) of a set: `fit`, the layers the tiles and the default's rule
 were set on (--tune times only these), and `held-out`, other layers', never looked at while
@@ -33,6 +33,9 @@ TILE_CANDIDATES run alone (the program's launcher, no tilemm call around it) on 
 problems of that class, in interleaved rounds, a block of --tune-block launches between CUDA
 events; a candidate's score is the geometric mean over the problems of the best candidate's time
 over its own. Prints the winning table in the module's form (TILES, ROW_TILES).
+
+--tune --then-sweep: then the sweep of --set with the tables just tuned (set on the module for
+this process; each record's `tiles` gives the tables it ran).
 
 Both modes first run every program they will time once in --jobs processes, which compile them
 into Triton's disk cache at once (one process compiles one program at a time).
@@ -179,12 +182,18 @@ def summary(set_name: str, layout: str, records: list[dict], stamp: dict) -> dic
     return {**line, **stamp}
 
 
+def tables() -> dict:
+    """{layout: the small-M program's tiles table in force} (the module's, or --then-sweep's)."""
+    return {"col": small_m.TILES, "row": small_m.ROW_TILES}
+
+
 def sweep(args, stamp) -> None:
     path = args.out / "int8_small_m.jsonl"
     names = ["fit", "held-out"] if args.set == "all" else [args.set]
-    warm_in_parallel([(layout, None, [shape for name in names for shape in SETS[name]],
+    stamp = {**stamp, "tiles": {layout: tables()[layout] for layout in args.layouts}}
+    warm_in_parallel([(layout, tiles, [shape for name in names for shape in SETS[name]],
                        [m for m in args.ms if class_of(m) == rows]) for layout in args.layouts
-                      for rows in TILE_CANDIDATES], args.jobs)
+                      for rows, tiles in tables()[layout]], args.jobs)
     for set_name in names:
         records = []
         for n, k in SETS[set_name]:
@@ -245,15 +254,20 @@ def warm_in_parallel(tasks: list, jobs: int) -> None:
         list(pool.map(warm, [tasks[i::jobs] for i in range(jobs)]))
 
 
-def tune(args, stamp) -> None:
-    """Time TILE_CANDIDATES for each layout and class of M on the fit set; print the tables."""
+def tune(args, stamp) -> dict:
+    """Time TILE_CANDIDATES for each layout and class of M on the fit set; print the tables and
+    return them, {layout: table}."""
     path = args.out / "int8_small_m_tune.jsonl"
     warm_in_parallel([(layout, tiles, FIT, [m for m in args.ms if class_of(m) == rows]) for layout in args.layouts
                       for rows, candidates in TILE_CANDIDATES.items() for tiles in candidates], args.jobs)
+    tuned = {}
     for layout in args.layouts:
         table = []
         for rows, candidates in TILE_CANDIDATES.items():
             ms = [m for m in args.ms if class_of(m) == rows]
+            if not ms:                      # no --ms in this class: the table in force keeps its row
+                table.append((rows, dict(tables()[layout])[rows]))
+                continue
             scores = {tiles: [] for tiles in candidates}
             for n, k in FIT:
                 b = weights(n, k, [layout])[layout]
@@ -294,18 +308,26 @@ def tune(args, stamp) -> None:
         name = "ROW_TILES" if layout == "row" else "TILES"
         print(f"{name} = (" + (",\n" + " " * (len(name) + 4)).join(f"({rows}, {tiles})" for rows, tiles in table) + ")",
               flush=True)
+        tuned[layout] = tuple(table)
+    return tuned
 
 
 def main():
     args = harness.arguments(set="all", layouts=["col", "row"], ms=list(MS), rounds=5, per_round=8, block=20,
-                             prewarm=5.0, tune=False, tune_block=20, jobs=8)
+                             prewarm=5.0, tune=False, tune_block=20, jobs=8, then_sweep=False)
     if args.set not in ("fit", "held-out", "all"):
         raise SystemExit(f"--set: fit, held-out or all, not {args.set!r}")
     if not args.layouts or set(args.layouts) - {"col", "row"}:
         raise SystemExit(f"--layouts: col and/or row, not {args.layouts!r}")
     stamp = harness.stamp("int8_small_m.py", args)
     harness.prewarm(args.prewarm, "float32")
-    (tune if args.tune else sweep)(args, stamp)
+    if not args.tune:
+        return sweep(args, stamp)
+    tuned = tune(args, stamp)
+    if args.then_sweep:          # --set's problems with the tables just tuned, in this process
+        small_m.TILES = tuned.get("col", small_m.TILES)
+        small_m.ROW_TILES = tuned.get("row", small_m.ROW_TILES)
+        sweep(args, {**stamp, "tiles_tuned_in_this_run": sorted(tuned)})
 
 
 if __name__ == "__main__":
