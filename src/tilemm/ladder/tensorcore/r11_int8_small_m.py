@@ -14,10 +14,10 @@ zeroed C, no second launch). Where one run a tile fills the GPU, each program st
 B is read in the layout it comes in, no copy: as torch.nn.Linear keeps a weight, (N, K).T (B's
 columns contiguous, K-major: what Hopper's 8-bit tensor-core instruction reads from shared memory),
 or row-major (K, N) (B's rows contiguous). A row-major tile is loaded as it lies, N along each
-warp's lines (B_ROWS), and Triton turns it K-major on its way into shared memory: the weight's
-bytes are read once, coalesced, and the turn costs shared-memory stores, not reads of the weight
-(a copy of B into K-major planes, which the rung's other programs make, reads and writes all of
-it at every call). The two layouts have tiles of their own (TILES, ROW_TILES). Other layouts, and
+warp's lines (B_ROWS), and Triton turns it K-major on chip, between registers, shared memory and
+the tensor cores: the weight's bytes are read once, coalesced, and the turn costs shared-memory
+accesses, not passes over the weight (a copy of B into K-major planes, which the rung's other
+programs make, reads and writes all of it at every call). The two layouts have tiles of their own (TILES, ROW_TILES). Other layouts, and
 A not row-major, take the rung's programs.
 
 The program (r11_int8_small_m_kernel.py) loads through pointers, no descriptors: a launch passes
@@ -37,9 +37,9 @@ TILES = ((16, (16, 128, 256, 4, 3, 1)),
          (32, (32, 64, 128, 4, 4, 2)),
          (64, (64, 64, 128, 4, 4, 1)),
          (None, (64, 128, 128, 4, 4, 1)))
-# B row-major (benchmarks/int8_small_m.py --tune --layouts row): each block row's programs turn
-# B's tiles over on chip (a byte a shared-memory access), so a tile takes all of M's rows where it
-# can. Below WGMMA_ROWS the tiles of (N, K).T, Triton's pipeline copying B's rows into shared memory
+# B row-major, set from sm_90's compiled code (registers, what is pipelined; --tune --layouts row
+# of benchmarks/int8_small_m.py times the alternatives): each block row's programs turn B's tiles
+# over on chip (a byte a shared-memory access), so a tile takes all of M's rows where it can. Below WGMMA_ROWS the tiles of (N, K).T, Triton's pipeline copying B's rows into shared memory
 # as they lie and turning them over as it reads them out; from WGMMA_ROWS on, B's next tile is
 # loaded into registers while one is multiplied (B_AHEAD), and two programs an SM keep more of B in
 # flight: 64 x 64 x 128 at 4 warps and 128 x 128 x 64 at 8 take 140 and 127 registers a thread
