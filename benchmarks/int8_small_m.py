@@ -250,8 +250,11 @@ def warm_in_parallel(tasks: list, jobs: int) -> None:
         return warm(tasks)
     import concurrent.futures
     import multiprocessing
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(warm, [tasks[i::jobs] for i in range(jobs)]))
+    try:
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(warm, [tasks[i::jobs] for i in range(jobs)]))
+    except Exception as e:      # a worker lost: whatever it did not compile compiles at its first timed call
+        print(f"warm: {type(e).__name__}: {e}"[:300], flush=True)
 
 
 def tune(args, stamp) -> dict:
