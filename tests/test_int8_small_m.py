@@ -239,13 +239,13 @@ def test_compiles_for_sm90_at_every_tile_class():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 3, 17, 64, 100, 256, 512])
+@pytest.mark.parametrize("m", [1, 3, 17, 100, 256, 512])
 def test_exact_on_the_gpu(m):
     """The default and the program asked for, the plan's path and a repeated call's replay, split
     and not, B as a weight's .T and row-major (which the default gives the small-M program up to
     ROW_MAJOR_ROWS rows), into a poisoned out= too."""
     import tilemm
-    for n, k in [(28672, 4096), (2048, 2048), (1000, 1000), (130, 72)]:
+    for n, k in [(28672, 4096), (1000, 1000), (130, 72)]:
         for layout in ("col", "row"):
             a, b = operands(m, n, k, m + n, "cuda", layout)
             expected = a.double() @ b.double()
