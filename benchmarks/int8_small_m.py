@@ -1,29 +1,44 @@
-"""The default on int8 -> exact int32 products of real layers' weights, M from 1 to 1024, against
-torch._int_mm (cuBLASLt's int8 GEMM): the bar is 0.97x _int_mm or better on every problem.
+"""int8 -> exact int32 at a few rows (M 1-256) times real layers' weights, B in either layout,
+against torch._int_mm given B as (N, K).T (its fast layout): the bar is 1.0x or better on every
+problem of the held-out set. And --tune: the small-M program's tiles for each layout.
 
-    PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all]
+    PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all] [--layouts col row]
+    PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR --tune [--layouts row] [--then-sweep --set held-out]
 
-Problems: M in --ms, times (N, K) of a set: `fit`, the layers the default's rule was set on
-(tilemm.choose.by_shape.int8_library_wins), and `held-out`, other layers', never looked at while setting it.
-A is (M, K) row-major, B the weight as torch.nn.Linear keeps it, (N, K), given as its .T: _int_mm's
-fast layout. Variants, each a whole call as a user makes it:
+Problems: M in --ms times (N, K) of a set: `fit`, the layers the tiles and the default's rule
+were set on (--tune times only these), and `held-out`, other layers', never looked at while
+setting them. A is (M, K) row-major; B is the weight as torch.nn.Linear keeps it, (N, K), given as
+its .T ("col"), or the same values as a row-major (K, N) array ("row"). Variants, each a whole
+call as a user makes it:
 
-- default: tilemm.matmul(a, b, out_dtype="int32"), its plan cached after the first call;
-- _int_mm: torch._int_mm(a, b); for M <= 16, which it refuses, A padded to 32 rows first
-  (a.new_zeros(32, K), a copy in, the product's first M rows): the padding counted;
-- library: tilemm's library rung named (kernel="cublas", torch._int_mm in its own way);
-- tensorcore-int: the rung named, its program chosen by the rung's rule;
-- small-m: the rung's small-M program (small_m=True: small tiles, K split to fill the GPU);
-- rung-tiles: the rung's 128 x 256 tiles (small_m=False).
+- _int_mm: torch._int_mm(a, b) with B as (N, K).T, the anchor whatever the layout; for M <= 16,
+  which it refuses, A padded to 32 rows first (a.new_zeros(32, K), a copy in, the product's first
+  M rows): the padding counted;
+- _int_mm-row: the same given B row-major, for information (cuBLAS reads it slowly);
+- col, row: tilemm.matmul(a, b, out_dtype="int32") given B in that layout (the default, its plan
+  cached after the first call).
 
-Every answer is checked exactly against a float64 product (|sums| < 2^53) before anything is
-timed. Timing, the bar's measure: CUDA events around each call, the GPU idle before it (so a call's
-CPU cost counts, as a user waiting on one call pays it), in interleaved rounds (the order rotated
-each round), the median of all of a variant's calls. Besides, each round times a block of --block
-calls back to back by wall clock, one synchronize at the end (`*_wall_*`: a loop of calls, where a
-call's CPU cost hides behind the GPU's work on the one before, if that is longer). One JSON line a
-problem (the ratios are _int_mm's time over the variant's: above 1 is faster), then a summary line
-a set, for both measures: the default's lowest ratio, geometric mean and the problems under 0.97x.
+Every answer, the anchor's too (so each equals the anchor's), is checked exactly against a float64
+product on the GPU (exact: |sums| <= K * 2^14 < 2^53) before anything is timed; a wrong one is
+recorded and not timed, and so is a call that raises (`failed`: cuBLASLt has refused sizes with B
+row-major). Timing, the bar's measure: CUDA events around
+each call, the GPU idle before it (a call's CPU cost counts, as a user waiting on one call pays
+it), in interleaved rounds (the order rotated each round), the median of all of a variant's calls.
+Besides, each round times a block of --block calls back to back by wall clock (`*_wall_*`). One
+JSON line a problem (ratios: the anchor's time over the variant's, above 1 is faster), then a
+summary line a set and layout: the lowest ratio, the geometric mean, the problems under the bar.
+
+--tune: for each layout and each class of M (the rows of the module's tables), every candidate of
+TILE_CANDIDATES run alone (the program's launcher, no tilemm call around it) on the fit set's
+problems of that class, in interleaved rounds, a block of --tune-block launches between CUDA
+events; a candidate's score is the geometric mean over the problems of the best candidate's time
+over its own. Prints the winning table in the module's form (TILES, ROW_TILES).
+
+--tune --then-sweep: then the sweep of --set with the tables just tuned (set on the module for
+this process; each record's `tiles` gives the tables it ran).
+
+Both modes first run every program they will time once in --jobs processes, which compile them
+into Triton's disk cache at once (one process compiles one program at a time).
 """
 from __future__ import annotations
 
@@ -33,35 +48,71 @@ import torch
 
 import tilemm
 from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
-from tilemm.engine.availability import multiprocessors
 
 import harness
 
-FIT = [(3584, 18944), (3072, 8192), (8192, 6144), (7168, 18432), (2048, 2048), (4096, 14336), (28672, 4096)]
-HELD_OUT = [(4096, 4096), (1024, 4096), (14336, 4096), (11008, 4096), (4096, 11008), (5120, 5120), (13824, 5120),
-            (18944, 3584), (2560, 2048), (6144, 4096), (5120, 13824), (8192, 28672)]
+# (N, K) of layers: Llama-3 8B / 70B, Mistral, Qwen, Gemma
+FIT = [(3072, 8192), (14336, 4096), (2048, 2048), (28672, 8192), (3584, 18944), (8192, 6144)]
+HELD_OUT = [(5376, 3584), (4096, 4096), (4096, 14336), (11008, 4096), (5120, 5120), (1024, 4096)]
 SETS = {"fit": FIT, "held-out": HELD_OUT}
-MS = [1, 2, 3, 5, 8, 13, 16, 17, 24, 33, 64, 100, 128, 200, 256, 384, 512, 768, 1024]
-BAR = 0.97
-PADDED_ROWS = 32          # the baseline's padding of A where _int_mm refuses M <= 16
+MS = [1, 8, 16, 32, 64, 100, 128, 200, 256]
+BAR = 1.0
+PADDED_ROWS = 32          # the anchor's padding of A where _int_mm refuses M <= 16
+# candidates a class of M: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM)
+TILE_CANDIDATES = {
+    16: [(16, 128, 256, 4, 3, 1), (16, 128, 128, 4, 4, 1), (16, 64, 256, 4, 3, 1), (16, 128, 64, 4, 6, 1),
+         (16, 256, 128, 4, 3, 1), (16, 64, 128, 4, 4, 2), (16, 128, 128, 4, 4, 2), (16, 256, 64, 8, 4, 1)],
+    32: [(32, 64, 128, 4, 4, 2), (32, 128, 128, 4, 4, 1), (32, 64, 256, 4, 3, 1), (32, 128, 64, 4, 5, 1),
+         (32, 64, 64, 4, 6, 2), (16, 128, 128, 4, 4, 1)],
+    64: [(64, 64, 128, 4, 4, 1), (64, 128, 128, 4, 4, 1), (64, 128, 64, 4, 5, 1), (64, 64, 256, 4, 3, 1),
+         (64, 64, 64, 4, 6, 2), (32, 128, 128, 4, 4, 1), (64, 64, 128, 4, 4, 2), (64, 128, 128, 4, 4, 2),
+         (32, 64, 128, 4, 4, 2)],
+    None: [(64, 128, 128, 4, 4, 1), (64, 128, 64, 4, 5, 1), (128, 128, 128, 8, 4, 1), (128, 64, 128, 4, 4, 1),
+           (64, 256, 64, 4, 4, 1), (128, 128, 64, 8, 5, 1), (64, 64, 128, 4, 4, 2), (64, 128, 128, 4, 4, 2),
+           (64, 128, 128, 8, 4, 1), (64, 128, 128, 8, 4, 2), (32, 128, 128, 4, 4, 1), (128, 128, 64, 8, 5, 2)],
+}
 
 
-def variants(a, b):
-    """label -> a whole call giving A @ B in int32."""
+def weights(n: int, k: int, layouts: list) -> dict:
+    """{layout: B} of one (N, K) weight's values: "col" its .T, "row" a row-major (K, N) copy."""
+    gen = torch.Generator(device="cuda").manual_seed(n * 131 + k)
+    weight = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=gen)
+    found = {"col": weight.T}
+    if "row" in layouts:
+        found["row"] = weight.T.contiguous()
+    return found
+
+
+def activations(m: int, n: int, k: int):
+    gen = torch.Generator(device="cuda").manual_seed(m * 7919 + n * 31 + k)
+    return torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=gen)
+
+
+def int_mm(a, b):
+    """torch._int_mm(a, b) as a user must call it: A padded to PADDED_ROWS where M <= 16."""
     m, k = a.shape
     if m > 16:
-        int_mm = (lambda: torch._int_mm(a, b))
-    else:
-        def int_mm():
-            padded = a.new_zeros(PADDED_ROWS, k)
-            padded[:m] = a
-            return torch._int_mm(padded, b)[:m]
-    return {"default": lambda: tilemm.matmul(a, b, out_dtype="int32"),
-            "_int_mm": int_mm,
-            "library": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="cublas"),
-            "tensorcore-int": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="tensorcore-int"),
-            "small-m": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="tensorcore-int", small_m=True),
-            "rung-tiles": lambda: tilemm.matmul(a, b, out_dtype="int32", kernel="tensorcore-int", small_m=False)}
+        return lambda: torch._int_mm(a, b)
+
+    def padded():
+        rows = a.new_zeros(PADDED_ROWS, k)
+        rows[:m] = a
+        return torch._int_mm(rows, b)[:m]
+    return padded
+
+
+def variants(a, bs: dict, layouts: list) -> dict:
+    """label -> a whole call giving A @ B in int32."""
+    calls = {"_int_mm": int_mm(a, bs["col"])}
+    if "row" in layouts:
+        calls["_int_mm-row"] = int_mm(a, bs["row"])
+    for layout in layouts:
+        calls[layout] = (lambda b: lambda: tilemm.matmul(a, b, out_dtype="int32"))(bs[layout])
+    return calls
+
+
+def exact(c, reference) -> bool:
+    return c.dtype == torch.int32 and c.shape == reference.shape and torch.equal(c.double(), reference)
 
 
 def measure(calls: dict, rounds: int, per_round: int, block: int) -> tuple:
@@ -77,23 +128,29 @@ def measure(calls: dict, rounds: int, per_round: int, block: int) -> tuple:
             {label: [wall for _, wall in each] for label, each in found.items()})
 
 
-def problem(set_name, m, n, k, b, b64, args, stamp) -> dict:
-    gen = torch.Generator(device="cuda").manual_seed(m * 7919 + n * 31 + k)
-    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=gen)
-    reference = a.double() @ b64                                  # exact: |sums| <= K * 2^14 < 2^53
-    calls, wrong = variants(a, b), []
-    for label, call in list(calls.items()):                      # compiles, and checks every answer
-        c = call()
-        if not (c.dtype == torch.int32 and c.shape == reference.shape and torch.equal(c.double(), reference)):
-            wrong.append(label)
-            del calls[label]
-    times, blocks = measure(calls, args.rounds, args.per_round, args.block)
+def program(a, b) -> str:
+    """What the default runs: its kernel, and for tensorcore-int whether its small-M program."""
+    kernel = tilemm.plan(a, b, out_dtype="int32").kernel.name
+    c = torch.empty(a.shape[0], b.shape[1], dtype=torch.int32, device=a.device)
+    return kernel + (" small-m" if kernel == "tensorcore-int" and small_m.takes(a, b, c) else "")
+
+
+def problem(set_name, m, n, k, bs, b64, args, stamp) -> dict:
+    a = activations(m, n, k)
+    reference = a.double() @ b64
+    calls, wrong, failed = variants(a, bs, args.layouts), [], {}
+    for label, call in calls.items():          # every answer checked (and compiled) before any timing
+        try:
+            if not exact(call(), reference):
+                wrong.append(label)
+        except RuntimeError as e:               # cuBLASLt has refused some sizes with B row-major
+            failed[label] = str(e)[:200]
+    times, blocks = measure({label: call for label, call in calls.items() if label not in wrong and label not in failed},
+                            args.rounds, args.per_round, args.block)
     us, wall = harness.medians(times), harness.medians(blocks)
     base, wall_base = us.get("_int_mm"), wall.get("_int_mm")
-    record = {"set": set_name, "m": m, "n": n, "k": k, "layout": "A row-major, B (N, K).T",
-              "default_kernel": tilemm.plan(a, b, out_dtype="int32").kernel.name,
-              "rung_tiles": -(-m // 128) * -(-n // 256),
-              "rung_program": "small-m" if small_m.preferred(m, n, k, multiprocessors()) else "rung tiles",
+    record = {"set": set_name, "m": m, "n": n, "k": k, "layouts": args.layouts,
+              **{f"{layout}_program": program(a, bs[layout]) for layout in args.layouts},
               "int_mm_form": "as it is" if m > 16 else f"A padded to {PADDED_ROWS} rows (new_zeros, copy, slice: counted)",
               **{f"{label}_us": round(t, 2) for label, t in us.items()},
               **{f"{label}_vs_int_mm": round(base / t, 4) for label, t in us.items() if base and label != "_int_mm"},
@@ -101,56 +158,179 @@ def problem(set_name, m, n, k, b, b64, args, stamp) -> dict:
               **{f"{label}_wall_vs_int_mm": round(wall_base / t, 4) for label, t in wall.items()
                  if wall_base and label != "_int_mm"},
               "samples": min(len(ts) for ts in times.values()), "blocks": args.rounds, "block_calls": args.block,
-              "wrong": wrong, **stamp}
-    print(f"{set_name:8} {m:5} x {n:5} x {k:5}  {record['default_kernel']:14}"
-          + "".join(f"  {label} {t:7.1f}" for label, t in us.items())
-          + f"  default x{record.get('default_vs_int_mm', float('nan')):.3f}"
-          + f" (wall x{record.get('default_wall_vs_int_mm', float('nan')):.3f})" + (f"  WRONG {wrong}" if wrong else ""),
-          flush=True)
+              "wrong": wrong, "failed": failed, **stamp}
+    print(f"{set_name:8} {m:4} x {n:5} x {k:5}" + "".join(f"  {label} {t:6.1f}" for label, t in us.items())
+          + "".join(f"  {layout} x{record.get(f'{layout}_vs_int_mm', float('nan')):.3f}" for layout in args.layouts)
+          + (f"  WRONG {wrong}" if wrong else "") + (f"  FAILED {sorted(failed)}" if failed else ""), flush=True)
     return record
 
 
-def summary(set_name: str, records: list[dict], stamp: dict) -> dict:
-    """The set's figures: CUDA events (the bar's measure) and, besides, blocks of calls."""
-    line = {"summary": set_name, "problems": len(records), "wrong": sum(bool(r["wrong"]) for r in records), "bar": BAR}
-    for measure_name, key in (("events", "default_vs_int_mm"), ("blocks", "default_wall_vs_int_mm")):
+def summary(set_name: str, layout: str, records: list[dict], stamp: dict) -> dict:
+    """A set's figures for one layout: CUDA events (the bar's measure) and, besides, blocks of calls."""
+    line = {"summary": set_name, "layout": layout, "problems": len(records), "bar": BAR,
+            "wrong": sum(layout in r["wrong"] or "_int_mm" in r["wrong"] for r in records),
+            "failed": sum(layout in r["failed"] or "_int_mm" in r["failed"] for r in records)}
+    for measure_name, key in (("events", f"{layout}_vs_int_mm"), ("blocks", f"{layout}_wall_vs_int_mm")):
         ratios = [r[key] for r in records if key in r]
         line[measure_name] = {
             "timed": len(ratios), "min": min(ratios, default=None),
-            "geomean": harness.geomean(ratios) if ratios else None,
-            "under_bar": sum(x < BAR for x in ratios),
-            "problems_under_bar": [(r["m"], r["n"], r["k"], r["default_kernel"], r[key]) for r in records
-                                   if r.get(key, BAR) < BAR]}
-    line["default_kernels"] = {name: sum(r["default_kernel"] == name for r in records)
-                               for name in sorted({r["default_kernel"] for r in records})}
-    print(json.dumps({"summary": set_name, **{name: {k: v for k, v in line[name].items() if k != "problems_under_bar"}
-                                              for name in ("events", "blocks")},
-                      "default_kernels": line["default_kernels"]}), flush=True)
+            "geomean": harness.geomean(ratios) if ratios else None, "under_bar": sum(x < BAR for x in ratios),
+            "problems_under_bar": [(r["m"], r["n"], r["k"], r[key]) for r in records if r.get(key, BAR) < BAR]}
+    print(json.dumps({k: v for k, v in line.items() if k not in ("events", "blocks")}
+                     | {name: {k: v for k, v in line[name].items() if k != "problems_under_bar"}
+                        for name in ("events", "blocks")}), flush=True)
     return {**line, **stamp}
 
 
-def main():
-    args = harness.arguments(n=0, set="all", ms=list(MS), rounds=5, per_round=8, block=20, prewarm=5.0)
-    if args.set not in ("fit", "held-out", "all"):
-        raise SystemExit(f"--set: fit, held-out or all, not {args.set!r}")
-    stamp = harness.stamp("int8_small_m.py", args)
-    harness.prewarm(args.prewarm, "float32")
+def tables() -> dict:
+    """{layout: the small-M program's tiles table in force} (the module's, or --then-sweep's)."""
+    return {"col": small_m.TILES, "row": small_m.ROW_TILES}
+
+
+def sweep(args, stamp) -> None:
     path = args.out / "int8_small_m.jsonl"
-    for set_name in (["fit", "held-out"] if args.set == "all" else [args.set]):
+    names = ["fit", "held-out"] if args.set == "all" else [args.set]
+    stamp = {**stamp, "tiles": {layout: tables()[layout] for layout in args.layouts}}
+    warm_in_parallel([(layout, tiles, [shape for name in names for shape in SETS[name]],
+                       [m for m in args.ms if class_of(m) == rows]) for layout in args.layouts
+                      for rows, tiles in tables()[layout]], args.jobs)
+    for set_name in names:
         records = []
         for n, k in SETS[set_name]:
-            gen = torch.Generator(device="cuda").manual_seed(n * 131 + k)
-            weight = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=gen)
-            b, b64 = weight.T, weight.T.double()
+            bs = weights(n, k, args.layouts)
+            b64 = bs["col"].double()
             for m in args.ms:
-                records.append(problem(set_name, m, n, k, b, b64, args, stamp))
-                with open(path, "a") as f:
-                    f.write(json.dumps(records[-1]) + "\n")
-            del weight, b, b64
+                records.append(problem(set_name, m, n, k, bs, b64, args, stamp))
+                harness.append(path, records[-1:])
+            del bs, b64
             tilemm.release_memory()
             torch.cuda.empty_cache()
-        with open(path, "a") as f:
-            f.write(json.dumps(summary(set_name, records, stamp)) + "\n")
+        harness.append(path, [summary(set_name, layout, records, stamp) for layout in args.layouts])
+
+
+def class_of(m: int) -> int | None:
+    """The row of the module's tables (and of TILE_CANDIDATES) that M rows take."""
+    return next((rows for rows in TILE_CANDIDATES if rows is not None and m <= rows), None)
+
+
+def kernel_us(launch, block: int) -> float:
+    """Microseconds a launch, `block` launches back to back between CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(block):
+        launch()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / block
+
+
+def warm(tasks: list) -> None:
+    """Run each task's programs once, (layout, tiles, [(n, k)], ms): the small-M program's launcher
+    at these tiles, or (tiles None) the default's call, which compiles them into Triton's cache."""
+    for layout, tiles, shapes, ms in tasks:
+        for n, k in shapes:
+            b = weights(n, k, [layout])[layout]
+            for m in ms:
+                a = activations(m, n, k)
+                try:
+                    if tiles is None:
+                        tilemm.matmul(a, b, out_dtype="int32")
+                    else:
+                        small_m.launcher(a, b, torch.empty(m, n, dtype=torch.int32, device="cuda"), tiles=tiles)()
+                except Exception as e:            # reported again where it is timed
+                    print(f"warm: {layout} {tiles} {m} x {n} x {k}: {type(e).__name__}", flush=True)
+            torch.cuda.synchronize()
+
+
+def warm_in_parallel(tasks: list, jobs: int) -> None:
+    """warm(tasks) shared among `jobs` processes (Triton compiles one program at a time a process;
+    its disk cache serves this one after): a few seconds where one process would take minutes."""
+    if jobs <= 1:
+        return warm(tasks)
+    import concurrent.futures
+    import multiprocessing
+    try:
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(warm, [tasks[i::jobs] for i in range(jobs)]))
+    except Exception as e:      # a worker lost: whatever it did not compile compiles at its first timed call
+        print(f"warm: {type(e).__name__}: {e}"[:300], flush=True)
+
+
+def tune(args, stamp) -> dict:
+    """Time TILE_CANDIDATES for each layout and class of M on the fit set; print the tables and
+    return them, {layout: table}."""
+    path = args.out / "int8_small_m_tune.jsonl"
+    warm_in_parallel([(layout, tiles, FIT, [m for m in args.ms if class_of(m) == rows]) for layout in args.layouts
+                      for rows, candidates in TILE_CANDIDATES.items() for tiles in candidates], args.jobs)
+    tuned = {}
+    for layout in args.layouts:
+        table = []
+        for rows, candidates in TILE_CANDIDATES.items():
+            ms = [m for m in args.ms if class_of(m) == rows]
+            if not ms:                      # no --ms in this class: the table in force keeps its row
+                table.append((rows, dict(tables()[layout])[rows]))
+                continue
+            scores = {tiles: [] for tiles in candidates}
+            for n, k in FIT:
+                b = weights(n, k, [layout])[layout]
+                b64 = b.double()
+                for m in ms:
+                    a = activations(m, n, k)
+                    reference = a.double() @ b64
+                    launches = {}
+                    for tiles in candidates:
+                        c = torch.full((m, n), -7, dtype=torch.int32, device="cuda")
+                        try:
+                            launch = small_m.launcher(a, b, c, tiles=tiles)
+                            launch()
+                        except Exception as e:          # a candidate past the shared memory, say: left out
+                            print(f"FAILED {layout} {m} x {n} x {k} {tiles}: {e!r}"[:300], flush=True)
+                            continue
+                        if exact(c, reference):
+                            launches[tiles] = launch
+                        else:
+                            print(f"WRONG {layout} {m} x {n} x {k} {tiles}", flush=True)
+                    times = harness.medians(harness.rounds(launches, args.rounds,
+                                                           lambda launch: kernel_us(launch, args.tune_block)))
+                    best = min(times.values())
+                    for tiles, t in times.items():
+                        scores[tiles].append(best / t)
+                    harness.append(path, [{"tune": layout, "m": m, "n": n, "k": k, "class": rows,
+                                           "us": {str(t): round(v, 2) for t, v in times.items()}, **stamp}])
+                    print(f"{layout} {m:4} x {n:5} x {k:5}  best {min(times, key=times.get)} {best:6.1f} µs", flush=True)
+                del b, b64
+                torch.cuda.empty_cache()
+            ranked = sorted(((harness.geomean(s), min(s), tiles) for tiles, s in scores.items()
+                             if len(s) == len(ms) * len(FIT)), reverse=True)
+            for score, worst, tiles in ranked:
+                print(f"  class {rows}: {tiles}  geomean of best/own {score:.3f}, worst {worst:.3f}")
+            table.append((rows, ranked[0][2]))
+            harness.append(path, [{"tune_class": layout, "class": rows, "ranked": [(s, w, list(t)) for s, w, t in ranked],
+                                   **stamp}])
+        name = "ROW_TILES" if layout == "row" else "TILES"
+        print(f"{name} = (" + (",\n" + " " * (len(name) + 4)).join(f"({rows}, {tiles})" for rows, tiles in table) + ")",
+              flush=True)
+        tuned[layout] = tuple(table)
+    return tuned
+
+
+def main():
+    args = harness.arguments(set="all", layouts=["col", "row"], ms=list(MS), rounds=5, per_round=8, block=20,
+                             prewarm=5.0, tune=False, tune_block=20, jobs=8, then_sweep=False)
+    if args.set not in ("fit", "held-out", "all"):
+        raise SystemExit(f"--set: fit, held-out or all, not {args.set!r}")
+    if not args.layouts or set(args.layouts) - {"col", "row"}:
+        raise SystemExit(f"--layouts: col and/or row, not {args.layouts!r}")
+    stamp = harness.stamp("int8_small_m.py", args)
+    harness.prewarm(args.prewarm, "float32")
+    if not args.tune:
+        return sweep(args, stamp)
+    tuned = tune(args, stamp)
+    if args.then_sweep:          # --set's problems with the tables just tuned, in this process
+        small_m.TILES = tuned.get("col", small_m.TILES)
+        small_m.ROW_TILES = tuned.get("row", small_m.ROW_TILES)
+        sweep(args, {**stamp, "tiles_tuned_in_this_run": sorted(tuned)})
 
 
 if __name__ == "__main__":

@@ -1,13 +1,20 @@
 """tensorcore-int's small-M program (tilemm.ladder.tensorcore.r11_int8_small_m): int8 x int8 ->
-int32 in small tiles with K split into runs whose partials the last run adds. Under Triton's
-interpreter at odd sizes against exact products (M not a multiple of the tile, N and K neither,
-splits of several runs, the workspace's counts left at zero); the rule that picks it and the
-count of runs as functions of the sizes and SMs; the program compiled for sm_90 as each tile class
-runs it; and exact answers on the GPU."""
+int32 in small tiles with K split into runs whose partials the last run adds, B read as (N, K).T or
+row-major. Under Triton's interpreter at odd sizes against exact products (M not a multiple of the
+tile, N and K neither, splits of several runs, B's tile loaded ahead or not, the workspace's counts
+left at zero); the rule that picks it and the count of runs as functions of the sizes, SMs and B's
+layout; the default's choice for a row-major B; the program compiled for sm_90 as each tile class
+of each layout runs it; and exact answers on the GPU."""
+import dataclasses
+
+import numpy as np
 import pytest
 
+from tilemm.choose import by_shape as choice, default as dispatch
 from tilemm.engine import workspaces
+from tilemm.ladder import record as kernel_record, registry
 from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
+from tilemm.system import machine
 
 from .compiled import run_program
 from .conftest import ON_GPU
@@ -18,12 +25,19 @@ H200_SMS = 132
 TINY = (16, 32, 32, 1, 2, 1)     # interpreter-sized tiles: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, programs an SM
 
 
-def operands(m, n, k, seed, device="cpu"):
-    """A (m, k) and B as torch.nn.Linear keeps a weight: (n, k) given as its .T."""
+def operands(m, n, k, seed, device="cpu", layout="col"):
+    """A (m, k) and B as torch.nn.Linear keeps a weight: (n, k) given as its .T ("col"), or the
+    same values row-major ("row")."""
     g = torch.Generator().manual_seed(seed)
     a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
     weight = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)
-    return a.to(device), weight.T.to(device)
+    b = weight.T if layout == "col" else weight.T.contiguous()
+    return a.to(device), b.to(device)
+
+
+def int64_product(a, b):
+    """A @ B in NumPy's int64: the exact sums."""
+    return a.numpy().astype(np.int64) @ b.numpy().astype(np.int64)
 
 
 def counts_at_zero() -> bool:
@@ -40,6 +54,40 @@ def test_interpreter_exact_at_odd_sizes(m, n, k, runs):
     c = torch.full((m, n), 7, dtype=torch.int32)
     small_m.launcher(a, b, c, runs, tiles=TINY)()
     assert torch.equal(c.long(), a.long() @ b.long())
+    assert counts_at_zero()
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("layout", ["col", "row"])
+@pytest.mark.parametrize("m", [1, 3, 16, 17, 100])
+def test_interpreter_both_layouts_into_a_poisoned_out(layout, m):
+    """The rung's own tiles for M and B's layout (100 rows, B row-major: the tile loaded a step
+    ahead), N and K not tile multiples, one run and several, into an out= filled with a poison."""
+    import tilemm
+    a, b = operands(m, 70, 520, m, layout=layout)
+    assert small_m.layout(a, b) == layout and small_m.b_rows(b) is (layout == "row")
+    expected = int64_product(a, b)
+    for runs in (1, 3):
+        c = torch.full((m, 70), -123456789, dtype=torch.int32)
+        got = tilemm.matmul(a, b, out=c, out_dtype="int32", kernel="tensorcore-int", small_m=True, split_k=runs)
+        assert got.data_ptr() == c.data_ptr() and np.array_equal(c.numpy().astype(np.int64), expected), runs
+    assert counts_at_zero()
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("m,n,k,runs", [(1, 33, 70, 3), (17, 130, 129, 4), (66, 40, 96, None), (70, 20, 64, 1)])
+@pytest.mark.parametrize("tiles", [TINY, (64, 32, 32, 1, 2, 1)])
+def test_interpreter_row_major_b_at_odd_sizes(m, n, k, runs, tiles):
+    """B row-major at interpreter-sized tiles of 16 rows (Triton's pipeline) and 64 (the tile
+    loaded a step ahead), a slice of a wider B's columns too: its rows contiguous, longer than N."""
+    a, b = operands(m, n, k, m + n + k, layout="row")
+    wide = torch.zeros(k, n + 9, dtype=torch.int8)
+    wide[:, 3:n + 3] = b
+    for given in (b, wide[:, 3:n + 3]):
+        assert small_m.b_rows(given)
+        c = torch.full((m, n), 7, dtype=torch.int32)
+        small_m.launcher(a, given, c, runs, tiles=tiles)()
+        assert np.array_equal(c.numpy().astype(np.int64), int64_product(a, b))
     assert counts_at_zero()
 
 
@@ -78,13 +126,63 @@ def test_the_rung_takes_it_where_its_tiles_leave_sms_idle():
     assert not small_m.preferred(16, 3584, 0, H200_SMS)          # an empty sum
 
 
-def test_takes_int8_into_int32_in_the_fast_layout(monkeypatch):
+def test_a_row_major_b_takes_it_up_to_its_rows():
+    """With B row-major the rung's own programs would copy B: the small-M program takes it up to
+    ROW_MAJOR_ROWS rows even where the rung's tiles fill the SMs."""
+    assert not small_m.preferred(200, 28672, 4096, H200_SMS)     # 224 tiles of 128 x 256
+    assert small_m.preferred(200, 28672, 4096, H200_SMS, b_rows=True)
+    assert small_m.preferred(small_m.ROW_MAJOR_ROWS, 28672, 8192, H200_SMS, b_rows=True)
+    assert not small_m.preferred(small_m.ROW_MAJOR_ROWS + 1, 28672, 8192, H200_SMS, b_rows=True)
+    assert small_m.preferred(512, 8192, 6144, H200_SMS, b_rows=True)          # 128 tiles: as for (N, K).T
+    assert not small_m.preferred(16, 3584, 0, H200_SMS, b_rows=True)
+    rung = registry.get("tensorcore-int")
+    assert rung.prefers("int8", 200, 28672, 4096, H200_SMS, (9, 0), b_rows=True)
+    assert not rung.prefers("int8", 200, 28672, 4096, H200_SMS, (9, 0))
+
+
+def test_the_default_gives_a_row_major_b_to_the_rung(monkeypatch):
+    """B row-major: tensorcore-int (its small-M program) even where the int8 table names no rung
+    (a deep K, the library otherwise) and where the library would take B as (N, K).T; never the
+    library, whose _int_mm reads a row-major B slowly."""
+    monkeypatch.setattr(choice, "capability", lambda: (9, 0))
+    monkeypatch.setattr(machine, "gpu", lambda: dataclasses.replace(machine.H100, sms=H200_SMS))
+    monkeypatch.setitem(kernel_record.LADDER, "cublas", dataclasses.replace(
+        registry.get("cublas"), available=lambda: None, limits=lambda problem: None))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    def default(m, n, k, result="int32", **layout):
+        return dispatch.default_kernel("cuda:0", result, m, n, k, "int8", **layout).name
+    assert default(8, 1024, 8192) == "cublas"                      # a class the table leaves to the library
+    assert default(8, 1024, 8192, b_rows=True) == "tensorcore-int"
+    assert default(64, 2048, 2048, k_major=True) == "cublas"        # (N, K).T: the library's rule
+    assert default(64, 2048, 2048, b_rows=True) == "tensorcore-int"
+    assert default(256, 28672, 8192, b_rows=True) == "tensorcore-int"
+    assert default(8, 1024, 8192, result="int64", b_rows=True) == default(8, 1024, 8192, result="int64")
+    a, b = operands(16, 64, 128, 0)
+    assert dispatch.b_rows(a, b.contiguous()) and not dispatch.b_rows(a, b)
+
+
+def test_tiles_of_each_layout():
+    for b_rows in (False, True):
+        table = small_m.ROW_TILES if b_rows else small_m.TILES
+        assert table[-1][0] is None and all(len(tiles) == 6 for _, tiles in table)
+        assert small_m.tiles_for(1, b_rows) == table[0][1] and small_m.tiles_for(10**6, b_rows) == table[-1][1]
+        for m in (1, 16, 17, 64, 65, 256):
+            block_m, block_n, block_k, *_ = small_m.tiles_for(m, b_rows)
+            assert block_k % 32 == 0 and block_n % 16 == 0 and block_m in (16, 32, 64, 128)
+
+
+def test_takes_int8_into_int32_in_the_layouts_it_reads(monkeypatch):
     monkeypatch.setattr(small_m.availability, "multiprocessors", lambda: H200_SMS)
     a, b = operands(16, 64, 128, 0)
     c = torch.empty(16, 64, dtype=torch.int32)
     assert small_m.takes(a, b, c)
-    assert not small_m.takes(a, b.contiguous(), c)                  # B row-major: the rung's copies
-    assert small_m.takes(a, b.contiguous(), c, small_m=True)        # ... unless asked for
+    assert small_m.takes(a, b.contiguous(), c)                      # B row-major: read as it lies
+    assert small_m.layout(a, b) == "col" and small_m.layout(a, b.contiguous()) == "row"
+    strided = torch.empty(128, 64, 2, dtype=torch.int8)[:, :, 0]    # neither B's rows nor its columns contiguous
+    assert small_m.layout(a, strided) is None and not small_m.takes(a, strided, c)
+    assert small_m.takes(a, strided, c, small_m=True)               # ... unless asked for
+    assert not small_m.takes(a.T.contiguous().T, b, c)              # A column-major: the rung's copies
     assert not small_m.takes(a, b, c, small_m=False)
     assert not small_m.takes(a, b, c.to(torch.int8))                # int8 C: the rung's wrap
     assert not small_m.takes(a.short(), b.short(), c)               # int16 operands: digits
@@ -98,53 +196,69 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul
-from tilemm.ladder.tensorcore.r11_int8_small_m import TILES
+from tilemm.ladder.tensorcore.r11_int8_small_m import ROW_TILES, TILES, WGMMA_ROWS
 from tilemm.engine.availability import H100_SHARED_OPTIN
 out = {}
-for rows, (bm, bn, bk, warps, stages, _) in TILES:
-    sig = dict(a_ptr="*i8", b_ptr="*i8", c_ptr="*i32", M="i32", N="i32", K="i32", stride_am="i32",
-               stride_ak="constexpr", stride_bk="constexpr", stride_bn="i32", stride_cm="i32", stride_cn="constexpr",
-               BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", EVEN_K="constexpr",
-               split_steps="i32", ws_ptr="*fp32", counts_ptr="*i32")
-    const = dict(stride_ak=1, stride_bk=1, stride_cn=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=True)
-    # as a launch specializes them: pointers, N, K and the row strides divisible by 16
-    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(sig)
-             if name in ("a_ptr", "b_ptr", "c_ptr", "N", "K", "stride_am", "stride_bn", "stride_cm", "ws_ptr")}
-    k = triton.compile(ASTSource(fn=small_m_matmul, signature=sig, constexprs=const, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
-    ptx = k.asm["ptx"]
-    out[str(rows)] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, pipelined="cp.async" in ptx,
-                          wgmma="wgmma" in ptx, mma="mma.sync" in ptx, block_m=bm, cubin=len(k.asm["cubin"]))
+for b_rows, table in ((False, TILES), (True, ROW_TILES)):
+    for rows, (bm, bn, bk, warps, stages, _) in table:
+        sig = dict(a_ptr="*i8", b_ptr="*i8", c_ptr="*i32", M="i32", N="i32", K="i32", stride_am="i32",
+                   stride_ak="constexpr", stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="constexpr",
+                   BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", EVEN_K="constexpr",
+                   B_ROWS="constexpr", B_AHEAD="constexpr", split_steps="i32", ws_ptr="*fp32", counts_ptr="*i32")
+        unit = "stride_bn" if b_rows else "stride_bk"          # B's contiguous dimension, as a launch sees it
+        sig[unit] = "constexpr"
+        const = {"stride_ak": 1, unit: 1, "stride_cn": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "EVEN_K": True,
+                 "B_ROWS": b_rows, "B_AHEAD": b_rows and bm >= WGMMA_ROWS}
+        # as a launch specializes them: pointers, N, K and the row strides divisible by 16
+        attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(sig) if sig[name] != "constexpr"
+                 and name in ("a_ptr", "b_ptr", "c_ptr", "N", "K", "stride_am", "stride_bk", "stride_bn", "stride_cm",
+                              "ws_ptr")}
+        k = triton.compile(ASTSource(fn=small_m_matmul, signature=sig, constexprs=const, attrs=attrs),
+                           target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+        ptx = k.asm["ptx"]
+        out[f"{'row' if b_rows else 'col'} {rows}"] = dict(
+            shared=k.metadata.shared, limit=H100_SHARED_OPTIN, pipelined="cp.async" in ptx, wgmma="wgmma" in ptx,
+            mma="mma.sync" in ptx, byte_loads="ld.global.b8" in ptx or "ld.global.u8" in ptx, block_m=bm,
+            cubin=len(k.asm["cubin"]))
 print(json.dumps(out))
 """
 
 
 @pytest.mark.skipif(ON_GPU, reason="compile-only tier: the GPU runs the programs")
 def test_compiles_for_sm90_at_every_tile_class():
-    """Each row of TILES compiled for sm_90 as a launch specializes it (split K: the hand-over
-    compiled too), outside the interpreter: its shared memory fits, the loads are pipelined
-    (cp.async), and 64 rows and more take wgmma."""
+    """Each row of TILES and ROW_TILES compiled for sm_90 as a launch specializes it (split K:
+    the hand-over compiled too), outside the interpreter: its shared memory fits, the loads are
+    pipelined (cp.async: A's at least), none loads a byte at a time (B row-major's columns keep
+    their contiguity), and 64 rows and more take wgmma."""
     out = run_program(COMPILE)
-    assert len(out) == len(small_m.TILES)
-    for rows, k in out.items():
-        assert 0 < k["shared"] <= k["limit"] and k["pipelined"] and k["cubin"] > 0, (rows, k)
-        assert k["wgmma"] if k["block_m"] >= 64 else k["mma"], (rows, k)
+    assert len(out) == len(small_m.TILES) + len(small_m.ROW_TILES)
+    for name, k in out.items():
+        assert 0 < k["shared"] <= k["limit"] and k["pipelined"] and k["cubin"] > 0, (name, k)
+        assert not k["byte_loads"], (name, k)
+        assert k["wgmma"] if k["block_m"] >= small_m.WGMMA_ROWS else k["mma"], (name, k)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 3, 16, 17, 33, 100, 200, 512])
+@pytest.mark.parametrize("m", [1, 3, 17, 100, 256, 512])
 def test_exact_on_the_gpu(m):
     """The default and the program asked for, the plan's path and a repeated call's replay, split
-    and not, B as a weight's .T and row-major."""
+    and not, B as a weight's .T and row-major (which the default gives the small-M program up to
+    ROW_MAJOR_ROWS rows), into a poisoned out= too."""
     import tilemm
-    for n, k in [(3584, 18944), (28672, 4096), (2048, 2048), (1000, 1000), (130, 72)]:
-        a, b = operands(m, n, k, m + n, "cuda")
-        expected = a.double() @ b.double()
-        for b_given in (b, b.contiguous()):
+    for n, k in [(28672, 4096), (1000, 1000), (130, 72)]:
+        for layout in ("col", "row"):
+            a, b = operands(m, n, k, m + n, "cuda", layout)
+            expected = a.double() @ b.double()
+            if layout == "row" and m <= small_m.ROW_MAJOR_ROWS:
+                c = torch.empty(m, n, dtype=torch.int32, device="cuda")
+                assert tilemm.plan(a, b, out_dtype="int32").kernel.name == "tensorcore-int" and small_m.takes(a, b, c)
             for params in ({}, {"kernel": "tensorcore-int", "small_m": True}, {"kernel": "tensorcore-int", "small_m": True,
                                                                                  "split_k": 3}):
                 for _ in range(3):
-                    c = tilemm.matmul(a, b_given, out_dtype="int32", **params)
-                    assert c.dtype == torch.int32 and torch.equal(c.double(), expected), (m, n, k, params)
+                    c = tilemm.matmul(a, b, out_dtype="int32", **params)
+                    assert c.dtype == torch.int32 and torch.equal(c.double(), expected), (m, n, k, layout, params)
+                out = torch.full((m, n), -123456789, dtype=torch.int32, device="cuda")
+                tilemm.matmul(a, b, out=out, out_dtype="int32", **params)
+                assert torch.equal(out.double(), expected), (m, n, k, layout, params, "out=")
     torch.cuda.synchronize()
     assert counts_at_zero()

@@ -28,7 +28,8 @@ STACK_PER_MATRIX_FROM = 2**32
 
 
 def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None,
-                    lds: tuple | None = None, stacked: bool = False, k_major: bool = False) -> registry.Kernel:
+                    lds: tuple | None = None, stacked: bool = False, k_major: bool = False,
+                    b_rows: bool = False) -> registry.Kernel:
     """Host arrays: NumPy, or cpu-tiled for integer products past HOST_INTEGER_TILED_FROM (or
     HOST_INTEGER_TILED_WHEN_COMPILED_FROM where this process has compiled it). Device arrays: the rung
     tilemm.choose.by_shape lists for this shape class (lds: the operands' leading dimensions) on this GPU,
@@ -36,7 +37,9 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
     (NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
     matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Complex results: tensorcore-complex
     where its record's prefers() measured it faster, else the library. int8 torch matrices in
-    _int_mm's fast layout (k_major) into int32: the library where int8_library_wins says."""
+    _int_mm's fast layout (k_major) into int32: the library where int8_library_wins says; with B
+    row-major (b_rows: its rows contiguous), tensorcore-int wherever its small-M program takes the
+    sizes (int8_rows_take_the_rung)."""
     if device != "cpu":
         if is_complex(result):        # the complex rung's own rule (the library where it has not measured faster)
             gpu = machine.gpu()
@@ -49,6 +52,8 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
             preferred = "cublas"
         elif preferred == "tensorcore-int" and not stacked and k_major and int8_library_wins(result, m, n, k, operands):
             preferred = "cublas"
+        elif not stacked and b_rows and int8_rows_take_the_rung(result, m, n, k, operands):
+            preferred = "tensorcore-int"
         kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))
         for kern in kernels:
             compute = kern.compute_dtype(result)
@@ -81,6 +86,25 @@ def k_major(a, b) -> bool:
     """Whether torch matrices a and b are in torch._int_mm's fast layout: A's rows and B's columns
     contiguous (the library rung's int8_gemm.k_major)."""
     return len(a.shape) >= 2 and len(b.shape) >= 2 and registry.get("cublas").int8_gemm.k_major(a, b)
+
+
+def b_rows(a, b) -> bool:
+    """Whether torch matrices a and b have A's rows and B's rows contiguous (B row-major, (K, N)):
+    tensorcore-int's small-M program reads such a B as it lies (its b_rows)."""
+    return (len(a.shape) == len(b.shape) == 2 and a.stride(-1) == 1 and b.stride(-1) == 1
+            and b.stride(-2) != 1)
+
+
+def int8_rows_take_the_rung(result: str, m: int, n: int, k: int, operands: str | None) -> bool:
+    """Whether an int8 product into int32 with B row-major takes tensorcore-int whatever the
+    table says: where the rung's small-M program reads that B as it lies (its prefers for B's rows),
+    which the library's _int_mm would read slowly (B row-major: 257-293 µs at 64-256 x 3072 x 8192
+    on an H200, against 21-43 µs given B as (N, K).T)."""
+    if operands != "int8" or result != "int32":
+        return False
+    gpu = machine.gpu()
+    return gpu is not None and registry.get("tensorcore-int").prefers("int8", m, n, k, gpu.sms, gpu.compute_capability,
+                                                                 b_rows=True)
 
 
 def int8_library_wins(result: str, m: int, n: int, k: int, operands: str | None) -> bool:

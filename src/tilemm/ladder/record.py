@@ -111,7 +111,7 @@ class Kernel:
         ``prefers(dtype, m, n, k, sms, capability)``: the rung's own rule for whether the default
         takes it for this product on a GPU of this many SMs and this compute capability (None:
         unknown), where the shape tables hold no class for it (rung 14: complex products; rung 11:
-        its small-M program).
+        its small-M program, which takes ``b_rows=True`` too: B row-major).
     accumulate : callable or None
         ``accumulate(a, b, acc, first)``: a @ b added into float32 acc in the product's own
         epilogue (first: written over it), for the products past one GPU that add K panels.

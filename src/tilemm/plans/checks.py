@@ -81,7 +81,8 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         chosen = (registry.get(kernel) if kernel is not None else
                   dispatch.default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
                                   dispatch.leading_dims(a, b, k, n) if da.device != "cpu" else None, math.prod(batch) > 1,
-                                  da.kind == "torch" and dispatch.k_major(a, b)))
+                                  da.kind == "torch" and dispatch.k_major(a, b),
+                                  da.kind == "torch" and dispatch.b_rows(a, b)))
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:

@@ -11,6 +11,15 @@ reading the weight at once (split K). The runs' int32 partial sums are exact, so
 changes no bit: the last run of a tile adds the others' (hand_over_int, in the same launch: no
 zeroed C, no second launch). Where one run a tile fills the GPU, each program stores its tile.
 
+B is read in the layout it comes in, no copy: as torch.nn.Linear keeps a weight, (N, K).T (B's
+columns contiguous, K-major: what Hopper's 8-bit tensor-core instruction reads from shared memory),
+or row-major (K, N) (B's rows contiguous). A row-major tile is loaded as it lies, N along each
+warp's lines (B_ROWS), and Triton turns it K-major on chip, between registers, shared memory and
+the tensor cores: the weight's bytes are read once, coalesced, and the turn costs shared-memory
+accesses, not passes over the weight (a copy of B into K-major planes, which the rung's other
+programs make, reads and writes all of it at every call). The two layouts have tiles of their own (TILES, ROW_TILES). Other layouts, and
+A not row-major, take the rung's programs.
+
 The program (r11_int8_small_m_kernel.py) loads through pointers, no descriptors: a launch passes
 three pointers and integers, the cheapest call a repeated product can replay (tilemm.engine.replay),
 which matters where the product itself takes a few microseconds.
@@ -21,24 +30,38 @@ from tilemm.engine import launches, workspaces
 from tilemm.engine import availability
 
 # Tiles by M: (up to this many rows, (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an
-# SM the split aims at)). Measured kernel alone over 7 layers' N x K (2048-28672): one set of
-# tiles for each M class, chosen among 5-8 tried, comes close to the best for each shape, and one
-# program an SM (what the split aims at) beat two to six but for 17-32 rows.
+# SM the split aims at)). B as (N, K).T: measured kernel alone over 7 layers' N x K (2048-28672):
+# one set of tiles for each M class, chosen among 5-8 tried, comes close to the best for each shape,
+# and one program an SM (what the split aims at) beat two to six but for 17-32 rows.
 TILES = ((16, (16, 128, 256, 4, 3, 1)),
          (32, (32, 64, 128, 4, 4, 2)),
          (64, (64, 64, 128, 4, 4, 1)),
          (None, (64, 128, 128, 4, 4, 1)))
+# B row-major, set from sm_90's compiled code (registers, what is pipelined; --tune --layouts row
+# of benchmarks/int8_small_m.py times the alternatives): each block row's programs turn B's tiles
+# over on chip (a byte a shared-memory access), so a tile takes all of M's rows where it can. Below WGMMA_ROWS the tiles of (N, K).T, Triton's pipeline copying B's rows into shared memory
+# as they lie and turning them over as it reads them out; from WGMMA_ROWS on, B's next tile is
+# loaded into registers while one is multiplied (B_AHEAD), and two programs an SM keep more of B in
+# flight: 64 x 64 x 128 at 4 warps and 128 x 128 x 64 at 8 take 140 and 127 registers a thread
+# (compiled for sm_90).
+ROW_TILES = ((16, (16, 128, 256, 4, 3, 1)),
+             (32, (32, 64, 128, 4, 4, 2)),
+             (64, (64, 64, 128, 4, 4, 2)),
+             (None, (128, 128, 64, 8, 5, 2)))
+WGMMA_ROWS = 64         # BLOCK_M from which Triton multiplies with wgmma on Hopper (a warpgroup's rows)
+ROW_MAJOR_ROWS = 256    # rows up to which a row-major B takes this program wherever its tiles fit
 LEAST_RUN = 4           # K steps a run takes at least (a run's hand-over is a tile's store and reads)
 RUNG_TILE = (128, 256)  # the rung's own tiles (its Gluon and persistent programs)
 FILL = 1.0              # rung tiles per SM below which this program is the rung's choice
 
 
-def tiles_for(m: int) -> tuple:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM) for M rows."""
-    for rows, tiles in TILES:
+def tiles_for(m: int, b_rows: bool = False) -> tuple:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM) for M rows, B row-major
+    (b_rows) or as (N, K).T."""
+    for rows, tiles in (ROW_TILES if b_rows else TILES):
         if rows is None or m <= rows:
             return tiles
-    raise AssertionError("TILES ends with a row of any M")
+    raise AssertionError("the tiles end with a row of any M")
 
 
 def runs_of_k(m: int, n: int, k: int, multiprocessors: int, tiles: tuple | None = None) -> int:
@@ -52,38 +75,54 @@ def runs_of_k(m: int, n: int, k: int, multiprocessors: int, tiles: tuple | None 
     return -(-k_steps // per_run)
 
 
-def preferred(m: int, n: int, k: int, multiprocessors: int) -> bool:
+def preferred(m: int, n: int, k: int, multiprocessors: int, b_rows: bool = False) -> bool:
     """Whether tensorcore-int takes this program for an int8 product into int32 of M x N x K in
-    the fast layout (fast_layout): where the rung's own tiles would leave SMs idle."""
+    a layout it reads (layout): where the rung's own tiles would leave SMs idle, and with B
+    row-major (b_rows) also up to ROW_MAJOR_ROWS rows (the rung's own programs would copy B)."""
     tiles = -(-m // RUNG_TILE[0]) * -(-n // RUNG_TILE[1])
-    return k > 0 and tiles < FILL * multiprocessors
+    return k > 0 and (tiles < FILL * multiprocessors or (b_rows and m <= ROW_MAJOR_ROWS))
 
 
-def fast_layout(a, b) -> bool:
-    """Whether A's rows and B's columns are contiguous (B as (N, K).T: a weight as torch.nn.Linear
-    keeps it): what this program reads fast. Other layouts take the rung's programs, which copy
-    them into K-major digit planes."""
-    return a.stride(1) == 1 and b.stride(0) == 1
+def b_rows(b) -> bool:
+    """Whether B is read row by row: its rows contiguous and its columns not (B (K, N) row-major,
+    or a slice of one's columns)."""
+    return b.stride(1) == 1 and b.stride(0) != 1
+
+
+def layout(a, b) -> str | None:
+    """How this program reads the operands: "col" (A's rows and B's columns contiguous: B as
+    torch.nn.Linear keeps a weight, (N, K).T), "row" (A's rows and B's rows contiguous: B row-major)
+    or None (another layout: the rung's programs, which copy the operands into K-major planes)."""
+    if a.stride(1) != 1 and a.shape[1] > 1:
+        return None
+    if b.stride(0) == 1:
+        return "col"
+    return "row" if b_rows(b) else None
 
 
 def takes(a, b, c, small_m=None) -> bool:
     """Whether tensorcore-int runs this program: int8 A and B into a 2-D int32 C, where small_m
-    is True, or, small_m None, where preferred() and fast_layout() say (False: never)."""
+    is True, or, small_m None, in a layout it reads where preferred() says (False: never)."""
     if small_m is False or a.element_size() != 1 or b.element_size() != 1 or c.element_size() != 4 or c.dim() != 2:
         return False
     if small_m:
         return True
     m, k = a.shape
-    return fast_layout(a, b) and preferred(m, b.shape[1], k, availability.multiprocessors())
+    read = layout(a, b)
+    return read is not None and preferred(m, b.shape[1], k, availability.multiprocessors(), read == "row")
 
 
 def launcher(a, b, c, split_k=None, tiles: tuple | None = None):
     """c = a @ b (int8 into int32, K >= 1) as a launcher without arguments: one launch, of
-    split_k runs of K a tile (None: runs_of_k), tiles as tiles_for gives them (None: M's)."""
+    split_k runs of K a tile (None: runs_of_k), tiles as tiles_for gives them (None: M's for B's
+    layout). B row-major (b_rows) is loaded row by row (B_ROWS; from WGMMA_ROWS rows a tile, a
+    step ahead: B_AHEAD), any other B as (N, K).T."""
     from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul        # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
-    block_m, block_n, block_k, num_warps, num_stages, _ = tiles or tiles_for(m)
+    rows = b_rows(b)
+    tiles = tiles or tiles_for(m, rows)
+    block_m, block_n, block_k, num_warps, num_stages, _ = tiles
     tiles_of_c = -(-m // block_m) * -(-n // block_n)
     k_steps = -(-k // block_k)
     runs = split_k or runs_of_k(m, n, k, availability.multiprocessors(), tiles)
@@ -91,7 +130,8 @@ def launcher(a, b, c, split_k=None, tiles: tuple | None = None):
     per_run = -(-k_steps // max(1, min(runs, k_steps, slots)))
     runs = -(-k_steps // per_run)                                # no empty run
     args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
-    options = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, num_warps=num_warps,
+    options = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, B_ROWS=rows,
+                   B_AHEAD=rows and block_m >= WGMMA_ROWS, num_warps=num_warps,
                    num_stages=max(1, min(num_stages, per_run)))   # stages past a run's K steps only load zeros
     whole = launches.bound_launch(small_m_matmul, (tiles_of_c,), args, options)
     if runs == 1:

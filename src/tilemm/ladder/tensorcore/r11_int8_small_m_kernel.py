@@ -11,13 +11,14 @@ from tilemm.engine.programs import store_tile
 @triton.jit
 def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                   B_ROWS: tl.constexpr = False, B_AHEAD: tl.constexpr = False,
                    split_steps=None, ws_ptr=None, counts_ptr=None):
-    """C = A @ B, int8 operands of any strides (fast where A's rows and B's columns are contiguous:
-    B as torch.nn.Linear keeps a weight, (N, K).T), int32 sums. The grid: (tiles of C, runs of K
-    steps); the tiles of one block column are neighbours, so a weight tile read for several
-    block rows is read from L2. Rows past M load zeros (a masked copy reads nothing: at 33 rows of
-    64, reading row 32 again in their place cost 25-30 %), columns past N read column N - 1
-    (nothing of them is stored); EVEN_K: K a multiple of BLOCK_K (no mask along K). split_steps
+    """C = A @ B, int8 operands of any strides, int32 sums; fast where A's rows are contiguous and
+    B's columns (B as torch.nn.Linear keeps a weight, (N, K).T: steps_b_columns) or, B_ROWS, B's
+    rows (B row-major: steps_b_rows). The grid: (tiles of C, runs of K steps); the tiles of one
+    block column are neighbours, so a weight tile read for several block rows is read from L2.
+    Rows past M load zeros (a masked copy reads nothing: at 33 rows of 64, reading row 32 again in
+    their place cost 25-30 %); EVEN_K: K a multiple of BLOCK_K (no mask along K). split_steps
     given: this program sums its run of split_steps K steps and hands the partial over
     (hand_over_int)."""
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -32,11 +33,29 @@ def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
         first = tl.program_id(1) * split_steps
         steps = tl.minimum(steps, first + split_steps)
     rows = offs_m.to(tl.int64)                           # 64-bit offsets: operands past 2^31 bytes
-    cols = tl.minimum(offs_n, N - 1).to(tl.int64)
     ks = (first * BLOCK_K + offs_k).to(tl.int64)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
-    b_ptrs = b_ptr + cols[:, None] * stride_bn + ks[None, :] * stride_bk    # (BLOCK_N, BLOCK_K): B^T's rows
     in_m = offs_m[:, None] < M
+    if B_ROWS:
+        acc = steps_b_rows(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk,
+                           stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, B_AHEAD)
+    else:
+        acc = steps_b_columns(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk,
+                              stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+    if split_steps is not None:
+        hand_over_int(acc, c_ptr, ws_ptr, counts_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn)
+    else:
+        store_tile(c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, False)
+
+
+@triton.jit
+def steps_b_columns(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk, stride_bn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The K steps first..steps-1 with B's tile loaded as B^T's rows, (BLOCK_N, BLOCK_K), K-major as
+    it lies and as the 8-bit MMA reads it. Columns past N read column N - 1 (nothing of them is
+    stored): no mask."""
+    cols = tl.minimum(offs_n, N - 1).to(tl.int64)
+    b_ptrs = b_ptr + cols[:, None] * stride_bn + ks[None, :] * stride_bk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for step in range(first, steps):
         if EVEN_K:
@@ -49,10 +68,52 @@ def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
         acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)      # Triton 3.6 needs out_dtype for int8
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
-    if split_steps is not None:
-        hand_over_int(acc, c_ptr, ws_ptr, counts_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn)
+    return acc
+
+
+@triton.jit
+def steps_b_rows(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk, stride_bn,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                 B_AHEAD: tl.constexpr):
+    """The K steps first..steps-1 with B's tile loaded as B's rows, (BLOCK_K, BLOCK_N), N along
+    each warp's lines as they lie; the 8-bit MMA reads B K-major, so Triton turns the tile over
+    between memory and the MMA. Columns past N are masked (a clamped column would hide the
+    columns' contiguity: byte loads). Where Triton takes wgmma (BLOCK_M 64 and more) it turns B
+    over on its way into shared memory, a byte a store, and would load it in the step that uses
+    it, the whole memory latency at each step: there (B_AHEAD) the next step's tile is in flight
+    into registers while one is multiplied, and A keeps Triton's pipeline. (Two steps ahead cost a
+    register a byte carried, A's pipeline lost: 228 registers a thread at 64 x 128 x 128 and 8
+    warps, against 118.) With mma.sync (fewer rows) Triton's pipeline copies B's rows into
+    shared memory stages as they lie, and turns them over as it reads them out. Either way each
+    block row's programs turn B's tiles over: tiles of more rows turn the weight over fewer times."""
+    in_n = offs_n[None, :] < N
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + offs_n.to(tl.int64)[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    if B_AHEAD:        # the first step's tile in flight (nothing past the run's end is loaded ahead)
+        k_end = tl.minimum(K, steps * BLOCK_K)
+        b_next = tl.load(b_ptrs, mask=in_n & (offs_k[:, None] < k_end - first * BLOCK_K), other=0)
+        for step in range(first, steps):
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=in_m, other=0)
+            else:
+                a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
+            b_ptrs += BLOCK_K * stride_bk        # the next step's load issued before this step's multiply
+            b_after = tl.load(b_ptrs, mask=in_n & (offs_k[:, None] < k_end - (step + 1) * BLOCK_K), other=0)
+            acc = tl.dot(a, b_next, acc, out_dtype=tl.int32)
+            b_next = b_after
+            a_ptrs += BLOCK_K * stride_ak
     else:
-        store_tile(c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, False)
+        for step in range(first, steps):
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=in_m, other=0)
+                b = tl.load(b_ptrs, mask=in_n, other=0)
+            else:
+                a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
+                b = tl.load(b_ptrs, mask=in_n & (offs_k[:, None] < K - step * BLOCK_K), other=0)
+            acc = tl.dot(a, b, acc, out_dtype=tl.int32)     # Triton 3.6 needs out_dtype for int8
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+    return acc
 # --8<-- [end:kernel]
 
 

@@ -20,7 +20,8 @@ digit products D_i(A) @ D_j(B) with i + j < w/8, shifted by 8(i+j) bits. Two Tri
 A narrow operand has fewer digits: int8 x int8 needs one product, into int8 (NumPy's wrapped
 result) or, with matmul(..., out_dtype="int32"), the exact int32 sums; where the rung's tiles
 would leave SMs idle (a few rows times a weight), int8 into int32 takes the small-M program of
-r11_int8_small_m.py instead (small tiles, K split across the GPU: small_m, split_k). int16 needs
+r11_int8_small_m.py instead (small tiles, K split across the GPU: small_m, split_k; B read as it
+lies, as (N, K).T or row-major, no planes). int16 needs
 3 products, int32 10, int64 36 (fewer when an operand is narrower than the result).
 
 Constraints: int8, int16, int32, int64 (unsigned types as their signed twins, bit for bit); any
@@ -169,7 +170,8 @@ register(Kernel(
     name="tensorcore-int", rung=11, device="cuda", backend="triton", dtypes=("int8", "int16", "int32", "int64"),
     seed="beyond", summary="exact integers from int8 tensor-core products of signed base-256 digits, fused",
     run=run, bind=bind, traffic=traffic, limits=limits, available=availability.available, narrow_operands=True,
-    compute_unit=compute_unit, prefers=lambda dtype, m, n, k, sms, capability: r11_int8_small_m.preferred(m, n, k, sms),
+    compute_unit=compute_unit,
+    prefers=lambda dtype, m, n, k, sms, capability, b_rows=False: r11_int8_small_m.preferred(m, n, k, sms, b_rows),
     params=(Param("block_m", 128, (16, 32, 64, 128, 256), "rows of C per program"),
             Param("block_n", None, (None, 16, 32, 64, 128, 256),
                   "columns of C per program; None: 256, or 128 for int64 (its int64 total takes registers)"),
@@ -179,8 +181,8 @@ register(Kernel(
             Param("num_stages", 4, (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"),
             Param("small_m", None, (None, True, False),
                   "int8 into int32: the small-M program (r11_int8_small_m: its own tiles, K split to fill "
-                  "the GPU); None: where the rung's tiles would leave SMs idle, A's rows and B's columns "
-                  "contiguous"),
+                  "the GPU); None: A's rows contiguous and B's columns (B as (N, K).T) or rows (B "
+                  "row-major), where the rung's tiles would leave SMs idle, or B row-major up to 256 rows"),
             Param("split_k", None, (None, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
                   "runs of K a tile of the small-M program; None: enough to fill the GPU")),
 ))
