@@ -37,17 +37,15 @@ TILES = ((16, (16, 128, 256, 4, 3, 1)),
          (32, (32, 64, 128, 4, 4, 2)),
          (64, (64, 64, 128, 4, 4, 1)),
          (None, (64, 128, 128, 4, 4, 1)))
-# B row-major, set from sm_90's compiled code (registers, what is pipelined; --tune --layouts row
-# of benchmarks/int8_small_m.py times the alternatives): each block row's programs turn B's tiles
-# over on chip (a byte a shared-memory access), so a tile takes all of M's rows where it can. Below WGMMA_ROWS the tiles of (N, K).T, Triton's pipeline copying B's rows into shared memory
-# as they lie and turning them over as it reads them out; from WGMMA_ROWS on, B's next tile is
-# loaded into registers while one is multiplied (B_AHEAD), and two programs an SM keep more of B in
-# flight: 64 x 64 x 128 at 4 warps and 128 x 128 x 64 at 8 take 140 and 127 registers a thread
-# (compiled for sm_90).
-ROW_TILES = ((16, (16, 128, 256, 4, 3, 1)),
-             (32, (32, 64, 128, 4, 4, 2)),
-             (64, (64, 64, 128, 4, 4, 2)),
-             (None, (128, 128, 64, 8, 5, 2)))
+# B row-major (--tune --layouts row of benchmarks/int8_small_m.py on its fit set, H200; record
+# benchmarks/results/h200/int8_small_m_row.jsonl): each block row's programs turn B's tiles over on
+# chip (a byte a shared-memory access), so the tiles that won keep that work small: one program an
+# SM, 64-128 columns, and from WGMMA_ROWS rows on B's next tile loaded into registers while one is
+# multiplied (B_AHEAD).
+ROW_TILES = ((16, (16, 128, 64, 4, 6, 1)),
+             (32, (32, 128, 64, 4, 5, 1)),
+             (64, (32, 128, 128, 4, 4, 1)),
+             (None, (128, 64, 128, 4, 4, 1)))
 WGMMA_ROWS = 64         # BLOCK_M from which Triton multiplies with wgmma on Hopper (a warpgroup's rows)
 ROW_MAJOR_ROWS = 256    # rows up to which a row-major B takes this program wherever its tiles fit
 LEAST_RUN = 4           # K steps a run takes at least (a run's hand-over is a tile's store and reads)
