@@ -1,6 +1,18 @@
-"""The launcher of tilemm's fused-epilogue program (epilogue_kernel.py) on torch tensors: its tiles
-by dtype (configurations are data: EPILOGUE_CONFIGS), the grid, and the launch. The checks of the
-operands are the caller's (tilemm.epilogue_args); this module only launches."""
+"""The launchers of tilemm's fused-epilogue programs on torch tensors: which program a product
+takes, their tiles by dtype (configurations are data: EPILOGUE_CONFIGS), the grids, and the
+launches. The checks of the operands are the caller's (tilemm.epilogue_args); this module only
+launches.
+
+Which program (takes_tma): the persistent TMA program (epilogue_tma_kernel.py, rung 10's
+schedule) for float16 / bfloat16 operands that TMA can read as they are: A and B each with rows
+(or columns) contiguous, 16-byte aligned strides and start, Y's and AUX's rows contiguous, K >= 1,
+and (tma=None) a product past rung 10's POINTERS_UP_TO and FEW_TILES (where a launch's CPU time
+and a copy do not outweigh it); tma=True takes it at any size those operands allow. Everything
+else (float32, float64, other strides, K = 0, small products, tma=False) takes the pointer program
+(epilogue_kernel.py), which reads any strides. Inside a compiled graph (wrap given) the TMA
+program makes its descriptors itself (MAKE_DESCRIPTORS: torch's tracer of triton_ops holds no host
+descriptors) where this Triton has tl.make_tensor_descriptor and an allocator for its scratch.
+"""
 from __future__ import annotations
 
 import functools
@@ -8,21 +20,25 @@ import functools
 import torch
 
 from tilemm.system import compat
+from tilemm.engine.tensorcore_launch import takes_tma as large_enough
 
 ACTIVATION_CODES = {None: 0, "identity": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
-# Tiles, warps and stages by the operands' dtype; benchmarks/fused_linear.py --quick times the
-# candidates (CANDIDATE_CONFIGS) at MLP shapes on a GPU and prints the winner in this form.
+# Tiles, warps and stages by the operands' dtype ("16-bit TMA": the persistent TMA program's);
+# benchmarks/fused_linear.py --quick times the candidates (TMA_CANDIDATES) at MLP shapes on a GPU
+# and prints the winner in this form.
 EPILOGUE_CONFIGS = {
+    "16-bit TMA": dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4),
     "16-bit": dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3),   # fused_linear.py --quick, H200
     "float32": dict(block_m=64, block_n=64, block_k=32, group_m=8, num_warps=4, num_stages=3),
     "float64": dict(block_m=32, block_n=32, block_k=16, group_m=8, num_warps=4, num_stages=2),
 }
-CANDIDATE_CONFIGS = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=w, num_stages=s)
-                     for bm, bn, bk, w, s in ((128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3),
-                                             (128, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
-                                             (256, 128, 64, 8, 3), (128, 128, 32, 4, 5), (64, 256, 32, 4, 4))]
-CONFIG_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
+TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=g, num_warps=w, num_stages=s)
+                  for bm, bn, bk, g, w, s in ((128, 256, 64, 8, 8, 4), (128, 256, 64, 8, 8, 3), (128, 256, 64, 16, 8, 4),
+                                              (256, 128, 64, 8, 8, 4), (128, 128, 64, 8, 4, 4), (128, 128, 64, 8, 8, 5),
+                                              (128, 256, 32, 8, 8, 6), (128, 128, 128, 8, 8, 3))]
+TILE_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
+CONFIG_KEYS = TILE_KEYS + ("tma",)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -31,9 +47,12 @@ def dtype_group(dtype: torch.dtype) -> str:
 
 
 def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:
-    """The program's tiles for operands of this dtype: EPILOGUE_CONFIGS', any of them replaced by
-    params (block_m=..., num_warps=...). ValueError for a name not a tile parameter or a tile
-    that is not a power of two of 16 or more (tl.dot's smallest). The dict is shared: read it only."""
+    """The programs' configuration for operands of this dtype: the pointer program's tiles
+    (EPILOGUE_CONFIGS' for the dtype), "tma_tiles" the TMA program's ("16-bit TMA"), the tile
+    parameters of params (block_m=..., num_warps=...) replacing both's, and "tma" (None: by the
+    product, True: the TMA program wherever it can read the operands, False: never). TypeError
+    for a name not a parameter, ValueError for a tile that is not a power of two of 16 or more
+    (tl.dot's smallest). The dict is shared: read it only."""
     try:
         return checked_config(dtype, tuple(sorted((params or {}).items())))
     except TypeError as e:
@@ -44,36 +63,94 @@ def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:
 
 @functools.lru_cache(maxsize=256)
 def checked_config(dtype: torch.dtype, params: tuple) -> dict:
-    config = dict(EPILOGUE_CONFIGS.get(dtype_group(dtype), EPILOGUE_CONFIGS["16-bit"]))
+    config = dict(EPILOGUE_CONFIGS.get(dtype_group(dtype), EPILOGUE_CONFIGS["16-bit"]), tma=None)
+    tma_tiles = dict(EPILOGUE_CONFIGS["16-bit TMA"])
     for name, value in params:
         if name not in CONFIG_KEYS:
-            raise TypeError(f"epilogue: unknown parameter {name!r}; the fused-epilogue program takes "
+            raise TypeError(f"epilogue: unknown parameter {name!r}; the fused-epilogue programs take "
                             f"{', '.join(CONFIG_KEYS)}")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if name == "tma":
+            if value not in (None, True, False):
+                raise ValueError(f"epilogue: tma={value!r}; None, True or False")
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"epilogue: {name}={value!r}; a positive int")
+        else:
+            tma_tiles[name] = value
         config[name] = value
     for name in ("block_m", "block_n", "block_k"):
         size = config[name]
         if size < 16 or size & (size - 1):
             raise ValueError(f"epilogue: {name}={size}; tiles are powers of two, 16 or more (tl.dot's smallest)")
-    return config
+    return {**config, "tma_tiles": tma_tiles}
 
 
 def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
                     config: dict, wrap=None) -> None:
     """y = activation(alpha * a @ b + beta * c + bias) + residual, written into y (and the
     pre-activation into aux): 2-D torch tensors of one dtype on one device, bias 1-D (over y's
-    columns, or its rows where bias_over_m), aux, bias, c, residual None where absent. wrap:
-    torch.library.wrap_triton inside a triton_op (the compiled graph then holds the program), None
-    to launch it directly (eager)."""
-    from tilemm.engine.epilogue_kernel import matmul_epilogue_kernel    # Triton loads on first use
+    columns, or its rows where bias_over_m), aux, bias, c, residual None where absent. config:
+    config_for's. wrap: torch.library.wrap_triton inside a triton_op (the compiled graph then
+    holds the program), None to launch it directly (eager). The program: see takes_tma."""
     if wrap is None and a.is_cuda and a.device.index != torch.cuda.current_device():
         with torch.cuda.device(a.device):      # Triton launches on the current GPU: the operands' for the call
             return launch_epilogue(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config)
+    if a.shape[0] == 0 or b.shape[1] == 0:
+        return
+    read = takes_tma(a, b, y, aux, config.get("tma"), traced=wrap is not None)
+    if read is not None:
+        from tilemm.engine import epilogue_tma_launch     # (Triton loads on first use)
+        epilogue_tma_launch.launch(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
+                                   alpha, beta, config["tma_tiles"], wrap)
+    else:
+        launch_pointers(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config, wrap)
+
+
+def takes_tma(a, b, y, aux, tma, traced: bool = False):
+    """(A's rows, A_T, B's rows, B_T) where the product takes the TMA program (see the module's
+    rule; A's rows: A, or A^T when A_T; B's: B, or B^T when B_T), else None. traced: inside a
+    compiled graph (fake tensors: no address to check; the program then makes its descriptors)."""
+    if tma is False or a.element_size() != 2 or a.shape[1] == 0 or y.stride(1) != 1:
+        return None
+    if aux is not None and aux.stride(1) != 1:
+        return None
+    if traced and not device_descriptors():
+        return None
+    if tma is None and not large_enough(int(a.shape[0]), int(b.shape[1]), int(a.shape[1])):
+        return None
+    a_rows = tma_rows(a, traced, prefer_transpose=False)
+    b_rows = tma_rows(b, traced, prefer_transpose=True)   # B^T's rows: K-major, as a Linear's weight
+    if a_rows is None or b_rows is None:
+        return None
+    return (*a_rows, *b_rows)
+
+
+def tma_rows(x, traced: bool, prefer_transpose: bool):
+    """(rows, transposed): x, or x^T where that is what has rows TMA reads (contiguous, 16-byte
+    aligned stride and start); None where neither has."""
+    def readable(t) -> bool:
+        aligned = traced or t.data_ptr() % 16 == 0
+        return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and aligned
+    order = ((x.T, True), (x, False)) if prefer_transpose else ((x, False), (x.T, True))
+    return next(((t, transposed) for t, transposed in order if readable(t)), None)
+
+
+@functools.lru_cache(maxsize=None)
+def device_descriptors() -> bool:
+    """Whether this Triton makes TMA descriptors inside a program (tl.make_tensor_descriptor)
+    and takes an allocator for their scratch (triton.set_allocator), on a Hopper GPU or later."""
+    import triton
+    import triton.language as tl
+    if not (hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")):
+        return False
+    return compat.triton_interpreter() or (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9)
+
+
+def launch_pointers(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
+                    config: dict, wrap=None) -> None:
+    """The pointer program (epilogue_kernel.py): any dtype of DTYPES, any strides, any K."""
+    from tilemm.engine.epilogue_kernel import matmul_epilogue_kernel    # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
-    if m == 0 or n == 0:
-        return
     grid = (-(-m // config["block_m"]) * -(-n // config["block_n"]),)
     wide = {torch.float32: 1, torch.float64: 2}.get(a.dtype, 0)
     program = matmul_epilogue_kernel if wrap is None else wrap(matmul_epilogue_kernel)
@@ -88,3 +165,4 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
                   BLOCK_M=config["block_m"],
                   BLOCK_N=config["block_n"], BLOCK_K=config["block_k"], GROUP_M=config["group_m"],
                   num_warps=config["num_warps"], num_stages=config["num_stages"])
+
