@@ -7,7 +7,8 @@ Which program (takes_tma): the persistent TMA program (epilogue_tma_kernel.py, r
 schedule) for float16 / bfloat16 operands that TMA can read as they are: A and B each with rows
 (or columns) contiguous, 16-byte aligned strides and start, Y's and AUX's rows contiguous, K >= 1,
 and (tma=None) a product past rung 10's POINTERS_UP_TO and FEW_TILES (where a launch's CPU time
-and a copy do not outweigh it); tma=True takes it at any size those operands allow. Everything
+does not outweigh it) and not skinny (M and N over 64: rung 10's rule, such a product is bound by
+reading the other operand, which the pointer program's many loads do faster); tma=True takes it at any size those operands allow. Everything
 else (float32, float64, other strides, K = 0, small products, tma=False) takes the pointer program
 (epilogue_kernel.py), which reads any strides. Inside a compiled graph (wrap given) the TMA
 program makes its descriptors itself (MAKE_DESCRIPTORS: torch's tracer of triton_ops holds no host
@@ -70,7 +71,7 @@ def checked_config(dtype: torch.dtype, params: tuple) -> dict:
             raise TypeError(f"epilogue: unknown parameter {name!r}; the fused-epilogue programs take "
                             f"{', '.join(CONFIG_KEYS)}")
         if name == "tma":
-            if value not in (None, True, False):
+            if value is not None and type(value) is not bool:
                 raise ValueError(f"epilogue: tma={value!r}; None, True or False")
         elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"epilogue: {name}={value!r}; a positive int")
@@ -115,7 +116,8 @@ def takes_tma(a, b, y, aux, tma, traced: bool = False):
         return None
     if traced and not device_descriptors():
         return None
-    if tma is None and not large_enough(int(a.shape[0]), int(b.shape[1]), int(a.shape[1])):
+    m, n = int(a.shape[0]), int(b.shape[1])
+    if tma is None and (min(m, n) <= 64 or not large_enough(m, n, int(a.shape[1]))):
         return None
     a_rows = tma_rows(a, traced, prefer_transpose=False)
     b_rows = tma_rows(b, traced, prefer_transpose=True)   # B^T's rows: K-major, as a Linear's weight
