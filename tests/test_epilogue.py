@@ -211,10 +211,10 @@ def test_the_tma_program_reads_either_layout_of_each_operand(layout, monkeypatch
 
 def test_the_tma_program_makes_its_descriptors_inside_a_compiled_graph(monkeypatch):
     """With wrap given (a triton_op's body), the program makes A's and B's descriptors from their
-    pointers (MAKE_DESCRIPTORS): the same answer."""
+    pointers (MAKE_DESCRIPTORS): the same answer (and two programs an SM: 8 walking 15 tiles)."""
     taken = program_taken(monkeypatch)
     a, b, bias, _, _, residual = tma_operands(40, 70, 48, torch.bfloat16, seed=9)
-    config = config_for(torch.bfloat16, dict(block_m=16, block_n=64, block_k=16, tma=True))
+    config = config_for(torch.bfloat16, dict(block_m=16, block_n=64, block_k=16, tma=True, programs_per_sm=2))
     y, aux = fused.forward(a, b, bias, False, None, residual, "gelu", 1.0, 0.0, fused.TRITON, config, True,
                            wrap=lambda program: program)
     ref_y, ref_z = reference(a, b, bias, False, None, residual, "gelu", 1.0, 0.0)

@@ -21,25 +21,27 @@ import functools
 import torch
 
 from tilemm.system import compat
-from tilemm.engine.tensorcore_launch import takes_tma as large_enough
+from tilemm.engine.tensorcore_launch import default_tiles, takes_tma as large_enough
 
 ACTIVATION_CODES = {None: 0, "identity": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
-# Tiles, warps and stages by the operands' dtype ("16-bit TMA": the persistent TMA program's);
-# benchmarks/fused_linear.py --quick times the candidates (TMA_CANDIDATES) at MLP shapes on a GPU
-# and prints the winner in this form.
+# Tiles, warps and stages by the operands' dtype. "16-bit TMA", the persistent TMA program's: what
+# it names, else rung 10's tiles for the shape (tensorcore_launch.default_tiles: 128 x 256 x 64, 8
+# warps, 4 stages at MLP shapes) and group_m 8. benchmarks/fused_linear.py --sweep times the
+# candidates (TMA_CANDIDATES) at an MLP shape on a GPU and prints the winner in this form.
 EPILOGUE_CONFIGS = {
-    "16-bit TMA": dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4),
+    "16-bit TMA": {},
     "16-bit": dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3),   # fused_linear.py --quick, H200
     "float32": dict(block_m=64, block_n=64, block_k=32, group_m=8, num_warps=4, num_stages=3),
     "float64": dict(block_m=32, block_n=32, block_k=16, group_m=8, num_warps=4, num_stages=2),
 }
-TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=g, num_warps=w, num_stages=s)
-                  for bm, bn, bk, g, w, s in ((128, 256, 64, 8, 8, 4), (128, 256, 64, 8, 8, 3), (128, 256, 64, 16, 8, 4),
-                                              (256, 128, 64, 8, 8, 4), (128, 128, 64, 8, 4, 4), (128, 128, 64, 8, 8, 5),
-                                              (128, 256, 32, 8, 8, 6), (128, 128, 128, 8, 8, 3))]
+# (two programs an SM: where their shared memory, under half an SM's 228 KB, and registers fit)
+TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=w, num_stages=s, programs_per_sm=p)
+                  for bm, bn, bk, w, s, p in ((128, 256, 64, 8, 4, 1), (128, 256, 64, 8, 3, 1), (256, 128, 64, 8, 4, 1),
+                                              (128, 128, 64, 4, 4, 1), (128, 128, 64, 4, 3, 2), (128, 128, 64, 8, 3, 2),
+                                              (64, 256, 32, 4, 4, 2), (128, 128, 32, 4, 5, 2))]
 TILE_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
-CONFIG_KEYS = TILE_KEYS + ("tma",)
+CONFIG_KEYS = TILE_KEYS + ("programs_per_sm", "tma")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -49,8 +51,9 @@ def dtype_group(dtype: torch.dtype) -> str:
 
 def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:
     """The programs' configuration for operands of this dtype: the pointer program's tiles
-    (EPILOGUE_CONFIGS' for the dtype), "tma_tiles" the TMA program's ("16-bit TMA"), the tile
-    parameters of params (block_m=..., num_warps=...) replacing both's, and "tma" (None: by the
+    (EPILOGUE_CONFIGS' for the dtype), "tma_tiles" the TMA program's ("16-bit TMA": those it
+    names; the launch takes the rest from the shape), the tile parameters of params (block_m=...,
+    num_warps=...) replacing both's, and "tma" (None: by the
     product, True: the TMA program wherever it can read the operands, False: never). TypeError
     for a name not a parameter, ValueError for a tile that is not a power of two of 16 or more
     (tl.dot's smallest). The dict is shared: read it only."""
@@ -77,7 +80,8 @@ def checked_config(dtype: torch.dtype, params: tuple) -> dict:
             raise ValueError(f"epilogue: {name}={value!r}; a positive int")
         else:
             tma_tiles[name] = value
-        config[name] = value
+        if name != "programs_per_sm":               # (the TMA program's alone)
+            config[name] = value
     for name in ("block_m", "block_n", "block_k"):
         size = config[name]
         if size < 16 or size & (size - 1):
@@ -100,8 +104,10 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
     read = takes_tma(a, b, y, aux, config.get("tma"), traced=wrap is not None)
     if read is not None:
         from tilemm.engine import epilogue_tma_launch     # (Triton loads on first use)
+        m, n, k = (int(size) for size in (a.shape[0], b.shape[1], a.shape[1]))
+        tiles = {**default_tiles(m, n, k), "group_m": 8, **config["tma_tiles"]}
         epilogue_tma_launch.launch(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
-                                   alpha, beta, config["tma_tiles"], wrap)
+                                   alpha, beta, tiles, wrap)
     else:
         launch_pointers(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config, wrap)
 

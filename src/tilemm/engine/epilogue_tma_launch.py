@@ -13,13 +13,15 @@ def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool
            alpha: float, beta: float, tiles: dict, wrap=None) -> None:
     """y = activation(alpha * A @ B + beta * c + bias) + residual (Z into aux where given) by the
     persistent TMA program. a_rows: A, or A^T where a_t (rows TMA reads); b_rows: B, or B^T where
-    b_t. tiles: block_m, block_n, block_k, group_m, num_warps, num_stages. wrap: as
-    launch_epilogue's (then the program makes its descriptors from the operands' pointers)."""
+    b_t. tiles: block_m, block_n, block_k, group_m, num_warps, num_stages, and programs_per_sm
+    (1 where absent: two let one program's epilogue run while the other's tensor cores work, where
+    their shared memory and registers fit twice on an SM). wrap: as launch_epilogue's (then the
+    program makes its descriptors from the operands' pointers)."""
     from tilemm.engine.epilogue_tma_kernel import matmul_epilogue_persistent   # Triton loads on first use
     m, n = y.shape
     k = a_rows.shape[0] if a_t else a_rows.shape[1]
     block_m, block_n, block_k = tiles["block_m"], tiles["block_n"], tiles["block_k"]
-    sms = availability.multiprocessors()
+    sms = availability.multiprocessors() * tiles.get("programs_per_sm", 1)
     if wrap is None:
         from triton.tools.tensor_descriptor import TensorDescriptor
         a_in = TensorDescriptor.from_tensor(a_rows, [block_k, block_m] if a_t else [block_m, block_k])
@@ -29,7 +31,7 @@ def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool
     else:
         ensure_allocator()
         a_in, b_in = a_rows, b_rows
-        programs = sms          # a traced shape may be symbolic: every SM, those past the tiles end at once
+        programs = sms          # a traced shape may be symbolic: every SM's, those past the tiles end at once
         program = wrap(matmul_epilogue_persistent)
     program[(programs,)](
         a_in, b_in, y, aux, bias, c, residual, m, n, k, a_rows.stride(0), b_rows.stride(0), y.stride(0),
