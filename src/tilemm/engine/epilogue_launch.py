@@ -4,15 +4,17 @@ launches. The checks of the operands are the caller's (tilemm.epilogue_args); th
 launches.
 
 Which program (takes_tma): the persistent TMA program (epilogue_tma_kernel.py, rung 10's
-schedule) for float16 / bfloat16 operands that TMA can read as they are: A and B each with rows
-(or columns) contiguous, 16-byte aligned strides and start, Y's and AUX's rows contiguous, K >= 1,
-and (tma=None) a product past rung 10's POINTERS_UP_TO and FEW_TILES (where a launch's CPU time
-does not outweigh it) and not skinny (M and N over 64: rung 10's rule, such a product is bound by
-reading the other operand, which the pointer program's many loads do faster); tma=True takes it at any size those operands allow. Everything
-else (float32, float64, other strides, K = 0, small products, tma=False) takes the pointer program
-(epilogue_kernel.py), which reads any strides. Inside a compiled graph (wrap given) the TMA
-program makes its descriptors itself (MAKE_DESCRIPTORS: torch's tracer of triton_ops holds no host
-descriptors) where this Triton has tl.make_tensor_descriptor and an allocator for its scratch.
+schedule) for float16 / bfloat16 operands that TMA can read as they are (A and B each with rows,
+or columns, contiguous, their strides and start 16-byte aligned; Y's and AUX's rows contiguous;
+K >= 1), on a Hopper GPU or newer (or under Triton's interpreter), where tma=None and the product
+is past rung 10's POINTERS_UP_TO and FEW_TILES (a launch's CPU time outweighs the gain under them)
+and not skinny (M and N over 64: rung 10's rule; such a product is bound by reading the other
+operand, which the pointer program's many loads do faster), or where tma=True at any size.
+Everything else (float32, float64, other strides, K = 0, small or skinny products, older GPUs,
+tma=False) takes the pointer program (epilogue_kernel.py), which reads any strides. Inside a
+compiled graph (wrap given) the TMA program makes its descriptors itself (MAKE_DESCRIPTORS:
+torch's tracer of triton_ops holds no host descriptors, torch 2.11 and 2.13 alike) where this
+Triton has tl.make_tensor_descriptor and an allocator for their scratch; else the pointer program.
 """
 from __future__ import annotations
 
@@ -120,7 +122,7 @@ def takes_tma(a, b, y, aux, tma, traced: bool = False):
         return None
     if aux is not None and aux.stride(1) != 1:
         return None
-    if traced and not device_descriptors():
+    if not tma_here() or traced and not device_descriptors():
         return None
     m, n = int(a.shape[0]), int(b.shape[1])
     if tma is None and (min(m, n) <= 64 or not large_enough(m, n, int(a.shape[1]))):
@@ -142,15 +144,26 @@ def tma_rows(x, traced: bool, prefer_transpose: bool):
     return next(((t, transposed) for t, transposed in order if readable(t)), None)
 
 
+def tma_here() -> bool:
+    """Whether the TMA program runs here: Triton's interpreter, or a GPU of compute capability
+    9.0 or newer (Hopper's copy engine; the current device's, as Triton launches on it)."""
+    if compat.triton_interpreter():
+        return True
+    return torch.cuda.is_available() and capability_major(torch.cuda.current_device()) >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def capability_major(device: int) -> int:
+    return torch.cuda.get_device_capability(device)[0]
+
+
 @functools.lru_cache(maxsize=None)
 def device_descriptors() -> bool:
     """Whether this Triton makes TMA descriptors inside a program (tl.make_tensor_descriptor)
-    and takes an allocator for their scratch (triton.set_allocator), on a Hopper GPU or later."""
+    and takes an allocator for their scratch (triton.set_allocator)."""
     import triton
     import triton.language as tl
-    if not (hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")):
-        return False
-    return compat.triton_interpreter() or (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9)
+    return hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")
 
 
 def launch_pointers(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,

@@ -46,10 +46,10 @@ def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool
 def store_alignment(y, aux) -> int:
     """The largest power of two up to 8 dividing Y's (and AUX's) width and row strides (1 where a
     traced shape is symbolic): the program stores rows that many elements at a time."""
-    try:
-        return min(c_alignment(t) for t in (y, aux) if t is not None)
-    except TypeError:
+    given = [t for t in (y, aux) if t is not None]
+    if not all(type(v) is int for t in given for v in (*t.shape, *t.stride())):
         return 1
+    return min(c_alignment(t) for t in given)
 
 
 def ensure_allocator() -> None:
