@@ -7,11 +7,12 @@ it is timed; the variants are timed in interleaved rounds.
 
     PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --set tuning --quick
     PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --set held-out --quick
-    PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --sweep      # the TMA program's tiles
+    PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --sweep --candidates 0 1 2 3   # TMA tiles
 
 --quick: fewer and shorter rounds, and no compiled tilemm variant (each finishes in about 2
 minutes on an H200, compiles included). --sweep times the persistent TMA program's candidate
-configurations (epilogue_launch.TMA_CANDIDATES) on the tuning shapes' three products (forward with
+configurations (epilogue_launch.TMA_CANDIDATES, or those numbered by --candidates: each costs
+three compiles) on the tuning shapes' three products (forward with
 bias + GELU and its AUX, dX, dW: the layouts a Linear's backward gives) next to the pointer
 program's configuration and cuBLAS's mm, and prints the winner as EPILOGUE_CONFIGS' entry.
 Records: OUT/fused_linear.jsonl, each with the machine's stamp.
@@ -156,7 +157,7 @@ def sweep(args, stamp, path):
         ref = reference(x, w, b, g)
         ref_y, ref_dx, ref_dw = ref[0], g.float() @ w.float(), g.float().T @ x.float()
         del ref
-        configs = {f"tma {i}": {"tma": True, "tma_tiles": c} for i, c in enumerate(epilogue_launch.TMA_CANDIDATES)}
+        configs = {f"tma {i}": {"tma": True, "tma_tiles": epilogue_launch.TMA_CANDIDATES[i]} for i in args.candidates}
         configs["pointers"] = {**epilogue_launch.EPILOGUE_CONFIGS["16-bit"], "tma": False}
         launchers = {}
         for label, config in configs.items():
@@ -202,7 +203,8 @@ def sweep(args, stamp, path):
 
 
 def main():
-    args = harness.arguments(set="tuning", rounds=5, per_round=0.3, prewarm=5.0, quick=False, sweep=False)
+    args = harness.arguments(set="tuning", rounds=5, per_round=0.3, prewarm=5.0, quick=False, sweep=False,
+                             candidates=list(range(len(epilogue_launch.TMA_CANDIDATES))))
     if args.set not in SETS:
         raise SystemExit(f"--set: {', '.join(SETS)}, not {args.set!r}")
     if args.quick:
