@@ -244,6 +244,26 @@ def tma_taken(monkeypatch):
     return taken
 
 
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's walk of the TMA program (on the GPU: the test below)")
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_linear_by_the_tma_program_forward_and_backward_against_float64(activation, monkeypatch):
+    """tma=True under Triton's interpreter: the forward (B = weight^T read K-major) and both
+    backward products (dX = dZ @ W; dW = dZ^T @ X, dZ^T read through a descriptor of dZ) by the
+    persistent TMA program, no copy; values and every gradient against float64 autograd."""
+    taken = tma_taken(monkeypatch)
+    g = torch.Generator().manual_seed(7)
+    x, w, b = (torch.randn(s, generator=g).bfloat16().requires_grad_() for s in ((40, 48), (64, 48), (64,)))
+    y = tilemm.linear(x, w, b, activation, kernel="tensorcore", tma=True, block_m=16, block_n=32, block_k=16)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = activate_torch(F.linear(x64, w64, b64), activation)
+    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad(y, (x, w, b), grad.bfloat16())
+    want = torch.autograd.grad(ref, (x64, w64, b64), grad)
+    assert taken == [(False, True), (False, False), (True, False)]
+    assert relative(y, ref) <= 1e-2 and all(relative(a, e) <= 2e-2 for a, e in zip(got, want))
+    assert got[1].is_contiguous()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation", ["gelu", "silu"])
 def test_gpu_linear_by_the_tma_program_forward_and_backward(activation, monkeypatch):
