@@ -21,17 +21,17 @@ def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool
     m, n = y.shape
     k = a_rows.shape[0] if a_t else a_rows.shape[1]
     block_m, block_n, block_k = tiles["block_m"], tiles["block_n"], tiles["block_k"]
-    sms = availability.multiprocessors() * tiles.get("programs_per_sm", 1)
+    slots = availability.multiprocessors() * tiles.get("programs_per_sm", 1)     # programs the SMs hold at once
     if wrap is None:
         from triton.tools.tensor_descriptor import TensorDescriptor
         a_in = TensorDescriptor.from_tensor(a_rows, [block_k, block_m] if a_t else [block_m, block_k])
         b_in = TensorDescriptor.from_tensor(b_rows, [block_n, block_k] if b_t else [block_k, block_n])
-        programs = min(sms, -(-m // block_m) * -(-n // block_n))
+        programs = min(slots, -(-m // block_m) * -(-n // block_n))
         program = matmul_epilogue_persistent
     else:
         ensure_allocator()
         a_in, b_in = a_rows, b_rows
-        programs = sms          # a traced shape may be symbolic: every SM's, those past the tiles end at once
+        programs = slots        # a traced shape may be symbolic: every slot, those past the tiles end at once
         program = wrap(matmul_epilogue_persistent)
     program[(programs,)](
         a_in, b_in, y, aux, bias, c, residual, m, n, k, a_rows.stride(0), b_rows.stride(0), y.stride(0),
