@@ -236,6 +236,7 @@ def test_which_program_a_product_takes():
     assert takes_tma(narrow, w.T[:4092], y, None, True) is None
     assert takes_tma(a[:, :4092], narrow.T, y[:, :4092], None, True) is None
     assert takes_tma(a[:, 1:4089], w.T[1:4089], y, None, True) is None       # starts 2 bytes in
+    assert takes_tma(a[:, 1:4089], w.T[1:4089], y, None, True, traced=True) is None     # an op's body too
     assert takes_tma(a[:, :0], w.T[:0], y, None, True) is None               # K = 0
     assert takes_tma(a[:64], w.T, y[:64], None, None) is None                # skinny: pointers
     assert takes_tma(a[:256, :256], w.T[:256, :256], y[:256, :256], None, None) is None   # 2^24 multiply-adds

@@ -117,7 +117,7 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
 def takes_tma(a, b, y, aux, tma, traced: bool = False):
     """(A's rows, A_T, B's rows, B_T) where the product takes the TMA program (see the module's
     rule; A's rows: A, or A^T when A_T; B's: B, or B^T when B_T), else None. traced: inside a
-    compiled graph (fake tensors: no address to check; the program then makes its descriptors)."""
+    triton_op's body (the program then makes its descriptors)."""
     if tma is False or a.element_size() != 2 or a.shape[1] == 0 or y.stride(1) != 1:
         return None
     if aux is not None and aux.stride(1) != 1:
@@ -127,21 +127,29 @@ def takes_tma(a, b, y, aux, tma, traced: bool = False):
     m, n = int(a.shape[0]), int(b.shape[1])
     if tma is None and (min(m, n) <= 64 or not large_enough(m, n, int(a.shape[1]))):
         return None
-    a_rows = tma_rows(a, traced, prefer_transpose=False)
-    b_rows = tma_rows(b, traced, prefer_transpose=True)   # B^T's rows: K-major, as a Linear's weight
+    a_rows = tma_rows(a, prefer_transpose=False)
+    b_rows = tma_rows(b, prefer_transpose=True)   # B^T's rows: K-major, as a Linear's weight
     if a_rows is None or b_rows is None:
         return None
     return (*a_rows, *b_rows)
 
 
-def tma_rows(x, traced: bool, prefer_transpose: bool):
+def tma_rows(x, prefer_transpose: bool):
     """(rows, transposed): x, or x^T where that is what has rows TMA reads (contiguous, 16-byte
     aligned stride and start); None where neither has."""
     def readable(t) -> bool:
-        aligned = traced or t.data_ptr() % 16 == 0
-        return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and aligned
+        return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and start_aligned(t)
     order = ((x.T, True), (x, False)) if prefer_transpose else ((x, False), (x.T, True))
     return next(((t, transposed) for t, transposed in order if readable(t)), None)
+
+
+def start_aligned(t) -> bool:
+    """Whether t starts 16-byte aligned; True for a traced tensor, which has no address (the
+    compiled graph's buffers are aligned, and Inductor copies inputs that are not)."""
+    try:
+        return t.data_ptr() % 16 == 0
+    except (RuntimeError, NotImplementedError):
+        return True
 
 
 def tma_here() -> bool:
