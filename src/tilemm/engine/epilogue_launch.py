@@ -106,12 +106,19 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
     read = takes_tma(a, b, y, aux, config.get("tma"), traced=wrap is not None)
     if read is not None:
         from tilemm.engine import epilogue_tma_launch     # (Triton loads on first use)
-        m, n, k = (int(size) for size in (a.shape[0], b.shape[1], a.shape[1]))
-        tiles = {**default_tiles(m, n, k), "group_m": 8, **config["tma_tiles"]}
+        tiles = tma_tiles(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()))
         epilogue_tma_launch.launch(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
                                    alpha, beta, tiles, wrap)
     else:
         launch_pointers(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config, wrap)
+
+
+@functools.lru_cache(maxsize=1024)
+def tma_tiles(m: int, n: int, k: int, given: tuple) -> dict:
+    """The TMA program's tiles for this shape: those given (EPILOGUE_CONFIGS["16-bit TMA"] and the
+    caller's), the rest rung 10's for the shape and group_m 8 (remembered: a model asks again and
+    again). The dict is shared: read it only."""
+    return {**default_tiles(m, n, k), "group_m": 8, **dict(given)}
 
 
 def takes_tma(a, b, y, aux, tma, traced: bool = False):
@@ -136,11 +143,17 @@ def takes_tma(a, b, y, aux, tma, traced: bool = False):
 
 def tma_rows(x, prefer_transpose: bool):
     """(rows, transposed): x, or x^T where that is what has rows TMA reads (contiguous, 16-byte
-    aligned stride and start); None where neither has."""
-    def readable(t) -> bool:
-        return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and start_aligned(t)
-    order = ((x.T, True), (x, False)) if prefer_transpose else ((x, False), (x.T, True))
-    return next(((t, transposed) for t, transposed in order if readable(t)), None)
+    aligned stride and start); None where neither has. (Read off the strides: a call's CPU time
+    counts next to a small product's GPU time.)"""
+    s0, s1 = x.stride()
+    size = x.element_size()
+    rows = s1 == 1 and (s0 * size) % 16 == 0            # x's rows
+    columns = s0 == 1 and (s1 * size) % 16 == 0         # x^T's rows
+    if not (rows or columns) or not start_aligned(x):
+        return None
+    if columns and (prefer_transpose or not rows):
+        return x.T, True
+    return x, False
 
 
 def start_aligned(t) -> bool:

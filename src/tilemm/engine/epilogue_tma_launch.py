@@ -46,8 +46,8 @@ def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool
 def store_alignment(y, aux) -> int:
     """The largest power of two up to 8 dividing Y's (and AUX's) width and row strides (1 where a
     traced shape is symbolic): the program stores rows that many elements at a time."""
-    given = [t for t in (y, aux) if t is not None]
-    if not all(type(v) is int for t in given for v in (*t.shape, *t.stride())):
+    given = (y,) if aux is None else (y, aux)
+    if not all(type(t.shape[1]) is int and type(t.stride(0)) is int for t in given):
         return 1
     return min(c_alignment(t) for t in given)
 
