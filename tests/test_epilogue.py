@@ -145,7 +145,8 @@ def test_numpy_operands_against_float64(activation):
     (lambda a, b: tilemm.matmul_epilogue(a, b.T), ValueError, "core dimension"),
     (lambda a, b: tilemm.matmul_epilogue(a, b, kernel="cpu-tiled"), ValueError, "has no fused epilogue"),
     (lambda a, b: tilemm.matmul_epilogue(a, b, kernel="tensorcore", block_m=24), ValueError, "block_m=24"),
-    (lambda a, b: tilemm.matmul_epilogue(a, b, kernel="tensorcore", tma=True), TypeError, "'tma'"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b, kernel="tensorcore", split_k=2), TypeError, "'split_k'"),
+    (lambda a, b: tilemm.matmul_epilogue(a, b, kernel="tensorcore", tma=1), ValueError, "tma=1"),
     (lambda a, b: tilemm.matmul_epilogue(a.numpy(), b.numpy(), kernel="tensorcore"), ValueError, "NumPy operands"),
     (lambda a, b: tilemm.matmul_epilogue(a.numpy(), b), TypeError, "every operand is a NumPy array"),
     (lambda a, b: tilemm.matmul_epilogue(a.int(), b.int()), TypeError, "float tensors"),
@@ -156,7 +157,105 @@ def test_bad_input_is_refused_before_any_work(call, error, words):
     assert words in str(info.value)
 
 
+# ---------------------------------------------------------------- the persistent TMA program
+
+def tma_operands(m, n, k, dtype, seed=7):
+    """A row-major, B a Linear's weight transposed (B^T's rows K-major), rows 16-byte aligned."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g, dtype=torch.float64).to(dtype)
+    b = torch.randn(n, k, generator=g, dtype=torch.float64).to(dtype).T
+    bias_n, bias_m = (torch.randn(s, generator=g, dtype=torch.float64).to(dtype) for s in (n, m))
+    c, residual = (torch.randn(m, n, generator=g, dtype=torch.float64).to(dtype) for _ in range(2))
+    return tuple(t.to(DEVICE) for t in (a, b, bias_n, bias_m, c, residual))
+
+
+def program_taken(monkeypatch):
+    """A list that gets one entry per launch of the TMA program (its A_T and B_T)."""
+    from tilemm.engine import epilogue_tma_launch
+    taken, launch = [], epilogue_tma_launch.launch
+
+    def spy(a_rows, a_t, b_rows, b_t, *rest, **kw):
+        taken.append((a_t, b_t))
+        return launch(a_rows, a_t, b_rows, b_t, *rest, **kw)
+    monkeypatch.setattr(epilogue_tma_launch, "launch", spy)
+    return taken
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("activation", ["gelu", "silu", "relu"])
+def test_the_tma_program_s_epilogue_against_float64(activation, dtype, monkeypatch):
+    """tma=True at ragged M and N (tiles of 16 x 64 over 40 x 70, K = 48 in steps of 16), every
+    operand of the epilogue given: Y and AUX within a rounding of the dtype, by the TMA program
+    (its tile loop walked: 4 programs, 15 tiles), B read K-major (B_T)."""
+    taken = program_taken(monkeypatch)
+    a, b, bias, _, c, residual = tma_operands(40, 70, 48, dtype)
+    y, aux = fused.forward(a, b, bias, False, c, residual, activation, 0.5, 2.0, fused.TRITON,
+                           config_for(dtype, dict(block_m=16, block_n=64, block_k=16, tma=True)), True)
+    ref_y, ref_z = reference(a, b, bias, False, c, residual, activation, 0.5, 2.0)
+    assert taken == [(False, True)]
+    assert relative(y, ref_y) <= TOLERANCE[dtype] and relative(aux, ref_z) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
+def test_the_tma_program_reads_either_layout_of_each_operand(layout, monkeypatch):
+    """A column-major A (a descriptor of A^T: A_T), a row-major B (B_T False), a bias over M."""
+    taken = program_taken(monkeypatch)
+    a, b, _, bias_m, _, _ = tma_operands(48, 80, 32, torch.float16, seed=8)
+    a = a.T.contiguous().T if layout[0] == "t" else a.contiguous()
+    b = b.contiguous() if layout[1] == "n" else b
+    y, _ = fused.forward(a, b, bias_m, True, None, None, "gelu_tanh", 1.0, 0.0, fused.TRITON,
+                         config_for(torch.float16, dict(block_m=16, block_n=64, block_k=16, tma=True)), False)
+    assert taken == [(layout[0] == "t", layout[1] == "t")]
+    assert relative(y, reference(a, b, bias_m, True, None, None, "gelu_tanh", 1.0, 0.0)[0]) <= 2e-3
+
+
+def test_the_tma_program_makes_its_descriptors_inside_a_compiled_graph(monkeypatch):
+    """With wrap given (a triton_op's body), the program makes A's and B's descriptors from their
+    pointers (MAKE_DESCRIPTORS): the same answer (and two programs an SM: 8 walking 15 tiles)."""
+    taken = program_taken(monkeypatch)
+    a, b, bias, _, _, residual = tma_operands(40, 70, 48, torch.bfloat16, seed=9)
+    config = config_for(torch.bfloat16, dict(block_m=16, block_n=64, block_k=16, tma=True, programs_per_sm=2))
+    y, aux = fused.forward(a, b, bias, False, None, residual, "gelu", 1.0, 0.0, fused.TRITON, config, True,
+                           wrap=lambda program: program)
+    ref_y, ref_z = reference(a, b, bias, False, None, residual, "gelu", 1.0, 0.0)
+    assert taken == [(False, True)]
+    assert relative(y, ref_y) <= 1e-2 and relative(aux, ref_z) <= 1e-2
+
+
+def test_which_program_a_product_takes():
+    """The TMA program for 16-bit operands whose rows TMA reads (a large product, or tma=True);
+    the pointer program for float32, rows not 16-byte aligned, K = 0, tma=False, small products."""
+    from tilemm.engine.epilogue_launch import takes_tma
+    a, w = torch.empty(4096, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
+    y = torch.empty(4096, 4096, dtype=torch.bfloat16)
+    assert takes_tma(a, w.T, y, None, None)[1::2] == (False, True)
+    assert takes_tma(a.T, w, y, y, None)[1::2] == (True, False)
+    assert takes_tma(a, w.T, y, None, False) is None
+    assert takes_tma(a.float(), w.T.float(), y.float(), None, True) is None
+    narrow = torch.empty(4096, 4092, dtype=torch.bfloat16)                  # rows of 8184 bytes
+    assert takes_tma(narrow, w.T[:4092], y, None, True) is None
+    assert takes_tma(a[:, :4092], narrow.T, y[:, :4092], None, True) is None
+    assert takes_tma(a[:, 1:4089], w.T[1:4089], y, None, True) is None       # starts 2 bytes in
+    assert takes_tma(a[:, 1:4089], w.T[1:4089], y, None, True, traced=True) is None     # an op's body too
+    assert takes_tma(a[:, :0], w.T[:0], y, None, True) is None               # K = 0
+    assert takes_tma(a[:64], w.T, y[:64], None, None) is None                # skinny: pointers
+    assert takes_tma(a[:256, :256], w.T[:256, :256], y[:256, :256], None, None) is None   # 2^24 multiply-adds
+    assert takes_tma(a[:64], w.T, y[:64], None, True) is not None
+    assert takes_tma(a, w.T, y.T, None, True) is None                        # Y's rows not contiguous
+
+
 def test_opcheck_matmul_epilogue():
     a, b, bias, _, c, _ = (t.detach().requires_grad_() for t in operands(7, 9, 8, torch.float64, seed=6))
     torch.library.opcheck(torch.ops.tilemm.matmul_epilogue,
                           (a, b, bias, c, None, "silu", 2.0, 0.5, False, True, "tensorcore", "block_m=16"))
+
+
+def test_opcheck_matmul_epilogue_by_the_tma_program():
+    """The TMA program's operands are 16-bit: on the host, a traced call takes the library's route
+    (the interpreter runs no fake tensors), whose float16 sums round otherwise than the program's,
+    so AOTDispatcher's comparison of the two is left to the GPU's run of this file."""
+    a, b, bias, _, c, _ = (t.detach().requires_grad_() for t in tma_operands(32, 64, 16, torch.float16, seed=10))
+    checks = None if ON_GPU else ("test_schema", "test_autograd_registration", "test_faketensor")
+    torch.library.opcheck(torch.ops.tilemm.matmul_epilogue,
+                          (a, b, bias, c, None, "gelu", 1.0, 0.5, False, True, "tensorcore",
+                           "block_m=16;block_n=64;block_k=16;tma=1"), **({"test_utils": checks} if checks else {}))

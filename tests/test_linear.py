@@ -230,3 +230,75 @@ def test_gpu_inductor_graph_holds_the_program():
     y, code = run_and_get_code(compiled, x)
     assert "matmul_epilogue_kernel" in "\n".join(code)
     assert relative(y, ref(x)) <= 2e-2
+
+
+def tma_taken(monkeypatch):
+    """A list that gets (A_T, B_T) at each launch of the persistent TMA epilogue program."""
+    from tilemm.engine import epilogue_tma_launch
+    taken, launch = [], epilogue_tma_launch.launch
+
+    def spy(a_rows, a_t, b_rows, b_t, *rest, **kw):
+        taken.append((a_t, b_t))
+        return launch(a_rows, a_t, b_rows, b_t, *rest, **kw)
+    monkeypatch.setattr(epilogue_tma_launch, "launch", spy)
+    return taken
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's walk of the TMA program (on the GPU: the test below)")
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_linear_by_the_tma_program_forward_and_backward_against_float64(activation, monkeypatch):
+    """tma=True under Triton's interpreter: the forward (B = weight^T read K-major) and both
+    backward products (dX = dZ @ W; dW = dZ^T @ X, dZ^T read through a descriptor of dZ) by the
+    persistent TMA program, no copy; values and every gradient against float64 autograd."""
+    taken = tma_taken(monkeypatch)
+    g = torch.Generator().manual_seed(7)
+    x, w, b = (torch.randn(s, generator=g).bfloat16().requires_grad_() for s in ((40, 48), (64, 48), (64,)))
+    y = tilemm.linear(x, w, b, activation, kernel="tensorcore", tma=True, block_m=16, block_n=32, block_k=16)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = activate_torch(F.linear(x64, w64, b64), activation)
+    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad(y, (x, w, b), grad.bfloat16())
+    want = torch.autograd.grad(ref, (x64, w64, b64), grad)
+    assert taken == [(False, True), (False, False), (True, False)]
+    assert relative(y, ref) <= 1e-2 and all(relative(a, e) <= 2e-2 for a, e in zip(got, want))
+    assert got[1].is_contiguous()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["gelu", "silu"])
+def test_gpu_linear_by_the_tma_program_forward_and_backward(activation, monkeypatch):
+    """An MLP-sized Linear (1000 x 1536 x 512: past 2^28 multiply-adds) takes the persistent TMA
+    program by default, forward (B = weight^T read K-major) and both backward products (dX: dZ @ W,
+    dW^T: dZ^T @ X with dZ read M-major), none through a copy; each within bfloat16's rounding."""
+    taken = tma_taken(monkeypatch)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x, w, b = (torch.randn(s, generator=g, device="cuda").bfloat16().requires_grad_()
+               for s in ((1000, 512), (1536, 512), (1536,)))
+    y = tilemm.linear(x, w, b, activation, kernel="tensorcore")
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = activate_torch(F.linear(x64, w64, b64), activation)
+    grad = torch.randn(ref.shape, generator=g, device="cuda")
+    got = torch.autograd.grad(y, (x, w, b), grad.bfloat16())
+    want = torch.autograd.grad(ref, (x64, w64, b64), grad.double())
+    assert taken == [(False, True), (False, False), (True, False)]
+    assert relative(y, ref) <= 1e-2 and all(relative(a, e) <= 2e-2 for a, e in zip(got, want))
+    assert got[1].is_contiguous()
+
+
+@pytest.mark.gpu
+def test_gpu_inductor_graph_holds_the_tma_program():
+    """Under Inductor the TMA program runs inside the compiled graph, its descriptors made in the
+    program; forward and backward right."""
+    from torch._inductor.utils import run_and_get_code
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1536), torch.nn.GELU(), torch.nn.Linear(1536, 512)).cuda().bfloat16()
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    x = torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    compiled = torch.compile(model, fullgraph=True)
+    y, code = run_and_get_code(compiled, x)
+    assert "matmul_epilogue_persistent" in "\n".join(code)
+    assert relative(y, ref(x)) <= 2e-2
+    y.sum().backward()
+    want = torch.autograd.grad(ref(x).float().sum(), ref[0].weight)[0]
+    assert relative(model[0].weight.grad, want) <= 2e-2

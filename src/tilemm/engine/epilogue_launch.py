@@ -1,6 +1,21 @@
-"""The launcher of tilemm's fused-epilogue program (epilogue_kernel.py) on torch tensors: its tiles
-by dtype (configurations are data: EPILOGUE_CONFIGS), the grid, and the launch. The checks of the
-operands are the caller's (tilemm.epilogue_args); this module only launches."""
+"""The launchers of tilemm's fused-epilogue programs on torch tensors: which program a product
+takes, their tiles by dtype (configurations are data: EPILOGUE_CONFIGS), the grids, and the
+launches. The checks of the operands are the caller's (tilemm.epilogue_args); this module only
+launches.
+
+Which program (takes_tma): the persistent TMA program (epilogue_tma_kernel.py, rung 10's
+schedule) for float16 / bfloat16 operands that TMA can read as they are (A and B each with rows,
+or columns, contiguous, their strides and start 16-byte aligned; Y's and AUX's rows contiguous;
+K >= 1), on a Hopper GPU or newer (or under Triton's interpreter), where tma=None and the product
+is past rung 10's POINTERS_UP_TO and FEW_TILES (a launch's CPU time outweighs the gain under them)
+and not skinny (M and N over 64: rung 10's rule; such a product is bound by reading the other
+operand, which the pointer program's many loads do faster), or where tma=True at any size.
+Everything else (float32, float64, other strides, K = 0, small or skinny products, older GPUs,
+tma=False) takes the pointer program (epilogue_kernel.py), which reads any strides. Inside a
+compiled graph (wrap given) the TMA program makes its descriptors itself (MAKE_DESCRIPTORS:
+torch's tracer of triton_ops holds no host descriptors, torch 2.11 and 2.13 alike) where this
+Triton has tl.make_tensor_descriptor and an allocator for their scratch; else the pointer program.
+"""
 from __future__ import annotations
 
 import functools
@@ -8,21 +23,27 @@ import functools
 import torch
 
 from tilemm.system import compat
+from tilemm.engine.tensorcore_launch import default_tiles, takes_tma as large_enough
 
 ACTIVATION_CODES = {None: 0, "identity": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
-# Tiles, warps and stages by the operands' dtype; benchmarks/fused_linear.py --quick times the
-# candidates (CANDIDATE_CONFIGS) at MLP shapes on a GPU and prints the winner in this form.
+# Tiles, warps and stages by the operands' dtype. "16-bit TMA", the persistent TMA program's: what
+# it names, else rung 10's tiles for the shape (tensorcore_launch.default_tiles: 128 x 256 x 64, 8
+# warps, 4 stages at MLP shapes) and group_m 8. benchmarks/fused_linear.py --sweep times the
+# candidates (TMA_CANDIDATES) at an MLP shape on a GPU and prints the winner in this form.
 EPILOGUE_CONFIGS = {
-    "16-bit": dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3),   # fused_linear.py --quick, H200
+    "16-bit TMA": {},
+    "16-bit": dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3),   # the pointer program's best, H200
     "float32": dict(block_m=64, block_n=64, block_k=32, group_m=8, num_warps=4, num_stages=3),
     "float64": dict(block_m=32, block_n=32, block_k=16, group_m=8, num_warps=4, num_stages=2),
 }
-CANDIDATE_CONFIGS = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=w, num_stages=s)
-                     for bm, bn, bk, w, s in ((128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3),
-                                             (128, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
-                                             (256, 128, 64, 8, 3), (128, 128, 32, 4, 5), (64, 256, 32, 4, 4))]
-CONFIG_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
+# (two programs an SM: where their shared memory, under half an SM's 228 KB, and registers fit)
+TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=w, num_stages=s, programs_per_sm=p)
+                  for bm, bn, bk, w, s, p in ((128, 256, 64, 8, 4, 1), (128, 256, 64, 8, 3, 1), (256, 128, 64, 8, 4, 1),
+                                              (128, 128, 64, 4, 4, 1), (128, 128, 64, 4, 3, 2), (128, 128, 64, 8, 3, 2),
+                                              (64, 256, 32, 4, 4, 2), (128, 128, 32, 4, 5, 2))]
+TILE_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
+CONFIG_KEYS = TILE_KEYS + ("programs_per_sm", "tma")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -31,9 +52,13 @@ def dtype_group(dtype: torch.dtype) -> str:
 
 
 def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:
-    """The program's tiles for operands of this dtype: EPILOGUE_CONFIGS', any of them replaced by
-    params (block_m=..., num_warps=...). ValueError for a name not a tile parameter or a tile
-    that is not a power of two of 16 or more (tl.dot's smallest). The dict is shared: read it only."""
+    """The programs' configuration for operands of this dtype: the pointer program's tiles
+    (EPILOGUE_CONFIGS' for the dtype), "tma_tiles" the TMA program's ("16-bit TMA": those it
+    names; the launch takes the rest from the shape), the tile parameters of params (block_m=...,
+    num_warps=...) replacing both's, and "tma" (None: by the
+    product, True: the TMA program wherever it can read the operands, False: never). TypeError
+    for a name not a parameter, ValueError for a tile that is not a power of two of 16 or more
+    (tl.dot's smallest). The dict is shared: read it only."""
     try:
         return checked_config(dtype, tuple(sorted((params or {}).items())))
     except TypeError as e:
@@ -44,36 +69,130 @@ def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:
 
 @functools.lru_cache(maxsize=256)
 def checked_config(dtype: torch.dtype, params: tuple) -> dict:
-    config = dict(EPILOGUE_CONFIGS.get(dtype_group(dtype), EPILOGUE_CONFIGS["16-bit"]))
+    config = dict(EPILOGUE_CONFIGS.get(dtype_group(dtype), EPILOGUE_CONFIGS["16-bit"]), tma=None)
+    tma_tiles = dict(EPILOGUE_CONFIGS["16-bit TMA"])
     for name, value in params:
         if name not in CONFIG_KEYS:
-            raise TypeError(f"epilogue: unknown parameter {name!r}; the fused-epilogue program takes "
+            raise TypeError(f"epilogue: unknown parameter {name!r}; the fused-epilogue programs take "
                             f"{', '.join(CONFIG_KEYS)}")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if name == "tma":
+            if value is not None and type(value) is not bool:
+                raise ValueError(f"epilogue: tma={value!r}; None, True or False")
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"epilogue: {name}={value!r}; a positive int")
-        config[name] = value
+        else:
+            tma_tiles[name] = value
+        if name != "programs_per_sm":               # (the TMA program's alone)
+            config[name] = value
     for name in ("block_m", "block_n", "block_k"):
         size = config[name]
         if size < 16 or size & (size - 1):
             raise ValueError(f"epilogue: {name}={size}; tiles are powers of two, 16 or more (tl.dot's smallest)")
-    return config
+    return {**config, "tma_tiles": tma_tiles}
 
 
 def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
                     config: dict, wrap=None) -> None:
     """y = activation(alpha * a @ b + beta * c + bias) + residual, written into y (and the
     pre-activation into aux): 2-D torch tensors of one dtype on one device, bias 1-D (over y's
-    columns, or its rows where bias_over_m), aux, bias, c, residual None where absent. wrap:
-    torch.library.wrap_triton inside a triton_op (the compiled graph then holds the program), None
-    to launch it directly (eager)."""
-    from tilemm.engine.epilogue_kernel import matmul_epilogue_kernel    # Triton loads on first use
+    columns, or its rows where bias_over_m), aux, bias, c, residual None where absent. config:
+    config_for's. wrap: torch.library.wrap_triton inside a triton_op (the compiled graph then
+    holds the program), None to launch it directly (eager). The program: see takes_tma."""
     if wrap is None and a.is_cuda and a.device.index != torch.cuda.current_device():
         with torch.cuda.device(a.device):      # Triton launches on the current GPU: the operands' for the call
             return launch_epilogue(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config)
+    if a.shape[0] == 0 or b.shape[1] == 0:
+        return
+    read = takes_tma(a, b, y, aux, config.get("tma"), traced=wrap is not None)
+    if read is not None:
+        from tilemm.engine import epilogue_tma_launch     # (Triton loads on first use)
+        tiles = tma_tiles(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()))
+        epilogue_tma_launch.launch(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
+                                   alpha, beta, tiles, wrap)
+    else:
+        launch_pointers(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config, wrap)
+
+
+@functools.lru_cache(maxsize=1024)
+def tma_tiles(m: int, n: int, k: int, given: tuple) -> dict:
+    """The TMA program's tiles for this shape: those given (EPILOGUE_CONFIGS["16-bit TMA"] and the
+    caller's), the rest rung 10's for the shape and group_m 8 (remembered: a model asks again and
+    again). The dict is shared: read it only."""
+    return {**default_tiles(m, n, k), "group_m": 8, **dict(given)}
+
+
+def takes_tma(a, b, y, aux, tma, traced: bool = False):
+    """(A's rows, A_T, B's rows, B_T) where the product takes the TMA program (see the module's
+    rule; A's rows: A, or A^T when A_T; B's: B, or B^T when B_T), else None. traced: inside a
+    triton_op's body (the program then makes its descriptors)."""
+    if tma is False or a.element_size() != 2 or a.shape[1] == 0 or y.stride(1) != 1:
+        return None
+    if aux is not None and aux.stride(1) != 1:
+        return None
+    if not tma_here() or traced and not device_descriptors():
+        return None
+    m, n = int(a.shape[0]), int(b.shape[1])
+    if tma is None and (min(m, n) <= 64 or not large_enough(m, n, int(a.shape[1]))):
+        return None
+    a_rows = tma_rows(a, prefer_transpose=False)
+    b_rows = tma_rows(b, prefer_transpose=True)   # B^T's rows: K-major, as a Linear's weight
+    if a_rows is None or b_rows is None:
+        return None
+    return (*a_rows, *b_rows)
+
+
+def tma_rows(x, prefer_transpose: bool):
+    """(rows, transposed): x, or x^T where that is what has rows TMA reads (contiguous, 16-byte
+    aligned stride and start); None where neither has. (Read off the strides: a call's CPU time
+    counts next to a small product's GPU time.)"""
+    s0, s1 = x.stride()
+    size = x.element_size()
+    rows = s1 == 1 and (s0 * size) % 16 == 0            # x's rows
+    columns = s0 == 1 and (s1 * size) % 16 == 0         # x^T's rows
+    if not (rows or columns) or not start_aligned(x):
+        return None
+    if columns and (prefer_transpose or not rows):
+        return x.T, True
+    return x, False
+
+
+def start_aligned(t) -> bool:
+    """Whether t starts 16-byte aligned; True for a traced tensor, which has no address (the
+    compiled graph's buffers are aligned, and Inductor copies inputs that are not)."""
+    try:
+        return t.data_ptr() % 16 == 0
+    except (RuntimeError, NotImplementedError):
+        return True
+
+
+def tma_here() -> bool:
+    """Whether the TMA program runs here: Triton's interpreter, or a GPU of compute capability
+    9.0 or newer (Hopper's copy engine; the current device's, as Triton launches on it)."""
+    if compat.triton_interpreter():
+        return True
+    return torch.cuda.is_available() and capability_major(torch.cuda.current_device()) >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def capability_major(device: int) -> int:
+    return torch.cuda.get_device_capability(device)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def device_descriptors() -> bool:
+    """Whether this Triton makes TMA descriptors inside a program (tl.make_tensor_descriptor)
+    and takes an allocator for their scratch (triton.set_allocator)."""
+    import triton
+    import triton.language as tl
+    return hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")
+
+
+def launch_pointers(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
+                    config: dict, wrap=None) -> None:
+    """The pointer program (epilogue_kernel.py): any dtype of DTYPES, any strides, any K."""
+    from tilemm.engine.epilogue_kernel import matmul_epilogue_kernel    # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
-    if m == 0 or n == 0:
-        return
     grid = (-(-m // config["block_m"]) * -(-n // config["block_n"]),)
     wide = {torch.float32: 1, torch.float64: 2}.get(a.dtype, 0)
     program = matmul_epilogue_kernel if wrap is None else wrap(matmul_epilogue_kernel)
@@ -88,3 +207,4 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
                   BLOCK_M=config["block_m"],
                   BLOCK_N=config["block_n"], BLOCK_K=config["block_k"], GROUP_M=config["group_m"],
                   num_warps=config["num_warps"], num_stages=config["num_stages"])
+

@@ -1,7 +1,8 @@
 """One fused product on torch tensors, forward and backward, by one of two routes:
 
-- "triton": tilemm's fused-epilogue program (ladder/tensorcore/epilogue_kernel.py), one launch
-  that writes Y (and the pre-activation Z where the backward needs it);
+- "triton": tilemm's fused-epilogue programs (tilemm.engine.epilogue_launch: rung 10's persistent
+  TMA schedule where TMA reads the operands, else the pointer program), one launch that writes Y
+  (and the pre-activation Z where the backward needs it);
 - "library": torch's own operators (addmm / mm, the activation, the adds), what torch does, so
   that under torch.compile Inductor sees aten operators and does for them what it does for torch.
 

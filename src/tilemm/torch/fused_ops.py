@@ -25,12 +25,14 @@ from tilemm.engine.epilogue_launch import config_for
 
 
 def encode_config(params: dict) -> str:
-    """Tile parameters (ints) as the operators' string argument: "block_m=64;num_warps=4"."""
-    return ";".join(f"{name}={int(value)}" for name, value in sorted(params.items()))
+    """The programs' parameters (ints, and tma's bool) as the operators' string argument:
+    "block_m=64;num_warps=4;tma=1" (a None left out: the default)."""
+    return ";".join(f"{name}={int(value)}" for name, value in sorted(params.items()) if value is not None)
 
 
 def decode_config(text: str) -> dict:
-    return {name: int(value) for name, value in (item.split("=", 1) for item in text.split(";") if item)}
+    pairs = (item.split("=", 1) for item in text.split(";") if item)
+    return {name: bool(int(value)) if name == "tma" else int(value) for name, value in pairs}
 
 
 def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, save_aux, kernel, params):

@@ -1,0 +1,69 @@
+"""The launch of the persistent TMA epilogue program (epilogue_tma_kernel.py): its descriptors
+(made on the host, or in the program inside a compiled graph), its grid of one program an SM,
+and the allocator Triton asks for the scratch of descriptors made in the program. Which products
+take it is epilogue_launch.takes_tma's rule."""
+from __future__ import annotations
+
+from tilemm.system import compat
+from tilemm.engine import availability
+from tilemm.engine.operand_copies import c_alignment
+
+
+def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool, c, residual, activation: int,
+           alpha: float, beta: float, tiles: dict, wrap=None) -> None:
+    """y = activation(alpha * A @ B + beta * c + bias) + residual (Z into aux where given) by the
+    persistent TMA program. a_rows: A, or A^T where a_t (rows TMA reads); b_rows: B, or B^T where
+    b_t. tiles: block_m, block_n, block_k, group_m, num_warps, num_stages, and programs_per_sm
+    (1 where absent: two let one program's epilogue run while the other's tensor cores work, where
+    their shared memory and registers fit twice on an SM). wrap: as launch_epilogue's (then the
+    program makes its descriptors from the operands' pointers)."""
+    from tilemm.engine.epilogue_tma_kernel import matmul_epilogue_persistent   # Triton loads on first use
+    m, n = y.shape
+    k = a_rows.shape[0] if a_t else a_rows.shape[1]
+    block_m, block_n, block_k = tiles["block_m"], tiles["block_n"], tiles["block_k"]
+    slots = availability.multiprocessors() * tiles.get("programs_per_sm", 1)     # programs the SMs hold at once
+    if wrap is None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        a_in = TensorDescriptor.from_tensor(a_rows, [block_k, block_m] if a_t else [block_m, block_k])
+        b_in = TensorDescriptor.from_tensor(b_rows, [block_n, block_k] if b_t else [block_k, block_n])
+        programs = min(slots, -(-m // block_m) * -(-n // block_n))
+        program = matmul_epilogue_persistent
+    else:
+        ensure_allocator()
+        a_in, b_in = a_rows, b_rows
+        programs = slots        # a traced shape may be symbolic: every slot, those past the tiles end at once
+        program = wrap(matmul_epilogue_persistent)
+    program[(programs,)](
+        a_in, b_in, y, aux, bias, c, residual, m, n, k, a_rows.stride(0), b_rows.stride(0), y.stride(0),
+        aux.stride(0) if aux is not None else 0, bias.stride(0) if bias is not None else 0,
+        *(c.stride() if c is not None else (0, 0)), *(residual.stride() if residual is not None else (0, 0)),
+        float(alpha), float(beta), A_T=a_t, B_T=b_t, BIAS_OVER_M=bool(bias_over_m), ACTIVATION=activation,
+        UPCAST=compat.triton_interpreter(), MAKE_DESCRIPTORS=wrap is not None, Y_ALIGN=store_alignment(y, aux),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=tiles["group_m"], PROGRAMS=programs,
+        FLATTEN=True, num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+
+
+def store_alignment(y, aux) -> int:
+    """The largest power of two up to 8 dividing Y's (and AUX's) width and row strides (1 where a
+    traced shape is symbolic): the program stores rows that many elements at a time."""
+    given = (y,) if aux is None else (y, aux)
+    if not all(type(t.shape[1]) is int and type(t.stride(0)) is int for t in given):
+        return 1
+    return min(c_alignment(t) for t in given)
+
+
+def ensure_allocator() -> None:
+    """Descriptors made in a program need global scratch, which Triton asks its allocator for at
+    each launch: torch's caching allocator where none is set (one set by the caller, or by
+    Inductor, is kept)."""
+    import triton
+    from triton.runtime import _allocation
+    current = getattr(_allocation, "_allocator", None)
+    current = current.get() if hasattr(current, "get") else current
+    if current is None or type(current).__name__ == "NullAllocator":
+        triton.set_allocator(torch_scratch)
+
+
+def torch_scratch(size: int, alignment: int, stream):
+    import torch
+    return torch.empty(size, dtype=torch.int8, device="cuda")
