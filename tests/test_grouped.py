@@ -282,14 +282,16 @@ for split, ty, acc in ((1, "bf16", "*bf16"), (4, "i8", "*i32")):
     ptx = k.asm["ptx"]
     out[f"{split}-{ty}"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx, cp_async="cp.async" in ptx)
 from tilemm.ladder.tensorcore import r15_grouped_tma_kernel as t
+from tests.compiled import resource_usage
 names = list(inspect.signature(t.grouped_tma_kernel.fn).parameters)
 for ty, scaled in (("bf16", False), ("fp8e4nv", True)):     # float8 groups with block scales
     sig = {n: "i32" for n in names}
     sig.update(a_desc=f"tensordesc<{ty}[{p['block_m']}, {p['block_k']}]>", c_ptr="*bf16", offs_ptr="*i32",
+               a_short_desc=f"tensordesc<{ty}[{p['block_m'] // 2}, {p['block_k']}]>",
                b_desc=f"tensordesc<{ty}[{p['block_n']}, {p['block_k']}]>", sa_ptr="*fp32", sb_ptr="*fp32")
     const = dict(stride_cn=1, SPLIT=1, BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"],
-                 BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"], INTEGER=False, INPUT_PRECISION=None,
-                 SCALED=scaled)
+                 BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"], SMALL_M=p["block_m"] // 2, G_BLOCK=128,
+                 INTEGER=False, INPUT_PRECISION=None, SCALED=scaled)
     sig.update({n: "constexpr" for n in const})
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ["c_ptr", "offs_ptr", "stride_cm", "N", "K"]}
     k = triton.compile(ASTSource(fn=t.grouped_tma_kernel, signature=sig, constexprs=const, attrs=attrs),
@@ -297,7 +299,7 @@ for ty, scaled in (("bf16", False), ("fp8e4nv", True)):     # float8 groups with
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     ptx = k.asm["ptx"]
     out[f"tma-1-{ty}"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx,
-                              cp_async="cp.async.bulk.tensor" in ptx)
+                              cp_async="cp.async.bulk.tensor" in ptx, **resource_usage(k.asm["cubin"]))
 print(json.dumps(out))
 """
 

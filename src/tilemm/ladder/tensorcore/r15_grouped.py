@@ -41,7 +41,8 @@ from tilemm.ladder.record import Kernel, Param, Traffic, WholeNumbers, register
 from tilemm.engine import availability
 
 BLOCKS = (16, 32, 64, 128, 256)
-DEFAULTS = dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4, programs=None, tma=None)
+DEFAULTS = dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4, programs=None, tma=None,
+                small_m=None)
 # the interpreter's tiles: small, so the tests walk the tile loop at toy sizes
 INTERPRETER_TILES = dict(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=2)
 
@@ -63,7 +64,7 @@ def programs_for(tiles_bound: int, programs: int | None) -> int:
     return max(0, min(tiles_bound, programs or availability.multiprocessors()))
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, programs, tma):
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, programs, tma, small_m):
     """c = a @ b as a group of one (2-D torch tensors on one device)."""
     from tilemm.ladder.tensorcore.r15_grouped_kernel import BATCHED, launch
     m, n = c.shape
@@ -71,7 +72,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prog
         return
     tiles = -(-m // block_m) * -(-n // block_n)
     launch(a[None], b[None], c[None], None, BATCHED, 0, programs_for(tiles, programs), block_m, block_n, block_k,
-           group_m, num_warps, num_stages, tma)
+           group_m, num_warps, num_stages, tma, small_m=small_m)
 
 
 def traffic(p, block_m, block_n, **_):
@@ -100,6 +101,8 @@ PARAMS = (
     Param("programs", None, WholeNumbers(1, 65536), "persistent programs (None: one an SM)"),
     Param("tma", None, (None, False, True), "tiles brought in by TMA (the MoE forward layouts, both operands "
                                             "K-major; None: where the operands allow)"),
+    Param("small_m", None, (None, 16, 32, 64, 128), "rows of the TMA program's short tiles, a group's last rows "
+                                                   "where that few are left (None: block_m / 2; block_m: none)"),
 )
 
 KERNEL = register(Kernel(
