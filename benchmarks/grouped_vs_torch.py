@@ -40,12 +40,11 @@ HELD_OUT_NEW = [(*shape, kind, 200 + i)
                 for i, shape in enumerate([(16, 12288, 3072, 4096), (60, 8192, 2048, 1408), (96, 12288, 2560, 1536),
                                            (256, 16384, 7168, 2048)])
                 for kind in ("balanced", "zipf", "topk")]
-# --tune's grid: tall tiles, short tiles (small_m = block_m: none), warps and stages; the pointer program
-CONFIGS = [dict(block_m=bm, block_n=bn, small_m=sm, num_warps=w, num_stages=s)
-           for bm, bn, sm, w, s in ((128, 256, 64, 8, 4), (128, 256, 128, 8, 4), (128, 256, 64, 8, 3),
-                                    (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (64, 256, 64, 8, 4),
-                                    (64, 256, 64, 4, 4), (64, 128, 64, 4, 4), (128, 256, 32, 8, 4))]
-CONFIGS += [dict(block_m=128, block_n=256, num_warps=8, num_stages=4, tma=False)]
+# --tune's grid around the defaults ("tilemm": tall tiles 128 x 256, short tiles of 32 rows, 8 warps,
+# 4 stages): short tiles of 16 or 64 rows or none (small_m = block_m), 3 stages, other tall tiles,
+# and the pointer program
+CONFIGS = [dict(small_m=16), dict(small_m=64), dict(small_m=128), dict(num_stages=3),
+           dict(block_m=128, block_n=128), dict(block_m=64, block_n=256), dict(tma=False)]
 
 
 def routing(experts: int, rows: int, kind: str, seed: int) -> torch.Tensor:

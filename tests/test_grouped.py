@@ -92,6 +92,25 @@ def test_tma_program_reads_the_moe_forward_layouts(name, dtype):
     check(c, a, b, cut, counted)
 
 
+# rows a group: none, one, a short tile's (16) and one past it, a tall tile's (32) and one past, a tall and a short
+SHORT_TILE_GROUPS = [0, 1, 16, 17, 32, 33, 0, 48, 5, 0]
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int8])
+@pytest.mark.parametrize("programs,small_m", [(None, 16), (1, 16), (3, 16), (None, 32)])
+def test_tma_schedule_short_tiles_and_empty_groups(dtype, programs, small_m):
+    """The TMA program's scheduler: tall tiles of 32 rows, a group's last rows in a short tile of
+    16 (small_m=32: none), empty groups skipped; one program walking every tile, three, or one a tile."""
+    cut = torch.tensor(SHORT_TILE_GROUPS, dtype=torch.int32).cumsum(0).to(torch.int32)
+    rows = int(cut[-1])
+    a, b = operand((rows + 3, 48), dtype, 30), operand((len(cut), 40, 48), dtype, 31).mT   # 3 rows past offs[-1]
+    params = dict(block_m=32, block_n=16, block_k=16, num_warps=4, num_stages=2)
+    c = tilemm.grouped_matmul(a, b, cut, tma=True, small_m=small_m, programs=programs, **params)
+    check(c, a, b, cut)
+    assert not c[rows:].any(), "rows past offs[-1] stay zero"
+
+
 def test_tma_is_refused_where_an_operand_is_not_k_major():
     a, b = operand((6, 48), torch.float16, 20), operand((2, 48, 8), torch.float16, 21)
     with pytest.raises(ValueError, match="tma=True takes"):
@@ -237,6 +256,8 @@ BAD = [
      "no parameter"),
     ((torch.ones(6, 4, dtype=F16), torch.ones(2, 4, 3, dtype=F16), [2, 6]), dict(block_m=48), ValueError,
      "block_m=48"),
+    ((torch.ones(6, 4, dtype=F16), torch.ones(2, 4, 3, dtype=F16), [2, 6]), dict(block_m=32, small_m=64), ValueError,
+     "small_m=64 is more than block_m=32"),
 ]
 
 
@@ -290,7 +311,7 @@ for ty, scaled in (("bf16", False), ("fp8e4nv", True)):     # float8 groups with
                a_short_desc=f"tensordesc<{ty}[{p['block_m'] // 2}, {p['block_k']}]>",
                b_desc=f"tensordesc<{ty}[{p['block_n']}, {p['block_k']}]>", sa_ptr="*fp32", sb_ptr="*fp32")
     const = dict(stride_cn=1, SPLIT=1, BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"],
-                 BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"], SMALL_M=p["block_m"] // 2, G_BLOCK=128,
+                 BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"], SMALL_M=p["block_m"] // 2,
                  INTEGER=False, INPUT_PRECISION=None, SCALED=scaled)
     sig.update({n: "constexpr" for n in const})
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ["c_ptr", "offs_ptr", "stride_cm", "N", "K"]}

@@ -102,7 +102,7 @@ PARAMS = (
     Param("tma", None, (None, False, True), "tiles brought in by TMA (the MoE forward layouts, both operands "
                                             "K-major; None: where the operands allow)"),
     Param("small_m", None, (None, 16, 32, 64, 128), "rows of the TMA program's short tiles, a group's last rows "
-                                                   "where that few are left (None: block_m / 2; block_m: none)"),
+                                                   "where that few are left (None: 32, at most block_m; block_m: none)"),
 )
 
 KERNEL = register(Kernel(

@@ -121,7 +121,7 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
     (r15_grouped_tma_kernel) where its eligible() takes the operands (None), always (True: a
     ValueError where it can't), or never (False). scales: None, or float8 a and b's block scales
     (scale_a (rows, K/128) or (G, M, K/128), scale_b (G, K/128, N/128), float32). small_m: the TMA
-    program's short tiles, for a group's last rows (None: block_m / 2, at least 16)."""
+    program's short tiles, for a group's last rows (None: SHORT_ROWS, at most block_m)."""
     use_tma = tma is not False and r15_grouped_tma_kernel.eligible(a, b, split)
     if tma and not use_tma:
         raise ValueError("tensorcore-grouped: tma=True takes the MoE forward layouts with both operands K-major "
@@ -139,7 +139,7 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
             c.copy_(wide)
         return
     if use_tma:
-        short = small_m or max(16, block_m // 2)
+        short = small_m or min(r15_grouped_tma_kernel.SHORT_ROWS, block_m)
         r15_grouped_tma_kernel.launch(a, b, c, offs, split, extent, programs, block_m, block_n, block_k, group_m,
                                       num_warps, num_stages, short, scales)
         return
