@@ -350,6 +350,19 @@ def test_gpu_moe_shapes_match_torch(experts, tokens, hidden, out, skewed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("small_m", [None, 16, 64, 128])
+def test_gpu_short_tiles_on_a_skewed_routing_match_float64(small_m):
+    """The TMA program's short tiles (a group's last rows where small_m or fewer are left; 128: none)
+    on a routing with empty groups, groups of one row and groups just past a tile."""
+    sizes = torch.tensor([0, 1, 5, 32, 33, 64, 65, 128, 129, 160, 0, 700, 1, 0, 17, 2000], dtype=torch.int32)
+    offs = sizes.cumsum(0).to(torch.int32).cuda()
+    a = operand((int(sizes.sum()), 512), torch.bfloat16, 40)
+    b = operand((len(sizes), 384, 512), torch.bfloat16, 41).mT
+    c = tilemm.grouped_matmul(a, b, offs, small_m=small_m)
+    check(c, a, b, offs.cpu())
+
+
+@pytest.mark.gpu
 def test_gpu_masked_layout_replays_in_a_cuda_graph():
     a = torch.randn(4, 256, 512, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4, 512, 384, device="cuda", dtype=torch.bfloat16)

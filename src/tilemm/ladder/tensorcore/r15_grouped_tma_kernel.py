@@ -19,8 +19,8 @@ from tilemm.ladder.tensorcore.r15_grouped_scales import block_scale_factors, sca
 BATCHED = tl.constexpr(0)
 SPLIT_M = tl.constexpr(1)
 COUNTED_M = tl.constexpr(4)
-# the short tiles' rows where a call names none: 32 beat 16, 64 and none on the H200's fit set
-# (benchmarks/grouped_vs_torch.py --tune); 64-row tiles were slower than no short tiles at all
+# the short tiles' rows where a call names none: on the H200's fit set (benchmarks/grouped_vs_torch.py
+# --tune) 32 and 16 tie ahead of none and of 64 (64-row tiles ran slower than no short tiles at all)
 SHORT_ROWS = 32
 
 
