@@ -136,7 +136,8 @@ def label_of(config: dict) -> str:
 
 
 def tuning(a, b, offs, ends):
-    variants = {"grouped_mm": lambda: torch._grouped_mm(a, b, offs), "tilemm": lambda: tilemm.grouped_matmul(a, b, offs)}
+    variants = {"grouped_mm": lambda: torch._grouped_mm(a, b, offs),
+                "tilemm": lambda: tilemm.grouped_matmul(a, b, offs)}
     for config in CONFIGS:
         variants[label_of(config)] = lambda c=config: tilemm.grouped_matmul(a, b, offs, **c)
     return variants
