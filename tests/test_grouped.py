@@ -99,9 +99,9 @@ SHORT_TILE_GROUPS = [0, 1, 16, 17, 32, 33, 0, 48, 5, 0]
 @pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int8])
 @pytest.mark.parametrize("programs,small_m", [(None, 16), (1, 16), (3, 16), (None, 32)])
-def test_tma_schedule_short_tiles_and_empty_groups(dtype, programs, small_m):
-    """The TMA program's scheduler: tall tiles of 32 rows, a group's last rows in a short tile of
-    16 (small_m=32: none), empty groups skipped; one program walking every tile, three, or one a tile."""
+def test_tma_short_tiles_with_empty_and_one_row_groups(dtype, programs, small_m):
+    """The TMA program: tall tiles of 32 rows, a group's last rows in short tiles of 16 where 16 or
+    fewer are left (small_m=32: none); one program walking every tile, three, or one a tile."""
     cut = torch.tensor(SHORT_TILE_GROUPS, dtype=torch.int32).cumsum(0).to(torch.int32)
     rows = int(cut[-1])
     a, b = operand((rows + 3, 48), dtype, 30), operand((len(cut), 40, 48), dtype, 31).mT   # 3 rows past offs[-1]
@@ -109,6 +109,17 @@ def test_tma_schedule_short_tiles_and_empty_groups(dtype, programs, small_m):
     c = tilemm.grouped_matmul(a, b, cut, tma=True, small_m=small_m, programs=programs, **params)
     check(c, a, b, cut)
     assert not c[rows:].any(), "rows past offs[-1] stay zero"
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("name", ["masked", "3d-3d"])
+def test_tma_short_tiles_in_the_masked_and_batched_layouts(name):
+    counted = name == "masked"
+    a, b = operand((4, 40, 48), torch.bfloat16, 32), operand((4, 24, 48), torch.bfloat16, 33).mT   # 40 = 32 + 8
+    counts = torch.tensor([0, 1, 17, 40], dtype=torch.int32) if counted else None
+    c = tilemm.grouped_matmul(a, b, counts=counts, tma=True, small_m=16, block_m=32, block_n=16, block_k=16,
+                              num_warps=4, num_stages=2)
+    check(c, a, b, counts, counted)
 
 
 def test_tma_is_refused_where_an_operand_is_not_k_major():
@@ -126,16 +137,18 @@ def dequantized(x, scale, rows_per_scale):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
-@pytest.mark.parametrize("tma,out_dtype,counted", [(None, torch.float32, False), (False, torch.float32, True),
-                                                    (None, torch.bfloat16, True), (False, torch.bfloat16, False)])
-def test_float8_groups_with_block_scales_match_the_dequantized_product(tma, out_dtype, counted):
+@pytest.mark.parametrize("tma,out_dtype,counted,short", [
+    (None, torch.float32, False, False), (False, torch.float32, True, False), (None, torch.bfloat16, True, False),
+    (False, torch.bfloat16, False, False), (True, torch.float32, False, True), (True, torch.bfloat16, True, True)])
+def test_float8_groups_with_block_scales_match_the_dequantized_product(tma, out_dtype, counted, short):
+    """short: the TMA program's tiles of 32 rows, a group's last rows in short tiles of 16."""
     e4m3, k, n = torch.float8_e4m3fn, 144, 130          # K and N past one 128-block, ragged
     b = (torch.randn(3, n, k) * 3).to(e4m3).mT
     scale_b = scales_like((3, 2, 2), 22)
     a = (torch.randn((3, 9, k) if counted else (20, k)) * 3).to(e4m3)
     scale_a = scales_like(a.shape[:-1] + (2,), 23)
     cut = torch.tensor([9, 0, 4] if counted else [0, 7, 20], dtype=torch.int32)
-    params = dict(SMALL, block_k=32)
+    params = dict(SMALL, block_k=32, **(dict(block_m=32, small_m=16) if short else {}))
     c = tilemm.grouped_matmul(a, b, None if counted else cut, counts=cut if counted else None, scale_a=scale_a,
                               scale_b=scale_b, out_dtype=out_dtype, tma=tma, **params)
     a64, b64 = dequantized(a, scale_a, 1), dequantized(b.mT, scale_b.mT, 128).mT     # B's blocks: (K, N) tiles
