@@ -92,6 +92,36 @@ def test_tma_program_reads_the_moe_forward_layouts(name, dtype):
     check(c, a, b, cut, counted)
 
 
+# rows a group: none, one, a short tile's (16) and one past it, a tall tile's (32) and one past, a tall and a short
+SHORT_TILE_GROUPS = [0, 1, 16, 17, 32, 33, 0, 48, 5, 0]
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int8])
+@pytest.mark.parametrize("programs,small_m", [(None, 16), (1, 16), (3, 16), (None, 32)])
+def test_tma_short_tiles_with_empty_and_one_row_groups(dtype, programs, small_m):
+    """The TMA program: tall tiles of 32 rows, a group's last rows in short tiles of 16 where 16 or
+    fewer are left (small_m=32: none); one program walking every tile, three, or one a tile."""
+    cut = torch.tensor(SHORT_TILE_GROUPS, dtype=torch.int32).cumsum(0).to(torch.int32)
+    rows = int(cut[-1])
+    a, b = operand((rows + 3, 48), dtype, 30), operand((len(cut), 40, 48), dtype, 31).mT   # 3 rows past offs[-1]
+    params = dict(block_m=32, block_n=16, block_k=16, num_warps=4, num_stages=2)
+    c = tilemm.grouped_matmul(a, b, cut, tma=True, small_m=small_m, programs=programs, **params)
+    check(c, a, b, cut)
+    assert not c[rows:].any(), "rows past offs[-1] stay zero"
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("name", ["masked", "3d-3d"])
+def test_tma_short_tiles_in_the_masked_and_batched_layouts(name):
+    counted = name == "masked"
+    a, b = operand((4, 40, 48), torch.bfloat16, 32), operand((4, 24, 48), torch.bfloat16, 33).mT   # 40 = 32 + 8
+    counts = torch.tensor([0, 1, 17, 40], dtype=torch.int32) if counted else None
+    c = tilemm.grouped_matmul(a, b, counts=counts, tma=True, small_m=16, block_m=32, block_n=16, block_k=16,
+                              num_warps=4, num_stages=2)
+    check(c, a, b, counts, counted)
+
+
 def test_tma_is_refused_where_an_operand_is_not_k_major():
     a, b = operand((6, 48), torch.float16, 20), operand((2, 48, 8), torch.float16, 21)
     with pytest.raises(ValueError, match="tma=True takes"):
@@ -107,16 +137,18 @@ def dequantized(x, scale, rows_per_scale):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
-@pytest.mark.parametrize("tma,out_dtype,counted", [(None, torch.float32, False), (False, torch.float32, True),
-                                                    (None, torch.bfloat16, True), (False, torch.bfloat16, False)])
-def test_float8_groups_with_block_scales_match_the_dequantized_product(tma, out_dtype, counted):
+@pytest.mark.parametrize("tma,out_dtype,counted,short", [
+    (None, torch.float32, False, False), (False, torch.float32, True, False), (None, torch.bfloat16, True, False),
+    (False, torch.bfloat16, False, False), (True, torch.float32, False, True), (True, torch.bfloat16, True, True)])
+def test_float8_groups_with_block_scales_match_the_dequantized_product(tma, out_dtype, counted, short):
+    """short: the TMA program's tiles of 32 rows, a group's last rows in short tiles of 16."""
     e4m3, k, n = torch.float8_e4m3fn, 144, 130          # K and N past one 128-block, ragged
     b = (torch.randn(3, n, k) * 3).to(e4m3).mT
     scale_b = scales_like((3, 2, 2), 22)
     a = (torch.randn((3, 9, k) if counted else (20, k)) * 3).to(e4m3)
     scale_a = scales_like(a.shape[:-1] + (2,), 23)
     cut = torch.tensor([9, 0, 4] if counted else [0, 7, 20], dtype=torch.int32)
-    params = dict(SMALL, block_k=32)
+    params = dict(SMALL, block_k=32, **(dict(block_m=32, small_m=16) if short else {}))
     c = tilemm.grouped_matmul(a, b, None if counted else cut, counts=cut if counted else None, scale_a=scale_a,
                               scale_b=scale_b, out_dtype=out_dtype, tma=tma, **params)
     a64, b64 = dequantized(a, scale_a, 1), dequantized(b.mT, scale_b.mT, 128).mT     # B's blocks: (K, N) tiles
@@ -237,6 +269,8 @@ BAD = [
      "no parameter"),
     ((torch.ones(6, 4, dtype=F16), torch.ones(2, 4, 3, dtype=F16), [2, 6]), dict(block_m=48), ValueError,
      "block_m=48"),
+    ((torch.ones(6, 4, dtype=F16), torch.ones(2, 4, 3, dtype=F16), [2, 6]), dict(block_m=32, small_m=64), ValueError,
+     "small_m=64 is more than block_m=32"),
 ]
 
 
@@ -282,14 +316,16 @@ for split, ty, acc in ((1, "bf16", "*bf16"), (4, "i8", "*i32")):
     ptx = k.asm["ptx"]
     out[f"{split}-{ty}"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx, cp_async="cp.async" in ptx)
 from tilemm.ladder.tensorcore import r15_grouped_tma_kernel as t
+from tests.compiled import resource_usage
 names = list(inspect.signature(t.grouped_tma_kernel.fn).parameters)
 for ty, scaled in (("bf16", False), ("fp8e4nv", True)):     # float8 groups with block scales
     sig = {n: "i32" for n in names}
     sig.update(a_desc=f"tensordesc<{ty}[{p['block_m']}, {p['block_k']}]>", c_ptr="*bf16", offs_ptr="*i32",
+               a_short_desc=f"tensordesc<{ty}[{p['block_m'] // 2}, {p['block_k']}]>",
                b_desc=f"tensordesc<{ty}[{p['block_n']}, {p['block_k']}]>", sa_ptr="*fp32", sb_ptr="*fp32")
     const = dict(stride_cn=1, SPLIT=1, BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"],
-                 BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"], INTEGER=False, INPUT_PRECISION=None,
-                 SCALED=scaled)
+                 BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"], SMALL_M=p["block_m"] // 2,
+                 INTEGER=False, INPUT_PRECISION=None, SCALED=scaled)
     sig.update({n: "constexpr" for n in const})
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ["c_ptr", "offs_ptr", "stride_cm", "N", "K"]}
     k = triton.compile(ASTSource(fn=t.grouped_tma_kernel, signature=sig, constexprs=const, attrs=attrs),
@@ -297,7 +333,7 @@ for ty, scaled in (("bf16", False), ("fp8e4nv", True)):     # float8 groups with
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     ptx = k.asm["ptx"]
     out[f"tma-1-{ty}"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx,
-                              cp_async="cp.async.bulk.tensor" in ptx)
+                              cp_async="cp.async.bulk.tensor" in ptx, **resource_usage(k.asm["cubin"]))
 print(json.dumps(out))
 """
 
@@ -324,6 +360,19 @@ def test_gpu_moe_shapes_match_torch(experts, tokens, hidden, out, skewed):
     c = tilemm.grouped_matmul(a, b, offs)
     want = torch._grouped_mm(a, b, offs)
     assert torch.allclose(c.float(), want.float(), rtol=2e-2, atol=2e-1 * hidden**0.5 / 8)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("small_m", [None, 16, 64, 128])
+def test_gpu_short_tiles_on_a_skewed_routing_match_float64(small_m):
+    """The TMA program's short tiles (a group's last rows where small_m or fewer are left; 128: none)
+    on a routing with empty groups, groups of one row and groups just past a tile."""
+    sizes = torch.tensor([0, 1, 5, 32, 33, 64, 65, 128, 129, 160, 0, 700, 1, 0, 17, 2000], dtype=torch.int32)
+    offs = sizes.cumsum(0).to(torch.int32).cuda()
+    a = operand((int(sizes.sum()), 512), torch.bfloat16, 40)
+    b = operand((len(sizes), 384, 512), torch.bfloat16, 41).mT
+    c = tilemm.grouped_matmul(a, b, offs, small_m=small_m)
+    check(c, a, b, offs.cpu())
 
 
 @pytest.mark.gpu

@@ -68,6 +68,9 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, sc
         if config["block_k"] % 32:
             raise ValueError(f"grouped_matmul: block_k={config['block_k']}: the 8-bit tensor-core instruction "
                              "takes K in multiples of 32")
+    if (config["small_m"] or 0) > config["block_m"]:
+        raise ValueError(f"grouped_matmul: small_m={config['small_m']} is more than block_m={config['block_m']}; the "
+                         "short tiles hold a group's last rows, fewer than a tall tile's")
     if config["tma"]:
         if not r15_grouped.tma_eligible(a, b, lay.split):
             raise ValueError("grouped_matmul: tma=True takes the MoE forward layouts with both operands K-major (a "

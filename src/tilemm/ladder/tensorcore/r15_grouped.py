@@ -19,7 +19,9 @@ Within a group, tiles are numbered GROUP_SIZE_M block rows at a time (the matmul
 order). For the MoE forward layouts with both operands K-major (a row-major, b the transpose of a
 contiguous (G, N, K): how torch's MoE layers hold their weights), r15_grouped_tma_kernel.py's
 form of the program brings its tiles in by TMA, one 2-D descriptor of each operand's stacked
-rows (tma=None takes it where the operands allow). Sums are float32 for 16-bit and float32
+rows (tma=None takes it where the operands allow); there a group's last block row, where small_m
+rows or fewer are left, is computed in short tiles of small_m rows (32), so an expert routed 20
+rows does not pay for a 128-row product. Sums are float32 for 16-bit and float32
 operands (float32 products exact: IEEE, not TF32) and int32 for int8 (exact), rounded once to C's
 type. Float8 groups take rung 16's block scales (r15_grouped_scales.py), applied to each K step's
 float32 partial sums.
@@ -29,7 +31,7 @@ Constraints:
   (int8: int32); float8 with block scales in the MoE forward layouts (C bfloat16, float16 or float32);
 - any sizes and strides, empty groups included; offsets and counts are clamped into the operands
   on the device, so bad ones compute nonsense but never touch memory outside them;
-- tiles are powers of two, 16 or more (tl.dot's smallest);
+- tiles are powers of two, 16 or more (tl.dot's smallest); small_m at most block_m;
 - the shared memory of num_stages stages of tiles must fit the GPU (checked before launch).
 
 Registered on matmul's ladder as one group (a batch of one): kernel="tensorcore-grouped" computes
@@ -41,7 +43,8 @@ from tilemm.ladder.record import Kernel, Param, Traffic, WholeNumbers, register
 from tilemm.engine import availability
 
 BLOCKS = (16, 32, 64, 128, 256)
-DEFAULTS = dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4, programs=None, tma=None)
+DEFAULTS = dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4, programs=None, tma=None,
+                small_m=None)
 # the interpreter's tiles: small, so the tests walk the tile loop at toy sizes
 INTERPRETER_TILES = dict(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=2)
 
@@ -63,7 +66,7 @@ def programs_for(tiles_bound: int, programs: int | None) -> int:
     return max(0, min(tiles_bound, programs or availability.multiprocessors()))
 
 
-def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, programs, tma):
+def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, programs, tma, small_m):
     """c = a @ b as a group of one (2-D torch tensors on one device)."""
     from tilemm.ladder.tensorcore.r15_grouped_kernel import BATCHED, launch
     m, n = c.shape
@@ -71,7 +74,7 @@ def run(a, b, c, block_m, block_n, block_k, group_m, num_warps, num_stages, prog
         return
     tiles = -(-m // block_m) * -(-n // block_n)
     launch(a[None], b[None], c[None], None, BATCHED, 0, programs_for(tiles, programs), block_m, block_n, block_k,
-           group_m, num_warps, num_stages, tma)
+           group_m, num_warps, num_stages, tma, small_m=small_m)
 
 
 def traffic(p, block_m, block_n, **_):
@@ -100,6 +103,9 @@ PARAMS = (
     Param("programs", None, WholeNumbers(1, 65536), "persistent programs (None: one an SM)"),
     Param("tma", None, (None, False, True), "tiles brought in by TMA (the MoE forward layouts, both operands "
                                             "K-major; None: where the operands allow)"),
+    Param("small_m", None, (None, 16, 32, 64, 128), "rows of the TMA program's short tiles, a group's last "
+                                                   "rows where that few are left (None: 32, at most block_m; "
+                                                   "block_m: none)"),
 )
 
 KERNEL = register(Kernel(

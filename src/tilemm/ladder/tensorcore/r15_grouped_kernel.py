@@ -114,13 +114,14 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRA
 
 
 def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
-           group_m: int, num_warps: int, num_stages: int, tma=None, scales=None):
+           group_m: int, num_warps: int, num_stages: int, tma=None, scales=None, small_m=None):
     """The program on `programs` programs (the checks are tilemm.products.grouped's). a, b, c: 2-D or 3-D
     torch tensors as SPLIT reads them (a group axis first where 3-D); offs: int32 (G,) on their
     device, or None (BATCHED); extent: the length of the dimension offs cuts. tma: the TMA program
     (r15_grouped_tma_kernel) where its eligible() takes the operands (None), always (True: a
     ValueError where it can't), or never (False). scales: None, or float8 a and b's block scales
-    (scale_a (rows, K/128) or (G, M, K/128), scale_b (G, K/128, N/128), float32)."""
+    (scale_a (rows, K/128) or (G, M, K/128), scale_b (G, K/128, N/128), float32). small_m: the TMA
+    program's short tiles, for a group's last rows (None: SHORT_ROWS, at most block_m)."""
     use_tma = tma is not False and r15_grouped_tma_kernel.eligible(a, b, split)
     if tma and not use_tma:
         raise ValueError("tensorcore-grouped: tma=True takes the MoE forward layouts with both operands K-major "
@@ -133,13 +134,14 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
         wide = c if c.dtype == torch.float32 else c.float()
         up = a.dtype == torch.bfloat16
         launch(a.float() if up else a, b.float() if up else b, wide, offs, split, extent, programs, block_m, block_n,
-               block_k, group_m, num_warps, num_stages, use_tma, scales)
+               block_k, group_m, num_warps, num_stages, use_tma, scales, small_m)
         if wide is not c:
             c.copy_(wide)
         return
     if use_tma:
+        short = small_m or min(r15_grouped_tma_kernel.SHORT_ROWS, block_m)
         r15_grouped_tma_kernel.launch(a, b, c, offs, split, extent, programs, block_m, block_n, block_k, group_m,
-                                      num_warps, num_stages, scales)
+                                      num_warps, num_stages, short, scales)
         return
     g = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else offs.shape[0])
     m, k = a.shape[-2:]

@@ -4,7 +4,12 @@ for the MoE forward layouts whose operands both lie K-major: a (rows, K) row-maj
 MoE layers hold their weights. Each operand is one 2-D descriptor of its stacked rows; a tile that
 runs past its group reads the next group's rows (past the last, TMA reads zeros), which only
 reach rows and columns of C that the masked store leaves alone. No masks and no address
-arithmetic in the K loop: what the pointer program (r15_grouped_kernel.py) spends registers on."""
+arithmetic in the K loop: what the pointer program (r15_grouped_kernel.py) spends registers on.
+
+Short tiles: a group's last block row, where SMALL_M rows or fewer are left, is computed in tiles
+of SMALL_M rows (A's second descriptor) in its place among the group's tiles (the weights it
+reads are still in L2 from the block rows beside it): a 20-row expert pays for a 32-row product,
+not a 128-row one. Routings that send a few rows to many experts have many such rows."""
 import triton
 import triton.language as tl
 
@@ -14,18 +19,49 @@ from tilemm.ladder.tensorcore.r15_grouped_scales import block_scale_factors, sca
 BATCHED = tl.constexpr(0)
 SPLIT_M = tl.constexpr(1)
 COUNTED_M = tl.constexpr(4)
+# the short tiles' rows where a call names none: on the H200's fit set (benchmarks/grouped_vs_torch.py
+# --tune) 32 and 16 tie ahead of none and of 64 (64-row tiles ran slower than no short tiles at all)
+SHORT_ROWS = 32
 
 
 # --8<-- [start:kernel]
 @triton.jit
-def grouped_tma_kernel(a_desc, b_desc, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRAMS,
+def tile_product(a_desc, b_desc, c_g, sa_g, sb_g, a_row, b_row, row, col, rows_g, N, K,
+                 stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                 BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+                 INTEGER: tl.constexpr, INPUT_PRECISION: tl.constexpr, SCALED: tl.constexpr):
+    """One (BLOCK_SIZE_M, BLOCK_SIZE_N) tile of C_g: rows row.. of the group (A's rows a_row..),
+    columns col.. (B's transposed rows b_row..); rows_g: the group's rows, for the store's mask."""
+    if INTEGER:
+        accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.int32)
+    else:
+        accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    offs_m = row + tl.arange(0, BLOCK_SIZE_M)
+    offs_n = col + tl.arange(0, BLOCK_SIZE_N)
+    for kk in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        a = a_desc.load([a_row, kk * BLOCK_SIZE_K])            # (BLOCK_SIZE_M, BLOCK_SIZE_K)
+        b = b_desc.load([b_row, kk * BLOCK_SIZE_K])            # (BLOCK_SIZE_N, BLOCK_SIZE_K)
+        if SCALED:
+            accumulator += tl.dot(a, b.T) * block_scale_factors(
+                sa_g, sb_g, offs_m, offs_n, rows_g, N, kk, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                BLOCK_SIZE_K)
+        else:
+            accumulator = tl.dot(a, b.T, accumulator, input_precision=INPUT_PRECISION)
+    c = accumulator.to(c_g.dtype.element_ty)
+    c_ptrs = c_g + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, c, mask=(offs_m[:, None] < rows_g) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def grouped_tma_kernel(a_desc, a_short_desc, b_desc, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRAMS,
                        stride_cg, stride_cm, stride_cn,
                        sa_ptr, sb_ptr, stride_sag, stride_sam, stride_sak, stride_sbg, stride_sbk, stride_sbn,
                        SPLIT: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
-                       BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, INTEGER: tl.constexpr,
-                       INPUT_PRECISION: tl.constexpr, SCALED: tl.constexpr):
+                       BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, SMALL_M: tl.constexpr,
+                       INTEGER: tl.constexpr, INPUT_PRECISION: tl.constexpr, SCALED: tl.constexpr):
     """C_g = A_g @ B_g for every group (SPLIT_M, BATCHED or COUNTED_M), tiles walked as the pointer
-    program walks them. a_desc: A's rows (total_M or G * M, K); b_desc: B's transposed rows (G * N, K)."""
+    program walks them. a_desc, a_short_desc: A's rows (total_M or G * M, K) in tiles of
+    BLOCK_SIZE_M and SMALL_M rows; b_desc: B's transposed rows (G * N, K)."""
     tile = tl.program_id(axis=0)
     tiles_before = 0
     lo = 0
@@ -49,6 +85,7 @@ def grouped_tma_kernel(a_desc, b_desc, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_
         num_pid_m = tl.cdiv(m_g, BLOCK_SIZE_M)
         num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
         num_tiles = num_pid_m * num_pid_n
+        left = m_g % BLOCK_SIZE_M          # rows of the last block row, where it is partial
         while tile >= tiles_before and tile < tiles_before + num_tiles:
             local = tile - tiles_before
             num_pid_in_group = GROUP_SIZE_M * num_pid_n
@@ -56,28 +93,21 @@ def grouped_tma_kernel(a_desc, b_desc, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_
             group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_SIZE_M)
             pid_m = first_pid_m + ((local % num_pid_in_group) % group_size_m)
             pid_n = (local % num_pid_in_group) // group_size_m
-
-            if INTEGER:
-                accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.int32)
-            else:
-                accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-            offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-            offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
             a_row = row0 + pid_m * BLOCK_SIZE_M
             b_row = g * N + pid_n * BLOCK_SIZE_N
-            for kk in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-                a = a_desc.load([a_row, kk * BLOCK_SIZE_K])            # (BLOCK_SIZE_M, BLOCK_SIZE_K)
-                b = b_desc.load([b_row, kk * BLOCK_SIZE_K])            # (BLOCK_SIZE_N, BLOCK_SIZE_K)
-                if SCALED:
-                    accumulator += tl.dot(a, b.T) * block_scale_factors(
-                        sa_g, sb_g, offs_m, offs_n, m_g, N, kk, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                        BLOCK_SIZE_K)
-                else:
-                    accumulator = tl.dot(a, b.T, accumulator, input_precision=INPUT_PRECISION)
-            c = accumulator.to(c_ptr.dtype.element_ty)
-
-            c_ptrs = c_g + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
-            tl.store(c_ptrs, c, mask=(offs_m[:, None] < m_g) & (offs_n[None, :] < N))
+            tall = True
+            if SMALL_M < BLOCK_SIZE_M:
+                tall = (pid_m < num_pid_m - 1) | (left == 0) | (left > SMALL_M)
+            if tall:
+                tile_product(a_desc, b_desc, c_g, sa_g, sb_g, a_row, b_row, pid_m * BLOCK_SIZE_M,
+                             pid_n * BLOCK_SIZE_N, m_g, N, K, stride_cm, stride_cn, stride_sam, stride_sak,
+                             stride_sbk, stride_sbn, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, INTEGER,
+                             INPUT_PRECISION, SCALED)
+            else:
+                tile_product(a_short_desc, b_desc, c_g, sa_g, sb_g, a_row, b_row, pid_m * BLOCK_SIZE_M,
+                             pid_n * BLOCK_SIZE_N, m_g, N, K, stride_cm, stride_cn, stride_sam, stride_sak,
+                             stride_sbk, stride_sbn, SMALL_M, BLOCK_SIZE_N, BLOCK_SIZE_K, INTEGER,
+                             INPUT_PRECISION, SCALED)
             tile += NUM_PROGRAMS
         tiles_before += num_tiles
         lo = hi
@@ -98,20 +128,21 @@ def eligible(a, b, split: int) -> bool:
 
 
 def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
-           group_m: int, num_warps: int, num_stages: int, scales=None):
+           group_m: int, num_warps: int, num_stages: int, small_m: int, scales=None):
     """The program on `programs` programs, for operands that eligible() takes (the checks are
-    tilemm.products.grouped's)."""
+    tilemm.products.grouped's). small_m: the short tiles' rows (block_m: none)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     g, k, n = b.shape
     a_rows = a.reshape(-1, k) if a.dim() == 3 else a                 # (rows, K): a view (packed)
     b_rows = b.transpose(1, 2).reshape(g * n, k)                     # (G * N, K): a view (packed)
     a_desc = TensorDescriptor.from_tensor(a_rows, [block_m, block_k])
+    a_short_desc = TensorDescriptor.from_tensor(a_rows, [small_m, block_k])
     b_desc = TensorDescriptor.from_tensor(b_rows, [block_n, block_k])
     m = a.shape[1] if a.dim() == 3 else 0
     sc = c.stride() if c.dim() == 3 else (0,) + c.stride()
     grouped_tma_kernel[(programs,)](
-        a_desc, b_desc, c, offs if offs is not None else c, g, m, n, k, extent, programs, *sc,
+        a_desc, a_short_desc, b_desc, c, offs if offs is not None else c, g, m, n, k, extent, programs, *sc,
         *scale_arguments(scales, c, split == SPLIT_M), SCALED=scales is not None, SPLIT=split,
-        BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
+        BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m, SMALL_M=small_m,
         INTEGER=a.dtype.itemsize == 1 and not a.dtype.is_floating_point,
         INPUT_PRECISION="ieee" if a.dtype.itemsize == 4 else None, num_warps=num_warps, num_stages=num_stages)
