@@ -1,0 +1,141 @@
+"""Rung `tensorcore-block-scaled`'s program for Hopper with block scales, warp-specialized, in
+Gluon (the rung and its Triton program: r16_block_scaled.py, r16_block_scaled_kernel.py).
+
+DeepGEMM's plan: BLOCK_K is the scales' block (128), so each K step's products come out of the
+tensor cores as a fresh float32 partial that is multiplied by its step's scales (a 1 x 128 block
+of A: one a row; a 128 x 128 block of B: one a 128-column half of the tile) and added to the
+float32 total on the CUDA cores. In the Triton program every warp of a tile waits for each step's
+products before any adds them, and the tensor cores idle meanwhile. Here, as in the per-tensor
+program (scaled_fp8_gluon_kernel.py), each 64-row warpgroup of a 128-row tile is a partition of its
+own that waits only for its own products and scales and adds them while the other warpgroup's run;
+one loading warp fills a ring of stages by TMA, walking the same persistent tile order.
+
+BLOCK_N = 256: two halves of 128 columns, each a fresh 64 x 128 partial, one half in flight at a
+time (a 64 x 256 total and two partials in flight would not fit a warpgroup's registers);
+BLOCK_N = 128: one. A half's 128 columns lie in one 128-column block of B's scales (tiles start
+at multiples of 128): its scale from B is one number a step. Issuing the next step's products
+before adding this step's (one warpgroup keeping the tensor cores fed by itself) was tried: ptxas
+then serializes every wgmma (its warning C7514), as it does when a partial in flight is copied.
+
+A step's scales are loaded before its tiles are waited for (A's: the 64 rows of the warpgroup,
+two a thread; B's: one number a half). The partials are scaled and added as a multiply and an
+add (enable_fp_fusion=False): fused into one instruction, ptxas spilled registers of the 128 x 256
+tile.
+
+Operands K-major (A (M, K), B^T (N, K)), 16-byte aligned rows; scale_a (M, ceil(K/128)) and
+scale_b (ceil(K/128), ceil(N/128)) float32, any strides; C any strides, bfloat16, float16 or
+float32. Kept apart so that importing tilemm never imports Triton; GPU only (Gluon has no
+interpreter).
+"""
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+
+from tilemm.engine.launches import bound_launch
+from tilemm.engine.gluon_helpers import invalidate_barriers, producer, stage_ring, store_block, tile_start
+
+BLOCK_M, BLOCK_K = 128, 128            # two 64-row warpgroups; K step = the scales' block
+HALF = 128                             # columns of one partial: one block of B's scales
+# registers a thread of the second multiplying warpgroup asks for (the loading warp gives up its
+# own: 24): a 64 x 256 float32 total and a 64 x 128 partial, or a 64 x 128 total and two partials
+WORKER_REGISTERS = 232
+
+
+@gluon.jit
+def step_scales(sa_ptr, sa_rows, sb_ptr, t, nb, stride_sak, stride_sbk, stride_sbn):
+    """Step t's scales: A's for this warpgroup's rows (sa_rows: their offsets, rows past M clamped
+    to the last: their sums are never stored), B's for the tile's halves (blocks nb[0], nb[1])."""
+    sa = gl.load(sa_ptr + (sa_rows + t * stride_sak))
+    sb_row = sb_ptr + t * stride_sbk
+    return sa, gl.load(sb_row + nb[0] * stride_sbn), gl.load(sb_row + nb[1] * stride_sbn)
+
+
+@gluon.jit
+def promoted(total, partial, sa, sb):
+    """total + partial * (A's row scales x B's scale): one fused multiply-add an element."""
+    return total + partial * gl.expand_dims(sa * sb, 1)
+
+
+# --8<-- [start:kernel]
+@gluon.jit
+def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn, stride_sam,
+                   stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+    """Warpgroup WG's 64 rows of each of this program's tiles: per K step, each half's products
+    into a fresh partial, scaled by the step's scales and added to the float32 total; the stage
+    released once every half has read it; C = total at the tile's end."""
+    HALVES: gl.constexpr = BLOCK_N // 128
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 32])
+    pid = gl.program_id(0)
+    k_steps = gl.cdiv(K, BLOCK_K)
+    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    c = 0
+    for tile in range(pid, num_tiles, PROGRAMS):
+        off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        rows = off_m + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
+        sa_rows = gl.minimum(rows, M - 1) * stride_sam           # 32-bit: the launcher checks it fits
+        # the halves' blocks of B's scales; one past N's last block (its B is zeros) reads the last
+        nb = (off_n // 128, gl.minimum(off_n // 128 + 1, gl.cdiv(N, 128) - 1))
+        left = gl.zeros((64, 128), dtype=gl.float32, layout=layout)
+        right = gl.zeros((64, 128), dtype=gl.float32, layout=layout)
+        step = gl.zeros((64, 128), dtype=gl.float32, layout=layout)
+        for t in range(k_steps):
+            # this step's scales, loaded before its tiles are waited for and its products made
+            sa, sb0, sb1 = step_scales(sa_ptr, sa_rows, sb_ptr, t, nb, stride_sak, stride_sbk, stride_sbn)
+            slot = c % STAGES
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+            a = a_bufs.index(slot).slice(WG * 64, 64)
+            b = b_bufs.index(slot)
+            step = warpgroup_mma(a, b.slice(0, 128).permute((1, 0)), step, use_acc=False, is_async=True)
+            step = warpgroup_mma_wait(num_outstanding=0, deps=(step, ))
+            if HALVES == 1:
+                mbarrier.arrive(empty.index(slot), count=1)
+            left = promoted(left, step, sa, sb0)
+            if HALVES == 2:
+                step = warpgroup_mma(a, b.slice(128, 128).permute((1, 0)), step, use_acc=False, is_async=True)
+                step = warpgroup_mma_wait(num_outstanding=0, deps=(step, ))
+                mbarrier.arrive(empty.index(slot), count=1)
+                right = promoted(right, step, sa, sb1)
+            c += 1
+        store_block(c_ptr, left, off_m + WG * 64, off_n, M, N, stride_cm, stride_cn, layout, 64, 128)
+        if HALVES == 2:
+            store_block(c_ptr, right, off_m + WG * 64, off_n + 128, M, N, stride_cm, stride_cn, layout, 64, 128)
+# --8<-- [end:kernel]
+
+
+@gluon.jit
+def block_scaled_ws(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn, stride_sam, stride_sak,
+                    stride_sbk, stride_sbn, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
+                    WORKER_REGISTERS: gl.constexpr):
+    """C = sum over K blocks of (scale_a x scale_b) * (A @ B of the block), from fp8 a_desc (M, K)
+    and b_desc (N, K), K-major, float32 sums: the first multiplying warpgroup is the default
+    partition (num_warps = 4), the second and the loading warp are workers. Launched with
+    min(tiles, PROGRAMS) programs."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    a_bufs, b_bufs, ready, empty = stage_ring(a_desc, b_desc, STAGES, BLOCK_M // 64)
+    gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm,
+                                          stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 0, BLOCK_M,
+                                          BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                        (warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm,
+                                          stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 1, BLOCK_M,
+                                          BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
+                                    BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
+                       [4, 1], [WORKER_REGISTERS, 24])
+    invalidate_barriers(ready, empty, STAGES)
+
+
+def launcher(a_desc, b_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int, block_n: int,
+             group_m: int, num_stages: int):
+    """A launcher without arguments (a BoundLaunch) of block_scaled_ws into c (M, N); K >= 1;
+    a_desc in BLOCK_M x BLOCK_K blocks, b_desc in block_n x BLOCK_K ones (gluon_helpers.descriptor)."""
+    grid = (min(programs, triton.cdiv(m, BLOCK_M) * triton.cdiv(n, block_n)),)
+    return bound_launch(block_scaled_ws, grid,
+                        (a_desc, b_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1), scale_a.stride(0),
+                         scale_a.stride(1), scale_b.stride(0), scale_b.stride(1)),
+                        dict(GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
+                             WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4,
+                             enable_fp_fusion=False))
