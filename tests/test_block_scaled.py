@@ -147,7 +147,7 @@ import inspect, json, triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_kernel as s
-p = rung.DEFAULTS
+p = {**rung.DEFAULTS, **rung.TRITON_TILES}
 names = list(inspect.signature(s.block_scaled_kernel.fn).parameters)
 out = {}
 for row_wise, (ta, tb), tma in ((False, ("fp8e4nv", "fp8e4nv"), False), (True, ("fp8e5", "fp8e5"), False),

@@ -34,7 +34,7 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
     if name not in OUT_DTYPES:
         raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     result_dtype = getattr(torch, name)
-    config = PROGRAM.resolve(params)
+    config = PROGRAM.resolve(params, row_wise, m, n)
     problem = device_problem(a.device) or availability.dimension_limit(m, n, k) or PROGRAM.limits(
         config, row_wise, compat.triton_interpreter())
     if problem:

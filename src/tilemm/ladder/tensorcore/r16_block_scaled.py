@@ -17,6 +17,12 @@ every small one to zero in 8 bits; fp8 training scales finer:
 C = sum over blocks kb of scale_a[m, kb] * scale_b[kb, n // 128] * (A[m, kb] . B[kb, n]), float32
 sums, one rounding to C's dtype (bfloat16, float16 or float32).
 
+In the Triton program every warp of a tile waits for each K step's partial before any scales and
+adds it, and the tensor cores idle meanwhile. On Hopper, block scales take a warp-specialized
+Gluon program instead (r16_block_scaled_ws_kernel.py, DeepGEMM's plan): each 64-row warpgroup of
+a 128-row tile waits only for its own partials and scales and adds them while the other
+warpgroup's products run, and one loading warp keeps a ring of TMA stages full.
+
 Constraints:
 - float8_e4m3fn / float8_e5m2 operands (mixed too), float32 scales of exactly the shapes above;
 - compute capability 8.9 or newer (fp8 tensor cores); on the CPU, Triton's interpreter;
@@ -24,45 +30,81 @@ Constraints:
 - any M, N, K and strides: A row-major and B as (N, K).T are read as they are, other layouts are
   copied K-major first; with K a multiple of 16 the tiles come in by TMA (tma=None: where the
   operands allow; False: pointer loads with masks);
+- the warp-specialized program (warp_specialized=None: block scales on Hopper with Gluon; True
+  asks for it, False refuses it): 128-row tiles, block_k 128, block_n 128 or 256, any K (its
+  rows of A and B are copied into 16-byte aligned rows where K is not a multiple of 16);
 - the shared memory of num_stages stages of tiles must fit the GPU (checked before launch).
 """
 from __future__ import annotations
 
 from tilemm.engine import availability
 
-DEFAULTS = dict(block_m=128, block_n=128, block_k=128, group_m=8, num_warps=8, num_stages=4, tma=None)
+DEFAULTS = dict(block_m=128, block_n=None, block_k=128, group_m=None, num_warps=8, num_stages=None, tma=None,
+                warp_specialized=None)
 SCALE_BLOCK = 128          # r16_block_scaled_kernel.SCALE_BLOCK (kept here: this module imports no Triton)
+# the parameters left None, as each program takes them: the Triton program's tiles, and the
+# warp-specialized program's (128 x 256: two halves of one B scale each, as the per-tensor Gluon
+# program's tiles; 128 x 128 where 128 x 256 tiles would leave SMs idle)
+TRITON_TILES = dict(block_n=128, group_m=8, num_stages=4)
+WS_TILES = dict(block_n=256, group_m=16, num_stages=4)
+WS_NARROW_TILES = dict(block_n=128, group_m=16, num_stages=6)
 
 
-def launch(*args, **kwargs):
-    """The program's launch (r16_block_scaled_kernel.launch; Triton loads here, on first use)."""
+def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, warp_specialized: bool = False, **config):
+    """The program's launch, as resolve chose it (Triton or Gluon loads here, on first use):
+    r16_block_scaled_ws_kernel.launch where warp_specialized, else r16_block_scaled_kernel.launch."""
+    if warp_specialized:
+        from tilemm.ladder.tensorcore.r16_block_scaled_ws_kernel import launch as launch_ws
+        launch_ws(a, b, c, scale_a, scale_b, config["block_n"], config["group_m"], config["num_stages"])
+        return
     from tilemm.ladder.tensorcore.r16_block_scaled_kernel import launch as launch_program
-    launch_program(*args, **kwargs)
+    launch_program(a, b, c, scale_a, scale_b, row_wise, fast_accum, **config)
 
 
-def resolve(params: dict) -> dict:
-    """The program's parameters, defaults filled in; unknown names a TypeError, bad values a ValueError."""
+def resolve(params: dict, row_wise: bool = False, m: int = 0, n: int = 0) -> dict:
+    """The program's parameters, defaults filled in (warp_specialized None: block scales on Hopper
+    with Gluon; block_n, group_m, num_stages None: the chosen program's); unknown names a
+    TypeError, bad values a ValueError."""
     unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"scaled_matmul: unknown parameter(s) {', '.join(sorted(unknown))} for block or row-wise "
                         f"scales; it takes {', '.join(DEFAULTS)}")
     config = {**DEFAULTS, **params}
-    if config["tma"] is not None and not isinstance(config["tma"], bool):
-        raise ValueError(f"scaled_matmul: tma={config['tma']!r} must be None (where the operands allow), True or False")
+    for name in ("tma", "warp_specialized"):
+        if config[name] is not None and not isinstance(config[name], bool):
+            raise ValueError(f"scaled_matmul: {name}={config[name]!r} must be None (the rung chooses), True or False")
     for name, value in config.items():
-        if name == "tma":
+        if name in ("tma", "warp_specialized") or (value is None and DEFAULTS[name] is None):
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")
     for name in ("block_m", "block_n", "block_k"):
-        if config[name] < 16 or config[name] & (config[name] - 1):
+        if config[name] is not None and (config[name] < 16 or config[name] & (config[name] - 1)):
             raise ValueError(f"scaled_matmul: {name}={config[name]} must be a power of two, 16 or more")
-    return config
+    ws = config["warp_specialized"]
+    if ws is None:
+        ws = not row_wise and config["tma"] is not False and availability.hopper_gluon()
+    tiles = TRITON_TILES
+    if ws:
+        wide = config["block_n"] == 256 or (config["block_n"] is None and
+                                            -(-m // 128) * -(-n // 256) >= availability.multiprocessors())
+        tiles = WS_TILES if wide else WS_NARROW_TILES
+    return {**config, **{k: v for k, v in tiles.items() if config[k] is None}, "warp_specialized": bool(ws)}
 
 
 def limits(config: dict, row_wise: bool, interpreter: bool) -> str | None:
-    """Why the program can't run at these parameters, or None."""
+    """Why the program can't run at these (resolved) parameters, or None."""
     block_k = config["block_k"]
+    if config["warp_specialized"]:
+        refusal = availability.hopper_gluon_refusal("warp_specialized=True")
+        if refusal:
+            return refusal
+        if row_wise:
+            return "warp_specialized=True is the block scales' program; row-wise scales take the Triton one"
+        if config["block_m"] != 128 or block_k != SCALE_BLOCK or config["block_n"] not in (128, 256):
+            return (f"the warp-specialized program takes block_m=128, block_k=128 and block_n 128 or 256 "
+                    f"(asked: {config['block_m']}, {block_k}, {config['block_n']})")
+        return availability.check_shared(128, config["block_n"], block_k, config["num_stages"], 1)
     if not row_wise and SCALE_BLOCK % block_k:
         return f"block_k={block_k}: a K step must lie inside one {SCALE_BLOCK}-wide block of the scales"
     if block_k % 32 and not interpreter:

@@ -32,8 +32,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
+from tilemm.engine import availability, operand_copies
 from tilemm.engine.launches import bound_launch
-from tilemm.engine.gluon_helpers import invalidate_barriers, producer, stage_ring, store_block, tile_start
+from tilemm.engine.gluon_helpers import descriptor, invalidate_barriers, producer, stage_ring, store_block, tile_start
 
 BLOCK_M, BLOCK_K = 128, 128            # two 64-row warpgroups; K step = the scales' block
 HALF = 128                             # columns of one partial: one block of B's scales
@@ -139,3 +140,20 @@ def launcher(a_desc, b_desc, c, scale_a, scale_b, m: int, n: int, k: int, progra
                         dict(GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
                              WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4,
                              enable_fp_fusion=False))
+
+
+def launch(a, b, c, scale_a, scale_b, block_n: int, group_m: int, num_stages: int):
+    """c = the block-scaled product of a (M, K) and b (K, N), float8 (the checks are
+    tilemm.products.block_scaled's; K >= 1): A's and B^T's rows copied into 16-byte aligned rows
+    where TMA needs it, then the program on min(tiles, SMs) programs."""
+    m, k = a.shape
+    n = b.shape[1]
+    if (m - 1) * scale_a.stride(0) + (scale_a.shape[1] - 1) * scale_a.stride(1) >= 2**31:
+        scale_a = scale_a.contiguous()            # the program's offsets into scale_a are 32-bit
+    a_rows, a_fill = operand_copies.aligned_rows(a)
+    b_rows, b_fill = operand_copies.aligned_rows(b.T)              # (N, K): B K-major
+    for fill in (a_fill, b_fill):
+        if fill is not None:
+            fill()
+    launcher(descriptor(a_rows, BLOCK_M, BLOCK_K), descriptor(b_rows, block_n, BLOCK_K), c, scale_a, scale_b, m, n,
+             k, availability.multiprocessors(), block_n, group_m, num_stages)()
