@@ -37,9 +37,8 @@ from tilemm.engine.launches import bound_launch
 from tilemm.engine.gluon_helpers import descriptor, invalidate_barriers, producer, stage_ring, store_block, tile_start
 
 BLOCK_M, BLOCK_K = 128, 128            # two 64-row warpgroups; K step = the scales' block
-HALF = 128                             # columns of one partial: one block of B's scales
 # registers a thread of the second multiplying warpgroup asks for (the loading warp gives up its
-# own: 24): a 64 x 256 float32 total and a 64 x 128 partial, or a 64 x 128 total and two partials
+# own: 24): a 64 x 256 float32 total and a 64 x 128 partial
 WORKER_REGISTERS = 232
 
 
@@ -54,7 +53,8 @@ def step_scales(sa_ptr, sa_rows, sb_ptr, t, nb, stride_sak, stride_sbk, stride_s
 
 @gluon.jit
 def promoted(total, partial, sa, sb):
-    """total + partial * (A's row scales x B's scale): one fused multiply-add an element."""
+    """total + partial * (A's row scales x B's scale): a multiply and an add an element (the
+    launch turns fusion off: see above)."""
     return total + partial * gl.expand_dims(sa * sb, 1)
 
 
@@ -75,7 +75,7 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, sa_ptr, sb_ptr, M, N, K,
     for tile in range(pid, num_tiles, PROGRAMS):
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rows = off_m + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
-        sa_rows = gl.minimum(rows, M - 1) * stride_sam           # 32-bit: the launcher checks it fits
+        sa_rows = gl.minimum(rows, M - 1) * stride_sam           # 32-bit offsets (launch: scale_a contiguous where they would not fit)
         # the halves' blocks of B's scales; one past N's last block (its B is zeros) reads the last
         nb = (off_n // 128, gl.minimum(off_n // 128 + 1, gl.cdiv(N, 128) - 1))
         left = gl.zeros((64, 128), dtype=gl.float32, layout=layout)
