@@ -206,9 +206,12 @@ def test_block_scales_take_the_warp_specialized_program_where_gluon_runs_on_hopp
     assert wide["warp_specialized"] is hopper
     assert (wide["block_n"], wide["group_m"], wide["num_stages"]) == ((256, 16, 4) if hopper else (128, 8, 4))
     assert resolve({}, False, 128, 7168)["block_n"] == 128                    # 28 tiles of 256 columns: 128
+    assert resolve({}, False, 4096, 2112)["block_n"] == 128                   # 256: 9 columns, the last 64 wide
     assert resolve({}, True, 4096, 7168)["warp_specialized"] is False           # row-wise: the Triton program
     assert resolve(dict(tma=False), False, 4096, 7168)["warp_specialized"] is False
     assert resolve(dict(warp_specialized=False), False, 4096, 7168)["block_n"] == 128
+    for m, n in ((4096, 24576), (4096, 4096), (8192, 7168), (2048, 32768)):    # whole rounds, near enough
+        assert r16_block_scaled.ws_block_n(m, n, 132) == 256
     asked = resolve(dict(warp_specialized=True, block_n=128, num_stages=5), False, 4096, 7168)
     assert (asked["warp_specialized"], asked["block_n"], asked["group_m"], asked["num_stages"]) == (True, 128, 16, 5)
 

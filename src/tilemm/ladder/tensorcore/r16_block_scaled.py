@@ -43,11 +43,25 @@ DEFAULTS = dict(block_m=128, block_n=None, block_k=128, group_m=None, num_warps=
                 warp_specialized=None)
 SCALE_BLOCK = 128          # r16_block_scaled_kernel.SCALE_BLOCK (kept here: this module imports no Triton)
 # the parameters left None, as each program takes them: the Triton program's tiles, and the
-# warp-specialized program's (128 x 256: two halves of one B scale each, as the per-tensor Gluon
-# program's tiles; 128 x 128 where 128 x 256 tiles would leave SMs idle)
+# warp-specialized program's: 128 x 256 (two halves of one B scale each, as the per-tensor Gluon
+# program's tiles), or 128 x 128 where its rounds of tiles over the SMs take less time (ws_block_n)
 TRITON_TILES = dict(block_n=128, group_m=8, num_stages=4)
 WS_TILES = dict(block_n=256, group_m=16, num_stages=4)
 WS_NARROW_TILES = dict(block_n=128, group_m=16, num_stages=6)
+# what a 128 x 128 tile is taken to cost over half a 128 x 256 one (it reads more from L2 per
+# product): a guess for the rounds model of ws_block_n, to be fitted by block_scaled_vs_torch.py --tune
+NARROW_TILE_COST = 1.1
+
+
+def ws_block_n(m: int, n: int, sms: int) -> int:
+    """The warp-specialized program's block_n for an M x N product on `sms` SMs: 256 or 128,
+    whichever's rounds of tiles (the last one counted whole: SMs idle in it) take less time, a
+    128-wide tile costing NARROW_TILE_COST halves of a 256-wide one. 128 where 256-wide tiles
+    leave most SMs idle (few rows: 28 tiles of 4096 x 7168 at M = 128) or a thin last column of
+    tiles (N = 2112: eight 256-wide tiles and a 64-wide one)."""
+    def rounds(block_n):
+        return -(-(-(-m // 128) * -(-n // block_n)) // sms)
+    return 128 if rounds(128) * NARROW_TILE_COST < 2 * rounds(256) else 256
 
 
 def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, warp_specialized: bool = False, **config):
@@ -86,9 +100,8 @@ def resolve(params: dict, row_wise: bool = False, m: int = 0, n: int = 0) -> dic
         ws = not row_wise and config["tma"] is not False and availability.hopper_gluon()
     tiles = TRITON_TILES
     if ws:
-        wide = config["block_n"] == 256 or (config["block_n"] is None and
-                                            -(-m // 128) * -(-n // 256) >= availability.multiprocessors())
-        tiles = WS_TILES if wide else WS_NARROW_TILES
+        block_n = config["block_n"] or ws_block_n(m, n, availability.multiprocessors())
+        tiles = WS_TILES if block_n == 256 else WS_NARROW_TILES
     return {**config, **{k: v for k, v in tiles.items() if config[k] is None}, "warp_specialized": bool(ws)}
 
 
