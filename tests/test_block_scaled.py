@@ -224,20 +224,24 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_ws_kernel as ws
 from tests.compiled import resource_usage
 out = {}
-for block_n, stages in ((256, 4), (128, 6)):
+for block_n, stages, tma_store in ((256, 4, True), (128, 6, True), (256, 4, False)):
     layouts = [repr(gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv)) for rows in (128, block_n)]
+    c_layout = repr(gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
     sig = dict(a_desc=f"tensordesc<fp8e4nv[128, 128],{layouts[0]}>", b_desc=f"tensordesc<fp8e4nv[{block_n}, 128],{layouts[1]}>",
+               c_desc=f"tensordesc<bf16[64, 128],{c_layout}>" if tma_store else f"tensordesc<fp8e4nv[128, 128],{layouts[0]}>",
                c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
                stride_cn="i32", stride_sam="i32", stride_sak="i32", stride_sbk="i32", stride_sbn="i32",
-               GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr", WORKER_REGISTERS="constexpr")
-    const = dict(GROUP_M=16, PROGRAMS=132, STAGES=stages, WORKER_REGISTERS=ws.WORKER_REGISTERS)
+               TMA_STORE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
+               WORKER_REGISTERS="constexpr")
+    const = dict(TMA_STORE=tma_store, GROUP_M=16, PROGRAMS=132, STAGES=stages, WORKER_REGISTERS=ws.WORKER_REGISTERS)
     k = triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=False))
     ptx = k.asm["ptx"]
-    out[str(block_n)] = dict(shared=k.metadata.shared, stack=resource_usage(k.asm["cubin"])["stack"],
-                             wgmma=len(re.findall(r"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", ptx)),
-                             waits=sorted(set(re.findall(r"wgmma.wait_group.sync.aligned (\d+);", ptx))),
-                             setmaxnreg="setmaxnreg" in ptx)
+    out[f"{block_n}-{tma_store}"] = dict(
+        shared=k.metadata.shared, stack=resource_usage(k.asm["cubin"])["stack"],
+        wgmma=len(re.findall(r"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", ptx)),
+        waits=sorted(set(re.findall(r"wgmma.wait_group.sync.aligned (\d+);", ptx))), setmaxnreg="setmaxnreg" in ptx,
+        tma_store="cp.async.bulk.tensor.2d.global.shared" in ptx)
 print(json.dumps(out))
 """
 
@@ -245,12 +249,15 @@ print(json.dumps(out))
 def test_the_warp_specialized_program_compiles_for_sm90_without_spills():
     """Each 64-row warpgroup's products: four k32 wgmma a half (two halves at block_n 256), each
     half waited for (wait_group 0) before it is scaled; registers moved to the multiplying
-    warpgroups (setmaxnreg), none spilled (a stack frame would be spills)."""
+    warpgroups (setmaxnreg), none spilled (a stack frame would be spills); 16-bit C by TMA stores,
+    within the shared memory a block may use with them."""
     compiled = run_program(COMPILE_WS)
-    assert set(compiled) == {"256", "128"}
-    for block_n, info in compiled.items():
-        assert info["stack"] == 0 and info["setmaxnreg"] and info["waits"] == ["0"], (block_n, info)
-        assert info["wgmma"] >= 8 * int(block_n) // 128, (block_n, info)      # 2 warpgroups x halves x 4 k32 steps
+    assert set(compiled) == {"256-True", "128-True", "256-False"}
+    for name, info in compiled.items():
+        block_n, tma_store = int(name.split("-")[0]), name.endswith("True")
+        assert info["stack"] == 0 and info["setmaxnreg"] and info["waits"] == ["0"], (name, info)
+        assert info["wgmma"] >= 8 * block_n // 128, (name, info)      # 2 warpgroups x halves x 4 k32 steps
+        assert info["tma_store"] is tma_store and info["shared"] <= 232448, (name, info)    # H100/H200 opt-in
 
 
 @pytest.mark.gpu

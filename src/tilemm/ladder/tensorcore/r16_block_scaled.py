@@ -117,7 +117,9 @@ def limits(config: dict, row_wise: bool, interpreter: bool) -> str | None:
         if config["block_m"] != 128 or block_k != SCALE_BLOCK or config["block_n"] not in (128, 256):
             return (f"the warp-specialized program takes block_m=128, block_k=128 and block_n 128 or 256 "
                     f"(asked: {config['block_m']}, {block_k}, {config['block_n']})")
-        return availability.check_shared(128, config["block_n"], block_k, config["num_stages"], 1)
+        # and a 64 x 128 block of 16-bit C a warpgroup, for its TMA stores
+        return availability.check_shared(128, config["block_n"], block_k, config["num_stages"], 1,
+                                         epilogue=2 * 64 * 128 * 2)
     if not row_wise and SCALE_BLOCK % block_k:
         return f"block_k={block_k}: a K step must lie inside one {SCALE_BLOCK}-wide block of the scales"
     if block_k % 32 and not interpreter:

@@ -8,7 +8,10 @@ float32 total on the CUDA cores. In the Triton program every warp of a tile wait
 products before any adds them, and the tensor cores idle meanwhile. Here, as in the per-tensor
 program (scaled_fp8_gluon_kernel.py), each 64-row warpgroup of a 128-row tile is a partition of its
 own that waits only for its own products and scales and adds them while the other warpgroup's run;
-one loading warp fills a ring of stages by TMA, walking the same persistent tile order.
+one loading warp fills a ring of stages by TMA, walking the same persistent tile order. A 16-bit
+C leaves by TMA stores from a 64 x 128 block of shared memory a warpgroup (a half at a time), which
+run on while the next tile's products start: where K is short, C's stores from registers would
+keep the tensor cores idle for a large part of each tile.
 
 BLOCK_N = 256: two halves of 128 columns, each a fresh 64 x 128 partial, one half in flight at a
 time (a 64 x 256 total and two partials in flight would not fit a warpgroup's registers);
@@ -30,11 +33,13 @@ interpreter).
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
 
 from tilemm.engine import availability, operand_copies
 from tilemm.engine.launches import bound_launch
-from tilemm.engine.gluon_helpers import descriptor, invalidate_barriers, producer, stage_ring, store_block, tile_start
+from tilemm.engine.gluon_helpers import (descriptor, invalidate_barriers, producer, stage_ring, store_block, tile_start,
+                                         tma_store)
 
 BLOCK_M, BLOCK_K = 128, 128            # two 64-row warpgroups; K step = the scales' block
 # registers a thread of the second multiplying warpgroup asks for (the loading warp gives up its
@@ -60,14 +65,19 @@ def promoted(total, partial, sa, sb):
 
 # --8<-- [start:kernel]
 @gluon.jit
-def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn, stride_sam,
-                   stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                   BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn,
+                   stride_sam, stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr, TMA_STORE: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                   PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
     """Warpgroup WG's 64 rows of each of this program's tiles: per K step, each half's products
     into a fresh partial, scaled by the step's scales and added to the float32 total; the stage
-    released once every half has read it; C = total at the tile's end."""
+    released once every half has read it; C = total at the tile's end: with TMA_STORE a half at a
+    time through shared memory by a TMA store that runs on while the next tile's products start,
+    else from registers."""
     HALVES: gl.constexpr = BLOCK_N // 128
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 32])
+    if TMA_STORE:
+        c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
     pid = gl.program_id(0)
     k_steps = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
@@ -99,47 +109,74 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, sa_ptr, sb_ptr, M, N, K,
                 mbarrier.arrive(empty.index(slot), count=1)
                 right = promoted(right, step, sa, sb1)
             c += 1
-        store_block(c_ptr, left, off_m + WG * 64, off_n, M, N, stride_cm, stride_cn, layout, 64, 128)
-        if HALVES == 2:
-            store_block(c_ptr, right, off_m + WG * 64, off_n + 128, M, N, stride_cm, stride_cn, layout, 64, 128)
+        if TMA_STORE:
+            tma.store_wait(0)                   # the last store has read c_smem
+            c_smem.store(left.to(c_desc.dtype))
+            fence_async_shared()
+            tma_store(c_desc, [off_m + WG * 64, off_n], c_smem)
+            if HALVES == 2:
+                tma.store_wait(0)
+                c_smem.store(right.to(c_desc.dtype))
+                fence_async_shared()
+                tma_store(c_desc, [off_m + WG * 64, off_n + 128], c_smem)
+        else:
+            store_block(c_ptr, left, off_m + WG * 64, off_n, M, N, stride_cm, stride_cn, layout, 64, 128)
+            if HALVES == 2:
+                store_block(c_ptr, right, off_m + WG * 64, off_n + 128, M, N, stride_cm, stride_cn, layout, 64, 128)
+    if TMA_STORE:
+        tma.store_wait(0)
 # --8<-- [end:kernel]
 
 
 @gluon.jit
-def block_scaled_ws(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn, stride_sam, stride_sak,
-                    stride_sbk, stride_sbn, GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr,
-                    WORKER_REGISTERS: gl.constexpr):
+def block_scaled_ws(a_desc, b_desc, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn, stride_sam,
+                    stride_sak, stride_sbk, stride_sbn, TMA_STORE: gl.constexpr, GROUP_M: gl.constexpr,
+                    PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr):
     """C = sum over K blocks of (scale_a x scale_b) * (A @ B of the block), from fp8 a_desc (M, K)
-    and b_desc (N, K), K-major, float32 sums: the first multiplying warpgroup is the default
-    partition (num_warps = 4), the second and the loading warp are workers. Launched with
-    min(tiles, PROGRAMS) programs."""
+    and b_desc (N, K), K-major, float32 sums; c_desc C's in 64 x 128 blocks where TMA_STORE (else
+    unread). The first multiplying warpgroup is the default partition (num_warps = 4), the second
+    and the loading warp are workers. Launched with min(tiles, PROGRAMS) programs."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     a_bufs, b_bufs, ready, empty = stage_ring(a_desc, b_desc, STAGES, BLOCK_M // 64)
-    gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm,
-                                          stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 0, BLOCK_M,
-                                          BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
-                        (warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm,
-                                          stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 1, BLOCK_M,
-                                          BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+    gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
+                                          stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 0,
+                                          TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                        (warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
+                                          stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 1,
+                                          TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
                         (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
                                     BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                        [4, 1], [WORKER_REGISTERS, 24])
     invalidate_barriers(ready, empty, STAGES)
 
 
-def launcher(a_desc, b_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int, block_n: int,
+def launcher(a_desc, b_desc, c_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int, block_n: int,
              group_m: int, num_stages: int):
     """A launcher without arguments (a BoundLaunch) of block_scaled_ws into c (M, N); K >= 1;
-    a_desc in BLOCK_M x BLOCK_K blocks, b_desc in block_n x BLOCK_K ones (gluon_helpers.descriptor)."""
+    a_desc in BLOCK_M x BLOCK_K blocks, b_desc in block_n x BLOCK_K ones (gluon_helpers.descriptor);
+    c_desc C's in 64 x 128 blocks (c_descriptor), or None: C written from registers."""
     grid = (min(programs, triton.cdiv(m, BLOCK_M) * triton.cdiv(n, block_n)),)
+    # without a descriptor of C the program takes A's in its place, unread
     return bound_launch(block_scaled_ws, grid,
-                        (a_desc, b_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1), scale_a.stride(0),
-                         scale_a.stride(1), scale_b.stride(0), scale_b.stride(1)),
-                        dict(GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
-                             WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4,
-                             enable_fp_fusion=False))
+                        (a_desc, b_desc, c_desc or a_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1),
+                         scale_a.stride(0), scale_a.stride(1), scale_b.stride(0), scale_b.stride(1)),
+                        dict(TMA_STORE=c_desc is not None, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
+                             WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4, enable_fp_fusion=False))
+
+
+def c_descriptor(c):
+    """A Gluon TMA descriptor of C in 64 x 128 blocks (a warpgroup's half), or None where TMA can't
+    write C (not 16-bit, rows not contiguous, row stride or base not 16-byte aligned): then C is
+    written from registers."""
+    import torch
+    element = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}.get(c.dtype)
+    if element is None or not operand_copies.k_major(c):
+        return None
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    layout = gl.NVMMASharedLayout.get_default_for([64, 128], element)
+    return TensorDescriptor(c, list(c.shape), list(c.stride()), [64, 128], layout)
 
 
 def launch(a, b, c, scale_a, scale_b, block_n: int, group_m: int, num_stages: int):
@@ -155,5 +192,5 @@ def launch(a, b, c, scale_a, scale_b, block_n: int, group_m: int, num_stages: in
     for fill in (a_fill, b_fill):
         if fill is not None:
             fill()
-    launcher(descriptor(a_rows, BLOCK_M, BLOCK_K), descriptor(b_rows, block_n, BLOCK_K), c, scale_a, scale_b, m, n,
-             k, availability.multiprocessors(), block_n, group_m, num_stages)()
+    launcher(descriptor(a_rows, BLOCK_M, BLOCK_K), descriptor(b_rows, block_n, BLOCK_K), c_descriptor(c), c, scale_a,
+             scale_b, m, n, k, availability.multiprocessors(), block_n, group_m, num_stages)()
