@@ -290,6 +290,22 @@ def test_gpu_block_scales_match_the_dequantized_product(m, n, k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("params", [{}, dict(warp_specialized=False)])
+def test_gpu_repeated_calls_replay_on_their_new_operands(params):
+    """The second call of a shape replays the first's launches (tilemm.engine.replay) on its own
+    operands and scales: K not a multiple of 16, so A's and B's rows go through aligned copies."""
+    from tilemm.products import block_scaled
+    m, n, k = 300, 520, 1000
+    for seed in (1, 11):
+        a, b = operand(m, k, E4M3, False, seed), operand(k, n, E4M3, True, seed + 1)
+        scale_a, scale_b = scales((m, -(-k // 128)), seed + 2), scales((-(-k // 128), -(-n // 128)), seed + 3)
+        c = tilemm.scaled_matmul(a, b, scale_a, scale_b, **params)
+        check(c, a, b, scale_a, scale_b, block=True)
+    key = block_scaled.replay_key(a, b, scale_a, scale_b, "bfloat16", False, params)
+    assert key in block_scaled._REPLAYS
+
+
+@pytest.mark.gpu
 def test_gpu_row_wise_scales_match_scaled_mm():
     a, b = operand(1024, 2048, E4M3, False, 1), operand(2048, 3072, E4M3, True, 2)
     scale_a, scale_b = scales((1024, 1), 3), scales((1, 3072), 4)

@@ -44,7 +44,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         block scales run the `tensorcore-block-scaled` program (tilemm.products.block_scaled), whose params
         are block_m, block_n, block_k, group_m, num_warps, num_stages, tma, warp_specialized
         (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``; on Hopper, block scales take its
-        warp-specialized Gluon program); no replay, no torch.compile op.
+        warp-specialized Gluon program); a repeated call replays its launches; no torch.compile op.
     out_dtype : {"bfloat16", "float16", "float32"} or torch.dtype, default "bfloat16"
         The result's dtype.
     fast_accum : bool, default False

@@ -66,13 +66,13 @@ def ws_block_n(m: int, n: int, sms: int) -> int:
 
 def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, warp_specialized: bool = False, **config):
     """The program's launch, as resolve chose it (Triton or Gluon loads here, on first use):
-    r16_block_scaled_ws_kernel.launch where warp_specialized, else r16_block_scaled_kernel.launch."""
+    r16_block_scaled_ws_kernel.launch where warp_specialized, else r16_block_scaled_kernel.launch.
+    Returns what ran where tilemm.engine.replay can run it again on other operands, else None."""
     if warp_specialized:
         from tilemm.ladder.tensorcore.r16_block_scaled_ws_kernel import launch as launch_ws
-        launch_ws(a, b, c, scale_a, scale_b, config["block_n"], config["group_m"], config["num_stages"])
-        return
+        return launch_ws(a, b, c, scale_a, scale_b, config["block_n"], config["group_m"], config["num_stages"])
     from tilemm.ladder.tensorcore.r16_block_scaled_kernel import launch as launch_program
-    launch_program(a, b, c, scale_a, scale_b, row_wise, fast_accum, **config)
+    return launch_program(a, b, c, scale_a, scale_b, row_wise, fast_accum, **config)
 
 
 def resolve(params: dict, row_wise: bool = False, m: int = 0, n: int = 0) -> dict:

@@ -37,7 +37,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from tilemm.engine import availability, operand_copies
-from tilemm.engine.launches import bound_launch
+from tilemm.engine.launches import CopyInto, Steps, bound_launch
 from tilemm.engine.gluon_helpers import (descriptor, invalidate_barriers, producer, stage_ring, store_block, tile_start,
                                          tma_store)
 
@@ -182,15 +182,19 @@ def c_descriptor(c):
 def launch(a, b, c, scale_a, scale_b, block_n: int, group_m: int, num_stages: int):
     """c = the block-scaled product of a (M, K) and b (K, N), float8 (the checks are
     tilemm.products.block_scaled's; K >= 1): A's and B^T's rows copied into 16-byte aligned rows
-    where TMA needs it, then the program on min(tiles, SMs) programs."""
+    where TMA needs it, then the program on min(tiles, SMs) programs. Returns the launch, a Steps
+    that tilemm.engine.replay can run again on other operands."""
     m, k = a.shape
     n = b.shape[1]
+    sa_fill = None
     if (m - 1) * scale_a.stride(0) + (scale_a.shape[1] - 1) * scale_a.stride(1) >= 2**31:
-        scale_a = scale_a.contiguous()            # the program's offsets into scale_a are 32-bit
+        # the program's offsets into scale_a are 32-bit: a contiguous copy
+        contiguous = scale_a.new_empty(scale_a.shape)
+        scale_a, sa_fill = contiguous, CopyInto(contiguous, scale_a)
     a_rows, a_fill = operand_copies.aligned_rows(a)
     b_rows, b_fill = operand_copies.aligned_rows(b.T)              # (N, K): B K-major
-    for fill in (a_fill, b_fill):
-        if fill is not None:
-            fill()
-    launcher(descriptor(a_rows, BLOCK_M, BLOCK_K), descriptor(b_rows, block_n, BLOCK_K), c_descriptor(c), c, scale_a,
-             scale_b, m, n, k, availability.multiprocessors(), block_n, group_m, num_stages)()
+    product = launcher(descriptor(a_rows, BLOCK_M, BLOCK_K), descriptor(b_rows, block_n, BLOCK_K), c_descriptor(c),
+                       c, scale_a, scale_b, m, n, k, availability.multiprocessors(), block_n, group_m, num_stages)
+    steps = Steps([sa_fill, a_fill, b_fill, product])
+    steps()
+    return steps
