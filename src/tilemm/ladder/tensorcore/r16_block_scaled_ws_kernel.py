@@ -20,8 +20,8 @@ at multiples of 128): its scale from B is one number a step. Issuing the next st
 before adding this step's (one warpgroup keeping the tensor cores fed by itself) was tried: ptxas
 then serializes every wgmma (its warning C7514), as it does when a partial in flight is copied.
 
-A step's scales are loaded before its tiles are waited for (A's: the 64 rows of the warpgroup,
-two a thread; B's: one number a half). The partials are scaled and added as a multiply and an
+The next step's scales are loaded while this step's products are made (A's: the 64 rows of the
+warpgroup, two a thread; B's: one number a half). The partials are scaled and added as a multiply and an
 add (enable_fp_fusion=False): fused into one instruction, ptxas spilled registers of the 128 x 256
 tile.
 
@@ -91,9 +91,12 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, 
         left = gl.zeros((64, 128), dtype=gl.float32, layout=layout)
         right = gl.zeros((64, 128), dtype=gl.float32, layout=layout)
         step = gl.zeros((64, 128), dtype=gl.float32, layout=layout)
+        sa, sb0, sb1 = step_scales(sa_ptr, sa_rows, sb_ptr, 0, nb, stride_sak, stride_sbk, stride_sbn)
         for t in range(k_steps):
-            # this step's scales, loaded before its tiles are waited for and its products made
-            sa, sb0, sb1 = step_scales(sa_ptr, sa_rows, sb_ptr, t, nb, stride_sak, stride_sbk, stride_sbn)
+            # the next step's scales, loaded while this step's products are made (the last step's
+            # again at the last)
+            nxt, nsb0, nsb1 = step_scales(sa_ptr, sa_rows, sb_ptr, gl.minimum(t + 1, k_steps - 1), nb, stride_sak,
+                                          stride_sbk, stride_sbn)
             slot = c % STAGES
             mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
             a = a_bufs.index(slot).slice(WG * 64, 64)
@@ -108,6 +111,7 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, 
                 step = warpgroup_mma_wait(num_outstanding=0, deps=(step, ))
                 mbarrier.arrive(empty.index(slot), count=1)
                 right = promoted(right, step, sa, sb1)
+            sa, sb0, sb1 = nxt, nsb0, nsb1
             c += 1
         if TMA_STORE:
             tma.store_wait(0)                   # the last store has read c_smem
