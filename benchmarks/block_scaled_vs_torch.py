@@ -32,7 +32,7 @@ HELD_OUT = [(4096, 4096, 7168), (4096, 7168, 2048), (2048, 32768, 512), (8192, 7
             (1024, 24576, 1536), (4096, 36864, 7168)]
 # --tune's candidates: the warp-specialized (Gluon, Hopper) program's tiles (block_n 256: two
 # halves; 128: one), stages and GROUP_M, persistent; and the Triton program's (one program a tile)
-CANDIDATES = [dict(warp_specialized=True, block_n=bn, num_stages=s, group_m=g)
+CANDIDATES = [dict(warp_specialized=True, block_m=128, block_n=bn, num_stages=s, group_m=g)
               for bn, s in ((256, 3), (256, 4), (128, 4), (128, 6)) for g in (8, 16)]
 CANDIDATES += [dict(warp_specialized=False, block_m=bm, block_n=bn, num_warps=8, num_stages=s, group_m=8)
                for bm, bn, s in ((128, 128, 4), (128, 256, 3), (64, 256, 4))]

@@ -204,8 +204,10 @@ def test_block_scales_take_the_warp_specialized_program_where_gluon_runs_on_hopp
     resolve = r16_block_scaled.resolve
     wide = resolve({}, False, 4096, 7168)               # 32 x 28 tiles of 128 x 256: past a round of SMs
     assert wide["warp_specialized"] is hopper
-    assert (wide["block_n"], wide["group_m"], wide["num_stages"]) == ((256, 16, 4) if hopper else (128, 8, 4))
-    assert resolve({}, False, 128, 7168)["block_n"] == 128                    # 28 tiles of 256 columns: 128
+    tiles = (wide["block_m"], wide["block_n"], wide["group_m"], wide["num_stages"])
+    assert tiles == ((128, 256, 16, 4) if hopper else (128, 128, 8, 4))
+    few = resolve({}, False, 128, 7168)                 # 56 tiles of 128 x 128: 64-row tiles where hopper
+    assert (few["block_m"], few["block_n"]) == ((64, 128) if hopper else (128, 128))
     assert resolve({}, False, 4096, 2112)["block_n"] == 128                   # 256: 9 columns, the last 64 wide
     assert resolve({}, True, 4096, 7168)["warp_specialized"] is False           # row-wise: the Triton program
     assert resolve(dict(tma=False), False, 4096, 7168)["warp_specialized"] is False
@@ -214,6 +216,7 @@ def test_block_scales_take_the_warp_specialized_program_where_gluon_runs_on_hopp
         assert r16_block_scaled.ws_block_n(m, n, 132) == 256
     asked = resolve(dict(warp_specialized=True, block_n=128, num_stages=5), False, 4096, 7168)
     assert (asked["warp_specialized"], asked["block_n"], asked["group_m"], asked["num_stages"]) == (True, 128, 16, 5)
+    assert resolve(dict(warp_specialized=True, block_m=64, block_n=256), False, 4096, 7168)["num_stages"] == 5
 
 
 COMPILE_WS = r"""
@@ -224,11 +227,13 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_ws_kernel as ws
 from tests.compiled import resource_usage
 out = {}
-for block_n, stages, tma_store in ((256, 4, True), (128, 6, True), (256, 4, False)):
-    layouts = [repr(gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv)) for rows in (128, block_n)]
+for block_m, block_n, tma_store in ((128, 256, True), (128, 128, True), (128, 256, False), (64, 128, True)):
+    stages = rung.WS_STAGES[block_m, block_n]
+    layouts = [repr(gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv)) for rows in (block_m, block_n)]
     c_layout = repr(gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
-    sig = dict(a_desc=f"tensordesc<fp8e4nv[128, 128],{layouts[0]}>", b_desc=f"tensordesc<fp8e4nv[{block_n}, 128],{layouts[1]}>",
-               c_desc=f"tensordesc<bf16[64, 128],{c_layout}>" if tma_store else f"tensordesc<fp8e4nv[128, 128],{layouts[0]}>",
+    a_desc = f"tensordesc<fp8e4nv[{block_m}, 128],{layouts[0]}>"
+    sig = dict(a_desc=a_desc, b_desc=f"tensordesc<fp8e4nv[{block_n}, 128],{layouts[1]}>",
+               c_desc=f"tensordesc<bf16[64, 128],{c_layout}>" if tma_store else a_desc,
                c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
                stride_cn="i32", stride_sam="i32", stride_sak="i32", stride_sbk="i32", stride_sbn="i32",
                TMA_STORE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
@@ -237,7 +242,7 @@ for block_n, stages, tma_store in ((256, 4, True), (128, 6, True), (256, 4, Fals
     k = triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=False))
     ptx = k.asm["ptx"]
-    out[f"{block_n}-{tma_store}"] = dict(
+    out[f"{block_m}x{block_n}-{tma_store}"] = dict(
         shared=k.metadata.shared, stack=resource_usage(k.asm["cubin"])["stack"],
         wgmma=len(re.findall(r"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", ptx)),
         waits=sorted(set(re.findall(r"wgmma.wait_group.sync.aligned (\d+);", ptx))), setmaxnreg="setmaxnreg" in ptx,
@@ -252,19 +257,22 @@ def test_the_warp_specialized_program_compiles_for_sm90_without_spills():
     warpgroups (setmaxnreg), none spilled (a stack frame would be spills); 16-bit C by TMA stores,
     within the shared memory a block may use with them."""
     compiled = run_program(COMPILE_WS)
-    assert set(compiled) == {"256-True", "128-True", "256-False"}
+    assert set(compiled) == {"128x256-True", "128x128-True", "128x256-False", "64x128-True"}
     for name, info in compiled.items():
-        block_n, tma_store = int(name.split("-")[0]), name.endswith("True")
+        tile, tma_store = name.split("-")
+        block_m, block_n = map(int, tile.split("x"))
         assert info["stack"] == 0 and info["setmaxnreg"] and info["waits"] == ["0"], (name, info)
-        assert info["wgmma"] >= 8 * block_n // 128, (name, info)      # 2 warpgroups x halves x 4 k32 steps
-        assert info["tma_store"] is tma_store and info["shared"] <= 232448, (name, info)    # H100/H200 opt-in
+        # multiplying warpgroups x halves x 4 k32 steps
+        assert info["wgmma"] >= 4 * (block_m // 64) * (block_n // 128), (name, info)
+        assert info["tma_store"] is (tma_store == "True") and info["shared"] <= 232448, (name, info)  # H100/H200
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m,n,k,block_n,out_dtype", [(517, 1030, 333, 256, torch.float32),
-                                                     (300, 200, 4096, 128, torch.bfloat16),
-                                                     (1024, 640, 1000, 256, torch.float16)])
-def test_gpu_warp_specialized_program_matches_the_dequantized_product(m, n, k, block_n, out_dtype):
+@pytest.mark.parametrize("m,n,k,block_m,block_n,out_dtype", [(517, 1030, 333, 128, 256, torch.float32),
+                                                             (300, 200, 4096, 128, 128, torch.bfloat16),
+                                                             (1024, 640, 1000, 128, 256, torch.float16),
+                                                             (100, 700, 2000, 64, 128, torch.bfloat16)])
+def test_gpu_warp_specialized_program_matches_the_dequantized_product(m, n, k, block_m, block_n, out_dtype):
     """K not a multiple of 16 (rows copied for TMA) or of 128 (a tail block), N past a 128-block."""
     from tilemm.engine import availability as gpu
     if not gpu.hopper_gluon():
@@ -273,7 +281,7 @@ def test_gpu_warp_specialized_program_matches_the_dequantized_product(m, n, k, b
     scale_a, scale_b = scales((m, -(-k // 128)), 7), scales((-(-k // 128), -(-n // 128)), 8)
     out = torch.full((m, n), float("nan"), device=WHERE, dtype=out_dtype)
     c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out, warp_specialized=True,
-                             block_n=block_n)
+                             block_m=block_m, block_n=block_n)
     check(c, a, b, scale_a, scale_b, block=True)
 
 

@@ -31,23 +31,26 @@ Constraints:
   copied K-major first; with K a multiple of 16 the tiles come in by TMA (tma=None: where the
   operands allow; False: pointer loads with masks);
 - the warp-specialized program (warp_specialized=None: block scales on Hopper with Gluon; True
-  asks for it, False refuses it): 128-row tiles, block_k 128, block_n 128 or 256, any K (its
-  rows of A and B are copied into 16-byte aligned rows where K is not a multiple of 16);
+  asks for it, False refuses it): block_m 128 (two multiplying warpgroups) or 64 (one), block_k
+  128, block_n 128 or 256, any K (its rows of A and B are copied into 16-byte aligned rows where
+  K is not a multiple of 16);
 - the shared memory of num_stages stages of tiles must fit the GPU (checked before launch).
 """
 from __future__ import annotations
 
 from tilemm.engine import availability
 
-DEFAULTS = dict(block_m=128, block_n=None, block_k=128, group_m=None, num_warps=8, num_stages=None, tma=None,
+DEFAULTS = dict(block_m=None, block_n=None, block_k=128, group_m=None, num_warps=8, num_stages=None, tma=None,
                 warp_specialized=None)
 SCALE_BLOCK = 128          # r16_block_scaled_kernel.SCALE_BLOCK (kept here: this module imports no Triton)
 # the parameters left None, as each program takes them: the Triton program's tiles, and the
 # warp-specialized program's: 128 x 256 (two halves of one B scale each, as the per-tensor Gluon
-# program's tiles), or 128 x 128 where its rounds of tiles over the SMs take less time (ws_block_n)
-TRITON_TILES = dict(block_n=128, group_m=8, num_stages=4)
-WS_TILES = dict(block_n=256, group_m=16, num_stages=4)
-WS_NARROW_TILES = dict(block_n=128, group_m=16, num_stages=6)
+# program's tiles), or 128 x 128 where its rounds of tiles over the SMs take less time (ws_block_n),
+# or 64 x 128 (one multiplying warpgroup) where even 128 x 128 tiles would leave SMs idle (a few
+# rows: 56 tiles of 128 x 7168 at 128 rows, 112 at 64); as many stages as fit beside C's block
+TRITON_TILES = dict(block_m=128, block_n=128, group_m=8, num_stages=4)
+WS_GROUP_M = 16
+WS_STAGES = {(128, 256): 4, (128, 128): 6, (64, 256): 5, (64, 128): 8}
 # what a 128 x 128 tile is taken to cost over half a 128 x 256 one (it reads more from L2 per
 # product): a guess for the rounds model of ws_block_n, to be fitted by block_scaled_vs_torch.py --tune
 NARROW_TILE_COST = 1.1
@@ -70,7 +73,8 @@ def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, warp_spe
     Returns what ran where tilemm.engine.replay can run it again on other operands, else None."""
     if warp_specialized:
         from tilemm.ladder.tensorcore.r16_block_scaled_ws_kernel import launch as launch_ws
-        return launch_ws(a, b, c, scale_a, scale_b, config["block_n"], config["group_m"], config["num_stages"])
+        return launch_ws(a, b, c, scale_a, scale_b, config["block_m"], config["block_n"], config["group_m"],
+                         config["num_stages"])
     from tilemm.ladder.tensorcore.r16_block_scaled_kernel import launch as launch_program
     return launch_program(a, b, c, scale_a, scale_b, row_wise, fast_accum, **config)
 
@@ -100,8 +104,12 @@ def resolve(params: dict, row_wise: bool = False, m: int = 0, n: int = 0) -> dic
         ws = not row_wise and config["tma"] is not False and availability.hopper_gluon()
     tiles = TRITON_TILES
     if ws:
-        block_n = config["block_n"] or ws_block_n(m, n, availability.multiprocessors())
-        tiles = WS_TILES if block_n == 256 else WS_NARROW_TILES
+        sms = availability.multiprocessors()
+        few_rows = 0 < -(-m // 128) * -(-n // 128) < sms
+        block_m = config["block_m"] or (64 if few_rows and config["block_n"] in (None, 128) else 128)
+        block_n = config["block_n"] or (128 if block_m == 64 else ws_block_n(m, n, sms))
+        tiles = dict(block_m=block_m, block_n=block_n, group_m=WS_GROUP_M,
+                     num_stages=WS_STAGES.get((block_m, block_n), 4))
     return {**config, **{k: v for k, v in tiles.items() if config[k] is None}, "warp_specialized": bool(ws)}
 
 
@@ -114,12 +122,13 @@ def limits(config: dict, row_wise: bool, interpreter: bool) -> str | None:
             return refusal
         if row_wise:
             return "warp_specialized=True is the block scales' program; row-wise scales take the Triton one"
-        if config["block_m"] != 128 or block_k != SCALE_BLOCK or config["block_n"] not in (128, 256):
-            return (f"the warp-specialized program takes block_m=128, block_k=128 and block_n 128 or 256 "
-                    f"(asked: {config['block_m']}, {block_k}, {config['block_n']})")
+        shape = (config["block_m"], block_k, config["block_n"])
+        if shape[:2] not in ((128, 128), (64, 128)) or shape[2] not in (128, 256):
+            return (f"the warp-specialized program takes block_m 128 or 64, block_k=128 and block_n 128 or 256 "
+                    f"(asked: {shape[0]}, {shape[1]}, {shape[2]})")
         # and a 64 x 128 block of 16-bit C a warpgroup, for its TMA stores
-        return availability.check_shared(128, config["block_n"], block_k, config["num_stages"], 1,
-                                         epilogue=2 * 64 * 128 * 2)
+        return availability.check_shared(config["block_m"], config["block_n"], block_k, config["num_stages"], 1,
+                                         epilogue=config["block_m"] * 128 * 2)
     if not row_wise and SCALE_BLOCK % block_k:
         return f"block_k={block_k}: a K step must lie inside one {SCALE_BLOCK}-wide block of the scales"
     if block_k % 32 and not interpreter:

@@ -8,7 +8,8 @@ float32 total on the CUDA cores. In the Triton program every warp of a tile wait
 products before any adds them, and the tensor cores idle meanwhile. Here, as in the per-tensor
 program (scaled_fp8_gluon_kernel.py), each 64-row warpgroup of a 128-row tile is a partition of its
 own that waits only for its own products and scales and adds them while the other warpgroup's run;
-one loading warp fills a ring of stages by TMA, walking the same persistent tile order. A 16-bit
+one loading warp fills a ring of stages by TMA, walking the same persistent tile order (64-row
+tiles, where 128-row ones would leave SMs idle: one multiplying warpgroup). A 16-bit
 C leaves by TMA stores from a 64 x 128 block of shared memory a warpgroup (a half at a time), which
 run on while the next tile's products start: where K is short, C's stores from registers would
 keep the tensor cores idle for a large part of each tile.
@@ -41,7 +42,7 @@ from tilemm.engine.launches import CopyInto, Steps, bound_launch
 from tilemm.engine.gluon_helpers import (descriptor, invalidate_barriers, producer, stage_ring, store_block, tile_start,
                                          tma_store)
 
-BLOCK_M, BLOCK_K = 128, 128            # two 64-row warpgroups; K step = the scales' block
+BLOCK_K = 128                          # a K step: the scales' block
 # registers a thread of the second multiplying warpgroup asks for (the loading warp gives up its
 # own: 24): a 64 x 256 float32 total and a 64 x 128 partial
 WORKER_REGISTERS = 232
@@ -136,32 +137,41 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, 
 def block_scaled_ws(a_desc, b_desc, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn, stride_sam,
                     stride_sak, stride_sbk, stride_sbn, TMA_STORE: gl.constexpr, GROUP_M: gl.constexpr,
                     PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr):
-    """C = sum over K blocks of (scale_a x scale_b) * (A @ B of the block), from fp8 a_desc (M, K)
-    and b_desc (N, K), K-major, float32 sums; c_desc C's in 64 x 128 blocks where TMA_STORE (else
-    unread). The first multiplying warpgroup is the default partition (num_warps = 4), the second
-    and the loading warp are workers. Launched with min(tiles, PROGRAMS) programs."""
+    """C = sum over K blocks of (scale_a x scale_b) * (A @ B of the block), from fp8 a_desc (M, K;
+    blocks of BLOCK_M = 128 or 64 rows) and b_desc (N, K), K-major, float32 sums; c_desc C's in
+    64 x 128 blocks where TMA_STORE (else unread). The first multiplying warpgroup is the default
+    partition (num_warps = 4), the second (BLOCK_M = 128) and the loading warp are workers.
+    Launched with min(tiles, PROGRAMS) programs."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     a_bufs, b_bufs, ready, empty = stage_ring(a_desc, b_desc, STAGES, BLOCK_M // 64)
-    gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
-                                          stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 0,
-                                          TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
-                        (warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
-                                          stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 1,
-                                          TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
-                        (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
-                                    BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
-                       [4, 1], [WORKER_REGISTERS, 24])
+    if BLOCK_M == 128:
+        gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
+                                              stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 0,
+                                              TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                            (warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
+                                              stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 1,
+                                              TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                            (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
+                                        BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
+                           [4, 1], [WORKER_REGISTERS, 24])
+    else:               # 64-row tiles (products of a few rows: twice the tiles): one multiplying warpgroup
+        gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
+                                              stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 0,
+                                              TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                            (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
+                                        BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
+                           [1], [24])
     invalidate_barriers(ready, empty, STAGES)
 
 
-def launcher(a_desc, b_desc, c_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int, block_n: int,
-             group_m: int, num_stages: int):
+def launcher(a_desc, b_desc, c_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int, block_m: int,
+             block_n: int, group_m: int, num_stages: int):
     """A launcher without arguments (a BoundLaunch) of block_scaled_ws into c (M, N); K >= 1;
-    a_desc in BLOCK_M x BLOCK_K blocks, b_desc in block_n x BLOCK_K ones (gluon_helpers.descriptor);
+    a_desc in block_m x BLOCK_K blocks, b_desc in block_n x BLOCK_K ones (gluon_helpers.descriptor);
     c_desc C's in 64 x 128 blocks (c_descriptor), or None: C written from registers."""
-    grid = (min(programs, triton.cdiv(m, BLOCK_M) * triton.cdiv(n, block_n)),)
+    grid = (min(programs, triton.cdiv(m, block_m) * triton.cdiv(n, block_n)),)
     # without a descriptor of C the program takes A's in its place, unread
     return bound_launch(block_scaled_ws, grid,
                         (a_desc, b_desc, c_desc or a_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1),
@@ -183,7 +193,7 @@ def c_descriptor(c):
     return TensorDescriptor(c, list(c.shape), list(c.stride()), [64, 128], layout)
 
 
-def launch(a, b, c, scale_a, scale_b, block_n: int, group_m: int, num_stages: int):
+def launch(a, b, c, scale_a, scale_b, block_m: int, block_n: int, group_m: int, num_stages: int):
     """c = the block-scaled product of a (M, K) and b (K, N), float8 (the checks are
     tilemm.products.block_scaled's; K >= 1): A's and B^T's rows copied into 16-byte aligned rows
     where TMA needs it, then the program on min(tiles, SMs) programs. Returns the launch, a Steps
@@ -197,8 +207,9 @@ def launch(a, b, c, scale_a, scale_b, block_n: int, group_m: int, num_stages: in
         scale_a, sa_fill = contiguous, CopyInto(contiguous, scale_a)
     a_rows, a_fill = operand_copies.aligned_rows(a)
     b_rows, b_fill = operand_copies.aligned_rows(b.T)              # (N, K): B K-major
-    product = launcher(descriptor(a_rows, BLOCK_M, BLOCK_K), descriptor(b_rows, block_n, BLOCK_K), c_descriptor(c),
-                       c, scale_a, scale_b, m, n, k, availability.multiprocessors(), block_n, group_m, num_stages)
+    product = launcher(descriptor(a_rows, block_m, BLOCK_K), descriptor(b_rows, block_n, BLOCK_K), c_descriptor(c),
+                       c, scale_a, scale_b, m, n, k, availability.multiprocessors(), block_m, block_n, group_m,
+                       num_stages)
     steps = Steps([sa_fill, a_fill, b_fill, product])
     steps()
     return steps
