@@ -60,7 +60,7 @@ def ws_block_n(m: int, n: int, sms: int) -> int:
     """The warp-specialized program's block_n for an M x N product on `sms` SMs: 256 or 128,
     whichever's rounds of tiles (the last one counted whole: SMs idle in it) take less time, a
     128-wide tile costing NARROW_TILE_COST halves of a 256-wide one. 128 where 256-wide tiles
-    leave most SMs idle (few rows: 28 tiles of 4096 x 7168 at M = 128) or a thin last column of
+    leave most SMs idle (few rows: 28 tiles of 128 x 7168) or a thin last column of
     tiles (N = 2112: eight 256-wide tiles and a 64-wide one)."""
     def rounds(block_n):
         return -(-(-(-m // 128) * -(-n // block_n)) // sms)
@@ -81,7 +81,7 @@ def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, warp_spe
 
 def resolve(params: dict, row_wise: bool = False, m: int = 0, n: int = 0) -> dict:
     """The program's parameters, defaults filled in (warp_specialized None: block scales on Hopper
-    with Gluon; block_n, group_m, num_stages None: the chosen program's); unknown names a
+    with Gluon; block_m, block_n, group_m, num_stages None: the chosen program's, by shape); unknown names a
     TypeError, bad values a ValueError."""
     unknown = set(params) - set(DEFAULTS)
     if unknown:

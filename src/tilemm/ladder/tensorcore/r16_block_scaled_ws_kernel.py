@@ -86,7 +86,8 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, 
     for tile in range(pid, num_tiles, PROGRAMS):
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rows = off_m + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
-        sa_rows = gl.minimum(rows, M - 1) * stride_sam           # 32-bit offsets (launch: scale_a contiguous where they would not fit)
+        # 32-bit offsets (launch: a contiguous copy of scale_a where they would not fit)
+        sa_rows = gl.minimum(rows, M - 1) * stride_sam
         # the halves' blocks of B's scales; one past N's last block (its B is zeros) reads the last
         nb = (off_n // 128, gl.minimum(off_n // 128 + 1, gl.cdiv(N, 128) - 1))
         left = gl.zeros((64, 128), dtype=gl.float32, layout=layout)
