@@ -227,7 +227,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_ws_kernel as ws
 from tests.compiled import resource_usage
 out = {}
-for block_m, block_n, tma_store in ((128, 256, True), (128, 128, True), (128, 256, False), (64, 128, True)):
+for block_m, block_n, tma_store in ((128, 256, True), (64, 128, False)):   # both partition sets, both ways C leaves
     stages = rung.WS_STAGES[block_m, block_n]
     layouts = [repr(gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv)) for rows in (block_m, block_n)]
     c_layout = repr(gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
@@ -257,7 +257,7 @@ def test_the_warp_specialized_program_compiles_for_sm90_without_spills():
     warpgroups (setmaxnreg), none spilled (a stack frame would be spills); 16-bit C by TMA stores,
     within the shared memory a block may use with them."""
     compiled = run_program(COMPILE_WS)
-    assert set(compiled) == {"128x256-True", "128x128-True", "128x256-False", "64x128-True"}
+    assert set(compiled) == {"128x256-True", "64x128-False"}
     for name, info in compiled.items():
         tile, tma_store = name.split("-")
         block_m, block_n = map(int, tile.split("x"))
