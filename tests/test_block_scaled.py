@@ -240,7 +240,7 @@ for block_m, block_n, tma_store in ((128, 256, True), (64, 128, False)):   # bot
                WORKER_REGISTERS="constexpr")
     const = dict(TMA_STORE=tma_store, GROUP_M=16, PROGRAMS=132, STAGES=stages, WORKER_REGISTERS=ws.WORKER_REGISTERS)
     k = triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=False))
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=ws.fp_fusion(block_n)))
     ptx = k.asm["ptx"]
     out[f"{block_m}x{block_n}-{tma_store}"] = dict(
         shared=k.metadata.shared, stack=resource_usage(k.asm["cubin"])["stack"],

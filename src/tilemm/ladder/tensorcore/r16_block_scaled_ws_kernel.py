@@ -22,9 +22,9 @@ before adding this step's (one warpgroup keeping the tensor cores fed by itself)
 then serializes every wgmma (its warning C7514), as it does when a partial in flight is copied.
 
 The next step's scales are loaded while this step's products are made (A's: the 64 rows of the
-warpgroup, two a thread; B's: one number a half). The partials are scaled and added as a multiply and an
-add (enable_fp_fusion=False): fused into one instruction, ptxas spilled registers of the 128 x 256
-tile.
+warpgroup, two a thread; B's: one number a half). With two halves (BLOCK_N = 256) the partials are scaled
+and added as a multiply and an add (enable_fp_fusion=False): fused into one instruction, ptxas
+spilled registers there (fp_fusion); with one, as one fused multiply-add.
 
 Operands K-major (A (M, K), B^T (N, K)), 16-byte aligned rows; scale_a (M, ceil(K/128)) and
 scale_b (ceil(K/128), ceil(N/128)) float32, any strides; C any strides, bfloat16, float16 or
@@ -48,6 +48,13 @@ BLOCK_K = 128                          # a K step: the scales' block
 WORKER_REGISTERS = 232
 
 
+def fp_fusion(block_n: int) -> bool:
+    """Whether the program's scaling and adding of a partial may fuse into one instruction: with
+    one half (block_n 128); with two, ptxas spilled registers of the fused form (read in its
+    output for sm_90, Triton 3.6 and 3.9), so a multiply and an add."""
+    return block_n == 128
+
+
 @gluon.jit
 def step_scales(sa_ptr, sa_rows, sb_ptr, t, nb, stride_sak, stride_sbk, stride_sbn):
     """Step t's scales: A's for this warpgroup's rows (sa_rows: their offsets, rows past M clamped
@@ -59,8 +66,8 @@ def step_scales(sa_ptr, sa_rows, sb_ptr, t, nb, stride_sak, stride_sbk, stride_s
 
 @gluon.jit
 def promoted(total, partial, sa, sb):
-    """total + partial * (A's row scales x B's scale): a multiply and an add an element (the
-    launch turns fusion off: see above)."""
+    """total + partial * (A's row scales x B's scale): a fused multiply-add an element, or a
+    multiply and an add (fp_fusion)."""
     return total + partial * gl.expand_dims(sa * sb, 1)
 
 
@@ -178,7 +185,7 @@ def launcher(a_desc, b_desc, c_desc, c, scale_a, scale_b, m: int, n: int, k: int
                         (a_desc, b_desc, c_desc or a_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1),
                          scale_a.stride(0), scale_a.stride(1), scale_b.stride(0), scale_b.stride(1)),
                         dict(TMA_STORE=c_desc is not None, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
-                             WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4, enable_fp_fusion=False))
+                             WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4, enable_fp_fusion=fp_fusion(block_n)))
 
 
 def c_descriptor(c):
