@@ -4,14 +4,18 @@ tensor-wise, beside it), on DeepSeek-V3-like shapes; then grouped contiguous flo
 tilemm.grouped_matmul with block scales, torch._scaled_grouped_mm with row-wise ones beside it).
 
     PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py --out DIR
-    ... block_scaled_vs_torch.py --out DIR --quick      # ~2 min: the tuning set over CONFIGS, to pick defaults
+    ... block_scaled_vs_torch.py --out DIR --tune           # ~2 min: the fit set over CANDIDATES, a winner table
+    ... block_scaled_vs_torch.py --out DIR --held-out-only  # ~2 min: the held-out shapes, the defaults
 
 float8_e4m3fn, A row-major (M, K), B given as (N, K).T, bfloat16 out, float32 sums (torch's
-use_fast_accum=False). TUNE is the set --quick tunes on; HELD_OUT is measured only. Every answer
-is checked first, on 64 sampled rows, against the float64 product of the dequantized operands
-(each fp8 value times its scale; within bfloat16's rounding plus float32 sums' allowance); a
-variant that fails is recorded as failed and not timed. Protocol: pre-warm, interleaved rounds
-(order rotated), CUDA events, the median. One JSON line a (shape, variant).
+use_fast_accum=False). FIT is the set --tune sweeps CANDIDATES on (the warp-specialized program's
+tiles, stages and GROUP_M; the Triton program's tiles, warps and stages); HELD_OUT is measured
+only, with the rung's defaults. Every answer is checked first, on 64 sampled rows, against the
+float64 product of the dequantized operands (each fp8 value times its scale) within the bound
+tests/test_block_scaled.py uses on the GPU (bfloat16's rounding, float32 sums' allowance and
+Hopper's fp8 accumulator within a K block); a variant that fails is recorded as failed and not
+timed. Protocol: pre-warm, interleaved rounds (order rotated), CUDA events, the median. One JSON
+line a (shape, variant).
 """
 from __future__ import annotations
 
@@ -23,14 +27,15 @@ from tilemm.system.timing import interleaved_rounds
 import harness
 
 # (M, N, K): DeepSeek-V3's dense GEMMs (DeepGEMM's table: N x K pairs) at M = 4096, and others
-TUNE = [(4096, 7168, 16384), (4096, 2112, 7168), (4096, 24576, 1536)]
+FIT = [(4096, 7168, 16384), (4096, 2112, 7168), (4096, 24576, 1536)]
 HELD_OUT = [(4096, 4096, 7168), (4096, 7168, 2048), (2048, 32768, 512), (8192, 7168, 16384), (128, 7168, 16384),
-            (4096, 36864, 7168)]
-# --quick's grid (the rung's defaults among them)
-CONFIGS = [dict(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s)
-           for bm, bn, bk in ((128, 128, 128), (128, 256, 128), (64, 256, 128), (128, 128, 64))
-           for w, s in ((8, 4), (8, 3))]
-CONFIGS += [dict(config, tma=False) for config in CONFIGS[:2]]     # pointer loads beside TMA's (the default here)
+            (1024, 24576, 1536), (4096, 36864, 7168)]
+# --tune's candidates: the warp-specialized (Gluon, Hopper) program's tiles (block_n 256: two
+# halves; 128: one), stages and GROUP_M, persistent; and the Triton program's (one program a tile)
+CANDIDATES = [dict(warp_specialized=True, block_m=128, block_n=bn, num_stages=s, group_m=g)
+              for bn, s in ((256, 3), (256, 4), (128, 4), (128, 6)) for g in (8, 16)]
+CANDIDATES += [dict(warp_specialized=False, block_m=bm, block_n=bn, num_warps=8, num_stages=s, group_m=8)
+               for bm, bn, s in ((128, 128, 4), (128, 256, 3), (64, 256, 4))]
 
 
 def blocks(x: int) -> int:
@@ -63,7 +68,11 @@ def check(c, a, b, scale_a, scale_b, kind: str, seed: int) -> tuple[bool, float]
     else:
         x, y = x * float(scale_a), y * float(scale_b)
     ref, size = x @ y, x.abs() @ y.abs()
-    return harness.within(c[rows], ref, 2.0**-8 * ref.abs() + (2 * k + 3 * k / 32 + 2) * 2.0**-24 * size + 1e-30)
+    # tests/test_block_scaled.py's bound on the GPU: one bfloat16 rounding, float32 sums (a
+    # product, a K step's partial, its scaling and its addition round), and Hopper's fp8
+    # accumulator of ~13 bits within a K block (its four k32 steps)
+    bound = 2.0**-8 * ref.abs() + (2 * k + 3 * k / 16 + 2) * 2.0**-24 * size + 4 * 2.0**-13 * size + 1e-30
+    return harness.within(c[rows], ref, bound)
 
 
 def anchors(a, b, s):
@@ -75,14 +84,39 @@ def anchors(a, b, s):
             "tilemm-tensor": ("tensor", lambda: tilemm.scaled_matmul(a, b, *s["tensor"]))}
 
 
+def label_of(config: dict) -> str:
+    return ("ws-" if config.get("warp_specialized") else "triton-") + "-".join(
+        f"{key}={value}" for key, value in config.items() if key != "warp_specialized")
+
+
 def tuning(a, b, s):
-    variants = {"scaled_mm-row": ("row", lambda: torch._scaled_mm(a, b, *s["row"], out_dtype=torch.bfloat16))}
-    for i, config in enumerate(CONFIGS):
-        label = "-".join(f"{key}={value}" for key, value in config.items())
-        variants["tilemm-block-" + label] = ("block", lambda c=config: tilemm.scaled_matmul(a, b, *s["block"], **c))
-        if i < 4:          # row-wise scales: the program's other mode, on the first tiles
-            variants["tilemm-row-" + label] = ("row", lambda c=config: tilemm.scaled_matmul(a, b, *s["row"], **c))
+    bf16 = torch.bfloat16
+    variants = {"scaled_mm-row": ("row", lambda: torch._scaled_mm(a, b, *s["row"], out_dtype=bf16)),
+                "tilemm-block-default": ("block", lambda: tilemm.scaled_matmul(a, b, *s["block"]))}
+    for config in CANDIDATES:
+        variants["tilemm-block-" + label_of(config)] = ("block", lambda c=config: tilemm.scaled_matmul(
+            a, b, *s["block"], **c))
     return variants
+
+
+def winners(records: list) -> None:
+    """The fastest candidate of each fit shape, and the candidates in order of their geometric
+    mean over the fit shapes (TFLOP/s, and x row-wise _scaled_mm's)."""
+    timed = [r for r in records if r.get("tflops") and r["variant"].startswith("tilemm-block-")]
+    shapes = sorted({(r["m"], r["n"], r["k"]) for r in timed})
+    print("\nwinner per fit shape:")
+    for shape in shapes:
+        best = max((r for r in timed if (r["m"], r["n"], r["k"]) == shape), key=lambda r: r["tflops"])
+        print(f"  {shape[0]:5}x{shape[1]:5}x{shape[2]:5}  {best['variant']:60} {best['tflops']:7.1f} TFLOP/s "
+              f"x{best['vs_scaled_mm_row'] or float('nan'):5.3f}")
+    print("candidates by geometric mean over the fit shapes (every shape measured):")
+    by_variant = {}
+    for r in timed:
+        by_variant.setdefault(r["variant"], []).append(r)
+    table = [(harness.geomean(r["tflops"] for r in rs), harness.geomean(r["vs_scaled_mm_row"] for r in rs), v)
+             for v, rs in by_variant.items() if len(rs) == len(shapes) and all(r["vs_scaled_mm_row"] for r in rs)]
+    for tflops, ratio, variant in sorted(table, reverse=True):
+        print(f"  {variant:60} {tflops:7.1f} TFLOP/s x{ratio:5.3f}")
 
 
 def measure(shape, seed, variants_of, args, base, out_file, label_set):
@@ -106,6 +140,7 @@ def measure(shape, seed, variants_of, args, base, out_file, label_set):
               f"{rec['status']}", flush=True)
     harness.append(out_file, records)
     torch.cuda.empty_cache()
+    return records
 
 
 # grouped contiguous (DeepGEMM's m-grouped layout): (groups, rows, N, K), tokens sorted by group
@@ -165,20 +200,25 @@ def grouped(shape, seed, args, base, out_file):
 
 
 def main():
-    args = harness.arguments(quick=False, rounds=3, per_round=0.15, prewarm=8.0,
-                             helps={"quick": "the tuning set over CONFIGS only (~2 min)"})
+    args = harness.arguments(tune=False, held_out_only=False, rounds=3, per_round=0.15, prewarm=8.0,
+                             helps={"tune": "the fit set over CANDIDATES, then the winner table (~2 min)",
+                                    "held_out_only": "the held-out shapes with the defaults only, no grouped (~2 min)"})
     base = harness.stamp("block_scaled_vs_torch.py", args)
     harness.prewarm(args.prewarm)
-    if args.quick:
-        for i, shape in enumerate(TUNE):
-            measure(shape, i, tuning, args, base, args.out / "block_scaled_tuning.jsonl", "tune")
+    if args.tune:
+        records = []
+        for i, shape in enumerate(FIT):
+            records += measure(shape, i, tuning, args, base, args.out / "block_scaled_tuning.jsonl", "fit")
+        winners(records)
         return
-    for label_set, shapes in (("tune", TUNE), ("held-out", HELD_OUT)):
+    sets = (("held-out", HELD_OUT),) if args.held_out_only else (("fit", FIT), ("held-out", HELD_OUT))
+    for label_set, shapes in sets:
         for i, shape in enumerate(shapes):
             measure(shape, 100 * (label_set == "held-out") + i, anchors, args, base,
                     args.out / "block_scaled_vs_torch.jsonl", label_set)
-    for i, shape in enumerate(GROUPED):
-        grouped(shape, 200 + i, args, base, args.out / "block_scaled_vs_torch.jsonl")
+    if not args.held_out_only:
+        for i, shape in enumerate(GROUPED):
+            grouped(shape, 200 + i, args, base, args.out / "block_scaled_vs_torch.jsonl")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import tilemm
-from tilemm.ladder.tensorcore import r16_block_scaled_kernel
+from tilemm.engine import availability
+from tilemm.ladder.tensorcore import r16_block_scaled, r16_block_scaled_kernel
 
 from .compiled import run_program
 from .conftest import ON_GPU
@@ -61,6 +62,17 @@ def test_block_scales_match_the_dequantized_product(m, n, k, dtypes):
     out = torch.full((m, n), float("nan"), device=WHERE)          # poisoned: every entry must be written
     c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype="float32", out=out, **SMALL)
     assert c is out
+    check(c, a, b, scale_a, scale_b, block=True)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.bfloat16])
+def test_block_scales_with_k_tails_into_16_bit_results(out_dtype):
+    m, n, k = 37, 150, 200                     # K: one whole 128-block and a 72-wide tail, as the scales allow
+    a, b = operand(m, k, E5M2, False, 21), operand(k, n, E4M3, True, 22)
+    scale_a, scale_b = scales((m, -(-k // 128)), 23), scales((-(-k // 128), -(-n // 128)), 24)
+    c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, **SMALL)
+    assert c.dtype == out_dtype and c.shape == (m, n)
     check(c, a, b, scale_a, scale_b, block=True)
 
 
@@ -120,6 +132,11 @@ BAD = [
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(out=torch.ones(4, 5)), ValueError, "out must"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(block_k=256), tilemm.KernelUnavailable, "128-wide block"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(tma=1), ValueError, "tma=1"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(warp_specialized="yes"), ValueError, "warp_specialized='yes'"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(warp_specialized=True, block_n=64), tilemm.KernelUnavailable,
+     "needs a Hopper GPU|block_n 128 or 256"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(warp_specialized=True), tilemm.KernelUnavailable,
+     "needs a Hopper GPU|row-wise scales take the Triton one"),
 ]
 
 
@@ -128,6 +145,7 @@ def test_bad_scales_are_refused_before_any_kernel(monkeypatch, args, kwargs, err
     def launched(*_, **__):
         raise AssertionError("launched")
     monkeypatch.setattr(r16_block_scaled_kernel, "launch", launched)
+    monkeypatch.setattr(r16_block_scaled, "launch", launched)           # the warp-specialized program's too
     args = tuple(x.to(WHERE) if isinstance(x, torch.Tensor) else x for x in args)
     kwargs = {k: v.to(WHERE) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     with pytest.raises(error, match=match):
@@ -147,7 +165,7 @@ import inspect, json, triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_kernel as s
-p = rung.DEFAULTS
+p = {**rung.DEFAULTS, **rung.TRITON_TILES}
 names = list(inspect.signature(s.block_scaled_kernel.fn).parameters)
 out = {}
 for row_wise, (ta, tb), tma in ((False, ("fp8e4nv", "fp8e4nv"), False), (True, ("fp8e5", "fp8e5"), False),
@@ -179,6 +197,94 @@ def test_the_program_compiles_for_sm90_with_fp8_wgmma_and_pipelined_loads():
         assert info["wgmma"] and info["cp_async"] and info["shared"] >= 2 * 256 * 128, (name, info)
 
 
+@pytest.mark.parametrize("hopper", [False, True])
+def test_block_scales_take_the_warp_specialized_program_where_gluon_runs_on_hopper(monkeypatch, hopper):
+    monkeypatch.setattr(availability, "hopper_gluon", lambda: hopper)
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
+    resolve = r16_block_scaled.resolve
+    wide = resolve({}, False, 4096, 7168)               # 32 x 28 tiles of 128 x 256: past a round of SMs
+    assert wide["warp_specialized"] is hopper
+    tiles = (wide["block_m"], wide["block_n"], wide["group_m"], wide["num_stages"])
+    assert tiles == ((128, 256, 16, 4) if hopper else (128, 128, 8, 4))
+    few = resolve({}, False, 128, 7168)                 # 56 tiles of 128 x 128: 64-row tiles where hopper
+    assert (few["block_m"], few["block_n"]) == ((64, 128) if hopper else (128, 128))
+    assert resolve({}, False, 4096, 2112)["block_n"] == 128                   # 256: 9 columns, the last 64 wide
+    assert resolve({}, True, 4096, 7168)["warp_specialized"] is False           # row-wise: the Triton program
+    assert resolve(dict(tma=False), False, 4096, 7168)["warp_specialized"] is False
+    assert resolve(dict(warp_specialized=False), False, 4096, 7168)["block_n"] == 128
+    for m, n in ((4096, 24576), (4096, 4096), (8192, 7168), (2048, 32768)):    # whole rounds, near enough
+        assert r16_block_scaled.ws_block_n(m, n, 132) == 256
+    asked = resolve(dict(warp_specialized=True, block_n=128, num_stages=5), False, 4096, 7168)
+    assert (asked["warp_specialized"], asked["block_n"], asked["group_m"], asked["num_stages"]) == (True, 128, 16, 5)
+    assert resolve(dict(warp_specialized=True, block_m=64, block_n=256), False, 4096, 7168)["num_stages"] == 5
+
+
+COMPILE_WS = r"""
+import json, re, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_ws_kernel as ws
+from tests.compiled import resource_usage
+out = {}
+for block_m, block_n, tma_store in ((128, 256, True), (64, 128, False)):   # both partition sets, both ways C leaves
+    stages = rung.WS_STAGES[block_m, block_n]
+    layouts = [repr(gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv)) for rows in (block_m, block_n)]
+    c_layout = repr(gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
+    a_desc = f"tensordesc<fp8e4nv[{block_m}, 128],{layouts[0]}>"
+    sig = dict(a_desc=a_desc, b_desc=f"tensordesc<fp8e4nv[{block_n}, 128],{layouts[1]}>",
+               c_desc=f"tensordesc<bf16[64, 128],{c_layout}>" if tma_store else a_desc,
+               c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
+               stride_cn="i32", stride_sam="i32", stride_sak="i32", stride_sbk="i32", stride_sbn="i32",
+               TMA_STORE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
+               WORKER_REGISTERS="constexpr")
+    const = dict(TMA_STORE=tma_store, GROUP_M=16, PROGRAMS=132, STAGES=stages, WORKER_REGISTERS=ws.WORKER_REGISTERS)
+    k = triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=ws.fp_fusion(block_n)))
+    ptx = k.asm["ptx"]
+    out[f"{block_m}x{block_n}-{tma_store}"] = dict(
+        shared=k.metadata.shared, stack=resource_usage(k.asm["cubin"])["stack"],
+        wgmma=len(re.findall(r"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", ptx)),
+        waits=sorted(set(re.findall(r"wgmma.wait_group.sync.aligned (\d+);", ptx))), setmaxnreg="setmaxnreg" in ptx,
+        tma_store="cp.async.bulk.tensor.2d.global.shared" in ptx)
+print(json.dumps(out))
+"""
+
+
+def test_the_warp_specialized_program_compiles_for_sm90_without_spills():
+    """Each 64-row warpgroup's products: four k32 wgmma a half (two halves at block_n 256), each
+    half waited for (wait_group 0) before it is scaled; registers moved to the multiplying
+    warpgroups (setmaxnreg), none spilled (a stack frame would be spills); 16-bit C by TMA stores,
+    within the shared memory a block may use with them."""
+    compiled = run_program(COMPILE_WS)
+    assert set(compiled) == {"128x256-True", "64x128-False"}
+    for name, info in compiled.items():
+        tile, tma_store = name.split("-")
+        block_m, block_n = map(int, tile.split("x"))
+        assert info["stack"] == 0 and info["setmaxnreg"] and info["waits"] == ["0"], (name, info)
+        # multiplying warpgroups x halves x 4 k32 steps
+        assert info["wgmma"] >= 4 * (block_m // 64) * (block_n // 128), (name, info)
+        assert info["tma_store"] is (tma_store == "True") and info["shared"] <= 232448, (name, info)  # H100/H200
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,block_m,block_n,out_dtype", [(517, 1030, 333, 128, 256, torch.float32),
+                                                             (300, 200, 4096, 128, 128, torch.bfloat16),
+                                                             (1024, 640, 1000, 128, 256, torch.float16),
+                                                             (100, 700, 2000, 64, 128, torch.bfloat16)])
+def test_gpu_warp_specialized_program_matches_the_dequantized_product(m, n, k, block_m, block_n, out_dtype):
+    """K not a multiple of 16 (rows copied for TMA) or of 128 (a tail block), N past a 128-block."""
+    from tilemm.engine import availability as gpu
+    if not gpu.hopper_gluon():
+        pytest.skip("the warp-specialized program runs on Hopper with Gluon")
+    a, b = operand(m, k, E4M3, False, 5), operand(k, n, E5M2, True, 6)
+    scale_a, scale_b = scales((m, -(-k // 128)), 7), scales((-(-k // 128), -(-n // 128)), 8)
+    out = torch.full((m, n), float("nan"), device=WHERE, dtype=out_dtype)
+    c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out, warp_specialized=True,
+                             block_m=block_m, block_n=block_n)
+    check(c, a, b, scale_a, scale_b, block=True)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", [(4096, 7168, 16384), (517, 1030, 333), (128, 7168, 2048), (4096, 2112, 7168)])
 def test_gpu_block_scales_match_the_dequantized_product(m, n, k):
@@ -189,6 +295,22 @@ def test_gpu_block_scales_match_the_dequantized_product(m, n, k):
         rows = slice(0, 64)
         a, scale_a, c = a[rows], scale_a[rows], c[rows]
     check(c, a, b, scale_a, scale_b, block=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [{}, dict(warp_specialized=False)])
+def test_gpu_repeated_calls_replay_on_their_new_operands(params):
+    """The second call of a shape replays the first's launches (tilemm.engine.replay) on its own
+    operands and scales: K not a multiple of 16, so A's and B's rows go through aligned copies."""
+    from tilemm.products import block_scaled
+    m, n, k = 300, 520, 1000
+    for seed in (1, 11):
+        a, b = operand(m, k, E4M3, False, seed), operand(k, n, E4M3, True, seed + 1)
+        scale_a, scale_b = scales((m, -(-k // 128)), seed + 2), scales((-(-k // 128), -(-n // 128)), seed + 3)
+        c = tilemm.scaled_matmul(a, b, scale_a, scale_b, **params)
+        check(c, a, b, scale_a, scale_b, block=True)
+    key = block_scaled.replay_key(a, b, scale_a, scale_b, "bfloat16", False, params)
+    assert key in block_scaled._REPLAYS
 
 
 @pytest.mark.gpu

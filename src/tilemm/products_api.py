@@ -42,8 +42,9 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         scale_a (M, ceil(K/128)), one a 1 x 128 block of A, and scale_b (ceil(K/128), ceil(N/128)),
         one a 128 x 128 block of B, applied to each K block's float32 partial sums. Row-wise and
         block scales run the `tensorcore-block-scaled` program (tilemm.products.block_scaled), whose params
-        are block_m, block_n, block_k, group_m, num_warps, num_stages, tma
-        (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``); no replay, no torch.compile op.
+        are block_m, block_n, block_k, group_m, num_warps, num_stages, tma, warp_specialized
+        (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``; on Hopper, block scales take its
+        warp-specialized Gluon program); a repeated call replays its launches; no torch.compile op.
     out_dtype : {"bfloat16", "float16", "float32"} or torch.dtype, default "bfloat16"
         The result's dtype.
     fast_accum : bool, default False

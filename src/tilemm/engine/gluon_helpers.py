@@ -15,6 +15,8 @@ from tilemm.numerics import digits
 # the TMA load is tma.async_copy_global_to_shared in Triton 3.6 and tma.async_load in 3.9 (where
 # the old name is kept only to raise)
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# and the TMA store tma.async_copy_shared_to_global in 3.6, tma.async_store in 3.9
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 # Gluon code may only name functions it can compile or evaluate: the pair arithmetic of
 # digits.shift_pairs, as a constexpr function

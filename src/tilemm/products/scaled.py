@@ -84,8 +84,9 @@ _REPLAYS: dict = {}
 
 
 def release_replays() -> None:
-    """Forget the repeated calls' replays (tilemm.release_memory)."""
+    """Forget the repeated calls' replays (tilemm.release_memory), row-wise and block scales' too."""
     _REPLAYS.clear()
+    block_scaled.release_replays()
 
 
 def replay_key(a, b, out_dtype, fast_accum, params):

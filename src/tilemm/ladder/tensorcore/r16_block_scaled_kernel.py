@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from tilemm.system import compat
+from tilemm.engine.launches import Steps, bound_launch
 
 SCALE_BLOCK = 128          # the block scales' block: 1 x 128 of A, 128 x 128 of B
 
@@ -86,15 +87,19 @@ def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, block_m:
     b (K, N) float8; row_wise: scale_a (M, 1) and scale_b (1, N); else scale_a (M, ceil(K/128))
     and scale_b (ceil(K/128), ceil(N/128)); float32, any strides. On the GPU the 8-bit tensor-core
     instruction reads both operands K-major: A row-major and B given as (N, K).T are read as they
-    are, other layouts are copied K-major first."""
+    are, other layouts are copied K-major first. Returns the launch (a Steps that
+    tilemm.engine.replay can run again on other operands) where it read the operands as they are,
+    else None."""
     if compat.triton_interpreter() and c.dtype == torch.bfloat16:
         # Triton 3.9's interpreter rounds float32 -> bfloat16 by truncation: there, torch rounds
         wide = c.float()
         launch(a, b, wide, scale_a, scale_b, row_wise, fast_accum, block_m, block_n, block_k, group_m, num_warps,
                num_stages, tma)
         c.copy_(wide)
-        return
+        return None
+    copied = False
     if not compat.triton_interpreter():
+        copied = a.stride(1) != 1 or b.stride(0) != 1
         a = a if a.stride(1) == 1 else a.contiguous()
         b = b if b.stride(0) == 1 else b.T.contiguous().T
     m, k = a.shape
@@ -108,11 +113,13 @@ def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, block_m:
         a_in = TensorDescriptor.from_tensor(a, [block_m, block_k])
         b_in = TensorDescriptor.from_tensor(b.T, [block_n, block_k])
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
-    block_scaled_kernel[grid](
+    steps = Steps([bound_launch(block_scaled_kernel, grid, (
         a_in, b_in, c, scale_a, scale_b, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-        c.stride(1), scale_a.stride(0), scale_a.stride(1), scale_b.stride(0), scale_b.stride(1),
+        c.stride(1), scale_a.stride(0), scale_a.stride(1), scale_b.stride(0), scale_b.stride(1)), dict(
         ROW_WISE=row_wise, FAST_ACCUM=fast_accum, SCALE_BLOCK=SCALE_BLOCK, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n,
-        BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m, TMA=use_tma, num_warps=num_warps, num_stages=num_stages)
+        BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m, TMA=use_tma, num_warps=num_warps, num_stages=num_stages))])
+    steps()
+    return None if copied else steps       # (copies made outside the steps: a replay would not make them)
 
 
 def tma_eligible(a, b) -> bool:
