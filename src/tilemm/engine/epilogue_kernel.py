@@ -41,6 +41,37 @@ def activate(z, ACTIVATION: tl.constexpr):
 
 # --8<-- [start:kernel]
 @triton.jit
+def finish(acc, off_m, off_n, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym, stride_yn, stride_xm,
+           stride_xn, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta,
+           BIAS_OVER_M: tl.constexpr, ACTIVATION: tl.constexpr):
+    """The epilogue of the sums acc of Y[off_m:, off_n:], in acc's dtype: each extra operand read
+    once, Z stored into AUX where given, Y rounded once to its dtype; inside Y only. 64-bit offsets."""
+    offs_m = tl.arange(0, acc.shape[0]).to(tl.int64) + off_m
+    offs_n = tl.arange(0, acc.shape[1]).to(tl.int64) + off_n
+    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    z = acc * alpha
+    if c_ptr is not None:                                 # accumulate into C: beta * C
+        c = tl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, mask=inside, other=0.0)
+        z += beta * c.to(acc.dtype)
+    if bias_ptr is not None:
+        if BIAS_OVER_M:                                   # a column: one value a row of Y
+            bias = tl.load(bias_ptr + offs_m * stride_bias, mask=offs_m < M, other=0.0)
+            z += bias.to(acc.dtype)[:, None]
+        else:                                             # a row: one value a column (a Linear's)
+            bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
+            z += bias.to(acc.dtype)[None, :]
+    if aux_ptr is not None:                               # the pre-activation, for the backward
+        tl.store(aux_ptr + offs_m[:, None] * stride_xm + offs_n[None, :] * stride_xn,
+                 z.to(aux_ptr.dtype.element_ty), mask=inside)
+    y = activate(z, ACTIVATION)
+    if res_ptr is not None:
+        r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=inside, other=0.0)
+        y += r.to(acc.dtype)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, y.to(y_ptr.dtype.element_ty),
+             mask=inside)                                 # one rounding, to Y's dtype
+
+
+@triton.jit
 def matmul_epilogue_kernel(a_ptr, b_ptr, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, K,
                            stride_am, stride_ak, stride_bk, stride_bn, stride_ym, stride_yn,
                            stride_xm, stride_xn, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn,
@@ -97,25 +128,7 @@ def matmul_epilogue_kernel(a_ptr, b_ptr, y_ptr, aux_ptr, bias_ptr, c_ptr, res_pt
         b_ptrs += BLOCK_K * stride_bk
 
     # The epilogue, on the sums in registers: each extra operand read once, a tile at a time
-    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    z = acc * alpha
-    if c_ptr is not None:                                 # accumulate into C: beta * C
-        c = tl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, mask=inside, other=0.0)
-        z += beta * c.to(acc.dtype)
-    if bias_ptr is not None:
-        if BIAS_OVER_M:                                   # a column: one value a row of Y
-            bias = tl.load(bias_ptr + offs_m * stride_bias, mask=offs_m < M, other=0.0)
-            z += bias.to(acc.dtype)[:, None]
-        else:                                             # a row: one value a column (a Linear's)
-            bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
-            z += bias.to(acc.dtype)[None, :]
-    if aux_ptr is not None:                               # the pre-activation, for the backward
-        tl.store(aux_ptr + offs_m[:, None] * stride_xm + offs_n[None, :] * stride_xn,
-                 z.to(aux_ptr.dtype.element_ty), mask=inside)
-    y = activate(z, ACTIVATION)
-    if res_ptr is not None:
-        r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=inside, other=0.0)
-        y += r.to(acc.dtype)
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, y.to(y_ptr.dtype.element_ty),
-             mask=inside)                                 # one rounding, to Y's dtype
+    finish(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym,
+           stride_yn, stride_xm, stride_xn, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta,
+           BIAS_OVER_M, ACTIVATION)
 # --8<-- [end:kernel]

@@ -23,7 +23,7 @@ powers of two of 16 or more, BLOCK_N a multiple of 64 (quarters of 16 or more).
 import triton
 import triton.language as tl
 
-from tilemm.engine.epilogue_kernel import activate
+from tilemm.engine.epilogue_kernel import finish
 from tilemm.engine.programs import halves, step_tiles, tile_position
 
 
@@ -74,44 +74,14 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
         left, right = halves(acc)
         q0, q1 = halves(left)
         q2, q3 = halves(right)
-        finish(q0, off_m, off_n, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym, stride_xm,
+        finish(q0, off_m, off_n, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym, 1, stride_xm, 1,
                stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M, ACTIVATION)
-        finish(q1, off_m, off_n + QUARTER, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym, stride_xm,
+        finish(q1, off_m, off_n + QUARTER, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym, 1, stride_xm, 1,
                stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M, ACTIVATION)
-        finish(q2, off_m, off_n + 2 * QUARTER, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym,
-               stride_xm, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M,
+        finish(q2, off_m, off_n + 2 * QUARTER, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym, 1,
+               stride_xm, 1, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M,
                ACTIVATION)
-        finish(q3, off_m, off_n + 3 * QUARTER, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym,
-               stride_xm, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M,
+        finish(q3, off_m, off_n + 3 * QUARTER, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym, 1,
+               stride_xm, 1, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M,
                ACTIVATION)
 # --8<-- [end:kernel]
-
-
-@triton.jit
-def finish(acc, off_m, off_n, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym, stride_xm, stride_bias,
-           stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M: tl.constexpr,
-           ACTIVATION: tl.constexpr):
-    """The epilogue of the float32 sums acc of Y[off_m:, off_n:]: each extra operand read once,
-    Z stored into AUX where given, Y rounded once to its dtype; inside Y only. 64-bit offsets."""
-    offs_m = tl.arange(0, acc.shape[0]).to(tl.int64) + off_m
-    offs_n = tl.arange(0, acc.shape[1]).to(tl.int64) + off_n
-    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    z = acc * alpha
-    if c_ptr is not None:                                 # accumulate into C: beta * C
-        c = tl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, mask=inside, other=0.0)
-        z += beta * c.to(tl.float32)
-    if bias_ptr is not None:
-        if BIAS_OVER_M:                                   # a column: one value a row of Y
-            bias = tl.load(bias_ptr + offs_m * stride_bias, mask=offs_m < M, other=0.0)
-            z += bias.to(tl.float32)[:, None]
-        else:                                             # a row: one value a column (a Linear's)
-            bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
-            z += bias.to(tl.float32)[None, :]
-    if aux_ptr is not None:                               # the pre-activation, for the backward
-        tl.store(aux_ptr + offs_m[:, None] * stride_xm + offs_n[None, :], z.to(aux_ptr.dtype.element_ty),
-                 mask=inside)
-    y = activate(z, ACTIVATION)
-    if res_ptr is not None:
-        r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=inside, other=0.0)
-        y += r.to(tl.float32)
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], y.to(y_ptr.dtype.element_ty), mask=inside)
