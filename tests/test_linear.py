@@ -16,6 +16,7 @@ from tilemm.torch import fused_ops  # noqa: F401  (registers the operators)
 from tilemm.numerics.epilogue_math import ACTIVATIONS, activate_torch
 
 from .conftest import ON_GPU
+from .test_epilogue import program_taken as tma_taken     # (a spy on the TMA program's launches)
 
 DEVICE = "cuda" if ON_GPU else "cpu"     # the program under Triton's interpreter on the host
 
@@ -230,18 +231,6 @@ def test_gpu_inductor_graph_holds_the_program():
     y, code = run_and_get_code(compiled, x)
     assert "matmul_epilogue_kernel" in "\n".join(code)
     assert relative(y, ref(x)) <= 2e-2
-
-
-def tma_taken(monkeypatch):
-    """A list that gets (A_T, B_T) at each launch of the persistent TMA epilogue program."""
-    from tilemm.engine import epilogue_tma_launch
-    taken, launch = [], epilogue_tma_launch.launch
-
-    def spy(a_rows, a_t, b_rows, b_t, *rest, **kw):
-        taken.append((a_t, b_t))
-        return launch(a_rows, a_t, b_rows, b_t, *rest, **kw)
-    monkeypatch.setattr(epilogue_tma_launch, "launch", spy)
-    return taken
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's walk of the TMA program (on the GPU: the test below)")
