@@ -32,3 +32,15 @@ def first_call(key, a, b, kernel, out, out_dtype, stream, params: dict, make):
     if key is not None:
         cache.remember(key, checked, record)
     return value
+
+
+def repeated(a, b, kernel: str | None, params: dict):
+    """The repeated call of ``a @ b``'s plan, kept by a first call on operands of this layout (a
+    caller that holds it skips the cache's key at each call): fast(a, b) gives C, or None where
+    this call can't take it (Plan.fast: the library's product, or one program's replay, which
+    declines operands of another alignment, on another device); else the plan's run_again.
+    None where no plan is kept for the layout."""
+    _, known = cache.lookup(a, b, kernel, None, None, params)
+    if known is None:
+        return None
+    return known.fast or known.run_again
