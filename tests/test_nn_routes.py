@@ -54,8 +54,12 @@ def test_a_tensorcore_route_gives_the_general_path_s_bits(shape):
         ours = step(layer, layer, x, dy)
         assert all(torch.equal(a, b) for a, b in zip(ours[:3], theirs[:3]))
     assert len(layer.products.routes) == 1
-    graph = nodes(layer(x.requires_grad_()))
+    y = layer(x.requires_grad_())
+    graph = nodes(y)
     assert "KernelLinearBackward" in graph and "TBackward0" not in graph
+    node = y.grad_fn if len(shape) == 2 else y.grad_fn.next_functions[0][0]     # (the rows' view back: ViewBackward0)
+    assert type(node).__name__ == "KernelLinearBackward"
+    assert {type(n).__name__ for n, _ in node.next_functions if n} == {"AccumulateGrad"}   # no node for input's rows
     with torch.no_grad():
         assert torch.equal(layer(x), theirs[0])
     with torch.inference_mode():

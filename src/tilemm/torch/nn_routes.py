@@ -74,11 +74,10 @@ class Route:
                 return None
         elif not (input.is_cpu and weight.is_cpu):       # (a meta tensor's device index is the CPU's: -1)
             return None
-        rows = input if self.rows_shape is None else input.reshape(self.rows_shape)
         if grad_enabled() and (input.requires_grad or weight.requires_grad):
-            y = record(rows, weight, self)
+            y = record(input, weight, self)       # (its rows taken inside: no node of the graph for them)
         else:
-            y = self.forward(rows, weight)
+            y = self.forward(input if self.rows_shape is None else input.reshape(self.rows_shape), weight)
         if self.out_shape is not None:
             y = y.view(self.out_shape)
         return y if bias is None else y + bias
@@ -89,9 +88,20 @@ class Route:
         c = self.forward_fast(rows, weight_t)
         return c if c is not None else self.plain(rows, weight_t)
 
-    def gradients(self, grad, rows, weight, need_rows: bool, need_weight: bool) -> tuple:
-        """(d rows, d weight) of rows @ weight.T given dY = grad: dY @ weight and dY^T @ rows, each
-        by its repeated call, for a contiguous dY (else, and under create_graph, the general rule)."""
+    def rows(self, input):
+        """input's rows, (rows, in): input as it is where it is 2-D."""
+        return input if self.rows_shape is None else input.reshape(self.rows_shape)
+
+    def gradients(self, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
+        """(d input, d weight) of input's rows @ weight.T given dY = grad (rows, out): dY @ weight
+        and dY^T @ rows, each by its repeated call, for a contiguous dY (else, and under
+        create_graph, the general rule)."""
+        rows = self.rows(input)
+        d_rows, d_weight = self.row_gradients(grad, rows, weight, need_input, need_weight)
+        return d_rows if d_rows is None or rows is input else d_rows.reshape(input.shape), d_weight
+
+    def row_gradients(self, grad, rows, weight, need_rows: bool, need_weight: bool) -> tuple:
+        """(d rows, d weight): Route.gradients' products."""
         if not (self.usual and grad.is_contiguous()) or grad_enabled():
             product = functools.partial(eager_product, kernel=self.kernel, params=self.params)
             d_rows, d_weight_t = operand_grads(grad, rows, weight.mT, need_rows, need_weight, product)
@@ -106,10 +116,11 @@ class Route:
             d_weight = d_weight if d_weight is not None else self.plain(grad_t, rows)
         return d_rows, d_weight
 
-    def tangent(self, d_rows, d_weight, rows, weight):
-        """dY = d_rows @ weight.T + rows @ d_weight.T (forward-mode derivative)."""
+    def tangent(self, d_input, d_weight, input, weight):
+        """dY = d_rows @ weight.T + rows @ d_weight.T (forward-mode derivative), of rows (rows, out)."""
         product = functools.partial(eager_product, kernel=self.kernel, params=self.params)
-        return tangent(d_rows, None if d_weight is None else d_weight.mT, rows, weight.mT, product)
+        return tangent(None if d_input is None else self.rows(d_input), None if d_weight is None else d_weight.mT,
+                       self.rows(input), weight.mT, product)
 
     def plain(self, a, b):
         """a @ b by its plan (tilemm.plans.calls)."""
@@ -123,27 +134,29 @@ class Route:
 
 
 class KernelLinear(torch.autograd.Function):
-    """rows @ weight.T by a Route, with its gradients (Route.gradients) and forward-mode
-    derivative; a node of its own name in the graph. forward takes ctx (no setup_context): it is
-    applied through autograd's own apply (record), which then binds no arguments in Python."""
+    """input's rows @ weight.T, (rows, out), by a Route, with its gradients (Route.gradients) and
+    forward-mode derivative; a node of its own name in the graph, whose input is the Linear's
+    own (its rows are taken inside, where no node records them). forward takes ctx (no
+    setup_context): it is applied through autograd's own apply (record), which then binds no
+    arguments in Python."""
 
     @staticmethod
-    def forward(ctx, rows, weight, route):
-        ctx.save_for_backward(rows, weight)
-        ctx.save_for_forward(rows, weight)
+    def forward(ctx, input, weight, route):
+        ctx.save_for_backward(input, weight)
+        ctx.save_for_forward(input, weight)
         ctx.route = route
-        return route.forward(rows, weight)
+        return route.forward(route.rows(input), weight)
 
     @staticmethod
     def backward(ctx, grad):
-        rows, weight = ctx.saved_tensors
+        input, weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        return ctx.route.gradients(grad, rows, weight, needs[0], needs[1]) + (None,)
+        return ctx.route.gradients(grad, input, weight, needs[0], needs[1]) + (None,)
 
     @staticmethod
-    def jvp(ctx, d_rows, d_weight, _):
-        rows, weight = ctx.saved_tensors
-        return ctx.route.tangent(d_rows, d_weight, rows, weight)
+    def jvp(ctx, d_input, d_weight, _):
+        input, weight = ctx.saved_tensors
+        return ctx.route.tangent(d_input, d_weight, input, weight)
 
 
 def direct_apply(function):
