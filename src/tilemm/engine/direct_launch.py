@@ -103,4 +103,6 @@ def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descrip
                     known = kept[address] = (d.shape, d.strides, d.block_shape, expand(d, meta))
                 args[index:index + 1] = known[3]
         launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None, *args)
+    # what it calls, for a replay that works out the arguments itself (tilemm.engine.direct_replay)
+    run.parts = (launch, grid, function, packed, cooperative, pdl, tuple(descriptors), expand, runtime)
     return run

@@ -31,6 +31,8 @@ import weakref
 
 from tilemm.engine.launches import BoundLaunch, CopyInto, Steps, all_arguments, copy_as, raw_stream
 from tilemm.engine.replay_guard import alignment, capturing, elsewhere, lazy
+from tilemm.engine.replay_slots import Address, DescriptorMaker, OperandAddress, Whole  # noqa: F401  (Address: tests')
+from tilemm.engine import direct_replay
 from tilemm.engine.workspaces import WorkspaceLaunch
 
 COPY = "copy"          # a recorded CopyInto: its values are (dst, src, word)
@@ -153,7 +155,7 @@ class Replay:
             else:
                 runner(*values, stream=stream_of(index))
             return c
-        return call
+        return direct_replay.quick(self, launch, template, addressed, made, call) or call
 
     def run(self, *inputs, stream=None):
         """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded.
@@ -237,17 +239,6 @@ def takes_addresses(launch) -> bool:
     return isinstance(launch, BoundLaunch)
 
 
-class Whole:
-    """make(operands, scratch) for a value that is operand `which` itself."""
-    __slots__ = ("which",)
-
-    def __init__(self, which: int):
-        self.which = which
-
-    def __call__(self, operands, scratch):
-        return operands[self.which]
-
-
 def scratch_layout(groups) -> tuple:
     """(byte offset of each scratch storage, total bytes), each start SCRATCH_ALIGN-aligned."""
     offsets, at = [], 0
@@ -310,14 +301,8 @@ def _slot(v, storages: dict, groups: dict, program: bool = False):
         if view is False:
             return False
         make_base, of_scratch = view
-        fields = {name: value for name, value in vars(v).items() if name != "base"}
-        kind = type(v)
-
-        def descriptor(operands, scratch):
-            d = object.__new__(kind)
-            d.__dict__.update(fields, base=make_base(operands, scratch))
-            return d
-        return descriptor, of_scratch
+        return DescriptorMaker(type(v), {name: value for name, value in vars(v).items() if name != "base"},
+                               make_base), of_scratch
     return None if constant(v) else False
 
 
@@ -332,18 +317,6 @@ def constant(v) -> bool:
 
 # A @triton.jit function's type, compiled and under Triton's interpreter
 TRITON_FUNCTIONS = ("JITFunction", "InterpretedFunction")
-
-
-class Address:
-    """Stands for a descriptor's base where that is a view of an operand: Triton reads nothing of
-    it but its address, and a tensor view costs CPU time at every call."""
-    __slots__ = ("address",)
-
-    def __init__(self, address: int):
-        self.address = address
-
-    def data_ptr(self) -> int:
-        return self.address
 
 
 def _view(t, storages: dict, groups: dict, address_only: bool = False, as_int: bool = False):
@@ -362,9 +335,7 @@ def _view(t, storages: dict, groups: dict, address_only: bool = False, as_int: b
         delta = offset - operand.storage_offset()     # where the view starts, from the operand's start
         if address_only:
             delta *= t.element_size()
-            if as_int:
-                return (lambda operands, scratch: operands[which].data_ptr() + delta), False
-            return (lambda operands, scratch: Address(operands[which].data_ptr() + delta)), False
+            return OperandAddress(which, delta, as_int), False
         return (lambda operands, scratch: operands[which].as_strided(size, stride,
                                                                      operands[which].storage_offset() + delta)), False
     if ptr not in groups:
