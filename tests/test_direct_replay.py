@@ -41,8 +41,8 @@ def replay_and_log(monkeypatch=None, hooks=None, direct=True):
                                  lambda *args, stream=None: fallback.append((args, stream)), runtime, lambda: 77)
     program.values = (Descriptor(a, [4, 2]), Descriptor(b.T, [2, 4]), c, 8, 5, 6, 64, True)
     replay = recorded(program, (a, b, c))
-    replay.device_index, replay._get_device, replay._stream_of = 0, lambda: 0, lambda index: 5   # as on GPU 0
-    replay._empty = torch.empty
+    replay.device_index, replay.current_device, replay.current_stream = 0, lambda: 0, lambda index: 5   # as on GPU 0
+    replay.allocate = torch.empty
     if not direct:
         monkeypatch.setattr(direct_replay, "quick", lambda *args: None)
     return replay.quick_call(), launches, expanded, fallback

@@ -44,7 +44,7 @@ def quick(replay, launch, template: list, addressed: list, made: list, standard)
     slots.sort(key=lambda slot: -slot[0])  # spliced from the last, so that the earlier indices hold
     align_a, align_b = replay.aligned
     index, shape, dtype, device = replay.device_index, replay.c_shape, replay.dtype, replay.device
-    empty, get_device, stream_of = replay._empty, replay._get_device, replay._stream_of
+    empty, get_device, stream_of = replay.allocate, replay.current_device, replay.current_stream
     import torch
     neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
 

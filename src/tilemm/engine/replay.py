@@ -94,10 +94,10 @@ class Replay:
         self.device_index = device.index if device.type == "cuda" else -1
         if self.device_index >= 0:
             import torch
-            self._empty, self._get_device = torch.empty, torch._C._cuda_getDevice
-            self._stream_of = torch._C._cuda_getCurrentRawStream
+            self.allocate, self.current_device = torch.empty, torch._C._cuda_getDevice
+            self.current_stream = torch._C._cuda_getCurrentRawStream
         else:                  # recorded on the CPU (as tests do): run() alone runs it, a call never replays
-            self._get_device = lambda: None
+            self.current_device = lambda: None
         self.quick = self.quick_call()
 
     def __call__(self, *inputs):
@@ -105,14 +105,14 @@ class Replay:
         torch's current stream (the caller's), or None where this call can't be replayed. Under
         CUDA graph capture a replay that reuses no memory is captured as torch's own launches are
         (C comes from the graph's pool)."""
-        if self._get_device() != self.device_index and self.device_index >= 0:
+        if self.current_device() != self.device_index and self.device_index >= 0:
             return elsewhere(self.device_index, self, *inputs)
         pointers = [x.data_ptr() for x in inputs]         # the guard's and the launches' (read once)
-        if (tuple([p % 16 for p in pointers]) != self.aligned or self._get_device() != self.device_index
+        if (tuple([p % 16 for p in pointers]) != self.aligned or self.current_device() != self.device_index
                 or (self.reuses_memory and capturing()) or any(lazy(x) for x in inputs)):
             return None
-        c = self._empty(*self.c_shape, dtype=self.dtype, device=self.device)   # (a tuple: measured slower)
-        self.launch(inputs, c, pointers, self._stream_of(self.device_index))
+        c = self.allocate(*self.c_shape, dtype=self.dtype, device=self.device)   # (a tuple: measured slower)
+        self.launch(inputs, c, pointers, self.current_stream(self.device_index))
         return c
 
     def quick_call(self):
@@ -129,7 +129,7 @@ class Replay:
         runner = launch.run_replayed if workspace else launch.runner
         align_a, align_b = self.aligned
         index, shape, dtype, device = self.device_index, self.c_shape, self.dtype, self.device
-        empty, get_device, stream_of = self._empty, self._get_device, self._stream_of
+        empty, get_device, stream_of = self.allocate, self.current_device, self.current_stream
         import torch
         # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
         neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
