@@ -191,7 +191,7 @@ def stages(emit, kernel: str | None = None, device: str = "cuda", shapes=((4, 20
             if route is not None:
                 fast = plan_calls.repeated(x, wt, kernel, {})
                 time_all({"route (no module call)": lambda: route(x, w, None),
-                          "route.forward (weight.T, product)": lambda: route.forward(x, w),
+                          "route.forward (product)": lambda: route.forward(x, w),
                           "repeated call (replay)": lambda: fast(x, wt)})
             if replay is not None and replay.single is not None and device == "cuda":
                 replay_stages(replay, x, wt, row, time_all)

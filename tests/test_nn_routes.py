@@ -98,6 +98,31 @@ def test_each_product_is_repeated_by_its_plan_s_call_after_the_first(monkeypatch
     assert len(made) == 4
 
 
+def test_a_replay_is_given_the_operands_untransposed(monkeypatch):
+    """A replay reads its operands' addresses alone (calls.replayed): the route gives it W for the
+    W.T it was planned on, dY for dY^T, at the same addresses; where it declines, the plan's path."""
+    given = []
+
+    def replayed(a, b, kernel, params):
+        planned = (a.data_ptr(), b.data_ptr())
+
+        def replay(x, y):
+            given.append(((tuple(x.shape), tuple(y.shape)), (x.data_ptr(), y.data_ptr()) == planned))
+            return None                 # declined: the plan's own path makes the product
+        return replay
+    monkeypatch.setattr(calls, "replayed", replayed)
+    torch.manual_seed(6)
+    layer = Linear(6, 5, dtype=torch.float64, kernel="numpy")
+    x, dy = torch.randn(3, 4, 6, dtype=torch.float64), torch.randn(3, 4, 5, dtype=torch.float64)
+    theirs = step(lambda t: general(layer, t), layer, x, dy)
+    layer.weight.grad = None
+    step(layer, layer, x, dy)
+    ours = step(layer, layer, x, dy)    # the same operands: each replay given the planned addresses
+    assert sorted(shapes for shapes, _ in given) == [((12, 5), (5, 6)), ((12, 5), (12, 6)), ((12, 6), (5, 6))]
+    assert all(same for _, same in given)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
 def test_a_declining_repeated_call_leaves_the_product_to_its_plan(monkeypatch):
     monkeypatch.setattr(calls, "repeated", lambda a, b, kernel, params: lambda x, y: None)
     torch.manual_seed(2)

@@ -59,9 +59,11 @@ class Route:
         # the gradients' products as the general rule lays them out, for row-major rows and weight; else
         # the general rule itself
         self.usual = not row_major_view(rows) and row_major_view(weight.T)
-        self.forward_fast = functools.partial(self.first, "forward_fast")
-        self.input_fast = functools.partial(self.first, "input_fast")
-        self.weight_fast = functools.partial(self.first, "weight_fast")
+        # each product's repeated call, on the operands untransposed: forward (rows, weight), d input
+        # (dY, weight), d weight (dY, rows); the first call of each learns it (first)
+        self.forward_fast = functools.partial(self.first, "forward_fast", 1)
+        self.input_fast = functools.partial(self.first, "input_fast", None)
+        self.weight_fast = functools.partial(self.first, "weight_fast", 0)
 
     def __call__(self, input: torch.Tensor, weight, bias):
         """input @ weight.T (+ bias), recording its gradient where autograd would; None where this
@@ -84,9 +86,8 @@ class Route:
 
     def forward(self, rows, weight):
         """rows @ weight.T (grad mode off, or not recording)."""
-        weight_t = weight.T
-        c = self.forward_fast(rows, weight_t)
-        return c if c is not None else self.plain(rows, weight_t)
+        c = self.forward_fast(rows, weight)
+        return c if c is not None else self.plain(rows, weight.T)
 
     def rows(self, input):
         """input's rows, (rows, in): input as it is where it is 2-D."""
@@ -111,9 +112,8 @@ class Route:
             d_rows = self.input_fast(grad, weight)
             d_rows = d_rows if d_rows is not None else self.plain(grad, weight)
         if need_weight:
-            grad_t = grad.mT
-            d_weight = self.weight_fast(grad_t, rows)
-            d_weight = d_weight if d_weight is not None else self.plain(grad_t, rows)
+            d_weight = self.weight_fast(grad, rows)
+            d_weight = d_weight if d_weight is not None else self.plain(grad.mT, rows)
         return d_rows, d_weight
 
     def tangent(self, d_input, d_weight, input, weight):
@@ -126,10 +126,19 @@ class Route:
         """a @ b by its plan (tilemm.plans.calls)."""
         return calls.matmul(a, b, kernel=self.kernel, **self.params)
 
-    def first(self, name: str, a, b):
-        """A product's first call: by its plan, whose repeated call is then this product's."""
+    def first(self, name: str, transposed: int | None, x, y):
+        """A product's first call, on x and y with operand `transposed` (0, 1, None) transposed: by
+        its plan, whose repeated call is then this product's: its replay on x and y as they are
+        where it is one (calls.replayed: it reads their addresses alone, which a transpose keeps,
+        and a transpose costs a microsecond or two of a call), else calls.repeated on the operands."""
+        a, b = (x.mT if transposed == 0 else x), (y.mT if transposed == 1 else y)
         c = self.plain(a, b)
-        setattr(self, name, calls.repeated(a, b, self.kernel, self.params) or self.plain)
+        fast = calls.replayed(a, b, self.kernel, self.params)
+        if fast is None:
+            product = calls.repeated(a, b, self.kernel, self.params) or self.plain
+            fast = (product if transposed is None else (lambda x, y: product(x.mT, y)) if transposed == 0
+                    else (lambda x, y: product(x, y.mT)))
+        setattr(self, name, fast)
         return c
 
 
