@@ -24,7 +24,7 @@ class Descriptor:
 Descriptor.__name__ = "TensorDescriptor"
 
 
-def replay_and_log(monkeypatch=None, hooks=None, direct=True):
+def replay_and_log(monkeypatch=None, hooks=None, direct=True, shape=None):
     """(quick call, C launches, expansions, Triton runner's launches) of a replay of a program
     taking A and B^T by descriptors, C by address, M, N, K and two constexprs."""
     a, b = torch.randn(8, 6), torch.randn(6, 5)
@@ -45,7 +45,7 @@ def replay_and_log(monkeypatch=None, hooks=None, direct=True):
     replay.allocate = torch.empty
     if not direct:
         monkeypatch.setattr(direct_replay, "quick", lambda *args: None)
-    return replay.quick_call(), launches, expanded, fallback
+    return replay.quick_call(shape), launches, expanded, fallback
 
 
 def test_the_c_launcher_gets_what_the_direct_runner_gives_it(monkeypatch):
@@ -81,3 +81,12 @@ def test_launch_hooks_take_tritons_runner_and_the_guard_holds():
     assert launches == [] and len(fallback) == 1 and c.shape == (8, 5)
     quick, launches, _, _ = replay_and_log()
     assert quick(torch.randn(8, 7)[:, 1:], b) is None and launches == []   # misaligned A: the plan's path
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_c_takes_the_shape_asked(direct, monkeypatch):
+    """C of another shape of as many elements (a Linear's output for a 3-D input), written where
+    the program writes it: the program is given its address."""
+    quick, launches, _, _ = replay_and_log(monkeypatch, direct=direct, shape=(2, 4, 5))
+    c = quick(torch.randn(8, 6), torch.randn(6, 5))
+    assert c.shape == (2, 4, 5) and c.is_contiguous() and c.data_ptr() in launches[-1]

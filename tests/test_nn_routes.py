@@ -98,29 +98,53 @@ def test_each_product_is_repeated_by_its_plan_s_call_after_the_first(monkeypatch
     assert len(made) == 4
 
 
-def test_a_replay_is_given_the_operands_untransposed(monkeypatch):
-    """A replay reads its operands' addresses alone (calls.replayed): the route gives it W for the
-    W.T it was planned on, dY for dY^T, at the same addresses; where it declines, the plan's path."""
+def address_replays(monkeypatch) -> list:
+    """calls.replayed standing for a replay on the CPU: it reads memory from each operand's address
+    as the plan's operands were laid out (as a compiled program does), and allocates C in the shape
+    asked; the shapes each call was given are logged."""
     given = []
 
-    def replayed(a, b, kernel, params):
-        planned = (a.data_ptr(), b.data_ptr())
+    def replayed(a, b, kernel, params, shape=None):
+        layouts = (a.shape, a.stride()), (b.shape, b.stride())
+        c_shape = tuple(shape) if shape is not None else (a.shape[0], b.shape[1])
 
         def replay(x, y):
-            given.append(((tuple(x.shape), tuple(y.shape)), (x.data_ptr(), y.data_ptr()) == planned))
-            return None                 # declined: the plan's own path makes the product
+            given.append((tuple(x.shape), tuple(y.shape)))
+            return (torch.as_strided(x, *layouts[0]) @ torch.as_strided(y, *layouts[1])).reshape(c_shape).clone()
         return replay
     monkeypatch.setattr(calls, "replayed", replayed)
+    return given
+
+
+def test_a_replay_is_given_the_operands_as_they_come_and_makes_c_in_the_shape_wanted(monkeypatch):
+    """A replay reads its operands' addresses alone (calls.replayed): the route gives it the input,
+    W and dY as they come (W for the W.T it was planned on, a 3-D input for its rows: the answers
+    show it read them where the planned operands start), and takes C in the output's shape (no view of it: an in-place op may follow) and d
+    input in the input's."""
+    given = address_replays(monkeypatch)
     torch.manual_seed(6)
-    layer = Linear(6, 5, dtype=torch.float64, kernel="numpy")
+    layer = Linear(6, 5, bias=False, dtype=torch.float64, kernel="numpy")
+    theirs = torch.nn.Linear(6, 5, bias=False, dtype=torch.float64)
+    theirs.load_state_dict(layer.state_dict())
     x, dy = torch.randn(3, 4, 6, dtype=torch.float64), torch.randn(3, 4, 5, dtype=torch.float64)
-    theirs = step(lambda t: general(layer, t), layer, x, dy)
-    layer.weight.grad = None
     step(layer, layer, x, dy)
-    ours = step(layer, layer, x, dy)    # the same operands: each replay given the planned addresses
-    assert sorted(shapes for shapes, _ in given) == [((12, 5), (5, 6)), ((12, 5), (12, 6)), ((12, 6), (5, 6))]
-    assert all(same for _, same in given)
-    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    layer.zero_grad()
+    xg = x.clone().requires_grad_()
+    y = layer(xg)
+    assert y._base is None and type(y.grad_fn).__name__ == "KernelLinearBackward"   # C of the output's shape
+    y.mul_(2).backward(dy)
+    assert sorted(given) == [((3, 4, 5), (3, 4, 6)), ((3, 4, 5), (5, 6)), ((3, 4, 6), (5, 6))]
+    expected = step(lambda t: theirs(t).mul(2), theirs, x, dy)
+    assert torch.allclose(y.detach(), expected[0]) and torch.allclose(xg.grad, expected[1])
+    assert torch.allclose(layer.weight.grad, expected[2])
+    with torch.no_grad():
+        assert torch.allclose(layer(x) * 2, expected[0]) and layer(x)._base is None
+    import torch.autograd.forward_ad as fwAD
+    tangent = torch.randn_like(x)
+    with fwAD.dual_level():                           # recorded (xg requires grad): the node's jvp
+        ours = fwAD.unpack_dual(layer(fwAD.make_dual(xg, tangent))).tangent
+        expected = fwAD.unpack_dual(theirs(fwAD.make_dual(xg, tangent))).tangent
+    assert ours.shape == (3, 4, 5) and torch.allclose(ours, expected)
 
 
 def test_a_declining_repeated_call_leaves_the_product_to_its_plan(monkeypatch):

@@ -20,11 +20,12 @@ from tilemm.engine.replay_slots import DescriptorMaker, OperandAddress, Whole
 from tilemm.engine.workspaces import WorkspaceLaunch
 
 
-def quick(replay, launch, template: list, addressed: list, made: list, standard):
-    """A function (a, b) -> C (None where the quick call's guard refuses a and b) launching
-    replay's one program (launch, its values template, the operands' address slots `addressed`:
-    [(index, which)], and the values made a call `made`: [(index, make)]) through the C launcher
-    past the direct runner; standard: the quick call it stands in for. None where it can't."""
+def quick(replay, launch, template: list, addressed: list, made: list, standard, shape: tuple):
+    """A function (a, b) -> C of `shape` (None where the quick call's guard refuses a and b)
+    launching replay's one program (launch, its values template, the operands' address slots
+    `addressed`: [(index, which)], and the values made a call `made`: [(index, make)]) through the
+    C launcher past the direct runner; standard: the quick call it stands in for. None where it
+    can't."""
     parts = getattr(launch.runner, "parts", None)
     if parts is None or isinstance(launch, WorkspaceLaunch):
         return None
@@ -43,7 +44,7 @@ def quick(replay, launch, template: list, addressed: list, made: list, standard)
         return None
     slots.sort(key=lambda slot: -slot[0])  # spliced from the last, so that the earlier indices hold
     align_a, align_b = replay.aligned
-    index, shape, dtype, device = replay.device_index, replay.c_shape, replay.dtype, replay.device
+    index, dtype, device = replay.device_index, replay.dtype, replay.device
     empty, get_device, stream_of = replay.allocate, replay.current_device, replay.current_stream
     import torch
     neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex

@@ -115,11 +115,12 @@ class Replay:
         self.launch(inputs, c, pointers, self.current_stream(self.device_index))
         return c
 
-    def quick_call(self):
+    def quick_call(self, shape: tuple | None = None):
         """The usual small call, one program's launch on a and b, in the fewest steps: a function
         (a, b) -> C, or None where this call can't be replayed (__call__'s guard); None where the
         replay has more steps or inputs. Each step it leaves out is a few tenths of a microsecond
-        of a call whose CPU time is its time."""
+        of a call whose CPU time is its time. shape: C's, where not the recording's (as many
+        elements: the program writes C's memory row by row)."""
         if self.single is None or len(self.aligned) != 2 or self.device_index < 0:
             return None
         launch, template = self.single[0], list(self.single[1])
@@ -128,7 +129,8 @@ class Replay:
         workspace = isinstance(launch, WorkspaceLaunch)        # memory a CUDA graph being captured would keep
         runner = launch.run_replayed if workspace else launch.runner
         align_a, align_b = self.aligned
-        index, shape, dtype, device = self.device_index, self.c_shape, self.dtype, self.device
+        index, dtype, device = self.device_index, self.dtype, self.device
+        shape = self.c_shape if shape is None else shape
         empty, get_device, stream_of = self.allocate, self.current_device, self.current_stream
         import torch
         # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
@@ -155,7 +157,7 @@ class Replay:
             else:
                 runner(*values, stream=stream_of(index))
             return c
-        return direct_replay.quick(self, launch, template, addressed, made, call) or call
+        return direct_replay.quick(self, launch, template, addressed, made, call, shape) or call
 
     def run(self, *inputs, stream=None):
         """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded.

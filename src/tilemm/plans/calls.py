@@ -7,6 +7,8 @@ torch.compile, autograd, several devices, ndarray subclasses); the torch layer's
 """
 from __future__ import annotations
 
+import math
+
 from tilemm.numerics import arrays
 from tilemm.plans import cache, checks
 
@@ -46,13 +48,16 @@ def repeated(a, b, kernel: str | None, params: dict):
     return known.fast or known.run_again
 
 
-def replayed(a, b, kernel: str | None, params: dict):
+def replayed(a, b, kernel: str | None, params: dict, shape=None):
     """The repeated call of ``a @ b``'s plan where it is one program's replay (Replay.quick), which
     reads its operands' addresses alone (and their negative and conjugate bits): a caller may
     pass it any tensors that start where a and b do (a weight W for the W.T it was planned on).
-    None where the plan's repeated call is another (calls.repeated) or no plan is kept."""
+    shape: C's shape, where not (M, N) (as many elements; C is written row by row). None where
+    the plan's repeated call is another (calls.repeated) or no plan is kept."""
     _, known = cache.lookup(a, b, kernel, None, None, params)
     replay = None if known is None else known.replay
     if replay is None or replay.quick is None or known.fast is not replay.quick:
         return None
-    return replay.quick
+    if shape is None or tuple(shape) == replay.c_shape:
+        return replay.quick
+    return replay.quick_call(tuple(shape)) if math.prod(shape) == math.prod(replay.c_shape) else None

@@ -32,38 +32,45 @@ def row_major_view(x) -> bool:
     return x.stride(0) == 1 and x.stride(1) != 1
 
 
+def matrix(x):
+    """x as a matrix of rows: x itself where it is 2-D."""
+    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+
+
 class Route:
     """One layout of a Linear's input (its shape, strides and dtype: the Products' key) with the
     module's weight of one shape, strides, dtype and device: input @ weight.T (+ bias) in the
     fewest steps, and its gradients (KernelLinear). Each product is first made by its plan
-    (tilemm.plans.calls.matmul) and then repeated by the plan's repeated call (calls.repeated:
-    the replay of its launch), which declines (None) where a call's operands don't fit it (their
-    alignment, the current device), and then the plan's own path runs.
+    (tilemm.plans.calls.matmul) on the operands as planned (the input's rows, weight.T; dY's rows,
+    weight; dY's rows transposed, the input's rows), and then repeated by the plan's repeated
+    call: its replay where it is one (calls.replayed), which reads the operands' addresses alone
+    and is given them as they come (the input, the weight, dY: no reshape, no transpose) and
+    allocates C in the shape its caller wants (the output's, d input's: no view of it); else
+    calls.repeated on the operands as planned. A replay declines (None) where a call's operands
+    don't fit it (their alignment, the current device); then the plan's own path runs.
 
     A call checks what the key does not hold (the weight's shape, strides, dtype and device, the
     input's device and kind) and gives None where they are not this route's: a weight replaced,
     resized or moved behind the module's back (``weight.data = ...``) is planned again. The
     operands' addresses are read at each launch."""
 
-    __slots__ = ("kernel", "params", "weight_shape", "weight_stride", "dtype", "cuda", "index", "rows_shape",
-                 "out_shape", "usual", "forward_fast", "input_fast", "weight_fast")
+    __slots__ = ("kernel", "params", "weight_shape", "weight_stride", "dtype", "cuda", "index", "out_shape",
+                 "out_dims", "in_shape", "usual", "forward_fast", "input_fast", "weight_fast")
+    PRODUCTS = ("forward_fast", "input_fast", "weight_fast")
 
     def __init__(self, input: torch.Tensor, weight: torch.Tensor, kernel: str | None, params: dict):
         self.kernel, self.params = kernel, params
         self.weight_shape, self.weight_stride, self.dtype = weight.shape, weight.stride(), weight.dtype
         self.cuda, self.index = weight.is_cuda, weight.get_device()
-        rows = input.reshape(-1, input.shape[-1])
         two_d = input.dim() == 2
-        self.rows_shape = None if two_d else (-1, input.shape[-1])
         self.out_shape = None if two_d else input.shape[:-1] + (weight.shape[0],)
+        self.out_dims = input.dim()
+        self.in_shape = None if two_d else input.shape
         # the gradients' products as the general rule lays them out, for row-major rows and weight; else
         # the general rule itself
-        self.usual = not row_major_view(rows) and row_major_view(weight.T)
-        # each product's repeated call, on the operands untransposed: forward (rows, weight), d input
-        # (dY, weight), d weight (dY, rows); the first call of each learns it (first)
-        self.forward_fast = functools.partial(self.first, "forward_fast", 1)
-        self.input_fast = functools.partial(self.first, "input_fast", None)
-        self.weight_fast = functools.partial(self.first, "weight_fast", 0)
+        self.usual = not row_major_view(matrix(input)) and row_major_view(weight.T)
+        for name in self.PRODUCTS:      # each product's first call learns its repeated call (first)
+            setattr(self, name, functools.partial(self.first, name))
 
     def __call__(self, input: torch.Tensor, weight, bias):
         """input @ weight.T (+ bias), recording its gradient where autograd would; None where this
@@ -77,84 +84,100 @@ class Route:
         elif not (input.is_cpu and weight.is_cpu):       # (a meta tensor's device index is the CPU's: -1)
             return None
         if grad_enabled() and (input.requires_grad or weight.requires_grad):
-            y = record(input, weight, self)       # (its rows taken inside: no node of the graph for them)
+            y = record(input, weight, self)
         else:
-            y = self.forward(input if self.rows_shape is None else input.reshape(self.rows_shape), weight)
-        if self.out_shape is not None:
+            y = self.forward(input, weight)
+        if self.out_shape is not None and y.dim() != self.out_dims:     # a product of rows (the plan's path)
             y = y.view(self.out_shape)
         return y if bias is None else y + bias
 
-    def forward(self, rows, weight):
-        """rows @ weight.T (grad mode off, or not recording)."""
-        c = self.forward_fast(rows, weight)
-        return c if c is not None else self.plain(rows, weight.T)
+    def planned(self, name: str, x, y) -> tuple:
+        """A product's operands as its plan takes them, from the ones its repeated call takes:
+        forward (input, weight) -> (rows, weight.T); d input (dY, weight) -> (dY's rows, weight);
+        d weight (dY, input) -> (dY's rows transposed, rows)."""
+        if name == "forward_fast":
+            return matrix(x), y.T
+        if name == "input_fast":
+            return matrix(x), y
+        return matrix(x).mT, matrix(y)
 
-    def rows(self, input):
-        """input's rows, (rows, in): input as it is where it is 2-D."""
-        return input if self.rows_shape is None else input.reshape(self.rows_shape)
+    def forward(self, input, weight):
+        """input @ weight.T (grad mode off, or not recording): of the output's shape, or of rows."""
+        c = self.forward_fast(input, weight)
+        return c if c is not None else self.plain(*self.planned("forward_fast", input, weight))
 
     def gradients(self, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
-        """(d input, d weight) of input's rows @ weight.T given dY = grad (rows, out): dY @ weight
-        and dY^T @ rows, each by its repeated call, for a contiguous dY (else, and under
-        create_graph, the general rule)."""
-        rows = self.rows(input)
-        d_rows, d_weight = self.row_gradients(grad, rows, weight, need_input, need_weight)
-        return d_rows if d_rows is None or rows is input else d_rows.reshape(input.shape), d_weight
-
-    def row_gradients(self, grad, rows, weight, need_rows: bool, need_weight: bool) -> tuple:
-        """(d rows, d weight): Route.gradients' products."""
+        """(d input, d weight) of input @ weight.T given dY = grad: dY @ weight and dY^T @ rows,
+        each by its repeated call, for a contiguous dY (else, and under create_graph, the general
+        rule); d input in the input's shape."""
         if not (self.usual and grad.is_contiguous()) or grad_enabled():
             product = functools.partial(eager_product, kernel=self.kernel, params=self.params)
-            d_rows, d_weight_t = operand_grads(grad, rows, weight.mT, need_rows, need_weight, product)
-            return d_rows, None if d_weight_t is None else d_weight_t.mT
-        d_rows = d_weight = None
-        if need_rows:
-            d_rows = self.input_fast(grad, weight)
-            d_rows = d_rows if d_rows is not None else self.plain(grad, weight)
+            d_rows, d_weight_t = operand_grads(matrix(grad), matrix(input), weight.mT, need_input, need_weight,
+                                               product)
+            return self.as_input(d_rows, input), None if d_weight_t is None else d_weight_t.mT
+        d_input = d_weight = None
+        if need_input:
+            d_input = self.input_fast(grad, weight)
+            if d_input is None:
+                d_input = self.plain(*self.planned("input_fast", grad, weight))
+            d_input = self.as_input(d_input, input)
         if need_weight:
-            d_weight = self.weight_fast(grad, rows)
-            d_weight = d_weight if d_weight is not None else self.plain(grad.mT, rows)
-        return d_rows, d_weight
+            d_weight = self.weight_fast(grad, input)
+            if d_weight is None:
+                d_weight = self.plain(*self.planned("weight_fast", grad, input))
+        return d_input, d_weight
+
+    @staticmethod
+    def as_input(d_rows, input):
+        """d input in input's shape, from d rows (or already of it)."""
+        return d_rows if d_rows is None or d_rows.dim() == input.dim() else d_rows.reshape(input.shape)
 
     def tangent(self, d_input, d_weight, input, weight):
         """dY = d_rows @ weight.T + rows @ d_weight.T (forward-mode derivative), of rows (rows, out)."""
         product = functools.partial(eager_product, kernel=self.kernel, params=self.params)
-        return tangent(None if d_input is None else self.rows(d_input), None if d_weight is None else d_weight.mT,
-                       self.rows(input), weight.mT, product)
+        return tangent(None if d_input is None else matrix(d_input), None if d_weight is None else d_weight.mT,
+                       matrix(input), weight.mT, product)
 
     def plain(self, a, b):
         """a @ b by its plan (tilemm.plans.calls)."""
         return calls.matmul(a, b, kernel=self.kernel, **self.params)
 
-    def first(self, name: str, transposed: int | None, x, y):
-        """A product's first call, on x and y with operand `transposed` (0, 1, None) transposed: by
-        its plan, whose repeated call is then this product's: its replay on x and y as they are
-        where it is one (calls.replayed: it reads their addresses alone, which a transpose keeps,
-        and a transpose costs a microsecond or two of a call), else calls.repeated on the operands."""
-        a, b = (x.mT if transposed == 0 else x), (y.mT if transposed == 1 else y)
+    def first(self, name: str, x, y):
+        """A product's first call (on the operands its repeated call takes: see planned): by its
+        plan, whose repeated call is then this product's: its replay where it is one
+        (calls.replayed), given x and y as they come and allocating C in the forward's output
+        shape or the input's, else calls.repeated on the operands as planned."""
+        a, b = self.planned(name, x, y)
         c = self.plain(a, b)
-        fast = calls.replayed(a, b, self.kernel, self.params)
+        shape = self.out_shape if name == "forward_fast" else self.in_shape if name == "input_fast" else None
+        fast = calls.replayed(a, b, self.kernel, self.params, shape)
         if fast is None:
             product = calls.repeated(a, b, self.kernel, self.params) or self.plain
-            fast = (product if transposed is None else (lambda x, y: product(x.mT, y)) if transposed == 0
-                    else (lambda x, y: product(x, y.mT)))
+            fast = functools.partial(self.repeated, name, product)
         setattr(self, name, fast)
         return c
 
+    def repeated(self, name: str, product, x, y):
+        """product (calls.repeated's, or the plan's path) on the operands as planned."""
+        return product(*self.planned(name, x, y))
+
 
 class KernelLinear(torch.autograd.Function):
-    """input's rows @ weight.T, (rows, out), by a Route, with its gradients (Route.gradients) and
-    forward-mode derivative; a node of its own name in the graph, whose input is the Linear's
-    own (its rows are taken inside, where no node records them). forward takes ctx (no
-    setup_context): it is applied through autograd's own apply (record), which then binds no
-    arguments in Python."""
+    """input @ weight.T by a Route (of the output's shape, or of rows where the plan's own path made
+    it), with its gradients (Route.gradients) and forward-mode derivative; a node of its own name
+    in the graph, whose input is the Linear's own (its rows are taken inside, where no node records
+    them). forward takes ctx (no setup_context): it is applied through autograd's own apply
+    (record), which then binds no arguments in Python."""
 
     @staticmethod
     def forward(ctx, input, weight, route):
         ctx.save_for_backward(input, weight)
         ctx.save_for_forward(input, weight)
         ctx.route = route
-        return route.forward(route.rows(input), weight)
+        y = route.forward(input, weight)
+        if y.dim() != 2:
+            ctx.output_shape = y.shape   # (the tangent's)
+        return y
 
     @staticmethod
     def backward(ctx, grad):
@@ -165,7 +188,9 @@ class KernelLinear(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, d_input, d_weight, _):
         input, weight = ctx.saved_tensors
-        return ctx.route.tangent(d_input, d_weight, input, weight)
+        tangent = ctx.route.tangent(d_input, d_weight, input, weight)
+        shape = getattr(ctx, "output_shape", None)
+        return tangent if shape is None else tangent.view(shape)
 
 
 def direct_apply(function):
