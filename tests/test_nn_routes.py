@@ -231,3 +231,26 @@ def test_inputs_a_route_does_not_serve_take_the_module_s_general_path():
 def test_direct_apply_is_autograd_s_own():
     apply = nn_routes.direct_apply(nn_routes.KernelLinear)
     assert apply is not nn_routes.KernelLinear.apply and apply.__self__ is nn_routes.KernelLinear
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [4, 512])
+def test_gpu_routes_replay_the_general_path_s_products_bit_for_bit(rows):
+    """On the GPU, bfloat16: each of the route's three products is its plan's replay (4 rows: the
+    pointer program, K split; 512: a TMA program, launched past Triton's runner where its
+    launcher's layout is the one known), and the forward and both gradients are the general
+    path's bits, call after call, for a 3-D input."""
+    torch.manual_seed(0)
+    layer = Linear(2048, 1024, bias=False, device="cuda", dtype=torch.bfloat16, kernel="tensorcore")
+    x = torch.randn(2, rows // 2, 2048, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(2, rows // 2, 1024, device="cuda", dtype=torch.bfloat16)
+    theirs = step(lambda t: general(layer, t), layer, x, dy)
+    for _ in range(3):
+        ours = step(layer, layer, x, dy)
+        assert all(torch.equal(a, b) for a, b in zip(ours[:3], theirs[:3]))
+    route = layer.products.routes[x.shape, x.stride(), x.dtype]
+    for name in route.PRODUCTS:
+        assert getattr(route, name).__module__ in ("tilemm.engine.direct_replay", "tilemm.engine.replay"), name
+    with torch.inference_mode():
+        y = layer(x)
+    assert torch.equal(y, theirs[0]) and y._base is None
