@@ -162,8 +162,7 @@ def stages(emit, kernel: str | None = None, device: str = "cuda", shapes=((4, 20
         ref = torch.nn.Linear(k, n, bias=False, device=device, dtype=dtype)
         layer = tilemm.nn.Linear(k, n, bias=False, device=device, dtype=dtype, kernel=kernel)
         layer.load_state_dict(ref.state_dict())
-        weight, w = layer.weight, layer.weight.detach()
-        wt = w.T
+        weight, w, wt = layer.weight, layer.weight.detach(), layer.weight.detach().T
         for _ in range(3):          # each product's first call (its plan, its launch recorded), then repeats
             layer(xg).backward(dy)
             with torch.inference_mode():
@@ -270,7 +269,7 @@ def tune(emit):
         x = torch.randn(2048, k, device="cuda", dtype=torch.bfloat16, generator=g)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
         expected = torch.matmul(x.float(), w.T.float())
-        row = {"part": "tune", "shape": name, "mnk": [2048, n, k], "torch_ms": back_to_back_ms(lambda: torch.matmul(x, w.T)),
+        row = {"part": "tune", "shape": name, "mnk": [2048, n, k], "torch_ms": harness.queued_ms(lambda: torch.matmul(x, w.T)),
                "default_tiles": r10_tensorcore.default_tiles(2048, n, k), "ms": {}}
         for label, tiles in [("default", {})] + [(encode(t), t) for t in TUNE_TILES]:
             try:
@@ -281,28 +280,11 @@ def tune(emit):
             if not torch.allclose(y.float(), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item()):
                 row["ms"][label] = "wrong answer"
                 continue
-            row["ms"][label] = back_to_back_ms(lambda: tilemm.matmul(x, w.T, kernel="tensorcore", **tiles))
+            row["ms"][label] = harness.queued_ms(lambda: tilemm.matmul(x, w.T, kernel="tensorcore", **tiles))
         timed = {label: ms for label, ms in row["ms"].items() if isinstance(ms, float)}
         row["best"] = min(timed, key=timed.get)
         row["best_vs_torch"] = row["torch_ms"] / timed[row["best"]]
         emit(row)
-
-
-def back_to_back_ms(call, calls: int = 20, reps: int = 15) -> float:
-    """Median milliseconds a call of `calls` calls queued back to back between two CUDA events."""
-    for _ in range(3):
-        call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(calls):
-            call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
 
 
 def encode(tiles: dict) -> str:
@@ -337,7 +319,25 @@ def model_phases(args, emit):
                         row.update(profiled(call))
                         emit(row)
                     rows[(mode, phase)] = row
+            if repeat and mode == "tilemm":
+                emit({"part": "model", "mode": mode, "repeated_calls": repeated_calls(model)})
     set_mode(model, "torch")
+
+
+def repeated_calls(model) -> dict:
+    """How the routes of the model's tilemm Linears repeat each product, counted: by a replay past
+    Triton's runner (tilemm.engine.direct_replay), by a replay through it (tilemm.engine.replay),
+    by the plan's other repeated call or path (functools), or not yet called (its first call)."""
+    counts: dict = {}
+    for module in model.modules():
+        if type(module) is tilemm.nn.Linear:
+            for route in module.products.routes.values():
+                for name in route.PRODUCTS:
+                    call = getattr(route, name)
+                    how = ("first call" if getattr(call, "func", None) == route.first else
+                           getattr(call, "__module__", None) or type(call).__name__)
+                    counts[how] = counts.get(how, 0) + 1
+    return counts
 
 
 def profiled(call) -> dict:
