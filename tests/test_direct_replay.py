@@ -90,3 +90,45 @@ def test_c_takes_the_shape_asked(direct, monkeypatch):
     quick, launches, _, _ = replay_and_log(monkeypatch, direct=direct, shape=(2, 4, 5))
     c = quick(torch.randn(8, 6), torch.randn(6, 5))
     assert c.shape == (2, 4, 5) and c.is_contiguous() and c.data_ptr() in launches[-1]
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_workspace_launch_is_given_its_workspace(direct, monkeypatch):
+    """A launch taking a workspace (split K) gets the workspace of the replay's device and stream
+    as addresses, past the runner as through it."""
+    from tilemm.engine.workspaces import WorkspaceLaunch
+
+    class Program:                               # stands for a JIT function: what its signature reads
+        @staticmethod
+        def fn(a_ptr, b_ptr, c_ptr, m, ws_ptr=None, epoch=0):
+            pass
+
+    class Split(WorkspaceLaunch):
+        WORKSPACE = ("ws_ptr", "epoch")
+
+        def workspace(self, device, stream):
+            given.append((device, stream))
+            return partials, 7
+    given, launches = [], []
+    partials = torch.empty(16)
+    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
+    launch = Split(Program, (1,), (a, b, c, 4), {}, lambda: None, 2, 2)
+    runtime = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    launch.runner = make_runner(lambda *args: launches.append(args), (3, 1, 1), "fn", "packed", False, False, [],
+                                None, None, runtime, lambda: 77)
+    launch.values = (a, b, c, 4, None, 0)
+    replay = recorded(launch, (a, b, c))
+    replay.device_index, replay.current_device, replay.current_stream = 0, lambda: 0, lambda index: 5
+    replay.allocate = torch.empty
+    from tilemm.engine import replay as replay_module
+    for module in (direct_replay, replay_module):       # (no CUDA graph is captured on the CPU)
+        monkeypatch.setattr(module, "capturing", lambda: False)
+    if not direct:
+        monkeypatch.setattr(direct_replay, "quick", lambda *args: None)
+    quick = replay.quick_call()
+    assert (quick.__module__ == direct_replay.__name__) is direct
+    a2, b2 = torch.randn(4, 4), torch.randn(4, 4)
+    c2 = quick(a2, b2)
+    assert given[-1] == (0, 5)
+    assert launches[-1][13:] == (a2.data_ptr(), b2.data_ptr(), c2.data_ptr(), 4, partials.data_ptr(), 7)
+    assert launches[-1][:4] == (3, 1, 1, 5)

@@ -8,14 +8,17 @@ value the replay makes is an operand's address or a descriptor over one, what th
 does that work once: a descriptor argument is identified by its operand and offset (its shape,
 strides and block are the recording's), so its expansion (Triton's CUtensorMap, shape and
 strides) is kept by the address it starts at, and a call goes from the operands' addresses to
-the C launcher's arguments with no object made. Measured on an H200's host, the descriptors' part
-of a TMA product's replay was a few microseconds of its ~19 (benchmarks/linear_profile.py
---parts stages). While Triton's launch hooks are set (a profiler's), on another device than the
-recording's, and for a launch that takes a workspace, the quick call as it is.
+the C launcher's arguments with no object made (with a stand-in C launcher, on a shared
+2-core CPU, a TMA product's replay took 16.5 µs this way and 31 µs through the runner, C's
+allocation included; benchmarks/linear_profile.py --parts stages times both parts on a GPU's
+host). A launch that takes a workspace (split K, stream-K) is given it as addresses, as the
+quick call gives it. While Triton's launch hooks are set (a profiler's) and on another device
+than the recording's, the quick call as it is.
 """
 from __future__ import annotations
 
 from tilemm.engine.direct_launch import KEPT_ADDRESSES
+from tilemm.engine.replay_guard import capturing
 from tilemm.engine.replay_slots import DescriptorMaker, OperandAddress, Whole
 from tilemm.engine.workspaces import WorkspaceLaunch
 
@@ -27,8 +30,10 @@ def quick(replay, launch, template: list, addressed: list, made: list, standard,
     C launcher past the direct runner; standard: the quick call it stands in for. None where it
     can't."""
     parts = getattr(launch.runner, "parts", None)
-    if parts is None or isinstance(launch, WorkspaceLaunch):
+    if parts is None:
         return None
+    workspace = isinstance(launch, WorkspaceLaunch)       # split K's or stream-K's, taken at each launch
+    at, taken = (launch.at, len(launch.WORKSPACE)) if workspace else (0, 0)
     c_launch, (grid_x, grid_y, grid_z), function, packed, cooperative, pdl, descriptors, expand, runtime = parts
     metas = dict(descriptors)
     offsets, slots = [], []         # [(index, which, bytes)], [(index, which, bytes, make, meta, kept)]
@@ -55,7 +60,8 @@ def quick(replay, launch, template: list, addressed: list, made: list, standard,
                 or leave is not None and getattr(leave, "calls", True)):
             return standard(a, b)      # another GPU current (its guard), or launch hooks: Triton's runner
         pa, pb = a.data_ptr(), b.data_ptr()
-        if pa % 16 != align_a or pb % 16 != align_b or neg(a) or neg(b) or complex_ and (conj(a) or conj(b)):
+        if (pa % 16 != align_a or pb % 16 != align_b or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))
+                or workspace and capturing()):       # (a CUDA graph would keep the workspace)
             return None
         c = empty(*shape, dtype=dtype, device=device)
         pointers = (pa, pb, c.data_ptr())
@@ -64,6 +70,9 @@ def quick(replay, launch, template: list, addressed: list, made: list, standard,
             values[j] = pointers[which]
         for j, which, delta in offsets:
             values[j] = pointers[which] + delta
+        stream = stream_of(index)
+        if workspace:
+            values[at:at + taken] = launch.replayed_workspace(index, stream)
         for j, which, delta, make, meta, kept in slots:
             address = pointers[which] + delta
             expanded = kept.get(address)
@@ -72,7 +81,7 @@ def quick(replay, launch, template: list, addressed: list, made: list, standard,
                     kept.clear()
                 expanded = kept[address] = expand(make((a, b, c), None), meta)
             values[j:j + 1] = expanded
-        c_launch(grid_x, grid_y, grid_z, stream_of(index), function, cooperative, pdl, None, None, packed, None, None,
-                 None, *values)
+        c_launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None,
+                 *values)
         return c
     return call
