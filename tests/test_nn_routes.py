@@ -220,8 +220,10 @@ def test_inputs_a_route_does_not_serve_take_the_module_s_general_path():
     x = torch.randn(4, 6, dtype=torch.float64)
     layer(x)
     assert len(layer.products.routes) == 1
+    route = layer.products.routes[x.shape, x.stride(), x.dtype]
     sub = x.as_subclass(Sub)                         # another kind of tensor: the general path
     assert torch.equal(layer(sub).as_subclass(torch.Tensor), general(layer, x))
+    assert layer.products.routes[x.shape, x.stride(), x.dtype] is route          # the plain tensors' kept
     assert type(layer(x)) is torch.Tensor and torch.equal(layer(x), general(layer, x))
     meta = Linear(6, 5, dtype=torch.float64, kernel="numpy", device="meta")
     assert meta(torch.randn(4, 6, dtype=torch.float64, device="meta")).is_meta      # no memory: the op's fake

@@ -121,7 +121,7 @@ class Linear(torch.nn.Linear):
         products = self.products
         key = layout_key(input, weight)
         layout = products.known.get(key) or products.learn_layout(key, input, weight, bias)
-        if layout.linear is None:     # tilemm's own programs: the layout's route, from the next call on the first step
+        if layout.linear is None:     # tilemm's own programs: the layout's route, kept (later calls find it first)
             route = products.route(input, weight)
             y = None if route is None else route(input, weight, bias)
             if y is not None:

@@ -48,8 +48,10 @@ class Products:
     def route(self, input: torch.Tensor, weight: torch.Tensor):
         """The Route of input's layout (tilemm.torch.nn_routes: tilemm's own programs' products
         in the fewest steps), made and kept for the next calls; None where the layout has none (a
-        complex dtype, whose products read conjugates; an empty product; an input of no rows)."""
-        if input.dim() == 0 or input.is_complex() or not (input.numel() and weight.numel()):
+        complex dtype, whose products read conjugates; an empty product; an input of no rows; a
+        tensor subclass, which a route does not serve)."""
+        if (input.dim() == 0 or input.is_complex() or not (input.numel() and weight.numel())
+                or type(input) is not torch.Tensor or type(weight) not in (torch.Tensor, torch.nn.Parameter)):
             return None
         if len(self.routes) >= self.LAYOUTS:
             self.routes.clear()
