@@ -9,9 +9,10 @@ records a gradient through a Function of its own (KernelLinear) whose backward c
 gradient products directly. What it leaves out, against tilemm.matmul's general autograd
 (tilemm.torch.ops.MatmulFunction): autograd.Function.apply's Python (it binds the arguments to
 forward's signature at each call where setup_context is defined), the weight's transpose as a
-node of the graph, the general rule's casts, reshapes and sums of a backward, and the plan
-cache's key at each product. The products are the same, on the same operands' layouts: the
-answers are the same bits.
+node of the graph, the input's rows and the output's view as nodes too (a replay reads its
+operands' addresses alone and makes C in the shape asked), the general rule's casts, reshapes
+and sums of a backward, and the plan cache's key at each product. The products are the same, on
+the same operands' layouts: the answers are the same bits.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ Tensor, Parameter = torch.Tensor, torch.nn.Parameter
 grad_enabled = torch.is_grad_enabled
 
 
-def row_major_view(x) -> bool:
+def transposed_view(x) -> bool:
     """What tilemm.torch.ops' general rule takes for a view of a transposed matrix (its gradient
     is then computed transposed, _product_like): a stride of 1 down the rows and not along them."""
     return x.stride(0) == 1 and x.stride(1) != 1
@@ -68,7 +69,7 @@ class Route:
         self.in_shape = None if two_d else input.shape
         # the gradients' products as the general rule lays them out, for row-major rows and weight; else
         # the general rule itself
-        self.usual = not row_major_view(matrix(input)) and row_major_view(weight.T)
+        self.usual = not transposed_view(matrix(input)) and transposed_view(weight.T)
         for name in self.PRODUCTS:      # each product's first call learns its repeated call (first)
             setattr(self, name, functools.partial(self.first, name))
 
