@@ -5,12 +5,19 @@
             off (tilemm's library rung sums in float32 throughout), and tilemm.matmul.
   calls     the CPU's cost of one Linear call on a small problem (GPU time negligible): inference,
             and a training call (forward and backward), torch's Linear against tilemm's.
+  stages    the CPU's cost of each stage of one Linear product (tilemm's route, the plan's repeated
+            call, the replay's Python with the launch stubbed, the launch alone, the gradients'
+            products, the autograd Function) beside torch's, at 4 rows (a decode's) and 2048 (a
+            training step's): where a product's CPU time goes.
+  tune      (--tune) the forward products at 2048 rows with other tiles of rung 10 (TUNE_TILES)
+            against its default's and torch's, kernel alone.
   model     a training step, a prefill and a short decode of the Llama model (benchmarks/llama_train.py's)
             per mode: wall time, the time until the call returns to Python (before the device
             synchronizes: near the wall time, the step is bound by the CPU), and the GPU's kernel
             time from torch.profiler, with its top kernels.
 
     PYTHONPATH=src python3 benchmarks/linear_profile.py --parts products calls model
+    PYTHONPATH=src:benchmarks python3 benchmarks/linear_profile.py --parts stages calls model --kernel tensorcore
 
 Modes: torch; torch-noreduce (torch's Linears with allow_bf16_reduced_precision_reduction off, as
 tilemm's library rung runs them); tilemm (tilemm.nn.Linear); tilemm-general (each Linear through
@@ -109,28 +116,179 @@ def per_call_us(call, iters: int = 400) -> float:
     return harness.wall_us(call, iters)
 
 
-def calls(emit):
+def calls(emit, kernel: str | None = None):
     x = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
     xg = x.clone().requires_grad_()
     dy = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
     layers = {"torch": torch.nn.Linear(256, 256, bias=False, device="cuda", dtype=torch.bfloat16)}
     for mode, cls in (("tilemm", tilemm.nn.Linear), ("tilemm-general", GeneralLinear)):
-        layers[mode] = cls(256, 256, bias=False, device="cuda", dtype=torch.bfloat16)
+        layers[mode] = cls(256, 256, bias=False, device="cuda", dtype=torch.bfloat16, kernel=kernel)
     for mode, layer in layers.items():
         with torch.inference_mode():
             inference = per_call_us(lambda: layer(x))
         train = per_call_us(lambda: layer(xg).backward(dy))
-        emit({"part": "calls", "mode": mode, "inference_us": inference, "train_us": train})
+        emit({"part": "calls", "mode": mode, "kernel": kernel, "inference_us": inference, "train_us": train})
     w = layers["torch"].weight.detach()
     x3, rows, wt = x.reshape(2, 8, 256), x, w.T
-    fast = tilemm.plan(rows, wt).fast
-    layout = tilemm.nn.Products(None, {}).layout(x3, w)
+    fast = tilemm.plan(rows, wt, kernel=kernel).fast
+    layout = tilemm.nn.Products(kernel, {}).layout(x3, w)
     with torch.inference_mode():
         steps = {"F.linear": lambda: torch.nn.functional.linear(x3, w), "torch.matmul": lambda: torch.matmul(rows, wt),
-                 "tilemm.matmul": lambda: tilemm.matmul(rows, wt), "plan.fast": lambda: fast(rows, wt),
-                 "Layout.linear": lambda: layout.linear(x3, w), "reshape": lambda: x3.reshape(-1, 256),
-                 "weight.T": lambda: w.T}
-        emit({"part": "calls", "steps_us": {name: per_call_us(step, 2000) for name, step in steps.items()}})
+                 "tilemm.matmul": lambda: tilemm.matmul(rows, wt, kernel=kernel),
+                 "reshape": lambda: x3.reshape(-1, 256), "weight.T": lambda: w.T}
+        if fast is not None:           # the library's product (kernel None); a replay is not a plan's until its first call
+            steps["plan.fast"] = lambda: fast(rows, wt)
+        if layout.linear is not None:
+            steps["Layout.linear"] = lambda: layout.linear(x3, w)
+        emit({"part": "calls", "kernel": kernel, "steps_us": {name: per_call_us(step, 2000) for name, step in steps.items()}})
+
+
+def stages(emit, kernel: str | None = None, device: str = "cuda", shapes=((4, 2048, 2048), (2048, 2048, 2048)),
+           calls_timed: int = 200):
+    """The CPU's cost of each stage of one tilemm.nn.Linear product (rows x in -> out), inference and
+    training, against torch's: the module call, its route (tilemm.torch.nn_routes), the route's
+    product, the plan's repeated call (a replay), the replay with the launch stubbed (its Python
+    alone), the launch alone, the plan cache's call and tilemm.matmul's; the Function's apply and
+    the two gradient products. (rows 4: the pointer program with split K, as a decode's; 2048: the
+    TMA programs, as a training step's; each block of calls_timed calls on an idle GPU, timed until
+    the last returns.)"""
+    from tilemm.plans import cache, calls as plan_calls
+    from tilemm.torch import nn_routes
+    timer = harness.host_us if device == "cuda" else cpu_us
+    dtype = torch.bfloat16
+    for rows, k, n in shapes:
+        x, dy = torch.randn(rows, k, device=device, dtype=dtype), torch.randn(rows, n, device=device, dtype=dtype)
+        xg = x.clone().requires_grad_()
+        ref = torch.nn.Linear(k, n, bias=False, device=device, dtype=dtype)
+        layer = tilemm.nn.Linear(k, n, bias=False, device=device, dtype=dtype, kernel=kernel)
+        layer.load_state_dict(ref.state_dict())
+        weight, w, wt = layer.weight, layer.weight.detach(), layer.weight.detach().T
+        for _ in range(3):          # each product's first call (its plan, its launch recorded), then repeats
+            layer(xg).backward(dy)
+            with torch.inference_mode():
+                layer(x)
+        route = layer.products.routes.get((x.shape, x.stride(), x.dtype))
+        plan = cache.lookup(x, wt, kernel, None, None, {})[1]
+        replay = getattr(plan, "replay", None)
+        row = {"part": "stages", "kernel": kernel, "mnk": [rows, n, k], "route": route is not None,
+               "replay": replay is not None, "one_launch": getattr(replay, "single", None) is not None}
+        timings = {}
+
+        def time_all(steps: dict) -> None:
+            for name, step in steps.items():
+                for _ in range(3):         # (a shape's first call in torch: its heuristics, its workspace)
+                    step()
+                timings[name] = timer(step, calls_timed)
+        with torch.inference_mode():
+            time_all({"torch F.linear": lambda: torch.nn.functional.linear(x, w),
+                      "torch.matmul": lambda: torch.matmul(x, wt),
+                      "torch.empty (a C)": lambda: torch.empty(rows, n, dtype=dtype, device=device),
+                      "weight.T": lambda: w.T,
+                      "tilemm Linear (module call)": lambda: layer(x),
+                      "tilemm.matmul": lambda: tilemm.matmul(x, wt, kernel=kernel),
+                      "plan cache (calls.matmul)": lambda: plan_calls.matmul(x, wt, kernel=kernel)})
+            if route is not None:
+                fast = plan_calls.repeated(x, wt, kernel, {})
+                time_all({"route (no module call)": lambda: route(x, w, None),
+                          "route.forward (product)": lambda: route.forward(x, w),
+                          "repeated call (replay)": lambda: fast(x, wt)})
+            if replay is not None and replay.single is not None and device == "cuda":
+                replay_stages(replay, x, wt, row, time_all)
+        train = {"torch train call": lambda: ref(xg).backward(dy),
+                 "tilemm train call": lambda: layer(xg).backward(dy)}
+        if route is not None:
+            train["KernelLinear apply + forward product"] = lambda: nn_routes.record(xg, weight, route)
+            with torch.no_grad():
+                time_all({"route.gradients (2 products)": lambda: route.gradients(dy, x, w, True, True),
+                          "torch's 2 gradient products": lambda: (torch.matmul(dy, w), torch.matmul(dy.T, x))})
+        time_all(train)
+        row["stages_us"] = {name: round(us, 2) for name, us in timings.items()}
+        emit(row)
+
+
+def replay_stages(replay, a, b, row: dict, time_all) -> None:
+    """The replay's Python alone (its launch stubbed) and its launch alone (the C launcher, or the
+    runner where the replay calls that), timed by time_all({name: call}); what runs, in row."""
+    launch = replay.single[0]
+    row["launch"], row["program"] = type(launch).__name__, getattr(launch.program, "fn", launch.program).__name__
+    real, captured = launch.runner, []
+    row["runner"] = getattr(real, "__qualname__", type(real).__name__)
+    row["descriptors"] = len(replay.operand_slots)
+    parts = getattr(real, "parts", None)      # a direct runner's: the C launcher and its constants
+
+    def stub(call):
+        """A runner that calls `call` where Triton's C launcher (or the runner) would be called."""
+        def run(*args, **options):
+            call(*args, **options)
+        if parts is not None:
+            run.parts = (call, *parts[1:])
+        return run
+    try:
+        launch.runner = stub(lambda *args, **options: captured.append((args, options)))
+        kept_c = replay.quick_call()(a, b)      # (alive while its launch is timed: its address is in it)
+        launch.runner = stub(lambda *args, **options: None)
+        stubbed = replay.quick_call()
+        row["quick"] = stubbed.__module__       # tilemm.engine.direct_replay: past the runner
+        time_all({"replay, launch stubbed (Python alone)": lambda: stubbed(a, b)})
+    finally:
+        launch.runner = real
+    args, options = captured[0]
+    alone = parts[0] if parts is not None and row["quick"].endswith("direct_replay") else real
+    time_all({"launch alone (C launcher)" if alone is not real else "launch alone (runner)":
+              lambda: alone(*args, **options)})
+    del kept_c
+
+
+def cpu_us(call, calls: int) -> float:
+    """Microseconds a call on the CPU (no GPU to wait for): harness.host_us's measure there."""
+    for _ in range(5):
+        call()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+# Tiles tried for the forward products (rows @ W.T, B read K-major) by --tune: rung 10's autotune
+# candidates and their neighbours (stages, group, one program a tile)
+TUNE_TILES = [dict(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages)
+              for bm, bn, bk, warps, stages in ((128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (256, 128, 64, 8, 3),
+                                                (256, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
+                                                (128, 128, 64, 4, 5), (64, 256, 64, 4, 4), (128, 128, 128, 8, 3))]
+TUNE_TILES += [dict(TUNE_TILES[1], group_m=group) for group in (4, 16)] + [dict(TUNE_TILES[1], persistent=False)]
+
+
+def tune(emit):
+    """The forward products of the Llama's Linears at 2048 rows (A rows @ W.T: "NT") with each of
+    TUNE_TILES against the shape's default tiles and torch: the GPU's time, by CUDA events around
+    20 calls back to back (each call's CPU time hidden behind the previous one's kernel), each
+    answer checked against torch's first (a record per shape: every configuration's ms, the best)."""
+    from tilemm.ladder.tensorcore import r10_tensorcore
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for name, (k, n) in SHAPES.items():
+        x = torch.randn(2048, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        expected = torch.matmul(x.float(), w.T.float())
+        row = {"part": "tune", "shape": name, "mnk": [2048, n, k], "torch_ms": harness.queued_ms(lambda: torch.matmul(x, w.T)),
+               "default_tiles": r10_tensorcore.default_tiles(2048, n, k), "ms": {}}
+        for label, tiles in [("default", {})] + [(encode(t), t) for t in TUNE_TILES]:
+            try:
+                y = tilemm.matmul(x, w.T, kernel="tensorcore", **tiles)
+            except ValueError as error:         # over the shared memory, or a parameter refused
+                row["ms"][label] = str(error)[:80]
+                continue
+            if not torch.allclose(y.float(), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item()):
+                row["ms"][label] = "wrong answer"
+                continue
+            row["ms"][label] = harness.queued_ms(lambda: tilemm.matmul(x, w.T, kernel="tensorcore", **tiles))
+        timed = {label: ms for label, ms in row["ms"].items() if isinstance(ms, float)}
+        row["best"] = min(timed, key=timed.get)
+        row["best_vs_torch"] = row["torch_ms"] / timed[row["best"]]
+        emit(row)
+
+
+def encode(tiles: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in tiles.items())
 
 
 def model_phases(args, emit):
@@ -161,7 +319,25 @@ def model_phases(args, emit):
                         row.update(profiled(call))
                         emit(row)
                     rows[(mode, phase)] = row
+            if repeat and mode == "tilemm":
+                emit({"part": "model", "mode": mode, "repeated_calls": repeated_calls(model)})
     set_mode(model, "torch")
+
+
+def repeated_calls(model) -> dict:
+    """How the routes of the model's tilemm Linears repeat each product, counted: by a replay past
+    Triton's runner (tilemm.engine.direct_replay), by a replay through it (tilemm.engine.replay),
+    by the plan's other repeated call or path (functools), or not yet called (its first call)."""
+    counts: dict = {}
+    for module in model.modules():
+        if type(module) is tilemm.nn.Linear:
+            for route in module.products.routes.values():
+                for name in route.PRODUCTS:
+                    call = getattr(route, name)
+                    how = ("first call" if getattr(call, "func", None) == route.first else
+                           getattr(call, "__module__", None) or type(call).__name__)
+                    counts[how] = counts.get(how, 0) + 1
+    return counts
 
 
 def profiled(call) -> dict:
@@ -183,12 +359,13 @@ def profiled(call) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["products", "calls", "model"],
-                    choices=["products", "calls", "model"])
+                    choices=["products", "calls", "stages", "model"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--decode", type=int, default=16)
     ap.add_argument("--modes", nargs="+", default=["torch", "torch-noreduce", "tilemm", "tilemm-general"],
                     choices=["torch", "torch-noreduce", "tilemm", "tilemm-general"], help="model: the modes")
     ap.add_argument("--kernel", default=None, help="tilemm's kernel for its products and Linears (default: its choice)")
+    ap.add_argument("--tune", action="store_true", help="also time TUNE_TILES on the forward products at 2048 rows")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.tiny, args.layers, args.intermediate, args.batch, args.seq, args.seed, args.lr, args.attention = \
@@ -199,9 +376,10 @@ def main(argv=None):
              "bf16_reduction_default": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction}
 
     emit = harness.emitter(out / "linear_profile.jsonl", stamp)   # every record stamped, as the canonical ones are
-    for part in args.parts:
+    for part in args.parts + ["tune"] * args.tune:
         print(f"[linear_profile] {part}", file=sys.stderr, flush=True)
-        {"products": lambda e: products(e, args.kernel), "calls": calls, "model": lambda e: model_phases(args, e)}[part](emit)
+        {"products": lambda e: products(e, args.kernel), "calls": lambda e: calls(e, args.kernel),
+         "stages": lambda e: stages(e, args.kernel), "tune": tune, "model": lambda e: model_phases(args, e)}[part](emit)
 
 
 if __name__ == "__main__":

@@ -119,6 +119,25 @@ def host_us(call, calls: int) -> float:
     return elapsed / calls * 1e6
 
 
+def queued_ms(call, calls: int = 20, reps: int = 15) -> float:
+    """Median milliseconds a call of `calls` calls queued back to back between two CUDA events:
+    the GPU's time where each call's CPU time hides behind the previous call's kernels."""
+    import torch
+    for _ in range(3):
+        call()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(calls):
+            call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
 def event_timer():
     """time_us(call): microseconds between CUDA events around one call, the GPU idle before it
     (the CPU's part of the call and the GPU's, one after the other)."""

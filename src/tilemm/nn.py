@@ -91,7 +91,8 @@ class Linear(torch.nn.Linear):
         if self.activation is not None:       # bias and activation in the product's epilogue
             return self.fused_forward(input)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
-            layout = self.products.library.get((input.shape, input.stride(), input.dtype))
+            products, layout_of = self.products, (input.shape, input.stride(), input.dtype)
+            layout = products.library.get(layout_of)
             if layout is not None and (not grad_enabled() or layout.grads and layout.exact_now()):
                 # what self.weight and self.bias read, without Module.__getattr__'s two Python calls;
                 # a weight or bias not kept there (a parametrization's, pruning's) is read as an attribute
@@ -100,6 +101,15 @@ class Linear(torch.nn.Linear):
                 if weight is ABSENT or bias is ABSENT:
                     weight, bias = self.weight, self.bias
                 return layout.product(input, weight, bias)
+            route = products.routes.get(layout_of)      # tilemm's own programs' products (nn_routes)
+            if route is not None and not tracing() and not transformed():
+                params = self._parameters
+                weight, bias = params.get("weight", ABSENT), params.get("bias", ABSENT)
+                if weight is ABSENT or bias is ABSENT:
+                    weight, bias = self.weight, self.bias
+                y = route(input, weight, bias)
+                if y is not None:
+                    return y
         weight, bias = self.weight, self.bias
         # tilemm.matmul's general rules where a layout's product can't serve: a jit trace or a torch.func
         # transform running, an input with no memory (meta; a FakeTensor). (A conjugate or negative view
@@ -111,6 +121,11 @@ class Linear(torch.nn.Linear):
         products = self.products
         key = layout_key(input, weight)
         layout = products.known.get(key) or products.learn_layout(key, input, weight, bias)
+        if layout.linear is None:     # tilemm's own programs: the layout's route, kept (later calls find it first)
+            route = products.route(input, weight)
+            y = None if route is None else route(input, weight, bias)
+            if y is not None:
+                return y
         recording = grad_enabled() and (input.requires_grad or weight.requires_grad)
         if layout.linear is not None:
             products.library[input.shape, input.stride(), input.dtype] = layout
@@ -164,12 +179,12 @@ class Linear(torch.nn.Linear):
         return y
 
     def _apply(self, fn, recurse=True):        # (torch.nn.Module's: .to, .cuda, .half, ... call it)
-        self.products.library.clear()        # the weight's device, dtype or strides may change
+        self.products.forget()        # the weight's device, dtype or strides may change
         return super()._apply(fn, recurse)
 
     def register_parameter(self, name: str, param) -> None:
         if "products" in self.__dict__:      # a new weight or bias (set as an attribute, too)
-            self.products.library.clear()
+            self.products.forget()
         super().register_parameter(name, param)
 
     def extra_repr(self) -> str:

@@ -59,9 +59,12 @@ def launch_parts(compiled, nvidia):
             descriptors)
 
 
-# Addresses a descriptor argument keeps its expansion for (a replay's operands come and go at the
-# few addresses torch's caching allocator hands out)
-KEPT_ADDRESSES = 16
+# Addresses a descriptor argument keeps its expansion for: a replay's operands come and go at the
+# addresses torch's caching allocator hands out, and one plan serves every layer of a model whose
+# Linears share a shape (a 16-layer Llama's q and o projections: 32 weights, and as many activations
+# kept for the backward). An entry is a CUtensorMap and a few ints; filling one again costs a few
+# microseconds of a launch's CPU time.
+KEPT_ADDRESSES = 256
 
 
 def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descriptors: list, expand, runner, runtime,
@@ -100,4 +103,6 @@ def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descrip
                     known = kept[address] = (d.shape, d.strides, d.block_shape, expand(d, meta))
                 args[index:index + 1] = known[3]
         launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None, *args)
+    # what it calls, for a replay that works out the arguments itself (tilemm.engine.direct_replay)
+    run.parts = (launch, grid, function, packed, cooperative, pdl, tuple(descriptors), expand, runtime)
     return run

@@ -31,6 +31,8 @@ import weakref
 
 from tilemm.engine.launches import BoundLaunch, CopyInto, Steps, all_arguments, copy_as, raw_stream
 from tilemm.engine.replay_guard import alignment, capturing, elsewhere, lazy
+from tilemm.engine.replay_slots import Address, DescriptorMaker, OperandAddress, Whole  # noqa: F401  (Address: tests')
+from tilemm.engine import direct_replay
 from tilemm.engine.workspaces import WorkspaceLaunch
 
 COPY = "copy"          # a recorded CopyInto: its values are (dst, src, word)
@@ -92,10 +94,10 @@ class Replay:
         self.device_index = device.index if device.type == "cuda" else -1
         if self.device_index >= 0:
             import torch
-            self._empty, self._get_device = torch.empty, torch._C._cuda_getDevice
-            self._stream_of = torch._C._cuda_getCurrentRawStream
+            self.allocate, self.current_device = torch.empty, torch._C._cuda_getDevice
+            self.current_stream = torch._C._cuda_getCurrentRawStream
         else:                  # recorded on the CPU (as tests do): run() alone runs it, a call never replays
-            self._get_device = lambda: None
+            self.current_device = lambda: None
         self.quick = self.quick_call()
 
     def __call__(self, *inputs):
@@ -103,21 +105,22 @@ class Replay:
         torch's current stream (the caller's), or None where this call can't be replayed. Under
         CUDA graph capture a replay that reuses no memory is captured as torch's own launches are
         (C comes from the graph's pool)."""
-        if self._get_device() != self.device_index and self.device_index >= 0:
+        if self.current_device() != self.device_index and self.device_index >= 0:
             return elsewhere(self.device_index, self, *inputs)
         pointers = [x.data_ptr() for x in inputs]         # the guard's and the launches' (read once)
-        if (tuple([p % 16 for p in pointers]) != self.aligned or self._get_device() != self.device_index
+        if (tuple([p % 16 for p in pointers]) != self.aligned or self.current_device() != self.device_index
                 or (self.reuses_memory and capturing()) or any(lazy(x) for x in inputs)):
             return None
-        c = self._empty(*self.c_shape, dtype=self.dtype, device=self.device)   # (a tuple: measured slower)
-        self.launch(inputs, c, pointers, self._stream_of(self.device_index))
+        c = self.allocate(*self.c_shape, dtype=self.dtype, device=self.device)   # (a tuple: measured slower)
+        self.launch(inputs, c, pointers, self.current_stream(self.device_index))
         return c
 
-    def quick_call(self):
+    def quick_call(self, shape: tuple | None = None):
         """The usual small call, one program's launch on a and b, in the fewest steps: a function
         (a, b) -> C, or None where this call can't be replayed (__call__'s guard); None where the
         replay has more steps or inputs. Each step it leaves out is a few tenths of a microsecond
-        of a call whose CPU time is its time."""
+        of a call whose CPU time is its time. shape: C's, where not the recording's (as many
+        elements: the program writes C's memory row by row)."""
         if self.single is None or len(self.aligned) != 2 or self.device_index < 0:
             return None
         launch, template = self.single[0], list(self.single[1])
@@ -126,8 +129,9 @@ class Replay:
         workspace = isinstance(launch, WorkspaceLaunch)        # memory a CUDA graph being captured would keep
         runner = launch.run_replayed if workspace else launch.runner
         align_a, align_b = self.aligned
-        index, shape, dtype, device = self.device_index, self.c_shape, self.dtype, self.device
-        empty, get_device, stream_of = self._empty, self._get_device, self._stream_of
+        index, dtype, device = self.device_index, self.dtype, self.device
+        shape = self.c_shape if shape is None else shape
+        empty, get_device, stream_of = self.allocate, self.current_device, self.current_stream
         import torch
         # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
         neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
@@ -153,7 +157,7 @@ class Replay:
             else:
                 runner(*values, stream=stream_of(index))
             return c
-        return call
+        return direct_replay.quick(self, launch, template, addressed, made, call, shape) or call
 
     def run(self, *inputs, stream=None):
         """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded.
@@ -237,17 +241,6 @@ def takes_addresses(launch) -> bool:
     return isinstance(launch, BoundLaunch)
 
 
-class Whole:
-    """make(operands, scratch) for a value that is operand `which` itself."""
-    __slots__ = ("which",)
-
-    def __init__(self, which: int):
-        self.which = which
-
-    def __call__(self, operands, scratch):
-        return operands[self.which]
-
-
 def scratch_layout(groups) -> tuple:
     """(byte offset of each scratch storage, total bytes), each start SCRATCH_ALIGN-aligned."""
     offsets, at = [], 0
@@ -310,14 +303,8 @@ def _slot(v, storages: dict, groups: dict, program: bool = False):
         if view is False:
             return False
         make_base, of_scratch = view
-        fields = {name: value for name, value in vars(v).items() if name != "base"}
-        kind = type(v)
-
-        def descriptor(operands, scratch):
-            d = object.__new__(kind)
-            d.__dict__.update(fields, base=make_base(operands, scratch))
-            return d
-        return descriptor, of_scratch
+        return DescriptorMaker(type(v), {name: value for name, value in vars(v).items() if name != "base"},
+                               make_base), of_scratch
     return None if constant(v) else False
 
 
@@ -332,18 +319,6 @@ def constant(v) -> bool:
 
 # A @triton.jit function's type, compiled and under Triton's interpreter
 TRITON_FUNCTIONS = ("JITFunction", "InterpretedFunction")
-
-
-class Address:
-    """Stands for a descriptor's base where that is a view of an operand: Triton reads nothing of
-    it but its address, and a tensor view costs CPU time at every call."""
-    __slots__ = ("address",)
-
-    def __init__(self, address: int):
-        self.address = address
-
-    def data_ptr(self) -> int:
-        return self.address
 
 
 def _view(t, storages: dict, groups: dict, address_only: bool = False, as_int: bool = False):
@@ -362,9 +337,7 @@ def _view(t, storages: dict, groups: dict, address_only: bool = False, as_int: b
         delta = offset - operand.storage_offset()     # where the view starts, from the operand's start
         if address_only:
             delta *= t.element_size()
-            if as_int:
-                return (lambda operands, scratch: operands[which].data_ptr() + delta), False
-            return (lambda operands, scratch: Address(operands[which].data_ptr() + delta)), False
+            return OperandAddress(which, delta, as_int), False
         return (lambda operands, scratch: operands[which].as_strided(size, stride,
                                                                      operands[which].storage_offset() + delta)), False
     if ptr not in groups:

@@ -7,6 +7,8 @@ torch.compile, autograd, several devices, ndarray subclasses); the torch layer's
 """
 from __future__ import annotations
 
+import math
+
 from tilemm.numerics import arrays
 from tilemm.plans import cache, checks
 
@@ -32,3 +34,30 @@ def first_call(key, a, b, kernel, out, out_dtype, stream, params: dict, make):
     if key is not None:
         cache.remember(key, checked, record)
     return value
+
+
+def repeated(a, b, kernel: str | None, params: dict):
+    """The repeated call of ``a @ b``'s plan, kept by a first call on operands of this layout (a
+    caller that holds it skips the cache's key at each call): fast(a, b) gives C, or None where
+    this call can't take it (Plan.fast: the library's product, or one program's replay, which
+    declines operands of another alignment, on another device); else the plan's run_again.
+    None where no plan is kept for the layout."""
+    _, known = cache.lookup(a, b, kernel, None, None, params)
+    if known is None:
+        return None
+    return known.fast or known.run_again
+
+
+def replayed(a, b, kernel: str | None, params: dict, shape=None):
+    """The repeated call of ``a @ b``'s plan where it is one program's replay (Replay.quick), which
+    reads its operands' addresses alone (and their negative and conjugate bits): a caller may
+    pass it any tensors that start where a and b do (a weight W for the W.T it was planned on).
+    shape: C's shape, where not (M, N) (as many elements; C is written row by row). None where
+    the plan's repeated call is another (calls.repeated) or no plan is kept."""
+    _, known = cache.lookup(a, b, kernel, None, None, params)
+    replay = None if known is None else known.replay
+    if replay is None or replay.quick is None or known.fast is not replay.quick:
+        return None
+    if shape is None or tuple(shape) == replay.c_shape:
+        return replay.quick
+    return replay.quick_call(tuple(shape)) if math.prod(shape) == math.prod(replay.c_shape) else None

@@ -9,6 +9,7 @@ from torch.nn.functional import linear
 
 from tilemm.plans import calls, checks
 from tilemm.torch.linear_flags import linear_with_exact_backward, same_with_flag
+from tilemm.torch.nn_routes import Route
 from tilemm.torch.ops import MatmulFunction, conjugate
 
 
@@ -31,10 +32,31 @@ class Products:
     LAYOUTS = 64        # layouts kept a module; past that the record starts again
 
     def __init__(self, kernel: str | None, params: dict):
-        self.kernel, self.params, self.known, self.library = kernel, params, {}, {}
+        self.kernel, self.params, self.known, self.library, self.routes = kernel, params, {}, {}, {}
 
     def __getstate__(self):            # a plan's product is a closure: not pickled, found again
-        return {**self.__dict__, "known": {}, "library": {}}
+        return {**self.__dict__, "known": {}, "library": {}, "routes": {}}
+
+    def __setstate__(self, state):
+        self.__dict__.update({"routes": {}, **state})
+
+    def forget(self) -> None:
+        """Drop the shortest look-ups (library, routes): the weight's device, dtype or strides may change."""
+        self.library.clear()
+        self.routes.clear()
+
+    def route(self, input: torch.Tensor, weight: torch.Tensor):
+        """The Route of input's layout (tilemm.torch.nn_routes: tilemm's own programs' products
+        in the fewest steps), made and kept for the next calls; None where the layout has none (a
+        complex dtype, whose products read conjugates; an empty product; an input of no rows; a
+        tensor subclass, which a route does not serve)."""
+        if (input.dim() == 0 or input.is_complex() or not (input.numel() and weight.numel())
+                or type(input) is not torch.Tensor or type(weight) not in (torch.Tensor, torch.nn.Parameter)):
+            return None
+        if len(self.routes) >= self.LAYOUTS:
+            self.routes.clear()
+        route = self.routes[input.shape, input.stride(), input.dtype] = Route(input, weight, self.kernel, self.params)
+        return route
 
     def layout(self, input: torch.Tensor, weight: torch.Tensor) -> Layout:
         """What this module knows of input @ weight.T for input's layout (weight of input's dtype)."""
@@ -87,7 +109,7 @@ class Products:
     def remember(self, key: tuple, found):
         if len(self.known) >= self.LAYOUTS:
             self.known.clear()
-            self.library.clear()
+            self.forget()
         self.known[key] = found
         return found
 
