@@ -1,6 +1,6 @@
 """`tilemm.warmup` and `tilemm warmup`: compile ahead of time what later calls will need.
 
-A rung's first call in a process compiles its program (`regblock`: about ten seconds a dtype),
+A rung's first call in a process compiles its program (`regblock`: a few seconds a dtype),
 or loads it from the disk caches numba, numba-cuda and Triton keep (NUMBA_CACHE_DIR,
 TRITON_CACHE_DIR; each defaults to a folder of its own): from there a first call takes well under
 a second. Warming up runs each program a call would need once, on random operands, and checks

@@ -24,6 +24,9 @@ SIMT_DTYPES = WORD_DTYPES
 # 16-byte aligned shared arrays let the compiler merge four neighbouring loads into one
 # ld.shared.v4; the simulator refuses any alignment argument but None.
 SHARED_ALIGN = None if compat.cuda_simulator() else 16
+# Inlining a device function: by NVVM (forceinline, LLVM's alwaysinline), which the simulator
+# does not take; there Numba's own (inline="always"), which runs the same Python.
+INLINE = {"inline": "always"} if compat.cuda_simulator() else {"forceinline": True}
 
 
 # The parameters several rungs share: naive's block (rungs 3-5) and tiled's tile (rungs 6-7).
