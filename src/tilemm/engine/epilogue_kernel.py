@@ -16,6 +16,8 @@ Constraints:
 import triton
 import triton.language as tl
 
+from tilemm.engine.programs import tile_position
+
 # the activation's code, a constexpr of the program (epilogue_launch.ACTIVATION_CODES names them)
 IDENTITY, RELU, GELU, GELU_TANH, SILU = 0, 1, 2, 3, 4
 
@@ -85,18 +87,12 @@ def matmul_epilogue_kernel(a_ptr, b_ptr, y_ptr, aux_ptr, bias_ptr, c_ptr, res_pt
     products, 2 float64. UPCAST: 16-bit tiles widened to float32 first (Triton's interpreter,
     whose bfloat16 tl.dot is wrong; a 16-bit product is exact in float32: the same sums).
     EVEN_K: BLOCK_K divides K, and the tiles load with no mask at all."""
-    # Which tile: groups of GROUP_M block rows walk one block column before the next (rung 9)
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_in_group = GROUP_M * tl.cdiv(N, BLOCK_N)
-    first_pid_m = (pid // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    # Which tile: groups of GROUP_M block rows walk one block column before the next (rung 9's order)
+    off_m, off_n = tile_position(tl.program_id(axis=0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     # 64-bit row and column numbers: offsets past 2^31 elements are right (once a tile: free)
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    offs_m = (off_m + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_n = (off_n + tl.arange(0, BLOCK_N)).to(tl.int64)
     offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
     # rows of A and columns of B past M and N wrap around to ones inside (Triton's tutorial): the
     # loads need no mask there, and what those rows and columns give is never stored
@@ -128,7 +124,7 @@ def matmul_epilogue_kernel(a_ptr, b_ptr, y_ptr, aux_ptr, bias_ptr, c_ptr, res_pt
         b_ptrs += BLOCK_K * stride_bk
 
     # The epilogue, on the sums in registers: each extra operand read once, a tile at a time
-    finish(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym,
+    finish(acc, off_m, off_n, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym,
            stride_yn, stride_xm, stride_xn, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta,
            BIAS_OVER_M, ACTIVATION)
 # --8<-- [end:kernel]
