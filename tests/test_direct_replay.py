@@ -121,8 +121,7 @@ def test_a_workspace_launch_is_given_its_workspace(direct, monkeypatch):
     replay.device_index, replay.current_device, replay.current_stream = 0, lambda: 0, lambda index: 5
     replay.allocate = torch.empty
     from tilemm.engine import replay as replay_module
-    for module in (direct_replay, replay_module):       # (no CUDA graph is captured on the CPU)
-        monkeypatch.setattr(module, "capturing", lambda: False)
+    monkeypatch.setattr(replay_module, "capturing", lambda: False)   # (the quick call's guard: no CUDA graph on the CPU)
     if not direct:
         monkeypatch.setattr(direct_replay, "quick", lambda *args: None)
     quick = replay.quick_call()

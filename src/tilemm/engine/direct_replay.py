@@ -18,17 +18,16 @@ than the recording's, the quick call as it is.
 from __future__ import annotations
 
 from tilemm.engine.direct_launch import KEPT_ADDRESSES
-from tilemm.engine.replay_guard import capturing
 from tilemm.engine.replay_slots import DescriptorMaker, OperandAddress, Whole
 from tilemm.engine.workspaces import WorkspaceLaunch
 
 
-def quick(replay, launch, template: list, addressed: list, made: list, standard, shape: tuple):
-    """A function (a, b) -> C of `shape` (None where the quick call's guard refuses a and b)
-    launching replay's one program (launch, its values template, the operands' address slots
-    `addressed`: [(index, which)], and the values made a call `made`: [(index, make)]) through the
-    C launcher past the direct runner; standard: the quick call it stands in for. None where it
-    can't."""
+def quick(replay, launch, prepared, made: list, standard):
+    """A function (a, b) -> C (None where the quick call's guard refuses a and b) launching
+    replay's one program (launch; prepared: the quick call's (a, b) -> (C, addresses, the values
+    with the operands' addresses in place) or None; made: the values it makes a call, [(index,
+    make)]) through the C launcher past the direct runner; standard: the quick call it stands in
+    for. None where it can't."""
     parts = getattr(launch.runner, "parts", None)
     if parts is None:
         return None
@@ -48,26 +47,17 @@ def quick(replay, launch, template: list, addressed: list, made: list, standard,
     if len(slots) != len(descriptors):     # a descriptor argument the replay does not make: not this path
         return None
     slots.sort(key=lambda slot: -slot[0])  # spliced from the last, so that the earlier indices hold
-    align_a, align_b = replay.aligned
-    index, dtype, device = replay.device_index, replay.dtype, replay.device
-    empty, get_device, stream_of = replay.allocate, replay.current_device, replay.current_stream
-    import torch
-    neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
+    index, get_device, stream_of = replay.device_index, replay.current_device, replay.current_stream
 
     def call(a, b):
         enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
         if (get_device() != index or enter is not None and getattr(enter, "calls", True)
                 or leave is not None and getattr(leave, "calls", True)):
             return standard(a, b)      # another GPU current (its guard), or launch hooks: Triton's runner
-        pa, pb = a.data_ptr(), b.data_ptr()
-        if (pa % 16 != align_a or pb % 16 != align_b or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))
-                or workspace and capturing()):       # (a CUDA graph would keep the workspace)
+        ready = prepared(a, b)
+        if ready is None:
             return None
-        c = empty(*shape, dtype=dtype, device=device)
-        pointers = (pa, pb, c.data_ptr())
-        values = template.copy()
-        for j, which in addressed:
-            values[j] = pointers[which]
+        c, pointers, values = ready
         for j, which, delta in offsets:
             values[j] = pointers[which] + delta
         stream = stream_of(index)

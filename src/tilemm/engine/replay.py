@@ -136,9 +136,10 @@ class Replay:
         # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
         neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
 
-        def call(a, b):
-            if get_device() != index:
-                return elsewhere(index, call, a, b)
+        def prepared(a, b):
+            """(C, the operands' and C's addresses, the launch's values with them in place), or None
+            where a and b can't be replayed: not aligned as the recording's operands, a lazy view,
+            or a workspace while a CUDA graph is captured."""
             pa, pb = a.data_ptr(), b.data_ptr()
             if (pa % 16 != align_a or pb % 16 != align_b or (workspace and capturing())
                     or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))):
@@ -148,6 +149,15 @@ class Replay:
             values = template.copy()
             for j, which in addressed:
                 values[j] = pointers[which]
+            return c, pointers, values
+
+        def call(a, b):
+            if get_device() != index:
+                return elsewhere(index, call, a, b)
+            ready = prepared(a, b)
+            if ready is None:
+                return None
+            c, _, values = ready
             if made:                   # TMA descriptors of the operands
                 operands = (a, b, c)
                 for j, make in made:
@@ -157,7 +167,7 @@ class Replay:
             else:
                 runner(*values, stream=stream_of(index))
             return c
-        return direct_replay.quick(self, launch, template, addressed, made, call, shape) or call
+        return direct_replay.quick(self, launch, prepared, made, call) or call
 
     def run(self, *inputs, stream=None):
         """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded.
