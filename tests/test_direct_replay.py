@@ -14,6 +14,8 @@ from tilemm.engine.direct_launch import make_runner  # noqa: E402
 from tilemm.engine.launches import BoundLaunch  # noqa: E402
 from tilemm.engine.replay import recorded  # noqa: E402
 
+from .test_replay import split_launch  # noqa: E402  (a stand-in split-K launch)
+
 
 class Descriptor:
     """Stands for Triton's TensorDescriptor: its base, shape, strides and block."""
@@ -96,27 +98,13 @@ def test_c_takes_the_shape_asked(direct, monkeypatch):
 def test_a_workspace_launch_is_given_its_workspace(direct, monkeypatch):
     """A launch taking a workspace (split K) gets the workspace of the replay's device and stream
     as addresses, past the runner as through it."""
-    from tilemm.engine.workspaces import WorkspaceLaunch
-
-    class Program:                               # stands for a JIT function: what its signature reads
-        @staticmethod
-        def fn(a_ptr, b_ptr, c_ptr, m, ws_ptr=None, epoch=0):
-            pass
-
-    class Split(WorkspaceLaunch):
-        WORKSPACE = ("ws_ptr", "epoch")
-
-        def workspace(self, device, stream):
-            given.append((device, stream))
-            return partials, 7
     given, launches = [], []
     partials = torch.empty(16)
     a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
-    launch = Split(Program, (1,), (a, b, c, 4), {}, lambda: None, 2, 2)
+    launch = split_launch(a, b, c, partials, given)
     runtime = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
     launch.runner = make_runner(lambda *args: launches.append(args), (3, 1, 1), "fn", "packed", False, False, [],
                                 None, None, runtime, lambda: 77)
-    launch.values = (a, b, c, 4, None, 0)
     replay = recorded(launch, (a, b, c))
     replay.device_index, replay.current_device, replay.current_stream = 0, lambda: 0, lambda index: 5
     replay.allocate = torch.empty

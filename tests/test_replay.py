@@ -118,9 +118,9 @@ def test_inputs_beyond_a_and_b_take_the_new_calls_places():
     assert recorded(product, (a, b, sa, sa, c)) is None       # two scales in one tensor's memory
 
 
-def test_a_workspace_launch_is_given_addresses_and_its_workspace():
-    """A launch taking a workspace (split K) is given its operands as addresses, as a plain launch
-    is, and the workspace of the replay's device and stream, as addresses too."""
+def split_launch(a, b, c, partials, given: list):
+    """A stand-in launch taking a workspace (split K) of a, b, c and M = 4, whose workspace is
+    (partials, epoch 7); each (device, stream) it is asked for goes to `given`."""
     from tilemm.engine.workspaces import WorkspaceLaunch
 
     class Program:                               # stands for a JIT function: what its signature reads
@@ -134,12 +134,19 @@ def test_a_workspace_launch_is_given_addresses_and_its_workspace():
         def workspace(self, device, stream):
             given.append((device, stream))
             return partials, 7
+    launch = Split(Program, (1,), (a, b, c, 4), {}, lambda: None, 2, 2)
+    launch.values = (a, b, c, 4, None, 0)
+    return launch
+
+
+def test_a_workspace_launch_is_given_addresses_and_its_workspace():
+    """A launch taking a workspace (split K) is given its operands as addresses, as a plain launch
+    is, and the workspace of the replay's device and stream, as addresses too."""
     given, seen = [], []
     partials = torch.empty(16)
     a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
-    launch = Split(Program, (1,), (a, b, c, 4), {}, lambda: None, 2, 2)
+    launch = split_launch(a, b, c, partials, given)
     launch.runner = lambda *values, stream=None: seen.append(values)
-    launch.values = (a, b, c, 4, None, 0)
     replay = recorded(launch, (a, b, c))
     a2, b2 = torch.randn(4, 4), torch.randn(4, 4)
     c2 = replay.run(a2, b2)
