@@ -7,14 +7,11 @@ shapes, strides, dtypes and parameters) replays its launches (tilemm.engine.repl
 binding and the checks are done once."""
 from __future__ import annotations
 
-import sys
-
 from tilemm.system import compat
 from tilemm.products import scaled_common as scaled_out
 from tilemm.engine import streams
 from tilemm.engine import availability
 from tilemm.ladder import registry
-from tilemm.plans.cache import operand_key
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
 
 PROGRAM = registry.program("block-scaled")    # rung 16: its checks and its launch (Triton loads at the launch)
@@ -62,12 +59,11 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
                 with JIT_LOCK:
                     launched = PROGRAM.launch(a, b, c, scale_a, scale_b, row_wise, bool(fast_accum), **config)
                 if key is not None and launched is not None:
-                    remember(key, launched, (a, b, scale_a, scale_b, c))
+                    scaled_out.remember_replay(_REPLAYS, key, launched, (a, b, scale_a, scale_b, c))
     return c
 
 
-# Repeated calls' launches (tilemm.engine.replay), by the call's key; as tilemm.products.scaled's
-REPLAY_CACHE_SIZE = 512
+# Repeated calls' launches (tilemm.engine.replay), by the call's key (scaled_common.replay_key)
 _REPLAYS: dict = {}
 
 
@@ -77,27 +73,8 @@ def release_replays() -> None:
 
 
 def replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params):
-    """What a call's launches depend on, for CUDA torch tensors (operands and scales: tilemm.api's
-    operand keys); else None (no replay)."""
-    torch = sys.modules.get("torch")
-    if torch is None or any(type(x) is not torch.Tensor for x in (a, b, scale_a, scale_b)) or not a.is_cuda:
-        return None
-    try:
-        key = (operand_key(a), operand_key(b), operand_key(scale_a), operand_key(scale_b), str(out_dtype),
-               bool(fast_accum), tuple(sorted(params.items())))
-        hash(key)
-    except TypeError:                      # a parameter of an unhashable value: checked on the usual path
-        return None
-    return key
-
-
-def remember(key, launched, operands: tuple) -> None:
-    from tilemm.engine.replay import recorded
-    replay = recorded(launched, operands)
-    if replay is not None:
-        if len(_REPLAYS) >= REPLAY_CACHE_SIZE:
-            _REPLAYS.clear()
-        _REPLAYS[key] = replay
+    """What a call's launches depend on, for CUDA torch tensors (operands and scales); else None."""
+    return scaled_out.replay_key((a, b, scale_a, scale_b), out_dtype, fast_accum, params)
 
 
 def scale_kind(scale_a, scale_b, device, m: int, n: int, k: int, torch) -> str:

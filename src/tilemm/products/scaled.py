@@ -12,7 +12,6 @@ from tilemm.products import block_scaled, scaled_common as scaled_out
 from tilemm.system import compat
 from tilemm.engine import streams
 from tilemm.engine import availability
-from tilemm.plans.cache import operand_key
 from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
 
@@ -66,7 +65,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
                 with JIT_LOCK:
                     launched = scaled_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
                 if key is not None and launched is not None:
-                    _remember(key, launched, (a, b, *scales, c))
+                    scaled_out.remember_replay(_REPLAYS, key, launched, (a, b, *scales, c))
     return c
 
 
@@ -78,8 +77,7 @@ def records_gradient(a, b, scale_a, scale_b) -> bool:
             and any(getattr(x, "requires_grad", False) for x in (a, b, scale_a, scale_b)))
 
 
-# Repeated calls' launches (tilemm.engine.replay), by the call's key; as tilemm.matmul's plans
-REPLAY_CACHE_SIZE = 512
+# Repeated calls' launches (tilemm.engine.replay), by the call's key (scaled_common.replay_key)
 _REPLAYS: dict = {}
 
 
@@ -90,26 +88,8 @@ def release_replays() -> None:
 
 
 def replay_key(a, b, out_dtype, fast_accum, params):
-    """What a call's plan depends on, for CUDA torch tensors a and b (tilemm.api's operand keys);
-    else None (no replay)."""
-    torch = sys.modules.get("torch")
-    if torch is None or type(a) is not torch.Tensor or type(b) is not torch.Tensor or not a.is_cuda:
-        return None
-    try:
-        key = (operand_key(a), operand_key(b), str(out_dtype), bool(fast_accum), tuple(sorted(params.items())))
-        hash(key)
-    except TypeError:                      # a parameter of an unhashable value: checked on the usual path
-        return None
-    return key
-
-
-def _remember(key, launched, operands: tuple) -> None:
-    from tilemm.engine.replay import recorded
-    replay = recorded(launched, operands)
-    if replay is not None:
-        if len(_REPLAYS) >= REPLAY_CACHE_SIZE:
-            _REPLAYS.clear()
-        _REPLAYS[key] = replay
+    """What a call's plan depends on, for CUDA torch tensors a and b; else None (no replay)."""
+    return scaled_out.replay_key((a, b), out_dtype, fast_accum, params)
 
 
 def _out_dtype(out_dtype, torch):

@@ -1,10 +1,13 @@
 """What the float8 products (tilemm.products.scaled and tilemm.products.block_scaled) share around their programs:
-the operands' checks, out='s check, and the stream and device their C is made and written on."""
+the operands' checks, out='s check, the stream and device their C is made and written on, and the
+keys and keeping of their repeated calls' replays."""
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from tilemm.engine import streams
+from tilemm.plans.cache import operand_key
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 
@@ -46,3 +49,32 @@ def device_name(device) -> str:
 def on_stream(queue: int, device: str):
     """The call's stream (and its GPU) current while C is made and written; nothing on the CPU."""
     return streams.queued_on(queue, device, cupy_too=False) if device != "cpu" else contextlib.nullcontext()
+
+
+# Repeated calls' launches (tilemm.engine.replay) each float8 front keeps, by the call's key, as
+# tilemm.matmul's plans are kept
+REPLAY_CACHE_SIZE = 512
+
+
+def replay_key(tensors: tuple, out_dtype, fast_accum, params: dict):
+    """What a call's launches depend on, for CUDA torch tensors (tilemm.api's operand keys of the
+    operands, and of the scales where they are tensors); else None (no replay)."""
+    torch = sys.modules.get("torch")
+    if torch is None or any(type(x) is not torch.Tensor for x in tensors) or not tensors[0].is_cuda:
+        return None
+    try:
+        key = (*map(operand_key, tensors), str(out_dtype), bool(fast_accum), tuple(sorted(params.items())))
+        hash(key)
+    except TypeError:                      # a parameter of an unhashable value: checked on the usual path
+        return None
+    return key
+
+
+def remember_replay(replays: dict, key, launched, operands: tuple) -> None:
+    """Keep in `replays` the replay of a first call's launches (if they can be replayed) for key."""
+    from tilemm.engine.replay import recorded
+    replay = recorded(launched, operands)
+    if replay is not None:
+        if len(replays) >= REPLAY_CACHE_SIZE:
+            replays.clear()
+        replays[key] = replay
