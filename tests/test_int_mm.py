@@ -166,10 +166,9 @@ def test_product_refuses_sizes_int_mm_does_not_take(int_mm_on_the_cpu):
     assert "multiples of 8" in int_mm.why_not(40, 44, 64)
 
 
-def test_the_library_rung_casts_other_narrow_operands(int_mm_on_the_cpu):
+def test_the_library_rung_takes_other_narrow_operands(int_mm_on_the_cpu):
     """run_cublas takes narrow integer operands as they are (narrow_operands): int8 into int32 goes
-    to _int_mm where it takes them, anything else is cast to C's dtype first (here torch's CPU
-    matmul stands in for CuPy)."""
+    to _int_mm where it takes them, anything else to float64 digits (tilemm.ladder.int_dgemm)."""
     from tilemm.ladder import library
     assert registry.get("cublas").narrow_operands
     g = torch.Generator().manual_seed(3)
