@@ -107,7 +107,7 @@ def test_k_past_the_exact_limit_is_refused():
 
 def test_run_writes_c_in_blocks_of_rows_vectors_and_other_operands(monkeypatch):
     g = torch.Generator().manual_seed(11)
-    monkeypatch.setattr(int_dgemm, "WORKSPACE_BYTES", 8 * (2 * 50 + 9 * 20) * 3)     # 3 rows a block
+    monkeypatch.setattr(int_dgemm, "WORKSPACE_BYTES", 8 * (5 * 50 + 7 * 20) * 3)     # 3 rows a block
     a, b = full_range((10, 50), torch.int32, g), full_range((50, 20), torch.int32, g)
     assert int_dgemm.rows_a_block(10, 20, 50, 3) == 3
     c = torch.empty(10, 20, dtype=torch.int32)

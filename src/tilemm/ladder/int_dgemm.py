@@ -131,9 +131,10 @@ def takes(a, b, c) -> bool:
 
 
 def rows_a_block(m: int, n: int, k: int, count: int) -> int:
-    """Rows of A a block so that its temporaries (its int64 copy and a float64 digit, the GEMM's
-    count·N columns in float64 and in int64, two limbs) stay within WORKSPACE_BYTES (one row at least)."""
-    per_row = 8 * (2 * k + 2 * count * n + 3 * n)
+    """Rows of A a block so that its temporaries (its int64 copy, its count float64 digits and a
+    step's mask, a GEMM's count·N columns in float64 and a block of them in int64, two limbs and
+    their sum) stay within WORKSPACE_BYTES (one row at least)."""
+    per_row = 8 * ((count + 2) * k + count * n + 4 * n)
     return max(1, min(m, WORKSPACE_BYTES // max(1, per_row)))
 
 
