@@ -149,7 +149,6 @@ def run(a, b, c) -> None:
     """c = a @ b for takes()'s tensors, wrapped to C's width as NumPy's integer matmul, on torch's
     current stream: a vector as a matrix of one row (A) or column (B); a 2-D product a block of
     A's rows at a time (rows_a_block)."""
-    import torch
     bits = signed_bits(c)
     a, b = (x if x.dtype.is_signed else x.to(c.dtype) for x in (a, b))     # (bool, uint8: as C's dtype)
     a = a.unsqueeze(0) if a.dim() == 1 else a
