@@ -100,7 +100,8 @@ H200 = dict(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, tot
 def test_a_torch_gpu_is_described_by_torch_without_numba():
     """On torch tensors the first call describes the GPU (the default's table key) from torch's
     device properties, and the default's choice asks torch whether its rungs run: numba.cuda, which
-    took ~0.65 s of that call on an H200, is not imported."""
+    took ~0.65 s of that call on an H200, is not imported; nor is Triton for a small integer product,
+    which the library takes until Triton is loaded."""
     found = fresh(f"""
         import json, sys, types
         import torch
@@ -113,15 +114,20 @@ def test_a_torch_gpu_is_described_by_torch_without_numba():
         gpu = machine.gpu()
         chosen = {{dtype: default.default_kernel("cuda:0", dtype, 64, 64, 64, dtype, (64, 64)).name
                   for dtype in ("float32", "bfloat16", "float64", "int32")}}
+        triton_before = "triton" in sys.modules
+        import triton                                       # once Triton is loaded: the table's rung for int32
+        chosen["int32 after Triton"] = default.default_kernel("cuda:0", "int32", 64, 64, 64, "int32", (64, 64)).name
         print(json.dumps(dict(name=gpu.name, capability=list(gpu.compute_capability), sms=gpu.sms,
                               optin=gpu.max_shared_per_block_optin, clock=gpu.clock_mhz,
                               limits=gpu.max_threads_per_block, grid=list(gpu.max_grid_dim),
-                              table=by_shape.capability(), chosen=chosen, numba="numba" in sys.modules)))
+                              table=by_shape.capability(), chosen=chosen, numba="numba" in sys.modules,
+                              triton=triton_before)))
     """)
     assert found == dict(name="NVIDIA H200", capability=[9, 0], sms=132, optin=227 * 1024, clock=1980.0,
                          limits=1024, grid=[2**31 - 1, 65535, 65535], table=[9, 0],
-                         chosen=dict(float32="cublas", bfloat16="cublas", float64="cublas", int32="tensorcore-int"),
-                         numba=False)
+                         chosen={"float32": "cublas", "bfloat16": "cublas", "float64": "cublas", "int32": "cublas",
+                                 "int32 after Triton": "tensorcore-int"},
+                         numba=False, triton=False)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tilemm.choose import by_shape as choice, default as dispatch
-from tilemm.engine import workspaces
+from tilemm.engine import availability, workspaces
 from tilemm.ladder import record as kernel_record, registry
 from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
 from tilemm.system import machine
@@ -143,8 +143,9 @@ def test_a_row_major_b_takes_it_up_to_its_rows():
 def test_the_default_gives_a_row_major_b_to_the_rung(monkeypatch):
     """B row-major: tensorcore-int (its small-M program) even where the int8 table names no rung
     (a deep K, the library otherwise) and where the library would take B as (N, K).T; never the
-    library, whose _int_mm reads a row-major B slowly."""
+    library, whose _int_mm reads a row-major B slowly (in a process that has loaded Triton)."""
     monkeypatch.setattr(choice, "capability", lambda: (9, 0))
+    monkeypatch.setattr(availability, "triton_loaded", lambda: True)
     monkeypatch.setattr(machine, "gpu", lambda: dataclasses.replace(machine.H100, sms=H200_SMS))
     monkeypatch.setitem(kernel_record.LADDER, "cublas", dataclasses.replace(
         registry.get("cublas"), available=lambda: None, limits=lambda problem: None))

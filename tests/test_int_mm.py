@@ -10,7 +10,7 @@ import pytest
 from tilemm.choose import by_shape as choice, default as dispatch
 from tilemm.ladder import record as kernel_record, registry
 from tilemm.system import machine
-from tilemm.engine import streams
+from tilemm.engine import availability, streams
 from tilemm.ladder import int_mm
 
 torch = pytest.importorskip("torch")
@@ -35,8 +35,10 @@ def test_the_rule_is_a_function_of_the_sizes_and_the_sms(m, n, k, sms, expected)
 
 @pytest.fixture
 def hopper_with_library(monkeypatch):
-    """What the default sees on an H200: the int8 table's GPU, its SMs, the library rung running."""
+    """What the default sees on an H200: the int8 table's GPU, its SMs, the library rung running,
+    in a process that has loaded Triton (the table's choice, not the first call's library)."""
     monkeypatch.setattr(choice, "capability", lambda: (9, 0))
+    monkeypatch.setattr(availability, "triton_loaded", lambda: True)
     monkeypatch.setattr(machine, "gpu", lambda: dataclasses.replace(machine.H100, sms=H200_SMS))
     library = registry.get("cublas")
     monkeypatch.setitem(kernel_record.LADDER, "cublas", dataclasses.replace(library, available=lambda: None,
@@ -164,10 +166,9 @@ def test_product_refuses_sizes_int_mm_does_not_take(int_mm_on_the_cpu):
     assert "multiples of 8" in int_mm.why_not(40, 44, 64)
 
 
-def test_the_library_rung_casts_other_narrow_operands(int_mm_on_the_cpu):
+def test_the_library_rung_takes_other_narrow_operands(int_mm_on_the_cpu):
     """run_cublas takes narrow integer operands as they are (narrow_operands): int8 into int32 goes
-    to _int_mm where it takes them, anything else is cast to C's dtype first (here torch's CPU
-    matmul stands in for CuPy)."""
+    to _int_mm where it takes them, anything else to float64 digits (tilemm.ladder.int_dgemm)."""
     from tilemm.ladder import library
     assert registry.get("cublas").narrow_operands
     g = torch.Generator().manual_seed(3)

@@ -17,8 +17,10 @@ benchmarks/default_table.py and carrying its provenance (GPU, date, record, comm
 listed where the rung beat the library rung on the wide sweep's fit half, whole calls as users make
 them, with a geometric mean of at least 1.05x and none of its problems below 0.97x (the default's
 bar: never measurably slower than the library). Integer products follow a rule besides: the library
-multiplies integers with CuPy's own kernel (cuBLAS has no integer GEMM but int8 -> int32), so
-`tensorcore-int` takes every product that is not skinny.
+multiplied integers with CuPy's own kernel when they were measured (cuBLAS has no integer GEMM but
+int8 -> int32; its float64 GEMM on digits came later, unmeasured against the rung), so
+`tensorcore-int` takes every product that is not skinny (tilemm.choose.default adds the first
+call's rule: the library until Triton is loaded).
 """
 from __future__ import annotations
 

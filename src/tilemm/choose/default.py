@@ -3,9 +3,10 @@ and dtype (tilemm.choose.by_shape's tables on a GPU, the ladder's highest rung t
 from __future__ import annotations
 
 from tilemm.choose import by_shape as choice
+from tilemm.engine import availability
 from tilemm.system import machine
 from tilemm.ladder import registry
-from tilemm.numerics.dtypes import is_complex, is_integer
+from tilemm.numerics.dtypes import is_complex, is_exact, is_integer
 from tilemm.ladder.registry import Problem
 
 
@@ -27,6 +28,18 @@ HOST_INTEGER_TILED_WHEN_COMPILED_FROM = 2**18
 STACK_PER_MATRIX_FROM = 2**32
 
 
+# An integer product on the GPU in a process that has not loaded Triton: tensorcore-int's first
+# call pays Triton's start before any launch. On an H200, 512³ int32 (or int8 into int32) took
+# 0.73 s (0.74 s) in a fresh process with warm disk caches, Triton's import ~0.29 s and its
+# compiler's hash ~0.44 s of it, and 3.9 s with empty caches (two compiles); the library's exact
+# routes (torch._int_mm, float64 GEMMs on 11-bit digits) load nothing more, as the first calls of
+# bfloat16 to float64 through the library (0.08-0.14 s). At 2^30 multiply-adds the digit route's
+# six pair products (~13 GFLOP of float64, 67 TFLOP/s on an H200) take well under a millisecond,
+# far less than that start, so a process that has not loaded Triton takes the library up to there;
+# one that has, the table's choice.
+LIBRARY_BEFORE_TRITON_UP_TO = 2**30
+
+
 def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None,
                     lds: tuple | None = None, stacked: bool = False, k_major: bool = False,
                     b_rows: bool = False) -> registry.Kernel:
@@ -34,8 +47,10 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
     HOST_INTEGER_TILED_WHEN_COMPILED_FROM where this process has compiled it). Device arrays: the rung
     tilemm.choose.by_shape lists for this shape class (lds: the operands' leading dimensions) on this GPU,
     else the highest rung of the ladder that can run this problem here at its default parameters
-    (NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
-    matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Complex results: tensorcore-complex
+    (the library last for integers: walk; NumPy, with copies, if none can); a stack of them (stacked) the library's batched call, but for
+    matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Integer results up to
+    LIBRARY_BEFORE_TRITON_UP_TO multiply-adds in a process that has not loaded Triton: the library
+    where it can (library_before_triton). Complex results: tensorcore-complex
     where its record's prefers() measured it faster, else the library. int8 torch matrices in
     _int_mm's fast layout (k_major) into int32: the library where int8_library_wins says; with B
     row-major (b_rows: its rows contiguous), tensorcore-int wherever its small-M program takes the
@@ -50,11 +65,13 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
             preferred = choice.preferred(result, m, n, k, operands, lds)
         if stacked and m * n * k < STACK_PER_MATRIX_FROM:
             preferred = "cublas"
+        elif library_before_triton(result, m, n, k):
+            preferred = "cublas"
         elif preferred == "tensorcore-int" and not stacked and k_major and int8_library_wins(result, m, n, k, operands):
             preferred = "cublas"
         elif not stacked and b_rows and int8_rows_take_the_rung(result, m, n, k, operands):
             preferred = "tensorcore-int"
-        kernels = ([registry.get(preferred)] if preferred else []) + list(reversed(registry.kernels("cuda")))
+        kernels = ([registry.get(preferred)] if preferred else []) + walk(result, m, n, k, operands)
         for kern in kernels:
             compute = kern.compute_dtype(result)
             if compute and kern.why_not(Problem(m, n, k, compute), kern.resolve({})) is None:
@@ -64,6 +81,33 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
         if m * n * k >= HOST_INTEGER_TILED_FROM or tiled.compiled_for(tiled.compute_dtype(result)):
             return tiled
     return registry.get("numpy")
+
+
+def walk(result: str, m: int, n: int, k: int, operands: str | None) -> list:
+    """The GPU rungs in the order the default tries them where no rule names one: the ladder from
+    its top (the library first), but for integer and bool results the library last, except int8
+    operands into int32 at sizes torch._int_mm takes (cuBLASLt's int8 GEMM, which the int8 table
+    measured). The library's other exact routes (float64 GEMMs on digits, CuPy's kernel) were not
+    measured faster than tensorcore-int where the tables name no rung: they serve there only what
+    no rung takes."""
+    kernels = list(reversed(registry.kernels("cuda")))
+    library = registry.get("cublas")
+    int8_gemm = operands == "int8" and result == "int32" and library.int8_gemm.why_not(m, n, k) is None
+    if is_exact(result) and not int8_gemm:
+        kernels.sort(key=lambda kern: kern is library)
+    return kernels
+
+
+def library_before_triton(result: str, m: int, n: int, k: int) -> bool:
+    """Whether an integer (or bool) product on the GPU takes the library rather than a Triton rung because
+    this process has not loaded Triton (availability.triton_loaded), at up to
+    LIBRARY_BEFORE_TRITON_UP_TO multiply-adds, where the library runs it here (exactly, as every
+    integer route of its does). The answer is the same either way: only the kernel changes."""
+    if not is_exact(result) or m * n * k > LIBRARY_BEFORE_TRITON_UP_TO or availability.triton_loaded():
+        return False
+    library = registry.get("cublas")
+    compute = library.compute_dtype(result)
+    return compute is not None and library.why_not(Problem(m, n, k, compute), {}) is None
 
 
 def leading_dims(a, b, k: int, n: int) -> tuple:

@@ -3,6 +3,7 @@ installed, tensor cores, Hopper's Gluon (and its clusters), its SMs, shared memo
 from __future__ import annotations
 
 import functools
+import sys
 
 from tilemm.system import compat, machine
 
@@ -15,6 +16,13 @@ def available() -> str | None:
     """Why the Triton rungs can't run here, or None; worked out once (the answer does not change
     within a process, and every plan asks)."""
     return available_under(compat.triton_interpreter())
+
+
+def triton_loaded() -> bool:
+    """Whether this process has Triton loaded already (imported, as it is to run a program): a
+    Triton rung's first call then pays its compile (or cache load) alone, not Triton's own start
+    (its import, and the hash of its compiler it works out before any program)."""
+    return "triton" in sys.modules
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,9 +5,11 @@ float32 is true SGEMM, and so do complex64 and complex128 (CGEMM and ZGEMM, TF32
 as well); float16 and bfloat16 to cuBLAS through torch (CuPy has no bfloat16), with
 float32 sums throughout (no reduced-precision reductions, which torch allows by default for
 16-bit types); int8 matrices into int32 (out_dtype="int32") go to cuBLASLt's int8 GEMM through
-torch._int_mm where it takes them (tilemm.ladder.int_mm); other integers to CuPy's own exact kernel
-(torch has no other integer matmul on CUDA), and bool results, counted there in int32 and compared
-with zero.
+torch._int_mm where it takes them (tilemm.ladder.int_mm); other integers on torch tensors to
+cuBLAS's float64 GEMM on 11-bit digits (tilemm.ladder.int_dgemm: exact, wrapped as NumPy's, for K
+up to 2^33), and bool results, counted there in int32 and compared with zero. Neither loads
+Triton nor compiles anything. Integers without torch (CuPy's own arrays), or past that K, go to
+CuPy's own exact kernel.
 Operands arrive as torch tensors where torch is installed (tilemm.engine.backends.library).
 """
 import math
@@ -19,7 +21,7 @@ from tilemm.engine import streams
 from tilemm.numerics.dtypes import dtype_name, is_exact, is_integer
 from tilemm.engine.torch_flags import EXACT_FLAGS, exact_sums_flag, torch_matmul_flags, torch_product, with_exact_sums  # noqa: F401
 from tilemm.ladder.record import Kernel, Traffic, register
-from tilemm.ladder import int_mm
+from tilemm.ladder import int_dgemm, int_mm
 from tilemm.ladder.simt import launch
 
 SIXTEEN_BITS = ("float16", "bfloat16")
@@ -38,12 +40,16 @@ def _library():
 def run_cublas(a, b, c):
     """Floats through torch where the operands are torch tensors (CuPy's view of a tensor costs
     more than the call) or a CUDA graph is being captured (CuPy refuses to call cuBLAS then);
-    int8 operands of an int32 C through torch._int_mm where it takes them; other integers and
-    CuPy's own arrays through CuPy, narrower integer operands first cast to C's dtype."""
+    int8 operands of an int32 C through torch._int_mm where it takes them; other integers on
+    torch tensors through float64 digits (int_dgemm); integers past its K and CuPy's own arrays
+    through CuPy, narrower integer operands first cast to C's dtype."""
+    if int_mm.takes(a, b, c):       # int8 operands narrower than C's int32 (narrow_operands)
+        int_mm.run(a, b, c)
+        return
+    if is_integer(dtype_name(c.dtype)) and int_dgemm.takes(a, b, c):
+        int_dgemm.run(a, b, c)
+        return
     if a.dtype != c.dtype or b.dtype != c.dtype:     # integers narrower than C's (narrow_operands)
-        if int_mm.takes(a, b, c):
-            int_mm.run(a, b, c)
-            return
         a, b = a.to(c.dtype), b.to(c.dtype)
     torch, dtype = arrays.torch_if_imported(), dtype_name(c.dtype)
     through_torch = dtype in SIXTEEN_BITS or (not is_integer(dtype) and (
@@ -60,9 +66,12 @@ def run_cublas(a, b, c):
 
 def run_stack(a, b, c):
     """A whole stack of matrices in one call of the library (its batched GEMM, broadcasting as
-    NumPy does), but a matrix a call where CuPy's integer kernel, which indexes the whole stack in
-    32 bits, would pass 2^31 elements."""
-    if is_integer(dtype_name(c.dtype)) and max(math.prod(x.shape) for x in (a, b, c)) >= launch.INDEX_LIMIT:
+    NumPy does), but a matrix a call for integers where the whole stack's float64 digits would
+    pass int_dgemm.WORKSPACE_BYTES, or where CuPy's integer kernel, which indexes the whole stack
+    in 32 bits, would pass 2^31 elements."""
+    if is_integer(dtype_name(c.dtype)) and (
+            int_dgemm.workspace(a, b, c) > int_dgemm.WORKSPACE_BYTES if int_dgemm.takes(a, b, c)
+            else max(math.prod(x.shape) for x in (a, b, c)) >= launch.INDEX_LIMIT):
         for idx, a_i, b_i in arrays.matrices(c.shape[:-2], a, b):
             run_cublas(a_i, b_i, c[idx])
         return
@@ -84,17 +93,20 @@ def available():
     return None
 
 
-def cupy_installed() -> bool:
-    """Whether CuPy is here, asked without importing it (a first call on torch tensors never needs it)."""
+def installed(name: str) -> bool:
+    """Whether a package is here, asked without importing it (a first call on torch tensors never
+    needs CuPy)."""
     import importlib.util
-    return "cupy" in sys.modules or importlib.util.find_spec("cupy") is not None
+    return name in sys.modules or importlib.util.find_spec(name) is not None
+
+
+def cupy_installed() -> bool:
+    return installed("cupy")
 
 
 def limits(problem):
-    if problem.dtype.startswith("int") and not cupy_installed():
-        return "torch has no integer matmul on CUDA and CuPy is not installed"
     if problem.dtype.startswith("int"):
-        return launch.index_limit(problem, "CuPy's integer matmul")
+        return integer_limits(problem)
     if problem.dtype in SIXTEEN_BITS:
         try:
             import torch  # noqa: F401
@@ -103,22 +115,37 @@ def limits(problem):
     return None
 
 
+def integer_limits(problem) -> str | None:
+    """Integers go through torch's float64 GEMM on digits (int_dgemm) up to its K, else CuPy's
+    own kernel (32-bit indices)."""
+    if problem.k <= int_dgemm.EXACT_K and installed("torch"):
+        return None
+    if not cupy_installed():
+        why = (f"K = {problem.k} is over 2^33, past which float64 digit sums are not exact"
+               if installed("torch") else "torch is not installed")
+        return f"integers need torch or CuPy's integer matmul: {why}, and CuPy is not installed"
+    return launch.index_limit(problem, "CuPy's integer matmul")
+
+
 def fast_product(a, b, operands: str, result: str, compute: str):
     """A plan's product for repeated calls on torch CUDA matrices a and b of dtype `operands`, or
     None: torch.matmul with float32 sums for floats (torch_product), torch._int_mm for int8 into
-    int32 (int_mm.product, where it takes their sizes)."""
+    int32 (int_mm.product, where it takes their sizes), float64 digits (int_dgemm) for other
+    integer matrices into a result of their own dtype or int8's into int32."""
     if operands == result == compute and not is_exact(result) and len(a.shape) >= 2 and len(b.shape) >= 2:
         return torch_product(result)
     if operands == "int8" and result == compute == "int32" and len(a.shape) == len(b.shape) == 2:
-        return int_mm.product(a, b)
+        return int_mm.product(a, b) or int_dgemm.product_for(a, b, result)
+    if operands == result == compute and result in ("int32", "int64") and len(a.shape) == len(b.shape) == 2:
+        return int_dgemm.product_for(a, b, result)
     return None
 
 
 register(Kernel(
     name="cublas", rung=99, device="cuda", backend="library",
     dtypes=("int32", "int64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128"),
-    seed="anchor", summary="cuBLAS via CuPy (TF32 off) or torch (16-bit floats, float32 sums; CGEMM/ZGEMM); CuPy's "
-                           "exact kernel for integers and bool",
+    seed="anchor", summary="cuBLAS via CuPy (TF32 off) or torch (16-bit floats, float32 sums; CGEMM/ZGEMM); "
+                           "integers and bool exact: int8 GEMM (_int_mm) or DGEMM on 11-bit digits",
     run=run_cublas, run_stack=run_stack, available=available, limits=limits, narrow_operands=True,
     traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
     fast_product=fast_product, int8_gemm=int_mm,
