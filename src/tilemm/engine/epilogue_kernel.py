@@ -51,10 +51,12 @@ def finish(acc, off_m, off_n, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, st
     offs_m = tl.arange(0, acc.shape[0]).to(tl.int64) + off_m
     offs_n = tl.arange(0, acc.shape[1]).to(tl.int64) + off_n
     inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    z = acc * alpha
+    # alpha and beta in acc's dtype: a compiled graph passes Python floats as float64 (Triton's own
+    # launch as float32), and float64 scalars would take the whole epilogue into float64
+    z = acc * tl.cast(alpha, acc.dtype)
     if c_ptr is not None:                                 # accumulate into C: beta * C
         c = tl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, mask=inside, other=0.0)
-        z += beta * c.to(acc.dtype)
+        z += tl.cast(beta, acc.dtype) * c.to(acc.dtype)
     if bias_ptr is not None:
         if BIAS_OVER_M:                                   # a column: one value a row of Y
             bias = tl.load(bias_ptr + offs_m * stride_bias, mask=offs_m < M, other=0.0)
