@@ -237,3 +237,18 @@ def test_on_the_gpu_the_route_replays_tilemm_linear_s_launches(activation, rows)
         assert same(*train_both(layer, x, grad))
     route = the_route(layer, x)
     assert all(getattr(getattr(route, name), "__module__", "") == direct_replay.__name__ for name in route.PRODUCTS)
+
+
+def test_create_graph_gives_tilemm_linear_s_gradients():
+    """A gradient taken with create_graph: once differentiable, as tilemm.linear's node (no graph
+    of the gradients where dY records none; an error on a second backward where it does)."""
+    dtype, params = PROGRAMS["pointers"]
+    layer = fused_linear(24, 40, "gelu", dtype, params)
+    x = torch.randn(5, 24, device=DEVICE, dtype=dtype, requires_grad=True)
+    dx, = torch.autograd.grad(layer(x).sum(), x, create_graph=True)
+    want, = torch.autograd.grad(today(layer, x).sum(), x, create_graph=True)
+    assert torch.equal(dx, want) and dx.requires_grad is want.requires_grad is False
+    dy = torch.ones(5, 40, device=DEVICE, dtype=dtype, requires_grad=True)
+    dx, = torch.autograd.grad(layer(x), x, dy, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dx.sum().backward()

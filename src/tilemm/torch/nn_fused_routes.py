@@ -119,7 +119,7 @@ class FusedRoute:
 
     def forward(self, input, weight, bias, with_aux: bool) -> tuple:
         """(Y, AUX or None): Y in the output's shape, and where with_aux the pre-activation Z."""
-        aux = empty(self.out_shape, dtype=self.dtype, device=self.device) if with_aux else None
+        aux = empty(*self.out_shape, dtype=self.dtype, device=self.device) if with_aux else None   # (ints: faster)
         operands = (input, weight) if bias is None else (input, weight, bias)
         if with_aux:
             operands += (aux,)
@@ -202,6 +202,16 @@ class FusedRoute:
         return c
 
 
+def gradients(ctx, grad) -> tuple:
+    """FusedLinear's backward: the route's gradients of input, weight and bias."""
+    input, weight, saved = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    return ctx.route.gradients(grad, input, weight, saved, needs[0], needs[1], needs[2]) + (None,)
+
+
+once_gradients = once_differentiable(gradients)     # (under create_graph: as tilemm.linear's node)
+
+
 class FusedLinear(torch.autograd.Function):
     """activation(input @ weight.T + bias) by a FusedRoute, with its gradients (FusedRoute.gradients);
     a node of its own name in the graph, on the Linear's own input, weight and bias. forward takes
@@ -215,11 +225,10 @@ class FusedLinear(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
-        input, weight, saved = ctx.saved_tensors
-        needs = ctx.needs_input_grad
-        return ctx.route.gradients(grad, input, weight, saved, needs[0], needs[1], needs[2]) + (None,)
+        # differentiable once, as tilemm.linear's: its gradients' own graph is refused (once_differentiable);
+        # without create_graph (grad mode off) taken straight, no no_grad context entered a call
+        return once_gradients(ctx, grad) if grad_enabled() else gradients(ctx, grad)
 
 
 record = direct_apply(FusedLinear)
