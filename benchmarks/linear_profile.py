@@ -193,7 +193,7 @@ def stages(emit, kernel: str | None = None, device: str = "cuda", shapes=((4, 20
                           "route.forward (product)": lambda: route.forward(x, w),
                           "repeated call (replay)": lambda: fast(x, wt)})
             if replay is not None and replay.single is not None and device == "cuda":
-                replay_stages(replay, x, wt, row, time_all)
+                replay_stages(replay, (x, wt), row, time_all)
         train = {"torch train call": lambda: ref(xg).backward(dy),
                  "tilemm train call": lambda: layer(xg).backward(dy)}
         if route is not None:
@@ -206,9 +206,10 @@ def stages(emit, kernel: str | None = None, device: str = "cuda", shapes=((4, 20
         emit(row)
 
 
-def replay_stages(replay, a, b, row: dict, time_all) -> None:
+def replay_stages(replay, inputs: tuple, row: dict, time_all) -> None:
     """The replay's Python alone (its launch stubbed) and its launch alone (the C launcher, or the
-    runner where the replay calls that), timed by time_all({name: call}); what runs, in row."""
+    runner where the replay calls that) on inputs (a, b, and any others it takes), timed by
+    time_all({name: call}); what runs, in row."""
     launch = replay.single[0]
     row["launch"], row["program"] = type(launch).__name__, getattr(launch.program, "fn", launch.program).__name__
     real, captured = launch.runner, []
@@ -225,11 +226,11 @@ def replay_stages(replay, a, b, row: dict, time_all) -> None:
         return run
     try:
         launch.runner = stub(lambda *args, **options: captured.append((args, options)))
-        kept_c = replay.quick_call()(a, b)      # (alive while its launch is timed: its address is in it)
+        kept_c = replay.quick_call()(*inputs)   # (alive while its launch is timed: its address is in it)
         launch.runner = stub(lambda *args, **options: None)
         stubbed = replay.quick_call()
         row["quick"] = stubbed.__module__       # tilemm.engine.direct_replay: past the runner
-        time_all({"replay, launch stubbed (Python alone)": lambda: stubbed(a, b)})
+        time_all({"replay, launch stubbed (Python alone)": lambda: stubbed(*inputs)})
     finally:
         launch.runner = real
     args, options = captured[0]
