@@ -26,7 +26,6 @@ import tilemm.nn
 from tilemm.engine import replay as replays
 
 import harness
-from linear_profile import replay_stages
 
 SHAPES = ((4, 768, 3072), (2048, 768, 3072), (8192, 768, 3072))     # (rows, in, out): a held-out MLP's
 
@@ -76,7 +75,7 @@ def stages(emit, shape: tuple, kernel: str, calls_timed: int) -> None:
                       "route.forward (product)": lambda: route.forward(x, layer.weight, layer.bias, False)})
         replay = recorded[0] if recorded else None
         if replay is not None and replay.single is not None:
-            replay_stages(replay, (x, layer.weight, layer.bias), row, time_all)
+            harness.replay_stages(replay, (x, layer.weight, layer.bias), row, time_all)
         if route is not None:
             saved = torch.empty(rows, n, device="cuda", dtype=dtype)
             time_all({"route.gradients (dZ, 2 products, dBias)":
