@@ -152,9 +152,10 @@ def test_a_weight_replaced_behind_the_module_s_back_is_refused(monkeypatch):
         with torch.no_grad():
             layer.weight.data = replaced.to(DEVICE)
         assert route(x.to(replaced.dtype), layer.weight, layer.bias) is None
-        if replaced.dtype == dtype:
+        if replaced.dtype == dtype:        # a route learned for the new weight in the old one's place
             with torch.no_grad():
                 assert same([layer(x)], [today(layer, x)])
+            assert the_route(layer, x) is not route and the_route(layer, x).weight_stride == (48, 2)
 
 
 def test_bias_of_another_layout_or_none_is_refused():

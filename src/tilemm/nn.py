@@ -166,8 +166,15 @@ class Linear(torch.nn.Linear):
         if weight is ABSENT or bias is ABSENT:
             weight, bias = self.weight, self.bias
         route = products.routes.get((input.shape, input.stride(), input.dtype), ABSENT)
-        if route is ABSENT:
-            route = products.fused_route(input, weight, bias, self.activation)
+        if route is None:           # a layout with none (tilemm.linear's library route, a dtype, ...)
+            return None
+        if route is not ABSENT:
+            y = route(input, weight, bias)
+            if y is not None:
+                return y
+        # the layout's first call, or a route that declines these operands (a weight or bias replaced behind
+        # the module's back is learned again; autocast, a subclass or mixed devices are not kept)
+        route = products.fused_route(input, weight, bias, self.activation)
         return None if route is None else route(input, weight, bias)
 
     @torch.jit.unused

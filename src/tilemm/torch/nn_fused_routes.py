@@ -195,8 +195,8 @@ class FusedRoute:
             epilogue_launch.launch_epilogue(*args)
         else:
             bound()
-        if record_it:
-            replay = None if bound is None else replays.recorded(bound, (*operands, c))
+        if bound is not None:        # (not recorded with another GPU current: tried again at the next call)
+            replay = replays.recorded(bound, (*operands, c))
             quick = None if replay is None else replay.quick
             setattr(self, name, quick if quick is not None else self.declined)
         return c
