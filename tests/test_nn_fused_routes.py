@@ -253,3 +253,19 @@ def test_create_graph_gives_tilemm_linear_s_gradients():
     dx, = torch.autograd.grad(layer(x), x, dy, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
         dx.sum().backward()
+
+
+def test_an_input_aligned_otherwise_is_launched_as_tilemm_linear_launches_it(monkeypatch):
+    """The same layout 4 bytes further into memory: the replay declines it (its program was
+    specialized on the first input's 16-byte alignment), tilemm.linear's launch answers."""
+    c_launches = replayed_on_the_host(monkeypatch)
+    dtype, params = PROGRAMS["pointers"]
+    layer = fused_linear(24, 40, "silu", dtype, params)
+    x = torch.randn(5, 24, device=DEVICE, dtype=dtype)
+    with torch.no_grad():
+        layer(x)
+        layer(x)
+        replayed = len(c_launches)
+        shifted = torch.randn(5 * 24 + 1, device=DEVICE, dtype=dtype)[1:].view(5, 24)
+        assert same([layer(shifted)], [today(layer, shifted)])
+    assert replayed == 1 and len(c_launches) == 1
