@@ -237,7 +237,8 @@ def test_on_the_gpu_the_route_replays_tilemm_linear_s_launches(activation, rows)
             assert same([layer(x)], [today(layer, x)])
         assert same(*train_both(layer, x, grad))
     route = the_route(layer, x)
-    assert all(getattr(getattr(route, name), "__module__", "") == direct_replay.__name__ for name in route.PRODUCTS)
+    used = [name for name in route.PRODUCTS if route.save_aux or name != "forward_aux_fast"]
+    assert all(getattr(getattr(route, name), "__module__", "") == direct_replay.__name__ for name in used)
 
 
 def test_create_graph_gives_tilemm_linear_s_gradients():
