@@ -193,7 +193,7 @@ def stages(emit, kernel: str | None = None, device: str = "cuda", shapes=((4, 20
                           "route.forward (product)": lambda: route.forward(x, w),
                           "repeated call (replay)": lambda: fast(x, wt)})
             if replay is not None and replay.single is not None and device == "cuda":
-                replay_stages(replay, x, wt, row, time_all)
+                harness.replay_stages(replay, (x, wt), row, time_all)
         train = {"torch train call": lambda: ref(xg).backward(dy),
                  "tilemm train call": lambda: layer(xg).backward(dy)}
         if route is not None:
@@ -204,39 +204,6 @@ def stages(emit, kernel: str | None = None, device: str = "cuda", shapes=((4, 20
         time_all(train)
         row["stages_us"] = {name: round(us, 2) for name, us in timings.items()}
         emit(row)
-
-
-def replay_stages(replay, a, b, row: dict, time_all) -> None:
-    """The replay's Python alone (its launch stubbed) and its launch alone (the C launcher, or the
-    runner where the replay calls that), timed by time_all({name: call}); what runs, in row."""
-    launch = replay.single[0]
-    row["launch"], row["program"] = type(launch).__name__, getattr(launch.program, "fn", launch.program).__name__
-    real, captured = launch.runner, []
-    row["runner"] = getattr(real, "__qualname__", type(real).__name__)
-    row["descriptors"] = len(replay.operand_slots)
-    parts = getattr(real, "parts", None)      # a direct runner's: the C launcher and its constants
-
-    def stub(call):
-        """A runner that calls `call` where Triton's C launcher (or the runner) would be called."""
-        def run(*args, **options):
-            call(*args, **options)
-        if parts is not None:
-            run.parts = (call, *parts[1:])
-        return run
-    try:
-        launch.runner = stub(lambda *args, **options: captured.append((args, options)))
-        kept_c = replay.quick_call()(a, b)      # (alive while its launch is timed: its address is in it)
-        launch.runner = stub(lambda *args, **options: None)
-        stubbed = replay.quick_call()
-        row["quick"] = stubbed.__module__       # tilemm.engine.direct_replay: past the runner
-        time_all({"replay, launch stubbed (Python alone)": lambda: stubbed(a, b)})
-    finally:
-        launch.runner = real
-    args, options = captured[0]
-    alone = parts[0] if parts is not None and row["quick"].endswith("direct_replay") else real
-    time_all({"launch alone (C launcher)" if alone is not real else "launch alone (runner)":
-              lambda: alone(*args, **options)})
-    del kept_c
 
 
 def cpu_us(call, calls: int) -> float:

@@ -170,14 +170,15 @@ def tma_operands(m, n, k, dtype, seed=7):
 
 
 def program_taken(monkeypatch):
-    """A list that gets one entry per launch of the TMA program (its A_T and B_T)."""
+    """A list that gets one entry per launch of the TMA program (its A_T and B_T): per launch made
+    or bound (epilogue_tma_launch.arguments)."""
     from tilemm.engine import epilogue_tma_launch
-    taken, launch = [], epilogue_tma_launch.launch
+    taken, arguments = [], epilogue_tma_launch.arguments
 
     def spy(a_rows, a_t, b_rows, b_t, *rest, **kw):
         taken.append((a_t, b_t))
-        return launch(a_rows, a_t, b_rows, b_t, *rest, **kw)
-    monkeypatch.setattr(epilogue_tma_launch, "launch", spy)
+        return arguments(a_rows, a_t, b_rows, b_t, *rest, **kw)
+    monkeypatch.setattr(epilogue_tma_launch, "arguments", spy)
     return taken
 
 

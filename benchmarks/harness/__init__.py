@@ -278,6 +278,43 @@ def emitter(path, stamp: dict, show: int = 400):
     return emit
 
 
+# ---------------------------------------------------------------- a replay's stages
+
+def replay_stages(replay, inputs: tuple, row: dict, time_all) -> None:
+    """The replay's Python alone (its launch stubbed) and its launch alone (the C launcher, or the
+    runner where the replay calls that) on inputs (a, b, and any others it takes), timed by
+    time_all({name: call}); what runs, in row."""
+    launch = replay.single[0]
+    row["launch"], row["program"] = type(launch).__name__, getattr(launch.program, "fn", launch.program).__name__
+    real, captured = launch.runner, []
+    row["runner"] = getattr(real, "__qualname__", type(real).__name__)
+    row["descriptors"] = len(replay.operand_slots)
+    parts = getattr(real, "parts", None)      # a direct runner's: the C launcher and its constants
+
+    def stub(call):
+        """A runner that calls `call` where Triton's C launcher (or the runner) would be called."""
+        def run(*args, **options):
+            call(*args, **options)
+        if parts is not None:
+            run.parts = (call, *parts[1:])
+        return run
+    try:
+        launch.runner = stub(lambda *args, **options: captured.append((args, options)))
+        kept_c = replay.quick_call()(*inputs)   # (alive while its launch is timed: its address is in it)
+        launch.runner = stub(lambda *args, **options: None)
+        stubbed = replay.quick_call()
+        row["quick"] = stubbed.__module__       # tilemm.engine.direct_replay: past the runner
+        time_all({"replay, launch stubbed (Python alone)": lambda: stubbed(*inputs)})
+    finally:
+        launch.runner = real
+    args, options = captured[0]
+    alone = parts[0] if parts is not None and row["quick"].endswith("direct_replay") else real
+    time_all({"launch alone (C launcher)" if alone is not real else "launch alone (runner)":
+              lambda: alone(*args, **options)})
+    del kept_c
+
+
+
 # ---------------------------------------------------------------- child processes
 
 def child_lines(argv: list, env: dict | None, timeout: float | None = None) -> tuple[list[dict], str | None]:

@@ -89,6 +89,10 @@ class Linear(torch.nn.Linear):
         if torch.jit.is_scripting():    # torch.jit.script compiles this branch alone: the rest is Python's
             return self.scripted_forward(input)
         if self.activation is not None:       # bias and activation in the product's epilogue
+            if not (is_compiling() or tracing() or transformed()):     # the layout's route (nn_fused_routes)
+                y = self.fused_route_call(input)
+                if y is not None:
+                    return y
             return self.fused_forward(input)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             products, layout_of = self.products, (input.shape, input.stride(), input.dtype)
@@ -151,6 +155,27 @@ class Linear(torch.nn.Linear):
         rows = input.reshape(-1, self.in_features)     # a stack of rows is one product, as F.linear's
         y = api.matmul(rows, self.weight.T, kernel=self.kernel, out_dtype=self.out_dtype, **self.params)
         return y.reshape(input.shape[:-1] + (self.out_features,))
+
+    @torch.jit.unused
+    def fused_route_call(self, input: torch.Tensor):
+        """activation(input @ weight.T + bias) by the input's layout's FusedRoute (learned at the
+        layout's first call), or None where it does not serve the call (then fused_forward)."""
+        products = self.products
+        params = self._parameters      # (as forward reads them)
+        weight, bias = params.get("weight", ABSENT), params.get("bias", ABSENT)
+        if weight is ABSENT or bias is ABSENT:
+            weight, bias = self.weight, self.bias
+        route = products.routes.get((input.shape, input.stride(), input.dtype), ABSENT)
+        if route is None:           # a layout with none (tilemm.linear's library route, a dtype, ...)
+            return None
+        if route is not ABSENT:
+            y = route(input, weight, bias)
+            if y is not None:
+                return y
+        # the layout's first call, or a route that declines these operands (a weight or bias replaced behind
+        # the module's back is learned again; autocast, a subclass or mixed devices are not kept)
+        route = products.fused_route(input, weight, bias, self.activation)
+        return None if route is None else route(input, weight, bias)
 
     @torch.jit.unused
     def fused_forward(self, input: torch.Tensor) -> torch.Tensor:

@@ -23,11 +23,11 @@ from tilemm.engine.workspaces import WorkspaceLaunch
 
 
 def quick(replay, launch, prepared, made: list, standard):
-    """A function (a, b) -> C (None where the quick call's guard refuses a and b) launching
-    replay's one program (launch; prepared: the quick call's (a, b) -> (C, addresses, the values
-    with the operands' addresses in place) or None; made: the values it makes a call, [(index,
-    make)]) through the C launcher past the direct runner; standard: the quick call it stands in
-    for. None where it can't."""
+    """A function (*inputs) -> C (None where the quick call's guard refuses the inputs: a and b,
+    or more) launching replay's one program (launch; prepared: the quick call's (*inputs) -> (C,
+    addresses, the values with the operands' addresses in place) or None; made: the values it
+    makes a call, [(index, make)]) through the C launcher past the direct runner; standard: the
+    quick call it stands in for. None where it can't."""
     parts = getattr(launch.runner, "parts", None)
     if parts is None:
         return None
@@ -49,12 +49,12 @@ def quick(replay, launch, prepared, made: list, standard):
     slots.sort(key=lambda slot: -slot[0])  # spliced from the last, so that the earlier indices hold
     index, get_device, stream_of = replay.device_index, replay.current_device, replay.current_stream
 
-    def call(a, b):
+    def call(*inputs):
         enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
         if (get_device() != index or enter is not None and getattr(enter, "calls", True)
                 or leave is not None and getattr(leave, "calls", True)):
-            return standard(a, b)      # another GPU current (its guard), or launch hooks: Triton's runner
-        ready = prepared(a, b)
+            return standard(*inputs)   # another GPU current (its guard), or launch hooks: Triton's runner
+        ready = prepared(*inputs)
         if ready is None:
             return None
         c, pointers, values = ready
@@ -69,7 +69,7 @@ def quick(replay, launch, prepared, made: list, standard):
             if expanded is None:
                 if len(kept) >= KEPT_ADDRESSES:
                     kept.clear()
-                expanded = kept[address] = expand(make((a, b, c), None), meta)
+                expanded = kept[address] = expand(make((*inputs, c), None), meta)
             values[j:j + 1] = expanded
         c_launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None,
                  *values)

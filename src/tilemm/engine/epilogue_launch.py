@@ -103,14 +103,33 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
             return launch_epilogue(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config)
     if a.shape[0] == 0 or b.shape[1] == 0:
         return
+    program, grid, args, options = epilogue_arguments(a, b, y, aux, bias, bias_over_m, c, residual, activation,
+                                                      alpha, beta, config, wrap)
+    program[grid](*args, **options)
+
+
+def bound_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
+                   config: dict):
+    """launch_epilogue's eager launch (the same program, grid and arguments), not launched: a
+    BoundLaunch (tilemm.engine.launches), whose launches a replay records (tilemm.engine.replay).
+    None where nothing is launched (M or N zero). The caller launches it on the operands' GPU."""
+    if a.shape[0] == 0 or b.shape[1] == 0:
+        return None
+    from tilemm.engine.launches import bound_launch
+    return bound_launch(*epilogue_arguments(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta,
+                                            config))
+
+
+def epilogue_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
+                       config: dict, wrap=None) -> tuple:
+    """(program, grid, args, options) of the product's program (see takes_tma) for these operands."""
     read = takes_tma(a, b, y, aux, config.get("tma"), traced=wrap is not None)
     if read is not None:
         from tilemm.engine import epilogue_tma_launch     # (Triton loads on first use)
         tiles = tma_tiles(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()))
-        epilogue_tma_launch.launch(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
-                                   alpha, beta, tiles, wrap)
-    else:
-        launch_pointers(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config, wrap)
+        return epilogue_tma_launch.arguments(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
+                                             alpha, beta, tiles, wrap)
+    return pointer_arguments(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config, wrap)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -187,9 +206,10 @@ def device_descriptors() -> bool:
     return hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")
 
 
-def launch_pointers(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
-                    config: dict, wrap=None) -> None:
-    """The pointer program (epilogue_kernel.py): any dtype of DTYPES, any strides, any K."""
+def pointer_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
+                      config: dict, wrap=None) -> tuple:
+    """(program, grid, args, options) of the pointer program (epilogue_kernel.py): any dtype of
+    DTYPES, any strides, any K."""
     from tilemm.engine.epilogue_kernel import matmul_epilogue_kernel    # Triton loads on first use
     m, k = a.shape
     n = b.shape[1]
@@ -200,11 +220,10 @@ def launch_pointers(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
     def strides(x):
         return (x.stride(0), x.stride(1)) if x is not None else (0, 0)
 
-    program[grid](a, b, y, aux, bias, c, residual, m, n, k, *strides(a), *strides(b), *strides(y), *strides(aux),
-                  bias.stride(0) if bias is not None else 0, *strides(c), *strides(residual),
-                  float(alpha), float(beta), BIAS_OVER_M=bool(bias_over_m), ACTIVATION=ACTIVATION_CODES[activation],
-                  WIDE=wide, UPCAST=compat.triton_interpreter() and wide == 0, EVEN_K=bool(k % config["block_k"] == 0),
-                  BLOCK_M=config["block_m"],
-                  BLOCK_N=config["block_n"], BLOCK_K=config["block_k"], GROUP_M=config["group_m"],
-                  num_warps=config["num_warps"], num_stages=config["num_stages"])
-
+    args = (a, b, y, aux, bias, c, residual, m, n, k, *strides(a), *strides(b), *strides(y), *strides(aux),
+            bias.stride(0) if bias is not None else 0, *strides(c), *strides(residual), float(alpha), float(beta))
+    options = dict(BIAS_OVER_M=bool(bias_over_m), ACTIVATION=ACTIVATION_CODES[activation], WIDE=wide,
+                   UPCAST=compat.triton_interpreter() and wide == 0, EVEN_K=bool(k % config["block_k"] == 0),
+                   BLOCK_M=config["block_m"], BLOCK_N=config["block_n"], BLOCK_K=config["block_k"],
+                   GROUP_M=config["group_m"], num_warps=config["num_warps"], num_stages=config["num_stages"])
+    return program, grid, args, options

@@ -17,6 +17,15 @@ def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool
     (1 where absent: two let one program's epilogue run while the other's tensor cores work, where
     their shared memory and registers fit twice on an SM). wrap: as launch_epilogue's (then the
     program makes its descriptors from the operands' pointers)."""
+    program, grid, args, options = arguments(a_rows, a_t, b_rows, b_t, y, aux, bias, bias_over_m, c, residual,
+                                             activation, alpha, beta, tiles, wrap)
+    program[grid](*args, **options)
+
+
+def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool, c, residual, activation: int,
+              alpha: float, beta: float, tiles: dict, wrap=None) -> tuple:
+    """(program, grid, args, options) of launch's launch, program[grid](*args, **options): what it
+    launches, or what a BoundLaunch (tilemm.engine.launches) launches and a replay records."""
     from tilemm.engine.epilogue_tma_kernel import matmul_epilogue_persistent   # Triton loads on first use
     m, n = y.shape
     k = a_rows.shape[0] if a_t else a_rows.shape[1]
@@ -33,14 +42,15 @@ def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool
         a_in, b_in = a_rows, b_rows
         programs = slots        # a traced shape may be symbolic: every slot, those past the tiles end at once
         program = wrap(matmul_epilogue_persistent)
-    program[(programs,)](
-        a_in, b_in, y, aux, bias, c, residual, m, n, k, a_rows.stride(0), b_rows.stride(0), y.stride(0),
-        aux.stride(0) if aux is not None else 0, bias.stride(0) if bias is not None else 0,
-        *(c.stride() if c is not None else (0, 0)), *(residual.stride() if residual is not None else (0, 0)),
-        float(alpha), float(beta), A_T=a_t, B_T=b_t, BIAS_OVER_M=bool(bias_over_m), ACTIVATION=activation,
-        UPCAST=compat.triton_interpreter(), MAKE_DESCRIPTORS=wrap is not None, Y_ALIGN=store_alignment(y, aux),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=tiles["group_m"], PROGRAMS=programs,
-        FLATTEN=True, num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+    args = (a_in, b_in, y, aux, bias, c, residual, m, n, k, a_rows.stride(0), b_rows.stride(0), y.stride(0),
+            aux.stride(0) if aux is not None else 0, bias.stride(0) if bias is not None else 0,
+            *(c.stride() if c is not None else (0, 0)), *(residual.stride() if residual is not None else (0, 0)),
+            float(alpha), float(beta))
+    options = dict(A_T=a_t, B_T=b_t, BIAS_OVER_M=bool(bias_over_m), ACTIVATION=activation,
+                   UPCAST=compat.triton_interpreter(), MAKE_DESCRIPTORS=wrap is not None, Y_ALIGN=store_alignment(y, aux),
+                   BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=tiles["group_m"], PROGRAMS=programs,
+                   FLATTEN=True, num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+    return program, (programs,), args, options
 
 
 def store_alignment(y, aux) -> int:

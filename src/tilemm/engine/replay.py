@@ -116,19 +116,20 @@ class Replay:
         return c
 
     def quick_call(self, shape: tuple | None = None):
-        """The usual small call, one program's launch on a and b, in the fewest steps: a function
-        (a, b) -> C, or None where this call can't be replayed (__call__'s guard); None where the
-        replay has more steps or inputs. Each step it leaves out is a few tenths of a microsecond
-        of a call whose CPU time is its time. shape: C's, where not the recording's (as many
-        elements: the program writes C's memory row by row)."""
-        if self.single is None or len(self.aligned) != 2 or self.device_index < 0:
+        """The usual small call, one program's launch on its inputs (a and b; or more, as a fused
+        product's bias and AUX), in the fewest steps: a function (*inputs) -> C, or None where
+        this call can't be replayed (__call__'s guard); None where the replay has more steps.
+        Each step it leaves out is a few tenths of a microsecond of a call whose CPU time is its
+        time. shape: C's, where not the recording's (as many elements: the program writes C's
+        memory row by row)."""
+        if self.single is None or len(self.aligned) < 2 or self.device_index < 0:
             return None
         launch, template = self.single[0], list(self.single[1])
         addressed = [(j, which) for _, j, which in self.address_slots]
         made = [(j, make) for _, j, make in self.operand_slots]
         workspace = isinstance(launch, WorkspaceLaunch)        # memory a CUDA graph being captured would keep
         runner = launch.run_replayed if workspace else launch.runner
-        align_a, align_b = self.aligned
+        aligned = self.aligned
         index, dtype, device = self.device_index, self.dtype, self.device
         shape = self.c_shape if shape is None else shape
         empty, get_device, stream_of = self.allocate, self.current_device, self.current_stream
@@ -136,30 +137,46 @@ class Replay:
         # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
         neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
 
-        def prepared(a, b):
-            """(C, the operands' and C's addresses, the launch's values with them in place), or None
-            where a and b can't be replayed: not aligned as the recording's operands, a lazy view,
-            or a workspace while a CUDA graph is captured."""
-            pa, pb = a.data_ptr(), b.data_ptr()
-            if (pa % 16 != align_a or pb % 16 != align_b or (workspace and capturing())
-                    or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))):
-                return None
-            c = empty(*shape, dtype=dtype, device=device)
-            pointers = (pa, pb, c.data_ptr())
-            values = template.copy()
-            for j, which in addressed:
-                values[j] = pointers[which]
-            return c, pointers, values
+        if len(aligned) == 2:        # a @ b, the usual call: its two operands checked inline
+            align_a, align_b = aligned
 
-        def call(a, b):
+            def prepared(a, b):
+                """(C, the operands' and C's addresses, the launch's values with them in place), or
+                None where a and b can't be replayed: not aligned as the recording's operands, a
+                lazy view, or a workspace while a CUDA graph is captured."""
+                pa, pb = a.data_ptr(), b.data_ptr()
+                if (pa % 16 != align_a or pb % 16 != align_b or (workspace and capturing())
+                        or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))):
+                    return None
+                c = empty(*shape, dtype=dtype, device=device)
+                pointers = (pa, pb, c.data_ptr())
+                values = template.copy()
+                for j, which in addressed:
+                    values[j] = pointers[which]
+                return c, pointers, values
+        else:
+            def prepared(*inputs):
+                """As the two operands' prepared, for any number of inputs."""
+                pointers = [x.data_ptr() for x in inputs]
+                if (tuple([p % 16 for p in pointers]) != aligned or (workspace and capturing())
+                        or any([neg(x) or complex_ and conj(x) for x in inputs])):
+                    return None
+                c = empty(*shape, dtype=dtype, device=device)
+                pointers.append(c.data_ptr())
+                values = template.copy()
+                for j, which in addressed:
+                    values[j] = pointers[which]
+                return c, pointers, values
+
+        def call(*inputs):
             if get_device() != index:
-                return elsewhere(index, call, a, b)
-            ready = prepared(a, b)
+                return elsewhere(index, call, *inputs)
+            ready = prepared(*inputs)
             if ready is None:
                 return None
             c, _, values = ready
             if made:                   # TMA descriptors of the operands
-                operands = (a, b, c)
+                operands = (*inputs, c)
                 for j, make in made:
                     values[j] = make(operands, None)
             if workspace:

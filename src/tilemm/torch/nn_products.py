@@ -9,6 +9,7 @@ from torch.nn.functional import linear
 
 from tilemm.plans import calls, checks
 from tilemm.torch.linear_flags import linear_with_exact_backward, same_with_flag
+from tilemm.torch import nn_fused_routes
 from tilemm.torch.nn_routes import Route
 from tilemm.torch.ops import MatmulFunction, conjugate
 
@@ -56,6 +57,17 @@ class Products:
         if len(self.routes) >= self.LAYOUTS:
             self.routes.clear()
         route = self.routes[input.shape, input.stride(), input.dtype] = Route(input, weight, self.kernel, self.params)
+        return route
+
+    def fused_route(self, input: torch.Tensor, weight: torch.Tensor, bias, activation: str):
+        """The FusedRoute of input's layout for a fused Linear (tilemm.torch.nn_fused_routes),
+        made and kept for the next calls; None where the layout has none (kept too: tilemm.linear's
+        path), or where these operands are not served now (not kept)."""
+        route, keep = nn_fused_routes.learn(input, weight, bias, activation, self.kernel, self.params)
+        if keep:
+            if len(self.routes) >= self.LAYOUTS:
+                self.routes.clear()
+            self.routes[input.shape, input.stride(), input.dtype] = route
         return route
 
     def layout(self, input: torch.Tensor, weight: torch.Tensor) -> Layout:
