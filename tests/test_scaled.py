@@ -387,10 +387,10 @@ for ty in ("fp8e4nv", "fp8e5"):
                    STEPS="constexpr", OPTION="constexpr", A_T="constexpr", B_T="constexpr",
                    STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                    PROGRAMS="constexpr", UPCAST="constexpr", FLATTEN="constexpr",
-                   ACCUMULATE="constexpr", C_ALIGN="constexpr")
+                   ACCUMULATE="constexpr", C_ALIGN="constexpr", STREAM_K_ONLY="constexpr")
         const = dict(STEPS=scaled_steps, OPTION=fast, A_T=False, B_T=True, STREAM_K=p["stream_k"], BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
                      BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, FLATTEN=True,
-                     ACCUMULATE=False, C_ALIGN=1)
+                     ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False)
         k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
         ptx = k.asm["ptx"]

@@ -23,6 +23,17 @@ import tilemm
 from tilemm.ladder.simt import launch, r08_regblock
 OPS = ("ld.local", "st.local", "ld.shared.v4", "bar.sync", "ld.global.v4", "ld.global.v2")
 out = {}
+
+
+def device_compiles(fn, seen):   # {device function: specialisations compiled}, of those a kernel reaches
+    for cell in fn.__closure__ or ():
+        d = cell.cell_contents
+        if isinstance(d, numba.cuda.dispatcher.CUDADispatcher) and d.py_func.__name__ not in seen:
+            seen[d.py_func.__name__] = len(d.overloads)
+            device_compiles(d.py_func, seen)
+    return seen
+
+
 for kernel in tilemm.kernels("cuda"):
     if kernel.backend != "numba-cuda":
         continue
@@ -39,6 +50,7 @@ for kernel in tilemm.kernels("cuda"):
             dispatcher = factory(scalar, **chosen, **extra)
             ptx, _ = cuda.compile_ptx(dispatcher.py_func, (scalar[:, ::1],) * 3, cc=(9, 0))
             out[f"{form}/{dtype}"] = {op: ptx.count(op) for op in OPS}
+            out[f"{form}/{dtype}"]["device_compiles"] = max(device_compiles(dispatcher.py_func, {}).values(), default=1)
         if kernel.name in launch.FLAT_FACTORIES:      # the flat form for C-contiguous operands
             flat = launch.FLAT_FACTORIES[kernel.name](scalar, **{k: params[k] for k in compile_params})
             ptx, _ = cuda.compile_ptx(flat.py_func, (scalar[::1],) * 3 + (numba.int64,) * 3, cc=(9, 0))
@@ -58,6 +70,8 @@ def test_every_simt_rung_compiles_for_sm90():
     for name, c in counts.items():
         assert c["ld.local"] == 0 and c["st.local"] == 0, f"{name}: a register array went to local memory {c}"
     assert counts["regblock/float32"]["ld.shared.v4"] > 0     # the 16-byte shared loads are there
+    for name, c in counts.items():      # each device function compiled once (a literal argument is a type of its own)
+        assert c.get("device_compiles", 1) == 1, f"{name}: a device function compiled {c['device_compiles']} times"
     for dtype, op in (("float32", "ld.global.v4"), ("int32", "ld.global.v4"), ("float64", "ld.global.v2"),
                       ("int64", "ld.global.v2")):             # and the 16-byte global loads, only where asked
         assert counts[f"regblock-vector/{dtype}"][op] > 0 and counts[f"regblock/{dtype}"][op] == 0, dtype

@@ -160,6 +160,21 @@ def test_interpreter_stream_k_shares_the_last_round(m, n, k):
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+def test_stream_k_with_fewer_tiles_than_programs_leaves_the_whole_rounds_out():
+    """A stream-K launch whose tiles are fewer than its programs (4 under the interpreter) runs no
+    whole round: its program is compiled without that loop (STREAM_K_ONLY); with a whole round
+    before the shared one it keeps it, and the fallback (under CUDA-graph capture) is the plain one."""
+    from tilemm.engine.persistent import persistent_launch
+    from tilemm.ladder.tensorcore.r10_tensorcore_kernel import tile_steps
+    config = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=2)
+    for (m, n), only in (((65, 64), True), ((320, 65), False)):        # 2 tiles; 10 tiles: 2 rounds and 2
+        c = torch.empty(m, n, dtype=torch.float16)
+        launch = persistent_launch(None, None, c, m, n, 32, tile_steps, stream_k=True, **config)
+        assert launch.options["STREAM_K"] and launch.options["STREAM_K_ONLY"] is only, (m, n)
+        assert "STREAM_K_ONLY" not in launch.fallback.options
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 def test_16_bit_tiles_take_no_stream_k_unless_asked():
     """The persistent program's stream-K hand-over measured slower for 16-bit tiles (stream_k_pays):
     a product of several rounds (4 programs under the interpreter) shares no tile unless asked."""
@@ -449,7 +464,8 @@ def test_3xtf32_chunks_of_k_steps(monkeypatch, direct):
 @pytest.mark.skipif(ON_GPU, reason="interpreter tests")
 @pytest.mark.parametrize("m,n,k", [(40, 70, 100),    # 15 tiles: 3 rounds of 4, then 3 tiles of 7 steps in 4 runs
                                    (33, 33, 48),     # 2 rounds, then one tile of 3 steps shared by 3 runs
-                                   (20, 20, 16)])    # whole rounds only
+                                   (20, 20, 16),     # whole rounds only
+                                   (20, 16, 100)])   # 2 tiles for 4 programs: no whole round (STREAM_K_ONLY)
 def test_interpreter_3xtf32_stream_k(monkeypatch, m, n, k):
     """3xTF32 on the persistent program, a last partial round shared out by K steps: chunks of 2
     steps, which a run's share cuts; float32's bound holds, and Inf and NaN land where IEEE puts
@@ -704,7 +720,7 @@ out = {}
 def persistent_signature(a_desc, b_desc, c_ptr, scales="constexpr", workspace="constexpr"):
     # matmul_persistent's signature: its descriptors and C as given, the rest in their types
     flags = ("STEPS", "OPTION", "A_T", "B_T", "STREAM_K", "BLOCK_M", "BLOCK_N", "BLOCK_K",
-             "GROUP_M", "PROGRAMS", "UPCAST", "FLATTEN", "ACCUMULATE", "C_ALIGN")
+             "GROUP_M", "PROGRAMS", "UPCAST", "FLATTEN", "ACCUMULATE", "C_ALIGN", "STREAM_K_ONLY")
     return dict(a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, scale_a_ptr=scales, scale_b_ptr=scales,
                 ws_ptr=workspace, flags_ptr="*i32" if workspace != "constexpr" else "constexpr", epoch="i32",
                 M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", **dict.fromkeys(flags, "constexpr"))
@@ -759,7 +775,7 @@ for layout in ("nn", "tt"):
     sig = persistent_signature(f"tensordesc<bf16{a_block}>", f"tensordesc<bf16{b_block}>", "*bf16", workspace="*fp32")
     const = dict(scale_a_ptr=None, scale_b_ptr=None, STEPS=tile_steps, OPTION=None, A_T=a_t, B_T=b_t, STREAM_K=layout == "tt",
                  BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False, FLATTEN=True,
-                 ACCUMULATE=False, C_ALIGN=2 if layout == "tt" else 8)
+                 ACCUMULATE=False, C_ALIGN=2 if layout == "tt" else 8, STREAM_K_ONLY=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     out[f"persistent-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
@@ -799,7 +815,7 @@ sig = persistent_signature(f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>",
 const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, STEPS=r12_fp64_kernel.f64_steps,
              OPTION=None, A_T=False, B_T=False, STREAM_K=False, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
              BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, FLATTEN=True,
-                 ACCUMULATE=False, C_ALIGN=1)
+                 ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 out["float64-persistent"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
@@ -826,11 +842,18 @@ sig = persistent_signature(f"tensordesc<fp32[{p['block_m']}, {block_k}]>", f"ten
 const = dict(scale_a_ptr=None, scale_b_ptr=None, STEPS=tf32x3_steps, OPTION=CHUNK_STEPS, A_T=False, B_T=True,
              STREAM_K=True, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=p["group_m"],
              PROGRAMS=132, UPCAST=False, FLATTEN=False,
-             ACCUMULATE=False, C_ALIGN=1)
+             ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                    options=dict(num_warps=p["num_warps"], num_stages=stages))
 out["tf32x3-stream-k"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                               wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
+# and for fewer tiles than programs (a 512 x 1024 x 1024 real product, tensorcore-complex at 512³):
+# the program without the whole-round loop, smaller than the one above
+k_only = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs={**const, "STREAM_K_ONLY": True}),
+                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=stages))
+out["tf32x3-stream-k-only"] = dict(shared=k_only.metadata.shared, limit=H100_SHARED_OPTIN,
+                                   wgmma="wgmma" in k_only.asm["ptx"] and "tf32" in k_only.asm["ptx"],
+                                   cubin=len(k_only.asm["cubin"]), smaller=len(k_only.asm["cubin"]) < len(k.asm["cubin"]))
 # 3xTF32 in one launch (small products), at its tiles
 from tilemm.ladder.tensorcore.r13_f32_direct import DIRECT_BLOCK
 from tilemm.ladder.tensorcore.r13_f32_kernel import tf32x3_direct
@@ -869,7 +892,7 @@ for cty in ("*i8", "*i32"):
     const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, STEPS=int8_steps, OPTION=None,
                  A_T=False, B_T=True, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
                  GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False, FLATTEN=True,
-                 ACCUMULATE=False, C_ALIGN=1)
+                 ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
     out[f"int8-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
@@ -926,7 +949,7 @@ def test_default_configs_compile_for_sm90():
     compiled = run_program(COMPILE, fp_fusion=True)
     assert set(compiled) == {f"{d}-{s}" for d in ("float16", "bfloat16")
                              for s in ("8192x8192-nn", "8192x8192-tt", "16x8192-nt", "1000x1000-tn", "64x8192-nn",
-                                       "512x3072-nt")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k", "tf32x3-direct",
+                                       "512x3072-nt")} | {"float64", "tf32x1", "tf32x3", "tf32x3-stream-k", "tf32x3-stream-k-only", "tf32x3-direct",
                                                                                 "split-tf32", "int8-to-i8", "int8-to-i32", "int-444", "int-888",
                              "int8-gluon-111-to-i8", "int8-gluon-111-to-i32", "int8-gluon-444-to-i32",
                              "int8-gluon-888-to-i64", "int8-gluon-338-to-fp32", "unscale", "split-*fp32", "ieee-nonfinite",
@@ -936,6 +959,7 @@ def test_default_configs_compile_for_sm90():
     for dtype, info in compiled.items():
         assert info["cubin"] > 0 and (info["wgmma"] or dtype.startswith("float64")), (dtype, info)   # fp64: mma, no wgmma
         assert info["shared"] <= info["limit"], (dtype, info)
+    assert compiled["tf32x3-stream-k-only"]["smaller"]
 
 
 POINTER_REGISTERS = r"""

@@ -35,7 +35,9 @@ def persistent_launch(a_desc, b_desc, c, m: int, n: int, k: int, steps, scales=(
 
     whole_tiles = persistent_launch(a_desc, b_desc, c, m, n, k, steps, scales, stream_k=False,
                                     **{name: v for name, v in config.items() if name != "STEPS"})
+    # fewer tiles than programs: every tile is shared out, and the program compiled without the
+    # whole-round loop (STREAM_K_ONLY) is a fifth smaller to compile, as a first call waits for it
     return StreamKLaunch(matmul_persistent, (programs,), (a_desc, b_desc, c, *scales, None, None, 0, m, n, k,
                                                           c.stride(0), c.stride(1)),
-                         dict(STREAM_K=True, PROGRAMS=programs, **config), whole_tiles, config["BLOCK_M"],
-                         config["BLOCK_N"])
+                         dict(STREAM_K=True, PROGRAMS=programs, STREAM_K_ONLY=tiles < programs, **config), whole_tiles,
+                         config["BLOCK_M"], config["BLOCK_N"])

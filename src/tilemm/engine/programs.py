@@ -62,7 +62,8 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
                       M, N, K, stride_cm, stride_cn, STEPS: tl.constexpr, OPTION: tl.constexpr,
                       A_T: tl.constexpr, B_T: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr,
-                      UPCAST: tl.constexpr, FLATTEN: tl.constexpr, ACCUMULATE: tl.constexpr, C_ALIGN: tl.constexpr = 1):
+                      UPCAST: tl.constexpr, FLATTEN: tl.constexpr, ACCUMULATE: tl.constexpr, C_ALIGN: tl.constexpr = 1,
+                      STREAM_K_ONLY: tl.constexpr = False):
     """The persistent tile schedule: PROGRAMS programs (one an SM) walk the tiles of C, and STEPS,
     the rung's sum of a tile's K steps, fills each (a @triton.jit function passed as a constexpr:
     STEPS(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T, B_T, UPCAST, OPTION,
@@ -80,12 +81,15 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
     the partials and writes C. Runs are handed out in reverse program order, so an owner's
     helpers have lower program ids (Triton's interpreter runs programs in order) and finish their
     share of the tile first (it is the first thing each does). Float32 sums only.
+    STREAM_K_ONLY (with STREAM_K, for a launch with fewer tiles than PROGRAMS): no whole round, so
+    the program leaves that loop out, a fifth less to compile (a first call's wait), the same sums.
 
     scale_a_ptr and scale_b_ptr given: C = scale_a * scale_b * sums (tilemm.scaled_matmul).
     ACCUMULATE (whole tiles only, no stream-K): C += A @ B, C read and written in its own dtype
     (tilemm.spread.distributed adds each K panel's 16-bit product into float32 C).
     """
     tl.static_assert(not (ACCUMULATE and STREAM_K))
+    tl.static_assert(STREAM_K or not STREAM_K_ONLY)
     N, stride_cm = N // C_ALIGN * C_ALIGN, stride_cm // C_ALIGN * C_ALIGN    # no-ops that say C_ALIGN divides them
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
@@ -94,12 +98,13 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
         whole_rounds = num_tiles - num_tiles % PROGRAMS
     else:
         whole_rounds = num_tiles
-    for tile in tl.range(pid, whole_rounds, PROGRAMS, flatten=FLATTEN):
-        off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = STEPS(a_desc, b_desc, off_m, off_n, 0, k_steps, M, N, A_T, B_T, UPCAST, OPTION, BLOCK_M, BLOCK_N,
-                    BLOCK_K)
-        store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr), off_m, off_n, M, N, stride_cm, stride_cn,
-                       ACCUMULATE)
+    if not STREAM_K_ONLY:
+        for tile in tl.range(pid, whole_rounds, PROGRAMS, flatten=FLATTEN):
+            off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            acc = STEPS(a_desc, b_desc, off_m, off_n, 0, k_steps, M, N, A_T, B_T, UPCAST, OPTION, BLOCK_M, BLOCK_N,
+                        BLOCK_K)
+            store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr), off_m, off_n, M, N, stride_cm, stride_cn,
+                           ACCUMULATE)
     if STREAM_K:
         units = (num_tiles - whole_rounds) * k_steps          # (tile, K step) pairs left
         per = tl.cdiv(units, PROGRAMS)

@@ -163,17 +163,20 @@ def make_regblock(acc, block_m, block_n, block_k, thread_m, thread_n, vector_a=1
                 fetch_edge(a, b, a_next, b_next, a_m, a_k, b_k, b_n, row0, col0, k0, m, n, k)
             # ...and compute while they arrive, four K steps a turn.
             # The turns are written out (block_k is a constant: the untaken ones vanish), so the
-            # tile's steps are straight-line code with constant shared-memory offsets.
+            # tile's steps are straight-line code with constant shared-memory offsets. The step is
+            # passed as a uint32, never a literal: numba compiles a device function once per
+            # argument types, and each literal (0, 4, 8, 12) is a type of its own (turn compiled
+            # four times, and four copies handed to NVVM, for the same machine code).
             read_step(a_r, b_r, a_s, b_s, buf, uint32(0), a_base, b_base)
-            turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, 0, a_base, b_base)
+            turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, uint32(0), a_base, b_base)
             if block_k > 4:
-                turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, 4, a_base, b_base)
+                turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, uint32(4), a_base, b_base)
             if block_k > 8:
-                turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, 8, a_base, b_base)
-                turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, 12, a_base, b_base)
+                turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, uint32(8), a_base, b_base)
+                turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, uint32(12), a_base, b_base)
             if block_k > 16:
                 for p in range(16, block_k, 4):
-                    turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, p, a_base, b_base)
+                    turn(c_r, a_r, b_r, a_q, b_q, a_s, b_s, buf, uint32(p), a_base, b_base)
             if k0 >= k:
                 break
             buf = uint32(1 - buf)                   # the other buffer: nobody reads it now
