@@ -149,7 +149,7 @@ register(Kernel(
     name="cublas", rung=99, device="cuda", backend="library",
     dtypes=("int32", "int64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128"),
     seed="anchor", summary="cuBLAS via CuPy (TF32 off) or torch (16-bit floats, float32 sums; CGEMM/ZGEMM); "
-                           "integers and bool exact: int8 GEMM (_int_mm) or DGEMM on 11-bit digits",
+                           "integers and bool exact: int8 GEMM (_int_mm), DGEMM on 11-bit digits, CuPy's kernel for stacks",
     run=run_cublas, run_stack=run_stack, available=available, limits=limits, narrow_operands=True,
     traffic=lambda p: Traffic(read=p.m * p.k + p.k * p.n, written=p.m * p.n),
     fast_product=fast_product, int8_gemm=int_mm,
