@@ -16,6 +16,7 @@ from tilemm.products import fused
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
 from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
+from tilemm.torch import fused_transforms
 
 is_compiling = torch.compiler.is_compiling
 
@@ -88,6 +89,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         y = activate_torch(F.linear(x, weight, bias), activation)
         return y if residual is None else y + residual
     check_triton_dtype("linear", x.dtype)
+    if fused_transforms.active():      # torch.func, forward-mode AD: a product and torch's functions
+        return fused_transforms.linear(x, weight, bias, activation, residual, config)
     rows = x.reshape(-1, x.shape[-1])
     if recording(x, weight, bias, residual):
         y = EpilogueFunction.apply(rows, weight.mT, bias, None, residual_rows(), (False, activation, 1.0, 0.0, config))
@@ -114,6 +117,9 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
     if way == fused.LIBRARY:    # torch's operators record their own graph
         return fused.forward(a, b, bias_1d, bias_over_m, c, residual, activation, alpha, beta, way, config, False)[0]
     check_triton_dtype("matmul_epilogue", a.dtype)
+    if fused_transforms.active():      # torch.func, forward-mode AD: a product and torch's functions
+        return fused_transforms.matmul_epilogue(a, b, bias_1d, bias_over_m, c, residual, activation, alpha, beta,
+                                                config)
     spec = (bias_over_m, activation, alpha, beta, config)
     if recording(a, b, bias, c, residual):
         return EpilogueFunction.apply(a, b, bias_1d, c, residual, spec)
