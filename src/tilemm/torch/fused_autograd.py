@@ -3,14 +3,15 @@ eager autograd (EpilogueFunction), and under torch.compile the operators of tile
 
 Eager calls never pass through the dispatcher: the library route is torch's own functions (its
 own graph and cost: F.linear, then the activation), the Triton route one launch (plus an
-autograd.Function where a gradient is recorded)."""
+autograd.Function where a gradient is recorded). Under torch.func's transforms and forward-mode
+AD the Triton route is the composite of tilemm.torch.fused_transforms (the program's product
+and torch's functions), which is also what a double backward differentiates."""
 from __future__ import annotations
 
 from math import prod
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from tilemm.products import fused
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
@@ -138,16 +139,23 @@ class EpilogueFunction(torch.autograd.Function):
         save_aux = needs_aux(activation, residual is not None)
         y, aux = fused.forward(a, b, bias, bias_over_m, c if beta != 0 else None, residual, activation, alpha, beta,
                                fused.TRITON, config, save_aux)
-        ctx.save_for_backward(a, b, aux if save_aux else (y if activation == "relu" else None))
+        # (bias and c: for a double backward's composite)
+        ctx.save_for_backward(a, b, aux if save_aux else (y if activation == "relu" else None), bias, c)
         ctx.spec, ctx.bias_shape = spec, None if bias is None else bias.shape
         ctx.given = (c is not None, residual is not None)
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
-        a, b, saved = ctx.saved_tensors
+        a, b, saved, bias, c = ctx.saved_tensors
         bias_over_m, activation, alpha, beta, config = ctx.spec
+        if torch.is_grad_enabled():     # create_graph=True: the composite's gradients, differentiable again
+            def compose(a, b, bias, c):
+                return fused_transforms.matmul_epilogue(a, b, bias, bias_over_m, c, None, activation, alpha, beta,
+                                                        config)
+            needs = ctx.needs_input_grad
+            grads = fused_transforms.double_backward(grad, (a, b, bias, c), needs[:4], compose)
+            return grads + (grad if needs[4] and ctx.given[1] else None, None)
 
         def product(x, y, scale):
             return fused.plain_product(x, y, scale, fused.TRITON, config)

@@ -10,9 +10,10 @@ setup_context, its gradients and tangent products of itself (differentiable to a
 vmap rule, as tilemm.matmul's MatmulFunction is for a plain product; the rest is torch's, so
 every transform and derivative is what torch gives for F.linear and the activation.
 
-The eager call (no transform, no dual level) is not this module's: one launch, and the
-once-differentiable Function of tilemm.torch.fused_autograd where a gradient is recorded; its
-double backward (create_graph=True) rebuilds the composite (double_backward).
+The eager call (no transform, no dual level) is not this module's: one launch, and the Function
+of tilemm.torch.fused_autograd (or tilemm.torch.nn_fused_routes) where a gradient is recorded,
+whose backward launches the program's products; only under create_graph=True does that backward
+rebuild the composite and differentiate it (double_backward), so that a second derivative is torch's.
 """
 from __future__ import annotations
 
@@ -105,3 +106,16 @@ def matmul_epilogue(a, b, bias, bias_over_m: bool, c, residual, activation: str,
         z = z + (bias[:, None] if bias_over_m else bias)
     y = activate_torch(z, activation)
     return y if residual is None else y + residual
+
+
+def double_backward(grad, inputs: tuple, needs, compose) -> tuple:
+    """The gradients of compose(*inputs) given grad, recorded as a graph of their own: an eager
+    fused node's backward under create_graph=True (its forward's value rebuilt as the composite,
+    then torch's autograd through it), so that a second derivative is torch's. None for an
+    input not needed or absent."""
+    wanted = [x for x, need in zip(inputs, needs) if need and x is not None]
+    with torch.enable_grad():
+        y = compose(*inputs)
+    found = iter(torch.autograd.grad(y, wanted, grad, create_graph=True, allow_unused=True,
+                                     materialize_grads=True))
+    return tuple(next(found) if need and x is not None else None for x, need in zip(inputs, needs))
