@@ -13,12 +13,12 @@ from __future__ import annotations
 
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 from tilemm import api
 from tilemm.contract import numpy_rules as contract
 from tilemm import products_api
 from tilemm.torch import nn_fuse
-from tilemm.torch.fused_transforms import active as transforms_active   # (forward-mode AD too)
 from tilemm.ladder import registry
 from tilemm.torch.ops import dtype_text, encode_params
 from tilemm.torch.nn_products import LinearProduct, Products, layout_key
@@ -90,7 +90,8 @@ class Linear(torch.nn.Linear):
         if torch.jit.is_scripting():    # torch.jit.script compiles this branch alone: the rest is Python's
             return self.scripted_forward(input)
         if self.activation is not None:       # bias and activation in the product's epilogue
-            if not (is_compiling() or tracing() or transforms_active()):     # the layout's route (nn_fused_routes)
+            # the layout's route (nn_fused_routes), but not under a transform or inside a forward-mode AD level
+            if not (is_compiling() or tracing() or transformed() or forward_ad._current_level >= 0):
                 y = self.fused_route_call(input)
                 if y is not None:
                     return y
