@@ -19,9 +19,11 @@ sum of dZ's rows: the answers are the same bits.
 Not served (tilemm.linear's path): layouts whose route is the library's (kernel None where
 tilemm's default is torch's), a dtype the program does not take, an empty product, tensor
 subclasses, autocast; per call, a weight or bias not of the route's shape, strides, dtype or
-device, operands on another device. Its caller takes no route under torch.compile, jit.trace
-or torch.func's transforms. A launch whose replay declines a call (its operands aligned
-otherwise, a lazy view) or that has none (Triton's interpreter) runs as tilemm.linear's does.
+device, operands on another device. Its caller takes no route under torch.compile, jit.trace,
+torch.func's transforms or inside a forward-mode AD dual level. A double backward
+(create_graph=True) differentiates tilemm.linear's composite (tilemm.torch.fused_transforms).
+A launch whose replay declines a call (its operands aligned otherwise, a lazy view) or that has
+none (Triton's interpreter) runs as tilemm.linear's does.
 """
 from __future__ import annotations
 
