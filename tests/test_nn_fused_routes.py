@@ -180,11 +180,11 @@ def test_no_route_under_autocast_tracing_and_transforms(monkeypatch):
         with torch.autocast(DEVICE, dtype=torch.bfloat16):
             y = layer(x)
         assert y.dtype == torch.bfloat16 and layer.products.routes == {}      # (not kept: a later call may take it)
-        for transform in (lambda: torch.func.vmap(layer)(x[None]), lambda: torch.func.grad(lambda x: layer(x).sum())(x)):
-            try:              # (tilemm.linear's own Function takes no transform: its error, not the route's)
-                transform()
-            except RuntimeError as error:
-                assert "setup_context" in str(error)
+        # (tilemm.linear's composite under a transform or a dual level: tests/test_fused_transforms.py)
+        assert torch.allclose(torch.func.vmap(layer)(x[None])[0], today(layer, x), atol=1e-5)
+        torch.func.grad(lambda x: layer(x).sum())(x)
+        with torch.autograd.forward_ad.dual_level():
+            layer(torch.autograd.forward_ad.make_dual(x, torch.ones_like(x)))
         with monkeypatch.context() as patched:     # (a jit trace running: tilemm.linear's own path)
             patched.setattr(tilemm.nn, "tracing", lambda: True)
             assert torch.equal(layer(x), today(layer, x))
@@ -242,18 +242,19 @@ def test_on_the_gpu_the_route_replays_tilemm_linear_s_launches(activation, rows)
 
 
 def test_create_graph_gives_tilemm_linear_s_gradients():
-    """A gradient taken with create_graph: once differentiable, as tilemm.linear's node (no graph
-    of the gradients where dY records none; an error on a second backward where it does)."""
+    """A gradient taken with create_graph: tilemm.linear's, a graph of its own (the composite's
+    gradients: tilemm.torch.fused_transforms), so that a second derivative is torch's."""
     dtype, params = PROGRAMS["pointers"]
     layer = fused_linear(24, 40, "gelu", dtype, params)
     x = torch.randn(5, 24, device=DEVICE, dtype=dtype, requires_grad=True)
     dx, = torch.autograd.grad(layer(x).sum(), x, create_graph=True)
     want, = torch.autograd.grad(today(layer, x).sum(), x, create_graph=True)
-    assert torch.equal(dx, want) and dx.requires_grad is want.requires_grad is False
+    assert torch.equal(dx, want) and dx.requires_grad and want.requires_grad
     dy = torch.ones(5, 40, device=DEVICE, dtype=dtype, requires_grad=True)
     dx, = torch.autograd.grad(layer(x), x, dy, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable"):
-        dx.sum().backward()
+    want, = torch.autograd.grad(today(layer, x), x, dy, create_graph=True)
+    assert torch.equal(torch.autograd.grad(dx.square().sum(), (x, dy))[1],
+                       torch.autograd.grad(want.square().sum(), (x, dy))[1])
 
 
 def test_an_input_aligned_otherwise_is_launched_as_tilemm_linear_launches_it(monkeypatch):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 from tilemm import api
 from tilemm.contract import numpy_rules as contract
@@ -89,7 +90,8 @@ class Linear(torch.nn.Linear):
         if torch.jit.is_scripting():    # torch.jit.script compiles this branch alone: the rest is Python's
             return self.scripted_forward(input)
         if self.activation is not None:       # bias and activation in the product's epilogue
-            if not (is_compiling() or tracing() or transformed()):     # the layout's route (nn_fused_routes)
+            # the layout's route (nn_fused_routes), but not under a transform or inside a forward-mode AD level
+            if not (is_compiling() or tracing() or transformed() or forward_ad._current_level >= 0):
                 y = self.fused_route_call(input)
                 if y is not None:
                     return y

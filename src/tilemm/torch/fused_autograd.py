@@ -3,19 +3,21 @@ eager autograd (EpilogueFunction), and under torch.compile the operators of tile
 
 Eager calls never pass through the dispatcher: the library route is torch's own functions (its
 own graph and cost: F.linear, then the activation), the Triton route one launch (plus an
-autograd.Function where a gradient is recorded)."""
+autograd.Function where a gradient is recorded). Under torch.func's transforms and forward-mode
+AD the Triton route is the composite of tilemm.torch.fused_transforms (the program's product
+and torch's functions), which is also what a double backward differentiates."""
 from __future__ import annotations
 
 from math import prod
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from tilemm.products import fused
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
 from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
+from tilemm.torch import fused_transforms
 
 is_compiling = torch.compiler.is_compiling
 
@@ -88,6 +90,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         y = activate_torch(F.linear(x, weight, bias), activation)
         return y if residual is None else y + residual
     check_triton_dtype("linear", x.dtype)
+    if fused_transforms.active():      # torch.func, forward-mode AD: a product and torch's functions
+        return fused_transforms.linear(x, weight, bias, activation, residual, config)
     rows = x.reshape(-1, x.shape[-1])
     if recording(x, weight, bias, residual):
         y = EpilogueFunction.apply(rows, weight.mT, bias, None, residual_rows(), (False, activation, 1.0, 0.0, config))
@@ -114,6 +118,9 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
     if way == fused.LIBRARY:    # torch's operators record their own graph
         return fused.forward(a, b, bias_1d, bias_over_m, c, residual, activation, alpha, beta, way, config, False)[0]
     check_triton_dtype("matmul_epilogue", a.dtype)
+    if fused_transforms.active():      # torch.func, forward-mode AD: a product and torch's functions
+        return fused_transforms.matmul_epilogue(a, b, bias_1d, bias_over_m, c, residual, activation, alpha, beta,
+                                                config)
     spec = (bias_over_m, activation, alpha, beta, config)
     if recording(a, b, bias, c, residual):
         return EpilogueFunction.apply(a, b, bias_1d, c, residual, spec)
@@ -132,16 +139,23 @@ class EpilogueFunction(torch.autograd.Function):
         save_aux = needs_aux(activation, residual is not None)
         y, aux = fused.forward(a, b, bias, bias_over_m, c if beta != 0 else None, residual, activation, alpha, beta,
                                fused.TRITON, config, save_aux)
-        ctx.save_for_backward(a, b, aux if save_aux else (y if activation == "relu" else None))
+        # (bias and c: for a double backward's composite)
+        ctx.save_for_backward(a, b, aux if save_aux else (y if activation == "relu" else None), bias, c)
         ctx.spec, ctx.bias_shape = spec, None if bias is None else bias.shape
         ctx.given = (c is not None, residual is not None)
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
-        a, b, saved = ctx.saved_tensors
+        a, b, saved, bias, c = ctx.saved_tensors
         bias_over_m, activation, alpha, beta, config = ctx.spec
+        if torch.is_grad_enabled():     # create_graph=True: the composite's gradients, differentiable again
+            def compose(a, b, bias, c):
+                return fused_transforms.matmul_epilogue(a, b, bias, bias_over_m, c, None, activation, alpha, beta,
+                                                        config)
+            needs = ctx.needs_input_grad
+            grads = fused_transforms.double_backward(grad, (a, b, bias, c), needs[:4], compose)
+            return grads + (grad if needs[4] and ctx.given[1] else None, None)
 
         def product(x, y, scale):
             return fused.plain_product(x, y, scale, fused.TRITON, config)

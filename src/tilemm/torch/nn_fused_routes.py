@@ -19,9 +19,11 @@ sum of dZ's rows: the answers are the same bits.
 Not served (tilemm.linear's path): layouts whose route is the library's (kernel None where
 tilemm's default is torch's), a dtype the program does not take, an empty product, tensor
 subclasses, autocast; per call, a weight or bias not of the route's shape, strides, dtype or
-device, operands on another device. Its caller takes no route under torch.compile, jit.trace
-or torch.func's transforms. A launch whose replay declines a call (its operands aligned
-otherwise, a lazy view) or that has none (Triton's interpreter) runs as tilemm.linear's does.
+device, operands on another device. Its caller takes no route under torch.compile, jit.trace,
+torch.func's transforms or inside a forward-mode AD dual level. A double backward
+(create_graph=True) differentiates tilemm.linear's composite (tilemm.torch.fused_transforms).
+A launch whose replay declines a call (its operands aligned otherwise, a lazy view) or that has
+none (Triton's interpreter) runs as tilemm.linear's does.
 """
 from __future__ import annotations
 
@@ -29,11 +31,11 @@ import functools
 from math import prod
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from tilemm.engine import epilogue_launch, replay as replays
 from tilemm.numerics.epilogue_math import activation_backward, needs_aux
 from tilemm.products import fused
+from tilemm.torch import fused_transforms
 from tilemm.torch.nn_routes import direct_apply, matrix
 
 Tensor, Parameter = torch.Tensor, torch.nn.Parameter
@@ -204,12 +206,20 @@ class FusedRoute:
 
 def gradients(ctx, grad) -> tuple:
     """FusedLinear's backward: the route's gradients of input, weight and bias."""
-    input, weight, saved = ctx.saved_tensors
+    input, weight, saved, _ = ctx.saved_tensors
     needs = ctx.needs_input_grad
     return ctx.route.gradients(grad, input, weight, saved, needs[0], needs[1], needs[2]) + (None,)
 
 
-once_gradients = once_differentiable(gradients)     # (under create_graph: as tilemm.linear's node)
+def differentiable_gradients(ctx, grad) -> tuple:
+    """FusedLinear's backward under create_graph=True: the gradients of tilemm.linear's composite
+    (tilemm.torch.fused_transforms), a graph of their own, as tilemm.linear's node gives them."""
+    input, weight, _, bias = ctx.saved_tensors
+    route = ctx.route
+
+    def compose(input, weight, bias):
+        return fused_transforms.linear(input, weight, bias, route.activation, None, route.config)
+    return fused_transforms.double_backward(grad, (input, weight, bias), ctx.needs_input_grad[:3], compose) + (None,)
 
 
 class FusedLinear(torch.autograd.Function):
@@ -220,15 +230,15 @@ class FusedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weight, bias, route):
         y, aux = route.forward(input, weight, bias, route.save_aux)
-        ctx.save_for_backward(input, weight, aux if aux is not None else y if route.activation == "relu" else None)
+        ctx.save_for_backward(input, weight, aux if aux is not None else y if route.activation == "relu" else None,
+                              bias)       # (bias: for a double backward's composite)
         ctx.route = route
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        # differentiable once, as tilemm.linear's: its gradients' own graph is refused (once_differentiable);
-        # without create_graph (grad mode off) taken straight, no no_grad context entered a call
-        return once_gradients(ctx, grad) if grad_enabled() else gradients(ctx, grad)
+        # without create_graph (grad mode off) the route's products; with it, the composite's gradients
+        return differentiable_gradients(ctx, grad) if grad_enabled() else gradients(ctx, grad)
 
 
 record = direct_apply(FusedLinear)
