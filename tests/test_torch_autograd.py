@@ -185,3 +185,20 @@ def test_gpu_bfloat16_linear_gradients_match_torch_s(kernel):
         assert float((ours.float() - theirs.float()).abs().max() / scale) < 2**-6
     assert grads[1].is_contiguous()
     np.testing.assert_equal(grads[0].shape, x.shape)
+
+
+def test_dual_tensors_keep_their_tangents_first_and_repeated_calls():
+    """Forward-mode AD (torch.autograd.forward_ad): a dual operand that does not require grad keeps
+    its tangent, as torch.matmul's, also where a plan for the same shapes was kept before the level
+    opened (a plan would drop the tangent)."""
+    import torch.autograd.forward_ad as fwAD
+    g = torch.Generator().manual_seed(3)
+    x, w, t = (torch.randn(5, 7, dtype=torch.float64, generator=g) for _ in range(3))
+    for _ in range(2):
+        tilemm.matmul(x, w.T)                          # a plain call's plan, kept
+    for _ in range(2):                                 # first and repeated calls inside the level
+        with fwAD.dual_level():
+            got = fwAD.unpack_dual(tilemm.matmul(fwAD.make_dual(x, t), w.T))
+            want = fwAD.unpack_dual(torch.matmul(fwAD.make_dual(x, t), w.T))
+        assert got.tangent is not None
+        assert torch.allclose(got.primal, want.primal) and torch.allclose(got.tangent, want.tangent)

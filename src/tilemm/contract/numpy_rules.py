@@ -212,11 +212,17 @@ def torch_routed(a, b) -> bool:
 
 def torch_unplanned(torch, a, b) -> bool:
     """Whether torch tensors a, b are multiplied under a torch.func transform (grad, vmap, jvp,
-    ...) or torch.jit.trace, or hold no memory a kernel could read (the meta device; FakeTensor
-    and other tensors dispatched by Python)."""
+    ...), torch.jit.trace or a forward-mode AD level (dual tensors carry tangents a plan would
+    drop), or hold no memory a kernel could read (the meta device; FakeTensor and other tensors
+    dispatched by Python)."""
     state = torch._C
-    return (state._is_tracing() or state._are_functorch_transforms_active() or a.is_meta or b.is_meta
-            or python_dispatched(torch, a) or python_dispatched(torch, b))
+    return (state._is_tracing() or state._are_functorch_transforms_active() or dual_level(torch)
+            or a.is_meta or b.is_meta or python_dispatched(torch, a) or python_dispatched(torch, b))
+
+
+def dual_level(torch) -> bool:
+    """Whether a forward-mode AD level is open (torch.autograd.forward_ad.dual_level)."""
+    return torch.autograd.forward_ad._current_level >= 0
 
 
 def python_dispatched(torch, x) -> bool:

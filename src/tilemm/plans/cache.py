@@ -20,9 +20,12 @@ def lookup(a, b, kernel, out, out_dtype, params) -> tuple:
     """(key, the plan kept for it or None); key None for a call that is never kept."""
     if out is None and not params and out_dtype is None and type(a) is type(b):   # the usual call, fewest steps
         try:     # (pair_key's steps, one call fewer)
-            key = ((_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b), kernel, None)
+            pair = (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b)
         except (TypeError, AttributeError):
             return None, None
+        if pair is None:
+            return None, None
+        key = (pair, kernel, None)
     else:
         key = call_key(a, b, kernel, out, out_dtype, params)
         if key is None:
@@ -44,10 +47,14 @@ def call_key(a, b, kernel, out, out_dtype, params):
         if out is None and not params and type(a) is type(b):     # the usual call, in the fewest steps
             asked = (kernel, out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
             hash(asked)          # (an unhashable kernel or dtype: no key, and plan() names what is wrong)
-            return (pair_key(a, b),) + asked
+            pair = pair_key(a, b)
+            return None if pair is None else (pair,) + asked
         asked = (kernel, contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
         hash(asked)              # (a list among the parameters: no key, rather than a TypeError from the cache)
-        return (operand_key(a), operand_key(b),
+        key_a, key_b = operand_key(a), operand_key(b)
+        if key_a is None or key_b is None:
+            return None          # (no key for a torch operand while a forward-mode AD level is open)
+        return (key_a, key_b,
                 None if out is None else (operand_key(out), getattr(getattr(out, "flags", None), "writeable", True)),
                 ) + asked
     except (TypeError, AttributeError):
@@ -98,12 +105,16 @@ def _new_key_functions(x) -> tuple:
         # (autograd), a call under jit tracing or a torch.func transform (tilemm.torch.ops), a FakeTensor
         # (its own type). A conjugate or negative view may meet a plain tensor's plan: the plan's paths
         # read its values (to_host, the GPU backends) or refuse it (a replay: ladder.replay.lazy)
-        kind, grad_enabled = type(x), torch.is_grad_enabled
+        # (and no key at all while a forward-mode AD level is open: a dual tensor's tangent is not in
+        # its key, and a plan would drop it)
+        kind, grad_enabled, forward_ad = type(x), torch.is_grad_enabled, torch.autograd.forward_ad
         tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
-        return ((lambda x: (kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
-                            tracing() or transformed())),
-                (lambda a, b: (kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
-                               (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())))
+        return ((lambda x: None if forward_ad._current_level >= 0 else (
+                    kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
+                    tracing() or transformed())),
+                (lambda a, b: None if forward_ad._current_level >= 0 else (
+                    kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+                    (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())))
     cupy = arrays.cupy_if_imported()
     if cupy is not None and isinstance(x, cupy.ndarray):
         return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),
