@@ -105,7 +105,7 @@ def operands(draw, batched: bool):
     a_dtype, b_dtype = draw(st.sampled_from(OPERANDS)), draw(st.sampled_from(OPERANDS))
     m, k, n = draw(SIZES), draw(SIZES), draw(SIZES)
     if batched:
-        batch = draw(st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=2))
+        batch = draw(st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=3))
         a_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, len(batch))):]
         b_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, len(batch))):]
         a_shape = a_batch + [m, k] if draw(st.integers(0, 4)) else [k]      # a vector has no batch
@@ -187,8 +187,7 @@ def test_digits_rebuild_each_integer_within_their_bounds(dtype, data):
     (torch.int32, 2**31 - 1, 512), (torch.int16, -2**15, -16), (torch.int16, 2**15 - 1, 16),
     (torch.int8, -128, -128), (torch.int8, 127, 127)])
 def test_the_extremes_last_digit(dtype, extreme, last_digit):
-    """The docstring's bounds hold with room: the last digit of int64 is within ±256 (±257 claimed),
-    int32's within ±512 (±513 claimed), far inside a digit's ±1024."""
+    """The last digit's bounds, reached: ±256 for int64, ±512 for int32, far inside a digit's ±1024."""
     parts = int_dgemm.digits(torch.tensor([extreme], dtype=dtype), int_dgemm.digit_count(torch.iinfo(dtype).bits))
     assert int(parts[-1][0]) == last_digit
     assert sum(int(p[0]) << (11 * d) for d, p in enumerate(parts)) == extreme
@@ -263,3 +262,28 @@ def test_past_exact_k_the_route_refuses(k, taken):
         assert "2^33" in why and "CuPy is not installed" in why
         with pytest.raises(ValueError, match="2\\^33"):
             int_dgemm.matmul(a, torch.empty(k, 0, dtype=torch.int32), 32)
+
+
+@pytest.mark.parametrize("vector", ["a", "b"])
+def test_a_vector_times_a_stack_of_three_batch_dimensions_a_matrix_a_call(vector):
+    """run_stack's matrix-a-call path with a vector operand: C has no row (or column) then, and
+    its batch is not C's shape but its last two; read so, the stack's first index was lost
+    (b[i1] for b[i0, i1], silently)."""
+    stack = torch.arange(2 * 1 * 2 * 3 * 2, dtype=torch.int32).reshape(2, 1, 2, 3, 2)
+    vec = torch.tensor([1, -2, 3], dtype=torch.int32)
+    a, b = (vec, stack) if vector == "a" else (stack.mT, vec)
+    c = torch.full(np.matmul(a.numpy(), b.numpy()).shape, -7, dtype=torch.int32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(library, "cupy_installed", lambda: False)
+        patch.setattr(int_dgemm, "WORKSPACE_BYTES", 0)
+        library.run_stack(a, b, c)
+    assert np.array_equal(c.numpy(), np.matmul(a.numpy(), b.numpy()))
+
+
+def test_workspace_counts_the_digits_run_takes():
+    """bool and uint8 operands are cast to C's dtype first: as many digits as C's (6 for int64)."""
+    c = torch.empty(4, 4, dtype=torch.int64)
+    a = torch.empty(4, 4, dtype=torch.int64)
+    for narrow in (torch.uint8, torch.bool):
+        b = torch.empty(4, 4, dtype=narrow)
+        assert int_dgemm.workspace(a, b, c) == int_dgemm.workspace(a, b.to(torch.int64), c)
