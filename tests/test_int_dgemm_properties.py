@@ -7,7 +7,7 @@ range with the extremes, shapes of 0, 1 and odd sizes, 1-D operands, broadcast s
 on Python integers wrapped to C's width."""
 import numpy as np
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tilemm.ladder import int_dgemm, library
@@ -20,7 +20,8 @@ NUMPY = {torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32, torc
          torch.uint8: np.uint8, torch.bool: np.bool_}
 RESULTS = [torch.int32, torch.int64]
 SIZES = st.sampled_from([0, 1, 2, 3, 5, 7])
-PROPERTIES = settings(max_examples=40, deadline=None)
+HALF_EDGE = 1024        # a digit's bounds: ±2^10 (the carry into the next digit)
+PROPERTIES = settings(max_examples=100, deadline=None)
 
 
 def exact(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
@@ -41,9 +42,6 @@ def values(dtype, shape):
                                    if info.min <= v <= info.max))
     whole = st.integers(info.min, info.max)
     return hnp.arrays(NUMPY[dtype], shape, elements=st.one_of(edges, whole))
-
-
-HALF_EDGE = 1024        # a digit's bounds: ±2^10 (the carry into the next digit)
 
 
 @st.composite
