@@ -106,8 +106,8 @@ def operands(draw, batched: bool):
         batch = draw(st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=3))
         a_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, len(batch))):]
         b_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, len(batch))):]
-        a_shape = a_batch + [m, k] if draw(st.integers(0, 4)) else [k]      # a vector has no batch
-        b_shape = b_batch + [k, n] if draw(st.integers(0, 4)) else [k]
+        a_shape = a_batch + [m, k] if draw(st.integers(0, 2)) else [k]      # a vector has no batch
+        b_shape = b_batch + [k, n] if draw(st.integers(0, 2)) else [k]
     else:
         a_shape = [m, k] if draw(st.integers(0, 3)) else [k]
         b_shape = [k, n] if draw(st.integers(0, 3)) else [k]
