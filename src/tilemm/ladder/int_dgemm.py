@@ -44,7 +44,7 @@ def digit_count(bits: int) -> int:
 def digits(x, count: int) -> list:
     """The signed 11-bit digits of a signed integer tensor, as float64 tensors of its shape, each
     in [-1024, 1023], with x = Σ d_i·2^(11 i) exactly (count: digit_count of x's bits; the last
-    digit is what remains, |d| ≤ 513 for int32, 257 for int64). No step overflows int64."""
+    digit is what remains, |d| ≤ 512 for int32, 256 for int64). No step overflows int64."""
     import torch
     rest = x.to(torch.int64)
     out = []
@@ -141,7 +141,7 @@ def rows_a_block(m: int, n: int, k: int, count: int) -> int:
 def workspace(a, b, c) -> int:
     """Bytes of temporaries a stack's one run() would take at once (run_stack goes matrix by
     matrix past WORKSPACE_BYTES)."""
-    count = digit_count(signed_bits(b) if b.dtype.is_signed else 32)
+    count = digit_count(signed_bits(b if b.dtype.is_signed else c))      # (run casts bool, uint8 to C's dtype)
     return 8 * (math.prod(b.shape) * (count + 1) + math.prod(a.shape) * 2 + math.prod(c.shape) * (2 * count + 3))
 
 

@@ -76,10 +76,21 @@ def run_stack(a, b, c):
     digits = integer and int_dgemm.takes(a, b, c) and not cupy_installed()
     if integer and (int_dgemm.workspace(a, b, c) > int_dgemm.WORKSPACE_BYTES if digits
                     else max(math.prod(x.shape) for x in (a, b, c)) >= launch.INDEX_LIMIT):
+        a, b, c = vectors_as_matrices(a, b, c)
         for idx, a_i, b_i in arrays.matrices(c.shape[:-2], a, b):
             run_cublas(a_i, b_i, c[idx], digits)
         return
     run_cublas(a, b, c, digits)
+
+
+def vectors_as_matrices(a, b, c):
+    """A vector operand of a stack as a matrix of one row (A) or column (B), C viewed to match, so
+    that C's dimensions but its last two are the stack's (a vector's C lacks the row or column)."""
+    if len(a.shape) == 1 and len(b.shape) > 1:
+        return a[None, :], b, c[..., None, :]
+    if len(b.shape) == 1 and len(a.shape) > 1:
+        return a, b[:, None], c[..., None]
+    return a, b, c
 
 
 def available():
