@@ -33,6 +33,11 @@ def transposed_view(x) -> bool:
     return x.stride(0) == 1 and x.stride(1) != 1
 
 
+def views_of(a, b, x, y) -> bool:
+    """Whether the planned operands a and b start where x and y do (views of them, not copies)."""
+    return a.data_ptr() == x.data_ptr() and b.data_ptr() == y.data_ptr()
+
+
 def matrix(x):
     """x as a matrix of rows: x itself where it is 2-D."""
     return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
@@ -151,7 +156,9 @@ class Route:
         a, b = self.planned(name, x, y)
         c = self.plain(a, b)
         shape = self.out_shape if name == "forward_fast" else self.in_shape if name == "input_fast" else None
-        fast = calls.replayed(a, b, self.kernel, self.params, shape)
+        # a replay reads x and y from their addresses as a and b were laid out: not where the rows are a
+        # copy (a 3-D input whose rows are no view of it, x.transpose(0, 1)); the key's strides fix that
+        fast = calls.replayed(a, b, self.kernel, self.params, shape) if views_of(a, b, x, y) else None
         if fast is None:
             product = calls.repeated(a, b, self.kernel, self.params) or self.plain
             fast = functools.partial(self.repeated, name, product)
