@@ -49,10 +49,11 @@ class Route:
     fewest steps, and its gradients (KernelLinear). Each product is first made by its plan
     (tilemm.plans.calls.matmul) on the operands as planned (the input's rows, weight.T; dY's rows,
     weight; dY's rows transposed, the input's rows), and then repeated by the plan's repeated
-    call: its replay where it is one (calls.replayed), which reads the operands' addresses alone
-    and is given them as they come (the input, the weight, dY: no reshape, no transpose) and
-    allocates C in the shape its caller wants (the output's, d input's: no view of it); else
-    calls.repeated on the operands as planned. A replay declines (None) where a call's operands
+    call: its replay where it is one (calls.replayed) and the planned operands are views of the
+    given ones (not the rows' copy of a 3-D input such as x.transpose(0, 1)), which reads the
+    operands' addresses alone and is given them as they come (the input, the weight, dY: no
+    reshape, no transpose) and allocates C in the shape its caller wants (the output's, d
+    input's: no view of it); else calls.repeated on the operands as planned. A replay declines (None) where a call's operands
     don't fit it (their alignment, the current device); then the plan's own path runs.
 
     A call checks what the key does not hold (the weight's shape, strides, dtype and device, the
