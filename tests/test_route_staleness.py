@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import tilemm.nn
 
+from .conftest import ON_GPU
 from .interpreted_replays import replayed_on_the_host
 from .test_nn_routes import address_replays
 
@@ -63,7 +64,13 @@ def check(layer, x, train=True):
 
 
 @pytest.fixture(autouse=True)
-def replayed(monkeypatch):
+def replayed(request, monkeypatch):
+    """The host's stand-in replays for the tests on the host (Triton's interpreter); a gpu test's
+    replays are the compiled program's."""
+    if "gpu" in request.keywords:
+        return None
+    if ON_GPU:
+        pytest.skip("the host's replays under Triton's interpreter")
     return replayed_on_the_host(monkeypatch)
 
 
@@ -230,3 +237,34 @@ def test_a_route_replays_no_input_whose_rows_are_a_copy(monkeypatch):
     for _ in range(2):
         assert torch.allclose(layer(x), reference(layer, x)[0])
     assert ((2, 4, 16), (24, 16)) in given
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", [None, "gelu"])
+@pytest.mark.parametrize("rows", [4, 512])
+def test_gpu_inputs_whose_rows_are_a_copy_and_parameters_changed(activation, rows):
+    """On the GPU, the compiled programs' replays: a 3-D input whose rows are no view of it, then
+    the weight changed in place and replaced, and an input at another alignment: torch's answers."""
+    torch.manual_seed(0)
+    layer = tilemm.nn.Linear(256, 128, device="cuda", dtype=BF, kernel="tensorcore", activation=activation)
+
+    def check_cuda(x):
+        for _ in range(3):
+            assert close(layer(x), reference(layer, x)[0])
+        leaf = x.detach().clone().requires_grad_()
+        for _ in range(3):
+            layer.zero_grad(set_to_none=True)
+            y = layer(leaf)
+            grad = torch.randn_like(y)
+            leaf.grad = None
+            y.backward(grad)
+            theirs = reference(layer, x, grad)
+            assert close(leaf.grad, theirs[1]) and close(layer.weight.grad, theirs[2])
+    check_cuda(torch.randn(rows // 2, 2, 256, device="cuda", dtype=BF).transpose(0, 1))
+    check_cuda(torch.randn(2, rows // 2, 256, device="cuda", dtype=BF))
+    with torch.no_grad():
+        layer.weight.mul_(-2)
+    check_cuda(torch.randn(2, rows // 2, 256, device="cuda", dtype=BF))
+    layer.weight.data = torch.randn(128, 256, device="cuda", dtype=BF)
+    memory = torch.randn(rows * 256 + 8, device="cuda", dtype=BF)
+    check_cuda(memory[1:1 + rows * 256].view(2, rows // 2, 256))
