@@ -214,10 +214,10 @@ def test_hooks_and_functional_call(activation):
 
 
 def test_a_route_replays_no_input_whose_rows_are_a_copy(monkeypatch):
-    """A 3-D input whose rows are no view of it (x.transpose(0, 1)): the plan's product was made on
-    the rows' copy, which a replay reading the input's address would take for the input's layout
-    (a silent permutation of the rows): the route makes such a layout's products by the plan's
-    path, the forward and both gradients torch's, call after call."""
+    """A 3-D input whose rows are no view of it (x.transpose(0, 1), an expanded one): the plan's
+    product was made on the rows' copy, which a replay reading the input's address would take for
+    the input's layout (a silent permutation of the rows): the route makes such a layout's
+    products by the plan's path, the forward and both gradients torch's, call after call."""
     given = address_replays(monkeypatch)
     torch.manual_seed(7)
     layer = tilemm.nn.Linear(16, 24, dtype=torch.float64, kernel="numpy")
@@ -232,6 +232,9 @@ def test_a_route_replays_no_input_whose_rows_are_a_copy(monkeypatch):
         theirs = reference(layer, x, grad)
         assert torch.allclose(y.detach(), theirs[0]) and torch.allclose(leaf.grad, theirs[1])
         assert torch.allclose(layer.weight.grad, theirs[2])
+    for _ in range(3):                                  # broadcast rows: a copy too
+        x = torch.randn(1, 4, 16, dtype=torch.float64).expand(2, 4, 16)
+        assert torch.allclose(layer(x), reference(layer, x)[0])
     assert all(shape != (2, 4, 16) for shapes in given for shape in shapes)   # no replay given the input
     x = torch.randn(2, 4, 16, dtype=torch.float64)      # rows a view: replayed as before
     for _ in range(2):
