@@ -33,6 +33,11 @@ def transposed_view(x) -> bool:
     return x.stride(0) == 1 and x.stride(1) != 1
 
 
+def views_of(a, b, x, y) -> bool:
+    """Whether the planned operands a and b start where x and y do (views of them, not copies)."""
+    return a.data_ptr() == x.data_ptr() and b.data_ptr() == y.data_ptr()
+
+
 def matrix(x):
     """x as a matrix of rows: x itself where it is 2-D."""
     return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
@@ -44,10 +49,11 @@ class Route:
     fewest steps, and its gradients (KernelLinear). Each product is first made by its plan
     (tilemm.plans.calls.matmul) on the operands as planned (the input's rows, weight.T; dY's rows,
     weight; dY's rows transposed, the input's rows), and then repeated by the plan's repeated
-    call: its replay where it is one (calls.replayed), which reads the operands' addresses alone
-    and is given them as they come (the input, the weight, dY: no reshape, no transpose) and
-    allocates C in the shape its caller wants (the output's, d input's: no view of it); else
-    calls.repeated on the operands as planned. A replay declines (None) where a call's operands
+    call: its replay where it is one (calls.replayed) and the planned operands are views of the
+    given ones (not the rows' copy of a 3-D input such as x.transpose(0, 1)), which reads the
+    operands' addresses alone and is given them as they come (the input, the weight, dY: no
+    reshape, no transpose) and allocates C in the shape its caller wants (the output's, d
+    input's: no view of it); else calls.repeated on the operands as planned. A replay declines (None) where a call's operands
     don't fit it (their alignment, the current device); then the plan's own path runs.
 
     A call checks what the key does not hold (the weight's shape, strides, dtype and device, the
@@ -151,7 +157,9 @@ class Route:
         a, b = self.planned(name, x, y)
         c = self.plain(a, b)
         shape = self.out_shape if name == "forward_fast" else self.in_shape if name == "input_fast" else None
-        fast = calls.replayed(a, b, self.kernel, self.params, shape)
+        # a replay reads x and y from their addresses as a and b were laid out: not where the rows are a
+        # copy (a 3-D input whose rows are no view of it, x.transpose(0, 1)); the key's strides fix that
+        fast = calls.replayed(a, b, self.kernel, self.params, shape) if views_of(a, b, x, y) else None
         if fast is None:
             product = calls.repeated(a, b, self.kernel, self.params) or self.plain
             fast = functools.partial(self.repeated, name, product)
