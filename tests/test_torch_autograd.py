@@ -202,3 +202,29 @@ def test_dual_tensors_keep_their_tangents_first_and_repeated_calls():
             want = fwAD.unpack_dual(torch.matmul(fwAD.make_dual(x, t), w.T))
         assert got.tangent is not None
         assert torch.allclose(got.primal, want.primal) and torch.allclose(got.tangent, want.tangent)
+
+
+def test_autocast_casts_operands_as_torch_does():
+    """Under torch.autocast tilemm.matmul and tilemm.nn.Linear multiply in autocast's dtype as
+    torch.matmul and torch.nn.Linear do (float64 and out= calls are not cast), gradients reaching
+    the float32 leaves in float32; repeated calls (plans) and calls after the region as before."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 8, generator=g, requires_grad=True)
+    w = torch.randn(8, 5, generator=g)
+    lin = tilemm.nn.Linear(8, 5)
+    ref = torch.nn.Linear(8, 5)
+    ref.load_state_dict(lin.state_dict())
+    for _ in range(2):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = tilemm.matmul(x.detach(), w), torch.matmul(x.detach(), w)
+            assert got.dtype == want.dtype == torch.bfloat16
+            assert torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+            assert tilemm.matmul(x.detach().double(), w.double()).dtype == torch.float64
+            out = torch.empty(6, 5)
+            assert tilemm.matmul(x.detach(), w, out=out) is out and out.dtype == torch.float32
+            y, y_ref = lin(x), ref(x)
+            assert y.dtype == y_ref.dtype == torch.bfloat16
+            assert torch.allclose(y.float(), y_ref.float(), rtol=2e-2, atol=2e-2)
+            grad = torch.autograd.grad(tilemm.matmul(x, w).float().sum(), x)[0]
+            assert grad.dtype == torch.float32
+        assert tilemm.matmul(x.detach(), w).dtype == torch.float32 and lin(x).dtype == torch.float32

@@ -122,6 +122,12 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # (never keyed)
         from tilemm.spread import route as spread                      # several GPUs or ranks: tilemm.spread
         return spread.matmul(a, b, out, kernel, out_dtype, stream, params)
+    if key is None:                      # torch's autocast on (a torch tensor's key is None then): its casts
+        cast = contract.autocast_operands(a, b, out)
+        if cast is not None:             # the cast operands' product, their plans kept as any others'
+            import torch
+            with torch.autocast(a.device.type, enabled=False):
+                return matmul(*cast, out, kernel=kernel, out_dtype=out_dtype, stream=stream, **params)
     if contract.torch_routed(a, b):      # autograd, torch.func, jit.trace, meta (their keys never meet a
         from tilemm.torch import ops as torch_ops                      # plain call's: see tilemm.plans.cache)
         return torch_ops.routed_matmul(a, b, kernel, out, out_dtype, stream, params)

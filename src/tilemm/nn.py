@@ -27,6 +27,7 @@ OPTIONS = ("kernel", "out_dtype", "params", "products", "op_options", "activatio
 ABSENT = object()      # a parameter not in a module's own record of them
 
 is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
+autocast = torch._C._is_any_autocast_enabled
 tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
 
 
@@ -96,6 +97,8 @@ class Linear(torch.nn.Linear):
                 if y is not None:
                     return y
             return self.fused_forward(input)
+        if autocast() and torch.is_autocast_enabled(input.device.type) and not is_compiling():
+            return self.autocast_forward(input)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             products, layout_of = self.products, (input.shape, input.stride(), input.dtype)
             layout = products.library.get(layout_of)
@@ -149,6 +152,21 @@ class Linear(torch.nn.Linear):
             if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
                 y = y.reshape(input.shape[:-1] + (self.out_features,))
         return y if bias is None else y + bias
+
+    def autocast_forward(self, input: torch.Tensor) -> torch.Tensor:
+        """As torch's Linear under autocast: the input, weight and bias (floating point but float64)
+        in autocast's dtype, then this layer's product of them with autocast off (its layouts'
+        plans kept as any others')."""
+        dtype = torch.get_autocast_dtype(input.device.type)
+
+        def cast(t):
+            return t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
+        x, weight, bias = cast(input), cast(self.weight), cast(self.bias)
+        with torch.autocast(input.device.type, enabled=False):
+            y = api.matmul(x.reshape(-1, self.in_features), weight.T, kernel=self.kernel, out_dtype=self.out_dtype,
+                           **self.params)
+            y = y.reshape(x.shape[:-1] + (self.out_features,))
+            return y if bias is None else y + bias
 
     def general_product(self, input: torch.Tensor) -> torch.Tensor:
         """input @ weight.T through tilemm.matmul's general rules: its autograd (tilemm.torch.ops)

@@ -220,6 +220,19 @@ def torch_unplanned(torch, a, b) -> bool:
             or a.is_meta or b.is_meta or python_dispatched(torch, a) or python_dispatched(torch, b))
 
 
+def autocast_operands(a, b, out):
+    """(a, b) as torch's autocast would multiply them, or None where it would not cast them: torch
+    tensors on a device whose autocast is on, without an out= (torch does not autocast those), each
+    floating-point one but float64 in autocast's dtype (as F.linear's and matmul's operands)."""
+    torch = torch_if_imported()
+    if (torch is None or out is not None or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor)
+            or not torch._C._is_any_autocast_enabled() or not torch.is_autocast_enabled(a.device.type)):
+        return None
+    dtype = torch.get_autocast_dtype(a.device.type)
+    cast = [x.to(dtype) if x.is_floating_point() and x.dtype not in (dtype, torch.float64) else x for x in (a, b)]
+    return None if cast[0] is a and cast[1] is b else tuple(cast)
+
+
 def dual_level(torch) -> bool:
     """Whether a forward-mode AD level is open (torch.autograd.forward_ad.dual_level)."""
     return torch.autograd.forward_ad._current_level >= 0

@@ -105,14 +105,15 @@ def _new_key_functions(x) -> tuple:
         # (autograd), a call under jit tracing or a torch.func transform (tilemm.torch.ops), a FakeTensor
         # (its own type). A conjugate or negative view may meet a plain tensor's plan: the plan's paths
         # read its values (to_host, the GPU backends) or refuse it (a replay: ladder.replay.lazy)
-        # (and no key at all while a forward-mode AD level is open: a dual tensor's tangent is not in
-        # its key, and a plan would drop it)
+        # (and no key at all while a forward-mode AD level is open, a dual tensor's tangent being no
+        # part of its key, or while torch's autocast is on: the operands are cast first)
         kind, grad_enabled, forward_ad = type(x), torch.is_grad_enabled, torch.autograd.forward_ad
         tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
-        return ((lambda x: None if forward_ad._current_level >= 0 else (
+        autocast = torch._C._is_any_autocast_enabled
+        return ((lambda x: None if forward_ad._current_level >= 0 or autocast() else (
                     kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
                     tracing() or transformed())),
-                (lambda a, b: None if forward_ad._current_level >= 0 else (
+                (lambda a, b: None if forward_ad._current_level >= 0 or autocast() else (
                     kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
                     (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())))
     cupy = arrays.cupy_if_imported()
