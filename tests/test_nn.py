@@ -420,3 +420,16 @@ def test_the_shortest_path_reads_the_weight_as_the_module_gives_it(monkeypatch):
     prune.l1_unstructured(pruned, "bias", amount=0.5)
     pruned(x)
     assert torch.equal(pruned(x), F.linear(x, pruned.weight, pruned.bias_orig * pruned.bias_mask))
+
+
+@pytest.mark.parametrize("kernel", [None, "tensorcore"])
+def test_a_bias_of_another_dtype_is_refused_as_torch_refuses_it(kernel):
+    """torch's Linear raises where the bias's dtype is not the weight's; tilemm's layer too, on its
+    first call and after its layout's route is kept, rather than promoting the result."""
+    layer = tilemm.nn.Linear(8, 4, dtype=torch.bfloat16, kernel=kernel)
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    layer(x), layer(x)                                   # a route kept with the bfloat16 bias
+    layer.bias = torch.nn.Parameter(torch.zeros(4))      # float32
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="bias is torch.float32"):
+            layer(x)

@@ -31,6 +31,16 @@ autocast = torch._C._is_any_autocast_enabled
 tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
 
 
+def checked_bias(bias: torch.Tensor, weight: torch.Tensor, out_dtype=None) -> torch.Tensor:
+    """The bias, where its dtype is the weight's; torch's Linear refuses another (RuntimeError),
+    where adding it after the product would promote the result silently. (With an out_dtype, a
+    bias in the result's dtype is the layer's own choice.)"""
+    if bias.dtype != weight.dtype and out_dtype is None:
+        raise RuntimeError(f"Linear: the bias is {bias.dtype} and the weight {weight.dtype}; the layer takes one "
+                           "dtype for both, as torch's (F.linear: self and mat2 must have the same dtype)")
+    return bias
+
+
 class Linear(torch.nn.Linear):
     """torch.nn.Linear whose product runs through `tilemm.matmul`.
 
@@ -126,7 +136,7 @@ class Linear(torch.nn.Linear):
         if (self.out_dtype is not None or input.dtype != weight.dtype or is_compiling() or tracing() or transformed()
                 or input.is_meta or type(input) is not torch.Tensor and contract.python_dispatched(torch, input)):
             y = self.general_product(input)
-            return y if bias is None else y + bias
+            return y if bias is None else y + checked_bias(bias, weight, self.out_dtype)
         products = self.products
         key = layout_key(input, weight)
         layout = products.known.get(key) or products.learn_layout(key, input, weight, bias)
@@ -151,7 +161,7 @@ class Linear(torch.nn.Linear):
             y = LinearProduct.apply(a, weight.T, (self.kernel, None, None, self.params, layout))
             if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
                 y = y.reshape(input.shape[:-1] + (self.out_features,))
-        return y if bias is None else y + bias
+        return y if bias is None else y + checked_bias(bias, weight, self.out_dtype)
 
     def autocast_forward(self, input: torch.Tensor) -> torch.Tensor:
         """As torch's Linear under autocast: the input, weight and bias (floating point but float64)
@@ -166,7 +176,7 @@ class Linear(torch.nn.Linear):
             y = api.matmul(x.reshape(-1, self.in_features), weight.T, kernel=self.kernel, out_dtype=self.out_dtype,
                            **self.params)
             y = y.reshape(x.shape[:-1] + (self.out_features,))
-            return y if bias is None else y + bias
+            return y if bias is None else y + checked_bias(bias, weight, self.out_dtype)
 
     def general_product(self, input: torch.Tensor) -> torch.Tensor:
         """input @ weight.T through tilemm.matmul's general rules: its autograd (tilemm.torch.ops)

@@ -83,7 +83,8 @@ class Route:
         """input @ weight.T (+ bias), recording its gradient where autograd would; None where this
         route does not serve these operands."""
         if (weight.shape != self.weight_shape or weight.stride() != self.weight_stride or weight.dtype != self.dtype
-                or type(input) is not Tensor or type(weight) is not Parameter and type(weight) is not Tensor):
+                or type(input) is not Tensor or type(weight) is not Parameter and type(weight) is not Tensor
+                or bias is not None and bias.dtype != self.dtype):      # (the layer's own path refuses it)
             return None
         if self.cuda:
             if not (input.is_cuda and weight.is_cuda and input.get_device() == self.index == weight.get_device()):
