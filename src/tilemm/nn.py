@@ -13,12 +13,11 @@ from __future__ import annotations
 
 
 import torch
-import torch.autograd.forward_ad as forward_ad
 
 from tilemm import api
 from tilemm.contract import numpy_rules as contract
 from tilemm import products_api
-from tilemm.torch import nn_fuse
+from tilemm.torch import fused_transforms, nn_fuse
 from tilemm.ladder import registry
 from tilemm.torch.ops import dtype_text, encode_params
 from tilemm.torch.nn_products import LinearProduct, Products, layout_key
@@ -102,7 +101,7 @@ class Linear(torch.nn.Linear):
             return self.scripted_forward(input)
         if self.activation is not None:       # bias and activation in the product's epilogue
             # the layout's route (nn_fused_routes), but not under a transform or inside a forward-mode AD level
-            if not (is_compiling() or tracing() or transformed() or forward_ad._current_level >= 0):
+            if not (is_compiling() or tracing() or fused_transforms.active()):
                 y = self.fused_route_call(input)
                 if y is not None:
                     return y
@@ -168,10 +167,7 @@ class Linear(torch.nn.Linear):
         in autocast's dtype, then this layer's product of them with autocast off (its layouts'
         plans kept as any others')."""
         dtype = torch.get_autocast_dtype(input.device.type)
-
-        def cast(t):
-            return t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
-        x, weight, bias = cast(input), cast(self.weight), cast(self.bias)
+        x, weight, bias = (contract.autocast_cast(torch, t, dtype) for t in (input, self.weight, self.bias))
         with torch.autocast(input.device.type, enabled=False):
             y = api.matmul(x.reshape(-1, self.in_features), weight.T, kernel=self.kernel, out_dtype=self.out_dtype,
                            **self.params)

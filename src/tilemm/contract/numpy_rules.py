@@ -229,8 +229,16 @@ def autocast_operands(a, b, out):
             or not torch._C._is_any_autocast_enabled() or not torch.is_autocast_enabled(a.device.type)):
         return None
     dtype = torch.get_autocast_dtype(a.device.type)
-    cast = [x.to(dtype) if x.is_floating_point() and x.dtype not in (dtype, torch.float64) else x for x in (a, b)]
+    cast = [autocast_cast(torch, x, dtype) for x in (a, b)]
     return None if cast[0] is a and cast[1] is b else tuple(cast)
+
+
+def autocast_cast(torch, x, dtype):
+    """x as autocast casts an operand to its dtype: floating point but float64; x itself otherwise
+    (None, an integer tensor, a float64 one, one already of that dtype)."""
+    if x is None or not x.is_floating_point() or x.dtype in (dtype, torch.float64):
+        return x
+    return x.to(dtype)
 
 
 def dual_level(torch) -> bool:

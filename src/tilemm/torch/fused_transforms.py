@@ -18,8 +18,8 @@ rebuild the composite and differentiate it (double_backward), so that a second d
 from __future__ import annotations
 
 import torch
-import torch.autograd.forward_ad as forward_ad
 
+from tilemm.contract.numpy_rules import dual_level
 from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.products import fused
 
@@ -29,7 +29,7 @@ functorch_active = torch._C._are_functorch_transforms_active
 def active() -> bool:
     """Whether a call runs under a torch.func transform or inside a forward-mode AD dual level
     (where a tensor may carry a tangent): two reads, no tensor inspected."""
-    return functorch_active() or forward_ad._current_level >= 0
+    return functorch_active() or dual_level(torch)
 
 
 class EpilogueProduct(torch.autograd.Function):

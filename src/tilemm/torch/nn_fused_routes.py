@@ -40,8 +40,7 @@ from tilemm.torch.nn_routes import direct_apply, matrix
 
 Tensor, Parameter = torch.Tensor, torch.nn.Parameter
 grad_enabled, empty = torch.is_grad_enabled, torch.empty
-autocast_on = getattr(torch._C, "_is_any_autocast_enabled", None) or (
-    lambda: torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu"))
+autocast_on = torch._C._is_any_autocast_enabled
 
 
 def learn(input, weight, bias, activation: str, kernel, params: dict) -> tuple:

@@ -54,20 +54,20 @@ class Products:
         if (input.dim() == 0 or input.is_complex() or not (input.numel() and weight.numel())
                 or type(input) is not torch.Tensor or type(weight) not in (torch.Tensor, torch.nn.Parameter)):
             return None
-        if len(self.routes) >= self.LAYOUTS:
-            self.routes.clear()
-        route = self.routes[input.shape, input.stride(), input.dtype] = Route(input, weight, self.kernel, self.params)
-        return route
+        return self.keep(input, Route(input, weight, self.kernel, self.params))
 
     def fused_route(self, input: torch.Tensor, weight: torch.Tensor, bias, activation: str):
         """The FusedRoute of input's layout for a fused Linear (tilemm.torch.nn_fused_routes),
         made and kept for the next calls; None where the layout has none (kept too: tilemm.linear's
         path), or where these operands are not served now (not kept)."""
         route, keep = nn_fused_routes.learn(input, weight, bias, activation, self.kernel, self.params)
-        if keep:
-            if len(self.routes) >= self.LAYOUTS:
-                self.routes.clear()
-            self.routes[input.shape, input.stride(), input.dtype] = route
+        return self.keep(input, route) if keep else route
+
+    def keep(self, input: torch.Tensor, route):
+        """Keep route (or None: the layout has none) for input's layout, at most LAYOUTS of them."""
+        if len(self.routes) >= self.LAYOUTS:
+            self.routes.clear()
+        self.routes[input.shape, input.stride(), input.dtype] = route
         return route
 
     def layout(self, input: torch.Tensor, weight: torch.Tensor) -> Layout:
