@@ -320,14 +320,30 @@ def test_the_float64_default_on_its_table_classes(shape, layout):
     check(tilemm.matmul(a_t, b_t), a, b, "float64", f"default {layout} {shape}")
 
 
-@pytest.mark.parametrize("kernel, dtype", [(k, "float32") for k in SIMT] + [("cublas", "int32"), ("cublas", "int64")])
+@pytest.mark.parametrize("kernel, dtype", [(k, "float32") for k in SIMT])
 def test_32_bit_rungs_refuse_past_2_31_before_any_work(kernel, dtype):
-    """The SIMT rungs index in 32 bits, and so does CuPy's integer kernel (it faulted at 47000²)."""
+    """The SIMT rungs index in 32 bits."""
     import torch
     a = torch.ones(1, device="cuda", dtype=getattr(torch, dtype)).expand(70000, 16)   # the shape alone
     b = torch.ones(1, device="cuda", dtype=getattr(torch, dtype)).expand(16, 70000)
     with pytest.raises(tilemm.KernelUnavailable, match="2\\^31"):
         tilemm.matmul(a, b, kernel=kernel)
+
+
+@pytest.mark.parametrize("dtype, stack", [("int32", ()), ("int64", ()), ("int32", (2,))])
+def test_library_integers_past_2_31_elements(dtype, stack):
+    """The library rung's integers past 2^31 elements a matrix go through the float64 digits
+    (64-bit indices), never CuPy's kernel, which indexes in 32 bits (it faulted at 47000²): a
+    matrix, and a stack that would otherwise take CuPy's one launch."""
+    import torch
+    rows = 70000 if not stack else 47000
+    a = torch.arange(16, device="cuda", dtype=getattr(torch, dtype)).expand(*stack, rows, 16)
+    b = torch.ones(1, device="cuda", dtype=getattr(torch, dtype)).expand(*stack, 16, rows)
+    c = tilemm.matmul(a, b, kernel="cublas")
+    assert c.shape == (*stack, rows, rows) and c.dtype == a.dtype
+    assert int(c.min()) == int(c.max()) == 120        # every entry: 0 + 1 + ... + 15
+    del c
+    torch.cuda.empty_cache()
 
 
 # ---- threads and processes ----
