@@ -72,6 +72,16 @@ def test_linear_under_autocast_multiplies_in_autocast_s_dtype():
     assert w.grad.dtype == torch.float32 and relative(w.grad, torch.autograd.grad(ref.float().sum(), w)[0]) <= 2e-2
 
 
+def test_linear_under_autocast_leaves_float64_alone():
+    """Autocast casts floating point but float64 (torch's rule): float64 operands multiply in
+    float64, as F.linear's do."""
+    x, w, b = (torch.randn(s, device=DEVICE, dtype=torch.float64) for s in ((5, 24), (7, 24), (7,)))
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        y = tilemm.linear(x, w, b, "relu")
+        ref = F.relu(F.linear(x, w, b))
+    assert y.dtype == ref.dtype == torch.float64 and relative(y, ref) <= 1e-12
+
+
 def test_linear_without_grad_and_1d_input():
     x, w = torch.randn(16, dtype=torch.float64, device=DEVICE), torch.randn(5, 16, dtype=torch.float64, device=DEVICE)
     y = tilemm.linear(x, w, activation="relu", kernel="tensorcore")

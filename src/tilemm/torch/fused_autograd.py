@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tilemm.products import fused
+from tilemm.contract import numpy_rules as contract
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
 from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
@@ -61,12 +62,12 @@ def recording(*tensors) -> bool:
 
 def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     if isinstance(x, torch.Tensor) and torch.is_autocast_enabled(x.device.type):
-        # as F.linear under autocast: the product's operands in autocast's dtype; a residual of
-        # another dtype added after, with torch's promotion
+        # as F.linear under autocast: the product's operands in autocast's dtype (floating point
+        # but float64, which autocast leaves alone); a residual of another dtype added after,
+        # with torch's promotion
         dtype = torch.get_autocast_dtype(x.device.type)
-        x, weight = x.to(dtype), weight.to(dtype)
-        bias = None if bias is None else bias.to(dtype)
-        if residual is not None and residual.dtype != dtype:
+        x, weight, bias = (contract.autocast_cast(torch, t, dtype) for t in (x, weight, bias))
+        if residual is not None and residual.dtype != x.dtype:
             return linear(x, weight, bias, activation, None, kernel, params) + residual
     check_tensors("linear", x=x, weight=weight, bias=bias, residual=residual)
     check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
