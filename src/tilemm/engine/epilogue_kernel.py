@@ -35,9 +35,10 @@ def activate(z, ACTIVATION: tl.constexpr):
         e = tl.exp(-2.0 * tl.abs(inner))
         t = (1.0 - e) / (1.0 + e)
         z = 0.5 * z * (1.0 + tl.where(inner < 0, -t, t))
-    elif ACTIVATION == 4:                                # silu: z * sigmoid(z), e = exp(-|z|): no overflow
-        e = tl.exp(-tl.abs(z))
-        z = z * tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    elif ACTIVATION == 4:                                # silu: z * sigmoid(z) = z / (1 + exp(-z))
+        # one exp and one division an element (the special-function units bound an epilogue);
+        # exp(-z) overflows to inf past z = -88, and z / inf is the -0.0 silu rounds to
+        z = z / (1.0 + tl.exp(-z))
     return z
 
 
