@@ -382,20 +382,29 @@ def test_tiles_name_a_product_and_its_chunk():
 @pytest.mark.parametrize("tiles", [(64, 128, 128, 8, 4, 1), (16, 64, 128, 4, 4, 1), (128, 128, 64, 8, 4, 1)])
 def test_f16_exact_on_the_gpu_with_adversarial_data(product, tiles):
     """The tensor cores' float32 sums of a chunk (512) of int8 products are exact: all -128 x -128
-    (2^14 a product, 2^23 a chunk), +-127 and -128 mixed (odd sums near 2^23), random values; K
+    (2^14 a product, 2^23 a chunk), 127 x 127 (odd sums up to 2^23), 127 and -128 mixed, random; K
     past 8192 and not a tile multiple, M from 1 to 256, N not a tile multiple, B in both layouts,
     split K and not; and a K whose int32 sum wraps, as NumPy's int32 does."""
     tiles = tiles + (product,)
     gen = torch.Generator(device="cuda").manual_seed(5)
+
+    def full(value):
+        return lambda shape: torch.full(shape, value, dtype=torch.int8, device="cuda")
+
+    def mostly(value, other, every):          # value, and `other` at about one place in `every`
+        return lambda shape: torch.where(torch.randint(0, every, shape, device="cuda", generator=gen) == 0,
+                                         other, value).to(torch.int8)
+
+    def random(shape):
+        return torch.randint(-128, 128, shape, dtype=torch.int8, device="cuda", generator=gen)
+    # (A's values, B's): chunks of 2^23 exactly; odd sums (127 x 127 = 16129) up to 2^23; mixes
+    datas = {"-128 x -128": (full(-128), full(-128)), "127 x 127": (full(127), full(127)),
+             "127 x 127, -128 a 16th": (full(127), mostly(127, -128, 16)),
+             "-128 x -128, 127 an 8th": (full(-128), mostly(-128, 127, 8)), "random": (random, random)}
     k, n = 8192 + 37, 1000
-    datas = {"-128": lambda shape: torch.full(shape, -128, dtype=torch.int8, device="cuda"),
-             "127": lambda shape: torch.full(shape, 127, dtype=torch.int8, device="cuda"),
-             "+-127,-128": lambda shape: (torch.randint(0, 3, shape, device="cuda", generator=gen) * 127 - 128
-                                          ).clamp(-128, 127).to(torch.int8),
-             "random": lambda shape: torch.randint(-128, 128, shape, dtype=torch.int8, device="cuda", generator=gen)}
-    for name, data in datas.items():
+    for name, (a_values, b_values) in datas.items():
         for m in (1, 16, 17, 100, 256):
-            a, weight = data((m, k)), data((n, k))
+            a, weight = a_values((m, k)), b_values((n, k))
             expected = wrapped((a.double() @ weight.double().T).long())
             for layout in ("col", "row"):
                 b = weight.T if layout == "col" else weight.T.contiguous()
@@ -403,9 +412,10 @@ def test_f16_exact_on_the_gpu_with_adversarial_data(product, tiles):
                     c = torch.full((m, n), -123456789, dtype=torch.int32, device="cuda")
                     small_m.launcher(a, b, c, runs, tiles=tiles)()
                     assert torch.equal(c.long(), expected), (name, m, layout, runs, tiles)
-    m, n, k = 3, 72, 140000                                   # 140000 x 2^14 > 2^31: the int32 sum wraps
-    a, weight = torch.full((m, k), -128, dtype=torch.int8, device="cuda"), datas["+-127,-128"]((n, k))
+    m, n, k = 3, 72, 200000                  # about 200000 x 2^14 > 2^31: the int32 sums wrap
+    a, weight = full(-128)((m, k)), mostly(-128, 127, 8)((n, k))
     expected = wrapped((a.double() @ weight.double().T).long())
+    assert (expected != (a.double() @ weight.double().T).long()).all()
     for b in (weight.T, weight.T.contiguous()):
         for runs in (1, 4):
             c = torch.empty(m, n, dtype=torch.int32, device="cuda")
