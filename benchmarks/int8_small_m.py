@@ -63,7 +63,9 @@ BAR = 1.0
 PADDED_ROWS = 32          # the anchor's padding of A where _int_mm refuses M <= 16
 # candidates a class of M: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM[, product]),
 # the product (the module's PRODUCTS) "int8" where not named; the 16-bit ones' BLOCK_K divides
-# CHUNK_K, and their two accumulators (float32, int32) keep a tile to 64 elements a thread or so
+# CHUNK_K, and their two accumulators (float32, int32) keep a tile to 64 elements a thread or so;
+# those of two programs an SM fit two to an SM (registers, shared memory), one converting its
+# tiles while the other multiplies
 TILE_CANDIDATES = {
     16: [(16, 128, 256, 4, 3, 1), (16, 128, 128, 4, 4, 1), (16, 64, 256, 4, 3, 1), (16, 128, 64, 4, 6, 1),
          (16, 256, 128, 4, 3, 1), (16, 64, 128, 4, 4, 2), (16, 128, 128, 4, 4, 2), (16, 256, 64, 8, 4, 1),
@@ -76,12 +78,13 @@ TILE_CANDIDATES = {
          (64, 64, 64, 4, 6, 2), (32, 128, 128, 4, 4, 1), (64, 64, 128, 4, 4, 2), (64, 128, 128, 4, 4, 2),
          (32, 64, 128, 4, 4, 2),
          (64, 64, 128, 4, 4, 1, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16-swap"), (64, 128, 64, 4, 4, 1, "fp16-swap"),
-         (64, 128, 64, 8, 5, 1, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16")],
+         (64, 128, 64, 8, 5, 1, "fp16-swap"), (64, 128, 64, 8, 5, 2, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16")],
     None: [(64, 128, 128, 4, 4, 1), (64, 128, 64, 4, 5, 1), (128, 128, 128, 8, 4, 1), (128, 64, 128, 4, 4, 1),
            (64, 256, 64, 4, 4, 1), (128, 128, 64, 8, 5, 1), (64, 64, 128, 4, 4, 2), (64, 128, 128, 4, 4, 2),
            (64, 128, 128, 8, 4, 1), (64, 128, 128, 8, 4, 2), (32, 128, 128, 4, 4, 1), (128, 128, 64, 8, 5, 2),
            (128, 128, 64, 8, 4, 1, "fp16-swap"), (128, 128, 128, 8, 3, 1, "fp16-swap"), (256, 64, 64, 8, 4, 1, "fp16-swap"),
-           (128, 64, 128, 8, 4, 1, "fp16-swap"), (128, 64, 64, 4, 4, 1, "fp16-swap"), (128, 128, 64, 8, 4, 1, "fp16")],
+           (128, 64, 128, 8, 4, 1, "fp16-swap"), (128, 64, 64, 4, 4, 1, "fp16-swap"), (128, 64, 64, 4, 4, 2, "fp16-swap"),
+           (128, 128, 64, 8, 4, 1, "fp16")],
 }
 
 
