@@ -11,7 +11,7 @@ A padded to 32 rows, the padding counted), `int8 col|row` (the small-M program a
 tiles), and each of PROBE_TILES for M's class in both layouts. Every answer is checked exactly
 against a float64 product on the GPU before anything is timed; a wrong one is reported and not
 timed. Timing: --rounds interleaved rounds (the order rotated), each a block of --block launches
-back to back between CUDA events; the median a launch. This measures kernels, not whole calls:
+back to back between CUDA events (after --prewarm seconds of products); the median a launch. This measures kernels, not whole calls:
 the bar (benchmarks/int8_small_m.py) is whole calls. The programs are compiled first in --jobs
 processes.
 """
@@ -101,13 +101,14 @@ def block_us(call, block: int) -> float:
 
 def main():
     args = harness.parse(harness.parser(__doc__.splitlines()[0], out_required=False, ms=list(MS), rounds=5, block=20,
-                                        jobs=12))
+                                        jobs=12, prewarm=2.0))
     if args.jobs > 1:            # Triton compiles one program at a time a process; its disk cache serves this one
         import concurrent.futures
         import multiprocessing
         with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             list(pool.map(warm, [(m, layout) for m in args.ms for layout in ("col", "row")]))
     stamp = harness.stamp("int8_f16_probe.py", args)
+    harness.prewarm(args.prewarm, "float32")
     records = []
     for k, n in SHAPES:
         for m in args.ms:
