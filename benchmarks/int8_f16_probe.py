@@ -11,9 +11,9 @@ A padded to 32 rows, the padding counted), `int8 col|row` (the small-M program a
 tiles), and each of PROBE_TILES for M's class in both layouts. Every answer is checked exactly
 against a float64 product on the GPU before anything is timed; a wrong one is reported and not
 timed. Timing: --rounds interleaved rounds (the order rotated), each a block of --block launches
-back to back between CUDA events (after --prewarm seconds of products); the median a launch. This measures kernels, not whole calls:
-the bar (benchmarks/int8_small_m.py) is whole calls. The programs are compiled first in --jobs
-processes.
+back to back between CUDA events (after --prewarm seconds of products); the median a launch.
+This measures kernels, not whole calls: the bar (benchmarks/int8_small_m.py) is whole calls.
+The programs are compiled first in --jobs processes.
 """
 from __future__ import annotations
 
