@@ -93,6 +93,7 @@ def to_f16(x, BIAS_CVT: tl.constexpr):
     compiler can do two values a register; else a conversion instruction a value (a quarter-rate
     instruction on Hopper: on a tile of the weight it costs more than the tensor cores' time)."""
     if BIAS_CVT:
-        return (x.to(tl.int16) + 0x6480).to(tl.int16).to(tl.float16, bitcast=True) - 1152.0
+        biased = (x.to(tl.int16) + 0x6480).to(tl.int16).to(tl.float16, bitcast=True)
+        return biased - tl.full(x.shape, 1152.0, tl.float16)      # (a float literal might promote to float32)
     return x.to(tl.float16)
 # --8<-- [end:kernel]
