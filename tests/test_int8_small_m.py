@@ -377,6 +377,39 @@ def test_tiles_name_a_product_and_its_chunk():
     assert small_m.runs_of_k(1, 3584, 18944, H200_SMS, (16, 128, 256, 4, 3, 1, "fp16-swap")) == 5
 
 
+def test_the_benchmarks_try_only_tiles_the_program_takes():
+    """int8_small_m.py's tune space (each class's candidates, each product's) and the probe's
+    candidates are tiles launcher() takes, and --products picks each product's with the table
+    in force's row."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(folder))                           # (the scripts import harness beside them)
+    try:
+        scripts = {}
+        for name in ("int8_small_m", "int8_f16_probe"):
+            spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+            scripts[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(scripts[name])
+    finally:
+        sys.path.remove(str(folder))
+    for space in (scripts["int8_small_m"].TILE_CANDIDATES, scripts["int8_f16_probe"].PROBE_TILES):
+        assert set(space) == {16, 32, 64, None}
+        for rows, candidates in space.items():
+            for tiles in candidates:
+                block_m, block_n, block_k = tiles[:3]
+                assert small_m.product_of(tiles) in small_m.PRODUCTS and block_k % 32 == 0, (rows, tiles)
+                assert block_m >= 16 and block_n >= 16, (rows, tiles)
+    bench = scripts["int8_small_m"]
+    for layout in ("col", "row"):
+        for rows in bench.TILE_CANDIDATES:
+            picked = bench.candidates_of(layout, rows, ["fp16-swap"])
+            in_force = dict(small_m.ROW_TILES if layout == "row" else small_m.TILES)[rows]
+            assert picked[-1] == in_force and len(picked) >= 2, (layout, rows)
+            assert all(small_m.product_of(tiles) == "fp16-swap" for tiles in picked[:-1])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiles", [(64, 128, 128, 8, 4, 1, "fp16-swap"), (16, 64, 128, 4, 4, 1, "fp16-swap"),
                                    (128, 128, 64, 8, 4, 1, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16")])
