@@ -32,9 +32,9 @@ summary line a set and layout: the lowest ratio, the geometric mean, the problem
 --tune: for each layout and each class of M (the rows of the module's tables), every candidate of
 TILE_CANDIDATES on the tensor cores of --products (a candidate's seventh item: "int8" where none;
 the 16-bit ones, "fp16" and "fp16-swap", are exact in float32 chunks: the module's PRODUCTS), and
-the table in force's row besides (so the tuned table loses to none of it), run alone (the program's launcher, no tilemm call around it) on the fit set's
-problems of that class, in interleaved rounds, a block of --tune-block launches between CUDA
-events; a candidate's score is the geometric mean over the problems of the best candidate's time
+the table in force's row besides (so the tuned table loses to none of it), run alone (the
+program's launcher, no tilemm call around it) on the fit set's problems of that class, in
+interleaved rounds, a block of --tune-block launches between CUDA events; a candidate's score is the geometric mean over the problems of the best candidate's time
 over its own. Prints the winning table in the module's form (TILES, ROW_TILES).
 
 --tune --then-sweep: then the sweep of --set with the tables just tuned (set on the module for

@@ -20,9 +20,9 @@ def small_m_f16_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, strid
     <= 512 products is an exact integer under 2^23; it is added into an int32 total (wrapping as
     NumPy's int32 does) and starts again. The 16-bit instructions read B from shared memory in
     either major order, so a row-major B needs no turning over: one program for both layouts, the
-    loads' order set by the strides (a stride of 1 is specialized at launch). SWAP: C^T = B^T A^T, so the weight's
-    columns fill the instruction's 64-row side (its operand from registers, converted there) and
-    the few rows of A its other side (8 to 256). The grid, the runs of split K and the hand-over
+    loads' order set by the strides (a stride of 1 is specialized at launch). SWAP: C^T = B^T A^T,
+    so the weight's columns fill the instruction's 64-row side (its operand from registers,
+    converted there) and the few rows of A its other side (8 to 256). The grid, the runs of split K and the hand-over
     are small_m_matmul's (r11_int8_small_m_kernel.py)."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     pid_m = tl.program_id(0) % tiles_m
@@ -38,36 +38,30 @@ def small_m_f16_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, strid
     rows = offs_m.to(tl.int64)                            # 64-bit offsets: operands past 2^31 bytes
     ks = (first * BLOCK_K + offs_k).to(tl.int64)
     cols = offs_n.to(tl.int64)
-    in_m = offs_m < M
-    in_n = offs_n < N                                     # (a mask along rows and columns keeps K's contiguity)
     if SWAP:      # tiles as the product reads them: B^T (BLOCK_N, BLOCK_K) and A^T (BLOCK_K, BLOCK_M)
-        b_ptrs = b_ptr + cols[:, None] * stride_bn + ks[None, :] * stride_bk
         a_ptrs = a_ptr + ks[:, None] * stride_ak + rows[None, :] * stride_am
+        b_ptrs = b_ptr + cols[:, None] * stride_bn + ks[None, :] * stride_bk
+        a_in, a_k = offs_m[None, :] < M, offs_k[:, None]
+        b_in, b_k = offs_n[:, None] < N, offs_k[None, :]
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32)
     else:
         a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
         b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+        a_in, a_k = offs_m[:, None] < M, offs_k[None, :]
+        b_in, b_k = offs_n[None, :] < N, offs_k[:, None]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     sums = tl.zeros(acc.shape, dtype=tl.float32)
-    for step in range(first, steps):
-        left = K - step * BLOCK_K                         # K past this step's start
+    for step in range(first, steps):      # rows past M and columns past N load zeros (masks keep K's contiguity)
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=a_in, other=0)
+            b = tl.load(b_ptrs, mask=b_in, other=0)
+        else:
+            left = K - step * BLOCK_K                      # K from this step's start
+            a = tl.load(a_ptrs, mask=a_in & (a_k < left), other=0)
+            b = tl.load(b_ptrs, mask=b_in & (b_k < left), other=0)
         if SWAP:
-            k_in = offs_k < left
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=in_m[None, :], other=0)
-                b = tl.load(b_ptrs, mask=in_n[:, None], other=0)
-            else:
-                a = tl.load(a_ptrs, mask=in_m[None, :] & k_in[:, None], other=0)
-                b = tl.load(b_ptrs, mask=in_n[:, None] & k_in[None, :], other=0)
             sums = tl.dot(to_f16(b, BIAS_CVT), to_f16(a, BIAS_CVT), sums)
         else:
-            k_in = offs_k < left
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=in_m[:, None], other=0)
-                b = tl.load(b_ptrs, mask=in_n[None, :], other=0)
-            else:
-                a = tl.load(a_ptrs, mask=in_m[:, None] & k_in[None, :], other=0)
-                b = tl.load(b_ptrs, mask=in_n[None, :] & k_in[:, None], other=0)
             sums = tl.dot(to_f16(a, BIAS_CVT), to_f16(b, BIAS_CVT), sums)
         if (step - first) % CHUNK_STEPS == CHUNK_STEPS - 1:   # a chunk's exact float32 sum into int32
             acc += sums.to(tl.int32)
