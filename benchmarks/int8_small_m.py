@@ -4,6 +4,7 @@ problem of the held-out set. And --tune: the small-M program's tiles for each la
 
     PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all] [--layouts col row]
     PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR --tune [--layouts row] [--then-sweep --set held-out]
+        [--products int8 fp16 fp16-swap]
 
 Problems: M in --ms times (N, K) of a set: `fit`, the layers the tiles and the default's rule
 were set on (--tune times only these), and `held-out`, other layers', never looked at while
@@ -29,9 +30,11 @@ JSON line a problem (ratios: the anchor's time over the variant's, above 1 is fa
 summary line a set and layout: the lowest ratio, the geometric mean, the problems under the bar.
 
 --tune: for each layout and each class of M (the rows of the module's tables), every candidate of
-TILE_CANDIDATES run alone (the program's launcher, no tilemm call around it) on the fit set's
-problems of that class, in interleaved rounds, a block of --tune-block launches between CUDA
-events; a candidate's score is the geometric mean over the problems of the best candidate's time
+TILE_CANDIDATES on the tensor cores of --products (a candidate's seventh item: "int8" where none;
+the 16-bit ones, "fp16" and "fp16-swap", are exact in float32 chunks: the module's PRODUCTS), and
+the table in force's row besides (so the tuned table loses to none of it), run alone (the
+program's launcher, no tilemm call around it) on the fit set's problems of that class, in
+interleaved rounds, a block of --tune-block launches between CUDA events; a candidate's score is the geometric mean over the problems of the best candidate's time
 over its own. Prints the winning table in the module's form (TILES, ROW_TILES).
 
 --tune --then-sweep: then the sweep of --set with the tables just tuned (set on the module for
@@ -58,18 +61,30 @@ SETS = {"fit": FIT, "held-out": HELD_OUT}
 MS = [1, 8, 16, 32, 64, 100, 128, 200, 256]
 BAR = 1.0
 PADDED_ROWS = 32          # the anchor's padding of A where _int_mm refuses M <= 16
-# candidates a class of M: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM)
+# candidates a class of M: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM[, product]),
+# the product (the module's PRODUCTS) "int8" where not named; the 16-bit ones' BLOCK_K divides
+# CHUNK_K, and their two accumulators (float32, int32) keep a tile to 64 elements a thread or so;
+# those of two programs an SM fit two to an SM (registers, shared memory), one converting its
+# tiles while the other multiplies
 TILE_CANDIDATES = {
     16: [(16, 128, 256, 4, 3, 1), (16, 128, 128, 4, 4, 1), (16, 64, 256, 4, 3, 1), (16, 128, 64, 4, 6, 1),
-         (16, 256, 128, 4, 3, 1), (16, 64, 128, 4, 4, 2), (16, 128, 128, 4, 4, 2), (16, 256, 64, 8, 4, 1)],
+         (16, 256, 128, 4, 3, 1), (16, 64, 128, 4, 4, 2), (16, 128, 128, 4, 4, 2), (16, 256, 64, 8, 4, 1),
+         (16, 64, 128, 4, 4, 1, "fp16-swap"), (16, 128, 128, 4, 4, 1, "fp16-swap"), (16, 128, 64, 4, 6, 1, "fp16-swap")],
     32: [(32, 64, 128, 4, 4, 2), (32, 128, 128, 4, 4, 1), (32, 64, 256, 4, 3, 1), (32, 128, 64, 4, 5, 1),
-         (32, 64, 64, 4, 6, 2), (16, 128, 128, 4, 4, 1)],
+         (32, 64, 64, 4, 6, 2), (16, 128, 128, 4, 4, 1),
+         (32, 64, 128, 4, 4, 1, "fp16-swap"), (32, 128, 128, 4, 4, 1, "fp16-swap"), (32, 128, 64, 4, 5, 1, "fp16-swap"),
+         (32, 128, 64, 4, 5, 1, "fp16")],
     64: [(64, 64, 128, 4, 4, 1), (64, 128, 128, 4, 4, 1), (64, 128, 64, 4, 5, 1), (64, 64, 256, 4, 3, 1),
          (64, 64, 64, 4, 6, 2), (32, 128, 128, 4, 4, 1), (64, 64, 128, 4, 4, 2), (64, 128, 128, 4, 4, 2),
-         (32, 64, 128, 4, 4, 2)],
+         (32, 64, 128, 4, 4, 2),
+         (64, 64, 128, 4, 4, 1, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16-swap"), (64, 128, 64, 4, 4, 1, "fp16-swap"),
+         (64, 128, 64, 8, 5, 1, "fp16-swap"), (64, 128, 64, 8, 5, 2, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16")],
     None: [(64, 128, 128, 4, 4, 1), (64, 128, 64, 4, 5, 1), (128, 128, 128, 8, 4, 1), (128, 64, 128, 4, 4, 1),
            (64, 256, 64, 4, 4, 1), (128, 128, 64, 8, 5, 1), (64, 64, 128, 4, 4, 2), (64, 128, 128, 4, 4, 2),
-           (64, 128, 128, 8, 4, 1), (64, 128, 128, 8, 4, 2), (32, 128, 128, 4, 4, 1), (128, 128, 64, 8, 5, 2)],
+           (64, 128, 128, 8, 4, 1), (64, 128, 128, 8, 4, 2), (32, 128, 128, 4, 4, 1), (128, 128, 64, 8, 5, 2),
+           (128, 128, 64, 8, 4, 1, "fp16-swap"), (128, 128, 128, 8, 3, 1, "fp16-swap"), (256, 64, 64, 8, 4, 1, "fp16-swap"),
+           (128, 64, 128, 8, 4, 1, "fp16-swap"), (128, 64, 64, 4, 4, 1, "fp16-swap"), (128, 64, 64, 4, 4, 2, "fp16-swap"),
+           (128, 128, 64, 8, 4, 1, "fp16")],
 }
 
 
@@ -129,10 +144,13 @@ def measure(calls: dict, rounds: int, per_round: int, block: int) -> tuple:
 
 
 def program(a, b) -> str:
-    """What the default runs: its kernel, and for tensorcore-int whether its small-M program."""
+    """What the default runs: its kernel, and for tensorcore-int whether its small-M program (and on
+    which tensor cores: its tiles' product)."""
     kernel = tilemm.plan(a, b, out_dtype="int32").kernel.name
     c = torch.empty(a.shape[0], b.shape[1], dtype=torch.int32, device=a.device)
-    return kernel + (" small-m" if kernel == "tensorcore-int" and small_m.takes(a, b, c) else "")
+    if kernel != "tensorcore-int" or not small_m.takes(a, b, c):
+        return kernel
+    return f"{kernel} small-m {small_m.product_of(small_m.tiles_for(a.shape[0], small_m.b_rows(b)))}"
 
 
 def problem(set_name, m, n, k, bs, b64, args, stamp) -> dict:
@@ -257,16 +275,25 @@ def warm_in_parallel(tasks: list, jobs: int) -> None:
         print(f"warm: {type(e).__name__}: {e}"[:300], flush=True)
 
 
+def candidates_of(layout: str, rows, products: list) -> list:
+    """TILE_CANDIDATES of a class of M on the tensor cores of `products`, and the table in force's
+    row for the class and layout (once)."""
+    found = [tiles for tiles in TILE_CANDIDATES[rows] if small_m.product_of(tiles) in products]
+    in_force = dict(tables()[layout])[rows]
+    return found + [in_force] * (in_force not in found)
+
+
 def tune(args, stamp) -> dict:
-    """Time TILE_CANDIDATES for each layout and class of M on the fit set; print the tables and
-    return them, {layout: table}."""
+    """Time the candidates (candidates_of) for each layout and class of M on the fit set; print the
+    tables and return them, {layout: table}."""
     path = args.out / "int8_small_m_tune.jsonl"
     warm_in_parallel([(layout, tiles, FIT, [m for m in args.ms if class_of(m) == rows]) for layout in args.layouts
-                      for rows, candidates in TILE_CANDIDATES.items() for tiles in candidates], args.jobs)
+                      for rows in TILE_CANDIDATES for tiles in candidates_of(layout, rows, args.products)], args.jobs)
     tuned = {}
     for layout in args.layouts:
         table = []
-        for rows, candidates in TILE_CANDIDATES.items():
+        for rows in TILE_CANDIDATES:
+            candidates = candidates_of(layout, rows, args.products)
             ms = [m for m in args.ms if class_of(m) == rows]
             if not ms:                      # no --ms in this class: the table in force keeps its row
                 table.append((rows, dict(tables()[layout])[rows]))
@@ -317,11 +344,14 @@ def tune(args, stamp) -> dict:
 
 def main():
     args = harness.arguments(set="all", layouts=["col", "row"], ms=list(MS), rounds=5, per_round=8, block=20,
-                             prewarm=5.0, tune=False, tune_block=20, jobs=8, then_sweep=False)
+                             prewarm=5.0, tune=False, tune_block=20, jobs=8, then_sweep=False,
+                             products=list(small_m.PRODUCTS))
     if args.set not in ("fit", "held-out", "all"):
         raise SystemExit(f"--set: fit, held-out or all, not {args.set!r}")
     if not args.layouts or set(args.layouts) - {"col", "row"}:
         raise SystemExit(f"--layouts: col and/or row, not {args.layouts!r}")
+    if not args.products or set(args.products) - set(small_m.PRODUCTS):
+        raise SystemExit(f"--products: some of {small_m.PRODUCTS}, not {args.products!r}")
     stamp = harness.stamp("int8_small_m.py", args)
     harness.prewarm(args.prewarm, "float32")
     if not args.tune:

@@ -166,11 +166,11 @@ def test_the_default_gives_a_row_major_b_to_the_rung(monkeypatch):
 def test_tiles_of_each_layout():
     for b_rows in (False, True):
         table = small_m.ROW_TILES if b_rows else small_m.TILES
-        assert table[-1][0] is None and all(len(tiles) == 6 for _, tiles in table)
+        assert table[-1][0] is None and all(small_m.product_of(tiles) in small_m.PRODUCTS for _, tiles in table)
         assert small_m.tiles_for(1, b_rows) == table[0][1] and small_m.tiles_for(10**6, b_rows) == table[-1][1]
         for m in (1, 16, 17, 64, 65, 256):
             block_m, block_n, block_k, *_ = small_m.tiles_for(m, b_rows)
-            assert block_k % 32 == 0 and block_n % 16 == 0 and block_m in (16, 32, 64, 128)
+            assert block_k % 32 == 0 and small_m.CHUNK_K % block_k == 0 and block_n % 16 == 0 and block_m in (16, 32, 64, 128)
 
 
 def test_takes_int8_into_int32_in_the_layouts_it_reads(monkeypatch):
@@ -192,35 +192,60 @@ def test_takes_int8_into_int32_in_the_layouts_it_reads(monkeypatch):
 
 
 COMPILE = r"""
-import json, sys
+import json
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul
-from tilemm.ladder.tensorcore.r11_int8_small_m import ROW_TILES, TILES, WGMMA_ROWS
+from tilemm.ladder.tensorcore.r11_int8_f16_kernel import small_m_f16_matmul
+from tilemm.ladder.tensorcore.r11_int8_small_m import CHUNK_K, ROW_TILES, TILES, WGMMA_ROWS, product_of
 from tilemm.engine.availability import H100_SHARED_OPTIN
+from tests.compiled import resource_usage
+TABLES = ((False, TILES), (True, ROW_TILES))
+F16_TILES = [(16, 64, 128, 4, 4, 1, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16-swap"), (128, 128, 64, 8, 4, 1, "fp16-swap"),
+             (128, 128, 64, 8, 4, 1, "fp16")]
+
+
+def build(b_rows, tiles):
+    # as a launch specializes it: split K (the hand-over compiled too), pointers, N, K and the row
+    # strides divisible by 16, B's contiguous dimension's stride 1
+    bm, bn, bk, warps, stages, _ = tiles[:6]
+    product = product_of(tiles)
+    sig = dict(a_ptr="*i8", b_ptr="*i8", c_ptr="*i32", M="i32", N="i32", K="i32", stride_am="i32",
+               stride_ak="constexpr", stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="constexpr",
+               BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", EVEN_K="constexpr")
+    const = {"stride_ak": 1, "stride_cn": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "EVEN_K": True}
+    if product == "int8":
+        program = small_m_matmul
+        sig.update(B_ROWS="constexpr", B_AHEAD="constexpr")
+        const.update(B_ROWS=b_rows, B_AHEAD=b_rows and bm >= WGMMA_ROWS)
+    else:
+        program = small_m_f16_matmul
+        sig.update(CHUNK_STEPS="constexpr", SWAP="constexpr", BIAS_CVT="constexpr")
+        const.update(CHUNK_STEPS=CHUNK_K // bk, SWAP=product == "fp16-swap", BIAS_CVT=True)
+    sig.update(split_steps="i32", ws_ptr="*fp32", counts_ptr="*i32")
+    unit = "stride_bn" if b_rows else "stride_bk"          # B's contiguous dimension, as a launch sees it
+    sig[unit] = "constexpr"
+    const[unit] = 1
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(sig) if sig[name] != "constexpr"
+             and name in ("a_ptr", "b_ptr", "c_ptr", "N", "K", "stride_am", "stride_bk", "stride_bn", "stride_cm",
+                          "ws_ptr")}
+    k = triton.compile(ASTSource(fn=program, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+    ptx = k.asm["ptx"]
+    wgmma = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]
+    return dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, pipelined="cp.async" in ptx, wgmma=bool(wgmma),
+                f16=all(".f32.f16.f16" in line for line in wgmma),
+                registers_a=bool(wgmma) and all(line.split("}")[1].strip().startswith(", {") for line in wgmma),
+                mma="mma.sync" in ptx, byte_loads="ld.global.b8" in ptx or "ld.global.u8" in ptx, block_m=bm,
+                cubin=len(k.asm["cubin"]), product=product, **resource_usage(k.asm["cubin"]))
+
+
 out = {}
-for b_rows, table in ((False, TILES), (True, ROW_TILES)):
-    for rows, (bm, bn, bk, warps, stages, _) in table:
-        sig = dict(a_ptr="*i8", b_ptr="*i8", c_ptr="*i32", M="i32", N="i32", K="i32", stride_am="i32",
-                   stride_ak="constexpr", stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="constexpr",
-                   BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", EVEN_K="constexpr",
-                   B_ROWS="constexpr", B_AHEAD="constexpr", split_steps="i32", ws_ptr="*fp32", counts_ptr="*i32")
-        unit = "stride_bn" if b_rows else "stride_bk"          # B's contiguous dimension, as a launch sees it
-        sig[unit] = "constexpr"
-        const = {"stride_ak": 1, unit: 1, "stride_cn": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "EVEN_K": True,
-                 "B_ROWS": b_rows, "B_AHEAD": b_rows and bm >= WGMMA_ROWS}
-        # as a launch specializes them: pointers, N, K and the row strides divisible by 16
-        attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(sig) if sig[name] != "constexpr"
-                 and name in ("a_ptr", "b_ptr", "c_ptr", "N", "K", "stride_am", "stride_bk", "stride_bn", "stride_cm",
-                              "ws_ptr")}
-        k = triton.compile(ASTSource(fn=small_m_matmul, signature=sig, constexprs=const, attrs=attrs),
-                           target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
-        ptx = k.asm["ptx"]
-        out[f"{'row' if b_rows else 'col'} {rows}"] = dict(
-            shared=k.metadata.shared, limit=H100_SHARED_OPTIN, pipelined="cp.async" in ptx, wgmma="wgmma" in ptx,
-            mma="mma.sync" in ptx, byte_loads="ld.global.b8" in ptx or "ld.global.u8" in ptx, block_m=bm,
-            cubin=len(k.asm["cubin"]))
+which = "tables"
+for b_rows, table in TABLES:
+    for rows, tiles in (table if which == "tables" else [(t, t) for t in F16_TILES]):
+        out[f"{'row' if b_rows else 'col'} {rows}"] = build(b_rows, tiles)
 print(json.dumps(out))
 """
 
@@ -236,7 +261,24 @@ def test_compiles_for_sm90_at_every_tile_class():
     for name, k in out.items():
         assert 0 < k["shared"] <= k["limit"] and k["pipelined"] and k["cubin"] > 0, (name, k)
         assert not k["byte_loads"], (name, k)
-        assert k["wgmma"] if k["block_m"] >= small_m.WGMMA_ROWS else k["mma"], (name, k)
+        if k["product"] == "int8":
+            assert k["wgmma"] if k["block_m"] >= small_m.WGMMA_ROWS else k["mma"], (name, k)
+
+
+FROM_TABLES = 'which = "tables"'
+
+
+@pytest.mark.skipif(ON_GPU, reason="compile-only tier: the GPU runs the programs")
+def test_the_16_bit_products_compile_for_sm90():
+    """fp16 and fp16-swap compiled for sm_90 in both layouts: 16-bit wgmma with float32 sums (for
+    fp16-swap from 16 rows: the weight's 64-row side), its register operand converted in
+    registers (the weight's tile for fp16-swap), loads pipelined and never a byte at a time, no
+    registers spilled."""
+    out = run_program(COMPILE.replace(FROM_TABLES, 'which = "f16"'))
+    assert len(out) == 8
+    for name, k in out.items():
+        assert 0 < k["shared"] <= k["limit"] and k["pipelined"] and not k["byte_loads"], (name, k)
+        assert k["wgmma"] and k["f16"] and k["registers_a"] and k["stack"] == 0, (name, k)
 
 
 @pytest.mark.gpu
@@ -261,5 +303,155 @@ def test_exact_on_the_gpu(m):
                 out = torch.full((m, n), -123456789, dtype=torch.int32, device="cuda")
                 tilemm.matmul(a, b, out=out, out_dtype="int32", **params)
                 assert torch.equal(out.double(), expected), (m, n, k, layout, params, "out=")
+    torch.cuda.synchronize()
+    assert counts_at_zero()
+
+
+# The 16-bit tensor cores' products (fp16, fp16-swap): float32 chunk sums flushed into int32
+F16_PRODUCTS = ("fp16", "fp16-swap")
+
+
+def wrapped(exact):
+    """NumPy's int32 of exact int64 sums: modulo 2^32, signed."""
+    return (exact + 2**31) % 2**32 - 2**31
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("product", F16_PRODUCTS)
+@pytest.mark.parametrize("layout", ["col", "row"])
+@pytest.mark.parametrize("m,n,k,runs", [(1, 33, 70, 3), (17, 45, 300, 2), (3, 7, 9, None), (20, 16, 129, 1)])
+def test_interpreter_f16_exact_at_odd_sizes(product, layout, m, n, k, runs):
+    """Both layouts as they lie, N and K not tile multiples, split K or not, flushes every 2 K steps
+    (a chunk of 64) into a poisoned C."""
+    a, b = operands(m, n, k, m + n + k, layout=layout)
+    c = torch.full((m, n), 7, dtype=torch.int32)
+    small_m.launcher(a, b, c, runs, tiles=TINY + (product,), chunk_k=64)()
+    assert np.array_equal(c.numpy().astype(np.int64), int64_product(a, b))
+    assert counts_at_zero()
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("product", F16_PRODUCTS)
+def test_interpreter_f16_chunks_keep_float32_sums_exact(product):
+    """All 127 (odd products of 16129) over K = 1100: one float32 sum of them all would pass 2^24
+    and lose its last bit (the interpreter sums in float32 as the tensor cores do); chunks of 512
+    flushed into int32 keep it exact. K at a chunk's edges, and -128 x -128 (2^14 a product)."""
+    for value, k in ((127, 1100), (-128, 1024), (127, 513), (-128, 511)):
+        for layout in ("col", "row"):
+            a = torch.full((2, k), value, dtype=torch.int8)
+            weight = torch.full((20, k), value, dtype=torch.int8)
+            weight[3, 5] = -128 if value > 0 else 127             # one product of the other sign
+            b = weight.T if layout == "col" else weight.T.contiguous()
+            c = torch.zeros(2, 20, dtype=torch.int32)
+            small_m.launcher(a, b, c, 1, tiles=TINY + (product,))()
+            assert np.array_equal(c.numpy().astype(np.int64), int64_product(a, b)), (value, k, layout)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("m,n,k", [(1, 40, 300), (0, 40, 300), (5, 0, 300), (5, 40, 0), (0, 0, 0)])
+def test_interpreter_f16_through_the_default(monkeypatch, m, n, k):
+    """A table whose rows name the 16-bit products is what tilemm.matmul runs (as the lead's tuned
+    tables would): exact, M = 1, and empty products, both layouts."""
+    import tilemm
+    monkeypatch.setattr(small_m, "TILES", ((None, (16, 32, 64, 1, 2, 1, "fp16-swap")),))
+    monkeypatch.setattr(small_m, "ROW_TILES", ((None, (16, 32, 64, 1, 2, 1, "fp16")),))
+    for layout in ("col", "row"):
+        a, b = operands(m, n, k, 3, layout=layout)
+        got = tilemm.matmul(a, b, out_dtype="int32", kernel="tensorcore-int", small_m=True)
+        assert got.dtype == torch.int32 and got.shape == (m, n)
+        assert np.array_equal(got.numpy().astype(np.int64), int64_product(a, b)), layout
+
+
+def test_tiles_name_a_product_and_its_chunk():
+    assert small_m.product_of((16, 32, 32, 1, 2, 1)) == "int8"
+    assert small_m.product_of((16, 32, 32, 1, 2, 1, "fp16-swap")) == "fp16-swap"
+    with pytest.raises(ValueError, match="product"):
+        small_m.product_of((16, 32, 32, 1, 2, 1, "bf16"))
+    with pytest.raises(ValueError, match="product"):
+        small_m.product_of((16, 32, 32, 1, 2))
+    with pytest.raises(ValueError, match="BLOCK_K must divide"):
+        small_m.product_of((16, 32, 96, 1, 2, 1, "fp16"))                      # 512 / 96 steps
+    with pytest.raises(ValueError, match="BLOCK_K must divide"):
+        small_m.product_of((16, 32, 64, 1, 2, 1, "fp16"), chunk_k=1024)         # past 2^23 a sum
+    assert small_m.product_of((16, 32, 64, 1, 2, 1, "fp16"), chunk_k=128) == "fp16"
+    assert small_m.runs_of_k(1, 3584, 18944, H200_SMS, (16, 128, 256, 4, 3, 1, "fp16-swap")) == 5
+
+
+def test_the_benchmarks_try_only_tiles_the_program_takes():
+    """int8_small_m.py's tune space (each class's candidates, each product's) and the probe's
+    candidates are tiles launcher() takes, and --products picks each product's with the table
+    in force's row."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(folder))                           # (the scripts import harness beside them)
+    try:
+        scripts = {}
+        for name in ("int8_small_m", "int8_f16_probe"):
+            spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+            scripts[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(scripts[name])
+    finally:
+        sys.path.remove(str(folder))
+    for space in (scripts["int8_small_m"].TILE_CANDIDATES, scripts["int8_f16_probe"].PROBE_TILES):
+        assert set(space) == {16, 32, 64, None}
+        for rows, candidates in space.items():
+            for tiles in candidates:
+                block_m, block_n, block_k = tiles[:3]
+                assert small_m.product_of(tiles) in small_m.PRODUCTS and block_k % 32 == 0, (rows, tiles)
+                assert block_m >= 16 and block_n >= 16, (rows, tiles)
+    bench = scripts["int8_small_m"]
+    for layout in ("col", "row"):
+        for rows in bench.TILE_CANDIDATES:
+            picked = bench.candidates_of(layout, rows, ["fp16-swap"])
+            in_force = dict(small_m.ROW_TILES if layout == "row" else small_m.TILES)[rows]
+            assert picked[-1] == in_force and len(picked) >= 2, (layout, rows)
+            assert all(small_m.product_of(tiles) == "fp16-swap" for tiles in picked[:-1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", [(64, 128, 128, 8, 4, 1, "fp16-swap"), (16, 64, 128, 4, 4, 1, "fp16-swap"),
+                                   (128, 128, 64, 8, 4, 1, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16")])
+def test_f16_exact_on_the_gpu_with_adversarial_data(tiles):
+    """The tensor cores' float32 sums of a chunk (512) of int8 products are exact: all -128 x -128
+    (2^14 a product, 2^23 a chunk), 127 x 127 (odd sums up to 2^23), 127 and -128 mixed, random; K
+    past 8192 and not a tile multiple, M from 1 to 256, N not a tile multiple, B in both layouts,
+    split K and not; and a K whose int32 sum wraps, as NumPy's int32 does."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+
+    def full(value):
+        return lambda shape: torch.full(shape, value, dtype=torch.int8, device="cuda")
+
+    def mostly(value, other, every):          # value, and `other` at about one place in `every`
+        return lambda shape: torch.where(torch.randint(0, every, shape, device="cuda", generator=gen) == 0,
+                                         other, value).to(torch.int8)
+
+    def random(shape):
+        return torch.randint(-128, 128, shape, dtype=torch.int8, device="cuda", generator=gen)
+    # (A's values, B's): chunks of 2^23 exactly; odd sums (127 x 127 = 16129) up to 2^23; mixes
+    datas = {"-128 x -128": (full(-128), full(-128)), "127 x 127": (full(127), full(127)),
+             "127 x 127, -128 a 16th": (full(127), mostly(127, -128, 16)),
+             "-128 x -128, 127 an 8th": (full(-128), mostly(-128, 127, 8)), "random": (random, random)}
+    k, n = 8192 + 37, 1000
+    for name, (a_values, b_values) in datas.items():
+        for m in (1, 16, 17, 100, 256):
+            a, weight = a_values((m, k)), b_values((n, k))
+            expected = wrapped((a.double() @ weight.double().T).long())
+            for layout in ("col", "row"):
+                b = weight.T if layout == "col" else weight.T.contiguous()
+                for runs in (1, 3):
+                    c = torch.full((m, n), -123456789, dtype=torch.int32, device="cuda")
+                    small_m.launcher(a, b, c, runs, tiles=tiles)()
+                    assert torch.equal(c.long(), expected), (name, m, layout, runs, tiles)
+    m, n, k = 3, 72, 200000                  # about 200000 x 2^14 > 2^31: the int32 sums wrap
+    a, weight = full(-128)((m, k)), mostly(-128, 127, 8)((n, k))
+    expected = wrapped((a.double() @ weight.double().T).long())
+    assert (expected != (a.double() @ weight.double().T).long()).all()
+    for b in (weight.T, weight.T.contiguous()):
+        for runs in (1, 4):
+            c = torch.empty(m, n, dtype=torch.int32, device="cuda")
+            small_m.launcher(a, b, c, runs, tiles=tiles)()
+            assert torch.equal(c.long(), expected), ("wraps", runs, tiles)
     torch.cuda.synchronize()
     assert counts_at_zero()

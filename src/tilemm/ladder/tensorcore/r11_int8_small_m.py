@@ -23,6 +23,13 @@ A not row-major, take the rung's programs.
 The program (r11_int8_small_m_kernel.py) loads through pointers, no descriptors: a launch passes
 three pointers and integers, the cheapest call a repeated product can replay (tilemm.engine.replay),
 which matters where the product itself takes a few microseconds.
+
+A row of the tables may name the tensor cores the tile runs on (its seventh item, PRODUCTS):
+"int8" (the default), or the 16-bit ones (r11_int8_f16_kernel.py), which read B from shared
+memory in either major order, so a row-major B needs no turning over. An int8 is exact in
+float16 and a product of two is at most 2^14, so CHUNK_K products sum exactly in float32; each
+chunk's sum is added into int32. "fp16" multiplies A @ B; "fp16-swap" multiplies C^T = B^T A^T,
+so the weight's columns fill the instruction's 64-row side and A's few rows its other side.
 """
 from __future__ import annotations
 
@@ -51,11 +58,13 @@ ROW_MAJOR_ROWS = 256    # rows up to which a row-major B takes this program wher
 LEAST_RUN = 4           # K steps a run takes at least (a run's hand-over is a tile's store and reads)
 RUNG_TILE = (128, 256)  # the rung's own tiles (its Gluon and persistent programs)
 FILL = 1.0              # rung tiles per SM below which this program is the rung's choice
+PRODUCTS = ("int8", "fp16", "fp16-swap")   # the tensor cores a tile runs on (a table row's seventh item)
+CHUNK_K = 512           # K of a float32 sum of int8 products that stays exact: 512 x 2^14 = 2^23 < 2^24
 
 
 def tiles_for(m: int, b_rows: bool = False) -> tuple:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM) for M rows, B row-major
-    (b_rows) or as (N, K).T."""
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM[, product]) for M rows, B
+    row-major (b_rows) or as (N, K).T."""
     for rows, tiles in (ROW_TILES if b_rows else TILES):
         if rows is None or m <= rows:
             return tiles
@@ -65,7 +74,7 @@ def tiles_for(m: int, b_rows: bool = False) -> tuple:
 def runs_of_k(m: int, n: int, k: int, multiprocessors: int, tiles: tuple | None = None) -> int:
     """Into how many runs of K steps each tile is split: enough that tiles x runs reach the
     programs an SM that the tiles aim at, none shorter than LEAST_RUN steps, none empty."""
-    block_m, block_n, block_k, _, _, per_sm = tiles or tiles_for(m)
+    block_m, block_n, block_k, _, _, per_sm = (tiles or tiles_for(m))[:6]
     tiles_of_c = -(-m // block_m) * -(-n // block_n)
     k_steps = -(-k // block_k)
     wanted = max(1, min(-(-per_sm * multiprocessors // tiles_of_c), k_steps // LEAST_RUN))
@@ -110,17 +119,31 @@ def takes(a, b, c, small_m=None) -> bool:
     return read is not None and preferred(m, b.shape[1], k, availability.multiprocessors(), read == "row")
 
 
-def launcher(a, b, c, split_k=None, tiles: tuple | None = None):
+def product_of(tiles: tuple, chunk_k: int = CHUNK_K) -> str:
+    """The tensor cores a row of tiles runs on (PRODUCTS), checked: a 16-bit product's K step
+    must divide its exact chunk (chunk_k, at most CHUNK_K)."""
+    product = tiles[6] if len(tiles) > 6 else "int8"
+    if len(tiles) not in (6, 7) or product not in PRODUCTS:
+        raise ValueError(f"small-M tiles {tiles!r}: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs "
+                         f"an SM[, product in {PRODUCTS}])")
+    if product != "int8" and not (0 < chunk_k <= CHUNK_K and chunk_k % tiles[2] == 0):
+        raise ValueError(f"small-M tiles {tiles!r}: BLOCK_K must divide the exact chunk of {chunk_k} "
+                         f"(at most {CHUNK_K}) on the 16-bit tensor cores")
+    return product
+
+
+def launcher(a, b, c, split_k=None, tiles: tuple | None = None, chunk_k: int = CHUNK_K):
     """c = a @ b (int8 into int32, K >= 1) as a launcher without arguments: one launch, of
     split_k runs of K a tile (None: runs_of_k), tiles as tiles_for gives them (None: M's for B's
-    layout). B row-major (b_rows) is loaded row by row (B_ROWS; from WGMMA_ROWS rows a tile, a
-    step ahead: B_AHEAD), any other B as (N, K).T."""
-    from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul        # Triton loads on first use
+    layout). On the int8 tensor cores B row-major (b_rows) is loaded row by row (B_ROWS; from
+    WGMMA_ROWS rows a tile, a step ahead: B_AHEAD), any other B as (N, K).T; on the 16-bit ones
+    (the tiles' product) both as they lie, float32 sums flushed into int32 every chunk_k of K."""
     m, k = a.shape
     n = b.shape[1]
     rows = b_rows(b)
     tiles = tiles or tiles_for(m, rows)
-    block_m, block_n, block_k, num_warps, num_stages, _ = tiles
+    product = product_of(tiles, chunk_k)
+    block_m, block_n, block_k, num_warps, num_stages, _ = tiles[:6]
     tiles_of_c = -(-m // block_m) * -(-n // block_n)
     k_steps = -(-k // block_k)
     runs = split_k or runs_of_k(m, n, k, availability.multiprocessors(), tiles)
@@ -128,11 +151,16 @@ def launcher(a, b, c, split_k=None, tiles: tuple | None = None):
     per_run = -(-k_steps // max(1, min(runs, k_steps, slots)))
     runs = -(-k_steps // per_run)                                # no empty run
     args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
-    options = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, B_ROWS=rows,
-                   B_AHEAD=rows and block_m >= WGMMA_ROWS, num_warps=num_warps,
+    options = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, num_warps=num_warps,
                    num_stages=max(1, min(num_stages, per_run)))   # stages past a run's K steps only load zeros
-    whole = launches.bound_launch(small_m_matmul, (tiles_of_c,), args, options)
+    if product == "int8":
+        from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul as program  # Triton on first use
+        options.update(B_ROWS=rows, B_AHEAD=rows and block_m >= WGMMA_ROWS)
+    else:
+        from tilemm.ladder.tensorcore.r11_int8_f16_kernel import small_m_f16_matmul as program
+        options.update(CHUNK_STEPS=chunk_k // block_k, SWAP=product == "fp16-swap")
+    whole = launches.bound_launch(program, (tiles_of_c,), args, options)
     if runs == 1:
         return whole
-    return workspaces.SplitKLaunch(small_m_matmul, (tiles_of_c, runs), args, {**options, "split_steps": per_run},
+    return workspaces.SplitKLaunch(program, (tiles_of_c, runs), args, {**options, "split_steps": per_run},
                                    whole, block_m, block_n)
