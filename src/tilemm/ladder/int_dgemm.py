@@ -16,20 +16,23 @@ side along K (a row of A: its digits lowest first, (..., M, count·K)) and B's s
 two digits is at most 2^20 in magnitude, so a sum of K of them is an integer of at most 2^53
 while K ≤ 2^33 (EXACT_K): float64 holds every partial sum exactly, in whatever order cuBLAS adds
 them (blocked, with FMA). A shift's GEMM takes as many pairs as keep pairs·K within EXACT_K (all
-of them but past K = 2^31); the others add their exact sums in int64. Past EXACT_K this route
-refuses (takes() is False and the library rung turns to CuPy, or refuses in its limits).
+of them up to K = 2^33 / 6); past that, runs of fewer, their exact sums added in int64. Past
+EXACT_K this route refuses (takes() is False and the library rung turns to CuPy, or refuses in
+its limits).
 
 The first call of a process pays for each kind of kernel it launches (CUDA loads a kernel's
-module at its first launch), so a call runs few kinds, each once a step for all digits at once:
-the digits of an operand in four or six broadcast integer ops against a small table of
-per-digit constants on the device (made once a device), the products as float64 GEMMs, and the
+module at its first launch), so a call runs few kinds, each step one op for all digits at once:
+the digits of an operand in four broadcast integer ops (an int64's in seven) against a small
+table of per-digit constants on the device (made once a device), one float64 GEMM a shift, and the
 sums added back as two 32-bit limbs, S_s·2^(11 s) ≡ low + high·2^32 (mod 2^64), by shifts,
-masks and adds: no int64 overflow anywhere, the result wrapped to w bits as two's complement
+masks and adds: no add overflows int64 (a left shift drops the bits past 64, as torch defines
+it), the result wrapped to w bits as two's complement
 (what NumPy's integer matmul gives). Working memory (float64 digits of A and B, the GEMMs'
 results, the limbs) is bounded by running A's rows in blocks (WORKSPACE_BYTES).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from tilemm.engine import streams
@@ -51,6 +54,7 @@ def digit_count(bits: int) -> int:
     return -(-bits // DIGIT_BITS)
 
 
+@functools.lru_cache(maxsize=None)
 def table_values(count: int) -> tuple:
     """The constants that give digit i of x as ((x + CARRY) >> SHIFT & KEEP) - OFFSET, rows of
     (lowest digit first, highest first): CARRY_i = Σ_{j≤i} 1024·2^(11 j) (but the last digit's,
@@ -175,21 +179,21 @@ def pair_blocks(s: int, a_count: int, b_count: int, k: int) -> list:
     return [(i, min(i + most, last + 1)) for i in range(first, last + 1, most)]
 
 
-def product(a, planes, count: int, bits: int):
+def product(a, planes, b_count: int, bits: int):
     """a @ B modulo 2^bits (32 or 64) as int64 values in [-2^(bits-1), 2^(bits-1)): a (..., M, K)
-    a signed integer tensor, B given as stacked_planes(B) (planes, count); batch dimensions
+    a signed integer tensor, B given as stacked_planes(B) (planes, b_count); batch dimensions
     broadcast as torch.matmul's."""
     import torch
     k, a_count = a.shape[-1], digit_count(signed_bits(a))
     a_planes = digit_planes(a, a_count, -2)
     a_planes = a_planes.reshape(a_planes.shape[:-2] + (a_count * k,))             # (..., M, count·K)
-    shifts = shift_count(a_count, count, bits)
+    shifts = shift_count(a_count, b_count, bits)
     batch = torch.broadcast_shapes(a.shape[:-2], planes.shape[:-2])
     sums = torch.empty((shifts,) + batch + (a.shape[-2], planes.shape[-1]), dtype=torch.float64, device=a.device)
     rest = []
     for s in range(shifts):
-        for r, (i0, i1) in enumerate(pair_blocks(s, a_count, count, k)):
-            j0 = count - 1 - s + i0                    # B's block of digit s - i0, in its highest-first stack
+        for r, (i0, i1) in enumerate(pair_blocks(s, a_count, b_count, k)):
+            j0 = b_count - 1 - s + i0                    # B's block of digit s - i0, in its highest-first stack
             a_part, b_part = a_planes[..., i0 * k:i1 * k], planes[..., j0 * k:(j0 + i1 - i0) * k, :]
             if r == 0:
                 torch.matmul(a_part, b_part, out=sums[s])
@@ -198,7 +202,7 @@ def product(a, planes, count: int, bits: int):
     del a_planes
     exact = sums.to(torch.int64)
     del sums
-    for s, part in rest:            # (only past K = 2^31: more pairs than one exact GEMM takes)
+    for s, part in rest:            # (only past K = 2^33 / 6: more pairs than one exact GEMM takes)
         exact[s] += part.to(torch.int64)
     shift = table(MOST_DIGITS, a.device)[SHIFT, 0, :shifts].view((shifts,) + (1,) * (exact.dim() - 1))
     low, high = limbs(exact, shift, bits)
