@@ -15,7 +15,8 @@ CUDA kernels), and their launches; every answer checked against NumPy's.
 does): `import tilemm`, the first tilemm.matmul of two --size square CUDA tensors timed to its
 synchronized result (the process's first use of the route: what lazy module loading and a
 first dispatch cost), then the distinct CUDA kernels a call launches (torch.profiler, CUDA
-activity, on the second call), then --calls repeated calls (CUDA events around each, the median);
+activity, on the second call), then --calls repeated calls (CUDA events around each, the GPU
+idle before it: the median, harness.event_timer) and calls queued back to back (harness.queued_ms);
 every answer checked exactly against NumPy's. One JSON line a dtype in DIR/int_digits_probe.jsonl.
 """
 from __future__ import annotations
@@ -128,17 +129,13 @@ def child(dtype: str, size: int, calls: int) -> None:
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             kernels[e.name] = kernels.get(e.name, 0) + 1
-    times = []
-    for _ in range(calls):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        c = tilemm.matmul(a, b)
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    exact = exact and bool((c.cpu().numpy() == expected).all())
+    time_us = harness.event_timer()
+    times = [time_us(lambda: tilemm.matmul(a, b)) / 1e3 for _ in range(calls)]
+    queued = harness.queued_ms(lambda: tilemm.matmul(a, b))
+    exact = exact and bool((tilemm.matmul(a, b).cpu().numpy() == expected).all())
     print(json.dumps({"dtype": dtype, "m": size, "n": size, "k": size, "setup_s": setup_s, "import_s": import_s,
                       "first_call_s": first_s, "repeated_ms": statistics.median(times), "repeated_min_ms": min(times),
+                      "queued_ms": queued,
                       "kernel_used": tilemm.plan(a, b).kernel.name, "exact": exact,
                       "triton_loaded": "triton" in sys.modules, "distinct_kernels": len(kernels),
                       "launches": sum(kernels.values()), "kernels": kernels}), flush=True)
