@@ -6,7 +6,7 @@ the library rung's integers while Triton is not loaded) launches, and what its f
     PYTHONPATH=src python3 benchmarks/int_digits_probe.py --out DIR --tree OLD/src   # an earlier tree's
 
 --device cpu (no GPU needed): each case (int32 and int64, 2-D and a stack) run once through
-int_dgemm.run on CPU tensors under torch.profiler and a dispatch mode; printed: the distinct aten
+int_dgemm.run on CPU tensors (after a first run) under torch.profiler and a dispatch mode; printed: the distinct aten
 op names the profiler lists (wrappers such as aten::to and aten::matmul among them), the ops a
 call dispatches to kernels (each (op, dtypes, scalar arguments) a kind: a proxy for the distinct
 CUDA kernels), and their launches; every answer checked against NumPy's.
@@ -17,7 +17,10 @@ synchronized result (the process's first use of the route: what lazy module load
 first dispatch cost), then the distinct CUDA kernels a call launches (torch.profiler, CUDA
 activity, on the second call), then --calls repeated calls (CUDA events around each, the GPU
 idle before it: the median, harness.event_timer) and calls queued back to back (harness.queued_ms);
-every answer checked exactly against NumPy's. One JSON line a dtype in DIR/int_digits_probe.jsonl.
+every answer checked exactly against NumPy's; then (but with --no-phases) one more process a dtype
+whose first call runs each op with the GPU idle before it, timed apart: where the first call's
+time goes (each op's first launch; the rest is Python). One JSON line a process in
+DIR/int_digits_probe.jsonl.
 """
 from __future__ import annotations
 
@@ -94,6 +97,7 @@ def cpu_counts(dtype: str) -> list[dict]:
         a, b = full_range(a_shape, dtype, g, "cpu"), full_range(b_shape, dtype, g, "cpu")
         c = torch.empty(torch.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1]),
                         dtype=a.dtype)
+        int_dgemm.run(a, b, c)          # (what a first call makes once: the constants on the device)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             int_dgemm.run(a, b, c)
         names = sorted({e.name for e in prof.events() if e.name.startswith("aten::")})
@@ -107,8 +111,42 @@ def cpu_counts(dtype: str) -> list[dict]:
 
 # ---------------------------------------------------------------- the GPU: a fresh process a dtype
 
-def child(dtype: str, size: int, calls: int) -> None:
-    """This process's first tilemm.matmul timed, its kernels listed, repeated calls timed; a JSON line."""
+def timed_ops(call) -> tuple:
+    """(call's result, [[op, its tensors' dtypes, ms from its start to the GPU's end], ...] in order,
+    seconds before its first op): each op dispatched with the GPU idle before it, so that its
+    time is its own, its kernel's first launch (module loading) included."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Timing(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops, self.first = [], None
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            self.first = start if self.first is None else self.first
+            out = func(*args, **(kwargs or {}))
+            torch.cuda.synchronize()
+            flat = list(args) + list((kwargs or {}).values())
+            self.ops.append([str(func.overloadpacket).removeprefix("aten."),
+                             [str(x.dtype).replace("torch.", "") for x in flat if isinstance(x, torch.Tensor)],
+                             round((time.perf_counter() - start) * 1e3, 3)])
+            return out
+
+    with Timing():              # the mode's own first use (its imports: seconds) apart from the call's
+        torch.zeros(1).add_(1)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with Timing() as timing:
+        out = call()
+    return out, timing.ops, (timing.first or time.perf_counter()) - start
+
+
+def child(dtype: str, size: int, calls: int, phases: bool) -> None:
+    """This process's first tilemm.matmul timed (phases: each op of it timed apart), its kernels
+    listed, repeated calls timed; a JSON line."""
     started = time.perf_counter()
     import torch
     g = torch.Generator(device="cuda").manual_seed(size)
@@ -118,7 +156,15 @@ def child(dtype: str, size: int, calls: int) -> None:
     start = time.perf_counter()
     import tilemm
     import_s = time.perf_counter() - start
-    first_s, c = harness.timed(lambda: tilemm.matmul(a, b))
+    found = {}
+    if phases:
+        start = time.perf_counter()
+        c, found["first_call_ops"], found["before_first_op_s"] = timed_ops(lambda: tilemm.matmul(a, b))
+        torch.cuda.synchronize()
+        first_s = time.perf_counter() - start
+        found["ops_ms"] = sum(op[-1] for op in found["first_call_ops"])
+    else:
+        first_s, c = harness.timed(lambda: tilemm.matmul(a, b))
     expected = numpy_product(a, b)
     exact = c.dtype == a.dtype and bool((c.cpu().numpy() == expected).all())
     from torch.profiler import ProfilerActivity, profile
@@ -138,7 +184,7 @@ def child(dtype: str, size: int, calls: int) -> None:
                       "queued_ms": queued,
                       "kernel_used": tilemm.plan(a, b).kernel.name, "exact": exact,
                       "triton_loaded": "triton" in sys.modules, "distinct_kernels": len(kernels),
-                      "launches": sum(kernels.values()), "kernels": kernels}), flush=True)
+                      "launches": sum(kernels.values()), "kernels": kernels, "phases": phases, **found}), flush=True)
 
 
 def main(argv=None) -> int:
@@ -151,10 +197,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes a dtype (default 3)")
     ap.add_argument("--tree", help="the source tree (the folder holding tilemm/) the processes import")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds one process may take")
+    ap.add_argument("--no-phases", action="store_true",
+                    help="no extra process a dtype whose first call has each op timed apart")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--phases", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(args.child, args.size, args.calls)
+        child(args.child, args.size, args.calls, args.phases)
         return 0
     if args.device == "cpu":
         for dtype in args.dtypes:
@@ -173,21 +222,26 @@ def main(argv=None) -> int:
     stamp = harness.stamp("int_digits_probe.py", args, env="PYTHONPATH=src")
     out, ok = harness.out_folder(args.out), True
     for dtype in args.dtypes:
-        for _ in range(args.repeat):
+        kernels = {}
+        for phases in [False] * args.repeat + ([] if args.no_phases else [True]):
             argv_child = [sys.executable, os.path.abspath(__file__), "--child", dtype, "--size", str(args.size),
-                          "--calls", str(args.calls)]
+                          "--calls", str(args.calls)] + (["--phases"] if phases else [])
             lines, error = harness.child_lines(argv_child, env, args.timeout)
-            rec = dict(lines[-1]) if lines else {"dtype": dtype}
+            rec = dict(lines[-1]) if lines else {"dtype": dtype, "phases": phases}
             if error:
                 rec["error"] = error
             ok = ok and not error and rec.get("exact", False)
             harness.append(out / "int_digits_probe.jsonl", [{**rec, "tree": args.tree, **stamp}])
-            print(f"{dtype}: first call {rec.get('first_call_s', float('nan')):.3f} s  repeated "
-                  f"{rec.get('repeated_ms', float('nan')):.3f} ms  kernels {rec.get('distinct_kernels')} "
+            kernels = rec.get("kernels") or kernels
+            print(f"{dtype}{' (each op timed apart)' if phases else ''}: first call "
+                  f"{rec.get('first_call_s', float('nan')):.3f} s  repeated {rec.get('repeated_ms', float('nan')):.3f} ms "
+                  f"(queued {rec.get('queued_ms', float('nan')):.3f} ms)  kernels {rec.get('distinct_kernels')} "
                   f"({rec.get('launches')} launches)  exact {rec.get('exact')}  {rec.get('error', '')[:200]}", flush=True)
-        print("\n".join(f"   {n}: {k}" for n, k in sorted(rec.get("kernels", {}).items())))
+            if phases and "first_call_ops" in rec:
+                print(f"   before the first op {rec['before_first_op_s'] * 1e3:.1f} ms; the ops {rec['ops_ms']:.1f} ms:")
+                print("\n".join(f"   {ms:8.2f} ms  {op} {dtypes}" for op, dtypes, ms in rec["first_call_ops"]))
+        print("   the kernels a call launches:\n" + "\n".join(f"   {k:3} x {n}" for n, k in sorted(kernels.items())))
     return 0 if ok else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())
