@@ -143,18 +143,22 @@ def test_a_shift_s_pairs_split_into_runs_whose_sums_stay_exact(monkeypatch):
 
 
 def test_the_constants_while_a_cuda_graph_is_captured(monkeypatch):
-    """The digit table goes to the device once and is kept; while a graph is captured (no copy
-    from the host then) it is filled on the device, the same values, and not kept."""
-    monkeypatch.setattr(int_dgemm, "CONSTANTS", {})
-    monkeypatch.setattr(int_dgemm.streams, "capturing", lambda: True)
-    filled = int_dgemm.table(3, torch.device("cpu"))
-    assert filled.tolist() == [list(map(list, row)) for row in int_dgemm.table_values(3)]
-    assert int_dgemm.CONSTANTS == {}
+    """The digits' constants go to the device once and are kept; while a graph is captured (no
+    copy from the host then) they are filled on the device, the same values, and not kept."""
+    from tilemm.engine import device_constants, streams
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(device_constants, "KEPT", {})
+    monkeypatch.setattr(streams, "capturing", lambda: True)
+    filled = int_dgemm.digit_constants(3, 1, True, cpu)
+    assert [row.view(-1).tolist() for row in filled] == [list(row[1]) for row in int_dgemm.table_values(3)]
+    assert filled[0].shape == (3, 1) and device_constants.KEPT == {}
     a = full_range((4, 9), torch.int64, torch.Generator().manual_seed(2))
     assert np.array_equal(int_dgemm.matmul(a, a.T, 64).numpy(), numpy_product(a, a.T, 64))
-    monkeypatch.setattr(int_dgemm.streams, "capturing", lambda: False)
-    assert int_dgemm.table(3, torch.device("cpu")) is int_dgemm.table(3, torch.device("cpu"))
-    assert torch.equal(int_dgemm.table(3, torch.device("cpu")), filled)
+    assert device_constants.KEPT == {}
+    monkeypatch.setattr(streams, "capturing", lambda: False)
+    kept = int_dgemm.digit_constants(3, 1, True, cpu)
+    assert kept is int_dgemm.digit_constants(3, 1, True, cpu)
+    assert all(torch.equal(x, y) for x, y in zip(kept, filled))
 
 
 def kernel_kinds(call) -> tuple:
@@ -310,11 +314,12 @@ def test_the_digits_replay_in_a_cuda_graph_whose_capture_made_their_constants(mo
     a, b, c = x.cuda(), y.cuda(), torch.empty(64, 48, dtype=torch.int64, device="cuda")
     int_dgemm.run(a, b, c)                     # cuBLAS's handle made outside the capture
     assert np.array_equal(c.cpu().numpy(), numpy_product(x, y, 64))
-    monkeypatch.setattr(int_dgemm, "CONSTANTS", {})
+    from tilemm.engine import device_constants
+    monkeypatch.setattr(device_constants, "KEPT", {})
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         int_dgemm.run(a, b, c)
-    assert int_dgemm.CONSTANTS == {}
+    assert device_constants.KEPT == {}
     for seed in (9, 10):
         g = torch.Generator().manual_seed(seed)
         x, y = full_range((64, 96), torch.int64, g), full_range((96, 48), torch.int64, g)

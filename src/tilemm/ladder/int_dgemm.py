@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import math
 
-from tilemm.engine import streams
+from tilemm.engine import device_constants
 
 DIGIT_BITS = 11
 HALF = 1 << (DIGIT_BITS - 1)            # 1024: a digit lies in [-HALF, HALF)
@@ -44,9 +44,6 @@ EXACT_K = 2**33                         # K·2^20 ≤ 2^53: every sum of digit p
 LIMB = 2**32
 MASK32 = LIMB - 1
 WORKSPACE_BYTES = 2**30                 # temporaries per block of A's rows (B's digits apart)
-MOST_DIGITS = 6                         # an int64's (and a 64-bit result's shifts)
-SHIFT, LOW, CARRY, KEEP, OFFSET = range(5)      # the digit table's rows
-CONSTANTS: dict = {}                    # (values, device) -> those values on the device (on_device)
 
 
 def digit_count(bits: int) -> int:
@@ -67,34 +64,23 @@ def table_values(count: int) -> tuple:
     return tuple((tuple(row), tuple(row[::-1])) for row in rows)
 
 
-def on_device(values: tuple, device):
-    """values (nested tuples of integers) as an int64 tensor on the device, kept for the next call;
-    while a CUDA graph is captured (no copy from the host then), filled on the device and not kept.
-    The route's ops take their constants so, as tensors rather than Python numbers: the kernels
-    they run are then the ones the digits' ops run already (a first call loads fewer)."""
-    import torch
-    key = (values, str(device))
-    found = CONSTANTS.get(key)
-    if found is not None:
-        return found
-    host = torch.tensor(values, dtype=torch.int64)
-    if not streams.capturing():
-        found = CONSTANTS[key] = host.to(device)
-        return found
-    filled = torch.empty(host.shape, dtype=torch.int64, device=device)
-    for i, value in enumerate(host.view(-1).tolist()):
-        filled.view(-1)[i] = value
-    return filled
-
-
-def table(count: int, device):
-    """table_values(count) on the device: (5, 2, count)."""
-    return on_device(table_values(count), device)
+def digit_constants(count: int, dims: int, highest_first: bool, device) -> tuple:
+    """(SHIFT, LOW, CARRY, KEEP, OFFSET) on the device, each (count, 1, ...) with `dims` ones: the
+    digit table's rows in the order asked, shaped to broadcast along the digits' dimension."""
+    order = int(highest_first)
+    return device_constants.kept(("int digits", count, dims, order), tuple(row[order] for row in table_values(count)),
+                                 device, lambda rows: tuple(row.view((count,) + (1,) * dims) for row in rows))
 
 
 def limb_constants(device) -> tuple:
     """(32, MASK32) on the device, each a tensor of no dimensions."""
-    return tuple(on_device((32, MASK32), device))
+    return device_constants.kept(("int limbs",), (32, MASK32), device, tuple)
+
+
+def shift_weights(shifts: int, dims: int, device):
+    """The shifts' bits 11 s, s < shifts, on the device: (shifts, 1, ...) with `dims` ones."""
+    return device_constants.kept(("int shifts", shifts, dims), tuple(DIGIT_BITS * s for s in range(shifts)), device,
+                                 lambda t: t.view((shifts,) + (1,) * dims))
 
 
 def digit_planes(x, count: int, dim: int, highest_first: bool = False):
@@ -103,8 +89,7 @@ def digit_planes(x, count: int, dim: int, highest_first: bool = False):
     (count: digit_count of x's bits; the last digit is what remains, |d| ≤ 512 for int32, 256
     for int64). Each step is one op for all digits; no step overflows int64."""
     import torch
-    shape = (count,) + (1,) * (-dim - 1)
-    shift, low, carry, keep, offset = (row.view(shape) for row in table(count, x.device)[:, int(highest_first)])
+    shift, low, carry, keep, offset = digit_constants(count, -dim - 1, highest_first, x.device)
     x = x.unsqueeze(dim)
     if signed_bits(x) < 64:             # |x| + CARRY < 2^32 + 2^22
         value = (x + carry) >> shift
@@ -188,7 +173,7 @@ def product(a, planes, b_count: int, bits: int):
     a_planes = digit_planes(a, a_count, -2)
     a_planes = a_planes.reshape(a_planes.shape[:-2] + (a_count * k,))             # (..., M, count·K)
     shifts = shift_count(a_count, b_count, bits)
-    batch = torch.broadcast_shapes(a.shape[:-2], planes.shape[:-2])
+    batch = torch.broadcast_shapes(a.shape[:-2], planes.shape[:-2]) if a.dim() > 2 or planes.dim() > 2 else ()
     sums = torch.empty((shifts,) + batch + (a.shape[-2], planes.shape[-1]), dtype=torch.float64, device=a.device)
     rest = []
     for s in range(shifts):
@@ -204,8 +189,7 @@ def product(a, planes, b_count: int, bits: int):
     del sums
     for s, part in rest:            # (only past K = 2^33 / 6: more pairs than one exact GEMM takes)
         exact[s] += part.to(torch.int64)
-    shift = table(MOST_DIGITS, a.device)[SHIFT, 0, :shifts].view((shifts,) + (1,) * (exact.dim() - 1))
-    low, high = limbs(exact, shift, bits)
+    low, high = limbs(exact, shift_weights(shifts, exact.dim() - 1, a.device), bits)
     del exact
     return wrapped(added(low), None if high is None else added(high), bits)
 
