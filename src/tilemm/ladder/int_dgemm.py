@@ -187,7 +187,7 @@ def product(a, planes, b_count: int, bits: int):
     del a_planes
     exact = sums.to(torch.int64)
     del sums
-    for s, part in rest:            # (only past K = 2^33 / 6: more pairs than one exact GEMM takes)
+    for s, part in rest:            # (only past K = 2^33 / 6 at the least: more pairs than one exact GEMM takes)
         exact[s] += part.to(torch.int64)
     low, high = limbs(exact, shift_weights(shifts, exact.dim() - 1, a.device), bits)
     del exact
