@@ -127,6 +127,80 @@ def test_run_writes_c_in_blocks_of_rows_vectors_and_other_operands(monkeypatch):
     assert fast(a, b).dtype == torch.int32 and np.array_equal(fast(a, b).numpy(), numpy_product(a, b, 32))
 
 
+def test_a_shift_s_pairs_split_into_runs_whose_sums_stay_exact(monkeypatch):
+    """A shift's pairs go to one GEMM while pairs·K stays within EXACT_K; past it (K over 2^31,
+    here EXACT_K made small) in runs of fewer pairs, added in int64: the product unchanged."""
+    assert int_dgemm.pair_blocks(2, 3, 3, 1000) == [(0, 3)]
+    assert int_dgemm.pair_blocks(4, 3, 3, 1000) == [(2, 3)]          # (2, 2) only: B has digits 0 to 2
+    assert int_dgemm.pair_blocks(3, 6, 1, 1000) == [(3, 4)]          # an int8 B: one digit
+    monkeypatch.setattr(int_dgemm, "EXACT_K", 100)
+    assert int_dgemm.pair_blocks(2, 3, 3, 40) == [(0, 2), (2, 3)]
+    assert int_dgemm.pair_blocks(5, 6, 6, 60) == [(i, i + 1) for i in range(6)]
+    g = torch.Generator().manual_seed(17)
+    for dtype, bits, k in [(torch.int32, 32, 60), (torch.int64, 64, 60), (torch.int64, 64, 40), (torch.int32, 64, 100)]:
+        a, b = full_range((7, k), dtype, g), full_range((k, 5), dtype, g)
+        assert np.array_equal(int_dgemm.matmul(a, b, bits).numpy(), numpy_product(a, b, bits)), (dtype, bits, k)
+
+
+def test_the_constants_while_a_cuda_graph_is_captured(monkeypatch):
+    """The digits' constants go to the device once and are kept; while a graph is captured (no
+    copy from the host then) they are filled on the device, the same values, and not kept."""
+    from tilemm.engine import device_constants, streams
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(device_constants, "KEPT", {})
+    monkeypatch.setattr(streams, "capturing", lambda: True)
+    filled = int_dgemm.digit_constants(3, 1, True, cpu)
+    assert [row.view(-1).tolist() for row in filled] == [list(row[1]) for row in int_dgemm.table_values(3)]
+    assert filled[0].shape == (3, 1) and device_constants.KEPT == {}
+    a = full_range((4, 9), torch.int64, torch.Generator().manual_seed(2))
+    assert np.array_equal(int_dgemm.matmul(a, a.T, 64).numpy(), numpy_product(a, a.T, 64))
+    assert device_constants.KEPT == {}
+    monkeypatch.setattr(streams, "capturing", lambda: False)
+    kept = int_dgemm.digit_constants(3, 1, True, cpu)
+    assert kept is int_dgemm.digit_constants(3, 1, True, cpu)
+    assert all(torch.equal(x, y) for x, y in zip(kept, filled))
+
+
+def kernel_kinds(call) -> tuple:
+    """(the distinct (op, tensor dtypes) a call dispatches that may launch a kernel, in place or not
+    one kind; how many such ops it dispatches): views and allocations left out."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func.overloadpacket).replace("aten.__i", "aten.__").rstrip("_")
+            if not func.is_view and name not in ("aten._unsafe_view", "aten.empty", "aten.empty_strided"):
+                flat = list(args) + list((kwargs or {}).values())
+                self.ops.append((name, tuple(x.dtype for x in flat if isinstance(x, torch.Tensor))))
+            return func(*args, **(kwargs or {}))
+
+    with Log() as log:
+        call()
+    return set(log.ops), len(log.ops)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("a_shape, b_shape", [((40, 30), (30, 20)), ((3, 40, 30), (30, 20))])
+def test_a_call_runs_few_kinds_of_kernels(dtype, a_shape, b_shape):
+    """A process's first call loads each kind of kernel it launches: the route runs nine kinds at
+    most (digits: an add, a shift, a mask and a subtraction written as float64; the GEMM; the
+    sums to int64; the limbs' shifts, masks and adds; C's copy), each step one op for all digits
+    (int32: 19 ops a call, int64: 40)."""
+    g = torch.Generator().manual_seed(4)
+    a, b = full_range(a_shape, dtype, g), full_range(b_shape, dtype, g)
+    c = torch.empty(a_shape[:-1] + b_shape[-1:], dtype=dtype)
+    int_dgemm.run(a, b, c)                    # (the constants made)
+    kinds, ops = kernel_kinds(lambda: int_dgemm.run(a, b, c))
+    assert np.array_equal(c.numpy(), numpy_product(a, b, torch.iinfo(dtype).bits))
+    assert len(kinds) <= 9, sorted(map(str, kinds))
+    assert len({name for name, _ in kinds} - {"aten.mm", "aten.bmm", "aten.copy", "aten._to_copy"}) <= 5
+    assert ops <= (19 if dtype == torch.int32 else 40)
+
+
 def test_the_library_rung_takes_integers_through_the_digits(monkeypatch):
     """run_cublas sends integer torch tensors to the digits (int8 into int32 to _int_mm where it
     takes them; here torch has no CUDA, so the digits), stacks in one call or a matrix a call past
@@ -229,6 +303,31 @@ def test_the_library_rung_is_exact_on_the_gpu(dtype, out_dtype):
     b = torch.randint(-2**31, 2**31 - 1, (50, 30), dtype=torch.int32, generator=g)
     c = tilemm.matmul(a.cuda(), b.cuda(), kernel="cublas")                 # a stack
     assert np.array_equal(c.cpu().numpy(), np.matmul(a.numpy(), b.numpy()))
+
+
+@pytest.mark.gpu
+def test_the_digits_replay_in_a_cuda_graph_whose_capture_made_their_constants(monkeypatch):
+    """Captured with no constants on the device yet (filled inside the graph, not kept), then
+    replayed on new operand values: each replay's product exact."""
+    g = torch.Generator().manual_seed(8)
+    x, y = full_range((64, 96), torch.int64, g), full_range((96, 48), torch.int64, g)
+    a, b, c = x.cuda(), y.cuda(), torch.empty(64, 48, dtype=torch.int64, device="cuda")
+    int_dgemm.run(a, b, c)                     # cuBLAS's handle made outside the capture
+    assert np.array_equal(c.cpu().numpy(), numpy_product(x, y, 64))
+    from tilemm.engine import device_constants
+    monkeypatch.setattr(device_constants, "KEPT", {})
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        int_dgemm.run(a, b, c)
+    assert device_constants.KEPT == {}
+    for seed in (9, 10):
+        g = torch.Generator().manual_seed(seed)
+        x, y = full_range((64, 96), torch.int64, g), full_range((96, 48), torch.int64, g)
+        a.copy_(x)
+        b.copy_(y)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert np.array_equal(c.cpu().numpy(), numpy_product(x, y, 64)), seed
 
 
 FIRST_CALLS = """
