@@ -66,18 +66,33 @@ def test_float32_at_512_asks_for_one_program(requested):
 
 
 @interpreter
-@pytest.mark.parametrize("n", [1024, 500])
-def test_larger_or_unaligned_complex64_splits_and_the_keys_tell_the_splits_apart(requested, n):
-    """Past the one launch's reach (1024³), or with rows not 16-byte aligned (500³: real rows of
-    1000 floats), the split passes and the product; A's split and B^T's are told apart (a stride of
-    1 across A, down B^T), so the counts above count what they should."""
+@pytest.mark.parametrize("kernel,dtype,n,product", [("tensorcore-complex", "complex64", 1024, "tf32_matmul"),
+                                                    ("tensorcore-complex", "complex64", 500, "matmul_persistent"),
+                                                    ("tensorcore-f32", "float32", 2048, "tf32_matmul")])
+def test_past_the_one_launch_the_two_split_passes_ask_for_one_program(requested, kernel, dtype, n, product):
+    """Past the one launch's reach (complex 1024³, float32 2048³), or with complex rows not 16-byte
+    aligned (500³: real rows of 1000 floats), the split passes and the product: A's split reads
+    across its rows and B^T's down its columns, the stride of 1 passed in one place, so that both
+    launches ask for one program."""
     import torch
     import tilemm
-    a, b = square(n, torch.complex64)
-    keys = requested(lambda: tilemm.matmul(a, b, kernel="tensorcore-complex"))
-    names = [name for name, *_ in keys]
-    assert names[:2] == ["split_tf32", "split_tf32"] and len(set(keys[:2])) == 2
-    assert "tf32x3_direct" not in names and len(set(keys)) == len(keys) >= 3
+    a, b = square(n, getattr(torch, dtype))
+    keys = requested(lambda: tilemm.matmul(a, b, kernel=kernel))
+    assert [name for name, *_ in keys] == ["split_tf32", "split_tf32", product]
+    assert keys[0] == keys[1]
+
+
+@interpreter
+def test_the_keys_tell_a_stride_of_one_apart(requested):
+    """The count above counts what Triton compiles: the split launched with B^T's strides as they
+    are (the stride of 1 first) is another program."""
+    import torch
+    from tilemm.ladder.tensorcore.r13_f32_kernel import split_tf32
+    x = torch.ones((64, 64))
+    out = torch.empty((2, 64, 64))
+    keys = requested(lambda: [split_tf32[(1, 1)](x, out, 64, 64, 64, *strides, 0, PARTS=2, BLOCK_R=64, BLOCK_C=64)
+                              for strides in ((64, 1), (1, 64), (64, 1))])
+    assert keys[0] != keys[1] and keys[0] == keys[2]
 
 
 @pytest.mark.gpu
