@@ -31,9 +31,9 @@ say: A_r B_i is small, P3 and P1 are not) carries errors of the real part's size
 products keep errors of its own terms' size. So the four products are the default. complex64 keeps them: 3xTF32's 22 bits leave no room for the larger sums.
 
 Small complex64 products (ONE_LAUNCH_WORK) take the real rung's one-launch 3xTF32 program, which
-splits the tiles into TF32 parts as they load: one program to compile at a first call where the
-split passes and the product are three (the split of A and of B^T are two programs: Triton
-specializes a stride of 1, which A has across and B^T down), and two launches fewer a call.
+splits the tiles into TF32 parts as they load: at a first call one program to compile rather than
+two (the split passes' and the product's, the stream-K one here, the largest to compile), and
+two launches fewer a call.
 
 Parameters: the tile parameters go to the real rung (None: its own choice); precision to
 `tensorcore-f32` for complex64.
