@@ -48,7 +48,7 @@ def square(n, dtype):
 @interpreter
 def test_complex64_at_512_asks_for_one_program(requested):
     """tensorcore-complex at 512³ (a 512 x 1024 x 1024 real product): tensorcore-f32's one launch,
-    not the two split passes (A's and B^T's, two specializations) and a stream-K product."""
+    not the split passes (one program for A and B^T) and a stream-K product."""
     import torch
     import tilemm
     a, b = square(512, torch.complex64)

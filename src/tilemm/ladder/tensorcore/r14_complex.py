@@ -55,7 +55,7 @@ GAUSS_FROM_K = 8     # products=3 from this K on (the bound's reach); shorter su
 # of 8; unaligned rows load its tiles 4 bytes at a time, 4x the copies). The real rung takes that
 # launch itself up to 2^28; kernel alone (H100, float32), it measured 37 µs against the split
 # passes' 70 at 2^27 and level at 2^30 (92 against 91 µs). 2^29 is 512³ complex, whose first
-# call then compiles one program rather than three.
+# call then compiles one program rather than two.
 ONE_LAUNCH_WORK = 2**29
 
 
