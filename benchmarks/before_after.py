@@ -7,6 +7,12 @@ the whole-call cost of a repeated small call (bf16 64^3). Every answer is checke
 before it is timed; the figure is the median over rounds, and the ratio of the two medians.
 
     PYTHONPATH=src python3 benchmarks/before_after.py --trees src OTHER/src --rounds 4 --out DIR
+
+--rungs times named rungs instead, KERNEL:DTYPE:N (N^3, through tilemm.matmul(a, b, kernel=KERNEL);
+complex products counted in real flops, 8 N^3), with :call for the whole-call cost in µs instead:
+
+    PYTHONPATH=src python3 benchmarks/before_after.py --trees src OTHER/src --rounds 6 \
+        --rungs tensorcore-complex:complex64:512 tensorcore-complex:complex64:512:call tensorcore-f32:float32:4096
 """
 import argparse
 import json
@@ -33,7 +39,9 @@ def operands(dtype, n):
         make = lambda: torch.randn(n, n, device="cuda", dtype=getattr(torch, dtype), generator=gen)
     return make(), make()
 
-def product(dtype, a, b):
+def product(dtype, a, b, kernel=None):
+    if kernel:
+        return lambda: tilemm.matmul(a, b, kernel=kernel)
     if dtype == "int8":
         return lambda: tilemm.matmul(a, b, out_dtype="int32")
     if dtype == "fp8":
@@ -46,9 +54,10 @@ def check(dtype, a, b, c):
     if dtype == "int8":
         ok = torch.equal(c, (a.float() @ b.float()).to(torch.int32))     # sums below 2^24: exact
     else:
-        ref = a.double() @ b.double()
-        tol = {"float64": 1e-12, "float32": 1e-5, "fp8": 1e-2}.get(dtype, 1e-2)
-        ok = ((c.double() - ref).norm() / ref.norm()).item() < tol
+        wide = torch.complex128 if a.is_complex() else torch.float64
+        ref = a.to(wide) @ b.to(wide)
+        tol = {"float64": 1e-12, "float32": 1e-5, "complex64": 1e-5, "complex128": 1e-12, "fp8": 1e-2}.get(dtype, 1e-2)
+        ok = ((c.to(ref.dtype) - ref).norm() / ref.norm()).item() < tol
     if not ok:
         raise SystemExit(f"wrong answer: {dtype}")
 
@@ -77,15 +86,16 @@ while time.perf_counter() < t_end:
     a @ b
 torch.cuda.synchronize()
 result = {}
-for name, dtype, n, what in cases:
+for name, dtype, n, what, *kernel in cases:
     a, b = operands(dtype, n)
-    call = product(dtype, a, b)
+    call = product(dtype, a, b, *kernel)
     check(dtype, a, b, call())
     if what == "call":
         result[name] = call_us(call)
     else:
         kernel_ms(call, 3)
-        result[name] = 2 * n ** 3 / kernel_ms(call, 15) / 1e9      # TFLOP/s
+        flops = (8 if a.is_complex() else 2) * n ** 3
+        result[name] = flops / kernel_ms(call, 15) / 1e9      # TFLOP/s
 print(json.dumps(result))
 """
 
@@ -95,9 +105,22 @@ CASES = [("bf16 8192^3 TFLOP/s", "bfloat16", 8192, "speed"), ("fp16 8192^3 TFLOP
          ("bf16 64^3 whole call µs", "bfloat16", 64, "call")]
 
 
-def run(tree: str, prewarm_s: float) -> dict:
+def rung_cases(specs: list[str]) -> list:
+    """CASES rows of KERNEL:DTYPE:N[:call] specs."""
+    rows = []
+    for spec in specs:
+        kernel, dtype, n, *call = spec.split(":")
+        if call not in ([], ["call"]) or not n.isdigit():
+            raise SystemExit(f"--rungs {spec!r}: KERNEL:DTYPE:N or KERNEL:DTYPE:N:call")
+        what = "call" if call else "speed"
+        unit = "whole call µs" if call else "TFLOP/s"
+        rows.append((f"{kernel} {dtype} {n}^3 {unit}", dtype, int(n), what, kernel))
+    return rows
+
+
+def run(tree: str, prewarm_s: float, cases: list) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(tree).resolve()), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(CASES), str(prewarm_s)], env=env,
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases), str(prewarm_s)], env=env,
                           capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{tree}: {done.stderr[-2000:]}")
@@ -109,16 +132,19 @@ def main():
     parser.add_argument("--trees", nargs=2, required=True, help="two source trees (the folder holding tilemm/)")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--prewarm", type=float, default=3.0, help="seconds of bf16 products before timing")
+    parser.add_argument("--rungs", nargs="+", metavar="KERNEL:DTYPE:N[:call]",
+                        help="time these rungs instead of the core figures")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    cases = rung_cases(args.rungs) if args.rungs else CASES
     seen = {tree: [] for tree in args.trees}
     for round_ in range(args.rounds):
         order = args.trees if round_ % 2 == 0 else args.trees[::-1]
         for tree in order:
-            seen[tree].append(run(tree, args.prewarm if round_ else 10.0))
+            seen[tree].append(run(tree, args.prewarm if round_ else 10.0, cases))
     first, second = args.trees
     rows = []
-    for name, *_ in CASES:
+    for name, *_ in cases:
         med = {tree: statistics.median(r[name] for r in seen[tree]) for tree in args.trees}
         rows.append({"case": name, first: med[first], second: med[second], "ratio": med[first] / med[second]})
         print(f"{name:28s} {med[first]:10.2f} {med[second]:10.2f}   ratio {med[first] / med[second]:.3f}")

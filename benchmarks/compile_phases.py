@@ -9,7 +9,9 @@ caches (NUMBA_CACHE_DIR, TRITON_CACHE_DIR, CUDA_CACHE_PATH, TILEMM_CACHE_DIR in 
 folder), imports torch, numba-cuda and Triton first (timed apart, as `imports_s`), wraps the
 compilers' entry points in timers, then times the first tilemm.matmul to its synchronized result.
 Times are exclusive (a phase's own, without the phases it calls); `other_s` is the call's time
-outside every phase (planning, operand copies, launches). The timers reach into numba-cuda's and
+outside every phase (planning, operand copies, launches); Triton's C modules built at a first
+launch (its CUDA utilities, and where the version generates one a signature each program's
+launcher) are a phase of their own. The timers reach into numba-cuda's and
 Triton's internals: a phase whose entry point a version lacks is left out, not guessed.
 One JSON line a case in DIR/compile_phases.jsonl, stamped.
 """
@@ -54,8 +56,8 @@ def wrap(owner, name: str, label: str) -> None:
 
 
 def install_timers() -> None:
-    """Timers on numba-cuda's kernel compile, NVVM, the link and the load; on Triton's compile and
-    its backend's stages."""
+    """Timers on numba-cuda's kernel compile, NVVM, the link and the load; on Triton's compile, its
+    backend's stages and its C modules' builds."""
     from numba.cuda import codegen, dispatcher
     from numba.cuda.cudadrv import nvvm
     wrap(dispatcher.CUDADispatcher, "compile", "numba: typing, lowering, cache")
@@ -75,6 +77,11 @@ def install_timers() -> None:
     triton.compiler.compile = timed_compile          # what a JIT function binds at its first launch
     if hasattr(jit, "compile"):                      # (a Triton that imports it into jit.py)
         jit.compile = timed_compile
+    # the C modules Triton builds with the host's C compiler on an empty cache: its CUDA utilities
+    # once, and (Triton versions that generate one a signature) each program's launcher
+    from triton.backends.nvidia import driver as nvidia_driver
+    for name in ("compile_module_from_src", "compile_module_from_file"):
+        wrap(nvidia_driver, name, "triton: C modules (launchers, utilities)")
     add_stages = CUDABackend.add_stages
 
     def timed_stages(self, stages, options, *args, **kwargs):

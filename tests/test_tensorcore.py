@@ -412,14 +412,29 @@ def test_3xtf32_split_is_exact_and_rounds_to_nearest():
     x = torch.tensor([[1 + 2**-11 + 2**-13, -(1 + 2**-10 - 2**-14), 3.0e38, 1e-40, 0.1, -7.3e-5, 5.0, 2**-30]],
                      dtype=torch.float32)
     out = torch.empty((2, 1, 8), dtype=torch.float32)
-    split_tf32[(1, 1)](x, out, 1, 8, 8, 8, 1, PARTS=2, BLOCK_R=16, BLOCK_C=16)
+    split_tf32[(1, 1)](x, out, 1, 8, 8, 8, 1, 0, PARTS=2, BLOCK_R=16, BLOCK_C=16)
     hi, lo = out[0, 0], out[1, 0]
     assert torch.equal(hi + lo, x[0])
     assert hi[0].item() == 1 + 2**-10 and hi[1].item() == -(1 + 2**-10)        # nearest, not truncated
     assert (hi.view(torch.int32) & 0x1FFF == 0).all()                          # 10 mantissa bits left
     x[0, 3] = float("inf")
-    split_tf32[(1, 1)](x, out, 1, 8, 8, 8, 1, PARTS=2, BLOCK_R=16, BLOCK_C=16)
+    split_tf32[(1, 1)](x, out, 1, 8, 8, 8, 1, 0, PARTS=2, BLOCK_R=16, BLOCK_C=16)
     assert out[0, 0, 3].item() == float("inf") and out[1, 0, 3].item() == 0
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter tests")
+@pytest.mark.parametrize("parts", [1, 2])
+def test_split_down_columns_writes_what_the_split_across_rows_does(parts):
+    """down=1 reads x's tiles down its columns (B^T of a row-major B, strides given outer then
+    inner): the same parts, K padded with zeros, as x's rows copied and split across."""
+    from tilemm.ladder.tensorcore.r13_f32_kernel import split_tf32
+    rows, cols, pad = 19, 37, 40
+    x = torch.randn((cols, rows), dtype=torch.float32, generator=torch.Generator().manual_seed(3)).T   # strides (1, 19)
+    across, down = (torch.full((parts, rows, pad), 7.0) for _ in range(2))
+    split_tf32[(2, 3)](x.contiguous(), across, rows, cols, pad, cols, 1, 0, PARTS=parts, BLOCK_R=16, BLOCK_C=16)
+    split_tf32[(2, 3)](x, down, rows, cols, pad, x.stride(1), x.stride(0), 1, PARTS=parts, BLOCK_R=16, BLOCK_C=16)
+    assert torch.equal(across, down) and not down[:, :, cols:].any()
+    assert torch.equal(down.sum(0)[:, :cols], x)
 
 
 def assert_ieee_nan_and_inf(c, a, b):
@@ -865,8 +880,8 @@ k = triton.compile(ASTSource(fn=tf32x3_direct, signature=sig, constexprs=const),
                    options=dict(num_warps=4, num_stages=stages))
 out["tf32x3-direct"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
                             wgmma="wgmma" in k.asm["ptx"] and "tf32" in k.asm["ptx"], cubin=len(k.asm["cubin"]))
-sig = dict(x_ptr="*fp32", out_ptr="*fp32", R="i32", C="i32", C_PAD="i32", stride_r="i32",
-           stride_c="i32", PARTS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
+sig = dict(x_ptr="*fp32", out_ptr="*fp32", R="i32", C="i32", C_PAD="i32", stride_outer="i32",
+           stride_inner="i32", down="i32", PARTS="constexpr", BLOCK_R="constexpr", BLOCK_C="constexpr")
 k = triton.compile(ASTSource(fn=split_tf32, signature=sig, constexprs=dict(PARTS=2, BLOCK_R=64, BLOCK_C=64)),
                    target=GPUTarget("cuda", 90, 32))
 out["split-tf32"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=True, cubin=len(k.asm["cubin"]))

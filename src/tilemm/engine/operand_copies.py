@@ -80,19 +80,10 @@ def rows_copy(x, rows):
                         dict(BLOCK_R=COPY_BLOCK, BLOCK_C=COPY_BLOCK))
 
 
-def stacked_parts(x, parts: int, dtype, split, block_rows: int, block_k: int, **constexprs):
-    """(TMA descriptor, fill): of the parts the split program writes for x (digits, or TF32
-    parts), stacked (parts * rows, K padded to 16 bytes), K contiguous, and a launcher without
-    arguments that writes them from x's current values. Passing B^T as x writes B K-major.
-    split(x, out, R, C, C_PAD, stride_r, stride_c, BLOCK_R, BLOCK_C, **constexprs) is the program."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    out = parts_buffer(x.shape[0], x.shape[1], parts, dtype, x.device)
-    stacked = out.view(parts * x.shape[0], out.shape[2])
-    return TensorDescriptor.from_tensor(stacked, [block_rows, block_k]), parts_fill(x, out, split, **constexprs)
-
-
 def stacked_parts_tensor(x, parts: int, dtype, split, **constexprs):
-    """The (parts * rows, K padded to 16 bytes) tensor of stacked_parts, written now."""
+    """x's parts that the split program writes (digit planes), stacked (parts * rows, K
+    padded to 16 bytes), K contiguous, written now. Passing B^T as x writes B K-major.
+    split(x, out, R, C, C_PAD, stride_r, stride_c, BLOCK_R, BLOCK_C, **constexprs) is the program."""
     out = parts_buffer(x.shape[0], x.shape[1], parts, dtype, x.device)
     parts_fill(x, out, split, **constexprs)()
     return out.view(parts * x.shape[0], out.shape[2])

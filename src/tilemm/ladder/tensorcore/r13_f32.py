@@ -40,23 +40,12 @@ from tilemm.ladder.tensorcore.tile_params import tile_params
 from tilemm.ladder.tensorcore.r13_f32_panels import overlapped, panel_bounds, panels_pay
 from tilemm.ladder.tensorcore.r13_f32_int8 import FIXED_K, run_int8
 from tilemm.ladder.tensorcore.r13_f32_direct import DIRECT_BLOCK, direct_launch, takes_direct
+from tilemm.ladder.tensorcore.r13_f32_parts import parts_of
 
 # TF32 keeps 11 significant bits, so hi + lo carries 22 of float32's 24: each 3xTF32 product is
 # off by up to ~3 * 2^-22 of |a||b|, which float32's error bound (2K * 2^-24 of the sum of
 # |a||b|) covers from K = 12 on. Shorter sums take IEEE float32 (tl.dot on the FMA units).
 IEEE_BELOW_K = 16
-
-
-def parts_of(x, parts: int, block_rows: int, block_k: int):
-    """(TMA descriptor, fill) of x's parts stacked, (parts * rows, K), K contiguous, and the
-    launcher that writes them; of x itself, fill None, for one part (TF32) when x is already
-    K-major with TMA's alignment."""
-    import torch
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    from tilemm.ladder.tensorcore.r13_f32_kernel import split_tf32
-    if parts == 1 and operand_copies.k_major(x):
-        return TensorDescriptor.from_tensor(x, [block_rows, block_k]), None
-    return operand_copies.stacked_parts(x, parts, torch.float32, split_tf32, block_rows, block_k, PARTS=parts)
 
 
 def tiles(precision: str, block_n, block_k, num_stages) -> tuple[int, int, int]:

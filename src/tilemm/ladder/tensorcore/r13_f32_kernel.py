@@ -10,16 +10,23 @@ import triton.language as tl
 from tilemm.engine.programs import store_tile, tile_position
 
 
-@triton.jit
-def split_tf32(x_ptr, out_ptr, R, C, C_PAD, stride_r, stride_c,
+@triton.jit(do_not_specialize=["down"])
+def split_tf32(x_ptr, out_ptr, R, C, C_PAD, stride_outer, stride_inner, down,
                PARTS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """out[0] = x rounded to TF32 (10 mantissa bits, to nearest), out[1] = x - out[0] (exact in
-    float32) when PARTS == 2; zeros for C <= c < C_PAD. out is contiguous (PARTS, R, C_PAD): passing
-    B's strides swapped writes B K-major."""
+    float32) when PARTS == 2; zeros for C <= c < C_PAD. out is contiguous (PARTS, R, C_PAD). x's
+    (r, c) lies at r * stride_outer + c * stride_inner, or where down is set at c * stride_outer +
+    r * stride_inner: its tile read down its columns and transposed in registers (B^T of a
+    row-major B, written K-major). Either way the stride of 1 comes in one place, so A's split and
+    B^T's are one program (Triton compiles a program for each argument equal to 1)."""
     offs_r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     offs_c = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
-    inside = (offs_r[:, None] < R) & (offs_c[None, :] < C)
-    x = tl.load(x_ptr + offs_r[:, None] * stride_r + offs_c[None, :] * stride_c, mask=inside, other=0.0)
+    if down:
+        x = tl.trans(tl.load(x_ptr + offs_c[:, None] * stride_outer + offs_r[None, :] * stride_inner,
+                             mask=(offs_c[:, None] < C) & (offs_r[None, :] < R), other=0.0))
+    else:
+        x = tl.load(x_ptr + offs_r[:, None] * stride_outer + offs_c[None, :] * stride_inner,
+                    mask=(offs_r[:, None] < R) & (offs_c[None, :] < C), other=0.0)
     out = out_ptr + offs_r[:, None] * C_PAD + offs_c[None, :]
     keep = (offs_r[:, None] < R) & (offs_c[None, :] < C_PAD)
     if PARTS == 2:

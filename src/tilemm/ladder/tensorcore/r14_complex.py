@@ -30,6 +30,11 @@ four products); but an imaginary part far smaller than the real part's terms (B 
 say: A_r B_i is small, P3 and P1 are not) carries errors of the real part's size, where the four
 products keep errors of its own terms' size. So the four products are the default. complex64 keeps them: 3xTF32's 22 bits leave no room for the larger sums.
 
+Small complex64 products (ONE_LAUNCH_WORK) take the real rung's one-launch 3xTF32 program, which
+splits the tiles into TF32 parts as they load: at a first call one program to compile rather than
+two (the split passes' and the product's, the stream-K one here, the largest to compile), and
+two launches fewer a call.
+
 Parameters: the tile parameters go to the real rung (None: its own choice); precision to
 `tensorcore-f32` for complex64.
 """
@@ -45,6 +50,13 @@ from tilemm.engine import availability
 REAL = {"complex64": ("float32", "tensorcore-f32"), "complex128": ("float64", "tensorcore-f64")}
 TILES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 GAUSS_FROM_K = 8     # products=3 from this K on (the bound's reach); shorter sums take the four products
+# complex64 products whose real product (M x 2N x 2K) has at most this many multiply-adds take
+# tensorcore-f32's one launch (direct=True) where its rows are 16-byte aligned (K and N multiples
+# of 8; unaligned rows load its tiles 4 bytes at a time, 4x the copies). The real rung takes that
+# launch itself up to 2^28; kernel alone (H100, float32), it measured 37 µs against the split
+# passes' 70 at 2^27 and level at 2^30 (92 against 91 µs). 2^29 is 512³ complex, whose first
+# call then compiles one program rather than two.
+ONE_LAUNCH_WORK = 2**29
 
 
 # Where the default leaves the library (CGEMM) for this rung: complex64 products whose real product
@@ -73,15 +85,22 @@ def real_of(dtype: str) -> tuple[str, str]:
     return REAL.get(dtype) or REAL["complex128" if dtype == "float64" else "complex64"]
 
 
-def real_rung(dtype: str, params: dict):
-    """(the real rung, its resolved parameters, its dtype) for a complex dtype's product: the real
-    rung comes from the registry, by name (never imported: no rung imports another)."""
+def real_rung(dtype: str, params: dict, m: int, n: int, k: int):
+    """(the real rung, its resolved parameters, its dtype) for a complex dtype's M x N x K product:
+    the real rung comes from the registry, by name (never imported: no rung imports another)."""
     real_dtype, name = real_of(dtype)
     rung = registry.get(name)
     given = {key: params[key] for key in TILES if params.get(key) is not None}
     if real_dtype == "float32":
         given["precision"] = params.get("precision", "3xtf32")
+        if given["precision"] == "3xtf32" and one_launch(m, n, k):
+            given["direct"] = True
     return rung, rung.resolve(given), real_dtype
+
+
+def one_launch(m: int, n: int, k: int) -> bool:
+    """Whether complex64's real product takes tensorcore-f32's one launch (ONE_LAUNCH_WORK)."""
+    return m * (2 * n) * (2 * k) <= ONE_LAUNCH_WORK and k % 8 == 0 and n % 8 == 0
 
 
 def real_problem(p: Problem) -> Problem:
@@ -105,7 +124,7 @@ def bind(a, b, c, products=4, **params):
     n = b.shape[1]
     if k == 0:
         return c.zero_
-    rung, real_params, real_dtype = real_rung(str(c.dtype).removeprefix("torch."), params)
+    rung, real_params, real_dtype = real_rung(str(c.dtype).removeprefix("torch."), params, m, n, k)
     real = getattr(torch, real_dtype)
     if takes_gauss(k, products):
         return gauss_bind(a, b, c, rung, real_params, real)
@@ -166,7 +185,7 @@ def traffic(p, products=4, **params):
     """The real products' traffic in complex elements (half as many as their real ones): four
     products, with B's real block matrix written (2 K N complex elements) after B is read; three
     (products=3), with A's and B's parts and sums written after they are read, and C from P1-P3."""
-    rung, real_params, _ = real_rung(p.dtype, params)
+    rung, real_params, _ = real_rung(p.dtype, params, p.m, p.n, p.k)
     if takes_gauss(p.k, products):
         t = rung.traffic(Problem(p.m, p.n, p.k, real_of(p.dtype)[0]), **real_params)
         operands = p.m * p.k + p.k * p.n
@@ -180,7 +199,7 @@ def limits(p, products=4, **params):
     if products == 3 and p.dtype != "complex128":
         return ("products=3 (Gauss's) is for complex128: complex64's 3xTF32 products leave its larger sums no room "
                 "in float32's bound")
-    rung, real_params, _ = real_rung(p.dtype, params)
+    rung, real_params, _ = real_rung(p.dtype, params, p.m, p.n, p.k)
     real = Problem(p.m, p.n, p.k, real_of(p.dtype)[0]) if takes_gauss(p.k, products) else real_problem(p)
     reason = rung.limits(real, **real_params)
     return f"its real product ({rung.name}, {real.m} x {real.n} x {real.k}): {reason}" if reason else None
@@ -188,7 +207,7 @@ def limits(p, products=4, **params):
 
 def compute_unit(p, products=4, **params):
     """The real rung's unit, four real products a complex one (three with products=3)."""
-    rung, real_params, _ = real_rung(p.dtype, params)
+    rung, real_params, _ = real_rung(p.dtype, params, p.m, p.n, p.k)
     gauss = takes_gauss(p.k, products)
     unit, work = rung.unit(Problem(p.m, p.n, p.k, real_of(p.dtype)[0]) if gauss else real_problem(p), real_params)
     return unit, (3 if gauss else 4) * work
