@@ -30,5 +30,5 @@ def on_device(values: tuple, device):
         return host.to(device)
     filled = torch.empty(host.shape, dtype=torch.int64, device=device)
     for i, value in enumerate(host.view(-1).tolist()):
-        filled.view(-1)[i] = value
+        filled.view(-1)[i].fill_(value)         # a fill kernel (an item assignment copies from the host)
     return filled
