@@ -25,7 +25,6 @@ import harness
 
 SHAPES = [(8192, 3072), (3584, 5376), (4096, 14336)]          # (K, N)
 MS = [16, 32, 64, 100, 128, 256]
-PADDED_ROWS = 32
 # the 16-bit candidates tried a class of M (as the small-M tables' rows; the class: M up to it)
 PROBE_TILES = {
     16: [(16, 64, 128, 4, 4, 1, "fp16-swap"), (16, 128, 64, 4, 6, 1, "fp16-swap")],
@@ -48,19 +47,6 @@ def operands(m: int, k: int, n: int) -> tuple:
     gen = torch.Generator(device="cuda").manual_seed(n * 131 + k)
     weight = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=gen)
     return a, {"col": weight.T, "row": weight.T.contiguous()}, a.double() @ weight.double().T
-
-
-def int_mm(a, b):
-    """torch._int_mm as a user must call it: A padded to PADDED_ROWS rows where M <= 16."""
-    m, k = a.shape
-    if m > 16:
-        return lambda: torch._int_mm(a, b)
-
-    def padded():
-        rows = a.new_zeros(PADDED_ROWS, k)
-        rows[:m] = a
-        return torch._int_mm(rows, b)[:m]
-    return padded
 
 
 def launches(a, bs: dict) -> dict:
@@ -114,7 +100,7 @@ def main():
         for m in args.ms:
             a, bs, reference = operands(m, k, n)
             calls, wrong = {}, []
-            anchor = int_mm(a, bs["col"])
+            anchor = harness.int_mm_call(a, bs["col"])
             if torch.equal(anchor().double(), reference):
                 calls["_int_mm"] = anchor
             else:

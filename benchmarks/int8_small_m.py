@@ -60,7 +60,7 @@ HELD_OUT = [(5376, 3584), (4096, 4096), (4096, 14336), (11008, 4096), (5120, 512
 SETS = {"fit": FIT, "held-out": HELD_OUT}
 MS = [1, 8, 16, 32, 64, 100, 128, 200, 256]
 BAR = 1.0
-PADDED_ROWS = 32          # the anchor's padding of A where _int_mm refuses M <= 16
+PADDED_ROWS = harness.INT_MM_PADDED_ROWS
 # candidates a class of M: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM[, product]),
 # the product (the module's PRODUCTS) "int8" where not named; the 16-bit ones' BLOCK_K divides
 # CHUNK_K, and their two accumulators (float32, int32) keep a tile to 64 elements a thread or so;
@@ -103,24 +103,11 @@ def activations(m: int, n: int, k: int):
     return torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=gen)
 
 
-def int_mm(a, b):
-    """torch._int_mm(a, b) as a user must call it: A padded to PADDED_ROWS where M <= 16."""
-    m, k = a.shape
-    if m > 16:
-        return lambda: torch._int_mm(a, b)
-
-    def padded():
-        rows = a.new_zeros(PADDED_ROWS, k)
-        rows[:m] = a
-        return torch._int_mm(rows, b)[:m]
-    return padded
-
-
 def variants(a, bs: dict, layouts: list) -> dict:
     """label -> a whole call giving A @ B in int32."""
-    calls = {"_int_mm": int_mm(a, bs["col"])}
+    calls = {"_int_mm": harness.int_mm_call(a, bs["col"])}
     if "row" in layouts:
-        calls["_int_mm-row"] = int_mm(a, bs["row"])
+        calls["_int_mm-row"] = harness.int_mm_call(a, bs["row"])
     for layout in layouts:
         calls[layout] = (lambda b: lambda: tilemm.matmul(a, b, out_dtype="int32"))(bs[layout])
     return calls

@@ -336,3 +336,21 @@ def child_lines(argv: list, env: dict | None, timeout: float | None = None) -> t
     if rc == 0 and found:
         return found, None
     return found, f"process ended with {rc or 'no record'}: {' '.join(err.split()[-60:])}"
+
+
+INT_MM_PADDED_ROWS = 32   # torch._int_mm refuses M <= 16: the anchor pads A to this many rows
+
+
+def int_mm_call(a, b):
+    """torch._int_mm(a, b) as a user must call it: A padded to INT_MM_PADDED_ROWS rows where
+    M <= 16 (the padding's copy and the slice counted)."""
+    import torch
+    m, k = a.shape
+    if m > 16:
+        return lambda: torch._int_mm(a, b)
+
+    def padded():
+        rows = a.new_zeros(INT_MM_PADDED_ROWS, k)
+        rows[:m] = a
+        return torch._int_mm(rows, b)[:m]
+    return padded

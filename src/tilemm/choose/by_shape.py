@@ -95,7 +95,7 @@ def __getattr__(name):
 # int8 -> int32 on torch tensors: tensorcore-int against the library rung (torch._int_mm), both whole
 # tilemm calls (H200, CUDA events, the GPU idle before each call; benchmarks/int8_small_m.py --set
 # fit: 7 layers' N x K, 2048-28672, M 1-1024, B given as (N, K).T; record
-# benchmarks/results/h200/int8_small_m.jsonl). Where its 128 x 256 tiles would leave SMs idle the
+# benchmarks/results/h200/int8_small_m.jsonl.gz). Where its 128 x 256 tiles would leave SMs idle the
 # rung runs its small-M program (r11_int8_small_m: small tiles, K split to fill the GPU), which
 # keeps more of the weight's reads in flight than _int_mm:
 # - up to 16 rows (A padded to 17 for _int_mm) it won every shape;

@@ -5,7 +5,7 @@ that importing tilemm never imports Triton."""
 import triton
 import triton.language as tl
 
-from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import hand_over_int
+from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import hand_over_int, tile_and_run
 from tilemm.engine.programs import store_tile
 
 
@@ -24,19 +24,8 @@ def small_m_f16_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, strid
     so the weight's columns fill the instruction's 64-row side (its operand from registers,
     converted there) and the few rows of A its other side (8 to 256). The grid, the runs of split K and the hand-over
     are small_m_matmul's (r11_int8_small_m_kernel.py)."""
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    pid_m = tl.program_id(0) % tiles_m
-    pid_n = tl.program_id(0) // tiles_m
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    steps = tl.cdiv(K, BLOCK_K)
-    first = 0
-    if split_steps is not None:
-        first = tl.program_id(1) * split_steps
-        steps = tl.minimum(steps, first + split_steps)
-    rows = offs_m.to(tl.int64)                            # 64-bit offsets: operands past 2^31 bytes
-    ks = (first * BLOCK_K + offs_k).to(tl.int64)
+    pid_m, pid_n, offs_m, offs_n, offs_k, first, steps, rows, ks = tile_and_run(M, N, K, split_steps, BLOCK_M,
+                                                                                BLOCK_N, BLOCK_K)
     cols = offs_n.to(tl.int64)
     if SWAP:      # tiles as the product reads them: B^T (BLOCK_N, BLOCK_K) and A^T (BLOCK_K, BLOCK_M)
         a_ptrs = a_ptr + ks[:, None] * stride_ak + rows[None, :] * stride_am

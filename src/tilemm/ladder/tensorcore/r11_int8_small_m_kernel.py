@@ -21,6 +21,27 @@ def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
     their place cost 25-30 %); EVEN_K: K a multiple of BLOCK_K (no mask along K). split_steps
     given: this program sums its run of split_steps K steps and hands the partial over
     (hand_over_int)."""
+    pid_m, pid_n, offs_m, offs_n, offs_k, first, steps, rows, ks = tile_and_run(M, N, K, split_steps, BLOCK_M,
+                                                                                BLOCK_N, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
+    in_m = offs_m[:, None] < M
+    if B_ROWS:
+        acc = steps_b_rows(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk,
+                           stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, B_AHEAD)
+    else:
+        acc = steps_b_columns(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk,
+                              stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+    if split_steps is not None:
+        hand_over_int(acc, c_ptr, ws_ptr, counts_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn)
+    else:
+        store_tile(c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, False)
+
+
+@triton.jit
+def tile_and_run(M, N, K, split_steps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's tile of C and run of K steps: (pid_m, pid_n, the tile's rows, columns and a
+    step's K offsets, the run's first step and end, the rows and K offsets in 64 bits). The grid:
+    (tiles of C, a block column's tiles neighbours; runs of split_steps K steps, or one)."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     pid_m = tl.program_id(0) % tiles_m
     pid_n = tl.program_id(0) // tiles_m
@@ -34,18 +55,7 @@ def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
         steps = tl.minimum(steps, first + split_steps)
     rows = offs_m.to(tl.int64)                           # 64-bit offsets: operands past 2^31 bytes
     ks = (first * BLOCK_K + offs_k).to(tl.int64)
-    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
-    in_m = offs_m[:, None] < M
-    if B_ROWS:
-        acc = steps_b_rows(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk,
-                           stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, B_AHEAD)
-    else:
-        acc = steps_b_columns(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk,
-                              stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
-    if split_steps is not None:
-        hand_over_int(acc, c_ptr, ws_ptr, counts_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn)
-    else:
-        store_tile(c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, False)
+    return pid_m, pid_n, offs_m, offs_n, offs_k, first, steps, rows, ks
 
 
 @triton.jit
