@@ -70,8 +70,8 @@ def run_stack(a, b, c):
     pass int_dgemm.WORKSPACE_BYTES, or where CuPy's integer kernel, which indexes the whole stack
     in 32 bits, would pass 2^31 elements. Integer stacks go to CuPy's kernel where CuPy is
     installed and no matrix passes 2^31 elements (else to the digits): one launch for the stack,
-    where the digit route's dozens cost more (an H200, whole calls: 32 int32 matrices of
-    48 x 40 x 56 in 136 us against 884; 16 int64 ones of 128^3 in 204 us against 3.8 ms)."""
+    where the digit route makes a dozen or more (digits, GEMMs, limbs), which cost more on the
+    small matrices stacks hold."""
     integer = is_integer(dtype_name(c.dtype))
     past_cupy = max(math.prod(x.shape[-2:]) for x in (a, b, c)) >= launch.INDEX_LIMIT   # a matrix CuPy can't index
     digits = integer and int_dgemm.takes(a, b, c) and (past_cupy or not cupy_installed())
