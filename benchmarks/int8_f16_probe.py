@@ -73,18 +73,6 @@ def warm(task: tuple) -> None:
     torch.cuda.synchronize()
 
 
-def block_us(call, block: int) -> float:
-    """Microseconds a call, `block` calls back to back between CUDA events."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(block):
-        call()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / block
-
-
 def main():
     args = harness.parse(harness.parser(__doc__.splitlines()[0], out_required=False, ms=list(MS), rounds=5, block=20,
                                         jobs=12, prewarm=2.0))
@@ -111,7 +99,7 @@ def main():
                     calls[label] = launch
                 else:
                     wrong.append(label)
-            us = harness.medians(harness.rounds(calls, args.rounds, lambda call: block_us(call, args.block)))
+            us = harness.medians(harness.rounds(calls, args.rounds, lambda call: harness.block_us(call, args.block)))
             base = us.get("_int_mm", float("nan"))
             best = {layout: min(((t, label) for label, t in us.items() if label.endswith(layout) and
                                  not label.startswith("int8")), default=(float("nan"), "none    "))

@@ -218,18 +218,6 @@ def class_of(m: int) -> int | None:
     return next((rows for rows in TILE_CANDIDATES if rows is not None and m <= rows), None)
 
 
-def kernel_us(launch, block: int) -> float:
-    """Microseconds a launch, `block` launches back to back between CUDA events."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(block):
-        launch()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / block
-
-
 def warm(tasks: list) -> None:
     """Run each task's programs once, (layout, tiles, [(n, k)], ms): the small-M program's launcher
     at these tiles, or (tiles None) the default's call, which compiles them into Triton's cache."""
@@ -306,7 +294,7 @@ def tune(args, stamp) -> dict:
                         else:
                             print(f"WRONG {layout} {m} x {n} x {k} {tiles}", flush=True)
                     times = harness.medians(harness.rounds(launches, args.rounds,
-                                                           lambda launch: kernel_us(launch, args.tune_block)))
+                                                           lambda launch: harness.block_us(launch, args.tune_block)))
                     best = min(times.values())
                     for tiles, t in times.items():
                         scores[tiles].append(best / t)

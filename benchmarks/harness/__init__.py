@@ -119,23 +119,26 @@ def host_us(call, calls: int) -> float:
     return elapsed / calls * 1e6
 
 
+def block_us(call, calls: int) -> float:
+    """Microseconds a call of a block of `calls` calls back to back between two CUDA events (a
+    kernel's time where the calls are bare launches)."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
 def queued_ms(call, calls: int = 20, reps: int = 15) -> float:
     """Median milliseconds a call of `calls` calls queued back to back between two CUDA events:
     the GPU's time where each call's CPU time hides behind the previous call's kernels."""
-    import torch
     for _ in range(3):
         call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(calls):
-            call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+    return statistics.median(block_us(call, calls) / 1e3 for _ in range(reps))
 
 
 def event_timer():

@@ -5,8 +5,7 @@ that importing tilemm never imports Triton."""
 import triton
 import triton.language as tl
 
-from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import hand_over_int, tile_and_run
-from tilemm.engine.programs import store_tile
+from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import tile_and_run, tile_into_c
 
 
 # --8<-- [start:kernel]
@@ -59,14 +58,11 @@ def small_m_f16_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, strid
         b_ptrs += BLOCK_K * stride_bk
     acc += sums.to(tl.int32)
     if SWAP:          # C^T's tile: C with its dimensions and strides swapped
-        if split_steps is not None:
-            hand_over_int(acc, c_ptr, ws_ptr, counts_ptr, pid_n * BLOCK_N, pid_m * BLOCK_M, N, M, stride_cn, stride_cm)
-        else:
-            store_tile(c_ptr, acc, pid_n * BLOCK_N, pid_m * BLOCK_M, N, M, stride_cn, stride_cm, False)
-    elif split_steps is not None:
-        hand_over_int(acc, c_ptr, ws_ptr, counts_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn)
+        tile_into_c(acc, c_ptr, ws_ptr, counts_ptr, pid_n * BLOCK_N, pid_m * BLOCK_M, N, M, stride_cn, stride_cm,
+                    split_steps)
     else:
-        store_tile(c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, False)
+        tile_into_c(acc, c_ptr, ws_ptr, counts_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn,
+                    split_steps)
 
 
 @triton.jit

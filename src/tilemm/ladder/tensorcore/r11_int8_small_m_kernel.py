@@ -31,10 +31,17 @@ def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
     else:
         acc = steps_b_columns(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk,
                               stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+    tile_into_c(acc, c_ptr, ws_ptr, counts_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn,
+                split_steps)
+
+
+@triton.jit
+def tile_into_c(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, stride_cn, split_steps):
+    """A tile's int32 sums into C, or where the program sums a run of split K, handed over."""
     if split_steps is not None:
-        hand_over_int(acc, c_ptr, ws_ptr, counts_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn)
+        hand_over_int(acc, c_ptr, ws_ptr, counts_ptr, off_m, off_n, M, N, stride_cm, stride_cn)
     else:
-        store_tile(c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, False)
+        store_tile(c_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, False)
 
 
 @triton.jit
