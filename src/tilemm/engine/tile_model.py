@@ -126,6 +126,34 @@ def model_tiles(m: int, n: int, k: int) -> tuple:
     return best[:3]
 
 
+def predicted_us(m: int, n: int, k: int) -> float:
+    """tile_time of the tiles model_tiles picks for this product."""
+    return tile_time(m, n, k, *TILE_CHOICES[[c[:3] for c in TILE_CHOICES].index(model_tiles(m, n, k))])
+
+
+# A product whose rows pass a multiple of 128 by a few (2052 = 16 x 128 + 4: 4 sequences of 513
+# tokens) can take a whole round of tiles more for those rows, or smaller tiles for all of them.
+# Its rows up to SLIVER_ROWS past the multiple are better run apart (sliver_rows): thin tiles that
+# read B once at SLIVER_BYTES_PER_US, plus SLIVER_FIXED_US for the launch. A launch made through
+# Triton's JIT (an eager call that is not replayed) costs the CPU about EAGER_LAUNCH_US: there the
+# rows go apart only where that much GPU time is saved, since such calls wait on the CPU.
+SLIVER_ROWS = 32
+SLIVER_BYTES_PER_US = 3.0e6     # (H200, bf16: 4-16 rows x 2048-4096 x 2048-32000 in 6.0-45 µs)
+SLIVER_FIXED_US = 3.5
+EAGER_LAUNCH_US = 100.0
+
+
+def sliver_rows(m: int, n: int, k: int, itemsize: int = 2, saving_us: float = 0.0) -> int:
+    """The rows past the last multiple of 128 that are predicted faster run apart from the rest
+    (the rest in the tiles model_tiles picks for it, those rows reading B once), by saving_us at
+    least; or 0."""
+    rest = m % 128
+    if not 0 < rest <= SLIVER_ROWS or m < 2 * 128:
+        return 0
+    apart = predicted_us(m - rest, n, k) + n * k * itemsize / SLIVER_BYTES_PER_US + SLIVER_FIXED_US
+    return rest if apart + saving_us < (1 - TILE_MARGIN) * predicted_us(m, n, k) else 0
+
+
 # Where the model's smallest tiles (64 x 128), K split by k_splits, leave this share of the SMs or
 # more idle, 64 x 64 tiles take their place if their runs are more: k_splits splits a tile half as
 # big into more runs (its hand-over is half as big). Fitted on bf16 whole calls, products of 1-15

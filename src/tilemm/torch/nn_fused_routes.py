@@ -197,9 +197,8 @@ class FusedRoute:
         else:
             bound()
         if bound is not None:        # (not recorded with another GPU current: tried again at the next call)
-            replay = replays.recorded(bound, (*operands, c))
-            quick = None if replay is None else replay.quick
-            setattr(self, name, quick if quick is not None else self.declined)
+            replay = replays.recorded(bound, (*operands, c))      # (several launches: no quick call, the replay)
+            setattr(self, name, self.declined if replay is None else replay.quick or replay)
         return c
 
 
