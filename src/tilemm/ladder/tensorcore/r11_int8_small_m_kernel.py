@@ -11,8 +11,8 @@ from tilemm.engine.programs import store_tile
 @triton.jit
 def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                   B_ROWS: tl.constexpr = False, B_AHEAD: tl.constexpr = False,
-                   split_steps=None, ws_ptr=None, counts_ptr=None):
+                   B_ROWS: tl.constexpr = False, B_AHEAD: tl.constexpr = False, B_WORDS: tl.constexpr = False,
+                   TURN_PRMT: tl.constexpr = False, split_steps=None, ws_ptr=None, counts_ptr=None):
     """C = A @ B, int8 operands of any strides, int32 sums; fast where A's rows are contiguous and
     B's columns (B as torch.nn.Linear keeps a weight, (N, K).T: steps_b_columns) or, B_ROWS, B's
     rows (B row-major: steps_b_rows). The grid: (tiles of C, runs of K steps); the tiles of one
@@ -25,7 +25,10 @@ def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
                                                                                 BLOCK_N, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
     in_m = offs_m[:, None] < M
-    if B_ROWS:
+    if B_WORDS:
+        acc = steps_b_rows_words(a_ptrs, b_ptr, offs_k, pid_n, in_m, N, K, first, steps, stride_ak, stride_bk,
+                                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, B_AHEAD, TURN_PRMT)
+    elif B_ROWS:
         acc = steps_b_rows(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk,
                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, B_AHEAD)
     else:
@@ -131,6 +134,130 @@ def steps_b_rows(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, st
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
     return acc
+
+
+@triton.jit
+def steps_b_rows_words(a_ptrs, b_ptr, offs_k, pid_n, in_m, N, K, first, steps, stride_ak, stride_bk,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                       B_AHEAD: tl.constexpr, TURN_PRMT: tl.constexpr):
+    """steps_b_rows with B turned over in registers, 32 bits at a time (B_WORDS): B row-major, its
+    rows' bytes read as int32 words, four columns a word (N, B's row stride and its start multiples
+    of 4). A step's tile is four sets of rows, k = 4q + i (i = 0..3), each (BLOCK_N / 4, BLOCK_K / 4)
+    words; the 4 x 4 bytes of four words, one a set, turn over into four words of B^T (turn_over_4x4),
+    each four K-consecutive bytes of one column, so that the tile goes to the MMA as B^T's rows,
+    K-major, as steps_b_columns loads it: into shared memory a word a store, not a byte. B_AHEAD:
+    the next step's words in flight while one is multiplied."""
+    WORDS_N: tl.constexpr = BLOCK_N // 4
+    QUADS_K: tl.constexpr = BLOCK_K // 4
+    words = b_ptr.to(tl.pointer_type(tl.int32))
+    stride_wk = stride_bk // 4
+    word_cols = pid_n * WORDS_N + tl.arange(0, WORDS_N)
+    quads = tl.arange(0, QUADS_K)
+    in_n = word_cols[:, None] < N // 4
+    # (WORDS_N, QUADS_K): row 4q of this run's first step, words along each warp's lines
+    rows_4q = (first * BLOCK_K + 4 * quads).to(tl.int64)
+    w_ptrs = words + rows_4q[None, :] * stride_wk + word_cols.to(tl.int64)[:, None]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    if B_AHEAD:        # the first step's words in flight (nothing past the run's end is loaded ahead)
+        k_end = tl.minimum(K, steps * BLOCK_K)
+        w0, w1, w2, w3 = load_words(w_ptrs, stride_wk, in_n, quads, k_end - first * BLOCK_K, EVEN_K)
+        for step in range(first, steps):
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=in_m, other=0)
+            else:
+                a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
+            w_ptrs += BLOCK_K * stride_wk          # the next step's words issued before this step's multiply
+            n0, n1, n2, n3 = load_words(w_ptrs, stride_wk, in_n, quads, k_end - (step + 1) * BLOCK_K, False)
+            acc = tl.dot(a, words_to_tile(w0, w1, w2, w3, TURN_PRMT).T, acc, out_dtype=tl.int32)
+            w0, w1, w2, w3 = n0, n1, n2, n3
+            a_ptrs += BLOCK_K * stride_ak
+    else:
+        for step in range(first, steps):
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=in_m, other=0)
+            else:
+                a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
+            w0, w1, w2, w3 = load_words(w_ptrs, stride_wk, in_n, quads, K - step * BLOCK_K, EVEN_K)
+            acc = tl.dot(a, words_to_tile(w0, w1, w2, w3, TURN_PRMT).T, acc, out_dtype=tl.int32)
+            a_ptrs += BLOCK_K * stride_ak
+            w_ptrs += BLOCK_K * stride_wk
+    # the tile's columns back in order: column (n % 16) * BLOCK_N / 16 + n // 16 is C's column n
+    return tl.reshape(tl.permute(tl.reshape(acc, BLOCK_M, 16, BLOCK_N // 16), 0, 2, 1), BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def load_words(w_ptrs, stride_wk, in_n, quads, k_left, EVEN_K: tl.constexpr):
+    """A step's four sets of B's rows as words, (WORDS_N, QUADS_K) each: set i the rows 4q + i from
+    w_ptrs (row 4q); rows from k_left on (K's end, or the run's) read zeros unless EVEN_K."""
+    if EVEN_K:
+        w0 = tl.load(w_ptrs, mask=in_n, other=0)
+        w1 = tl.load(w_ptrs + stride_wk, mask=in_n, other=0)
+        w2 = tl.load(w_ptrs + 2 * stride_wk, mask=in_n, other=0)
+        w3 = tl.load(w_ptrs + 3 * stride_wk, mask=in_n, other=0)
+    else:
+        w0 = tl.load(w_ptrs, mask=in_n & (4 * quads[None, :] < k_left), other=0)
+        w1 = tl.load(w_ptrs + stride_wk, mask=in_n & (4 * quads[None, :] + 1 < k_left), other=0)
+        w2 = tl.load(w_ptrs + 2 * stride_wk, mask=in_n & (4 * quads[None, :] + 2 < k_left), other=0)
+        w3 = tl.load(w_ptrs + 3 * stride_wk, mask=in_n & (4 * quads[None, :] + 3 < k_left), other=0)
+    return w0, w1, w2, w3
+
+
+@triton.jit
+def words_to_tile(w0, w1, w2, w3, TURN_PRMT: tl.constexpr):
+    """B^T's tile, int8 (BLOCK_N, BLOCK_K), K-contiguous, from the four sets of B's rows' words
+    (WORDS_N, QUADS_K): t[4 nq + j, 4 q + i] = byte j of set i's word (q, nq)."""
+    if TURN_PRMT:
+        o0, o1, o2, o3 = turn_over_prmt(w0, w1, w2, w3)
+    else:
+        o0, o1, o2, o3 = turn_over_4x4(w0, w1, w2, w3)
+    WORDS_N: tl.constexpr = w0.shape[0]
+    QUADS_K: tl.constexpr = w0.shape[1]
+    # column n = 16 h + 4 nq_lo + j (nq = 4 h + nq_lo) is word j of the turn, set as row
+    # (n % 16) * BLOCK_N / 16 + n // 16: (WORDS_N / 4, 4, QUADS_K, 4) -> (4, 4, WORDS_N / 4, QUADS_K)
+    cols = tl.reshape(tl.permute(tl.reshape(join4(o0, o1, o2, o3), WORDS_N // 4, 4, QUADS_K, 4), 1, 3, 0, 2),
+                      4 * WORDS_N, QUADS_K)
+    # each word's bytes, K in order: (BLOCK_N, QUADS_K, 4) -> (BLOCK_N, BLOCK_K)
+    return tl.reshape(join4(cols.to(tl.int8), (cols >> 8).to(tl.int8), (cols >> 16).to(tl.int8),
+                            (cols >> 24).to(tl.int8)), 4 * WORDS_N, 4 * QUADS_K)
+
+
+@triton.jit
+def join4(x0, x1, x2, x3):
+    """(..., 4): x0..x3 along a new last dimension, in order."""
+    return tl.reshape(tl.join(tl.join(x0, x2), tl.join(x1, x3)), *x0.shape, 4)
+
+
+@triton.jit
+def turn_over_4x4(w0, w1, w2, w3):
+    """The 4 x 4 bytes of four words turned over (integers only: Triton's interpreter runs it):
+    byte i of word j out is byte j of word i in."""
+    u0, u1, u2, u3 = (w0.to(tl.uint32, bitcast=True), w1.to(tl.uint32, bitcast=True),
+                      w2.to(tl.uint32, bitcast=True), w3.to(tl.uint32, bitcast=True))
+    o0 = (u0 & 0xFF) | ((u1 & 0xFF) << 8) | ((u2 & 0xFF) << 16) | (u3 << 24)
+    o1 = ((u0 >> 8) & 0xFF) | (u1 & 0xFF00) | ((u2 << 8) & 0xFF0000) | ((u3 << 16) & 0xFF000000)
+    o2 = ((u0 >> 16) & 0xFF) | ((u1 >> 8) & 0xFF00) | (u2 & 0xFF0000) | ((u3 << 8) & 0xFF000000)
+    o3 = (u0 >> 24) | ((u1 >> 16) & 0xFF00) | ((u2 >> 8) & 0xFF0000) | (u3 & 0xFF000000)
+    return (o0.to(tl.int32, bitcast=True), o1.to(tl.int32, bitcast=True), o2.to(tl.int32, bitcast=True),
+            o3.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def turn_over_prmt(w0, w1, w2, w3):
+    """turn_over_4x4 in eight byte permutes (prmt.b32: pairs of bytes interleaved, then pairs of
+    halves); the GPU only (Triton's interpreter runs no PTX)."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b32 lo01, hi01, lo23, hi23;
+        prmt.b32 lo01, $4, $5, 0x5140;
+        prmt.b32 hi01, $4, $5, 0x7362;
+        prmt.b32 lo23, $6, $7, 0x5140;
+        prmt.b32 hi23, $6, $7, 0x7362;
+        prmt.b32 $0, lo01, lo23, 0x5410;
+        prmt.b32 $1, lo01, lo23, 0x7632;
+        prmt.b32 $2, hi01, hi23, 0x5410;
+        prmt.b32 $3, hi01, hi23, 0x7632;
+        }""", "=r,=r,=r,=r,r,r,r,r", [w0, w1, w2, w3], dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+        is_pure=True, pack=1)
 # --8<-- [end:kernel]
 
 
