@@ -149,6 +149,8 @@ def steps_b_rows_words(a_ptrs, b_ptr, offs_k, pid_n, in_m, N, K, first, steps, s
     the next step's words in flight while one is multiplied."""
     WORDS_N: tl.constexpr = BLOCK_N // 4
     QUADS_K: tl.constexpr = BLOCK_K // 4
+    # a row of the turned tile: column_row(n) = ((n % 16) // LOW * BLOCK_N / 16 + n // 16) * LOW + n % LOW
+    LOW: tl.constexpr = 4 if BLOCK_N <= 32 else (2 if BLOCK_N == 64 else 1)
     words = b_ptr.to(tl.pointer_type(tl.int32))
     stride_wk = stride_bk // 4
     word_cols = pid_n * WORDS_N + tl.arange(0, WORDS_N)
@@ -168,7 +170,7 @@ def steps_b_rows_words(a_ptrs, b_ptr, offs_k, pid_n, in_m, N, K, first, steps, s
                 a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
             w_ptrs += BLOCK_K * stride_wk          # the next step's words issued before this step's multiply
             n0, n1, n2, n3 = load_words(w_ptrs, stride_wk, in_n, quads, k_end - (step + 1) * BLOCK_K, False)
-            acc = tl.dot(a, words_to_tile(w0, w1, w2, w3, TURN_PRMT).T, acc, out_dtype=tl.int32)
+            acc = tl.dot(a, words_to_tile(w0, w1, w2, w3, LOW, TURN_PRMT).T, acc, out_dtype=tl.int32)
             w0, w1, w2, w3 = n0, n1, n2, n3
             a_ptrs += BLOCK_K * stride_ak
     else:
@@ -178,11 +180,12 @@ def steps_b_rows_words(a_ptrs, b_ptr, offs_k, pid_n, in_m, N, K, first, steps, s
             else:
                 a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
             w0, w1, w2, w3 = load_words(w_ptrs, stride_wk, in_n, quads, K - step * BLOCK_K, EVEN_K)
-            acc = tl.dot(a, words_to_tile(w0, w1, w2, w3, TURN_PRMT).T, acc, out_dtype=tl.int32)
+            acc = tl.dot(a, words_to_tile(w0, w1, w2, w3, LOW, TURN_PRMT).T, acc, out_dtype=tl.int32)
             a_ptrs += BLOCK_K * stride_ak
             w_ptrs += BLOCK_K * stride_wk
-    # the tile's columns back in order: column (n % 16) * BLOCK_N / 16 + n // 16 is C's column n
-    return tl.reshape(tl.permute(tl.reshape(acc, BLOCK_M, 16, BLOCK_N // 16), 0, 2, 1), BLOCK_M, BLOCK_N)
+    # the tile's columns back in C's order: (nq_lo, j_hi, h, j_lo) -> (h, nq_lo, j_hi, j_lo)
+    acc = tl.reshape(acc, BLOCK_M, 4, 4 // LOW, BLOCK_N // 16, LOW)
+    return tl.reshape(tl.permute(acc, 0, 3, 1, 2, 4), BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -203,19 +206,23 @@ def load_words(w_ptrs, stride_wk, in_n, quads, k_left, EVEN_K: tl.constexpr):
 
 
 @triton.jit
-def words_to_tile(w0, w1, w2, w3, TURN_PRMT: tl.constexpr):
+def words_to_tile(w0, w1, w2, w3, LOW: tl.constexpr, TURN_PRMT: tl.constexpr):
     """B^T's tile, int8 (BLOCK_N, BLOCK_K), K-contiguous, from the four sets of B's rows' words
-    (WORDS_N, QUADS_K): t[4 nq + j, 4 q + i] = byte j of set i's word (q, nq)."""
+    (WORDS_N, QUADS_K): row column_row(n) of it, byte 4 q + i, is B[4 q + i, n], byte j of set i's
+    word (nq, q) for n = 4 nq + j. The rows' order is the lanes': a warp's lanes load words of
+    columns 16 apart (16 bytes a lane), which in C's order would be rows of B^T in the same phase
+    of shared memory's swizzle, the same banks; set apart (their columns' bits from the fifth on
+    the row's lowest, LOW of n's own below them) they meet no conflict at 64 and 128 columns."""
     if TURN_PRMT:
         o0, o1, o2, o3 = turn_over_prmt(w0, w1, w2, w3)
     else:
         o0, o1, o2, o3 = turn_over_4x4(w0, w1, w2, w3)
     WORDS_N: tl.constexpr = w0.shape[0]
     QUADS_K: tl.constexpr = w0.shape[1]
-    # column n = 16 h + 4 nq_lo + j (nq = 4 h + nq_lo) is word j of the turn, set as row
-    # (n % 16) * BLOCK_N / 16 + n // 16: (WORDS_N / 4, 4, QUADS_K, 4) -> (4, 4, WORDS_N / 4, QUADS_K)
-    cols = tl.reshape(tl.permute(tl.reshape(join4(o0, o1, o2, o3), WORDS_N // 4, 4, QUADS_K, 4), 1, 3, 0, 2),
-                      4 * WORDS_N, QUADS_K)
+    # column n = 16 h + 4 nq_lo + LOW j_hi + j_lo (word nq = 4 h + nq_lo, word j of the turn) set
+    # as row column_row(n): (h, nq_lo, QUADS_K, j_hi, j_lo) -> (nq_lo, j_hi, h, j_lo, QUADS_K)
+    turned = tl.reshape(join4(o0, o1, o2, o3), WORDS_N // 4, 4, QUADS_K, 4 // LOW, LOW)
+    cols = tl.reshape(tl.permute(turned, 1, 3, 0, 4, 2), 4 * WORDS_N, QUADS_K)
     # each word's bytes, K in order: (BLOCK_N, QUADS_K, 4) -> (BLOCK_N, BLOCK_K)
     return tl.reshape(join4(cols.to(tl.int8), (cols >> 8).to(tl.int8), (cols >> 16).to(tl.int8),
                             (cols >> 24).to(tl.int8)), 4 * WORDS_N, 4 * QUADS_K)
