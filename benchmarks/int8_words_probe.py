@@ -32,7 +32,8 @@ import harness
 SHAPES = [(4096, 4096), (5376, 3584), (3072, 8192), (11008, 4096), (4096, 14336)]      # (N, K)
 MS = [32, 64, 100, 128, 200, 256]
 WORDS = ("int8-words", "int8-words-ahead")
-# the words candidates a class of M (M up to the key): (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM)
+# the words candidates a class of M (M up to the key):
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM)
 WORDS_TILES = {
     32: [(32, 128, 64, 4, 5, 1), (32, 128, 128, 4, 4, 1), (32, 64, 128, 4, 4, 1), (32, 256, 64, 8, 4, 1)],
     64: [(64, 128, 128, 4, 4, 1), (64, 128, 64, 4, 5, 1), (64, 64, 128, 4, 4, 1), (64, 256, 64, 8, 4, 1)],
@@ -106,7 +107,8 @@ def warm(task: tuple) -> None:
     m, index = task
     for n, k in SHAPES:
         a, _, b_rows = operands(m, n, k)
-        share = launches(a, b_rows, rows=index is None, candidates=[] if index is None else [WORDS_TILES[class_of(m)][index]])
+        candidates = [] if index is None else [WORDS_TILES[class_of(m)][index]]
+        share = launches(a, b_rows, rows=index is None, candidates=candidates)
         for label, (launch, _) in share.items():
             try:
                 launch()

@@ -1,5 +1,5 @@
 """tensorcore-int's small-M program with a row-major B turned over in registers 32 bits at a time
-(products "int8-words" and "int8-words-ahead": B_WORDS in r11_int8_small_m_kernel.py). Under
+(products "int8-words" and "int8-words-ahead": B_WORDS, r11_int8_words_kernel.py). Under
 Triton's interpreter against exact int64 products: N a multiple of 4 but not of the tile, K not of
 the step, M of 1 to 100 rows, split K, -128 and 127 throughout, B a column slice of a wider one
 (its row stride past N); the layouts and starts the words don't fit, which run the byte program;
@@ -84,7 +84,8 @@ def test_interpreter_words_not_fitting_run_the_byte_program():
     wide[:, 3:47] = b
     odd_stride = torch.zeros(40, 45, dtype=torch.int8)
     odd_stride[:, :44] = b
-    cases = {"N % 4": b[:, :42], "start": wide[:, 3:47], "row stride": odd_stride[:, :44], "(N, K).T": b.T.contiguous().T}
+    cases = {"N % 4": b[:, :42], "start": wide[:, 3:47], "row stride": odd_stride[:, :44],
+             "(N, K).T": b.T.contiguous().T}
     for name, given in cases.items():
         c, words = run(a, given, 2, SMALL_TILES[0] + ("int8-words",))
         assert not words and np.array_equal(c.numpy().astype(np.int64), int64_product(a, given)), name
@@ -119,7 +120,7 @@ def test_the_prmt_turn_is_the_integer_turn():
     """turn_over_prmt's eight prmt.b32 (the GPU's turn, which Triton's interpreter can't run),
     emulated on random words: byte i of word j out is byte j of word i in, as turn_over_4x4
     computes in integers."""
-    from tilemm.ladder.tensorcore import r11_int8_small_m_kernel as kernel
+    from tilemm.ladder.tensorcore import r11_int8_words_kernel as kernel
     source = inspect.getsource(kernel.turn_over_prmt.fn)          # (the jitted or interpreted function's)
     steps = re.findall(r"prmt\.b32 (\S+), (\S+), (\S+), (0x[0-9a-f]+);", source)
     assert len(steps) == 8
