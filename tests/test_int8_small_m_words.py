@@ -110,6 +110,28 @@ def test_words_products_are_int8_products():
     assert set(WORDS) < set(small_m.INT8_PRODUCTS) < set(small_m.PRODUCTS)
 
 
+def test_the_probe_tries_only_tiles_the_words_program_takes():
+    """benchmarks/int8_words_probe.py's candidates: words tiles launcher() takes (BLOCK_N of 16,
+    BLOCK_K of 32), a class for each of its M, both products and split K both ways."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(folder))                           # (the script imports harness beside it)
+    try:
+        spec = importlib.util.spec_from_file_location("int8_words_probe", folder / "int8_words_probe.py")
+        probe = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(probe)
+    finally:
+        sys.path.remove(str(folder))
+    assert set(probe.WORDS) == set(WORDS) and {probe.class_of(m) for m in probe.MS} == set(probe.WORDS_TILES)
+    for rows, candidates in probe.WORDS_TILES.items():
+        for tiles in candidates:
+            assert len(tiles) == 6 and tiles[1] % 16 == 0 and tiles[2] % 32 == 0, (rows, tiles)
+            assert all(small_m.product_of(tiles + (product,)) == product for product in WORDS)
+            assert rows is None or tiles[0] <= rows, (rows, tiles)
+
+
 def prmt(a: int, b: int, selector: int) -> int:
     """PTX's prmt.b32 (default mode): byte i of the result is byte (selector's nibble i) & 7 of b:a."""
     pool = [(a >> 8 * i) & 0xFF for i in range(4)] + [(b >> 8 * i) & 0xFF for i in range(4)]
