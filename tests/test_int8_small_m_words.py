@@ -240,3 +240,23 @@ def test_words_exact_on_the_gpu(tiles, product):
                 launch()
                 assert launch.options["B_WORDS"] and torch.equal(c.long(), expected), (m, n, k, runs, b.stride())
     torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("product", WORDS)
+def test_words_through_the_default_on_the_gpu(monkeypatch, product):
+    """A row-major table whose rows name a words product, as the tables may come to: tilemm.matmul
+    on a row-major B, its repeated calls (the replay) on new operands too, exact; and a B whose
+    start is off 4 bytes, which the same table runs as bytes."""
+    import tilemm
+    monkeypatch.setattr(small_m, "ROW_TILES", ((64, (32, 128, 64, 4, 5, 1, product)),
+                                               (None, (128, 64, 128, 4, 4, 1, product))))
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for m, n, k in ((17, 4096, 4096), (100, 2048, 1000), (256, 1028, 3072)):
+        wide = torch.randint(-128, 128, (k, n + 8), dtype=torch.int8, device="cuda", generator=gen)
+        for b in (wide[:, :n].contiguous(), wide[:, 4:n + 4], wide[:, 3:n + 3]):
+            for _ in range(3):
+                a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=gen)
+                c = tilemm.matmul(a, b, out_dtype="int32")
+                assert torch.equal(c.long(), (a.double() @ b.double()).long()), (m, n, k, b.stride(), b.data_ptr() % 16)
+    torch.cuda.synchronize()
