@@ -31,9 +31,8 @@ bytes, into shared memory a word a store rather than a byte), its words staged b
 pipeline or, -ahead, the next step's loaded into registers while one is multiplied (B where the
 words don't fit, words_fit, and B as (N, K).T run as "int8"); or the 16-bit ones
 (r11_int8_f16_kernel.py), which read B from shared memory in either major order, so a row-major B
-needs no turning over. An int8 is exact in
-float16 and a product of two is at most 2^14, so CHUNK_K products sum exactly in float32; each
-chunk's sum is added into int32. "fp16" multiplies A @ B; "fp16-swap" multiplies C^T = B^T A^T,
+needs no turning over. An int8 is exact in float16 and a product of two is at most 2^14, so
+CHUNK_K products sum exactly in float32; each chunk's sum is added into int32. "fp16" multiplies A @ B; "fp16-swap" multiplies C^T = B^T A^T,
 so the weight's columns fill the instruction's 64-row side and A's few rows its other side.
 """
 from __future__ import annotations

@@ -19,11 +19,10 @@ def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
     rows (B row-major: steps_b_rows; B_WORDS, as int32 words turned over in registers, TURN_PRMT
     in prmt.b32: steps_b_rows_words, r11_int8_words_kernel.py). The grid: (tiles of C, runs of K
     steps); the tiles of one block column are neighbours, so a weight tile read for several block
-    rows is read from L2.
-    Rows past M load zeros (a masked copy reads nothing: at 33 rows of 64, reading row 32 again in
-    their place cost 25-30 %); EVEN_K: K a multiple of BLOCK_K (no mask along K). split_steps
-    given: this program sums its run of split_steps K steps and hands the partial over
-    (hand_over_int)."""
+    rows is read from L2. Rows past M load zeros (a masked copy reads nothing: at 33 rows of 64,
+    reading row 32 again in their place cost 25-30 %); EVEN_K: K a multiple of BLOCK_K (no mask
+    along K). split_steps given: this program sums its run of split_steps K steps and hands the
+    partial over (hand_over_int)."""
     pid_m, pid_n, offs_m, offs_n, offs_k, first, steps, rows, ks = tile_and_run(M, N, K, split_steps, BLOCK_M,
                                                                                 BLOCK_N, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
