@@ -157,8 +157,12 @@ def main():
         import concurrent.futures
         import multiprocessing
         shares = [(m, index) for m in args.ms for index in [None, *range(len(WORDS_TILES[class_of(m)]))]]
-        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(warm, shares))
+        try:
+            with concurrent.futures.ProcessPoolExecutor(args.jobs,
+                                                        mp_context=multiprocessing.get_context("spawn")) as pool:
+                list(pool.map(warm, shares))
+        except Exception as e:  # noqa: BLE001 - a worker lost: what it did not compile compiles when checked
+            print(f"warm: {type(e).__name__}: {e}"[:300], flush=True)
     stamp = harness.stamp("int8_words_probe.py", args, env=ENV)
     harness.prewarm(args.prewarm, "float32")
     records = []
