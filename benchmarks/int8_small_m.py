@@ -31,8 +31,9 @@ summary line a set and layout: the lowest ratio, the geometric mean, the problem
 
 --tune: for each layout and each class of M (the rows of the module's tables), every candidate of
 TILE_CANDIDATES on the tensor cores of --products (a candidate's seventh item: "int8" where none;
-the 16-bit ones, "fp16" and "fp16-swap", are exact in float32 chunks: the module's PRODUCTS), and
-the table in force's row besides (so the tuned table loses to none of it), run alone (the
+the 16-bit ones, "fp16" and "fp16-swap", are exact in float32 chunks; "int8-words" and
+"int8-words-ahead", a row-major B turned over a word at a time, tried for --layouts row only: the
+module's PRODUCTS), and the table in force's row besides (so the tuned table loses to none of it), run alone (the
 program's launcher, no tilemm call around it) on the fit set's problems of that class, in
 interleaved rounds, a block of --tune-block launches between CUDA events; a candidate's score is the geometric mean over the problems of the best candidate's time
 over its own. Prints the winning table in the module's form (TILES, ROW_TILES).
@@ -61,6 +62,7 @@ SETS = {"fit": FIT, "held-out": HELD_OUT}
 MS = [1, 8, 16, 32, 64, 100, 128, 200, 256]
 BAR = 1.0
 PADDED_ROWS = harness.INT_MM_PADDED_ROWS
+WORDS_PRODUCTS = ("int8-words", "int8-words-ahead")   # a row-major B turned over a word at a time
 # candidates a class of M: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM[, product]),
 # the product (the module's PRODUCTS) "int8" where not named; the 16-bit ones' BLOCK_K divides
 # CHUNK_K, and their two accumulators (float32, int32) keep a tile to 64 elements a thread or so;
@@ -69,22 +71,27 @@ PADDED_ROWS = harness.INT_MM_PADDED_ROWS
 TILE_CANDIDATES = {
     16: [(16, 128, 256, 4, 3, 1), (16, 128, 128, 4, 4, 1), (16, 64, 256, 4, 3, 1), (16, 128, 64, 4, 6, 1),
          (16, 256, 128, 4, 3, 1), (16, 64, 128, 4, 4, 2), (16, 128, 128, 4, 4, 2), (16, 256, 64, 8, 4, 1),
-         (16, 64, 128, 4, 4, 1, "fp16-swap"), (16, 128, 128, 4, 4, 1, "fp16-swap"), (16, 128, 64, 4, 6, 1, "fp16-swap")],
+         (16, 64, 128, 4, 4, 1, "fp16-swap"), (16, 128, 128, 4, 4, 1, "fp16-swap"), (16, 128, 64, 4, 6, 1, "fp16-swap"),
+         (16, 128, 64, 4, 6, 1, "int8-words"), (16, 128, 128, 4, 4, 1, "int8-words")],
     32: [(32, 64, 128, 4, 4, 2), (32, 128, 128, 4, 4, 1), (32, 64, 256, 4, 3, 1), (32, 128, 64, 4, 5, 1),
          (32, 64, 64, 4, 6, 2), (16, 128, 128, 4, 4, 1),
          (32, 64, 128, 4, 4, 1, "fp16-swap"), (32, 128, 128, 4, 4, 1, "fp16-swap"), (32, 128, 64, 4, 5, 1, "fp16-swap"),
-         (32, 128, 64, 4, 5, 1, "fp16")],
+         (32, 128, 64, 4, 5, 1, "fp16"), (32, 128, 64, 4, 5, 1, "int8-words"), (32, 128, 128, 4, 4, 1, "int8-words")],
     64: [(64, 64, 128, 4, 4, 1), (64, 128, 128, 4, 4, 1), (64, 128, 64, 4, 5, 1), (64, 64, 256, 4, 3, 1),
          (64, 64, 64, 4, 6, 2), (32, 128, 128, 4, 4, 1), (64, 64, 128, 4, 4, 2), (64, 128, 128, 4, 4, 2),
          (32, 64, 128, 4, 4, 2),
          (64, 64, 128, 4, 4, 1, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16-swap"), (64, 128, 64, 4, 4, 1, "fp16-swap"),
-         (64, 128, 64, 8, 5, 1, "fp16-swap"), (64, 128, 64, 8, 5, 2, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16")],
+         (64, 128, 64, 8, 5, 1, "fp16-swap"), (64, 128, 64, 8, 5, 2, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16"),
+         (64, 128, 128, 4, 4, 1, "int8-words"), (64, 128, 128, 4, 4, 1, "int8-words-ahead"),
+         (32, 128, 128, 4, 4, 1, "int8-words")],
     None: [(64, 128, 128, 4, 4, 1), (64, 128, 64, 4, 5, 1), (128, 128, 128, 8, 4, 1), (128, 64, 128, 4, 4, 1),
            (64, 256, 64, 4, 4, 1), (128, 128, 64, 8, 5, 1), (64, 64, 128, 4, 4, 2), (64, 128, 128, 4, 4, 2),
            (64, 128, 128, 8, 4, 1), (64, 128, 128, 8, 4, 2), (32, 128, 128, 4, 4, 1), (128, 128, 64, 8, 5, 2),
            (128, 128, 64, 8, 4, 1, "fp16-swap"), (128, 128, 128, 8, 3, 1, "fp16-swap"), (256, 64, 64, 8, 4, 1, "fp16-swap"),
            (128, 64, 128, 8, 4, 1, "fp16-swap"), (128, 64, 64, 4, 4, 1, "fp16-swap"), (128, 64, 64, 4, 4, 2, "fp16-swap"),
-           (128, 128, 64, 8, 4, 1, "fp16")],
+           (128, 128, 64, 8, 4, 1, "fp16"), (128, 128, 128, 8, 4, 1, "int8-words"),
+           (128, 128, 128, 8, 4, 1, "int8-words-ahead"), (128, 64, 128, 4, 4, 1, "int8-words-ahead"),
+           (64, 128, 128, 4, 4, 1, "int8-words-ahead")],
 }
 
 
@@ -251,9 +258,11 @@ def warm_in_parallel(tasks: list, jobs: int) -> None:
 
 
 def candidates_of(layout: str, rows, products: list) -> list:
-    """TILE_CANDIDATES of a class of M on the tensor cores of `products`, and the table in force's
-    row for the class and layout (once)."""
-    found = [tiles for tiles in TILE_CANDIDATES[rows] if small_m.product_of(tiles) in products]
+    """TILE_CANDIDATES of a class of M on the tensor cores of `products` (the words products for a
+    row-major B only: with B as (N, K).T they run as int8), and the table in force's row for the
+    class and layout (once)."""
+    found = [tiles for tiles in TILE_CANDIDATES[rows] if small_m.product_of(tiles) in products
+             and (layout == "row" or small_m.product_of(tiles) not in WORDS_PRODUCTS)]
     in_force = dict(tables()[layout])[rows]
     return found + [in_force] * (in_force not in found)
 

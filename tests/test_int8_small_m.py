@@ -198,7 +198,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul
 from tilemm.ladder.tensorcore.r11_int8_f16_kernel import small_m_f16_matmul
-from tilemm.ladder.tensorcore.r11_int8_small_m import CHUNK_K, ROW_TILES, TILES, WGMMA_ROWS, product_of
+from tilemm.ladder.tensorcore.r11_int8_small_m import CHUNK_K, INT8_PRODUCTS, ROW_TILES, TILES, WGMMA_ROWS, product_of
 from tilemm.engine.availability import H100_SHARED_OPTIN
 from tests.compiled import resource_usage
 TABLES = ((False, TILES), (True, ROW_TILES))
@@ -215,10 +215,12 @@ def build(b_rows, tiles):
                stride_ak="constexpr", stride_bk="i32", stride_bn="i32", stride_cm="i32", stride_cn="constexpr",
                BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", EVEN_K="constexpr")
     const = {"stride_ak": 1, "stride_cn": 1, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "EVEN_K": True}
-    if product == "int8":
+    if product in INT8_PRODUCTS:
         program = small_m_matmul
-        sig.update(B_ROWS="constexpr", B_AHEAD="constexpr")
-        const.update(B_ROWS=b_rows, B_AHEAD=b_rows and bm >= WGMMA_ROWS)
+        words = b_rows and product != "int8"
+        sig.update(B_ROWS="constexpr", B_AHEAD="constexpr", B_WORDS="constexpr", TURN_PRMT="constexpr")
+        const.update(B_ROWS=b_rows, B_AHEAD=b_rows and (product == "int8-words-ahead" if words else bm >= WGMMA_ROWS),
+                     B_WORDS=words, TURN_PRMT=words)
     else:
         program = small_m_f16_matmul
         sig.update(CHUNK_STEPS="constexpr", SWAP="constexpr", BIAS_CVT="constexpr")
@@ -261,7 +263,7 @@ def test_compiles_for_sm90_at_every_tile_class():
     for name, k in out.items():
         assert 0 < k["shared"] <= k["limit"] and k["pipelined"] and k["cubin"] > 0, (name, k)
         assert not k["byte_loads"], (name, k)
-        if k["product"] == "int8":
+        if k["product"] in small_m.INT8_PRODUCTS:
             assert k["wgmma"] if k["block_m"] >= small_m.WGMMA_ROWS else k["mma"], (name, k)
 
 

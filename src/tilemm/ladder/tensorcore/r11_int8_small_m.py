@@ -25,16 +25,21 @@ three pointers and integers, the cheapest call a repeated product can replay (ti
 which matters where the product itself takes a few microseconds.
 
 A row of the tables may name the tensor cores the tile runs on (its seventh item, PRODUCTS):
-"int8" (the default), or the 16-bit ones (r11_int8_f16_kernel.py), which read B from shared
-memory in either major order, so a row-major B needs no turning over. An int8 is exact in
-float16 and a product of two is at most 2^14, so CHUNK_K products sum exactly in float32; each
-chunk's sum is added into int32. "fp16" multiplies A @ B; "fp16-swap" multiplies C^T = B^T A^T,
+"int8" (the default); "int8-words" and "int8-words-ahead", the int8 tensor cores with a row-major
+B turned over in registers, 32 bits at a time (B_WORDS: four rows' words, a 4 x 4 turn of their
+bytes, into shared memory a word a store rather than a byte), its words staged by Triton's
+pipeline or, -ahead, the next step's loaded into registers while one is multiplied (B where the
+words don't fit, words_fit, and B as (N, K).T run as "int8"); or the 16-bit ones
+(r11_int8_f16_kernel.py), which read B from shared memory in either major order, so a row-major B
+needs no turning over. An int8 is exact in float16 and a product of two is at most 2^14, so
+CHUNK_K products sum exactly in float32; each chunk's sum is added into int32. "fp16" multiplies A @ B; "fp16-swap" multiplies C^T = B^T A^T,
 so the weight's columns fill the instruction's 64-row side and A's few rows its other side.
 """
 from __future__ import annotations
 
 from tilemm.engine import launches, workspaces
 from tilemm.engine import availability
+from tilemm.system import compat
 
 # Tiles by M: (up to this many rows, (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an
 # SM the split aims at)). B as (N, K).T: measured kernel alone over 7 layers' N x K (2048-28672):
@@ -58,7 +63,8 @@ ROW_MAJOR_ROWS = 256    # rows up to which a row-major B takes this program wher
 LEAST_RUN = 4           # K steps a run takes at least (a run's hand-over is a tile's store and reads)
 RUNG_TILE = (128, 256)  # the rung's own tiles (its Gluon and persistent programs)
 FILL = 1.0              # rung tiles per SM below which this program is the rung's choice
-PRODUCTS = ("int8", "fp16", "fp16-swap")   # the tensor cores a tile runs on (a table row's seventh item)
+PRODUCTS = ("int8", "int8-words", "int8-words-ahead", "fp16", "fp16-swap")   # a table row's seventh item
+INT8_PRODUCTS = PRODUCTS[:3]                # small_m_matmul's (the others: small_m_f16_matmul's)
 CHUNK_K = 512           # K of a float32 sum of int8 products that stays exact: 512 x 2^14 = 2^23 < 2^24
 
 
@@ -126,17 +132,25 @@ def product_of(tiles: tuple, chunk_k: int = CHUNK_K) -> str:
     if len(tiles) not in (6, 7) or product not in PRODUCTS:
         raise ValueError(f"small-M tiles {tiles!r}: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs "
                          f"an SM[, product in {PRODUCTS}])")
-    if product != "int8" and not (0 < chunk_k <= CHUNK_K and chunk_k % tiles[2] == 0):
+    if product not in INT8_PRODUCTS and not (0 < chunk_k <= CHUNK_K and chunk_k % tiles[2] == 0):
         raise ValueError(f"small-M tiles {tiles!r}: BLOCK_K must divide the exact chunk of {chunk_k} "
                          f"(at most {CHUNK_K}) on the 16-bit tensor cores")
     return product
+
+
+def words_fit(b, block_n: int) -> bool:
+    """Whether a row-major B (b_rows) can be read as int32 words of four columns (B_WORDS): N, its
+    row stride and its start (bytes) multiples of 4, and BLOCK_N of 16 (the turned tile's columns
+    are set in a rotated order, 16 a group)."""
+    return b.shape[1] % 4 == 0 and b.stride(0) % 4 == 0 and b.data_ptr() % 4 == 0 and block_n % 16 == 0
 
 
 def launcher(a, b, c, split_k=None, tiles: tuple | None = None, chunk_k: int = CHUNK_K):
     """c = a @ b (int8 into int32, K >= 1) as a launcher without arguments: one launch, of
     split_k runs of K a tile (None: runs_of_k), tiles as tiles_for gives them (None: M's for B's
     layout). On the int8 tensor cores B row-major (b_rows) is loaded row by row (B_ROWS; from
-    WGMMA_ROWS rows a tile, a step ahead: B_AHEAD), any other B as (N, K).T; on the 16-bit ones
+    WGMMA_ROWS rows a tile, a step ahead: B_AHEAD), or for the words products where words_fit, as
+    int32 words (B_WORDS; -ahead: B_AHEAD), any other B as (N, K).T; on the 16-bit ones
     (the tiles' product) both as they lie, float32 sums flushed into int32 every chunk_k of K."""
     m, k = a.shape
     n = b.shape[1]
@@ -153,9 +167,13 @@ def launcher(a, b, c, split_k=None, tiles: tuple | None = None, chunk_k: int = C
     args = (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     options = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, num_warps=num_warps,
                    num_stages=max(1, min(num_stages, per_run)))   # stages past a run's K steps only load zeros
-    if product == "int8":
+    if product in INT8_PRODUCTS:
         from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul as program  # Triton on first use
-        options.update(B_ROWS=rows, B_AHEAD=rows and block_m >= WGMMA_ROWS)
+        words = product != "int8" and rows and words_fit(b, block_n)
+        ahead = product == "int8-words-ahead" if words else block_m >= WGMMA_ROWS
+        # the turn in prmt.b32 on the GPU; in integers in Triton's interpreter (no PTX there)
+        options.update(B_ROWS=rows, B_AHEAD=rows and ahead, B_WORDS=words,
+                       TURN_PRMT=words and not compat.triton_interpreter())
     else:
         from tilemm.ladder.tensorcore.r11_int8_f16_kernel import small_m_f16_matmul as program
         options.update(CHUNK_STEPS=chunk_k // block_k, SWAP=product == "fp16-swap")

@@ -5,27 +5,32 @@ import triton
 import triton.language as tl
 
 from tilemm.engine.programs import store_tile
+from tilemm.ladder.tensorcore.r11_int8_words_kernel import steps_b_rows_words
 
 
 # --8<-- [start:kernel]
 @triton.jit
 def small_m_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                   B_ROWS: tl.constexpr = False, B_AHEAD: tl.constexpr = False,
-                   split_steps=None, ws_ptr=None, counts_ptr=None):
+                   B_ROWS: tl.constexpr = False, B_AHEAD: tl.constexpr = False, B_WORDS: tl.constexpr = False,
+                   TURN_PRMT: tl.constexpr = False, split_steps=None, ws_ptr=None, counts_ptr=None):
     """C = A @ B, int8 operands of any strides, int32 sums; fast where A's rows are contiguous and
     B's columns (B as torch.nn.Linear keeps a weight, (N, K).T: steps_b_columns) or, B_ROWS, B's
-    rows (B row-major: steps_b_rows). The grid: (tiles of C, runs of K steps); the tiles of one
-    block column are neighbours, so a weight tile read for several block rows is read from L2.
-    Rows past M load zeros (a masked copy reads nothing: at 33 rows of 64, reading row 32 again in
-    their place cost 25-30 %); EVEN_K: K a multiple of BLOCK_K (no mask along K). split_steps
-    given: this program sums its run of split_steps K steps and hands the partial over
-    (hand_over_int)."""
+    rows (B row-major: steps_b_rows; B_WORDS, as int32 words turned over in registers, TURN_PRMT
+    in prmt.b32: steps_b_rows_words, r11_int8_words_kernel.py). The grid: (tiles of C, runs of K
+    steps); the tiles of one block column are neighbours, so a weight tile read for several block
+    rows is read from L2. Rows past M load zeros (a masked copy reads nothing: at 33 rows of 64,
+    reading row 32 again in their place cost 25-30 %); EVEN_K: K a multiple of BLOCK_K (no mask
+    along K). split_steps given: this program sums its run of split_steps K steps and hands the
+    partial over (hand_over_int)."""
     pid_m, pid_n, offs_m, offs_n, offs_k, first, steps, rows, ks = tile_and_run(M, N, K, split_steps, BLOCK_M,
                                                                                 BLOCK_N, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
     in_m = offs_m[:, None] < M
-    if B_ROWS:
+    if B_WORDS:
+        acc = steps_b_rows_words(a_ptrs, b_ptr, offs_k, pid_n, in_m, N, K, first, steps, stride_ak, stride_bk,
+                                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, B_AHEAD, TURN_PRMT)
+    elif B_ROWS:
         acc = steps_b_rows(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, stride_ak, stride_bk,
                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, B_AHEAD)
     else:
