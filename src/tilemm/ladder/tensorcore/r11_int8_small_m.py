@@ -49,15 +49,16 @@ TILES = ((16, (16, 128, 256, 4, 3, 1)),
          (32, (32, 64, 128, 4, 4, 2)),
          (64, (64, 64, 128, 4, 4, 1)),
          (None, (64, 128, 128, 4, 4, 1)))
-# B row-major (--tune --layouts row of benchmarks/int8_small_m.py on its fit set, H200; record
-# benchmarks/results/h200/int8_small_m_row.jsonl): each block row's programs turn B's tiles over on
-# chip (a byte a shared-memory access), so the tiles that won keep that work small: one program an
-# SM, 64-128 columns, and from WGMMA_ROWS rows on B's next tile loaded into registers while one is
-# multiplied (B_AHEAD).
+# B row-major: from 17 rows the words products (B turned over in registers 32 bits at a time, a
+# word a shared-memory store), one set of tiles for each M class: the best geomean over the five
+# (N, K) of benchmarks/int8_words_probe.py (H200, kernel alone against torch._int_mm given B
+# column-major; M 32: 1.05x, 33-64: 1.16x, 65-256: 1.07x, where the byte-turning tiles before them
+# gave 0.59x over all); up to 16 rows the tiles --tune --layouts row of benchmarks/int8_small_m.py
+# chose (record benchmarks/results/h200/int8_small_m_row.jsonl), bytes turned over on chip.
 ROW_TILES = ((16, (16, 128, 64, 4, 6, 1)),
-             (32, (32, 128, 64, 4, 5, 1)),
-             (64, (32, 128, 128, 4, 4, 1)),
-             (None, (128, 64, 128, 4, 4, 1)))
+             (32, (32, 64, 128, 4, 4, 1, "int8-words")),
+             (64, (64, 64, 128, 4, 4, 1, "int8-words")),
+             (None, (128, 64, 128, 4, 4, 1, "int8-words")))
 WGMMA_ROWS = 64         # BLOCK_M from which Triton multiplies with wgmma on Hopper (a warpgroup's rows)
 ROW_MAJOR_ROWS = 256    # rows up to which a row-major B takes this program wherever its tiles fit
 LEAST_RUN = 4           # K steps a run takes at least (a run's hand-over is a tile's store and reads)

@@ -1,4 +1,4 @@
-"""The fused-epilogue product's rows past the last multiple of 128, run apart (a sliver): the rule
+"""Rows past the last multiple of 128 run apart (a sliver) in the fused-epilogue product: the rule
 (tile_model.sliver_rows) and the two launches' answer against float64, eager, bound and traced."""
 import pytest
 import torch
@@ -140,3 +140,4 @@ def test_on_the_gpu_a_ragged_linear_runs_its_last_rows_apart(activation, monkeyp
     want = torch.nn.functional.silu(z) if activation == "silu" else z
     assert relative(y, want) <= TOLERANCE[torch.bfloat16]
     assert ("pointers", 4) in taken and ("tma", 2048) in taken
+
