@@ -197,9 +197,16 @@ class FusedRoute:
         else:
             bound()
         if bound is not None:        # (not recorded with another GPU current: tried again at the next call)
-            replay = replays.recorded(bound, (*operands, c))      # (several launches: no quick call, the replay)
-            setattr(self, name, self.declined if replay is None else replay.quick or replay)
+            replay = replays.recorded(bound, (*operands, c))
+            setattr(self, name, self.declined if replay is None else replay.quick or multi_launch(replay) or self.declined)
         return c
+
+
+def multi_launch(replay):
+    """A replay of several launches that keeps no memory of its own (the rows apart of
+    epilogue_launch.row_parts: two programs on views of the call's operands), which has no quick
+    call; None for any other (operand copies into kept scratch: the product is made again)."""
+    return None if replay.reuses_memory else replay
 
 
 def gradients(ctx, grad) -> tuple:
