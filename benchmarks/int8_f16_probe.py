@@ -42,10 +42,7 @@ def class_of(m: int):
 
 def operands(m: int, k: int, n: int) -> tuple:
     """A, {layout: B} and the exact product, int8 values from seeds of the sizes."""
-    gen = torch.Generator(device="cuda").manual_seed(m * 7919 + n * 31 + k)
-    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=gen)
-    gen = torch.Generator(device="cuda").manual_seed(n * 131 + k)
-    weight = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=gen)
+    a, weight = harness.int8_operands(m, n, k)
     return a, {"col": weight.T, "row": weight.T.contiguous()}, a.double() @ weight.double().T
 
 

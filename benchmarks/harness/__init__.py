@@ -344,6 +344,16 @@ def child_lines(argv: list, env: dict | None, timeout: float | None = None) -> t
 INT_MM_PADDED_ROWS = 32   # torch._int_mm refuses M <= 16: the anchor pads A to this many rows
 
 
+def int8_operands(m: int, n: int, k: int) -> tuple:
+    """(A (M, K), a weight (N, K)): int8 values on the GPU from seeds of the sizes (the same
+    problem in every script that times it)."""
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(m * 7919 + n * 31 + k)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=gen)
+    gen = torch.Generator(device="cuda").manual_seed(n * 131 + k)
+    return a, torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=gen)
+
+
 def int_mm_call(a, b):
     """torch._int_mm(a, b) as a user must call it: A padded to INT_MM_PADDED_ROWS rows where
     M <= 16 (the padding's copy and the slice counted)."""

@@ -213,3 +213,12 @@ def copy_rows(src, dst, R, C, stride_sr, stride_sc, stride_dr, BLOCK_R: tl.const
     mask = (rows[:, None] < R) & (cols[None, :] < C)
     tile = tl.load(src + rows[:, None] * stride_sr + cols[None, :] * stride_sc, mask=mask)
     tl.store(dst + rows[:, None] * stride_dr + cols[None, :], tile, mask=mask)
+
+
+@triton.jit
+def step_rows(a_ptrs, in_m, offs_k, K, step, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """A's (BLOCK_M, BLOCK_K) tile at K step `step`, pointers given: rows past M (in_m False) and,
+    unless EVEN_K, K past its end read as zeros."""
+    if EVEN_K:
+        return tl.load(a_ptrs, mask=in_m, other=0)
+    return tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)

@@ -4,7 +4,7 @@ imports Triton."""
 import triton
 import triton.language as tl
 
-from tilemm.engine.programs import store_tile
+from tilemm.engine.programs import step_rows, store_tile
 from tilemm.ladder.tensorcore.r11_int8_words_kernel import steps_b_rows_words
 
 
@@ -115,10 +115,7 @@ def steps_b_rows(a_ptrs, b_ptr, ks, offs_k, offs_n, in_m, N, K, first, steps, st
         k_end = tl.minimum(K, steps * BLOCK_K)
         b_next = tl.load(b_ptrs, mask=in_n & (offs_k[:, None] < k_end - first * BLOCK_K), other=0)
         for step in range(first, steps):
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=in_m, other=0)
-            else:
-                a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
+            a = step_rows(a_ptrs, in_m, offs_k, K, step, BLOCK_K, EVEN_K)
             b_ptrs += BLOCK_K * stride_bk        # the next step's load issued before this step's multiply
             b_after = tl.load(b_ptrs, mask=in_n & (offs_k[:, None] < k_end - (step + 1) * BLOCK_K), other=0)
             acc = tl.dot(a, b_next, acc, out_dtype=tl.int32)

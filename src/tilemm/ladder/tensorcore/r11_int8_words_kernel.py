@@ -5,6 +5,8 @@ memory a word a store. Kept apart so that importing tilemm never imports Triton.
 import triton
 import triton.language as tl
 
+from tilemm.engine.programs import step_rows
+
 
 # --8<-- [start:words]
 @triton.jit
@@ -35,10 +37,7 @@ def steps_b_rows_words(a_ptrs, b_ptr, offs_k, pid_n, in_m, N, K, first, steps, s
         k_end = tl.minimum(K, steps * BLOCK_K)
         w0, w1, w2, w3 = load_words(w_ptrs, stride_wk, in_n, quads, k_end - first * BLOCK_K, EVEN_K)
         for step in range(first, steps):
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=in_m, other=0)
-            else:
-                a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
+            a = step_rows(a_ptrs, in_m, offs_k, K, step, BLOCK_K, EVEN_K)
             w_ptrs += BLOCK_K * stride_wk          # the next step's words issued before this step's multiply
             n0, n1, n2, n3 = load_words(w_ptrs, stride_wk, in_n, quads, k_end - (step + 1) * BLOCK_K, False)
             acc = tl.dot(a, words_to_tile(w0, w1, w2, w3, LOW, TURN_PRMT).T, acc, out_dtype=tl.int32)
@@ -46,10 +45,7 @@ def steps_b_rows_words(a_ptrs, b_ptr, offs_k, pid_n, in_m, N, K, first, steps, s
             a_ptrs += BLOCK_K * stride_ak
     else:
         for step in range(first, steps):
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=in_m, other=0)
-            else:
-                a = tl.load(a_ptrs, mask=in_m & (offs_k[None, :] < K - step * BLOCK_K), other=0)
+            a = step_rows(a_ptrs, in_m, offs_k, K, step, BLOCK_K, EVEN_K)
             w0, w1, w2, w3 = load_words(w_ptrs, stride_wk, in_n, quads, K - step * BLOCK_K, EVEN_K)
             acc = tl.dot(a, words_to_tile(w0, w1, w2, w3, LOW, TURN_PRMT).T, acc, out_dtype=tl.int32)
             a_ptrs += BLOCK_K * stride_ak
