@@ -11,6 +11,7 @@ fit of the committed record.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from tilemm.engine import availability
@@ -146,12 +147,19 @@ EAGER_LAUNCH_US = 100.0
 def sliver_rows(m: int, n: int, k: int, itemsize: int = 2, saving_us: float = 0.0) -> int:
     """The rows past the last multiple of 128 that are predicted faster run apart from the rest
     (the rest in the tiles model_tiles picks for it, those rows reading B once), by saving_us at
-    least; or 0."""
+    least; or 0. (Remembered by shape: an eager call asks at each launch.)"""
     rest = m % 128
     if not 0 < rest <= SLIVER_ROWS or m < 2 * 128:
         return 0
+    return rest if rows_apart_pay(m, n, k, itemsize, saving_us, availability.multiprocessors()) else 0
+
+
+@functools.lru_cache(maxsize=1024)
+def rows_apart_pay(m: int, n: int, k: int, itemsize: int, saving_us: float, sms: int) -> bool:
+    """sliver_rows' prediction on a GPU of `sms` SMs (the model's own calls read the same count)."""
+    rest = m % 128
     apart = predicted_us(m - rest, n, k) + n * k * itemsize / SLIVER_BYTES_PER_US + SLIVER_FIXED_US
-    return rest if apart + saving_us < (1 - TILE_MARGIN) * predicted_us(m, n, k) else 0
+    return apart + saving_us < (1 - TILE_MARGIN) * predicted_us(m, n, k)
 
 
 # Where the model's smallest tiles (64 x 128), K split by k_splits, leave this share of the SMs or
