@@ -105,10 +105,8 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
             return launch_epilogue(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config)
     if a.shape[0] == 0 or b.shape[1] == 0:
         return
-    for a_part, y_part, aux_part, bias_part, c_part, residual_part, part_config in row_parts(
-            a, b, y, aux, bias, bias_over_m, c, residual, config, traced=wrap is not None, eager=wrap is None):
-        program, grid, args, options = epilogue_arguments(a_part, b, y_part, aux_part, bias_part, bias_over_m, c_part,
-                                                          residual_part, activation, alpha, beta, part_config, wrap)
+    for program, grid, args, options in parts_arguments(a, b, y, aux, bias, bias_over_m, c, residual, activation,
+                                                        alpha, beta, config, wrap, eager=wrap is None):
         program[grid](*args, **options)
 
 
@@ -120,11 +118,18 @@ def bound_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activatio
     if a.shape[0] == 0 or b.shape[1] == 0:
         return None
     from tilemm.engine.launches import Steps, bound_launch
-    launches = [bound_launch(*epilogue_arguments(a_part, b, y_part, aux_part, bias_part, bias_over_m, c_part,
-                                                 residual_part, activation, alpha, beta, part_config))
-                for a_part, y_part, aux_part, bias_part, c_part, residual_part, part_config
-                in row_parts(a, b, y, aux, bias, bias_over_m, c, residual, config)]
+    launches = [bound_launch(*arguments) for arguments in parts_arguments(a, b, y, aux, bias, bias_over_m, c, residual,
+                                                                          activation, alpha, beta, config)]
     return launches[0] if len(launches) == 1 else Steps(launches)
+
+
+def parts_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
+                    config: dict, wrap=None, eager: bool = False) -> list:
+    """[(program, grid, args, options)] of each launch that makes the product (row_parts)."""
+    return [epilogue_arguments(a_part, b, y_part, aux_part, bias_part, bias_over_m, c_part, residual_part, activation,
+                               alpha, beta, part_config, wrap)
+            for a_part, y_part, aux_part, bias_part, c_part, residual_part, part_config
+            in row_parts(a, b, y, aux, bias, bias_over_m, c, residual, config, wrap is not None, eager)]
 
 
 def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, traced: bool = False,
@@ -134,21 +139,18 @@ def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, 
     last multiple of 128 are predicted faster apart (tile_model.sliver_rows), the rows before them
     (the TMA program) and those rows (the pointer program in thin tiles, reading B once). eager:
     launched through Triton's JIT, not replayed (a second launch's CPU time counts)."""
-    whole = [(a, y, aux, bias, c, residual, config)]
     m, k = int(a.shape[0]), int(a.shape[1])
     rest = (sliver_rows(m, int(b.shape[1]), k, saving_us=EAGER_LAUNCH_US if eager else 0.0)
             if config.get("tma") is None and a.element_size() == 2 else 0)
     if not rest or "block_m" in config["tma_tiles"] or takes_tma(a, b, y, aux, None, traced) is None:
-        return whole
-    cut = m - rest
+        return [(a, y, aux, bias, c, residual, config)]
 
-    def rows(x, first, last):
-        return None if x is None else x[first:last]
-    main = (a[:cut], y[:cut], rows(aux, 0, cut), bias[:cut] if bias_over_m and bias is not None else bias,
-            rows(c, 0, cut), rows(residual, 0, cut), config)
-    sliver = (a[cut:], y[cut:], rows(aux, cut, m), bias[cut:] if bias_over_m and bias is not None else bias,
-              rows(c, cut, m), rows(residual, cut, m), sliver_config(config, rest, int(b.shape[1])))
-    return [main, sliver]
+    def rows(first, last, part_config):
+        def of(x):
+            return None if x is None else x[first:last]
+        return a[first:last], y[first:last], of(aux), of(bias) if bias_over_m else bias, of(c), of(residual), part_config
+    cut = m - rest
+    return [rows(0, cut, config), rows(cut, m, sliver_config(config, rest, int(b.shape[1])))]
 
 
 def sliver_config(config: dict, rows: int, n: int) -> dict:

@@ -198,14 +198,19 @@ class FusedRoute:
             bound()
         if bound is not None:        # (not recorded with another GPU current: tried again at the next call)
             replay = replays.recorded(bound, (*operands, c))
-            setattr(self, name, self.declined if replay is None else replay.quick or multi_launch(replay) or self.declined)
+            setattr(self, name, repeated_call(replay) or self.declined)
         return c
 
 
-def multi_launch(replay):
-    """A replay of several launches that keeps no memory of its own (the rows apart of
-    epilogue_launch.row_parts: two programs on views of the call's operands), which has no quick
-    call; None for any other (operand copies into kept scratch: the product is made again)."""
+def repeated_call(replay):
+    """What a product's repeated call runs, or None (made as at its first call each time): the
+    replay's quick call; a replay without one (several launches) only where it keeps no memory of
+    its own (the rows apart of epilogue_launch.row_parts: two programs on views of the call's
+    operands), not operand copies into kept scratch."""
+    if replay is None:
+        return None
+    if replay.quick is not None:
+        return replay.quick
     return None if replay.reuses_memory else replay
 
 

@@ -59,17 +59,18 @@ def steps_b_rows_words(a_ptrs, b_ptr, offs_k, pid_n, in_m, N, K, first, steps, s
 def load_words(w_ptrs, stride_wk, in_n, quads, k_left, EVEN_K: tl.constexpr):
     """A step's four sets of B's rows as words, (WORDS_N, QUADS_K) each: set i the rows 4q + i from
     w_ptrs (row 4q); rows from k_left on (K's end, or the run's) read zeros unless EVEN_K."""
+    return (word_set(w_ptrs, stride_wk, in_n, quads, k_left, 0, EVEN_K),
+            word_set(w_ptrs, stride_wk, in_n, quads, k_left, 1, EVEN_K),
+            word_set(w_ptrs, stride_wk, in_n, quads, k_left, 2, EVEN_K),
+            word_set(w_ptrs, stride_wk, in_n, quads, k_left, 3, EVEN_K))
+
+
+@triton.jit
+def word_set(w_ptrs, stride_wk, in_n, quads, k_left, I: tl.constexpr, EVEN_K: tl.constexpr):
+    """Set I of load_words: the rows 4q + I."""
     if EVEN_K:
-        w0 = tl.load(w_ptrs, mask=in_n, other=0)
-        w1 = tl.load(w_ptrs + stride_wk, mask=in_n, other=0)
-        w2 = tl.load(w_ptrs + 2 * stride_wk, mask=in_n, other=0)
-        w3 = tl.load(w_ptrs + 3 * stride_wk, mask=in_n, other=0)
-    else:
-        w0 = tl.load(w_ptrs, mask=in_n & (4 * quads[None, :] < k_left), other=0)
-        w1 = tl.load(w_ptrs + stride_wk, mask=in_n & (4 * quads[None, :] + 1 < k_left), other=0)
-        w2 = tl.load(w_ptrs + 2 * stride_wk, mask=in_n & (4 * quads[None, :] + 2 < k_left), other=0)
-        w3 = tl.load(w_ptrs + 3 * stride_wk, mask=in_n & (4 * quads[None, :] + 3 < k_left), other=0)
-    return w0, w1, w2, w3
+        return tl.load(w_ptrs + I * stride_wk, mask=in_n, other=0)
+    return tl.load(w_ptrs + I * stride_wk, mask=in_n & (4 * quads[None, :] + I < k_left), other=0)
 
 
 @triton.jit
