@@ -39,20 +39,6 @@ def problem(m, n, k, form, g):
     return x, w, (lambda: tilemm.matmul_epilogue(x, w, kernel="tensorcore")), (lambda: torch.mm(x, w)), x.float() @ w.float()
 
 
-def graph_us(call, calls: int, replays: int = 5) -> float:
-    """Median µs a call of a CUDA graph of `calls` calls (the launches alone)."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            call()
-    times = [harness.block_us(graph.replay, 1) / calls for _ in range(replays)]
-    return sorted(times)[len(times) // 2]
-
-
 def rule_off(call):
     """call with the rows never cut (the product in one launch)."""
     def whole():
@@ -114,7 +100,7 @@ def main():
                     ok, err = harness.within(call().float(), ref.double(), 2e-2 * ref.abs().max().double())
                     if not ok:
                         wrong.append((label, err))
-                times = harness.medians(harness.rounds(calls, args.rounds, lambda c: graph_us(c, args.calls)))
+                times = harness.medians(harness.rounds(calls, args.rounds, lambda c: harness.graph_us(c, args.calls)))
                 if extra:
                     times.update(harness.medians(harness.rounds(extra, args.rounds,
                                                                 lambda c: harness.block_us(c, args.calls))))

@@ -133,6 +133,22 @@ def block_us(call, calls: int) -> float:
     return start.elapsed_time(end) * 1e3 / calls
 
 
+def graph_us(call, calls: int, replays: int = 5) -> float:
+    """Median microseconds a call of a CUDA graph of `calls` calls (the launches alone, no CPU time:
+    what a compiled model's graph runs), after one call on a side stream (compiles, allocations)."""
+    import torch
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    times = sorted(block_us(graph.replay, 1) / calls for _ in range(replays))
+    return times[len(times) // 2]
+
+
 def queued_ms(call, calls: int = 20, reps: int = 15) -> float:
     """Median milliseconds a call of `calls` calls queued back to back between two CUDA events:
     the GPU's time where each call's CPU time hides behind the previous call's kernels."""
