@@ -269,6 +269,38 @@ def test_integers_take_the_library_until_triton_is_loaded(h200_with_library, mon
     assert default(512, 512, 512) == table                       # the library refuses: the table's
 
 
+def test_only_a_problems_first_call_takes_the_library_before_triton(h200_with_library, monkeypatch):
+    """The library before Triton serves a problem's first call: its plan is not kept, and the
+    problem's next call takes the rung (which loads Triton), so a repeated product runs at the
+    rung's speed, not the library's (int8 with B row-major: 160 against 19 µs at 32 x 3072 x 8192)."""
+    monkeypatch.setattr(availability, "triton_loaded", lambda: False)
+    monkeypatch.setattr(dispatch, "SERVED_BEFORE_TRITON", set())
+
+    def choose(first_call, result="int32", operands="int8"):
+        return dispatch.default_kernel("cuda:0", result, 512, 512, 512, operands, b_rows=True, first_call=first_call)
+    first = choose(True)
+    assert first.name == "cublas" and choose(False).name == "tensorcore-int"
+    assert dispatch.library_for_first_call_only(first, choose, "int32", 512, 512, 512)
+    # the library on its own merits (floats) serves every call: a plan kept as ever
+    floats = lambda first_call: choose(first_call, "float32", "float32")
+    assert not dispatch.library_for_first_call_only(floats(True), floats, "float32", 512, 512, 512)
+
+
+@pytest.mark.parametrize("repeatable", [True, False])
+def test_a_plan_for_one_call_is_not_kept(monkeypatch, repeatable):
+    from tilemm.plans import cache, calls, checks
+    monkeypatch.setattr(cache, "PLANS", {})
+    a, b = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4)
+    key, _ = cache.lookup(a, b, None, None, None, {})
+    plan = dataclasses.replace(checks.check(a, b), repeatable=repeatable)
+    monkeypatch.setattr(dispatch, "SERVED_BEFORE_TRITON", set())
+    value = calls.first_call(key, a, b, None, None, None, None, {}, lambda *args, **kw: plan)
+    np.testing.assert_array_equal(value, a @ b)
+    assert (key in cache.PLANS) is repeatable
+    # a plan for one call is the library's before Triton: its problem's next call takes the rung
+    assert dispatch.SERVED_BEFORE_TRITON == (set() if repeatable else {("float64", 2, 4, 3)})
+
+
 def test_the_walk_takes_the_library_last_for_integers(h200_with_library, monkeypatch):
     """Where no rule names a rung, integers go to tensorcore-int before the library's digits
     (int8 into int32 at _int_mm's sizes keeps the library first), floats to the library first."""
@@ -343,18 +375,22 @@ kernels = [tilemm.plan(a, b).kernel.name, tilemm.plan(a8, b8, out_dtype="int32")
 c, c8 = tilemm.matmul(a, b), tilemm.matmul(a8, b8, out_dtype="int32")
 exact = (np.array_equal(c.cpu().numpy(), a.cpu().numpy() @ b.cpu().numpy())
          and np.array_equal(c8.cpu().numpy(), a8.cpu().numpy().astype(np.int32) @ b8.cpu().numpy().astype(np.int32)))
-print(json.dumps(dict(kernels=kernels, exact=exact, triton="triton" in sys.modules)))
+triton = "triton" in sys.modules
+again = tilemm.matmul(a8, b8, out_dtype="int32")        # a repeated product: the rung's speed from now on
+second = tilemm.plan(a8, b8, out_dtype="int32").kernel.name
+exact = exact and torch.equal(again, c8)
+print(json.dumps(dict(kernels=kernels, exact=exact, triton=triton, second=second)))
 """
 
 
 @pytest.mark.gpu
 def test_a_first_integer_product_loads_no_triton():
     """A fresh process's 512³ int32 product and int8 product into int32 (B row-major) go to the
-    library, exact, and leave Triton unloaded."""
+    library, exact, and leave Triton unloaded; the int8 product's second call takes the rung."""
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
     res = subprocess.run([sys.executable, "-c", textwrap.dedent(FIRST_CALLS)], env=env, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads(res.stdout.strip().splitlines()[-1]) == dict(kernels=["cublas", "cublas"], exact=True,
-                                                                   triton=False)
+                                                                   triton=False, second="tensorcore-int")

@@ -35,14 +35,18 @@ STACK_PER_MATRIX_FROM = 2**32
 # routes (torch._int_mm, float64 GEMMs on 11-bit digits) load nothing more, as the first calls of
 # bfloat16 to float64 through the library (0.08-0.14 s). At 2^30 multiply-adds the digit route's
 # six pair products (~13 GFLOP of float64, 67 TFLOP/s on an H200) take well under a millisecond,
-# far less than that start, so a process that has not loaded Triton takes the library up to there;
-# one that has, the table's choice.
+# far less than that start, so a problem's first call in a process that has not loaded Triton takes
+# the library up to there; one that has, the table's choice. Only the first call: a repeated product
+# would keep the library's speed for good (int8 into int32 with B row-major, 32 x 3072 x 8192: 160
+# µs a call, the rung's 19), so the second call of that problem takes the rung and loads Triton.
 LIBRARY_BEFORE_TRITON_UP_TO = 2**30
+# (result, M, N, K) of the problems whose first call took the library before Triton was loaded
+SERVED_BEFORE_TRITON: set = set()
 
 
 def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None,
                     lds: tuple | None = None, stacked: bool = False, k_major: bool = False,
-                    b_rows: bool = False) -> registry.Kernel:
+                    b_rows: bool = False, first_call: bool = True) -> registry.Kernel:
     """Host arrays: NumPy, or cpu-tiled for integer products past HOST_INTEGER_TILED_FROM (or
     HOST_INTEGER_TILED_WHEN_COMPILED_FROM where this process has compiled it). Device arrays: the rung
     tilemm.choose.by_shape lists for this shape class (lds: the operands' leading dimensions) on this GPU,
@@ -65,7 +69,7 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
             preferred = choice.preferred(result, m, n, k, operands, lds)
         if stacked and m * n * k < STACK_PER_MATRIX_FROM:
             preferred = "cublas"
-        elif library_before_triton(result, m, n, k):
+        elif first_call and library_before_triton(result, m, n, k):
             preferred = "cublas"
         elif preferred == "tensorcore-int" and not stacked and k_major and int8_library_wins(result, m, n, k, operands):
             preferred = "cublas"
@@ -96,6 +100,21 @@ def walk(result: str, m: int, n: int, k: int, operands: str | None) -> list:
     if is_exact(result) and not int8_gemm:
         kernels.sort(key=lambda kern: kern is library)
     return kernels
+
+
+def library_for_first_call_only(chosen: registry.Kernel, choose, result: str, m: int, n: int, k: int) -> bool:
+    """Whether chosen (the default for a call: choose(first_call) gives it) is the library only
+    because this is the problem's first call before Triton is loaded (library_before_triton): a
+    plan for that call alone, whose run is remembered (first_call_served) so that the problem's
+    next call is planned afresh (first_call False) and takes the rung."""
+    return (chosen.name == "cublas" and library_before_triton(result, m, n, k)
+            and choose(False).name != "cublas")       # (not the library on its own merits)
+
+
+def first_call_served(result: str, m: int, n: int, k: int) -> None:
+    """The first call of this problem ran in the library before Triton was loaded: its next one
+    takes the rung (SERVED_BEFORE_TRITON)."""
+    SERVED_BEFORE_TRITON.add((result, m, n, k))
 
 
 def library_before_triton(result: str, m: int, n: int, k: int) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from tilemm.choose import default as dispatch
 from tilemm.numerics import arrays
 from tilemm.plans import cache, checks
 
@@ -25,13 +26,15 @@ def matmul(a, b, out=None, *, kernel: str | None = None, out_dtype=None, stream=
 def first_call(key, a, b, kernel, out, out_dtype, stream, params: dict, make):
     """A call with no plan kept: make(a, b, ...) checks it into a Plan (tilemm.plans.checks.check,
     or tilemm.plan, which may go out of core); run, and kept under key for its repeats (where key
-    is not None and the operands needed no copy)."""
+    is not None, the operands needed no copy and the plan is repeatable)."""
     native_a, native_b = arrays.native_order(a), arrays.native_order(b)
     if native_a is not a or native_b is not b:     # a copy each call: no plan to replay on the originals
         key, a, b = None, native_a, native_b
     checked = make(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params)
     value, record = checked.run(checked.a, checked.b, checked.out, checked.stream)
-    if key is not None:
+    if not checked.repeatable:        # the library before Triton: this problem's next call takes the rung
+        dispatch.first_call_served(checked.result, checked.problem.m, checked.problem.n, checked.problem.k)
+    elif key is not None:
         cache.remember(key, checked, record)
     return value
 

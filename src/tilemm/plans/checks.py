@@ -69,6 +69,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
                 for x, d in ((a, da), (b, db)))
         da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
 
+    once = False       # a plan for this call only (the library before Triton: default.library_for_first_call_only)
     if kernel == "auto":
         if params:
             raise TypeError(f"matmul: kernel='auto' takes no kernel parameters (got {', '.join(sorted(params))}); "
@@ -77,12 +78,16 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         chosen = auto.choose(lambda name: check(a, b, kernel=name, out_dtype=out_dtype, stream=stream), da.device,
                              result, m, n, k,
                              auto.layout(a) + auto.layout(b), dispatch.leading_dims(a, b, k, n))
+    elif kernel is not None:
+        chosen = registry.get(kernel)
     else:
-        chosen = (registry.get(kernel) if kernel is not None else
-                  dispatch.default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
-                                  dispatch.leading_dims(a, b, k, n) if da.device != "cpu" else None, math.prod(batch) > 1,
-                                  da.kind == "torch" and dispatch.k_major(a, b),
-                                  da.kind == "torch" and dispatch.b_rows(a, b)))
+        def choose(first_call: bool):
+            return dispatch.default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
+                                           dispatch.leading_dims(a, b, k, n) if da.device != "cpu" else None,
+                                           math.prod(batch) > 1, da.kind == "torch" and dispatch.k_major(a, b),
+                                           da.kind == "torch" and dispatch.b_rows(a, b), first_call)
+        chosen = choose((result, m, n, k) not in dispatch.SERVED_BEFORE_TRITON)
+        once = dispatch.library_for_first_call_only(chosen, choose, result, m, n, k)
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:
@@ -105,4 +110,4 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     if chosen.fast_product and da.kind == db.kind == "torch" and da.device != "cpu" and da.dtype == db.dtype:
         fast = chosen.fast_product(a, b, da.dtype, result, compute)
     return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast,
-                exact=exact)
+                exact=exact, repeatable=not once)

@@ -56,6 +56,8 @@ class Plan:
                                  # (tilemm.spread.outofcore_plan) multiplies them a panel at a time
     exact: object = None         # NumPy and CuPy operands: the result's np.dtype as np.result_type gives it
                                  # (its char: 'q', not 'l', for longlong operands); None: the name `result`
+    repeatable: bool = True      # False: a plan for its first call only, which repeated calls plan afresh (the
+                                 # library chosen before Triton was loaded: choose.default.library_for_first_call_only)
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
