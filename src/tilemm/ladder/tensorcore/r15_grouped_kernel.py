@@ -6,6 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
+from tilemm.engine import jit_repeats
 from tilemm.system import compat
 from tilemm.ladder.tensorcore import r15_grouped_tma_kernel
 from tilemm.ladder.tensorcore.r15_grouped_scales import block_scale_factors, scale_arguments
@@ -154,9 +155,9 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
         n = 0
     sa, sb, sc = (x.stride() if x.dim() == 3 else (0,) + x.stride() for x in (a, b, c))
     integer = a.dtype == torch.int8
-    grouped_kernel[(programs,)](
+    jit_repeats.launch(grouped_kernel, (programs,), (
         a, b, c, offs if offs is not None else c, g, m, n, k, extent, programs, *sa, *sb, *sc,
-        *scale_arguments(scales, c, split == SPLIT_M), SCALED=scales is not None, SPLIT=split,
+        *scale_arguments(scales, c, split == SPLIT_M)), dict(SCALED=scales is not None, SPLIT=split,
         BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
         INTEGER=integer, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else None,
-        num_warps=num_warps, num_stages=num_stages)
+        num_warps=num_warps, num_stages=num_stages))
