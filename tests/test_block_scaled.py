@@ -1,14 +1,14 @@
-"""tilemm.scaled_matmul with row-wise and block scales (rung `tensorcore-block-scaled`): against the
-float64 product of the dequantized operands (each fp8 value times its scale), in Triton's
-interpreter (set by conftest) on shapes that are not multiples of the 128-blocks; bad scales
-refused before any kernel; the program compiled for sm_90; and, with the gpu marker,
-DeepSeek-V3-like shapes on the device."""
+"""tilemm.scaled_matmul with row-wise scales (the fp8 program's, scaled_fp8) and block scales (rung
+`tensorcore-block-scaled`): against the float64 product of the dequantized operands (each fp8
+value times its scale), in Triton's interpreter (set by conftest) on shapes that are not multiples
+of the tiles or of the 128-blocks; bad scales refused before any kernel; the programs compiled for
+sm_90; and, with the gpu marker, DeepSeek-V3-like shapes on the device."""
 import pytest
 import torch
 
 import tilemm
 from tilemm.engine import availability
-from tilemm.ladder.tensorcore import r16_block_scaled, r16_block_scaled_kernel
+from tilemm.ladder.tensorcore import r16_block_scaled, r16_block_scaled_kernel, scaled_fp8
 
 from .compiled import run_program
 from .conftest import ON_GPU
@@ -96,11 +96,42 @@ def test_block_scales_with_tiles_by_tma_and_by_pointers(tma):
 @pytest.mark.parametrize("fast_accum", [False, True])
 def test_row_wise_scales_match_the_dequantized_product(out_dtype, fast_accum):
     m, n, k = 21, 40, 70
-    a, b = operand(m, k, E4M3, False, 5), operand(k, n, E4M3, False, 6)          # b row-major: read as it is
+    a, b = operand(m, k, E4M3, False, 5), operand(k, n, E4M3, False, 6)          # b row-major: copied K-major
     scale_a, scale_b = scales((m, 1), 7), scales((1, n), 8)
     c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum, **SMALL)
     assert c.dtype == out_dtype and c.shape == (m, n)
     check(c, a, b, scale_a, scale_b, block=False)
+
+
+def strided(scale, step):
+    """scale's values in a tensor of its shape whose elements lie `step` apart."""
+    wide = torch.zeros(scale.numel() * step, dtype=scale.dtype, device=scale.device)[::step]
+    wide.copy_(scale.flatten())
+    return wide.view(scale.shape) if scale.shape[1] == 1 else wide.view(1, -1)
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
+@pytest.mark.parametrize("m,n,k,params", [
+    (37, 67, 130, {}),                                  # the rung's own choice: 64 x 128 tiles of few rows
+    (1, 129, 33, dict(block_m=32, block_n=64, block_k=32, num_warps=4, num_stages=2)),
+    (70, 1, 64, dict(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2)),
+    (45, 50, 96, dict(block_m=16, block_n=32, block_k=32, num_warps=4, num_stages=2, stream_k=True)),  # shared out
+])
+def test_row_wise_scales_take_the_fp8_program_at_awkward_shapes(monkeypatch, m, n, k, params):
+    """Row-wise scales run the per-tensor fp8 program (scaled_fp8.bind's row_wise: each element of
+    C times its row's and column's scales as it is written), never rung 16's program: ragged
+    tiles, a row or a column, stream-K's hand-over of partial sums, scales of any strides (copied
+    where their elements are not one apart); every entry of a poisoned out written."""
+    def refused(*_, **__):
+        raise AssertionError("row-wise scales ran rung 16's program")
+    monkeypatch.setattr(r16_block_scaled, "launch", refused)
+    a, b = operand(m, k, E4M3, False, 31), operand(k, n, E5M2, True, 32)
+    for scale_a, scale_b in ((scales((m, 1), 33), scales((1, n), 34)),
+                             (strided(scales((m, 1), 35), 3), strided(scales((1, n), 36), 2))):
+        out = torch.full((m, n), float("nan"), device=WHERE)
+        c = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype="float32", out=out, **params)
+        assert c is out
+        check(c, a, b, scale_a, scale_b, block=False)
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter sizes")
@@ -131,17 +162,19 @@ BAD = [
     ((*ONES, 1.0, torch.ones(1, 6)), {}, ValueError, "two float32 tensors"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(block_q=1), TypeError, "unknown parameter"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(block_k=48), ValueError, "power of two"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(tma=True), TypeError, "unknown parameter"),   # rung 16's
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(stream_k=True), TypeError, "for block scales"),
     ((ONES[0], torch.ones(8, 6).to(E4M3)[:5], torch.ones(4, 1), torch.ones(1, 6)), {}, ValueError, "line up"),
     ((ONES[0].float(), ONES[1], torch.ones(4, 1), torch.ones(1, 6)), {}, TypeError, "dtype float32"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(out_dtype="int8"), TypeError, "out_dtype"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(out=torch.ones(4, 5)), ValueError, "out must"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(block_k=256), tilemm.KernelUnavailable, "128-wide block"),
-    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(tma=1), ValueError, "tma=1"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(tma=1), ValueError, "tma=1"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(warp_specialized="yes"), ValueError, "warp_specialized='yes'"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(warp_specialized=True, block_n=64), tilemm.KernelUnavailable,
      "needs a Hopper GPU|block_n 128 or 256"),
-    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(warp_specialized=True), tilemm.KernelUnavailable,
-     "needs a Hopper GPU|row-wise scales take the Triton one"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(cluster=True), tilemm.KernelUnavailable,
+     "needs a Hopper GPU|row-wise scales run on one CTA"),
 ]
 
 
@@ -151,6 +184,7 @@ def test_bad_scales_are_refused_before_any_kernel(monkeypatch, args, kwargs, err
         raise AssertionError("launched")
     monkeypatch.setattr(r16_block_scaled_kernel, "launch", launched)
     monkeypatch.setattr(r16_block_scaled, "launch", launched)           # the warp-specialized program's too
+    monkeypatch.setattr(scaled_fp8, "launch", launched)                 # row-wise scales' program
     args = tuple(x.to(WHERE) if isinstance(x, torch.Tensor) else x for x in args)
     kwargs = {k: v.to(WHERE) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     with pytest.raises(error, match=match):
@@ -173,15 +207,13 @@ from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_
 p = {**rung.DEFAULTS, **rung.TRITON_TILES}
 names = list(inspect.signature(s.block_scaled_kernel.fn).parameters)
 out = {}
-for row_wise, (ta, tb), tma in ((False, ("fp8e4nv", "fp8e4nv"), False), (True, ("fp8e5", "fp8e5"), False),
-                                (False, ("fp8e4nv", "fp8e4nv"), True)):
+for (ta, tb), tma in ((("fp8e4nv", "fp8e4nv"), False), (("fp8e5", "fp8e5"), False), (("fp8e4nv", "fp8e4nv"), True)):
     sig = {n: "i32" for n in names}
     sig.update(a_ptr=f"*{ta}", b_ptr=f"*{tb}", c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32")
     if tma:
         sig.update(a_ptr=f"tensordesc<{ta}[{p['block_m']}, {p['block_k']}]>",
                    b_ptr=f"tensordesc<{tb}[{p['block_n']}, {p['block_k']}]>")
-    const = dict(stride_ak=1, stride_bk=1, stride_cn=1, ROW_WISE=row_wise, FAST_ACCUM=False,
-                 SCALE_BLOCK=s.SCALE_BLOCK,
+    const = dict(stride_ak=1, stride_bk=1, stride_cn=1, SCALE_BLOCK=s.SCALE_BLOCK,
                  BLOCK_SIZE_M=p["block_m"], BLOCK_SIZE_N=p["block_n"], BLOCK_SIZE_K=p["block_k"], GROUP_SIZE_M=p["group_m"],
                  TMA=tma)
     sig.update({n: "constexpr" for n in const})
@@ -191,7 +223,7 @@ for row_wise, (ta, tb), tma in ((False, ("fp8e4nv", "fp8e4nv"), False), (True, (
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     ptx = k.asm["ptx"]
     pair = {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}
-    out[f"{row_wise}-{ta}-{tma}"] = dict(shared=k.metadata.shared, cp_async="cp.async" in ptx,
+    out[f"{ta}-{tma}"] = dict(shared=k.metadata.shared, cp_async="cp.async" in ptx,
                                    wgmma=f"wgmma.mma_async.sync.aligned.m64n{p['block_n']}k32.f32.{pair[ta]}.{pair[tb]}" in ptx)
 print(json.dumps(out))
 """
@@ -207,21 +239,20 @@ def test_block_scales_take_the_warp_specialized_program_where_gluon_runs_on_hopp
     monkeypatch.setattr(availability, "hopper_gluon", lambda: hopper)
     monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
     resolve = r16_block_scaled.resolve
-    wide = resolve({}, False, 4096, 7168)               # 32 x 28 tiles of 128 x 256: past a round of SMs
+    wide = resolve({}, 4096, 7168)               # 32 x 28 tiles of 128 x 256: past a round of SMs
     assert wide["warp_specialized"] is hopper
     tiles = (wide["block_m"], wide["block_n"], wide["group_m"], wide["num_stages"])
     assert tiles == ((128, 256, 16, 4) if hopper else (128, 128, 8, 4))
-    few = resolve({}, False, 128, 7168)                 # 56 tiles of 128 x 128: 64-row tiles where hopper
+    few = resolve({}, 128, 7168)                 # 56 tiles of 128 x 128: 64-row tiles where hopper
     assert (few["block_m"], few["block_n"]) == ((64, 128) if hopper else (128, 128))
-    assert resolve({}, False, 4096, 2112)["block_n"] == 128                   # 256: 9 columns, the last 64 wide
-    assert resolve({}, True, 4096, 7168)["warp_specialized"] is False           # row-wise: the Triton program
-    assert resolve(dict(tma=False), False, 4096, 7168)["warp_specialized"] is False
-    assert resolve(dict(warp_specialized=False), False, 4096, 7168)["block_n"] == 128
+    assert resolve({}, 4096, 2112)["block_n"] == 128                   # 256: 9 columns, the last 64 wide
+    assert resolve(dict(tma=False), 4096, 7168)["warp_specialized"] is False
+    assert resolve(dict(warp_specialized=False), 4096, 7168)["block_n"] == 128
     for m, n in ((4096, 24576), (4096, 4096), (8192, 7168), (2048, 32768)):    # whole rounds, near enough
         assert r16_block_scaled.ws_block_n(m, n, 132) == 256
-    asked = resolve(dict(warp_specialized=True, block_n=128, num_stages=5), False, 4096, 7168)
+    asked = resolve(dict(warp_specialized=True, block_n=128, num_stages=5), 4096, 7168)
     assert (asked["warp_specialized"], asked["block_n"], asked["group_m"], asked["num_stages"]) == (True, 128, 16, 5)
-    assert resolve(dict(warp_specialized=True, block_m=64, block_n=256), False, 4096, 7168)["num_stages"] == 5
+    assert resolve(dict(warp_specialized=True, block_m=64, block_n=256), 4096, 7168)["num_stages"] == 5
 
 
 COMPILE_WS = r"""
