@@ -356,3 +356,57 @@ def test_gpu_row_wise_scales_match_scaled_mm():
     c = tilemm.scaled_matmul(a, b, scale_a, scale_b)
     want = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
     assert torch.allclose(c.float(), want.float(), rtol=2e-2, atol=1e-1)
+
+
+COMPILE_ROWS = r"""
+import json, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from tilemm.engine.programs import matmul_persistent
+from tilemm.ladder.tensorcore import scaled_fp8, scaled_fp8_gluon_kernel as ws
+from tilemm.ladder.tensorcore.scaled_fp8_kernel import scaled_steps
+from tests.compiled import resource_usage
+out = {}
+# the default tiles of float32 sums, per-tensor (for comparison) and row-wise; stream-K's hand-over scales too
+# (stream-K runs by default on thin tiles only: compiled at those)
+for stream_k, rows in ((False, False), (False, True), (True, True)):
+    p = {**scaled_fp8.resolve(scaled_fp8.DEFAULTS, False), **(scaled_fp8.THIN_TILES if stream_k else {})}
+    sig = dict(a_desc=f"tensordesc<fp8e4nv[{p['block_m']}, 128]>", b_desc=f"tensordesc<fp8e4nv[{p['block_n']}, 128]>",
+               c_ptr="*bf16", scale_a_ptr="*fp32", scale_b_ptr="*fp32", ws_ptr="*fp32", flags_ptr="*i32", epoch="i32",
+               M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32")
+    const = dict(STEPS=scaled_steps, OPTION=False, A_T=False, B_T=True, STREAM_K=stream_k, BLOCK_M=p["block_m"],
+                 BLOCK_N=p["block_n"], BLOCK_K=128, GROUP_M=8, PROGRAMS=132, UPCAST=False, FLATTEN=True,
+                 ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False, ROW_SCALES=rows)
+    sig.update({n: "constexpr" for n in const})
+    k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
+    out[f"triton-{stream_k}-{rows}"] = dict(shared=k.metadata.shared, stack=resource_usage(k.asm["cubin"])["stack"],
+                                     wgmma="wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in k.asm["ptx"])
+la = repr(gl.NVMMASharedLayout.get_default_for([ws.BLOCK_M, ws.BLOCK_K], gl.float8e4nv))
+lb = repr(gl.NVMMASharedLayout.get_default_for([ws.BLOCK_N, ws.BLOCK_K], gl.float8e4nv))
+sig = dict(a_desc=f"tensordesc<fp8e4nv[{ws.BLOCK_M}, {ws.BLOCK_K}],{la}>",
+           b_desc=f"tensordesc<fp8e4nv[{ws.BLOCK_N}, {ws.BLOCK_K}],{lb}>", c_ptr="*bf16", scale_a_ptr="*fp32",
+           scale_b_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", GROUP_M="constexpr",
+           PROGRAMS="constexpr", STAGES="constexpr", WORKER_REGISTERS="constexpr", ROW_SCALES="constexpr")
+const = dict(GROUP_M=ws.GROUP_M, PROGRAMS=132, STAGES=ws.STAGES, WORKER_REGISTERS=ws.WORKER_REGISTERS, ROW_SCALES=True)
+k = triton.compile(GluonASTSource(fn=ws.fp8_matmul_ws, signature=sig, constexprs=const),
+                   target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+out["gluon"] = dict(shared=k.metadata.shared, stack=resource_usage(k.asm["cubin"])["stack"],
+                    wgmma=f"wgmma.mma_async.sync.aligned.m64n{ws.BLOCK_N // 2}k32.f32.e4m3.e4m3" in k.asm["ptx"])
+print(json.dumps(out))
+"""
+
+
+def test_row_wise_scales_programs_compile_for_sm90_without_spills():
+    """The fp8 program's forms that row-wise scales run (the persistent Triton program, whole tiles
+    and stream-K, and the warp-specialized Gluon one): fp8 wgmma, within an H100's shared memory,
+    no more stack (spills) than the per-tensor Triton program's (ptxas of Triton 3.9 gives its
+    256 x 128 tiles a few words), none in the Gluon one."""
+    compiled = run_program(COMPILE_ROWS)
+    assert set(compiled) == {"triton-False-False", "triton-False-True", "triton-True-True", "gluon"}
+    per_tensor = compiled.pop("triton-False-False")
+    for name, info in compiled.items():
+        allowed = 0 if name == "gluon" else per_tensor["stack"]
+        assert info["wgmma"] and info["stack"] <= allowed and info["shared"] <= 232448, (name, info, per_tensor)
