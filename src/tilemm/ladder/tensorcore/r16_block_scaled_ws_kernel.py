@@ -175,17 +175,19 @@ def block_scaled_ws(a_desc, b_desc, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stri
 
 
 def launcher(a_desc, b_desc, c_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int, block_m: int,
-             block_n: int, group_m: int, num_stages: int):
+             block_n: int, group_m: int, num_stages: int, fusion: bool | None = None):
     """A launcher without arguments (a BoundLaunch) of block_scaled_ws into c (M, N); K >= 1;
     a_desc in block_m x BLOCK_K blocks, b_desc in block_n x BLOCK_K ones (gluon_helpers.descriptor);
-    c_desc C's in 64 x 128 blocks (c_descriptor), or None: C written from registers."""
+    c_desc C's in 64 x 128 blocks (c_descriptor), or None: C written from registers. fusion: the
+    program's enable_fp_fusion (None: fp_fusion(block_n); another value: a probe's variant)."""
     grid = (min(programs, triton.cdiv(m, block_m) * triton.cdiv(n, block_n)),)
     # without a descriptor of C the program takes A's in its place, unread
     return bound_launch(block_scaled_ws, grid,
                         (a_desc, b_desc, c_desc or a_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1),
                          scale_a.stride(0), scale_a.stride(1), scale_b.stride(0), scale_b.stride(1)),
                         dict(TMA_STORE=c_desc is not None, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
-                             WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4, enable_fp_fusion=fp_fusion(block_n)))
+                             WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4,
+                             enable_fp_fusion=fp_fusion(block_n) if fusion is None else fusion))
 
 
 def c_descriptor(c):
