@@ -410,3 +410,75 @@ def test_row_wise_scales_programs_compile_for_sm90_without_spills():
     for name, info in compiled.items():
         allowed = 0 if name == "gluon" else per_tensor["stack"]
         assert info["wgmma"] and info["stack"] <= allowed and info["shared"] <= 232448, (name, info, per_tensor)
+
+
+def probe_module():
+    """benchmarks/block_scaled_probe.py, imported as the lead runs it (harness beside it)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location("block_scaled_probe", folder / "block_scaled_probe.py")
+        probe = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(probe)
+    finally:
+        sys.path.remove(str(folder))
+    return probe
+
+
+@pytest.mark.skipif(ON_GPU, reason="interpreter sizes; on the GPU the probe checks every answer itself")
+def test_the_probe_s_triton_variants_match_the_dequantized_product():
+    """benchmarks/block_scaled_probe.py: at most 12 variants besides its anchor, each documented;
+    those Triton's interpreter runs (the fp8 program's, per-tensor and row-wise, both programs'
+    choice) written whole and within the probe's own bound at a ragged size."""
+    probe = probe_module()
+    assert len(probe.VARIANTS) - 1 <= 12 and all(f"  {label} " in probe.__doc__ for label in probe.VARIANTS)
+    m, n, k = 40, 70, 300
+    a, b, scales = probe.operands(m, n, k, device="cpu")
+    rows = torch.arange(m)
+    for label in ("tensor", "row", "row-triton"):
+        kind = probe.VARIANTS[label][0]
+        c = probe.make_launch(label, a, b, scales, out_dtype=torch.float32)()
+        ref, bound = probe.reference(a, b, *scales[kind], kind, rows)
+        assert not torch.isnan(c).any() and torch.all((c.double() - ref).abs() <= bound), label
+
+
+PROBE_COMPILE = r"""
+import json, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_ws_kernel as ws
+out = {}
+# the probe's variants of the warp-specialized program: fused at 128 x 256, C from registers
+for block_n, tma_store, fusion in ((256, True, True), (256, False, False)):
+    layouts = [repr(gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv)) for rows in (128, block_n)]
+    c_layout = repr(gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
+    a_desc = f"tensordesc<fp8e4nv[128, 128],{layouts[0]}>"
+    sig = dict(a_desc=a_desc, b_desc=f"tensordesc<fp8e4nv[{block_n}, 128],{layouts[1]}>",
+               c_desc=f"tensordesc<bf16[64, 128],{c_layout}>" if tma_store else a_desc,
+               c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
+               stride_cn="i32", stride_sam="i32", stride_sak="i32", stride_sbk="i32", stride_sbn="i32",
+               TMA_STORE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
+               WORKER_REGISTERS="constexpr")
+    const = dict(TMA_STORE=tma_store, GROUP_M=rung.WS_GROUP_M, PROGRAMS=132, STAGES=rung.WS_STAGES[128, block_n],
+                 WORKER_REGISTERS=ws.WORKER_REGISTERS)
+    k = triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=fusion))
+    out[f"{block_n}-{tma_store}-{fusion}"] = dict(
+        shared=k.metadata.shared, wgmma="wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in k.asm["ptx"],
+        fma="fma.rn.f32" in k.asm["ptx"])
+print(json.dumps(out))
+"""
+
+
+def test_the_probe_s_warp_specialized_variants_compile_for_sm90():
+    """The probe's forms of the block scales' Gluon program that the rung never runs (fused at
+    128 x 256: fused multiply-adds; C from registers at 128 x 256) compile for sm_90."""
+    compiled = run_program(PROBE_COMPILE)
+    assert set(compiled) == {"256-True-True", "256-False-False"}
+    for name, info in compiled.items():
+        assert info["wgmma"] and info["shared"] <= 232448, (name, info)
+    assert compiled["256-True-True"]["fma"]

@@ -81,7 +81,8 @@ def launch(a, b, c, scale_a, scale_b, warp_specialized: bool = False, **config):
 
 
 def resolve(params: dict, m: int = 0, n: int = 0) -> dict:
-    """The program's parameters, defaults filled in (warp_specialized None: on Hopper with Gluon; block_m, block_n, group_m, num_stages None: the chosen program's, by shape); unknown names a
+    """The program's parameters, defaults filled in (warp_specialized None: on Hopper with Gluon;
+    block_m, block_n, group_m, num_stages None: the chosen program's, by shape); unknown names a
     TypeError, bad values a ValueError."""
     unknown = set(params) - set(DEFAULTS)
     if unknown:

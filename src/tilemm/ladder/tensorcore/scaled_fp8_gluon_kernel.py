@@ -100,8 +100,8 @@ def fp8_matmul_ws(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stri
                   GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr,
                   ROW_SCALES: gl.constexpr = False):
     """C = scale_a * scale_b * A @ B from fp8 a_desc (M, K) and b_desc (N, K), K-major, float32
-    sums (scales one number each, or with ROW_SCALES (M,) and (N,)): the first multiplying warpgroup is the default partition (num_warps = 4), the second
-    and the loading warp are workers. Launched with min(tiles, PROGRAMS) programs."""
+    sums (scales one number each, or with ROW_SCALES (M,) and (N,)): the first multiplying
+    warpgroup is the default partition (num_warps = 4), the second and the loading warp are workers. Launched with min(tiles, PROGRAMS) programs."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
