@@ -215,10 +215,10 @@ def main():
     for label in VARIANTS:
         timed = [r for r in records if r["variant"] == label and r["tflops"]]
         if len(timed) == len(SHAPES):
-            summary[label] = {"tflops": round(harness.geomean(r["tflops"] for r in timed), 1),
-                              "vs_scaled_mm_row": round(harness.geomean(r["vs_scaled_mm_row"] for r in timed), 3)}
-            print(f"  {label:24} {summary[label]['tflops']:7.1f} TFLOP/s x{summary[label]['vs_scaled_mm_row']:5.3f}",
-                  flush=True)
+            ratios = [r["vs_scaled_mm_row"] for r in timed]
+            ratio = round(harness.geomean(ratios), 3) if all(ratios) else None      # (None: the anchor failed)
+            summary[label] = {"tflops": round(harness.geomean(r["tflops"] for r in timed), 1), "vs_scaled_mm_row": ratio}
+            print(f"  {label:24} {summary[label]['tflops']:7.1f} TFLOP/s x{ratio or float('nan'):5.3f}", flush=True)
     harness.append(args.out, [summary])
 
 

@@ -4,7 +4,9 @@
 picks; run directly, it multiplies with unit scales).
 
 C = (scale_a * scale_b) * (A @ B), float32 sums, one rounding to C's dtype (bfloat16, float16 or
-float32). The 8-bit instruction reads both operands K-major: A row-major and B given as
+float32). Row-wise scales (scale_a (M, 1), scale_b (1, N): bind's row_wise) run the same programs,
+each element of C times its row's and its column's scale as it is written: C = sums *
+(scale_a[m] * scale_b[n]), the scales' vectors loaded once a tile, after the K loop. The 8-bit instruction reads both operands K-major: A row-major and B given as
 (N, K).T (torch._scaled_mm's own requirement) are used as they are; any other layout is copied
 K-major first, a pass whose time counts.
 
@@ -17,7 +19,8 @@ Triton's Gluon can (3.9), in clusters of two CTAs that load each B tile once for
 fill half the SMs or fewer, 128 x 128 tiles (MID_TILES).
 
 Constraints: float8_e4m3fn / float8_e5m2 (mixed too); compute capability 8.9 or newer; BLOCK_K a
-multiple of 32 on the GPU; shared memory of a configuration must fit (checked before launch).
+multiple of 32 on the GPU; shared memory of a configuration must fit (checked before launch);
+cluster=True with per-tensor scales only.
 """
 from __future__ import annotations
 
