@@ -350,6 +350,38 @@ def test_gpu_repeated_calls_replay_on_their_new_operands(params):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,params,strided_scales", [
+    (1024, 3072, 4096, {}, False),                        # Hopper: the warp-specialized Gluon program (K >= 4096)
+    (2048, 4096, 512, {}, False),                         # the persistent Triton program, 256 x 128 tiles
+    (64, 4096, 14336, {}, False),                         # a few rows, deep: 64 x 128 tiles and stream-K
+    (517, 1030, 333, {}, True),                           # ragged; scales copied to unit strides
+    (300, 700, 5000, dict(warp_specialized=True), True),
+    (300, 700, 5000, dict(warp_specialized=False, fast_accum=True), False)])
+def test_gpu_row_wise_scales_run_the_fp8_programs(m, n, k, params, strided_scales):
+    """Row-wise scales on each of the fp8 program's forms, against the dequantized float64 product
+    and torch._scaled_mm; the second call of a shape replays the first's launches (tilemm.engine.replay)
+    on new scales."""
+    from tilemm.products import scaled, scaled_common
+    if params.get("warp_specialized") and not availability.hopper_gluon():
+        pytest.skip("the warp-specialized program runs on Hopper with Gluon")
+    a, b = operand(m, k, E4M3, False, 41), operand(k, n, E4M3, True, 42)
+    for seed in (43, 53):
+        scale_a, scale_b = scales((m, 1), seed), scales((1, n), seed + 1)
+        if strided_scales:
+            scale_a, scale_b = strided(scale_a, 3), strided(scale_b, 2)
+        c = tilemm.scaled_matmul(a, b, scale_a, scale_b, **params)
+        fast = params.get("fast_accum", False)
+        if fast:      # the tensor cores' own accumulator across K: k / 32 of its roundings
+            want = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=True)
+        else:
+            check(c, a, b, scale_a, scale_b, block=False)
+            want = torch._scaled_mm(a, b, scale_a.contiguous(), scale_b.contiguous(), out_dtype=torch.bfloat16)
+        assert torch.allclose(c.float(), want.float(), rtol=2e-2, atol=1e-1)
+    rest = {name: v for name, v in params.items() if name != "fast_accum"}
+    assert scaled_common.replay_key((a, b, scale_a, scale_b), "bfloat16", fast, rest) in scaled._REPLAYS
+
+
+@pytest.mark.gpu
 def test_gpu_row_wise_scales_match_scaled_mm():
     a, b = operand(1024, 2048, E4M3, False, 1), operand(2048, 3072, E4M3, True, 2)
     scale_a, scale_b = scales((1024, 1), 3), scales((1, 3072), 4)
