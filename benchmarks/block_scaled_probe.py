@@ -1,7 +1,7 @@
 """A quick probe (under 3 minutes on an H200): the block-scaled program's variants and the row-wise
 scales' program against torch._scaled_mm with row-wise scales, kernels alone.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/block_scaled_probe.py --out /tmp/probe.jsonl
+    PYTHONPATH=src:benchmarks python3 benchmarks/block_scaled_probe.py --out $OUT     # a folder, or a .jsonl file
 
 float8_e4m3fn, A row-major (M, K), B given as (N, K).T, bfloat16 C, float32 sums, on SHAPES (the
 fit set of block_scaled_vs_torch.py's kind). Variants (VARIANTS: each label's scales and what
@@ -194,7 +194,9 @@ def problem(m: int, n: int, k: int, args, stamp: dict) -> list:
 
 def main():
     ap = harness.parser(__doc__.splitlines()[0], out_required=True, rounds=7, block=10, jobs=12, prewarm=3.0)
-    args = ap.parse_args()             # --out is a file here (JSON lines appended), not a folder
+    args = ap.parse_args()
+    # --out: a file that JSON lines are appended to, or a folder (then its block_scaled_probe.jsonl)
+    out = args.out / "block_scaled_probe.jsonl" if args.out.is_dir() else args.out
     if args.jobs > 1:           # Triton compiles one program at a time a process; its disk cache serves this one
         import concurrent.futures
         import multiprocessing
@@ -209,7 +211,7 @@ def main():
     records = []
     for m, n, k in SHAPES:
         records += problem(m, n, k, args, stamp)
-        harness.append(args.out, records[-len(VARIANTS):])
+        harness.append(out, records[-len(VARIANTS):])
     summary = {"summary": "block_scaled_probe", "shapes": len(SHAPES), **stamp}
     print("\ngeometric means over the shapes (variants timed on every shape):", flush=True)
     for label in VARIANTS:
@@ -219,7 +221,7 @@ def main():
             ratio = round(harness.geomean(ratios), 3) if all(ratios) else None      # (None: the anchor failed)
             summary[label] = {"tflops": round(harness.geomean(r["tflops"] for r in timed), 1), "vs_scaled_mm_row": ratio}
             print(f"  {label:24} {summary[label]['tflops']:7.1f} TFLOP/s x{ratio or float('nan'):5.3f}", flush=True)
-    harness.append(args.out, [summary])
+    harness.append(out, [summary])
 
 
 if __name__ == "__main__":
