@@ -14,7 +14,10 @@ it runs; every one a launch of the programs themselves, no tilemm.scaled_matmul 
   block                 block scales, rung 16's default (on Hopper: warp-specialized 128 x 256, 4
                         stages, GROUP_M 16, C by TMA stores, the promotion a multiply and an add)
   block-fused           the same program compiled with enable_fp_fusion=True: the promotion one fused
-                        multiply-add (ptxas of Triton 3.9 gives it a stack frame: spills)
+                        multiply-add (ptxas of Triton 3.9 spills in the K loop: it adds the first
+                        half's partial while the second's products run, into a second partial)
+  block-fma-right       block with the second half's promotion one fused multiply-add (FMA_RIGHT),
+                        the first's a multiply and an add: no spills (Triton 3.9's ptxas)
   block-128             the warp-specialized program at 128 x 128 (one half, fused), 6 stages
   block-sa-mmajor       block, scale_a M-major (DeepGEMM's layout): a K block's 64 rows' scales
                         contiguous instead of K/128 floats apart
@@ -50,6 +53,7 @@ VARIANTS = {
     "row-triton": ("row", dict(warp_specialized=False)),
     "block": ("block", {}),
     "block-fused": ("block", dict(fusion=True)),
+    "block-fma-right": ("block", dict(fma_right=True)),
     "block-128": ("block", dict(block_n=128)),
     "block-sa-mmajor": ("block-mmajor", {}),
     "block-fused-sa-mmajor": ("block-mmajor", dict(fusion=True)),
@@ -79,10 +83,11 @@ def operands(m: int, n: int, k: int, seed: int = 0, device: str = "cuda") -> tup
     return a, b, scales
 
 
-def ws_steps(a, b, c, scale_a, scale_b, block_n: int = 256, fusion=None, tma_store: bool = True) -> Steps:
+def ws_steps(a, b, c, scale_a, scale_b, block_n: int = 256, fusion=None, tma_store: bool = True,
+             fma_right: bool = False) -> Steps:
     """The block scales' warp-specialized program (r16_block_scaled_ws_kernel) at 128 x block_n
     tiles, rung 16's stages and GROUP_M, compiled with enable_fp_fusion=fusion (None: as rung 16
-    does), C by TMA stores or from registers."""
+    does), C by TMA stores or from registers, the second half's promotion fused (fma_right)."""
     from tilemm.engine.gluon_helpers import descriptor
     from tilemm.ladder.tensorcore import r16_block_scaled_ws_kernel as ws
     m, k = a.shape
@@ -92,7 +97,7 @@ def ws_steps(a, b, c, scale_a, scale_b, block_n: int = 256, fusion=None, tma_sto
     product = ws.launcher(descriptor(a_rows, 128, ws.BLOCK_K), descriptor(b_rows, block_n, ws.BLOCK_K),
                           ws.c_descriptor(c) if tma_store else None, c, scale_a, scale_b, m, n, k,
                           availability.multiprocessors(), 128, block_n, rung16.WS_GROUP_M,
-                          rung16.WS_STAGES[128, block_n], fusion=fusion)
+                          rung16.WS_STAGES[128, block_n], fusion=fusion, fma_right=fma_right)
     return Steps([a_fill, b_fill, product])
 
 
@@ -108,7 +113,7 @@ def make_launch(label: str, a, b, scales: dict, out_dtype=torch.bfloat16):
     if kind in ("row", "tensor"):
         config = scaled_fp8.resolve({**scaled_fp8.DEFAULTS, **params}, False, m, n, k)
         steps = scaled_fp8.bind(a, b, c, scale_a, scale_b, False, row_wise=kind == "row", **config)
-    elif set(params) & {"fusion", "tma_store"} or params.get("block_n") or kind == "block-mmajor":
+    elif set(params) & {"fusion", "tma_store", "fma_right"} or params.get("block_n") or kind == "block-mmajor":
         steps = ws_steps(a, b, c, scale_a, scale_b, **params)
     else:
         config = rung16.resolve(params, m, n)

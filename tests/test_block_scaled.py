@@ -273,8 +273,9 @@ for block_m, block_n, tma_store in ((128, 256, True), (64, 128, False)):   # bot
                c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
                stride_cn="i32", stride_sam="i32", stride_sak="i32", stride_sbk="i32", stride_sbn="i32",
                TMA_STORE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
-               WORKER_REGISTERS="constexpr")
-    const = dict(TMA_STORE=tma_store, GROUP_M=16, PROGRAMS=132, STAGES=stages, WORKER_REGISTERS=ws.WORKER_REGISTERS)
+               WORKER_REGISTERS="constexpr", FMA_RIGHT="constexpr")
+    const = dict(TMA_STORE=tma_store, GROUP_M=16, PROGRAMS=132, STAGES=stages, WORKER_REGISTERS=ws.WORKER_REGISTERS,
+                 FMA_RIGHT=False)
     k = triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=ws.fp_fusion(block_n)))
     ptx = k.asm["ptx"]
@@ -483,9 +484,12 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_ws_kernel as ws
+from tests.compiled import resource_usage
 out = {}
-# the probe's variants of the warp-specialized program: fused at 128 x 256, C from registers
-for block_n, tma_store, fusion in ((256, True, True), (256, False, False)):
+# the probe's variants of the warp-specialized program at 128 x 256: fused, C from registers, the
+# second half's promotion fused
+for block_n, tma_store, fusion, fma_right in ((256, True, True, False), (256, False, False, False),
+                                              (256, True, False, True)):
     layouts = [repr(gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv)) for rows in (128, block_n)]
     c_layout = repr(gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
     a_desc = f"tensordesc<fp8e4nv[128, 128],{layouts[0]}>"
@@ -494,23 +498,25 @@ for block_n, tma_store, fusion in ((256, True, True), (256, False, False)):
                c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
                stride_cn="i32", stride_sam="i32", stride_sak="i32", stride_sbk="i32", stride_sbn="i32",
                TMA_STORE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
-               WORKER_REGISTERS="constexpr")
+               WORKER_REGISTERS="constexpr", FMA_RIGHT="constexpr")
     const = dict(TMA_STORE=tma_store, GROUP_M=rung.WS_GROUP_M, PROGRAMS=132, STAGES=rung.WS_STAGES[128, block_n],
-                 WORKER_REGISTERS=ws.WORKER_REGISTERS)
+                 WORKER_REGISTERS=ws.WORKER_REGISTERS, FMA_RIGHT=fma_right)
     k = triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=fusion))
-    out[f"{block_n}-{tma_store}-{fusion}"] = dict(
+    out[f"{block_n}-{tma_store}-{fusion}-{fma_right}"] = dict(
         shared=k.metadata.shared, wgmma="wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in k.asm["ptx"],
-        fma="fma.rn.f32" in k.asm["ptx"])
+        fma="fma.rn.f32" in k.asm["ptx"], stack=resource_usage(k.asm["cubin"])["stack"])
 print(json.dumps(out))
 """
 
 
 def test_the_probe_s_warp_specialized_variants_compile_for_sm90():
-    """The probe's forms of the block scales' Gluon program that the rung never runs (fused at
-    128 x 256: fused multiply-adds; C from registers at 128 x 256) compile for sm_90."""
+    """The probe's forms of the block scales' Gluon program that the rung never runs compile for
+    sm_90: fused at 128 x 256 (fused multiply-adds, and spills), C from registers, and the second
+    half's promotion alone fused (FMA_RIGHT: fused multiply-adds without spills)."""
     compiled = run_program(PROBE_COMPILE)
-    assert set(compiled) == {"256-True-True", "256-False-False"}
+    assert set(compiled) == {"256-True-True-False", "256-False-False-False", "256-True-False-True"}
     for name, info in compiled.items():
         assert info["wgmma"] and info["shared"] <= 232448, (name, info)
-    assert compiled["256-True-True"]["fma"]
+    assert compiled["256-True-True-False"]["fma"] and compiled["256-True-False-True"]["fma"]
+    assert compiled["256-True-False-True"]["stack"] == 0 and compiled["256-False-False-False"]["stack"] == 0
