@@ -21,7 +21,7 @@ it runs; every one a launch of the programs themselves, no tilemm.scaled_matmul 
   block-128             the warp-specialized program at 128 x 128 (one half, fused), 6 stages
   block-sa-mmajor       block, scale_a M-major (DeepGEMM's layout): a K block's 64 rows' scales
                         contiguous instead of K/128 floats apart
-  block-fused-sa-mmajor both of the above
+  block-fused-sa-mmajor block-fused with scale_a M-major
   block-c-registers     block with C written from registers (no TMA store)
   block-triton          rung 16's Triton program (warp_specialized=False), one program a tile
 
