@@ -387,10 +387,10 @@ for ty in ("fp8e4nv", "fp8e5"):
                    STEPS="constexpr", OPTION="constexpr", A_T="constexpr", B_T="constexpr",
                    STREAM_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr",
                    PROGRAMS="constexpr", UPCAST="constexpr", FLATTEN="constexpr",
-                   ACCUMULATE="constexpr", C_ALIGN="constexpr", STREAM_K_ONLY="constexpr")
+                   ACCUMULATE="constexpr", C_ALIGN="constexpr", STREAM_K_ONLY="constexpr", ROW_SCALES="constexpr")
         const = dict(STEPS=scaled_steps, OPTION=fast, A_T=False, B_T=True, STREAM_K=p["stream_k"], BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
                      BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, FLATTEN=True,
-                     ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False)
+                     ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False, ROW_SCALES=False)
         k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
         ptx = k.asm["ptx"]
@@ -409,8 +409,9 @@ for ta, tb, cty in (("fp8e4nv", "fp8e4nv", "*bf16"), ("fp8e5", "fp8e5", "*fp32")
     lb = repr(gl.NVMMASharedLayout.get_default_for([ws.BLOCK_N, ws.BLOCK_K], gl_types[tb]))
     sig = dict(a_desc=f"tensordesc<{ta}[{ws.BLOCK_M}, {ws.BLOCK_K}],{la}>", b_desc=f"tensordesc<{tb}[{ws.BLOCK_N}, {ws.BLOCK_K}],{lb}>",
                c_ptr=cty, scale_a_ptr="*fp32", scale_b_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
-               stride_cn="i32", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr", WORKER_REGISTERS="constexpr")
-    const = dict(GROUP_M=ws.GROUP_M, PROGRAMS=132, STAGES=ws.STAGES, WORKER_REGISTERS=ws.WORKER_REGISTERS)
+               stride_cn="i32", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr", WORKER_REGISTERS="constexpr",
+               ROW_SCALES="constexpr")
+    const = dict(GROUP_M=ws.GROUP_M, PROGRAMS=132, STAGES=ws.STAGES, WORKER_REGISTERS=ws.WORKER_REGISTERS, ROW_SCALES=False)
     k = triton.compile(GluonASTSource(fn=ws.fp8_matmul_ws, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=4))
     ptx = k.asm["ptx"]
@@ -426,6 +427,7 @@ if gluon_cluster_api():
     from tilemm.ladder.tensorcore import scaled_fp8_cluster_kernel as ck
     la = repr(gl.NVMMASharedLayout.get_default_for([ck.LOAD_ROWS, ck.BLOCK_K], gl.float8e4nv, cga_layout=ck.SPLIT_ROWS))
     lb = repr(gl.NVMMASharedLayout.get_default_for([ck.BLOCK_N, ck.BLOCK_K], gl.float8e4nv, cga_layout=ck.WHOLE))
+    sig.pop("ROW_SCALES")                               # (per-tensor scales only)
     sig = {**sig, "a_desc": f"tensordesc<fp8e4nv[{ck.LOAD_ROWS}, {ck.BLOCK_K}],{la}>",
            "b_desc": f"tensordesc<fp8e4nv[{ck.BLOCK_N}, {ck.BLOCK_K}],{lb}>", "c_ptr": "*bf16"}
     const = dict(GROUP_M=ck.GROUP_M, PROGRAMS=66, STAGES=ck.STAGES, WORKER_REGISTERS=ck.WORKER_REGISTERS)

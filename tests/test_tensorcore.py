@@ -735,7 +735,7 @@ out = {}
 def persistent_signature(a_desc, b_desc, c_ptr, scales="constexpr", workspace="constexpr"):
     # matmul_persistent's signature: its descriptors and C as given, the rest in their types
     flags = ("STEPS", "OPTION", "A_T", "B_T", "STREAM_K", "BLOCK_M", "BLOCK_N", "BLOCK_K",
-             "GROUP_M", "PROGRAMS", "UPCAST", "FLATTEN", "ACCUMULATE", "C_ALIGN", "STREAM_K_ONLY")
+             "GROUP_M", "PROGRAMS", "UPCAST", "FLATTEN", "ACCUMULATE", "C_ALIGN", "STREAM_K_ONLY", "ROW_SCALES")
     return dict(a_desc=a_desc, b_desc=b_desc, c_ptr=c_ptr, scale_a_ptr=scales, scale_b_ptr=scales,
                 ws_ptr=workspace, flags_ptr="*i32" if workspace != "constexpr" else "constexpr", epoch="i32",
                 M="i32", N="i32", K="i32", stride_cm="i32", stride_cn="i32", **dict.fromkeys(flags, "constexpr"))
@@ -790,7 +790,7 @@ for layout in ("nn", "tt"):
     sig = persistent_signature(f"tensordesc<bf16{a_block}>", f"tensordesc<bf16{b_block}>", "*bf16", workspace="*fp32")
     const = dict(scale_a_ptr=None, scale_b_ptr=None, STEPS=tile_steps, OPTION=None, A_T=a_t, B_T=b_t, STREAM_K=layout == "tt",
                  BLOCK_M=p["block_m"], BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], GROUP_M=8, PROGRAMS=132, UPCAST=False, FLATTEN=True,
-                 ACCUMULATE=False, C_ALIGN=2 if layout == "tt" else 8, STREAM_K_ONLY=False)
+                 ACCUMULATE=False, C_ALIGN=2 if layout == "tt" else 8, STREAM_K_ONLY=False, ROW_SCALES=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
     out[f"persistent-{layout}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],
@@ -830,7 +830,7 @@ sig = persistent_signature(f"tensordesc<fp64[{p['block_m']}, {p['block_k']}]>",
 const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, STEPS=r12_fp64_kernel.f64_steps,
              OPTION=None, A_T=False, B_T=False, STREAM_K=False, BLOCK_M=p["block_m"], BLOCK_N=p["block_n"],
              BLOCK_K=p["block_k"], GROUP_M=p["group_m"], PROGRAMS=132, UPCAST=False, FLATTEN=True,
-                 ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False)
+                 ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False, ROW_SCALES=False)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                    target=GPUTarget("cuda", 90, 32), options=dict(num_warps=p["num_warps"], num_stages=p["num_stages"]))
 out["float64-persistent"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma=False, cubin=len(k.asm["cubin"]))
@@ -857,7 +857,7 @@ sig = persistent_signature(f"tensordesc<fp32[{p['block_m']}, {block_k}]>", f"ten
 const = dict(scale_a_ptr=None, scale_b_ptr=None, STEPS=tf32x3_steps, OPTION=CHUNK_STEPS, A_T=False, B_T=True,
              STREAM_K=True, BLOCK_M=p["block_m"], BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=p["group_m"],
              PROGRAMS=132, UPCAST=False, FLATTEN=False,
-             ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False)
+             ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False, ROW_SCALES=False)
 k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                    options=dict(num_warps=p["num_warps"], num_stages=stages))
 out["tf32x3-stream-k"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN,
@@ -907,7 +907,7 @@ for cty in ("*i8", "*i32"):
     const = dict(scale_a_ptr=None, scale_b_ptr=None, ws_ptr=None, flags_ptr=None, STEPS=int8_steps, OPTION=None,
                  A_T=False, B_T=True, STREAM_K=False, BLOCK_M=q["block_m"], BLOCK_N=256, BLOCK_K=q["block_k"],
                  GROUP_M=q["group_m"], PROGRAMS=132, UPCAST=False, FLATTEN=True,
-                 ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False)
+                 ACCUMULATE=False, C_ALIGN=1, STREAM_K_ONLY=False, ROW_SCALES=False)
     k = triton.compile(ASTSource(fn=matmul_persistent, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=q["num_warps"], num_stages=q["num_stages"]))
     out[f"int8-to-{cty[1:]}"] = dict(shared=k.metadata.shared, limit=H100_SHARED_OPTIN, wgmma="wgmma" in k.asm["ptx"],

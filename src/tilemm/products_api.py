@@ -40,11 +40,14 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         Per-tensor scales: Python numbers or one-element float tensors; or float32 tensors of
         row-wise scales, scale_a (M, 1) and scale_b (1, N); or of block scales (DeepGEMM's),
         scale_a (M, ceil(K/128)), one a 1 x 128 block of A, and scale_b (ceil(K/128), ceil(N/128)),
-        one a 128 x 128 block of B, applied to each K block's float32 partial sums. Row-wise and
-        block scales run the `tensorcore-block-scaled` program (tilemm.products.block_scaled), whose params
+        one a 128 x 128 block of B, applied to each K block's float32 partial sums. Row-wise
+        scales run the per-tensor program and its params (below; ``cluster`` per-tensor only),
+        each element of C times its row's and column's scales as it is written. Block scales run
+        the `tensorcore-block-scaled` program (tilemm.products.block_scaled), whose params
         are block_m, block_n, block_k, group_m, num_warps, num_stages, tma, warp_specialized
-        (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``; on Hopper, block scales take its
-        warp-specialized Gluon program); a repeated call replays its launches; no torch.compile op.
+        (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``; on Hopper its warp-specialized
+        Gluon program). Row-wise and block scales: a repeated call replays its launches; no
+        torch.compile op.
     out_dtype : {"bfloat16", "float16", "float32"} or torch.dtype, default "bfloat16"
         The result's dtype.
     fast_accum : bool, default False

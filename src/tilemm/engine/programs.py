@@ -63,7 +63,7 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
                       A_T: tl.constexpr, B_T: tl.constexpr, STREAM_K: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr,
                       UPCAST: tl.constexpr, FLATTEN: tl.constexpr, ACCUMULATE: tl.constexpr, C_ALIGN: tl.constexpr = 1,
-                      STREAM_K_ONLY: tl.constexpr = False):
+                      STREAM_K_ONLY: tl.constexpr = False, ROW_SCALES: tl.constexpr = False):
     """The persistent tile schedule: PROGRAMS programs (one an SM) walk the tiles of C, and STEPS,
     the rung's sum of a tile's K steps, fills each (a @triton.jit function passed as a constexpr:
     STEPS(a_desc, b_desc, off_m, off_n, step_from, step_to, M, N, A_T, B_T, UPCAST, OPTION,
@@ -84,7 +84,8 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
     STREAM_K_ONLY (with STREAM_K, for a launch with fewer tiles than PROGRAMS): no whole round, so
     the program leaves that loop out, a fifth less to compile (a first call's wait), the same sums.
 
-    scale_a_ptr and scale_b_ptr given: C = scale_a * scale_b * sums (tilemm.scaled_matmul).
+    scale_a_ptr and scale_b_ptr given: C = scale_a * scale_b * sums (tilemm.scaled_matmul): one
+    number each, or with ROW_SCALES one a row of C (M,) and one a column (N,), unit strides.
     ACCUMULATE (whole tiles only, no stream-K): C += A @ B, C read and written in its own dtype
     (tilemm.spread.distributed adds each K panel's 16-bit product into float32 C).
     """
@@ -103,8 +104,8 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
             off_m, off_n = tile_position(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             acc = STEPS(a_desc, b_desc, off_m, off_n, 0, k_steps, M, N, A_T, B_T, UPCAST, OPTION, BLOCK_M, BLOCK_N,
                         BLOCK_K)
-            store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr), off_m, off_n, M, N, stride_cm, stride_cn,
-                           ACCUMULATE)
+            store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr, off_m, off_n, M, N, ROW_SCALES), off_m, off_n,
+                           M, N, stride_cm, stride_cn, ACCUMULATE)
     if STREAM_K:
         units = (num_tiles - whole_rounds) * k_steps          # (tile, K step) pairs left
         per = tl.cdiv(units, PROGRAMS)
@@ -125,8 +126,8 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
             tl.static_assert(acc.dtype == tl.float32, "stream-K hands float32 partial sums over")
             last_run = (first + k_steps - 1) // per
             if lo == first and last_run == run:      # the whole tile is this run's: straight to C
-                store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr), off_m, off_n, M, N, stride_cm,
-                               stride_cn, False)
+                store_quarters(c_ptr, scaled(acc, scale_a_ptr, scale_b_ptr, off_m, off_n, M, N, ROW_SCALES), off_m,
+                               off_n, M, N, stride_cm, stride_cn, False)
             else:
                 owner = lo == first
                 # two slots a program: a helper's partial (its first segment, at most one) must
@@ -136,22 +137,32 @@ def matmul_persistent(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, ws_ptr, f
                 tl.debug_barrier()   # every thread's share of the partial is written before it is read or flagged
                 if owner:            # wait for the helpers, add their partials, write C
                     add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid, run + 1, last_run,
-                                 off_m, off_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, PROGRAMS)
+                                 off_m, off_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, PROGRAMS, ROW_SCALES)
                 else:                # a helper: the partial is stored; say so
                     tl.atomic_xchg(flags_ptr + pid, epoch, sem="release")
 
 
 @triton.jit
-def scaled(x, scale_a_ptr, scale_b_ptr):
-    """x times the per-tensor scales where they are given, else x."""
+def scaled(x, scale_a_ptr, scale_b_ptr, off_m, off_n, M, N, ROW_SCALES: tl.constexpr):
+    """x, C's tile at (off_m, off_n), times the scales where they are given, else x: per-tensor
+    (one number each) or, ROW_SCALES, row-wise: scale_a one a row of C, scale_b one a column (unit
+    strides; past M and N read as 0: those elements are never stored)."""
     if scale_a_ptr is not None:
-        x = x * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+        if ROW_SCALES:
+            rows = off_m + tl.arange(0, x.shape[0])                                        # (BM,)
+            cols = off_n + tl.arange(0, x.shape[1])                                        # (BN,)
+            scale_a = tl.load(scale_a_ptr + rows, mask=rows < M, other=0.0)
+            scale_b = tl.load(scale_b_ptr + cols, mask=cols < N, other=0.0)
+            x = x * (scale_a[:, None] * scale_b[None, :])
+        else:
+            x = x * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
     return x
 
 
 @triton.jit
 def add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid, run_from, run_to, off_m, off_n,
-                 M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PROGRAMS: tl.constexpr):
+                 M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PROGRAMS: tl.constexpr,
+                 ROW_SCALES: tl.constexpr):
     """C's tile = the owner's partial (in its slot) + those of runs run_from..run_to, each added
     once its program's flag shows this launch's epoch; a quarter of the columns at a time, read
     from L2 (.cg: another SM wrote them)."""
@@ -167,8 +178,8 @@ def add_partials(c_ptr, ws_ptr, flags_ptr, epoch, scale_a_ptr, scale_b_ptr, pid,
         for run in range(run_from, run_to + 1):
             helper_slot = ws_ptr + (2 * (PROGRAMS - 1 - run) + 1) * (BLOCK_M * BLOCK_N)
             total += tl.load(helper_slot + q * QUARTER + offs, cache_modifier=".cg")
-        store_tile(c_ptr, scaled(total, scale_a_ptr, scale_b_ptr), off_m, off_n + q * QUARTER, M, N,
-                   stride_cm, stride_cn, False)
+        store_tile(c_ptr, scaled(total, scale_a_ptr, scale_b_ptr, off_m, off_n + q * QUARTER, M, N, ROW_SCALES),
+                   off_m, off_n + q * QUARTER, M, N, stride_cm, stride_cn, False)
 
 
 @triton.jit

@@ -1,8 +1,9 @@
-"""tilemm.scaled_matmul with scales that change along the matrices: row-wise ((M, 1) and (1, N),
-as torch._scaled_mm's) and DeepGEMM's block scales ((M, ceil(K/128)) for 1 x 128 blocks of A,
-(ceil(K/128), ceil(N/128)) for 128 x 128 blocks of B), on the `tensorcore-block-scaled` rung.
-tilemm.products.scaled passes a call here when a scale is a tensor of more than one element; its
-arguments are checked here before any kernel runs. A call that repeats an earlier one (the same
+"""tilemm.scaled_matmul with DeepGEMM's block scales ((M, ceil(K/128)) for 1 x 128 blocks of A,
+(ceil(K/128), ceil(N/128)) for 128 x 128 blocks of B), on the `tensorcore-block-scaled` rung, and
+the check of every scale tensor's kind (scale_kind: row-wise ones, (M, 1) and (1, N), run on
+tilemm.products.scaled's program). tilemm.products.scaled passes a call here when a scale is a
+tensor of more than one element and the two are not row-wise; its arguments are checked here
+before any kernel runs. A call that repeats an earlier one (the same
 shapes, strides, dtypes and parameters) replays its launches (tilemm.engine.replay): Triton's
 binding and the checks are done once."""
 from __future__ import annotations
@@ -26,7 +27,8 @@ def vector_scales(scale_a, scale_b) -> bool:
 
 def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
                         stream=None, **params):
-    """``scaled_matmul``'s product with row-wise or block scales (see its docstring)."""
+    """``scaled_matmul``'s product with block scales (see its docstring); scales of any other
+    shapes refused (a ValueError that names the shapes it takes)."""
     key = replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params) if out is None and stream is None else None
     replay = _REPLAYS.get(key) if key is not None else None
     if replay is not None:
@@ -37,14 +39,15 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
     scaled_out.check_operands(a, b, torch)
     m, k = a.shape
     n = b.shape[1]
-    row_wise = scale_kind(scale_a, scale_b, a.device, m, n, k, torch) == "row-wise"
+    if scale_kind(scale_a, scale_b, a.device, m, n, k, torch) != "block":
+        raise ValueError("scaled_matmul: row-wise scales run on tilemm.products.scaled's program")
     name = str(out_dtype).removeprefix("torch.")
     if name not in OUT_DTYPES:
         raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     result_dtype = getattr(torch, name)
-    config = PROGRAM.resolve(params, row_wise, m, n)
+    config = PROGRAM.resolve(params, m, n)
     problem = device_problem(a.device) or availability.dimension_limit(m, n, k) or PROGRAM.limits(
-        config, row_wise, compat.triton_interpreter())
+        config, compat.triton_interpreter())
     if problem:
         raise problem if isinstance(problem, Exception) else KernelUnavailable(f"scaled_matmul: {problem}")
     scaled_out.check_out(out, m, n, result_dtype, a.device)
@@ -57,7 +60,7 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
                 c.zero_()                                      # an empty sum
             else:
                 with JIT_LOCK:
-                    launched = PROGRAM.launch(a, b, c, scale_a, scale_b, row_wise, bool(fast_accum), **config)
+                    launched = PROGRAM.launch(a, b, c, scale_a, scale_b, **config)
                 if key is not None and launched is not None:
                     scaled_out.remember_replay(_REPLAYS, key, launched, (a, b, scale_a, scale_b, c))
     return c

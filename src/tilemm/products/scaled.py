@@ -1,5 +1,6 @@
-"""tilemm.scaled_matmul's product: float8 matrices with per-tensor scales (torch._scaled_mm's
-contract), on the `tensorcore-fp8` rung; row-wise and block scales go to tilemm.products.block_scaled.
+"""tilemm.scaled_matmul's product: float8 matrices with per-tensor or row-wise scales (torch._scaled_mm's
+contract), on the `scaled-fp8` program (row-wise scales applied to the float32 sums as C is
+written, at the per-tensor product's cost); block scales go to tilemm.products.block_scaled.
 Arguments are checked here, before any kernel runs; the public function (tilemm.products_api)
 sends calls that record a gradient or that torch.compile traces to tilemm.torch.ops first."""
 from __future__ import annotations
@@ -22,16 +23,18 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
                   stream=None, **params):
     """tilemm.scaled_matmul's product (its docstring: tilemm.products_api), recording no gradient
     and not traced by torch.compile (tilemm.products_api decides those first)."""
-    vector = block_scaled.vector_scales(scale_a, scale_b)     # row-wise or block scales: their own rung
-    if vector:
+    row_wise = block_scaled.vector_scales(scale_a, scale_b)
+    if row_wise and not row_wise_shapes(a, b, scale_a, scale_b):     # block scales (or wrong ones): their rung
         return block_scaled.block_scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
                                                 out=out, stream=stream, **params)
-    key = replay_key(a, b, out_dtype, fast_accum, params) if out is None and stream is None and not vector else None
+    key = None
+    if out is None and stream is None:
+        key = (scaled_out.replay_key((a, b, scale_a, scale_b), out_dtype, fast_accum, params) if row_wise
+               else replay_key(a, b, out_dtype, fast_accum, params))
     replay = _REPLAYS.get(key) if key is not None else None
     if replay is not None:
         import torch
-        scales = _scales(scale_a, scale_b, a.device, torch)
-        c = replay(a, b, *scales)
+        c = replay(a, b, scale_a, scale_b) if row_wise else replay(a, b, *_scales(scale_a, scale_b, a.device, torch))
         if c is not None:
             return c
     try:
@@ -39,6 +42,8 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     except ImportError:
         raise KernelUnavailable("scaled_matmul needs PyTorch (pip install 'tilemm[triton]')") from None
     scaled_out.check_operands(a, b, torch)
+    if row_wise:      # float32 tensors on the operands' device (the shapes are row-wise_shapes')
+        block_scaled.scale_kind(scale_a, scale_b, a.device, a.shape[0], b.shape[1], a.shape[1], torch)
     result_dtype = _out_dtype(out_dtype, torch)
     queue = streams.handle_of(stream) if stream is not None else None
     scaled_fp8 = registry.program("scaled-fp8")
@@ -46,7 +51,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     _check_device(a.device, torch)
     reason = availability.dimension_limit(a.shape[0], b.shape[1], a.shape[1]) or scaled_fp8.limits(
         config["block_m"], config["block_n"], config["block_k"], config["num_stages"], compat.triton_interpreter(),
-        bool(fast_accum), config["warp_specialized"], config["cluster"])
+        bool(fast_accum), config["warp_specialized"], config["cluster"], row_wise)
     if reason:
         raise KernelUnavailable(f"scaled_matmul: {reason}")
     device = scaled_out.device_name(a.device)
@@ -56,17 +61,25 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     n = b.shape[1]
     scaled_out.check_out(out, m, n, result_dtype, a.device)
     with scaled_out.on_stream(queue, device):
-        scales = _scales(scale_a, scale_b, a.device, torch)
+        scales = (scale_a, scale_b) if row_wise else _scales(scale_a, scale_b, a.device, torch)
         c = torch.empty((m, n), dtype=result_dtype, device=a.device) if out is None else out
         if m and n:
             if k == 0:
                 c.zero_()                                      # an empty sum
             else:
                 with JIT_LOCK:
-                    launched = scaled_fp8.launch(a, b, c, *scales, bool(fast_accum), **config)
+                    launched = scaled_fp8.launch(a, b, c, *scales, bool(fast_accum), row_wise=row_wise, **config)
                 if key is not None and launched is not None:
                     scaled_out.remember_replay(_REPLAYS, key, launched, (a, b, *scales, c))
     return c
+
+
+def row_wise_shapes(a, b, scale_a, scale_b) -> bool:
+    """Whether the scales have row-wise shapes, scale_a (M, 1) and scale_b (1, N), for matrices a
+    (M, K) and b (K, N) (the rest is checked later); False for anything else."""
+    shape_a, shape_b = getattr(a, "shape", ()), getattr(b, "shape", ())
+    return (len(shape_a) == 2 and len(shape_b) == 2 and tuple(getattr(scale_a, "shape", ())) == (shape_a[0], 1)
+            and tuple(getattr(scale_b, "shape", ())) == (1, shape_b[1]))
 
 
 def records_gradient(a, b, scale_a, scale_b) -> bool:

@@ -1,12 +1,13 @@
-"""Rung 16, `tensorcore-block-scaled`: float8 products whose scales change along the matrices (the
+"""Rung 16, `tensorcore-block-scaled`: float8 products whose scales change along K (the
 program and its launcher are in r16_block_scaled_kernel.py; ``tilemm.scaled_matmul`` takes it when
-its scales are not single numbers). The fp8 program before it (scaled_fp8.py) multiplies the whole
+its scales are block scales). The fp8 program before it (scaled_fp8.py) multiplies the whole
 product by one scale_a * scale_b at the end. One number per tensor lets one large value flatten
 every small one to zero in 8 bits; fp8 training scales finer:
 
 - row-wise: scale_a (M, 1), one a row of A, and scale_b (1, N), one a column of B, as
-  torch._scaled_mm takes them. They still factor out of each sum, so the program applies them once,
-  to the float32 sums, as it writes C: the cost of the per-tensor product.
+  torch._scaled_mm takes them. They still factor out of each sum, so they need no program of
+  their own: the fp8 program applies them once, to the float32 sums, as it writes C (the
+  per-tensor product's cost; scaled_fp8.bind's row_wise).
 - block-wise (DeepGEMM's, DeepSeek-V3's): scale_a (M, ceil(K/128)), one a 1 x 128 block of a row of
   A, and scale_b (ceil(K/128), ceil(N/128)), one a 128 x 128 block of B. A sum now runs over
   blocks of different scales: each K step's products (a step lies inside one 128-block:
@@ -24,9 +25,9 @@ a 128-row tile waits only for its own partials and scales and adds them while th
 warpgroup's products run, and one loading warp keeps a ring of TMA stages full.
 
 Constraints:
-- float8_e4m3fn / float8_e5m2 operands (mixed too), float32 scales of exactly the shapes above;
+- float8_e4m3fn / float8_e5m2 operands (mixed too), float32 block scales of exactly the shapes above;
 - compute capability 8.9 or newer (fp8 tensor cores); on the CPU, Triton's interpreter;
-- BLOCK_K divides 128 (block scales) and, on the GPU, is a multiple of 32 (the 8-bit instruction's K);
+- BLOCK_K divides 128 and, on the GPU, is a multiple of 32 (the 8-bit instruction's K);
 - any M, N, K and strides: A row-major and B as (N, K).T are read as they are, other layouts are
   copied K-major first; with K a multiple of 16 the tiles come in by TMA (tma=None: where the
   operands allow; False: pointer loads with masks);
@@ -67,7 +68,7 @@ def ws_block_n(m: int, n: int, sms: int) -> int:
     return 128 if rounds(128) * NARROW_TILE_COST < 2 * rounds(256) else 256
 
 
-def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, warp_specialized: bool = False, **config):
+def launch(a, b, c, scale_a, scale_b, warp_specialized: bool = False, **config):
     """The program's launch, as resolve chose it (Triton or Gluon loads here, on first use):
     r16_block_scaled_ws_kernel.launch where warp_specialized, else r16_block_scaled_kernel.launch.
     Returns what ran where tilemm.engine.replay can run it again on other operands, else None."""
@@ -76,17 +77,17 @@ def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, warp_spe
         return launch_ws(a, b, c, scale_a, scale_b, config["block_m"], config["block_n"], config["group_m"],
                          config["num_stages"])
     from tilemm.ladder.tensorcore.r16_block_scaled_kernel import launch as launch_program
-    return launch_program(a, b, c, scale_a, scale_b, row_wise, fast_accum, **config)
+    return launch_program(a, b, c, scale_a, scale_b, **config)
 
 
-def resolve(params: dict, row_wise: bool = False, m: int = 0, n: int = 0) -> dict:
-    """The program's parameters, defaults filled in (warp_specialized None: block scales on Hopper
-    with Gluon; block_m, block_n, group_m, num_stages None: the chosen program's, by shape); unknown names a
+def resolve(params: dict, m: int = 0, n: int = 0) -> dict:
+    """The program's parameters, defaults filled in (warp_specialized None: on Hopper with Gluon;
+    block_m, block_n, group_m, num_stages None: the chosen program's, by shape); unknown names a
     TypeError, bad values a ValueError."""
     unknown = set(params) - set(DEFAULTS)
     if unknown:
-        raise TypeError(f"scaled_matmul: unknown parameter(s) {', '.join(sorted(unknown))} for block or row-wise "
-                        f"scales; it takes {', '.join(DEFAULTS)}")
+        raise TypeError(f"scaled_matmul: unknown parameter(s) {', '.join(sorted(unknown))} for block scales; "
+                        f"it takes {', '.join(DEFAULTS)}")
     config = {**DEFAULTS, **params}
     for name in ("tma", "warp_specialized"):
         if config[name] is not None and not isinstance(config[name], bool):
@@ -101,7 +102,7 @@ def resolve(params: dict, row_wise: bool = False, m: int = 0, n: int = 0) -> dic
             raise ValueError(f"scaled_matmul: {name}={config[name]} must be a power of two, 16 or more")
     ws = config["warp_specialized"]
     if ws is None:
-        ws = not row_wise and config["tma"] is not False and availability.hopper_gluon()
+        ws = config["tma"] is not False and availability.hopper_gluon()
     tiles = TRITON_TILES
     if ws:
         sms = availability.multiprocessors()
@@ -113,15 +114,13 @@ def resolve(params: dict, row_wise: bool = False, m: int = 0, n: int = 0) -> dic
     return {**config, **{k: v for k, v in tiles.items() if config[k] is None}, "warp_specialized": bool(ws)}
 
 
-def limits(config: dict, row_wise: bool, interpreter: bool) -> str | None:
+def limits(config: dict, interpreter: bool) -> str | None:
     """Why the program can't run at these (resolved) parameters, or None."""
     block_k = config["block_k"]
     if config["warp_specialized"]:
         refusal = availability.hopper_gluon_refusal("warp_specialized=True")
         if refusal:
             return refusal
-        if row_wise:
-            return "warp_specialized=True is the block scales' program; row-wise scales take the Triton one"
         shape = (config["block_m"], block_k, config["block_n"])
         if shape[:2] not in ((128, 128), (64, 128)) or shape[2] not in (128, 256):
             return (f"the warp-specialized program takes block_m 128 or 64, block_k=128 and block_n 128 or 256 "
@@ -129,7 +128,7 @@ def limits(config: dict, row_wise: bool, interpreter: bool) -> str | None:
         # and a 64 x 128 block of 16-bit C a warpgroup, for its TMA stores
         return availability.check_shared(config["block_m"], config["block_n"], block_k, config["num_stages"], 1,
                                          epilogue=config["block_m"] * 128 * 2)
-    if not row_wise and SCALE_BLOCK % block_k:
+    if SCALE_BLOCK % block_k:
         return f"block_k={block_k}: a K step must lie inside one {SCALE_BLOCK}-wide block of the scales"
     if block_k % 32 and not interpreter:
         return f"block_k={block_k}: the 8-bit tensor-core instruction takes K in multiples of 32"

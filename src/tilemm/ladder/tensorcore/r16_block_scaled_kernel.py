@@ -1,6 +1,6 @@
 """The Triton program of rung `tensorcore-block-scaled` and its launcher (see r16_block_scaled.py):
-float8 products whose scales change along the matrices, row-wise or by blocks of 128 (DeepGEMM's
-1x128 for A and 128x128 for B). Kept apart so that importing tilemm never imports Triton: it loads
+float8 products whose scales change along K, by blocks of 128 (DeepGEMM's 1x128 for A and
+128x128 for B). Kept apart so that importing tilemm never imports Triton: it loads
 on the first launch, after TRITON_INTERPRET is read."""
 import torch
 import triton
@@ -17,14 +17,12 @@ SCALE_BLOCK = 128          # the block scales' block: 1 x 128 of A, 128 x 128 of
 def block_scaled_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
                         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                         stride_sam, stride_sak, stride_sbk, stride_sbn,
-                        ROW_WISE: tl.constexpr, FAST_ACCUM: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-                        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-                        GROUP_SIZE_M: tl.constexpr, TMA: tl.constexpr):
+                        SCALE_BLOCK: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+                        BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, TMA: tl.constexpr):
     """C = (scale_a * A) @ (scale_b * B), one BLOCK_SIZE_M x BLOCK_SIZE_N tile of C a program.
     TMA: a_ptr and b_ptr are TMA descriptors of A (M, K) and of B's transpose (N, K), whose
     loads past an edge read zeros (Hopper's bulk copies: no masks, no address arithmetic).
-    ROW_WISE: scale_a (M,) a row of A, scale_b (N,) a column of B, applied once to the sums.
-    Otherwise block scales: scale_a (M, K/128) a 1 x 128 block of A, scale_b (K/128, N/128) a
+    Block scales: scale_a (M, K/128) a 1 x 128 block of A, scale_b (K/128, N/128) a
     128 x 128 block of B, applied to each K step's products (BLOCK_SIZE_K divides 128, so a K
     step lies in one block) on their way into the float32 sums."""
     # Which tile: the matmul tutorial's grouped order (GROUP_SIZE_M block rows, then a column)
@@ -43,9 +41,9 @@ def block_scaled_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     if not TMA:
         a_ptrs = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :] * stride_ak   # (BM, BK)
         b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :].to(tl.int64) * stride_bn   # (BK, BN)
-    # the scales of this tile's rows of A (BM,) and, block-scaled, of its columns' 128-wide blocks of B (BN,)
+    # the scales of this tile's rows of A (BM,) and of its columns' 128-wide blocks of B (BN,)
     sa_ptrs = sa_ptr + offs_m * stride_sam
-    sb_ptrs = sb_ptr + offs_n * stride_sbn if ROW_WISE else sb_ptr + (offs_n // SCALE_BLOCK) * stride_sbn
+    sb_ptrs = sb_ptr + (offs_n // SCALE_BLOCK) * stride_sbn
 
     accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
@@ -56,24 +54,14 @@ def block_scaled_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
         else:
             a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
-        if ROW_WISE:
-            if FAST_ACCUM:          # the tensor cores' own (shorter) accumulator carries the sums
-                accumulator = tl.dot(a, b, accumulator)
-            else:                   # each K step's products added to float32 sums
-                accumulator += tl.dot(a, b)
-        else:
-            # this K step's block of scales: (BM,) of A's and (BN,) of B's, masked rows and columns 0
-            block = (k * BLOCK_SIZE_K) // SCALE_BLOCK
-            scale_a = tl.load(sa_ptrs + block * stride_sak, mask=offs_m < M, other=0.0)
-            scale_b = tl.load(sb_ptrs + block * stride_sbk, mask=offs_n < N, other=0.0)
-            accumulator += tl.dot(a, b) * (scale_a[:, None] * scale_b[None, :])
+        # this K step's block of scales: (BM,) of A's and (BN,) of B's, masked rows and columns 0
+        block = (k * BLOCK_SIZE_K) // SCALE_BLOCK
+        scale_a = tl.load(sa_ptrs + block * stride_sak, mask=offs_m < M, other=0.0)
+        scale_b = tl.load(sb_ptrs + block * stride_sbk, mask=offs_n < N, other=0.0)
+        accumulator += tl.dot(a, b) * (scale_a[:, None] * scale_b[None, :])
         if not TMA:
             a_ptrs += BLOCK_SIZE_K * stride_ak
             b_ptrs += BLOCK_SIZE_K * stride_bk
-    if ROW_WISE:
-        scale_a = tl.load(sa_ptrs, mask=offs_m < M, other=0.0)
-        scale_b = tl.load(sb_ptrs, mask=offs_n < N, other=0.0)
-        accumulator = accumulator * (scale_a[:, None] * scale_b[None, :])
     c = accumulator.to(c_ptr.dtype.element_ty)               # one rounding, to C's type
 
     c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
@@ -81,11 +69,11 @@ def block_scaled_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
 # --8<-- [end:kernel]
 
 
-def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, block_m: int, block_n: int, block_k: int,
-           group_m: int, num_warps: int, num_stages: int, tma=None):
+def launch(a, b, c, scale_a, scale_b, block_m: int, block_n: int, block_k: int, group_m: int, num_warps: int,
+           num_stages: int, tma=None):
     """The program on one program a tile of C (the checks are tilemm.products.block_scaled's): a (M, K) and
-    b (K, N) float8; row_wise: scale_a (M, 1) and scale_b (1, N); else scale_a (M, ceil(K/128))
-    and scale_b (ceil(K/128), ceil(N/128)); float32, any strides. On the GPU the 8-bit tensor-core
+    b (K, N) float8; scale_a (M, ceil(K/128)) and scale_b (ceil(K/128), ceil(N/128)), float32,
+    any strides. On the GPU the 8-bit tensor-core
     instruction reads both operands K-major: A row-major and B given as (N, K).T are read as they
     are, other layouts are copied K-major first. Returns the launch (a Steps that
     tilemm.engine.replay can run again on other operands) where it read the operands as they are,
@@ -93,8 +81,7 @@ def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, block_m:
     if compat.triton_interpreter() and c.dtype == torch.bfloat16:
         # Triton 3.9's interpreter rounds float32 -> bfloat16 by truncation: there, torch rounds
         wide = c.float()
-        launch(a, b, wide, scale_a, scale_b, row_wise, fast_accum, block_m, block_n, block_k, group_m, num_warps,
-               num_stages, tma)
+        launch(a, b, wide, scale_a, scale_b, block_m, block_n, block_k, group_m, num_warps, num_stages, tma)
         c.copy_(wide)
         return None
     copied = False
@@ -116,8 +103,8 @@ def launch(a, b, c, scale_a, scale_b, row_wise: bool, fast_accum: bool, block_m:
     steps = Steps([bound_launch(block_scaled_kernel, grid, (
         a_in, b_in, c, scale_a, scale_b, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
         c.stride(1), scale_a.stride(0), scale_a.stride(1), scale_b.stride(0), scale_b.stride(1)), dict(
-        ROW_WISE=row_wise, FAST_ACCUM=fast_accum, SCALE_BLOCK=SCALE_BLOCK, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n,
-        BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m, TMA=use_tma, num_warps=num_warps, num_stages=num_stages))])
+        SCALE_BLOCK=SCALE_BLOCK, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k,
+        GROUP_SIZE_M=group_m, TMA=use_tma, num_warps=num_warps, num_stages=num_stages))])
     steps()
     return None if copied else steps       # (copies made outside the steps: a replay would not make them)
 

@@ -24,7 +24,11 @@ then serializes every wgmma (its warning C7514), as it does when a partial in fl
 The next step's scales are loaded while this step's products are made (A's: the 64 rows of the
 warpgroup, two a thread; B's: one number a half). With two halves (BLOCK_N = 256) the partials are scaled
 and added as a multiply and an add (enable_fp_fusion=False): fused into one instruction, ptxas
-spilled registers there (fp_fusion); with one, as one fused multiply-add.
+spilled registers there (fp_fusion: read in its sm_90 SASS, it adds the first half's partial
+while the second half's products run, into a second 64 x 128 partial that does not fit); with
+one, as one fused multiply-add. FMA_RIGHT fuses the second half's alone (its adding has no
+products of the tile to overlap), which ptxas compiles without spills: not the default until
+measured (benchmarks/block_scaled_probe.py).
 
 Operands K-major (A (M, K), B^T (N, K)), 16-byte aligned rows; scale_a (M, ceil(K/128)) and
 scale_b (ceil(K/128), ceil(N/128)) float32, any strides; C any strides, bfloat16, float16 or
@@ -65,9 +69,11 @@ def step_scales(sa_ptr, sa_rows, sb_ptr, t, nb, stride_sak, stride_sbk, stride_s
 
 
 @gluon.jit
-def promoted(total, partial, sa, sb):
+def promoted(total, partial, sa, sb, FMA: gl.constexpr = False):
     """total + partial * (A's row scales x B's scale): a fused multiply-add an element, or a
-    multiply and an add (fp_fusion)."""
+    multiply and an add (fp_fusion); FMA: a fused multiply-add whatever fp_fusion says."""
+    if FMA:
+        return gl.fma(partial, gl.expand_dims(sa * sb, 1), total)
     return total + partial * gl.expand_dims(sa * sb, 1)
 
 
@@ -76,7 +82,7 @@ def promoted(total, partial, sa, sb):
 def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn,
                    stride_sam, stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr, TMA_STORE: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                   PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+                   PROGRAMS: gl.constexpr, STAGES: gl.constexpr, FMA_RIGHT: gl.constexpr):
     """Warpgroup WG's 64 rows of each of this program's tiles: per K step, each half's products
     into a fresh partial, scaled by the step's scales and added to the float32 total; the stage
     released once every half has read it; C = total at the tile's end: with TMA_STORE a half at a
@@ -119,7 +125,7 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, 
                 step = warpgroup_mma(a, b.slice(128, 128).permute((1, 0)), step, use_acc=False, is_async=True)
                 step = warpgroup_mma_wait(num_outstanding=0, deps=(step, ))
                 mbarrier.arrive(empty.index(slot), count=1)
-                right = promoted(right, step, sa, sb1)
+                right = promoted(right, step, sa, sb1, FMA_RIGHT)
             sa, sb0, sb1 = nxt, nsb0, nsb1
             c += 1
         if TMA_STORE:
@@ -144,7 +150,8 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, 
 @gluon.jit
 def block_scaled_ws(a_desc, b_desc, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn, stride_sam,
                     stride_sak, stride_sbk, stride_sbn, TMA_STORE: gl.constexpr, GROUP_M: gl.constexpr,
-                    PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr):
+                    PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr,
+                    FMA_RIGHT: gl.constexpr = False):
     """C = sum over K blocks of (scale_a x scale_b) * (A @ B of the block), from fp8 a_desc (M, K;
     blocks of BLOCK_M = 128 or 64 rows) and b_desc (N, K), K-major, float32 sums; c_desc C's in
     64 x 128 blocks where TMA_STORE (else unread). The first multiplying warpgroup is the default
@@ -157,17 +164,17 @@ def block_scaled_ws(a_desc, b_desc, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stri
     if BLOCK_M == 128:
         gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
                                               stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 0,
-                                              TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                                              TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES, FMA_RIGHT)),
                             (warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
                                               stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 1,
-                                              TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                                              TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES, FMA_RIGHT)),
                             (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
                                         BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                            [4, 1], [WORKER_REGISTERS, 24])
     else:               # 64-row tiles (products of a few rows: twice the tiles): one multiplying warpgroup
         gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K,
                                               stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, 0,
-                                              TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES)),
+                                              TMA_STORE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES, FMA_RIGHT)),
                             (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
                                         BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                            [1], [24])
@@ -175,17 +182,21 @@ def block_scaled_ws(a_desc, b_desc, c_desc, c_ptr, sa_ptr, sb_ptr, M, N, K, stri
 
 
 def launcher(a_desc, b_desc, c_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int, block_m: int,
-             block_n: int, group_m: int, num_stages: int):
+             block_n: int, group_m: int, num_stages: int, fusion: bool | None = None, fma_right: bool = False):
     """A launcher without arguments (a BoundLaunch) of block_scaled_ws into c (M, N); K >= 1;
     a_desc in block_m x BLOCK_K blocks, b_desc in block_n x BLOCK_K ones (gluon_helpers.descriptor);
-    c_desc C's in 64 x 128 blocks (c_descriptor), or None: C written from registers."""
+    c_desc C's in 64 x 128 blocks (c_descriptor), or None: C written from registers. fusion: the
+    program's enable_fp_fusion (None: fp_fusion(block_n)); fma_right: the second half's partials
+    added by a fused multiply-add whatever fusion says (fusion and fma_right other than their
+    defaults: a probe's variants, benchmarks/block_scaled_probe.py)."""
     grid = (min(programs, triton.cdiv(m, block_m) * triton.cdiv(n, block_n)),)
     # without a descriptor of C the program takes A's in its place, unread
     return bound_launch(block_scaled_ws, grid,
                         (a_desc, b_desc, c_desc or a_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1),
                          scale_a.stride(0), scale_a.stride(1), scale_b.stride(0), scale_b.stride(1)),
                         dict(TMA_STORE=c_desc is not None, GROUP_M=group_m, PROGRAMS=grid[0], STAGES=num_stages,
-                             WORKER_REGISTERS=WORKER_REGISTERS, num_warps=4, enable_fp_fusion=fp_fusion(block_n)))
+                             WORKER_REGISTERS=WORKER_REGISTERS, FMA_RIGHT=fma_right, num_warps=4,
+                             enable_fp_fusion=fp_fusion(block_n) if fusion is None else fusion))
 
 
 def c_descriptor(c):

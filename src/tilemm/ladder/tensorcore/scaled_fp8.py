@@ -4,7 +4,9 @@
 picks; run directly, it multiplies with unit scales).
 
 C = (scale_a * scale_b) * (A @ B), float32 sums, one rounding to C's dtype (bfloat16, float16 or
-float32). The 8-bit instruction reads both operands K-major: A row-major and B given as
+float32). Row-wise scales (scale_a (M, 1), scale_b (1, N): bind's row_wise) run the same programs,
+each element of C times its row's and its column's scale as it is written: C = sums *
+(scale_a[m] * scale_b[n]), the scales' vectors loaded once a tile, after the K loop. The 8-bit instruction reads both operands K-major: A row-major and B given as
 (N, K).T (torch._scaled_mm's own requirement) are used as they are; any other layout is copied
 K-major first, a pass whose time counts.
 
@@ -17,7 +19,8 @@ Triton's Gluon can (3.9), in clusters of two CTAs that load each B tile once for
 fill half the SMs or fewer, 128 x 128 tiles (MID_TILES).
 
 Constraints: float8_e4m3fn / float8_e5m2 (mixed too); compute capability 8.9 or newer; BLOCK_K a
-multiple of 32 on the GPU; shared memory of a configuration must fit (checked before launch).
+multiple of 32 on the GPU; shared memory of a configuration must fit (checked before launch);
+cluster=True with per-tensor scales only.
 """
 from __future__ import annotations
 
@@ -94,8 +97,10 @@ def thin_tiles(m: int, n: int, k: int) -> dict | None:
 
 
 def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interpreter: bool, fast_accum: bool = False,
-           warp_specialized: bool = False, cluster: bool = False) -> str | None:
+           warp_specialized: bool = False, cluster: bool = False, row_wise: bool = False) -> str | None:
     if cluster:
+        if row_wise:
+            return "cluster=True takes per-tensor scales; row-wise scales run on one CTA a tile"
         if not warp_specialized:
             return "cluster=True is the warp-specialized program's; warp_specialized=False refuses it"
         if fast_accum:
@@ -118,14 +123,22 @@ def limits(block_m: int, block_n: int, block_k: int, num_stages: int, interprete
 
 
 def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group_m, num_warps, num_stages,
-         stream_k=False, warp_specialized=False, cluster=False):
+         stream_k=False, warp_specialized=False, cluster=False, row_wise=False):
     """c = scale_a * scale_b * (a @ b) as a launcher without arguments (a Steps: any copy of an
     operand K-major, then the product), which tilemm.engine.replay can run again on other operands:
-    a (M, K), b (K, N) fp8; scale_a, scale_b one-element float32 tensors on a's device; c (M, N)
-    on the GPU, M, N, K > 0. warp_specialized: the Gluon program (its own tiles; the others
-    ignored); with cluster, its form in clusters of two CTAs."""
+    a (M, K), b (K, N) fp8; scale_a, scale_b one-element float32 tensors on a's device, or with
+    row_wise (M, 1) and (1, N) ones (row-wise scales: the same programs, which multiply each
+    element of C by its row's and its column's scale as they write it); c (M, N) on the GPU,
+    M, N, K > 0. warp_specialized: the Gluon program (its own tiles; the others ignored); with
+    cluster, its form in clusters of two CTAs (per-tensor scales only)."""
     m, k = a.shape
     n = b.shape[1]
+    scale_fills = []
+    if row_wise and cluster:
+        raise ValueError("scaled-fp8: cluster=True takes per-tensor scales")
+    if row_wise:      # the programs read the scales as vectors of unit stride: copies where they are not
+        (scale_a, fill_a), (scale_b, fill_b) = unit_stride(scale_a), unit_stride(scale_b)
+        scale_fills = [fill_a, fill_b]
     if warp_specialized and cluster:
         from tilemm.ladder.tensorcore import scaled_fp8_cluster_kernel as clustered
         a_rows, a_fill = operand_copies.aligned_rows(a)
@@ -141,8 +154,8 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
         b_rows, b_fill = operand_copies.row_descriptor(b.T, ws.BLOCK_N, ws.BLOCK_K)
         product = ws.launcher(descriptor(a_rows.base, ws.BLOCK_M, ws.BLOCK_K),
                               descriptor(b_rows.base, ws.BLOCK_N, ws.BLOCK_K), c, scale_a, scale_b, m, n, k,
-                              availability.multiprocessors())
-        return launches.Steps([a_fill, b_fill, product])
+                              availability.multiprocessors(), row_scales=row_wise)
+        return launches.Steps([*scale_fills, a_fill, b_fill, product])
     a_desc, a_fill = operand_copies.row_descriptor(a, block_m, block_k)
     b_desc, b_fill = operand_copies.row_descriptor(b.T, block_n, block_k)  # (N, K): B K-major
     # C's alignment told: measured much faster for float32 C of unaligned widths, 16-bit C unchanged
@@ -150,17 +163,27 @@ def bind(a, b, c, scale_a, scale_b, fast_accum, block_m, block_n, block_k, group
     from tilemm.ladder.tensorcore.scaled_fp8_kernel import scaled_steps     # Triton loads on first use
     product = persistent_launch(a_desc, b_desc, c, m, n, k, scaled_steps, (scale_a, scale_b), stream_k,
                                 OPTION=bool(fast_accum), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages, C_ALIGN=c_align)
-    return launches.Steps([a_fill, b_fill, product])
+                                GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages, C_ALIGN=c_align,
+                                ROW_SCALES=row_wise)
+    return launches.Steps([*scale_fills, a_fill, b_fill, product])
 
 
-def launch(a, b, c, scale_a, scale_b, fast_accum, **config):
+def unit_stride(scale):
+    """(scale, None) where the row-wise scale (M, 1) or (1, N) has its elements one apart, else
+    (a copy that has, the CopyInto step that fills it)."""
+    if scale.numel() <= 1 or scale.stride(0 if scale.shape[1] == 1 else 1) == 1:
+        return scale, None
+    copy = scale.new_empty(scale.shape)
+    return copy, launches.CopyInto(copy, scale)
+
+
+def launch(a, b, c, scale_a, scale_b, fast_accum, row_wise=False, **config):
     """c = scale_a * scale_b * (a @ b), as bind's launcher run once (on the CPU under Triton's
     interpreter too); returns that launcher where it wrote c itself, else None."""
     # Triton 3.9's interpreter rounds float32 -> bfloat16 by truncation: there, torch rounds
     upcast = compat.triton_interpreter() and str(c.dtype) == "torch.bfloat16"
     out = c.float() if upcast else c
-    steps = bind(a, b, out, scale_a, scale_b, fast_accum, **config)
+    steps = bind(a, b, out, scale_a, scale_b, fast_accum, row_wise=row_wise, **config)
     steps()
     if upcast:
         c.copy_(out)

@@ -40,13 +40,17 @@ WORKER_REGISTERS = 232
 @gluon.jit
 def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_cm, stride_cn,
                    WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                   GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr):
+                   GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr, ROW_SCALES: gl.constexpr):
     """Warpgroup WG's 64 rows of each of this program's tiles: per K step, each half's products
     into a fresh accumulator, waited for and added to the float32 total; the stage released once
-    both halves have read it; C = total * scale_a * scale_b at the tile's end."""
+    both halves have read it; C = total * scale_a * scale_b at the tile's end (ROW_SCALES: the
+    rows' and columns' scales, see scaled_half)."""
     HALF: gl.constexpr = BLOCK_N // 2
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 32])
-    scale = gl.load(scale_a_ptr) * gl.load(scale_b_ptr)
+    if ROW_SCALES:
+        scale = 1.0                                         # (unused: scaled_half loads the rows' and columns')
+    else:
+        scale = gl.load(scale_a_ptr) * gl.load(scale_b_ptr)
     pid = gl.program_id(0)
     k_steps = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
@@ -69,37 +73,55 @@ def warpgroup_sums(a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr
             right += step
             c += 1
         off_m, off_n = tile_start(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        store_block(c_ptr, left * scale, off_m + WG * 64, off_n, M, N, stride_cm, stride_cn, layout, 64, HALF)
-        store_block(c_ptr, right * scale, off_m + WG * 64, off_n + HALF, M, N, stride_cm, stride_cn, layout, 64,
-                    HALF)
+        row = off_m + WG * 64
+        store_block(c_ptr, scaled_half(left, scale, scale_a_ptr, scale_b_ptr, row, off_n, M, N, layout, ROW_SCALES),
+                    row, off_n, M, N, stride_cm, stride_cn, layout, 64, HALF)
+        store_block(c_ptr, scaled_half(right, scale, scale_a_ptr, scale_b_ptr, row, off_n + HALF, M, N, layout,
+                                       ROW_SCALES), row, off_n + HALF, M, N, stride_cm, stride_cn, layout, 64, HALF)
+
+
+@gluon.jit
+def scaled_half(x, scale, scale_a_ptr, scale_b_ptr, row, col, M, N, layout: gl.constexpr, ROW_SCALES: gl.constexpr):
+    """x, the (64, HALF) block of C at (row, col), times the per-tensor scale, or, ROW_SCALES,
+    times its rows' scales (scale_a, (M,)) and its columns' (scale_b, (N,)), unit strides, loaded
+    here after the K loop (past M and N read as 0: never stored)."""
+    if ROW_SCALES:
+        rows = row + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, layout))
+        cols = col + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, layout))
+        scale_a = gl.load(scale_a_ptr + rows, mask=rows < M, other=0.0)
+        scale_b = gl.load(scale_b_ptr + cols, mask=cols < N, other=0.0)
+        return x * (gl.expand_dims(scale_a, 1) * gl.expand_dims(scale_b, 0))
+    return x * scale
 # --8<-- [end:kernel]
 
 
 @gluon.jit
 def fp8_matmul_ws(a_desc, b_desc, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_cm, stride_cn,
-                  GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr):
+                  GROUP_M: gl.constexpr, PROGRAMS: gl.constexpr, STAGES: gl.constexpr, WORKER_REGISTERS: gl.constexpr,
+                  ROW_SCALES: gl.constexpr = False):
     """C = scale_a * scale_b * A @ B from fp8 a_desc (M, K) and b_desc (N, K), K-major, float32
-    sums: the first multiplying warpgroup is the default partition (num_warps = 4), the second
-    and the loading warp are workers. Launched with min(tiles, PROGRAMS) programs."""
+    sums (scales one number each, or with ROW_SCALES (M,) and (N,)): the first multiplying
+    warpgroup is the default partition (num_warps = 4), the second and the loading warp are workers. Launched with min(tiles, PROGRAMS) programs."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     a_bufs, b_bufs, ready, empty = stage_ring(a_desc, b_desc, STAGES, BLOCK_M // 64)
     gl.warp_specialize([(warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K,
                                           stride_cm, stride_cn, 0, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS,
-                                          STAGES)),
+                                          STAGES, ROW_SCALES)),
                         (warpgroup_sums, (a_bufs, b_bufs, ready, empty, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K,
                                           stride_cm, stride_cn, 1, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS,
-                                          STAGES)),
+                                          STAGES, ROW_SCALES)),
                         (producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, 1, 1, 1, 0, BLOCK_M,
                                     BLOCK_N, BLOCK_K, GROUP_M, PROGRAMS, STAGES))],
                        [4, 1], [WORKER_REGISTERS, 24])
     invalidate_barriers(ready, empty, STAGES)
 
 
-def launcher(a_desc, b_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int):
-    """A launcher without arguments (a BoundLaunch) of fp8_matmul_ws into c (M, N); K >= 1."""
+def launcher(a_desc, b_desc, c, scale_a, scale_b, m: int, n: int, k: int, programs: int, row_scales: bool = False):
+    """A launcher without arguments (a BoundLaunch) of fp8_matmul_ws into c (M, N); K >= 1;
+    row_scales: scale_a (M,) and scale_b (N,), unit strides, instead of one number each."""
     grid = (min(programs, triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N)),)
     return bound_launch(fp8_matmul_ws, grid, (a_desc, b_desc, c, scale_a, scale_b, m, n, k, c.stride(0), c.stride(1)),
                         dict(GROUP_M=GROUP_M, PROGRAMS=grid[0], STAGES=STAGES, WORKER_REGISTERS=WORKER_REGISTERS,
-                             num_warps=4))
+                             ROW_SCALES=row_scales, num_warps=4))
