@@ -280,10 +280,9 @@ def test_only_a_problems_first_call_takes_the_library_before_triton(h200_with_li
         return dispatch.default_kernel("cuda:0", result, 512, 512, 512, operands, b_rows=True, first_call=first_call)
     first = choose(True)
     assert first.name == "cublas" and choose(False).name == "tensorcore-int"
-    assert dispatch.library_for_first_call_only(first, choose, "int32", 512, 512, 512)
-    # the library on its own merits (floats) serves every call: a plan kept as ever
-    floats = lambda first_call: choose(first_call, "float32", "float32")
-    assert not dispatch.library_for_first_call_only(floats(True), floats, "float32", 512, 512, 512)
+    assert dispatch.library_for_first_call_only("int32", 512, 512, 512)
+    assert not dispatch.library_for_first_call_only("int32", 512, 512, 512, stacked=True)   # a small stack's own rule
+    assert not dispatch.library_for_first_call_only("float32", 512, 512, 512)     # floats: the library for every call
 
 
 @pytest.mark.parametrize("repeatable", [True, False])

@@ -102,13 +102,13 @@ def walk(result: str, m: int, n: int, k: int, operands: str | None) -> list:
     return kernels
 
 
-def library_for_first_call_only(chosen: registry.Kernel, choose, result: str, m: int, n: int, k: int) -> bool:
-    """Whether chosen (the default for a call: choose(first_call) gives it) is the library only
-    because this is the problem's first call before Triton is loaded (library_before_triton): a
-    plan for that call alone, whose run is remembered (first_call_served) so that the problem's
-    next call is planned afresh (first_call False) and takes the rung."""
-    return (chosen.name == "cublas" and library_before_triton(result, m, n, k)
-            and choose(False).name != "cublas")       # (not the library on its own merits)
+def library_for_first_call_only(result: str, m: int, n: int, k: int, stacked: bool = False) -> bool:
+    """Whether default_kernel's choice of the library for a problem's first call on the GPU is the
+    rule's, for that call alone (library_before_triton; a small stack's batched call is the
+    library's for every call): its run is remembered (first_call_served) so that the problem's
+    next call is planned afresh (first_call False) and takes the tables' choice. (Not asked by
+    choosing again: that choice may load Triton.)"""
+    return not (stacked and m * n * k < STACK_PER_MATRIX_FROM) and library_before_triton(result, m, n, k)
 
 
 def first_call_served(result: str, m: int, n: int, k: int) -> None:

@@ -81,13 +81,13 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     elif kernel is not None:
         chosen = registry.get(kernel)
     else:
-        def choose(first_call: bool):
-            return dispatch.default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
-                                           dispatch.leading_dims(a, b, k, n) if da.device != "cpu" else None,
-                                           math.prod(batch) > 1, da.kind == "torch" and dispatch.k_major(a, b),
-                                           da.kind == "torch" and dispatch.b_rows(a, b), first_call)
-        chosen = choose((result, m, n, k) not in dispatch.SERVED_BEFORE_TRITON)
-        once = dispatch.library_for_first_call_only(chosen, choose, result, m, n, k)
+        first = (result, m, n, k) not in dispatch.SERVED_BEFORE_TRITON
+        chosen = dispatch.default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
+                                         dispatch.leading_dims(a, b, k, n) if da.device != "cpu" else None,
+                                         math.prod(batch) > 1, da.kind == "torch" and dispatch.k_major(a, b),
+                                         da.kind == "torch" and dispatch.b_rows(a, b), first)
+        once = (first and chosen.name == "cublas"
+                and dispatch.library_for_first_call_only(result, m, n, k, math.prod(batch) > 1))
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
     if compute is None:
