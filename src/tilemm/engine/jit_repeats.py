@@ -36,7 +36,8 @@ def launch(program, grid: tuple, args: tuple, options: dict) -> None:
         program[grid](*args, **options)
         return
     try:
-        key = (program, tuple(grid), tuple(map(part, args)), tuple((name, part(value)) for name, value in options.items()))
+        key = (program, tuple(grid), tuple(map(part, args)),
+               tuple((name, part(value)) for name, value in options.items()))
     except NotKeyed:
         program[grid](*args, **options)
         return

@@ -220,7 +220,8 @@ def launch(a, b, c, scale_a, scale_b, block_m: int, block_n: int, group_m: int, 
     m, k = a.shape
     n = b.shape[1]
     sa_fill = None
-    if (m > 1 and scale_a.stride(0) != 1) or (m - 1) * scale_a.stride(0) + (scale_a.shape[1] - 1) * scale_a.stride(1) >= 2**31:
+    last = (m - 1) * scale_a.stride(0) + (scale_a.shape[1] - 1) * scale_a.stride(1)
+    if (m > 1 and scale_a.stride(0) != 1) or last >= 2**31:
         # scale_a M-major (DeepGEMM's layout): a K block's scales of a tile's rows are one line of
         # memory, where row-major they are a load a row (8192 x 7168 x 16384 on an H200: 1103 against
         # 925 TFLOP/s, benchmarks/block_scaled_probe.py); a copy of M x K/128 floats. (The program's
