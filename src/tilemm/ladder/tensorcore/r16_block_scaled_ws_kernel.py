@@ -220,14 +220,10 @@ def launch(a, b, c, scale_a, scale_b, block_m: int, block_n: int, group_m: int, 
     m, k = a.shape
     n = b.shape[1]
     sa_fill = None
-    last = (m - 1) * scale_a.stride(0) + (scale_a.shape[1] - 1) * scale_a.stride(1)
-    if (m > 1 and scale_a.stride(0) != 1) or last >= 2**31:
-        # scale_a M-major (DeepGEMM's layout): a K block's scales of a tile's rows are one line of
-        # memory, where row-major they are a load a row (8192 x 7168 x 16384 on an H200: 1103 against
-        # 925 TFLOP/s, benchmarks/block_scaled_probe.py); a copy of M x K/128 floats. (The program's
-        # offsets into scale_a are 32-bit, which the copy's layout also keeps.)
-        m_major = scale_a.new_empty((scale_a.shape[1], scale_a.shape[0])).T
-        scale_a, sa_fill = m_major, CopyInto(m_major, scale_a)
+    if (m - 1) * scale_a.stride(0) + (scale_a.shape[1] - 1) * scale_a.stride(1) >= 2**31:
+        # the program's offsets into scale_a are 32-bit: a contiguous copy
+        contiguous = scale_a.new_empty(scale_a.shape)
+        scale_a, sa_fill = contiguous, CopyInto(contiguous, scale_a)
     a_rows, a_fill = operand_copies.aligned_rows(a)
     b_rows, b_fill = operand_copies.aligned_rows(b.T)              # (N, K): B K-major
     product = launcher(descriptor(a_rows, block_m, BLOCK_K), descriptor(b_rows, block_n, BLOCK_K), c_descriptor(c),
