@@ -72,7 +72,8 @@ def test_a_key_s_third_call_replays_its_launch(dtype, c_launches):
 
 def test_no_call_is_served_another_specialization_s_launch(c_launches):
     """A key replayed, then calls that differ from it in one thing each (an operand one element
-    past 16 bytes, other strides, no bias, another activation, another dtype), three calls each
+    past 16 bytes, other strides, a 3-D input whose rows are a copy, no bias, another activation,
+    another dtype), three calls each
     (a replay of their own), then the first key again: each call's answer is float64's."""
     dtype = torch.float32
 
@@ -86,6 +87,7 @@ def test_no_call_is_served_another_specialization_s_launch(c_launches):
         "bias misaligned": lambda x, w, b: (x, w, misaligned(b.shape, dtype, 7).copy_(b), "silu"),
         "x by columns": lambda x, w, b: (x.T.contiguous().T, w, b, "silu"),
         "weight transposed": lambda x, w, b: (x, w.T.contiguous().T, b, "silu"),
+        "x 3-D, its rows a copy": lambda x, w, b: (x.reshape(3, 3, 24).transpose(0, 1), w, b, "silu"),
         "no bias": lambda x, w, b: (x, w, None, "silu"),
         "relu": lambda x, w, b: (x, w, b, "relu"),
         "float64": lambda x, w, b: (x.double(), w.double(), b.double(), "silu"),
