@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import tilemm
-from tilemm.engine import direct_replay, epilogue_repeats
+from tilemm.engine import direct_replay, epilogue_repeats, replay
 from tilemm.engine.epilogue_launch import config_for
 from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.torch import linear_calls
@@ -66,8 +66,8 @@ def test_a_key_s_third_call_replays_its_launch(dtype, c_launches):
             assert close(linear(x, w, b, "gelu"), expected(x, w, b, "gelu"), dtype)
         if c_launches is not None:
             assert len(c_launches) == max(0, call - 1)
-    (call,) = linear_calls.CALLS.values()
-    assert call.forward.__module__ == direct_replay.__name__
+    (call,) = linear_calls.CALLS.values()      # (on a GPU whose Triton's launcher is another layout: the replay's own)
+    assert call.forward.__module__ in ({direct_replay.__name__, replay.__name__} if ON_GPU else {direct_replay.__name__})
 
 
 def test_no_call_is_served_another_specialization_s_launch(c_launches):
@@ -185,10 +185,10 @@ def test_a_subclass_and_an_unhashable_parameter_take_the_checked_path():
 
 
 def test_the_library_route_is_kept_by_key_too():
-    """kernel None on the host: torch's functions, the activation of each call's own."""
+    """kernel="cublas": torch's functions, the activation of each call's own."""
     x, w, b = randn(9, 24), randn(40, 24), randn(40)
     with torch.no_grad():
         for activation in ("gelu", "gelu", "relu", "gelu", "relu", None):
-            y = tilemm.linear(x, w, b, activation)
+            y = tilemm.linear(x, w, b, activation, kernel="cublas")
             assert close(y, expected(x, w, b, activation or "identity"), x.dtype)
     assert all(call.library for call in linear_calls.CALLS.values()) and len(linear_calls.CALLS) == 3

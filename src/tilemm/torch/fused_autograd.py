@@ -22,7 +22,7 @@ from tilemm.torch import fused_transforms, linear_calls
 from tilemm.torch.nn_routes import direct_apply
 
 is_compiling = torch.compiler.is_compiling
-autocast_on = torch._C._is_any_autocast_enabled
+autocast_on, tracing = torch._C._is_any_autocast_enabled, torch._C._is_tracing
 
 
 def check_tensors(name: str, **tensors) -> None:
@@ -64,7 +64,7 @@ def recording(*tensors) -> bool:
 
 def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     key = None
-    if residual is None and not (is_compiling() or autocast_on() or fused_transforms.active()):
+    if residual is None and not (is_compiling() or autocast_on() or tracing() or fused_transforms.active()):
         key = linear_calls.call_key(x, weight, bias, activation, kernel, params)
         try:
             call = None if key is None else linear_calls.CALLS.get(key)

@@ -14,7 +14,7 @@ whose products replay by their own keys (tilemm.engine.epilogue_repeats); on the
 torch's functions, as before.
 
 Not served here (tilemm.torch.fused_autograd's general path): a residual, autocast,
-torch.compile, torch.func's transforms and forward-mode AD, tensor subclasses. A replay that
+torch.compile, jit.trace, torch.func's transforms and forward-mode AD, tensor subclasses. A replay that
 declines a call (its operands aligned otherwise, a lazy view, another GPU's operands) gives
 way to the general launch, which takes the same program.
 """
