@@ -37,7 +37,7 @@ REPEATS: dict = {}        # key -> Entry
 
 
 class Entry:
-    """What a key's calls take: `call` is None (one call made, none recorded), DECLINED (never
+    """What a key's calls take: `call` is None (one call made, none recorded), declined (never
     replayed), or the repeated call (*inputs) -> Y or None; `config` is held so that its id in
     the key names it alone."""
     __slots__ = ("call", "config")
@@ -46,7 +46,7 @@ class Entry:
         self.call, self.config = call, config
 
 
-def DECLINED(*inputs):
+def declined(*inputs):
     """A key whose launches are not replayed: the caller launches as before."""
     return None
 
@@ -91,7 +91,7 @@ def product(a, b, bias, bias_over_m: bool, c, residual, activation: str, alpha: 
     (its recording at the key's second call); None where the caller launches as before."""
     key = product_key(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, config, save_aux)
     found = None if key is None else entry(key, config)
-    if found is None or found.call is DECLINED:
+    if found is None or found.call is declined:
         return None
     if found.call is None and a.is_cuda and a.get_device() != torch.cuda.current_device():
         return None              # (Triton launches on the current GPU: recorded at a later call)
@@ -109,13 +109,13 @@ def product(a, b, bias, bias_over_m: bool, c, residual, activation: str, alpha: 
 
 def recorded_call(arguments: tuple, inputs: tuple, y):
     """Launch epilogue_launch's bound launch of arguments (launch_epilogue's, writing y) on the
-    current GPU, and give its replay's repeated call on inputs (C: y), or DECLINED where it has
+    current GPU, and give its replay's repeated call on inputs (C: y), or declined where it has
     none."""
     bound = epilogue_launch.bound_epilogue(*arguments)
     if bound is None:            # an empty product: nothing to launch
-        return DECLINED
+        return declined
     bound()
-    return repeated_call(replays.recorded(bound, (*inputs, y))) or DECLINED
+    return repeated_call(replays.recorded(bound, (*inputs, y))) or declined
 
 
 def repeated_call(replay):

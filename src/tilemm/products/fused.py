@@ -6,6 +6,9 @@
 - "library": torch's own operators (addmm / mm, the activation, the adds), what torch does, so
   that under torch.compile Inductor sees aten operators and does for them what it does for torch.
 
+An eager call of the Triton route whose launch was made before (the same operands' layouts and
+alignment, epilogue and configuration) replays it (tilemm.engine.epilogue_repeats).
+
 Y = activation(alpha * A @ B + beta * C + bias) + residual. The checks are the caller's
 (tilemm.products_api, tilemm.torch.fused_autograd); here every operand is 2-D (bias 1-D) and of
 one dtype and device.
