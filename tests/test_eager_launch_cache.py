@@ -192,3 +192,32 @@ def test_the_library_route_is_kept_by_key_too():
             y = tilemm.linear(x, w, b, activation, kernel="cublas")
             assert close(y, expected(x, w, b, activation or "identity"), x.dtype)
     assert all(call.library for call in linear_calls.CALLS.values()) and len(linear_calls.CALLS) == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [16, 2048])
+def test_on_the_gpu_a_replayed_call_gives_the_first_call_s_bits(rows):
+    """A Linear's shapes (bfloat16, 2048 -> 2048, bias, silu; the pointer program at 16 rows, the
+    TMA program at 2048): the first call (through Triton's JIT) and the third and fourth
+    (replays) on the same operands give the same bits, Y and the gradients; a replay ran."""
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    x = torch.randn(rows, 2048, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(2048, 2048, device="cuda", generator=g) / 45).bfloat16()
+    b = torch.randn(2048, device="cuda", generator=g).bfloat16()
+    grad = torch.randn(rows, 2048, device="cuda", generator=g).bfloat16()
+
+    def call():
+        leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+        with torch.no_grad():
+            y = tilemm.linear(x, w, b, "silu", kernel="tensorcore")
+        trained = tilemm.linear(*leaves, "silu", kernel="tensorcore")
+        trained.backward(grad)
+        return [y, trained.detach(), *(t.grad for t in leaves)]
+    first = call()
+    for _ in range(3):
+        again = call()
+        assert all(torch.equal(p, q) for p, q in zip(first, again))
+    assert any(entry.call not in (None, epilogue_repeats.declined) for entry in epilogue_repeats.REPEATS.values())
+    assert all(call.forward.__module__ in (direct_replay.__name__, replay.__name__) for call in linear_calls.CALLS.values())
+    want = F.silu(F.linear(x.float(), w.float(), b.float()))
+    assert close(first[0], want.double(), torch.bfloat16)
