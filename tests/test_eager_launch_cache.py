@@ -20,7 +20,8 @@ from .interpreted_replays import replayed_on_the_host
 
 DEVICE = "cuda" if ON_GPU else "cpu"
 # the pointer program (float32, float64) and the TMA program (bfloat16), in tiles that walk ragged products
-PARAMS = {torch.float32: dict(block_m=16, block_n=32, block_k=16), torch.float64: dict(block_m=16, block_n=32, block_k=16),
+POINTERS = dict(block_m=16, block_n=32, block_k=16)
+PARAMS = {torch.float32: POINTERS, torch.float64: POINTERS,
           torch.bfloat16: dict(block_m=16, block_n=64, block_k=16, tma=True)}
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1.6e-2}
 
@@ -67,7 +68,8 @@ def test_a_key_s_third_call_replays_its_launch(dtype, c_launches):
         if c_launches is not None:
             assert len(c_launches) == max(0, call - 1)
     (call,) = linear_calls.CALLS.values()      # (on a GPU whose Triton's launcher is another layout: the replay's own)
-    assert call.forward.__module__ in ({direct_replay.__name__, replay.__name__} if ON_GPU else {direct_replay.__name__})
+    replayers = {direct_replay.__name__, replay.__name__} if ON_GPU else {direct_replay.__name__}
+    assert call.forward.__module__ in replayers
 
 
 def test_no_call_is_served_another_specialization_s_launch(c_launches):
@@ -218,6 +220,7 @@ def test_on_the_gpu_a_replayed_call_gives_the_first_call_s_bits(rows):
         again = call()
         assert all(torch.equal(p, q) for p, q in zip(first, again))
     assert any(entry.call not in (None, epilogue_repeats.declined) for entry in epilogue_repeats.REPEATS.values())
-    assert all(call.forward.__module__ in (direct_replay.__name__, replay.__name__) for call in linear_calls.CALLS.values())
+    replayers = (direct_replay.__name__, replay.__name__)
+    assert all(call.forward.__module__ in replayers for call in linear_calls.CALLS.values())
     want = F.silu(F.linear(x.float(), w.float(), b.float()))
     assert close(first[0], want.double(), torch.bfloat16)

@@ -28,7 +28,7 @@ from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.products import fused
 from tilemm.system import compat
 
-Tensor, Parameter = torch.Tensor, torch.nn.Parameter
+KINDS = (torch.Tensor, torch.nn.Parameter)       # (a subclass: its own dispatch, no key)
 grad_enabled, empty = torch.is_grad_enabled, torch.empty
 
 # Keys kept; past them the cache starts afresh (a LinearCall holds no tensor)
@@ -40,8 +40,7 @@ def call_key(x, weight, bias, activation: str, kernel, params: dict):
     """What a call's checks, route and configuration depend on, as a key (unhashable where the
     kernel or a parameter is: TypeError at the look-up); None for operands not served (a tensor
     subclass)."""
-    if ((type(x) is not Tensor and type(x) is not Parameter) or (type(weight) is not Tensor and type(weight) is not Parameter)
-            or bias is not None and type(bias) is not Tensor and type(bias) is not Parameter):
+    if type(x) not in KINDS or type(weight) not in KINDS or bias is not None and type(bias) not in KINDS:
         return None
     device = x.device
     return (x.dtype, device, x.shape, x.stride(), weight.dtype, weight.device, weight.shape, weight.stride(),
