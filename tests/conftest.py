@@ -24,3 +24,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def no_eager_call_remembered():
+    """Each test starts with no eager fused call remembered (tilemm.engine.epilogue_repeats,
+    tilemm.torch.linear_calls): a launch recorded under one test's patches (a stand-in C launcher,
+    a rule monkeypatched) is not replayed in another's."""
+    import sys
+    for name in ("tilemm.engine.epilogue_repeats", "tilemm.torch.linear_calls"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.release()
+    yield

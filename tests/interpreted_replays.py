@@ -68,3 +68,25 @@ def replayed_on_the_host(monkeypatch) -> list:
     monkeypatch.setattr(launches.BoundLaunch, "__call__", call)
     monkeypatch.setattr(replays, "recorded", recorded)
     return c_launches
+
+
+def linear_replays(monkeypatch) -> list:
+    """Each launch tilemm.linear's eager calls replay (tilemm.engine.epilogue_repeats' repeated
+    calls) appends its inputs' count to the list returned: C launches of their own, next to a
+    module route's."""
+    from tilemm.engine import epilogue_repeats
+    made, replayed = epilogue_repeats.repeated_call, []
+
+    def counting(replay):
+        call = made(replay)
+        if call is None:
+            return None
+
+        def counted(*inputs):
+            y = call(*inputs)
+            if y is not None:
+                replayed.append(len(inputs))
+            return y
+        return counted
+    monkeypatch.setattr(epilogue_repeats, "repeated_call", counting)
+    return replayed

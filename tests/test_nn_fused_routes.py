@@ -14,7 +14,7 @@ from tilemm.torch import nn_fused_routes
 from tilemm.torch.nn_fused_routes import FusedRoute
 
 from .conftest import ON_GPU
-from .interpreted_replays import replayed_on_the_host
+from .interpreted_replays import linear_replays, replayed_on_the_host
 
 DEVICE = "cuda" if ON_GPU else "cpu"
 ACTIVATIONS = ("gelu", "relu", "silu", "gelu_tanh", "identity")
@@ -71,6 +71,7 @@ def test_the_route_gives_tilemm_linear_s_bits(activation, program, replayed, mon
     the route's node alone on the input; replayed, every launch after the first of each product
     is a replay past Triton's runner (the C launcher's)."""
     c_launches = replayed_on_the_host(monkeypatch) if replayed else None
+    theirs = linear_replays(monkeypatch)        # (tilemm.linear's own replays: the reference's launches)
     dtype, params = PROGRAMS[program]
     layer = fused_linear(24, 40, activation, dtype, params)
     for call in range(2):
@@ -88,7 +89,7 @@ def test_the_route_gives_tilemm_linear_s_bits(activation, program, replayed, mon
         assert set(kinds.values()) == {direct_replay.__name__}
         # the second call's five launches (inference, training's forward, dX, dW, the last forward), and the
         # first call's last forward (and its training forward where that is inference's)
-        assert len(c_launches) == 5 + 1 + (not route.save_aux)
+        assert len(c_launches) == 5 + 1 + (not route.save_aux) + len(theirs)
     else:                  # the interpreter's launches have no runner to replay: tilemm.linear's launch each call
         assert all(getattr(route, name) == route.declined for name in used)
 

@@ -186,8 +186,7 @@ def linear(x, weight, bias=None, activation=None, *, residual=None, kernel: str 
     activation = check_activation(activation)
     if isinstance(x, np.ndarray) or isinstance(weight, np.ndarray):
         return host_epilogues.linear_numpy(x, weight, bias, activation, residual, kernel, params)
-    from tilemm.torch import fused_autograd      # (torch loads on the first call with torch tensors)
-    return fused_autograd.linear(x, weight, bias, activation, residual, kernel, params)
+    return fused_autograd().linear(x, weight, bias, activation, residual, kernel, params)
 
 
 def matmul_epilogue(a, b, *, bias=None, activation=None, alpha: float = 1.0, beta: float | None = None, c=None,
@@ -207,5 +206,12 @@ def matmul_epilogue(a, b, *, bias=None, activation=None, alpha: float = 1.0, bet
         raise ValueError(f"matmul_epilogue: beta={beta} adds beta * c, but no c is given")
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return host_epilogues.epilogue_numpy(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
-    from tilemm.torch import fused_autograd      # (torch loads on the first call with torch tensors)
-    return fused_autograd.matmul_epilogue(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
+    return fused_autograd().matmul_epilogue(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
+
+
+@functools.cache
+def fused_autograd():
+    """tilemm.torch.fused_autograd, imported at the first call with torch tensors (then a cached
+    look-up: an import statement's Python is a microsecond of a small call's CPU time)."""
+    from tilemm.torch import fused_autograd as module
+    return module

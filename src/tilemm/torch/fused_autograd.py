@@ -18,9 +18,11 @@ from tilemm.contract import numpy_rules as contract
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
 from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
-from tilemm.torch import fused_transforms
+from tilemm.torch import fused_transforms, linear_calls
+from tilemm.torch.nn_routes import direct_apply
 
 is_compiling = torch.compiler.is_compiling
+autocast_on, tracing = torch._C._is_any_autocast_enabled, torch._C._is_tracing
 
 
 def check_tensors(name: str, **tensors) -> None:
@@ -61,6 +63,15 @@ def recording(*tensors) -> bool:
 
 
 def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
+    key = None
+    if residual is None and not (is_compiling() or autocast_on() or tracing() or fused_transforms.active()):
+        key = linear_calls.call_key(x, weight, bias, activation, kernel, params)
+        try:
+            call = None if key is None else linear_calls.CALLS.get(key)
+        except TypeError:             # an unhashable kernel or parameter: the checks name it
+            call = key = None
+        if call is not None:          # a key seen before: its checks passed, its route kept (linear_calls)
+            return call(x, weight, bias)
     if isinstance(x, torch.Tensor) and torch.is_autocast_enabled(x.device.type):
         # as F.linear under autocast: the product's operands in autocast's dtype (floating point
         # but float64, which autocast leaves alone); a residual of another dtype added after,
@@ -89,6 +100,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     way = fused.route(kernel, x, prod(x.shape[:-1]), weight.shape[0], weight.shape[1])
     if way == fused.LIBRARY:    # torch's own functions, its own graph
         y = activate_torch(F.linear(x, weight, bias), activation)
+        if key is not None:
+            linear_calls.learn(key, x, weight, activation, way, config, apply_epilogue)
         return y if residual is None else y + residual
     check_triton_dtype("linear", x.dtype)
     if fused_transforms.active():      # torch.func, forward-mode AD: a product and torch's functions
@@ -99,6 +112,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     else:
         y = fused.forward(rows, weight.mT, bias, False, None, residual_rows(), activation, 1.0, 0.0, fused.TRITON,
                           config, False)[0]
+    if key is not None:
+        linear_calls.learn(key, x, weight, activation, way, config, apply_epilogue)
     return y.reshape(out_shape)
 
 
@@ -162,3 +177,7 @@ class EpilogueFunction(torch.autograd.Function):
             return fused.plain_product(x, y, scale, fused.TRITON, config)
         return fused.grads(grad, saved, a, b, ctx.bias_shape, bias_over_m, *ctx.given, activation, alpha, beta,
                            ctx.needs_input_grad[:5], product) + (None,)
+
+
+# EpilogueFunction's apply as autograd's C apply (linear_calls' calls: never under torch.func's transforms)
+apply_epilogue = direct_apply(EpilogueFunction)

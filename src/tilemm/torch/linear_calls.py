@@ -1,0 +1,108 @@
+"""tilemm.linear's repeated eager calls, in the fewest Python steps.
+
+An eager call checks its operands (kinds, dtypes, devices, shapes), picks the route and the
+program's configuration, views the input as rows and the weight transposed, launches, and views
+Y back in the input's leading shape. A call whose key (call_key: the operands' kinds, dtypes,
+devices, shapes and strides, the activation, kernel and parameters: all those depend on) was
+seen before passes the checks its first call passed and takes the route and configuration it
+took, which a LinearCall keeps. On the Triton route with no gradient recorded, from the key's
+second call on, it is the replay of that launch on the operands as they come (the input, the
+weight, the bias: the replay puts their addresses where the rows and weight.T stood and makes Y
+in the output's shape, no view made; as tilemm.torch.nn_fused_routes' route does for a Linear);
+where a gradient is recorded, EpilogueFunction (applied through autograd's C apply) on the rows,
+whose products replay by their own keys (tilemm.engine.epilogue_repeats); on the library route,
+torch's functions, as before.
+
+Not served here (tilemm.torch.fused_autograd's general path): a residual, autocast,
+torch.compile, jit.trace, torch.func's transforms and forward-mode AD, tensor subclasses. A replay that
+declines a call (its operands aligned otherwise, a lazy view, another GPU's operands) gives
+way to the general launch, which takes the same program.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tilemm.engine import epilogue_repeats
+from tilemm.numerics.epilogue_math import activate_torch
+from tilemm.products import fused
+from tilemm.system import compat
+
+KINDS = (torch.Tensor, torch.nn.Parameter)       # (a subclass: its own dispatch, no key)
+grad_enabled, empty = torch.is_grad_enabled, torch.empty
+
+# Keys kept; past them the cache starts afresh (a LinearCall holds no tensor)
+CALLS_KEPT = 512
+CALLS: dict = {}          # call_key -> LinearCall
+
+
+def call_key(x, weight, bias, activation: str, kernel, params: dict):
+    """What a call's checks, route and configuration depend on, as a key (unhashable where the
+    kernel or a parameter is: TypeError at the look-up); None for operands not served (a tensor
+    subclass)."""
+    if type(x) not in KINDS or type(weight) not in KINDS or bias is not None and type(bias) not in KINDS:
+        return None
+    device = x.device
+    return (x.dtype, device, x.shape, x.stride(), weight.dtype, weight.device, weight.shape, weight.stride(),
+            None if bias is None else (bias.dtype, bias.device, bias.shape, bias.stride()), activation, kernel,
+            tuple(sorted(params.items())) if params else (),
+            device.type == "cuda" or compat.triton_interpreter())       # (a host tensor's route asks the interpreter)
+
+
+def learn(key, x, weight, activation: str, way: str, config: dict, apply) -> None:
+    """Keep key's LinearCall: a call of the key passed the checks and took route `way` with
+    config; apply(rows, weight.T, bias, None, None, spec) records a gradient (EpilogueFunction's)."""
+    if len(CALLS) >= CALLS_KEPT:
+        CALLS.clear()
+    CALLS[key] = LinearCall(x, weight, activation, way, config, apply)
+
+
+class LinearCall:
+    """One key's calls: activation(x @ weight.T + bias) by the route and configuration its first
+    call took (the module's docstring); a call on operands of the key."""
+
+    __slots__ = ("library", "activation", "config", "spec", "apply", "out_shape", "two_d", "in_features",
+                 "out_features", "forward")
+
+    def __init__(self, x, weight, activation: str, way: str, config: dict, apply):
+        self.library, self.activation, self.config, self.apply = way == fused.LIBRARY, activation, config, apply
+        self.spec = (False, activation, 1.0, 0.0, config)             # EpilogueFunction's
+        self.out_shape = x.shape[:-1] + weight.shape[:1]
+        self.two_d, self.in_features, self.out_features = x.dim() == 2, weight.shape[1], weight.shape[0]
+        self.forward = self.first
+
+    def __call__(self, x, weight, bias):
+        if self.library:         # torch's own functions, its own graph
+            return activate_torch(F.linear(x, weight, bias), self.activation)
+        if grad_enabled() and (x.requires_grad or weight.requires_grad or bias is not None and bias.requires_grad):
+            rows = x if self.two_d else x.reshape(-1, self.in_features)
+            y = self.apply(rows, weight.mT, bias, None, None, self.spec)
+            return y if self.two_d else y.reshape(self.out_shape)
+        y = self.forward(x, weight) if bias is None else self.forward(x, weight, bias)
+        return y if y is not None else self.launched(x, weight, bias)
+
+    def first(self, *inputs):
+        """The key's second call (its first was the general path's): the launch bound and made,
+        its replay's repeated call (on inputs: x, weight[, bias]) kept as forward. None where the
+        operands' GPU is not the current one (the general launch guards it; recorded later)."""
+        x, weight = inputs[0], inputs[1]
+        if x.is_cuda and x.get_device() != torch.cuda.current_device():
+            return None
+        y = empty(self.out_shape, dtype=x.dtype, device=x.device)
+        rows, rows_y = (x, y) if self.two_d else (x.reshape(-1, self.in_features), y.view(-1, self.out_features))
+        arguments = (rows, weight.mT, rows_y, None, inputs[2] if len(inputs) == 3 else None, False, None, None,
+                     self.activation, 1.0, 0.0, self.config)
+        self.forward = epilogue_repeats.recorded_call(arguments, inputs, y)
+        return y
+
+    def launched(self, x, weight, bias):
+        """Y by the general path's launch (tilemm.products.fused.forward on the rows and weight.T)."""
+        rows = x if self.two_d else x.reshape(-1, self.in_features)
+        y = fused.forward(rows, weight.mT, bias, False, None, None, self.activation, 1.0, 0.0, fused.TRITON,
+                          self.config, False)[0]
+        return y if self.two_d else y.reshape(self.out_shape)
+
+
+def release() -> None:
+    """Forget every key."""
+    CALLS.clear()
