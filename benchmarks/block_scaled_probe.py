@@ -127,24 +127,6 @@ def make_launch(label: str, a, b, scales: dict, out_dtype=torch.bfloat16):
     return call
 
 
-def reference(a, b, scale_a, scale_b, kind: str, rows):
-    """(the float64 product on `rows` of the dequantized operands, its bound): one bfloat16
-    rounding, float32 sums (a product, a K step's partial, its scaling and its addition round),
-    Hopper's fp8 accumulator of ~13 bits within a K block (tests/test_block_scaled.py's bound)."""
-    k, n = b.shape
-    x, y = a[rows].double(), b.double()
-    if kind.startswith("block"):
-        x = x * scale_a[rows].double().repeat_interleave(128, 1)[:, :k]
-        y = y * scale_b.double().repeat_interleave(128, 0)[:k].repeat_interleave(128, 1)[:, :n]
-    elif kind == "row":
-        x, y = x * scale_a[rows].double(), y * scale_b.double()
-    else:
-        x, y = x * float(scale_a), y * float(scale_b)
-    ref, size = x @ y, x.abs() @ y.abs()
-    bound = 2.0**-8 * ref.abs() + (2 * k + 3 * k / 16 + 2) * 2.0**-24 * size + 4 * 2.0**-13 * size + 1e-30
-    return ref, bound
-
-
 def warm(label: str) -> None:
     """Compile (run once) one variant on every shape: a worker's share."""
     for m, n, k in SHAPES:
@@ -173,7 +155,7 @@ def problem(m: int, n: int, k: int, args, stamp: dict) -> list:
     def check(label, c):
         kind = calls[label][0]
         if kind not in refs:
-            refs[kind] = reference(a, b, *scales[kind], kind, rows)
+            refs[kind] = harness.fp8_reference(a, b, *scales[kind], kind, rows)
         return harness.within(c[rows], *refs[kind])
     good, outcomes = harness.checked({label: call for label, (_, call) in calls.items()}, check, width=24)
     refs.clear()

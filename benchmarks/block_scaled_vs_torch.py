@@ -58,20 +58,7 @@ def check(c, a, b, scale_a, scale_b, kind: str, seed: int) -> tuple[bool, float]
     """(ok, max error / max |ref|) on 64 sampled rows of C against the dequantized float64 product."""
     g = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, a.shape[0], (64,), generator=g).cuda()
-    k, n = b.shape
-    x, y = a[rows].double(), b.double()
-    if kind == "block":
-        x = x * scale_a[rows].double().repeat_interleave(128, 1)[:, :k]
-        y = y * scale_b.double().repeat_interleave(128, 0)[:k].repeat_interleave(128, 1)[:, :n]
-    elif kind == "row":
-        x, y = x * scale_a[rows].double(), y * scale_b.double()
-    else:
-        x, y = x * float(scale_a), y * float(scale_b)
-    ref, size = x @ y, x.abs() @ y.abs()
-    # tests/test_block_scaled.py's bound on the GPU: one bfloat16 rounding, float32 sums (a
-    # product, a K step's partial, its scaling and its addition round), and Hopper's fp8
-    # accumulator of ~13 bits within a K block (its four k32 steps)
-    bound = 2.0**-8 * ref.abs() + (2 * k + 3 * k / 16 + 2) * 2.0**-24 * size + 4 * 2.0**-13 * size + 1e-30
+    ref, bound = harness.fp8_reference(a, b, scale_a, scale_b, kind, rows)
     return harness.within(c[rows], ref, bound)
 
 

@@ -241,6 +241,26 @@ class Outcome(NamedTuple):
     seconds: float
 
 
+def fp8_reference(a, b, scale_a, scale_b, kind: str, rows) -> tuple:
+    """(the float64 product on `rows` of float8 operands dequantized by their scales, its bound):
+    kind "block" (DeepGEMM's 1 x 128 / 128 x 128 scales, or a name starting so), "row" or
+    per-tensor. The bound (tests/test_block_scaled.py's on the GPU): one bfloat16 rounding, float32
+    sums (a product, a K step's partial, its scaling and its addition round), and Hopper's fp8
+    accumulator of ~13 bits within a K block (its four k32 steps)."""
+    k, n = b.shape
+    x, y = a[rows].double(), b.double()
+    if kind.startswith("block"):
+        x = x * scale_a[rows].double().repeat_interleave(128, 1)[:, :k]
+        y = y * scale_b.double().repeat_interleave(128, 0)[:k].repeat_interleave(128, 1)[:, :n]
+    elif kind == "row":
+        x, y = x * scale_a[rows].double(), y * scale_b.double()
+    else:
+        x, y = x * float(scale_a), y * float(scale_b)
+    ref, size = x @ y, x.abs() @ y.abs()
+    bound = 2.0**-8 * ref.abs() + (2 * k + 3 * k / 16 + 2) * 2.0**-24 * size + 4 * 2.0**-13 * size + 1e-30
+    return ref, bound
+
+
 def checked(calls: dict, check, width: int = 28) -> tuple[dict, dict]:
     """({label: call} of the calls whose answers pass, {label: Outcome}): each call made once
     (compiling what it needs) and its answer given to check(label, answer) -> (ok, number). A
