@@ -1,0 +1,178 @@
+"""What one tilemm.nn.Linear call costs the CPU, whole, against torch.nn.Linear's: a layer of a
+bfloat16 (features x features) weight with a bias, called in a loop, forward under no_grad and
+forward + backward (``.sum().backward()``, whose dY is a broadcast view, and ``.backward(dY)``
+with a contiguous dY), at 16 and 2048 rows. Each answer (output and gradients) is checked
+against float64 first.
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/module_call_cpu.py            # on a GPU's host
+    PYTHONPATH=src:benchmarks python3 benchmarks/module_call_cpu.py --stub     # on a CPU host
+
+On a GPU: the CPU's microseconds a call (a block of calls, timed until the last returns; the
+GPU idle before it) and the GPU's (the same block between two CUDA events), in interleaved
+rounds, medians. With --stub (any host, Triton's interpreter): the Python of tilemm's call
+alone, each product's repeated call stubbed by an allocation of its result (as a replay's C):
+the cost of the module's steps, its route's checks, autograd's nodes and the backward's rule,
+not the launches'. (torch's Linear there multiplies for real: a reference, not a bar.)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def layers(features: int, device: str, kernel: str):
+    """(tilemm's Linear, torch's Linear) of one weight and bias, bfloat16."""
+    import torch
+    import tilemm.nn
+    ours = tilemm.nn.Linear(features, features, device=device, dtype=torch.bfloat16, kernel=kernel)
+    theirs = torch.nn.Linear(features, features, device=device, dtype=torch.bfloat16)
+    theirs.load_state_dict(ours.state_dict())
+    return ours, theirs
+
+
+def calls_of(layer, x, xg, dy) -> dict:
+    """{name: call} of the three calls timed."""
+    import torch
+
+    def forward():
+        with torch.no_grad():
+            return layer(x)
+    return {"forward (no_grad)": forward, "forward + .sum().backward()": lambda: layer(xg).sum().backward(),
+            "forward + .backward(dY)": lambda: layer(xg).backward(dy)}
+
+
+def check(layer, x, dy) -> float:
+    """The worst error of the output and the three gradients against float64, over bfloat16's
+    bound for a sum of in_features products (AssertionError past it)."""
+    import torch
+    x64, w64, b64, dy64 = (t.detach().double() for t in (x, layer.weight, layer.bias, dy))
+    xg = x.detach().clone().requires_grad_()
+    layer.zero_grad()
+    y = layer(xg)
+    y.backward(dy)
+    expected = {"y": x64 @ w64.T + b64, "dx": dy64 @ w64, "dw": dy64.T @ x64, "db": dy64.sum(0)}
+    got = {"y": y, "dx": xg.grad, "dw": layer.weight.grad, "db": layer.bias.grad}
+    worst = 0.0
+    for name, want in expected.items():
+        size = dy64.shape[0] if name in ("dw", "db") else x64.shape[1]     # terms summed
+        bound = 2 ** -7 * (2 + size ** 0.5 / 4) * (want.abs().max().item() + 1e-3)
+        error = (got[name].double() - want).abs().max().item()
+        assert error <= bound, f"{name}: |error| {error:.3g} over {bound:.3g}"
+        worst = max(worst, error / bound)
+    layer.zero_grad()
+    return worst
+
+
+def gpu(args) -> list:
+    import torch
+    import harness
+    records = []
+    for rows in args.rows:
+        g = torch.Generator(device="cuda").manual_seed(rows)
+        x = torch.randn(rows, args.features, device="cuda", dtype=torch.bfloat16, generator=g)
+        dy = torch.randn(rows, args.features, device="cuda", dtype=torch.bfloat16, generator=g)
+        xg = x.clone().requires_grad_()
+        ours, theirs = layers(args.features, "cuda", args.kernel)
+        checked = {"tilemm": check(ours, x, dy), "torch": check(theirs, x, dy)}
+        timed = {}
+        for who, layer in (("tilemm", ours), ("torch", theirs)):
+            for name, call in calls_of(layer, x, xg, dy).items():
+                timed[who, name] = call
+        cpu, block = {key: [] for key in timed}, {key: [] for key in timed}
+        for _ in range(args.rounds):
+            for key, call in timed.items():
+                for _ in range(20):
+                    call()
+                cpu[key].append(harness.host_us(call, args.calls))
+                block[key].append(harness.block_us(call, args.calls))
+        for name in calls_of(ours, x, xg, dy):
+            row = {"rows": rows, "features": args.features, "call": name, "worst_error_over_bound": checked}
+            for who in ("tilemm", "torch"):
+                row[f"{who}_cpu_us"] = round(statistics.median(cpu[who, name]), 2)
+                row[f"{who}_gpu_block_us"] = round(statistics.median(block[who, name]), 2)
+            row["cpu_ratio"] = round(row["tilemm_cpu_us"] / row["torch_cpu_us"], 3)
+            records.append(row)
+    return records
+
+
+def stubbed_products():
+    """Each product's repeated call an allocation of its C (calls.replayed's replay, and every kept
+    plan's fast call): the Python around the products alone."""
+    import math
+    import torch
+    from tilemm.plans import cache, calls
+
+    def replay_of(c_shape, dtype):
+        def replay(x, y):
+            return torch.empty(c_shape, dtype=dtype)
+        return replay
+
+    def replayed(a, b, kernel, params, shape=None):
+        c_shape = tuple(shape) if shape is not None else (a.shape[0], b.shape[1])
+        if math.prod(c_shape) != a.shape[0] * b.shape[1]:
+            return None
+        return replay_of(c_shape, a.dtype)
+    calls.replayed = replayed
+    for plan in cache.PLANS.values():
+        if getattr(plan, "shape", None) is not None and not plan.direct:
+            plan.fast = replay_of(tuple(plan.shape), getattr(torch, plan.result))
+
+
+def stub(args) -> list:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+    torch.manual_seed(0)
+    records = []
+    for rows in args.rows:
+        x = torch.randn(rows, args.features, dtype=torch.bfloat16)
+        dy = torch.randn(rows, args.features, dtype=torch.bfloat16)
+        xg = x.clone().requires_grad_()
+        ours, theirs = layers(args.features, "cpu", args.kernel)
+        worst = check(ours, x, dy)
+        for call in calls_of(ours, x, xg, dy).values():     # every product's plan made, on real operands
+            call()
+        stubbed_products()
+        ours.products.forget()           # its routes learned again, on the stubs
+        for who, layer in (("tilemm", ours), ("torch", theirs)):
+            for name, call in calls_of(layer, x, xg, dy).items():
+                for _ in range(50):
+                    call()
+                times = []
+                for _ in range(args.rounds):
+                    start = time.perf_counter()
+                    for _ in range(args.calls):
+                        call()
+                    times.append((time.perf_counter() - start) / args.calls * 1e6)
+                records.append({"stub": True, "who": who, "rows": rows, "features": args.features, "call": name,
+                                "cpu_us": round(min(times), 2), "median_us": round(statistics.median(times), 2),
+                                "worst_error_over_bound": worst if who == "tilemm" else None})
+    return records
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--stub", action="store_true", help="the Python alone, products stubbed (any host)")
+    ap.add_argument("--rows", type=int, nargs="+", default=None, help="default: 16 2048 (--stub: 16 64)")
+    ap.add_argument("--features", type=int, default=None, help="default 2048 (--stub: 64)")
+    ap.add_argument("--kernel", default="tensorcore")
+    ap.add_argument("--calls", type=int, default=None, help="calls a block (default 300; --stub 2000)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=None, help="a JSON-lines file to append the records to")
+    args = ap.parse_args(argv)
+    args.rows = args.rows or ([16, 64] if args.stub else [16, 2048])
+    args.features = args.features or (64 if args.stub else 2048)
+    args.calls = args.calls or (2000 if args.stub else 300)
+    records = stub(args) if args.stub else gpu(args)
+    for record in records:
+        print(json.dumps(record), flush=True)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
