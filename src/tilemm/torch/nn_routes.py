@@ -20,6 +20,7 @@ import functools
 
 import torch
 
+from tilemm.contract import numpy_rules as contract
 from tilemm.plans import calls
 from tilemm.torch.ops import eager_product, operand_grads, tangent
 
@@ -104,10 +105,13 @@ class Route:
                 return None
             if bias.shape != self.bias_shape:
                 bias, after = None, bias
-        if grad_enabled() and (input.requires_grad or weight.requires_grad or bias is not None and bias.requires_grad):
+        if (grad_enabled() and (input.requires_grad or weight.requires_grad or bias is not None and bias.requires_grad)
+                or contract.dual_level(torch)):        # (a tangent's derivative: KernelLinear.jvp)
             y = record(input, weight, bias, self)
         else:
-            y = self.forward(input, weight)
+            y = self.forward_fast(input, weight)        # (forward's steps, one call fewer)
+            if y is None:
+                y = self.plain(*self.planned("forward_fast", input, weight))
             if bias is not None:
                 y.add_(bias)         # (y is this call's own: no second allocation)
         if self.out_shape is not None and y.dim() != self.out_dims:     # a product of rows (the plan's path)
@@ -146,7 +150,8 @@ class Route:
             d_input = self.input_fast(grad, weight)
             if d_input is None:
                 d_input = self.plain(*self.planned("input_fast", grad, weight))
-            d_input = self.as_input(d_input, input)
+            if self.in_shape is not None and d_input.dim() != self.out_dims:     # (rows, from the plan's path)
+                d_input = d_input.reshape(self.in_shape)
         if need_weight:
             d_weight = self.weight_fast(grad, input)
             if d_weight is None:
