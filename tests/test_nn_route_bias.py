@@ -129,4 +129,5 @@ def test_forward_mode_derivatives_with_the_bias_s_tangent():
         assert close(ours, expected)
         with fwAD.dual_level(), torch.no_grad():        # a frozen layer's derivative, grad mode off
             y = layer(fwAD.make_dual(x, d_x))
-        assert y.grad_fn is None and close(fwAD.unpack_dual(y).tangent, d_x.double() @ weight.double().T)
+            tangent = fwAD.unpack_dual(y).tangent
+        assert y.grad_fn is None and close(tangent, d_x.double() @ weight.double().T)
