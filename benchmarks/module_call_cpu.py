@@ -4,19 +4,18 @@ forward + backward (``.sum().backward()``, whose dY is a broadcast view, and ``.
 with a contiguous dY), at 16 and 2048 rows. Each answer (output and gradients) is checked
 against float64 first.
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/module_call_cpu.py            # on a GPU's host
-    PYTHONPATH=src:benchmarks python3 benchmarks/module_call_cpu.py --stub     # on a CPU host
+    PYTHONPATH=src:benchmarks python3 benchmarks/module_call_cpu.py --out DIR            # on a GPU's host
+    PYTHONPATH=src:benchmarks python3 benchmarks/module_call_cpu.py --out DIR --stub     # on any host
 
 On a GPU: the CPU's microseconds a call (a block of calls, timed until the last returns; the
 GPU idle before it) and the GPU's (the same block between two CUDA events), in interleaved
 rounds, medians. With --stub (any host, Triton's interpreter): the Python of tilemm's call
 alone, each product's repeated call stubbed by an allocation of its result (as a replay's C):
 the cost of the module's steps, its route's checks, autograd's nodes and the backward's rule,
-not the launches'. (torch's Linear there multiplies for real: a reference, not a bar.)
+not the launches' (this thread's CPU time a call, the least of the rounds). (torch's Linear there multiplies for real: a reference, not a bar.)
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -46,8 +45,9 @@ def calls_of(layer, x, xg, dy) -> dict:
 
 
 def check(layer, x, dy) -> float:
-    """The worst error of the output and the three gradients against float64, over bfloat16's
-    bound for a sum of in_features products (AssertionError past it)."""
+    """The worst error of the output and the three gradients against float64, as a fraction of
+    its bound, 2^-5 of the largest value (bfloat16's rounding of each result is 2^-8 of it;
+    torch's reduced-precision split-K sums may add a few times that): AssertionError past it."""
     import torch
     x64, w64, b64, dy64 = (t.detach().double() for t in (x, layer.weight, layer.bias, dy))
     xg = x.detach().clone().requires_grad_()
@@ -58,10 +58,9 @@ def check(layer, x, dy) -> float:
     got = {"y": y, "dx": xg.grad, "dw": layer.weight.grad, "db": layer.bias.grad}
     worst = 0.0
     for name, want in expected.items():
-        size = dy64.shape[0] if name in ("dw", "db") else x64.shape[1]     # terms summed
-        bound = 2 ** -7 * (2 + size ** 0.5 / 4) * (want.abs().max().item() + 1e-3)
+        bound = 2 ** -5 * (want.abs().max().item() + 1e-3)
         error = (got[name].double() - want).abs().max().item()
-        assert error <= bound, f"{name}: |error| {error:.3g} over {bound:.3g}"
+        assert got[name].shape == want.shape and error <= bound, f"{name}: |error| {error:.3g} over {bound:.3g}"
         worst = max(worst, error / bound)
     layer.zero_grad()
     return worst
@@ -126,6 +125,7 @@ def stub(args) -> list:
     os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
     torch.manual_seed(0)
+    torch.set_num_threads(1)           # (the backward of host tensors runs on the calling thread: all of it timed)
     records = []
     for rows in args.rows:
         x = torch.randn(rows, args.features, dtype=torch.bfloat16)
@@ -143,10 +143,10 @@ def stub(args) -> list:
                     call()
                 times = []
                 for _ in range(args.rounds):
-                    start = time.perf_counter()
+                    start = time.thread_time()       # (this thread's CPU time: a shared host's other load left out)
                     for _ in range(args.calls):
                         call()
-                    times.append((time.perf_counter() - start) / args.calls * 1e6)
+                    times.append((time.thread_time() - start) / args.calls * 1e6)
                 records.append({"stub": True, "who": who, "rows": rows, "features": args.features, "call": name,
                                 "cpu_us": round(min(times), 2), "median_us": round(statistics.median(times), 2),
                                 "worst_error_over_bound": worst if who == "tilemm" else None})
@@ -154,24 +154,23 @@ def stub(args) -> list:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stub", action="store_true", help="the Python alone, products stubbed (any host)")
-    ap.add_argument("--rows", type=int, nargs="+", default=None, help="default: 16 2048 (--stub: 16 64)")
-    ap.add_argument("--features", type=int, default=None, help="default 2048 (--stub: 64)")
-    ap.add_argument("--kernel", default="tensorcore")
-    ap.add_argument("--calls", type=int, default=None, help="calls a block (default 300; --stub 2000)")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", default=None, help="a JSON-lines file to append the records to")
-    args = ap.parse_args(argv)
-    args.rows = args.rows or ([16, 64] if args.stub else [16, 2048])
-    args.features = args.features or (64 if args.stub else 2048)
-    args.calls = args.calls or (2000 if args.stub else 300)
-    records = stub(args) if args.stub else gpu(args)
-    for record in records:
-        print(json.dumps(record), flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
+    import harness
+    ap = harness.parser(__doc__.split("\n\n")[0], out_required=False,
+                        helps={"stub": "the Python alone, each product stubbed (any host)",
+                               "rows": "rows of the input (--stub: 16 64)", "features": "in = out (--stub: 64)",
+                               "calls": "calls a block (--stub: 2000)", "rounds": "rounds, interleaved"},
+                        stub=False, rows=[16, 2048], features=2048, kernel="tensorcore", calls=300, rounds=5)
+    args = harness.parse(ap, argv)
+    if args.stub:             # (a CPU's products are the interpreter's: small ones, many calls)
+        given = set(argv if argv is not None else sys.argv[1:])
+        args.rows = args.rows if "--rows" in given else [16, 64]
+        args.features = args.features if "--features" in given else 64
+        args.calls = args.calls if "--calls" in given else 2000
+    stamp = harness.stamp("module_call_cpu.py", args, env="PYTHONPATH=src:benchmarks")
+    path = harness.out_folder(args.out) / "module_call_cpu.jsonl"
+    for record in stub(args) if args.stub else gpu(args):
+        harness.append(path, [{**stamp, **record}])
+        print(json.dumps(record), flush=True)          # (the stamp in the file alone)
 
 
 if __name__ == "__main__":
