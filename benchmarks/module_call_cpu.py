@@ -1,18 +1,19 @@
 """What one tilemm.nn.Linear call costs the CPU, whole, against torch.nn.Linear's: a layer of a
-bfloat16 (features x features) weight with a bias, called in a loop, forward under no_grad and
-forward + backward (``.sum().backward()``, whose dY is a broadcast view, and ``.backward(dY)``
-with a contiguous dY), at 16 and 2048 rows. Each answer (output and gradients) is checked
-against float64 first.
+bfloat16 (features x features) weight with a bias (and the same layer with its bias in the product's
+epilogue, ``activation="identity"``), called in a loop, forward under no_grad and forward + backward
+(``.sum().backward()``, whose dY is a broadcast view, and ``.backward(dY)`` with a contiguous dY),
+at 16 and 2048 rows. Each answer (output and gradients) is checked against float64 first.
 
     PYTHONPATH=src:benchmarks python3 benchmarks/module_call_cpu.py --out DIR            # on a GPU's host
     PYTHONPATH=src:benchmarks python3 benchmarks/module_call_cpu.py --out DIR --stub     # on any host
 
-On a GPU: the CPU's microseconds a call (a block of calls, timed until the last returns; the
-GPU idle before it) and the GPU's (the same block between two CUDA events), in interleaved
-rounds, medians. With --stub (any host, Triton's interpreter): the Python of tilemm's call
-alone, each product's repeated call stubbed by an allocation of its result (as a replay's C):
-the cost of the module's steps, its route's checks, autograd's nodes and the backward's rule,
-not the launches' (this thread's CPU time a call, the least of the rounds). (torch's Linear there multiplies for real: a reference, not a bar.)
+On a GPU: the CPU's microseconds a call (a block of calls, timed until the last returns; the GPU
+idle before it) and the GPU's (the same block between two CUDA events), in interleaved rounds,
+medians. With --stub (any host, Triton's interpreter): the Python of tilemm's call alone, each
+product's repeated call stubbed by an allocation of its result (as a replay's C): the cost of the
+module's steps, its route's checks, autograd's nodes and the backward's rule, not the launches'
+(this thread's CPU time a call, the least of the rounds). (torch's Linear there multiplies for real:
+a reference, not a bar.)
 """
 from __future__ import annotations
 
@@ -48,7 +49,6 @@ def check(layer, x, dy) -> float:
     """The worst error of the output and the three gradients against float64, as a fraction of
     its bound, 2^-5 of the largest value (bfloat16's rounding of each result is 2^-8 of it;
     torch's reduced-precision split-K sums may add a few times that): AssertionError past it."""
-    import torch
     x64, w64, b64, dy64 = (t.detach().double() for t in (x, layer.weight, layer.bias, dy))
     xg = x.detach().clone().requires_grad_()
     layer.zero_grad()
@@ -67,7 +67,11 @@ def check(layer, x, dy) -> float:
 
 
 def gpu(args) -> list:
+    """A record a row count and call: the CPU's and the GPU's microseconds of tilemm's Linear, of
+    the same with its bias in the product's epilogue (activation="identity": tilemm.linear's
+    program, a fused route) and of torch's."""
     import torch
+    import tilemm.nn
     import harness
     records = []
     for rows in args.rows:
@@ -76,11 +80,13 @@ def gpu(args) -> list:
         dy = torch.randn(rows, args.features, device="cuda", dtype=torch.bfloat16, generator=g)
         xg = x.clone().requires_grad_()
         ours, theirs = layers(args.features, "cuda", args.kernel)
-        checked = {"tilemm": check(ours, x, dy), "torch": check(theirs, x, dy)}
-        timed = {}
-        for who, layer in (("tilemm", ours), ("torch", theirs)):
-            for name, call in calls_of(layer, x, xg, dy).items():
-                timed[who, name] = call
+        epilogue = tilemm.nn.Linear(args.features, args.features, device="cuda", dtype=torch.bfloat16,
+                                    kernel=args.kernel, activation="identity")
+        epilogue.load_state_dict(ours.state_dict())
+        who_is = {"tilemm": ours, "tilemm_epilogue": epilogue, "torch": theirs}
+        checked = {who: round(check(layer, x, dy), 3) for who, layer in who_is.items()}
+        timed = {(who, name): call for who, layer in who_is.items()
+                 for name, call in calls_of(layer, x, xg, dy).items()}
         cpu, block = {key: [] for key in timed}, {key: [] for key in timed}
         for _ in range(args.rounds):
             for key, call in timed.items():
@@ -90,10 +96,11 @@ def gpu(args) -> list:
                 block[key].append(harness.block_us(call, args.calls))
         for name in calls_of(ours, x, xg, dy):
             row = {"rows": rows, "features": args.features, "call": name, "worst_error_over_bound": checked}
-            for who in ("tilemm", "torch"):
+            for who in who_is:
                 row[f"{who}_cpu_us"] = round(statistics.median(cpu[who, name]), 2)
                 row[f"{who}_gpu_block_us"] = round(statistics.median(block[who, name]), 2)
             row["cpu_ratio"] = round(row["tilemm_cpu_us"] / row["torch_cpu_us"], 3)
+            row["epilogue_cpu_ratio"] = round(row["tilemm_epilogue_cpu_us"] / row["torch_cpu_us"], 3)
             records.append(row)
     return records
 

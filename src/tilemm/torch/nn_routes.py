@@ -1,19 +1,19 @@
 """A tilemm.nn.Linear's products where they are tilemm's own programs (kernel="tensorcore" and the
 like: not the library's F.linear), one layout of its input at a time, in the fewest Python steps.
 
-A model calls each layout again and again (a training step: forward, d(input) and d(weight) of
-every Linear, ~340 products in a 16-layer Llama), and a step of such a model is bound by the CPU:
-what a product costs the CPU is its cost. A Route keeps, for one layout, the three products'
-repeated calls (each the plan's replay of its first call's launch: tilemm.engine.replay), and
-records a gradient through a Function of its own (KernelLinear) whose backward calls the two
-gradient products directly, the bias added in that node (one node, as torch's addmm). What it leaves out, against tilemm.matmul's general autograd
-(tilemm.torch.ops.MatmulFunction): autograd.Function.apply's Python (it binds the arguments to
-forward's signature at each call where setup_context is defined), the weight's transpose as a
-node of the graph, the input's rows and the output's view as nodes too (a replay reads its
-operands' addresses alone and makes C in the shape asked), an add node for the bias, the general
-rule's casts, reshapes and sums of a backward (a broadcast dY, as y.sum()'s, is copied instead),
-and the plan cache's key at each product. The products are the same, on
-the same operands' layouts: the answers are the same bits.
+A model calls each layout again and again (a training step: forward, d(input) and d(weight) of every
+Linear, ~340 products in a 16-layer Llama), and a step of such a model is bound by the CPU: what a
+product costs the CPU is its cost. A Route keeps, for one layout, the three products' repeated calls
+(each the plan's replay of its first call's launch: tilemm.engine.replay), and records a gradient
+through a Function of its own (KernelLinear) whose backward calls the two gradient products
+directly, the bias added in that node (one node, as torch's addmm). What it leaves out, against
+tilemm.matmul's general autograd (tilemm.torch.ops.MatmulFunction): autograd.Function.apply's Python
+(it binds the arguments to forward's signature at each call where setup_context is defined), the
+weight's transpose as a node of the graph, the input's rows and the output's view as nodes too (a
+replay reads its operands' addresses alone and makes C in the shape asked), an add node for the
+bias, the general rule's casts, reshapes and sums of a backward (a broadcast dY, as y.sum()'s, is
+copied instead), and the plan cache's key at each product. The products are the same, on the same
+operands' layouts: the answers are the same bits.
 """
 from __future__ import annotations
 
