@@ -131,3 +131,20 @@ def test_forward_mode_derivatives_with_the_bias_s_tangent():
             y = layer(fwAD.make_dual(x, d_x))
             tangent = fwAD.unpack_dual(y).tangent
         assert y.grad_fn is None and close(tangent, d_x.double() @ weight.double().T)
+
+
+def test_gradcheck_of_input_weight_and_bias_with_the_route_s_node():
+    """float64 (the numpy rung's route): backward, double backward and forward-mode derivatives of
+    input, weight and bias by finite differences, for 2-D and 3-D inputs."""
+    torch.manual_seed(4)
+    layer = tilemm.nn.Linear(5, 3, dtype=torch.float64, kernel="numpy")
+    for shape in ((4, 5), (2, 3, 5)):
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        w, b = (p.detach().clone().requires_grad_() for p in (layer.weight, layer.bias))
+
+        def through_layer(x, w, b):
+            return torch.func.functional_call(layer, {"weight": w, "bias": b}, (x,))
+        through_layer(x, w, b)
+        assert len(layer.products.routes) >= 1 and "AddBackward0" not in nodes(through_layer(x, w, b))
+        assert torch.autograd.gradcheck(through_layer, (x, w, b), check_forward_ad=True)
+        assert torch.autograd.gradgradcheck(through_layer, (x, w, b))

@@ -91,7 +91,7 @@ class Route:
         route does not serve these operands. A bias of the output's features is added in place to
         the fresh product, inside the route's own node where a gradient is recorded (one node, as
         torch's addmm; its gradient dY summed over the rows, as autograd's sum_to gives it); one of
-        another shape is added after, broadcast as torch adds it."""
+        another shape or kind (a subclass) is added after, as torch adds it."""
         if (weight.shape != self.weight_shape or weight.stride() != self.weight_stride or weight.dtype != self.dtype
                 or type(input) is not Tensor or type(weight) is not Parameter and type(weight) is not Tensor):
             return None
@@ -104,7 +104,7 @@ class Route:
         if bias is not None:
             if bias.dtype != self.dtype:      # (the layer's own path refuses it)
                 return None
-            if bias.shape != self.bias_shape:
+            if bias.shape != self.bias_shape or type(bias) is not Parameter and type(bias) is not Tensor:
                 bias, after = None, bias
         if (grad_enabled() and (input.requires_grad or weight.requires_grad or bias is not None and bias.requires_grad)
                 or contract.dual_level(torch)):        # (a tangent's derivative: KernelLinear.jvp)
