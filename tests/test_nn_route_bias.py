@@ -20,7 +20,10 @@ BF = torch.bfloat16
 
 
 @pytest.fixture(autouse=True)
-def replayed(monkeypatch):
+def replayed(request, monkeypatch):
+    """The host's stand-in replays (Triton's interpreter); a gpu test's are the compiled program's."""
+    if "gpu" in request.keywords:
+        return None
     if ON_GPU:
         pytest.skip("the host's replays under Triton's interpreter")
     return replayed_on_the_host(monkeypatch)
@@ -148,3 +151,27 @@ def test_gradcheck_of_input_weight_and_bias_with_the_route_s_node():
         assert len(layer.products.routes) >= 1 and "AddBackward0" not in nodes(through_layer(x, w, b))
         assert torch.autograd.gradcheck(through_layer, (x, w, b), check_forward_ad=True)
         assert torch.autograd.gradgradcheck(through_layer, (x, w, b))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [16, 512])
+def test_gpu_the_bias_in_the_route_s_node_and_a_broadcast_dy(rows):
+    """On the GPU, bfloat16, a 3-D input: with dY given, the output and all three gradients are the
+    general path's bits, call after call; with y.sum()'s broadcast dY, within float64's bound; each
+    product is a replay, and no add node follows the route's."""
+    torch.manual_seed(0)
+    layer = tilemm.nn.Linear(2048, 1024, device="cuda", dtype=BF, kernel="tensorcore")
+    x = torch.randn(2, rows // 2, 2048, device="cuda", dtype=BF)
+    dy = torch.randn(2, rows // 2, 1024, device="cuda", dtype=BF)
+    theirs = grads(lambda t: general(layer, t), layer, x, dy)
+    for _ in range(3):
+        assert all(torch.equal(a, b) for a, b in zip(grads(layer, layer, x, dy), theirs))
+    for _ in range(3):
+        ours = grads(layer, layer, x)
+        expected = reference(layer, x, torch.ones(x.shape[:-1] + (1024,), device="cuda"))
+        assert close(ours[0], expected[0]) and all(close(a, b) for a, b in zip(ours[1:], expected[1:]))
+    route = layer.products.routes[x.shape, x.stride(), x.dtype]
+    for name in route.PRODUCTS:
+        assert getattr(route, name).__module__ in ("tilemm.engine.direct_replay", "tilemm.engine.replay"), name
+    y = layer(x.requires_grad_())
+    assert type(y.grad_fn).__name__ == "KernelLinearBackward" and "AddBackward0" not in nodes(y)
