@@ -66,7 +66,7 @@ def check(layer, x, dy) -> float:
     return worst
 
 
-def gpu(args) -> list:
+def gpu(args, device: str = "cuda") -> list:
     """A record a row count and call: the CPU's and the GPU's microseconds of tilemm's Linear, of
     the same with its bias in the product's epilogue (activation="identity": tilemm.linear's
     program, a fused route) and of torch's."""
@@ -75,12 +75,12 @@ def gpu(args) -> list:
     import harness
     records = []
     for rows in args.rows:
-        g = torch.Generator(device="cuda").manual_seed(rows)
-        x = torch.randn(rows, args.features, device="cuda", dtype=torch.bfloat16, generator=g)
-        dy = torch.randn(rows, args.features, device="cuda", dtype=torch.bfloat16, generator=g)
+        g = torch.Generator(device=device).manual_seed(rows)
+        x = torch.randn(rows, args.features, device=device, dtype=torch.bfloat16, generator=g)
+        dy = torch.randn(rows, args.features, device=device, dtype=torch.bfloat16, generator=g)
         xg = x.clone().requires_grad_()
-        ours, theirs = layers(args.features, "cuda", args.kernel)
-        epilogue = tilemm.nn.Linear(args.features, args.features, device="cuda", dtype=torch.bfloat16,
+        ours, theirs = layers(args.features, device, args.kernel)
+        epilogue = tilemm.nn.Linear(args.features, args.features, device=device, dtype=torch.bfloat16,
                                     kernel=args.kernel, activation="identity")
         epilogue.load_state_dict(ours.state_dict())
         who_is = {"tilemm": ours, "tilemm_epilogue": epilogue, "torch": theirs}
