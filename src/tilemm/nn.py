@@ -110,7 +110,8 @@ class Linear(torch.nn.Linear):
             return self.autocast_forward(input)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             products, layout_of = self.products, (input.shape, input.stride(), input.dtype)
-            layout = products.library.get(layout_of)
+            # (the library's layouts: none where tilemm's own programs run)
+            layout = products.library.get(layout_of) if products.library else None
             if layout is not None and (not grad_enabled() or layout.grads and layout.exact_now()):
                 # what self.weight and self.bias read, without Module.__getattr__'s two Python calls;
                 # a weight or bias not kept there (a parametrization's, pruning's) is read as an attribute

@@ -1,18 +1,19 @@
 """A tilemm.nn.Linear's products where they are tilemm's own programs (kernel="tensorcore" and the
 like: not the library's F.linear), one layout of its input at a time, in the fewest Python steps.
 
-A model calls each layout again and again (a training step: forward, d(input) and d(weight) of
-every Linear, ~340 products in a 16-layer Llama), and a step of such a model is bound by the CPU:
-what a product costs the CPU is its cost. A Route keeps, for one layout, the three products'
-repeated calls (each the plan's replay of its first call's launch: tilemm.engine.replay), and
-records a gradient through a Function of its own (KernelLinear) whose backward calls the two
-gradient products directly. What it leaves out, against tilemm.matmul's general autograd
-(tilemm.torch.ops.MatmulFunction): autograd.Function.apply's Python (it binds the arguments to
-forward's signature at each call where setup_context is defined), the weight's transpose as a
-node of the graph, the input's rows and the output's view as nodes too (a replay reads its
-operands' addresses alone and makes C in the shape asked), the general rule's casts, reshapes
-and sums of a backward, and the plan cache's key at each product. The products are the same, on
-the same operands' layouts: the answers are the same bits.
+A model calls each layout again and again (a training step: forward, d(input) and d(weight) of every
+Linear, ~340 products in a 16-layer Llama), and a step of such a model is bound by the CPU: what a
+product costs the CPU is its cost. A Route keeps, for one layout, the three products' repeated calls
+(each the plan's replay of its first call's launch: tilemm.engine.replay), and records a gradient
+through a Function of its own (KernelLinear) whose backward calls the two gradient products
+directly, the bias added in that node (one node, as torch's addmm). What it leaves out, against
+tilemm.matmul's general autograd (tilemm.torch.ops.MatmulFunction): autograd.Function.apply's Python
+(it binds the arguments to forward's signature at each call where setup_context is defined), the
+weight's transpose as a node of the graph, the input's rows and the output's view as nodes too (a
+replay reads its operands' addresses alone and makes C in the shape asked), an add node for the
+bias, the general rule's casts, reshapes and sums of a backward (a broadcast dY, as y.sum()'s, is
+copied instead), and the plan cache's key at each product. The products are the same, on the same
+operands' layouts: the answers are the same bits.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import functools
 
 import torch
 
+from tilemm.contract import numpy_rules as contract
 from tilemm.plans import calls
 from tilemm.torch.ops import eager_product, operand_grads, tangent
 
@@ -62,7 +64,8 @@ class Route:
     operands' addresses are read at each launch."""
 
     __slots__ = ("kernel", "params", "weight_shape", "weight_stride", "dtype", "cuda", "index", "out_shape",
-                 "out_dims", "in_shape", "usual", "forward_fast", "input_fast", "weight_fast")
+                 "out_dims", "in_shape", "bias_shape", "bias_dims", "usual", "forward_fast", "input_fast",
+                 "weight_fast")
     PRODUCTS = ("forward_fast", "input_fast", "weight_fast")
 
     def __init__(self, input: torch.Tensor, weight: torch.Tensor, kernel: str | None, params: dict):
@@ -73,6 +76,10 @@ class Route:
         self.out_shape = None if two_d else input.shape[:-1] + (weight.shape[0],)
         self.out_dims = input.dim()
         self.in_shape = None if two_d else input.shape
+        # a bias of the output's features, added in the route's node (not for a 1-D input: the output is
+        # a row, whose bias gradient is dY itself); its gradient dY summed over every dimension but the last
+        self.bias_shape = weight.shape[:1] if input.dim() > 1 else None
+        self.bias_dims = tuple(range(input.dim() - 1))
         # the gradients' products as the general rule lays them out, for row-major rows and weight; else
         # the general rule itself
         self.usual = not transposed_view(matrix(input)) and transposed_view(weight.T)
@@ -81,23 +88,36 @@ class Route:
 
     def __call__(self, input: torch.Tensor, weight, bias):
         """input @ weight.T (+ bias), recording its gradient where autograd would; None where this
-        route does not serve these operands."""
+        route does not serve these operands. A bias of the output's features is added in place to
+        the fresh product, inside the route's own node where a gradient is recorded (one node, as
+        torch's addmm; its gradient dY summed over the rows, as autograd's sum_to gives it); one of
+        another shape or kind (a subclass) is added after, as torch adds it."""
         if (weight.shape != self.weight_shape or weight.stride() != self.weight_stride or weight.dtype != self.dtype
-                or type(input) is not Tensor or type(weight) is not Parameter and type(weight) is not Tensor
-                or bias is not None and bias.dtype != self.dtype):      # (the layer's own path refuses it)
+                or type(input) is not Tensor or type(weight) is not Parameter and type(weight) is not Tensor):
             return None
         if self.cuda:
             if not (input.is_cuda and weight.is_cuda and input.get_device() == self.index == weight.get_device()):
                 return None
         elif not (input.is_cpu and weight.is_cpu):       # (a meta tensor's device index is the CPU's: -1)
             return None
-        if grad_enabled() and (input.requires_grad or weight.requires_grad):
-            y = record(input, weight, self)
+        after = None
+        if bias is not None:
+            if bias.dtype != self.dtype:      # (the layer's own path refuses it)
+                return None
+            if bias.shape != self.bias_shape or type(bias) is not Parameter and type(bias) is not Tensor:
+                bias, after = None, bias
+        if (grad_enabled() and (input.requires_grad or weight.requires_grad or bias is not None and bias.requires_grad)
+                or contract.dual_level(torch)):        # (a tangent's derivative: KernelLinear.jvp)
+            y = record(input, weight, bias, self)
         else:
-            y = self.forward(input, weight)
+            y = self.forward_fast(input, weight)        # (forward's steps, one call fewer)
+            if y is None:
+                y = self.plain(*self.planned("forward_fast", input, weight))
+            if bias is not None:
+                y.add_(bias)         # (y is this call's own: no second allocation)
         if self.out_shape is not None and y.dim() != self.out_dims:     # a product of rows (the plan's path)
             y = y.view(self.out_shape)
-        return y if bias is None else y + bias
+        return y if after is None else y + after
 
     def planned(self, name: str, x, y) -> tuple:
         """A product's operands as its plan takes them, from the ones its repeated call takes:
@@ -116,24 +136,32 @@ class Route:
 
     def gradients(self, grad, input, weight, need_input: bool, need_weight: bool) -> tuple:
         """(d input, d weight) of input @ weight.T given dY = grad: dY @ weight and dY^T @ rows,
-        each by its repeated call, for a contiguous dY (else, and under create_graph, the general
-        rule); d input in the input's shape."""
-        if not (self.usual and grad.is_contiguous()) or grad_enabled():
+        each by its repeated call on a contiguous dY (a broadcast one, as ``y.sum()``'s, copied
+        first: the products as recorded); under create_graph, and for a weight or rows not laid
+        out as usual, the general rule; d input in the input's shape."""
+        if not self.usual or grad_enabled():
             product = functools.partial(eager_product, kernel=self.kernel, params=self.params)
             d_rows, d_weight_t = operand_grads(matrix(grad), matrix(input), weight.mT, need_input, need_weight,
                                                product)
             return self.as_input(d_rows, input), None if d_weight_t is None else d_weight_t.mT
+        if not grad.is_contiguous():
+            grad = grad.contiguous()
         d_input = d_weight = None
         if need_input:
             d_input = self.input_fast(grad, weight)
             if d_input is None:
                 d_input = self.plain(*self.planned("input_fast", grad, weight))
-            d_input = self.as_input(d_input, input)
+            if self.in_shape is not None and d_input.dim() != self.out_dims:     # (rows, from the plan's path)
+                d_input = d_input.reshape(self.in_shape)
         if need_weight:
             d_weight = self.weight_fast(grad, input)
             if d_weight is None:
                 d_weight = self.plain(*self.planned("weight_fast", grad, input))
         return d_input, d_weight
+
+    def bias_grad(self, grad):
+        """d bias: dY summed over its rows (of the output's shape, or rows), as autograd's sum_to."""
+        return grad.sum(0) if grad.dim() == 2 else grad.sum(self.bias_dims)
 
     @staticmethod
     def as_input(d_rows, input):
@@ -173,18 +201,22 @@ class Route:
 
 
 class KernelLinear(torch.autograd.Function):
-    """input @ weight.T by a Route (of the output's shape, or of rows where the plan's own path made
-    it), with its gradients (Route.gradients) and forward-mode derivative; a node of its own name
-    in the graph, whose input is the Linear's own (its rows are taken inside, where no node records
-    them). forward takes ctx (no setup_context): it is applied through autograd's own apply
-    (record), which then binds no arguments in Python."""
+    """input @ weight.T (+ bias) by a Route (of the output's shape, or of rows where the plan's own
+    path made it), with its gradients (Route.gradients; d bias dY summed over the rows) and
+    forward-mode derivative; a node of its own name in the graph, whose input is the Linear's own
+    (its rows are taken inside, where no node records them). forward takes ctx (no
+    setup_context): it is applied through autograd's own apply (record), which then binds no
+    arguments in Python."""
 
     @staticmethod
-    def forward(ctx, input, weight, route):
+    def forward(ctx, input, weight, bias, route):
         ctx.save_for_backward(input, weight)
-        ctx.save_for_forward(input, weight)
+        if contract.dual_level(torch):       # (jvp is asked inside a forward-mode level alone, at this call)
+            ctx.save_for_forward(input, weight)
         ctx.route = route
         y = route.forward(input, weight)
+        if bias is not None:
+            y.add_(bias)          # (grad mode is off here: y is this call's own)
         if y.dim() != 2:
             ctx.output_shape = y.shape   # (the tangent's)
         return y
@@ -193,14 +225,21 @@ class KernelLinear(torch.autograd.Function):
     def backward(ctx, grad):
         input, weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        return ctx.route.gradients(grad, input, weight, needs[0], needs[1]) + (None,)
+        d_input, d_weight = ctx.route.gradients(grad, input, weight, needs[0], needs[1])
+        return d_input, d_weight, ctx.route.bias_grad(grad) if needs[2] else None, None
 
     @staticmethod
-    def jvp(ctx, d_input, d_weight, _):
+    def jvp(ctx, d_input, d_weight, d_bias, _):
         input, weight = ctx.saved_tensors
-        tangent = ctx.route.tangent(d_input, d_weight, input, weight)
+        route = ctx.route
+        tangent = route.tangent(d_input, d_weight, input, weight)
         shape = getattr(ctx, "output_shape", None)
-        return tangent if shape is None else tangent.view(shape)
+        tangent = tangent if shape is None or tangent is None else tangent.view(shape)
+        if d_bias is None:
+            return tangent
+        if tangent is None:       # the bias alone has a tangent: dY is it, along every row
+            return d_bias.expand(shape or (input.numel() // input.shape[-1], d_bias.shape[0])).clone()
+        return tangent + d_bias
 
 
 def direct_apply(function):
