@@ -119,9 +119,10 @@ def recorded_call(arguments: tuple, inputs: tuple, y):
 
 
 def repeated_call(replay):
-    """What a key's repeated calls run, or None: the replay's quick call; a replay without one
-    (several launches: the rows apart of epilogue_launch.row_parts, two programs on views of the
-    operands) where it keeps no memory of its own."""
+    """What a product's repeated calls run (a key's here, a Linear's fused route's), or None: the
+    replay's quick call; a replay without one (several launches: the rows apart of
+    epilogue_launch.row_parts, two programs on views of the operands) only where it keeps no
+    memory of its own, not operand copies into kept scratch."""
     if replay is None:
         return None
     if replay.quick is not None:

@@ -33,6 +33,7 @@ from math import prod
 import torch
 
 from tilemm.engine import epilogue_launch, replay as replays
+from tilemm.engine.epilogue_repeats import repeated_call
 from tilemm.numerics.epilogue_math import activation_backward, needs_aux
 from tilemm.products import fused
 from tilemm.torch import fused_transforms
@@ -200,18 +201,6 @@ class FusedRoute:
             replay = replays.recorded(bound, (*operands, c))
             setattr(self, name, repeated_call(replay) or self.declined)
         return c
-
-
-def repeated_call(replay):
-    """What a product's repeated call runs, or None (made as at its first call each time): the
-    replay's quick call; a replay without one (several launches) only where it keeps no memory of
-    its own (the rows apart of epilogue_launch.row_parts: two programs on views of the call's
-    operands), not operand copies into kept scratch."""
-    if replay is None:
-        return None
-    if replay.quick is not None:
-        return replay.quick
-    return None if replay.reuses_memory else replay
 
 
 def gradients(ctx, grad) -> tuple:
