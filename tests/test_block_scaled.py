@@ -255,16 +255,17 @@ def test_block_scales_take_the_warp_specialized_program_where_gluon_runs_on_hopp
     assert resolve(dict(warp_specialized=True, block_m=64, block_n=256), 4096, 7168)["num_stages"] == 5
 
 
-COMPILE_WS = r"""
+# the opening of both compile scripts: the block scales' Gluon program compiled for sm_90
+WS_COMPILE = r"""
 import json, re, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_ws_kernel as ws
 from tests.compiled import resource_usage
-out = {}
-for block_m, block_n, tma_store in ((128, 256, True), (64, 128, False)):   # both partition sets, both ways C leaves
-    stages = rung.WS_STAGES[block_m, block_n]
+
+
+def compile_ws(block_m, block_n, tma_store, fusion, fma_right=False):
     layouts = [repr(gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv)) for rows in (block_m, block_n)]
     c_layout = repr(gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
     a_desc = f"tensordesc<fp8e4nv[{block_m}, 128],{layouts[0]}>"
@@ -274,10 +275,16 @@ for block_m, block_n, tma_store in ((128, 256, True), (64, 128, False)):   # bot
                stride_cn="i32", stride_sam="i32", stride_sak="i32", stride_sbk="i32", stride_sbn="i32",
                TMA_STORE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
                WORKER_REGISTERS="constexpr", FMA_RIGHT="constexpr")
-    const = dict(TMA_STORE=tma_store, GROUP_M=16, PROGRAMS=132, STAGES=stages, WORKER_REGISTERS=ws.WORKER_REGISTERS,
-                 FMA_RIGHT=False)
-    k = triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=ws.fp_fusion(block_n)))
+    const = dict(TMA_STORE=tma_store, GROUP_M=rung.WS_GROUP_M, PROGRAMS=132, STAGES=rung.WS_STAGES[block_m, block_n],
+                 WORKER_REGISTERS=ws.WORKER_REGISTERS, FMA_RIGHT=fma_right)
+    return triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
+                          target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=fusion))
+"""
+
+COMPILE_WS = WS_COMPILE + r"""
+out = {}
+for block_m, block_n, tma_store in ((128, 256, True), (64, 128, False)):   # both partition sets, both ways C leaves
+    k = compile_ws(block_m, block_n, tma_store, ws.fp_fusion(block_n))
     ptx = k.asm["ptx"]
     out[f"{block_m}x{block_n}-{tma_store}"] = dict(
         shared=k.metadata.shared, stack=resource_usage(k.asm["cubin"])["stack"],
@@ -480,31 +487,13 @@ def test_the_probe_s_triton_variants_match_the_dequantized_product():
         assert not torch.isnan(c).any() and torch.all((c.double() - ref).abs() <= bound), label
 
 
-PROBE_COMPILE = r"""
-import json, triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon._runtime import GluonASTSource
-from tilemm.ladder.tensorcore import r16_block_scaled as rung, r16_block_scaled_ws_kernel as ws
-from tests.compiled import resource_usage
+PROBE_COMPILE = WS_COMPILE + r"""
 out = {}
 # the probe's variants of the warp-specialized program at 128 x 256: fused, C from registers, the
 # second half's promotion fused
 for block_n, tma_store, fusion, fma_right in ((256, True, True, False), (256, False, False, False),
                                               (256, True, False, True)):
-    layouts = [repr(gl.NVMMASharedLayout.get_default_for([rows, 128], gl.float8e4nv)) for rows in (128, block_n)]
-    c_layout = repr(gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
-    a_desc = f"tensordesc<fp8e4nv[128, 128],{layouts[0]}>"
-    sig = dict(a_desc=a_desc, b_desc=f"tensordesc<fp8e4nv[{block_n}, 128],{layouts[1]}>",
-               c_desc=f"tensordesc<bf16[64, 128],{c_layout}>" if tma_store else a_desc,
-               c_ptr="*bf16", sa_ptr="*fp32", sb_ptr="*fp32", M="i32", N="i32", K="i32", stride_cm="i32",
-               stride_cn="i32", stride_sam="i32", stride_sak="i32", stride_sbk="i32", stride_sbn="i32",
-               TMA_STORE="constexpr", GROUP_M="constexpr", PROGRAMS="constexpr", STAGES="constexpr",
-               WORKER_REGISTERS="constexpr", FMA_RIGHT="constexpr")
-    const = dict(TMA_STORE=tma_store, GROUP_M=rung.WS_GROUP_M, PROGRAMS=132, STAGES=rung.WS_STAGES[128, block_n],
-                 WORKER_REGISTERS=ws.WORKER_REGISTERS, FMA_RIGHT=fma_right)
-    k = triton.compile(GluonASTSource(fn=ws.block_scaled_ws, signature=sig, constexprs=const),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, enable_fp_fusion=fusion))
+    k = compile_ws(128, block_n, tma_store, fusion, fma_right)
     out[f"{block_n}-{tma_store}-{fusion}-{fma_right}"] = dict(
         shared=k.metadata.shared, wgmma="wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in k.asm["ptx"],
         fma="fma.rn.f32" in k.asm["ptx"], stack=resource_usage(k.asm["cubin"])["stack"])
