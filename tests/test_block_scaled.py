@@ -456,18 +456,8 @@ def test_row_wise_scales_programs_compile_for_sm90_without_spills():
 
 def probe_module():
     """benchmarks/block_scaled_probe.py, imported as the lead runs it (harness beside it)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-    folder = Path(__file__).resolve().parent.parent / "benchmarks"
-    sys.path.insert(0, str(folder))
-    try:
-        spec = importlib.util.spec_from_file_location("block_scaled_probe", folder / "block_scaled_probe.py")
-        probe = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(probe)
-    finally:
-        sys.path.remove(str(folder))
-    return probe
+    from .benchmark_scripts import load
+    return load("block_scaled_probe")
 
 
 @pytest.mark.skipif(ON_GPU, reason="interpreter sizes; on the GPU the probe checks every answer itself")

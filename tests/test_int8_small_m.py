@@ -383,19 +383,8 @@ def test_the_benchmarks_try_only_tiles_the_program_takes():
     """int8_small_m.py's tune space (each class's candidates, each product's) and the probe's
     candidates are tiles launcher() takes, and --products picks each product's with the table
     in force's row."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-    folder = Path(__file__).resolve().parent.parent / "benchmarks"
-    sys.path.insert(0, str(folder))                           # (the scripts import harness beside them)
-    try:
-        scripts = {}
-        for name in ("int8_small_m", "int8_f16_probe"):
-            spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
-            scripts[name] = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(scripts[name])
-    finally:
-        sys.path.remove(str(folder))
+    from .benchmark_scripts import load
+    scripts = {name: load(name) for name in ("int8_small_m", "int8_f16_probe")}
     for space in (scripts["int8_small_m"].TILE_CANDIDATES, scripts["int8_f16_probe"].PROBE_TILES):
         assert set(space) == {16, 32, 64, None}
         for rows, candidates in space.items():

@@ -113,17 +113,8 @@ def test_words_products_are_int8_products():
 def test_the_probe_tries_only_tiles_the_words_program_takes():
     """benchmarks/int8_words_probe.py's candidates: words tiles launcher() takes (BLOCK_N of 16,
     BLOCK_K of 32), a class for each of its M, both products and split K both ways."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-    folder = Path(__file__).resolve().parent.parent / "benchmarks"
-    sys.path.insert(0, str(folder))                           # (the script imports harness beside it)
-    try:
-        spec = importlib.util.spec_from_file_location("int8_words_probe", folder / "int8_words_probe.py")
-        probe = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(probe)
-    finally:
-        sys.path.remove(str(folder))
+    from .benchmark_scripts import load
+    probe = load("int8_words_probe")
     assert set(probe.WORDS) == set(WORDS) and {probe.class_of(m) for m in probe.MS} == set(probe.WORDS_TILES)
     for rows, candidates in probe.WORDS_TILES.items():
         for tiles in candidates:
