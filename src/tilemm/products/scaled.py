@@ -23,10 +23,11 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
                   stream=None, **params):
     """tilemm.scaled_matmul's product (its docstring: tilemm.products_api), recording no gradient
     and not traced by torch.compile (tilemm.products_api decides those first)."""
-    row_wise = block_scaled.vector_scales(scale_a, scale_b)
-    if row_wise and not row_wise_shapes(a, b, scale_a, scale_b):     # block scales (or wrong ones): their rung
+    vector = block_scaled.vector_scales(scale_a, scale_b)
+    if vector and not row_wise_shapes(a, b, scale_a, scale_b):     # block scales (or wrong ones): their rung
         return block_scaled.block_scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
                                                 out=out, stream=stream, **params)
+    row_wise = vector          # (scales of more than one element left here are of row-wise shapes)
     key = None
     if out is None and stream is None:
         key = (scaled_out.replay_key((a, b, scale_a, scale_b), out_dtype, fast_accum, params) if row_wise
@@ -78,8 +79,10 @@ def row_wise_shapes(a, b, scale_a, scale_b) -> bool:
     """Whether the scales have row-wise shapes, scale_a (M, 1) and scale_b (1, N), for matrices a
     (M, K) and b (K, N) (the rest is checked later); False for anything else."""
     shape_a, shape_b = getattr(a, "shape", ()), getattr(b, "shape", ())
-    return (len(shape_a) == 2 and len(shape_b) == 2 and tuple(getattr(scale_a, "shape", ())) == (shape_a[0], 1)
-            and tuple(getattr(scale_b, "shape", ())) == (1, shape_b[1]))
+    if len(shape_a) != 2 or len(shape_b) != 2:
+        return False
+    given = (tuple(getattr(scale_a, "shape", ())), tuple(getattr(scale_b, "shape", ())))
+    return given == block_scaled.PROGRAM.scale_shapes(shape_a[0], shape_b[1], shape_a[1])["row-wise"]
 
 
 def records_gradient(a, b, scale_a, scale_b) -> bool:
