@@ -9,9 +9,13 @@ took, which a LinearCall keeps. On the Triton route with no gradient recorded, f
 second call on, it is the replay of that launch on the operands as they come (the input, the
 weight, the bias: the replay puts their addresses where the rows and weight.T stood and makes Y
 in the output's shape, no view made; as tilemm.torch.nn_fused_routes' route does for a Linear);
-where a gradient is recorded, EpilogueFunction (applied through autograd's C apply) on the rows,
-whose products replay by their own keys (tilemm.engine.epilogue_repeats); on the library route,
-torch's functions, as before.
+where a gradient is recorded, the key's FusedRoute (tilemm.torch.nn_fused_routes, made at its
+first such call, kept with the LinearCall): one FusedLinear node on the input, weight and bias
+as they come, whose forward (with the pre-activation its backward reads) and two backward
+products (dX = dZ @ W, dW = dZ^T @ X) each replay the launch EpilogueFunction's path makes for
+those operands, dBias its sum of dZ's rows: the same bits, without the rows' and weight.T's
+views in the graph or a key made for each product; on the library route, torch's functions, as
+before. An empty product's gradients stay EpilogueFunction's.
 
 Not served here (tilemm.torch.fused_autograd's general path): a residual, autocast,
 torch.compile, jit.trace, torch.func's transforms and forward-mode AD, tensor subclasses. A replay that
@@ -27,6 +31,7 @@ from tilemm.engine import epilogue_repeats
 from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.products import fused
 from tilemm.system import compat
+from tilemm.torch import nn_fused_routes
 
 KINDS = (torch.Tensor, torch.nn.Parameter)       # (a subclass: its own dispatch, no key)
 grad_enabled, empty = torch.is_grad_enabled, torch.empty
@@ -62,7 +67,7 @@ class LinearCall:
     call took (the module's docstring); a call on operands of the key."""
 
     __slots__ = ("library", "activation", "config", "spec", "apply", "out_shape", "two_d", "in_features",
-                 "out_features", "forward")
+                 "out_features", "forward", "route")
 
     def __init__(self, x, weight, activation: str, way: str, config: dict, apply):
         self.library, self.activation, self.config, self.apply = way == fused.LIBRARY, activation, config, apply
@@ -70,11 +75,19 @@ class LinearCall:
         self.out_shape = x.shape[:-1] + weight.shape[:1]
         self.two_d, self.in_features, self.out_features = x.dim() == 2, weight.shape[1], weight.shape[0]
         self.forward = self.first
+        # the gradient's route: made at the key's first call that records one; False for an empty product
+        self.route = None if x.numel() and weight.numel() else False
 
     def __call__(self, x, weight, bias):
         if self.library:         # torch's own functions, its own graph
             return activate_torch(F.linear(x, weight, bias), self.activation)
         if grad_enabled() and (x.requires_grad or weight.requires_grad or bias is not None and bias.requires_grad):
+            route = self.route
+            if route:
+                return record(x, weight, bias, route)
+            if route is None:
+                route = self.route = nn_fused_routes.FusedRoute(x, weight, bias, self.activation, self.config)
+                return record(x, weight, bias, route)
             rows = x if self.two_d else x.reshape(-1, self.in_features)
             y = self.apply(rows, weight.mT, bias, None, None, self.spec)
             return y if self.two_d else y.reshape(self.out_shape)
@@ -101,6 +114,9 @@ class LinearCall:
         y = fused.forward(rows, weight.mT, bias, False, None, None, self.activation, 1.0, 0.0, fused.TRITON,
                           self.config, False)[0]
         return y if self.two_d else y.reshape(self.out_shape)
+
+
+record = nn_fused_routes.record       # FusedLinear's apply (autograd's C apply)
 
 
 def release() -> None:
