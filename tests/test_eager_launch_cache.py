@@ -107,8 +107,9 @@ def test_no_call_is_served_another_specialization_s_launch(c_launches):
 
 
 def test_a_recorded_gradient_replays_the_products(c_launches):
-    """Training calls, new operands each: Y, dX, dW and dBias float64's; the node is
-    EpilogueFunction's; from the third call on, the forward and both products are replays."""
+    """Training calls, new operands each: Y, dX, dW and dBias float64's; the first call's node is
+    EpilogueFunction's (on the rows), the later ones' the key's FusedLinear (on the leaves
+    themselves); from the third call on, the forward and both products are replays."""
     dtype = torch.float32
     for call in range(4):
         leaves = [randn(2, 9, 24, seed=call), randn(40, 24, seed=10 + call), randn(40, seed=20 + call)]
@@ -116,7 +117,11 @@ def test_a_recorded_gradient_replays_the_products(c_launches):
         ref = [t.clone().double().requires_grad_() for t in leaves]
         grad = randn(2, 9, 40, seed=30 + call)
         y = linear(x, w, b, "silu")
-        assert y.grad_fn.next_functions[0][0].name() == "EpilogueFunctionBackward"    # (the rows' view back)
+        if call == 0:
+            assert y.grad_fn.next_functions[0][0].name() == "EpilogueFunctionBackward"    # (the rows' view back)
+        else:
+            assert y.grad_fn.name() == "FusedLinearBackward"
+            assert [f.variable for f, _ in y.grad_fn.next_functions] == [x, w, b]
         y.backward(grad)
         want = expected(*ref, "silu")
         want.backward(grad.double())
