@@ -101,33 +101,39 @@ def test_calls_that_differ_from_a_key_in_one_thing_each(monkeypatch):
         w = randn(40, 24, dtype=dtype, seed=seed + 1)
         return [randn(*shape, dtype=dtype, seed=seed), w.T.contiguous().T if weight_transposed else w,
                 randn(40, dtype=dtype, seed=seed + 2) if bias else None]
-    variants = {        # name: ((dtype, x's shape, bias, activation), requires, weight transposed, dY by columns)
-        "as learned": (base, (True, True, True), False, False),
-        "x alone requires grad": (base, (True, False, False), False, False),
-        "the weight alone": (base, (False, True, False), False, False),
-        "the bias alone": (base, (False, False, True), False, False),
-        "no bias": ((torch.float32, (9, 24), False, "silu"), (True, True, False), False, False),
-        "identity": ((torch.float32, (9, 24), True, "identity"), (True, True, True), False, False),
-        "relu": ((torch.float32, (9, 24), True, "relu"), (True, True, True), False, False),
-        "gelu_tanh": ((torch.float32, (9, 24), True, "gelu_tanh"), (True, True, True), False, False),
-        "float64": ((torch.float64, (9, 24), True, "silu"), (True, True, True), False, False),
-        "bfloat16": ((torch.bfloat16, (9, 24), True, "silu"), (True, True, True), False, False),
-        "3-D": ((torch.float32, (3, 3, 24), True, "silu"), (True, True, True), False, False),
-        "1-D": ((torch.float32, (24,), True, "silu"), (True, True, True), False, False),
-        "weight transposed": (base, (True, True, True), True, False),
-        "dY by columns, identity": ((torch.float32, (9, 24), True, "identity"), (True, True, True), False, True),
-        "again": (base, (True, True, True), False, False),
+    rows_a_copy, weight_transposed, dy_by_columns = "rows a copy", "weight transposed", "dY by columns"
+    variants = {        # name: ((dtype, x's shape, bias, activation), which require grad, a layout otherwise)
+        "as learned": (base, (True, True, True), None),
+        "x alone requires grad": (base, (True, False, False), None),
+        "the weight alone": (base, (False, True, False), None),
+        "the bias alone": (base, (False, False, True), None),
+        "no bias": ((torch.float32, (9, 24), False, "silu"), (True, True, False), None),
+        "identity": ((torch.float32, (9, 24), True, "identity"), (True, True, True), None),
+        "relu": ((torch.float32, (9, 24), True, "relu"), (True, True, True), None),
+        "gelu_tanh": ((torch.float32, (9, 24), True, "gelu_tanh"), (True, True, True), None),
+        "float64": ((torch.float64, (9, 24), True, "silu"), (True, True, True), None),
+        "bfloat16": ((torch.bfloat16, (9, 24), True, "silu"), (True, True, True), None),
+        "3-D": ((torch.float32, (3, 3, 24), True, "silu"), (True, True, True), None),
+        "3-D, its rows a copy": ((torch.float32, (3, 3, 24), True, "silu"), (True, True, True), rows_a_copy),
+        "1-D": ((torch.float32, (24,), True, "silu"), (True, True, True), None),
+        "weight transposed": (base, (True, True, True), weight_transposed),
+        "dY by columns, identity": ((torch.float32, (9, 24), True, "identity"), (True, True, True), dy_by_columns),
+        "again": (base, (True, True, True), None),
     }
     seed = 0
-    for name, ((dtype, shape, bias, activation), requires, transposed, by_columns) in variants.items():
+    for name, ((dtype, shape, bias, activation), requires, otherwise) in variants.items():
         for _ in range(3):
             seed += 4
-            given = operands(dtype, shape, bias, seed, transposed)
-            grad = randn(*shape[:-1], 40, dtype=dtype, seed=seed + 3)
-            grad = grad.T.contiguous().T if by_columns else grad
+            given = operands(dtype, shape, bias, seed, otherwise == weight_transposed)
+            if otherwise == rows_a_copy:
+                given[0] = given[0].transpose(0, 1)
+            grad = randn(*given[0].shape[:-1], 40, dtype=dtype, seed=seed + 3)
+            grad = grad.T.contiguous().T if otherwise == dy_by_columns else grad
             got = trained(lambda x, w, b: linear(x, w, b, activation), given, grad, requires)
             assert close(got, float64s(given, grad, activation, requires), dtype), name
             assert [g is None for g in got[1:]] == [not r or t is None for r, t in zip(requires, given)], name
+    routes = [call.route for call in linear_calls.CALLS.values()]
+    assert routes.count(False) == 1 and None not in routes       # (the rows' copy: EpilogueFunction's)
     with torch.no_grad():            # (the key's inference, after its training calls)
         x, w, b = operands(torch.float32, (9, 24), True, 99)
         assert close([linear(x, w, b, "silu")], [activate_torch(F.linear(x.double(), w.double(), b.double()),

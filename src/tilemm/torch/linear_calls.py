@@ -15,7 +15,8 @@ as they come, whose forward (with the pre-activation its backward reads) and two
 products (dX = dZ @ W, dW = dZ^T @ X) each replay the launch EpilogueFunction's path makes for
 those operands, dBias its sum of dZ's rows: the same bits, without the rows' and weight.T's
 views in the graph or a key made for each product; on the library route, torch's functions, as
-before. An empty product's gradients stay EpilogueFunction's.
+before. An empty product's gradients, and those of an input whose rows are a copy (a 3-D input
+transposed), stay EpilogueFunction's.
 
 Not served here (tilemm.torch.fused_autograd's general path): a residual, autocast,
 torch.compile, jit.trace, torch.func's transforms and forward-mode AD, tensor subclasses. A replay that
@@ -75,8 +76,10 @@ class LinearCall:
         self.out_shape = x.shape[:-1] + weight.shape[:1]
         self.two_d, self.in_features, self.out_features = x.dim() == 2, weight.shape[1], weight.shape[0]
         self.forward = self.first
-        # the gradient's route: made at the key's first call that records one; False for an empty product
-        self.route = None if x.numel() and weight.numel() else False
+        # the gradient's route: made at the key's first call that records one; False (EpilogueFunction
+        # on the rows) for an empty product and for rows that are a copy of the input (its replays
+        # would decline: they read the operands given, not a copy made in the call)
+        self.route = None if x.numel() and weight.numel() and rows_are_a_view(x) else False
 
     def __call__(self, x, weight, bias):
         if self.library:         # torch's own functions, its own graph
@@ -114,6 +117,15 @@ class LinearCall:
         y = fused.forward(rows, weight.mT, bias, False, None, None, self.activation, 1.0, 0.0, fused.TRITON,
                           self.config, False)[0]
         return y if self.two_d else y.reshape(self.out_shape)
+
+
+def rows_are_a_view(x) -> bool:
+    """Whether x's matrix of rows (x.reshape(-1, in_features)) is a view of x, not a copy."""
+    try:
+        x.view(-1, x.shape[-1])
+    except RuntimeError:
+        return False
+    return True
 
 
 record = nn_fused_routes.record       # FusedLinear's apply (autograd's C apply)
