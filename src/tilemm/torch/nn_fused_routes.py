@@ -34,7 +34,7 @@ import torch
 
 from tilemm.engine import epilogue_launch, replay as replays
 from tilemm.engine.epilogue_repeats import repeated_call
-from tilemm.numerics.epilogue_math import activation_backward, needs_aux
+from tilemm.numerics.epilogue_math import activation_backward_of, needs_aux
 from tilemm.products import fused
 from tilemm.torch import fused_transforms
 from tilemm.torch.nn_routes import direct_apply, matrix
@@ -76,14 +76,15 @@ class FusedRoute:
     has none, or it declines a call, the launch is made as tilemm.linear's. A call checks what the
     key does not hold and gives None where the operands are not this route's."""
 
-    __slots__ = ("activation", "config", "save_aux", "weight_shape", "weight_stride", "dtype", "cuda", "index",
-                 "device", "bias_shape", "bias_stride", "out_shape", "out_stride", "in_shape", "usual",
+    __slots__ = ("activation", "config", "save_aux", "activation_backward", "weight_shape", "weight_stride", "dtype",
+                 "cuda", "index", "device", "bias_shape", "bias_stride", "out_shape", "out_stride", "in_shape", "usual",
                  "forward_fast", "forward_aux_fast", "input_fast", "weight_fast")
     PRODUCTS = ("forward_fast", "forward_aux_fast", "input_fast", "weight_fast")
 
     def __init__(self, input, weight, bias, activation: str, config: dict):
         self.activation, self.config = activation, config
         self.save_aux = needs_aux(activation, False)      # (relu's backward reads Y, identity's nothing)
+        self.activation_backward = activation_backward_of(activation)      # (grad, saved) -> dZ
         self.weight_shape, self.weight_stride, self.dtype = weight.shape, weight.stride(), weight.dtype
         self.cuda, self.index, self.device = weight.is_cuda, weight.get_device(), weight.device
         self.bias_shape, self.bias_stride = (None, None) if bias is None else (bias.shape, bias.stride())
@@ -134,7 +135,7 @@ class FusedRoute:
         """(dX, dW, dBias) given dY = grad and what the forward saved (Z, or Y for relu): dZ from
         dY, then dZ @ W and dZ^T @ rows by their repeated calls where dZ is laid out as they
         were recorded (else, and for a weight not row-major, tilemm.linear's own rule)."""
-        dz = activation_backward(grad, saved, self.activation)
+        dz = self.activation_backward(grad, saved)
         if not self.usual or dz.stride() != self.out_stride:
             return self.general_gradients(grad, input, weight, saved, (need_input, need_weight, need_bias))
         d_input = d_weight = d_bias = None
