@@ -1,10 +1,11 @@
-"""tilemm.linear's repeated training calls (tilemm.torch.linear_calls: from a key's second call
-that records a gradient, the key's FusedRoute and one FusedLinear node): the same bits as the
-general path (EpilogueFunction on the rows, by its launches' own keys), and float64's answers
-through calls that differ from a key in one thing each (which operands require grad, a bias or
-none, the activation, dtype, shape, a weight or dY laid out otherwise), with create_graph, and for
-an empty product. On the host the replays run through a stand-in C launcher that runs the program
-on the addresses it is given (tests/interpreted_replays.py): a stale address gives a wrong answer."""
+"""tilemm.linear's training calls by key (tilemm.torch.linear_calls: from a key's first call that
+records a gradient, the key's FusedRoute and one FusedLinear node, its products launched, then
+recorded, then replayed): the same bits as EpilogueFunction's node on the rows (the general path
+of what a key does not serve), and float64's answers through calls that differ from a key in one
+thing each (which operands require grad, a bias or none, the activation, dtype, shape, a weight or
+dY laid out otherwise), with create_graph, gradcheck, activation checkpointing, and for an empty
+product. On the host the replays run through a stand-in C launcher that runs the program on the
+addresses it is given (tests/interpreted_replays.py): a stale address gives a wrong answer."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,7 @@ def linear(x, w, b, activation):
 
 
 def general(x, w, b, activation):
-    """The general path's node on these operands: EpilogueFunction on the rows and weight.T."""
+    """EpilogueFunction's node on these operands (the rows and weight.T)."""
     spec = (False, activation, 1.0, 0.0, config_for(x.dtype, PARAMS[x.dtype]))
     y = EpilogueFunction.apply(x.reshape(-1, x.shape[-1]), w.mT, b, None, None, spec)
     return y.reshape(x.shape[:-1] + w.shape[:1])
@@ -73,8 +74,9 @@ def close(got, want, dtype) -> bool:
                                               ("relu", torch.float32), ("gelu", torch.bfloat16)])
 def test_a_repeated_training_call_gives_the_general_path_s_bits(activation, dtype, monkeypatch):
     """A 3-D input (2 x 9 rows, K = 24, N = 40: ragged tiles), new operands each call: Y, dX, dW
-    and dBias (values, shapes, strides) as the general path's; from the key's third call the
-    forward and both products are replays (the stand-in's C launches)."""
+    and dBias (values, shapes, strides) as EpilogueFunction's; one FusedLinear node at every call;
+    from the key's third call the forward and both products are replays (the stand-in's C
+    launches)."""
     c_launches = None if ON_GPU else replayed_on_the_host(monkeypatch)
     for call in range(4):
         operands = [randn(2, 9, 24, dtype=dtype, seed=call), randn(40, 24, dtype=dtype, seed=10 + call),
@@ -85,6 +87,7 @@ def test_a_repeated_training_call_gives_the_general_path_s_bits(activation, dtyp
         if c_launches is not None and call >= 2:
             assert len(c_launches) - launched == 3          # the forward, dX, dW: the key's replays
         assert bit_for_bit(ours, trained(lambda x, w, b: general(x, w, b, activation), operands, grad))
+        assert linear(*(t.requires_grad_() for t in operands), activation).grad_fn.name() == "FusedLinearBackward"
         assert close(ours, float64s(operands, grad, activation, (True,) * 3), dtype)
     (kept,) = linear_calls.CALLS.values()
     assert kept.route and kept.route.activation == activation
@@ -140,9 +143,9 @@ def test_calls_that_differ_from_a_key_in_one_thing_each(monkeypatch):
                                                                "silu")], torch.float32)
 
 
-def test_create_graph_on_a_repeated_call_is_the_general_path_s():
-    """A gradient taken with create_graph on the key's later calls: the general path's bits, a
-    graph of its own; its second derivative float64's."""
+def test_create_graph_on_a_key_s_calls_is_epilogue_function_s():
+    """A gradient taken with create_graph on a key's calls: EpilogueFunction's bits, a graph of its
+    own; its second derivative float64's."""
     x, w, b = randn(5, 24, seed=1), randn(40, 24, seed=2), randn(40, seed=3)
     dy = randn(5, 40, seed=4)
     for call in range(3):
@@ -171,3 +174,54 @@ def test_an_empty_product_s_repeated_gradients():
             assert close(got, float64s(given, grad, "silu", (True,) * 3), torch.float32)
         (kept,) = linear_calls.CALLS.values()
         assert kept.route is False
+
+
+def test_gradcheck_and_gradgradcheck():
+    """float64 operands, every operand requiring grad: a key's node against finite differences,
+    first and second derivatives."""
+    args = tuple(t.requires_grad_() for t in (randn(2, 3, dtype=torch.float64), randn(2, 3, dtype=torch.float64,
+                 seed=1), randn(2, dtype=torch.float64, seed=2)))
+
+    def ours(x, w, b):
+        return linear(x, w, b, "gelu")
+    assert torch.autograd.gradcheck(ours, args) and torch.autograd.gradgradcheck(ours, args, fast_mode=True)
+
+
+def test_activation_checkpointing_recomputes_the_key_s_node(monkeypatch):
+    """torch.utils.checkpoint (non-reentrant) from a key's first call: the recomputation (the key's
+    second call) saves what the forward saved; the gradients float64's at each step."""
+    replayed_on_the_host(monkeypatch)
+    from torch.utils.checkpoint import checkpoint
+    operands = [randn(9, 24, seed=1), randn(40, 24, seed=2), randn(40, seed=3)]
+    grad = randn(9, 40, seed=4)
+    for _ in range(3):
+        got = trained(lambda x, w, b: checkpoint(linear, x, w, b, "silu", use_reentrant=False), operands, grad)
+        assert close(got, float64s(operands, grad, "silu", (True,) * 3), torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [16, 2048])
+@pytest.mark.parametrize("activation", ["silu", "identity"])
+def test_on_the_gpu_a_key_s_training_calls_replay_epilogue_function_s_bits(rows, activation):
+    """A Linear's shapes (bfloat16, 2048 -> 2048, bias; the pointer program at 16 rows, the TMA
+    program at 2048): each call's Y and gradients EpilogueFunction's bits; from the third call the
+    key's forward and both products are replays of the compiled program."""
+    from tilemm.engine import direct_replay, replay
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    operands = [torch.randn(rows, 2048, device="cuda", generator=g).bfloat16(),
+                (torch.randn(2048, 2048, device="cuda", generator=g) / 45).bfloat16(),
+                torch.randn(2048, device="cuda", generator=g).bfloat16()]
+    grad = torch.randn(rows, 2048, device="cuda", generator=g).bfloat16()
+
+    def tensorcore(x, w, b):
+        return tilemm.linear(x, w, b, activation, kernel="tensorcore")
+
+    def epilogue_function(x, w, b):
+        spec = (False, activation, 1.0, 0.0, config_for(x.dtype, {}))
+        return EpilogueFunction.apply(x, w.mT, b, None, None, spec)
+    for _ in range(4):
+        assert bit_for_bit(trained(tensorcore, operands, grad), trained(epilogue_function, operands, grad))
+    (kept,) = linear_calls.CALLS.values()
+    used = [name for name in kept.route.PRODUCTS if name != ("forward_fast" if kept.route.save_aux else
+                                                               "forward_aux_fast")]
+    assert all(getattr(kept.route, name).__module__ in (direct_replay.__name__, replay.__name__) for name in used)

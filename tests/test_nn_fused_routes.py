@@ -34,9 +34,8 @@ def fused_linear(in_features, out_features, activation, dtype, params, bias=True
 
 def today(layer, x):
     """tilemm.linear's general eager path for the layer (the route's reference, bit for bit): its
-    keys forgotten first, so that the call is checked and routed anew (EpilogueFunction on the
-    rows where a gradient is recorded, the launches by epilogue_repeats' keys), not its key's
-    repeated call (a FusedRoute of its own)."""
+    keys forgotten first, so that the call is checked and routed anew and each launch made
+    through Triton (a key's first call), not replayed by its key's repeated call."""
     linear_calls.release()
     return tilemm.linear(x, layer.weight, layer.bias, layer.activation, kernel=layer.kernel, **layer.params)
 

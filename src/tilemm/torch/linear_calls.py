@@ -9,14 +9,17 @@ took, which a LinearCall keeps. On the Triton route with no gradient recorded, f
 second call on, it is the replay of that launch on the operands as they come (the input, the
 weight, the bias: the replay puts their addresses where the rows and weight.T stood and makes Y
 in the output's shape, no view made; as tilemm.torch.nn_fused_routes' route does for a Linear);
-where a gradient is recorded, the key's FusedRoute (tilemm.torch.nn_fused_routes, made at its
-first such call, kept with the LinearCall): one FusedLinear node on the input, weight and bias
-as they come, whose forward (with the pre-activation its backward reads) and two backward
-products (dX = dZ @ W, dW = dZ^T @ X) each replay the launch EpilogueFunction's path makes for
-those operands, dBias its sum of dZ's rows: the same bits, without the rows' and weight.T's
-views in the graph or a key made for each product; on the library route, torch's functions, as
-before. An empty product's gradients, and those of an input whose rows are a copy (a 3-D input
-transposed), stay EpilogueFunction's.
+where a gradient is recorded, from the key's first such call (the general path's too, so that
+a key's calls record one kind of node: activation checkpointing's recomputation saves what its
+forward saved), the key's FusedRoute (tilemm.torch.nn_fused_routes, kept with the LinearCall):
+one FusedLinear node on the input, weight and bias as they come, whose forward (with the
+pre-activation its backward reads) and two backward products (dX = dZ @ W, dW = dZ^T @ X) each
+make the launch EpilogueFunction's path makes for those operands (launched at their first call,
+recorded at their second, replayed from their third), dBias its sum of dZ's rows: the same
+bits, without the rows' and weight.T's views in the graph or a key made for each product; on the
+library route, torch's functions, as before. An empty product's gradients, and those of an input
+whose rows are a copy (a 3-D input transposed: the replays would decline it), are
+EpilogueFunction's on the rows.
 
 Not served here (tilemm.torch.fused_autograd's general path): a residual, autocast,
 torch.compile, jit.trace, torch.func's transforms and forward-mode AD, tensor subclasses. A replay that
@@ -57,10 +60,16 @@ def call_key(x, weight, bias, activation: str, kernel, params: dict):
 
 def learn(key, x, weight, activation: str, way: str, config: dict, apply) -> None:
     """Keep key's LinearCall: a call of the key passed the checks and took route `way` with
-    config; apply(rows, weight.T, bias, None, None, spec) records a gradient (EpilogueFunction's)."""
+    config; apply(rows, weight.T, bias, None, None, spec) records a gradient (EpilogueFunction's)
+    where the key has no route."""
+    keep(key, LinearCall(x, weight, activation, way, config, apply))
+
+
+def keep(key, call) -> None:
+    """Keep LinearCall call as key's (its first call done)."""
     if len(CALLS) >= CALLS_KEPT:
         CALLS.clear()
-    CALLS[key] = LinearCall(x, weight, activation, way, config, apply)
+    CALLS[key] = call
 
 
 class LinearCall:
@@ -88,8 +97,8 @@ class LinearCall:
             route = self.route
             if route:
                 return record(x, weight, bias, route)
-            if route is None:
-                route = self.route = nn_fused_routes.FusedRoute(x, weight, bias, self.activation, self.config)
+            if route is None:        # (each product's first launch not recorded: a key met once pays none)
+                route = self.route = nn_fused_routes.FusedRoute(x, weight, bias, self.activation, self.config, False)
                 return record(x, weight, bias, route)
             rows = x if self.two_d else x.reshape(-1, self.in_features)
             y = self.apply(rows, weight.mT, bias, None, None, self.spec)

@@ -81,7 +81,9 @@ class FusedRoute:
                  "forward_fast", "forward_aux_fast", "input_fast", "weight_fast")
     PRODUCTS = ("forward_fast", "forward_aux_fast", "input_fast", "weight_fast")
 
-    def __init__(self, input, weight, bias, activation: str, config: dict):
+    def __init__(self, input, weight, bias, activation: str, config: dict, record_first: bool = True):
+        """record_first False: each product's first call is launched alone (a layout met once pays
+        no recording), its second recorded (tilemm.linear's keys: tilemm.torch.linear_calls)."""
         self.activation, self.config = activation, config
         self.save_aux = needs_aux(activation, False)      # (relu's backward reads Y, identity's nothing)
         self.activation_backward = activation_backward_of(activation)      # (grad, saved) -> dZ
@@ -94,7 +96,7 @@ class FusedRoute:
         # row-major weight (fused.grads); for any other, its own rule
         self.usual = weight.stride(1) == 1 and weight.stride(0) != 1
         for name in self.PRODUCTS:      # each product's first call learns its repeated call (first)
-            setattr(self, name, functools.partial(self.first, name))
+            setattr(self, name, functools.partial(self.first if record_first else self.noted, name))
 
     def __call__(self, input, weight, bias):
         """activation(input @ weight.T + bias), recording its gradient where autograd would; None
@@ -166,6 +168,12 @@ class FusedRoute:
         """A product's first call: made as tilemm.linear makes it, its launch recorded; its replay's
         quick call is then this product's repeated call (else declined: made so at each call)."""
         return self.product(name, operands, True)
+
+    def noted(self, name: str, *operands):
+        """A product's first call where its first is not recorded: made as tilemm.linear makes it;
+        the next call records (first)."""
+        setattr(self, name, functools.partial(self.first, name))
+        return self.product(name, operands, False)
 
     @staticmethod
     def declined(*operands):
