@@ -14,7 +14,9 @@ a Function of its own (FusedLinear, applied through autograd's C apply: nn_route
 on the Linear's own input, weight and bias: no reshape or transpose node in the graph, the
 output made in its shape. Each launch is the one tilemm.linear's path (EpilogueFunction and
 tilemm.products.fused.grads) makes on these operands, recorded at its first call; dBias is its
-sum of dZ's rows: the answers are the same bits.
+sum of dZ's rows: the answers are the same bits. (tilemm.linear's own training calls take a
+FusedRoute of their key's, whose products' first calls are launched alone and recorded at their
+second: tilemm.torch.linear_calls.)
 
 Not served (tilemm.linear's path): layouts whose route is the library's (kernel None where
 tilemm's default is torch's), a dtype the program does not take, an empty product, tensor
