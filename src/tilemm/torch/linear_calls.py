@@ -107,8 +107,9 @@ class LinearCall:
         return y if y is not None else self.launched(x, weight, bias)
 
     def first(self, *inputs):
-        """The key's second call (its first was the general path's): the launch bound and made,
-        its replay's repeated call (on inputs: x, weight[, bias]) kept as forward. None where the
+        """The key's first call with no gradient recorded after its first call (the general
+        path's): the launch bound and made, its replay's repeated call (on inputs: x, weight[,
+        bias]) kept as forward. None where the
         operands' GPU is not the current one (the general launch guards it; recorded later)."""
         x, weight = inputs[0], inputs[1]
         if x.is_cuda and x.get_device() != torch.cuda.current_device():
