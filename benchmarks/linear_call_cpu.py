@@ -1,12 +1,12 @@
 """What an eager tilemm.linear call costs the CPU, beside torch's F.linear: whole calls in a loop
 (bfloat16, a 2048 x 2048 weight, a bias; 16 and 2048 rows), inference (bias; bias and silu) and
 training (bias, and bias and silu: forward and backward with x, weight and bias requiring
-grad). Each call's answer
-(Y; and dX, dW, dBias) is checked against a float32 reference, at its first call and again at
-its third (a repeated call's replay: tilemm.engine.epilogue_repeats). Per call: host_us (the CPU's
-microseconds, the GPU idle before the block: what a CPU-bound loop pays) and block_us (between two
-CUDA events: the GPU's pace of back-to-back calls, which is the CPU's where the calls are
-CPU-bound); medians over rounds in rotated order; the ratio to F.linear's host_us.
+grad). Each call's answer (Y; and dX, dW, dBias) is checked against a float32 reference, at its
+first call and again at its third (a repeated call's replays: tilemm.torch.linear_calls). Per
+call: host_us (the CPU's microseconds, the GPU idle before the block: what a CPU-bound loop pays)
+and block_us (between two CUDA events: the GPU's pace of back-to-back calls, which is the CPU's
+where the calls are CPU-bound); medians over rounds in rotated order; the ratio to F.linear's
+host_us.
 
     PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/linear_call_cpu.py --out DIR
     PYTHONPATH=src python3 benchmarks/linear_call_cpu.py --stub --out DIR        # on any host
