@@ -221,8 +221,12 @@ def test_on_the_gpu_a_replayed_call_gives_the_first_call_s_bits(rows):
     for _ in range(3):
         again = call()
         assert all(torch.equal(p, q) for p, q in zip(first, again))
-    assert any(entry.call not in (None, epilogue_repeats.declined) for entry in epilogue_repeats.REPEATS.values())
     replayers = (direct_replay.__name__, replay.__name__)
     assert all(call.forward.__module__ in replayers for call in linear_calls.CALLS.values())
+    # the training calls' node is the key's route, whose forward (with the pre-activation) and two
+    # products replay from the third call on
+    routes = [call.route for call in linear_calls.CALLS.values() if call.route]
+    assert routes and all(getattr(getattr(route, name), "__module__", None) in replayers for route in routes
+                          for name in ("forward_aux_fast", "input_fast", "weight_fast"))
     want = F.silu(F.linear(x.float(), w.float(), b.float()))
     assert close(first[0], want.double(), torch.bfloat16)
