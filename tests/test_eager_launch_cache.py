@@ -1,6 +1,6 @@
 """Eager fused calls repeated by key (tilemm.torch.linear_calls, tilemm.engine.epilogue_repeats):
-from a key's third call on, tilemm.linear's launch (and EpilogueFunction's products, and
-tilemm.matmul_epilogue's) is a replay, on the host through a stand-in C launcher that runs the
+from a key's third call on, tilemm.linear's launch (and where a gradient is recorded its FusedLinear
+node's forward and products; tilemm.matmul_epilogue's, and EpilogueFunction's products) is a replay, on the host through a stand-in C launcher that runs the
 program on the addresses it is given (tests/interpreted_replays.py: a stale or wrong address gives
 a wrong answer). A call of another specialization (an operand's alignment, strides, bias or none,
 activation, dtype, alpha, device) is never served another key's launch: every answer is checked
@@ -107,8 +107,9 @@ def test_no_call_is_served_another_specialization_s_launch(c_launches):
 
 
 def test_a_recorded_gradient_replays_the_products(c_launches):
-    """Training calls, new operands each: Y, dX, dW and dBias float64's; the node is
-    EpilogueFunction's; from the third call on, the forward and both products are replays."""
+    """Training calls, new operands each: Y, dX, dW and dBias float64's; each call's node is the
+    key's FusedLinear (on the leaves themselves); from the third call on, the forward and both
+    products are replays."""
     dtype = torch.float32
     for call in range(4):
         leaves = [randn(2, 9, 24, seed=call), randn(40, 24, seed=10 + call), randn(40, seed=20 + call)]
@@ -116,7 +117,8 @@ def test_a_recorded_gradient_replays_the_products(c_launches):
         ref = [t.clone().double().requires_grad_() for t in leaves]
         grad = randn(2, 9, 40, seed=30 + call)
         y = linear(x, w, b, "silu")
-        assert y.grad_fn.next_functions[0][0].name() == "EpilogueFunctionBackward"    # (the rows' view back)
+        assert y.grad_fn.name() == "FusedLinearBackward"
+        assert [f.variable for f, _ in y.grad_fn.next_functions] == [x, w, b]
         y.backward(grad)
         want = expected(*ref, "silu")
         want.backward(grad.double())
@@ -219,8 +221,12 @@ def test_on_the_gpu_a_replayed_call_gives_the_first_call_s_bits(rows):
     for _ in range(3):
         again = call()
         assert all(torch.equal(p, q) for p, q in zip(first, again))
-    assert any(entry.call not in (None, epilogue_repeats.declined) for entry in epilogue_repeats.REPEATS.values())
     replayers = (direct_replay.__name__, replay.__name__)
     assert all(call.forward.__module__ in replayers for call in linear_calls.CALLS.values())
+    # the training calls' node is the key's route, whose forward (with the pre-activation) and two
+    # products replay from the third call on
+    routes = [call.route for call in linear_calls.CALLS.values() if call.route]
+    assert routes and all(getattr(getattr(route, name), "__module__", None) in replayers for route in routes
+                          for name in ("forward_aux_fast", "input_fast", "weight_fast"))
     want = F.silu(F.linear(x.float(), w.float(), b.float()))
     assert close(first[0], want.double(), torch.bfloat16)

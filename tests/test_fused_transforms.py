@@ -247,8 +247,11 @@ def node_names(y) -> set:
 
 def test_the_eager_call_keeps_its_node():
     x, w, b = (t.requires_grad_() for t in (randn(2, 3, 8), randn(5, 8, seed=1), randn(5, seed=2)))
-    names = node_names(tilemm.linear(x, w, b, "gelu", **KERNEL))
+    names = node_names(tilemm.linear(x, w, b, "gelu", **KERNEL))     # (its key's node: tilemm.torch.linear_calls)
+    assert "FusedLinearBackward" in names and "EpilogueProductBackward" not in names
+    names = node_names(tilemm.linear(x, w, b, "gelu", residual=randn(3, 5, seed=3), **KERNEL))
     assert "EpilogueFunctionBackward" in names and "EpilogueProductBackward" not in names
     with fwAD.dual_level():            # a dual level: the composite, the program's product a node of its own
         names = node_names(tilemm.linear(x, w, b, "gelu", **KERNEL))
-    assert "EpilogueFunctionBackward" not in names and {"EpilogueProductBackward", "GeluBackward0"} <= names
+    assert not {"FusedLinearBackward", "EpilogueFunctionBackward"} & names
+    assert {"EpilogueProductBackward", "GeluBackward0"} <= names

@@ -45,16 +45,27 @@ def activate_torch(z, activation: str):
 def activation_backward(grad, saved, activation: str):
     """dL/dZ from dL/dY and what the forward saved (Z, or Y for relu without a residual): torch's
     own backward kernels, one pass each (Inductor fuses them with their neighbours)."""
+    return activation_backward_of(activation)(grad, saved)
+
+
+def activation_backward_of(activation: str):
+    """activation_backward for one activation, chosen once (a caller that keeps it per layout
+    skips the choice at each call): (grad, saved) -> dL/dZ."""
     import torch
     aten = torch.ops.aten
     if activation == "relu":
-        return aten.threshold_backward(grad, saved, 0)
-    if activation == "gelu":
-        return aten.gelu_backward(grad, saved, approximate="none")
-    if activation == "gelu_tanh":
-        return aten.gelu_backward(grad, saved, approximate="tanh")
+        threshold_backward = aten.threshold_backward
+        return lambda grad, saved: threshold_backward(grad, saved, 0)
+    if activation in ("gelu", "gelu_tanh"):
+        gelu_backward, approximate = aten.gelu_backward, "none" if activation == "gelu" else "tanh"
+        return lambda grad, saved: gelu_backward(grad, saved, approximate=approximate)
     if activation == "silu":
-        return aten.silu_backward(grad, saved)
+        return aten.silu_backward
+    return unchanged
+
+
+def unchanged(grad, saved):
+    """The identity's backward: dL/dZ is dL/dY."""
     return grad
 
 

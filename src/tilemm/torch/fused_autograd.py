@@ -106,6 +106,11 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     check_triton_dtype("linear", x.dtype)
     if fused_transforms.active():      # torch.func, forward-mode AD: a product and torch's functions
         return fused_transforms.linear(x, weight, bias, activation, residual, config)
+    if key is not None and recording(x, weight, bias):     # the key's LinearCall records it, as at its later calls
+        call = linear_calls.LinearCall(x, weight, activation, way, config, apply_epilogue)
+        y = call(x, weight, bias)
+        linear_calls.keep(key, call)
+        return y
     rows = x.reshape(-1, x.shape[-1])
     if recording(x, weight, bias, residual):
         y = EpilogueFunction.apply(rows, weight.mT, bias, None, residual_rows(), (False, activation, 1.0, 0.0, config))

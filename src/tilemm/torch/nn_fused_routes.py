@@ -14,7 +14,9 @@ a Function of its own (FusedLinear, applied through autograd's C apply: nn_route
 on the Linear's own input, weight and bias: no reshape or transpose node in the graph, the
 output made in its shape. Each launch is the one tilemm.linear's path (EpilogueFunction and
 tilemm.products.fused.grads) makes on these operands, recorded at its first call; dBias is its
-sum of dZ's rows: the answers are the same bits.
+sum of dZ's rows: the answers are the same bits. (tilemm.linear's own training calls take a
+FusedRoute of their key's, whose products' first calls are launched alone and recorded at their
+second: tilemm.torch.linear_calls.)
 
 Not served (tilemm.linear's path): layouts whose route is the library's (kernel None where
 tilemm's default is torch's), a dtype the program does not take, an empty product, tensor
@@ -34,7 +36,7 @@ import torch
 
 from tilemm.engine import epilogue_launch, replay as replays
 from tilemm.engine.epilogue_repeats import repeated_call
-from tilemm.numerics.epilogue_math import activation_backward, needs_aux
+from tilemm.numerics.epilogue_math import activation_backward_of, needs_aux
 from tilemm.products import fused
 from tilemm.torch import fused_transforms
 from tilemm.torch.nn_routes import direct_apply, matrix
@@ -76,14 +78,17 @@ class FusedRoute:
     has none, or it declines a call, the launch is made as tilemm.linear's. A call checks what the
     key does not hold and gives None where the operands are not this route's."""
 
-    __slots__ = ("activation", "config", "save_aux", "weight_shape", "weight_stride", "dtype", "cuda", "index",
-                 "device", "bias_shape", "bias_stride", "out_shape", "out_stride", "in_shape", "usual",
+    __slots__ = ("activation", "config", "save_aux", "activation_backward", "weight_shape", "weight_stride", "dtype",
+                 "cuda", "index", "device", "bias_shape", "bias_stride", "out_shape", "out_stride", "in_shape", "usual",
                  "forward_fast", "forward_aux_fast", "input_fast", "weight_fast")
     PRODUCTS = ("forward_fast", "forward_aux_fast", "input_fast", "weight_fast")
 
-    def __init__(self, input, weight, bias, activation: str, config: dict):
+    def __init__(self, input, weight, bias, activation: str, config: dict, record_first: bool = True):
+        """record_first False: each product's first call is launched alone (a layout met once pays
+        no recording), its second recorded (tilemm.linear's keys: tilemm.torch.linear_calls)."""
         self.activation, self.config = activation, config
         self.save_aux = needs_aux(activation, False)      # (relu's backward reads Y, identity's nothing)
+        self.activation_backward = activation_backward_of(activation)      # (grad, saved) -> dZ
         self.weight_shape, self.weight_stride, self.dtype = weight.shape, weight.stride(), weight.dtype
         self.cuda, self.index, self.device = weight.is_cuda, weight.get_device(), weight.device
         self.bias_shape, self.bias_stride = (None, None) if bias is None else (bias.shape, bias.stride())
@@ -93,7 +98,7 @@ class FusedRoute:
         # row-major weight (fused.grads); for any other, its own rule
         self.usual = weight.stride(1) == 1 and weight.stride(0) != 1
         for name in self.PRODUCTS:      # each product's first call learns its repeated call (first)
-            setattr(self, name, functools.partial(self.first, name))
+            setattr(self, name, functools.partial(self.first if record_first else self.noted, name))
 
     def __call__(self, input, weight, bias):
         """activation(input @ weight.T + bias), recording its gradient where autograd would; None
@@ -134,7 +139,7 @@ class FusedRoute:
         """(dX, dW, dBias) given dY = grad and what the forward saved (Z, or Y for relu): dZ from
         dY, then dZ @ W and dZ^T @ rows by their repeated calls where dZ is laid out as they
         were recorded (else, and for a weight not row-major, tilemm.linear's own rule)."""
-        dz = activation_backward(grad, saved, self.activation)
+        dz = self.activation_backward(grad, saved)
         if not self.usual or dz.stride() != self.out_stride:
             return self.general_gradients(grad, input, weight, saved, (need_input, need_weight, need_bias))
         d_input = d_weight = d_bias = None
@@ -165,6 +170,12 @@ class FusedRoute:
         """A product's first call: made as tilemm.linear makes it, its launch recorded; its replay's
         quick call is then this product's repeated call (else declined: made so at each call)."""
         return self.product(name, operands, True)
+
+    def noted(self, name: str, *operands):
+        """A product's first call where its first is not recorded: made as tilemm.linear makes it;
+        the next call records (first)."""
+        setattr(self, name, functools.partial(self.first, name))
+        return self.product(name, operands, False)
 
     @staticmethod
     def declined(*operands):
