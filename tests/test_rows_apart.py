@@ -1,5 +1,6 @@
 """Rows past the last multiple of 128 run apart (a sliver) in the fused-epilogue product: the rule
-(tile_model.sliver_rows) and the two launches' answer against float64, eager, bound and traced."""
+(tile_model.sliver_rows) and the two launches' answer against float64, eager, bound and traced;
+and a product of a few rows whole in the slivers' thin tiles."""
 import pytest
 import torch
 
@@ -141,3 +142,32 @@ def test_on_the_gpu_a_ragged_linear_runs_its_last_rows_apart(activation, monkeyp
     assert relative(y, want) <= TOLERANCE[torch.bfloat16]
     assert ("pointers", 4) in taken and ("tma", 2048) in taken
 
+
+
+@pytest.mark.parametrize("rows, block_m, block_n", [(1, 16, 16), (16, 16, 16), (17, 32, 16), (64, 64, 16)])
+def test_a_few_rows_take_thin_tiles_that_spread_b_over_the_sms(rows, block_m, block_n, h200):
+    """A 16-bit product of 64 rows or fewer (the pointer program's) whose caller named no tile:
+    one launch in thin tiles, one row of them (B read once), as many columns as fill the SMs
+    (2048 / 16 = 128 programs); with a tile parameter named, the configuration as given."""
+    a, b = torch.ones(rows, 64, dtype=torch.float16), torch.ones(64, 2048, dtype=torch.float16)
+    y = torch.empty(rows, 2048, dtype=torch.float16)
+    (part,) = epilogue_launch.row_parts(a, b, y, None, None, False, None, None, config_for(torch.float16))
+    assert (part[-1]["block_m"], part[-1]["block_n"], part[-1]["block_k"]) == (block_m, block_n, 256)
+    given = config_for(torch.float16, {"num_warps": 4})
+    (part,) = epilogue_launch.row_parts(a, b, y, None, None, False, None, None, given)
+    assert part[-1] is given
+    wide = config_for(torch.float32)
+    (part,) = epilogue_launch.row_parts(a.float(), b.float(), y.float(), None, None, False, None, None, wide)
+    assert part[-1] is wide                # (the thin tiles are the 16-bit programs')
+
+
+def test_a_few_rows_in_thin_tiles_against_float64():
+    """16 and 40 rows x 300 x 70 (K not a multiple of the 256-long K steps), bias and GELU: the
+    thin tiles' answer."""
+    for rows in (16, 40):
+        a, b, bias, _, _, _ = tma_operands(rows, 70, 300, torch.float16, seed=rows)
+        y = torch.empty(rows, 70, dtype=torch.float16, device=DEVICE)
+        epilogue_launch.launch_epilogue(a, b, y, None, bias, False, None, None, "gelu", 1.0, 0.0,
+                                        config_for(torch.float16))
+        want, _ = reference(a, b, bias, False, None, None, "gelu", 1.0, 0.0)
+        assert relative(y, want) < TOLERANCE[torch.float16]

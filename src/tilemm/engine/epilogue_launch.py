@@ -44,6 +44,7 @@ TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=
                   for bm, bn, bk, w, s, p in ((128, 256, 64, 8, 4, 1), (128, 256, 64, 8, 3, 1), (256, 128, 64, 8, 4, 1),
                                               (128, 128, 64, 4, 4, 1), (128, 128, 64, 4, 3, 2), (128, 128, 64, 8, 3, 2),
                                               (64, 256, 32, 4, 4, 2), (128, 128, 32, 4, 5, 2))]
+THIN_ROWS = 64      # a product of this many rows or fewer takes thin tiles (thin_config)
 TILE_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 CONFIG_KEYS = TILE_KEYS + ("programs_per_sm", "tma")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -134,12 +135,16 @@ def parts_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
 
 def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, traced: bool = False,
               eager: bool = False) -> list:
-    """[(a, y, aux, bias, c, residual, config)] of the launches that make the product: the whole,
-    or where the TMA program would take it in tiles of its own choosing and a few rows past the
-    last multiple of 128 are predicted faster apart (tile_model.sliver_rows), the rows before them
-    (the TMA program) and those rows (the pointer program in thin tiles, reading B once). eager:
-    launched through Triton's JIT, not replayed (a second launch's CPU time counts)."""
+    """[(a, y, aux, bias, c, residual, config)] of the launches that make the product: the whole
+    (in thin tiles where it has THIN_ROWS rows or fewer: thin_config), or where the TMA program
+    would take it in tiles of its own choosing and a few rows past the last multiple of 128 are
+    predicted faster apart (tile_model.sliver_rows), the rows before them (the TMA program) and
+    those rows (the pointer program in thin tiles, reading B once). eager: launched through
+    Triton's JIT, not replayed (a second launch's CPU time counts)."""
     m, k = int(a.shape[0]), int(a.shape[1])
+    if m <= THIN_ROWS and a.element_size() == 2 and config.get("tma") is not True and not any(
+            key in config["tma_tiles"] for key in TILE_KEYS):
+        return [(a, y, aux, bias, c, residual, thin_config(config, m, int(b.shape[1])))]
     rest = (sliver_rows(m, int(b.shape[1]), k, saving_us=EAGER_LAUNCH_US if eager else 0.0)
             if config.get("tma") is None and a.element_size() == 2 else 0)
     if not rest or "block_m" in config["tma_tiles"] or takes_tma(a, b, y, aux, None, traced) is None:
@@ -151,6 +156,15 @@ def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, 
         return a[first:last], y[first:last], of(aux), of(bias) if bias_over_m else bias, of(c), of(residual), part_config
     cut = m - rest
     return [rows(0, cut, config), rows(cut, m, sliver_config(config, rest, int(b.shape[1])))]
+
+
+def thin_config(config: dict, rows: int, n: int) -> dict:
+    """The pointer program's tiles for a whole 16-bit product of THIN_ROWS rows or fewer whose
+    caller named no tile: sliver_config's thin tiles, 64 rows tall past 32 (one row of tiles: B
+    read once). The default 128 x 256 tiles leave all but N / 256 SMs idle there (16 x 2048 x
+    2048: 8 programs, 34 µs a call on an H200)."""
+    thin = sliver_config(config, rows, n)
+    return thin if rows <= 32 else {**thin, "block_m": 64}
 
 
 def sliver_config(config: dict, rows: int, n: int) -> dict:
