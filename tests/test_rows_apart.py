@@ -148,7 +148,8 @@ def test_on_the_gpu_a_ragged_linear_runs_its_last_rows_apart(activation, monkeyp
 def test_a_few_rows_take_thin_tiles_that_spread_b_over_the_sms(rows, block_m, block_n, h200):
     """A 16-bit product of 64 rows or fewer (the pointer program's) whose caller named no tile:
     one launch in thin tiles, one row of them (B read once), as many columns as fill the SMs
-    (2048 / 16 = 128 programs); with a tile parameter named, the configuration as given."""
+    (2048 / 16 = 128 programs), where 64 columns a program fill them; with a tile parameter
+    named, the configuration as given."""
     a, b = torch.ones(rows, 64, dtype=torch.float16), torch.ones(64, 2048, dtype=torch.float16)
     y = torch.empty(rows, 2048, dtype=torch.float16)
     (part,) = epilogue_launch.row_parts(a, b, y, None, None, False, None, None, config_for(torch.float16))
@@ -156,6 +157,9 @@ def test_a_few_rows_take_thin_tiles_that_spread_b_over_the_sms(rows, block_m, bl
     given = config_for(torch.float16, {"num_warps": 4})
     (part,) = epilogue_launch.row_parts(a, b, y, None, None, False, None, None, given)
     assert part[-1] is given
+    b_wide, y_wide = torch.ones(64, 64 * 132 + 1, dtype=torch.float16), torch.empty(rows, 64 * 132 + 1, dtype=torch.float16)
+    (part,) = epilogue_launch.row_parts(a, b_wide, y_wide, None, None, False, None, None, config_for(torch.float16))
+    assert part[-1]["block_m"] == 128          # wider than 64 columns a program fill: the default tiles
     wide = config_for(torch.float32)
     (part,) = epilogue_launch.row_parts(a.float(), b.float(), y.float(), None, None, False, None, None, wide)
     assert part[-1] is wide                # (the thin tiles are the 16-bit programs')
@@ -171,3 +175,16 @@ def test_a_few_rows_in_thin_tiles_against_float64():
                                         config_for(torch.float16))
         want, _ = reference(a, b, bias, False, None, None, "gelu", 1.0, 0.0)
         assert relative(y, want) < TOLERANCE[torch.float16]
+
+
+@pytest.mark.parametrize("rows", [16, 32, 48, 64])
+@pytest.mark.parametrize("n", [2048, 5632, 8448])
+def test_thin_tiles_fit_hopper_s_shared_memory(rows, n, h200):
+    """The stages of A's and B's thin tiles (16-bit) within an SM's 227 KB (64 rows x 64 columns
+    in four stages asked 256 KB: Triton refused the launch on an H200)."""
+    a, b = torch.ones(rows, 64, dtype=torch.float16), torch.ones(64, n, dtype=torch.float16)
+    (part,) = epilogue_launch.row_parts(a, b, torch.empty(rows, n, dtype=torch.float16), None, None, False, None,
+                                        None, config_for(torch.float16))
+    tiles = part[-1]
+    assert tiles["block_m"] <= 64
+    assert tiles["num_stages"] * (tiles["block_m"] + tiles["block_n"]) * tiles["block_k"] * 2 <= 227 * 1024

@@ -142,8 +142,8 @@ def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, 
     those rows (the pointer program in thin tiles, reading B once). eager: launched through
     Triton's JIT, not replayed (a second launch's CPU time counts)."""
     m, k = int(a.shape[0]), int(a.shape[1])
-    if m <= THIN_ROWS and a.element_size() == 2 and config.get("tma") is not True and not any(
-            key in config["tma_tiles"] for key in TILE_KEYS):
+    if (m <= THIN_ROWS and a.element_size() == 2 and config.get("tma") is not True and not any(
+            key in config["tma_tiles"] for key in TILE_KEYS) and thin_fills(int(b.shape[1]))):
         return [(a, y, aux, bias, c, residual, thin_config(config, m, int(b.shape[1])))]
     rest = (sliver_rows(m, int(b.shape[1]), k, saving_us=EAGER_LAUNCH_US if eager else 0.0)
             if config.get("tma") is None and a.element_size() == 2 else 0)
@@ -160,11 +160,20 @@ def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, 
 
 def thin_config(config: dict, rows: int, n: int) -> dict:
     """The pointer program's tiles for a whole 16-bit product of THIN_ROWS rows or fewer whose
-    caller named no tile: sliver_config's thin tiles, 64 rows tall past 32 (one row of tiles: B
-    read once). The default 128 x 256 tiles leave all but N / 256 SMs idle there (16 x 2048 x
-    2048: 8 programs, 34 µs a call on an H200)."""
+    caller named no tile, where they fill the SMs (thin_fills): sliver_config's thin tiles, 64
+    rows tall past 32 (one row of tiles: B read once). The default 128 x 256 tiles leave all but
+    N / 256 SMs idle there (32 or 48 x 2048 x 2048: 8 programs, 35 µs a call on an H200, 8-11 µs
+    in thin tiles; 32 x 2048 x 5632: 82 against 13 µs)."""
     thin = sliver_config(config, rows, n)
-    return thin if rows <= 32 else {**thin, "block_m": 64}
+    # (64 rows: three stages of 256-long K steps fit shared memory with 64 columns, four do not)
+    return thin if rows <= 32 else {**thin, "block_m": 64, "num_stages": 3}
+
+
+def thin_fills(n: int) -> bool:
+    """Whether thin tiles 64 columns wide at most give the SMs one program each at most (N up to
+    64 x SMs): wider products (an LM head's 32000 columns) keep the default tiles, which were
+    faster there (32 x 32000 x 2048 on an H200: 46.5 µs against 51.1 in 64-column thin tiles)."""
+    return -(-n // 64) <= availability.multiprocessors()
 
 
 def sliver_config(config: dict, rows: int, n: int) -> dict:
