@@ -1,26 +1,33 @@
-"""tilemm.grouped_matmul's GPU path: offsets or counts made ready on the operands' device,
-the result allocated, and the `tensorcore-grouped` rung's one launch (checks first)."""
+"""tilemm.grouped_matmul's GPU path in three steps: the checks that depend on a call's key alone,
+resolved into a GroupedPlan (resolve); the offsets or counts made ready on the operands' device
+(those on the host checked) and the result allocated (prepared); the `tensorcore-grouped` rung's
+one launch (launch). device_grouped takes all three; a repeated call
+(tilemm.products.grouped_calls) the last two, from its first call's plan."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import numpy as np
 
 from tilemm.numerics import arrays
 from tilemm.system import compat
-from tilemm.products.grouped_checks import COUNTED_M, SPLIT_M, SPLIT_N, check_values
+from tilemm.products.grouped_checks import COUNTED_M, SPLIT_M, SPLIT_N, Layout, check_values
 from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
 
 
 def host_values(cut) -> list | None:
     """The offsets or counts as Python ints where they are on the host (no wait on a GPU), else None."""
+    return cut.tolist() if on_host(cut) else None
+
+
+def on_host(cut) -> bool:
+    """Whether offsets or counts (as_array's) are on the host: a NumPy array or a CPU tensor."""
     torch = arrays.torch_if_imported()
     if torch is not None and isinstance(cut, torch.Tensor):
-        return cut.tolist() if cut.device.type == "cpu" else None
-    if isinstance(cut, np.ndarray):
-        return cut.tolist()
-    return None
+        return cut.device.type == "cpu"
+    return isinstance(cut, np.ndarray)
 
 
 def as_array(cut):
@@ -32,10 +39,32 @@ def as_array(cut):
     return cut
 
 
+@dataclass(frozen=True)
+class GroupedPlan:
+    """What a call's checks resolve from what its key holds (kinds, dtypes, shapes, strides,
+    devices, parameters), none of it from the operands' memory or values: a repeated call of the
+    key (tilemm.products.grouped_calls) starts from it."""
+    rung: object              # the `tensorcore-grouped` rung's module (launch, bound_launch)
+    lay: Layout
+    config: dict              # the rung's parameters, `programs` apart (read only)
+    programs: int             # the persistent grid (0: nothing to launch)
+    dtype: object             # the result's torch dtype
+    zero_uncovered: bool      # a new result zeroed even where the offsets are on the GPU (gradients)
+
+
 def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=None):
     """torch operands: the rung's one launch (checks first). cut: offs or counts (None: a batch).
     zero_uncovered: a new result is zeroed even where the offsets are on the GPU (gradients).
     scales: float8 operands' block scales (scale_a, scale_b), checked (grouped_checks.check_scales)."""
+    plan = resolve(a, b, cut, lay, out, params, zero_uncovered, scales)
+    c, cut = prepared(plan, a, cut, out)
+    launch(plan, a, b, c, cut, scales)
+    return c
+
+
+def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=None) -> GroupedPlan:
+    """The GroupedPlan of a call (device_grouped's arguments), after every check that depends on
+    its key alone (a ValueError, TypeError or KernelUnavailable naming the problem)."""
     import torch
     from tilemm.engine import availability
     r15_grouped = registry.program("tensorcore-grouped")
@@ -47,16 +76,11 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, sc
         raise ValueError(f"grouped_matmul: the operands are on {a.device}; "
                          + ("under TRITON_INTERPRET=1 they must be CPU tensors" if compat.triton_interpreter()
                             else "NumPy arrays are multiplied on the host, torch tensors on a CUDA GPU"))
-    values = None
     if cut is not None:
         cut = as_array(cut)
-        values = host_values(cut)
-        if values is not None:
-            check_values(values, lay)
-        elif not (isinstance(cut, torch.Tensor) and cut.device == a.device):
+        if not on_host(cut) and not (isinstance(cut, torch.Tensor) and cut.device == a.device):
             raise ValueError(f"grouped_matmul: offs or counts on {getattr(cut, 'device', '?')}; put them on the "
                              f"operands' device ({a.device}) or the host")
-        cut = torch.as_tensor(cut, device=a.device)
     dtype = getattr(torch, lay.dtype)
     if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
                                 and out.device == a.device):
@@ -79,20 +103,39 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, sc
                                       config["num_stages"], a.element_size())
     if reason:
         raise KernelUnavailable(f"grouped_matmul: {reason}")
-    # rows (columns) past offs[-1] or a group's count: zero in a new result where that is known
-    uncovered = lay.split == COUNTED_M or (lay.split in (SPLIT_M, SPLIT_N) and (
-        zero_uncovered or (values is not None and values[-1:] != [lay.extent])))
-    if out is None:
-        c = (torch.zeros if uncovered else torch.empty)(lay.shape, dtype=dtype, device=a.device)
-    else:
-        c = out
     tiles = tiles_bound(a, b, lay, config["block_m"], config["block_n"])
     programs = r15_grouped.programs_for(tiles, config.pop("programs"))
-    if programs:
+    return GroupedPlan(r15_grouped, lay, config, programs, dtype, zero_uncovered)
+
+
+def prepared(plan: GroupedPlan, a, cut, out) -> tuple:
+    """(C, the offsets or counts on the operands' device) of a call of plan: offsets or counts
+    read on the host checked (their values, at every call), C out or a new result, zeroed where
+    rows (columns) past offs[-1] or a group's count are known to be left uncovered."""
+    import torch
+    lay, values = plan.lay, None
+    if cut is not None:
+        cut = as_array(cut)
+        values = host_values(cut)
+        if values is not None:
+            check_values(values, lay)
+        cut = torch.as_tensor(cut, device=a.device)
+    if out is not None:
+        return out, cut
+    uncovered = lay.split == COUNTED_M or (lay.split in (SPLIT_M, SPLIT_N) and (
+        plan.zero_uncovered or (values is not None and values[-1:] != [lay.extent])))
+    return (torch.zeros if uncovered else torch.empty)(lay.shape, dtype=plan.dtype, device=a.device), cut
+
+
+def launch(plan: GroupedPlan, a, b, c, cut, scales=None) -> None:
+    """plan's launch on these operands (cut on their device: prepared's), through Triton's JIT
+    (tilemm.engine.jit_repeats), with a's GPU current."""
+    if plan.programs:
+        import torch
         guard = torch.cuda.device(a.device) if a.device.type == "cuda" else contextlib.nullcontext()
         with guard, JIT_LOCK:
-            r15_grouped.launch(a, b, c, cut, lay.split, lay.extent, programs, **config, scales=scales)
-    return c
+            plan.rung.launch(a, b, c, cut, plan.lay.split, plan.lay.extent, plan.programs, **plan.config,
+                             scales=scales)
 
 
 def tiles_bound(a, b, lay, block_m: int, block_n: int) -> int:
