@@ -29,7 +29,7 @@ import torch
 from tilemm.engine import replay as replays
 from tilemm.plans.plan import JIT_LOCK
 from tilemm.products.grouped import torch_plan
-from tilemm.products.grouped_launch import launch, prepared
+from tilemm.products.grouped_launch import cut_ready, launch, new_result, prepared, zeroed_result
 
 # Keys kept; past them the cache starts afresh (an entry is a plan and a replay: no tensor)
 CALLS_KEPT = 256
@@ -45,11 +45,13 @@ compiling = torch.compiler.is_compiling
 
 class Entry:
     """A key's plan (grouped_launch.GroupedPlan), its launch's Replay (None before the key's second
-    call; DECLINED where there is none) and where C started within 16 bytes when it was recorded."""
-    __slots__ = ("plan", "replay", "c_aligned")
+    call; DECLINED where there is none), where C started within 16 bytes when it was recorded, and
+    the replay's quick call (tilemm.engine.replay: (*inputs) -> a new C, or None) where a call
+    with a new, unzeroed C may take it."""
+    __slots__ = ("plan", "replay", "c_aligned", "quick")
 
     def __init__(self, plan):
-        self.plan, self.replay, self.c_aligned = plan, None, None
+        self.plan, self.replay, self.c_aligned, self.quick = plan, None, None, None
 
 
 def call(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params):
@@ -67,19 +69,29 @@ def call(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params):
         CALLS[key] = Entry(plan)
         return c
     plan = entry.plan
-    scales = None if scale_a is None else (scale_a, scale_b)
-    c, cut = prepared(plan, a, offs if counts is None else counts, out)
+    cut, values = offs if counts is None else counts, None
+    if cut is not None and not (type(cut) in SERVED_TYPES and cut.is_cuda):
+        cut, values = cut_ready(plan, a, cut)      # (on the host: its values checked; copied to a GPU)
+    inputs = (a, b) if cut is None else (a, b, cut)
+    scales = None
+    if scale_a is not None:
+        scales = (scale_a, scale_b)
+        inputs += scales
+    quick = entry.quick
+    if quick is not None and out is None and not zeroed_result(plan, values):
+        c = quick(*inputs)           # (C allocated as the recording's, launched in the fewest steps)
+        if c is not None:
+            return c
+    c = out if out is not None else new_result(plan, a, values)
     if plan.programs:
-        launch_again(entry, a, b, c, cut, scales)
+        launch_again(entry, a, b, c, cut, scales, inputs)
     return c
 
 
-def launch_again(entry: Entry, a, b, c, cut, scales) -> None:
-    """The plan's launch on a repeated call's operands: replayed where the recording's alignment
-    and device hold, recorded at the key's second call, else through Triton's JIT."""
-    inputs = (a, b) if cut is None else (a, b, cut)
-    if scales is not None:
-        inputs += scales
+def launch_again(entry: Entry, a, b, c, cut, scales, inputs: tuple) -> None:
+    """The plan's launch on a repeated call's operands (inputs: a, b and those of offs or counts
+    and the block scales that are given): replayed where the recording's alignment and device
+    hold, recorded at the key's second call, else through Triton's JIT."""
     replay = entry.replay
     if replay is None:
         return record(entry, a, b, c, cut, scales, inputs)
@@ -110,7 +122,9 @@ def record(entry: Entry, a, b, c, cut, scales, inputs: tuple) -> None:
         with guard, JIT_LOCK:
             bound()
     entry.c_aligned = c.data_ptr() % 16
-    entry.replay = replays.recorded(bound, (*inputs, c)) or DECLINED
+    replay = entry.replay = replays.recorded(bound, (*inputs, c)) or DECLINED
+    if replay is not DECLINED and entry.c_aligned == 0 and plan.programs:
+        entry.quick = replay.quick   # (its C a new allocation, 16-byte aligned as the recording's)
 
 
 def call_key(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params):

@@ -1,7 +1,7 @@
 """tilemm.grouped_matmul's GPU path in three steps: the checks that depend on a call's key alone,
 resolved into a GroupedPlan (resolve); the offsets or counts made ready on the operands' device
-(those on the host checked) and the result allocated (prepared); the `tensorcore-grouped` rung's
-one launch (launch). device_grouped takes all three; a repeated call
+(those on the host checked: cut_ready) and the result allocated (new_result), or both (prepared);
+the `tensorcore-grouped` rung's one launch (launch). device_grouped takes all three; a repeated call
 (tilemm.products.grouped_calls) the last two, from its first call's plan."""
 from __future__ import annotations
 
@@ -109,22 +109,39 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
 
 
 def prepared(plan: GroupedPlan, a, cut, out) -> tuple:
-    """(C, the offsets or counts on the operands' device) of a call of plan: offsets or counts
-    read on the host checked (their values, at every call), C out or a new result, zeroed where
-    rows (columns) past offs[-1] or a group's count are known to be left uncovered."""
+    """(C, the offsets or counts on the operands' device) of a call of plan: out, or a new result
+    (new_result)."""
+    cut, values = cut_ready(plan, a, cut)
+    return (out if out is not None else new_result(plan, a, values)), cut
+
+
+def cut_ready(plan: GroupedPlan, a, cut) -> tuple:
+    """(offsets or counts on the operands' device, their values where read on the host, else
+    None): those on the host checked (their values, at every call)."""
+    if cut is None:
+        return None, None
+    cut = as_array(cut)
+    values = host_values(cut)
+    if values is not None:
+        check_values(values, plan.lay)
     import torch
-    lay, values = plan.lay, None
-    if cut is not None:
-        cut = as_array(cut)
-        values = host_values(cut)
-        if values is not None:
-            check_values(values, lay)
-        cut = torch.as_tensor(cut, device=a.device)
-    if out is not None:
-        return out, cut
-    uncovered = lay.split == COUNTED_M or (lay.split in (SPLIT_M, SPLIT_N) and (
+    return torch.as_tensor(cut, device=a.device), values
+
+
+def new_result(plan: GroupedPlan, a, values):
+    """A new result on a's device, zeroed where rows (columns) are known to be left uncovered
+    (zeroed_result)."""
+    import torch
+    return (torch.zeros if zeroed_result(plan, values) else torch.empty)(plan.lay.shape, dtype=plan.dtype,
+                                                                            device=a.device)
+
+
+def zeroed_result(plan: GroupedPlan, values) -> bool:
+    """Whether a new result is zeroed: rows past a group's count (the masked layout), past a host
+    offs[-1] short of the end, or past the GPU's offsets of a gradient's product."""
+    lay = plan.lay
+    return lay.split == COUNTED_M or (lay.split in (SPLIT_M, SPLIT_N) and (
         plan.zero_uncovered or (values is not None and values[-1:] != [lay.extent])))
-    return (torch.zeros if uncovered else torch.empty)(lay.shape, dtype=plan.dtype, device=a.device), cut
 
 
 def launch(plan: GroupedPlan, a, b, c, cut, scales=None) -> None:
