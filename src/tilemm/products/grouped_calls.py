@@ -23,6 +23,8 @@ tracing, forward-mode AD or torch.compile's tracing, is not served here: it take
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -114,13 +116,8 @@ def record(entry: Entry, a, b, c, cut, scales, inputs: tuple) -> None:
     if bound is None:
         entry.replay = DECLINED
         return launch(plan, a, b, c, cut, scales)
-    guard = torch.cuda.device(a.device) if a.device.type == "cuda" else None
-    if guard is None:
-        with JIT_LOCK:
-            bound()
-    else:
-        with guard, JIT_LOCK:
-            bound()
+    with torch.cuda.device(a.device) if a.device.type == "cuda" else contextlib.nullcontext(), JIT_LOCK:
+        bound()
     entry.c_aligned = c.data_ptr() % 16
     replay = entry.replay = replays.recorded(bound, (*inputs, c)) or DECLINED
     if replay is not DECLINED and entry.c_aligned == 0 and plan.programs:
