@@ -5,6 +5,7 @@ on the GPU), no gradient, experts 8, 60 and 128, 512 and 8192 rows, balanced and
 
     PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_call_cpu.py --out DIR   # a GPU
     PYTHONPATH=src python3 benchmarks/grouped_call_cpu.py --stub --out DIR                      # any host
+    PYTHONPATH=src python3 benchmarks/grouped_call_cpu.py --stub --trees ../main/src src --rounds 4 --out DIR
 
 On a GPU, per call and case: host_us (the CPU's microseconds a call of a block of calls, the GPU
 idle before the block: what a CPU-bound loop pays), block_us (a block of calls between two CUDA
@@ -24,7 +25,8 @@ check" is the path each call took before repeated calls kept their key's plan
 every call), "tilemm.grouped_matmul" the public call (its key's plan and replay). Per call, this
 thread's CPU microseconds (a shared host's other load left out): the least and the median of
 interleaved rounds. Host offsets are checked at every call on both paths (on a GPU they are not
-read).
+read). --trees runs that in one process a source tree and round (say main's and this one's),
+interleaved: the same two paths, each as that tree has it.
 """
 import json
 import os
@@ -231,6 +233,31 @@ def stub(args, emit) -> None:
               "cpu_us": round(min(found), 2), "median_us": round(statistics.median(found), 2)})
 
 
+def trees(args, emit) -> None:
+    """--stub --trees A B: rounds of one child process a source tree (this script, --stub, on that
+    tree's PYTHONPATH), the order alternating; per case and tree, the median over rounds of each
+    child's median, and the public call's ratio to the first tree's."""
+    import tempfile
+    folder = os.path.dirname(os.path.abspath(__file__))          # (harness, beside this script)
+    found: dict = {}
+    for r in range(args.rounds):
+        for tree in args.trees if r % 2 == 0 else args.trees[::-1]:
+            with tempfile.TemporaryDirectory() as out:
+                argv = [sys.executable, os.path.abspath(__file__), "--stub", "--out", out, "--rounds", "3",
+                        "--experts", *map(str, args.experts), "--rows", str(args.rows[0]), "--calls", str(args.calls)]
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, folder])}
+                lines, failed = harness.child_lines(argv, env, timeout=900)
+            if failed:
+                raise SystemExit(f"{tree}: {failed}")
+            for line in lines:
+                found.setdefault((line["case"], tree), []).append(line["median_us"])
+    first = {case: statistics.median(times) for (case, tree), times in found.items() if tree == args.trees[0]}
+    for (case, tree), times in found.items():
+        median = statistics.median(times)
+        emit({"stub": True, "case": case, "tree": tree, "rounds": len(times), "median_us": round(median, 2),
+              "vs_first_tree": round(median / first[case], 3) if case in first else None})
+
+
 def main():
     ap = harness.parser(__doc__.split("\n\n")[0], out_required=False,
                         helps={"stub": "the Python alone, each launch stubbed (any host)",
@@ -239,6 +266,8 @@ def main():
                                "calls": "calls a block (--stub: 400)", "rounds": "rounds, interleaved (--stub: 9)"},
                         rounds=7, calls=100, prewarm=5.0, stub=False, experts=list(EXPERTS), rows=list(ROWS),
                         routings=list(ROUTINGS), hidden=HIDDEN, width=WIDTH)
+    ap.add_argument("--trees", nargs=2, metavar="SRC", help="--stub: two source trees (their src folders), "
+                    "each timed in its own processes, interleaved (say main's and this one's)")
     args = harness.parse(ap)
     out = harness.out_folder(args.out)
     given = {a.split("=")[0] for a in sys.argv[1:]}
@@ -252,7 +281,7 @@ def main():
         def emit(record):
             harness.append(out / "grouped_call_cpu.jsonl", [{**stamp, **record}])
             print(json.dumps(record), flush=True)          # (the stamp in the file alone)
-        return stub(args, emit)
+        return trees(args, emit) if args.trees else stub(args, emit)
     stamp = harness.stamp("grouped_call_cpu.py", args)
     emit = harness.emitter(out / "grouped_call_cpu.jsonl", stamp)
     gpu(args, emit)

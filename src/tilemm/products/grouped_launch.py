@@ -6,7 +6,7 @@ the `tensorcore-grouped` rung's one launch (launch). device_grouped takes all th
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,8 +39,7 @@ def as_array(cut):
     return cut
 
 
-@dataclass(frozen=True)
-class GroupedPlan:
+class GroupedPlan(NamedTuple):
     """What a call's checks resolve from what its key holds (kinds, dtypes, shapes, strides,
     devices, parameters), none of it from the operands' memory or values: a repeated call of the
     key (tilemm.products.grouped_calls) starts from it."""
