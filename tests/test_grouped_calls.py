@@ -163,6 +163,7 @@ CHANGED = [   # (the changed call's a, b, offs and keywords; its error): a key t
     (lambda a, b: ((a, b, [2, 6, 6]), {}), ValueError, "3 entries for 2 groups"),
     (lambda a, b: ((a, b, torch.tensor([2, 6], device=a.device)), {}), ValueError, "int32"),
     (lambda a, b: ((a, b), dict(counts=[2, 6])), ValueError, "need offs"),
+    (lambda a, b: ((a, b, [2, 6]), dict(block_m=[16])), ValueError, "block_m"),       # (no key: unhashable)
 ]
 
 

@@ -134,12 +134,16 @@ def call_key(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params):
     if functorch_active() or jit_tracing() or forward_ad._current_level >= 0 or compiling():
         return None
     try:
-        asked = (out_dtype, tuple(sorted(params.items())) if params else ())
-        hash(asked)          # (an unhashable value: no key, and the checks name what is wrong)
+        if params or out_dtype is not None:
+            asked = (out_dtype, tuple(sorted(params.items())))
+            hash(asked)      # (an unhashable value: no key, and the checks name what is wrong)
+        else:
+            asked = None
+        cut = offs if counts is None else counts
         return (type(a), a.dtype, a.shape, a.stride(), a.device, type(b), b.dtype, b.shape, b.stride(), b.device,
-                counts is None, cut_key(offs if counts is None else counts), tensor_key(out), tensor_key(scale_a),
-                tensor_key(scale_b)) + asked
-    except NotKeyed:
+                counts is None, None if cut is None else cut_key(cut), None if out is None else tensor_key(out),
+                None if scale_a is None and scale_b is None else (tensor_key(scale_a), tensor_key(scale_b)), asked)
+    except (NotKeyed, TypeError):
         return None
 
 
