@@ -1,7 +1,9 @@
 """tilemm.grouped_matmul's products: many matrix products in one call, the grouped GEMM of a
 mixture of experts, with torch._grouped_mm's arguments; on the `tensorcore-grouped` rung for torch
 and CuPy arrays on a GPU, a loop of products on the host for NumPy's. Gradients are
-tilemm.torch.grouped_autograd's, where the public function (tilemm.products_api) sends them."""
+tilemm.torch.grouped_autograd's, where the public function (tilemm.products_api) sends them; a
+repeated call on torch tensors starts from its key's plan (torch_plan's, kept by
+tilemm.products.grouped_calls), this path being its first call's."""
 from __future__ import annotations
 
 import numpy as np
