@@ -3,7 +3,8 @@ grouped_matmul (a mixture of experts' grouped GEMM), linear and matmul_epilogue 
 its epilogue in one pass).
 
 Each decides here what is torch's to run (a call that records a gradient, or that torch.compile
-traces: tilemm.torch), and otherwise calls its product (tilemm.products), which checks the call.
+traces: tilemm.torch), and otherwise calls its product (tilemm.products), which checks the call
+(a repeated grouped call on torch tensors: its key's plan, tilemm.products.grouped_calls).
 
     c = tilemm.scaled_matmul(a8, b8, scale_a, scale_b)          # float8 torch tensors, as torch._scaled_mm
     c = tilemm.grouped_matmul(x, w, offs)                        # experts' products in one launch
@@ -17,6 +18,7 @@ import functools
 import numpy as np
 
 from tilemm import api
+from tilemm.numerics import arrays
 from tilemm.numerics.epilogue_math import check_activation
 from tilemm.products import grouped, linear as host_epilogues, scaled
 from tilemm.products.block_scaled import vector_scales
@@ -153,8 +155,17 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
     in a new result they are 0 (offs on a GPU: unspecified, as torch's). Gradients flow for torch
     tensors in every contiguous layout and the batch (dA_g = dC_g B_g^T, dB_g = A_g^T dC_g: the
     weight's a K-cut product of this same program); with counts, rows past a group's count get
-    none. Raises ValueError or TypeError naming the problem before any work.
+    none. Raises ValueError or TypeError naming the problem before any work. A repeated call
+    (torch tensors of the same kinds, dtypes, shapes, strides and devices, the same out_dtype and
+    params, out given or not alike, no gradient recorded) skips the checks its first call made
+    and replays its launch: offsets or counts on the host are still checked at every call.
     """
+    torch = arrays.torch_if_imported()
+    if torch is not None and isinstance(a, torch.Tensor):     # a repeated call: its key's plan (or the path below)
+        calls = grouped_calls()
+        c = calls.call(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params)
+        if c is not calls.NOT_SERVED:
+            return c
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return grouped.problems(a, b, offs, counts, out_dtype, out, params, grouped_matmul)
     if grouped.records_gradient(a, b, scale_a, scale_b):
@@ -207,6 +218,14 @@ def matmul_epilogue(a, b, *, bias=None, activation=None, alpha: float = 1.0, bet
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return host_epilogues.epilogue_numpy(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
     return fused_autograd().matmul_epilogue(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
+
+
+@functools.cache
+def grouped_calls():
+    """tilemm.products.grouped_calls (repeated grouped calls), imported at the first call with
+    torch tensors (it imports torch)."""
+    from tilemm.products import grouped_calls as module
+    return module
 
 
 @functools.cache

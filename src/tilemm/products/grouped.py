@@ -1,14 +1,16 @@
 """tilemm.grouped_matmul's products: many matrix products in one call, the grouped GEMM of a
 mixture of experts, with torch._grouped_mm's arguments; on the `tensorcore-grouped` rung for torch
 and CuPy arrays on a GPU, a loop of products on the host for NumPy's. Gradients are
-tilemm.torch.grouped_autograd's, where the public function (tilemm.products_api) sends them."""
+tilemm.torch.grouped_autograd's, where the public function (tilemm.products_api) sends them; a
+repeated call on torch tensors starts from its key's plan (torch_plan's, kept by
+tilemm.products.grouped_calls), this path being its first call's."""
 from __future__ import annotations
 
 import numpy as np
 
 from tilemm.numerics import arrays
 from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_M, SPLIT_K, check_scales, check_values, layout
-from tilemm.products.grouped_launch import as_array, device_grouped, host_values
+from tilemm.products.grouped_launch import as_array, host_values, launch, prepared, resolve
 
 
 def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, out_dtype=None, out=None, **params):
@@ -35,12 +37,23 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
     if torch is None or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise TypeError(f"grouped_matmul: operands are {type(a).__name__} and {type(b).__name__}; pass two NumPy "
                         "arrays, two CuPy arrays or two torch tensors (or two lists of them)")
+    plan, cut, scales = torch_plan(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params)
+    c, cut = prepared(plan, a, cut, out)
+    launch(plan, a, b, c, cut, scales)
+    return c
+
+
+def torch_plan(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params) -> tuple:
+    """(GroupedPlan, offs or counts, the block scales or None) of a call on torch tensors a and b
+    that records no gradient, after every check that depends on its key alone."""
     scaled = scale_a is not None or scale_b is not None
     offs, counts, lay = torch_layout(a, b, offs, counts, out_dtype, scaled)
+    scales = None
     if scaled:
-        check_scales(scale_a, scale_b, a, b, lay, torch)
-        return device_grouped(a, b, offs if counts is None else counts, lay, out, params, scales=(scale_a, scale_b))
-    return device_grouped(a, b, offs if counts is None else counts, lay, out, params)
+        check_scales(scale_a, scale_b, a, b, lay, arrays.torch_if_imported())
+        scales = (scale_a, scale_b)
+    cut = offs if counts is None else counts
+    return resolve(a, b, cut, lay, out, params, scales=scales), cut, scales
 
 
 def records_gradient(a, b, scale_a, scale_b) -> bool:

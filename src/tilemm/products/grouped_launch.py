@@ -1,26 +1,33 @@
-"""tilemm.grouped_matmul's GPU path: offsets or counts made ready on the operands' device,
-the result allocated, and the `tensorcore-grouped` rung's one launch (checks first)."""
+"""tilemm.grouped_matmul's GPU path in three steps: the checks that depend on a call's key alone,
+resolved into a GroupedPlan (resolve); the offsets or counts made ready on the operands' device
+(those on the host checked: cut_ready) and the result allocated (new_result), or both (prepared);
+the `tensorcore-grouped` rung's one launch (launch). device_grouped takes all three; a repeated call
+(tilemm.products.grouped_calls) the last two, from its first call's plan."""
 from __future__ import annotations
 
 import contextlib
+from typing import NamedTuple
 
 import numpy as np
 
 from tilemm.numerics import arrays
 from tilemm.system import compat
-from tilemm.products.grouped_checks import COUNTED_M, SPLIT_M, SPLIT_N, check_values
+from tilemm.products.grouped_checks import COUNTED_M, SPLIT_M, SPLIT_N, Layout, check_values
 from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
 
 
 def host_values(cut) -> list | None:
     """The offsets or counts as Python ints where they are on the host (no wait on a GPU), else None."""
+    return cut.tolist() if on_host(cut) else None
+
+
+def on_host(cut) -> bool:
+    """Whether offsets or counts (as_array's) are on the host: a NumPy array or a CPU tensor."""
     torch = arrays.torch_if_imported()
     if torch is not None and isinstance(cut, torch.Tensor):
-        return cut.tolist() if cut.device.type == "cpu" else None
-    if isinstance(cut, np.ndarray):
-        return cut.tolist()
-    return None
+        return cut.device.type == "cpu"
+    return isinstance(cut, np.ndarray)
 
 
 def as_array(cut):
@@ -32,10 +39,31 @@ def as_array(cut):
     return cut
 
 
+class GroupedPlan(NamedTuple):
+    """What a call's checks resolve from what its key holds (kinds, dtypes, shapes, strides,
+    devices, parameters), none of it from the operands' memory or values: a repeated call of the
+    key (tilemm.products.grouped_calls) starts from it."""
+    rung: object              # the `tensorcore-grouped` rung's module (launch, bound_launch)
+    lay: Layout
+    config: dict              # the rung's parameters, `programs` apart (read only)
+    programs: int             # the persistent grid (0: nothing to launch)
+    dtype: object             # the result's torch dtype
+    zero_uncovered: bool      # a new result zeroed even where the offsets are on the GPU (gradients)
+
+
 def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=None):
     """torch operands: the rung's one launch (checks first). cut: offs or counts (None: a batch).
     zero_uncovered: a new result is zeroed even where the offsets are on the GPU (gradients).
     scales: float8 operands' block scales (scale_a, scale_b), checked (grouped_checks.check_scales)."""
+    plan = resolve(a, b, cut, lay, out, params, zero_uncovered, scales)
+    c, cut = prepared(plan, a, cut, out)
+    launch(plan, a, b, c, cut, scales)
+    return c
+
+
+def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=None) -> GroupedPlan:
+    """The GroupedPlan of a call (device_grouped's arguments), after every check that depends on
+    its key alone (a ValueError, TypeError or KernelUnavailable naming the problem)."""
     import torch
     from tilemm.engine import availability
     r15_grouped = registry.program("tensorcore-grouped")
@@ -47,16 +75,11 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, sc
         raise ValueError(f"grouped_matmul: the operands are on {a.device}; "
                          + ("under TRITON_INTERPRET=1 they must be CPU tensors" if compat.triton_interpreter()
                             else "NumPy arrays are multiplied on the host, torch tensors on a CUDA GPU"))
-    values = None
     if cut is not None:
         cut = as_array(cut)
-        values = host_values(cut)
-        if values is not None:
-            check_values(values, lay)
-        elif not (isinstance(cut, torch.Tensor) and cut.device == a.device):
+        if not on_host(cut) and not (isinstance(cut, torch.Tensor) and cut.device == a.device):
             raise ValueError(f"grouped_matmul: offs or counts on {getattr(cut, 'device', '?')}; put them on the "
                              f"operands' device ({a.device}) or the host")
-        cut = torch.as_tensor(cut, device=a.device)
     dtype = getattr(torch, lay.dtype)
     if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
                                 and out.device == a.device):
@@ -79,20 +102,56 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, sc
                                       config["num_stages"], a.element_size())
     if reason:
         raise KernelUnavailable(f"grouped_matmul: {reason}")
-    # rows (columns) past offs[-1] or a group's count: zero in a new result where that is known
-    uncovered = lay.split == COUNTED_M or (lay.split in (SPLIT_M, SPLIT_N) and (
-        zero_uncovered or (values is not None and values[-1:] != [lay.extent])))
-    if out is None:
-        c = (torch.zeros if uncovered else torch.empty)(lay.shape, dtype=dtype, device=a.device)
-    else:
-        c = out
     tiles = tiles_bound(a, b, lay, config["block_m"], config["block_n"])
     programs = r15_grouped.programs_for(tiles, config.pop("programs"))
-    if programs:
+    return GroupedPlan(r15_grouped, lay, config, programs, dtype, zero_uncovered)
+
+
+def prepared(plan: GroupedPlan, a, cut, out) -> tuple:
+    """(C, the offsets or counts on the operands' device) of a call of plan: out, or a new result
+    (new_result)."""
+    cut, values = cut_ready(plan, a, cut)
+    return (out if out is not None else new_result(plan, a, values)), cut
+
+
+def cut_ready(plan: GroupedPlan, a, cut) -> tuple:
+    """(offsets or counts on the operands' device, their values where read on the host, else
+    None): those on the host checked (their values, at every call)."""
+    if cut is None:
+        return None, None
+    cut = as_array(cut)
+    values = host_values(cut)
+    if values is not None:
+        check_values(values, plan.lay)
+    import torch
+    return torch.as_tensor(cut, device=a.device), values
+
+
+def new_result(plan: GroupedPlan, a, values):
+    """A new result on a's device, zeroed where rows (columns) are known to be left uncovered
+    (zeroed_result)."""
+    import torch
+    return (torch.zeros if zeroed_result(plan, values) else torch.empty)(plan.lay.shape, dtype=plan.dtype,
+                                                                            device=a.device)
+
+
+def zeroed_result(plan: GroupedPlan, values) -> bool:
+    """Whether a new result is zeroed: rows past a group's count (the masked layout), past a host
+    offs[-1] short of the end, or past the GPU's offsets of a gradient's product."""
+    lay = plan.lay
+    return lay.split == COUNTED_M or (lay.split in (SPLIT_M, SPLIT_N) and (
+        plan.zero_uncovered or (values is not None and values[-1:] != [lay.extent])))
+
+
+def launch(plan: GroupedPlan, a, b, c, cut, scales=None) -> None:
+    """plan's launch on these operands (cut on their device: prepared's), through Triton's JIT
+    (tilemm.engine.jit_repeats), with a's GPU current."""
+    if plan.programs:
+        import torch
         guard = torch.cuda.device(a.device) if a.device.type == "cuda" else contextlib.nullcontext()
         with guard, JIT_LOCK:
-            r15_grouped.launch(a, b, c, cut, lay.split, lay.extent, programs, **config, scales=scales)
-    return c
+            plan.rung.launch(a, b, c, cut, plan.lay.split, plan.lay.extent, plan.programs, **plan.config,
+                             scales=scales)
 
 
 def tiles_bound(a, b, lay, block_m: int, block_n: int) -> int:

@@ -55,6 +55,13 @@ def launch(*args, **kwargs):
     launch_program(*args, **kwargs)
 
 
+def bound_launch(*args, **kwargs):
+    """launch()'s one launch as a launcher without arguments, or None where there is none
+    (r15_grouped_kernel.bound_launch): what a repeated call records and replays."""
+    from tilemm.ladder.tensorcore.r15_grouped_kernel import bound_launch as bound
+    return bound(*args, **kwargs)
+
+
 def tma_eligible(a, b, split: int) -> bool:
     """Whether the operands can be read by TMA (r15_grouped_tma_kernel.eligible)."""
     from tilemm.ladder.tensorcore.r15_grouped_tma_kernel import eligible

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tilemm.engine import jit_repeats
+from tilemm.engine import jit_repeats, launches
 from tilemm.system import compat
 from tilemm.ladder.tensorcore import r15_grouped_tma_kernel
 from tilemm.ladder.tensorcore.r15_grouped_scales import block_scale_factors, scale_arguments
@@ -123,15 +123,14 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
     ValueError where it can't), or never (False). scales: None, or float8 a and b's block scales
     (scale_a (rows, K/128) or (G, M, K/128), scale_b (G, K/128, N/128), float32). small_m: the TMA
     program's short tiles, for a group's last rows (None: SHORT_ROWS, at most block_m)."""
-    use_tma = tma is not False and r15_grouped_tma_kernel.eligible(a, b, split)
-    if tma and not use_tma:
-        raise ValueError("tensorcore-grouped: tma=True takes the MoE forward layouts with both operands K-major "
-                         "(a row-major, b the transpose of a contiguous (G, N, K)), rows 16-byte aligned")
     if compat.triton_interpreter() and torch.bfloat16 in (a.dtype, c.dtype):
         # Triton's interpreter multiplies bfloat16 wrongly (NumPy has none) and rounds float32 to
         # bfloat16 by truncation: there the same sums from float32 copies (a product of two
         # bfloat16 values is exact in float32) into float32, rounded once by torch; C's rows that
         # no group covers keep what they held
+        use_tma = tma is not False and r15_grouped_tma_kernel.eligible(a, b, split)
+        if tma and not use_tma:
+            raise ValueError(TMA_REFUSED)
         wide = c if c.dtype == torch.float32 else c.float()
         up = a.dtype == torch.bfloat16
         launch(a.float() if up else a, b.float() if up else b, wide, offs, split, extent, programs, block_m, block_n,
@@ -139,11 +138,37 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
         if wide is not c:
             c.copy_(wide)
         return
+    jit_repeats.launch(*launch_arguments(a, b, c, offs, split, extent, programs, block_m, block_n, block_k, group_m,
+                                         num_warps, num_stages, tma, scales, small_m))
+
+
+def bound_launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
+                 group_m: int, num_warps: int, num_stages: int, tma=None, scales=None, small_m=None):
+    """launch()'s one launch as a launcher without arguments (tilemm.engine.launches.BoundLaunch),
+    which tilemm.engine.replay can record and replay on other operands; None under Triton's
+    interpreter with bfloat16 operands or result (there launch() computes from float32 copies)."""
+    if compat.triton_interpreter() and torch.bfloat16 in (a.dtype, c.dtype):
+        return None
+    return launches.bound_launch(*launch_arguments(a, b, c, offs, split, extent, programs, block_m, block_n, block_k,
+                                                   group_m, num_warps, num_stages, tma, scales, small_m))
+
+
+TMA_REFUSED = ("tensorcore-grouped: tma=True takes the MoE forward layouts with both operands K-major (a row-major, "
+               "b the transpose of a contiguous (G, N, K)), rows 16-byte aligned")
+
+
+def launch_arguments(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
+                     group_m: int, num_warps: int, num_stages: int, tma=None, scales=None, small_m=None) -> tuple:
+    """(program, grid, args, options) of launch()'s one launch: the TMA program's or the pointer
+    program's (launch()'s arguments; a ValueError for tma=True where the TMA program can't read
+    the operands)."""
+    use_tma = tma is not False and r15_grouped_tma_kernel.eligible(a, b, split)
+    if tma and not use_tma:
+        raise ValueError(TMA_REFUSED)
     if use_tma:
         short = small_m or min(r15_grouped_tma_kernel.SHORT_ROWS, block_m)
-        r15_grouped_tma_kernel.launch(a, b, c, offs, split, extent, programs, block_m, block_n, block_k, group_m,
-                                      num_warps, num_stages, short, scales)
-        return
+        return r15_grouped_tma_kernel.launch_arguments(a, b, c, offs, split, extent, programs, block_m, block_n,
+                                                       block_k, group_m, num_warps, num_stages, short, scales)
     g = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else offs.shape[0])
     m, k = a.shape[-2:]
     n = b.shape[-1]
@@ -155,9 +180,9 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
         n = 0
     sa, sb, sc = (x.stride() if x.dim() == 3 else (0,) + x.stride() for x in (a, b, c))
     integer = a.dtype == torch.int8
-    jit_repeats.launch(grouped_kernel, (programs,), (
+    return grouped_kernel, (programs,), (
         a, b, c, offs if offs is not None else c, g, m, n, k, extent, programs, *sa, *sb, *sc,
         *scale_arguments(scales, c, split == SPLIT_M)), dict(SCALED=scales is not None, SPLIT=split,
         BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m,
         INTEGER=integer, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else None,
-        num_warps=num_warps, num_stages=num_stages))
+        num_warps=num_warps, num_stages=num_stages)

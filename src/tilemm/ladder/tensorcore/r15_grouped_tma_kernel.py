@@ -13,7 +13,6 @@ not a 128-row one. Routings that send a few rows to many experts have many such 
 import triton
 import triton.language as tl
 
-from tilemm.engine import jit_repeats
 from tilemm.ladder.tensorcore.r15_grouped_scales import block_scale_factors, scale_arguments
 
 # the layouts it takes, numbered as r15_grouped_kernel's SPLIT (which imports this module)
@@ -128,10 +127,11 @@ def eligible(a, b, split: int) -> bool:
             and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0 and k > 0)
 
 
-def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int, block_k: int,
-           group_m: int, num_warps: int, num_stages: int, small_m: int, scales=None):
-    """The program on `programs` programs, for operands that eligible() takes (the checks are
-    tilemm.products.grouped's). small_m: the short tiles' rows (block_m: none)."""
+def launch_arguments(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int,
+                     block_k: int, group_m: int, num_warps: int, num_stages: int, small_m: int, scales=None) -> tuple:
+    """(program, grid, args, options) of the program's launch on `programs` programs, for operands
+    that eligible() takes (the checks are tilemm.products.grouped's). small_m: the short tiles'
+    rows (block_m: none)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     g, k, n = b.shape
     a_rows = a.reshape(-1, k) if a.dim() == 3 else a                 # (rows, K): a view (packed)
@@ -141,9 +141,10 @@ def launch(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, 
     b_desc = TensorDescriptor.from_tensor(b_rows, [block_n, block_k])
     m = a.shape[1] if a.dim() == 3 else 0
     sc = c.stride() if c.dim() == 3 else (0,) + c.stride()
-    jit_repeats.launch(grouped_tma_kernel, (programs,), (
+    return grouped_tma_kernel, (programs,), (
         a_desc, a_short_desc, b_desc, c, offs if offs is not None else c, g, m, n, k, extent, programs, *sc,
         *scale_arguments(scales, c, split == SPLIT_M)), dict(SCALED=scales is not None, SPLIT=split,
         BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=group_m, SMALL_M=small_m,
         INTEGER=a.dtype.itemsize == 1 and not a.dtype.is_floating_point,
-        INPUT_PRECISION="ieee" if a.dtype.itemsize == 4 else None, num_warps=num_warps, num_stages=num_stages))
+        INPUT_PRECISION="ieee" if a.dtype.itemsize == 4 else None, num_warps=num_warps, num_stages=num_stages)
+
