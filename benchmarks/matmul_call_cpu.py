@@ -13,6 +13,10 @@ pace of back-to-back calls), and the ratio of host_us to the baseline's; medians
 rotated order.
 
     PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/matmul_call_cpu.py --out DIR
+    TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/matmul_call_cpu.py --out DIR --trees OLD/src src
+
+(--trees: tilemm's calls of two source trees, both loaded in this process, each timed with its own
+modules in sys.modules, in the same rotated rounds as the baselines.)
 
 With --stub (any host, Triton's interpreter): the Python of the repeated call alone. Each case's
 plan is made by a first call; its launch is then recorded as a replay made as on GPU 0 (the
@@ -237,22 +241,28 @@ def check(torch, c, a, b, dtype: str) -> tuple:
 
 # ---------------------------------------------------------------- on the GPU
 
-def gpu_cases(torch, tilemm, args) -> dict:
-    """{label: (call, check, baseline's label)} for the module's docstring's cases."""
-    cases = {}
+def gpu_cases(torch, tilemm, args, tree=None) -> dict:
+    """{label: (call, check, baseline's label, tree)} for the module's docstring's cases: the
+    baselines' where tilemm is None (tree None), else tilemm's (the tilemm given, of source tree
+    `tree`: its label's suffix; "": the one on the path)."""
+    cases, mark = {}, f" [{tree}]" if tree else ""
     for m in args.rows:
         for layout in ("col", "row"):
             a, b = operands(torch, "int8", m, args.k, args.n, layout, "cuda", seed=m)
-            check_ = checker(torch, a, b, "int8")
-            base = f"int8 M={m} {layout} torch._int_mm"
-            cases[base] = (harness.int_mm_call(a, b), check_, None)
-            cases[f"int8 M={m} {layout} tilemm"] = (tilemm_call(tilemm, a, b, "int8", "tensorcore-int"), check_, base)
+            check_, base = checker(torch, a, b, "int8"), f"int8 M={m} {layout} torch._int_mm"
+            if tilemm is None:
+                cases[base] = (harness.int_mm_call(a, b), check_, None, None)
+            else:
+                cases[f"int8 M={m} {layout} tilemm{mark}"] = (tilemm_call(tilemm, a, b, "int8", "tensorcore-int"),
+                                                              check_, base, tree)
     a, b = operands(torch, "bfloat16", 16, args.k, args.n, "col", "cuda", seed=16)
     check_, base = checker(torch, a, b, "bfloat16"), "bfloat16 M=16 col torch.matmul"
-    cases[base] = ((lambda: torch.matmul(a, b)), check_, None)
-    for kernel in ("tensorcore", None):
-        cases[f"bfloat16 M=16 col tilemm kernel={kernel}"] = (tilemm_call(tilemm, a, b, "bfloat16", kernel), check_,
-                                                              base)
+    if tilemm is None:
+        cases[base] = ((lambda: torch.matmul(a, b)), check_, None, None)
+    else:
+        for kernel in ("tensorcore", None):
+            cases[f"bfloat16 M=16 col tilemm kernel={kernel}{mark}"] = (
+                tilemm_call(tilemm, a, b, "bfloat16", kernel), check_, base, tree)
     return cases
 
 
@@ -264,23 +274,52 @@ def checker(torch, a, b, dtype: str):
 
 
 def gpu(args, emit) -> None:
+    """Whole calls on the GPU (the module's docstring); with --trees, tilemm's calls of each tree,
+    both in this process, each timed with its own tilemm modules in sys.modules."""
+    import importlib
     import torch
-    import tilemm
     harness.prewarm(args.prewarm)
-    cases = gpu_cases(torch, tilemm, args)
-    calls = {label: call for label, (call, _, _) in cases.items()}
+    cases = gpu_cases(torch, None, args)
+    loaded = {}
+    for tree in (args.trees if len(args.trees) == 2 else [""]):      # ("": the tilemm on the path, alone)
+        if tree:
+            entered({})
+            sys.path.insert(0, os.path.abspath(tree))
+        try:
+            cases.update(gpu_cases(torch, importlib.import_module("tilemm"), args, tree))
+        finally:
+            if tree:
+                sys.path.remove(os.path.abspath(tree))
 
-    def check(label, answer):
-        return cases[label][1](label, answer)
-    first, first_outcomes = harness.checked(calls, check)
-    for call in first.values():       # the second call records the launch: the third is a replay
-        call()
-    good, outcomes = harness.checked(first, check)
-    outcomes = {**first_outcomes, **outcomes}
-    host = harness.medians(harness.rounds(good, args.rounds, lambda call: harness.host_us(call, args.calls)))
-    block = harness.medians(harness.rounds(good, args.rounds, lambda call: harness.block_us(call, args.calls)))
-    for label, outcome in outcomes.items():
-        base = cases[label][2]
+        def check(label, answer):
+            return cases[label][1](label, answer)
+        mine = {label: case[0] for label, case in cases.items() if case[3] == tree}
+        first, first_outcomes = harness.checked(mine, check)
+        for call in first.values():       # the second call records the launch: the third is a replay
+            call()
+        good, outcomes = harness.checked(first, check)
+        for label, case in list(cases.items()):
+            if case[3] == tree:
+                cases[label] = (*case, {**first_outcomes, **outcomes}[label], label in good)
+        loaded[tree] = tilemm_modules()
+
+    def measured(timer):
+        def measure(label):
+            tree = cases[label][3]
+            if tree:
+                entered(loaded[tree])
+            return timer(cases[label][0], args.calls)
+        return measure
+    baselines = {label: label for label, case in cases.items() if case[3] is None}
+    first, first_outcomes = harness.checked({label: cases[label][0] for label in baselines},
+                                            lambda label, answer: cases[label][1](label, answer))
+    good = {label: label for label, case in cases.items() if (case[3] is None and label in first)
+            or (case[3] is not None and case[5])}
+    host = harness.medians(harness.rounds(good, args.rounds, measured(harness.host_us)))
+    block = harness.medians(harness.rounds(good, args.rounds, measured(harness.block_us)))
+    for label, case in cases.items():
+        outcome = first_outcomes[label] if case[3] is None else case[4]
+        base = case[2]
         ratio = host[label] / host[base] if label in host and base in host else None
         emit({"case": label, "k": args.k, "n": args.n, "ok": outcome.ok, "error": outcome.value,
               "host_us": host.get(label), "block_us": block.get(label), "baseline": base,
@@ -290,7 +329,7 @@ def gpu(args, emit) -> None:
 def main():
     ap = harness.parser(__doc__.split("\n\n")[0], out_required=False,
                         helps={"stub": "the Python alone, each launch stubbed (any host)",
-                               "trees": "with --stub: two source trees, both in this process, a round each in turn",
+                               "trees": "two source trees' tilemm, both in this process, timed in turn",
                                "cases": "with --stub: these cases only (their labels)",
                                "rows": "M of the GPU's int8 cases", "calls": "calls a block (--stub: 2000)",
                                "rounds": "rounds, interleaved (--stub: 9)"},
@@ -298,12 +337,12 @@ def main():
                         trees=[""], cases=[""])
     args = harness.parse(ap)
     given = {a.split("=")[0] for a in sys.argv[1:]}
+    if "--trees" in given and len(args.trees) != 2:
+        raise SystemExit("--trees takes two source trees (folders holding tilemm)")
     args.cases = [c for c in args.cases if c]
     if args.stub:
         args.calls = args.calls if "--calls" in given else 2000
         args.rounds = args.rounds if "--rounds" in given else (9 if "--trees" not in given else 15)
-        if "--trees" in given and len(args.trees) != 2:
-            raise SystemExit("--trees takes two source trees (folders holding tilemm)")
         out = harness.out_folder(args.out) if args.out else None
         stamp = harness.stamp("matmul_call_cpu.py", args, env="PYTHONPATH=src") if out else {}
 
