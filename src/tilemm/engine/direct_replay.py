@@ -24,7 +24,7 @@ tilemm.matmul), a frame each fewer than the quick call's steps.
 from __future__ import annotations
 
 from tilemm.engine import workspaces
-from tilemm.engine.direct_launch import KEPT_ADDRESSES
+from tilemm.engine.direct_launch import KEPT_ADDRESSES, KNOWN_BASE_FORMAT
 from tilemm.engine.replay_slots import DescriptorMaker, OperandAddress, Whole
 from tilemm.engine.workspaces import WorkspaceLaunch
 
@@ -75,23 +75,36 @@ def quick(replay, launch, prepared, made: list, standard, shape: tuple, declined
     return call
 
 
+# The C launcher's leading arguments before the program's, a character each of direct_launch's
+# KNOWN_BASE_FORMAT; the stream is the fourth
+LEADING = len(KNOWN_BASE_FORMAT)
+STREAM_AT = 3
+
+
 def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
     """quick's function for two inputs, c = a @ b, in one frame: the guard (the first call's
     alignment of each operand, neither a negative view nor, complex, a conjugate one, no CUDA
-    graph being captured where the launch takes a workspace) read inline, the values worked out
-    once (the recorded launch's, C's shape, dtype and device, the torch functions the call reads);
+    graph being captured where the launch takes a workspace) read inline, what does not change
+    worked out once (C's shape, dtype and device, the torch functions the call reads, and the C
+    launcher's whole argument list for the stream, split K's workspace in place while the
+    workspaces stay as they are), the operands' and C's addresses put in at each call;
     declined(a, b) for operands the guard refuses (None: None)."""
     import torch            # (the operands are torch tensors: loaded)
     (c_launch, (grid_x, grid_y, grid_z), function, packed, cooperative, pdl, _, expand, runtime), offsets, slots = found
-    launch, template = replay.single[0], list(replay.single[1])
-    addressed = [(j, which) for _, j, which in replay.address_slots]
+    launch = replay.single[0]
+    # the C launcher's arguments, Triton's leading ones first (the stream's place filled for each stream)
+    template = [grid_x, grid_y, grid_z, None, function, cooperative, pdl, None, None, packed, None, None, None,
+                *replay.single[1]]
+    addressed = [(LEADING + j, which) for _, j, which in replay.address_slots]
+    offsets = [(LEADING + j, which, delta) for j, which, delta in offsets]
+    slots = [(LEADING + j, *rest) for j, *rest in slots]
     # the usual program: A, B and C passed once each as addresses, set in three stores
     at_a, at_b, at_c = ([j for j, which in addressed if which == w] for w in range(3))
     each_once = len(at_a) == len(at_b) == len(at_c) == 1 and len(addressed) == 3
     at_a, at_b, at_c = (at_a[0], at_b[0], at_c[0]) if each_once else (None, None, None)
     workspace = isinstance(launch, WorkspaceLaunch)      # memory a CUDA graph being captured would keep
     steady = workspace and launch.STEADY                 # its addresses kept for the stream (split K's)
-    at, taken = (launch.at, len(launch.WORKSPACE)) if workspace else (0, 0)
+    at, taken = (LEADING + launch.at, len(launch.WORKSPACE)) if workspace else (0, 0)
     align_a, align_b = replay.aligned
     index, dtype, device = replay.device_index, replay.dtype, replay.device
     empty, get_device, stream_of = replay.allocate, replay.current_device, replay.current_stream
@@ -99,9 +112,18 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
     # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
     neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
     by_address = bool(offsets or slots)                  # views into the operands, descriptors over them
-    kept = (None, None, None)     # (stream, workspaces' generation, the workspace's addresses): split K's last
+    kept = (None, None, None)     # (stream, workspaces' generation, the arguments for that stream): the last
     if declined is None:
         declined = declining
+
+    def for_stream(stream) -> tuple:
+        """kept for stream: the template with the stream, and split K's workspace, in place."""
+        generation = workspaces.generation       # (read first: a change meanwhile leaves it stale)
+        arguments = template.copy()
+        arguments[STREAM_AT] = stream
+        if steady:
+            arguments[at:at + taken] = launch.replayed_workspace(index, stream)
+        return stream, generation, arguments
 
     def call(a, b):
         nonlocal kept
@@ -115,7 +137,10 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
                 or workspace and capturing()):
             return declined(a, b)
         c = empty(*shape, dtype=dtype, device=device)
-        values = template.copy()
+        stream, last = stream_of(index), kept
+        if last[0] != stream or steady and last[1] != workspaces.generation:
+            last = kept = for_stream(stream)
+        values = last[2].copy()
         if each_once:
             values[at_a], values[at_b], values[at_c] = pa, pb, c.data_ptr()
             pointers = None
@@ -127,14 +152,7 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
             pointers = pointers or (pa, pb, values[at_c])
             for j, which, delta in offsets:
                 values[j] = pointers[which] + delta
-        stream = stream_of(index)
-        if steady:
-            last = kept
-            if last[0] != stream or last[1] != workspaces.generation:
-                generation = workspaces.generation      # (read first: a change meanwhile leaves it stale)
-                last = kept = (stream, generation, launch.replayed_workspace(index, stream))
-            values[at:at + taken] = last[2]
-        elif workspace:
+        if workspace and not steady:             # (stream-K's: an epoch of its own at each launch)
             values[at:at + taken] = launch.replayed_workspace(index, stream)
         for j, which, delta, make, meta, expansions in slots:     # (the last first)
             address = pointers[which] + delta
@@ -144,8 +162,7 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
                     expansions.clear()
                 expanded = expansions[address] = expand(make((a, b, c), None), meta)
             values[j:j + 1] = expanded
-        c_launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl, None, None, packed, None, None, None,
-                 *values)
+        c_launch(*values)
         return c
     return call
 
