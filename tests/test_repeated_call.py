@@ -24,8 +24,8 @@ from tilemm.plans import cache  # noqa: E402
 from .conftest import ON_GPU  # noqa: E402
 from .interpreted_replays import interpreted_runner  # noqa: E402
 
-pytestmark = [pytest.mark.skipif(ON_GPU, reason="the host's replays under Triton's interpreter"),
-              pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")]   # (torch 2.13's, on the op's load)
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")   # (torch 2.13's, on the op's load)
+on_the_host = pytest.mark.skipif(ON_GPU, reason="the host's replays under Triton's interpreter")
 
 I8 = torch.int8
 
@@ -109,6 +109,7 @@ def int8_matmul(x, y):
     return tilemm.matmul(x, y, kernel="tensorcore-int", out_dtype="int32")
 
 
+@on_the_host
 @pytest.mark.parametrize("k, b_rows", [(64, False), (4096, False), (256, True)])   # (4096: split K, its workspace)
 def test_a_repeated_call_replays_on_new_operands(monkeypatch, k, b_rows):
     a, b = int8_pair(16, k, 32, seed=1, b_rows=b_rows)
@@ -119,6 +120,7 @@ def test_a_repeated_call_replays_on_new_operands(monkeypatch, k, b_rows):
     assert log[-1][0] == a.data_ptr() and log[-1][1] == b.data_ptr()
 
 
+@on_the_host
 def test_the_guard_declines_misaligned_and_negative_operands(monkeypatch):
     """Each call the guard turns away takes the plan's path (the backend again) and gives its
     product; the next plain call replays again."""
@@ -134,6 +136,7 @@ def test_the_guard_declines_misaligned_and_negative_operands(monkeypatch):
     assert exact(launched(log, 1, lambda: int8_matmul(a, b)), a, b)
 
 
+@on_the_host
 def test_a_captured_workspace_launch_another_device_and_streams(monkeypatch):
     """While a CUDA graph is captured a split-K replay (the graph would keep its workspace)
     declines: the plan's path. With another device current the replay runs under a guard that
@@ -168,6 +171,7 @@ def test_a_captured_workspace_launch_another_device_and_streams(monkeypatch):
     assert exact(launched(log, 1, lambda: int8_matmul(a, b)), a, b) and log[-1][at] == replaced[0].data_ptr()
 
 
+@on_the_host
 def test_a_conjugate_view_is_declined_by_a_complex_replay():
     """A complex product's quick call refuses a conjugate view (its memory holds the values before
     the conjugation) and a negative one: the declined path's value; a plain operand launches."""
@@ -199,6 +203,7 @@ def float16_pair(seed, grad=False):
     return a.requires_grad_(grad), b.requires_grad_(grad)
 
 
+@on_the_host
 def test_calls_that_never_meet_a_plain_plan(monkeypatch):
     """A call that would record a gradient, under forward-mode AD, autocast or a torch.func
     transform has another key (or none): it takes its own route (autograd's node, the dual's
@@ -224,3 +229,53 @@ def test_calls_that_never_meet_a_plain_plan(monkeypatch):
     c = launched(log, 0, lambda: torch.func.vmap(matmul, in_dims=(0, None))(stacked, b))
     assert c.shape == (2, 16, 32) and close(c[1], a, b)
     assert close(launched(log, 1, lambda: matmul(a, b)), a, b)
+
+
+@pytest.mark.gpu
+def test_gpu_int8_repeated_calls_and_their_guards():
+    """On the GPU, tensorcore-int's split-K replay of 16 x 8192 x 3072 (B a weight (N, K).T):
+    repeated on new operands (the quick call of a @ b), and each call its guard turns away (A off
+    16 bytes' alignment, a negative view), on a side stream whose producer is late, and captured in
+    a CUDA graph (the replay declines: the plan's path, without a workspace) - every answer exact."""
+    from .test_gpu_programs import SLEEP_CYCLES, captured
+    m, k, n = 16, 8192, 3072
+
+    def pair(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        a = torch.randint(-128, 128, (m, k), dtype=I8, device="cuda", generator=g)
+        return a, torch.randint(-128, 128, (n, k), dtype=I8, device="cuda", generator=g).T
+
+    def same(c, a, b):
+        return c.dtype == torch.int32 and torch.equal(c.double(), a.double() @ b.double())
+    a, b = pair(1)
+    assert same(int8_matmul(a, b), a, b)
+    known = cache.PLANS[cache.call_key(a, b, "tensorcore-int", None, "int32", {})]
+    assert known.replay is not None and isinstance(known.replay.single[0], SplitKLaunch)
+    for seed in (2, 3):
+        a, b = pair(seed)
+        assert same(int8_matmul(a, b), a, b)
+    shifted = torch.empty(m * k + 1, dtype=I8, device="cuda")[1:].view(m, k)
+    shifted.copy_(a)
+    assert same(int8_matmul(shifted, b), a, b)
+    negative = torch._neg_view(a)
+    assert same(int8_matmul(negative, b), negative.resolve_neg(), b)
+    late = torch.zeros_like(a)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        late.copy_(a)
+        c = int8_matmul(late, b)
+    torch.cuda.synchronize()
+    assert same(c, a, b)
+    x, y = a.clone(), b
+    # (the program a captured call falls back to, one run a tile, compiled before the capture)
+    assert same(tilemm.matmul(x, y, kernel="tensorcore-int", out_dtype="int32", split_k=1), a, b)
+    graph, c = captured(lambda: int8_matmul(x, y))
+    for seed in (4, 5):
+        a2, _ = pair(seed)
+        x.copy_(a2)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert same(c, a2, y)
+    assert same(int8_matmul(a, b), a, b)
