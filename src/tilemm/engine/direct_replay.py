@@ -79,6 +79,7 @@ def quick(replay, launch, prepared, made: list, standard, shape: tuple, declined
 # KNOWN_BASE_FORMAT; the stream is the fourth
 LEADING = len(KNOWN_BASE_FORMAT)
 STREAM_AT = 3
+KEPT_STREAMS = 64      # streams a quick call keeps its arguments for (a thread's or a side stream's each)
 
 
 def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
@@ -112,21 +113,23 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
     # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
     neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
     by_address = bool(offsets or slots)                  # views into the operands, descriptors over them
-    kept = (None, None, None)     # (stream, workspaces' generation, the arguments for that stream): the last
+    kept: dict = {}               # stream -> (workspaces' generation, the arguments for that stream)
     if declined is None:
         declined = declining
 
     def for_stream(stream) -> tuple:
-        """kept for stream: the template with the stream, and split K's workspace, in place."""
+        """kept[stream]: the template with the stream, and split K's workspace, in place."""
         generation = workspaces.generation       # (read first: a change meanwhile leaves it stale)
         arguments = template.copy()
         arguments[STREAM_AT] = stream
         if steady:
             arguments[at:at + taken] = launch.replayed_workspace(index, stream)
-        return stream, generation, arguments
+        if len(kept) >= KEPT_STREAMS:
+            kept.clear()
+        kept[stream] = generation, arguments
+        return generation, arguments
 
     def call(a, b):
-        nonlocal kept
         enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
         if (get_device() != index or enter is not None and getattr(enter, "calls", True)
                 or leave is not None and getattr(leave, "calls", True)):
@@ -137,10 +140,11 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
                 or workspace and capturing()):
             return declined(a, b)
         c = empty(*shape, dtype=dtype, device=device)
-        stream, last = stream_of(index), kept
-        if last[0] != stream or steady and last[1] != workspaces.generation:
-            last = kept = for_stream(stream)
-        values = last[2].copy()
+        stream = stream_of(index)
+        arguments = kept.get(stream)
+        if arguments is None or steady and arguments[0] != workspaces.generation:
+            arguments = for_stream(stream)
+        values = arguments[1].copy()
         if each_once:
             values[at_a], values[at_b], values[at_c] = pa, pb, c.data_ptr()
             pointers = None
