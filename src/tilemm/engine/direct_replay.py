@@ -12,14 +12,15 @@ the C launcher's arguments with no object made (with a stand-in C launcher, on a
 2-core CPU, a TMA product's replay took 16.5 µs this way and 31 µs through the runner, C's
 allocation included; benchmarks/linear_profile.py --parts stages times both parts on a GPU's
 host). A launch that takes a workspace (split K, stream-K) is given it as addresses, as the
-quick call gives it; split K's are kept for the stream while the workspaces stay as they are
-(workspaces.generation). While Triton's launch hooks are set (a profiler's) and on another device
+quick call gives it. While Triton's launch hooks are set (a profiler's) and on another device
 than the recording's, the quick call as it is.
 
-a @ b, the usual call, is one function (pair_call): the quick call's guard inline (the operands'
-alignment, a conjugate or negative view, a CUDA graph captured where the launch takes a workspace),
-and what a call the guard turns away gives (declined: the plan's own path, for a repeated
-tilemm.matmul), a frame each fewer than the quick call's steps.
+a @ b, the usual call, is one function (pair_call), where the quick call's steps were a function
+each: its guard read inline (the operands' alignment, a conjugate or negative view, a CUDA graph
+captured where the launch takes a workspace), the C launcher's whole argument list kept for each
+stream (split K's workspace in place while the workspaces stay as they are:
+workspaces.generation), and for a call the guard turns away, what declined gives (a repeated
+tilemm.matmul's: the plan's own path).
 """
 from __future__ import annotations
 
