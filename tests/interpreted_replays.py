@@ -12,6 +12,7 @@ import torch
 from tilemm.engine import launches, replay as replays
 from tilemm.engine.direct_launch import make_runner
 from tilemm.engine.launches import all_arguments, signature
+from tilemm.engine.workspaces import WORKSPACES, WorkspaceLaunch
 
 
 def at(address: int, like: torch.Tensor) -> torch.Tensor:
@@ -21,18 +22,26 @@ def at(address: int, like: torch.Tensor) -> torch.Tensor:
     return torch.frombuffer(memory, dtype=torch.uint8).view(like.dtype).as_strided(like.shape, like.stride())
 
 
-def interpreted_runner(bound, c_launches: list):
+def interpreted_runner(bound, c_launches: list, streams: list | None = None):
     """A direct runner for BoundLaunch bound (after its first launch) whose C launcher runs its
-    program under the interpreter; each launch appends its values to c_launches."""
+    program under the interpreter; each launch appends its values to c_launches (and the stream
+    it was given to streams). A workspace launch's workspace (its addresses) is found among
+    tilemm.engine.workspaces' kept ones."""
     first = all_arguments(bound.program, bound.args, bound.options)
     names = list(signature(bound.program).parameters)
     tensors = {i: v for i, v in enumerate(first) if isinstance(v, torch.Tensor)}
     descriptors = {i: v for i, v in enumerate(first) if type(v).__name__ == "TensorDescriptor"}
     options = {k: v for k, v in bound.options.items() if k not in names}
+    taken = range(bound.at, bound.at + len(bound.WORKSPACE)) if isinstance(bound, WorkspaceLaunch) else ()
 
     def c_launch(*given):
         values = list(given[13:])       # (after the grid, stream, function and Triton's other leading arguments)
         c_launches.append(tuple(values))
+        if streams is not None:
+            streams.append(given[3])
+        kept = {t.data_ptr(): t for pair in WORKSPACES.values() for t in pair if hasattr(t, "data_ptr")}
+        for i in taken:
+            values[i] = kept.get(values[i], values[i])
         for i, like in tensors.items():
             values[i] = at(values[i], like)
         for i, like in descriptors.items():

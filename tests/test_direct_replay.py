@@ -108,8 +108,7 @@ def test_a_workspace_launch_is_given_its_workspace(direct, monkeypatch):
     replay = recorded(launch, (a, b, c))
     replay.device_index, replay.current_device, replay.current_stream = 0, lambda: 0, lambda index: 5
     replay.allocate = torch.empty
-    from tilemm.engine import replay as replay_module
-    monkeypatch.setattr(replay_module, "capturing", lambda: False)   # (the quick call's guard: no CUDA graph on the CPU)
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)   # (the guard's: no CUDA graph on the CPU)
     if not direct:
         monkeypatch.setattr(direct_replay, "quick", lambda *args: None)
     quick = replay.quick_call()

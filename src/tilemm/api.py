@@ -118,6 +118,8 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
         return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
     key, known = cache.lookup(a, b, kernel, out, out_dtype, params)
     if known is not None:                # a repeated call: its plan (tilemm.plans)
+        if out is None and stream is None:   # (the usual one, in the fewest steps: Plan.repeat)
+            return known.repeat(a, b)
         return known.run_again(a, b, out, stream)
     if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # (never keyed)
         from tilemm.spread import route as spread                      # several GPUs or ranks: tilemm.spread

@@ -115,13 +115,14 @@ class Replay:
         self.launch(inputs, c, pointers, self.current_stream(self.device_index))
         return c
 
-    def quick_call(self, shape: tuple | None = None):
+    def quick_call(self, shape: tuple | None = None, declined=None):
         """The usual small call, one program's launch on its inputs (a and b; or more, as a fused
         product's bias and AUX), in the fewest steps: a function (*inputs) -> C, or None where
         this call can't be replayed (__call__'s guard); None where the replay has more steps.
         Each step it leaves out is a few tenths of a microsecond of a call whose CPU time is its
         time. shape: C's, where not the recording's (as many elements: the program writes C's
-        memory row by row)."""
+        memory row by row). declined(*inputs): what a call the guard refuses gives instead of
+        None (a plan's own path: Plan.repeated_call)."""
         if self.single is None or len(self.aligned) < 2 or self.device_index < 0:
             return None
         launch, template = self.single[0], list(self.single[1])
@@ -184,7 +185,14 @@ class Replay:
             else:
                 runner(*values, stream=stream_of(index))
             return c
-        return direct_replay.quick(self, launch, prepared, made, call) or call
+        direct = direct_replay.quick(self, launch, prepared, made, call, shape, declined)
+        if direct is not None or declined is None:
+            return direct or call
+
+        def call_or_declined(*inputs):
+            c = call(*inputs)
+            return c if c is not None else declined(*inputs)
+        return call_or_declined
 
     def run(self, *inputs, stream=None):
         """C by the recorded launches on stream (a raw handle; None: torch's current), unguarded.

@@ -15,6 +15,8 @@ class WorkspaceLaunch(BoundLaunch):
     needs none (a graph would keep this launch's workspace). block_m x block_n: the program's
     tiles, which size its workspace."""
     WORKSPACE: tuple = ()
+    STEADY = False         # whether replayed_workspace gives one stream the same addresses while the kept
+                           # workspaces stay as they are (one generation): split K's, not stream-K's (its epoch)
 
     def __init__(self, program, grid, args, options, fallback, block_m: int, block_n: int):
         super().__init__(program, grid, args, options)
@@ -75,6 +77,7 @@ class SplitKLaunch(WorkspaceLaunch):
     """matmul_kernel or matmul_tma with split K: a slot of block_m x block_n float32 partial sums
     a program, and a count a tile (split_k_workspace)."""
     WORKSPACE = ("ws_ptr", "counts_ptr")
+    STEADY = True
 
     def workspace(self, device: int, stream) -> tuple:
         return split_k_workspace(device, stream, self.grid[0], self.grid[1], self.block_m, self.block_n)
@@ -98,11 +101,22 @@ class SplitKLaunch(WorkspaceLaunch):
 # (kind, device, stream) -> (partials, counts): workspace()'s
 WORKSPACES: dict = {}
 _EPOCHS = itertools.count(1)
+_CHANGES = itertools.count(1)   # (next() of a count: one step a change, whatever thread makes it)
+# WORKSPACES' latest change, a new number after any workspace is replaced or let go: addresses taken from
+# WORKSPACES while it holds one value are the workspaces' own (a replay keeps split K's so: direct_replay)
+generation = 0
+
+
+def changed() -> None:
+    """A new generation: called after WORKSPACES changed (so that addresses taken before are stale)."""
+    global generation
+    generation = next(_CHANGES)
 
 
 def release_workspaces() -> None:
     """Let go of the stream-K and split-K workspaces (the next launch that needs one allocates it)."""
     WORKSPACES.clear()
+    changed()
 
 
 def stream_k_workspace(device: int, stream, programs: int, block_m: int, block_n: int):
@@ -135,4 +149,5 @@ def workspace(kind: str, device: int, stream, floats: int, flags: int):
                                device=where)
         counts = torch.zeros(max(flags, 0 if counts is None else counts.numel()), dtype=torch.int32, device=where)
         WORKSPACES[key] = partials, counts
+        changed()
     return partials, counts

@@ -18,18 +18,18 @@ PLANS: dict = {}
 
 def lookup(a, b, kernel, out, out_dtype, params) -> tuple:
     """(key, the plan kept for it or None); key None for a call that is never kept."""
-    if out is None and not params and out_dtype is None and type(a) is type(b):   # the usual call, fewest steps
-        try:     # (pair_key's steps, one call fewer)
+    if out is None and not params and type(a) is type(b):   # the usual call, in the fewest steps: call_key's
+        try:     # key built here (the operands' part, pair_key's, by their type's function), one look-up
             pair = (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b)
-        except (TypeError, AttributeError):
+            if pair is None:
+                return None, None
+            key = (pair, kernel, None if out_dtype is None else (out_dtype, getattr(out_dtype, "char", None)))
+            return key, PLANS.get(key)
+        except (TypeError, AttributeError):     # (an unhashable kernel or dtype: no key; plan() names it)
             return None, None
-        if pair is None:
-            return None, None
-        key = (pair, kernel, None)
-    else:
-        key = call_key(a, b, kernel, out, out_dtype, params)
-        if key is None:
-            return None, None
+    key = call_key(a, b, kernel, out, out_dtype, params)
+    if key is None:
+        return None, None
     return key, PLANS.get(key)
 
 

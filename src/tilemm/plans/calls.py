@@ -19,6 +19,8 @@ def matmul(a, b, out=None, *, kernel: str | None = None, out_dtype=None, stream=
     operands' kinds as tilemm.plan takes them; torch tensors that record no gradient."""
     key, known = cache.lookup(a, b, kernel, out, out_dtype, params)
     if known is not None:
+        if out is None and stream is None:
+            return known.repeat(a, b)
         return known.run_again(a, b, out, stream)
     return first_call(key, a, b, kernel, out, out_dtype, stream, params, checks.check)
 

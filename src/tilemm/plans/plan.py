@@ -58,6 +58,9 @@ class Plan:
                                  # (its char: 'q', not 'l', for longlong operands); None: the name `result`
     repeatable: bool = True      # False: a plan for its first call only, which repeated calls plan afresh (the
                                  # library chosen before Triton was loaded: choose.default.library_for_first_call_only)
+    repeat: object = dataclasses.field(default=None, repr=False, compare=False)
+                                 # a kept plan's repeated call with no out or stream: repeat(a, b) gives what
+                                 # run_again(a, b) gives, in the fewest steps (for_repeats: repeated_call)
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
@@ -94,6 +97,11 @@ class Plan:
                 c = self.replay(a, b)
                 if c is not None:
                     return c
+        return self.run_planned(a, b, out, stream)
+
+    def run_planned(self, a, b, out=None, stream=None):
+        """A repeated call through the backend, as a first call runs (what run_again runs where
+        no shorter step takes the call), on the caller's stream."""
         if self.kernel.device == "cuda":   # the stream is the caller's now, not at the first call
             stream = streams.caller_stream(self.operand.kind, self.operand.device, stream)
         else:
@@ -101,14 +109,38 @@ class Plan:
         return self.run(a, b, out, stream)[0]
 
     def for_repeats(self, record) -> Plan:
-        """The plan that repeated calls run (run_again): no operand kept alive, and the first
-        call's launches (record()) as its replay where they can be replayed."""
+        """The plan that repeated calls run (run_again, and repeat for those with no out or
+        stream): no operand kept alive, and the first call's launches (record()) as its replay
+        where they can be replayed."""
         try:
             replay = record() if record is not None else None
         except (AttributeError, KeyError, TypeError, ValueError):   # another Triton or numba-cuda's internals:
             replay = None                                              # repeated calls take the usual path
-        return dataclasses.replace(self, a=None, b=None, out=None, replay=replay,
+        kept = dataclasses.replace(self, a=None, b=None, out=None, replay=replay,
                                    fast=self.fast or getattr(replay, "quick", None))
+        kept.repeat = kept.repeated_call()
+        return kept
+
+    def repeated_call(self):
+        """run_again(a, b) as one function of the operands, in the fewest steps: numpy.matmul
+        (direct); one program's replay, the quick call with the plan's path where its guard
+        declines (Replay.quick_call's declined, a frame fewer than the quick call and run_again's
+        test of what it gives); else fast or the replay, then the plan's path where they give None."""
+        if self.direct:
+            return np.matmul
+        declined, fast, replay = self.run_planned, self.fast, self.replay
+        if fast is not None and fast is getattr(replay, "quick", None) and hasattr(replay, "quick_call"):
+            repeat = replay.quick_call(declined=declined)
+            if repeat is not None:
+                return repeat
+        first = fast if fast is not None else replay
+        if first is None:
+            return declined
+
+        def repeat(a, b):
+            c = first(a, b)
+            return c if c is not None else declined(a, b)
+        return repeat
 
     def prepare(self, poison: bool = False, copy: bool = False):
         """(launch, result): operands moved and cast for the kernel, the output allocated.
