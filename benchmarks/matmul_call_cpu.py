@@ -351,7 +351,11 @@ def main():
                 harness.append(out / "matmul_call_cpu.jsonl", [{**stamp, **record}])
             print(json.dumps(record), flush=True)
         return (trees if "--trees" in given else stub)(args, emit)
+    if "--trees" in given:       # (the stamp's tilemm: the second tree's; gpu() loads each tree afresh)
+        sys.path.insert(0, os.path.abspath(args.trees[1]))
     stamp = harness.stamp("matmul_call_cpu.py", args)
+    if "--trees" in given:
+        sys.path.remove(os.path.abspath(args.trees[1]))
     emit = harness.emitter(harness.out_folder(args.out) / "matmul_call_cpu.jsonl", stamp)
     gpu(args, emit)
 
