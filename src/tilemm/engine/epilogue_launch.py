@@ -162,8 +162,8 @@ def thin_config(config: dict, rows: int, n: int) -> dict:
     """The pointer program's tiles for a whole 16-bit product of THIN_ROWS rows or fewer whose
     caller named no tile, where they fill the SMs (thin_fills): sliver_config's thin tiles, 64
     rows tall past 32 (one row of tiles: B read once). The default 128 x 256 tiles leave all but
-    N / 256 SMs idle there (32 or 48 x 2048 x 2048: 8 programs, 35 µs a call on an H200, 8-11 µs
-    in thin tiles; 32 x 2048 x 5632: 82 against 13 µs)."""
+    N / 256 SMs idle there (1 to 64 rows x 2048 x 2048: 8 programs, 34-36 µs a call on an H200,
+    7-9 µs in thin tiles; x 2048 x 5632: 82-85 against 13-19 µs)."""
     thin = sliver_config(config, rows, n)
     # (64 rows: three stages of 256-long K steps fit shared memory with 64 columns, four do not)
     return thin if rows <= 32 else {**thin, "block_m": 64, "num_stages": 3}
