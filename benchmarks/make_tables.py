@@ -167,6 +167,16 @@ def complex_table(name: str) -> str:
                   "default vs the library", "error: rung / cuBLAS"], rows) + source(name, records)
 
 
+def several_gpus_table(name: str) -> str:
+    """Each variant's time and speed against one GPU, at each size: the ranked runs (torchrun), then
+    tilemm.multi from one process, each against the one-GPU time of its own run."""
+    records = read_records(name)
+    rows = [[f"{r['n']}³", f"{r['gpus']} GPUs" + (", one process" if r["one_process"] else ", ranks"),
+             r["variant"], f"{r['median_s'] * 1e3:.1f}", f"{r['tflops']:,.0f}", ratio(r["vs_one_gpu"])]
+            for r in sorted(records, key=lambda r: (r["n"], r["one_process"], -r["gpus"])) if r["gpus"] > 1]
+    return table(["size (bf16)", "run", "variant", "ms", "TFLOP/s", "vs one GPU"], rows) + source(name, records)
+
+
 def compile_times_table(name: str) -> str:
     """Each rung's first call in a new process: cold (empty disk caches, so it compiles) and warm
     (a second process loading what the first compiled); the first dtype's call also pays importing
@@ -246,6 +256,7 @@ def generated_tables() -> dict:
     files["int_h100.md"] = int_table("h100/int_vs_baselines.jsonl")
     files["complex_h200.md"] = complex_table("h200/complex_vs_library.jsonl")
     files["compile_times_h200.md"] = compile_times_table("h200/compile_times.jsonl")
+    files["several_gpus_h200.md"] = several_gpus_table("h200/several_gpus.jsonl")
     return files
 
 

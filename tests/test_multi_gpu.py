@@ -29,8 +29,8 @@ PREFERRED = ("float32", "float16", "float64", "int32", "complex64")
 M, N, K = 67, 53, 45          # past no tile: ragged edges everywhere
 
 
-def dtype_for(kernel) -> str:
-    return next(d for d in PREFERRED if d in kernel.dtypes)
+def dtype_for(kernel) -> str | None:
+    return next((d for d in PREFERRED if d in kernel.dtypes), None)
 
 
 def cuda_rungs() -> list[str]:
@@ -63,6 +63,8 @@ def test_every_rung_computes_on_its_operands_gpu(name, data, current, restore_de
     if reason:
         pytest.skip(reason)
     dtype = dtype_for(kernel)
+    if dtype is None:           # float8 alone: scales to give, test_scaled_matmul_on_another_device below
+        pytest.skip(f"{name} takes float8 operands with scales alone")
     a, b, a_t, b_t = tensors(dtype, f"cuda:{data}")
     torch.cuda.set_device(current)
     for _ in range(3):                  # the first call, then the repeated calls' path
@@ -164,7 +166,11 @@ def test_scaled_matmul_on_another_device(restore_device):
     torch.cuda.set_device(1)
     assert torch.equal(c, tilemm.scaled_matmul(a, b, 0.5, 2.0, out_dtype="float32"))   # as with its GPU current
     expected = a.cpu().double() @ b.cpu().double()
-    assert torch.allclose(c.cpu().double(), expected, rtol=1e-3, atol=1e-3)
+    size = a.cpu().double().abs() @ b.cpu().double().abs()
+    # Hopper adds each 32-deep float8 product into an accumulator of about 13 bits (4 adds a 128-deep
+    # K step), then float32: the bound test_scaled.py takes
+    bound = 2.0**-24 * expected.abs() + (4 * 2.0**-13 + 2 * 128 * 2.0**-24) * size
+    assert torch.all((c.cpu().double() - expected).abs() <= bound)
 
 
 def test_out_of_core_on_another_device(restore_device):
