@@ -16,7 +16,9 @@ rotated order.
     TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/matmul_call_cpu.py --out DIR --trees OLD/src src
 
 (--trees: tilemm's calls of two source trees, both loaded in this process, each timed with its own
-modules in sys.modules, in the same rotated rounds as the baselines.)
+modules in sys.modules, in the same rotated rounds as the baselines. On an H200 the tree named
+second paid 2-4 µs more a call in either order: run both orders, or each tree in a process of its
+own, before reading a difference that small.)
 
 With --stub (any host, Triton's interpreter): the Python of the repeated call alone. Each case's
 plan is made by a first call; its launch is then recorded as a replay made as on GPU 0 (the

@@ -75,8 +75,8 @@ def stamp(script: str, args, env: str = ENV, runner: str = "python3") -> dict:
 
 
 def out_folder(given=None) -> Path:
-    """$OUT, else `given`, else ./out: made."""
-    out = Path(os.environ.get("OUT") or given or "out")
+    """`given` (a script's --out), else $OUT, else ./out: made."""
+    out = Path(given or os.environ.get("OUT") or "out")
     out.mkdir(parents=True, exist_ok=True)
     return out
 
