@@ -4,6 +4,7 @@ torch's MoE layers hold them).
 
     PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/grouped_vs_torch.py --out DIR
     ... grouped_vs_torch.py --out DIR --tune      # ~2 min: the fit set over CONFIGS, prints the winners
+    ... grouped_vs_torch.py --out DIR --usual-path   # and tilemm's calls with no replay, interleaved
 
 Problems: experts G, routed rows (tokens x top-k), hidden K, the expert's width N, and a routing
 (rows per expert, drawn with a fixed seed, offsets on the GPU):
@@ -131,6 +132,21 @@ def anchors(a, b, offs, ends):
             "tilemm": lambda: tilemm.grouped_matmul(a, b, offs)}
 
 
+def with_usual_path(a, b, offs, ends):
+    """anchors, and tilemm with every call taking the usual path (checks, plan, Triton's launch)
+    instead of a repeated call's replay (tilemm.products.grouped_calls): --usual-path."""
+    from tilemm.products import grouped_calls
+
+    def usual():
+        key_of = grouped_calls.call_key
+        grouped_calls.call_key = lambda *args: None        # (no key: the call is not a repeated one)
+        try:
+            return tilemm.grouped_matmul(a, b, offs)
+        finally:
+            grouped_calls.call_key = key_of
+    return {**anchors(a, b, offs, ends), "tilemm usual path": usual}
+
+
 def label_of(config: dict) -> str:
     return "tilemm-" + "-".join(f"{key}={value}" for key, value in config.items())
 
@@ -173,8 +189,9 @@ def winners(results: dict) -> None:
 
 
 def main():
-    args = harness.arguments(tune=False, rounds=3, per_round=0.15, prewarm=8.0,
-                             helps={"tune": "the fit set over CONFIGS only (~2 min), printing the winners"})
+    args = harness.arguments(tune=False, usual_path=False, rounds=3, per_round=0.15, prewarm=8.0,
+                             helps={"tune": "the fit set over CONFIGS only (~2 min), printing the winners",
+                                    "usual_path": "also tilemm with every call on the usual path, not replayed"})
     base = harness.stamp("grouped_vs_torch.py", args)
     harness.prewarm(args.prewarm)
     results = {}
@@ -185,8 +202,8 @@ def main():
         return
     for label_set, specs in (("held-out", HELD_OUT), ("held-out-new", HELD_OUT_NEW)):
         for spec in specs:
-            results[spec, label_set] = measure(spec, anchors, args, base, args.out / "grouped_vs_torch.jsonl",
-                                               label_set)
+            results[spec, label_set] = measure(spec, with_usual_path if args.usual_path else anchors, args, base,
+                                               args.out / "grouped_vs_torch.jsonl", label_set)
     summary(results, "tilemm")
 
 
