@@ -2,7 +2,9 @@
 ``@`` from the right, mm, bmm, mv and dot on), each through tilemm.matmul beside torch.matmul on
 the CPU, in every dtype torch takes for them: the same shape and dtype, integers exactly, floats
 and their gradients (where the sample records one) at least as close to a float64 product as
-torch's own or within one rounding of the result's dtype (plus float32 sums)."""
+torch's own or within one rounding of the result's dtype (plus float32 sums). F.linear's
+reference inputs through tilemm.linear the same way, in the float dtypes it takes (others refused
+with a TypeError that names the dtype)."""
 import pytest
 import torch
 
@@ -102,3 +104,36 @@ def test_every_reference_input_gives_torch_s_gradients(op):
                     assert_as_close(next(tilemm_grads), next(torch_grads), e, s, terms, dtype, what)
                     checked += 1
     assert checked > 0
+
+
+LINEAR = next(op for op in common_methods_invocations.op_db if op.name == "nn.functional.linear")
+
+
+def test_every_linear_reference_input_gives_torch_s_answer_and_gradients():
+    checked = refused = 0
+    for dtype in sorted(LINEAR.supported_dtypes("cpu"), key=str):
+        floating = dtype.is_floating_point
+        for sample in LINEAR.reference_inputs("cpu", dtype, requires_grad=floating):
+            x, weight = sample.input, sample.args[0]
+            bias = sample.args[1] if len(sample.args) > 1 else sample.kwargs.get("bias")
+            what = f"linear {dtype} {tuple(x.shape)}, {tuple(weight.shape)}, bias {bias is not None}"
+            if not floating:
+                with pytest.raises(TypeError, match=str(dtype).replace("torch.", "")):
+                    tilemm.linear(x, weight, bias)
+                refused += 1
+                continue
+            want, got = torch.nn.functional.linear(x, weight, bias), tilemm.linear(x, weight, bias)
+            wide = [t.detach().double() if t is not None else None for t in (x, weight, bias)]
+            exact = torch.nn.functional.linear(*wide)
+            size = torch.nn.functional.linear(*[t.abs() if t is not None else None for t in wide])
+            assert_as_close(got, want, exact, size, x.shape[-1] + 1, dtype, what)
+            named = [(name, t) for name, t in (("x", x), ("weight", weight), ("bias", bias))
+                     if t is not None and t.requires_grad]
+            need = [t for _, t in named]
+            if need and want.numel():
+                g = torch.randn_like(want)
+                for (name, _), mine, theirs in zip(named, torch.autograd.grad(got, need, g),
+                                                   torch.autograd.grad(want, need, g)):
+                    torch.testing.assert_close(mine, theirs, msg=f"{what}: d{name}")
+            checked += 1
+    assert checked > 0 and refused > 0

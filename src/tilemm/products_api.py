@@ -182,7 +182,9 @@ def linear(x, weight, bias=None, activation=None, *, residual=None, kernel: str 
 
     x: (..., in_features), any leading dimensions; weight: (out_features, in_features); bias:
         (out_features,) or None; residual: broadcastable to the result (..., out_features), or None.
-        torch tensors of one dtype and device, or NumPy arrays.
+        torch tensors of one dtype and device, or NumPy arrays, of a float dtype (float16, bfloat16,
+        float32, float64): integer and complex operands are refused (TypeError; tilemm.matmul
+        takes them).
     activation: None, "relu", "gelu" (erf, torch's default), "gelu_tanh" (torch's approximate="tanh")
         or "silu".
     kernel: None: tilemm's default for the product's shape (the library's operators where that is
