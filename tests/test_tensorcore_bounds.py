@@ -28,21 +28,26 @@ def operands(m, n, k, layout, dtype, seed):
     return a, b, c, buffer
 
 
-# (M, N, K, layout, tma, split_k): the pointer program and the TMA one (a round of tiles, and the
-# persistent program past one), K split into runs or not; K of 1, partial K steps, M and N of 1
-TENSORCORE_CASES = [(1, 1, 1, "nn", False, None),
-                    (40, 30, 300, "nt", False, 3),
-                    (33, 17, 257, "tn", False, 16),
-                    (70, 66, 200, "nt", True, 4),
-                    (65, 97, 49, "tt", True, 2),
-                    (70, 66, 40, "nn", True, 1)]
+# (M, N, K, layout, tma, split_k, the program): the pointer program and the TMA one (a round of
+# tiles, and the persistent program past one), K split into runs or not; K of 1, partial K steps,
+# M and N of 1. The operands' rows 16-byte aligned: TMA reads them as they lie, no copy.
+TENSORCORE_CASES = [(1, 1, 1, "nn", False, None, "matmul_kernel"),
+                    (40, 30, 300, "nt", False, 3, "matmul_kernel"),
+                    (33, 17, 257, "tn", False, 16, "matmul_kernel"),
+                    (70, 66, 200, "nt", True, 4, "matmul_tma"),
+                    (65, 97, 49, "tt", True, 2, "matmul_tma"),
+                    (70, 66, 40, "nn", True, 1, "matmul_persistent")]
 
 
 @pytest.mark.parametrize("case", TENSORCORE_CASES, ids=lambda case: "x".join(map(str, case[:3])) + "-" + case[3])
 def test_tensorcore_stays_inside(case):
-    m, n, k, layout, tma, split_k = case
+    m, n, k, layout, tma, split_k, program = case
     a, b, c, buffer = operands(m, n, k, layout, torch.float16, seed=m + n + k)
-    r10_tensorcore.bind(a, b, c, group_m=2, **TILES, tma=tma, split_k=split_k, align_rows=False)()
+    steps = r10_tensorcore.bind(a, b, c, group_m=2, **TILES, tma=tma, split_k=split_k, align_rows=False)
+    (launch,) = steps.launches                   # the program alone: no operand copied first
+    assert launch.program.__name__ == program
+    assert isinstance(launch, workspaces.SplitKLaunch) is (split_k not in (None, 1)), "K split as asked"
+    steps()
     assert untouched_around(c, buffer), "a store past C"
     assert not c.isnan().any(), "a read past A or B (NaN in C)"
     want = a.double() @ b.double()
