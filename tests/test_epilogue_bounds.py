@@ -81,3 +81,14 @@ def test_the_pointer_program_in_thin_tiles_stays_inside(case):
     (program, _, _, options), = assert_inside_and_right(*case, params=None)
     assert program.__name__ == "matmul_epilogue_kernel" and options["BLOCK_K"] == 256
     assert options["EVEN_K"] is (case[2] == 256)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("in_program", [False, True], ids=["host descriptors", "descriptors in the program"])
+def test_on_the_gpu_the_tma_program_stays_inside_at_its_own_tiles(in_program):
+    """On the GPU, the TMA program in the tiles it takes for the shape (rung 10's: 128 x 256 x 64 at
+    this size), 4 rows past a multiple of 128, N and K no multiple of a tile."""
+    launches = assert_inside_and_right(1028, 1000, 520, "silu", False, "n", "t", torch.bfloat16,
+                                       params=dict(tma=True), wrap=(lambda program: program) if in_program else None)
+    (program, _, _, options), = launches
+    assert program.__name__ == "matmul_epilogue_persistent" and options["MAKE_DESCRIPTORS"] is in_program

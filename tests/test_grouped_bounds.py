@@ -12,7 +12,7 @@ import torch
 import tilemm
 from tilemm.products.grouped import slices
 from tilemm.products.grouped_checks import layout
-from tilemm.ladder.tensorcore import r15_grouped_kernel
+from tilemm.ladder.tensorcore import r15_grouped_kernel, r15_grouped_tma_kernel
 
 from .framed import framed, packed, poison, sentinel, untouched_around
 from .test_grouped import check
@@ -99,7 +99,7 @@ def test_the_tma_program_stays_inside(name, dtype):
         groups = 4
         a = framed((groups * 40, 48), poison(dtype), dtype, g)[0].view(groups, 40, 48)     # 40 = 32 + 8
     b = packed((groups, 24, 48), poison(dtype), dtype, g).mT
-    assert r15_grouped_kernel.r15_grouped_tma_kernel.eligible(a, b, 1 if name == "2d-3d" else 0)
+    assert r15_grouped_tma_kernel.eligible(a, b, 1 if name == "2d-3d" else 0)
     shape = layout(a, b, None if counted else cut, cut if counted else None, None).shape
     c, buffer = framed(shape, sentinel(result_dtype(dtype)), result_dtype(dtype), pitch=(shape[-1] + 16) | 1)
     assert tilemm.grouped_matmul(a, b, None if counted else cut, counts=cut if counted else None, out=c,
@@ -116,10 +116,25 @@ def test_bad_offsets_on_the_device_stay_inside(tma):
     a, _ = framed((37, 48), float("nan"), torch.float16, g)
     b = packed((4, 24, 48), float("nan"), torch.float16, g).mT
     c, buffer = framed((37, 24), sentinel(torch.float16), torch.float16, pitch=41)
-    offs = torch.tensor([20, 5, 36, 1000], dtype=torch.int32)
+    offs = torch.tensor([20, 5, 36, 1000], dtype=torch.int32, device=a.device)
     tiles = dict(TMA_TILES, block_m=16 if not tma else 32)
     small_m = tiles.pop("small_m")
     r15_grouped_kernel.launch(a, b, c, offs, r15_grouped_kernel.SPLIT_M, 37, 3, group_m=8, tma=tma,
                               small_m=small_m, **tiles)
     assert untouched_around(c, buffer), "a store past C"
     assert not c.isnan().any(), "a read past A or B"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", [False, True], ids=["pointer", "tma"])
+def test_on_the_gpu_the_programs_stay_inside_at_their_own_tiles(tma):
+    """On the GPU, a mixture of experts' forward pass in the rung's default tiles (128 x 256 x 64, 4
+    stages; the TMA program's short tiles of 32): 8 experts routed 0, 1, 31, 33, 0, 300, 129 and 500
+    rows of 1000, 6 rows past the last; bfloat16, K = 520, N = 700."""
+    g = torch.Generator().manual_seed(9)
+    cut = torch.tensor([0, 1, 31, 33, 0, 300, 129, 500], dtype=torch.int32).cumsum(0).to(torch.int32)
+    a, _ = framed((int(cut[-1]) + 6, 520), float("nan"), torch.bfloat16, g)
+    b = packed((8, 700, 520), float("nan"), torch.bfloat16, g).mT
+    c, buffer = framed((a.shape[0], 700), sentinel(torch.bfloat16), torch.bfloat16, pitch=733)
+    assert tilemm.grouped_matmul(a, b, cut, out=c, tma=tma) is c
+    assert_inside_and_right(c, buffer, a, b, cut)

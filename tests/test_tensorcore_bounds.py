@@ -11,9 +11,12 @@ from tilemm.engine import workspaces
 from tilemm.ladder.tensorcore import r10_tensorcore
 from tilemm.ladder.tensorcore import r11_int8_small_m as small_m
 
+from .conftest import ON_GPU
 from .framed import framed, poison, sentinel, untouched_around
 from .test_int8_small_m import TINY
 
+# the programs each case takes follow from the interpreter's 4 SMs (availability.multiprocessors)
+pytestmark = pytest.mark.skipif(ON_GPU, reason="interpreter sizes and programs")
 TILES = dict(block_m=16, block_n=16, block_k=16, num_warps=1, num_stages=2)
 
 
