@@ -86,8 +86,8 @@ def test_the_pointer_program_in_thin_tiles_stays_inside(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("in_program", [False, True], ids=["host descriptors", "descriptors in the program"])
 def test_on_the_gpu_the_tma_program_stays_inside_at_its_own_tiles(in_program):
-    """On the GPU, the TMA program in the tiles it takes for the shape (rung 10's: 128 x 256 x 64 at
-    this size), 4 rows past a multiple of 128, N and K no multiple of a tile."""
+    """On the GPU, the TMA program in the tiles it takes for the shape (rung 10's default_tiles: 128 x
+    128 x 64 at this size), 4 rows past a multiple of 128, N and K no multiple of a tile."""
     launches = assert_inside_and_right(1028, 1000, 520, "silu", False, "n", "t", torch.bfloat16,
                                        params=dict(tma=True), wrap=(lambda program: program) if in_program else None)
     (program, _, _, options), = launches
