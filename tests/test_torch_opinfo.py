@@ -137,3 +137,33 @@ def test_every_linear_reference_input_gives_torch_s_answer_and_gradients():
                     torch.testing.assert_close(mine, theirs, msg=f"{what}: d{name}")
             checked += 1
     assert checked > 0 and refused > 0
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op.supports_autograd], ids=case_id)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.bfloat16], ids=str)
+def test_every_reference_input_under_torch_func_gives_torch_s_answers(op, dtype):
+    """torch.func's jvp, vmap (either operand mapped, or both) and vjp of tilemm.matmul against
+    torch.matmul's on the reference inputs."""
+    from torch.func import jvp, vjp, vmap
+    tolerance = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+
+    def same(mine, theirs, what):
+        assert mine.shape == theirs.shape and mine.dtype == theirs.dtype, (what, mine.shape, theirs.shape)
+        torch.testing.assert_close(mine, theirs, **tolerance, msg=what)
+    checked = 0
+    for sample in op.reference_inputs("cpu", dtype, requires_grad=False):
+        a, b = operands(op, sample)
+        what = f"{case_id(op)} {dtype} {tuple(a.shape)} @ {tuple(b.shape)}"
+        tangents = (torch.randn_like(a), torch.randn_like(b))
+        for mine, theirs in zip(jvp(tilemm.matmul, (a, b), tangents), jvp(torch.matmul, (a, b), tangents)):
+            same(mine, theirs, what + ": jvp")
+        stacked = (torch.stack([a, 2 * a]), torch.stack([b, b + 1]))
+        for dims in ((0, 0), (0, None), (None, 0)):
+            x, y = (stacked[0] if dims[0] == 0 else a), (stacked[1] if dims[1] == 0 else b)
+            same(vmap(tilemm.matmul, in_dims=dims)(x, y), vmap(torch.matmul, in_dims=dims)(x, y), f"{what}: vmap {dims}")
+        (c, pull), (want, pull_torch) = vjp(tilemm.matmul, a, b), vjp(torch.matmul, a, b)
+        g = torch.randn_like(want)
+        for name, mine, theirs in zip(("dA", "dB"), pull(g), pull_torch(g)):
+            same(mine, theirs, f"{what}: vjp {name}")
+        checked += 1
+    assert checked > 0
