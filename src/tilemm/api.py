@@ -106,7 +106,8 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     the operands' gradients computed by tilemm with the same kernel and parameters), and under
     ``torch.compile`` a call is one custom op (``tilemm.torch.ops``). Torch tensors keep torch's
     contract: one dtype for both, torch's errors, conjugate views, torch.func, torch.jit, meta
-    tensors (``tilemm.contract.torch_rules``). Errors are raised before any kernel runs, in NumPy's
+    tensors, a tensor subclass's ``__torch_function__`` (``tilemm.contract.torch_rules``); sparse
+    and nested tensors are refused (TypeError). Errors are raised before any kernel runs, in NumPy's
     order for NumPy arrays: the keywords' values, the dtypes and casts, the axes, the shapes.
     """
     if params and not numpy_keywords.KEYWORDS.isdisjoint(params):   # NumPy's keywords: checked, then this call
@@ -124,6 +125,10 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # (never keyed)
         from tilemm.spread import route as spread                      # several GPUs or ranks: tilemm.spread
         return spread.matmul(a, b, out, kernel, out_dtype, stream, params)
+    if key is None and contract.handled_by_subclass(a, b):   # a tensor subclass's __torch_function__ first, as
+        import torch                                          # torch's functions do (its result in the subclass)
+        return torch.overrides.handle_torch_function(matmul, (a, b), a, b, out, kernel=kernel, out_dtype=out_dtype,
+                                                     stream=stream, **params)
     if key is None:                      # torch's autocast on (a torch tensor's key is None then): its casts
         cast = contract.autocast_operands(a, b, out)
         if cast is not None:             # the cast operands' product, their plans kept as any others'

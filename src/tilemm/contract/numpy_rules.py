@@ -246,6 +246,24 @@ def dual_level(torch) -> bool:
     return torch.autograd.forward_ad._current_level >= 0
 
 
+def torch_function_subclass(torch, x) -> bool:
+    """Whether torch tensor x is of a subclass with a ``__torch_function__`` of its own, to which
+    torch's functions hand a call (and wrap the result in): not Parameter, DTensor, FakeTensor or
+    another type that disables it."""
+    kind = type(x)
+    return (kind is not torch.Tensor and isinstance(x, torch.Tensor)
+            and getattr(kind, "__torch_function__", None) is not torch._C._disabled_torch_function_impl)
+
+
+def handled_by_subclass(a, b) -> bool:
+    """Whether tilemm.matmul(a, b) goes to a tensor subclass's ``__torch_function__`` first, as
+    torch.matmul(a, b) would (torch.overrides' protocol; False inside that call, where torch
+    disables it for the subclass)."""
+    torch = torch_if_imported()
+    return (torch is not None and (torch_function_subclass(torch, a) or torch_function_subclass(torch, b))
+            and torch.overrides.has_torch_function((a, b)))
+
+
 def python_dispatched(torch, x) -> bool:
     """Whether torch tensor x is dispatched by Python (FakeTensor and the like): no memory to read."""
     kind = type(x)

@@ -97,6 +97,10 @@ def describe(x, operand: str) -> Operand:
         if x.device.type not in ("cpu", "cuda"):
             raise ValueError(f"matmul: operand {operand} is on torch device {x.device}; tilemm multiplies "
                              "tensors on the CPU or a CUDA GPU")
+        if x.layout != torch.strided or x.is_nested:
+            kind = "a nested" if x.is_nested else f"a {str(x.layout).replace('torch.', '')}"
+            raise TypeError(f"matmul: operand {operand} is {kind} tensor; tilemm multiplies dense (strided) "
+                            "tensors: torch.matmul takes this one, or x.to_dense() (x.to_padded_tensor for nested)")
         dev = "cpu" if x.device.type == "cpu" else f"cuda:{x.device.index or 0}"
         return Operand("torch", dev, dtype_name(x.dtype), tuple(x.shape))
     if cupy is not None and isinstance(x, cupy.ndarray):

@@ -25,8 +25,8 @@ def lookup(a, b, kernel, out, out_dtype, params) -> tuple:
                 return None, None
             key = (pair, kernel, None if out_dtype is None else (out_dtype, getattr(out_dtype, "char", None)))
             return key, PLANS.get(key)
-        except (TypeError, AttributeError):     # (an unhashable kernel or dtype: no key; plan() names it)
-            return None, None
+        except (TypeError, AttributeError, RuntimeError):   # (an unhashable kernel or dtype, a sparse or nested
+            return None, None                              # tensor's strides: no key; the checks name it)
     key = call_key(a, b, kernel, out, out_dtype, params)
     if key is None:
         return None, None
@@ -57,7 +57,7 @@ def call_key(a, b, kernel, out, out_dtype, params):
         return (key_a, key_b,
                 None if out is None else (operand_key(out), getattr(getattr(out, "flags", None), "writeable", True)),
                 ) + asked
-    except (TypeError, AttributeError):
+    except (TypeError, AttributeError, RuntimeError):     # (RuntimeError: a sparse or nested tensor's strides)
         return None
 
 
@@ -100,6 +100,8 @@ def _new_key_functions(x) -> tuple:
                 (lambda a, b: (np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape,
                                b.strides)))
     torch = arrays.torch_if_imported()
+    if torch is not None and isinstance(x, torch.Tensor) and contract.torch_function_subclass(torch, x):
+        return _no_key, _no_key        # a subclass whose __torch_function__ takes the call (tilemm.api)
     if torch is not None and isinstance(x, torch.Tensor):
         # what a plan can't serve never meets a plain call's key: a tensor that would record a gradient
         # (autograd), a call under jit tracing or a torch.func transform (tilemm.torch.ops), a FakeTensor
