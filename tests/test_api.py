@@ -140,9 +140,61 @@ def test_unbroadcastable_stacks():
     bad(ValueError, "can't be broadcast", np.ones((2, 3, 4)), np.ones((3, 4, 5)))
 
 
-@pytest.mark.parametrize("dtype,word", [(object, "Python objects"), ("U3", "dtype <U3"), ("M8[s]", "datetime64")])
+@pytest.mark.parametrize("dtype,word", [("U3", "dtype <U3"), ("M8[s]", "datetime64"), ("m8[s]", "timedelta64")])
 def test_unsupported_dtypes(dtype, word):
     bad(TypeError, word, np.ones((2, 2)).astype(dtype), np.ones((2, 2)))
+
+
+# NumPy's own tests of object arrays (numpy/_core/tests/test_multiarray.py, TestMatmul), with
+# tilemm.matmul where they call np.matmul: NumPy's loop on the host, the objects' own + and *
+def test_object_arrays_of_fractions_as_numpy():
+    import fractions
+    f = np.vectorize(fractions.Fraction)
+    rng = np.random.default_rng(0)
+
+    def random_ints():
+        return rng.integers(1, 1000, size=(10, 3, 3))
+    m1, m2 = f(random_ints(), random_ints()), f(random_ints(), random_ints())
+    m3 = tilemm.matmul(m1, m2)
+    assert m3.dtype == object and (m3 == np.matmul(m1, m2)).all()       # exact: fractions
+    n1, n2, n3 = (x.astype(float) for x in (m1, m2, m3))
+    np.testing.assert_allclose(n3, tilemm.matmul(n1, n2))
+
+
+def test_object_vectors_give_numpy_s_scalar_type():
+    from fractions import Fraction as F
+    v = np.array([F(2, 3), F(5, 7)])
+    res = tilemm.matmul(v, v)
+    assert type(res) is F and res == np.matmul(v, v)
+
+
+@pytest.mark.parametrize("kernel", [None, "numpy"])
+def test_empty_object_products_as_numpy(kernel):
+    a, b = np.empty((3, 0), dtype=object), np.empty((0, 3), dtype=object)
+    c = tilemm.matmul(a, b, kernel=kernel)
+    np.testing.assert_array_equal(c, np.zeros((3, 3)))
+    assert c.dtype == np.matmul(a, b).dtype
+    c = tilemm.matmul(a.T, b.T, kernel=kernel)
+    assert c.shape == (0, 0) and c.dtype == object
+
+
+def test_object_arrays_beside_numbers_and_into_out_as_numpy():
+    from decimal import Decimal
+    a = np.array([[Decimal(1), Decimal("0.5")], [Decimal(2), Decimal(3)]])
+    b = np.array([[1, 2], [3, 4]])
+    want = np.matmul(a, b)
+    got = tilemm.matmul(a, b)
+    assert got.dtype == want.dtype == object and (got == want).all()
+    out = np.empty((2, 2), dtype=object)
+    assert tilemm.matmul(a, b, out=out) is out and (out == want).all()
+    with pytest.raises(TypeError):                       # object into float64: not a same-kind cast
+        np.matmul(a, b, out=np.empty((2, 2)))
+    with pytest.raises(TypeError):
+        tilemm.matmul(a, b, out=np.empty((2, 2)))
+
+
+def test_object_arrays_on_a_gpu_rung_are_refused_naming_the_numpy_rung():
+    bad(TypeError, "kernel='numpy'", np.ones((2, 2), dtype=object), np.ones((2, 2), dtype=object), kernel="cpu-tiled")
 
 
 def test_lists_beside_a_torch_tensor_are_refused_with_a_hint():

@@ -30,8 +30,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     a, b : array_like
         NumPy arrays, PyTorch tensors or CuPy arrays (both of one kind, on one device), 1-D, 2-D
         or stacks of matrices, any strides. NumPy's dtypes: integers, bool (the OR of ANDs),
-        float16/32/64, complex64/128 on every device; longdouble and clongdouble on the host (the
-        numpy rung); torch's bfloat16. Where neither operand is a torch tensor or CuPy array,
+        float16/32/64, complex64/128 on every device; longdouble, clongdouble and object arrays
+        (Python objects: NumPy's loop, their own + and *) on the host (the numpy rung); torch's
+        bfloat16. Where neither operand is a torch tensor or CuPy array,
         lists, tuples, scalars and objects with ``__array__`` or ``__array_interface__`` are
         converted as ``np.asarray`` converts them (a scalar is then refused with NumPy's 0-d
         ValueError); beside a torch tensor or CuPy array they are refused (TypeError naming the

@@ -7,7 +7,7 @@ computed in any wider integer type and truncated: the bits are the same. A bool
 product is the OR of ANDs: the count of true pairs in an integer type of at least
 32 bits, then "!= 0" (exact while K < 2^31; api widens past that).
 Complex results are computed in their own type (a rung of real products builds
-them itself). longdouble (and its complex) is the host's alone: NumPy's rung.
+them itself). longdouble (and its complex) and object arrays are the host's alone: NumPy's rung.
 """
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ COMPLEX = ("complex64", "complex128")
 # longdouble is double (Windows, some ARM), they are float64 and complex128 already
 HOST_ONLY = tuple(name for name in (np.dtype(np.longdouble).name, np.dtype(np.clongdouble).name)
                   if name not in FLOATS + COMPLEX)
-SUPPORTED = FLOATS + INTS + BOOL + COMPLEX + HOST_ONLY
+# Python objects (NumPy's object arrays, e.g. of Fraction or Decimal): NumPy's own loop on the host,
+# the objects' own + and *
+OBJECT = ("object",)
+SUPPORTED = FLOATS + INTS + BOOL + COMPLEX + HOST_ONLY + OBJECT
 # What the numba rungs (CPU and SIMT) compute natively; other dtypes are promoted to one of these.
 WORD_DTYPES = ("int32", "int64", "float32", "float64")
 
