@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from tilemm.choose import by_shape as choice
 from tilemm.system import compat, machine
 from tilemm.ladder import registry
-from tilemm.numerics.dtypes import SUPPORTED, is_integer
+from tilemm.numerics.dtypes import NUMERIC, is_integer
 
 DEVICES = ("cpu", "cuda")
 # Shapes of the default's shape classes (tilemm.choose.by_shape) are looked for on this grid, at most
@@ -168,8 +168,8 @@ def plan_jobs(dtypes, kernels=None, shapes=None, device=None) -> list[Job]:
     """The calls warmup makes, after checking every argument (ValueError, TypeError)."""
     dtypes = _names(dtypes, "dtypes")
     for dtype in dtypes:
-        if dtype not in SUPPORTED:
-            raise ValueError(f"warmup: dtype {dtype!r} is not supported; choose from {', '.join(SUPPORTED)}")
+        if dtype not in NUMERIC:
+            raise ValueError(f"warmup: dtype {dtype!r} is not supported; choose from {', '.join(NUMERIC)}")
     named = [registry.get(name) for name in _names(kernels or (), "kernels")]    # an unknown name: ValueError
     if device not in (None,) + DEVICES:
         raise ValueError(f"warmup: device must be 'cpu', 'cuda' or None (both), not {device!r}")

@@ -26,7 +26,8 @@ HOST_ONLY = tuple(name for name in (np.dtype(np.longdouble).name, np.dtype(np.cl
 # Python objects (NumPy's object arrays, e.g. of Fraction or Decimal): NumPy's own loop on the host,
 # the objects' own + and *
 OBJECT = ("object",)
-SUPPORTED = FLOATS + INTS + BOOL + COMPLEX + HOST_ONLY + OBJECT
+NUMERIC = FLOATS + INTS + BOOL + COMPLEX + HOST_ONLY      # the dtypes of numbers (the CLI's --dtype choices)
+SUPPORTED = NUMERIC + OBJECT
 # What the numba rungs (CPU and SIMT) compute natively; other dtypes are promoted to one of these.
 WORD_DTYPES = ("int32", "int64", "float32", "float64")
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from tilemm.system import machine
 from tilemm.ladder import registry
 from tilemm.tools.bench.selection import SUITES, NothingRunsHere
-from tilemm.numerics.dtypes import SUPPORTED
+from tilemm.numerics.dtypes import NUMERIC
 from tilemm.tools import warmup_command
 from tilemm.learn import command as learn_command
 
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     names = [k.name for k in registry.kernels()]
     kernel_help = "one or more of: " + ", ".join(names)
-    dtype_help = "one or more of: " + ", ".join(SUPPORTED)
+    dtype_help = "one or more of: " + ", ".join(NUMERIC)
 
     p = sub.add_parser("kernels", help="the ladder: names, devices, dtypes, parameters",
                        description="The ladder: each kernel's name, device, dtypes, parameters and whether it runs here.")
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="correctness sweep against the reference",
                        description="Every kernel that can run here against the reference, over shapes and dtypes.")
     p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL", help=f"check only these ({kernel_help})")
-    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE", help=f"check only these ({dtype_help})")
+    p.add_argument("--dtypes", nargs="+", choices=NUMERIC, metavar="DTYPE", help=f"check only these ({dtype_help})")
 
     p = sub.add_parser("bench", help="time the kernels; --report DIR writes tables and plots",
                        description="Check, then time kernels. With --suite: a suite's cases (only those of the "
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "leave it out to measure the --kernels you name)")
     p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL",
                    help=f"measure these ({kernel_help}); name numpy or cublas too for the 'vs baseline' column")
-    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE",
+    p.add_argument("--dtypes", nargs="+", choices=NUMERIC, metavar="DTYPE",
                    help=f"measure in these ({dtype_help}); default: the suite's, or float32 where a kernel "
                         "computes it")
     p.add_argument("--sizes", nargs="+", type=_positive_size, metavar="N",
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kernel", choices=names, metavar="KERNEL", help=kernel_help)
     p.add_argument("--size", type=_size, default=4096, help="square size n (default 4096)")
     p.add_argument("--shape", type=_size, nargs=3, metavar=("M", "N", "K"), help="a product (M, K) @ (K, N)")
-    p.add_argument("--dtype", choices=SUPPORTED, metavar="DTYPE",
+    p.add_argument("--dtype", choices=NUMERIC, metavar="DTYPE",
                    help="one of the kernel's dtypes (`tilemm kernels` lists them); default: float32 where the "
                         "kernel computes it, else its first")
     p.add_argument("--param", nargs="+", default=[], metavar="NAME=VALUE", help="kernel parameters, e.g. tile=32")

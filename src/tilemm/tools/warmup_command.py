@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from tilemm.numerics.dtypes import SUPPORTED
+from tilemm.numerics.dtypes import NUMERIC
 
 console = Console(width=None if sys.stdout.isatty() else 200)  # logs get whole rows
 
@@ -20,7 +20,7 @@ def add_parser(sub, names, kernel_help: str, dtype_help: str, size) -> None:
                                    "will need for products of these dtypes: each is run once on random operands "
                                    "and its answer checked; later processes load them from the disk caches. "
                                    "GPU steps are skipped, with the reason, where there is no GPU.")
-    p.add_argument("--dtypes", nargs="+", choices=SUPPORTED, metavar="DTYPE", default=["float32"],
+    p.add_argument("--dtypes", nargs="+", choices=NUMERIC, metavar="DTYPE", default=["float32"],
                    help=f"the operands' dtypes ({dtype_help}; default float32)")
     p.add_argument("--kernels", nargs="+", choices=names, metavar="KERNEL",
                    help=f"warm these rungs too, besides the default ({kernel_help})")
