@@ -100,9 +100,9 @@ def _new_key_functions(x) -> tuple:
                 (lambda a, b: (np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape,
                                b.strides)))
     torch = arrays.torch_if_imported()
-    if torch is not None and isinstance(x, torch.Tensor) and contract.torch_function_subclass(torch, x):
-        return _no_key, _no_key        # a subclass whose __torch_function__ takes the call (tilemm.api)
     if torch is not None and isinstance(x, torch.Tensor):
+        if contract.torch_function_subclass(torch, x):
+            return _no_key, _no_key    # a subclass whose __torch_function__ takes the call (tilemm.api)
         # what a plan can't serve never meets a plain call's key: a tensor that would record a gradient
         # (autograd), a call under jit tracing or a torch.func transform (tilemm.torch.ops), a FakeTensor
         # (its own type). A conjugate or negative view may meet a plain tensor's plan: the plan's paths

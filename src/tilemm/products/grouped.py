@@ -10,7 +10,7 @@ import numpy as np
 
 from tilemm.numerics import arrays
 from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_M, SPLIT_K, check_scales, check_values, layout
-from tilemm.products.grouped_launch import as_array, host_values, launch, prepared, resolve
+from tilemm.products.grouped_launch import as_array, host_values, resolve, run
 
 
 def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, out_dtype=None, out=None, **params):
@@ -38,9 +38,7 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
         raise TypeError(f"grouped_matmul: operands are {type(a).__name__} and {type(b).__name__}; pass two NumPy "
                         "arrays, two CuPy arrays or two torch tensors (or two lists of them)")
     plan, cut, scales = torch_plan(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params)
-    c, cut = prepared(plan, a, cut, out)
-    launch(plan, a, b, c, cut, scales)
-    return c
+    return run(plan, a, b, cut, out, scales)
 
 
 def torch_plan(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params) -> tuple:

@@ -31,7 +31,7 @@ import torch
 from tilemm.engine import replay as replays
 from tilemm.plans.plan import JIT_LOCK
 from tilemm.products.grouped import torch_plan
-from tilemm.products.grouped_launch import cut_ready, launch, new_result, prepared, zeroed_result
+from tilemm.products.grouped_launch import cut_ready, launch, new_result, run, zeroed_result
 
 # Keys kept; past them the cache starts afresh (an entry is a plan and a replay: no tensor)
 CALLS_KEPT = 256
@@ -64,8 +64,7 @@ def call(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params):
     entry = CALLS.get(key)
     if entry is None:
         plan, cut, scales = torch_plan(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params)
-        c, cut = prepared(plan, a, cut, out)
-        launch(plan, a, b, c, cut, scales)
+        c = run(plan, a, b, cut, out, scales)
         if len(CALLS) >= CALLS_KEPT:
             CALLS.clear()
         CALLS[key] = Entry(plan)

@@ -1,8 +1,8 @@
 """tilemm.grouped_matmul's GPU path in three steps: the checks that depend on a call's key alone,
 resolved into a GroupedPlan (resolve); the offsets or counts made ready on the operands' device
-(those on the host checked: cut_ready) and the result allocated (new_result), or both (prepared);
-the `tensorcore-grouped` rung's one launch (launch). device_grouped takes all three; a repeated call
-(tilemm.products.grouped_calls) the last two, from its first call's plan."""
+(those on the host checked: cut_ready) and the result allocated (new_result); the
+`tensorcore-grouped` rung's one launch (launch). run takes the last two, device_grouped all three;
+a repeated call (tilemm.products.grouped_calls) starts from its first call's plan."""
 from __future__ import annotations
 
 import contextlib
@@ -55,10 +55,7 @@ def device_grouped(a, b, cut, lay, out, params, zero_uncovered: bool = False, sc
     """torch operands: the rung's one launch (checks first). cut: offs or counts (None: a batch).
     zero_uncovered: a new result is zeroed even where the offsets are on the GPU (gradients).
     scales: float8 operands' block scales (scale_a, scale_b), checked (grouped_checks.check_scales)."""
-    plan = resolve(a, b, cut, lay, out, params, zero_uncovered, scales)
-    c, cut = prepared(plan, a, cut, out)
-    launch(plan, a, b, c, cut, scales)
-    return c
+    return run(resolve(a, b, cut, lay, out, params, zero_uncovered, scales), a, b, cut, out, scales)
 
 
 def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=None) -> GroupedPlan:
@@ -107,11 +104,13 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
     return GroupedPlan(r15_grouped, lay, config, programs, dtype, zero_uncovered)
 
 
-def prepared(plan: GroupedPlan, a, cut, out) -> tuple:
-    """(C, the offsets or counts on the operands' device) of a call of plan: out, or a new result
-    (new_result)."""
+def run(plan: GroupedPlan, a, b, cut, out, scales=None):
+    """C of a call of plan: its offsets or counts made ready (cut_ready), out or a new result
+    (new_result), and the launch."""
     cut, values = cut_ready(plan, a, cut)
-    return (out if out is not None else new_result(plan, a, values)), cut
+    c = out if out is not None else new_result(plan, a, values)
+    launch(plan, a, b, c, cut, scales)
+    return c
 
 
 def cut_ready(plan: GroupedPlan, a, cut) -> tuple:
@@ -144,7 +143,7 @@ def zeroed_result(plan: GroupedPlan, values) -> bool:
 
 
 def launch(plan: GroupedPlan, a, b, c, cut, scales=None) -> None:
-    """plan's launch on these operands (cut on their device: prepared's), through Triton's JIT
+    """plan's launch on these operands (cut on their device: cut_ready's), through Triton's JIT
     (tilemm.engine.jit_repeats), with a's GPU current."""
     if plan.programs:
         import torch
