@@ -110,7 +110,7 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
     align_a, align_b = replay.aligned
     index, get_device, stream_of = replay.device_index, replay.current_device, replay.current_stream
     # C allocated as torch.empty_like(c_like): one tensor to parse, where torch.empty parses C's sizes,
-    # dtype and device (a fifth of its CPU time); c_like, C's shape over one element (expanded: no
+    # dtype and device (an eighth of its CPU time); c_like, C's shape over one element (expanded: no
     # memory kept), gives C contiguous as torch.empty does (a shape with no element: c_like C's own)
     empty_like = torch.empty_like
     c_like = replay.allocate(*shape, dtype=replay.dtype, device=replay.device) if 0 in shape else \
