@@ -118,3 +118,27 @@ def test_a_workspace_launch_is_given_its_workspace(direct, monkeypatch):
     assert given[-1] == (0, 5)
     assert launches[-1][13:] == (a2.data_ptr(), b2.data_ptr(), c2.data_ptr(), 4, partials.data_ptr(), 7)
     assert launches[-1][:4] == (3, 1, 1, 5)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (1, 16), (16, 1), (2, 2, 4)])
+def test_c_is_a_fresh_tensor_laid_out_as_torch_empty_lays_it(shape, monkeypatch):
+    """C (allocated like a one-element tensor expanded to C's shape) has torch.empty's strides,
+    the replay's dtype and device, and memory of its own at each call, given to the program."""
+    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
+    launches = []
+    launch = split_launch(a, b, c, torch.empty(16), [])
+    runtime = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    launch.runner = make_runner(lambda *args: launches.append(args), (3, 1, 1), "fn", "packed", False, False, [],
+                                None, None, runtime, lambda: 77)
+    replay = recorded(launch, (a, b, c))
+    replay.device_index, replay.current_device, replay.current_stream = 0, lambda: 0, lambda index: 5
+    replay.allocate = torch.empty
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+    quick = replay.quick_call(shape)
+    assert quick.__module__ == direct_replay.__name__
+    first, second = quick(a, b), quick(torch.randn(4, 4), torch.randn(4, 4))
+    for c in (first, second):
+        assert c.shape == shape and c.stride() == torch.empty(shape).stride() and c.dtype == torch.float32
+        assert c.device == a.device and not c.requires_grad and c.data_ptr() in launches[-2 if c is first else -1]
+    assert first.untyped_storage().nbytes() == second.untyped_storage().nbytes() == 16 * 4
+    assert first.data_ptr() != second.data_ptr()

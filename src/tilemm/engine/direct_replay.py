@@ -108,12 +108,19 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
     steady = workspace and launch.STEADY                 # its addresses kept for the stream (split K's)
     at, taken = (LEADING + launch.at, len(launch.WORKSPACE)) if workspace else (0, 0)
     align_a, align_b = replay.aligned
-    index, dtype, device = replay.device_index, replay.dtype, replay.device
-    empty, get_device, stream_of = replay.allocate, replay.current_device, replay.current_stream
+    index, get_device, stream_of = replay.device_index, replay.current_device, replay.current_stream
+    # C allocated as torch.empty_like(c_like): one tensor to parse, where torch.empty parses C's sizes,
+    # dtype and device (an eighth of its CPU time); c_like, C's shape over one element (expanded: no
+    # memory kept), gives C contiguous as torch.empty does (a shape with no element: c_like C's own)
+    empty_like = torch.empty_like
+    c_like = replay.allocate(*shape, dtype=replay.dtype, device=replay.device) if 0 in shape else \
+        replay.allocate(1, dtype=replay.dtype, device=replay.device).expand(*shape)
     capturing = torch._C._cuda_isCurrentStreamCapturing
     # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
-    neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
+    neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, replay.dtype.is_complex
     by_address = bool(offsets or slots)                  # views into the operands, descriptors over them
+    # the usual program's call, its three addresses its only values made a call: no more steps
+    three_stores = each_once and not by_address and not (workspace and not steady)
     kept: dict = {}               # stream -> (workspaces' generation, the arguments for that stream)
     if declined is None:
         declined = declining
@@ -140,12 +147,16 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
         if (pa % 16 != align_a or pb % 16 != align_b or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))
                 or workspace and capturing()):
             return declined(a, b)
-        c = empty(*shape, dtype=dtype, device=device)
+        c = empty_like(c_like)
         stream = stream_of(index)
         arguments = kept.get(stream)
         if arguments is None or steady and arguments[0] != workspaces.generation:
             arguments = for_stream(stream)
         values = arguments[1].copy()
+        if three_stores:
+            values[at_a], values[at_b], values[at_c] = pa, pb, c.data_ptr()
+            c_launch(*values)
+            return c
         if each_once:
             values[at_a], values[at_b], values[at_c] = pa, pb, c.data_ptr()
             pointers = None

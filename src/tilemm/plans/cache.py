@@ -18,13 +18,10 @@ PLANS: dict = {}
 
 def lookup(a, b, kernel, out, out_dtype, params) -> tuple:
     """(key, the plan kept for it or None); key None for a call that is never kept."""
-    if out is None and not params and type(a) is type(b):   # the usual call, in the fewest steps: call_key's
-        try:     # key built here (the operands' part, pair_key's, by their type's function), one look-up
-            pair = (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b)
-            if pair is None:
-                return None, None
-            key = (pair, kernel, None if out_dtype is None else (out_dtype, getattr(out_dtype, "char", None)))
-            return key, PLANS.get(key)
+    if out is None and not params and type(a) is type(b):   # the usual call, in the fewest steps: its whole
+        try:     # key in one function of the operands' type (call_key's), one look-up
+            key = (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[2](a, b, kernel, out_dtype)
+            return key, PLANS.get(key)           # (None, None where the key is None: never a key kept)
         except (TypeError, AttributeError, RuntimeError):   # (an unhashable kernel or dtype, a sparse or nested
             return None, None                              # tensor's strides: no key; the checks name it)
     key = call_key(a, b, kernel, out, out_dtype, params)
@@ -45,10 +42,9 @@ def call_key(a, b, kernel, out, out_dtype, params):
     unhashable parameter, an array kind plan() will refuse)."""
     try:
         if out is None and not params and type(a) is type(b):     # the usual call, in the fewest steps
-            asked = (kernel, out_dtype if out_dtype is None else contract.dtype_key(out_dtype))
-            hash(asked)          # (an unhashable kernel or dtype: no key, and plan() names what is wrong)
-            pair = pair_key(a, b)
-            return None if pair is None else (pair,) + asked
+            key = (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[2](a, b, kernel, out_dtype)
+            hash(key)            # (an unhashable kernel or dtype: no key, and plan() names what is wrong)
+            return key
         asked = (kernel, contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
         hash(asked)              # (a list among the parameters: no key, rather than a TypeError from the cache)
         key_a, key_b = operand_key(a), operand_key(b)
@@ -73,16 +69,17 @@ def operand_key(x):
 
 
 def _key_functions(kind, x) -> tuple:
-    """(one operand's part of the key, two operands' of that kind): by the exact type, one look-up
-    (a repeated call's key costs about half of an isinstance chain's, and a third less with both
-    operands in one function)."""
+    """(one operand's part of the key, two operands' of that kind, the usual call's whole key: of
+    a, b, kernel and out_dtype): by the exact type, one look-up (a repeated call's key costs about
+    half of an isinstance chain's, and less with both operands and the call's own part in one
+    function)."""
     known = _KEY_OF.get(kind)
     if known is None:
         known = _KEY_OF[kind] = _new_key_functions(x)
     return known
 
 
-# array type -> _key_functions' pair for it
+# array type -> _key_functions' triple for it
 _KEY_OF: dict = {}
 
 
@@ -90,19 +87,25 @@ def _no_key(*operands):
     raise TypeError("not cached")
 
 
+# The usual call's key ends with the call's own part: kernel, out_dtype and its char (None, None
+# for out_dtype=None), as call_key's other keys hold contract.dtype_key(out_dtype); flat, in one
+# tuple: a tuple in a key is made and hashed again at each call.
 def _new_key_functions(x) -> tuple:
     if type(x).__name__ == "DTensor":  # spread over ranks (tilemm.spread.route): never a plan of its own
-        return _no_key, _no_key
+        return _no_key, _no_key, _no_key
     if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
-        return _no_key, _no_key        # a subclass (np.matrix): its result goes through its own wrap, uncached
+        return _no_key, _no_key, _no_key  # a subclass (np.matrix): its result through its own wrap, uncached
     if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
         return ((lambda x: (np.ndarray, x.dtype, x.dtype.char, x.shape, x.strides)),
                 (lambda a, b: (np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape,
-                               b.strides)))
+                               b.strides)),
+                (lambda a, b, kernel, out_dtype: (
+                    np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape, b.strides,
+                    kernel, out_dtype, getattr(out_dtype, "char", None))))
     torch = arrays.torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         if contract.torch_function_subclass(torch, x):
-            return _no_key, _no_key    # a subclass whose __torch_function__ takes the call (tilemm.api)
+            return _no_key, _no_key, _no_key  # a subclass whose __torch_function__ takes the call (tilemm.api)
         # what a plan can't serve never meets a plain call's key: a tensor that would record a gradient
         # (autograd), a call under jit tracing or a torch.func transform (tilemm.torch.ops), a FakeTensor
         # (its own type). A conjugate or negative view may meet a plain tensor's plan: the plan's paths
@@ -117,10 +120,17 @@ def _new_key_functions(x) -> tuple:
                     tracing() or transformed())),
                 (lambda a, b: None if forward_ad._current_level >= 0 or autocast() else (
                     kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
-                    (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())))
+                    (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())),
+                (lambda a, b, kernel, out_dtype: None if forward_ad._current_level >= 0 or autocast() else (
+                    kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+                    (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed(),
+                    kernel, out_dtype, getattr(out_dtype, "char", None))))
     cupy = arrays.cupy_if_imported()
     if cupy is not None and isinstance(x, cupy.ndarray):
         return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),
                 (lambda a, b: (cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype,
-                               b.dtype.char, b.shape, b.strides, b.device.id)))
+                               b.dtype.char, b.shape, b.strides, b.device.id)),
+                (lambda a, b, kernel, out_dtype: (
+                    cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype, b.dtype.char,
+                    b.shape, b.strides, b.device.id, kernel, out_dtype, getattr(out_dtype, "char", None))))
     raise TypeError("not an array tilemm takes")
