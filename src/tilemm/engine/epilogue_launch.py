@@ -139,14 +139,18 @@ def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, 
     (in thin tiles where it has THIN_ROWS rows or fewer: thin_config), or where the TMA program
     would take it in tiles of its own choosing and a few rows past the last multiple of 128 are
     predicted faster apart (tile_model.sliver_rows), the rows before them (the TMA program) and
-    those rows (the pointer program in thin tiles, reading B once). eager: launched through
-    Triton's JIT, not replayed (a second launch's CPU time counts)."""
+    those rows (the pointer program in thin tiles, reading B once); never cut where traced (inside
+    a triton_op's body). eager: launched through Triton's JIT, not replayed (a second launch's CPU
+    time counts)."""
     m, k = int(a.shape[0]), int(a.shape[1])
     if (m <= THIN_ROWS and a.element_size() == 2 and config.get("tma") is not True and not any(
             key in config["tma_tiles"] for key in TILE_KEYS) and thin_fills(int(b.shape[1]))):
         return [(a, y, aux, bias, c, residual, thin_config(config, m, int(b.shape[1])))]
+    # (never cut inside a compiled graph: Inductor up to torch 2.11 copies a mutated view that starts
+    # past its storage's first element into a buffer the view's size, then reads it at the
+    # storage's offsets, past that buffer's end (pytorch/pytorch#192226): the sliver's Y[cut:])
     rest = (sliver_rows(m, int(b.shape[1]), k, saving_us=EAGER_LAUNCH_US if eager else 0.0)
-            if config.get("tma") is None and a.element_size() == 2 else 0)
+            if config.get("tma") is None and a.element_size() == 2 and not traced else 0)
     if not rest or "block_m" in config["tma_tiles"] or takes_tma(a, b, y, aux, None, traced) is None:
         return [(a, y, aux, bias, c, residual, config)]
 
