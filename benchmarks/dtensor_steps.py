@@ -171,13 +171,16 @@ def main():
         for name, product in products.items():
             if r:
                 split[name].append(parts(product, scatter))
-            elif name != "torch DTensor, float32 sums" or GPU:
+            else:
                 listed = kernels(lambda product=product: scatter(product()))
                 if rank == 0:
                     print(f"-- kernels of {name} + reduce-scatter (rank 0, round 0):\n   " + "\n   ".join(listed),
                           flush=True)
+    # the same bits from both (the flags change cuBLAS's kernel, and maybe its order of sums)?
+    ours, theirs = (variants[f"{name} + reduce-scatter"]().to_local() for name in ("tilemm DTensor", "torch DTensor"))
+    same = (torch.equal(ours, theirs), (ours.float() - theirs.float()).abs().max().item())
     every = [None] * world
-    dist.all_gather_object(every, (times, allocs, split))
+    dist.all_gather_object(every, (times, allocs, split, same))
     if rank == 0:
         print(f"{'variant':46} {'ms (slowest rank)':>18} {'per rank':>16}  cudaMalloc/retries")
         for name in variants:
@@ -185,6 +188,8 @@ def main():
             counts = [max(c[i] for e in every for c in e[1][name]) for i in range(len(ALLOCATOR))]
             print(f"{name:46} {max(per_rank):18.2f} {' '.join(f'{t:7.2f}' for t in per_rank):>16}  "
                   f"{counts[0]}/{counts[1]}")
+        print("tilemm's and torch's Shard(0) blocks the same bits on each rank: "
+              + ", ".join(f"{e[3][0]} (max |difference| {e[3][1]:.3g})" for e in every))
         print(f"{'DTensor product, then reduce-scatter (events)':46} {'product ms':>12} {'reduce-scatter ms':>18}")
         for name in products:
             for rk, e in enumerate(every):
