@@ -9,6 +9,7 @@ and, in a run of its own, tilemm.spread.multi from one process (operands on GPU 
 (with no GPU, the same script runs on the CPU with gloo: a dry run at small --sizes), or a part of it:
 
     torchrun --nproc-per-node 4 benchmarks/several_gpus.py --out DIR --sizes 32768 65536
+    torchrun --nproc-per-node 2 benchmarks/several_gpus.py --out DIR --sizes 32768 --only DTensor
     python benchmarks/several_gpus.py --one-process --gpus 4 --out DIR --sizes 32768 65536
 
 Records: DIR/several_gpus.jsonl, one a variant, size and rank count (median of --rounds rounds
@@ -151,6 +152,9 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[32768, 65536])
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", nargs="+", default=None, metavar="TEXT",
+                    help="time only the variants whose label holds one of these texts (and one GPU, the baseline), "
+                         "e.g. --only DTensor")
     ap.add_argument("--one-process", action="store_true", help="tilemm.spread.multi from this process (no torchrun)")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs for --one-process (default: all)")
     ap.add_argument("--host-limit-mib", type=int, default=4096,
@@ -184,6 +188,8 @@ def main():
             variants = one_process_variants(a, b, n, gpus, args.host_limit_mib << 20)
         else:
             variants = ranked_variants(a, b, n, rank, world)
+        if args.only:
+            variants = {label: v for label, v in variants.items() if any(text in label for text in args.only)}
         times = {"one GPU": [], **{label: [] for label in variants}}
         errors = {}
         for r in range(args.rounds + 1):                              # round 0: warm-up and checks

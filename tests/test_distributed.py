@@ -106,6 +106,16 @@ def _dtensor_checks(rank, failures):
     if tuple(c.placements) != (Shard(0),) or not isinstance(partial.placements[0], Partial) or \
             not torch.allclose(c.full_tensor().double(), want, atol=1e-4):
         failures.append(f"rank {rank}: Shard(1) x Shard(0) reduce-scattered to {c.placements}")
+    # ... in the steps torch's takes: beside the product, the same ops on the same shapes and dtypes (one
+    # reduce-scatter of the 16-bit partial sums, no copy, cast or other collective)
+    a16, b16 = (_distributed(x.bfloat16(), mesh, p, x.bfloat16()) for x, p in ((a, (Shard(1),)), (b, (Shard(0),))))
+    ours = _dtensor_steps(lambda: tilemm.spread.distributed.matmul(a16, b16, placements=[Shard(0)]))
+    theirs = _dtensor_steps(lambda: torch.matmul(a16, b16).redistribute(placements=[Shard(0)]))
+    collectives = [op for op, _ in ours if any(kind in op for kind in ("reduce", "gather", "all_to_all", "broadcast"))]
+    if ours != theirs or collectives != ["_c10d_functional.reduce_scatter_tensor.default"]:
+        first = next((i for i, pair in enumerate(zip(ours, theirs)) if pair[0] != pair[1]), min(len(ours), len(theirs)))
+        failures.append(f"rank {rank}: Shard(1) x Shard(0) to Shard(0): tilemm's steps from {first}: {ours[first:]}; "
+                        f"torch's: {theirs[first:]}")
     # integers: each rank's product is tilemm's exact one; out_dtype and a kernel travel to it
     ai, bi = (torch.randint(-100, 100, s, generator=g, dtype=torch.int32) for s in ((9, 7), (7, 6)))
     ci = tilemm.matmul(_distributed(ai, mesh, (Shard(0),), ai), _distributed(bi, mesh, (Shard(0),), bi),
@@ -121,6 +131,26 @@ def _dtensor_checks(rank, failures):
         except kind:
             pass
     dist.barrier()
+
+
+def _dtensor_steps(call) -> list:
+    """The ops call() dispatches outside DTensor's own (a DTensor's product, its local collectives, copies
+    and casts), each with its tensors' shapes and dtypes; the product itself named "product"."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Steps(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = "product" if str(func) in ("aten.mm.default", "tilemm.matmul.default") else str(func)
+            self.ops.append((name, [(tuple(x.shape), x.dtype) for x in args if isinstance(x, torch.Tensor)]))
+            return func(*args, **(kwargs or {}))
+    with Steps() as steps:
+        call().to_local()
+    return steps.ops
 
 
 def _pipeline_checks(rank, failures):
