@@ -109,12 +109,7 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
     at, taken = (LEADING + launch.at, len(launch.WORKSPACE)) if workspace else (0, 0)
     align_a, align_b = replay.aligned
     index, get_device, stream_of = replay.device_index, replay.current_device, replay.current_stream
-    # C allocated as torch.empty_like(c_like): one tensor to parse, where torch.empty parses C's sizes,
-    # dtype and device (an eighth of its CPU time); c_like, C's shape over one element (expanded: no
-    # memory kept), gives C contiguous as torch.empty does (a shape with no element: c_like C's own)
-    empty_like = torch.empty_like
-    c_like = replay.allocate(*shape, dtype=replay.dtype, device=replay.device) if 0 in shape else \
-        replay.allocate(1, dtype=replay.dtype, device=replay.device).expand(*shape)
+    make_c, c_arguments = c_allocation(torch, replay, shape)      # C = make_c(*c_arguments)
     capturing = torch._C._cuda_isCurrentStreamCapturing
     # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
     neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, replay.dtype.is_complex
@@ -147,7 +142,7 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
         if (pa % 16 != align_a or pb % 16 != align_b or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))
                 or workspace and capturing()):
             return declined(a, b)
-        c = empty_like(c_like)
+        c = make_c(*c_arguments)
         stream = stream_of(index)
         arguments = kept.get(stream)
         if arguments is None or steady and arguments[0] != workspaces.generation:
@@ -181,6 +176,24 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
         c_launch(*values)
         return c
     return call
+
+
+def c_allocation(torch, replay, shape: tuple) -> tuple:
+    """(make, arguments): make(*arguments) gives a new C of the replay's dtype and this shape,
+    contiguous as torch.empty lays it out, on the replay's device, which must be the current one
+    (pair_call checks it first). make is torch's own allocation for the device without the
+    argument parser and the dispatcher (Inductor's empty_strided_cuda or _cpu: under half of
+    torch.empty_like's CPU time); where this torch has none, torch.empty_like of C's shape over
+    one element (expanded: no memory kept; one tensor to parse, where torch.empty parses sizes,
+    dtype and device)."""
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    empty_strided = getattr(guards, "_empty_strided_" + replay.device.type, None)
+    if empty_strided is not None:
+        strides = torch.empty(shape, device="meta").stride()       # (torch.empty's, for any shape)
+        return empty_strided, (tuple(shape), tuple(strides), replay.dtype)
+    c_like = replay.allocate(*shape, dtype=replay.dtype, device=replay.device) if 0 in shape else \
+        replay.allocate(1, dtype=replay.dtype, device=replay.device).expand(*shape)
+    return torch.empty_like, (c_like,)
 
 
 def declining(*inputs):
