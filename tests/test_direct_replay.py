@@ -26,13 +26,14 @@ class Descriptor:
 Descriptor.__name__ = "TensorDescriptor"
 
 
-def replay_and_log(monkeypatch=None, hooks=None, direct=True, shape=None):
+def replay_and_log(monkeypatch=None, hooks=None, direct=True, shape=None, runtime=None):
     """(quick call, C launches, expansions, Triton runner's launches) of a replay of a program
-    taking A and B^T by descriptors, C by address, M, N, K and two constexprs."""
+    taking A and B^T by descriptors, C by address, M, N, K and two constexprs; runtime: Triton's
+    knobs' stand-in, whose launch hooks are read (default: the enter hook `hooks`, no exit hook)."""
     a, b = torch.randn(8, 6), torch.randn(6, 5)
     c = torch.empty(8, 5)
     launches, expanded, fallback = [], [], []
-    runtime = types.SimpleNamespace(launch_enter_hook=hooks, launch_exit_hook=None)
+    runtime = runtime or types.SimpleNamespace(launch_enter_hook=hooks, launch_exit_hook=None)
 
     def expand(d, meta):
         expanded.append((d.base.data_ptr(), meta))
@@ -83,6 +84,42 @@ def test_launch_hooks_take_tritons_runner_and_the_guard_holds():
     assert launches == [] and len(fallback) == 1 and c.shape == (8, 5)
     quick, launches, _, _ = replay_and_log()
     assert quick(torch.randn(8, 7)[:, 1:], b) is None and launches == []   # misaligned A: the plan's path
+
+
+class HookChain:
+    """Stands for Triton's HookChain (3.6 on): the hooks it calls, a list."""
+    def __init__(self):
+        self.calls = []
+
+
+@pytest.mark.parametrize("chains", [True, False])
+def test_hooks_set_after_the_call_was_made_take_tritons_runner(chains):
+    """A hook given to a chain, or put in a hook's place (None's before Triton 3.6), after the
+    quick call was made: each call takes Triton's runner while it is there, the C launcher after."""
+    idle = HookChain if chains else (lambda: None)
+    runtime = types.SimpleNamespace(launch_enter_hook=idle(), launch_exit_hook=idle())
+    quick, launches, _, fallback = replay_and_log(runtime=runtime)
+    a, b = torch.randn(8, 6), torch.randn(6, 5)
+
+    def took(direct: int, runner: int):
+        before = len(launches), len(fallback)
+        assert quick(a, b).shape == (8, 5)
+        assert (len(launches) - before[0], len(fallback) - before[1]) == (direct, runner)
+    took(1, 0)
+    exit_hook = runtime.launch_exit_hook
+    if chains:
+        exit_hook.calls.append(print)                   # a profiler's hook added to the chain
+        took(0, 1)
+        exit_hook.calls.clear()
+        took(1, 0)
+    runtime.launch_exit_hook = print                    # a hook in the chain's (or None's) place
+    took(0, 1)
+    runtime.launch_exit_hook = exit_hook
+    took(1, 0)
+    runtime.launch_enter_hook, enter_hook = print, runtime.launch_enter_hook
+    took(0, 1)
+    runtime.launch_enter_hook = enter_hook
+    took(1, 0)
 
 
 @pytest.mark.parametrize("direct", [True, False])

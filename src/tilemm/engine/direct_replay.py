@@ -25,7 +25,7 @@ tilemm.matmul's: the plan's own path).
 from __future__ import annotations
 
 from tilemm.engine import workspaces
-from tilemm.engine.direct_launch import KEPT_ADDRESSES, KNOWN_BASE_FORMAT
+from tilemm.engine.direct_launch import KEPT_ADDRESSES, KNOWN_BASE_FORMAT, idle_hook
 from tilemm.engine.replay_slots import DescriptorMaker, OperandAddress, Whole
 from tilemm.engine.workspaces import WorkspaceLaunch
 
@@ -46,12 +46,12 @@ def quick(replay, launch, prepared, made: list, standard, shape: tuple, declined
     workspace = isinstance(launch, WorkspaceLaunch)       # split K's or stream-K's, taken at each launch
     at, taken = (launch.at, len(launch.WORKSPACE)) if workspace else (0, 0)
     index, get_device, stream_of = replay.device_index, replay.current_device, replay.current_stream
+    (enter, enter_chain), (leave, leave_chain) = map(idle_hook, (runtime.launch_enter_hook, runtime.launch_exit_hook))
 
     def call(*inputs):
-        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-        if (get_device() != index or enter is not None and getattr(enter, "calls", True)
-                or leave is not None and getattr(leave, "calls", True)):
-            c = standard(*inputs)      # another GPU current (its guard), or launch hooks: Triton's runner
+        if (runtime.launch_enter_hook is not enter or enter_chain.calls or runtime.launch_exit_hook is not leave
+                or leave_chain.calls or get_device() != index):
+            c = standard(*inputs)      # launch hooks (pair_call's), or another GPU current (its guard): Triton's runner
             return c if c is not None or declined is None else declined(*inputs)
         ready = prepared(*inputs)
         if ready is None:
@@ -119,6 +119,9 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
     kept: dict = {}               # stream -> (workspaces' generation, the arguments for that stream)
     if declined is None:
         declined = declining
+    # Triton's launch hooks, read at each call against their values now (idle_hook): another hook, or
+    # a chain given calls (a profiler's), takes Triton's runner
+    (enter, enter_chain), (leave, leave_chain) = map(idle_hook, (runtime.launch_enter_hook, runtime.launch_exit_hook))
 
     def for_stream(stream) -> tuple:
         """kept[stream]: the template with the stream, and split K's workspace, in place."""
@@ -133,10 +136,9 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
         return generation, arguments
 
     def call(a, b):
-        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-        if (get_device() != index or enter is not None and getattr(enter, "calls", True)
-                or leave is not None and getattr(leave, "calls", True)):
-            c = standard(a, b)       # another GPU current (its guard), or launch hooks: Triton's runner
+        if (runtime.launch_enter_hook is not enter or enter_chain.calls or runtime.launch_exit_hook is not leave
+                or leave_chain.calls or get_device() != index):
+            c = standard(a, b)       # launch hooks, or another GPU current (its guard): Triton's runner
             return c if c is not None else declined(a, b)
         pa, pb = a.data_ptr(), b.data_ptr()
         if (pa % 16 != align_a or pb % 16 != align_b or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))
