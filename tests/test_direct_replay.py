@@ -158,9 +158,17 @@ def test_a_workspace_launch_is_given_its_workspace(direct, monkeypatch):
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (1, 16), (16, 1), (2, 2, 4)])
-def test_c_is_a_fresh_tensor_laid_out_as_torch_empty_lays_it(shape, monkeypatch):
-    """C (allocated like a one-element tensor expanded to C's shape) has torch.empty's strides,
-    the replay's dtype and device, and memory of its own at each call, given to the program."""
+@pytest.mark.parametrize("fast", [True, False])
+def test_c_is_a_fresh_tensor_laid_out_as_torch_empty_lays_it(shape, fast, monkeypatch):
+    """C (by torch's allocation for the device, or, where torch's function gives another layout,
+    torch.empty_like of one element expanded to C's shape) has torch.empty's strides, the
+    replay's dtype and device, and memory of its own at each call, given to the program."""
+    tried = []
+    if not fast:
+        def elsewhere_laid(*arguments):       # (a torch whose function would give another C)
+            tried.append(arguments)
+            return torch.empty(1)
+        monkeypatch.setattr(torch._C._dynamo.guards, "_empty_strided_cpu", elsewhere_laid)
     a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
     launches = []
     launch = split_launch(a, b, c, torch.empty(16), [])
@@ -178,4 +186,5 @@ def test_c_is_a_fresh_tensor_laid_out_as_torch_empty_lays_it(shape, monkeypatch)
         assert c.shape == shape and c.stride() == torch.empty(shape).stride() and c.dtype == torch.float32
         assert c.device == a.device and not c.requires_grad and c.data_ptr() in launches[-2 if c is first else -1]
     assert first.untyped_storage().nbytes() == second.untyped_storage().nbytes() == 16 * 4
+    assert len(tried) == (0 if fast else 1)   # (torch's function tried once, when the call was made)
     assert first.data_ptr() != second.data_ptr()

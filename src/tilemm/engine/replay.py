@@ -186,7 +186,7 @@ class Replay:
             else:
                 runner(*values, stream=stream_of(index))
             return c
-        direct = direct_replay.quick(self, launch, prepared, made, call, shape, declined)
+        direct = direct_replay.quick(self, launch, prepared, made, call, shape, declined, (make_c, c_arguments))
         if direct is not None or declined is None:
             return direct or call
 
