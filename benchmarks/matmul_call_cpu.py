@@ -124,7 +124,11 @@ def host_replay(torch, tilemm, a, b, dtype: str, kernel, stub: dict) -> str:
             elif type(v) is int and v in kept:
                 values[i] = kept[v]
         bound.program[bound.grid](*values, **options)
-    runtime = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    # the launch hooks read at each call: Triton's own where it has them (Triton 3.6's and later's
+    # empty HookChains, as on a GPU), else none set
+    import triton
+    runtime = getattr(getattr(triton, "knobs", None), "runtime", None) or \
+        types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
     grid3 = tuple(bound.grid) + (1,) * (3 - len(bound.grid))
     bound()                             # (its first launch, under the interpreter)
     bound.runner = make_runner(c_launch, grid3, "fn", "packed", False, False, [(i, "meta") for i in descriptors],

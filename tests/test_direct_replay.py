@@ -26,13 +26,14 @@ class Descriptor:
 Descriptor.__name__ = "TensorDescriptor"
 
 
-def replay_and_log(monkeypatch=None, hooks=None, direct=True, shape=None):
+def replay_and_log(monkeypatch=None, hooks=None, direct=True, shape=None, runtime=None):
     """(quick call, C launches, expansions, Triton runner's launches) of a replay of a program
-    taking A and B^T by descriptors, C by address, M, N, K and two constexprs."""
+    taking A and B^T by descriptors, C by address, M, N, K and two constexprs; runtime: Triton's
+    knobs' stand-in, whose launch hooks are read (default: the enter hook `hooks`, no exit hook)."""
     a, b = torch.randn(8, 6), torch.randn(6, 5)
     c = torch.empty(8, 5)
     launches, expanded, fallback = [], [], []
-    runtime = types.SimpleNamespace(launch_enter_hook=hooks, launch_exit_hook=None)
+    runtime = runtime or types.SimpleNamespace(launch_enter_hook=hooks, launch_exit_hook=None)
 
     def expand(d, meta):
         expanded.append((d.base.data_ptr(), meta))
@@ -85,6 +86,42 @@ def test_launch_hooks_take_tritons_runner_and_the_guard_holds():
     assert quick(torch.randn(8, 7)[:, 1:], b) is None and launches == []   # misaligned A: the plan's path
 
 
+class HookChain:
+    """Stands for Triton's HookChain (3.6 on): the hooks it calls, a list."""
+    def __init__(self):
+        self.calls = []
+
+
+@pytest.mark.parametrize("chains", [True, False])
+def test_hooks_set_after_the_call_was_made_take_tritons_runner(chains):
+    """A hook given to a chain, or put in a hook's place (None's before Triton 3.6), after the
+    quick call was made: each call takes Triton's runner while it is there, the C launcher after."""
+    idle = HookChain if chains else (lambda: None)
+    runtime = types.SimpleNamespace(launch_enter_hook=idle(), launch_exit_hook=idle())
+    quick, launches, _, fallback = replay_and_log(runtime=runtime)
+    a, b = torch.randn(8, 6), torch.randn(6, 5)
+
+    def took(direct: int, runner: int):
+        before = len(launches), len(fallback)
+        assert quick(a, b).shape == (8, 5)
+        assert (len(launches) - before[0], len(fallback) - before[1]) == (direct, runner)
+    took(1, 0)
+    exit_hook = runtime.launch_exit_hook
+    if chains:
+        exit_hook.calls.append(print)                   # a profiler's hook added to the chain
+        took(0, 1)
+        exit_hook.calls.clear()
+        took(1, 0)
+    runtime.launch_exit_hook = print                    # a hook in the chain's (or None's) place
+    took(0, 1)
+    runtime.launch_exit_hook = exit_hook
+    took(1, 0)
+    runtime.launch_enter_hook, enter_hook = print, runtime.launch_enter_hook
+    took(0, 1)
+    runtime.launch_enter_hook = enter_hook
+    took(1, 0)
+
+
 @pytest.mark.parametrize("direct", [True, False])
 def test_c_takes_the_shape_asked(direct, monkeypatch):
     """C of another shape of as many elements (a Linear's output for a 3-D input), written where
@@ -121,9 +158,17 @@ def test_a_workspace_launch_is_given_its_workspace(direct, monkeypatch):
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (1, 16), (16, 1), (2, 2, 4)])
-def test_c_is_a_fresh_tensor_laid_out_as_torch_empty_lays_it(shape, monkeypatch):
-    """C (allocated like a one-element tensor expanded to C's shape) has torch.empty's strides,
-    the replay's dtype and device, and memory of its own at each call, given to the program."""
+@pytest.mark.parametrize("fast", [True, False])
+def test_c_is_a_fresh_tensor_laid_out_as_torch_empty_lays_it(shape, fast, monkeypatch):
+    """C (by torch's allocation for the device, or, where torch's function gives another layout,
+    torch.empty_like of one element expanded to C's shape) has torch.empty's strides, the
+    replay's dtype and device, and memory of its own at each call, given to the program."""
+    tried = []
+    if not fast:
+        def elsewhere_laid(*arguments):       # (a torch whose function would give another C)
+            tried.append(arguments)
+            return torch.empty(1)
+        monkeypatch.setattr(torch._C._dynamo.guards, "_empty_strided_cpu", elsewhere_laid)
     a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
     launches = []
     launch = split_launch(a, b, c, torch.empty(16), [])
@@ -141,4 +186,5 @@ def test_c_is_a_fresh_tensor_laid_out_as_torch_empty_lays_it(shape, monkeypatch)
         assert c.shape == shape and c.stride() == torch.empty(shape).stride() and c.dtype == torch.float32
         assert c.device == a.device and not c.requires_grad and c.data_ptr() in launches[-2 if c is first else -1]
     assert first.untyped_storage().nbytes() == second.untyped_storage().nbytes() == 16 * 4
+    assert len(tried) == (0 if fast else 1)   # (torch's function tried once, when the call was made)
     assert first.data_ptr() != second.data_ptr()

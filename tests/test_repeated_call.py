@@ -205,10 +205,11 @@ def float16_pair(seed, grad=False):
 
 @on_the_host
 def test_calls_that_never_meet_a_plain_plan(monkeypatch):
-    """A call that would record a gradient, under forward-mode AD, autocast or a torch.func
-    transform has another key (or none): it takes its own route (autograd's node, the dual's
-    tangent, the cast, the batch rule; the replay never launches for the last three) and gives
-    torch's answer; the plain call replays again after them."""
+    """A call that would record a gradient, under forward-mode AD, autocast, a torch.func
+    transform or torch.jit.trace has another key (or none): it takes its own route (autograd's
+    node, the dual's tangent, the cast, the batch rule, the op the trace records; the replay never
+    launches for the middle three) and gives torch's answer; the plain call replays again after
+    them, and for tensors that require grad under torch.no_grad."""
     a, b = float16_pair(7)
     log, _ = replayed_plan(monkeypatch, a, b, "tensorcore")
 
@@ -228,6 +229,10 @@ def test_calls_that_never_meet_a_plain_plan(monkeypatch):
     stacked = torch.stack([a, a])
     c = launched(log, 0, lambda: torch.func.vmap(matmul, in_dims=(0, None))(stacked, b))
     assert c.shape == (2, 16, 32) and close(c[1], a, b)
+    traced, (a2, b2) = torch.jit.trace(matmul, (a, b), check_trace=False), float16_pair(9)
+    assert close(traced(a2, b2), a2, b2)      # (the op recorded: a trace of the replay's launch would give a @ b)
+    with torch.no_grad():             # (a tensor that requires grad records none here: the plain call's plan)
+        assert close(launched(log, 1, lambda: matmul(x, y)), x.detach(), y.detach())
     assert close(launched(log, 1, lambda: matmul(a, b)), a, b)
 
 

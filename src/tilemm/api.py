@@ -118,10 +118,13 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the plans
         from tilemm.torch import ops as torch_ops
         return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
-    key, known = cache.lookup(a, b, kernel, out, out_dtype, params)
-    if known is not None:                # a repeated call: its plan (tilemm.plans)
-        if out is None and stream is None:   # (the usual one, in the fewest steps: Plan.repeat)
+    if out is None and not params and type(a) is type(b):   # the usual call: its key and plan in one frame
+        key, known = cache.USUAL.get(type(a), cache.usual_lookup)(a, b, kernel, out_dtype)
+        if known is not None and stream is None:          # repeated, in the fewest steps: Plan.repeat
             return known.repeat(a, b)
+    else:
+        key, known = cache.lookup(a, b, kernel, out, out_dtype, params)
+    if known is not None:                # a repeated call: its plan (tilemm.plans)
         return known.run_again(a, b, out, stream)
     if "devices" in params or type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":   # (never keyed)
         from tilemm.spread import route as spread                      # several GPUs or ranks: tilemm.spread

@@ -67,6 +67,26 @@ def launch_parts(compiled, nvidia):
 KEPT_ADDRESSES = 256
 
 
+class Unhooked:
+    """No hook chain: no calls."""
+    calls = ()
+
+
+UNHOOKED = Unhooked()
+
+
+def idle_hook(hook) -> tuple:
+    """(value, chain) of a launch hook as read when a replay's quick call is made, which tells at
+    each call, in an identity and a list's truth where getattr costs twice as much, that a hook is
+    set: ``runtime's hook is not value or chain.calls``. A HookChain (Triton 3.6 on): itself, its
+    calls read at each call; None (before): None, UNHOOKED; a hook set already: a value no hook is."""
+    if hook is None:
+        return None, UNHOOKED
+    if isinstance(getattr(hook, "calls", None), list):
+        return hook, hook
+    return object(), UNHOOKED
+
+
 def make_runner(launch, grid: tuple, function, packed, cooperative, pdl, descriptors: list, expand, runner, runtime,
                 current_stream):
     """runner(*args, stream=None) calling launch with Triton's leading arguments for this grid, on

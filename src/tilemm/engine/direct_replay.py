@@ -25,33 +25,34 @@ tilemm.matmul's: the plan's own path).
 from __future__ import annotations
 
 from tilemm.engine import workspaces
-from tilemm.engine.direct_launch import KEPT_ADDRESSES, KNOWN_BASE_FORMAT
+from tilemm.engine.direct_launch import KEPT_ADDRESSES, KNOWN_BASE_FORMAT, idle_hook
 from tilemm.engine.replay_slots import DescriptorMaker, OperandAddress, Whole
 from tilemm.engine.workspaces import WorkspaceLaunch
 
 
-def quick(replay, launch, prepared, made: list, standard, shape: tuple, declined=None):
+def quick(replay, launch, prepared, made: list, standard, shape: tuple, declined=None, allocation=None):
     """A function (*inputs) -> C (None where the quick call's guard refuses the inputs: a and b,
     or more) launching replay's one program (launch; prepared: the quick call's (*inputs) -> (C,
     addresses, the values with the operands' addresses in place) or None; made: the values it
     makes a call, [(index, make)]) through the C launcher past the direct runner; standard: the
     quick call it stands in for; shape: C's. declined(*inputs): what a call the guard refuses
-    gives instead of None. Two inputs: pair_call's. None where it can't."""
+    gives instead of None. allocation: pair_call's C (c_allocation's), where the caller has it.
+    Two inputs: pair_call's. None where it can't."""
     found = launch_arguments(launch, made)
     if found is None:
         return None
     if len(replay.aligned) == 2:
-        return pair_call(replay, found, standard, shape, declined)
+        return pair_call(replay, found, standard, shape, declined, allocation)
     (c_launch, (grid_x, grid_y, grid_z), function, packed, cooperative, pdl, _, expand, runtime), offsets, slots = found
     workspace = isinstance(launch, WorkspaceLaunch)       # split K's or stream-K's, taken at each launch
     at, taken = (launch.at, len(launch.WORKSPACE)) if workspace else (0, 0)
     index, get_device, stream_of = replay.device_index, replay.current_device, replay.current_stream
+    (enter, enter_chain), (leave, leave_chain) = map(idle_hook, (runtime.launch_enter_hook, runtime.launch_exit_hook))
 
     def call(*inputs):
-        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-        if (get_device() != index or enter is not None and getattr(enter, "calls", True)
-                or leave is not None and getattr(leave, "calls", True)):
-            c = standard(*inputs)      # another GPU current (its guard), or launch hooks: Triton's runner
+        if (runtime.launch_enter_hook is not enter or enter_chain.calls or runtime.launch_exit_hook is not leave
+                or leave_chain.calls or get_device() != index):
+            c = standard(*inputs)      # launch hooks (pair_call's), or another GPU current (its guard): Triton's runner
             return c if c is not None or declined is None else declined(*inputs)
         ready = prepared(*inputs)
         if ready is None:
@@ -83,14 +84,15 @@ STREAM_AT = 3
 KEPT_STREAMS = 64      # streams a quick call keeps its arguments for (a thread's or a side stream's each)
 
 
-def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
+def pair_call(replay, found: tuple, standard, shape: tuple, declined=None, allocation=None):
     """quick's function for two inputs, c = a @ b, in one frame: the guard (the first call's
     alignment of each operand, neither a negative view nor, complex, a conjugate one, no CUDA
     graph being captured where the launch takes a workspace) read inline, what does not change
     worked out once (C's shape, dtype and device, the torch functions the call reads, and the C
     launcher's whole argument list for the stream, split K's workspace in place while the
     workspaces stay as they are), the operands' and C's addresses put in at each call;
-    declined(a, b) for operands the guard refuses (None: None)."""
+    declined(a, b) for operands the guard refuses (None: None); allocation: c_allocation's (None:
+    made here)."""
     import torch            # (the operands are torch tensors: loaded)
     (c_launch, (grid_x, grid_y, grid_z), function, packed, cooperative, pdl, _, expand, runtime), offsets, slots = found
     launch = replay.single[0]
@@ -109,12 +111,7 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
     at, taken = (LEADING + launch.at, len(launch.WORKSPACE)) if workspace else (0, 0)
     align_a, align_b = replay.aligned
     index, get_device, stream_of = replay.device_index, replay.current_device, replay.current_stream
-    # C allocated as torch.empty_like(c_like): one tensor to parse, where torch.empty parses C's sizes,
-    # dtype and device (an eighth of its CPU time); c_like, C's shape over one element (expanded: no
-    # memory kept), gives C contiguous as torch.empty does (a shape with no element: c_like C's own)
-    empty_like = torch.empty_like
-    c_like = replay.allocate(*shape, dtype=replay.dtype, device=replay.device) if 0 in shape else \
-        replay.allocate(1, dtype=replay.dtype, device=replay.device).expand(*shape)
+    make_c, c_arguments = allocation or c_allocation(torch, replay, shape)      # C = make_c(*c_arguments)
     capturing = torch._C._cuda_isCurrentStreamCapturing
     # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
     neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, replay.dtype.is_complex
@@ -124,6 +121,9 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
     kept: dict = {}               # stream -> (workspaces' generation, the arguments for that stream)
     if declined is None:
         declined = declining
+    # Triton's launch hooks, read at each call against their values now (idle_hook): another hook, or
+    # a chain given calls (a profiler's), takes Triton's runner
+    (enter, enter_chain), (leave, leave_chain) = map(idle_hook, (runtime.launch_enter_hook, runtime.launch_exit_hook))
 
     def for_stream(stream) -> tuple:
         """kept[stream]: the template with the stream, and split K's workspace, in place."""
@@ -138,16 +138,15 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
         return generation, arguments
 
     def call(a, b):
-        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-        if (get_device() != index or enter is not None and getattr(enter, "calls", True)
-                or leave is not None and getattr(leave, "calls", True)):
-            c = standard(a, b)       # another GPU current (its guard), or launch hooks: Triton's runner
+        if (runtime.launch_enter_hook is not enter or enter_chain.calls or runtime.launch_exit_hook is not leave
+                or leave_chain.calls or get_device() != index):
+            c = standard(a, b)       # launch hooks, or another GPU current (its guard): Triton's runner
             return c if c is not None else declined(a, b)
         pa, pb = a.data_ptr(), b.data_ptr()
         if (pa % 16 != align_a or pb % 16 != align_b or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))
                 or workspace and capturing()):
             return declined(a, b)
-        c = empty_like(c_like)
+        c = make_c(*c_arguments)
         stream = stream_of(index)
         arguments = kept.get(stream)
         if arguments is None or steady and arguments[0] != workspaces.generation:
@@ -181,6 +180,29 @@ def pair_call(replay, found: tuple, standard, shape: tuple, declined=None):
         c_launch(*values)
         return c
     return call
+
+
+def c_allocation(torch, replay, shape: tuple) -> tuple:
+    """(make, arguments): make(*arguments) gives a new C of the replay's dtype and this shape,
+    contiguous as torch.empty lays it out, on the replay's device, which must be the current one
+    (pair_call checks it first). make is torch's own allocation for the device without the
+    argument parser and the dispatcher (Inductor's empty_strided_cuda or _cpu: under half of
+    torch.empty_like's CPU time); where this torch has none, torch.empty_like of C's shape over
+    one element (expanded: no memory kept; one tensor to parse, where torch.empty parses sizes,
+    dtype and device). A C is made here once, to check that torch's function gives it."""
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    empty_strided = getattr(guards, "_empty_strided_" + replay.device.type, None)
+    arguments = (tuple(shape), tuple(torch.empty(shape, device="meta").stride()), replay.dtype)   # (torch.empty's)
+    try:                     # (a torch private function: used where it gives what it gave when written)
+        c = empty_strided(*arguments)
+        if type(c) is torch.Tensor and (c.shape, c.stride(), c.dtype, c.device.type) == (*arguments,
+                                                                                        replay.device.type):
+            return empty_strided, arguments
+    except (TypeError, RuntimeError, ValueError):
+        pass
+    c_like = replay.allocate(*shape, dtype=replay.dtype, device=replay.device) if 0 in shape else \
+        replay.allocate(1, dtype=replay.dtype, device=replay.device).expand(*shape)
+    return torch.empty_like, (c_like,)
 
 
 def declining(*inputs):

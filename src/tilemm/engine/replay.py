@@ -131,12 +131,13 @@ class Replay:
         workspace = isinstance(launch, WorkspaceLaunch)        # memory a CUDA graph being captured would keep
         runner = launch.run_replayed if workspace else launch.runner
         aligned = self.aligned
-        index, dtype, device = self.device_index, self.dtype, self.device
+        index, dtype = self.device_index, self.dtype
         shape = self.c_shape if shape is None else shape
-        empty, get_device, stream_of = self.allocate, self.current_device, self.current_stream
+        get_device, stream_of = self.current_device, self.current_stream
         import torch
         # a conjugate or negative view (lazy): its values are not its memory; a conjugate bit only on complex operands
         neg, conj, complex_ = torch.Tensor.is_neg, torch.Tensor.is_conj, dtype.is_complex
+        make_c, c_arguments = direct_replay.c_allocation(torch, self, shape)     # C, on the current device
 
         if len(aligned) == 2:        # a @ b, the usual call: its two operands checked inline
             align_a, align_b = aligned
@@ -149,7 +150,7 @@ class Replay:
                 if (pa % 16 != align_a or pb % 16 != align_b or (workspace and capturing())
                         or neg(a) or neg(b) or complex_ and (conj(a) or conj(b))):
                     return None
-                c = empty(*shape, dtype=dtype, device=device)
+                c = make_c(*c_arguments)
                 pointers = (pa, pb, c.data_ptr())
                 values = template.copy()
                 for j, which in addressed:
@@ -162,7 +163,7 @@ class Replay:
                 if (tuple([p % 16 for p in pointers]) != aligned or (workspace and capturing())
                         or any([neg(x) or complex_ and conj(x) for x in inputs])):
                     return None
-                c = empty(*shape, dtype=dtype, device=device)
+                c = make_c(*c_arguments)
                 pointers.append(c.data_ptr())
                 values = template.copy()
                 for j, which in addressed:
@@ -185,7 +186,7 @@ class Replay:
             else:
                 runner(*values, stream=stream_of(index))
             return c
-        direct = direct_replay.quick(self, launch, prepared, made, call, shape, declined)
+        direct = direct_replay.quick(self, launch, prepared, made, call, shape, declined, (make_c, c_arguments))
         if direct is not None or declined is None:
             return direct or call
 

@@ -18,16 +18,24 @@ PLANS: dict = {}
 
 def lookup(a, b, kernel, out, out_dtype, params) -> tuple:
     """(key, the plan kept for it or None); key None for a call that is never kept."""
-    if out is None and not params and type(a) is type(b):   # the usual call, in the fewest steps: its whole
-        try:     # key in one function of the operands' type (call_key's), one look-up
-            key = (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[2](a, b, kernel, out_dtype)
-            return key, PLANS.get(key)           # (None, None where the key is None: never a key kept)
-        except (TypeError, AttributeError, RuntimeError):   # (an unhashable kernel or dtype, a sparse or nested
-            return None, None                              # tensor's strides: no key; the checks name it)
+    if out is None and not params and type(a) is type(b):   # the usual call: usual_lookup's
+        return USUAL.get(type(a), usual_lookup)(a, b, kernel, out_dtype)
     key = call_key(a, b, kernel, out, out_dtype, params)
     if key is None:
         return None, None
     return key, PLANS.get(key)
+
+
+def usual_lookup(a, b, kernel, out_dtype) -> tuple:
+    """lookup's (key, plan or None) for the usual call: no out, no parameters, a and b of one type.
+    USUAL[type(a)] is this in one function of the operands' type (its whole key built and looked
+    up in one frame: a repeated call's caller, tilemm.matmul, calls it directly); here, the first
+    call of a type, which makes that function."""
+    try:
+        functions = _key_functions(type(a), a)
+    except TypeError:            # (an array kind tilemm does not cache: no key; the checks name it)
+        return None, None
+    return functions[2](a, b, kernel, out_dtype)
 
 
 def remember(key, plan, record) -> None:
@@ -41,10 +49,8 @@ def call_key(a, b, kernel, out, out_dtype, params):
     """What decides a call's plan, as a hashable key; None for a call not worth caching (an
     unhashable parameter, an array kind plan() will refuse)."""
     try:
-        if out is None and not params and type(a) is type(b):     # the usual call, in the fewest steps
-            key = (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[2](a, b, kernel, out_dtype)
-            hash(key)            # (an unhashable kernel or dtype: no key, and plan() names what is wrong)
-            return key
+        if out is None and not params and type(a) is type(b):     # the usual call: usual_lookup's key
+            return USUAL.get(type(a), usual_lookup)(a, b, kernel, out_dtype)[0]
         asked = (kernel, contract.dtype_key(out_dtype), tuple(sorted(params.items())) if params else ())
         hash(asked)              # (a list among the parameters: no key, rather than a TypeError from the cache)
         key_a, key_b = operand_key(a), operand_key(b)
@@ -69,22 +75,39 @@ def operand_key(x):
 
 
 def _key_functions(kind, x) -> tuple:
-    """(one operand's part of the key, two operands' of that kind, the usual call's whole key: of
-    a, b, kernel and out_dtype): by the exact type, one look-up (a repeated call's key costs about
-    half of an isinstance chain's, and less with both operands and the call's own part in one
-    function)."""
+    """(one operand's part of the key, two operands' of that kind, the usual call's lookup: (key,
+    plan) of a, b, kernel and out_dtype): by the exact type, one look-up (a repeated call's key
+    costs about half of an isinstance chain's, and less with both operands and the call's own
+    part in one function). The lookup is kept in USUAL too."""
     known = _KEY_OF.get(kind)
     if known is None:
         known = _KEY_OF[kind] = _new_key_functions(x)
+        USUAL[kind] = known[2]
     return known
 
 
-# array type -> _key_functions' triple for it
+# array type -> _key_functions' triple for it; array type -> the usual call's lookup (the triple's last)
 _KEY_OF: dict = {}
+USUAL: dict = {}
 
 
 def _no_key(*operands):
     raise TypeError("not cached")
+
+
+def _no_plan(a, b, kernel, out_dtype) -> tuple:
+    return None, None
+
+
+def _looked_up(key_of):
+    """The usual call's lookup of the key key_of(a, b, kernel, out_dtype) gives."""
+    def lookup(a, b, kernel, out_dtype) -> tuple:
+        try:
+            key = key_of(a, b, kernel, out_dtype)
+            return key, PLANS.get(key)
+        except (TypeError, AttributeError, RuntimeError):   # (an unhashable kernel or dtype: no key, and
+            return None, None                              # plan() names what is wrong)
+    return lookup
 
 
 # The usual call's key ends with the call's own part: kernel, out_dtype and its char (None, None
@@ -92,45 +115,59 @@ def _no_key(*operands):
 # tuple: a tuple in a key is made and hashed again at each call.
 def _new_key_functions(x) -> tuple:
     if type(x).__name__ == "DTensor":  # spread over ranks (tilemm.spread.route): never a plan of its own
-        return _no_key, _no_key, _no_key
+        return _no_key, _no_key, _no_plan
     if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
-        return _no_key, _no_key, _no_key  # a subclass (np.matrix): its result through its own wrap, uncached
+        return _no_key, _no_key, _no_plan  # a subclass (np.matrix): its result through its own wrap, uncached
     if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
         return ((lambda x: (np.ndarray, x.dtype, x.dtype.char, x.shape, x.strides)),
                 (lambda a, b: (np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape,
                                b.strides)),
-                (lambda a, b, kernel, out_dtype: (
+                _looked_up(lambda a, b, kernel, out_dtype: (
                     np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape, b.strides,
                     kernel, out_dtype, getattr(out_dtype, "char", None))))
     torch = arrays.torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         if contract.torch_function_subclass(torch, x):
-            return _no_key, _no_key, _no_key  # a subclass whose __torch_function__ takes the call (tilemm.api)
-        # what a plan can't serve never meets a plain call's key: a tensor that would record a gradient
-        # (autograd), a call under jit tracing or a torch.func transform (tilemm.torch.ops), a FakeTensor
-        # (its own type). A conjugate or negative view may meet a plain tensor's plan: the plan's paths
-        # read its values (to_host, the GPU backends) or refuse it (a replay: ladder.replay.lazy)
-        # (and no key at all while a forward-mode AD level is open, a dual tensor's tangent being no
-        # part of its key, or while torch's autocast is on: the operands are cast first)
-        kind, grad_enabled, forward_ad = type(x), torch.is_grad_enabled, torch.autograd.forward_ad
-        tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
-        autocast = torch._C._is_any_autocast_enabled
-        return ((lambda x: None if forward_ad._current_level >= 0 or autocast() else (
-                    kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
-                    tracing() or transformed())),
-                (lambda a, b: None if forward_ad._current_level >= 0 or autocast() else (
-                    kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
-                    (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())),
-                (lambda a, b, kernel, out_dtype: None if forward_ad._current_level >= 0 or autocast() else (
-                    kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
-                    (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed(),
-                    kernel, out_dtype, getattr(out_dtype, "char", None))))
+            return _no_key, _no_key, _no_plan  # a subclass whose __torch_function__ takes the call (tilemm.api)
+        return torch_key_functions(torch, type(x))
     cupy = arrays.cupy_if_imported()
     if cupy is not None and isinstance(x, cupy.ndarray):
         return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),
                 (lambda a, b: (cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype,
                                b.dtype.char, b.shape, b.strides, b.device.id)),
-                (lambda a, b, kernel, out_dtype: (
+                _looked_up(lambda a, b, kernel, out_dtype: (
                     cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype, b.dtype.char,
                     b.shape, b.strides, b.device.id, kernel, out_dtype, getattr(out_dtype, "char", None))))
     raise TypeError("not an array tilemm takes")
+
+
+def torch_key_functions(torch, kind) -> tuple:
+    """_key_functions' triple for torch tensors of type kind. What a plan can't serve never meets a
+    plain call's key: a tensor that would record a gradient (autograd), a call under jit tracing or
+    a torch.func transform (tilemm.torch.ops), a FakeTensor (its own type); and there is no key at
+    all while a forward-mode AD level is open (a dual tensor's tangent is no part of its key) or
+    while torch's autocast is on (the operands are cast first). A conjugate or negative view may
+    meet a plain tensor's plan: the plan's paths read its values (to_host, the GPU backends) or
+    refuse it (a replay's guard: engine.replay_guard.lazy)."""
+    grad_enabled, forward_ad = torch.is_grad_enabled, torch.autograd.forward_ad
+    tracing, transformed = torch._C._is_tracing, torch._C._are_functorch_transforms_active
+    autocast = torch._C._is_any_autocast_enabled
+
+    def lookup(a, b, kernel, out_dtype) -> tuple:
+        # a repeated call's whole key and its plan in this one frame (no key function called)
+        try:
+            if forward_ad._current_level >= 0 or autocast():
+                return None, None
+            key = (kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+                   (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed(),
+                   kernel, out_dtype, getattr(out_dtype, "char", None))
+            return key, PLANS.get(key)
+        except (TypeError, AttributeError, RuntimeError):   # (an unhashable kernel or dtype, a sparse or nested
+            return None, None                              # tensor's strides: no key; the checks name it)
+    return ((lambda x: None if forward_ad._current_level >= 0 or autocast() else (
+                kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
+                tracing() or transformed())),
+            (lambda a, b: None if forward_ad._current_level >= 0 or autocast() else (
+                kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+                (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())),
+            lookup)
