@@ -131,6 +131,19 @@ def test_c_takes_the_shape_asked(direct, monkeypatch):
     assert c.shape == (2, 4, 5) and c.is_contiguous() and c.data_ptr() in launches[-1]
 
 
+def replay_on_gpu_0_stream_5(launch, operands, launches, monkeypatch):
+    """The replay of launch on operands as made on GPU 0, stream 5, its C launcher appending its
+    arguments to launches (no CUDA graph captured: the guard's check, on the CPU)."""
+    runtime = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    launch.runner = make_runner(lambda *args: launches.append(args), (3, 1, 1), "fn", "packed", False, False, [],
+                                None, None, runtime, lambda: 77)
+    replay = recorded(launch, operands)
+    replay.device_index, replay.current_device, replay.current_stream = 0, lambda: 0, lambda index: 5
+    replay.allocate = torch.empty
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+    return replay
+
+
 @pytest.mark.parametrize("direct", [True, False])
 def test_a_workspace_launch_is_given_its_workspace(direct, monkeypatch):
     """A launch taking a workspace (split K) gets the workspace of the replay's device and stream
@@ -139,13 +152,7 @@ def test_a_workspace_launch_is_given_its_workspace(direct, monkeypatch):
     partials = torch.empty(16)
     a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
     launch = split_launch(a, b, c, partials, given)
-    runtime = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
-    launch.runner = make_runner(lambda *args: launches.append(args), (3, 1, 1), "fn", "packed", False, False, [],
-                                None, None, runtime, lambda: 77)
-    replay = recorded(launch, (a, b, c))
-    replay.device_index, replay.current_device, replay.current_stream = 0, lambda: 0, lambda index: 5
-    replay.allocate = torch.empty
-    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)   # (the guard's: no CUDA graph on the CPU)
+    replay = replay_on_gpu_0_stream_5(launch, (a, b, c), launches, monkeypatch)
     if not direct:
         monkeypatch.setattr(direct_replay, "quick", lambda *args: None)
     quick = replay.quick_call()
@@ -172,13 +179,7 @@ def test_c_is_a_fresh_tensor_laid_out_as_torch_empty_lays_it(shape, fast, monkey
     a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
     launches = []
     launch = split_launch(a, b, c, torch.empty(16), [])
-    runtime = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
-    launch.runner = make_runner(lambda *args: launches.append(args), (3, 1, 1), "fn", "packed", False, False, [],
-                                None, None, runtime, lambda: 77)
-    replay = recorded(launch, (a, b, c))
-    replay.device_index, replay.current_device, replay.current_stream = 0, lambda: 0, lambda index: 5
-    replay.allocate = torch.empty
-    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+    replay = replay_on_gpu_0_stream_5(launch, (a, b, c), launches, monkeypatch)
     quick = replay.quick_call(shape)
     assert quick.__module__ == direct_replay.__name__
     first, second = quick(a, b), quick(torch.randn(4, 4), torch.randn(4, 4))
