@@ -35,7 +35,7 @@ def usual_lookup(a, b, kernel, out_dtype) -> tuple:
         functions = _key_functions(type(a), a)
     except TypeError:            # (an array kind tilemm does not cache: no key; the checks name it)
         return None, None
-    return functions[2](a, b, kernel, out_dtype)
+    return functions[1](a, b, kernel, out_dtype)
 
 
 def remember(key, plan, record) -> None:
@@ -63,30 +63,24 @@ def call_key(a, b, kernel, out, out_dtype, params):
         return None
 
 
-def pair_key(a, b):
-    """Both operands' part of a call's key, for operands of one type (TypeError for an array kind
-    tilemm does not cache)."""
-    return (_KEY_OF.get(type(a)) or _key_functions(type(a), a))[1](a, b)
-
-
 def operand_key(x):
     """One operand's part of a call's key (TypeError for an array kind tilemm does not cache)."""
     return _key_functions(type(x), x)[0](x)
 
 
 def _key_functions(kind, x) -> tuple:
-    """(one operand's part of the key, two operands' of that kind, the usual call's lookup: (key,
-    plan) of a, b, kernel and out_dtype): by the exact type, one look-up (a repeated call's key
-    costs about half of an isinstance chain's, and less with both operands and the call's own
-    part in one function). The lookup is kept in USUAL too."""
+    """(one operand's part of the key, the usual call's lookup: (key, plan) of a, b, kernel and
+    out_dtype): by the exact type, one look-up (a repeated call's key costs about half of an
+    isinstance chain's, and less with both operands and the call's own part in one function).
+    The lookup is kept in USUAL too."""
     known = _KEY_OF.get(kind)
     if known is None:
         known = _KEY_OF[kind] = _new_key_functions(x)
-        USUAL[kind] = known[2]
+        USUAL[kind] = known[1]
     return known
 
 
-# array type -> _key_functions' triple for it; array type -> the usual call's lookup (the triple's last)
+# array type -> _key_functions' pair for it; array type -> the usual call's lookup (the pair's second)
 _KEY_OF: dict = {}
 USUAL: dict = {}
 
@@ -115,26 +109,22 @@ def _looked_up(key_of):
 # tuple: a tuple in a key is made and hashed again at each call.
 def _new_key_functions(x) -> tuple:
     if type(x).__name__ == "DTensor":  # spread over ranks (tilemm.spread.route): never a plan of its own
-        return _no_key, _no_key, _no_plan
+        return _no_key, _no_plan
     if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
-        return _no_key, _no_key, _no_plan  # a subclass (np.matrix): its result through its own wrap, uncached
+        return _no_key, _no_plan  # a subclass (np.matrix): its result through its own wrap, uncached
     if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
         return ((lambda x: (np.ndarray, x.dtype, x.dtype.char, x.shape, x.strides)),
-                (lambda a, b: (np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape,
-                               b.strides)),
                 _looked_up(lambda a, b, kernel, out_dtype: (
                     np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape, b.strides,
                     kernel, out_dtype, getattr(out_dtype, "char", None))))
     torch = arrays.torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         if contract.torch_function_subclass(torch, x):
-            return _no_key, _no_key, _no_plan  # a subclass whose __torch_function__ takes the call (tilemm.api)
+            return _no_key, _no_plan  # a subclass whose __torch_function__ takes the call (tilemm.api)
         return torch_key_functions(torch, type(x))
     cupy = arrays.cupy_if_imported()
     if cupy is not None and isinstance(x, cupy.ndarray):
         return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),
-                (lambda a, b: (cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype,
-                               b.dtype.char, b.shape, b.strides, b.device.id)),
                 _looked_up(lambda a, b, kernel, out_dtype: (
                     cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype, b.dtype.char,
                     b.shape, b.strides, b.device.id, kernel, out_dtype, getattr(out_dtype, "char", None))))
@@ -142,7 +132,7 @@ def _new_key_functions(x) -> tuple:
 
 
 def torch_key_functions(torch, kind) -> tuple:
-    """_key_functions' triple for torch tensors of type kind. What a plan can't serve never meets a
+    """_key_functions' pair for torch tensors of type kind. What a plan can't serve never meets a
     plain call's key: a tensor that would record a gradient (autograd), a call under jit tracing or
     a torch.func transform (tilemm.torch.ops), a FakeTensor (its own type); and there is no key at
     all while a forward-mode AD level is open (a dual tensor's tangent is no part of its key) or
@@ -167,7 +157,4 @@ def torch_key_functions(torch, kind) -> tuple:
     return ((lambda x: None if forward_ad._current_level >= 0 or autocast() else (
                 kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
                 tracing() or transformed())),
-            (lambda a, b: None if forward_ad._current_level >= 0 or autocast() else (
-                kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
-                (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed())),
             lookup)
