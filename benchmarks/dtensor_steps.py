@@ -14,7 +14,6 @@ With no GPU the same steps run on the CPU (gloo): a dry run at a small --size.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import time
@@ -28,6 +27,7 @@ import torch.distributed as dist  # noqa: E402
 
 import tilemm  # noqa: E402
 import tilemm.torch.ops  # noqa: E402,F401  (registers torch.ops.tilemm.matmul, the op DTensor calls)
+from tilemm.engine.torch_flags import FLAG_OF, torch_matmul_flags  # noqa: E402
 
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
@@ -40,19 +40,10 @@ def settle():
     dist.barrier()
 
 
-@contextlib.contextmanager
 def float32_sums(dtype):
     """torch's cuBLAS flag for reduced-precision sums of this dtype off for the block (tilemm's library rung)."""
-    name = {torch.bfloat16: "allow_bf16_reduced_precision_reduction",
-            torch.float16: "allow_fp16_reduced_precision_reduction"}.get(dtype)
-    before = getattr(torch.backends.cuda.matmul, name) if name else None
-    if name:
-        setattr(torch.backends.cuda.matmul, name, False)
-    try:
-        yield
-    finally:
-        if name:
-            setattr(torch.backends.cuda.matmul, name, before)
+    flag = FLAG_OF.get(str(dtype).removeprefix("torch."), "")
+    return torch_matmul_flags(**({flag: False} if "reduced_precision" in flag else {}))
 
 
 def allocator():
