@@ -18,9 +18,9 @@ import os
 import statistics
 import time
 
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-for _name, _value in NO_MULTICAST.items():
-    os.environ.setdefault(_name, _value)
+import harness
+
+harness.multicast_off()
 
 import torch  # noqa: E402  (after the environment above)
 import torch.distributed as dist  # noqa: E402

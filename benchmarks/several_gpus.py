@@ -24,16 +24,14 @@ import os
 import statistics
 from pathlib import Path
 
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-for _name, _value in NO_MULTICAST.items():
-    os.environ.setdefault(_name, _value)
+import harness
+
+harness.multicast_off()
 
 import torch  # noqa: E402  (after the environment above)
 import torch.distributed as dist  # noqa: E402
 
 import tilemm  # noqa: E402
-
-import harness  # noqa: E402
 
 KNOBS = {"": {}, " depth=1": dict(depth=1), " depth=3": dict(depth=3), " link_ctas=4": dict(link_ctas=4),
          " link_ctas=8": dict(link_ctas=8)}
@@ -161,7 +159,7 @@ def main():
                     help="--one-process: each GPU's memory_limit for host operands, so that A + B + C pass "
                          "what the GPUs may hold together")
     args = ap.parse_args()
-    for name, value in NO_MULTICAST.items():
+    for name, value in harness.NO_MULTICAST.items():
         if os.environ.get(name) != value:
             raise SystemExit(f"{name}={os.environ.get(name)!r}: NVLink multicast must stay off ({name}={value})")
     if args.one_process:

@@ -31,6 +31,15 @@ from typing import NamedTuple
 
 # what a canonical command has in front of it (benchmarks/README.md); a script's stamp says so
 ENV = "PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1"
+# NVLink multicast off: on a shared host it can take the GPUs out of service
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def multicast_off() -> None:
+    """NO_MULTICAST's settings, where the environment has none of its own: call it before torch
+    starts NCCL (a several-GPU script, before importing torch)."""
+    for name, value in NO_MULTICAST.items():
+        os.environ.setdefault(name, value)
 
 
 # ---------------------------------------------------------------- arguments and stamps
