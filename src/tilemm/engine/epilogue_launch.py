@@ -45,6 +45,10 @@ TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=
                                               (128, 128, 64, 4, 4, 1), (128, 128, 64, 4, 3, 2), (128, 128, 64, 8, 3, 2),
                                               (64, 256, 32, 4, 4, 2), (128, 128, 32, 4, 5, 2))]
 THIN_ROWS = 64      # a product of this many rows or fewer takes thin tiles (thin_config)
+# Where a product's last rows run apart (row_parts): True, in the TMA program's launch itself, after
+# its whole tiles (one launch: a compiled graph's CPU spends 20-40 µs on each); False, a second
+# launch of the pointer program.
+SLIVER_IN_ONE_LAUNCH = False
 TILE_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 CONFIG_KEYS = TILE_KEYS + ("programs_per_sm", "tma")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -139,23 +143,30 @@ def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, 
     (in thin tiles where it has THIN_ROWS rows or fewer: thin_config), or where the TMA program
     would take it in tiles of its own choosing and a few rows past the last multiple of 128 are
     predicted faster apart (tile_model.sliver_rows), the rows before them (the TMA program) and
-    those rows (the pointer program in thin tiles, reading B once). eager: launched through
-    Triton's JIT, not replayed (a second launch's CPU time counts)."""
+    those rows (the pointer program in thin tiles, reading B once); with SLIVER_IN_ONE_LAUNCH,
+    the whole, its config's "sliver" ({"rows", "block_m", "block_n", "block_k"}: the thin tiles)
+    saying that the TMA program sums those rows after its tiles. eager: launched through Triton's
+    JIT, not replayed (a second launch's CPU time counts)."""
     m, k = int(a.shape[0]), int(a.shape[1])
     if (m <= THIN_ROWS and a.element_size() == 2 and config.get("tma") is not True and not any(
             key in config["tma_tiles"] for key in TILE_KEYS) and thin_fills(int(b.shape[1]))):
         return [(a, y, aux, bias, c, residual, thin_config(config, m, int(b.shape[1])))]
-    rest = (sliver_rows(m, int(b.shape[1]), k, saving_us=EAGER_LAUNCH_US if eager else 0.0)
+    one_launch = SLIVER_IN_ONE_LAUNCH
+    rest = (sliver_rows(m, int(b.shape[1]), k, saving_us=EAGER_LAUNCH_US if eager and not one_launch else 0.0)
             if config.get("tma") is None and a.element_size() == 2 else 0)
     if not rest or "block_m" in config["tma_tiles"] or takes_tma(a, b, y, aux, None, traced) is None:
         return [(a, y, aux, bias, c, residual, config)]
+    thin = sliver_config(config, rest, int(b.shape[1]))
+    if one_launch:
+        sliver = dict(rows=rest, block_m=thin["block_m"], block_n=thin["block_n"], block_k=thin["block_k"])
+        return [(a, y, aux, bias, c, residual, {**config, "sliver": sliver})]
 
     def rows(first, last, part_config):
         def of(x):
             return None if x is None else x[first:last]
         return a[first:last], y[first:last], of(aux), of(bias) if bias_over_m else bias, of(c), of(residual), part_config
     cut = m - rest
-    return [rows(0, cut, config), rows(cut, m, sliver_config(config, rest, int(b.shape[1])))]
+    return [rows(0, cut, config), rows(cut, m, thin)]
 
 
 def thin_config(config: dict, rows: int, n: int) -> dict:
@@ -193,9 +204,11 @@ def epilogue_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activ
     read = takes_tma(a, b, y, aux, config.get("tma"), traced=wrap is not None)
     if read is not None:
         from tilemm.engine import epilogue_tma_launch     # (Triton loads on first use)
-        tiles = tma_tiles(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()))
+        sliver = config.get("sliver")        # (row_parts': the whole tiles are those of the rows before it)
+        rows = int(a.shape[0]) - (sliver["rows"] if sliver else 0)
+        tiles = tma_tiles(rows, int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()))
         return epilogue_tma_launch.arguments(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
-                                             alpha, beta, tiles, wrap)
+                                             alpha, beta, tiles, wrap, sliver=sliver)
     return pointer_arguments(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config, wrap)
 
 
