@@ -38,12 +38,14 @@ def test_an_eager_launch_goes_apart_only_where_its_cpu_time_is_saved(h200):
 
 
 def launches_taken(monkeypatch):
-    """[(program, rows)] of each launch made or bound: "tma" or "pointers", and A's rows."""
+    """[(program, rows)] of each launch made or bound: "tma" or "pointers", and A's rows; for the
+    TMA program's launch with a sliver, ("tma", rows, the sliver's rows)."""
     from tilemm.engine import epilogue_tma_launch
     taken, tma_arguments, pointer_arguments = [], epilogue_tma_launch.arguments, epilogue_launch.pointer_arguments
 
     def tma_spy(a_rows, a_t, *rest, **kw):
-        taken.append(("tma", a_rows.shape[1] if a_t else a_rows.shape[0]))
+        sliver = kw.get("sliver")
+        taken.append(("tma", a_rows.shape[1] if a_t else a_rows.shape[0], *((sliver["rows"],) if sliver else ())))
         return tma_arguments(a_rows, a_t, *rest, **kw)
 
     def pointer_spy(a, *rest, **kw):
@@ -56,38 +58,55 @@ def launches_taken(monkeypatch):
 
 @pytest.fixture
 def three_rows_apart(monkeypatch):
-    """131 rows: 128 by the TMA program in its own tiles, the last 3 by the pointer program."""
+    """131 rows: 128 by the TMA program in its own tiles, the last 3 apart."""
     monkeypatch.setattr(epilogue_launch, "sliver_rows", lambda m, n, k, saving_us=0.0: 3 if m == 131 else 0)
     monkeypatch.setattr(epilogue_launch, "large_enough", lambda m, n, k: True)
     return launches_taken(monkeypatch)
 
 
+@pytest.fixture(params=["two launches", "one launch"])
+def form(request, monkeypatch):
+    """The sliver by the pointer program's launch of its own, or in the TMA program's launch."""
+    monkeypatch.setattr(epilogue_launch, "SLIVER_IN_ONE_LAUNCH", request.param == "one launch")
+    return request.param
+
+
+def cut(form: str, m: int, rest: int) -> list:
+    """launches_taken's record of a product of m rows whose last `rest` run apart, in this form."""
+    return [("tma", m - rest), ("pointers", rest)] if form == "two launches" else [("tma", m, rest)]
+
+
 @pytest.mark.parametrize("bias_over_m", [False, True])
 @pytest.mark.parametrize("traced", [False, True])
-def test_the_sliver_s_epilogue_against_float64(bias_over_m, traced, three_rows_apart):
+def test_the_sliver_s_epilogue_against_float64(bias_over_m, traced, three_rows_apart, form):
     """Every operand of the epilogue given (bias over N or over M), AUX saved: Y and AUX within a
-    rounding of bfloat16, from the TMA program's 128 rows and the pointer program's 3."""
+    rounding of bfloat16, from the TMA program's 128 rows and the sliver's 3."""
     a, b, bias_n, bias_m, c, residual = tma_operands(131, 80, 48, torch.bfloat16, seed=3)
     bias = bias_m if bias_over_m else bias_n
     y, aux = fused.forward(a, b, bias, bias_over_m, c, residual, "silu", 0.5, 2.0, fused.TRITON,
                            config_for(torch.bfloat16), True, wrap=(lambda program: program) if traced else None)
     ref_y, ref_z = reference(a, b, bias, bias_over_m, c, residual, "silu", 0.5, 2.0)
-    assert three_rows_apart == [("tma", 128), ("pointers", 3)]
+    assert three_rows_apart == cut(form, 131, 3)
     assert relative(y, ref_y) <= TOLERANCE[torch.bfloat16] and relative(aux, ref_z) <= TOLERANCE[torch.bfloat16]
     assert relative(y[128:], ref_y[128:]) <= TOLERANCE[torch.bfloat16]
 
 
-def test_a_bound_sliver_is_two_steps(three_rows_apart):
-    """bound_epilogue gives the two launches as Steps, which write the whole of Y."""
+def test_a_bound_sliver_is_two_steps_or_one_launch(three_rows_apart, form):
+    """bound_epilogue gives the two launches as Steps, or the one launch, which write the whole of Y."""
+    from tilemm.engine.launches import BoundLaunch
     a, b, bias, _, _, _ = tma_operands(131, 80, 48, torch.bfloat16, seed=4)
     y = torch.full((131, 80), float("nan"), dtype=torch.bfloat16, device=a.device)
     bound = bound_epilogue(a, b, y, None, bias, False, None, None, "gelu", 1.0, 0.0, config_for(torch.bfloat16))
-    assert isinstance(bound, Steps) and len(bound.launches) == 2
+    if form == "two launches":
+        assert isinstance(bound, Steps) and len(bound.launches) == 2
+    else:
+        assert isinstance(bound, BoundLaunch)
     bound()
+    assert three_rows_apart == cut(form, 131, 3)
     assert relative(y, reference(a, b, bias, False, None, None, "gelu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
 
 
-def test_tiles_named_or_tma_forced_keep_one_launch(three_rows_apart):
+def test_tiles_named_or_tma_forced_keep_one_launch(three_rows_apart, form):
     """The caller's tiles, or tma=True, are the caller's: the product is launched whole."""
     a, b, bias, _, _, _ = tma_operands(131, 80, 48, torch.bfloat16, seed=5)
     for params in (dict(block_m=64, block_n=64, block_k=16), dict(tma=True)):
@@ -98,10 +117,11 @@ def test_tiles_named_or_tma_forced_keep_one_launch(three_rows_apart):
         assert relative(y, reference(a, b, bias, False, None, None, "relu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
 
 
-def test_a_linear_s_route_replays_both_launches(three_rows_apart, monkeypatch):
-    """tilemm.nn.Linear at 131 rows: its route replays the two launches of each product whose rows
+def test_a_linear_s_route_replays_both_launches(three_rows_apart, monkeypatch, form):
+    """tilemm.nn.Linear at 131 rows: its route replays the launches of each product whose rows
     are cut (inference's and training's forward, dX) on new operands, through a stand-in C
-    launcher on the host: the same bits as tilemm.linear's path, call after call."""
+    launcher on the host: the same bits as tilemm.linear's path, call after call (two launches,
+    or the one that sums the sliver too)."""
     from .interpreted_replays import replayed_on_the_host
     from .test_nn_fused_routes import fused_linear, same, the_route, today, train_both
     c_launches = replayed_on_the_host(monkeypatch)
@@ -113,6 +133,10 @@ def test_a_linear_s_route_replays_both_launches(three_rows_apart, monkeypatch):
             assert same([layer(x)], [today(layer, x)])
         assert same(*train_both(layer, x, grad))
     from tilemm.engine.replay import Replay
+    if form == "one launch":
+        assert ("tma", 131, 3) in three_rows_apart and ("pointers", 3) not in three_rows_apart
+        assert len(c_launches) >= 2                                 # two replayed calls at least
+        return
     assert ("pointers", 3) in three_rows_apart
     assert isinstance(the_route(layer, x).forward_fast, Replay)     # two launches: the replay itself, no quick call
     assert len(c_launches) >= 4                                     # two replayed calls of both launches at least

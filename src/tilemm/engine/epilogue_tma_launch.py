@@ -44,8 +44,9 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
                              f"{whole_rows}; no more rows than its tiles', past a multiple of {SLIVER_PAST}")
     if wrap is None:
         from triton.tools.tensor_descriptor import TensorDescriptor
-        tiled_a = a_rows if sliver is None else a_rows[:, :whole_rows] if a_t else a_rows[:whole_rows]
-        a_in = TensorDescriptor.from_tensor(tiled_a, [block_k, block_m] if a_t else [block_m, block_k])
+        # (over all of A's rows, a sliver's too: a tile's stores stop before the sliver, whose rows a
+        # tile that reaches them reads, in place of the zeros of the program's own descriptor)
+        a_in = TensorDescriptor.from_tensor(a_rows, [block_k, block_m] if a_t else [block_m, block_k])
         b_in = TensorDescriptor.from_tensor(b_rows, [block_n, block_k] if b_t else [block_k, block_n])
         programs = min(slots, -(-whole_rows // block_m) * -(-n // block_n) + thin_tiles)
         program = matmul_epilogue_persistent
