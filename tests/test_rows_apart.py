@@ -212,3 +212,142 @@ def test_thin_tiles_fit_hopper_s_shared_memory(rows, n, h200):
     tiles = part[-1]
     assert tiles["block_m"] <= 64
     assert tiles["num_stages"] * (tiles["block_m"] + tiles["block_n"]) * tiles["block_k"] * 2 <= 227 * 1024
+
+
+# ---------------------------------------------------------------- the sliver in the TMA program's launch
+
+def both_forms(monkeypatch, call) -> list:
+    """[call()'s result with the sliver in a launch of its own, with it in the TMA program's]."""
+    results = []
+    for one_launch in (False, True):
+        monkeypatch.setattr(epilogue_launch, "SLIVER_IN_ONE_LAUNCH", one_launch)
+        results.append(call())
+    return results
+
+
+@pytest.mark.parametrize("activation, bias_over_m, traced", [
+    ("identity", False, False), ("relu", True, False), ("gelu", False, True), ("gelu_tanh", True, False),
+    ("silu", True, True)])
+def test_one_launch_gives_the_two_launches_bits(activation, bias_over_m, traced, three_rows_apart, monkeypatch):
+    """Every epilogue (alpha and beta with C, bias over N or M, each activation, residual, AUX) at
+    131 x 70 x 304 (the sliver's K steps: one whole of 256 and a part; 70 columns: five thin tiles
+    of 16, the last ragged): the one launch's Y and AUX are the two launches' bits, within a
+    rounding of bfloat16 of float64's."""
+    a, b, bias_n, bias_m, c, residual = tma_operands(131, 70, 304, torch.bfloat16, seed=11)
+    bias = bias_m if bias_over_m else bias_n
+    (y2, aux2), (y1, aux1) = both_forms(monkeypatch, lambda: fused.forward(
+        a, b, bias, bias_over_m, c, residual, activation, 0.5, 2.0, fused.TRITON, config_for(torch.bfloat16), True,
+        wrap=(lambda program: program) if traced else None))
+    assert three_rows_apart == cut("two launches", 131, 3) + cut("one launch", 131, 3)
+    assert torch.equal(y1, y2) and torch.equal(aux1, aux2)
+    ref_y, ref_z = reference(a, b, bias, bias_over_m, c, residual, activation, 0.5, 2.0)
+    assert relative(y1, ref_y) <= TOLERANCE[torch.bfloat16] and relative(aux1, ref_z) <= TOLERANCE[torch.bfloat16]
+    assert relative(y1[128:], ref_y[128:]) <= TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("layout", ["nt", "tn", "nn"])
+@pytest.mark.parametrize("k", [40, 512])
+def test_one_launch_reads_either_layout_of_each_operand(layout, k, monkeypatch):
+    """A column-major A (the sliver read from A^T's rows: 136 rows, 16-byte aligned, the last 8
+    apart), a row-major B (B's rows, not a Linear's weight), K in no whole sliver step or in two:
+    the two launches' bits."""
+    monkeypatch.setattr(epilogue_launch, "sliver_rows", lambda m, n, k, saving_us=0.0: 8 if m == 136 else 0)
+    monkeypatch.setattr(epilogue_launch, "large_enough", lambda m, n, k: True)
+    taken = launches_taken(monkeypatch)
+    a, b, bias, _, _, _ = tma_operands(136, 80, k, torch.float16, seed=12)
+    a = a.T.contiguous().T if layout[0] == "t" else a
+    b = b.contiguous() if layout[1] == "n" else b
+    y2, y1 = both_forms(monkeypatch, lambda: fused.forward(a, b, bias, False, None, None, "gelu", 1.0, 0.0, fused.TRITON,
+                                                          config_for(torch.float16), False)[0])
+    assert taken == cut("two launches", 136, 8) + cut("one launch", 136, 8)
+    assert torch.equal(y1, y2)
+    assert relative(y1, reference(a, b, bias, False, None, None, "gelu", 1.0, 0.0)[0]) <= TOLERANCE[torch.float16]
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_one_launch_at_2052_rows(traced, monkeypatch):
+    """4 sequences of 513 tokens (2052 rows: 16 block rows and 4 past), bias and SiLU, 256 columns
+    (the 128 x 256 tiles of an MLP's products) and K = 40: one launch, the two launches' bits,
+    within a rounding of bfloat16 of float64's."""
+    monkeypatch.setattr(epilogue_launch, "sliver_rows", lambda m, n, k, saving_us=0.0: 4 if m == 2052 else 0)
+    monkeypatch.setattr(epilogue_launch, "large_enough", lambda m, n, k: True)
+    taken = launches_taken(monkeypatch)
+    a, b, bias, _, _, _ = tma_operands(2052, 256, 40, torch.bfloat16, seed=13)
+    y2, y1 = both_forms(monkeypatch, lambda: fused.forward(
+        a, b, bias, False, None, None, "silu", 1.0, 0.0, fused.TRITON, config_for(torch.bfloat16), False,
+        wrap=(lambda program: program) if traced else None)[0])
+    assert taken == cut("two launches", 2052, 4) + cut("one launch", 2052, 4)
+    assert torch.equal(y1, y2)
+    assert relative(y1, reference(a, b, bias, False, None, None, "silu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
+
+
+def test_in_one_launch_an_eager_call_cuts_the_rows_as_a_replayed_one(h200, monkeypatch):
+    """No second launch, no CPU time of its own: an eager call's rows are cut where a replayed
+    call's are (2052 x 2048 x 2048 saves the GPU less than an eager launch's CPU time)."""
+    a, w = torch.empty(2052, 2048, dtype=torch.bfloat16), torch.empty(2048, 2048, dtype=torch.bfloat16)
+    y = torch.empty(2052, 2048, dtype=torch.bfloat16)
+    config = config_for(torch.bfloat16)
+    two, one = both_forms(monkeypatch, lambda: epilogue_launch.row_parts(a, w.T, y, None, None, False, None, None,
+                                                                         config, eager=True))
+    assert len(two) == 1 and "sliver" not in two[0][-1]
+    (whole,) = one
+    assert whole[0] is a and whole[-1]["sliver"] == dict(rows=4, block_m=16, block_n=16, block_k=256)
+
+
+def test_a_sliver_not_past_a_multiple_of_128_is_refused():
+    from tilemm.engine import epilogue_tma_launch
+    a, w = torch.ones(131, 64, dtype=torch.bfloat16), torch.ones(80, 64, dtype=torch.bfloat16)
+    y = torch.empty(131, 80, dtype=torch.bfloat16)
+    tiles = dict(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=3)
+    for rows, block_m in ((4, 16), (3, 2)):        # 127 rows of tiles; 3 rows in tiles of 2
+        with pytest.raises(ValueError, match="sliver"):
+            epilogue_tma_launch.arguments(a, False, w, True, y, None, None, False, None, None, 0, 1.0, 0.0, tiles,
+                                          sliver=dict(rows=rows, block_m=block_m, block_n=16, block_k=256))
+
+
+SLIVER_COMPILES = r"""
+import inspect, json, re, triton
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+from tests.compiled import cuobjdump, resource_usage
+from tilemm.engine.epilogue_tma_kernel import matmul_epilogue_persistent as program
+names = list(inspect.signature(program.fn).parameters)
+
+def compiled(sliver, b_t, host, aligned):
+    const = dict(aux_ptr=None, c_ptr=None, res_ptr=None, A_T=False, B_T=b_t, BIAS_OVER_M=False, ACTIVATION=4,
+                 UPCAST=False, MAKE_DESCRIPTORS=not host, Y_ALIGN=8, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
+                 PROGRAMS=132, FLATTEN=True, SLIVER_PAST=128, **sliver)
+    sig = {n: "i32" for n in names}
+    b_block = "[256, 64]" if b_t else "[64, 256]"
+    sig.update(a_in="tensordesc<bf16[128, 64]>" if host else "*bf16", b_in=f"tensordesc<bf16{b_block}>" if host else "*bf16",
+               y_ptr="*bf16", bias_ptr="*bf16", sliver_a="*bf16", sliver_b="*bf16", alpha="fp64", beta="fp64")
+    if not sliver:
+        const.update(sliver_a=None, sliver_b=None, SLIVER_M=0, SLIVER_N=16, SLIVER_K=256)
+    sig.update({n: "constexpr" for n in const})
+    # what a launch specializes: 16-byte aligned pointers; N, K and the row strides where 16 divides them
+    divisible = ["y_ptr", "bias_ptr", "sliver_a", "sliver_b", "N", "stride_ym"] + (["K", "stride_a", "stride_b"] if aligned else [])
+    attrs = {(list(sig).index(n),): [["tt.divisibility", 16]] for n in divisible if sig[n] != "constexpr"}
+    k = triton.compile(ASTSource(fn=program, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 128), options=dict(num_warps=8, num_stages=4))
+    return dict(shared=k.metadata.shared, mma_sync=len(re.findall(r"\bHMMA\.", cuobjdump(k.asm["cubin"], "-sass"))),
+                **resource_usage(k.asm["cubin"]))
+
+out = {"off": compiled({}, True, False, True),
+       "16x16 graph": compiled(dict(SLIVER_M=16, SLIVER_N=16, SLIVER_K=256), True, False, True),
+       "32x64 eager rows": compiled(dict(SLIVER_M=32, SLIVER_N=64, SLIVER_K=256), False, True, False)}
+print(json.dumps(out))
+"""
+
+
+def test_the_sliver_s_program_fits_hopper_without_spilling():
+    """The TMA program with a sliver compiled for sm_90 (128 x 256 tiles, 8 warps, 4 stages, bias
+    and SiLU): in a compiled graph's form (descriptors made in the program), and eagerly with B's
+    rows and K not a multiple of 16 (unvectorized offsets past the sliver's no-op hints): within
+    an SM's 227 KB and no stack (no spill); without a sliver, no instruction of its thin tiles
+    (mma.sync: the tiles' sums are wgmma's)."""
+    from .compiled import run_program
+    info = run_program(SLIVER_COMPILES, fp_fusion=True)
+    assert info["off"]["mma_sync"] == 0 and info["off"]["stack"] == 0, info
+    for form in ("16x16 graph", "32x64 eager rows"):
+        assert info[form]["mma_sync"] > 0, info
+        assert info[form]["shared"] <= 227 * 1024 and info[form]["stack"] == 0, info
