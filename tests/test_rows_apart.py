@@ -351,3 +351,23 @@ def test_the_sliver_s_program_fits_hopper_without_spilling():
     for form in ("16x16 graph", "32x64 eager rows"):
         assert info[form]["mma_sync"] > 0, info
         assert info[form]["shared"] <= 227 * 1024 and info[form]["stack"] == 0, info
+
+
+def test_the_probe_s_forms_launch_as_named(three_rows_apart):
+    """benchmarks/sliver_launch_probe.py's forms (its GPU timings' launches alone): "whole" one
+    launch of all the rows, "two" the TMA program's and the pointer program's, "one" the TMA
+    program's with the sliver; each the same answer (the rule as it was after each)."""
+    from .benchmark_scripts import load
+    probe = load("sliver_launch_probe")
+    x, w_t, bias, _, _, _ = tma_operands(131, 80, 48, torch.bfloat16, seed=14)
+    rule = epilogue_launch.sliver_rows
+    answers = {}
+    for form in probe.FORMS:
+        call, count = probe.launches(form, x, w_t.T, bias)
+        answers[form] = call().clone()
+        assert count == (2 if form == "two" else 1) and epilogue_launch.sliver_rows is rule
+        assert epilogue_launch.SLIVER_IN_ONE_LAUNCH is False
+    assert three_rows_apart == [("tma", 131), *cut("two launches", 131, 3), *cut("one launch", 131, 3)]
+    assert torch.equal(answers["two"], answers["one"])
+    want = reference(x, w_t, bias, False, None, None, "silu", 1.0, 0.0)[0]
+    assert all(relative(y, want) <= TOLERANCE[torch.bfloat16] for y in answers.values())
