@@ -371,3 +371,46 @@ def test_the_probe_s_forms_launch_as_named(three_rows_apart):
     assert torch.equal(answers["two"], answers["one"])
     want = reference(x, w_t, bias, False, None, None, "silu", 1.0, 0.0)[0]
     assert all(relative(y, want) <= TOLERANCE[torch.bfloat16] for y in answers.values())
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_sliver_in_one_launch_eager_and_compiled(monkeypatch):
+    """2052 x 2048 x 5632 (4 x 513 tokens through an MLP's down projection), bias and SiLU: with
+    the sliver in the TMA program's launch, the launches a replay or compiled graph makes are one
+    (two without), the tiles' rows the two launches' bits, and a torch.compile'd tilemm.linear
+    launches matmul_epilogue_persistent alone; all within a rounding of bfloat16 of float32's."""
+    import torch._inductor.config
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+    import tilemm
+    torch.manual_seed(0)
+    x = torch.randn(2052, 5632, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2048, 5632, device="cuda", dtype=torch.bfloat16) / 5632 ** 0.5
+    b = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
+    want = F.silu(x.float() @ w.float().T + b.float())
+
+    def launched(one_launch: bool):
+        monkeypatch.setattr(epilogue_launch, "SLIVER_IN_ONE_LAUNCH", one_launch)
+        y = torch.empty(2052, 2048, device="cuda", dtype=torch.bfloat16)
+        parts = epilogue_launch.parts_arguments(x, w.T, y, None, b, False, None, None, "silu", 1.0, 0.0,
+                                                config_for(torch.bfloat16))
+        for program, grid, args, options in parts:
+            program[grid](*args, **options)
+        return len(parts), y
+    (two, y2), (one, y1) = launched(False), launched(True)
+    assert (two, one) == (2, 1)
+    assert torch.equal(y1[:2048], y2[:2048])
+    assert relative(y1, want) <= TOLERANCE[torch.bfloat16] and relative(y1[2048:], want[2048:]) <= TOLERANCE[torch.bfloat16]
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
+    compiled = torch.compile(lambda x, w, b: tilemm.linear(x, w, b, "silu", kernel="tensorcore"))
+    with torch.no_grad():
+        compiled(x, w, b)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            y = compiled(x, w, b)
+            torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert [name for name in names if "matmul_epilogue" in name] and all(
+        "persistent" in name for name in names if "matmul_epilogue" in name), names
+    assert len([name for name in names if "matmul_epilogue" in name]) == 1, names
+    assert relative(y, want) <= TOLERANCE[torch.bfloat16]
