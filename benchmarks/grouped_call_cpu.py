@@ -32,7 +32,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from types import SimpleNamespace
 
 import harness
@@ -218,16 +217,7 @@ def stub(args, emit) -> None:
             a, b, offs = sets[0]
             timed[label] = (lambda product, a, b, offs: lambda: product(a, b, offs))(product, a, b, offs)
     stub_launches()
-    for call in timed.values():
-        for _ in range(50):
-            call()
-
-    def cpu_us(call):
-        start = time.thread_time()
-        for _ in range(args.calls):
-            call()
-        return (time.thread_time() - start) / args.calls * 1e6
-    times = harness.rounds(timed, args.rounds, cpu_us)
+    times = harness.stub_rounds(timed, args.calls, args.rounds)
     for label, found in times.items():
         emit({"stub": True, "case": label, "rows": args.rows[0], "hidden": args.hidden, "width": args.width,
               "cpu_us": round(min(found), 2), "median_us": round(statistics.median(found), 2)})

@@ -22,7 +22,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import harness
 
@@ -135,16 +134,7 @@ def stub(args, emit) -> None:
                 assert ok, f"{label}: error {worst:.3g} of the reference's largest value"
     stub_launches(torch)
     timed = {label: call for calls in made.values() for label, (call, _) in calls.items()}
-    for call in timed.values():
-        for _ in range(50):
-            call()
-
-    def cpu_us(call):
-        start = time.thread_time()
-        for _ in range(args.calls):
-            call()
-        return (time.thread_time() - start) / args.calls * 1e6
-    times = harness.rounds(timed, args.rounds, cpu_us)
+    times = harness.stub_rounds(timed, args.calls, args.rounds)
     for label, found in times.items():
         emit({"stub": True, "case": label, "features": args.features, "cpu_us": round(min(found), 2),
               "median_us": round(statistics.median(found), 2)})

@@ -40,7 +40,6 @@ import json
 import os
 import statistics
 import sys
-import time
 import types
 
 import harness
@@ -172,19 +171,11 @@ def stub_host() -> None:
     torch._C._cuda_isCurrentStreamCapturing = lambda: False
 
 
-def cpu_us(call, calls: int) -> float:
-    """This thread's CPU microseconds a call of `calls` calls."""
-    start = time.thread_time()
-    for _ in range(calls):
-        call()
-    return (time.thread_time() - start) / calls * 1e6
-
-
 def stub(args, emit) -> None:
     """The Python of tilemm's repeated calls, their launches stubbed (the module's docstring)."""
     stub_host()
     timed, kinds = stubbed_calls(args)
-    times = harness.rounds(timed, args.rounds, lambda call: cpu_us(call, args.calls))
+    times = harness.rounds(timed, args.rounds, lambda call: harness.thread_us(call, args.calls))
     for label, found in times.items():
         emit({"stub": True, "case": label, "launch": kinds[label], "least_us": round(min(found), 3),
               "median_us": round(statistics.median(found), 3)})
@@ -218,7 +209,7 @@ def trees(args, emit) -> None:
         for tree in (args.trees if r % 2 == 0 else args.trees[::-1]):
             entered(loaded[tree])
             for label, call in calls[tree].items():
-                found[tree][label].append(cpu_us(call, args.calls))
+                found[tree][label].append(harness.thread_us(call, args.calls))
             loaded[tree] = tilemm_modules()
     first, second = args.trees
     for label in found[first]:

@@ -173,6 +173,23 @@ def event_timer():
     return time_us
 
 
+def thread_us(call, calls: int) -> float:
+    """This thread's CPU microseconds a call of a block of `calls` calls (a shared host's other
+    load left out): the Python of a call whose launches are stubbed."""
+    start = time.thread_time()
+    for _ in range(calls):
+        call()
+    return (time.thread_time() - start) / calls * 1e6
+
+
+def stub_rounds(calls: dict, per_block: int, count: int) -> dict:
+    """rounds() of thread_us over calls whose launches are stubbed, each warmed by 50 calls first."""
+    for call in calls.values():
+        for _ in range(50):
+            call()
+    return rounds(calls, count, lambda call: thread_us(call, per_block))
+
+
 def rounds(calls: dict, count: int, measure) -> dict:
     """{label: [measure(call), one a round]} over `count` rounds, the order rotated each round
     (with two labels: which goes first alternates), so that a drifting machine treats all alike."""
