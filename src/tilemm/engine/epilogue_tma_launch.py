@@ -63,9 +63,11 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
                    UPCAST=compat.triton_interpreter(), MAKE_DESCRIPTORS=wrap is not None, Y_ALIGN=store_alignment(y, aux),
                    BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=tiles["group_m"], PROGRAMS=programs,
                    FLATTEN=True, num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
-    if sliver is not None:       # (without, the program's defaults: no sliver, the code of the tiles alone)
-        options.update(SLIVER_M=sliver["block_m"], SLIVER_N=sliver["block_n"], SLIVER_K=sliver["block_k"],
-                       SLIVER_PAST=SLIVER_PAST)
+    # named even where there is no sliver (SLIVER_M=0: the tiles' code alone): Inductor's launch of a
+    # wrapped program passes no constexpr's default
+    sliver_tiles = sliver or dict(block_m=0, block_n=16, block_k=256)
+    options.update(SLIVER_M=sliver_tiles["block_m"], SLIVER_N=sliver_tiles["block_n"],
+                   SLIVER_K=sliver_tiles["block_k"], SLIVER_PAST=SLIVER_PAST)
     return program, (programs,), args, options
 
 
