@@ -48,9 +48,10 @@ TILES = dict(block_m=64, block_n=64, block_k=16, group_m=2, num_warps=4, num_sta
 
 
 def launched(m, n, k, y_extra, activation, bias_over_m, a_layout, b_layout, dtype, sliver: bool,
-             in_program: bool, programs_per_sm: int):
+             in_program: bool, programs_per_sm: int, tiles: dict = TILES, thin: tuple = (16, 16, 16)):
     """Every epilogue operand given (C, bias, residual, AUX), alpha 0.5 and beta 2: the launch's
-    Y and AUX and what it must give, and whether the buffers around Y and AUX are untouched."""
+    Y and AUX and what it must give, whether the buffers around Y and AUX are untouched, and
+    Y_ALIGN. thin: the sliver's tiles (rows, columns, K step)."""
     g = torch.Generator().manual_seed(m + n + k)
     if a_layout == "t":                                   # A^T's rows: K x M
         a_rows, _ = framed(k, m, round8(m + 2 * MARGIN), float("nan"), dtype, g)
@@ -72,11 +73,11 @@ def launched(m, n, k, y_extra, activation, bias_over_m, a_layout, b_layout, dtyp
     y, y_buffer = framed(m, n, n + MARGIN + y_extra, SENTINEL, dtype)
     aux, aux_buffer = framed(m, n, n + MARGIN + y_extra, SENTINEL, dtype)
     rest = m % 128
-    tiles = dict(TILES, programs_per_sm=programs_per_sm)
+    tiles = dict(tiles, programs_per_sm=programs_per_sm)
     program, grid, args, options = epilogue_tma_launch.arguments(
         a_rows, a_layout == "t", b_rows, b_layout == "t", y, aux, bias, bias_over_m, c, residual,
         ACTIVATION_CODES[activation], 0.5, 2.0, tiles, wrap=(lambda p: p) if in_program else None,
-        sliver=dict(rows=rest, block_m=16, block_n=16, block_k=16) if sliver else None)
+        sliver=dict(zip(("block_m", "block_n", "block_k"), thin), rows=rest) if sliver else None)
     program[grid](*args, **options)
     want_y, want_z = reference(a, b, bias, bias_over_m, c, residual, activation, 0.5, 2.0)
     return (y, aux, want_y, want_z, untouched_around(y, y_buffer), untouched_around(aux, aux_buffer),
@@ -104,3 +105,21 @@ def test_host_descriptors_with_a_sliver_stay_inside(case):
     y, aux, want_y, want_z, y_kept, aux_kept, _ = launched(*case, sliver=True, in_program=False, programs_per_sm=1)
     assert y_kept and aux_kept
     assert relative(y, want_y) <= TOLERANCE[case[-1]] and relative(aux, want_z) <= TOLERANCE[case[-1]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("in_program", [True, False], ids=["in the program", "host"])
+@pytest.mark.parametrize("sliver", [True, False], ids=["sliver", "whole"])
+@pytest.mark.parametrize("y_extra", [8, 1], ids=["Y_ALIGN 8", "Y_ALIGN 1"])
+def test_on_the_gpu_the_program_stays_inside(in_program, sliver, y_extra):
+    """On the GPU, an MLP's shape (2052 x 2048 x 2048: 4 rows past 2048) in the default tiles (128 x
+    256 x 64, 8 warps, 4 stages; the sliver in 16 x 16 tiles, 256 of K a step), one program a
+    slot: nothing written outside Y and AUX, nothing read outside the operands (NaN there)."""
+    tiles = dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4)
+    case = (2052, 2048, 2048, y_extra, "silu", False, "n", "t", torch.bfloat16)
+    y, aux, want_y, want_z, y_kept, aux_kept, y_align = launched(*case, sliver=sliver, in_program=in_program,
+                                                                 programs_per_sm=1, tiles=tiles, thin=(16, 16, 256))
+    torch.cuda.synchronize()
+    assert y_kept and aux_kept and y_align == (1 if y_extra % 2 else 8)
+    assert relative(y, want_y) <= TOLERANCE[torch.bfloat16] and relative(aux, want_z) <= TOLERANCE[torch.bfloat16]
+    assert relative(y[2048:], want_y[2048:]) <= TOLERANCE[torch.bfloat16]
