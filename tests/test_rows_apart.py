@@ -1,6 +1,7 @@
 """Rows past the last multiple of 128 run apart (a sliver) in the fused-epilogue product: the rule
-(tile_model.sliver_rows) and the two launches' answer against float64, eager and bound (a traced
-call launches the whole);
+(tile_model.sliver_rows) and the answer against float64: eager and bound, two launches (the TMA
+program's and the pointer program's); traced (inside a compiled graph), one launch of the TMA
+program that sums the sliver too, on the whole tensors (no view past its storage's start);
 and a product of a few rows whole in the slivers' thin tiles."""
 import pytest
 import torch
@@ -39,12 +40,14 @@ def test_an_eager_launch_goes_apart_only_where_its_cpu_time_is_saved(h200):
 
 
 def launches_taken(monkeypatch):
-    """[(program, rows)] of each launch made or bound: "tma" or "pointers", and A's rows."""
+    """[(program, rows)] of each launch made or bound: "tma" or "pointers", and A's rows; for the
+    TMA program's launch with a sliver, ("tma", rows, the sliver's rows)."""
     from tilemm.engine import epilogue_tma_launch
     taken, tma_arguments, pointer_arguments = [], epilogue_tma_launch.arguments, epilogue_launch.pointer_arguments
 
     def tma_spy(a_rows, a_t, *rest, **kw):
-        taken.append(("tma", a_rows.shape[1] if a_t else a_rows.shape[0]))
+        sliver = kw.get("sliver")
+        taken.append(("tma", a_rows.shape[1] if a_t else a_rows.shape[0], *((sliver["rows"],) if sliver else ())))
         return tma_arguments(a_rows, a_t, *rest, **kw)
 
     def pointer_spy(a, *rest, **kw):
@@ -57,10 +60,21 @@ def launches_taken(monkeypatch):
 
 @pytest.fixture
 def three_rows_apart(monkeypatch):
-    """131 rows: 128 by the TMA program in its own tiles, the last 3 by the pointer program."""
+    """131 rows: 128 by the TMA program in its own tiles, the last 3 apart."""
     monkeypatch.setattr(epilogue_launch, "sliver_rows", lambda m, n, k, saving_us=0.0: 3 if m == 131 else 0)
     monkeypatch.setattr(epilogue_launch, "large_enough", lambda m, n, k: True)
     return launches_taken(monkeypatch)
+
+
+def cut(traced: bool, m: int, rest: int) -> list:
+    """launches_taken's record of a product of m rows whose last `rest` run apart: two launches,
+    or where traced the TMA program's one with the sliver."""
+    return [("tma", m, rest)] if traced else [("tma", m - rest), ("pointers", rest)]
+
+
+def traced_if(traced: bool):
+    """fused.forward's wrap: a stand-in for torch.library.wrap_triton (the program itself) where traced."""
+    return (lambda program: program) if traced else None
 
 
 @pytest.mark.parametrize("bias_over_m", [False, True])
@@ -68,17 +82,55 @@ def three_rows_apart(monkeypatch):
 def test_the_sliver_s_epilogue_against_float64(bias_over_m, traced, three_rows_apart):
     """Every operand of the epilogue given (bias over N or over M), AUX saved: Y and AUX within a
     rounding of bfloat16, from the TMA program's 128 rows and the pointer program's 3 (eager), or
-    from one launch of the whole where traced: inside a compiled graph no launch writes a view that
-    starts past its storage's first element (Inductor up to torch 2.11 reads such a view's copy
-    past its end)."""
+    where traced from one launch of the TMA program on the whole, the 3 rows in its thin tiles:
+    inside a compiled graph no launch writes a view that starts past its storage's first element
+    (Inductor up to torch 2.11 reads such a view's copy past its end)."""
     a, b, bias_n, bias_m, c, residual = tma_operands(131, 80, 48, torch.bfloat16, seed=3)
     bias = bias_m if bias_over_m else bias_n
     y, aux = fused.forward(a, b, bias, bias_over_m, c, residual, "silu", 0.5, 2.0, fused.TRITON,
-                           config_for(torch.bfloat16), True, wrap=(lambda program: program) if traced else None)
+                           config_for(torch.bfloat16), True, wrap=traced_if(traced))
     ref_y, ref_z = reference(a, b, bias, bias_over_m, c, residual, "silu", 0.5, 2.0)
-    assert three_rows_apart == ([("tma", 131)] if traced else [("tma", 128), ("pointers", 3)])
+    assert three_rows_apart == cut(traced, 131, 3)
     assert relative(y, ref_y) <= TOLERANCE[torch.bfloat16] and relative(aux, ref_z) <= TOLERANCE[torch.bfloat16]
     assert relative(y[128:], ref_y[128:]) <= TOLERANCE[torch.bfloat16]
+    assert relative(aux[128:], ref_z[128:]) <= TOLERANCE[torch.bfloat16]
+
+
+def mutated_views(monkeypatch) -> list:
+    """[(program, name, storage offset)] of each Y or AUX a launch is given (made or bound) that
+    starts past its storage's first element."""
+    from tilemm.engine import epilogue_tma_launch
+    found, tma_arguments, pointer_arguments = [], epilogue_tma_launch.arguments, epilogue_launch.pointer_arguments
+
+    def record(program, y, aux):
+        found.extend((program, name, t.storage_offset()) for name, t in (("Y", y), ("AUX", aux))
+                     if t is not None and t.storage_offset() != 0)
+
+    def tma_spy(a_rows, a_t, b_rows, b_t, y, aux, *rest, **kw):
+        record("tma", y, aux)
+        return tma_arguments(a_rows, a_t, b_rows, b_t, y, aux, *rest, **kw)
+
+    def pointer_spy(a, b, y, aux, *rest, **kw):
+        record("pointers", y, aux)
+        return pointer_arguments(a, b, y, aux, *rest, **kw)
+    monkeypatch.setattr(epilogue_tma_launch, "arguments", tma_spy)
+    monkeypatch.setattr(epilogue_launch, "pointer_arguments", pointer_spy)
+    return found
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_traced_call_mutates_no_view_past_its_storage_s_start(traced, monkeypatch):
+    """Inside a compiled graph (traced) no launch is given a Y or AUX that starts past its
+    storage's first element, the rows cut or not (the whole product, and its dX's shape); an
+    eager call's sliver is such a view (the spy sees what it must)."""
+    monkeypatch.setattr(epilogue_launch, "sliver_rows", lambda m, n, k, saving_us=0.0: 3 if m == 131 else 0)
+    monkeypatch.setattr(epilogue_launch, "large_enough", lambda m, n, k: True)
+    views = mutated_views(monkeypatch)
+    a, b, bias, _, _, residual = tma_operands(131, 80, 48, torch.bfloat16, seed=6)
+    y, aux = fused.forward(a, b, bias, False, None, residual, "gelu", 1.0, 0.0, fused.TRITON,
+                           config_for(torch.bfloat16), True, wrap=traced_if(traced))
+    assert relative(y, reference(a, b, bias, False, None, residual, "gelu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
+    assert views == ([] if traced else [("pointers", "Y", 128 * 80), ("pointers", "AUX", 128 * 80)])
 
 
 def test_a_bound_sliver_is_two_steps(three_rows_apart):
@@ -88,16 +140,19 @@ def test_a_bound_sliver_is_two_steps(three_rows_apart):
     bound = bound_epilogue(a, b, y, None, bias, False, None, None, "gelu", 1.0, 0.0, config_for(torch.bfloat16))
     assert isinstance(bound, Steps) and len(bound.launches) == 2
     bound()
+    assert three_rows_apart == cut(False, 131, 3)
     assert relative(y, reference(a, b, bias, False, None, None, "gelu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
 
 
-def test_tiles_named_or_tma_forced_keep_one_launch(three_rows_apart):
-    """The caller's tiles, or tma=True, are the caller's: the product is launched whole."""
+@pytest.mark.parametrize("traced", [False, True])
+def test_tiles_named_or_tma_forced_keep_one_launch(traced, three_rows_apart):
+    """The caller's tiles, or tma=True, are the caller's: the product is launched whole, with no
+    sliver, eager or traced."""
     a, b, bias, _, _, _ = tma_operands(131, 80, 48, torch.bfloat16, seed=5)
     for params in (dict(block_m=64, block_n=64, block_k=16), dict(tma=True)):
         three_rows_apart.clear()
         y, _ = fused.forward(a, b, bias, False, None, None, "relu", 1.0, 0.0, fused.TRITON,
-                             config_for(torch.bfloat16, params), False)
+                             config_for(torch.bfloat16, params), False, wrap=traced_if(traced))
         assert three_rows_apart == [("tma", 131)]
         assert relative(y, reference(a, b, bias, False, None, None, "relu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
 
@@ -117,7 +172,7 @@ def test_a_linear_s_route_replays_both_launches(three_rows_apart, monkeypatch):
             assert same([layer(x)], [today(layer, x)])
         assert same(*train_both(layer, x, grad))
     from tilemm.engine.replay import Replay
-    assert ("pointers", 3) in three_rows_apart
+    assert ("pointers", 3) in three_rows_apart and not any(len(taken) == 3 for taken in three_rows_apart)
     assert isinstance(the_route(layer, x).forward_fast, Replay)     # two launches: the replay itself, no quick call
     assert len(c_launches) >= 4                                     # two replayed calls of both launches at least
 
@@ -192,3 +247,181 @@ def test_thin_tiles_fit_hopper_s_shared_memory(rows, n, h200):
     tiles = part[-1]
     assert tiles["block_m"] <= 64
     assert tiles["num_stages"] * (tiles["block_m"] + tiles["block_n"]) * tiles["block_k"] * 2 <= 227 * 1024
+
+
+# ---------------------------------------------------------------- the sliver in the TMA program's launch
+
+def both_forms(call) -> list:
+    """[call(None): an eager call, the sliver a launch of its own; call(wrap): a traced call, the
+    sliver in the TMA program's launch (its descriptors made in the program)]."""
+    return [call(traced_if(False)), call(traced_if(True))]
+
+
+@pytest.mark.parametrize("activation, bias_over_m", [
+    ("identity", False), ("relu", True), ("gelu", False), ("gelu_tanh", True), ("silu", True)])
+def test_one_launch_gives_the_two_launches_bits(activation, bias_over_m, three_rows_apart):
+    """Every epilogue (alpha and beta with C, bias over N or M, each activation, residual, AUX) at
+    131 x 70 x 304 (the sliver's K steps: one whole of 256 and a part; 70 columns: five thin tiles
+    of 16, the last ragged): the traced call's one launch gives the eager call's two launches'
+    bits in Y and AUX, within a rounding of bfloat16 of float64's."""
+    a, b, bias_n, bias_m, c, residual = tma_operands(131, 70, 304, torch.bfloat16, seed=11)
+    bias = bias_m if bias_over_m else bias_n
+    (y2, aux2), (y1, aux1) = both_forms(lambda wrap: fused.forward(
+        a, b, bias, bias_over_m, c, residual, activation, 0.5, 2.0, fused.TRITON, config_for(torch.bfloat16), True,
+        wrap=wrap))
+    assert three_rows_apart == cut(False, 131, 3) + cut(True, 131, 3)
+    assert torch.equal(y1, y2) and torch.equal(aux1, aux2)
+    ref_y, ref_z = reference(a, b, bias, bias_over_m, c, residual, activation, 0.5, 2.0)
+    assert relative(y1, ref_y) <= TOLERANCE[torch.bfloat16] and relative(aux1, ref_z) <= TOLERANCE[torch.bfloat16]
+    assert relative(y1[128:], ref_y[128:]) <= TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("layout", ["nt", "tn", "nn"])
+@pytest.mark.parametrize("k", [40, 512])
+def test_one_launch_reads_either_layout_of_each_operand(layout, k, monkeypatch):
+    """A column-major A (the sliver read from A^T's rows: 136 rows, 16-byte aligned, the last 8
+    apart), a row-major B (B's rows, not a Linear's weight), K in no whole sliver step or in two:
+    the traced call's one launch gives the eager call's two launches' bits."""
+    monkeypatch.setattr(epilogue_launch, "sliver_rows", lambda m, n, k, saving_us=0.0: 8 if m == 136 else 0)
+    monkeypatch.setattr(epilogue_launch, "large_enough", lambda m, n, k: True)
+    taken = launches_taken(monkeypatch)
+    a, b, bias, _, _, _ = tma_operands(136, 80, k, torch.float16, seed=12)
+    a = a.T.contiguous().T if layout[0] == "t" else a
+    b = b.contiguous() if layout[1] == "n" else b
+    y2, y1 = both_forms(lambda wrap: fused.forward(a, b, bias, False, None, None, "gelu", 1.0, 0.0, fused.TRITON,
+                                                   config_for(torch.float16), False, wrap=wrap)[0])
+    assert taken == cut(False, 136, 8) + cut(True, 136, 8)
+    assert torch.equal(y1, y2)
+    assert relative(y1, reference(a, b, bias, False, None, None, "gelu", 1.0, 0.0)[0]) <= TOLERANCE[torch.float16]
+
+
+def test_one_launch_at_2052_rows(monkeypatch):
+    """4 sequences of 513 tokens (2052 rows: 16 block rows and 4 past), bias and SiLU, 256 columns
+    (the 128 x 256 tiles of an MLP's products) and K = 40: traced, one launch, the eager call's two
+    launches' bits, within a rounding of bfloat16 of float64's."""
+    monkeypatch.setattr(epilogue_launch, "sliver_rows", lambda m, n, k, saving_us=0.0: 4 if m == 2052 else 0)
+    monkeypatch.setattr(epilogue_launch, "large_enough", lambda m, n, k: True)
+    taken = launches_taken(monkeypatch)
+    a, b, bias, _, _, _ = tma_operands(2052, 256, 40, torch.bfloat16, seed=13)
+    y2, y1 = both_forms(lambda wrap: fused.forward(
+        a, b, bias, False, None, None, "silu", 1.0, 0.0, fused.TRITON, config_for(torch.bfloat16), False,
+        wrap=wrap)[0])
+    assert taken == cut(False, 2052, 4) + cut(True, 2052, 4)
+    assert torch.equal(y1, y2)
+    assert relative(y1, reference(a, b, bias, False, None, None, "silu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
+
+
+def test_a_traced_call_cuts_the_rows_as_a_replayed_one_in_one_launch(h200):
+    """At 2052 x 2048 x 2048 (on 132 SMs) a replayed call cuts 4 rows in two launches, an eager
+    one keeps the whole (the GPU time saved is under a second launch's CPU time), and a traced one
+    takes the replayed call's 4 rows in the TMA program's launch on the whole tensors: its thin
+    tiles the pointer program's (16 x 16, 256 of K a step), its whole tiles those of 2048 rows."""
+    a, w = torch.empty(2052, 2048, dtype=torch.bfloat16), torch.empty(2048, 2048, dtype=torch.bfloat16)
+    y = torch.empty(2052, 2048, dtype=torch.bfloat16)
+    config = config_for(torch.bfloat16)
+
+    def parts(**kw):
+        return epilogue_launch.row_parts(a, w.T, y, None, None, False, None, None, config, **kw)
+    replayed, eager, (traced,) = parts(), parts(eager=True), parts(traced=True)
+    assert [part[0].shape[0] for part in replayed] == [2048, 4] and replayed[1][-1]["tma"] is False
+    assert len(eager) == 1 and "sliver" not in eager[0][-1]
+    assert traced[0] is a and traced[1] is y and traced[-1]["sliver"] == dict(rows=4, block_m=16, block_n=16,
+                                                                              block_k=256)
+
+
+def test_a_sliver_not_past_a_multiple_of_128_is_refused():
+    from tilemm.engine import epilogue_tma_launch
+    a, w = torch.ones(131, 64, dtype=torch.bfloat16), torch.ones(80, 64, dtype=torch.bfloat16)
+    y = torch.empty(131, 80, dtype=torch.bfloat16)
+    tiles = dict(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=3)
+    for rows, block_m in ((4, 16), (3, 2)):        # 127 rows of tiles; 3 rows in tiles of 2
+        with pytest.raises(ValueError, match="sliver"):
+            epilogue_tma_launch.arguments(a, False, w, True, y, None, None, False, None, None, 0, 1.0, 0.0, tiles,
+                                          sliver=dict(rows=rows, block_m=block_m, block_n=16, block_k=256))
+
+
+SLIVER_COMPILES = r"""
+import inspect, json, re, triton
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+from tests.compiled import cuobjdump, resource_usage
+from tilemm.engine.epilogue_tma_kernel import matmul_epilogue_persistent as program
+names = list(inspect.signature(program.fn).parameters)
+
+def compiled(sliver, b_t, host, aligned):
+    const = dict(aux_ptr=None, c_ptr=None, res_ptr=None, A_T=False, B_T=b_t, BIAS_OVER_M=False, ACTIVATION=4,
+                 UPCAST=False, MAKE_DESCRIPTORS=not host, Y_ALIGN=8, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
+                 PROGRAMS=132, FLATTEN=True, SLIVER_PAST=128, **sliver)
+    sig = {n: "i32" for n in names}
+    b_block = "[256, 64]" if b_t else "[64, 256]"
+    sig.update(a_in="tensordesc<bf16[128, 64]>" if host else "*bf16", b_in=f"tensordesc<bf16{b_block}>" if host else "*bf16",
+               y_ptr="*bf16", bias_ptr="*bf16", sliver_a="*bf16", sliver_b="*bf16", alpha="fp64", beta="fp64")
+    if not sliver:
+        const.update(sliver_a=None, sliver_b=None, SLIVER_M=0, SLIVER_N=16, SLIVER_K=256)
+    sig.update({n: "constexpr" for n in const})
+    # what a launch specializes: 16-byte aligned pointers; N, K and the row strides where 16 divides them
+    divisible = ["y_ptr", "bias_ptr", "sliver_a", "sliver_b", "N", "stride_ym"] + (["K", "stride_a", "stride_b"] if aligned else [])
+    attrs = {(list(sig).index(n),): [["tt.divisibility", 16]] for n in divisible if sig[n] != "constexpr"}
+    k = triton.compile(ASTSource(fn=program, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 128), options=dict(num_warps=8, num_stages=4))
+    return dict(shared=k.metadata.shared, mma_sync=len(re.findall(r"\bHMMA\.", cuobjdump(k.asm["cubin"], "-sass"))),
+                **resource_usage(k.asm["cubin"]))
+
+out = {"off": compiled({}, True, False, True),
+       "16x16 graph": compiled(dict(SLIVER_M=16, SLIVER_N=16, SLIVER_K=256), True, False, True),
+       "32x64 eager rows": compiled(dict(SLIVER_M=32, SLIVER_N=64, SLIVER_K=256), False, True, False)}
+print(json.dumps(out))
+"""
+
+
+def test_the_sliver_s_program_fits_hopper_without_spilling():
+    """The TMA program with a sliver compiled for sm_90 (128 x 256 tiles, 8 warps, 4 stages, bias
+    and SiLU): in a compiled graph's form (descriptors made in the program), and eagerly with B's
+    rows and K not a multiple of 16 (unvectorized offsets past the sliver's no-op hints): within
+    an SM's 227 KB and no stack (no spill); without a sliver, no instruction of its thin tiles
+    (mma.sync: the tiles' sums are wgmma's)."""
+    from .compiled import run_program
+    info = run_program(SLIVER_COMPILES, fp_fusion=True)
+    assert info["off"]["mma_sync"] == 0 and info["off"]["stack"] == 0, info
+    for form in ("16x16 graph", "32x64 eager rows"):
+        assert info[form]["mma_sync"] > 0, info
+        assert info[form]["shared"] <= 227 * 1024 and info[form]["stack"] == 0, info
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_compiled_call_takes_the_sliver_in_one_launch(monkeypatch):
+    """2052 x 2048 x 5632 (4 x 513 tokens through an MLP's down projection), bias and SiLU: a
+    replayed call's launches are two, a torch.compile'd tilemm.linear launches
+    matmul_epilogue_persistent alone, once, with the sliver (its launch arguments); the tiles'
+    rows the two launches' bits, all within a rounding of bfloat16 of float32's."""
+    import torch._inductor.config
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+    import tilemm
+    torch.manual_seed(0)
+    x = torch.randn(2052, 5632, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2048, 5632, device="cuda", dtype=torch.bfloat16) / 5632 ** 0.5
+    b = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
+    want = F.silu(x.float() @ w.float().T + b.float())
+    y2 = torch.empty(2052, 2048, device="cuda", dtype=torch.bfloat16)
+    parts = epilogue_launch.parts_arguments(x, w.T, y2, None, b, False, None, None, "silu", 1.0, 0.0,
+                                            config_for(torch.bfloat16))
+    for program, grid, args, options in parts:
+        program[grid](*args, **options)
+    assert len(parts) == 2
+    taken = launches_taken(monkeypatch)
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
+    compiled = torch.compile(lambda x, w, b: tilemm.linear(x, w, b, "silu", kernel="tensorcore"))
+    with torch.no_grad():
+        compiled(x, w, b)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            y = compiled(x, w, b)
+            torch.cuda.synchronize()
+    assert ("tma", 2052, 4) in taken and not any(program == "pointers" for program, *_ in taken), taken
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    epilogues = [name for name in names if "matmul_epilogue" in name]
+    assert len(epilogues) == 1 and "persistent" in epilogues[0], names
+    assert torch.equal(y[:2048], y2[:2048])
+    assert relative(y, want) <= TOLERANCE[torch.bfloat16] and relative(y[2048:], want[2048:]) <= TOLERANCE[torch.bfloat16]
+    assert relative(y2, want) <= TOLERANCE[torch.bfloat16]
