@@ -1,6 +1,7 @@
 """Rows past the last multiple of 128 run apart (a sliver) in the fused-epilogue product: the rule
-(tile_model.sliver_rows) and the two launches' answer against float64, eager and bound (a traced
-call launches the whole);
+(tile_model.sliver_rows) and the answer against float64: eager and bound, two launches (the TMA
+program's and the pointer program's); traced (inside a compiled graph), one launch of the TMA
+program that sums the sliver too, on the whole tensors (no view past its storage's start);
 and a product of a few rows whole in the slivers' thin tiles."""
 import pytest
 import torch
@@ -39,12 +40,14 @@ def test_an_eager_launch_goes_apart_only_where_its_cpu_time_is_saved(h200):
 
 
 def launches_taken(monkeypatch):
-    """[(program, rows)] of each launch made or bound: "tma" or "pointers", and A's rows."""
+    """[(program, rows)] of each launch made or bound: "tma" or "pointers", and A's rows; for the
+    TMA program's launch with a sliver, ("tma", rows, the sliver's rows)."""
     from tilemm.engine import epilogue_tma_launch
     taken, tma_arguments, pointer_arguments = [], epilogue_tma_launch.arguments, epilogue_launch.pointer_arguments
 
     def tma_spy(a_rows, a_t, *rest, **kw):
-        taken.append(("tma", a_rows.shape[1] if a_t else a_rows.shape[0]))
+        sliver = kw.get("sliver")
+        taken.append(("tma", a_rows.shape[1] if a_t else a_rows.shape[0], *((sliver["rows"],) if sliver else ())))
         return tma_arguments(a_rows, a_t, *rest, **kw)
 
     def pointer_spy(a, *rest, **kw):
@@ -57,10 +60,21 @@ def launches_taken(monkeypatch):
 
 @pytest.fixture
 def three_rows_apart(monkeypatch):
-    """131 rows: 128 by the TMA program in its own tiles, the last 3 by the pointer program."""
+    """131 rows: 128 by the TMA program in its own tiles, the last 3 apart."""
     monkeypatch.setattr(epilogue_launch, "sliver_rows", lambda m, n, k, saving_us=0.0: 3 if m == 131 else 0)
     monkeypatch.setattr(epilogue_launch, "large_enough", lambda m, n, k: True)
     return launches_taken(monkeypatch)
+
+
+def cut(traced: bool, m: int, rest: int) -> list:
+    """launches_taken's record of a product of m rows whose last `rest` run apart: two launches,
+    or where traced the TMA program's one with the sliver."""
+    return [("tma", m, rest)] if traced else [("tma", m - rest), ("pointers", rest)]
+
+
+def traced_if(traced: bool):
+    """fused.forward's wrap: a stand-in for torch.library.wrap_triton (the program itself) where traced."""
+    return (lambda program: program) if traced else None
 
 
 @pytest.mark.parametrize("bias_over_m", [False, True])
@@ -68,17 +82,55 @@ def three_rows_apart(monkeypatch):
 def test_the_sliver_s_epilogue_against_float64(bias_over_m, traced, three_rows_apart):
     """Every operand of the epilogue given (bias over N or over M), AUX saved: Y and AUX within a
     rounding of bfloat16, from the TMA program's 128 rows and the pointer program's 3 (eager), or
-    from one launch of the whole where traced: inside a compiled graph no launch writes a view that
-    starts past its storage's first element (Inductor up to torch 2.11 reads such a view's copy
-    past its end)."""
+    where traced from one launch of the TMA program on the whole, the 3 rows in its thin tiles:
+    inside a compiled graph no launch writes a view that starts past its storage's first element
+    (Inductor up to torch 2.11 reads such a view's copy past its end)."""
     a, b, bias_n, bias_m, c, residual = tma_operands(131, 80, 48, torch.bfloat16, seed=3)
     bias = bias_m if bias_over_m else bias_n
     y, aux = fused.forward(a, b, bias, bias_over_m, c, residual, "silu", 0.5, 2.0, fused.TRITON,
-                           config_for(torch.bfloat16), True, wrap=(lambda program: program) if traced else None)
+                           config_for(torch.bfloat16), True, wrap=traced_if(traced))
     ref_y, ref_z = reference(a, b, bias, bias_over_m, c, residual, "silu", 0.5, 2.0)
-    assert three_rows_apart == ([("tma", 131)] if traced else [("tma", 128), ("pointers", 3)])
+    assert three_rows_apart == cut(traced, 131, 3)
     assert relative(y, ref_y) <= TOLERANCE[torch.bfloat16] and relative(aux, ref_z) <= TOLERANCE[torch.bfloat16]
     assert relative(y[128:], ref_y[128:]) <= TOLERANCE[torch.bfloat16]
+    assert relative(aux[128:], ref_z[128:]) <= TOLERANCE[torch.bfloat16]
+
+
+def mutated_views(monkeypatch) -> list:
+    """[(program, name, storage offset)] of each Y or AUX a launch is given (made or bound) that
+    starts past its storage's first element."""
+    from tilemm.engine import epilogue_tma_launch
+    found, tma_arguments, pointer_arguments = [], epilogue_tma_launch.arguments, epilogue_launch.pointer_arguments
+
+    def record(program, y, aux):
+        found.extend((program, name, t.storage_offset()) for name, t in (("Y", y), ("AUX", aux))
+                     if t is not None and t.storage_offset() != 0)
+
+    def tma_spy(a_rows, a_t, b_rows, b_t, y, aux, *rest, **kw):
+        record("tma", y, aux)
+        return tma_arguments(a_rows, a_t, b_rows, b_t, y, aux, *rest, **kw)
+
+    def pointer_spy(a, b, y, aux, *rest, **kw):
+        record("pointers", y, aux)
+        return pointer_arguments(a, b, y, aux, *rest, **kw)
+    monkeypatch.setattr(epilogue_tma_launch, "arguments", tma_spy)
+    monkeypatch.setattr(epilogue_launch, "pointer_arguments", pointer_spy)
+    return found
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_traced_call_mutates_no_view_past_its_storage_s_start(traced, monkeypatch):
+    """Inside a compiled graph (traced) no launch is given a Y or AUX that starts past its
+    storage's first element, the rows cut or not (the whole product, and its dX's shape); an
+    eager call's sliver is such a view (the spy sees what it must)."""
+    monkeypatch.setattr(epilogue_launch, "sliver_rows", lambda m, n, k, saving_us=0.0: 3 if m == 131 else 0)
+    monkeypatch.setattr(epilogue_launch, "large_enough", lambda m, n, k: True)
+    views = mutated_views(monkeypatch)
+    a, b, bias, _, _, residual = tma_operands(131, 80, 48, torch.bfloat16, seed=6)
+    y, aux = fused.forward(a, b, bias, False, None, residual, "gelu", 1.0, 0.0, fused.TRITON,
+                           config_for(torch.bfloat16), True, wrap=traced_if(traced))
+    assert relative(y, reference(a, b, bias, False, None, residual, "gelu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
+    assert views == ([] if traced else [("pointers", "Y", 128 * 80), ("pointers", "AUX", 128 * 80)])
 
 
 def test_a_bound_sliver_is_two_steps(three_rows_apart):
@@ -88,16 +140,19 @@ def test_a_bound_sliver_is_two_steps(three_rows_apart):
     bound = bound_epilogue(a, b, y, None, bias, False, None, None, "gelu", 1.0, 0.0, config_for(torch.bfloat16))
     assert isinstance(bound, Steps) and len(bound.launches) == 2
     bound()
+    assert three_rows_apart == cut(False, 131, 3)
     assert relative(y, reference(a, b, bias, False, None, None, "gelu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
 
 
-def test_tiles_named_or_tma_forced_keep_one_launch(three_rows_apart):
-    """The caller's tiles, or tma=True, are the caller's: the product is launched whole."""
+@pytest.mark.parametrize("traced", [False, True])
+def test_tiles_named_or_tma_forced_keep_one_launch(traced, three_rows_apart):
+    """The caller's tiles, or tma=True, are the caller's: the product is launched whole, with no
+    sliver, eager or traced."""
     a, b, bias, _, _, _ = tma_operands(131, 80, 48, torch.bfloat16, seed=5)
     for params in (dict(block_m=64, block_n=64, block_k=16), dict(tma=True)):
         three_rows_apart.clear()
         y, _ = fused.forward(a, b, bias, False, None, None, "relu", 1.0, 0.0, fused.TRITON,
-                             config_for(torch.bfloat16, params), False)
+                             config_for(torch.bfloat16, params), False, wrap=traced_if(traced))
         assert three_rows_apart == [("tma", 131)]
         assert relative(y, reference(a, b, bias, False, None, None, "relu", 1.0, 0.0)[0]) <= TOLERANCE[torch.bfloat16]
 
@@ -117,7 +172,7 @@ def test_a_linear_s_route_replays_both_launches(three_rows_apart, monkeypatch):
             assert same([layer(x)], [today(layer, x)])
         assert same(*train_both(layer, x, grad))
     from tilemm.engine.replay import Replay
-    assert ("pointers", 3) in three_rows_apart
+    assert ("pointers", 3) in three_rows_apart and not any(len(taken) == 3 for taken in three_rows_apart)
     assert isinstance(the_route(layer, x).forward_fast, Replay)     # two launches: the replay itself, no quick call
     assert len(c_launches) >= 4                                     # two replayed calls of both launches at least
 

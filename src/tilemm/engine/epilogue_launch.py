@@ -139,27 +139,33 @@ def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, 
     (in thin tiles where it has THIN_ROWS rows or fewer: thin_config), or where the TMA program
     would take it in tiles of its own choosing and a few rows past the last multiple of 128 are
     predicted faster apart (tile_model.sliver_rows), the rows before them (the TMA program) and
-    those rows (the pointer program in thin tiles, reading B once); never cut where traced (inside
-    a triton_op's body). eager: launched through Triton's JIT, not replayed (a second launch's CPU
-    time counts)."""
+    those rows (the pointer program in thin tiles, reading B once). Where traced (inside a
+    triton_op's body) never cut: the whole, its config's "sliver" ({"rows", "block_m", "block_n",
+    "block_k"}: the thin tiles) saying that the TMA program sums those rows in its own launch.
+    eager: launched through Triton's JIT, not replayed (a second launch's CPU time counts)."""
     m, k = int(a.shape[0]), int(a.shape[1])
     if (m <= THIN_ROWS and a.element_size() == 2 and config.get("tma") is not True and not any(
             key in config["tma_tiles"] for key in TILE_KEYS) and thin_fills(int(b.shape[1]))):
         return [(a, y, aux, bias, c, residual, thin_config(config, m, int(b.shape[1])))]
-    # (never cut inside a compiled graph: Inductor up to torch 2.11 copies a mutated view that starts
-    # past its storage's first element into a buffer the view's size, then reads it at the
-    # storage's offsets, past that buffer's end (pytorch/pytorch#192226): the sliver's Y[cut:])
     rest = (sliver_rows(m, int(b.shape[1]), k, saving_us=EAGER_LAUNCH_US if eager else 0.0)
-            if config.get("tma") is None and a.element_size() == 2 and not traced else 0)
+            if config.get("tma") is None and a.element_size() == 2 else 0)
     if not rest or "block_m" in config["tma_tiles"] or takes_tma(a, b, y, aux, None, traced) is None:
         return [(a, y, aux, bias, c, residual, config)]
+    thin = sliver_config(config, rest, int(b.shape[1]))
+    if traced:
+        # (never cut inside a compiled graph: Inductor up to torch 2.11 copies a mutated view that
+        # starts past its storage's first element into a buffer the view's size, then reads it at
+        # the storage's offsets, past that buffer's end (pytorch/pytorch#192226): the sliver's
+        # Y[cut:]. The TMA program sums the sliver in its own launch, on the whole tensors.)
+        sliver = dict(rows=rest, block_m=thin["block_m"], block_n=thin["block_n"], block_k=thin["block_k"])
+        return [(a, y, aux, bias, c, residual, {**config, "sliver": sliver})]
 
     def rows(first, last, part_config):
         def of(x):
             return None if x is None else x[first:last]
         return a[first:last], y[first:last], of(aux), of(bias) if bias_over_m else bias, of(c), of(residual), part_config
     cut = m - rest
-    return [rows(0, cut, config), rows(cut, m, sliver_config(config, rest, int(b.shape[1])))]
+    return [rows(0, cut, config), rows(cut, m, thin)]
 
 
 def thin_config(config: dict, rows: int, n: int) -> dict:
@@ -197,9 +203,11 @@ def epilogue_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activ
     read = takes_tma(a, b, y, aux, config.get("tma"), traced=wrap is not None)
     if read is not None:
         from tilemm.engine import epilogue_tma_launch     # (Triton loads on first use)
-        tiles = tma_tiles(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()))
+        sliver = config.get("sliver")        # (row_parts': the whole tiles are those of the rows before it)
+        rows = int(a.shape[0]) - (sliver["rows"] if sliver else 0)
+        tiles = tma_tiles(rows, int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()))
         return epilogue_tma_launch.arguments(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
-                                             alpha, beta, tiles, wrap)
+                                             alpha, beta, tiles, wrap, sliver=sliver)
     return pointer_arguments(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config, wrap)
 
 

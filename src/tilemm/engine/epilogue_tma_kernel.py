@@ -16,6 +16,14 @@ MAKE_DESCRIPTORS, in the program from A's and B's pointers (tl.make_tensor_descr
 compiled graph can hold, whose tracer does not take host descriptors; Triton then asks its
 allocator for a little global scratch at each launch).
 
+A sliver in the same launch (SLIVER_M, 0: none): the rows past the last multiple of SLIVER_PAST
+(tile_model.sliver_rows' few rows, which whole tiles would spend a round of tiles on) are left
+out of the tiles; before its tiles, each program takes its share of the sliver's thin
+SLIVER_M x SLIVER_N tiles (the tile numbering continued, so the programs with fewer tiles take
+them), read by pointers (sliver_a, sliver_b: A's and B's rows as the descriptors', any K,
+B read once) and finished by the same epilogue: the pointer program's answer for those rows, in
+one launch where a second would cost a compiled graph's CPU its launch.
+
 Constraints: float16 / bfloat16 operands (float32 sums); A and B each with rows, or columns,
 contiguous and 16-byte aligned (A_T / B_T: the descriptor is of the transpose); K >= 1; tiles
 powers of two of 16 or more, BLOCK_N a multiple of 64 (quarters of 16 or more).
@@ -31,20 +39,38 @@ from tilemm.engine.programs import halves, step_tiles, tile_position
 @triton.jit
 def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, K,
                                stride_a, stride_b, stride_ym, stride_xm, stride_bias, stride_cm, stride_cn,
-                               stride_rm, stride_rn, alpha, beta,
+                               stride_rm, stride_rn, alpha, beta, sliver_a, sliver_b,
                                A_T: tl.constexpr, B_T: tl.constexpr, BIAS_OVER_M: tl.constexpr,
                                ACTIVATION: tl.constexpr, UPCAST: tl.constexpr, MAKE_DESCRIPTORS: tl.constexpr,
                                Y_ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr,
-                               FLATTEN: tl.constexpr):
+                               FLATTEN: tl.constexpr, SLIVER_M: tl.constexpr = 0, SLIVER_N: tl.constexpr = 16,
+                               SLIVER_K: tl.constexpr = 256, SLIVER_PAST: tl.constexpr = 128):
     """Y = activation(alpha * A @ B + beta * C + bias) + residual (and Z into AUX), PROGRAMS
     programs walking the BLOCK_M x BLOCK_N tiles. a_in / b_in: TMA descriptors of A (or A^T when
     A_T) and B (or B^T when B_T), or with MAKE_DESCRIPTORS those tensors' pointers, whose row
     strides are stride_a / stride_b. aux_ptr, bias_ptr, c_ptr, res_ptr: None where not given.
     Y_ALIGN: a power of two dividing N, stride_ym and stride_xm (Y's and AUX's rows stored that
-    many elements at a time). UPCAST: Triton's interpreter (its bfloat16 tl.dot is wrong)."""
+    many elements at a time). UPCAST: Triton's interpreter (its bfloat16 tl.dot is wrong).
+    SLIVER_M (a power of two of 16 or more, 0: no sliver): the tiles cover Y's rows up to the last
+    multiple of SLIVER_PAST (a descriptor made here stops there), and the rows past it, no more
+    than SLIVER_M, are summed in SLIVER_M x SLIVER_N tiles SLIVER_K of K a step from sliver_a and
+    sliver_b (A's rows and B's rows, as a_in and b_in with MAKE_DESCRIPTORS; None without a sliver)."""
     N = N // Y_ALIGN * Y_ALIGN                   # no-ops that say Y_ALIGN divides them
     stride_ym, stride_xm = stride_ym // Y_ALIGN * Y_ALIGN, stride_xm // Y_ALIGN * Y_ALIGN
+    if SLIVER_M > 0:
+        # the sliver first: nothing of it is live through the tiles' loop, whose registers are
+        # near full (195-255 a thread in 128 x 256 tiles; placed after that loop, it spills).
+        # Its thin tiles continue the tiles' numbering: a program left a tile short takes one first.
+        rows = M
+        M = M - M % SLIVER_PAST                  # the tiles' rows
+        tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+        for thin in range((tl.program_id(0) + PROGRAMS - tiles % PROGRAMS) % PROGRAMS, tl.cdiv(N, SLIVER_N), PROGRAMS):
+            acc = sliver_sums(sliver_a, sliver_b, M, thin * SLIVER_N, rows, N, K, stride_a, stride_b, A_T, B_T,
+                              UPCAST, SLIVER_M, SLIVER_N, SLIVER_K)
+            finish(acc, M, thin * SLIVER_N, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, rows, N, stride_ym, 1,
+                   stride_xm, 1, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M,
+                   ACTIVATION)
     if MAKE_DESCRIPTORS:                         # (rows, columns) of what each descriptor reads
         if A_T:
             a_desc = tl.make_tensor_descriptor(a_in, [K, M], [stride_a, 1], [BLOCK_K, BLOCK_M])
@@ -85,3 +111,49 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
                stride_xm, 1, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M,
                ACTIVATION)
 # --8<-- [end:kernel]
+
+
+@triton.jit
+def sliver_sums(a_ptr, b_ptr, off_m, off_n, M, N, K, stride_a, stride_b, A_T: tl.constexpr, B_T: tl.constexpr,
+                UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """float32 sums of A[off_m:off_m + BLOCK_M] @ B[:, off_n:off_n + BLOCK_N] by pointer loads, as
+    the pointer program's K loop: a_ptr A's rows (A^T's where A_T), b_ptr B's (B^T's where B_T),
+    row strides stride_a / stride_b (16-byte aligned, as TMA's). Rows past M and columns past N
+    wrap around to ones inside (never stored); whole K steps load with no mask (16-byte loads
+    whatever K), and a last part step loads zeros past K. 64-bit offsets."""
+    stride_a, stride_b = stride_a // 8 * 8, stride_b // 8 * 8      # no-ops that say 8 16-bit elements divide them
+    offs_m = ((off_m + tl.arange(0, BLOCK_M)) % M).to(tl.int64)
+    offs_n = ((off_n + tl.arange(0, BLOCK_N)) % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    if A_T:          # (BLOCK_M, BLOCK_K) of A: the columns of A^T's rows
+        a_ptrs = a_ptr + offs_m[:, None] + offs_k[None, :].to(tl.int64) * stride_a
+        a_step = BLOCK_K * stride_a
+    else:
+        a_ptrs = a_ptr + offs_m[:, None] * stride_a + offs_k[None, :]
+        a_step = BLOCK_K
+    if B_T:          # (BLOCK_K, BLOCK_N) of B: K-major, a Linear's weight
+        b_ptrs = b_ptr + offs_k[:, None] + offs_n[None, :] * stride_b
+        b_step = BLOCK_K
+    else:
+        b_ptrs = b_ptr + offs_k[:, None].to(tl.int64) * stride_b + offs_n[None, :]
+        b_step = BLOCK_K * stride_b
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(0, K // BLOCK_K):
+        acc = step_sum(tl.load(a_ptrs), tl.load(b_ptrs), acc, UPCAST)
+        a_ptrs += a_step
+        b_ptrs += b_step
+    k_left = K % BLOCK_K
+    if k_left > 0:
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = step_sum(a, b, acc, UPCAST)
+    return acc
+
+
+@triton.jit
+def step_sum(a, b, acc, UPCAST: tl.constexpr):
+    """acc + a @ b in float32: on tensor cores, or with UPCAST (Triton's interpreter, whose
+    bfloat16 tl.dot is wrong) in float32 products, exact for 16-bit operands."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)

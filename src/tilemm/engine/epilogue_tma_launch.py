@@ -1,12 +1,14 @@
 """The launch of the persistent TMA epilogue program (epilogue_tma_kernel.py): its descriptors
 (made on the host, or in the program inside a compiled graph), its grid of one program an SM,
-and the allocator Triton asks for the scratch of descriptors made in the program. Which products
-take it is epilogue_launch.takes_tma's rule."""
+and the allocator Triton asks for the scratch of descriptors made in the program; and a sliver of
+rows in the same launch (the program's thin tiles past its whole ones). Which products take it is
+epilogue_launch.takes_tma's rule."""
 from __future__ import annotations
 
 from tilemm.system import compat
 from tilemm.engine import availability
 from tilemm.engine.operand_copies import c_alignment
+from tilemm.engine.tile_model import SLIVER_PAST
 
 
 def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool, c, residual, activation: int,
@@ -23,19 +25,30 @@ def launch(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool
 
 
 def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: bool, c, residual, activation: int,
-              alpha: float, beta: float, tiles: dict, wrap=None) -> tuple:
+              alpha: float, beta: float, tiles: dict, wrap=None, sliver: dict | None = None) -> tuple:
     """(program, grid, args, options) of launch's launch, program[grid](*args, **options): what it
-    launches, or what a BoundLaunch (tilemm.engine.launches) launches and a replay records."""
+    launches, or what a BoundLaunch (tilemm.engine.launches) launches and a replay records.
+    sliver: None, or the rows past the last multiple of SLIVER_PAST summed in the same launch in
+    thin tiles ({"rows": how many, "block_m", "block_n", "block_k": the thin tiles}; tiles are
+    then the whole tiles' of the rows before them)."""
     from tilemm.engine.epilogue_tma_kernel import matmul_epilogue_persistent   # Triton loads on first use
     m, n = y.shape
     k = a_rows.shape[0] if a_t else a_rows.shape[1]
     block_m, block_n, block_k = tiles["block_m"], tiles["block_n"], tiles["block_k"]
     slots = availability.multiprocessors() * tiles.get("programs_per_sm", 1)     # programs the SMs hold at once
+    whole_rows, thin_tiles = m, 0
+    if sliver is not None:
+        whole_rows, thin_tiles = m - sliver["rows"], -(-n // sliver["block_n"])
+        if whole_rows % SLIVER_PAST or not 0 < sliver["rows"] <= sliver["block_m"] or whole_rows < 1:
+            raise ValueError(f"epilogue: a sliver of {sliver['rows']} rows in tiles of {sliver['block_m']} past "
+                             f"{whole_rows}; no more rows than its tiles', past a multiple of {SLIVER_PAST}")
     if wrap is None:
         from triton.tools.tensor_descriptor import TensorDescriptor
+        # (over all of A's rows, a sliver's too: a tile's stores stop before the sliver, whose rows a
+        # tile that reaches them reads, in place of the zeros of the program's own descriptor)
         a_in = TensorDescriptor.from_tensor(a_rows, [block_k, block_m] if a_t else [block_m, block_k])
         b_in = TensorDescriptor.from_tensor(b_rows, [block_n, block_k] if b_t else [block_k, block_n])
-        programs = min(slots, -(-m // block_m) * -(-n // block_n))
+        programs = min(slots, -(-whole_rows // block_m) * -(-n // block_n) + thin_tiles)
         program = matmul_epilogue_persistent
     else:
         ensure_allocator()
@@ -45,11 +58,16 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
     args = (a_in, b_in, y, aux, bias, c, residual, m, n, k, a_rows.stride(0), b_rows.stride(0), y.stride(0),
             aux.stride(0) if aux is not None else 0, bias.stride(0) if bias is not None else 0,
             *(c.stride() if c is not None else (0, 0)), *(residual.stride() if residual is not None else (0, 0)),
-            float(alpha), float(beta))
+            float(alpha), float(beta), *((None, None) if sliver is None else (a_rows, b_rows)))
     options = dict(A_T=a_t, B_T=b_t, BIAS_OVER_M=bool(bias_over_m), ACTIVATION=activation,
                    UPCAST=compat.triton_interpreter(), MAKE_DESCRIPTORS=wrap is not None, Y_ALIGN=store_alignment(y, aux),
                    BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=tiles["group_m"], PROGRAMS=programs,
                    FLATTEN=True, num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
+    # named even where there is no sliver (SLIVER_M=0: the tiles' code alone): Inductor's launch of a
+    # wrapped program passes no constexpr's default
+    sliver_tiles = sliver or dict(block_m=0, block_n=16, block_k=256)
+    options.update(SLIVER_M=sliver_tiles["block_m"], SLIVER_N=sliver_tiles["block_n"],
+                   SLIVER_K=sliver_tiles["block_k"], SLIVER_PAST=SLIVER_PAST)
     return program, (programs,), args, options
 
 

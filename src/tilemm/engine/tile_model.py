@@ -139,6 +139,7 @@ def predicted_us(m: int, n: int, k: int) -> float:
 # Triton's JIT (an eager call that is not replayed) costs the CPU about EAGER_LAUNCH_US: there the
 # rows go apart only where that much GPU time is saved, since such calls wait on the CPU.
 SLIVER_ROWS = 32
+SLIVER_PAST = 128               # the sliver: the rows past the last multiple of this
 SLIVER_BYTES_PER_US = 3.0e6     # (H200, bf16: 4-16 rows x 2048-4096 x 2048-32000 in 6.0-45 µs)
 SLIVER_FIXED_US = 3.5
 EAGER_LAUNCH_US = 100.0
@@ -148,8 +149,8 @@ def sliver_rows(m: int, n: int, k: int, itemsize: int = 2, saving_us: float = 0.
     """The rows past the last multiple of 128 that are predicted faster run apart from the rest
     (the rest in the tiles model_tiles picks for it, those rows reading B once), by saving_us at
     least; or 0. (Remembered by shape: an eager call asks at each launch.)"""
-    rest = m % 128
-    if not 0 < rest <= SLIVER_ROWS or m < 2 * 128:
+    rest = m % SLIVER_PAST
+    if not 0 < rest <= SLIVER_ROWS or m < 2 * SLIVER_PAST:
         return 0
     return rest if rows_apart_pay(m, n, k, itemsize, saving_us, availability.multiprocessors()) else 0
 
@@ -157,7 +158,7 @@ def sliver_rows(m: int, n: int, k: int, itemsize: int = 2, saving_us: float = 0.
 @functools.lru_cache(maxsize=1024)
 def rows_apart_pay(m: int, n: int, k: int, itemsize: int, saving_us: float, sms: int) -> bool:
     """sliver_rows' prediction on a GPU of `sms` SMs (the model's own calls read the same count)."""
-    rest = m % 128
+    rest = m % SLIVER_PAST
     apart = predicted_us(m - rest, n, k) + n * k * itemsize / SLIVER_BYTES_PER_US + SLIVER_FIXED_US
     return apart + saving_us < (1 - TILE_MARGIN) * predicted_us(m, n, k)
 
