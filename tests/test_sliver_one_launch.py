@@ -92,6 +92,27 @@ def test_a_traced_call_cuts_the_rows_as_a_replayed_one_in_one_launch(h200):
                                                                               block_k=256)
 
 
+def test_a_traced_launch_with_a_sliver_passes_each_operand_once():
+    """A compiled graph fixes the layout of each tensor argument of a wrapped program by a copy of
+    its own where the tensor's producer is fused into it (Inductor, torch 2.11: a tensor passed
+    twice is stored twice): a traced launch with a sliver names A and B once (the program reads
+    the sliver's rows through a_in and b_in), a launch with host descriptors names them for it."""
+    from tilemm.engine import epilogue_tma_launch
+    a, w = torch.ones(2052, 256, dtype=torch.bfloat16), torch.ones(512, 256, dtype=torch.bfloat16)
+    y = torch.empty(2052, 512, dtype=torch.bfloat16)
+    tiles = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3)
+    sliver = dict(rows=4, block_m=16, block_n=16, block_k=256)
+    _, _, traced, options = epilogue_tma_launch.arguments(a, False, w, True, y, None, None, False, None, None, 0,
+                                                          1.0, 0.0, tiles, wrap=lambda program: program,
+                                                          sliver=sliver)
+    tensors = [arg for arg in traced if isinstance(arg, torch.Tensor)]
+    assert len({id(t) for t in tensors}) == len(tensors) == 3 and options["MAKE_DESCRIPTORS"] is True
+    assert options["SLIVER_M"] == 16 and traced[-2:] == (None, None)
+    _, _, hosted, _ = epilogue_tma_launch.arguments(a, False, w, True, y, None, None, False, None, None, 0, 1.0,
+                                                    0.0, tiles, sliver=sliver)
+    assert hosted[-2] is a and hosted[-1] is w
+
+
 def test_a_sliver_not_past_a_multiple_of_128_is_refused():
     from tilemm.engine import epilogue_tma_launch
     a, w = torch.ones(131, 64, dtype=torch.bfloat16), torch.ones(80, 64, dtype=torch.bfloat16)

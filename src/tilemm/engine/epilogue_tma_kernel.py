@@ -55,13 +55,19 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
     SLIVER_M (a power of two of 16 or more, 0: no sliver): the tiles cover Y's rows up to the last
     multiple of SLIVER_PAST (a descriptor made here stops there), and the rows past it, no more
     than SLIVER_M, are summed in SLIVER_M x SLIVER_N tiles SLIVER_K of K a step from sliver_a and
-    sliver_b (A's rows and B's rows, as a_in and b_in with MAKE_DESCRIPTORS; None without a sliver)."""
+    sliver_b (A's rows and B's rows; None without a sliver, and with MAKE_DESCRIPTORS, where a_in and
+    b_in are those rows)."""
     N = N // Y_ALIGN * Y_ALIGN                   # no-ops that say Y_ALIGN divides them
     stride_ym, stride_xm = stride_ym // Y_ALIGN * Y_ALIGN, stride_xm // Y_ALIGN * Y_ALIGN
     if SLIVER_M > 0:
         # the sliver first: nothing of it is live through the tiles' loop, whose registers are
         # near full (195-255 a thread in 128 x 256 tiles; placed after that loop, it spills).
         # Its thin tiles continue the tiles' numbering: a program left a tile short takes one first.
+        if MAKE_DESCRIPTORS:
+            # a_in and b_in are then the rows' pointers themselves: a compiled graph given one
+            # tensor as two arguments stores it twice (Inductor fixes each argument's layout by
+            # a copy of its own where its producer is fused into it)
+            sliver_a, sliver_b = a_in, b_in
         rows = M
         M = M - M % SLIVER_PAST                  # the tiles' rows
         tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)

@@ -58,7 +58,7 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
     args = (a_in, b_in, y, aux, bias, c, residual, m, n, k, a_rows.stride(0), b_rows.stride(0), y.stride(0),
             aux.stride(0) if aux is not None else 0, bias.stride(0) if bias is not None else 0,
             *(c.stride() if c is not None else (0, 0)), *(residual.stride() if residual is not None else (0, 0)),
-            float(alpha), float(beta), *((None, None) if sliver is None else (a_rows, b_rows)))
+            float(alpha), float(beta), *((None, None) if sliver is None or wrap is not None else (a_rows, b_rows)))
     options = dict(A_T=a_t, B_T=b_t, BIAS_OVER_M=bool(bias_over_m), ACTIVATION=activation,
                    UPCAST=compat.triton_interpreter(), MAKE_DESCRIPTORS=wrap is not None, Y_ALIGN=store_alignment(y, aux),
                    BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=tiles["group_m"], PROGRAMS=programs,
