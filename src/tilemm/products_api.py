@@ -68,8 +68,8 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         or newer, built with CUDA 12.9 or newer, the GPU is Hopper (compute capability 9.x), and
         the call has float8_e4m3fn operands, a row-major a and b given as (N, K).T, each starting
         on 16 bytes, bfloat16 out_dtype, fast_accum False, no tile parameter, M a multiple of 4,
-        N and K multiples of 16 and ceil(K/128) a multiple of 4 (tilemm lays the scales out as torch
-        asks, two small copies in the call; out= and stream= as for tilemm's program). True:
+        N of 16 and K of 512 (tilemm lays the scales out as torch asks, two small copies in the
+        call; out= and stream= as for tilemm's program). True:
         torch's, or a ValueError (the call) or KernelUnavailable (this torch, this device, the
         interpreter) saying why not. False: tilemm's program. Per-tensor and row-wise scales
         always run tilemm's program (True is a ValueError there).

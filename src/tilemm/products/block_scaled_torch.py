@@ -15,11 +15,13 @@ What torch asks (ATen's ScaledBlas.cpp: ``is_blockwise_1x128_scaling`` of (a, sc
 - compute capability 9.x, cuBLASLt 12.9 or newer; no fast accumulation (cuBLASLt's block scaling
   has none: torch refuses ``use_fast_accum=True`` with these scales).
 
-The route takes only calls where every version agrees and the layout is the one measured:
-ceil(K/128) a multiple of 4 (the padded and the unpadded B scales are then one layout), M a
-multiple of 4 (A's scales' K-block stride, M floats, 16-byte aligned as cuBLASLt's block scales
-are), e4m3 operands (torch's checks would take e4m3 with e5m2 too, never two e5m2: not tried),
-bfloat16 results (the one measured), no tile parameter. Everything else runs rung 16's program.
+The route takes only calls where every version agrees and the layout is the one measured: K a
+multiple of 512 (whole 128-blocks, ceil(K/128) a multiple of 4: the padded and the unpadded B
+scales are then one layout), M a multiple of 4 (A's scales' K-block stride, M floats, 16-byte
+aligned as cuBLASLt's block scales are), N a multiple of 16 (torch's check; N need not be one of
+128: 2112 was measured), e4m3 operands (torch's checks would take e4m3 with e5m2 too, never two
+e5m2: not tried), bfloat16 results (the one measured), no tile parameter. Everything else runs
+rung 16's program.
 
 The scales are laid out as torch wants at each call (two small copies on the call's stream, none
 where they already are), so the caller keeps DeepGEMM's shapes, as for rung 16's program.
@@ -37,8 +39,9 @@ MIN_TORCH = (2, 9)         # ScaledBlas.cpp's 1x128 / 128x128 kinds in _scaled_m
 MIN_CUDA = (12, 9)         # cuBLASLt's VEC128_32F / BLK128x128_32F scale modes
 SCALE_BLOCK = 128
 K_BLOCKS_MULTIPLE = 4      # ceil(K/128): where the padded and unpadded layouts of B's scales agree
+K_MULTIPLE = SCALE_BLOCK * K_BLOCKS_MULTIPLE       # 512: whole blocks, four at a time
 M_MULTIPLE = 4             # A's scales: their K-block stride (M floats) 16-byte aligned
-TORCH_MULTIPLE = 16        # torch's own check of K and N
+N_MULTIPLE = 16            # torch's own check of N (and of K)
 OPERANDS = "float8_e4m3fn"
 OUT_DTYPE = "bfloat16"
 
@@ -49,11 +52,12 @@ def device_refusal(device) -> str | None:
     (no trial call)."""
     if compat.triton_interpreter():
         return "under TRITON_INTERPRET=1 the operands are CPU tensors, and torch's block-scaled _scaled_mm runs on GPUs"
-    return _device_refusal(device.type, device.index)
+    return refusal_of_device(device.type, device.index)
 
 
 @functools.lru_cache(maxsize=None)
-def _device_refusal(kind: str, index) -> str | None:
+def refusal_of_device(kind: str, index) -> str | None:
+    """device_refusal's answer for a device of this kind and index, outside the interpreter."""
     if kind != "cuda":
         return f"the operands are on {kind}, and torch's block-scaled _scaled_mm runs on CUDA GPUs"
     import torch
@@ -100,12 +104,11 @@ def call_refusal(a, b, out_dtype: str, fast_accum: bool, params: dict) -> str | 
     n = b.shape[1]
     if not (m and n and k):
         return "an empty product"
-    if k % TORCH_MULTIPLE or n % TORCH_MULTIPLE:
-        return f"K = {k} and N = {n}: torch takes multiples of {TORCH_MULTIPLE}"
-    blocks = -(-k // SCALE_BLOCK)
-    if blocks % K_BLOCKS_MULTIPLE:
-        return (f"ceil(K/128) = {blocks} is no multiple of {K_BLOCKS_MULTIPLE}: versions of torch lay B's scales "
-                "out differently there")
+    if n % N_MULTIPLE:
+        return f"N = {n}: torch takes a multiple of {N_MULTIPLE}"
+    if k % K_MULTIPLE:
+        return (f"K = {k}: the route takes a multiple of {K_MULTIPLE} (whole 128-blocks, four at a time: "
+                "versions of torch lay B's scales out differently otherwise)")
     if m % M_MULTIPLE:
         return f"M = {m}: the route takes a multiple of {M_MULTIPLE} rows (16-byte aligned strides of A's scales)"
     if a.stride() != (k, 1) or b.stride() != (1, k):
