@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 
 from tilemm.engine import streams
 from tilemm.products import scaled_common as scaled_out
@@ -128,12 +129,13 @@ def torch_scales(scale_a, scale_b, torch) -> tuple:
     width = -(-blocks // K_BLOCKS_MULTIPLE) * K_BLOCKS_MULTIPLE
     if not laid_out(scale_a, (1, m)):
         scale_a = scale_a.T.contiguous().T
-    if not laid_out(scale_b, (1, width)):
-        make = torch.empty if width == blocks else torch.zeros      # (padding: never read, but defined)
-        rows = make((columns, width), dtype=torch.float32, device=scale_b.device)[:, :blocks]
-        rows.copy_(scale_b.T)
-        scale_b = rows.T
-    return scale_a, scale_b
+    if laid_out(scale_b, (1, width)):
+        return scale_a, scale_b
+    if width == blocks:                   # (every call the route takes: one copy, no padding)
+        return scale_a, scale_b.T.contiguous().T
+    rows = torch.zeros((columns, width), dtype=torch.float32, device=scale_b.device)[:, :blocks]
+    rows.copy_(scale_b.T)                 # (the padding: never read, but defined)
+    return scale_a, rows.T
 
 
 def laid_out(scale, strides: tuple) -> bool:
@@ -153,7 +155,7 @@ def product(a, b, scale_a, scale_b, out=None, stream=None):
 
 
 def _scaled_mm(a, b, scale_a, scale_b, out):
-    import torch
+    torch = sys.modules["torch"]          # (the operands are torch tensors: imported; a look-up, no import)
     scale_a, scale_b = torch_scales(scale_a, scale_b, torch)
     if out is not None and out.is_contiguous():     # written where it is
         return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=out)
