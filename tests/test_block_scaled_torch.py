@@ -14,7 +14,7 @@ from tilemm.ladder.tensorcore import r16_block_scaled, r16_block_scaled_kernel, 
 from tilemm.products import block_scaled, block_scaled_torch as route
 
 from .conftest import ON_GPU
-from .test_block_scaled import WHERE, check, dequantized, operand, scales
+from .test_block_scaled import check, dequantized, operand, scales
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
