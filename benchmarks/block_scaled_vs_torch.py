@@ -1,7 +1,15 @@
 """The fine-grained fp8 bar: tilemm.scaled_matmul with block scales (1x128 for A, 128x128 for B,
 DeepGEMM's) and with row-wise scales, against torch._scaled_mm with row-wise scales (and
-tensor-wise, beside it), on DeepSeek-V3-like shapes; then grouped contiguous float8 (GROUPED:
+tensor-wise, beside it) and with the same block scales (cuBLASLt's, where this torch takes them:
+CUDA 12.9 or newer, Hopper), on DeepSeek-V3-like shapes; then grouped contiguous float8 (GROUPED:
 tilemm.grouped_matmul with block scales, torch._scaled_grouped_mm with row-wise ones beside it).
+
+The variants of a shape: scaled_mm-row, scaled_mm-tensor, scaled_mm-block (torch's block-scaled
+product, its scales laid out as torch takes them before timing, as a caller of torch would keep
+them), tilemm-block (tilemm's default: torch's block-scaled product where it takes the call, the
+scales laid out again at each call, else rung 16's program), tilemm-block-own (library=False:
+rung 16's program), tilemm-row, tilemm-tensor. Each is timed against scaled_mm-row and
+scaled_mm-block (the ratio columns vs_scaled_mm_row and vs_scaled_mm_block).
 
     PYTHONPATH=src TRITON_DEFAULT_FP_FUSION=1 python3 benchmarks/block_scaled_vs_torch.py --out DIR
     ... block_scaled_vs_torch.py --out DIR --tune           # ~2 min: the fit set over CANDIDATES, a winner table
@@ -62,11 +70,28 @@ def check(c, a, b, scale_a, scale_b, kind: str, seed: int) -> tuple[bool, float]
     return harness.within(c[rows], ref, bound)
 
 
+# the variants each timed one is divided by (a record's vs_<anchor> column, "-" as "_")
+RATIO_ANCHORS = ("scaled_mm-row", "scaled_mm-block")
+
+
+def torch_block_scales(scale_a, scale_b):
+    """DeepGEMM's (M, K/128) and (K/128, N/128) scales as torch._scaled_mm takes them (ATen's
+    ScaledBlas.cpp): scale_a with strides (1, M); scale_b whose transpose (N/128, K/128) is
+    row-major, its rows ceil(K/128) rounded up to a multiple of 4 apart."""
+    kb, nb = scale_b.shape
+    rows = torch.zeros(nb, -(-kb // 4) * 4, device=scale_b.device, dtype=scale_b.dtype)[:, :kb]
+    rows.copy_(scale_b.T)
+    return scale_a.T.contiguous().T, rows.T
+
+
 def anchors(a, b, s):
     bf16 = torch.bfloat16
+    block_a, block_b = torch_block_scales(*s["block"])
     return {"scaled_mm-row": ("row", lambda: torch._scaled_mm(a, b, *s["row"], out_dtype=bf16)),
             "scaled_mm-tensor": ("tensor", lambda: torch._scaled_mm(a, b, *s["tensor"], out_dtype=bf16)),
+            "scaled_mm-block": ("block", lambda: torch._scaled_mm(a, b, block_a, block_b, out_dtype=bf16)),
             "tilemm-block": ("block", lambda: tilemm.scaled_matmul(a, b, *s["block"])),
+            "tilemm-block-own": ("block", lambda: tilemm.scaled_matmul(a, b, *s["block"], library=False)),
             "tilemm-row": ("row", lambda: tilemm.scaled_matmul(a, b, *s["row"])),
             "tilemm-tensor": ("tensor", lambda: tilemm.scaled_matmul(a, b, *s["tensor"]))}
 
@@ -79,7 +104,7 @@ def label_of(config: dict) -> str:
 def tuning(a, b, s):
     bf16 = torch.bfloat16
     variants = {"scaled_mm-row": ("row", lambda: torch._scaled_mm(a, b, *s["row"], out_dtype=bf16)),
-                "tilemm-block-default": ("block", lambda: tilemm.scaled_matmul(a, b, *s["block"]))}
+                "tilemm-block-default": ("block", lambda: tilemm.scaled_matmul(a, b, *s["block"], library=False))}
     for config in CANDIDATES:
         variants["tilemm-block-" + label_of(config)] = ("block", lambda c=config: tilemm.scaled_matmul(
             a, b, *s["block"], **c))
@@ -117,17 +142,22 @@ def measure(shape, seed, variants_of, args, base, out_file, label_set):
                     relative_error=found.value, m=m, n=n, k=k, set=label_set, dtype="float8_e4m3fn",
                     out_dtype="bfloat16", first_call_s=found.seconds, **base) for label, found in outcomes.items()]
     times = harness.medians(interleaved_rounds(good, args.rounds, args.per_round))
-    anchor = times.get("scaled_mm-row")
     for rec in records:
         t = times.get(rec["variant"])
         if t is not None:
-            rec.update(median_ms=t, tflops=2 * m * n * k / t / 1e9, vs_scaled_mm_row=anchor / t if anchor else None)
+            rec.update(median_ms=t, tflops=2 * m * n * k / t / 1e9,
+                       **{ratio_column(name): times[name] / t if times.get(name) else None for name in RATIO_ANCHORS})
+        ratios = " ".join(f"x{rec.get(ratio_column(name)) or float('nan'):5.3f}" for name in RATIO_ANCHORS)
         print(f"{label_set:8} {m:5}x{n:5}x{k:5} {rec['variant']:62} {rec.get('median_ms', float('nan')):7.3f} ms "
-              f"{rec.get('tflops', float('nan')):7.1f} TFLOP/s x{rec.get('vs_scaled_mm_row') or float('nan'):5.3f} "
-              f"{rec['status']}", flush=True)
+              f"{rec.get('tflops', float('nan')):7.1f} TFLOP/s {ratios} {rec['status']}", flush=True)
     harness.append(out_file, records)
     torch.cuda.empty_cache()
     return records
+
+
+def ratio_column(anchor: str) -> str:
+    """A record's column of the ratio to `anchor`: "vs_scaled_mm_row" for "scaled_mm-row"."""
+    return "vs_" + anchor.replace("-", "_")
 
 
 # grouped contiguous (DeepGEMM's m-grouped layout): (groups, rows, N, K), tokens sorted by group

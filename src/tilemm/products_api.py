@@ -27,7 +27,7 @@ __all__ = ["scaled_matmul", "grouped_matmul", "linear", "matmul_epilogue"]
 
 
 def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
-                  stream=None, **params):
+                  stream=None, library=None, **params):
     """``(scale_a * a) @ (scale_b * b)`` for float8 a and b, as ``torch._scaled_mm`` computes it.
 
     Parameters
@@ -45,11 +45,13 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         one a 128 x 128 block of B, applied to each K block's float32 partial sums. Row-wise
         scales run the per-tensor program and its params (below; ``cluster`` per-tensor only),
         each element of C times its row's and column's scales as it is written. Block scales run
-        the `tensorcore-block-scaled` program (tilemm.products.block_scaled), whose params
-        are block_m, block_n, block_k, group_m, num_warps, num_stages, tma, warp_specialized
+        torch's own block-scaled ``torch._scaled_mm`` (cuBLASLt) where this torch offers it and
+        takes the call (see ``library``), else the `tensorcore-block-scaled` program
+        (tilemm.products.block_scaled), whose params are block_m, block_n, block_k, group_m,
+        num_warps, num_stages, tma, warp_specialized
         (``tilemm.ladder.tensorcore.r16_block_scaled.DEFAULTS``; on Hopper its warp-specialized
-        Gluon program). Row-wise and block scales: a repeated call replays its launches; no
-        torch.compile op.
+        Gluon program). Row-wise and block scales: a repeated call replays its launches (or calls
+        torch's product without the checks); no torch.compile op.
     out_dtype : {"bfloat16", "float16", "float32"} or torch.dtype, default "bfloat16"
         The result's dtype.
     fast_accum : bool, default False
@@ -60,6 +62,17 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         An (M, N) tensor of out_dtype on the operands' device to write into (any strides).
     stream : optional
         Where the work is queued, as for `tilemm.matmul` (None: torch's current stream).
+    library : {None, True, False}, default None
+        Block scales only: who runs the product. None: torch's block-scaled ``_scaled_mm``
+        where it runs and takes the call, else tilemm's program. torch's runs where torch is 2.9
+        or newer, built with CUDA 12.9 or newer, the GPU is Hopper (compute capability 9.x), and
+        the call has float8_e4m3fn operands, a row-major a and b given as (N, K).T, each starting
+        on 16 bytes, bfloat16 out_dtype, fast_accum False, no tile parameter, M a multiple of 4,
+        N of 16 and K of 512 (tilemm lays the scales out as torch asks, two small copies in the
+        call; out= and stream= as for tilemm's program). True:
+        torch's, or a ValueError (the call) or KernelUnavailable (this torch, this device, the
+        interpreter) saying why not. False: tilemm's program. Per-tensor and row-wise scales
+        always run tilemm's program (True is a ValueError there).
     **params
         ``block_m``, ``block_n``, ``block_k``, ``group_m``, ``num_warps``, ``num_stages``: the tile
         and schedule (``tilemm.ladder.tensorcore.scaled_fp8.DEFAULTS``). With none given, 64 x 128
@@ -83,15 +96,18 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         An operand that is not a float8 torch tensor, an unknown parameter or out_dtype, or out=
         with operands that require grad.
     ValueError
-        Shapes that do not line up, operands on two devices, a bad out, scale or parameter value.
+        Shapes that do not line up, operands on two devices, a bad out, scale, parameter or
+        library value; library=True for a call torch's block-scaled product does not take.
     KernelUnavailable
-        No PyTorch, or no GPU (or interpreter) that can run the program; the message says why.
+        No PyTorch, or no GPU (or interpreter) that can run the program (library=True: no torch
+        or GPU that runs torch's block-scaled product); the message says why.
 
     Notes
     -----
     A call that repeats an earlier one (the same shapes, strides, dtypes, device and parameters,
     no out, no stream) replays the first one's launches on its own operands
-    (``tilemm.engine.replay``): none of the checks and choices are made again.
+    (``tilemm.engine.replay``), or calls torch's block-scaled product where the first one did:
+    none of the checks and choices are made again.
 
     Gradients follow ``torch._scaled_mm``'s rules: operands that require grad give a result
     whose backward pass raises (no derivative is implemented). Under ``torch.compile`` a call is
@@ -101,18 +117,19 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     if records or not vector_scales(scale_a, scale_b):     # (row-wise and block scales: no op of their own)
         if api.compiling():           # one op in the graph; Dynamo never sees the replays
             from tilemm.torch import ops as torch_ops
-            return torch_ops.traced_scaled_matmul(a, b, scale_a, scale_b, out_dtype, fast_accum, out, stream, params)
+            traced = params if library is None else {**params, "library": library}
+            return torch_ops.traced_scaled_matmul(a, b, scale_a, scale_b, out_dtype, fast_accum, out, stream, traced)
         if records:                   # a node whose backward raises, as torch._scaled_mm's
             if out is not None:
                 raise TypeError("scaled_matmul: functions with out=... arguments don't support automatic "
                                 "differentiation, but one of the arguments requires grad (as torch._scaled_mm refuses)")
             from tilemm.torch import ops as torch_ops
             plain = functools.partial(scaled.scaled_matmul, a, b, scale_a, scale_b, out_dtype=out_dtype,
-                                      fast_accum=fast_accum, stream=stream, **params)
+                                      fast_accum=fast_accum, stream=stream, library=library, **params)
             tensors = [x for x in (a, b, scale_a, scale_b) if hasattr(x, "requires_grad")]
             return torch_ops.not_differentiable(plain, *tensors)
     return scaled.scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum, out=out,
-                                stream=stream, **params)
+                                stream=stream, library=library, **params)
 
 
 def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, out_dtype=None, out=None, **params):

@@ -3,13 +3,16 @@
 the check of every scale tensor's kind (scale_kind: row-wise ones, (M, 1) and (1, N), run on
 tilemm.products.scaled's program). tilemm.products.scaled passes a call here when a scale is a
 tensor of more than one element and the two are not row-wise; its arguments are checked here
-before any kernel runs. A call that repeats an earlier one (the same
-shapes, strides, dtypes and parameters) replays its launches (tilemm.engine.replay): Triton's
-binding and the checks are done once."""
+before any work. Where this torch offers DeepGEMM's block scales in torch._scaled_mm (cuBLASLt,
+Hopper) and the call is one it takes, the product is torch's (tilemm.products.block_scaled_torch:
+faster than rung 16's program on most shapes measured); ``library`` forces either way. A call that
+repeats an earlier one (the same shapes, strides, dtypes and parameters) replays its launches
+(tilemm.engine.replay), or calls torch's product straight away: Triton's binding and the checks
+are done once."""
 from __future__ import annotations
 
 from tilemm.system import compat
-from tilemm.products import scaled_common as scaled_out
+from tilemm.products import block_scaled_torch as torch_route, scaled_common as scaled_out
 from tilemm.engine import streams
 from tilemm.engine import availability
 from tilemm.ladder import registry
@@ -26,16 +29,20 @@ def vector_scales(scale_a, scale_b) -> bool:
 
 
 def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
-                        stream=None, **params):
+                        stream=None, library=None, **params):
     """``scaled_matmul``'s product with block scales (see its docstring); scales of any other
-    shapes refused (a ValueError that names the shapes it takes)."""
-    key = replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params) if out is None and stream is None else None
+    shapes refused (a ValueError that names the shapes it takes). library: None, torch's
+    block-scaled _scaled_mm where this torch offers it and takes the call, else rung 16's
+    program; True: torch's or an error saying why not; False: rung 16's program."""
+    key = (replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params, library)
+           if out is None and stream is None else None)
     replay = _REPLAYS.get(key) if key is not None else None
     if replay is not None:
         c = replay(a, b, scale_a, scale_b)
         if c is not None:
             return c
     import torch
+    check_library(library)
     scaled_out.check_operands(a, b, torch)
     m, k = a.shape
     n = b.shape[1]
@@ -45,6 +52,26 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
     if name not in OUT_DTYPES:
         raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     result_dtype = getattr(torch, name)
+    if library is not False:
+        if params:                   # unknown or bad ones named first, as rung 16's program names them
+            PROGRAM.resolve(params, m, n)
+        refusal = torch_route.call_refusal(a, b, name, fast_accum, params)
+        unavailable = torch_route.device_refusal(a.device) if refusal is None else None
+        if refusal is None and unavailable is None:
+            scaled_out.check_out(out, m, n, result_dtype, a.device)
+            if stream is not None:
+                streams.handle_of(stream)          # a bad stream named before any work
+            c = torch_route.product(a, b, scale_a, scale_b, out, stream)
+            if key is not None:
+                if len(_REPLAYS) >= scaled_out.REPLAY_CACHE_SIZE:
+                    _REPLAYS.clear()
+                _REPLAYS[key] = torch_route.repeated
+            return c
+        if library:
+            if refusal is not None:
+                raise ValueError(f"scaled_matmul: library=True asks for torch's block-scaled _scaled_mm, but {refusal}")
+            raise KernelUnavailable(f"scaled_matmul: library=True asks for torch's block-scaled _scaled_mm, but "
+                                    f"{unavailable}")
     config = PROGRAM.resolve(params, m, n)
     problem = device_problem(a.device) or availability.dimension_limit(m, n, k) or PROGRAM.limits(
         config, compat.triton_interpreter())
@@ -75,9 +102,18 @@ def release_replays() -> None:
     _REPLAYS.clear()
 
 
-def replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params):
-    """What a call's launches depend on, for CUDA torch tensors (operands and scales); else None."""
-    return scaled_out.replay_key((a, b, scale_a, scale_b), out_dtype, fast_accum, params)
+def replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params, library=None):
+    """What a call's launches (or torch's product) depend on, for CUDA torch tensors (operands
+    and scales); else None."""
+    key = scaled_out.replay_key((a, b, scale_a, scale_b), out_dtype, fast_accum, params)
+    return key if key is None else (*key, library)
+
+
+def check_library(library) -> None:
+    """library is None, True or False (a ValueError otherwise)."""
+    if library is not None and library is not True and library is not False:
+        raise ValueError(f"scaled_matmul: library={library!r} must be None (torch's block-scaled product where it "
+                         "runs and takes the call), True (torch's, or an error) or False (tilemm's program)")
 
 
 def scale_kind(scale_a, scale_b, device, m: int, n: int, k: int, torch) -> str:

@@ -20,13 +20,18 @@ OUT_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
-                  stream=None, **params):
+                  stream=None, library=None, **params):
     """tilemm.scaled_matmul's product (its docstring: tilemm.products_api), recording no gradient
     and not traced by torch.compile (tilemm.products_api decides those first)."""
     vector = block_scaled.vector_scales(scale_a, scale_b)
     if vector and not row_wise_shapes(a, b, scale_a, scale_b):     # block scales (or wrong ones): their rung
         return block_scaled.block_scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
-                                                out=out, stream=stream, **params)
+                                                out=out, stream=stream, library=library, **params)
+    if library is not None:
+        block_scaled.check_library(library)
+        if library:
+            raise ValueError("scaled_matmul: library=True asks for torch's block-scaled _scaled_mm, which takes block "
+                             "scales; per-tensor and row-wise scales run tilemm's fp8 program")
     row_wise = vector          # (scales of more than one element left here are of row-wise shapes)
     key = None
     if out is None and stream is None:
