@@ -289,3 +289,11 @@ def test_float64_scalars_keep_the_epilogue_in_float32():
     from .compiled import run_program
     info = run_program(INDUCTOR_SIGNATURE)
     assert info["f64_math"] == 0 and info["f32_ex2"], info
+
+
+def test_a_refused_parameter_value_is_refused_after_an_equal_accepted_one():
+    """tma=True is taken and tma=1 refused, in either order (True and 1 are equal as keys of the
+    configurations' cache)."""
+    assert config_for(torch.bfloat16, {"tma": True})["tma"] is True
+    with pytest.raises(ValueError, match="tma=1"):
+        config_for(torch.bfloat16, {"tma": 1})

@@ -62,19 +62,22 @@ def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:
     product, True: the TMA program wherever it can read the operands, False: never). TypeError
     for a name not a parameter, ValueError for a tile that is not a power of two of 16 or more
     (tl.dot's smallest). The dict is shared: read it only."""
+    # (each value's type in the key: True and 1 hash alike, and one is refused where the other is not)
+    given = tuple(sorted((name, value, type(value)) for name, value in params.items())) if params else ()
     try:
-        return checked_config(dtype, tuple(sorted((params or {}).items())))
+        return checked_config(dtype, given)
     except TypeError as e:
         if "unhashable" not in str(e):
             raise
-        return checked_config.__wrapped__(dtype, tuple(sorted(params.items())))
+        return checked_config.__wrapped__(dtype, given)
 
 
 @functools.lru_cache(maxsize=256)
 def checked_config(dtype: torch.dtype, params: tuple) -> dict:
+    """config_for's dict; params: (name, value, its type) of each parameter given."""
     config = dict(EPILOGUE_CONFIGS.get(dtype_group(dtype), EPILOGUE_CONFIGS["16-bit"]), tma=None)
     tma_tiles = dict(EPILOGUE_CONFIGS["16-bit TMA"])
-    for name, value in params:
+    for name, value, _ in params:
         if name not in CONFIG_KEYS:
             raise TypeError(f"epilogue: unknown parameter {name!r}; the fused-epilogue programs take "
                             f"{', '.join(CONFIG_KEYS)}")
