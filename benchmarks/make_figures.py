@@ -50,7 +50,7 @@ FP8_RECORD = "h200/fp8_vs_scaled_mm.jsonl"
 SWEEPS = {
     "r10-tensorcore": ("h200/tensorcore_vs_library.jsonl.gz", ["bfloat16", "float16"], ["tensorcore", "cublas"]),
     "r12-tensorcore-f64": ("h200/float64_vs_dgemm.jsonl.gz", ["float64"], ["tensorcore-f64", "f64-triton", "cublas"]),
-    "r14-tensorcore-complex": ("h200/complex_vs_library.jsonl", ["complex64", "complex128"],
+    "r14-tensorcore-complex": ("h200/complex_vs_library.jsonl.gz", ["complex64", "complex128"],
                                ["tensorcore-complex", "cublas"]),
 }
 SWEEP_NAMES = {"cublas": "the library (cuBLAS)", "f64-triton": "rung 10's Triton programs, float64"}

@@ -61,7 +61,7 @@ ONE_LAUNCH_WORK = 2**29
 
 # Where the default leaves the library (CGEMM) for this rung: complex64 products whose real product
 # fills a Hopper GPU with 3xTF32 tiles. Whole calls against the library rung, every answer checked
-# (benchmarks/results/h200/complex_vs_library.jsonl): faster where M and N are 1024 or more, K 512
+# (benchmarks/results/h200/complex_vs_library.jsonl.gz): faster where M and N are 1024 or more, K 512
 # or more and the product 2^32 complex multiply-adds or more; slower on skinny, shallow or smaller
 # products. complex128 stays with ZGEMM: on its large products no class came out clear of ZGEMM's
 # own spread (docs/ladder/r14-tensorcore-complex.md).
