@@ -1,0 +1,54 @@
+"""Bad input at the public entry points: each refused before any work with a TypeError, ValueError
+or KernelUnavailable that names the problem (never an error from deep in a launch, a wrong answer
+or a hang). The cases here are those the other test files do not already cover."""
+import numpy as np
+import pytest
+import torch
+
+import tilemm
+
+A = np.arange(12, dtype=np.float32).reshape(4, 3)
+B = np.arange(15, dtype=np.float32).reshape(3, 5)
+
+
+# -- kernel parameters: a value equal to a choice but of another type (True == 1, 16.0 == 16) -------
+
+@pytest.mark.parametrize("kernel,name,value,match", [
+    ("cpu-tiled", "block_m", 16.0, "block_m=16.0 is not allowed.*float"),         # numba's TypingError
+    ("naive", "block", True, "block=True is not allowed.*bool"),                  # the simulator's TypeError
+    ("naive", "block", 16.0, "block=16.0 is not allowed.*float"),
+    ("tiled", "tile", 16.0, "tile=16.0 is not allowed.*float"),
+    ("regblock", "thread_n", True, "thread_n=True is not allowed.*bool"),
+    ("regblock", "block_k", np.float32(16), "block_k=.*16.* is not allowed.*float32"),
+    ("tensorcore", "block_m", 16.0, "block_m=16.0 is not allowed"),               # (tile_model's TypeError)
+    ("tensorcore", "persistent", 1, "persistent=1 is not allowed.*int.*bool"),     # taken as True before
+    ("tensorcore", "tma", 0, "tma=0 is not allowed"),
+    ("tensorcore-tutorial", "num_warps", True, "num_warps=True is not allowed"),  # run as 1 warp before
+    ("tensorcore-f32", "copy_panels", True, "copy_panels=True is not allowed"),
+    ("tensorcore-int", "split_k", True, "split_k=True is not allowed"),
+    ("tensorcore", "split_k", 2.0, "split_k=2.0 is not allowed.*int"),
+])
+def test_a_parameter_of_the_wrong_type_is_refused(kernel, name, value, match):
+    with pytest.raises(ValueError, match=match):
+        tilemm.plan(A, B, kernel=kernel, **{name: value})
+
+
+@pytest.mark.parametrize("kernel,name,value", [("cpu-tiled", "block_m", np.int64(16)), ("naive", "block", np.int32(8)),
+                                               ("tiled", "tile", np.int64(8)), ("regblock", "thread_n", np.uint8(4))])
+def test_a_numpy_integer_parameter_is_taken_as_an_int(kernel, name, value):
+    """(tiled's simulated kernel failed on tile=np.int64(16); Triton's interpreter on block_m=np.int32(16))"""
+    plan = tilemm.plan(A, B, kernel=kernel, **{name: value})
+    assert type(plan.params[name]) is int and plan.params[name] == value
+    np.testing.assert_allclose(tilemm.matmul(A, B, kernel=kernel, **{name: value}), A @ B)
+
+
+def test_a_parameter_refused_after_its_equal_of_another_type_ran():
+    """A repeated call's key tells True from 1: persistent=1 after a persistent=True call is refused
+    as it would be on its own (equal keys once took the kept plan)."""
+    a, b = A.astype(np.float16), B.astype(np.float16)
+    np.testing.assert_allclose(tilemm.matmul(a, b, kernel="tensorcore", persistent=True), a @ b, rtol=1e-2)
+    with pytest.raises(ValueError, match="persistent=1 is not allowed"):
+        tilemm.matmul(a, b, kernel="tensorcore", persistent=1)
+    np.testing.assert_allclose(tilemm.matmul(A, B, kernel="cpu-tiled", block_m=16), A @ B)
+    with pytest.raises(ValueError, match="block_m=16.0 is not allowed"):
+        tilemm.matmul(A, B, kernel="cpu-tiled", block_m=16.0)
