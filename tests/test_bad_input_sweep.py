@@ -52,3 +52,10 @@ def test_a_parameter_refused_after_its_equal_of_another_type_ran():
     np.testing.assert_allclose(tilemm.matmul(A, B, kernel="cpu-tiled", block_m=16), A @ B)
     with pytest.raises(ValueError, match="block_m=16.0 is not allowed"):
         tilemm.matmul(A, B, kernel="cpu-tiled", block_m=16.0)
+
+
+@pytest.mark.parametrize("kernel", [["numpy"], tilemm.kernel("numpy"), 1])
+def test_a_kernel_that_is_not_a_name(kernel):
+    """(a list failed as "unhashable type: 'list'"; a Kernel as an unknown kernel)"""
+    with pytest.raises(TypeError, match="kernel must be a kernel's name"):
+        tilemm.matmul(A, B, kernel=kernel)

@@ -49,9 +49,14 @@ def get(name: str) -> Kernel:
 
     Raises
     ------
+    TypeError
+        A name that is not a str.
     ValueError
         No kernel has that name (the message lists those that exist).
     """
+    if not isinstance(name, str):    # (a list would fail the look-up as unhashable, a Kernel as unknown)
+        raise TypeError(f"kernel must be a kernel's name (a str), not {type(name).__name__} {name!r}; "
+                        f"known kernels: {', '.join(k.name for k in kernels())}")
     if name in LADDER:               # registered already
         return LADDER[name]
     if name not in RUNGS:
