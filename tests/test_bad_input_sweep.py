@@ -59,3 +59,47 @@ def test_a_kernel_that_is_not_a_name(kernel):
     """(a list failed as "unhashable type: 'list'"; a Kernel as an unknown kernel)"""
     with pytest.raises(TypeError, match="kernel must be a kernel's name"):
         tilemm.matmul(A, B, kernel=kernel)
+
+
+# -- scaled_matmul (float8 CPU tensors under the interpreter) -------------------------------------
+
+F8 = torch.float8_e4m3fn
+
+
+def fp8_operands(m=16, k=32, n=16):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(m, k, generator=g).to(F8), torch.randn(n, k, generator=g).to(F8).t()
+
+
+@pytest.mark.parametrize("fast_accum", [1, 0, "yes", None, np.True_])
+def test_scaled_fast_accum_must_be_a_bool(fast_accum):
+    """As torch._scaled_mm's use_fast_accum (TypeError: must be bool); these ran as bool(fast_accum)."""
+    a, b = fp8_operands()
+    with pytest.raises(TypeError, match="fast_accum must be True or False"):
+        tilemm.scaled_matmul(a, b, fast_accum=fast_accum)
+    with pytest.raises(TypeError, match="fast_accum must be True or False"):     # block scales too
+        tilemm.scaled_matmul(a, b, torch.ones(16, 1), torch.ones(1, 1), fast_accum=fast_accum)
+
+
+def test_scaled_numpy_integer_parameters_are_ints():
+    """num_warps=np.int64(4) was refused as not 'a positive integer'."""
+    a, b = fp8_operands()
+    want = tilemm.scaled_matmul(a, b, num_warps=4, block_k=32)
+    got = tilemm.scaled_matmul(a, b, num_warps=np.int64(4), block_k=np.int32(32))
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("which", ["scale_a", "scale_b"])
+def test_scaled_meta_scale_is_refused(which):
+    """(a NotImplementedError from the copy: 'Cannot copy out of meta tensor')"""
+    a, b = fp8_operands()
+    scales = {"scale_a": 1.0, "scale_b": 1.0, which: torch.ones((), device="meta")}
+    with pytest.raises(ValueError, match=f"{which} is a meta tensor"):
+        tilemm.scaled_matmul(a, b, **scales)
+
+
+def test_scaled_out_whose_elements_share_memory_is_refused():
+    """(torch's RuntimeError from inside the program's launch before)"""
+    a, b = fp8_operands()
+    with pytest.raises(ValueError, match="out has a zero stride"):
+        tilemm.scaled_matmul(a, b, out=torch.empty(1, 16, dtype=torch.bfloat16).expand(16, 16))
