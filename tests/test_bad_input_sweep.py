@@ -98,6 +98,25 @@ def test_scaled_meta_scale_is_refused(which):
         tilemm.scaled_matmul(a, b, **scales)
 
 
+@pytest.mark.parametrize("kernel", ["numpy", "cpu-tiled", "tiled"])
+def test_a_torch_out_whose_elements_share_memory_is_refused_first(kernel):
+    """torch.matmul refuses an expanded out (RuntimeError); tilemm raised torch's error only from
+    the copy into out, after the product. NumPy writes such an out, and so does tilemm."""
+    from tilemm.contract.numpy_rules import OverlappingOutError
+    t = torch.arange(16.0).reshape(4, 4)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as torch_error:
+        torch.matmul(t, t, out=torch.zeros(1, 4).expand(4, 4))
+    for _ in range(2):                 # (a repeated call too)
+        with pytest.raises(OverlappingOutError, match=str(torch_error.value)[:40]) as error:
+            tilemm.matmul(t, t, out=torch.zeros(1, 4).expand(4, 4), kernel=kernel)
+        assert isinstance(error.value, ValueError) and isinstance(error.value, RuntimeError)
+    shared, numpys = (np.lib.stride_tricks.as_strided(np.zeros(4, np.float32), (4, 4), (0, 4)) for _ in range(2))
+    x = t.numpy()
+    tilemm.matmul(x, x, out=shared, kernel=kernel)
+    np.matmul(x, x, out=numpys)
+    np.testing.assert_array_equal(shared, numpys)
+
+
 def test_scaled_out_whose_elements_share_memory_is_refused():
     """(torch's RuntimeError from inside the program's launch before)"""
     a, b = fp8_operands()
