@@ -158,7 +158,8 @@ def check_out_shape(out, batch: tuple, core: tuple) -> None:
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise ValueError("matmul: output array is read-only")
     shape = tuple(out.shape)
-    if callable(getattr(out, "stride", None)) and any(step == 0 and size > 1 for step, size in zip(out.stride(), shape)):
+    strides = out.stride() if callable(getattr(out, "stride", None)) else ()
+    if any(step == 0 and size > 1 for step, size in zip(strides, shape)):
         # a torch out whose elements share memory (expand, a zero stride): torch.matmul's error, raised
         # before the product rather than from the copy into out after it (NumPy writes such an out)
         raise OverlappingOutError("unsupported operation: more than one element of the written-to tensor refers "
