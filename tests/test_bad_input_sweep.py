@@ -122,3 +122,46 @@ def test_scaled_out_whose_elements_share_memory_is_refused():
     a, b = fp8_operands()
     with pytest.raises(ValueError, match="out has a zero stride"):
         tilemm.scaled_matmul(a, b, out=torch.empty(1, 16, dtype=torch.bfloat16).expand(16, 16))
+
+
+# -- grouped_matmul ----------------------------------------------------------------------------------
+
+def grouped_operands():
+    g = torch.Generator().manual_seed(1)
+    return (torch.randn(8, 16, generator=g).half(), torch.randn(3, 16, 16, generator=g).half(),
+            torch.tensor([2, 5, 8], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("offs", ["2,5,8", {2, 5, 8}, {0: 8}, 8.0])
+def test_grouped_offs_of_no_array_kind(offs):
+    """(an AttributeError: "'str' object has no attribute 'ndim'")"""
+    x, w, _ = grouped_operands()
+    with pytest.raises(TypeError, match="offs and counts are int32 arrays"):
+        tilemm.grouped_matmul(x, w, offs)
+    with pytest.raises(TypeError, match="offs and counts are int32 arrays"):
+        tilemm.grouped_matmul(x.reshape(2, 4, 16), w[:2], counts=offs)
+
+
+def test_grouped_offs_list_past_int32():
+    """(NumPy's OverflowError from the list's cast to int32)"""
+    x, w, _ = grouped_operands()
+    with pytest.raises(ValueError, match="must hold int32 values"):
+        tilemm.grouped_matmul(x, w, [2, 5, 2**40])
+
+
+@pytest.mark.parametrize("first,then,match", [({"block_m": 64}, {"block_m": 64.0}, "block_m=64.0 is not allowed"),
+                                              ({"tma": False}, {"tma": 0}, "tma=0 is not allowed")])
+def test_grouped_parameter_refused_after_its_equal_of_another_type_ran(first, then, match):
+    """A repeated call's key tells 64 from 64.0 and False from 0: block_m=64.0 after block_m=64 once
+    replayed the first call's launch, though refused on its own."""
+    x, w, offs = grouped_operands()
+    tilemm.grouped_matmul(x, w, offs, **first)
+    with pytest.raises(ValueError, match=match):
+        tilemm.grouped_matmul(x, w, offs, **then)
+
+
+def test_grouped_out_whose_elements_share_memory_is_refused():
+    """(it was written, each row over the last)"""
+    x, w, offs = grouped_operands()
+    with pytest.raises(ValueError, match="out has a zero stride"):
+        tilemm.grouped_matmul(x, w, offs, out=torch.empty(1, 16, dtype=torch.float16).expand(8, 16))
