@@ -165,3 +165,57 @@ def test_grouped_out_whose_elements_share_memory_is_refused():
     x, w, offs = grouped_operands()
     with pytest.raises(ValueError, match="out has a zero stride"):
         tilemm.grouped_matmul(x, w, offs, out=torch.empty(1, 16, dtype=torch.float16).expand(8, 16))
+
+
+# -- linear and matmul_epilogue -------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+@pytest.mark.parametrize("name,value,error,match", [
+    ("alpha", "2", TypeError, "alpha='2' must be a real number"),            # float("2") took it
+    ("alpha", True, TypeError, "alpha=True must be a real number"),
+    ("alpha", None, TypeError, "alpha=None must be a real number"),          # float()'s message, no name
+    ("alpha", 1j, TypeError, "alpha=1j must be a real number"),
+    ("beta", "1", TypeError, "beta='1' must be a real number"),
+    ("alpha", torch.ones(2), ValueError, "alpha has shape \\(2,\\); it is one real number"),
+])
+def test_epilogue_alpha_beta_must_be_real_numbers(kind, name, value, error, match):
+    a, b, c = torch.randn(4, 8), torch.randn(8, 6), torch.randn(4, 6)
+    if kind == "numpy":
+        a, b, c = a.numpy(), b.numpy(), c.numpy()
+    with pytest.raises(error, match=match):
+        tilemm.matmul_epilogue(a, b, c=c, **{name: value})
+
+
+def test_epilogue_alpha_beta_of_numpy_and_one_element_tensors():
+    a, b, c = torch.randn(4, 8), torch.randn(8, 6), torch.randn(4, 6)
+    want = tilemm.matmul_epilogue(a, b, c=c, alpha=2.0, beta=0.5)
+    assert torch.allclose(tilemm.matmul_epilogue(a, b, c=c, alpha=np.float32(2), beta=torch.tensor(0.5)), want)
+
+
+@pytest.mark.parametrize("call", ["linear", "matmul_epilogue"])
+@pytest.mark.parametrize("which", [0, 1])
+def test_epilogue_operand_none(call, which):
+    """(linear(None, w): an AttributeError, "'NoneType' object has no attribute 'shape'")"""
+    operands = [torch.randn(4, 8), torch.randn(6, 8) if call == "linear" else torch.randn(8, 6)]
+    operands[which] = None
+    name = (("x", "weight") if call == "linear" else ("a", "b"))[which]
+    with pytest.raises(TypeError, match=f"{name} is None"):
+        getattr(tilemm, call)(*operands)
+
+
+@pytest.mark.parametrize("call", ["linear", "matmul_epilogue"])
+def test_epilogue_kernel_that_is_not_a_name(call):
+    """(kernel=["tensorcore"]: "unhashable type: 'list'")"""
+    x = torch.randn(4, 8)
+    with pytest.raises(TypeError, match="kernel must be a kernel's name"):
+        getattr(tilemm, call)(x, x.T if call == "linear" else x.T.contiguous(), kernel=["tensorcore"])
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_linear_of_meta_tensors_has_f_linear_shape(activation):
+    """As F.linear and tilemm.matmul_epilogue take meta tensors (autocast's RuntimeError before:
+    'unknown device type for autocast')."""
+    x, w, b = (t.to("meta") for t in (torch.randn(2, 4, 8), torch.randn(6, 8), torch.randn(6)))
+    y = tilemm.linear(x, w, b, activation)
+    want = torch.nn.functional.linear(x, w, b)
+    assert y.device.type == "meta" and y.shape == want.shape and y.dtype == want.dtype
