@@ -219,3 +219,55 @@ def test_linear_of_meta_tensors_has_f_linear_shape(activation):
     y = tilemm.linear(x, w, b, activation)
     want = torch.nn.functional.linear(x, w, b)
     assert y.device.type == "meta" and y.shape == want.shape and y.dtype == want.dtype
+
+
+# -- tilemm.nn ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("input", [np.ones((3, 8), np.float32), [[1.0] * 8], None])
+def test_nn_linear_forward_of_no_tensor(input):
+    """As torch.nn.Linear: a TypeError (an AttributeError from the input's strides before)."""
+    layer = tilemm.nn.Linear(8, 6)
+    with pytest.raises(TypeError, match="must be Tensor, not"):
+        layer(input)
+
+
+def test_nn_linear_forward_of_a_0d_tensor():
+    """torch's words and a RuntimeError (an IndexError from its last dimension before)."""
+    with pytest.raises(RuntimeError, match="need to be at least 1D, but they are 0D and 2D"):
+        torch.nn.Linear(8, 6)(torch.tensor(1.0))
+    with pytest.raises(RuntimeError, match="need to be at least 1D, but they are 0D and 2D"):
+        tilemm.nn.Linear(8, 6)(torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("out_dtype", ["bogus", 5, "float8_e4m3fn"])
+def test_nn_out_dtype_checked_when_the_layer_is_made(out_dtype):
+    """(accepted, then refused at the first forward; out_dtype=5 NumPy's 'Cannot interpret')"""
+    with pytest.raises(TypeError, match="out_dtype=.* is not a dtype tilemm computes"):
+        tilemm.nn.Linear(8, 6, out_dtype=out_dtype)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6))
+    with pytest.raises(TypeError, match="out_dtype=.* is not a dtype tilemm computes"):
+        tilemm.nn.swap_linears(model, out_dtype=out_dtype)
+    assert type(model[0]) is torch.nn.Linear
+
+
+def test_nn_activation_with_a_kernel_that_has_no_epilogue():
+    """(accepted, then refused at the first forward)"""
+    with pytest.raises(ValueError, match="kernel='cpu-tiled' has no fused epilogue"):
+        tilemm.nn.Linear(8, 6, kernel="cpu-tiled", activation="relu")
+
+
+@pytest.mark.parametrize("function", ["swap_linears", "restore_linears"])
+@pytest.mark.parametrize("model", ["model", None, [torch.nn.Linear(2, 2)]])
+def test_nn_swap_of_no_module(function, model):
+    """(an AttributeError: no named_modules)"""
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        getattr(tilemm.nn, function)(model)
+
+
+@pytest.mark.parametrize("fuse", ["yes", 1, None])
+def test_nn_fuse_activations_must_be_a_bool(fuse):
+    """(fuse_activations='yes' fused the model's activations)"""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU())
+    with pytest.raises(TypeError, match="fuse_activations must be True or False"):
+        tilemm.nn.swap_linears(model, fuse_activations=fuse)
+    assert [type(m) for m in model] == [torch.nn.Linear, torch.nn.ReLU]
