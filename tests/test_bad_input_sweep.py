@@ -271,3 +271,18 @@ def test_nn_fuse_activations_must_be_a_bool(fuse):
     with pytest.raises(TypeError, match="fuse_activations must be True or False"):
         tilemm.nn.swap_linears(model, fuse_activations=fuse)
     assert [type(m) for m in model] == [torch.nn.Linear, torch.nn.ReLU]
+
+
+# -- stream= -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel", ["numpy", "cpu-tiled"])
+@pytest.mark.parametrize("stream,error,match", [(1.5, TypeError, "got a builtins.float"), (True, TypeError, "got True"),
+                                                (2**64, ValueError, "is not a cudaStream_t")])
+def test_a_bad_stream_on_a_repeated_host_call(kernel, stream, error, match):
+    """A host plan's repeated call checks stream= as its first call does (stream=1.5 ran after a
+    first call without one; 2**64 and more passed as a cudaStream_t)."""
+    a, b = A + 1, B + 1                    # (operands of their own: this test's first call plans them)
+    np.testing.assert_allclose(tilemm.matmul(a, b, kernel=kernel), a @ b)
+    for _ in range(2):
+        with pytest.raises(error, match=match):
+            tilemm.matmul(a, b, kernel=kernel, stream=stream)
