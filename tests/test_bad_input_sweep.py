@@ -286,3 +286,15 @@ def test_a_bad_stream_on_a_repeated_host_call(kernel, stream, error, match):
     for _ in range(2):
         with pytest.raises(error, match=match):
             tilemm.matmul(a, b, kernel=kernel, stream=stream)
+
+
+@pytest.mark.parametrize("out_dtype", [object, "object", np.longdouble, np.clongdouble])
+def test_a_numpy_only_out_dtype_for_torch_tensors(out_dtype):
+    """(torch's "can't convert np.ndarray of type numpy.object_" from the result's copy); NumPy
+    operands take it, as numpy.matmul(dtype=...) does"""
+    a, b = torch.ones(4, 3), torch.ones(3, 5)
+    with pytest.raises(TypeError, match="needs NumPy arrays: torch has no"):
+        tilemm.matmul(a, b, out_dtype=out_dtype)
+    want = np.matmul(a.numpy(), b.numpy(), dtype=np.dtype(out_dtype))
+    got = tilemm.matmul(a.numpy(), b.numpy(), out_dtype=out_dtype)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
