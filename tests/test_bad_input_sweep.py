@@ -298,3 +298,13 @@ def test_a_numpy_only_out_dtype_for_torch_tensors(out_dtype):
     want = np.matmul(a.numpy(), b.numpy(), dtype=np.dtype(out_dtype))
     got = tilemm.matmul(a.numpy(), b.numpy(), out_dtype=out_dtype)
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("out_dtype", ["bogus", object, "float128", "float8_e4m3fn", 5])
+def test_meta_tensors_check_out_dtype_as_a_plain_call(out_dtype):
+    """Meta tensors go through the custom op, whose fake read getattr(torch, "bogus") (an
+    AttributeError) and took float8, which a plain call refuses."""
+    a, b = torch.ones(4, 3, device="meta"), torch.ones(3, 5, device="meta")
+    with pytest.raises(TypeError, match="out_dtype=.* is not a dtype tilemm computes"):
+        tilemm.matmul(a, b, out_dtype=out_dtype)
+    assert tilemm.matmul(a, b, out_dtype="float64").dtype == torch.float64

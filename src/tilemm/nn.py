@@ -19,7 +19,6 @@ from tilemm.contract import numpy_rules as contract
 from tilemm import products_api
 from tilemm.torch import fused_transforms, nn_fuse
 from tilemm.ladder import registry
-from tilemm.numerics.dtypes import SUPPORTED
 from tilemm.torch.ops import dtype_text, encode_params
 from tilemm.torch.nn_products import LinearProduct, Products, layout_key
 
@@ -301,14 +300,7 @@ def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype
 def check_options(kernel: str | None, params: dict, out_dtype=None) -> None:
     """Refuse a kernel unknown here, parameters it doesn't take, or an out_dtype that is no dtype
     tilemm computes (TypeError, ValueError): when the layer is made, not at its first forward."""
-    if out_dtype is not None:
-        try:
-            name = dtype_text(out_dtype)
-        except TypeError:                # (NumPy's "Cannot interpret '5' as a data type")
-            name = None
-        if name not in SUPPORTED:
-            raise TypeError(f"Linear: out_dtype={out_dtype!r} is not a dtype tilemm computes; choose one of "
-                            f"{', '.join(SUPPORTED)}")
+    dtype_text(out_dtype)                # (TypeError for one that is no dtype of a torch result)
     if params and kernel in (None, "auto"):
         raise TypeError(f"Linear: kernel parameters ({', '.join(sorted(params))}) need a kernel named")
     if kernel not in (None, "auto"):
