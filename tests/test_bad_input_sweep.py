@@ -308,3 +308,10 @@ def test_meta_tensors_check_out_dtype_as_a_plain_call(out_dtype):
     with pytest.raises(TypeError, match="out_dtype=.* is not a dtype tilemm computes"):
         tilemm.matmul(a, b, out_dtype=out_dtype)
     assert tilemm.matmul(a, b, out_dtype="float64").dtype == torch.float64
+
+
+@pytest.mark.parametrize("device", [pytest.param("gpu", id="named-gpu"), "cuda:0", "CPU", 1])   # (an id "gpu" skips)
+def test_kernels_of_an_unknown_device(device):
+    """(an empty list, as if no rung ran there)"""
+    with pytest.raises(ValueError, match="device must be 'cpu', 'cuda' or None"):
+        tilemm.kernels(device=device)

@@ -28,7 +28,14 @@ def kernels(device: str | None = None) -> list[Kernel]:
     -------
     list of Kernel
         Sorted by rung.
+
+    Raises
+    ------
+    ValueError
+        Another device (``"gpu"``, ``"cuda:0"``).
     """
+    if device not in (None, "cpu", "cuda"):          # ("gpu" gave an empty ladder)
+        raise ValueError(f"kernels: device must be 'cpu', 'cuda' or None (all), not {device!r}")
     for module in dict.fromkeys(RUNGS.values()):     # registers every rung (their kernels load on first use)
         importlib.import_module(module)
     ladder = sorted(LADDER.values(), key=lambda k: k.rung)
