@@ -315,3 +315,11 @@ def test_kernels_of_an_unknown_device(device):
     """(an empty list, as if no rung ran there)"""
     with pytest.raises(ValueError, match="device must be 'cpu', 'cuda' or None"):
         tilemm.kernels(device=device)
+
+
+@pytest.mark.parametrize("kernel", ["bogus", "cpu-tiled"])
+def test_epilogue_of_numpy_operands_with_a_kernel(kernel):
+    """(the message said kernel='bogus' "multiplies torch tensors")"""
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 6), np.float32)
+    with pytest.raises(ValueError, match=f"computed on the host .*, not by kernel='{kernel}'"):
+        tilemm.matmul_epilogue(a, b, kernel=kernel)
