@@ -323,3 +323,22 @@ def test_epilogue_of_numpy_operands_with_a_kernel(kernel):
     a, b = np.ones((4, 8), np.float32), np.ones((8, 6), np.float32)
     with pytest.raises(ValueError, match=f"computed on the host .*, not by kernel='{kernel}'"):
         tilemm.matmul_epilogue(a, b, kernel=kernel)
+
+
+def test_grouped_float32_with_the_default_tiles():
+    """float32 is one of grouped_matmul's dtypes, but its default tiles' 4 stages need 393216 bytes
+    of shared memory: every default call was a KernelUnavailable. The default's stages now fit;
+    stages the caller names are kept (and refused where they do not fit)."""
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(8, 16, generator=g), torch.randn(3, 16, 16, generator=g)
+    offs = torch.tensor([2, 5, 8], dtype=torch.int32)
+    c = tilemm.grouped_matmul(x, w, offs)
+    cuts = [0, 2, 5, 8]
+    want = torch.cat([x[cuts[g]:cuts[g + 1]].double() @ w[g].double() for g in range(3)])
+    assert c.dtype == torch.float32 and torch.allclose(c.double(), want, rtol=1e-5, atol=1e-5)
+    x.requires_grad_()
+    tilemm.grouped_matmul(x, w, offs).sum().backward()
+    assert torch.allclose(x.grad.double(), torch.cat([w[g].double().sum(1).expand(cuts[g + 1] - cuts[g], 16)
+                                                      for g in range(3)]), rtol=1e-5, atol=1e-5)
+    with pytest.raises(tilemm.KernelUnavailable, match="shared memory"):
+        tilemm.grouped_matmul(x.detach(), w, offs, num_stages=4)

@@ -108,6 +108,12 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
                              "row-major, b the transpose of a contiguous (G, N, K)), rows 16-byte aligned")
     reason = r15_grouped.shared_limit(config["block_m"], config["block_n"], config["block_k"],
                                       config["num_stages"], a.element_size())
+    while reason and "num_stages" not in params and config["num_stages"] > 1:
+        # float32 operands: the default's stages of its tiles need twice the 16-bit bytes (393216 at 4
+        # stages, past any GPU's shared memory, a KernelUnavailable for every default call); fewer fit
+        config["num_stages"] -= 1
+        reason = r15_grouped.shared_limit(config["block_m"], config["block_n"], config["block_k"],
+                                          config["num_stages"], a.element_size())
     if reason:
         raise KernelUnavailable(f"grouped_matmul: {reason}")
     tiles = tiles_bound(a, b, lay, config["block_m"], config["block_n"])
