@@ -342,3 +342,10 @@ def test_grouped_float32_with_the_default_tiles():
                                                       for g in range(3)]), rtol=1e-5, atol=1e-5)
     with pytest.raises(tilemm.KernelUnavailable, match="shared memory"):
         tilemm.grouped_matmul(x.detach(), w, offs, num_stages=4)
+
+
+def test_grouped_numpy_out_read_only():
+    """(NumPy's 'assignment destination is read-only' from the first group's write)"""
+    a, b = np.ones((4, 3), np.float32), np.ones((2, 3, 5), np.float32)
+    with pytest.raises(ValueError, match="out is read-only"):
+        tilemm.grouped_matmul(a, b, np.array([2, 4], np.int32), out=np.broadcast_to(np.zeros(5, np.float32), (4, 5)))
