@@ -7,6 +7,10 @@ import torch
 
 import tilemm
 
+from .conftest import ON_GPU
+
+WHERE = "cuda" if ON_GPU else "cpu"     # (scaled_matmul and grouped_matmul's torch tensors: a GPU's, or the CPU's
+                                        # under the interpreter)
 A = np.arange(12, dtype=np.float32).reshape(4, 3)
 B = np.arange(15, dtype=np.float32).reshape(3, 5)
 
@@ -68,7 +72,7 @@ F8 = torch.float8_e4m3fn
 
 def fp8_operands(m=16, k=32, n=16):
     g = torch.Generator().manual_seed(0)
-    return torch.randn(m, k, generator=g).to(F8), torch.randn(n, k, generator=g).to(F8).t()
+    return (torch.randn(m, k, generator=g).to(F8).to(WHERE), torch.randn(n, k, generator=g).to(F8).to(WHERE).t())
 
 
 @pytest.mark.parametrize("fast_accum", [1, 0, "yes", None, np.True_])
@@ -78,7 +82,8 @@ def test_scaled_fast_accum_must_be_a_bool(fast_accum):
     with pytest.raises(TypeError, match="fast_accum must be True or False"):
         tilemm.scaled_matmul(a, b, fast_accum=fast_accum)
     with pytest.raises(TypeError, match="fast_accum must be True or False"):     # block scales too
-        tilemm.scaled_matmul(a, b, torch.ones(16, 1), torch.ones(1, 1), fast_accum=fast_accum)
+        tilemm.scaled_matmul(a, b, torch.ones(16, 1, device=WHERE), torch.ones(1, 1, device=WHERE),
+                             fast_accum=fast_accum)
 
 
 def test_scaled_numpy_integer_parameters_are_ints():
@@ -121,14 +126,14 @@ def test_scaled_out_whose_elements_share_memory_is_refused():
     """(torch's RuntimeError from inside the program's launch before)"""
     a, b = fp8_operands()
     with pytest.raises(ValueError, match="out has a zero stride"):
-        tilemm.scaled_matmul(a, b, out=torch.empty(1, 16, dtype=torch.bfloat16).expand(16, 16))
+        tilemm.scaled_matmul(a, b, out=torch.empty(1, 16, dtype=torch.bfloat16, device=WHERE).expand(16, 16))
 
 
 # -- grouped_matmul ----------------------------------------------------------------------------------
 
 def grouped_operands():
     g = torch.Generator().manual_seed(1)
-    return (torch.randn(8, 16, generator=g).half(), torch.randn(3, 16, 16, generator=g).half(),
+    return (torch.randn(8, 16, generator=g).half().to(WHERE), torch.randn(3, 16, 16, generator=g).half().to(WHERE),
             torch.tensor([2, 5, 8], dtype=torch.int32))
 
 
@@ -164,7 +169,7 @@ def test_grouped_out_whose_elements_share_memory_is_refused():
     """(it was written, each row over the last)"""
     x, w, offs = grouped_operands()
     with pytest.raises(ValueError, match="out has a zero stride"):
-        tilemm.grouped_matmul(x, w, offs, out=torch.empty(1, 16, dtype=torch.float16).expand(8, 16))
+        tilemm.grouped_matmul(x, w, offs, out=torch.empty(1, 16, dtype=torch.float16, device=WHERE).expand(8, 16))
 
 
 # -- linear and matmul_epilogue -------------------------------------------------------------------
@@ -330,7 +335,7 @@ def test_grouped_float32_with_the_default_tiles():
     of shared memory: every default call was a KernelUnavailable. The default's stages now fit;
     stages the caller names are kept (and refused where they do not fit)."""
     g = torch.Generator().manual_seed(2)
-    x, w = torch.randn(8, 16, generator=g), torch.randn(3, 16, 16, generator=g)
+    x, w = torch.randn(8, 16, generator=g).to(WHERE), torch.randn(3, 16, 16, generator=g).to(WHERE)
     offs = torch.tensor([2, 5, 8], dtype=torch.int32)
     c = tilemm.grouped_matmul(x, w, offs)
     cuts = [0, 2, 5, 8]
