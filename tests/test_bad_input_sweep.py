@@ -354,3 +354,25 @@ def test_grouped_numpy_out_read_only():
     a, b = np.ones((4, 3), np.float32), np.ones((2, 3, 5), np.float32)
     with pytest.raises(ValueError, match="out is read-only"):
         tilemm.grouped_matmul(a, b, np.array([2, 4], np.int32), out=np.broadcast_to(np.zeros(5, np.float32), (4, 5)))
+
+
+# -- tilemm.outofcore ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(memory_limit="1G"), TypeError, "memory_limit='1G'; give a number of bytes"),    # "'>' not supported"
+    (dict(memory_limit=True), TypeError, "memory_limit=True"),                             # planned for 1 byte
+    (dict(device="gpu"), ValueError, "device='gpu'; give 'cuda'"),                         # torch's RuntimeError
+    (dict(device=5), ValueError, "device=5; give 'cuda'"),
+    (dict(out=np.broadcast_to(np.zeros(5, np.float32), (4, 5))), ValueError, "out is read-only"),
+    (dict(out=torch.zeros(1, 5).expand(4, 5)), ValueError, "out has a zero stride"),      # torch's, after the work
+])
+def test_outofcore_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        tilemm.outofcore.matmul(A[:, :3], B, **{"device": "cpu", **kwargs})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a host without CUDA")
+def test_outofcore_on_cuda_without_a_gpu():
+    """(torch's AssertionError 'Torch not compiled with CUDA enabled')"""
+    with pytest.raises(tilemm.KernelUnavailable, match="torch sees no CUDA GPU"):
+        tilemm.outofcore.matmul(A, B, device="cuda")
