@@ -376,3 +376,15 @@ def test_outofcore_on_cuda_without_a_gpu():
     """(torch's AssertionError 'Torch not compiled with CUDA enabled')"""
     with pytest.raises(tilemm.KernelUnavailable, match="torch sees no CUDA GPU"):
         tilemm.outofcore.matmul(A, B, device="cuda")
+
+
+def test_multi_memory_limit_must_be_a_number():
+    """(a str was taken where no panel went out of core)"""
+    with pytest.raises(TypeError, match="memory_limit='1G'"):
+        tilemm.multi.matmul(A, B, devices=["cpu", "cpu"], memory_limit="1G")
+
+
+def test_distributed_grid_of_no_grid():
+    """(the uninitialized process group was named, a RuntimeError, rather than the grid)"""
+    with pytest.raises(TypeError, match="grid='x'; give a tilemm.distributed.Grid"):
+        tilemm.distributed.matmul(torch.ones(4, 3), torch.ones(3, 5), grid="x")
