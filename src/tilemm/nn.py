@@ -24,6 +24,7 @@ from tilemm.torch.nn_products import LinearProduct, Products, layout_key
 
 OPTIONS = ("kernel", "out_dtype", "params", "products", "op_options", "activation", "fused_from")
 ABSENT = object()      # a parameter not in a module's own record of them
+TENSOR = torch.Tensor
 
 is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
 autocast = torch._C._is_any_autocast_enabled
@@ -89,7 +90,8 @@ class Linear(torch.nn.Linear):
         TypeError, ValueError
             As the constructor's, before anything is changed.
         """
-        nn_fuse.check_fused(kernel, out_dtype, activation, params) if activation else check_options(kernel, params)
+        nn_fuse.check_fused(kernel, out_dtype, activation, params) if activation else check_options(kernel, params,
+                                                                                                    out_dtype)
         self.kernel, self.out_dtype, self.params, self.activation = kernel, out_dtype, dict(params), activation
         # the same as the op's strings, "" for None (a tuple of str: TorchScript types it itself)
         self.op_options = (kernel or "", encode_params(self.params), dtype_text(out_dtype) or "", activation or "")
@@ -99,6 +101,9 @@ class Linear(torch.nn.Linear):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if torch.jit.is_scripting():    # torch.jit.script compiles this branch alone: the rest is Python's
             return self.scripted_forward(input)
+        if type(input) is not TENSOR and not isinstance(input, TENSOR):    # (an AttributeError from its strides)
+            raise TypeError(f"linear(): argument 'input' (position 1) must be Tensor, not {type(input).__name__} "
+                            "(as torch.nn.Linear refuses it)")
         if self.activation is not None:       # bias and activation in the product's epilogue
             # the layout's route (nn_fused_routes), but not under a transform or inside a forward-mode AD level
             if not (is_compiling() or tracing() or fused_transforms.active()):
@@ -276,7 +281,11 @@ def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype
     TypeError, ValueError
         As `tilemm.nn.Linear`'s, before any module is changed.
     """
-    check_options(kernel, params)
+    if not isinstance(model, torch.nn.Module):     # (an AttributeError: no named_modules)
+        raise TypeError(f"swap_linears: model must be a torch.nn.Module, not {type(model).__name__}")
+    if not isinstance(fuse_activations, bool):
+        raise TypeError(f"swap_linears: fuse_activations must be True or False, not {fuse_activations!r}")
+    check_options(kernel, params, out_dtype)
     swapped = []
     for name, module in model.named_modules():
         if type(module) is torch.nn.Linear:
@@ -288,8 +297,10 @@ def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype
     return swapped
 
 
-def check_options(kernel: str | None, params: dict) -> None:
-    """Refuse a kernel unknown here or parameters it doesn't take (TypeError, ValueError)."""
+def check_options(kernel: str | None, params: dict, out_dtype=None) -> None:
+    """Refuse a kernel unknown here, parameters it doesn't take, or an out_dtype that is no dtype
+    tilemm computes (TypeError, ValueError): when the layer is made, not at its first forward."""
+    dtype_text(out_dtype)                # (TypeError for one that is no dtype of a torch result)
     if params and kernel in (None, "auto"):
         raise TypeError(f"Linear: kernel parameters ({', '.join(sorted(params))}) need a kernel named")
     if kernel not in (None, "auto"):
@@ -311,6 +322,8 @@ def restore_linears(model: torch.nn.Module) -> list[str]:
     list of str
         The names of the modules restored (``""`` for model itself).
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"restore_linears: model must be a torch.nn.Module, not {type(model).__name__}")
     restored = []
     for name, module in model.named_modules():
         if type(module) is Linear:

@@ -14,6 +14,7 @@ traces: tilemm.torch), and otherwise calls its product (tilemm.products), which 
 from __future__ import annotations
 
 import functools
+import numbers
 
 import numpy as np
 
@@ -214,6 +215,7 @@ def linear(x, weight, bias=None, activation=None, *, residual=None, kernel: str 
     dBias = dZ summed over rows. Errors (TypeError, ValueError) are raised before any work.
     """
     activation = check_activation(activation)
+    check_epilogue_call("linear", kernel, x, weight, ("x", "weight"))
     if isinstance(x, np.ndarray) or isinstance(weight, np.ndarray):
         return host_epilogues.linear_numpy(x, weight, bias, activation, residual, kernel, params)
     return fused_autograd().linear(x, weight, bias, activation, residual, kernel, params)
@@ -230,13 +232,38 @@ def matmul_epilogue(a, b, *, bias=None, activation=None, alpha: float = 1.0, bet
     NumPy arrays.
     """
     activation = check_activation(activation)
-    alpha = float(alpha)
-    beta = (1.0 if c is not None else 0.0) if beta is None else float(beta)
+    check_epilogue_call("matmul_epilogue", kernel, a, b, ("a", "b"))
+    alpha = real_number("alpha", alpha)
+    beta = (1.0 if c is not None else 0.0) if beta is None else real_number("beta", beta)
     if beta != 0 and c is None:
         raise ValueError(f"matmul_epilogue: beta={beta} adds beta * c, but no c is given")
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return host_epilogues.epilogue_numpy(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
     return fused_autograd().matmul_epilogue(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
+
+
+def check_epilogue_call(name: str, kernel, first, second, labels: tuple) -> None:
+    """Refuse first what the epilogues' checks would meet as an AttributeError or an unhashable
+    key: an operand that is None, a kernel that is not a name (identity checks: a repeated call
+    pays next to nothing for them)."""
+    if first is None or second is None:
+        raise TypeError(f"{name}: {labels[first is not None]} is None; pass a torch tensor or a NumPy array")
+    if kernel is not None and kernel.__class__ is not str and not isinstance(kernel, str):
+        raise TypeError(f"{name}: kernel must be a kernel's name (a str) or None, not {type(kernel).__name__} "
+                        f"{kernel!r}")
+
+
+def real_number(name: str, value) -> float:
+    """matmul_epilogue's alpha or beta as a float: a real number or a one-element tensor or array of
+    one (TypeError for a str, a bool, None or a complex, which float() took or named without the
+    argument; ValueError for several elements)."""
+    if hasattr(value, "shape") and not isinstance(value, numbers.Number):
+        if int(np.prod(value.shape)) != 1:
+            raise ValueError(f"matmul_epilogue: {name} has shape {tuple(value.shape)}; it is one real number")
+        value = value.item()
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"matmul_epilogue: {name}={value!r} must be a real number")
+    return float(value)
 
 
 @functools.cache

@@ -145,13 +145,26 @@ def check_out_dtype(out, given: Operand, operand: Operand, result: str, casting:
         raise OutputCastingError(result, into, casting)
 
 
+class OverlappingOutError(ValueError, RuntimeError):
+    """A torch ``out`` with elements that share memory (a zero stride): torch.matmul raises
+    RuntimeError; a ValueError too, as tilemm's other refusals of a bad out."""
+
+
 def check_out_shape(out, batch: tuple, core: tuple) -> None:
     """Refuse an ``out`` that numpy.matmul would refuse, before any work: read-only, or of a shape
     other than the result's core dimensions after loop dimensions that the stack ``batch``
-    broadcasts to (ValueError)."""
+    broadcasts to (ValueError); and a torch out that torch.matmul would refuse, its elements
+    sharing memory (OverlappingOutError)."""
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise ValueError("matmul: output array is read-only")
     shape = tuple(out.shape)
+    strides = out.stride() if callable(getattr(out, "stride", None)) else ()
+    if any(step == 0 and size > 1 for step, size in zip(strides, shape)):
+        # a torch out whose elements share memory (expand, a zero stride): torch.matmul's error, raised
+        # before the product rather than from the copy into out after it (NumPy writes such an out)
+        raise OverlappingOutError("unsupported operation: more than one element of the written-to tensor refers "
+                                  "to a single memory location. Please clone() the tensor before performing the "
+                                  "operation.")
     loops = shape[:len(shape) - len(core)]
     if len(shape) >= len(core):
         for i, (have, want) in enumerate(zip(shape[len(loops):], core)):

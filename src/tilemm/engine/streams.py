@@ -34,7 +34,7 @@ def handle_of(stream) -> int:
         raise TypeError("matmul: stream= takes a torch, CuPy or numba-cuda stream, or a cudaStream_t as an "
                         f"int; got {stream!r}")
     if isinstance(stream, int):
-        if stream < 0:
+        if not 0 <= stream < 2**64:        # (a cudaStream_t is a pointer)
             raise ValueError(f"matmul: stream={stream} is not a cudaStream_t")
         return stream
     for attribute in ("cuda_stream", "ptr"):        # torch.cuda.Stream, cupy.cuda.Stream

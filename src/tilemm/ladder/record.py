@@ -32,8 +32,22 @@ class Param:
     doc: str = ""
 
     def validate(self, kernel: str, value: Any) -> Any:
-        if self.choices and value not in self.choices:
-            raise ValueError(f"kernel {kernel!r}: {self.name}={value!r} is not allowed; "
+        """``value`` as the kernel takes it (a NumPy integer or bool as Python's), or a ValueError.
+        A choice is matched by type as well as by value: True == 1 and 16.0 == 16, but True is no
+        warp count, 1 no switch and 16.0 no tile (each failed deep in a launch)."""
+        if not self.choices:
+            return value
+        if isinstance(value, (np.integer, np.bool_)):
+            value = value.item()
+        if isinstance(self.choices, WholeNumbers):
+            allowed, kinds = value in self.choices, {"int"}
+        else:
+            allowed = any(value == choice and type(value) is type(choice) for choice in self.choices)
+            kinds = {type(choice).__name__ for choice in self.choices if choice is not None}
+        if not allowed:
+            wrong = f" (of type {type(value).__name__}, where the choices are {' or '.join(sorted(kinds))})" \
+                if value is not None and type(value).__name__ not in kinds else ""
+            raise ValueError(f"kernel {kernel!r}: {self.name}={value!r} is not allowed{wrong}; "
                              f"choose one of {', '.join(map(repr, self.choices))}")
         return value
 

@@ -28,7 +28,14 @@ def kernels(device: str | None = None) -> list[Kernel]:
     -------
     list of Kernel
         Sorted by rung.
+
+    Raises
+    ------
+    ValueError
+        Another device (``"gpu"``, ``"cuda:0"``).
     """
+    if device not in (None, "cpu", "cuda"):          # ("gpu" gave an empty ladder)
+        raise ValueError(f"kernels: device must be 'cpu', 'cuda' or None (all), not {device!r}")
     for module in dict.fromkeys(RUNGS.values()):     # registers every rung (their kernels load on first use)
         importlib.import_module(module)
     ladder = sorted(LADDER.values(), key=lambda k: k.rung)
@@ -49,9 +56,14 @@ def get(name: str) -> Kernel:
 
     Raises
     ------
+    TypeError
+        A name that is not a str.
     ValueError
         No kernel has that name (the message lists those that exist).
     """
+    if not isinstance(name, str):    # (a list would fail the look-up as unhashable, a Kernel as unknown)
+        raise TypeError(f"kernel must be a kernel's name (a str), not {type(name).__name__} {name!r}; "
+                        f"known kernels: {', '.join(k.name for k in kernels())}")
     if name in LADDER:               # registered already
         return LADDER[name]
     if name not in RUNGS:

@@ -47,6 +47,9 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         if result == "bfloat16" and da.kind != "torch":
             raise TypeError(f"matmul: out_dtype=bfloat16 needs torch tensors: {da.kind} has no bfloat16 "
                             "to return the result in")
+        if (result in HOST_ONLY or result == "object") and da.kind != "numpy":   # (torch's TypeError from a copy)
+            raise TypeError(f"matmul: out_dtype={result} needs NumPy arrays: {da.kind} has no {result} "
+                            "to return the result in")
     if out is not None:               # its kind and dtype before the shapes, as NumPy
         contract.check_out_dtype(out, arrays.describe(out, "out"), da, result, casting)
     exact = None

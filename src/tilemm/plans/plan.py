@@ -86,6 +86,8 @@ class Plan:
         (direct), the library's product (fast) or the first call's launches replayed (replay);
         else run through the backend again, on the caller's stream."""
         if self.direct:                    # the numpy rung on NumPy operands of the result's dtype
+            if stream is not None:         # (checked as a first call checks it: stream=1.5 once ran)
+                streams.handle_of(stream)
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
         if out is None and stream is None:     # on torch's current stream, the caller's
             fast = self.fast
@@ -105,6 +107,8 @@ class Plan:
         if self.kernel.device == "cuda":   # the stream is the caller's now, not at the first call
             stream = streams.caller_stream(self.operand.kind, self.operand.device, stream)
         else:
+            if stream is not None:        # (checked as a first call checks it, as above)
+                streams.handle_of(stream)
             stream = self.stream
         return self.run(a, b, out, stream)[0]
 

@@ -110,6 +110,8 @@ def host_grouped(a, b, offs, counts, out_dtype, out):
         check_values(values, lay)
     if out is not None and (not isinstance(out, np.ndarray) or out.shape != lay.shape or str(out.dtype) != lay.dtype):
         raise ValueError(f"grouped_matmul: out must be a NumPy array {lay.shape} of {lay.dtype}")
+    if out is not None and not out.flags.writeable:     # (NumPy's error at the first group's write)
+        raise ValueError("grouped_matmul: out is read-only")
     wide = np.int64 if lay.dtype == "int32" else np.float32
     c = np.zeros(lay.shape, lay.dtype) if out is None else out
     for g, (rows, a_g, b_g, c_at) in enumerate(slices(a, b, values, lay)):

@@ -134,7 +134,8 @@ def call_key(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params):
         return None
     try:
         if params or out_dtype is not None:
-            asked = (out_dtype, tuple(sorted(params.items())))
+            # (each parameter's type in the key: True and 0 hash as 1 and False, 64.0 as 64; one is refused)
+            asked = (out_dtype, tuple(sorted((name, value, type(value)) for name, value in params.items())))
             hash(asked)      # (an unhashable value: no key, and the checks name what is wrong)
         else:
             asked = None

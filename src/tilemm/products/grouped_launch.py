@@ -35,8 +35,16 @@ def as_array(cut):
     if isinstance(cut, (list, tuple)):
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in cut):
             raise ValueError("grouped_matmul: offs and counts given as a list must hold whole numbers")
+        if not all(INT32_MIN <= v <= INT32_MAX for v in cut):     # (NumPy's OverflowError in the cast below)
+            raise ValueError(f"grouped_matmul: offs and counts given as a list must hold int32 values; got {list(cut)}")
         return np.asarray(cut, dtype=np.int32).reshape(len(cut))
+    if cut is not None and not (hasattr(cut, "ndim") and hasattr(cut, "dtype")):   # (a str: an AttributeError later)
+        raise TypeError(f"grouped_matmul: offs and counts are int32 arrays or tensors, or lists of ints; "
+                        f"got {type(cut).__name__} {cut!r:.60}")
     return cut
+
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
 
 class GroupedPlan(NamedTuple):
@@ -81,6 +89,9 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
     if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
                                 and out.device == a.device):
         raise ValueError(f"grouped_matmul: out must be a {lay.shape} tensor of {dtype} on {a.device}")
+    if out is not None and any(step == 0 and size > 1 for step, size in zip(out.stride(), out.shape)):
+        raise ValueError(f"grouped_matmul: out has a zero stride (strides {out.stride()}): its elements share memory, "
+                         f"and torch refuses to write such a tensor; pass a tensor of its own (out.clone())")
     # (block scales: every block_k the rung takes, 16 to 128, divides the scales' 128-wide blocks)
     if scales is not None and a.device.type == "cuda":
         if torch.cuda.get_device_capability(a.device) < (8, 9):
@@ -97,6 +108,12 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
                              "row-major, b the transpose of a contiguous (G, N, K)), rows 16-byte aligned")
     reason = r15_grouped.shared_limit(config["block_m"], config["block_n"], config["block_k"],
                                       config["num_stages"], a.element_size())
+    while reason and "num_stages" not in params and config["num_stages"] > 1:
+        # float32 operands: the default's stages of its tiles need twice the 16-bit bytes (393216 at 4
+        # stages, past any GPU's shared memory, a KernelUnavailable for every default call); fewer fit
+        config["num_stages"] -= 1
+        reason = r15_grouped.shared_limit(config["block_m"], config["block_n"], config["block_k"],
+                                          config["num_stages"], a.element_size())
     if reason:
         raise KernelUnavailable(f"grouped_matmul: {reason}")
     tiles = tiles_bound(a, b, lay, config["block_m"], config["block_n"])

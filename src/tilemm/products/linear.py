@@ -15,8 +15,8 @@ from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, ch
 def host_arrays(name: str, kernel, **arrays) -> dict:
     """The NumPy operands, checked: float arrays (None kept), kernel None or "numpy"."""
     if kernel not in (None, "numpy"):
-        raise ValueError(f"{name}: NumPy operands are computed on the host (kernel None or 'numpy'); "
-                         f"kernel={kernel!r} multiplies torch tensors")
+        raise ValueError(f"{name}: NumPy operands are computed on the host (kernel None or 'numpy'), not by "
+                         f"kernel={kernel!r} (torch tensors take a Triton rung or 'cublas')")
     out = {}
     for label, value in arrays.items():
         if value is None:

@@ -23,6 +23,9 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
                   stream=None, library=None, **params):
     """tilemm.scaled_matmul's product (its docstring: tilemm.products_api), recording no gradient
     and not traced by torch.compile (tilemm.products_api decides those first)."""
+    if fast_accum is not True and fast_accum is not False:    # (1, "yes", None: once taken as bool(fast_accum))
+        raise TypeError(f"scaled_matmul: fast_accum must be True or False, as torch._scaled_mm's use_fast_accum; "
+                        f"got {type(fast_accum).__name__} {fast_accum!r}")
     vector = block_scaled.vector_scales(scale_a, scale_b)
     if vector and not row_wise_shapes(a, b, scale_a, scale_b):     # block scales (or wrong ones): their rung
         return block_scaled.block_scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
@@ -134,10 +137,11 @@ def _config(params: dict) -> dict:
     if not isinstance(config["cluster"], bool):
         raise ValueError(f"scaled_matmul: cluster={config['cluster']!r} must be True or False")
     for name, value in config.items():
-        if (value is None and name in ("block_m", "block_n")) or name in ("warp_specialized", "cluster"):
+        if (value is None and name in ("block_m", "block_n")) or name in ("stream_k", "warp_specialized", "cluster"):
             continue
-        if name != "stream_k" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
             raise ValueError(f"scaled_matmul: {name}={value!r} must be a positive integer")
+        config[name] = int(value)          # (a NumPy integer as Python's, as Triton takes it)
     for name in ("block_m", "block_n", "block_k"):
         if config[name] is not None and (config[name] < 16 or config[name] & (config[name] - 1)):
             raise ValueError(f"scaled_matmul: {name}={config[name]} must be a power of two, 16 or more")
@@ -190,6 +194,8 @@ def scale_tensor(s, name: str, device, torch):
                 _SCALES[key] = tensor
         return tensor
     if isinstance(s, torch.Tensor) and s.numel() == 1 and s.dtype.is_floating_point:
+        if s.device.type == "meta":       # (its copy to the operands' device failed: no data to copy)
+            raise ValueError(f"scaled_matmul: {name} is a meta tensor; a scale needs a value, on the operands' device")
         if s.dtype == torch.float32 and s.device == device:
             return s           # read where it is (the program loads its one element): no view, no cast
         return s.reshape(1).to(device=device, dtype=torch.float32)

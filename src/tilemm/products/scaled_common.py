@@ -39,6 +39,9 @@ def check_out(out, m: int, n: int, result_dtype, device) -> None:
         raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {device}; got "
                          f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')} "
                          f"{getattr(out, 'device', '')}")
+    if out is not None and any(step == 0 and size > 1 for step, size in zip(out.stride(), out.shape)):
+        raise ValueError(f"scaled_matmul: out has a zero stride (strides {out.stride()}): its elements share memory, "
+                         f"and torch refuses to write such a tensor; pass a tensor of its own (out.clone())")
 
 
 def device_name(device) -> str:
@@ -63,7 +66,9 @@ def replay_key(tensors: tuple, out_dtype, fast_accum, params: dict):
     if torch is None or any(type(x) is not torch.Tensor for x in tensors) or not tensors[0].is_cuda:
         return None
     try:
-        key = (*map(operand_key, tensors), str(out_dtype), bool(fast_accum), tuple(sorted(params.items())))
+        # (each parameter's type in the key: True and 1 hash alike, and one is refused where the other is not)
+        key = (*map(operand_key, tensors), str(out_dtype), bool(fast_accum),
+               tuple(sorted((name, value, type(value)) for name, value in params.items())))
         hash(key)
     except TypeError:                      # a parameter of an unhashable value: checked on the usual path
         return None

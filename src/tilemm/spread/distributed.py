@@ -160,6 +160,8 @@ def matmul(a, b, grid: Grid | None = None, group=None, out_dtype=None, *, depth:
     if placements is not None or kernel is not None or params:
         raise TypeError("tilemm.distributed.matmul: placements=, kernel= and kernel parameters are taken for "
                         "DTensors; blocks of a grid run tilemm's default rungs")
+    if not isinstance(grid, Grid):       # (the uninitialized process group was named first)
+        raise TypeError(f"tilemm.distributed.matmul: grid={grid!r}; give a tilemm.distributed.Grid(rows, cols)")
     if not dist.is_initialized():
         raise RuntimeError("tilemm.distributed.matmul: call torch.distributed.init_process_group first")
     knobs = _checked_knobs(depth, panel, both_ways, link_ctas)

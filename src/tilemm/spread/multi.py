@@ -31,6 +31,7 @@ import numpy as np
 
 from tilemm.spread import outofcore
 from tilemm.numerics.dtypes import dtype_name, result_dtype
+from tilemm.spread.outofcore_args import checked_limit
 from tilemm.spread.panels import SIXTEEN_BIT, accumulate, block, product
 
 PANELS = 8                  # K panels a GPU's block is summed over: the first one's copy is an eighth of the data
@@ -99,6 +100,7 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
         raise ValueError(f"tilemm.multi: the operands are on {home}, the devices are CPUs")
     if panel_k is not None and (isinstance(panel_k, bool) or not isinstance(panel_k, int) or panel_k < 1):
         raise ValueError(f"tilemm.multi: panel_k={panel_k!r}; a positive int")
+    memory_limit = checked_limit(memory_limit)     # (a str was taken where no panel went out of core)
     (m, k), n = a_t.shape, b_t.shape[1]
     result = result_dtype(dtype_name(a_t.dtype), dtype_name(b_t.dtype))
     torch_result = getattr(torch, result)

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilemm.numerics.dtypes import dtype_name, result_dtype
+from tilemm.spread.outofcore_args import DTYPES, checked_device, checked_limit, checked_out, host_tensor  # noqa: F401
 from tilemm.spread.panels import SIXTEEN_BIT, accumulate, product
 
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8")
 SMALLEST_BLOCK = 16
 # The GPU's products against the host -> device copies, in flops per byte copied: a Hopper's
 # in-core bf16 rate (the "in core" rows of benchmarks/results/h100/outofcore.jsonl) over what 2-D
@@ -122,12 +122,16 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
     Raises
     ------
     TypeError
-        An operand that is not a NumPy array or torch tensor, or of a dtype it does not take.
+        An operand that is not a NumPy array or torch tensor, or of a dtype it does not take; a
+        memory_limit that is not a number.
     ValueError
-        Operands on a GPU, not 2-D, or whose shapes do not multiply; a bad out.
+        Operands on a GPU, not 2-D, or whose shapes do not multiply; a bad out (read-only, or
+        elements sharing memory) or device.
+    KernelUnavailable
+        device="cuda" where torch sees no GPU.
     """
     import torch
-    a_t, b_t = _host_tensor(a, "0"), _host_tensor(b, "1")
+    a_t, b_t = host_tensor(a, "0"), host_tensor(b, "1")
     (m, k), (k2, n) = a_t.shape, b_t.shape
     if k != k2:
         raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature "
@@ -136,8 +140,8 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
     result = result_dtype(dtype_name(a_t.dtype), dtype_name(b_t.dtype))
     sums = "float32" if result in SIXTEEN_BIT else result
     as_numpy = isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and result != "bfloat16"
-    c = _checked_out(out, (m, n), result, as_numpy)
-    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    c = checked_out(out, (m, n), result, as_numpy)
+    dev, memory_limit = checked_device(device), checked_limit(memory_limit)
     if memory_limit is None:
         memory_limit = free_device_bytes(dev) if dev.type == "cuda" else 8 << 30
     itemsize = torch.empty((), dtype=getattr(torch, result)).element_size()
@@ -169,38 +173,6 @@ def free_device_bytes(device=None) -> int:
     """
     import torch
     return int(torch.cuda.mem_get_info(device)[0] * HEADROOM)
-
-
-def _host_tensor(x, operand: str):
-    import torch
-    if isinstance(x, np.ndarray):
-        if dtype_name(x.dtype) not in DTYPES:
-            raise TypeError(f"tilemm.outofcore: operand {operand} has dtype {x.dtype}; it takes {', '.join(DTYPES)}")
-        x = torch.from_numpy(x)
-    elif not isinstance(x, torch.Tensor):
-        raise TypeError(f"tilemm.outofcore: operand {operand} is a {type(x).__name__}; pass a NumPy array or a torch "
-                        "CPU tensor (device arrays fit the GPU already: use tilemm.matmul)")
-    elif x.device.type != "cpu":
-        raise ValueError(f"tilemm.outofcore: operand {operand} is on {x.device}; out of core takes host operands "
-                         "(tilemm.matmul multiplies device arrays)")
-    elif dtype_name(x.dtype) not in DTYPES:
-        raise TypeError(f"tilemm.outofcore: operand {operand} has dtype {x.dtype}; it takes {', '.join(DTYPES)}")
-    if x.ndim != 2:
-        raise ValueError(f"tilemm.outofcore: operand {operand} has shape {tuple(x.shape)}; it takes matrices (2-D)")
-    return x
-
-
-def _checked_out(out, shape, result: str, as_numpy: bool):
-    import torch
-    if out is None:
-        if as_numpy:
-            return np.empty(shape, dtype=result)
-        return torch.empty(shape, dtype=getattr(torch, result), pin_memory=torch.cuda.is_available())
-    kind_ok = isinstance(out, np.ndarray) or (isinstance(out, torch.Tensor) and out.device.type == "cpu")
-    if not kind_ok or tuple(out.shape) != tuple(shape) or dtype_name(out.dtype) != result:
-        raise ValueError(f"tilemm.outofcore: out must be a host array of shape {shape} and dtype {result}; got "
-                         f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')}")
-    return out
 
 
 class Lanes:

@@ -72,7 +72,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
             call = key = None
         if call is not None:          # a key seen before: its checks passed, its route kept (linear_calls)
             return call(x, weight, bias)
-    if isinstance(x, torch.Tensor) and torch.is_autocast_enabled(x.device.type):
+    # (autocast has no meta device: it raised RuntimeError for meta tensors, which F.linear takes)
+    if isinstance(x, torch.Tensor) and x.device.type != "meta" and torch.is_autocast_enabled(x.device.type):
         # as F.linear under autocast: the product's operands in autocast's dtype (floating point
         # but float64, which autocast leaves alone); a residual of another dtype added after,
         # with torch's promotion

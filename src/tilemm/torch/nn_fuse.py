@@ -35,7 +35,11 @@ def check_fused(kernel, out_dtype, activation, params: dict) -> None:
                         "operands' dtype)")
     if kernel not in (None, "auto"):
         from tilemm.ladder import registry
-        registry.get(kernel)              # (ValueError naming the known kernels)
+        rung = registry.get(kernel)       # (ValueError naming the known kernels)
+        if rung.backend not in ("triton", "library", "numpy"):    # (refused at the first forward before)
+            raise ValueError(f"Linear: kernel={kernel!r} has no fused epilogue for activation={activation!r}: "
+                             "epilogues run in tilemm's Triton program (name a Triton rung, e.g. "
+                             "kernel='tensorcore') or in the library (kernel='cublas' or None)")
     config_for(torch.float16, params)     # (the program's tile parameters only)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import linear
 
+from tilemm.contract.torch_rules import TorchShapeError
 from tilemm.plans import calls, checks
 from tilemm.torch.linear_flags import linear_with_exact_backward, same_with_flag
 from tilemm.torch import nn_fused_routes
@@ -79,6 +80,9 @@ class Products:
         """Plan input's rows @ weight.T once, and remember the layout under key; where the plan is
         the library's and torch's flag allows reduced-precision sums now, whether F.linear takes
         them for this layout (same_with_flag: if not, layout.plain_seen keeps the flag's state)."""
+        if input.dim() == 0:      # (an IndexError from its last dimension below)
+            raise TorchShapeError(f"both arguments to linear need to be at least 1D, but they are 0D and "
+                                  f"{weight.dim()}D")
         rows = input.reshape(-1, input.shape[-1])
         layout = Layout(self.fast_product(rows, weight.T), input.dtype, self)
         if layout.linear is not None and layout.get is not None and layout.get()[0]:

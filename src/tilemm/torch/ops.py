@@ -319,12 +319,25 @@ def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
 
 
 def dtype_text(dtype) -> Optional[str]:
-    """out_dtype as the op's string: None, "float32", ... (torch dtypes, names, NumPy dtypes)."""
-    if dtype is None or isinstance(dtype, str):
-        return dtype
-    if isinstance(dtype, torch.dtype):
-        return str(dtype).removeprefix("torch.")
-    return np.dtype(dtype).name
+    """out_dtype as the op's string: None, "float32", ... (torch dtypes, names, NumPy dtypes); a
+    TypeError naming it where it is no dtype tilemm returns torch tensors in (the op's fake once
+    failed on getattr(torch, "bogus"), and meta tensors took float8)."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, torch.dtype) or dtype in TORCH_DTYPES:
+        name = str(dtype).removeprefix("torch.")
+    else:                                # NumPy's spellings: "f4", ">f4", np.float32
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:                # (NumPy's "Cannot interpret '5' as a data type")
+            name = None
+    if name not in TORCH_DTYPES:
+        raise TypeError(f"out_dtype={dtype!r} is not a dtype tilemm computes for torch tensors; choose one of "
+                        f"{', '.join(TORCH_DTYPES)}")
+    return name
+
+
+TORCH_DTYPES = tuple(name for name in dtypes.NUMERIC if name not in dtypes.HOST_ONLY)
 
 
 # ---------------------------------------------------------------- scaled_matmul: no derivative

@@ -106,7 +106,8 @@ PARAMS = (
     Param("block_k", DEFAULTS["block_k"], (16, 32, 64, 128), "depth of one K step"),
     Param("group_m", DEFAULTS["group_m"], (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
     Param("num_warps", DEFAULTS["num_warps"], (1, 2, 4, 8, 16), "warps per program"),
-    Param("num_stages", DEFAULTS["num_stages"], (1, 2, 3, 4, 5), "software-pipelining depth (shared-memory stages)"),
+    Param("num_stages", DEFAULTS["num_stages"], (1, 2, 3, 4, 5),
+          "software-pipelining depth (shared-memory stages); not given: fewer where the tiles would not fit (float32)"),
     Param("programs", None, WholeNumbers(1, 65536), "persistent programs (None: one an SM)"),
     Param("tma", None, (None, False, True), "tiles brought in by TMA (the MoE forward layouts, both operands "
                                             "K-major; None: where the operands allow)"),
