@@ -103,6 +103,18 @@ def test_scaled_meta_scale_is_refused(which):
         tilemm.scaled_matmul(a, b, **scales)
 
 
+def test_an_empty_out_with_a_zero_stride_is_written_as_torch_writes_it():
+    """An empty out holds nothing, whatever its strides: torch.matmul takes an expanded (3, 0) out,
+    and so do tilemm.matmul and the float8 and out-of-core checks' common rule."""
+    from tilemm.numerics.arrays import elements_share_memory
+    a, b = torch.ones(3, 4), torch.ones(4, 0)
+    want = torch.matmul(a, b, out=torch.empty(0).expand(3, 0))
+    got = tilemm.matmul(a, b, out=torch.empty(0).expand(3, 0))
+    assert got.shape == want.shape == (3, 0)
+    assert not elements_share_memory((3, 0), (0, 1)) and not elements_share_memory((1, 5), (0, 1))
+    assert elements_share_memory((3, 2), (0, 1))
+
+
 @pytest.mark.parametrize("kernel", ["numpy", "cpu-tiled", "tiled"])
 def test_a_torch_out_whose_elements_share_memory_is_refused_first(kernel):
     """torch.matmul refuses an expanded out (RuntimeError); tilemm raised torch's error only from

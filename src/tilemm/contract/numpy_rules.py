@@ -26,7 +26,7 @@ import importlib
 
 import numpy as np
 
-from tilemm.numerics.arrays import Operand, torch_if_imported
+from tilemm.numerics.arrays import Operand, elements_share_memory, torch_if_imported
 from tilemm.numerics.dtypes import HOST_ONLY, SUPPORTED, check_supported, dtype_name
 
 SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
@@ -159,7 +159,7 @@ def check_out_shape(out, batch: tuple, core: tuple) -> None:
         raise ValueError("matmul: output array is read-only")
     shape = tuple(out.shape)
     strides = out.stride() if callable(getattr(out, "stride", None)) else ()
-    if any(step == 0 and size > 1 for step, size in zip(strides, shape)):
+    if elements_share_memory(shape, strides):
         # a torch out whose elements share memory (expand, a zero stride): torch.matmul's error, raised
         # before the product rather than from the copy into out after it (NumPy writes such an out)
         raise OverlappingOutError("unsupported operation: more than one element of the written-to tensor refers "

@@ -21,6 +21,14 @@ class Operand:
     shape: tuple
 
 
+def elements_share_memory(shape, strides) -> bool:
+    """Whether an array of this shape and these strides (elements or bytes) has two elements at one
+    address: a zero stride over a dimension of more than one element (expand, broadcast_to), and
+    no empty dimension (an empty array holds nothing, whatever its strides)."""
+    shape = tuple(shape)
+    return 0 not in shape and any(step == 0 and size > 1 for step, size in zip(strides, shape))
+
+
 def torch_if_imported():
     """torch if the program has imported it, else None. The import statement, not sys.modules
     alone: while another thread is still importing it, sys.modules holds it half made, and the

@@ -89,7 +89,7 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
     if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
                                 and out.device == a.device):
         raise ValueError(f"grouped_matmul: out must be a {lay.shape} tensor of {dtype} on {a.device}")
-    if out is not None and any(step == 0 and size > 1 for step, size in zip(out.stride(), out.shape)):
+    if out is not None and arrays.elements_share_memory(out.shape, out.stride()):
         raise ValueError(f"grouped_matmul: out has a zero stride (strides {out.stride()}): its elements share memory, "
                          f"and torch refuses to write such a tensor; pass a tensor of its own (out.clone())")
     # (block scales: every block_k the rung takes, 16 to 128, divides the scales' 128-wide blocks)

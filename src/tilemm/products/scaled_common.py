@@ -7,6 +7,7 @@ import contextlib
 import sys
 
 from tilemm.engine import streams
+from tilemm.numerics.arrays import elements_share_memory
 from tilemm.plans.cache import operand_key
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -39,7 +40,7 @@ def check_out(out, m: int, n: int, result_dtype, device) -> None:
         raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {device}; got "
                          f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')} "
                          f"{getattr(out, 'device', '')}")
-    if out is not None and any(step == 0 and size > 1 for step, size in zip(out.stride(), out.shape)):
+    if out is not None and elements_share_memory(out.shape, out.stride()):
         raise ValueError(f"scaled_matmul: out has a zero stride (strides {out.stride()}): its elements share memory, "
                          f"and torch refuses to write such a tensor; pass a tensor of its own (out.clone())")
 

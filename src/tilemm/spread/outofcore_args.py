@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from tilemm.numerics.arrays import elements_share_memory
 from tilemm.numerics.dtypes import dtype_name
 from tilemm.plans.plan import KernelUnavailable
 
@@ -48,7 +49,7 @@ def checked_out(out, shape, result: str, as_numpy: bool):
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise ValueError("tilemm.outofcore: out is read-only")
     steps = out.strides if isinstance(out, np.ndarray) else out.stride()
-    if any(step == 0 and size > 1 for step, size in zip(steps, out.shape)):
+    if elements_share_memory(out.shape, steps):
         raise ValueError(f"tilemm.outofcore: out has a zero stride (strides {steps}): its elements share memory; "
                          "pass an array of its own")
     return out
