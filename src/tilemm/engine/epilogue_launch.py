@@ -26,6 +26,7 @@ from tilemm.system import compat
 from tilemm.engine import availability
 from tilemm.engine.tensorcore_launch import default_tiles, takes_tma as large_enough
 from tilemm.engine.tile_model import EAGER_LAUNCH_US, sliver_rows
+from tilemm.numerics.keys import typed_items
 
 ACTIVATION_CODES = {None: 0, "identity": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
@@ -62,8 +63,7 @@ def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:
     product, True: the TMA program wherever it can read the operands, False: never). TypeError
     for a name not a parameter, ValueError for a tile that is not a power of two of 16 or more
     (tl.dot's smallest). The dict is shared: read it only."""
-    # (each value's type in the key: True and 1 hash alike, and one is refused where the other is not)
-    given = tuple(sorted((name, value, type(value)) for name, value in params.items())) if params else ()
+    given = typed_items(params) if params else ()
     try:
         return checked_config(dtype, given)
     except TypeError as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilemm.numerics import arrays
+from tilemm.numerics.keys import typed_items
 from tilemm.contract import numpy_rules as contract
 
 PLAN_CACHE_SIZE = 512
@@ -51,10 +52,7 @@ def call_key(a, b, kernel, out, out_dtype, params):
     try:
         if out is None and not params and type(a) is type(b):     # the usual call: usual_lookup's key
             return USUAL.get(type(a), usual_lookup)(a, b, kernel, out_dtype)[0]
-        # (each value's type in the key: True and 1, 16 and 16.0 hash alike, and one is refused where
-        # the other is taken)
-        asked = (kernel, contract.dtype_key(out_dtype),
-                 tuple(sorted((name, value, type(value)) for name, value in params.items())) if params else ())
+        asked = (kernel, contract.dtype_key(out_dtype), typed_items(params) if params else ())
         hash(asked)              # (a list among the parameters: no key, rather than a TypeError from the cache)
         key_a, key_b = operand_key(a), operand_key(b)
         if key_a is None or key_b is None:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from tilemm.engine import replay as replays
+from tilemm.numerics.keys import typed_items
 from tilemm.plans.plan import JIT_LOCK
 from tilemm.products.grouped import torch_plan
 from tilemm.products.grouped_launch import cut_ready, launch, new_result, run, zeroed_result
@@ -134,8 +135,7 @@ def call_key(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params):
         return None
     try:
         if params or out_dtype is not None:
-            # (each parameter's type in the key: True and 0 hash as 1 and False, 64.0 as 64; one is refused)
-            asked = (out_dtype, tuple(sorted((name, value, type(value)) for name, value in params.items())))
+            asked = (out_dtype, typed_items(params))
             hash(asked)      # (an unhashable value: no key, and the checks name what is wrong)
         else:
             asked = None

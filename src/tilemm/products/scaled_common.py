@@ -8,6 +8,7 @@ import sys
 
 from tilemm.engine import streams
 from tilemm.numerics.arrays import elements_share_memory
+from tilemm.numerics.keys import typed_items
 from tilemm.plans.cache import operand_key
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -67,9 +68,7 @@ def replay_key(tensors: tuple, out_dtype, fast_accum, params: dict):
     if torch is None or any(type(x) is not torch.Tensor for x in tensors) or not tensors[0].is_cuda:
         return None
     try:
-        # (each parameter's type in the key: True and 1 hash alike, and one is refused where the other is not)
-        key = (*map(operand_key, tensors), str(out_dtype), bool(fast_accum),
-               tuple(sorted((name, value, type(value)) for name, value in params.items())))
+        key = (*map(operand_key, tensors), str(out_dtype), bool(fast_accum), typed_items(params))
         hash(key)
     except TypeError:                      # a parameter of an unhashable value: checked on the usual path
         return None
