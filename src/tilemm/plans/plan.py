@@ -85,9 +85,9 @@ class Plan:
         repeated call, tilemm.plans.calls): in the fewest steps where it has them, numpy.matmul
         (direct), the library's product (fast) or the first call's launches replayed (replay);
         else run through the backend again, on the caller's stream."""
+        if stream is not None and self.kernel.device != "cuda":   # a host plan runs on its own stream:
+            streams.handle_of(stream)      # the caller's checked as a first call checks it (stream=1.5 once ran)
         if self.direct:                    # the numpy rung on NumPy operands of the result's dtype
-            if stream is not None:         # (checked as a first call checks it: stream=1.5 once ran)
-                streams.handle_of(stream)
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
         if out is None and stream is None:     # on torch's current stream, the caller's
             fast = self.fast
@@ -107,8 +107,6 @@ class Plan:
         if self.kernel.device == "cuda":   # the stream is the caller's now, not at the first call
             stream = streams.caller_stream(self.operand.kind, self.operand.device, stream)
         else:
-            if stream is not None:        # (checked as a first call checks it, as above)
-                streams.handle_of(stream)
             stream = self.stream
         return self.run(a, b, out, stream)[0]
 
