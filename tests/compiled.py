@@ -41,3 +41,11 @@ def resource_usage(cubin: bytes) -> dict:
     usage = cuobjdump(cubin, "-res-usage")
     return {"registers": int(re.search(r"REG:(\d+)", usage).group(1)),
             "stack": int(re.search(r"STACK:(\d+)", usage).group(1))}
+
+
+def gluon_stack_allowed() -> int:
+    """The stack bytes (spills) a compiled Gluon program may have: none under the Triton this tier
+    installs (3.9 and later); 64 under earlier ones (the GPU image's Triton 3.6 gives the
+    warp-specialized fp8 program 40: the same source, another register allocation)."""
+    import triton
+    return 0 if tuple(int(part) for part in triton.__version__.split(".")[:2]) >= (3, 9) else 64

@@ -361,6 +361,25 @@ def test_grouped_float32_with_the_default_tiles():
         tilemm.grouped_matmul(x.detach(), w, offs, num_stages=4)
 
 
+def test_grouped_float32_tiles_fit_by_shorter_k_steps_first():
+    """The default's tiles are fitted to shared memory by halving their K steps (the stages kept:
+    faster on a GPU), then by fewer stages; what the caller names is kept."""
+    from tilemm.ladder import registry
+    from tilemm.products.grouped_launch import fitted_to_shared_memory
+    rung = registry.program("tensorcore-grouped")
+    def fitted(params, itemsize):
+        config = rung.KERNEL.resolve(params)
+        return fitted_to_shared_memory(rung, config, params, itemsize), config
+    reason, config = fitted({}, 4)
+    assert reason is None and (config["block_k"], config["num_stages"]) == (32, 4)
+    reason, config = fitted({"block_k": 64}, 4)
+    assert reason is None and (config["block_k"], config["num_stages"]) == (64, 2)
+    reason, config = fitted({}, 2)
+    assert reason is None and (config["block_k"], config["num_stages"]) == (64, 4)
+    reason, config = fitted({"num_stages": 4, "block_k": 64}, 4)
+    assert "shared memory" in reason and (config["block_k"], config["num_stages"]) == (64, 4)
+
+
 def test_grouped_numpy_out_read_only():
     """(NumPy's 'assignment destination is read-only' from the first group's write)"""
     a, b = np.ones((4, 3), np.float32), np.ones((2, 3, 5), np.float32)

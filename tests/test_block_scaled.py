@@ -10,7 +10,7 @@ import tilemm
 from tilemm.engine import availability
 from tilemm.ladder.tensorcore import r16_block_scaled, r16_block_scaled_kernel, scaled_fp8
 
-from .compiled import run_program
+from .compiled import gluon_stack_allowed, run_program
 from .conftest import ON_GPU
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -168,7 +168,8 @@ BAD = [
     ((ONES[0].float(), ONES[1], torch.ones(4, 1), torch.ones(1, 6)), {}, TypeError, "dtype float32"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(out_dtype="int8"), TypeError, "out_dtype"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 6)), dict(out=torch.ones(4, 5)), ValueError, "out must"),
-    ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(block_k=256), tilemm.KernelUnavailable, "128-wide block"),
+    ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(block_k=256), tilemm.KernelUnavailable,
+     "128-wide block|block_k=128"),    # (on Hopper the warp-specialized program is the one asked, with its own words)
     ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(tma=1), ValueError, "tma=1"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(warp_specialized="yes"), ValueError, "warp_specialized='yes'"),
     ((*ONES, torch.ones(4, 1), torch.ones(1, 1)), dict(warp_specialized=True, block_n=64), tilemm.KernelUnavailable,
@@ -445,12 +446,12 @@ def test_row_wise_scales_programs_compile_for_sm90_without_spills():
     """The fp8 program's forms that row-wise scales run (the persistent Triton program, whole tiles
     and stream-K, and the warp-specialized Gluon one): fp8 wgmma, within an H100's shared memory,
     no more stack (spills) than the per-tensor Triton program's (ptxas of Triton 3.9 gives its
-    256 x 128 tiles a few words), none in the Gluon one."""
+    256 x 128 tiles a few words), none in the Gluon one (compiled.gluon_stack_allowed: this tier's Triton)."""
     compiled = run_program(COMPILE_ROWS)
     assert set(compiled) == {"triton-False-False", "triton-False-True", "triton-True-True", "gluon"}
     per_tensor = compiled.pop("triton-False-False")
     for name, info in compiled.items():
-        allowed = 0 if name == "gluon" else per_tensor["stack"]
+        allowed = gluon_stack_allowed() if name == "gluon" else per_tensor["stack"]
         assert info["wgmma"] and info["stack"] <= allowed and info["shared"] <= 232448, (name, info, per_tensor)
 
 

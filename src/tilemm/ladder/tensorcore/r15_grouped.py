@@ -107,7 +107,8 @@ PARAMS = (
     Param("group_m", DEFAULTS["group_m"], (1, 2, 4, 8, 16), "block rows walked before the next column (L2 reuse)"),
     Param("num_warps", DEFAULTS["num_warps"], (1, 2, 4, 8, 16), "warps per program"),
     Param("num_stages", DEFAULTS["num_stages"], (1, 2, 3, 4, 5),
-          "software-pipelining depth (shared-memory stages); not given: fewer where the tiles would not fit (float32)"),
+          "software-pipelining depth (shared-memory stages); neither given: shorter K steps, then fewer stages, where the "
+          "tiles would not fit (float32)"),
     Param("programs", None, WholeNumbers(1, 65536), "persistent programs (None: one an SM)"),
     Param("tma", None, (None, False, True), "tiles brought in by TMA (the MoE forward layouts, both operands "
                                             "K-major; None: where the operands allow)"),

@@ -101,7 +101,9 @@ def grouped_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, G, M, N, K, EXTENT, NUM_PROGRA
                         sa_g, sb_g, offs_m, offs_n, m_g, n_g, kk, stride_sam, stride_sak, stride_sbk, stride_sbn,
                         BLOCK_SIZE_K)
                 else:
-                    accumulator = tl.dot(a, b, accumulator, input_precision=INPUT_PRECISION)
+                    # (out_dtype named: Triton before 3.9 takes float32 sums unless told, int8's int32 too)
+                    accumulator = tl.dot(a, b, accumulator, input_precision=INPUT_PRECISION,
+                                         out_dtype=accumulator.dtype)
                 a_ptrs += BLOCK_SIZE_K * stride_ak
                 b_ptrs += BLOCK_SIZE_K * stride_bk
             c = accumulator.to(c_ptr.dtype.element_ty)         # one rounding, to C's type

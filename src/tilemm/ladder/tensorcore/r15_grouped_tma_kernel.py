@@ -46,7 +46,8 @@ def tile_product(a_desc, b_desc, c_g, sa_g, sb_g, a_row, b_row, row, col, rows_g
                 sa_g, sb_g, offs_m, offs_n, rows_g, N, kk, stride_sam, stride_sak, stride_sbk, stride_sbn,
                 BLOCK_SIZE_K)
         else:
-            accumulator = tl.dot(a, b.T, accumulator, input_precision=INPUT_PRECISION)
+            # (out_dtype named: Triton before 3.9 takes float32 sums unless told, int8's int32 too)
+            accumulator = tl.dot(a, b.T, accumulator, input_precision=INPUT_PRECISION, out_dtype=accumulator.dtype)
     c = accumulator.to(c_g.dtype.element_ty)
     c_ptrs = c_g + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, c, mask=(offs_m[:, None] < rows_g) & (offs_n[None, :] < N))
