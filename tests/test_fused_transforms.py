@@ -215,9 +215,9 @@ def test_a_fused_linear_s_gradcheck_and_gradgradcheck(routes_called):
 def test_a_swapped_model_with_fused_activations():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.SiLU(), torch.nn.Linear(6, 3), torch.nn.ReLU())
-    model = model.to(torch.float64)
+    model = model.to(**F64)
     theirs = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.SiLU(), torch.nn.Linear(6, 3), torch.nn.ReLU())
-    theirs = theirs.to(torch.float64)
+    theirs = theirs.to(**F64)
     theirs.load_state_dict(model.state_dict())
     tilemm.nn.swap_linears(model, fuse_activations=True, **KERNEL)
     assert model[0].activation == "silu" and model[2].activation == "relu"

@@ -14,6 +14,7 @@ from tilemm.products.grouped import slices
 from tilemm.products.grouped_checks import layout
 from tilemm.ladder.tensorcore import r15_grouped_kernel, r15_grouped_tma_kernel
 
+from .conftest import ON_GPU
 from .framed import framed, packed, poison, sentinel, untouched_around
 from .test_grouped import check
 
@@ -53,8 +54,9 @@ def pointer_case(a_shape, b_shape, cut, dtype, seed, counted=False):
     cut = torch.tensor(cut, dtype=torch.int32) if cut is not None else None
     shape = layout(a, b, None if counted else cut, cut if counted else None, None).shape
     c, buffer = framed(shape, sentinel(result_dtype(dtype)), result_dtype(dtype), pitch=(shape[-1] + 16) | 1)
+    tiles = {**TILES, "block_k": 32} if ON_GPU and dtype.itemsize == 1 else TILES   # (8-bit tensor cores' K)
     assert tilemm.grouped_matmul(a, b, None if counted else cut, counts=cut if counted else None, out=c,
-                                 tma=False, **TILES) is c
+                                 tma=False, **tiles) is c
     assert_inside_and_right(c, buffer, a, b, cut, counted)
 
 

@@ -9,6 +9,8 @@ import torch
 import tilemm
 from tilemm.torch import ops as torch_ops
 
+from .conftest import ON_GPU
+
 HOST = ["numpy", "cpu-naive", "cpu-tiled"]
 # the SIMT rungs under the CUDA simulator and tensorcore-f64 under Triton's interpreter, at small tiles
 EMULATED = {"naive": dict(block=4), "naive-global": dict(block=4), "uncoalesced": dict(block=4),
@@ -136,9 +138,12 @@ def test_a_result_needing_no_gradient_takes_the_plain_path():
 FP8 = dict(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2)
 
 
+FP8_DEVICE = "cuda" if ON_GPU else "cpu"     # (scaled_matmul's operands: a GPU's, or the interpreter's CPU)
+
+
 def float8(rows, cols, seed):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(rows, cols, generator=g).to(torch.float8_e4m3fn)
+    return torch.randn(rows, cols, generator=g).to(torch.float8_e4m3fn).to(FP8_DEVICE)
 
 
 def test_scaled_matmul_follows_scaled_mm_s_rule():
@@ -152,8 +157,8 @@ def test_scaled_matmul_follows_scaled_mm_s_rule():
     with pytest.raises(RuntimeError, match="derivative for tilemm.scaled_matmul is not implemented"):
         c.sum().backward()
     with pytest.raises(TypeError, match="out=... arguments don't support automatic differentiation"):
-        tilemm.scaled_matmul(a, b, out_dtype="float32", out=torch.empty(16, 16), **FP8)
-    scale = torch.tensor(2.0, requires_grad=True)                      # a scale that requires grad: the same
+        tilemm.scaled_matmul(a, b, out_dtype="float32", out=torch.empty(16, 16, device=FP8_DEVICE), **FP8)
+    scale = torch.tensor(2.0, device=FP8_DEVICE, requires_grad=True)       # a scale that requires grad: the same
     assert tilemm.scaled_matmul(a.detach(), b, scale, **FP8).requires_grad
 
 

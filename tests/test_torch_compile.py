@@ -11,7 +11,7 @@ from tilemm import api
 from tilemm.torch import ops as torch_ops
 
 from .test_nn import tiny_model, train
-from .test_torch_autograd import FP8, float8
+from .test_torch_autograd import FP8, FP8_DEVICE, float8
 
 OPCHECK_CASES = [((8, 16), (16, 4), "numpy", "", None), ((16,), (16, 4), "cpu-tiled", "block_m=16", None),
                  ((2, 3, 8), (8, 5), "cpu-naive", "", "float64"), ((2, 1, 3, 8), (4, 8, 5), None, "", None)]
@@ -32,7 +32,7 @@ def test_opcheck_scaled_matmul():
     """opcheck's schema test compares each inner op's float8 inputs before and after with
     torch.allclose, which torch does not implement for float8 on the CPU: that one is replaced
     by a bitwise check that the op leaves its inputs as they were."""
-    a, b, scale = float8(16, 32, 1), float8(32, 16, 2), torch.tensor([0.5])
+    a, b, scale = float8(16, 32, 1), float8(32, 16, 2), torch.tensor([0.5], device=FP8_DEVICE)
     args = (a, b, scale, scale, "float32", False, torch_ops.encode_params(FP8))
     before = [x.view(torch.uint8).clone() for x in (a, b)]
     torch.library.opcheck(torch.ops.tilemm.scaled_matmul, args,

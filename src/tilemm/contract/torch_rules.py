@@ -12,11 +12,13 @@ against either catches them: ``mat1 and mat2 shapes cannot be multiplied (10x9 a
 words are torch's on the CPU for operands whose stacks are contiguous (torch picks among mm,
 mv, dot and bmm by the operands' strides and whether they require grad; each says it its way).
 
-Nothing here imports torch: the rules read shapes and dtype names.
+Nothing here imports torch: the rules read shapes and dtype names (and the version of the torch
+already imported, where its words changed).
 """
 from __future__ import annotations
 
 import math
+import sys
 
 
 class TorchShapeError(ValueError, RuntimeError):
@@ -59,6 +61,8 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str) -> Exception | None:
         if sa[-1] != sb[0]:
             return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{sa[-1]}), vec ({sb[0]})")
         if da != db:
+            if torch_before(2, 13):     # (torch 2.11's mv said it as bmm does; 2.12 not read)
+                return TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
             return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(db)}, "
                                   f"{_scalar(da)}, and {_scalar(db)}")
         return None
@@ -81,6 +85,16 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str) -> Exception | None:
     if da != db:
         return TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
     return None
+
+
+def torch_before(major: int, minor: int) -> bool:
+    """Whether the torch already imported (the operands' own) is older than major.minor."""
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "__version__", "")
+    try:
+        return tuple(int(part) for part in version.split(".")[:2]) < (major, minor)
+    except ValueError:
+        return False
 
 
 def check(sa: tuple, sb: tuple, da: str, db: str) -> None:

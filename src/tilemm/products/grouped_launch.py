@@ -93,12 +93,12 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
         raise ValueError(f"grouped_matmul: out has a zero stride (strides {out.stride()}): its elements share memory, "
                          f"and torch refuses to write such a tensor; pass a tensor of its own (out.clone())")
     # (block scales: every block_k the rung takes, 16 to 128, divides the scales' 128-wide blocks)
-    if scales is not None and a.device.type == "cuda":
-        if torch.cuda.get_device_capability(a.device) < (8, 9):
-            raise KernelUnavailable("grouped_matmul: float8 needs compute capability 8.9 or newer")
-        if config["block_k"] % 32:
-            raise ValueError(f"grouped_matmul: block_k={config['block_k']}: the 8-bit tensor-core instruction "
-                             "takes K in multiples of 32")
+    if scales is not None and a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) < (8, 9):
+        raise KernelUnavailable("grouped_matmul: float8 needs compute capability 8.9 or newer")
+    if a.element_size() == 1 and a.device.type == "cuda" and config["block_k"] % 32:
+        # (float8 and int8: Triton's compiler refused such a tile deep inside the launch)
+        raise ValueError(f"grouped_matmul: block_k={config['block_k']}: the 8-bit tensor-core instruction "
+                         "takes K in multiples of 32")
     if (config["small_m"] or 0) > config["block_m"]:
         raise ValueError(f"grouped_matmul: small_m={config['small_m']} is more than block_m={config['block_m']}; the "
                          "short tiles hold a group's last rows, fewer than a tall tile's")
