@@ -1,4 +1,4 @@
-"""Where a Llama model's time goes with torch's Linears and with tilemm's, on the GPU, three parts:
+"""Where a Llama model's time goes with torch's Linears and with tilemm's, on the GPU, in parts:
 
   products  each product of the model's Linears (forward, d(input), d(weight)) timed alone with CUDA
             events: torch.matmul with torch's flags, torch.matmul with reduced-precision reductions
@@ -11,6 +11,9 @@
             training step's): where a product's CPU time goes.
   tune      (--tune) the forward products at 2048 rows with other tiles of rung 10 (TUNE_TILES)
             against its default's and torch's, kernel alone.
+  epilogue  (--parts epilogue) the products of a compiled training step (2052 rows) by the fused-
+            epilogue TMA program as a compiled graph launches it, its default tiles and each
+            candidate's, against cuBLAS, GPU time alone: the step's products in total by each.
   model     a training step, a prefill and a short decode of the Llama model (benchmarks/llama_train.py's)
             per mode: wall time, the time until the call returns to Python (before the device
             synchronizes: near the wall time, the step is bound by the CPU), and the GPU's kernel
@@ -254,6 +257,80 @@ def tune(emit):
         emit(row)
 
 
+# how often one training step of the 4-layer Llama runs each Linear's products (its layers' q and o,
+# k and v, gate and up, down; one LM head)
+STEP_COUNTS = {"q/o": 8, "k/v": 8, "gate/up": 8, "down": 4, "lm_head": 1}
+
+
+def epilogue(emit, rows: int = 2052):
+    """The products of a compiled training step of the Llama's Linears (4 x 513 tokens: forward,
+    d(input), d(weight)) by the fused-epilogue TMA program as a compiled graph launches it (its
+    descriptors made in the program, the rows past the last multiple of 128 summed in the same
+    launch), with its default tiles and each of epilogue_launch.TMA_CANDIDATES, against cuBLAS
+    (torch.mm): the GPU's time alone (a CUDA graph of 10 launches), each answer checked first.
+    A record per product, and one of the step's total (STEP_COUNTS) by cuBLAS, by the default
+    tiles and by the best tiles of each product (what a tile choice per shape could reach)."""
+    from tilemm.engine import epilogue_launch, epilogue_tma_launch
+    from tilemm.engine.tile_model import sliver_rows
+    g = torch.Generator(device="cuda").manual_seed(0)
+    totals = {"cublas": 0.0, "default": 0.0, "best": 0.0}
+    for name, (k, n) in SHAPES.items():
+        x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        w = (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(torch.bfloat16)
+        dy = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=g)
+        for op, (a, b) in {"forward": (x, w.T), "d_input": (dy, w), "d_weight": (dy.T, x)}.items():
+            m, nn, kk = a.shape[0], b.shape[1], a.shape[1]
+            y, mm = torch.empty(m, nn, device="cuda", dtype=torch.bfloat16), torch.empty(m, nn, device="cuda",
+                                                                                    dtype=torch.bfloat16)
+            expected = a.float() @ b.float()
+            rest = sliver_rows(m, nn, kk)
+            whole = epilogue_launch.tma_tiles(m - rest, nn, kk, ())
+            row = {"part": "epilogue", "shape": name, "op": op, "mnk": [m, nn, kk], "sliver_rows": rest,
+                   "default_tiles": whole, "us": {}}
+            for label, tiles in [("default", whole)] + [(encode(t), {**whole, **t})
+                                                        for t in epilogue_launch.TMA_CANDIDATES]:
+                launch = traced_launch(a, b, y, tiles, rest, epilogue_launch, epilogue_tma_launch)
+                try:
+                    y.fill_(float("nan"))
+                    launch()
+                    torch.cuda.synchronize()
+                except Exception as error:            # over the shared memory, or refused
+                    row["us"][label] = f"{type(error).__name__}: {str(error)[:80]}"
+                    continue
+                if not torch.allclose(y.float(), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item()):
+                    row["us"][label] = "wrong answer"
+                    continue
+                row["us"][label] = harness.graph_us(launch, 10)
+            row["cublas_us"] = harness.graph_us(lambda: torch.mm(a, b, out=mm), 10)
+            timed = {label: us for label, us in row["us"].items() if isinstance(us, float)}
+            row["best"] = min(timed, key=timed.get)
+            row["default_vs_cublas"] = row["cublas_us"] / timed["default"]
+            row["best_vs_cublas"] = row["cublas_us"] / timed[row["best"]]
+            count = STEP_COUNTS[name]
+            totals["cublas"] += count * row["cublas_us"]
+            totals["default"] += count * timed["default"]
+            totals["best"] += count * timed[row["best"]]
+            emit(row)
+            print(f"{name:8} {op:9} {m:5} x {nn:5} x {kk:5}  cuBLAS {row['cublas_us']:7.1f} µs  default "
+                  f"{timed['default']:7.1f} ({row['default_vs_cublas']:.3f})  best {row['best_vs_cublas']:.3f} "
+                  f"{row['best']}", file=sys.stderr, flush=True)
+    emit({"part": "epilogue", "step_us": totals, "default_vs_cublas": totals["cublas"] / totals["default"],
+          "best_vs_cublas": totals["cublas"] / totals["best"]})
+
+
+def traced_launch(a, b, y, tiles: dict, rest: int, epilogue_launch, epilogue_tma_launch):
+    """A launch of the TMA program as a compiled graph makes it (wrap: the program itself, so its
+    descriptors are made in it), the sliver of `rest` rows in the same launch."""
+    sliver = None
+    if rest:
+        thin = epilogue_launch.sliver_config({}, rest, int(b.shape[1]))
+        sliver = {key: thin[key] for key in ("block_m", "block_n", "block_k")} | {"rows": rest}
+    read = epilogue_launch.takes_tma(a, b, y, None, True, traced=True)
+    program, grid, args, options = epilogue_tma_launch.arguments(*read, y, None, None, False, None, None, 0, 1.0, 0.0,
+                                                                 tiles, lambda kernel: kernel, sliver=sliver)
+    return lambda: program[grid](*args, **options)
+
+
 def encode(tiles: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in tiles.items())
 
@@ -326,7 +403,7 @@ def profiled(call) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["products", "calls", "model"],
-                    choices=["products", "calls", "stages", "model"])
+                    choices=["products", "calls", "stages", "model", "epilogue"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--decode", type=int, default=16)
     ap.add_argument("--modes", nargs="+", default=["torch", "torch-noreduce", "tilemm", "tilemm-general"],
@@ -346,7 +423,8 @@ def main(argv=None):
     for part in args.parts + ["tune"] * args.tune:
         print(f"[linear_profile] {part}", file=sys.stderr, flush=True)
         {"products": lambda e: products(e, args.kernel), "calls": lambda e: calls(e, args.kernel),
-         "stages": lambda e: stages(e, args.kernel), "tune": tune, "model": lambda e: model_phases(args, e)}[part](emit)
+         "stages": lambda e: stages(e, args.kernel), "tune": tune, "model": lambda e: model_phases(args, e),
+         "epilogue": epilogue}[part](emit)
 
 
 if __name__ == "__main__":
