@@ -118,11 +118,11 @@ def matmul_epilogue_kernel(a_ptr, b_ptr, y_ptr, aux_ptr, bias_ptr, c_ptr, res_pt
         if WIDE == 2:
             acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)
         elif WIDE == 1:
-            acc = tl.dot(a, b, acc, input_precision="ieee")
+            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
         elif UPCAST:
-            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee", out_dtype=tl.float32)
         else:
-            acc = tl.dot(a, b, acc)                       # tensor cores, float32 sums
+            acc = tl.dot(a, b, acc, out_dtype=tl.float32)   # tensor cores, float32 sums
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
