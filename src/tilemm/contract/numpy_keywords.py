@@ -24,6 +24,7 @@ shapes (the plain call's checks). A call that names none of these keywords never
 """
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 
@@ -63,6 +64,9 @@ def split(params: dict, out_dtype) -> tuple[Keywords, dict]:
             raise TypeError(f"matmul() got an unexpected keyword argument {name!r}: numpy.matmul takes no {name}={why}")
     given = {name: params[name] for name in NAMES if name in params}
     kernel_params = {name: value for name, value in params.items() if name not in given}
+    unknown = sorted(kernel_params.keys() - parameter_names())
+    if unknown:       # (before the keywords' values, as numpy.matmul's argument parsing: parrot=True with bad axes)
+        raise TypeError(f"matmul() got an unexpected keyword argument {unknown[0]!r}")
     if "dtype" in given and "signature" in given:
         raise TypeError("cannot specify both 'signature' and 'dtype'")
     if "axis" in given and "axes" in given:
@@ -87,6 +91,13 @@ def split(params: dict, out_dtype) -> tuple[Keywords, dict]:
         checked_dtype(computed_in)
     return (Keywords(casting, computed_in, given.get("axes"), "axes" in given, "axis" in given, order, subok),
             kernel_params)
+
+
+@functools.lru_cache(maxsize=1)
+def parameter_names() -> frozenset:
+    """Every parameter name of a kernel of the ladder (tilemm's own keywords beside NumPy's)."""
+    from tilemm.ladder import registry
+    return frozenset(p.name for kernel in registry.kernels() for p in kernel.params)
 
 
 def checked_choice(name: str, value, choices: tuple, upper: bool = False) -> str:
