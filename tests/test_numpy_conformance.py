@@ -171,29 +171,66 @@ def test_a_repeated_call_with_out_checks_and_writes_again():
         np.testing.assert_array_equal(out, np.matmul(a * scale, a.T.copy(), out=np.zeros((2, 2), np.int8)))
 
 
-# --- torch outs: NumPy's rules, not torch.matmul's ------------------------------------------------
+# --- torch outs: torch.matmul's rules ----------------------------------------------------------------
 
-def test_torch_outs_follow_numpys_rules():
-    """torch.matmul(out=) resizes an out of another shape and refuses another dtype; tilemm takes
-    NumPy's rules for every kind of array: a same_kind cast, NumPy's shapes, nothing resized."""
+def torch_outcome(f, a, b, out, **keywords):
+    """(the error's class and words, or out's shape, strides and values; the warnings' words)."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            got = f(a, b, out=out, **keywords)
+            seen = (got is out, tuple(out.shape), out.stride(), out.tolist())
+        except RuntimeError as error:
+            seen = (RuntimeError, str(error))
+    return seen, [str(w.message).split(" (Triggered internally")[0] for w in caught]
+
+
+def test_torch_outs_follow_torchs_rules():
+    """torch.matmul(out=) resizes an out of another shape (warning where it held elements) and
+    refuses another dtype, in its words: tilemm.matmul does the same for torch tensors."""
+    torch = pytest.importorskip("torch")
+    for sa, sb in (((5, 3), (3, 2)), ((3,), (3,)), ((5, 3), (3,)), ((3,), (3, 2)), ((2, 5, 3), (3, 2)),
+                   ((2, 5, 3), (2, 3, 2)), ((2, 5, 3), (3,))):
+        a, b = torch.ones(sa, dtype=torch.float64), torch.ones(sb, dtype=torch.float64)
+        for out in (torch.zeros(5, 2, dtype=torch.float32), torch.zeros(5, 2, dtype=torch.int32),
+                    torch.zeros(4, 4, dtype=torch.float64), torch.zeros(3, 5, 2, dtype=torch.float64),
+                    torch.empty(0, dtype=torch.float64), torch.zeros(2, 5, dtype=torch.float64).T):
+            ours = torch_outcome(tilemm.matmul, a, b, out.clone() if out.is_contiguous() else out.T.clone().T)
+            theirs = torch_outcome(torch.matmul, a, b, out.clone() if out.is_contiguous() else out.T.clone().T)
+            assert ours == theirs, (sa, sb, tuple(out.shape), out.dtype)
+
+
+def test_a_resized_out_is_never_a_repeated_call_s():
+    """A call that resized its out keeps no plan under the key of the out it was given: the next
+    call with such an out (empty again) is resized and written as the first was, not replayed into
+    the empty one."""
+    torch = pytest.importorskip("torch")
+    from tilemm.plans import cache
+    a, b = torch.randn(5, 3, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    for _ in range(3):
+        out = torch.empty(0, dtype=torch.float64)
+        assert tilemm.matmul(a, b, out=out) is out and out.shape == (5, 2)
+        assert torch.allclose(out, a @ b)
+        assert cache.lookup(a, b, None, torch.empty(0, dtype=torch.float64), None, {})[1] is None
+
+
+def test_torch_outs_under_numpys_keywords_take_numpys_rules():
+    """A call that names NumPy's keywords (casting=, dtype=, ...) takes NumPy's rules for its out
+    too: a same_kind cast into it, NumPy's shapes, nothing resized."""
     torch = pytest.importorskip("torch")
     a, b = torch.ones(5, 3, dtype=torch.float64), torch.ones(3, 2, dtype=torch.float64)
     narrower = torch.zeros(5, 2, dtype=torch.float32)
-    assert tilemm.matmul(a, b, out=narrower) is narrower and bool((narrower == 3).all())
-    with pytest.raises(RuntimeError):                     # torch's own rule, for the record
-        torch.matmul(a, b, out=torch.zeros(5, 2, dtype=torch.float32))
+    assert tilemm.matmul(a, b, out=narrower, casting="same_kind") is narrower and bool((narrower == 3).all())
     with pytest.raises(OutputCastingError, match=r"dtype\('float64'\) to dtype\('int32'\)"):
-        tilemm.matmul(a, b, out=torch.zeros(5, 2, dtype=torch.int32))
+        tilemm.matmul(a, b, out=torch.zeros(5, 2, dtype=torch.int32), casting="same_kind")
     wrong = torch.zeros(4, 4, dtype=torch.float64)
     with pytest.raises(ValueError, match="mismatch in its core dimension"):
-        tilemm.matmul(a, b, out=wrong)
+        tilemm.matmul(a, b, out=wrong, casting="same_kind")
     assert wrong.shape == (4, 4) and not wrong.any()      # not resized, not written
     stacked = torch.zeros(3, 5, 2, dtype=torch.float64)   # leading dimensions: the result repeated
-    tilemm.matmul(a, b, out=stacked)
+    tilemm.matmul(a, b, out=stacked, casting="same_kind")
     assert bool((stacked == 3).all())
-    halves = torch.zeros(5, 2, dtype=torch.bfloat16)      # bfloat16: a float, same kind
-    tilemm.matmul(a, b, out=halves)
-    assert bool((halves == 3).all())
 
 
 # --- the result's dtype object, on every call -----------------------------------------------------

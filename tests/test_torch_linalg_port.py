@@ -2,12 +2,12 @@
 tilemm.matmul where the original calls torch.matmul (torch.mm, torch.bmm, torch.mv and torch.dot
 are torch.matmul on 2-D, 3-D, 2-D @ 1-D and 1-D operands) and keeps the original's assertions,
 on CPU tensors (the default kernel for them runs for real: the sizes are the originals' or
-smaller where noted). Where an original hands torch.matmul an ``out`` of another shape, which
-torch resizes, tilemm keeps NumPy's rule for out= (it is never resized: tilemm.contract.numpy_rules), so the
-port passes an ``out`` of the result's shape and says so."""
+smaller where noted). An ``out`` of another shape is resized, as torch resizes it
+(tilemm.contract.torch_rules)."""
 import itertools
 import math
 import random
+import warnings
 from functools import partial
 
 import numpy as np
@@ -241,8 +241,8 @@ def test_mm_bmm_non_memory_dense():
 def test_broadcast_batched_matmul(seed):
     """The original's: a full stack against a broadcastable smaller one (its dimensions dropped
     from the front or set to 1) and against a matrix or vector, each also expanded, equal to the
-    expanded operands' product and to torch.bmm's; with out= of the result's shape (the original
-    hands a squeezed out that torch resizes)."""
+    expanded operands' product and to torch.bmm's; with out= of the squeezed result's shape, which
+    is resized as torch resizes it."""
     rng = random.Random(seed)
     n_dim, m_dim, p_dim = rng.randint(1, 8), rng.randint(1, 8), rng.randint(1, 8)
     full_batch_dims = [rng.randint(1, 3) for _ in range(rng.randint(1, 3))]
@@ -286,8 +286,10 @@ def test_broadcast_batched_matmul(seed):
                     for r in (rhs, rhs_expanded):
                         result = tilemm.matmul(l, r)
                         assert_close(truth, maybe_squeeze_result(l, r, result))
-                        out = torch.zeros_like(result)         # the result's shape (see the docstring)
-                        tilemm.matmul(l, r, out=out)
+                        out = torch.zeros_like(maybe_squeeze_result(l, r, result))   # resized where squeezed
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore", UserWarning)       # (torch's, on resizing it)
+                            tilemm.matmul(l, r, out=out)
                         assert_close(truth, maybe_squeeze_result(l, r, out))
                 # compare to bmm
                 bmm_result = tilemm.matmul(lhs_expanded.contiguous().view(-1, *lhs_mat_dims),

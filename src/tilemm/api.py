@@ -42,8 +42,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
         computed in the result's dtype and cast into out where ``casting`` allows (else
         ``contract.OutputCastingError``, NumPy's own class, a TypeError); the result's shape, or
         leading dimensions the stack broadcasts to (a (1, 1) out for 1-D @ 1-D). The same rules
-        for torch and CuPy outs, of the operands' kind and device (torch.matmul's own would
-        resize out and refuse another dtype: ``tilemm.contract.numpy_rules``).
+        for CuPy outs, of the operands' kind and device. A torch out takes torch.matmul's rules
+        (``tilemm.contract.torch_rules``): the result's dtype exactly, and resized where its shape
+        is another (NumPy's rules where the call names NumPy's keywords).
     kernel : str, optional
         A name from ``tilemm.kernels()``; None picks the default for the inputs' device; "auto"
         the fastest of the fast rungs for this problem, timed on the first call and then read
@@ -197,7 +198,8 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     kernel : str, optional
         A rung's name (`tilemm.kernels` lists them); None: the default's choice for this problem.
     out : array, optional
-        Where `execute` will write the result (checked here: shape, dtype, device).
+        Where `execute` will write the result (checked here: shape, dtype, device; a torch out of
+        another shape resized here, as torch.matmul resizes it).
     out_dtype : str or dtype, optional
         Compute in and return this dtype, as for `tilemm.matmul`.
     stream : optional
@@ -224,7 +226,7 @@ def plan(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=No
     KernelUnavailable
         The kernel cannot run this problem on this machine (the message says why).
     """
-    casting = "same_kind"
+    casting = None
     if params and not numpy_keywords.KEYWORDS.isdisjoint(params):
         out_dtype, casting, params = numpy_keywords.plan_arguments(a, b, out, out_dtype, params)
     checked = checks.check(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, casting=casting,

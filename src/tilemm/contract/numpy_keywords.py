@@ -325,7 +325,11 @@ def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
     if axes is not None:        # the core axes last, where the product looks for them
         a, b = move(a, axes[0], last(len(axes[0]))), move(b, axes[1], last(len(axes[1])))
     into = out if out is None or axes is None else move(out, axes[2], last(len(axes[2])))
-    if beyond_same_kind:        # casting="unsafe" past what the plain call's checks let by: planned with the rule
+    # a torch out under NumPy's keywords takes NumPy's rules (a plain call's is torch's): planned with them too
+    torch = arrays.torch_if_imported()
+    numpy_out = (out is not None and torch is not None and isinstance(out, torch.Tensor)
+                 and not contract.torch_routed(a, b))
+    if beyond_same_kind or numpy_out:   # casting="unsafe" past what the plain call's checks let by: planned with the rule
         if contract.torch_routed(a, b):
             raise TypeError("matmul: a cast that only casting='unsafe' allows records no autograd graph; cast the "
                             "operands yourself, or call it under torch.no_grad()")

@@ -12,9 +12,8 @@ shape), and ndarray subclasses.
   shapes NumPy's gufunc takes: the result's core dimensions last, and leading (loop) dimensions
   that the operands' stack broadcasts to (the result is repeated along them): a (1, 1) ``out`` for
   1-D @ 1-D. ``out`` may be given by position, or as a tuple of one array.
-- **torch and CuPy outs** follow the same rules. torch.matmul's own differ (it resizes an ``out``
-  of another shape and refuses one of another dtype); tilemm keeps NumPy's for every kind of
-  array, so one call means one thing whatever arrays it is given.
+- **CuPy outs** follow the same rules, as CuPy does. **torch outs** follow torch.matmul's own
+  (tilemm.contract.torch_rules): one of another shape is resized, one of another dtype refused.
 - **ndarray subclasses** (``np.matrix``): computed on their data and handed to the
   ``__array_wrap__`` of the operand of highest ``__array_priority__``, NumPy's own protocol, with
   the context NumPy gives it. A subclass with its own ``__array_ufunc__`` decides matmul itself
@@ -133,13 +132,18 @@ def numpy_or_name(dtype):
     return name if name == "bfloat16" else np.dtype(name)
 
 
+def check_out_place(given: Operand, operand: Operand) -> None:
+    """Refuse an ``out`` (described as ``given``) of another kind or device than the operands (TypeError)."""
+    if (given.kind, given.device) != (operand.kind, operand.device):
+        raise TypeError(f"matmul: out is a {given.kind} array on {given.device}; the result is a "
+                        f"{operand.kind} array on {operand.device}")
+
+
 def check_out_dtype(out, given: Operand, operand: Operand, result: str, casting: str = "same_kind") -> None:
     """Refuse an ``out`` (described as ``given``) that numpy.matmul would refuse before it looks at
     shapes: of another kind or device than the operands (TypeError), of a dtype the result can't be
     cast to under ``casting`` (OutputCastingError)."""
-    if (given.kind, given.device) != (operand.kind, operand.device):
-        raise TypeError(f"matmul: out is a {given.kind} array on {given.device}; the result is a "
-                        f"{operand.kind} array on {operand.device}")
+    check_out_place(given, operand)
     into = out.dtype if isinstance(getattr(out, "dtype", None), np.dtype) else given.dtype   # (its byte order)
     if not castable(result, into, casting):
         raise OutputCastingError(result, into, casting)

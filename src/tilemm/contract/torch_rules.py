@@ -6,6 +6,9 @@ keeps torch's rule: both operands of one dtype (``out_dtype=``, tilemm's own key
 chooses the result's dtype). NumPy arrays keep NumPy's rules, and so do CuPy arrays: CuPy follows
 NumPy, promotion included.
 
+An ``out`` for torch tensors follows torch's rule, not NumPy's: of the result's dtype exactly, and
+resized to the result's shape where it has another (with torch's warning where it held elements).
+
 The errors for torch tensors are of a class that is both NumPy's (ValueError for shapes,
 TypeError for dtypes) and torch's (RuntimeError), with torch's words, so that code written
 against either catches them: ``mat1 and mat2 shapes cannot be multiplied (10x9 and 8x25)``. The
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 
 
 class TorchShapeError(ValueError, RuntimeError):
@@ -95,6 +99,48 @@ def torch_before(major: int, minor: int) -> bool:
         return tuple(int(part) for part in version.split(".")[:2]) < (major, minor)
     except ValueError:
         return False
+
+
+RESIZED = ("An output with one or more elements was resized since it had shape {have}, which does not match the "
+           "required output shape {want}. This behavior is deprecated, and in a future PyTorch release outputs will "
+           "not be resized unless they have zero elements. You can explicitly reuse an out tensor t by resizing it, "
+           "inplace, to zero elements with t.resize_(0).")
+
+
+def out_refusal(sa: tuple, sb: tuple, result: str, given: str) -> Exception | None:
+    """torch.matmul's error for an ``out`` of dtype name ``given`` where the result is ``result``
+    (torch takes an out of the result's dtype alone, and says so as the op it picks does), or None."""
+    if given == result:
+        return None
+    if len(sa) == 1 and len(sb) == 1:                       # torch.dot
+        return TorchTypeError(f"result dtype {_scalar(given)} does not match input dtype {_scalar(result)}")
+    if len(sa) >= 3 and len(sb) == 1:                       # a stack folded into mv's rows
+        return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(given)}, "
+                              f"{_scalar(result)}, and {_scalar(result)}")
+    return TorchTypeError(f"Expected out tensor to have dtype {_cpp(result)}, but got {_cpp(given)} instead")
+
+
+def check_out_dtype(out, sa: tuple, sb: tuple, result: str, given: str, shape: tuple) -> None:
+    """Raise out_refusal's error, if any; where torch resizes its out before it reads the dtype
+    (torch.dot, and a stack folded into one product), after out is resized to the result's shape."""
+    error = out_refusal(sa, sb, result, given)
+    if error is None:
+        return
+    if len(sa) == len(sb) == 1 or max(len(sa), len(sb)) >= 3:
+        resize_out(out, shape, sa, sb)
+    raise error
+
+
+def resize_out(out, shape: tuple, sa: tuple = (), sb: tuple = ()) -> None:
+    """A torch ``out`` made the result's shape as torch.matmul makes it (at::native::resize_output):
+    resized in place where its shape differs, with torch's UserWarning where it held elements (for a
+    vector times a matrix the warning names the row torch multiplies: [1, n])."""
+    if tuple(out.shape) == tuple(shape):
+        return
+    if out.numel():
+        said = (1,) + tuple(shape) if len(sa) == 1 and len(sb) == 2 else shape
+        warnings.warn(RESIZED.format(have=list(out.shape), want=list(said)), UserWarning, stacklevel=4)
+    out.resize_(shape)
 
 
 def check(sa: tuple, sb: tuple, da: str, db: str) -> None:

@@ -11,16 +11,19 @@ from tilemm.choose import default as dispatch
 from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
 from tilemm.ladder import registry
 from tilemm.engine import streams
-from tilemm.numerics.dtypes import HOST_ONLY, check_supported, int_width, result_dtype
+from tilemm.numerics.dtypes import HOST_ONLY, check_supported, dtype_name, int_width, result_dtype
 from tilemm.plans.plan import KernelUnavailable, Plan
 from tilemm.ladder.registry import Problem
 
 
-def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, casting: str = "same_kind",
+def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=None, casting: str | None = None,
           **params) -> Plan:
     """Check everything about ``matmul(a, b, ...)`` and return what would run, in core (a call
     that goes out of core is tilemm.spread.outofcore_plan's: api.plan asks it). ``casting``: NumPy's rule
-    for the operands' cast to out_dtype and the result's into out (tilemm.contract.numpy_keywords)."""
+    for the operands' cast to out_dtype and the result's into out (tilemm.contract.numpy_keywords);
+    None: not named, "same_kind", and a torch out takes torch's rule (tilemm.contract.torch_rules)."""
+    torch_out = casting is None      # (NumPy's keywords bring NumPy's rules for a torch out with them)
+    casting = casting or "same_kind"
     a, b = arrays.as_arrays(a, b)        # lists, scalars, __array__ objects: np.asarray's arrays
     if contract.subclass_wrap(a, b) is not None:     # an ndarray subclass's wrap is matmul()'s: its data here
         a, b = contract.plain(a), contract.plain(b)
@@ -51,7 +54,11 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
             raise TypeError(f"matmul: out_dtype={result} needs NumPy arrays: {da.kind} has no {result} "
                             "to return the result in")
     if out is not None:               # its kind and dtype before the shapes, as NumPy
-        contract.check_out_dtype(out, arrays.describe(out, "out"), da, result, casting)
+        described = arrays.describe(out, "out")
+        if da.kind == "torch" and torch_out:      # torch's rule for its outs (its dtype once the shape is known)
+            contract.check_out_place(described, da)
+        else:
+            contract.check_out_dtype(out, described, da, result, casting)
     exact = None
     if da.kind in ("numpy", "cupy"):  # the dtype object NumPy returns, not merely one equal to it
         exact = contract.result_type(a.dtype, b.dtype, None if out_dtype is None else (out_dtype, result))
@@ -65,7 +72,10 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     batch = contract.broadcast_batch(da.shape[:-2], db.shape[:-2], da.shape, db.shape)
     core = ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
     shape = batch + core
-    if out is not None:               # NumPy's rules for out, before any kernel is looked at
+    if out is not None and da.kind == "torch" and torch_out:      # the result's dtype exactly
+        torch_contract.check_out_dtype(out, da.shape, db.shape, result, dtype_name(out.dtype), shape)
+    resized = out is not None and da.kind == "torch" and torch_out and tuple(out.shape) != shape
+    if out is not None and not resized:   # NumPy's rules for out, before any kernel is looked at
         contract.check_out_shape(out, batch, core)
     if casting == "unsafe" and out_dtype is not None:   # float -> int and the like: cast first, as NumPy does
         a, b = (x if contract.castable(d.dtype, result) else arrays.cast(x, exact or result)
@@ -108,6 +118,9 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     queue = streams.caller_stream(da.kind, da.device, stream) if chosen.device == "cuda" else streams.LEGACY_DEFAULT
     direct = (chosen.name == "numpy" and da.kind == db.kind == "numpy" and da.dtype == db.dtype == result == compute
               and (out_dtype is None or exact.char == np.result_type(a.dtype, b.dtype).char))
+    if resized:       # torch's rule: an out of another shape is made the result's, once every check has passed
+        torch_contract.resize_out(out, shape, da.shape, db.shape)
+        contract.check_out_shape(out, batch, core)        # (its elements, now: torch refuses shared ones)
     fast = None      # the rung's library product for repeated calls (torch.matmul, torch._int_mm)
     if chosen.fast_product and da.kind == db.kind == "torch" and da.device != "cpu" and da.dtype == db.dtype:
         fast = chosen.fast_product(a, b, da.dtype, result, compute)

@@ -212,7 +212,7 @@ def differentiable_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
             raise torch_contract.TorchTypeError(
                 "matmul: functions with out=... arguments don't support automatic differentiation, but one of the "
                 "arguments requires grad (as torch.matmul refuses); drop out= or call it under torch.no_grad()")
-        return copied_into(out, MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None)))
+        return copied_into(out, MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None)), a, b)
     return MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None))
 
 
@@ -224,11 +224,12 @@ def recorded_as_op(a, b) -> bool:
             or contract.python_dispatched(torch, b))
 
 
-def copied_into(out, c):
-    """c written into out, of c's shape and dtype (torch's rule where tilemm's plan can't be asked)."""
-    if out.shape != c.shape or out.dtype != c.dtype:
-        raise ValueError(f"matmul: out has shape {tuple(out.shape)} and dtype {out.dtype}; the result has shape "
-                         f"{tuple(c.shape)} and dtype {c.dtype}")
+def copied_into(out, c, a, b):
+    """c, the product of a and b, written into out by torch's rule for outs (tilemm.contract.torch_rules:
+    refused of another dtype, resized to c's shape)."""
+    torch_contract.check_out_dtype(out, tuple(a.shape), tuple(b.shape), dtypes.dtype_name(c.dtype),
+                                   dtypes.dtype_name(out.dtype), tuple(c.shape))
+    torch_contract.resize_out(out, tuple(c.shape), tuple(a.shape), tuple(b.shape))
     return out.copy_(c)
 
 
@@ -315,7 +316,7 @@ def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         raise torch_contract.TorchTypeError("matmul: functions with out=... arguments don't support automatic "
                                             "differentiation, but one of the arguments requires grad")
-    return copied_into(out, c)
+    return copied_into(out, c, a, b)
 
 
 def dtype_text(dtype) -> Optional[str]:
