@@ -132,10 +132,11 @@ def numpy_or_name(dtype):
     return name if name == "bfloat16" else np.dtype(name)
 
 
-def check_out_place(given: Operand, operand: Operand) -> None:
-    """Refuse an ``out`` (described as ``given``) of another kind or device than the operands (TypeError)."""
+def check_out_place(given: Operand, operand: Operand, error=TypeError) -> None:
+    """Refuse an ``out`` (described as ``given``) of another kind or device than the operands (a
+    TypeError; ``error``, a subclass, for torch's: a RuntimeError as well)."""
     if (given.kind, given.device) != (operand.kind, operand.device):
-        raise TypeError(f"matmul: out is a {given.kind} array on {given.device}; the result is a "
+        raise error(f"matmul: out is a {given.kind} array on {given.device}; the result is a "
                         f"{operand.kind} array on {operand.device}")
 
 

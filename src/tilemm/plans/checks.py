@@ -56,7 +56,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     if out is not None:               # its kind and dtype before the shapes, as NumPy
         described = arrays.describe(out, "out")
         if da.kind == "torch" and torch_out:      # torch's rule for its outs (its dtype once the shape is known)
-            contract.check_out_place(described, da)
+            contract.check_out_place(described, da, torch_contract.TorchTypeError)
         else:
             contract.check_out_dtype(out, described, da, result, casting)
     exact = None
