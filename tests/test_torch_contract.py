@@ -333,3 +333,13 @@ def test_out_with_autograd_is_torch_s_runtime_error():
     a, b = tensors((3, 4), (4, 2), grad=True)
     with pytest.raises(RuntimeError, match="out=... arguments don't support automatic differentiation"):
         tilemm.matmul(a, b, out=torch.empty(3, 2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("sa,sb", [((0, 3), (3, 5)), ((4, 3), (3, 0)), ((2, 0, 3), (3, 5)), ((3, 0), (0,)),
+                                   ((0, 3), (3,))])
+def test_empty_results_are_laid_out_as_torch_s(sa, sb):
+    """An empty result (and a K = 0 one, all zeros) has torch.matmul's shape and strides: a
+    contiguous tensor's, not the zero strides NumPy gives an empty array."""
+    a, b = torch.randn(sa), torch.randn(sb)
+    want, got = torch.matmul(a, b), tilemm.matmul(a, b)
+    assert got.shape == want.shape and got.stride() == want.stride() and torch.equal(got, want)

@@ -146,6 +146,8 @@ def from_host(c: np.ndarray, like: Operand, dtype):
         t = torch.from_numpy(np.asarray(c.astype(np.float32), order="C")).to(torch.bfloat16)
     else:
         t = torch.from_numpy(np.asarray(c.astype(dtype, copy=False), order="C"))
+    if t.numel() == 0:          # (NumPy gives an empty result zero strides; torch, a contiguous tensor's)
+        t = torch.empty(t.shape, dtype=t.dtype)
     return t.to(like.device)
 
 
