@@ -137,7 +137,7 @@ def check_out_place(given: Operand, operand: Operand, error=TypeError) -> None:
     TypeError; ``error``, a subclass, for torch's: a RuntimeError as well)."""
     if (given.kind, given.device) != (operand.kind, operand.device):
         raise error(f"matmul: out is a {given.kind} array on {given.device}; the result is a "
-                        f"{operand.kind} array on {operand.device}")
+                    f"{operand.kind} array on {operand.device}")
 
 
 def check_out_dtype(out, given: Operand, operand: Operand, result: str, casting: str = "same_kind") -> None:
