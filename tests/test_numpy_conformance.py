@@ -530,15 +530,21 @@ def test_gpu_bool(kernel):
 
 
 @pytest.mark.gpu
-def test_gpu_longdouble_refused_before_work_and_outs_follow_numpy():
+def test_gpu_longdouble_refused_before_work_and_outs_follow_torch():
+    """longdouble refused; a CUDA tensor's out takes torch's rules (its dtype exactly, resized to the
+    result's shape), and NumPy's where the call names NumPy's keywords."""
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="longdouble"):
         tilemm.plan(np.ones((4, 4), np.longdouble), np.ones((4, 4), np.longdouble), kernel="cublas")
     a, b = torch.ones(5, 3, device="cuda", dtype=torch.float64), torch.ones(3, 2, device="cuda", dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype double, but got float instead"):
+        tilemm.matmul(a, b, out=torch.zeros(5, 2, device="cuda", dtype=torch.float32))
+    resized = torch.empty(0, device="cuda", dtype=torch.float64)
+    assert tilemm.matmul(a, b, resized) is resized and resized.shape == (5, 2) and bool((resized == 3).all())
     out = torch.zeros(5, 2, device="cuda", dtype=torch.float32)
-    assert tilemm.matmul(a, b, out) is out and bool((out == 3).all())
+    assert tilemm.matmul(a, b, out, casting="same_kind") is out and bool((out == 3).all())
     with pytest.raises(OutputCastingError):
-        tilemm.matmul(a, b, out=torch.zeros(5, 2, device="cuda", dtype=torch.int64))
+        tilemm.matmul(a, b, out=torch.zeros(5, 2, device="cuda", dtype=torch.int64), casting="same_kind")
     with pytest.raises(TypeError, match="out is a torch array on cpu"):
         tilemm.matmul(a, b, out=torch.zeros(5, 2, dtype=torch.float64))
 
