@@ -419,3 +419,13 @@ def test_distributed_grid_of_no_grid():
     """(the uninitialized process group was named, a RuntimeError, rather than the grid)"""
     with pytest.raises(TypeError, match="grid='x'; give a tilemm.distributed.Grid"):
         tilemm.distributed.matmul(torch.ones(4, 3), torch.ones(3, 5), grid="x")
+
+
+@pytest.mark.parametrize("out", [[[0.0, 0.0], [0.0, 0.0]], 5, "x"])
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_an_out_that_is_no_array_is_a_type_error(kind, out):
+    """(NumPy: "return arrays must be of ArrayType"; an AttributeError had come from the call's
+    own bookkeeping before the checks)"""
+    a = np.ones((2, 2)) if kind == "numpy" else torch.ones(2, 2)
+    with pytest.raises(TypeError, match="operand out is a builtins"):
+        tilemm.matmul(a, a, out=out)

@@ -32,10 +32,10 @@ def first_call(key, a, b, kernel, out, out_dtype, stream, params: dict, make):
     native_a, native_b = arrays.native_order(a), arrays.native_order(b)
     if native_a is not a or native_b is not b:     # a copy each call: no plan to replay on the originals
         key, a, b = None, native_a, native_b
-    before = None if out is None else tuple(out.shape)
+    before = getattr(out, "shape", None)        # (an out that is no array: the checks refuse it)
     checked = make(a, b, kernel=kernel, out=out, out_dtype=out_dtype, stream=stream, **params)
-    if before is not None and tuple(out.shape) != before:   # a torch out resized (torch's rule): its key held the
-        key = None                                          # shape it had, which a later call must resize again
+    if out is not None and tuple(out.shape) != tuple(before):   # a torch out resized (torch's rule): its key held
+        key = None                                              # the shape it had, which a later call must resize
     value, record = checked.run(checked.a, checked.b, checked.out, checked.stream)
     if not checked.repeatable:        # the library before Triton: this problem's next call takes the rung
         dispatch.first_call_served(checked.result, checked.problem.m, checked.problem.n, checked.problem.k)
