@@ -177,14 +177,15 @@ def test_cpu_rung_is_timed_beside_the_rung_and_numpy(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["naive", "tiled", "tensorcore-tutorial"])
 def test_gpu_grade_times_the_learner_beside_the_rung_the_one_before_and_cublas(tmp_path, name):
     path = write(tmp_path, name)
-    for attempt in range(2):
+    for attempt in range(3):
         result = grading.grade(path, time_it=True)
         assert result.passed, result.findings
         rows = {r["label"]: r for r in result.speed["rows"]}
         assert set(rows) == {"yours", "the rung", "the rung before", "cuBLAS"}
         assert all("ms" in r and r["ms"] > 0 for r in rows.values()), rows
         # the learner's file is the rung's own kernel at the rung's tiles: within 1.5x of it either way
-        # (timed once more where the GPU was shared, as with the tier's other workers: noise, not the kernel)
+        # (timed again, up to twice, where the GPU was shared, as with the tier's other workers: noise, not
+        # the kernel; 16 workers on one H200 put the naive rung at 5.3 against 3.2 ms in one round)
         if 0.67 < rows["yours"]["ms"] / rows["the rung"]["ms"] < 1.5:
             break
     else:
