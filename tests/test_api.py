@@ -439,6 +439,25 @@ def test_release_memory_forgets_plans_and_workspaces():
     np.testing.assert_array_equal(tilemm.matmul(a, a.T), first)
 
 
+def test_a_plan_refuses_operands_or_an_out_of_another_layout_before_any_work():
+    """tilemm.plan's plan runs again on operands of its own layout alone: another shape, dtype,
+    kind or strides (or an out of another) would run with the plan's (a float64 operand was
+    multiplied as float32; a NumPy one came back a torch tensor). A ValueError instead."""
+    torch = pytest.importorskip("torch")
+    a, b = torch.randn(4, 3), torch.randn(3, 5)
+    checked = tilemm.plan(a, b, kernel="numpy")
+    refused_operands = [(torch.randn(5, 3), b), (a.double(), b.double()), (a.numpy(), b.numpy()),
+                        (torch.randn(3, 4).T, b), (a, torch.randn(5, 3).T)]
+    for x, y in refused_operands:
+        with pytest.raises(ValueError, match="is not laid out as the plan's"):
+            checked.run_again(x, y)
+    for out in (torch.empty(0), torch.empty(4, 5, dtype=torch.float64), np.empty((4, 5), np.float32)):
+        with pytest.raises(ValueError, match="out is not laid out as the plan's"):
+            checked.run_again(a, b, out)
+    a2, out = torch.randn(4, 3), torch.empty(4, 5)
+    assert checked.run_again(a2, b, out) is out and torch.allclose(out, a2 @ b)
+
+
 def test_a_plan_runs_again_on_new_operands_without_its_checks(monkeypatch):
     """Plan.run_again: the checked plan's product on new operands of its layout (what a repeated
     tilemm.matmul call runs), with no check made again; into out where one is given."""

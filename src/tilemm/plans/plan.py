@@ -84,7 +84,11 @@ class Plan:
         """This plan's product on new operands of the same kinds, dtypes, shapes and strides (a
         repeated call, tilemm.plans.calls): in the fewest steps where it has them, numpy.matmul
         (direct), the library's product (fast) or the first call's launches replayed (replay);
-        else run through the backend again, on the caller's stream."""
+        else run through the backend again, on the caller's stream. A plan that keeps its own
+        operands (tilemm.plan's) refuses others of another layout, and an out of another, before
+        any work (ValueError); a repeated call's kept plan has none: its key matched them."""
+        if self.a is not None:
+            self.check_layout(a, b, out)
         if stream is not None and self.kernel.device != "cuda":   # a host plan runs on its own stream:
             streams.handle_of(stream)      # the caller's checked as a first call checks it (stream=1.5 once ran)
         if self.direct:                    # the numpy rung on NumPy operands of the result's dtype
@@ -100,6 +104,28 @@ class Plan:
                 if c is not None:
                     return c
         return self.run_planned(a, b, out, stream)
+
+    def check_layout(self, a, b, out) -> None:
+        """ValueError where a, b or out differ from the plan's own (their kind, dtype, shape,
+        strides and device: what a repeated call's key holds); an out where the plan has none:
+        of the operands' kind and device, the result's dtype and shape."""
+        from tilemm.plans import cache      # (the keys' own functions)
+        for name, new, own in (("a", a, self.a), ("b", b, self.b)):
+            if type(new) is not type(own) or cache.operand_key(new) != cache.operand_key(own):
+                raise ValueError(f"run_again: operand {name} is not laid out as the plan's (its kind, dtype, shape, "
+                                 f"strides and device); plan it with tilemm.plan")
+        if out is None:
+            return
+        if self.out is not None:
+            fits = type(out) is type(self.out) and cache.operand_key(out) == cache.operand_key(self.out)
+        else:
+            given = arrays.describe(out, "out")
+            fits = ((given.kind, given.device, given.dtype, tuple(given.shape))
+                    == (self.operand.kind, self.operand.device, self.result, tuple(self.shape)))
+        if not fits:
+            raise ValueError("run_again: out is not laid out as the plan's (its kind, dtype, shape and device: "
+                             f"{self.operand.kind} {self.result} {tuple(self.shape)} on {self.operand.device}, or as the "
+                             "out it was planned with); plan it with tilemm.plan")
 
     def run_planned(self, a, b, out=None, stream=None):
         """A repeated call through the backend, as a first call runs (what run_again runs where
