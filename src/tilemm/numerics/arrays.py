@@ -29,6 +29,14 @@ def elements_share_memory(shape, strides) -> bool:
     return 0 not in shape and any(step == 0 and size > 1 for step, size in zip(strides, shape))
 
 
+def check_torch_out_memory(name: str, out) -> None:
+    """ValueError (before any work) for a torch ``out`` whose elements share memory, which torch
+    refuses to write: the products whose outs are torch tensors alone (grouped, scaled)."""
+    if out is not None and elements_share_memory(out.shape, out.stride()):
+        raise ValueError(f"{name}: out has a zero stride (strides {out.stride()}): its elements share memory, "
+                         f"and torch refuses to write such a tensor; pass a tensor of its own (out.clone())")
+
+
 def torch_if_imported():
     """torch if the program has imported it, else None. The import statement, not sys.modules
     alone: while another thread is still importing it, sys.modules holds it half made, and the

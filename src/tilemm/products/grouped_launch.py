@@ -89,9 +89,7 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
     if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
                                 and out.device == a.device):
         raise ValueError(f"grouped_matmul: out must be a {lay.shape} tensor of {dtype} on {a.device}")
-    if out is not None and arrays.elements_share_memory(out.shape, out.stride()):
-        raise ValueError(f"grouped_matmul: out has a zero stride (strides {out.stride()}): its elements share memory, "
-                         f"and torch refuses to write such a tensor; pass a tensor of its own (out.clone())")
+    arrays.check_torch_out_memory("grouped_matmul", out)
     # (block scales: every block_k the rung takes, 16 to 128, divides the scales' 128-wide blocks)
     if scales is not None and a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) < (8, 9):
         raise KernelUnavailable("grouped_matmul: float8 needs compute capability 8.9 or newer")

@@ -7,7 +7,7 @@ import contextlib
 import sys
 
 from tilemm.engine import streams
-from tilemm.numerics.arrays import elements_share_memory
+from tilemm.numerics.arrays import check_torch_out_memory
 from tilemm.numerics.keys import typed_items
 from tilemm.plans.cache import operand_key
 
@@ -41,9 +41,7 @@ def check_out(out, m: int, n: int, result_dtype, device) -> None:
         raise ValueError(f"scaled_matmul: out must be a ({m}, {n}) tensor of {result_dtype} on {device}; got "
                          f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', '')} "
                          f"{getattr(out, 'device', '')}")
-    if out is not None and elements_share_memory(out.shape, out.stride()):
-        raise ValueError(f"scaled_matmul: out has a zero stride (strides {out.stride()}): its elements share memory, "
-                         f"and torch refuses to write such a tensor; pass a tensor of its own (out.clone())")
+    check_torch_out_memory("scaled_matmul", out)
 
 
 def device_name(device) -> str:
