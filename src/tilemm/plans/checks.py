@@ -53,9 +53,10 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         if (result in HOST_ONLY or result == "object") and da.kind != "numpy":   # (torch's TypeError from a copy)
             raise TypeError(f"matmul: out_dtype={result} needs NumPy arrays: {da.kind} has no {result} "
                             "to return the result in")
+    torch_rule = out is not None and da.kind == "torch" and torch_out    # torch's rule for this out
     if out is not None:               # its kind and dtype before the shapes, as NumPy
         described = arrays.describe(out, "out")
-        if da.kind == "torch" and torch_out:      # torch's rule for its outs (its dtype once the shape is known)
+        if torch_rule:                # (its dtype once the result's shape is known)
             contract.check_out_place(described, da, torch_contract.TorchTypeError)
         else:
             contract.check_out_dtype(out, described, da, result, casting)
@@ -72,9 +73,9 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     batch = contract.broadcast_batch(da.shape[:-2], db.shape[:-2], da.shape, db.shape)
     core = ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
     shape = batch + core
-    if out is not None and da.kind == "torch" and torch_out:      # the result's dtype exactly
+    if torch_rule:                    # the result's dtype exactly
         torch_contract.check_out_dtype(out, da.shape, db.shape, result, dtype_name(out.dtype), shape)
-    resized = out is not None and da.kind == "torch" and torch_out and tuple(out.shape) != shape
+    resized = torch_rule and tuple(out.shape) != shape
     if out is not None and not resized:   # NumPy's rules for out, before any kernel is looked at
         contract.check_out_shape(out, batch, core)
     if casting == "unsafe" and out_dtype is not None:   # float -> int and the like: cast first, as NumPy does
