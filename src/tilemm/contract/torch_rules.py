@@ -109,12 +109,13 @@ RESIZED = ("An output with one or more elements was resized since it had shape {
 
 def out_refusal(sa: tuple, sb: tuple, result: str, given: str) -> Exception | None:
     """torch.matmul's error for an ``out`` of dtype name ``given`` where the result is ``result``
-    (torch takes an out of the result's dtype alone, and says so as the op it picks does), or None."""
+    (torch takes an out of the result's dtype alone, and says so as the op it picks does; torch 2.11
+    said it for a stack folded into mv as for any other product), or None."""
     if given == result:
         return None
     if len(sa) == 1 and len(sb) == 1:                       # torch.dot
         return TorchTypeError(f"result dtype {_scalar(given)} does not match input dtype {_scalar(result)}")
-    if len(sa) >= 3 and len(sb) == 1:                       # a stack folded into mv's rows
+    if len(sa) >= 3 and len(sb) == 1 and not torch_before(2, 13):   # a stack folded into mv's rows
         return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(given)}, "
                               f"{_scalar(result)}, and {_scalar(result)}")
     return TorchTypeError(f"Expected out tensor to have dtype {_cpp(result)}, but got {_cpp(given)} instead")
