@@ -4,6 +4,7 @@ breaks, one tilemm::linear node a layer, opcheck). On the host the fused-epilogu
 under Triton's interpreter (kernel="tensorcore") and compiles with backend="aot_eager"; the tests
 marked gpu run Inductor, whose graph must hold the program itself."""
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -175,8 +176,11 @@ def test_compiled_model_of_fused_linears():
              if n.op == "call_function" and n.target in (torch.ops.tilemm.linear, torch.ops.tilemm.linear.default)]
     assert len(nodes) == 5
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    y = compiled(x)
-    y.sum().backward()
+    with warnings.catch_warnings(record=True) as seen:     # (functools.cache on the path: Dynamo warned)
+        warnings.simplefilter("always")
+        y = compiled(x)
+        y.sum().backward()
+    assert not [w for w in seen if "Dynamo" in str(w.message)], [str(w.message) for w in seen]
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     y_eager = model(x)

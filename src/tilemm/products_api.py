@@ -274,9 +274,14 @@ def grouped_calls():
     return module
 
 
-@functools.cache
+FUSED_AUTOGRAD = []     # the module, once imported
+
+
 def fused_autograd():
-    """tilemm.torch.fused_autograd, imported at the first call with torch tensors (then a cached
-    look-up: an import statement's Python is a microsecond of a small call's CPU time)."""
-    from tilemm.torch import fused_autograd as module
-    return module
+    """tilemm.torch.fused_autograd, imported at the first call with torch tensors (then a list's
+    look-up: an import statement's Python is a microsecond of a small call's CPU time; not
+    functools.cache, which torch.compile warns of at each traced call)."""
+    if not FUSED_AUTOGRAD:
+        from tilemm.torch import fused_autograd as module
+        FUSED_AUTOGRAD.append(module)
+    return FUSED_AUTOGRAD[0]
