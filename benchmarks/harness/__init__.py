@@ -334,11 +334,12 @@ def append(path, records) -> None:
 
 
 def emitter(path, stamp: dict, show: int = 400):
-    """emit(record): the record, stamped, appended to path and printed (its first `show` characters)."""
+    """emit(record): the record, stamped, appended to path and printed without the stamp (the
+    same at every record) to its first `show` characters."""
     def emit(record: dict) -> None:
-        line = json.dumps({**stamp, **record})
         with open(path, "a") as f:
-            f.write(line + "\n")
+            f.write(json.dumps({**stamp, **record}) + "\n")
+        line = json.dumps(record)
         print(line if len(line) < show else line[:show] + " ...", flush=True)
     return emit
 
