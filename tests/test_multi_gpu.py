@@ -116,6 +116,16 @@ def test_operands_on_two_gpus_or_out_on_another_are_refused_before_any_work(rest
     assert bool((out == 7.0).all())
 
 
+def test_an_out_on_another_gpu_meets_torchs_own_refusal(restore_device):
+    """An out on another GPU than the operands', of their shape or another, or of another dtype:
+    tilemm.matmul raises what torch.matmul raises, in its words, and leaves the out alone."""
+    from .test_numpy_conformance import torch_outcome
+    a, b = torch.ones(5, 3, device="cuda:0"), torch.ones(3, 2, device="cuda:0")
+    for out in (torch.full((5, 2), 7.0, device="cuda:1"), torch.full((4, 4), 7.0, device="cuda:1"),
+                torch.full((5, 2), 7.0, dtype=torch.float64, device="cuda:1")):
+        assert torch_outcome(tilemm.matmul, a, b, out.clone()) == torch_outcome(torch.matmul, a, b, out.clone())
+
+
 def test_cupy_arrays_on_another_device():
     cupy = pytest.importorskip("cupy")
     a, b = operands(5, M, N, K, "float32")
