@@ -6,8 +6,10 @@ empty group and a group of one row; backend="aot_eager" traces the backward as I
 and the GPU test runs Inductor."""
 import warnings
 
+import numpy as np
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounterWithBackend
 
 import tilemm
 from tilemm import api
@@ -54,7 +56,7 @@ def forward_and_gradients(fn, a, b, offs, counts):
     """fn's result and the operands' gradients of a weighted sum of it (fresh leaves of a and b)."""
     a, b = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
     c = fn(a, b, offs, counts)
-    (c * torch.linspace(-1, 1, c.numel(), device=c.device).reshape(c.shape)).sum().backward()
+    (c * torch.linspace(-1, 1, c.numel(), dtype=c.dtype, device=c.device).reshape(c.shape)).sum().backward()
     return c.detach(), a.grad, b.grad
 
 
@@ -68,6 +70,19 @@ def test_compiled_results_and_gradients_equal_eager_ones(name, backend):
     for want, got in zip(eager, traced):
         assert torch.equal(want, got)            # the same programs on the same operands
     check(traced[0], a, b, offs if counts is None else counts, counted=counts is not None)
+
+
+def test_dynamic_shapes_take_other_token_counts_without_recompiling():
+    """A MoE layer's token count changes from step to step: the fake's shapes are symbolic."""
+    counted = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(grouped, fullgraph=True, backend=counted, dynamic=True)
+    b = operand((3, 16, 4), torch.float32, 2)
+    for rows in (8, 11):
+        a = operand((rows, 16), torch.float32, rows)
+        offs = torch.tensor([1, 1, rows], dtype=torch.int32, device=WHERE)
+        eager, traced = (forward_and_gradients(fn, a, b, offs, None) for fn in (grouped, compiled))
+        assert all(torch.equal(want, got) for want, got in zip(eager, traced))
+    assert counted.frame_count == 1
 
 
 @pytest.mark.parametrize("name", ["2d-3d", "masked"])
@@ -118,24 +133,25 @@ def test_gradient_products_zero_the_rows_no_group_covers():
     check(c, a, b, offs)
 
 
-def test_offsets_as_a_list_a_list_of_problems_and_out():
+def test_offsets_as_a_list_or_an_array_a_list_of_problems_and_out():
     a, b = operand((8, 16), torch.float32, 5), operand((2, 16, 4), torch.float32, 6)
     out = torch.full((8, 4), 7.0, device=WHERE)
 
     def f(a, b, out):
         pairs = tilemm.grouped_matmul([a[:3], a[3:]], [b[0], b[1]], **SMALL)
-        return tilemm.grouped_matmul(a, b, [3, 8], out=out, **SMALL), pairs
+        by_array = tilemm.grouped_matmul(a, b, np.array([3, 8], dtype=np.int32), **SMALL)
+        return tilemm.grouped_matmul(a, b, [3, 8], out=out, **SMALL), pairs, by_array
     explained = torch._dynamo.explain(f)(a, b, out)
-    assert explained.graph_break_count == 0 and len(product_nodes(explained, "grouped_matmul")) == 3
-    c, pairs = torch.compile(f, fullgraph=True, backend="aot_eager")(a, b, out)
+    assert explained.graph_break_count == 0 and len(product_nodes(explained, "grouped_matmul")) == 4
+    c, pairs, by_array = torch.compile(f, fullgraph=True, backend="aot_eager")(a, b, out)
     assert c is out
     check(out, a, b, torch.tensor([3, 8], dtype=torch.int32))
-    assert torch.equal(torch.cat(pairs), out)
+    assert torch.equal(torch.cat(pairs), out) and torch.equal(by_array, out)
 
 
 def test_float8_groups_with_block_scales_are_one_node_with_no_gradient():
     e4m3 = torch.float8_e4m3fn
-    a, b = (torch.randn(6, 32) * 3).to(e4m3).to(WHERE), (torch.randn(2, 32, 8) * 3).to(e4m3).to(WHERE)
+    a, b = (torch.randn(6, 32) * 3).to(e4m3).to(WHERE), (torch.randn(2, 8, 32) * 3).to(e4m3).to(WHERE).mT
     scale_a, scale_b = scales_like((6, 1), 1).to(WHERE), scales_like((2, 1, 1), 2).to(WHERE)
     params = dict(SMALL, block_k=32)
 

@@ -34,8 +34,8 @@ def traced_grouped_matmul(a, b, offs, counts, scale_a, scale_b, out_dtype, out, 
     """tilemm.grouped_matmul(a, b, offs, counts=..., ...) on torch tensors while torch.compile or
     torch.export traces it: the eager call's checks, then the op."""
     if not isinstance(b, torch.Tensor):
-        raise TypeError(f"grouped_matmul: operands are {type(a).__name__} and {type(b).__name__}; pass two torch "
-                        "tensors (or two lists of them)")
+        raise TypeError(f"grouped_matmul: operands are {type(a).__name__} and {type(b).__name__}; pass two NumPy "
+                        "arrays, two CuPy arrays or two torch tensors (or two lists of them)")
     scaled = scale_a is not None or scale_b is not None
     offs, counts, lay = grouped.torch_layout(a, b, cut_as_tensor(offs), cut_as_tensor(counts), out_dtype, scaled)
     if scaled:
@@ -51,8 +51,9 @@ def traced_grouped_matmul(a, b, offs, counts, scale_a, scale_b, out_dtype, out, 
 
 
 def cut_as_tensor(cut):
-    """offs or counts as a tensor: a list of ints (checked as the eager call checks it) or a NumPy
-    array as a host int32 tensor (Dynamo reads no NumPy array's dtype); a tensor or None as it is."""
+    """offs or counts as a tensor: a list of ints (checked as the eager call checks it) as a host
+    int32 tensor, a NumPy array as a host tensor of its dtype (Dynamo reads no NumPy array's
+    dtype); a tensor or None as it is."""
     if isinstance(cut, (list, tuple)):
         check_listed(cut)
         return torch.tensor(list(cut), dtype=torch.int32)
