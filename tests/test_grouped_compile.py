@@ -232,7 +232,8 @@ def test_the_op_is_registered_by_tilemm_torch_ops():
 @pytest.mark.parametrize("name", ["2d-3d", "masked", "2d-2d"])
 def test_gpu_inductor_forward_and_backward_match_eager(name):
     """bf16 on the GPU under Inductor, offsets on the GPU: one node, no graph break, the result
-    and gradients as eager's (the same programs: bitwise, but for Inductor's own sums)."""
+    and gradients as eager's within a bf16 rounding (the same programs, but Inductor lays out dC as
+    it likes, and another layout may take the TMA form of the program)."""
     shapes = {"2d-3d": ((1000, 512), (8, 512, 384)), "masked": ((8, 128, 512), (8, 512, 384)),
               "2d-2d": ((384, 1000), (1000, 512))}[name]
     sizes = torch.tensor([0, 1, 300, 17, 0, 128, 500, 54], dtype=torch.int32)
@@ -248,5 +249,5 @@ def test_gpu_inductor_forward_and_backward_match_eager(name):
     eager = forward_and_gradients(lambda a, b, *_: f(a, b), a, b, None, None)
     traced = forward_and_gradients(torch.compile(lambda a, b, *_: f(a, b), fullgraph=True), a, b, None, None)
     for want, got in zip(eager, traced):
-        assert torch.equal(want, got)
+        assert torch.allclose(got.float(), want.float(), rtol=2**-7, atol=2**-7 * float(want.float().abs().max()))
     check(traced[0], a, b, cut, counted=name == "masked")

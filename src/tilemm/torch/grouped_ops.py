@@ -67,12 +67,12 @@ def grouped_matmul_op(a: torch.Tensor, b: torch.Tensor, cut: Optional[torch.Tens
                       scale_a: Optional[torch.Tensor], scale_b: Optional[torch.Tensor], out_dtype: str, params: str,
                       zero_uncovered: bool) -> torch.Tensor:
     """tilemm.grouped_matmul(a, b, offs or counts, ...) as one operator: the eager path."""
-    a, b = a.detach(), b.detach()
+    a, b = a.detach(), b.detach()      # (the autograd of the op is its own: the plans serve detached tensors)
     offs, counts = (None, cut) if counted else (cut, None)
-    if zero_uncovered:           # (a gradient's product: grouped_autograd's launch)
-        lay = layout(a, b, offs, counts, out_dtype)
-        return device_grouped(a, b, cut, lay, None, decode_params(params), zero_uncovered=True)
     kwargs = decode_params(params)
+    if zero_uncovered:                 # (a gradient's product: grouped_autograd's launch)
+        lay = layout(a, b, offs, counts, out_dtype)
+        return device_grouped(a, b, cut, lay, None, kwargs, zero_uncovered=True)
     c = grouped_calls.call(a, b, offs, counts, scale_a, scale_b, out_dtype, None, kwargs)
     if c is grouped_calls.NOT_SERVED:
         c = grouped.grouped_matmul(a, b, offs, counts=counts, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,
@@ -91,6 +91,7 @@ def grouped_matmul_fake(a, b, cut, counted, scale_a, scale_b, out_dtype, params,
 
 
 def save_operands(ctx, inputs, output):
+    """What the backward reads: the operands, the offsets or counts, the layout and the parameters."""
     a, b, cut, counted, scale_a, _, _, params, _ = inputs
     ctx.save_for_backward(a, b, cut)
     offs, counts = (None, cut) if counted else (cut, None)
@@ -98,6 +99,7 @@ def save_operands(ctx, inputs, output):
 
 
 def operand_gradients(ctx, dc):
+    """(dA, dB) by grouped_autograd's rule, each product a call of the op; none for the rest."""
     a, b, cut = ctx.saved_tensors
     da, db = gradients(a, b, cut, ctx.split, dc.to(a.dtype), ctx.params, *ctx.needs_input_grad[:2],
                        product=op_product)
