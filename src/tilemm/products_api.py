@@ -176,11 +176,17 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
     none. Raises ValueError or TypeError naming the problem before any work. A repeated call
     (torch tensors of the same kinds, dtypes, shapes, strides and devices, the same out_dtype and
     params, out given or not alike, no gradient recorded) skips the checks its first call made
-    and replays its launch: offsets or counts on the host are still checked at every call.
+    and replays its launch: offsets or counts on the host are still checked at every call. Under
+    ``torch.compile`` and ``torch.export`` a call on torch tensors is one custom op,
+    ``torch.ops.tilemm.grouped_matmul`` (tilemm.torch.grouped_ops), with these gradients (a list
+    of problems: an op a problem); its shapes, dtypes and parameters are checked while tracing.
     """
     torch = arrays.torch_if_imported()
-    if torch is not None and isinstance(a, torch.Tensor):     # a repeated call: its key's plan (or the path below)
-        calls = grouped_calls()
+    if torch is not None and isinstance(a, torch.Tensor):
+        if api.compiling():           # one op in the graph; Dynamo never sees the plans and replays
+            from tilemm.torch import grouped_ops
+            return grouped_ops.traced_grouped_matmul(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params)
+        calls = grouped_calls()       # a repeated call: its key's plan (or the path below)
         c = calls.call(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params)
         if c is not calls.NOT_SERVED:
             return c

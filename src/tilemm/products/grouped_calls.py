@@ -19,7 +19,9 @@ layout), and the replay is taken only with the recording's 16-byte alignment of 
 C (what Triton specializes on, and TMA's eligibility) and with the operands' GPU current; else the
 plan's launch goes through Triton's JIT (tilemm.engine.jit_repeats), as it does throughout under
 Triton's interpreter. A call that records a gradient, or runs under torch.func transforms, jit
-tracing, forward-mode AD or torch.compile's tracing, is not served here: it takes the usual path.
+tracing or forward-mode AD, is not served here: it takes the usual path. (A call that
+torch.compile traces never reaches this module: the public function makes it the op of
+tilemm.torch.grouped_ops, whose body, run with the compiled graph, calls here.)
 """
 from __future__ import annotations
 
@@ -43,7 +45,6 @@ DECLINED = object()       # an Entry's replay where its launch is not replayed
 SERVED_TYPES = (torch.Tensor, torch.nn.Parameter)
 grad_enabled, functorch_active = torch.is_grad_enabled, torch._C._are_functorch_transforms_active
 jit_tracing, forward_ad = torch._C._is_tracing, torch.autograd.forward_ad
-compiling = torch.compiler.is_compiling
 
 
 class Entry:
@@ -131,7 +132,7 @@ def call_key(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params):
         return None
     if scale_a is None and scale_b is None and grad_enabled() and (a.requires_grad or b.requires_grad):
         return None          # (autograd's: tilemm.torch.grouped_autograd)
-    if functorch_active() or jit_tracing() or forward_ad._current_level >= 0 or compiling():
+    if functorch_active() or jit_tracing() or forward_ad._current_level >= 0:
         return None
     try:
         if params or out_dtype is not None:

@@ -33,15 +33,20 @@ def on_host(cut) -> bool:
 def as_array(cut):
     """offs or counts given as a list or tuple of ints: an int32 NumPy array (a list has no dtype)."""
     if isinstance(cut, (list, tuple)):
-        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in cut):
-            raise ValueError("grouped_matmul: offs and counts given as a list must hold whole numbers")
-        if not all(INT32_MIN <= v <= INT32_MAX for v in cut):     # (NumPy's OverflowError in the cast below)
-            raise ValueError(f"grouped_matmul: offs and counts given as a list must hold int32 values; got {list(cut)}")
+        check_listed(cut)
         return np.asarray(cut, dtype=np.int32).reshape(len(cut))
     if cut is not None and not (hasattr(cut, "ndim") and hasattr(cut, "dtype")):   # (a str: an AttributeError later)
         raise TypeError(f"grouped_matmul: offs and counts are int32 arrays or tensors, or lists of ints; "
                         f"got {type(cut).__name__} {cut!r:.60}")
     return cut
+
+
+def check_listed(cut) -> None:
+    """offs or counts given as a list or tuple: whole numbers within int32's range."""
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in cut):
+        raise ValueError("grouped_matmul: offs and counts given as a list must hold whole numbers")
+    if not all(INT32_MIN <= v <= INT32_MAX for v in cut):     # (NumPy's OverflowError in the cast to int32)
+        raise ValueError(f"grouped_matmul: offs and counts given as a list must hold int32 values; got {list(cut)}")
 
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -86,10 +91,7 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
             raise ValueError(f"grouped_matmul: offs or counts on {getattr(cut, 'device', '?')}; put them on the "
                              f"operands' device ({a.device}) or the host")
     dtype = getattr(torch, lay.dtype)
-    if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
-                                and out.device == a.device):
-        raise ValueError(f"grouped_matmul: out must be a {lay.shape} tensor of {dtype} on {a.device}")
-    arrays.check_torch_out_memory("grouped_matmul", out)
+    check_out(out, lay, a.device)
     # (block scales: every block_k the rung takes, 16 to 128, divides the scales' 128-wide blocks)
     if scales is not None and a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) < (8, 9):
         raise KernelUnavailable("grouped_matmul: float8 needs compute capability 8.9 or newer")
@@ -110,6 +112,17 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
     tiles = tiles_bound(a, b, lay, config["block_m"], config["block_n"])
     programs = r15_grouped.programs_for(tiles, config.pop("programs"))
     return GroupedPlan(r15_grouped, lay, config, programs, dtype, zero_uncovered)
+
+
+def check_out(out, lay: Layout, device) -> None:
+    """out (None: none given): a torch tensor of the result's shape and dtype on the operands'
+    device, its elements apart in memory (ValueError otherwise)."""
+    import torch
+    dtype = getattr(torch, lay.dtype)
+    if out is not None and not (isinstance(out, torch.Tensor) and tuple(out.shape) == lay.shape and out.dtype == dtype
+                                and out.device == device):
+        raise ValueError(f"grouped_matmul: out must be a {lay.shape} tensor of {dtype} on {device}")
+    arrays.check_torch_out_memory("grouped_matmul", out)
 
 
 def fitted_to_shared_memory(r15_grouped, config: dict, params: dict, itemsize: int) -> str | None:

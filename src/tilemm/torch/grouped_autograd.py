@@ -27,8 +27,10 @@ def product(a, b, cut, split, params):
     return device_grouped(a, b, cut if split != BATCHED else None, lay, None, params, zero_uncovered=True)
 
 
-def gradients(a, b, cut, split, dc, params, need_a: bool, need_b: bool):
-    """(dA, dB) of C = grouped(a, b, cut) in layout `split` (None where not needed)."""
+def gradients(a, b, cut, split, dc, params, need_a: bool, need_b: bool, product=product):
+    """(dA, dB) of C = grouped(a, b, cut) in layout `split` (None where not needed), each a
+    product(a, b, cut, split, params): this module's launch for eager autograd, the custom op
+    (tilemm.torch.grouped_ops) where torch.compile traces the backward."""
     da = db = None
     if split in (BATCHED, COUNTED_M):
         if split == COUNTED_M:
