@@ -19,6 +19,7 @@ import numbers
 import numpy as np
 
 from tilemm import api
+from tilemm.contract import numpy_rules
 from tilemm.numerics import arrays
 from tilemm.numerics.epilogue_math import check_activation
 from tilemm.products import grouped, linear as host_epilogues, scaled
@@ -182,17 +183,22 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
     of problems: an op a problem); its shapes, dtypes and parameters are checked while tracing.
     """
     torch = arrays.torch_if_imported()
+    transformed = False               # under torch.func's transforms: the autograd Function's rules
     if torch is not None and isinstance(a, torch.Tensor):
-        if api.compiling():           # one op in the graph; Dynamo never sees the plans and replays
+        transformed = scale_a is None and scale_b is None and numpy_rules.torch_transformed(torch)
+        if api.compiling() or (not transformed and numpy_rules.torch_unplanned(torch, a, b)):
+            # one op in the graph (Dynamo never sees the plans and replays), in a trace and on
+            # tensors without memory (its fake gives their results)
             from tilemm.torch import grouped_ops
             return grouped_ops.traced_grouped_matmul(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params)
         calls = grouped_calls()       # a repeated call: its key's plan (or the path below)
-        c = calls.call(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params)
+        c = calls.NOT_SERVED if transformed else calls.call(a, b, offs, counts, scale_a, scale_b, out_dtype, out,
+                                                            params)
         if c is not calls.NOT_SERVED:
             return c
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return grouped.problems(a, b, offs, counts, out_dtype, out, params, grouped_matmul)
-    if grouped.records_gradient(a, b, scale_a, scale_b):
+    if transformed or grouped.records_gradient(a, b, scale_a, scale_b):
         offs, counts, lay = grouped.torch_layout(a, b, offs, counts, out_dtype)
         grouped.check_differentiable(a, lay, out)
         from tilemm.torch.grouped_autograd import differentiable

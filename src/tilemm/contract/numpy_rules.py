@@ -259,6 +259,11 @@ def autocast_cast(torch, x, dtype):
     return x.to(dtype)
 
 
+def torch_transformed(torch) -> bool:
+    """Whether a torch.func transform (grad, vmap, jvp, ...) or a forward-mode AD level is active."""
+    return torch._C._are_functorch_transforms_active() or dual_level(torch)
+
+
 def dual_level(torch) -> bool:
     """Whether a forward-mode AD level is open (torch.autograd.forward_ad.dual_level)."""
     return torch.autograd.forward_ad._current_level >= 0

@@ -19,12 +19,13 @@ def differentiable(a, b, offs, counts, lay, params):
 
 
 def product(a, b, cut, split, params):
-    """One grouped product for a gradient: a new result, rows that no group covers zeroed."""
+    """One grouped product for a gradient: a new result, rows that no group covers zeroed;
+    itself recorded (a double backward; jacrev and vmap of grad transform the backward's products)."""
     offs, counts = (None, cut) if split == COUNTED_M else (cut, None)
     if split == BATCHED:
         offs = None
     lay = layout(a, b, offs, counts, None)
-    return device_grouped(a, b, cut if split != BATCHED else None, lay, None, params, zero_uncovered=True)
+    return GroupedMatmul.apply(a, b, cut if split != BATCHED else None, lay, params, True)
 
 
 def gradients(a, b, cut, split, dc, params, need_a: bool, need_b: bool, product=product):
@@ -60,15 +61,42 @@ def gradients(a, b, cut, split, dc, params, need_a: bool, need_b: bool, product=
 
 
 class GroupedMatmul(torch.autograd.Function):
+    """The grouped product for autograd and torch.func's transforms (grad, vjp, jacrev, vmap,
+    jvp), as tilemm.torch.ops' MatmulFunction is the plain product's."""
+
     @staticmethod
-    def forward(ctx, a, b, cut, lay, params):
+    def forward(a, b, cut, lay, params, zero_uncovered=False):
+        return device_grouped(a, b, cut, lay, None, params, zero_uncovered=zero_uncovered)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        a, b, cut, lay, params, zero_uncovered = (inputs + (False,))[:6]
         ctx.save_for_backward(a, b, cut) if cut is not None else ctx.save_for_backward(a, b)
-        ctx.split, ctx.params = lay.split, params
-        return device_grouped(a, b, cut, lay, None, params)
+        ctx.save_for_forward(a, b)
+        ctx.cut, ctx.lay, ctx.params, ctx.zero_uncovered = cut, lay, params, zero_uncovered
 
     @staticmethod
     def backward(ctx, dc):
         a, b, *rest = ctx.saved_tensors
         cut = rest[0] if rest else None
-        da, db = gradients(a, b, cut, ctx.split, dc.to(a.dtype), ctx.params, *ctx.needs_input_grad[:2])
-        return da, db, None, None, None
+        da, db = gradients(a, b, cut, ctx.lay.split, dc.to(a.dtype), ctx.params, *ctx.needs_input_grad[:2])
+        return da, db, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, da, db, *_):
+        """dC_g = dA_g @ B_g + A_g @ dB_g: the same grouped product (linear in each operand)."""
+        a, b = ctx.saved_tensors[:2]
+        terms = [GroupedMatmul.apply(x, y, ctx.cut, ctx.lay, ctx.params, ctx.zero_uncovered)
+                 for x, y in ((da, b), (a, db)) if x is not None and y is not None]
+        return None if not terms else terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+    @staticmethod
+    def vmap(info, in_dims, a, b, cut, lay, params, zero_uncovered=False):
+        """A product a batch element (the groups are the program's own batch, and the vmapped
+        dimension may lie in any operand), the results stacked along dimension 0."""
+        def element(x, dim, i):
+            return x if dim is None else x.select(dim, i)
+        results = [GroupedMatmul.apply(element(a, in_dims[0], i), element(b, in_dims[1], i),
+                                       element(cut, in_dims[2], i), lay, params, zero_uncovered)
+                   for i in range(info.batch_size)]
+        return torch.stack(results), 0
