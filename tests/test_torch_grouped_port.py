@@ -24,6 +24,28 @@ def randn(*shape):
     return torch.randn(*shape, device=WHERE, dtype=torch.bfloat16)
 
 
+def stack(rows, row_major, s):
+    """torch's (GROUPS, rows, K) operand: rows K-contiguous or a transposed view, every other
+    group and half of K where strided (s = 1)."""
+    if row_major:
+        return randn(GROUPS * (1 + s), rows, K * (1 + s))[::1 + s, :, :K]
+    return randn(GROUPS * (1 + s), K * (1 + s), rows).transpose(-2, -1)[::1 + s, :, :K]
+
+
+def run_cut(a, b, offs, zero_size):
+    """(out, its upstream gradient) of grouped(a, b^T, offs), an empty first group where zero_size
+    (torch records no backward then)."""
+    a.requires_grad_(True)
+    b.requires_grad_(True)
+    if zero_size:
+        offs[0] = offs[1]
+    out = grouped(a, b.transpose(-2, -1), offs)
+    g = torch.rand_like(out)
+    if not zero_size:
+        out.backward(g)
+    return out, g
+
+
 def check_groups(alist, blist, grads_out, a_grads, b_grads, outs):
     """torch's grouped_mm_helper: each group's result and gradients as torch.mm's (bf16, torch's
     default tolerances for it)."""
@@ -65,17 +87,9 @@ def test_grouped_gemm_2d_2d(strided, a_row_major, b_row_major):
 def test_grouped_gemm_2d_3d(strided, a_row_major, b_row_major, zero_size):
     s = int(strided)
     a = randn(M * GROUPS, K * (1 + s))[:, :K] if a_row_major else randn(K, (M + 2 * s) * GROUPS).t()[:M * GROUPS, :]
-    b = (randn(GROUPS * (1 + s), N, K * (1 + s))[::1 + s, :, :K] if b_row_major
-         else randn(GROUPS * (1 + s), K * (1 + s), N).transpose(-2, -1)[::1 + s, :, :K])
-    a.requires_grad_(True)
-    b.requires_grad_(True)
+    b = stack(N, b_row_major, s)
     offs = torch.arange(M, GROUPS * M + 1, M, device=WHERE, dtype=torch.int32)
-    if zero_size:
-        offs[0] = offs[1]
-    out = grouped(a, b.transpose(-2, -1), offs)
-    g = torch.rand_like(out)
-    if not zero_size:
-        out.backward(g)
+    out, g = run_cut(a, b, offs, zero_size)
     a_grads = [None] * GROUPS if zero_size else pieces(a.grad, offs, 0)
     b_grads = [None] * GROUPS if zero_size else b.grad
     check_groups(pieces(a, offs, 0), b, pieces(g, offs, 0), a_grads, b_grads, pieces(out, offs, 0))
@@ -84,12 +98,7 @@ def test_grouped_gemm_2d_3d(strided, a_row_major, b_row_major, zero_size):
 @pytest.mark.parametrize("strided, a_row_major, b_row_major", LAYOUTS)
 def test_grouped_gemm_3d_3d(strided, a_row_major, b_row_major):
     s = int(strided)
-    a = (randn(GROUPS * (1 + s), M, K * (1 + s))[::1 + s, :, :K] if a_row_major
-         else randn(GROUPS * (1 + s), K * (1 + s), M).transpose(-2, -1)[::1 + s, :, :K])
-    b = (randn(GROUPS * (1 + s), N, K * (1 + s))[::1 + s, :, :K] if b_row_major
-         else randn(GROUPS * (1 + s), K * (1 + s), N).transpose(-2, -1)[::1 + s, :, :K])
-    a.requires_grad_(True)
-    b.requires_grad_(True)
+    a, b = stack(M, a_row_major, s).requires_grad_(True), stack(N, b_row_major, s).requires_grad_(True)
     out = grouped(a, b.transpose(-2, -1))
     g = torch.rand_like(out)
     out.backward(g)
@@ -100,18 +109,10 @@ def test_grouped_gemm_3d_3d(strided, a_row_major, b_row_major):
 @pytest.mark.parametrize("zero_size", [False, True])
 def test_grouped_gemm_3d_2d(strided, a_row_major, b_row_major, zero_size):
     s = int(strided)
-    a = (randn(GROUPS * (1 + s), M, K * (1 + s))[::1 + s, :, :K] if a_row_major
-         else randn(GROUPS * (1 + s), K * (1 + s), M).transpose(-2, -1)[::1 + s, :, :K])
+    a = stack(M, a_row_major, s)
     b = randn(N * GROUPS, K * (1 + s))[:, :K] if b_row_major else randn(K, N * (GROUPS + s)).transpose(-2, -1)[:N * GROUPS, :]
-    a.requires_grad_(True)
-    b.requires_grad_(True)
     offs = torch.arange(N, GROUPS * N + 1, N, device=WHERE, dtype=torch.int32)
-    if zero_size:
-        offs[0] = offs[1]
-    out = grouped(a, b.transpose(-2, -1), offs)
-    g = torch.rand_like(out)
-    if not zero_size:
-        out.backward(g)
+    out, g = run_cut(a, b, offs, zero_size)
     a_grads = [None] * GROUPS if zero_size else a.grad
     b_grads = [None] * GROUPS if zero_size else pieces(b.grad, offs, 0)
     check_groups(a, pieces(b, offs, 0), pieces(g, offs, 1), a_grads, b_grads, pieces(out, offs, 1))
