@@ -120,10 +120,15 @@ def test_an_out_on_another_gpu_meets_torchs_own_refusal(restore_device):
     """An out on another GPU than the operands', of their shape or another, or of another dtype:
     tilemm.matmul raises what torch.matmul raises, in its words, and leaves the out alone."""
     from .test_numpy_conformance import torch_outcome
-    a, b = torch.ones(5, 3, device="cuda:0"), torch.ones(3, 2, device="cuda:0")
-    for out in (torch.full((5, 2), 7.0, device="cuda:1"), torch.full((4, 4), 7.0, device="cuda:1"),
-                torch.full((5, 2), 7.0, dtype=torch.float64, device="cuda:1")):
-        assert torch_outcome(tilemm.matmul, a, b, out.clone()) == torch_outcome(torch.matmul, a, b, out.clone())
+    for sa, sb in (((5, 3), (3, 2)), ((3,), (3,)), ((5, 3), (3,)), ((3,), (3, 2)), ((2, 5, 3), (3, 2)),
+                   ((2, 5, 3), (2, 3, 2)), ((2, 5, 3), (3,)), ((5, 3), (2, 3, 2))):
+        a, b = torch.ones(sa, device="cuda:0"), torch.ones(sb, device="cuda:0")
+        shape = torch.matmul(a, b).shape
+        for where in ("cuda:1", "cpu"):
+            for out in (torch.full(shape, 7.0, device=where), torch.full((4, 4), 7.0, device=where),
+                        torch.full(shape, 7.0, dtype=torch.float64, device=where), torch.empty(0, device=where)):
+                ours = torch_outcome(tilemm.matmul, a, b, out.clone())
+                assert ours == torch_outcome(torch.matmul, a, b, out.clone()), (sa, sb, tuple(out.shape), where)
 
 
 def test_cupy_arrays_on_another_device():

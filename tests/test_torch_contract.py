@@ -343,3 +343,37 @@ def test_empty_results_are_laid_out_as_torch_s(sa, sb):
     a, b = torch.randn(sa), torch.randn(sb)
     want, got = torch.matmul(a, b), tilemm.matmul(a, b)
     assert got.shape == want.shape and got.stride() == want.stride() and torch.equal(got, want)
+
+
+# torch 2.11's words for an out on another device than CUDA operands', read on two H200s
+# (a on cuda:0, out on cuda:1 or the host): the op torch.matmul picks checks devices first
+OUT_DEVICE_WORDS = {
+    ((5, 3), (3, 2), (5, 2)): "self is on cuda:0, different from other tensors on {o} (when checking argument in "
+                              "method wrapper_CUDA_mm_out_out)",
+    ((3,), (3, 2), (2,)): "self is on cuda:0, different from other tensors on {o} (when checking argument in "
+                          "method wrapper_CUDA_mm_out_out)",
+    ((2, 5, 3), (3, 2), (4, 4)): "self is on cuda:0, different from other tensors on {o} (when checking argument "
+                                 "in method wrapper_CUDA_mm_out_out)",
+    ((2, 5, 3), (2, 3, 2), (2, 5, 2)): "self is on cuda:0, different from other tensors on {o} (when checking "
+                                       "argument in method wrapper_CUDA_bmm_out_out)",
+    ((5, 3), (2, 3, 2), (0,)): "self is on cuda:0, different from other tensors on {o} (when checking argument in "
+                               "method wrapper_CUDA_bmm_out_out)",
+    ((5, 3), (3,), (5,)): "mat is on cuda:0, different from other tensors on {o} (when checking argument in "
+                          "method wrapper_CUDA_addmv_out_out)",
+    ((5, 3), (3,), (4, 4)): "self is on cuda:0, different from other tensors on {o} (when checking argument in "
+                            "method wrapper_CUDA_addmv_out_out)",
+    ((2, 5, 3), (3,), (0,)): "mat is on cuda:0, different from other tensors on {o} (when checking argument in "
+                             "method wrapper_CUDA_addmv_out_out)",
+}
+
+
+@pytest.mark.parametrize("sa, sb, out_shape", OUT_DEVICE_WORDS)
+@pytest.mark.parametrize("out_device", ["cuda:1", "cpu"])
+def test_an_out_on_another_device_is_refused_in_torchs_words(sa, sb, out_shape, out_device):
+    words = OUT_DEVICE_WORDS[(sa, sb, out_shape)].format(o=out_device)
+    error = torch_contract.out_device_refusal(sa, sb, out_shape, "cuda:0", out_device)
+    assert isinstance(error, RuntimeError)
+    assert str(error) == "Expected all tensors to be on the same device, but got " + words
+    dot = torch_contract.out_device_refusal((3,), (3,), out_shape, "cuda:0", out_device)
+    assert str(dot) == ("dot: Expected the output and input tensors to be on the same device, but got the output "
+                        f"tensor on {out_device}, the 'input' tensor on cuda:0, and the 'other' tensor on cuda:0")

@@ -121,6 +121,24 @@ def out_refusal(sa: tuple, sb: tuple, result: str, given: str) -> Exception | No
     return TorchTypeError(f"Expected out tensor to have dtype {_cpp(result)}, but got {_cpp(given)} instead")
 
 
+def out_device_refusal(sa: tuple, sb: tuple, out_shape: tuple, device: str, out_device: str) -> Exception:
+    """torch.matmul's error for an ``out`` on out_device where its operands are on the CUDA device
+    ``device``: the device check of the op it picks, which comes before the out's shape and dtype
+    are read, in its words (read from torch 2.11 on two GPUs)."""
+    if len(sa) == 1 and len(sb) == 1:                       # torch.dot
+        return TorchTypeError(f"dot: Expected the output and input tensors to be on the same device, but got the "
+                              f"output tensor on {out_device}, the 'input' tensor on {device}, and the 'other' "
+                              f"tensor on {device}")
+    if len(sb) == 1:            # mv: an out of the result's shape is addmv's `self`, so the matrix differs
+        argument = "mat" if len(sa) >= 3 or tuple(out_shape) == tuple(sa[:1]) else "self"
+        op = "addmv"
+    else:                       # mm (a stack of A folded into its rows) or bmm
+        argument, op = "self", "mm" if len(sb) == 2 else "bmm"
+    return TorchTypeError(f"Expected all tensors to be on the same device, but got {argument} is on {device}, "
+                          f"different from other tensors on {out_device} (when checking argument in method "
+                          f"wrapper_CUDA_{op}_out_out)")
+
+
 def check_out_dtype(out, sa: tuple, sb: tuple, result: str, given: str, shape: tuple) -> None:
     """Raise out_refusal's error, if any; where torch resizes its out before it reads the dtype
     (torch.dot, and a stack folded into one product), after out is resized to the result's shape."""

@@ -57,6 +57,9 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     if out is not None:               # its kind and dtype before the shapes, as NumPy
         described = arrays.describe(out, "out")
         if torch_rule:                # (its dtype once the result's shape is known)
+            if described.kind == "torch" and described.device != da.device and da.device.startswith("cuda"):
+                raise torch_contract.out_device_refusal(da.shape, db.shape, tuple(out.shape), da.device,
+                                                        described.device)
             contract.check_out_place(described, da, torch_contract.TorchTypeError)
         else:
             contract.check_out_dtype(out, described, da, result, casting)
