@@ -81,6 +81,23 @@ def test_other_dtypes_and_transposed_weights(dtype):
     assert wide.dtype == torch.float32
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int8])
+@pytest.mark.parametrize("k_major", [False, True])
+def test_no_tokens_at_all(dtype, k_major):
+    """An expert-parallel rank's empty batch: no rows, every group empty, the weight K-major (as MoE
+    layers hold it; the TMA program's descriptors take no empty dimension) or not: an empty result,
+    and gradients of zeros for the weight."""
+    a = operand((0, 24), dtype, 5)
+    b = operand((3, 16, 24), dtype, 6).mT if k_major else operand((3, 24, 16), dtype, 6)
+    offs = torch.zeros(3, dtype=torch.int32, device=WHERE)
+    c = tilemm.grouped_matmul(a, b, offs, **SMALL)
+    assert c.shape == (0, 16) and c.dtype == (torch.int32 if dtype == torch.int8 else dtype)
+    if dtype != torch.int8:
+        b = b.detach().requires_grad_()
+        tilemm.grouped_matmul(a.requires_grad_(), b, offs, **SMALL).sum().backward()
+        assert a.grad.shape == (0, 24) and torch.equal(b.grad, torch.zeros_like(b))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8])
 @pytest.mark.parametrize("name", ["2d-3d", "masked", "3d-3d"])
 def test_tma_program_reads_the_moe_forward_layouts(name, dtype):

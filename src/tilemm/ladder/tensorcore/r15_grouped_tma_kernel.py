@@ -117,7 +117,9 @@ def grouped_tma_kernel(a_desc, a_short_desc, b_desc, c_ptr, offs_ptr, G, M, N, K
 
 def eligible(a, b, split: int) -> bool:
     """Whether both operands can be read through 2-D descriptors of their stacked rows: A's and B's
-    transposed rows contiguous and packed (no gaps between groups), 16-byte aligned rows and bases."""
+    transposed rows contiguous and packed (no gaps between groups), 16-byte aligned rows and bases,
+    and rows to read in each (a descriptor has no empty dimension: no tokens, or no groups, take
+    the pointer program)."""
     if split not in (SPLIT_M, BATCHED, COUNTED_M) or b.dim() != 3:
         return False
     g, k, n = b.shape
@@ -125,7 +127,7 @@ def eligible(a, b, split: int) -> bool:
     packed_b = b.stride(1) == 1 and b.stride(2) == k and b.stride(0) == n * k
     row_bytes = (a.stride(-2) * a.element_size(), k * b.element_size())
     return (packed_a and packed_b and all(r % 16 == 0 for r in row_bytes)
-            and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0 and k > 0)
+            and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0 and a.numel() > 0 and b.numel() > 0)
 
 
 def launch_arguments(a, b, c, offs, split: int, extent: int, programs: int, block_m: int, block_n: int,
