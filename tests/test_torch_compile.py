@@ -84,6 +84,34 @@ def test_compiled_results_and_gradients_equal_eager_ones():
             assert torch.allclose(eager, traced, rtol=1e-12)
 
 
+# torch.func's transforms of a function that calls tilemm, inside torch.compile: (transform, ...)
+TRANSFORMS = {
+    "jvp": lambda f, x, t: torch.func.jvp(f, (x,), (t,))[1],
+    "jacfwd": lambda f, x, t: torch.func.jacfwd(f)(x[:2]),
+    "grad": lambda f, x, t: torch.func.grad(lambda y: (f(y) * f(t)).sum())(x),
+    "vmap": lambda f, x, t: torch.func.vmap(f)(x.reshape(2, 3, 8)),
+}
+W, BIAS = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+CALLS = {        # tilemm's call, torch's
+    "matmul": (lambda x: tilemm.matmul(x, W.T), lambda x: x @ W.T),
+    "linear": (lambda x: tilemm.linear(x, W, BIAS, "gelu"), lambda x: torch.nn.functional.gelu(x @ W.T + BIAS)),
+    "matmul_epilogue": (lambda x: tilemm.matmul_epilogue(x, W.T, bias=BIAS, activation="silu"),
+                        lambda x: torch.nn.functional.silu(x @ W.T + BIAS)),
+}
+
+
+@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_torch_func_transforms_inside_compile_give_torchs_answers(call, transform):
+    """The custom ops have no forward-mode rule (torch gave a zero tangent, silently) and their
+    fakes failed under grad: inside a transform a compiled call runs outside the graph, eagerly."""
+    torch._dynamo.reset()
+    ours, theirs = CALLS[call]
+    x, t = torch.randn(6, 8, dtype=torch.float64), torch.randn(6, 8, dtype=torch.float64)
+    got = torch.compile(lambda x, t: TRANSFORMS[transform](ours, x, t), backend="aot_eager")(x, t)
+    assert torch.allclose(got, TRANSFORMS[transform](theirs, x, t), rtol=1e-10, atol=1e-12)
+
+
 def test_out_under_compile():
     def f(x, w, out):
         return tilemm.matmul(x, w, out=out)

@@ -302,6 +302,19 @@ def _matmul_vmap(info, in_dims, a, b, kernel, params, out_dtype):
     return vmapped(lambda x, y: torch.ops.tilemm.matmul(x, y, kernel, params, out_dtype), a, b, in_dims[0], in_dims[1])
 
 
+def transformed() -> bool:
+    """Whether a torch.func transform (grad, jvp, jacfwd, vmap, ...) is active: while torch.compile
+    traces one, tilemm's calls run outside the graph (outside_the_graph), as the custom ops have no
+    forward-mode rule (torch gives them a zero tangent, silently) and their fakes fail under grad."""
+    return torch._C._are_functorch_transforms_active()
+
+
+def outside_the_graph(function):
+    """function, which torch.compile runs eagerly, its inner frames untraced (torch.compiler.disable):
+    there tilemm's call takes its autograd Function, which has every transform's rule."""
+    return torch.compiler.disable(function, recursive=True)
+
+
 def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
     """tilemm.matmul as the custom op: while torch.compile, torch.export or torch.jit.trace traces
     it, and on tensors that hold no memory (meta, FakeTensor)."""
