@@ -188,7 +188,7 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
         transformed = scale_a is None and scale_b is None and numpy_rules.torch_transformed(torch)
         if api.compiling() and transformed:      # inside torch.func's transforms: the eager call's rules
             from tilemm.torch.ops import outside_the_graph
-            return outside_the_graph(grouped_matmul)(a, b, offs, counts=counts, out_dtype=out_dtype, out=out,
+            return outside_the_graph(grouped_matmul, a, b, offs, counts=counts, out_dtype=out_dtype, out=out,
                                                      **params)
         if api.compiling() or (not transformed and numpy_rules.torch_unplanned(torch, a, b)):
             # one op in the graph (Dynamo never sees the plans and replays), in a trace and on

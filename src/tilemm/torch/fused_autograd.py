@@ -92,7 +92,7 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     def residual_rows():      # (a copy where the residual is broadcast: not for the library's route)
         return None if residual is None else residual.expand(out_shape).reshape(-1, weight.shape[0])
     if is_compiling() and transformed():      # inside torch.func's transforms: the eager call's rules
-        return outside_the_graph(linear)(x, weight, bias, activation, residual, kernel, params)
+        return outside_the_graph(linear, x, weight, bias, activation, residual, kernel, params)
     if is_compiling():
         rows = x.reshape(-1, x.shape[-1])       # one operator the compiled graph sees into (tilemm.torch.fused_ops)
         from tilemm.torch import fused_ops
@@ -134,7 +134,7 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
     bias_over_m = bias is not None and bias_layout(tuple(bias.shape), m, n)
     bias_1d = None if bias is None else bias.reshape(-1)
     if is_compiling() and transformed():      # inside torch.func's transforms: the eager call's rules
-        return outside_the_graph(matmul_epilogue)(a, b, bias, activation, alpha, beta, c, residual, kernel, params)
+        return outside_the_graph(matmul_epilogue, a, b, bias, activation, alpha, beta, c, residual, kernel, params)
     if is_compiling():
         from tilemm.torch import fused_ops
         save = recording(a, b, bias, c, residual) and needs_aux(activation, residual is not None)

@@ -25,6 +25,8 @@ from typing import Optional
 
 import numpy as np
 import torch
+from torch._C._functorch import TransformType
+from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
 
 from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
 from tilemm.numerics import dtypes
@@ -303,16 +305,23 @@ def _matmul_vmap(info, in_dims, a, b, kernel, params, out_dtype):
 
 
 def transformed() -> bool:
-    """Whether a torch.func transform (grad, jvp, jacfwd, vmap, ...) is active: while torch.compile
-    traces one, tilemm's calls run outside the graph (outside_the_graph), as the custom ops have no
-    forward-mode rule (torch gives them a zero tangent, silently) and their fakes fail under grad."""
-    return torch._C._are_functorch_transforms_active()
+    """Whether the innermost torch.func transform is one of autograd's (grad, vjp, jvp, jacfwd, ...):
+    while torch.compile traces one, tilemm's calls run outside the graph (outside_the_graph), as
+    the custom ops have no forward-mode rule (torch gives them a zero tangent, silently) and their
+    fakes fail under grad. Under vmap the ops' own vmap rules hold."""
+    if not torch._C._are_functorch_transforms_active():
+        return False
+    return retrieve_current_functorch_interpreter().key() != TransformType.Vmap
 
 
-def outside_the_graph(function):
-    """function, which torch.compile runs eagerly, its inner frames untraced (torch.compiler.disable):
-    there tilemm's call takes its autograd Function, which has every transform's rule."""
-    return torch.compiler.disable(function, recursive=True)
+def run(function, *args, **kwargs):
+    return function(*args, **kwargs)
+
+
+# function(*args, **kwargs), which torch.compile runs eagerly, its inner frames untraced (made
+# here, once: a graph break where a traced call reaches it): there tilemm's call takes its
+# autograd Function, which has every transform's rule
+outside_the_graph = torch.compiler.disable(run, recursive=True)
 
 
 def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
