@@ -117,7 +117,7 @@ def test_out_under_compile():
         return tilemm.matmul(x, w, out=out)
     x, w, out = torch.randn(3, 4), torch.randn(4, 2), torch.empty(3, 2)
     assert torch.compile(f, fullgraph=True, backend="aot_eager")(x, w, out) is out
-    assert torch.allclose(out, x @ w)
+    assert torch.allclose(out, x @ w, rtol=1e-5, atol=1e-6)     # (float32: another order of sums near zero)
 
 
 def test_scaled_matmul_is_one_node():

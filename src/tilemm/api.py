@@ -117,10 +117,10 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     if out is not None:
         out = contract.single_out(out)
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the plans
-        from tilemm.torch import ops as torch_ops
-        if torch_ops.transformed():      # inside torch.func's transforms: the eager call's rules
-            return torch_ops.outside_the_graph(matmul, a, b, out=out, kernel=kernel, out_dtype=out_dtype,
-                                                       stream=stream, **params)
+        from tilemm.torch import compiled_transforms, ops as torch_ops
+        if compiled_transforms.transformed():   # inside autograd's torch.func transforms: the eager call's rules
+            return compiled_transforms.outside_the_graph(matmul, a, b, out=out, kernel=kernel, out_dtype=out_dtype,
+                                                         stream=stream, **params)
         return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
     if out is None and not params and type(a) is type(b):   # the usual call: its key and plan in one frame
         key, known = cache.USUAL.get(type(a), cache.usual_lookup)(a, b, kernel, out_dtype)

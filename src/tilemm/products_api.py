@@ -186,10 +186,11 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
     transformed = False               # under torch.func's transforms: the autograd Function's rules
     if torch is not None and isinstance(a, torch.Tensor):
         transformed = scale_a is None and scale_b is None and numpy_rules.torch_transformed(torch)
-        if api.compiling() and transformed:      # inside torch.func's transforms: the eager call's rules
-            from tilemm.torch.ops import outside_the_graph
-            return outside_the_graph(grouped_matmul, a, b, offs, counts=counts, out_dtype=out_dtype, out=out,
-                                                     **params)
+        if api.compiling() and transformed:
+            from tilemm.torch import compiled_transforms
+            if compiled_transforms.transformed():    # inside autograd's torch.func transforms: the eager call's rules
+                return compiled_transforms.outside_the_graph(grouped_matmul, a, b, offs, counts=counts,
+                                                             out_dtype=out_dtype, out=out, **params)
         if api.compiling() or (not transformed and numpy_rules.torch_unplanned(torch, a, b)):
             # one op in the graph (Dynamo never sees the plans and replays), in a trace and on
             # tensors without memory (its fake gives their results)

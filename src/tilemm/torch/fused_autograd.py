@@ -19,7 +19,7 @@ from tilemm.numerics.epilogue_math import activate_torch, needs_aux
 from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
 from tilemm.torch import fused_transforms, linear_calls
-from tilemm.torch.ops import outside_the_graph, transformed
+from tilemm.torch.compiled_transforms import outside_the_graph, transformed
 from tilemm.torch.nn_routes import direct_apply
 
 is_compiling = torch.compiler.is_compiling

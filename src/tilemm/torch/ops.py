@@ -25,8 +25,6 @@ from typing import Optional
 
 import numpy as np
 import torch
-from torch._C._functorch import TransformType
-from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
 
 from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
 from tilemm.numerics import dtypes
@@ -302,26 +300,6 @@ matmul_op.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 @matmul_op.register_vmap
 def _matmul_vmap(info, in_dims, a, b, kernel, params, out_dtype):
     return vmapped(lambda x, y: torch.ops.tilemm.matmul(x, y, kernel, params, out_dtype), a, b, in_dims[0], in_dims[1])
-
-
-def transformed() -> bool:
-    """Whether the innermost torch.func transform is one of autograd's (grad, vjp, jvp, jacfwd, ...):
-    while torch.compile traces one, tilemm's calls run outside the graph (outside_the_graph), as
-    the custom ops have no forward-mode rule (torch gives them a zero tangent, silently) and their
-    fakes fail under grad. Under vmap the ops' own vmap rules hold."""
-    if not torch._C._are_functorch_transforms_active():
-        return False
-    return retrieve_current_functorch_interpreter().key() != TransformType.Vmap
-
-
-def run(function, *args, **kwargs):
-    return function(*args, **kwargs)
-
-
-# function(*args, **kwargs), which torch.compile runs eagerly, its inner frames untraced (made
-# here, once: a graph break where a traced call reaches it): there tilemm's call takes its
-# autograd Function, which has every transform's rule
-outside_the_graph = torch.compiler.disable(run, recursive=True)
 
 
 def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
