@@ -3,6 +3,8 @@ each product as one node with no graph break (fullgraph=True, torch._dynamo.expl
 and its parameters travel in the op's arguments, and compiled results and gradients equal eager
 ones. On the CPU with backend="aot_eager" (AOTAutograd's graphs, run eagerly): inductor's C++
 compile takes tens of seconds here, and the GPU test runs inductor."""
+import warnings
+
 import pytest
 import torch
 
@@ -116,7 +118,10 @@ def test_out_under_compile():
     def f(x, w, out):
         return tilemm.matmul(x, w, out=out)
     x, w, out = torch.randn(3, 4), torch.randn(4, 2), torch.empty(3, 2)
-    assert torch.compile(f, fullgraph=True, backend="aot_eager")(x, w, out) is out
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert torch.compile(f, fullgraph=True, backend="aot_eager")(x, w, out) is out
+    assert not [w for w in seen if "Dynamo" in str(w.message)], [str(w.message) for w in seen]
     assert torch.allclose(out, x @ w, rtol=1e-5, atol=1e-6)     # (float32: another order of sums near zero)
 
 
