@@ -20,6 +20,7 @@ def transformed() -> bool:
 
 
 def run(function, *args, **kwargs):
+    """function(*args, **kwargs)."""
     return function(*args, **kwargs)
 
 
