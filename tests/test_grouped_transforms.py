@@ -72,3 +72,15 @@ def test_jit_trace_holds_the_op_and_runs_again():
     traced = torch.jit.trace(lambda x: grouped(x, b, offs, counts), (a,))
     assert "tilemm::grouped_matmul" in str(traced.graph)
     assert torch.allclose(traced(3 * a), grouped(3 * a, b, offs, counts), **TIGHT)
+
+
+@pytest.mark.parametrize("name", ["2d-3d", "3d-3d"])
+def test_compiled_vmap_keeps_the_op_and_its_vmap_rule(name):
+    """Inside torch.compile, vmap of a grouped call is the op's own vmap rule (an op call a batch
+    element), and equals the eager loop."""
+    torch._dynamo.reset()
+    a, b, offs, counts = arguments(name)
+    batch = torch.stack([a, -a])
+    got = torch.compile(lambda x: torch.func.vmap(lambda r: grouped(r, b, offs, counts))(x), backend="aot_eager")(batch)
+    want = torch.stack([grouped(x, b, offs, counts) for x in batch])
+    assert torch.allclose(got, want, **TIGHT)
