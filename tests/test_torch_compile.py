@@ -91,7 +91,7 @@ TRANSFORMS = {
     "jvp": lambda f, x, t: torch.func.jvp(f, (x,), (t,))[1],
     "jacfwd": lambda f, x, t: torch.func.jacfwd(f)(x[:2]),
     "grad": lambda f, x, t: torch.func.grad(lambda y: (f(y) * f(t)).sum())(x),
-    "vmap": lambda f, x, t: torch.func.vmap(f)(x.reshape(2, 3, 8)),
+    "vmap": lambda f, x, t: torch.func.vmap(f)(x.reshape(2, -1, x.shape[-1])),
 }
 W, BIAS = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
 CALLS = {        # tilemm's call, torch's
@@ -160,6 +160,28 @@ def test_gpu_inductor_linear_stack_matches_eager():
     compiled = torch.compile(model, fullgraph=True)
     eager, traced = model(x), compiled(x)
     assert float((eager.float() - traced.float()).abs().max()) <= 2**-6 * float(eager.float().abs().max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("transform", ["jvp", "grad", "vmap"])
+def test_gpu_transforms_of_tilemms_own_kernels_inside_compile(transform):
+    """float32 on the GPU with tilemm's Triton programs (tensorcore, the fused epilogue, the grouped
+    rung) under torch.func inside torch.compile: torch's answers (the CPU tier's interpreter
+    can't run these: Dynamo traces its frames)."""
+    torch._dynamo.reset()
+    w, bias = torch.randn(64, 32, device="cuda"), torch.randn(64, device="cuda")
+    stacked, offs = torch.stack([w.T, 2 * w.T]), torch.tensor([16, 48], device="cuda", dtype=torch.int32)
+    x, t = torch.randn(48, 32, device="cuda"), torch.randn(48, 32, device="cuda")
+    calls = [(lambda x: tilemm.matmul(x, w.T, kernel="tensorcore"), lambda x: x @ w.T),
+             (lambda x: tilemm.linear(x, w, bias, "gelu", kernel="tensorcore"),
+              lambda x: torch.nn.functional.gelu(x @ w.T + bias))]
+    if transform != "vmap":        # (its offsets cut each batch element's rows)
+        calls.append((lambda x: tilemm.grouped_matmul(x, stacked, offs),
+                      lambda x: torch.cat([x[:16] @ stacked[0], x[16:] @ stacked[1]])))
+    for ours, theirs in calls:
+        got = torch.compile(lambda x, t: TRANSFORMS[transform](ours, x, t))(x, t)
+        want = TRANSFORMS[transform](theirs, x, t)
+        assert torch.allclose(got, want, rtol=1e-3, atol=1e-3 * float(want.abs().max()))
 
 
 @pytest.mark.parametrize("strict", [True, False])
