@@ -283,22 +283,23 @@ def real_number(name: str, value) -> float:
     return float(value)
 
 
-@functools.cache
+# modules imported at the first call with torch tensors (they import torch), then a dict's look-up:
+# an import statement's Python is a microsecond of a small call's CPU time (not functools.cache,
+# which torch.compile warns of at each traced call)
+IMPORTED = {}
+
+
 def grouped_calls():
-    """tilemm.products.grouped_calls (repeated grouped calls), imported at the first call with
-    torch tensors (it imports torch)."""
-    from tilemm.products import grouped_calls as module
-    return module
-
-
-FUSED_AUTOGRAD = []     # the module, once imported
+    """tilemm.products.grouped_calls (repeated grouped calls)."""
+    if "grouped_calls" not in IMPORTED:
+        from tilemm.products import grouped_calls as module
+        IMPORTED["grouped_calls"] = module
+    return IMPORTED["grouped_calls"]
 
 
 def fused_autograd():
-    """tilemm.torch.fused_autograd, imported at the first call with torch tensors (then a list's
-    look-up: an import statement's Python is a microsecond of a small call's CPU time; not
-    functools.cache, which torch.compile warns of at each traced call)."""
-    if not FUSED_AUTOGRAD:
+    """tilemm.torch.fused_autograd."""
+    if "fused_autograd" not in IMPORTED:
         from tilemm.torch import fused_autograd as module
-        FUSED_AUTOGRAD.append(module)
-    return FUSED_AUTOGRAD[0]
+        IMPORTED["fused_autograd"] = module
+    return IMPORTED["fused_autograd"]

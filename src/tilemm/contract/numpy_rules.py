@@ -233,8 +233,7 @@ def torch_unplanned(torch, a, b) -> bool:
     ...), torch.jit.trace or a forward-mode AD level (dual tensors carry tangents a plan would
     drop), or hold no memory a kernel could read (the meta device; FakeTensor and other tensors
     dispatched by Python)."""
-    state = torch._C
-    return (state._is_tracing() or state._are_functorch_transforms_active() or dual_level(torch)
+    return (torch._C._is_tracing() or torch_transformed(torch)
             or a.is_meta or b.is_meta or python_dispatched(torch, a) or python_dispatched(torch, b))
 
 

@@ -11,8 +11,6 @@ them itself). longdouble (and its complex) and object arrays are the host's alon
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -41,20 +39,20 @@ ACCUMULATE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
               "complex64": "complex64", "complex128": "complex128", **{name: name for name in HOST_ONLY}}
 
 
+# NumPy builds a dtype's name anew each time, and every matmul call asks for two: kept once made
+# (a dict, not functools.lru_cache, which torch.compile warns of wherever a traced call reaches it)
+NAMES = {}
+
+
 def dtype_name(dtype) -> str:
     """Canonical name of a NumPy, torch or CuPy dtype ('float32', 'bfloat16', ...)."""
     try:
-        return _cached_name(dtype)
+        return NAMES[dtype]
+    except KeyError:
+        name = NAMES[dtype] = str(dtype).removeprefix("torch.")
+        return name
     except TypeError:                 # not hashable: named afresh
-        return _name(dtype)
-
-
-def _name(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-# NumPy builds a dtype's name anew each time, and every matmul call asks for two: kept once made.
-_cached_name = functools.lru_cache(maxsize=256)(_name)
+        return str(dtype).removeprefix("torch.")
 
 
 def is_integer(name: str) -> bool:

@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import torch
 
-from tilemm.contract.numpy_rules import dual_level
+from tilemm.contract.numpy_rules import torch_transformed
 from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.products import fused
-
-functorch_active = torch._C._are_functorch_transforms_active
-
 
 def active() -> bool:
     """Whether a call runs under a torch.func transform or inside a forward-mode AD dual level
     (where a tensor may carry a tangent): two reads, no tensor inspected."""
-    return functorch_active() or dual_level(torch)
+    return torch_transformed(torch)
 
 
 class EpilogueProduct(torch.autograd.Function):

@@ -227,9 +227,8 @@ def recorded_as_op(a, b) -> bool:
 def copied_into(out, c, a, b):
     """c, the product of a and b, written into out by torch's rule for outs (tilemm.contract.torch_rules:
     refused of another dtype, resized to c's shape)."""
-    # (torch's names as they are: Dynamo warns of dtypes.dtype_name's functools.lru_cache)
-    torch_contract.check_out_dtype(out, tuple(a.shape), tuple(b.shape), str(c.dtype).removeprefix("torch."),
-                                   str(out.dtype).removeprefix("torch."), tuple(c.shape))
+    torch_contract.check_out_dtype(out, tuple(a.shape), tuple(b.shape), dtypes.dtype_name(c.dtype),
+                                   dtypes.dtype_name(out.dtype), tuple(c.shape))
     torch_contract.resize_out(out, tuple(c.shape), tuple(a.shape), tuple(b.shape))
     return out.copy_(c)
 
