@@ -8,6 +8,7 @@ import torch
 
 from tilemm.products.grouped_launch import device_grouped
 from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_K, SPLIT_M, SPLIT_N, layout
+from tilemm.torch.ops import tangent
 
 
 def differentiable(a, b, offs, counts, lay, params):
@@ -86,17 +87,20 @@ class GroupedMatmul(torch.autograd.Function):
     def jvp(ctx, da, db, *_):
         """dC_g = dA_g @ B_g + A_g @ dB_g: the same grouped product (linear in each operand)."""
         a, b = ctx.saved_tensors[:2]
-        terms = [GroupedMatmul.apply(x, y, ctx.cut, ctx.lay, ctx.params, ctx.zero_uncovered)
-                 for x, y in ((da, b), (a, db)) if x is not None and y is not None]
-        return None if not terms else terms[0] if len(terms) == 1 else terms[0] + terms[1]
+        return tangent(da, db, a, b, lambda x, y: GroupedMatmul.apply(x, y, ctx.cut, ctx.lay, ctx.params,
+                                                                        ctx.zero_uncovered))
 
     @staticmethod
     def vmap(info, in_dims, a, b, cut, lay, params, zero_uncovered=False):
-        """A product a batch element (the groups are the program's own batch, and the vmapped
-        dimension may lie in any operand), the results stacked along dimension 0."""
-        def element(x, dim, i):
-            return x if dim is None else x.select(dim, i)
-        results = [GroupedMatmul.apply(element(a, in_dims[0], i), element(b, in_dims[1], i),
-                                       element(cut, in_dims[2], i), lay, params, zero_uncovered)
-                   for i in range(info.batch_size)]
-        return torch.stack(results), 0
+        return per_element(info.batch_size, (a, b, cut), in_dims[:3],
+                           lambda a, b, cut: GroupedMatmul.apply(a, b, cut, lay, params, zero_uncovered))
+
+
+def per_element(size: int, tensors: tuple, dims: tuple, product):
+    """vmap of a grouped product: product(*elements) for each of `size` batch elements (a tensor's
+    slice along its vmapped dimension; where that is None, the tensor itself), stacked along
+    dimension 0 (the groups are the program's own batch, and the vmapped dimension may lie in any
+    operand). Returns (the stack, 0)."""
+    def element(x, dim, i):
+        return x if dim is None else x.select(dim, i)
+    return torch.stack([product(*(element(x, d, i) for x, d in zip(tensors, dims))) for i in range(size)]), 0

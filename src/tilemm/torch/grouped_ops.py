@@ -26,7 +26,7 @@ from tilemm.ladder import registry
 from tilemm.products import grouped, grouped_calls
 from tilemm.products.grouped_checks import COUNTED_M, check_scales, dtype_name, layout
 from tilemm.products.grouped_launch import check_listed, check_out, device_grouped
-from tilemm.torch.grouped_autograd import gradients
+from tilemm.torch.grouped_autograd import gradients, per_element
 from tilemm.torch.ops import decode_params, encode_params
 
 
@@ -116,15 +116,7 @@ grouped_matmul_op.register_autograd(operand_gradients, setup_context=save_operan
 
 @grouped_matmul_op.register_vmap
 def grouped_matmul_vmap(info, in_dims, a, b, cut, counted, scale_a, scale_b, out_dtype, params, zero_uncovered):
-    """torch.func.vmap of the op: a call a batch element (the groups are the program's own batch,
-    and the vmapped dimension may cut any operand's), the results stacked along dimension 0."""
-    def element(x, dim, i):
-        return x if dim is None else x.select(dim, i)
-    tensors = (a, b, cut, scale_a, scale_b)
-    dims = (in_dims[0], in_dims[1], in_dims[2], in_dims[4], in_dims[5])
-    results = []
-    for i in range(info.batch_size):
-        a_i, b_i, cut_i, sa_i, sb_i = (element(x, d, i) for x, d in zip(tensors, dims))
-        results.append(torch.ops.tilemm.grouped_matmul(a_i, b_i, cut_i, counted, sa_i, sb_i, out_dtype, params,
-                                                       zero_uncovered))
-    return torch.stack(results), 0
+    """torch.func.vmap of the op: a call a batch element (grouped_autograd.per_element)."""
+    return per_element(info.batch_size, (a, b, cut, scale_a, scale_b), in_dims[:3] + in_dims[4:6],
+                       lambda a, b, cut, scale_a, scale_b: torch.ops.tilemm.grouped_matmul(
+                           a, b, cut, counted, scale_a, scale_b, out_dtype, params, zero_uncovered))
