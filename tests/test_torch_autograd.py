@@ -2,11 +2,14 @@
 and the Triton interpreter's (CPU tensors), numpy.matmul's shapes (1-D operands, broadcast stacks),
 double backward, the kernel and parameters carried to the backward, out= refused as torch refuses
 it, and scaled_matmul's rule (torch._scaled_mm's: no derivative)."""
+import warnings
+
 import numpy as np
 import pytest
 import torch
 
 import tilemm
+from tilemm.contract import torch_rules as torch_contract
 from tilemm.torch import ops as torch_ops
 
 from .conftest import ON_GPU
@@ -124,6 +127,34 @@ def test_out_with_a_tensor_that_requires_grad_is_refused_as_torch_refuses_it():
     with torch.no_grad():
         assert tilemm.matmul(a, b, out=out) is out
     assert torch.allclose(out, (a @ b).detach())
+
+
+@pytest.mark.parametrize("sa,sb,out_shape", [((3, 4), (4, 2), (3, 2)), ((4,), (4,), ()), ((3, 4), (4,), (3,)),
+                                             ((2, 3, 4), (2, 4, 2), (2, 3, 2)), ((3, 4), (4, 2), (5,))])
+@pytest.mark.parametrize("leaf", [True, False])
+def test_an_out_that_requires_grad_is_refused_in_torch_s_words(sa, sb, out_shape, leaf):
+    """torch.matmul refuses out= where out itself requires grad (the operands do not), first of
+    all its checks and in its words; under torch.no_grad() it writes out, resized where its shape
+    is another. (tilemm wrote a non-leaf out and recorded a copy in the graph, or raised autograd's
+    in-place error for a leaf, after the product.)"""
+    a, b = (x.detach() for x in leaves(sa, sb))
+
+    def out():
+        made = torch.zeros(out_shape, dtype=torch.float64, requires_grad=True)
+        return made if leaf else made * 1
+    for bad in (b, b[..., :1] if b.dim() > 1 else b[:1]):        # shapes that multiply, and shapes that do not
+        given = out()
+        with pytest.raises(RuntimeError) as theirs:
+            torch.matmul(a, bad, out=out())
+        with pytest.raises(RuntimeError) as ours:
+            tilemm.matmul(a, bad, out=given)
+        assert str(ours.value) == str(theirs.value) == torch_contract.OUT_GRADIENT
+        assert given.shape == out_shape and not given.detach().any()
+    given = out()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")                           # (the resize's warning: tested elsewhere)
+        assert tilemm.matmul(a, b, out=given) is given
+    assert torch.allclose(given.detach(), a @ b) and given.requires_grad
 
 
 def test_a_result_needing_no_gradient_takes_the_plain_path():

@@ -101,6 +101,19 @@ def torch_before(major: int, minor: int) -> bool:
         return False
 
 
+# torch.matmul's words where out= meets a tensor that requires grad (the operands or out itself) in grad mode
+OUT_GRADIENT = ("matmul(): functions with out=... arguments don't support automatic differentiation, but one of the "
+                "arguments requires grad.")
+
+
+def check_out_gradient(a, b, out) -> None:
+    """torch.matmul's first check of a call with ``out``: while grad mode is on, none of a, b and
+    out may require grad (torch would have no graph to record the write in); TorchTypeError."""
+    if ((a.requires_grad or b.requires_grad or getattr(out, "requires_grad", False))   # (out: maybe no tensor)
+            and sys.modules["torch"].is_grad_enabled()):
+        raise TorchTypeError(OUT_GRADIENT)
+
+
 RESIZED = ("An output with one or more elements was resized since it had shape {have}, which does not match the "
            "required output shape {want}. This behavior is deprecated, and in a future PyTorch release outputs will "
            "not be resized unless they have zero elements. You can explicitly reuse an out tensor t by resizing it, "
@@ -159,7 +172,11 @@ def resize_out(out, shape: tuple, sa: tuple = (), sb: tuple = ()) -> None:
     if out.numel():
         said = (1,) + tuple(shape) if len(sa) == 1 and len(sb) == 2 else shape
         warnings.warn(RESIZED.format(have=list(out.shape), want=list(said)), UserWarning, stacklevel=4)
-    out.resize_(shape)
+    if out.requires_grad:     # (under no_grad: torch resizes beneath autograd, where Tensor.resize_ refuses it)
+        with sys.modules["torch"]._C._AutoDispatchBelowADInplaceOrView():
+            out.resize_(shape)
+    else:
+        out.resize_(shape)
 
 
 def check(sa: tuple, sb: tuple, da: str, db: str) -> None:

@@ -208,10 +208,7 @@ def differentiable_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
     mode on) or under a torch.func transform: MatmulFunction (out= refused where a gradient is
     recorded, as torch.matmul refuses it)."""
     if out is not None:
-        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-            raise torch_contract.TorchTypeError(
-                "matmul: functions with out=... arguments don't support automatic differentiation, but one of the "
-                "arguments requires grad (as torch.matmul refuses); drop out= or call it under torch.no_grad()")
+        torch_contract.check_out_gradient(a, b, out)      # (torch.matmul's words)
         return copied_into(out, MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None)), a, b)
     return MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None))
 
@@ -310,13 +307,10 @@ def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
     if stream is not None:
         raise TypeError("matmul: stream= is not taken under torch.compile or torch.jit.trace: the graph runs on "
                         "torch's current stream (use torch.cuda.stream(...) around the compiled call)")
+    if out is not None:
+        torch_contract.check_out_gradient(a, b, out)
     c = torch.ops.tilemm.matmul(a, b, kernel, encode_params(params), dtype_text(out_dtype))
-    if out is None:
-        return c
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        raise torch_contract.TorchTypeError("matmul: functions with out=... arguments don't support automatic "
-                                            "differentiation, but one of the arguments requires grad")
-    return copied_into(out, c, a, b)
+    return c if out is None else copied_into(out, c, a, b)
 
 
 def dtype_text(dtype) -> Optional[str]:
