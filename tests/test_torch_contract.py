@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from torch.func import functional_call, grad, jacfwd, jacrev, jvp, vjp, vmap
+from torch.func import functional_call, grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 import tilemm
 from tilemm.plans import cache as plan_cache
@@ -209,6 +209,22 @@ def test_jacrev_of_a_complex_product():
     ours = jacrev(loss(tilemm.matmul), argnums=(0, 1))(real, imag)
     theirs = jacrev(loss(torch.matmul), argnums=(0, 1))(real, imag)
     assert all(torch.allclose(x, y) for x, y in zip(ours, theirs))
+
+
+@pytest.mark.parametrize("sa,sb", [((3,), (3,)), ((2, 3), (3,))])
+@pytest.mark.parametrize("which", [0, 1])
+def test_second_derivatives_through_a_negative_view(sa, sb, which):
+    """hessian and jacfwd(jacrev) of a product of which one operand is a negative view: torch's
+    values (forward-mode AD over tilemm's backward, which viewed the negative view, tripped an
+    internal assert of torch's: has_fw_view)."""
+    x, y = tensors(sa, sb, seed=10)
+    a, b = (x._neg_view(), y) if which == 0 else (x, y._neg_view())
+
+    def loss(product):
+        return lambda p, q: product(p, q).square().sum()
+    assert torch.allclose(hessian(loss(tilemm.matmul), which)(a, b), hessian(loss(torch.matmul), which)(a, b))
+    ours = jacfwd(jacrev(tilemm.matmul, which), which)(a, b)
+    assert torch.allclose(ours, jacfwd(jacrev(torch.matmul, which), which)(a, b))
 
 
 def test_functional_call_over_a_linear():

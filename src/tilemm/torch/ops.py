@@ -206,7 +206,10 @@ def routed_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
 def differentiable_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
     """tilemm.matmul(a, b, ...) of torch tensors that record a gradient (one requires grad, grad
     mode on) or under a torch.func transform: MatmulFunction (out= refused where a gradient is
-    recorded, as torch.matmul refuses it)."""
+    recorded, as torch.matmul refuses it). Conjugate and negative views are resolved first (the
+    kernels read their values from a copy anyway): forward-mode AD over a backward that views a
+    negative view trips an internal assert of torch's (hessian of a 1-D product)."""
+    a, b = a.resolve_conj().resolve_neg(), b.resolve_conj().resolve_neg()
     if out is not None:
         torch_contract.check_out_gradient(a, b, out)      # (torch.matmul's words)
         return copied_into(out, MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None)), a, b)
