@@ -324,6 +324,23 @@ def test_torch_s_errors_and_words():
         assert got.shape == want.shape and got.dtype == want.dtype
 
 
+@pytest.mark.skipif(torch_contract.torch_before(2, 13), reason="torch 2.13's words (mv's out read on 2.13 only)")
+@pytest.mark.parametrize("sa,sb", [((33, 7), (7,)), ((1, 1), (1,)), ((0, 7), (7,)), ((3, 0), (0,))])
+@pytest.mark.parametrize("out_shape", ["result", (5,), (0,)])
+def test_an_out_of_another_dtype_for_a_matrix_times_a_vector_in_torch_s_words(sa, sb, out_shape):
+    """torch.mv takes an out of the result's shape as addmv's `self`, and refuses its dtype in
+    addmv's words; an out of another shape in the words of any other product (tilemm said the
+    latter for both). The out is left as it was."""
+    shape = sa[:1] if out_shape == "result" else out_shape
+    a, b = torch.ones(sa), torch.ones(sb)
+    theirs, ours = torch.zeros(shape, dtype=torch.uint8), torch.zeros(shape, dtype=torch.uint8)
+    with pytest.raises(RuntimeError) as refusal:
+        torch.matmul(a, b, out=theirs)
+    with pytest.raises(TypeError) as raised:
+        tilemm.matmul(a, b, out=ours)
+    assert str(raised.value) == str(refusal.value) and ours.shape == theirs.shape == shape
+
+
 def test_mixed_dtypes_refused_for_torch_promoted_for_numpy():
     with pytest.raises(RuntimeError, match="expected .* and .* to have the same dtype, but got:"):
         tilemm.matmul(torch.ones(2, 3, dtype=torch.int16), torch.ones(3, 2))

@@ -120,15 +120,17 @@ RESIZED = ("An output with one or more elements was resized since it had shape {
            "inplace, to zero elements with t.resize_(0).")
 
 
-def out_refusal(sa: tuple, sb: tuple, result: str, given: str) -> Exception | None:
-    """torch.matmul's error for an ``out`` of dtype name ``given`` where the result is ``result``
-    (torch takes an out of the result's dtype alone, and says so as the op it picks does; torch 2.11
-    said it for a stack folded into mv as for any other product), or None."""
+def out_refusal(sa: tuple, sb: tuple, result: str, given: str, out_shape: tuple = None) -> Exception | None:
+    """torch.matmul's error for an ``out`` of dtype name ``given`` (and shape ``out_shape``) where
+    the result is ``result`` (torch takes an out of the result's dtype alone, and says so as the op
+    it picks does: mv as addmv, whose `self` an out of the result's shape is; torch 2.11 said it for
+    a stack folded into mv as for any other product), or None."""
     if given == result:
         return None
     if len(sa) == 1 and len(sb) == 1:                       # torch.dot
         return TorchTypeError(f"result dtype {_scalar(given)} does not match input dtype {_scalar(result)}")
-    if len(sa) >= 3 and len(sb) == 1 and not torch_before(2, 13):   # a stack folded into mv's rows
+    mv_self = len(sa) >= 3 or (out_shape is not None and tuple(out_shape) == tuple(sa[:1]))
+    if len(sb) == 1 and mv_self and not torch_before(2, 13):   # a stack folded into mv's rows, or mv's own out
         return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(given)}, "
                               f"{_scalar(result)}, and {_scalar(result)}")
     return TorchTypeError(f"Expected out tensor to have dtype {_cpp(result)}, but got {_cpp(given)} instead")
@@ -155,7 +157,7 @@ def out_device_refusal(sa: tuple, sb: tuple, out_shape: tuple, device: str, out_
 def check_out_dtype(out, sa: tuple, sb: tuple, result: str, given: str, shape: tuple) -> None:
     """Raise out_refusal's error, if any; where torch resizes its out before it reads the dtype
     (torch.dot, and a stack folded into one product), after out is resized to the result's shape."""
-    error = out_refusal(sa, sb, result, given)
+    error = out_refusal(sa, sb, result, given, tuple(out.shape))
     if error is None:
         return
     if len(sa) == len(sb) == 1 or max(len(sa), len(sb)) >= 3:
