@@ -341,6 +341,30 @@ def test_an_out_of_another_dtype_for_a_matrix_times_a_vector_in_torch_s_words(sa
     assert str(raised.value) == str(refusal.value) and ours.shape == theirs.shape == shape
 
 
+FOLDED = [((3,), (2, 0, 4, 5)), ((3,), (2, 0, 3, 5)), ((3,), (2, 1, 5)), ((1,), (2, 1, 5)), ((3,), (0, 3, 5)),
+          ((2, 3), (2, 4, 5)), ((2, 3), (2, 3, 5)), ((0, 3), (2, 0, 4, 0))]
+
+
+@pytest.mark.skipif(torch_contract.torch_before(2, 13), reason="torch 2.13's words (its mv's read on 2.13 only)")
+@pytest.mark.parametrize("sa,sb", FOLDED)
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.float32, torch.float64)])
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_folded_stack_of_b_is_refused_in_torch_s_words(sa, sb, dtypes, grad):
+    """A vector or matrix times a stack: torch folds the stack of B into the rows of B^T (mv or mm
+    with A on the right) where A requires grad, where the stack is empty, or (a vector A) where
+    its matrices have one row; its errors then say so (tilemm said bmm's words)."""
+    a, b = torch.ones(sa, dtype=dtypes[0], requires_grad=grad), torch.ones(sb, dtype=dtypes[1])
+    try:
+        torch.matmul(a, b)
+    except RuntimeError as refusal:
+        with pytest.raises(RuntimeError) as raised:
+            tilemm.matmul(a, b)
+        assert str(raised.value) == str(refusal)
+        return
+    if dtypes[0] == dtypes[1]:
+        assert tilemm.matmul(a, b).shape == torch.matmul(a, b).shape
+
+
 def test_mixed_dtypes_refused_for_torch_promoted_for_numpy():
     with pytest.raises(RuntimeError, match="expected .* and .* to have the same dtype, but got:"):
         tilemm.matmul(torch.ones(2, 3, dtype=torch.int16), torch.ones(3, 2))

@@ -46,9 +46,11 @@ SCALAR_NAMES = {"float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "
                 "uint32": "UInt32", "uint64": "UInt64"}
 
 
-def refusal(sa: tuple, sb: tuple, da: str, db: str) -> Exception | None:
+def refusal(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False) -> Exception | None:
     """The error torch.matmul raises for operands of shapes sa, sb and dtype names da, db, in the
-    order torch checks (shapes before dtypes, but for two vectors), or None where it multiplies them."""
+    order torch checks (shapes before dtypes, but for two vectors), or None where it multiplies them.
+    a_grad: A requires grad and there is no out (torch then folds B's stack, as it does for one
+    that is empty, or a vector times a stack of one-row matrices)."""
     ra, rb = len(sa), len(sb)
     if ra == 0 or rb == 0:
         return TorchShapeError(f"both arguments to matmul need to be at least 1D, but they are {ra}D and {rb}D")
@@ -78,6 +80,8 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str) -> Exception | None:
         if da != db:
             return TorchTypeError(f"expected m1 and m2 to have the same dtype, but got: {_cpp(da)} != {_cpp(db)}")
         return None
+    if ra <= 2 and (a_grad or ra == 1 and (math.prod(sb) == 0 or sb[-2] == 1)):
+        return _folded_b(sa, sb, da, db)
     batch = _broadcast(sa[:-2], sb[:-2])                    # torch.bmm of the broadcast stacks
     if isinstance(batch, Exception):
         return batch
@@ -88,6 +92,26 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str) -> Exception | None:
                                f"got: [{count}, {k2}].")
     if da != db:
         return TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
+    return None
+
+
+def _folded_b(sa: tuple, sb: tuple, da: str, db: str) -> Exception | None:
+    """refusal's error where torch folds B's stack into the rows of B^T (a stack that is contiguous)
+    and multiplies them by A on the right: mm with A^T for a matrix A, mv for a vector."""
+    rows, k2, k = math.prod(sb[:-2]) * sb[-1], sb[-2], sa[-1]
+    if len(sa) == 1:
+        if k2 != k:
+            return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{k2}), vec ({k})")
+        if da != db and torch_before(2, 13):
+            return TorchTypeError(f"expected scalar type {_scalar(db)} but found {_scalar(da)}")
+        if da != db:
+            return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(da)}, "
+                                  f"{_scalar(db)}, and {_scalar(da)}")
+        return None
+    if k2 != k:
+        return TorchShapeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k2} and {k}x{sa[0]})")
+    if da != db:
+        return TorchTypeError(f"expected m1 and m2 to have the same dtype, but got: {_cpp(db)} != {_cpp(da)}")
     return None
 
 
@@ -181,9 +205,9 @@ def resize_out(out, shape: tuple, sa: tuple = (), sb: tuple = ()) -> None:
         out.resize_(shape)
 
 
-def check(sa: tuple, sb: tuple, da: str, db: str) -> None:
+def check(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False) -> None:
     """Raise torch.matmul's error for these operands (see refusal), if it has one."""
-    error = refusal(tuple(sa), tuple(sb), da, db)
+    error = refusal(tuple(sa), tuple(sb), da, db, a_grad)
     if error is not None:
         raise error
 
