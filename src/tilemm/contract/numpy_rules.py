@@ -16,8 +16,9 @@ shape), and ndarray subclasses.
   (tilemm.contract.torch_rules): one of another shape is resized, one of another dtype refused.
 - **ndarray subclasses** (``np.matrix``): computed on their data and handed to the
   ``__array_wrap__`` of the operand of highest ``__array_priority__``, NumPy's own protocol, with
-  the context NumPy gives it. A subclass with its own ``__array_ufunc__`` decides matmul itself
-  (NumPy asks it, not its loops): tilemm refuses it.
+  the context NumPy gives it; an ``out`` of a subclass is written through its data and handed to
+  its own ``__array_wrap__``, as NumPy hands it. A subclass with its own ``__array_ufunc__``
+  decides matmul itself (NumPy asks it, not its loops): tilemm refuses it.
 """
 from __future__ import annotations
 
@@ -96,6 +97,14 @@ def result_type(a_dtype, b_dtype, asked=None) -> np.dtype:
     return np.result_type(a_dtype, b_dtype)
 
 
+def dtype_of_class(dtype):
+    """A DType class (np.dtypes.Float32DType) as the dtype NumPy's keywords read it for (np.dtype
+    reads a class as a Python type: object); anything else as it is."""
+    if isinstance(dtype, type) and issubclass(dtype, np.dtype):
+        return np.dtype(dtype.type)
+    return dtype
+
+
 def dtype_key(dtype):
     """A hashable key that tells dtypes NumPy returns apart: ``np.dtype('l') == np.dtype('q')``
     (same hash), their chars differ."""
@@ -132,6 +141,30 @@ def numpy_or_name(dtype):
     return name if name == "bfloat16" else np.dtype(name)
 
 
+def check_out_writeable(out) -> None:
+    """Refuse a read-only NumPy ``out`` (ValueError), which NumPy refuses before it looks at the
+    operands' dtypes or shapes."""
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError("matmul: output array is read-only")
+
+
+def check_operand_dtypes(first, second) -> None:
+    """Refuse (TypeError) operands of dtypes NumPy has no loop for, or that tilemm does not
+    multiply: ``first`` and ``second`` their dtypes (np.dtype, torch's or CuPy's). Beside an
+    object operand, NumPy's object loop takes any dtype it promotes to object (str, bytes,
+    datetimes: their Python objects' own + and *), and so does tilemm's numpy rung (not structured
+    or void dtypes)."""
+    kinds = (getattr(first, "kind", None), getattr(second, "kind", None))
+    if "O" in kinds and "V" not in kinds and isinstance(first, np.dtype) and isinstance(second, np.dtype):
+        try:
+            if np.result_type(first, second).kind == "O":
+                return
+        except TypeError:
+            pass
+    for i, dtype in enumerate((first, second)):   # (a NumPy dtype of either byte order by its name)
+        check_supported(dtype_name(dtype.newbyteorder("=") if isinstance(dtype, np.dtype) else dtype), str(i))
+
+
 def check_out_place(given: Operand, operand: Operand, error=TypeError) -> None:
     """Refuse an ``out`` (described as ``given``) of another kind or device than the operands (a
     TypeError; ``error``, a subclass, for torch's: a RuntimeError as well)."""
@@ -160,8 +193,7 @@ def check_out_shape(out, batch: tuple, core: tuple) -> None:
     other than the result's core dimensions after loop dimensions that the stack ``batch``
     broadcasts to (ValueError); and a torch out that torch.matmul would refuse, its elements
     sharing memory (OverlappingOutError)."""
-    if isinstance(out, np.ndarray) and not out.flags.writeable:
-        raise ValueError("matmul: output array is read-only")
+    check_out_writeable(out)
     shape = tuple(out.shape)
     strides = out.stride() if callable(getattr(out, "stride", None)) else ()
     if elements_share_memory(shape, strides):
@@ -211,6 +243,17 @@ def subclass_wrap(a, b):
         array = np.asarray(value)            # a NumPy scalar (1-D @ 1-D) as its 0-d array
         return chosen.__array_wrap__(array, context, array.ndim == 0)
     return wrap
+
+
+def wrapped_out(out) -> bool:
+    """Whether numpy.matmul returns what ``out``'s ``__array_wrap__`` makes of it: an ndarray subclass."""
+    return isinstance(out, np.ndarray) and type(out) is not np.ndarray
+
+
+def out_wrap(a, b, out):
+    """What numpy.matmul returns for an ndarray subclass ``out`` once written: its __array_wrap__'s
+    answer, given the context NumPy gives it (the operands and out; never a scalar)."""
+    return out.__array_wrap__(out, (np.matmul, (a, b, out), 0), False)
 
 
 def plain(x):

@@ -77,6 +77,8 @@ def as_arrays(a, b):
         return a, b
     device = [x for x in (a, b) if device_kind(x)]
     if not device:
+        for i, x in enumerate((a, b)):
+            check_no_ufunc_override(i, x)
         return tuple(x if isinstance(x, np.ndarray) else np.asarray(x) for x in (a, b))
     for i, x in enumerate((a, b)):
         if not (isinstance(x, np.ndarray) or device_kind(x)):
@@ -87,6 +89,20 @@ def as_arrays(a, b):
                             f"{kind} array; tilemm converts array-likes as numpy.matmul does only beside NumPy "
                             f"arrays: pass {fix}")
     return a, b
+
+
+def check_no_ufunc_override(i: int, x) -> None:
+    """Refuse (TypeError) an array-like with an ``__array_ufunc__`` of its own, to which numpy.matmul
+    hands the call (its answer is its own, not a product of np.asarray(x)), or None, with which it
+    refuses ufuncs (NumPy's TypeError). ndarrays (their subclasses: tilemm.contract.numpy_rules)
+    and NumPy scalars keep NumPy's."""
+    override = getattr(type(x), "__array_ufunc__", np.ndarray.__array_ufunc__)
+    if override is np.ndarray.__array_ufunc__ or isinstance(x, (np.ndarray, np.generic)):
+        return
+    if override is None:
+        raise TypeError(f"operand '{type(x).__name__}' does not support ufuncs (__array_ufunc__=None)")
+    raise TypeError(f"matmul: operand {i} is a {type(x).__module__}.{type(x).__name__}, whose __array_ufunc__ "
+                    "answers numpy.matmul itself; tilemm multiplies arrays (pass np.asarray(x))")
 
 
 def device_kind(x) -> str | None:
@@ -259,6 +275,12 @@ def to_device(x: np.ndarray, dtype: str | None = None):
     except ImportError:
         import torch
         return torch.from_numpy(np.ascontiguousarray(x)).cuda()
+
+
+def torch_readable(x: np.ndarray) -> np.ndarray:
+    """x as torch.from_numpy takes it: NumPy's unsigned long long ('Q', uint64 by another char than
+    np.uint64's, which torch refuses) viewed as np.uint64; anything else as it is."""
+    return x.view(np.uint64) if x.dtype.char == "Q" and np.dtype(np.uint64).char != "Q" else x
 
 
 def host_bfloat16(x: np.ndarray):
