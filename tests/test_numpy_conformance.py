@@ -511,6 +511,26 @@ def test_unsigned_long_long_operands_on_the_triton_rungs_and_the_library(kernel)
     assert want.dtype.char == "Q"
 
 
+@pytest.mark.parametrize("kernel", [None, "numpy", "cpu-naive", "cpu-tiled", "naive", "tensorcore-f64"])
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 5)), ((3, 4), (4,)), ((4,), (4, 5)), ((2, 3, 4), (4,)),
+                                    ((2, 3, 4), (4, 5))], ids=str)
+@pytest.mark.parametrize("dtype", ["float64", "q"])
+def test_results_own_their_data_as_numpys_do(kernel, shapes, dtype):
+    """A new result owns its data, as NumPy's does (ndarray.resize takes it): not a view of the
+    kernel's output taken off a promoted 1-D operand's dimension, respelled ('l' as 'q') or read
+    from a torch tensor's memory."""
+    a, b = np.ones(shapes[0], dtype), np.ones(shapes[1], dtype)
+    want = np.matmul(a, b)
+    for _ in range(2):                                     # the second call from the plan cache
+        try:
+            got = tilemm.matmul(a, b, kernel=kernel)
+        except TypeError:                                  # (a rung that does not compute the dtype)
+            return
+        assert got.flags.owndata == want.flags.owndata and got.dtype.char == want.dtype.char
+        got.resize(got.size)
+        np.testing.assert_array_equal(got, want.ravel())
+
+
 def test_a_subclass_that_decides_matmul_itself_is_refused():
     class Own(np.ndarray):
         def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):

@@ -143,6 +143,21 @@ def describe(x, operand: str) -> Operand:
                     "pass a NumPy array, a PyTorch tensor or a CuPy array (np.asarray(x) for lists)")
 
 
+def owned(x) -> np.ndarray:
+    """A NumPy result that owns its data, as NumPy's own do (ndarray.resize works on it): x, or a
+    copy of a view (a promoted 1-D operand's dimension taken off, a torch tensor's memory)."""
+    return x if x.flags.owndata else x.copy(order="K")
+
+
+def host_copy(t) -> np.ndarray:
+    """A NumPy copy of torch tensor t (on the host or a GPU) that owns its data, copied straight
+    into NumPy's memory (t.cpu().numpy() views torch's)."""
+    import torch
+    host = np.empty(tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."))
+    torch.from_numpy(host).copy_(t)
+    return host
+
+
 def to_host(x, dtype: str) -> np.ndarray:
     """A NumPy array of ``dtype`` holding x's values (bfloat16 comes out as float32, exactly)."""
     torch, cupy = torch_if_imported(), cupy_if_imported()
@@ -177,8 +192,13 @@ def from_host(c: np.ndarray, like: Operand, dtype):
 
 def exactly(x, dtype):
     """x (NumPy or CuPy) as the very dtype object asked for: astype keeps an equal dtype of another
-    char ('l' for 'q'), which a view changes without a copy."""
+    char ('l' for 'q'), which a copy changes for NumPy (an array that owns its data, as NumPy's
+    results do) and a view for CuPy."""
     if isinstance(dtype, np.dtype) and x.dtype.char != dtype.char:
+        if isinstance(x, np.ndarray):
+            exact = np.empty_like(x, dtype=dtype)
+            np.copyto(exact, x)
+            return exact
         return x.view(dtype)
     return x
 

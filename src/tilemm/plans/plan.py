@@ -75,11 +75,13 @@ class Plan:
         with self.on_stream(stream):
             launch, result, record = self.prepared(a, b, poison, False)
             launch()
-            value = arrays.convert(result().reshape(self.shape), self.operand, self.exact or self.result)
+            c = result()
+            value = arrays.convert(c if c.shape == self.shape else c.reshape(self.shape), self.operand,
+                                   self.exact or self.result)
             if out is None and self.operand.kind == "numpy":   # NumPy's scalar for 1-D @ 1-D, its stacks' order
                 if len(self.batch) > 1:
                     value = numpy_layout.stack_ordered(value, (a, b))
-                return (value if self.shape else value[()]), record
+                return (arrays.owned(value) if self.shape else value[()]), record
             if out is None:
                 return value, record
             arrays.assign(out, value)

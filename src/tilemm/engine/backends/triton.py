@@ -66,7 +66,7 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
 
     def result():
         if plan.operand.device == "cpu":
-            return c.cpu().numpy() if p.dtype != "bfloat16" else c.cpu()
+            return arrays.host_copy(c) if p.dtype != "bfloat16" else c.cpu()
         if plan.operand.kind == "cupy":
             import cupy    # (the operands are CuPy's: imported already)
             return cupy.asarray(c)
