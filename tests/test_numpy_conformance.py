@@ -531,6 +531,26 @@ def test_results_own_their_data_as_numpys_do(kernel, shapes, dtype):
         np.testing.assert_array_equal(got, want.ravel())
 
 
+class Outranked(np.ndarray):
+    __array_priority__ = -1.0
+
+
+def test_a_plain_ndarray_outranks_a_subclass_of_lower_priority(tmp_path):
+    """numpy.matmul wraps through the operand of highest __array_priority__, a plain ndarray
+    counting as 0: beside one, a subclass of negative priority (np.memmap's is -100) gives a plain
+    ndarray of NumPy's own, where tilemm once wrapped it in the subclass (a memmap's wrap: a view)."""
+    x = np.arange(4.0).reshape(2, 2)
+    mapped = np.memmap(tmp_path / "m.dat", dtype=np.float64, mode="w+", shape=(2, 2))
+    mapped[...] = x
+    pairs = ((x, x.view(Outranked)), (x.view(Outranked), x), (mapped, x), (x, mapped), (x.view(Outranked), [[1.0]] * 2))
+    for a, b in pairs:
+        want = np.matmul(a, b)
+        for kernel in (None, "cpu-tiled"):
+            got = tilemm.matmul(a, b, kernel=kernel)
+            assert type(got) is type(want) and got.flags.owndata == want.flags.owndata
+            np.testing.assert_array_equal(got, want)
+
+
 def test_a_subclass_that_decides_matmul_itself_is_refused():
     class Own(np.ndarray):
         def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):

@@ -451,6 +451,18 @@ def test_axes_give_numpys_view():
     same_outcome(*both(a, b, axes=[(1, 2), (1, 2), (0, 1)]), words=False)     # shapes that don't meet
 
 
+@pytest.mark.parametrize("axes", [[(-2, -1)] * 3, [(1, 2), (1, 2), (2, 0)], [(1, 2), (1, 2), (2, 1)]], ids=str)
+def test_axes_results_own_their_data(axes):
+    """NumPy allocates an axes= result with its core axes placed: an array of its own (its strides
+    permuted), not a view of another (tilemm's moved view, even for the default axes, before)."""
+    a, b = np.arange(24.0).reshape(2, 3, 4), np.arange(40.0).reshape(2, 4, 5)
+    want = np.matmul(a, b, axes=axes)
+    for kernel in (None, "cpu-tiled"):
+        got = tilemm.matmul(a, b, axes=axes, kernel=kernel)
+        same_answer(got, want, layout=True)
+        assert got.flags.owndata == want.flags.owndata
+
+
 def test_axes_on_a_kernel_of_the_ladder_and_again():
     a, b = np.arange(24).reshape(2, 3, 4), np.arange(40).reshape(2, 4, 5)
     want = np.matmul(a, b, axes=[(1, 2), (1, 2), (2, 0)])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from tilemm.contract import numpy_rules as contract, numpy_keywords
+from tilemm.contract import numpy_rules as contract, numpy_keywords, numpy_subclasses as subclasses
 from tilemm.spread import outofcore_plan
 from tilemm.plans import cache, calls, checks
 from tilemm.plans.plan import KernelUnavailable, Plan
@@ -117,9 +117,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     """
     if out is not None:
         out = contract.single_out(out)
-        if contract.wrapped_out(out):    # an ndarray subclass: written through its data, then its __array_wrap__
-            matmul(a, b, contract.plain(out), kernel=kernel, out_dtype=out_dtype, stream=stream, **params)
-            return contract.out_wrap(a, b, out)
+        if subclasses.wrapped_out(out):   # an ndarray subclass: written through its data, then its __array_wrap__
+            matmul(a, b, subclasses.plain(out), kernel=kernel, out_dtype=out_dtype, stream=stream, **params)
+            return subclasses.out_wrap(a, b, out)
     if params and not numpy_keywords.KEYWORDS.isdisjoint(params):   # NumPy's keywords: checked, then this call
         return numpy_keywords.matmul(matmul, plan, a, b, out, kernel, out_dtype, stream, params)
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the plans
@@ -152,9 +152,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     if contract.torch_routed(a, b):      # autograd, torch.func, jit.trace, meta (their keys never meet a
         from tilemm.torch import ops as torch_ops                      # plain call's: see tilemm.plans.cache)
         return torch_ops.routed_matmul(a, b, kernel, out, out_dtype, stream, params)
-    wrap = contract.subclass_wrap(a, b)  # (ndarray subclasses have no key: never a known plan)
+    wrap = subclasses.subclass_wrap(a, b)    # (ndarray subclasses have no key: never a known plan)
     if wrap is not None:                 # np.matrix and other subclasses: their data, then their wrap
-        value = matmul(contract.plain(a), contract.plain(b), out, kernel=kernel, out_dtype=out_dtype,
+        value = matmul(subclasses.plain(a), subclasses.plain(b), out, kernel=kernel, out_dtype=out_dtype,
                        stream=stream, **params)
         return value if out is not None else wrap(value)
     return calls.first_call(key, a, b, kernel, out, out_dtype, stream, params, plan)

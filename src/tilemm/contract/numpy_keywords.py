@@ -2,9 +2,10 @@
 subok, checked as NumPy checks them; then the plain call (or plan) that computes what NumPy would.
 
 NumPy refuses in this order, and so does tilemm: dtype= and signature='s own form, a read-only
-out, the keywords' own values (casting, order, subok); the dtypes (dtype= or signature= picks the dtype the product is computed in; each
-operand's cast to it, then the result's cast into out, under the casting rule); axes=; then the
-shapes (the plain call's checks). A call that names none of these keywords never comes here.
+out, the keywords' own values (casting, order, subok); the dtypes (dtype= or signature= picks the
+dtype the product is computed in; each operand's cast to it, then the result's cast into out,
+under the casting rule); axes=; then the shapes (the plain call's checks). A call that names
+none of these keywords never comes here.
 
 - **casting** ("no", "equiv", "safe", "same_kind" (the default), "unsafe"): NumPy's rule for the
   operands' cast to the computing dtype and the result's cast into out. Where "unsafe" lets
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilemm.numerics import arrays
-from tilemm.contract import numpy_layout, numpy_rules as contract
+from tilemm.contract import numpy_layout, numpy_rules as contract, numpy_subclasses as subclasses
 from tilemm.numerics.dtypes import SUPPORTED, check_supported, dtype_name, result_dtype
 
 NAMES = ("casting", "dtype", "signature", "axes", "axis", "order", "subok")
@@ -294,7 +295,7 @@ def is_number(x) -> bool:
 
 def move(x, source: tuple, destination: tuple):
     """A view of x (NumPy, torch or CuPy) with axes ``source`` moved to ``destination``."""
-    if not source or source == tuple(d % x.ndim for d in destination):
+    if not source or tuple(d % x.ndim for d in source) == tuple(d % x.ndim for d in destination):
         return x
     if arrays.device_kind(x) == "torch":
         return x.movedim(source, destination)
@@ -314,7 +315,7 @@ def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
     given = (a, b)
     a, b = arrays.as_arrays(a, b)
     if not keywords.subok:
-        a, b = contract.plain(a), contract.plain(b)
+        a, b = subclasses.plain(a), subclasses.plain(b)
     operands, out = (a, b), contract.single_out(out)
     computed_in = keywords.computed_in if keywords.computed_in is not None else out_dtype
     beyond_same_kind = checked_casts(a, b, out, computed_in, keywords.casting, given, keywords.unnamed)
@@ -333,7 +334,7 @@ def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
         if contract.torch_routed(a, b):
             raise TypeError("matmul: a cast that only casting='unsafe' allows records no autograd graph; cast the "
                             "operands yourself, or call it under torch.no_grad()")
-        wrap = contract.subclass_wrap(a, b) if out is None else None
+        wrap = subclasses.subclass_wrap(a, b) if out is None else None
         value = plan(a, b, kernel=kernel, out=into, out_dtype=computed_in, stream=stream,
                          casting=keywords.casting, **params).execute()
         value = value if wrap is None else wrap(value)
@@ -342,7 +343,10 @@ def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
     if out is not None:
         return out
     value = numpy_layout.laid_out(value, keywords.order, operands, (a, b))
-    return value if axes is None else move(value, last(len(axes[2])), axes[2])
+    if axes is None:
+        return value
+    moved = move(value, last(len(axes[2])), axes[2])
+    return numpy_layout.owned(moved) if moved is not value else value
 
 
 def plan_arguments(a, b, out, out_dtype, params: dict) -> tuple:

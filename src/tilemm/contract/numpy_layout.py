@@ -25,10 +25,10 @@ def stack_ordered(c, operands: tuple):
     """c (a new NumPy result, matrix axes last) laid out as numpy.matmul's order="K" lays it out:
     the stack's axes ordered by NumPy's iterator from the operands' strides; c itself where that is
     its layout already (one stack axis or none, a C-ordered stack, an empty result)."""
-    stack = stack_axes(operands)
-    if stack < 2 or c.size == 0:
+    stacked = [x for x in operands if x.ndim > 2]
+    stack = max((x.ndim for x in stacked), default=2) - 2
+    if stack < 2 or c.size == 0 or all(map(stacked_in_c_order, stacked)):   # (the usual stacks: C, as c is)
         return c
-    stacked = [x for x in operands if np.ndim(x) > 2]
     matrix = c.ndim - stack
     views = [as_strided(NOWHERE, x.shape[:-2], x.strides[:-2]) for x in stacked]
     # NumPy's gufunc iterator: each operand's stack axes aligned right, its matrix axes out of the loop
@@ -41,6 +41,14 @@ def stack_ordered(c, operands: tuple):
         return c
     laid[...] = c
     return laid
+
+
+def stacked_in_c_order(x) -> bool:
+    """Whether x's stack axes step through memory in C order (their strides, where the iterator
+    sees one: not on an axis of one element or of stride 0, never increase): NumPy's iterator then
+    swaps no two of them."""
+    steps = [abs(step) for step, size in zip(x.strides[:-2], x.shape[:-2]) if size > 1 and step]
+    return steps == sorted(steps, reverse=True)
 
 
 def laid_out(c, order: str, operands: tuple, stacked: tuple = None):
@@ -67,6 +75,16 @@ def laid_out(c, order: str, operands: tuple, stacked: tuple = None):
         step *= max(size, 1)
     wanted = tuple(strides[::-1] if not fortran else strides)
     return c if c.strides == wanted or c.size == 0 else c.copy(order="F" if fortran else "C")
+
+
+def owned(x):
+    """A NumPy view x (a result with its core axes placed by axes=) as NumPy allocates such a
+    result: an array of x's strides that owns its data; anything else as it is."""
+    if not isinstance(x, np.ndarray) or x.flags.owndata:
+        return x
+    own = np.empty_like(x, order="K")
+    np.copyto(own, x)
+    return own
 
 
 def fortran_contiguous(x) -> bool:

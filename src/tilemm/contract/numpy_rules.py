@@ -1,5 +1,5 @@
 """numpy.matmul's contract at tilemm's boundary: the exact result dtype, out= (its cast and its
-shape), and ndarray subclasses.
+shape), the dtypes it multiplies.
 
 - **Result dtype**: for NumPy (and CuPy) operands the dtype object ``np.result_type`` gives, its
   char and scalar type too: ``np.longlong`` operands give ``'q'``, ``longlong @ intc`` gives
@@ -14,11 +14,7 @@ shape), and ndarray subclasses.
   1-D @ 1-D. ``out`` may be given by position, or as a tuple of one array.
 - **CuPy outs** follow the same rules, as CuPy does. **torch outs** follow torch.matmul's own
   (tilemm.contract.torch_rules): one of another shape is resized, one of another dtype refused.
-- **ndarray subclasses** (``np.matrix``): computed on their data and handed to the
-  ``__array_wrap__`` of the operand of highest ``__array_priority__``, NumPy's own protocol, with
-  the context NumPy gives it; an ``out`` of a subclass is written through its data and handed to
-  its own ``__array_wrap__``, as NumPy hands it. A subclass with its own ``__array_ufunc__``
-  decides matmul itself (NumPy asks it, not its loops): tilemm refuses it.
+- **ndarray subclasses** (``np.matrix``): tilemm.contract.numpy_subclasses.
 """
 from __future__ import annotations
 
@@ -221,44 +217,6 @@ def check_out_shape(out, batch: tuple, core: tuple) -> None:
 def _shape(shape: tuple) -> str:
     """A shape as NumPy's messages write it: (1,5,2), (5,)."""
     return "(" + ",".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
-
-
-def subclass_wrap(a, b):
-    """For operands of which one or both are ndarray subclasses (np.matrix): a function giving what
-    numpy.matmul returns from the plain result, through the ``__array_wrap__`` of the operand of
-    highest ``__array_priority__`` (the first of equals). None where neither is a subclass.
-    TypeError for a subclass that overrides ``__array_ufunc__``: numpy.matmul hands the call to it."""
-    subclasses = [x for x in (a, b) if isinstance(x, np.ndarray) and type(x) is not np.ndarray]
-    if not subclasses:
-        return None
-    for x in subclasses:
-        if type(x).__array_ufunc__ is not np.ndarray.__array_ufunc__:
-            raise TypeError(f"matmul: operand of type {type(x).__module__}.{type(x).__name__} overrides "
-                            "__array_ufunc__, so numpy.matmul's answer is its own; tilemm multiplies ndarrays "
-                            "and subclasses that keep NumPy's (pass np.asarray(x))")
-    chosen = max(subclasses, key=lambda x: getattr(x, "__array_priority__", 0.0))   # max keeps the first of equals
-    context = (np.matmul, (a, b), 0)
-
-    def wrap(value):
-        array = np.asarray(value)            # a NumPy scalar (1-D @ 1-D) as its 0-d array
-        return chosen.__array_wrap__(array, context, array.ndim == 0)
-    return wrap
-
-
-def wrapped_out(out) -> bool:
-    """Whether numpy.matmul returns what ``out``'s ``__array_wrap__`` makes of it: an ndarray subclass."""
-    return isinstance(out, np.ndarray) and type(out) is not np.ndarray
-
-
-def out_wrap(a, b, out):
-    """What numpy.matmul returns for an ndarray subclass ``out`` once written: its __array_wrap__'s
-    answer, given the context NumPy gives it (the operands and out; never a scalar)."""
-    return out.__array_wrap__(out, (np.matmul, (a, b, out), 0), False)
-
-
-def plain(x):
-    """x as a plain ndarray where it is a subclass (its data, no copy), else x."""
-    return np.asarray(x) if isinstance(x, np.ndarray) else x
 
 
 def torch_routed(a, b) -> bool:

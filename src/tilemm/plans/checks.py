@@ -8,7 +8,7 @@ import numpy as np
 
 from tilemm.numerics import arrays
 from tilemm.choose import default as dispatch
-from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
+from tilemm.contract import numpy_rules as contract, numpy_subclasses as subclasses, torch_rules as torch_contract
 from tilemm.ladder import registry
 from tilemm.engine import streams
 from tilemm.numerics.dtypes import HOST_ONLY, dtype_name, int_width, result_dtype
@@ -26,8 +26,8 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     out_dtype = contract.dtype_of_class(out_dtype)
     casting = casting or "same_kind"
     a, b = arrays.as_arrays(a, b)        # lists, scalars, __array__ objects: np.asarray's arrays
-    if contract.subclass_wrap(a, b) is not None:     # an ndarray subclass's wrap is matmul()'s: its data here
-        a, b = contract.plain(a), contract.plain(b)
+    if subclasses.subclass_wrap(a, b) is not None:   # an ndarray subclass's wrap is matmul()'s: its data here
+        a, b = subclasses.plain(a), subclasses.plain(b)
     out = contract.single_out(out)
     contract.check_out_writeable(out)    # (NumPy's first refusal, before the operands' dtypes)
     a, b = arrays.native_order(a), arrays.native_order(b)
