@@ -608,6 +608,23 @@ def test_array_likes_as_numpy(operands):
     same_outcome(*both(a, b, casting="same_kind"), words=operands in ("python-scalar", "numpy-scalar", "ragged"))
 
 
+@pytest.mark.parametrize("kernel", [None, "cpu-tiled"])
+@pytest.mark.parametrize("operands", [(np.array([["1", "2.5"]]), np.array([[3], [4]])),
+                                      (np.array([[b"7", b"1"]]), np.array([[3], [4]])),
+                                      (np.array([[1, 2]], "m8[s]"), np.array([[3], [4]])),
+                                      (np.array([["1", "a"]]), np.array([[3], [4]])), ("12", [])],
+                         ids=["str", "bytes", "timedelta", "not-a-number", "str-scalar"])
+@pytest.mark.parametrize("keywords", [dict(dtype="float64", casting="unsafe"), dict(dtype="int64", casting="unsafe"),
+                                      dict(dtype="float32")], ids=repr)
+def test_strings_and_datetimes_cast_by_dtype_as_numpy_casts_them(operands, keywords, kernel):
+    """str, bytes and datetime operands with dtype= and casting="unsafe": cast as NumPy casts them
+    (strings parsed as numbers, NumPy's ValueError where one is not), then multiplied; refused
+    under "same_kind" with NumPy's casting error (a TypeError)."""
+    ours, theirs = both(*operands, **keywords)
+    same_outcome(lambda: ours() if kernel is None else tilemm.matmul(*operands, kernel=kernel, **keywords), theirs,
+                 words=False)
+
+
 @pytest.mark.parametrize("keywords", [{}, dict(casting="same_kind")], ids=repr)
 def test_an_array_like_that_decides_ufuncs_itself_is_refused(keywords):
     """numpy.matmul hands the call to an operand's own __array_ufunc__ (its answer is its own), and

@@ -207,19 +207,19 @@ def operand_dtype(x):
 def checked_casts(a, b, out, computed_in, casting: str, given: tuple = (None, None),
                   unnamed: int | None = None) -> bool:
     """NumPy's checks of the dtypes, in its order: operands of dtypes it has a loop for (TypeError;
-    a signature naming one operand's alone, the other's index ``unnamed``: loop_found), each operand to the dtype the
-    product is computed in (InputCastingError), the result into out (OutputCastingError).
+    a signature naming one operand's alone, the other's index ``unnamed``: loop_found), each
+    operand to the dtype the product is computed in (InputCastingError), the result into out
+    (OutputCastingError).
     ``given``: the operands as passed, where a Python scalar takes the computing dtype as NumPy's
     weak scalars do (NEP 50). Returns whether a cast passed that "same_kind" would refuse
     (casting="unsafe"), which the plain call's checks would not let by."""
     dtypes = [operand_dtype(x) for x in (a, b)]
-    contract.check_operand_dtypes(*dtypes)
+    loop = None if computed_in is None else checked_dtype(computed_in)
+    contract.check_operand_dtypes(*dtypes, into=loop)
     weak = [type(x) in WEAK_KINDS for x in given]
-    if computed_in is not None:
-        loop = checked_dtype(computed_in)
-    elif all(isinstance(d, np.dtype) for d in dtypes):
+    if loop is None and all(isinstance(d, np.dtype) for d in dtypes):
         loop = np.result_type(*(x if is_weak else d for x, d, is_weak in zip(given, dtypes, weak)))
-    else:
+    elif loop is None:
         loop = result_dtype(*(dtype_name(d) for d in dtypes))
     for i, x in enumerate(given):
         if weak[i] and isinstance(loop, np.dtype):

@@ -144,12 +144,13 @@ def check_out_writeable(out) -> None:
         raise ValueError("matmul: output array is read-only")
 
 
-def check_operand_dtypes(first, second) -> None:
+def check_operand_dtypes(first, second, into=None) -> None:
     """Refuse (TypeError) operands of dtypes NumPy has no loop for, or that tilemm does not
     multiply: ``first`` and ``second`` their dtypes (np.dtype, torch's or CuPy's). Beside an
     object operand, NumPy's object loop takes any dtype it promotes to object (str, bytes,
     datetimes: their Python objects' own + and *), and so does tilemm's numpy rung (not structured
-    or void dtypes)."""
+    or void dtypes). ``into``: dtype=, to which NumPy casts str, bytes and datetime operands where
+    the casting rule allows (strings parsed as numbers by "unsafe"; InputCastingError else)."""
     kinds = (getattr(first, "kind", None), getattr(second, "kind", None))
     if "O" in kinds and "V" not in kinds and isinstance(first, np.dtype) and isinstance(second, np.dtype):
         try:
@@ -158,6 +159,8 @@ def check_operand_dtypes(first, second) -> None:
         except TypeError:
             pass
     for i, dtype in enumerate((first, second)):   # (a NumPy dtype of either byte order by its name)
+        if into is not None and getattr(dtype, "kind", None) in tuple("SUmM") and castable(dtype, into, "unsafe"):
+            continue
         check_supported(dtype_name(dtype.newbyteorder("=") if isinstance(dtype, np.dtype) else dtype), str(i))
 
 

@@ -34,7 +34,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
     if stream is not None:
         streams.handle_of(stream)      # a bad stream= is refused before anything else
-    contract.check_operand_dtypes(a.dtype, b.dtype)
+    contract.check_operand_dtypes(a.dtype, b.dtype, out_dtype)
     if da.kind != db.kind:
         raise TypeError(f"matmul: operand 0 is a {da.kind} array and operand 1 a {db.kind} array; "
                         "pass both as the same kind")
@@ -45,7 +45,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         torch_contract.check(da.shape, db.shape, da.dtype, db.dtype)
         contract.check_no_gradient(a, b)
         a, b = a.detach(), b.detach()     # grad mode is off: numba-cuda cannot view a tensor that requires grad
-    result = result_dtype(da.dtype, db.dtype)
+    result = result_dtype(da.dtype, db.dtype) if out_dtype is None else None
     if out_dtype is not None:         # before the shapes, as NumPy resolves dtype= first
         result = contract.checked_out_dtype(out_dtype, result, (a.dtype, b.dtype), casting)
         if result == "bfloat16" and da.kind != "torch":
