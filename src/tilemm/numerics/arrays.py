@@ -94,7 +94,7 @@ def as_arrays(a, b):
 def check_no_ufunc_override(i: int, x) -> None:
     """Refuse (TypeError) an array-like with an ``__array_ufunc__`` of its own, to which numpy.matmul
     hands the call (its answer is its own, not a product of np.asarray(x)), or None, with which it
-    refuses ufuncs (NumPy's TypeError). ndarrays (their subclasses: tilemm.contract.numpy_rules)
+    refuses ufuncs (NumPy's TypeError). ndarrays (their subclasses: tilemm.contract.numpy_subclasses)
     and NumPy scalars keep NumPy's."""
     override = getattr(type(x), "__array_ufunc__", np.ndarray.__array_ufunc__)
     if override is np.ndarray.__array_ufunc__ or isinstance(x, (np.ndarray, np.generic)):
@@ -152,7 +152,7 @@ def owned(x) -> np.ndarray:
 def host_copy(t) -> np.ndarray:
     """A NumPy copy of torch tensor t (on the host or a GPU) that owns its data, copied straight
     into NumPy's memory (t.cpu().numpy() views torch's)."""
-    import torch
+    import torch      # (only torch tensors come here: imported already)
     host = np.empty(tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."))
     torch.from_numpy(host).copy_(t)
     return host
