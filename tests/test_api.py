@@ -254,14 +254,15 @@ def test_bad_out(out, match):
 
 
 @pytest.mark.parametrize("kernel", ["numpy", "cpu-naive", "cpu-tiled"])
-@pytest.mark.parametrize("out_dtype", ["int32", np.int32, torch.int32, np.dtype("int64")])
+@pytest.mark.parametrize("out_dtype", ["int32", np.int32, torch.int32, np.dtype("int64"), np.dtypes.Int32DType])
 def test_out_dtype_is_numpy_matmul_dtype(kernel, out_dtype):
+    """(a DType class names its dtype, as NumPy's dtype= reads it: np.dtype() reads it as object)"""
     rng = np.random.default_rng(3)
     a = rng.integers(-128, 128, (9, 70), dtype=np.int8)
     b = rng.integers(-128, 128, (70, 5), dtype=np.int8)
     c = tilemm.matmul(a, b, kernel=kernel, out_dtype=out_dtype)
     name = str(out_dtype).removeprefix("torch.") if isinstance(out_dtype, torch.dtype) else out_dtype
-    want = np.matmul(a, b, dtype=np.dtype(name))
+    want = np.matmul(a, b, dtype=name)
     assert c.dtype == want.dtype
     np.testing.assert_array_equal(c, want)
     assert not np.array_equal(c, np.matmul(a, b))          # int8's own sums wrap

@@ -162,6 +162,18 @@ def test_a_read_only_out_is_refused():
         tilemm.matmul(np.ones((2, 2)), np.ones((2, 2)), out=out)
 
 
+@pytest.mark.parametrize("operands", [(np.ones((2, 2)), np.ones((2, 2))), (3.0, np.ones((2, 2))),
+                                      (np.array([["a", "b"]]), np.ones((2, 2)))], ids=["float", "scalar", "str"])
+def test_a_read_only_out_is_refused_before_its_dtype_and_the_operands(operands):
+    """NumPy's first refusal: before the out's cast (float64 into int32), a 0-d operand, a dtype
+    with no loop."""
+    out = np.zeros((2, 2), np.int32)
+    out.flags.writeable = False
+    for matmul in (np.matmul, tilemm.matmul):
+        with pytest.raises(ValueError, match="read-only"):
+            matmul(*operands, out=out)
+
+
 def test_a_repeated_call_with_out_checks_and_writes_again():
     """The plan cache keys on out's kind, dtype and shape: a second call writes its own answer."""
     a = np.arange(6, dtype=np.int16).reshape(2, 3)
@@ -425,6 +437,118 @@ def test_a_subclass_wrap_gets_numpys_context():
     for _ in range(2):
         np.matmul(v, v), np.matmul(v, np.ones((3, 2)))
     assert ours == seen == [(np.ndarray, np.matmul, 2, 0, True), (np.ndarray, np.matmul, 2, 0, False)] * 2
+
+
+class Rewrapped(np.ndarray):
+    """An ndarray subclass whose __array_wrap__ returns a new view, tagged with what it was given."""
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        view = super().__array_wrap__(array, context, return_scalar).view(Rewrapped)
+        if context is not None and context[0] is np.matmul:       # (the test's own checks wrap too)
+            view.given = (array is self, len(context[1]), context[1][2] is self, context[2], return_scalar)
+        return view
+
+
+@pytest.mark.parametrize("operands", [(np.ones((2, 3)), np.ones((3, 2))), (np.ones(3), np.ones(3)),
+                                      (np.ones((2, 3)).tolist(), np.ones((3, 2)))], ids=["matrices", "dot", "list"])
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+@pytest.mark.parametrize("keywords", [{}, dict(kernel="cpu-tiled"), dict(subok=False), dict(casting="unsafe")],
+                         ids=repr)
+def test_an_out_of_a_subclass_comes_back_through_its_wrap(operands, keywords):
+    """numpy.matmul returns what out's own __array_wrap__ makes of out once written (its context:
+    the operands and out; never a scalar), not out itself; np.matrix's gives out itself."""
+    shape = np.shape(np.matmul(*operands)) or (1, 1)
+    numpy_keywords = {name: value for name, value in keywords.items() if name != "kernel"}
+    want_out, got_out = np.zeros(shape).view(Rewrapped), np.zeros(shape).view(Rewrapped)
+    want = np.matmul(*operands, out=want_out, **numpy_keywords)
+    for _ in range(2):                                     # the second call from the plan cache
+        got = tilemm.matmul(*operands, out=got_out, **keywords)
+        assert type(got) is type(want) is Rewrapped and got is not got_out and got.given == want.given
+        np.testing.assert_array_equal(got_out, want_out)
+    m = np.asmatrix(np.zeros((2, 2)))
+    assert tilemm.matmul(np.ones((2, 3)), np.ones((3, 2)), out=m) is m and (m == 3).all()
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+def test_a_masked_out_is_wrapped_as_numpy_wraps_it():
+    """A masked array out: NumPy calls its __array_wrap__, which refuses matmul's operands (its
+    masks of the operands' shapes do not broadcast); the same refusal, once out is written."""
+    a, b = np.ones((2, 3)), np.ones((3, 2))
+    with pytest.raises(ValueError) as theirs:
+        np.matmul(a, b, out=np.ma.zeros((2, 2)))
+    out = np.ma.zeros((2, 2))
+    with pytest.raises(ValueError) as ours:
+        tilemm.matmul(a, b, out=out)
+    assert str(ours.value) == str(theirs.value) and (out == 3).all()
+
+
+@pytest.mark.parametrize("other", [np.array(["a", "b"]), np.array([b"a", b"b"]),
+                                   np.array([1, 2], "m8[s]")], ids=["str", "bytes", "timedelta"])
+def test_objects_beside_any_dtype_numpy_makes_objects_of(other):
+    """Object operands beside str, bytes or timedelta ones: NumPy's object loop (their Python
+    objects' own + and *), where tilemm once refused the other operand's dtype."""
+    objects = np.array([2, 3], dtype=object)
+    for a, b in ((objects, other), (other, objects)):
+        want = np.matmul(a, b)
+        got = tilemm.matmul(a, b)
+        assert type(got) is type(want) and got == want
+        assert tilemm.matmul(a[None], b).tolist() == np.matmul(a[None], b).tolist()
+
+
+@pytest.mark.parametrize("kernel", ["tensorcore-int"] + ([None, "cublas"] if ON_GPU else []))
+def test_unsigned_long_long_operands_on_the_triton_rungs_and_the_library(kernel):
+    """NumPy's unsigned long long ('Q', uint64 by another char than np.uint64's 'L'), which
+    torch.from_numpy refuses: viewed as np.uint64 on its way to torch (once a TypeError from the
+    Triton rungs and the library); exact and wrapping, the result's char kept."""
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 2**64, (5, 7), dtype=np.uint64, endpoint=False).astype("Q")
+    b = rng.integers(0, 2**64, (7, 3), dtype=np.uint64, endpoint=False).astype("Q")
+    want = np.matmul(a, b)
+    for x, y in ((a, b), (a, np.asfortranarray(b)), (a[0], b)):
+        got = tilemm.matmul(x, y, kernel=kernel)
+        assert got.dtype.char == np.matmul(x, y).dtype.char == "Q"
+        np.testing.assert_array_equal(got, np.matmul(x, y))
+    assert want.dtype.char == "Q"
+
+
+@pytest.mark.parametrize("kernel", [None, "numpy", "cpu-naive", "cpu-tiled", "naive", "tensorcore-f64"])
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 5)), ((3, 4), (4,)), ((4,), (4, 5)), ((2, 3, 4), (4,)),
+                                    ((2, 3, 4), (4, 5))], ids=str)
+@pytest.mark.parametrize("dtype", ["float64", "q"])
+def test_results_own_their_data_as_numpys_do(kernel, shapes, dtype):
+    """A new result owns its data, as NumPy's does (ndarray.resize takes it): not a view of the
+    kernel's output taken off a promoted 1-D operand's dimension, respelled ('l' as 'q') or read
+    from a torch tensor's memory."""
+    a, b = np.ones(shapes[0], dtype), np.ones(shapes[1], dtype)
+    want = np.matmul(a, b)
+    for _ in range(2):                                     # the second call from the plan cache
+        try:
+            got = tilemm.matmul(a, b, kernel=kernel)
+        except TypeError:                                  # (a rung that does not compute the dtype)
+            return
+        assert got.flags.owndata == want.flags.owndata and got.dtype.char == want.dtype.char
+        got.resize(got.size)
+        np.testing.assert_array_equal(got, want.ravel())
+
+
+class Outranked(np.ndarray):
+    __array_priority__ = -1.0
+
+
+def test_a_plain_ndarray_outranks_a_subclass_of_lower_priority(tmp_path):
+    """numpy.matmul wraps through the operand of highest __array_priority__, a plain ndarray
+    counting as 0: beside one, a subclass of negative priority (np.memmap's is -100) gives a plain
+    ndarray of NumPy's own, where tilemm once wrapped it in the subclass (a memmap's wrap: a view)."""
+    x = np.arange(4.0).reshape(2, 2)
+    mapped = np.memmap(tmp_path / "m.dat", dtype=np.float64, mode="w+", shape=(2, 2))
+    mapped[...] = x
+    pairs = ((x, x.view(Outranked)), (x.view(Outranked), x), (mapped, x), (x, mapped), (x.view(Outranked), [[1.0]] * 2))
+    for a, b in pairs:
+        want = np.matmul(a, b)
+        for kernel in (None, "cpu-tiled"):
+            got = tilemm.matmul(a, b, kernel=kernel)
+            assert type(got) is type(want) and got.flags.owndata == want.flags.owndata
+            np.testing.assert_array_equal(got, want)
 
 
 def test_a_subclass_that_decides_matmul_itself_is_refused():

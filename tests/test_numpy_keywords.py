@@ -248,6 +248,44 @@ def test_signature_with_casting_and_dtype():
     same_outcome(*both(a, b, signature="dd->d", dtype="f"))
 
 
+@pytest.mark.parametrize("casting", ["no", "safe", "same_kind", "unsafe"])
+@pytest.mark.parametrize("signature", [("d", None, None), (None, "d", None), ("f", None, None), (None, "f", None),
+                                       ("e", None, None), ("D", None, None), ("O", None, None), (None, "h", None)],
+                         ids=repr)
+@pytest.mark.parametrize("dtypes", [("int16", "int16"), ("float32", "float64"), ("float64", "float32"),
+                                    ("object", "float64")], ids="@".join)
+def test_a_signature_naming_one_operand_searches_numpys_loops(dtypes, signature, casting):
+    """NumPy searches its loops for the one the signature names: the operand it leaves unnamed is
+    cast to it "safe" at most, the named one under the casting rule, and the object loop is for
+    object operands. int16 operands with ("d", None, None) multiply in float64; float32 @ float64
+    with (None, "f", None) in float32; float64 ones with ("f", None, None) find no loop."""
+    a, b = np.arange(6).reshape(2, 3).astype(dtypes[0]), np.ones((3, 2), dtypes[1])
+    ours, theirs = both(a, b, signature=signature, casting=casting)
+    _, refusal = outcome(theirs)
+    if refusal is not None and "casting rule" not in str(refusal):    # NumPy's "no loop" (see above)
+        with pytest.raises(TypeError, match="No loop matching"):
+            ours()
+        return
+    same_outcome(ours, theirs)
+
+
+@pytest.mark.parametrize("keywords", [dict(dtype=np.dtypes.Float32DType),
+                                      dict(signature=(None, None, np.dtypes.Float32DType)),
+                                      dict(dtype=np.dtypes.Int64DType, casting="unsafe")], ids=repr)
+def test_dtype_classes_name_their_dtype(keywords):
+    """np.dtypes' classes name the dtype they are the class of (np.dtype() reads a class as a
+    Python type: object, which tilemm once multiplied in and returned)."""
+    got = same_outcome(*both(np.full((2, 3), 1.5), np.ones((3, 2)), **keywords))
+    assert got is not None and got.dtype != object
+
+
+@pytest.mark.parametrize("dtype", ["U3", "S2", "V8", "M8[s]", "m8[D]", [("x", "f8")]], ids=str)
+def test_a_dtype_with_a_size_or_a_unit_is_refused_first(dtype):
+    """NumPy's dtype= selects a DType alone: one with a size or time unit is its TypeError, before
+    the other keywords' values are read."""
+    same_outcome(*both(np.ones((2, 2)), np.ones((2, 2)), dtype=dtype, casting="bogus"))
+
+
 # --- the keywords numpy.matmul refuses --------------------------------------------------------------
 
 @pytest.mark.parametrize("keyword", [dict(where=True), dict(keepdims=True), dict(axis=0), dict(axis=None),
@@ -272,6 +310,18 @@ def test_refusals_in_numpys_order():
                      dict(dtype="i8", axis=0), dict(axes=[(0, 1), (0, 9), (0, 1)]), dict(dtype="i8"),
                      dict(out=np.zeros((3, 3), "i8"))):
         same_outcome(*both(a, b, **keywords))
+
+
+@pytest.mark.parametrize("keywords", [dict(casting="equiv"), dict(casting="bogus"), dict(order="X"), dict(subok=3),
+                                      dict(dtype="int64"), dict(casting="no", axes=[(0, 1), (0, 1), (0, 1)])], ids=repr)
+def test_a_read_only_out_is_refused_before_the_dtypes_and_values(keywords):
+    """NumPy refuses a read-only out before it reads casting=, order= or subok=, or casts a dtype."""
+    out = np.zeros((2, 2), np.int32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        np.matmul(np.ones((2, 2)), np.ones((2, 2)), out=out, **keywords)
+    with pytest.raises(ValueError, match="read-only"):
+        tilemm.matmul(np.ones((2, 2)), np.ones((2, 2)), out=out, **keywords)
 
 
 @pytest.mark.parametrize("scalar", [3, np.int64(3), np.array(3), 3.5, np.float32(2), 2j, True])
@@ -401,6 +451,18 @@ def test_axes_give_numpys_view():
     same_outcome(*both(a, b, axes=[(1, 2), (1, 2), (0, 1)]), words=False)     # shapes that don't meet
 
 
+@pytest.mark.parametrize("axes", [[(-2, -1)] * 3, [(1, 2), (1, 2), (2, 0)], [(1, 2), (1, 2), (2, 1)]], ids=str)
+def test_axes_results_own_their_data(axes):
+    """NumPy allocates an axes= result with its core axes placed: an array of its own (its strides
+    permuted), not a view of another (tilemm's moved view, even for the default axes, before)."""
+    a, b = np.arange(24.0).reshape(2, 3, 4), np.arange(40.0).reshape(2, 4, 5)
+    want = np.matmul(a, b, axes=axes)
+    for kernel in (None, "cpu-tiled"):
+        got = tilemm.matmul(a, b, axes=axes, kernel=kernel)
+        same_answer(got, want, layout=True)
+        assert got.flags.owndata == want.flags.owndata
+
+
 def test_axes_on_a_kernel_of_the_ladder_and_again():
     a, b = np.arange(24).reshape(2, 3, 4), np.arange(40).reshape(2, 4, 5)
     want = np.matmul(a, b, axes=[(1, 2), (1, 2), (2, 0)])
@@ -433,6 +495,34 @@ def test_order_as_numpy(order, operands):
     operand is Fortran-contiguous."""
     a, b = layouts()[operands]
     same_outcome(*both(a, b, order=order), layout=True)
+
+
+def stacks():
+    """Stacks of two batch axes or more, laid out so that NumPy's iterator orders the result's stack
+    otherwise than C (order="K"): Fortran, batch axes swapped in memory, walked backwards, broadcast."""
+    swapped = np.arange(360.0).reshape(4, 3, 5, 6).transpose(1, 0, 2, 3)
+    backwards = np.arange(360.0).reshape(3, 4, 5, 6)[::-1, ::-1]
+    fortran = np.asfortranarray(np.arange(360.0).reshape(3, 4, 5, 6))
+    return {"F": (fortran, np.asfortranarray(np.ones((3, 4, 6, 2)))),
+            "swapped": (swapped, np.ones((4, 3, 6, 2)).transpose(1, 0, 2, 3)),
+            "backwards": (backwards, np.ones((3, 4, 6, 2))[::-1, ::-1]),
+            "broadcast": (fortran[:, :1], np.asfortranarray(np.ones((4, 6, 2)))),
+            "three": (np.asfortranarray(np.ones((2, 3, 2, 5, 6))), np.asfortranarray(np.ones((2, 3, 2, 6, 1)))),
+            "vector": (np.asfortranarray(np.ones((2, 3, 5, 6))), np.ones(6))}
+
+
+@pytest.mark.parametrize("keywords", [{}, dict(kernel="numpy"), dict(kernel="cpu-naive"), dict(kernel="cpu-tiled"),
+                                      dict(order="K"), dict(order="C"), dict(order="A"), dict(dtype="float32"),
+                                      dict(casting="unsafe", dtype="int64")], ids=repr)
+@pytest.mark.parametrize("operands", list(stacks()))
+def test_stacks_laid_out_as_numpys_iterator_lays_them_out(operands, keywords):
+    """The result's stack axes in the order NumPy's iterator gives them for order="K" (its strides
+    exactly), on the first call and a repeated one; C for "C"."""
+    a, b = stacks()[operands]
+    numpy_keywords = {name: value for name, value in keywords.items() if name != "kernel"}
+    for _ in range(2):
+        want = np.matmul(a, b, **numpy_keywords)
+        same_answer(tilemm.matmul(a, b, **keywords), want, layout=True)
 
 
 @pytest.mark.parametrize("order", ["X", "", "kk", 1])
@@ -478,6 +568,15 @@ class RefusesConversion:
         raise NotImplementedError
 
 
+class AnswersUfuncs:
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return "its own"
+
+
+class RefusesUfuncs:
+    __array_ufunc__ = None
+
+
 ARRAY_LIKES = {
     "lists": ([[1, 2], [3, 4]], [[1], [2]]),
     "tuples": (((1.5, 2.0),), ((1,), (2,))),
@@ -488,6 +587,7 @@ ARRAY_LIKES = {
     "empty-lists": ([], []),
     "ragged": ([[1, 2], [1]], [[1], [2]]),
     "strings": ([["1", "a"]], [[1], [2]]),
+    "string-scalar": ("ab", [1, 2]),
     "__array__": (WithArray(np.arange(6.0).reshape(2, 3)), WithArray(np.ones((3, 2), np.int32))),
     "__array_interface__": (WithInterface(np.arange(6).reshape(2, 3)), np.ones((3, 2))),
     "bools": ([[True, False]], [[True], [True]]),
@@ -499,13 +599,43 @@ def test_array_likes_as_numpy(operands):
     """Converted as np.asarray converts them (a scalar: NumPy's 0-d refusal; ragged lists: NumPy's
     ValueError; strings: a dtype neither multiplies, TypeError)."""
     a, b = ARRAY_LIKES[operands]
-    if operands == "strings":           # no loop in NumPy; a dtype tilemm does not multiply: TypeErrors both
+    if operands.startswith("string"):   # no loop in NumPy; a dtype tilemm does not multiply: TypeErrors both
         for keywords in ({}, dict(casting="same_kind")):
             pytest.raises(TypeError, np.matmul, a, b, **keywords)
             pytest.raises(TypeError, tilemm.matmul, a, b, **keywords)
         return
     same_outcome(*both(a, b), words=operands in ("python-scalar", "numpy-scalar", "ragged"))
     same_outcome(*both(a, b, casting="same_kind"), words=operands in ("python-scalar", "numpy-scalar", "ragged"))
+
+
+@pytest.mark.parametrize("kernel", [None, "cpu-tiled"])
+@pytest.mark.parametrize("operands", [(np.array([["1", "2.5"]]), np.array([[3], [4]])),
+                                      (np.array([[b"7", b"1"]]), np.array([[3], [4]])),
+                                      (np.array([[1, 2]], "m8[s]"), np.array([[3], [4]])),
+                                      (np.array([["1", "a"]]), np.array([[3], [4]])), ("12", [])],
+                         ids=["str", "bytes", "timedelta", "not-a-number", "str-scalar"])
+@pytest.mark.parametrize("keywords", [dict(dtype="float64", casting="unsafe"), dict(dtype="int64", casting="unsafe"),
+                                      dict(dtype="float32")], ids=repr)
+def test_strings_and_datetimes_cast_by_dtype_as_numpy_casts_them(operands, keywords, kernel):
+    """str, bytes and datetime operands with dtype= and casting="unsafe": cast as NumPy casts them
+    (strings parsed as numbers, NumPy's ValueError where one is not), then multiplied; refused
+    under "same_kind" with NumPy's casting error (a TypeError)."""
+    ours, theirs = both(*operands, **keywords)
+    same_outcome(lambda: ours() if kernel is None else tilemm.matmul(*operands, kernel=kernel, **keywords), theirs,
+                 words=False)
+
+
+@pytest.mark.parametrize("keywords", [{}, dict(casting="same_kind")], ids=repr)
+def test_an_array_like_that_decides_ufuncs_itself_is_refused(keywords):
+    """numpy.matmul hands the call to an operand's own __array_ufunc__ (its answer is its own), and
+    refuses one whose __array_ufunc__ is None: a TypeError from tilemm for both, not a product of
+    its 0-d np.asarray."""
+    assert np.matmul(AnswersUfuncs(), np.ones(2), **keywords) == "its own"
+    with pytest.raises(TypeError, match="__array_ufunc__"):
+        tilemm.matmul(AnswersUfuncs(), np.ones(2), **keywords)
+    with pytest.raises(TypeError, match="__array_ufunc__"):
+        tilemm.matmul([1.0, 2.0], AnswersUfuncs(), **keywords)
+    same_outcome(*both(np.ones(2), RefusesUfuncs(), **keywords))
 
 
 def test_a_failing_conversion_passes_its_error_on():

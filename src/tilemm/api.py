@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from tilemm.contract import numpy_rules as contract, numpy_keywords
+from tilemm.contract import numpy_rules as contract, numpy_keywords, numpy_subclasses as subclasses
 from tilemm.spread import outofcore_plan
 from tilemm.plans import cache, calls, checks
 from tilemm.plans.plan import KernelUnavailable, Plan
@@ -76,16 +76,19 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     axis : None
         Refused (TypeError), as numpy.matmul refuses it: matmul has three core dimensions.
     order : {"K", "C", "F", "A"}, optional
-        The result's layout, as numpy.matmul lays it out: C-contiguous for "K" (the default) and
-        "C", Fortran-contiguous over every dimension for "F", and for "A" where every operand is
-        Fortran-contiguous. Ignored with ``out``.
+        The result's layout, as numpy.matmul lays it out: for "K" (the default) C-contiguous
+        matrices in a stack ordered as NumPy's iterator orders it from the operands' strides
+        (``tilemm.contract.numpy_layout``), C-contiguous for "C", Fortran-contiguous over every
+        dimension for "F", and for "A" where every operand is Fortran-contiguous. Ignored with
+        ``out``.
     subok : bool, optional
         True (the default): an ndarray subclass (np.matrix) comes back through its
         ``__array_wrap__``, as from numpy.matmul; False: a plain ndarray.
     signature : str or tuple of three dtypes, optional
         NumPy's loop selection, e.g. ``"ff->f"`` or ``(None, None, "float32")``: matmul's loops
-        are of one dtype, so it names ``dtype``; NumPy's errors where it names two dtypes or is
-        malformed.
+        are of one dtype, so it names ``dtype``; one operand's alone (``("d", None, None)``):
+        NumPy's search of its loops, which takes the other operand only by a safe cast; NumPy's
+        errors where it names two dtypes or is malformed.
     **params
         The kernel's parameters, e.g. ``block_m=64`` (see ``tilemm.kernels()``); or
         ``devices=[0, 1, ...]``: the product split over these GPUs from this process
@@ -112,10 +115,13 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     and nested tensors are refused (TypeError). Errors are raised before any kernel runs, in NumPy's
     order for NumPy arrays: the keywords' values, the dtypes and casts, the axes, the shapes.
     """
-    if params and not numpy_keywords.KEYWORDS.isdisjoint(params):   # NumPy's keywords: checked, then this call
-        return numpy_keywords.matmul(matmul, plan, a, b, out, kernel, out_dtype, stream, params)
     if out is not None:
         out = contract.single_out(out)
+        if subclasses.wrapped_out(out):   # an ndarray subclass: written through its data, then its __array_wrap__
+            matmul(a, b, subclasses.plain(out), kernel=kernel, out_dtype=out_dtype, stream=stream, **params)
+            return subclasses.out_wrap(a, b, out)
+    if params and not numpy_keywords.KEYWORDS.isdisjoint(params):   # NumPy's keywords: checked, then this call
+        return numpy_keywords.matmul(matmul, plan, a, b, out, kernel, out_dtype, stream, params)
     if compiling():                      # torch.compile: one op in the graph; Dynamo never sees the plans
         from tilemm.torch import compiled_transforms, ops as torch_ops
         if compiled_transforms.transformed():   # inside autograd's torch.func transforms: the eager call's rules
@@ -146,9 +152,9 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
     if contract.torch_routed(a, b):      # autograd, torch.func, jit.trace, meta (their keys never meet a
         from tilemm.torch import ops as torch_ops                      # plain call's: see tilemm.plans.cache)
         return torch_ops.routed_matmul(a, b, kernel, out, out_dtype, stream, params)
-    wrap = contract.subclass_wrap(a, b)  # (ndarray subclasses have no key: never a known plan)
+    wrap = subclasses.subclass_wrap(a, b)    # (ndarray subclasses have no key: never a known plan)
     if wrap is not None:                 # np.matrix and other subclasses: their data, then their wrap
-        value = matmul(contract.plain(a), contract.plain(b), out, kernel=kernel, out_dtype=out_dtype,
+        value = matmul(subclasses.plain(a), subclasses.plain(b), out, kernel=kernel, out_dtype=out_dtype,
                        stream=stream, **params)
         return value if out is not None else wrap(value)
     return calls.first_call(key, a, b, kernel, out, out_dtype, stream, params, plan)

@@ -1,25 +1,28 @@
 """numpy.matmul's keywords beyond out=: casting, dtype (and signature), axes (and axis), order and
 subok, checked as NumPy checks them; then the plain call (or plan) that computes what NumPy would.
 
-NumPy refuses in this order, and so does tilemm: the keywords' own values (casting, order,
-subok); the dtypes (dtype= or signature= picks the dtype the product is computed in; each
-operand's cast to it, then the result's cast into out, under the casting rule); axes=; then the
-shapes (the plain call's checks). A call that names none of these keywords never comes here.
+NumPy refuses in this order, and so does tilemm: dtype= and signature='s own form, a read-only
+out, the keywords' own values (casting, order, subok); the dtypes (dtype= or signature= picks the
+dtype the product is computed in; each operand's cast to it, then the result's cast into out,
+under the casting rule); axes=; then the shapes (the plain call's checks). A call that names
+none of these keywords never comes here.
 
 - **casting** ("no", "equiv", "safe", "same_kind" (the default), "unsafe"): NumPy's rule for the
   operands' cast to the computing dtype and the result's cast into out. Where "unsafe" lets
   through a cast that "same_kind" refuses (float operands with dtype=int64; a float result into
   an int out), the call is planned with that rule each time (no plan cache).
-- **dtype**: tilemm's ``out_dtype`` by NumPy's name. **signature**: a string "ff->f" or a tuple of
-  three dtypes or None; matmul's loops take one dtype for all three, so it names dtype= too.
+- **dtype**: tilemm's ``out_dtype`` by NumPy's name (a DType class such as np.dtypes.Float32DType
+  names its dtype). **signature**: a string "ff->f" or a tuple of three dtypes or None; matmul's
+  loops take one dtype for all three, so it names dtype= too; where it names one operand's alone,
+  NumPy searches its loops and takes the other operand only by a safe cast.
 - **axes**: a list of one entry per operand and one for the result: a tuple of the two core
   axes, or for a 1-D operand (and a result of one core axis) one int or a 1-tuple; () for the
   result of 1-D @ 1-D. The product runs on views whose core axes are last (np.moveaxis,
   torch.movedim, cupy.moveaxis) and the result comes back as a view with its core axes placed;
   ``out`` is written through such a view. **axis** is refused, as numpy.matmul refuses it.
-- **order**: the result's layout: "K" and "C" C-contiguous (NumPy's matmul gives C for "K"),
-  "F" Fortran (all dimensions reversed), "A" Fortran where every operand is Fortran-contiguous.
-  Ignored with out=.
+- **order**: the result's layout (tilemm.contract.numpy_layout): "K" a stack ordered as NumPy's
+  iterator orders it, of C-contiguous matrices; "C" C-contiguous, "F" Fortran (all dimensions
+  reversed), "A" Fortran where every operand is Fortran-contiguous. Ignored with out=.
 - **subok**: False returns a plain ndarray for ndarray subclasses (np.matrix).
 """
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilemm.numerics import arrays
-from tilemm.contract import numpy_rules as contract
+from tilemm.contract import numpy_layout, numpy_rules as contract, numpy_subclasses as subclasses
 from tilemm.numerics.dtypes import SUPPORTED, check_supported, dtype_name, result_dtype
 
 NAMES = ("casting", "dtype", "signature", "axes", "axis", "order", "subok")
@@ -40,6 +43,7 @@ KEYWORDS = frozenset(NAMES + REFUSED)  # what api.matmul looks for among its key
 CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 WEAK_KINDS = {int: "iufc", float: "fc", complex: "c"}    # a Python scalar takes a computing dtype of these kinds
 ORDERS = ("C", "F", "A", "K")
+NO_LOOP = "No loop matching the specified signature and casting was found for ufunc matmul"
 NO_AXIS = ("matmul: axis can only be used with a single shared core dimension, not with the 3 distinct ones "
            f"implied by signature {contract.SIGNATURE}.")
 
@@ -53,10 +57,12 @@ class Keywords:
     axis_given: bool = False
     order: str = "K"
     subok: bool = True
+    unnamed: int | None = None   # signature= names one operand's dtype alone: the other's index (loop_found)
 
 
-def split(params: dict, out_dtype) -> tuple[Keywords, dict]:
-    """(NumPy's keywords among ``params``, their values checked; the kernel's parameters)."""
+def split(params: dict, out_dtype, out=None) -> tuple[Keywords, dict]:
+    """(NumPy's keywords among ``params``, their values checked; the kernel's parameters). ``out``
+    as given: refused where read-only, after the dtypes named and before the other values, as NumPy."""
     for name in REFUSED:
         if name in params:
             why = (" (it multiplies whole rows by columns: mask the operands instead)" if name == "where" else
@@ -71,26 +77,28 @@ def split(params: dict, out_dtype) -> tuple[Keywords, dict]:
         raise TypeError("cannot specify both 'signature' and 'dtype'")
     if "axis" in given and "axes" in given:
         raise TypeError("cannot specify both 'axis' and 'axes'")
-    computed_in, entries = given.get("dtype"), None
+    computed_in, entries = contract.dtype_of_class(given.get("dtype")), None
     if "signature" in given:          # read first, as NumPy reads it: its form and its dtypes
-        entries = signature_entries(given["signature"])
+        entries = tuple(map(contract.dtype_of_class, signature_entries(given["signature"])))
     elif computed_in is not None:
         converted(computed_in)
+    contract.check_out_writeable(contract.single_out(out))
     casting = checked_choice("casting", given.get("casting", "same_kind"), CASTINGS)
     order = given.get("order")
     order = "K" if order is None else checked_choice("order", order, ORDERS, upper=True)
     subok = given.get("subok", True)
     if type(subok) is not bool:
         raise TypeError("'subok' must be a boolean")
+    unnamed = None
     if entries is not None:
-        computed_in = signature_dtype(entries)
+        computed_in, unnamed = signature_dtype(entries)
     if computed_in is not None and out_dtype is not None:
         raise TypeError("matmul: dtype= (NumPy's name) and out_dtype= (tilemm's) both name the dtype the product is "
                         "computed in and returned as: give one")
     if computed_in is not None:
         checked_dtype(computed_in)
-    return (Keywords(casting, computed_in, given.get("axes"), "axes" in given, "axis" in given, order, subok),
-            kernel_params)
+    return (Keywords(casting, computed_in, given.get("axes"), "axes" in given, "axis" in given, order, subok,
+                     unnamed), kernel_params)
 
 
 @functools.lru_cache(maxsize=1)
@@ -139,28 +147,44 @@ def signature_entries(signature) -> tuple:
     return signature
 
 
-def signature_dtype(entries: tuple):
-    """The one dtype a signature's entries name (as given), or None where they name none; NumPy's
-    refusal where they name two, or one input alone: matmul's loops take one dtype for all three."""
+def signature_dtype(entries: tuple) -> tuple:
+    """(The one dtype a signature's entries name (as given), or None where they name none; where
+    they name one operand's alone, the other operand's index, which NumPy's search of its loops
+    then checks (loop_found), else None). NumPy's refusal where they name two: matmul's loops take
+    one dtype for all three; the result's alone names all three (as dtype=)."""
     first, second, result = entries
     named = [entry for entry in entries if entry is not None]
-    if named and (len({dtype_name(converted(entry)) for entry in named}) > 1
-                  or (result is None and (first is None or second is None))):
-        raise TypeError("No loop matching the specified signature and casting was found for ufunc matmul")
-    return result if result is not None else first
+    if named and len({dtype_name(converted(entry)) for entry in named}) > 1:
+        raise TypeError(NO_LOOP)
+    unnamed = (0 if first is None else 1) if (first is None) != (second is None) and result is None else None
+    return (result if result is not None else first if first is not None else second), unnamed
+
+
+def loop_found(dtypes: list, loop, unnamed: int) -> None:
+    """NumPy's search of matmul's loops for a signature that names one operand's dtype alone: the
+    loop of that dtype is taken where the operand it leaves unnamed (index ``unnamed``) casts to it
+    safely, whatever the casting rule (NumPy searches with "unsafe", which caps an input's at
+    "safe"), and the object loop only where an operand is of objects; else NumPy's TypeError. Both
+    operands' casts then meet the casting rule, as for any dtype."""
+    objects = any(getattr(d, "kind", None) == "O" for d in dtypes)
+    if (getattr(loop, "kind", None) == "O" and not objects) or not contract.castable(dtypes[unnamed], loop, "safe"):
+        raise TypeError(NO_LOOP)
 
 
 def converted(dtype):
-    """A dtype= or signature entry as NumPy reads it (its np.dtype; NumPy's refusal of a byte
-    order, its error for what is no dtype), or torch's dtype by name."""
+    """A dtype= or signature entry as NumPy reads it (its np.dtype, a DType class's too; NumPy's
+    refusal of a byte order, a size or a time unit, its error for what is no dtype), or torch's
+    dtype by name."""
     try:
-        numpy_dtype = np.dtype(dtype)
+        numpy_dtype = np.dtype(contract.dtype_of_class(dtype))
     except TypeError:
         name = dtype_name(dtype)
         if name not in SUPPORTED:
             raise
         return name
-    if not numpy_dtype.isnative:
+    sized = numpy_dtype.kind in "SUV" and (numpy_dtype.itemsize or numpy_dtype.names)
+    timed = numpy_dtype.kind in "mM" and np.datetime_data(numpy_dtype)[0] != "generic"
+    if not numpy_dtype.isnative or sized or timed:
         raise TypeError("The `dtype` and `signature` arguments to ufuncs only select the general DType and not "
                         "details such as the byte order or time unit. You can avoid this error by using the scalar "
                         "types `np.float64` or the dtype string notation.")
@@ -180,23 +204,28 @@ def operand_dtype(x):
     return x.dtype if isinstance(x.dtype, np.dtype) else dtype_name(x.dtype)
 
 
-def checked_casts(a, b, out, computed_in, casting: str, given: tuple = (None, None)) -> bool:
-    """NumPy's casting checks, in its order: each operand to the dtype the product is computed in
-    (InputCastingError), the result into out (OutputCastingError). ``given``: the operands as
-    passed, where a Python scalar takes the computing dtype as NumPy's weak scalars do (NEP 50).
-    Returns whether a cast passed that "same_kind" would refuse (casting="unsafe"), which the plain
-    call's checks would not let by."""
+def checked_casts(a, b, out, computed_in, casting: str, given: tuple = (None, None),
+                  unnamed: int | None = None) -> bool:
+    """NumPy's checks of the dtypes, in its order: operands of dtypes it has a loop for (TypeError;
+    a signature naming one operand's alone, the other's index ``unnamed``: loop_found), each
+    operand to the dtype the product is computed in (InputCastingError), the result into out
+    (OutputCastingError).
+    ``given``: the operands as passed, where a Python scalar takes the computing dtype as NumPy's
+    weak scalars do (NEP 50). Returns whether a cast passed that "same_kind" would refuse
+    (casting="unsafe"), which the plain call's checks would not let by."""
     dtypes = [operand_dtype(x) for x in (a, b)]
+    loop = None if computed_in is None else checked_dtype(computed_in)
+    contract.check_operand_dtypes(*dtypes, into=loop)
     weak = [type(x) in WEAK_KINDS for x in given]
-    if computed_in is not None:
-        loop = checked_dtype(computed_in)
-    elif all(isinstance(d, np.dtype) for d in dtypes):
+    if loop is None and all(isinstance(d, np.dtype) for d in dtypes):
         loop = np.result_type(*(x if is_weak else d for x, d, is_weak in zip(given, dtypes, weak)))
-    else:
+    elif loop is None:
         loop = result_dtype(*(dtype_name(d) for d in dtypes))
     for i, x in enumerate(given):
         if weak[i] and isinstance(loop, np.dtype):
             dtypes[i] = loop if loop.kind in WEAK_KINDS[type(x)] else np.result_type(x, loop)
+    if unnamed is not None:
+        loop_found(dtypes, loop, unnamed)
     beyond = False
     for i, dtype in enumerate(dtypes):
         if not contract.castable(dtype, loop, casting):
@@ -266,7 +295,7 @@ def is_number(x) -> bool:
 
 def move(x, source: tuple, destination: tuple):
     """A view of x (NumPy, torch or CuPy) with axes ``source`` moved to ``destination``."""
-    if not source or source == tuple(d % x.ndim for d in destination):
+    if not source or tuple(d % x.ndim for d in source) == tuple(d % x.ndim for d in destination):
         return x
     if arrays.device_kind(x) == "torch":
         return x.movedim(source, destination)
@@ -278,46 +307,18 @@ def last(count: int) -> tuple:
     return tuple(range(-count, 0))
 
 
-def laid_out(c, order: str, operands: tuple):
-    """The result c (core axes last) in the layout numpy.matmul gives for ``order``: C for "K" and
-    "C", Fortran for "F", and for "A" where every operand is Fortran-contiguous; NumPy's strides
-    exactly (a dimension of size 1 too)."""
-    if np.ndim(c) < 2:
-        return c
-    fortran = order == "F" or (order == "A" and all(fortran_contiguous(x) for x in operands))
-    if arrays.device_kind(c) == "torch":
-        if not fortran:
-            return c.contiguous()
-        reverse = tuple(reversed(range(c.ndim)))
-        return c.permute(reverse).contiguous().permute(reverse)
-    sizes = c.shape[::-1] if not fortran else c.shape
-    strides, step = [], c.itemsize
-    for size in sizes:
-        strides.append(step)
-        step *= max(size, 1)
-    wanted = tuple(strides[::-1] if not fortran else strides)
-    return c if c.strides == wanted or c.size == 0 else c.copy(order="F" if fortran else "C")
-
-
-def fortran_contiguous(x) -> bool:
-    """Whether x (NumPy, torch or CuPy) is laid out in Fortran order (NumPy's flag; 1-D: always)."""
-    if arrays.device_kind(x) == "torch":
-        return x.permute(tuple(reversed(range(x.ndim)))).is_contiguous()
-    return bool(x.flags.f_contiguous)
-
-
 def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
     """tilemm.matmul(a, b, out, kernel=..., out_dtype=..., stream=..., **params) where params hold
     some of numpy.matmul's keywords: checked, then computed as NumPy computes them. product and
     plan: tilemm.matmul and tilemm.plan, which take the call once its keywords are resolved."""
-    keywords, params = split(params, out_dtype)
+    keywords, params = split(params, out_dtype, out)
     given = (a, b)
     a, b = arrays.as_arrays(a, b)
     if not keywords.subok:
-        a, b = contract.plain(a), contract.plain(b)
+        a, b = subclasses.plain(a), subclasses.plain(b)
     operands, out = (a, b), contract.single_out(out)
     computed_in = keywords.computed_in if keywords.computed_in is not None else out_dtype
-    beyond_same_kind = checked_casts(a, b, out, computed_in, keywords.casting, given)
+    beyond_same_kind = checked_casts(a, b, out, computed_in, keywords.casting, given, keywords.unnamed)
     contract.check_not_scalars(np.shape(a), np.shape(b))     # (after the dtypes, before the axes: NumPy's order)
     if keywords.axis_given:
         raise TypeError(NO_AXIS)
@@ -333,7 +334,7 @@ def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
         if contract.torch_routed(a, b):
             raise TypeError("matmul: a cast that only casting='unsafe' allows records no autograd graph; cast the "
                             "operands yourself, or call it under torch.no_grad()")
-        wrap = contract.subclass_wrap(a, b) if out is None else None
+        wrap = subclasses.subclass_wrap(a, b) if out is None else None
         value = plan(a, b, kernel=kernel, out=into, out_dtype=computed_in, stream=stream,
                          casting=keywords.casting, **params).execute()
         value = value if wrap is None else wrap(value)
@@ -341,8 +342,11 @@ def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
         value = product(a, b, into, kernel=kernel, out_dtype=computed_in, stream=stream, **params)
     if out is not None:
         return out
-    value = laid_out(value, keywords.order, operands)
-    return value if axes is None else move(value, last(len(axes[2])), axes[2])
+    value = numpy_layout.laid_out(value, keywords.order, operands, (a, b))
+    if axes is None:
+        return value
+    moved = move(value, last(len(axes[2])), axes[2])
+    return numpy_layout.owned(moved) if moved is not value else value
 
 
 def plan_arguments(a, b, out, out_dtype, params: dict) -> tuple:
@@ -353,8 +357,8 @@ def plan_arguments(a, b, out, out_dtype, params: dict) -> tuple:
         if name in params:
             raise TypeError(f"plan: {name}= is tilemm.matmul's: a plan multiplies its operands as they are laid "
                             "out and returns the product's own array (plan on np.moveaxis views for axes=)")
-    keywords, params = split(params, out_dtype)
+    keywords, params = split(params, out_dtype, out)
     computed_in = keywords.computed_in if keywords.computed_in is not None else out_dtype
     a, b = arrays.as_arrays(a, b)
-    checked_casts(a, b, contract.single_out(out), computed_in, keywords.casting)
+    checked_casts(a, b, contract.single_out(out), computed_in, keywords.casting, (None, None), keywords.unnamed)
     return computed_in, keywords.casting, params

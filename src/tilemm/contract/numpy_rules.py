@@ -1,5 +1,5 @@
 """numpy.matmul's contract at tilemm's boundary: the exact result dtype, out= (its cast and its
-shape), and ndarray subclasses.
+shape), the dtypes it multiplies.
 
 - **Result dtype**: for NumPy (and CuPy) operands the dtype object ``np.result_type`` gives, its
   char and scalar type too: ``np.longlong`` operands give ``'q'``, ``longlong @ intc`` gives
@@ -14,10 +14,7 @@ shape), and ndarray subclasses.
   1-D @ 1-D. ``out`` may be given by position, or as a tuple of one array.
 - **CuPy outs** follow the same rules, as CuPy does. **torch outs** follow torch.matmul's own
   (tilemm.contract.torch_rules): one of another shape is resized, one of another dtype refused.
-- **ndarray subclasses** (``np.matrix``): computed on their data and handed to the
-  ``__array_wrap__`` of the operand of highest ``__array_priority__``, NumPy's own protocol, with
-  the context NumPy gives it. A subclass with its own ``__array_ufunc__`` decides matmul itself
-  (NumPy asks it, not its loops): tilemm refuses it.
+- **ndarray subclasses** (``np.matrix``): tilemm.contract.numpy_subclasses.
 """
 from __future__ import annotations
 
@@ -96,6 +93,14 @@ def result_type(a_dtype, b_dtype, asked=None) -> np.dtype:
     return np.result_type(a_dtype, b_dtype)
 
 
+def dtype_of_class(dtype):
+    """A DType class (np.dtypes.Float32DType) as the dtype NumPy's keywords read it for (np.dtype
+    reads a class as a Python type: object); anything else as it is."""
+    if isinstance(dtype, type) and issubclass(dtype, np.dtype):
+        return np.dtype(dtype.type)
+    return dtype
+
+
 def dtype_key(dtype):
     """A hashable key that tells dtypes NumPy returns apart: ``np.dtype('l') == np.dtype('q')``
     (same hash), their chars differ."""
@@ -132,6 +137,33 @@ def numpy_or_name(dtype):
     return name if name == "bfloat16" else np.dtype(name)
 
 
+def check_out_writeable(out) -> None:
+    """Refuse a read-only NumPy ``out`` (ValueError), which NumPy refuses before it looks at the
+    operands' dtypes or shapes."""
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError("matmul: output array is read-only")
+
+
+def check_operand_dtypes(first, second, into=None) -> None:
+    """Refuse (TypeError) operands of dtypes NumPy has no loop for, or that tilemm does not
+    multiply: ``first`` and ``second`` their dtypes (np.dtype, torch's or CuPy's). Beside an
+    object operand, NumPy's object loop takes any dtype it promotes to object (str, bytes,
+    datetimes: their Python objects' own + and *), and so does tilemm's numpy rung (not structured
+    or void dtypes). ``into``: dtype=, to which NumPy casts str, bytes and datetime operands where
+    the casting rule allows (strings parsed as numbers by "unsafe"; InputCastingError else)."""
+    kinds = (getattr(first, "kind", None), getattr(second, "kind", None))
+    if "O" in kinds and "V" not in kinds and isinstance(first, np.dtype) and isinstance(second, np.dtype):
+        try:
+            if np.result_type(first, second).kind == "O":
+                return
+        except TypeError:
+            pass
+    for i, dtype in enumerate((first, second)):   # (a NumPy dtype of either byte order by its name)
+        if into is not None and getattr(dtype, "kind", None) in tuple("SUmM") and castable(dtype, into, "unsafe"):
+            continue
+        check_supported(dtype_name(dtype.newbyteorder("=") if isinstance(dtype, np.dtype) else dtype), str(i))
+
+
 def check_out_place(given: Operand, operand: Operand, error=TypeError) -> None:
     """Refuse an ``out`` (described as ``given``) of another kind or device than the operands (a
     TypeError; ``error``, a subclass, for torch's: a RuntimeError as well)."""
@@ -160,8 +192,7 @@ def check_out_shape(out, batch: tuple, core: tuple) -> None:
     other than the result's core dimensions after loop dimensions that the stack ``batch``
     broadcasts to (ValueError); and a torch out that torch.matmul would refuse, its elements
     sharing memory (OverlappingOutError)."""
-    if isinstance(out, np.ndarray) and not out.flags.writeable:
-        raise ValueError("matmul: output array is read-only")
+    check_out_writeable(out)
     shape = tuple(out.shape)
     strides = out.stride() if callable(getattr(out, "stride", None)) else ()
     if elements_share_memory(shape, strides):
@@ -189,33 +220,6 @@ def check_out_shape(out, batch: tuple, core: tuple) -> None:
 def _shape(shape: tuple) -> str:
     """A shape as NumPy's messages write it: (1,5,2), (5,)."""
     return "(" + ",".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
-
-
-def subclass_wrap(a, b):
-    """For operands of which one or both are ndarray subclasses (np.matrix): a function giving what
-    numpy.matmul returns from the plain result, through the ``__array_wrap__`` of the operand of
-    highest ``__array_priority__`` (the first of equals). None where neither is a subclass.
-    TypeError for a subclass that overrides ``__array_ufunc__``: numpy.matmul hands the call to it."""
-    subclasses = [x for x in (a, b) if isinstance(x, np.ndarray) and type(x) is not np.ndarray]
-    if not subclasses:
-        return None
-    for x in subclasses:
-        if type(x).__array_ufunc__ is not np.ndarray.__array_ufunc__:
-            raise TypeError(f"matmul: operand of type {type(x).__module__}.{type(x).__name__} overrides "
-                            "__array_ufunc__, so numpy.matmul's answer is its own; tilemm multiplies ndarrays "
-                            "and subclasses that keep NumPy's (pass np.asarray(x))")
-    chosen = max(subclasses, key=lambda x: getattr(x, "__array_priority__", 0.0))   # max keeps the first of equals
-    context = (np.matmul, (a, b), 0)
-
-    def wrap(value):
-        array = np.asarray(value)            # a NumPy scalar (1-D @ 1-D) as its 0-d array
-        return chosen.__array_wrap__(array, context, array.ndim == 0)
-    return wrap
-
-
-def plain(x):
-    """x as a plain ndarray where it is a subclass (its data, no copy), else x."""
-    return np.asarray(x) if isinstance(x, np.ndarray) else x
 
 
 def torch_routed(a, b) -> bool:

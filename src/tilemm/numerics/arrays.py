@@ -77,6 +77,8 @@ def as_arrays(a, b):
         return a, b
     device = [x for x in (a, b) if device_kind(x)]
     if not device:
+        for i, x in enumerate((a, b)):
+            check_no_ufunc_override(i, x)
         return tuple(x if isinstance(x, np.ndarray) else np.asarray(x) for x in (a, b))
     for i, x in enumerate((a, b)):
         if not (isinstance(x, np.ndarray) or device_kind(x)):
@@ -87,6 +89,20 @@ def as_arrays(a, b):
                             f"{kind} array; tilemm converts array-likes as numpy.matmul does only beside NumPy "
                             f"arrays: pass {fix}")
     return a, b
+
+
+def check_no_ufunc_override(i: int, x) -> None:
+    """Refuse (TypeError) an array-like with an ``__array_ufunc__`` of its own, to which numpy.matmul
+    hands the call (its answer is its own, not a product of np.asarray(x)), or None, with which it
+    refuses ufuncs (NumPy's TypeError). ndarrays (their subclasses: tilemm.contract.numpy_subclasses)
+    and NumPy scalars keep NumPy's."""
+    override = getattr(type(x), "__array_ufunc__", np.ndarray.__array_ufunc__)
+    if override is np.ndarray.__array_ufunc__ or isinstance(x, (np.ndarray, np.generic)):
+        return
+    if override is None:
+        raise TypeError(f"operand '{type(x).__name__}' does not support ufuncs (__array_ufunc__=None)")
+    raise TypeError(f"matmul: operand {i} is a {type(x).__module__}.{type(x).__name__}, whose __array_ufunc__ "
+                    "answers numpy.matmul itself; tilemm multiplies arrays (pass np.asarray(x))")
 
 
 def device_kind(x) -> str | None:
@@ -127,6 +143,21 @@ def describe(x, operand: str) -> Operand:
                     "pass a NumPy array, a PyTorch tensor or a CuPy array (np.asarray(x) for lists)")
 
 
+def owned(x) -> np.ndarray:
+    """A NumPy result that owns its data, as NumPy's own do (ndarray.resize works on it): x, or a
+    copy of a view (a promoted 1-D operand's dimension taken off, a torch tensor's memory)."""
+    return x if x.flags.owndata else x.copy(order="K")
+
+
+def host_copy(t) -> np.ndarray:
+    """A NumPy copy of torch tensor t (on the host or a GPU) that owns its data, copied straight
+    into NumPy's memory (t.cpu().numpy() views torch's)."""
+    import torch      # (only torch tensors come here: imported already)
+    host = np.empty(tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."))
+    torch.from_numpy(host).copy_(t)
+    return host
+
+
 def to_host(x, dtype: str) -> np.ndarray:
     """A NumPy array of ``dtype`` holding x's values (bfloat16 comes out as float32, exactly)."""
     torch, cupy = torch_if_imported(), cupy_if_imported()
@@ -161,8 +192,13 @@ def from_host(c: np.ndarray, like: Operand, dtype):
 
 def exactly(x, dtype):
     """x (NumPy or CuPy) as the very dtype object asked for: astype keeps an equal dtype of another
-    char ('l' for 'q'), which a view changes without a copy."""
+    char ('l' for 'q'), which a copy changes for NumPy (an array that owns its data, as NumPy's
+    results do) and a view for CuPy."""
     if isinstance(dtype, np.dtype) and x.dtype.char != dtype.char:
+        if isinstance(x, np.ndarray):
+            exact = np.empty_like(x, dtype=dtype)
+            np.copyto(exact, x)
+            return exact
         return x.view(dtype)
     return x
 
@@ -259,6 +295,12 @@ def to_device(x: np.ndarray, dtype: str | None = None):
     except ImportError:
         import torch
         return torch.from_numpy(np.ascontiguousarray(x)).cuda()
+
+
+def torch_readable(x: np.ndarray) -> np.ndarray:
+    """x as torch.from_numpy takes it: NumPy's unsigned long long ('Q', uint64 by another char than
+    np.uint64's, which torch refuses) viewed as np.uint64; anything else as it is."""
+    return x.view(np.uint64) if x.dtype.char == "Q" and np.dtype(np.uint64).char != "Q" else x
 
 
 def host_bfloat16(x: np.ndarray):

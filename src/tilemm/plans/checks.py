@@ -8,10 +8,10 @@ import numpy as np
 
 from tilemm.numerics import arrays
 from tilemm.choose import default as dispatch
-from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
+from tilemm.contract import numpy_rules as contract, numpy_subclasses as subclasses, torch_rules as torch_contract
 from tilemm.ladder import registry
 from tilemm.engine import streams
-from tilemm.numerics.dtypes import HOST_ONLY, check_supported, dtype_name, int_width, result_dtype
+from tilemm.numerics.dtypes import HOST_ONLY, dtype_name, int_width, result_dtype
 from tilemm.plans.plan import KernelUnavailable, Plan
 from tilemm.ladder.registry import Problem
 
@@ -23,17 +23,18 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     for the operands' cast to out_dtype and the result's into out (tilemm.contract.numpy_keywords);
     None: not named, "same_kind", and a torch out takes torch's rule (tilemm.contract.torch_rules)."""
     torch_out = casting is None      # (NumPy's keywords bring NumPy's rules for a torch out with them)
+    out_dtype = contract.dtype_of_class(out_dtype)
     casting = casting or "same_kind"
     a, b = arrays.as_arrays(a, b)        # lists, scalars, __array__ objects: np.asarray's arrays
-    if contract.subclass_wrap(a, b) is not None:     # an ndarray subclass's wrap is matmul()'s: its data here
-        a, b = contract.plain(a), contract.plain(b)
+    if subclasses.subclass_wrap(a, b) is not None:   # an ndarray subclass's wrap is matmul()'s: its data here
+        a, b = subclasses.plain(a), subclasses.plain(b)
     out = contract.single_out(out)
+    contract.check_out_writeable(out)    # (NumPy's first refusal, before the operands' dtypes)
     a, b = arrays.native_order(a), arrays.native_order(b)
     da, db = arrays.describe(a, "0"), arrays.describe(b, "1")
     if stream is not None:
         streams.handle_of(stream)      # a bad stream= is refused before anything else
-    check_supported(da.dtype, "0")
-    check_supported(db.dtype, "1")
+    contract.check_operand_dtypes(a.dtype, b.dtype, out_dtype)
     if da.kind != db.kind:
         raise TypeError(f"matmul: operand 0 is a {da.kind} array and operand 1 a {db.kind} array; "
                         "pass both as the same kind")
@@ -46,7 +47,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         torch_contract.check(da.shape, db.shape, da.dtype, db.dtype, a.requires_grad and out is None)
         contract.check_no_gradient(a, b)
         a, b = a.detach(), b.detach()     # grad mode is off: numba-cuda cannot view a tensor that requires grad
-    result = result_dtype(da.dtype, db.dtype)
+    result = result_dtype(da.dtype, db.dtype) if out_dtype is None else None
     if out_dtype is not None:         # before the shapes, as NumPy resolves dtype= first
         result = contract.checked_out_dtype(out_dtype, result, (a.dtype, b.dtype), casting)
         if result == "bfloat16" and da.kind != "torch":

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilemm.contract import numpy_layout
 from tilemm.numerics import arrays
 from tilemm.engine import backends, streams
 from tilemm.ladder import registry
@@ -74,9 +75,15 @@ class Plan:
         with self.on_stream(stream):
             launch, result, record = self.prepared(a, b, poison, False)
             launch()
-            value = arrays.convert(result().reshape(self.shape), self.operand, self.exact or self.result)
-            if out is None:          # (NumPy's scalar for NumPy's 1-D @ 1-D)
-                return (value[()] if self.operand.kind == "numpy" and not self.shape else value), record
+            c = result()
+            value = arrays.convert(c if c.shape == self.shape else c.reshape(self.shape), self.operand,
+                                   self.exact or self.result)
+            if out is None and self.operand.kind == "numpy":   # NumPy's scalar for 1-D @ 1-D, its stacks' order
+                if len(self.batch) > 1:
+                    value = numpy_layout.stack_ordered(value, (a, b))
+                return (arrays.owned(value) if self.shape else value[()]), record
+            if out is None:
+                return value, record
             arrays.assign(out, value)
             return out, record
 

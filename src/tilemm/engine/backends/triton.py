@@ -32,7 +32,8 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
             return x.clone() if copy else x            # as it is: the usual call, and the cheapest
         if isinstance(x, np.ndarray):
             # torch takes no negative strides (a[::-1]) and warns on a read-only array: a copy of those
-            x = torch.from_numpy(x if x.flags.writeable and min(x.strides, default=0) >= 0 else np.array(x))
+            x = torch.from_numpy(arrays.torch_readable(
+                x if x.flags.writeable and min(x.strides, default=0) >= 0 else np.array(x)))
         elif not isinstance(x, torch.Tensor):
             x = arrays.torch_view(x)
         narrow = (plan.kernel.narrow_operands and not x.dtype.is_floating_point and x.is_signed()
@@ -65,7 +66,7 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
 
     def result():
         if plan.operand.device == "cpu":
-            return c.cpu().numpy() if p.dtype != "bfloat16" else c.cpu()
+            return arrays.host_copy(c) if p.dtype != "bfloat16" else c.cpu()
         if plan.operand.kind == "cupy":
             import cupy    # (the operands are CuPy's: imported already)
             return cupy.asarray(c)
