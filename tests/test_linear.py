@@ -164,6 +164,44 @@ def test_a_gated_mlp_of_transformers_fuses_its_gate():
     assert relative(model(x), ref(x)) <= 1e-12
 
 
+class Branches(torch.nn.Sequential):
+    """A Sequential subclass whose forward is its own: the sum of its modules' outputs, no chain."""
+
+    def forward(self, x):
+        return sum(module(x) for module in self)
+
+
+class SharedLayer(torch.nn.Module):
+    """One Linear held twice: called alone, and first in a Sequential before a ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.seq = torch.nn.Sequential(self.fc, torch.nn.ReLU())
+
+    def forward(self, x):
+        return self.fc(x) + self.seq(x)
+
+
+def called_twice_in_the_chain():
+    fc = torch.nn.Linear(8, 8)
+    return torch.nn.Sequential(fc, torch.nn.GELU(), fc)
+
+
+@pytest.mark.parametrize("make", [SharedLayer, lambda: Branches(torch.nn.Linear(8, 8), torch.nn.ReLU()),
+                                  called_twice_in_the_chain], ids=["held-twice", "sequential-subclass", "called-twice"])
+def test_fuse_activations_leaves_a_linear_whose_output_is_read_without_the_activation(make):
+    """A Linear the model holds in two places, or in a Sequential subclass that is no chain, keeps
+    its activation module: fused, its other calls would return activation(x @ W.T + b)."""
+    torch.manual_seed(0)
+    model = make().to(DEVICE, torch.float64)
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    assert not [m for m in model.modules() if isinstance(m, torch.nn.Identity)]
+    x = torch.randn(3, 8, dtype=torch.float64, device=DEVICE)
+    assert relative(model(x), ref(x)) <= 1e-12
+
+
 def test_compiled_model_of_fused_linears():
     """fullgraph=True, no graph break, a tilemm::linear node a layer, and compiled = eager
     (values and gradients)."""
