@@ -105,6 +105,18 @@ def test_linear_of_numpy_arrays():
     assert isinstance(y, np.ndarray) and y.shape == (2, 5, 3) and np.allclose(y, ref, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("residual", [np.ones((4, 2, 3)), np.ones((2, 3, 3)), np.ones((5, 1, 1, 3))])
+def test_a_numpy_residual_that_would_widen_the_result_is_refused_as_a_tensor_is(residual):
+    """The result keeps x's leading shape: a residual that broadcasts only to a larger one is a
+    ValueError naming both shapes, for NumPy arrays as for torch tensors (NumPy's broadcasting
+    returned a (4, 2, 3) or (5, 2, 2, 3) result, or NumPy's own message)."""
+    x, w = np.ones((2, 8)), np.ones((3, 8))
+    for operands in ((x, w, residual), tuple(map(torch.from_numpy, (x, w, residual)))):
+        with pytest.raises(ValueError, match=r"linear: residual of shape .* does not broadcast to the result's "
+                                             r"shape \(2, 3\)"):
+            tilemm.linear(operands[0], operands[1], residual=operands[2])
+
+
 @pytest.mark.parametrize("call,error,words", [
     (lambda x, w: tilemm.linear(x, w, activation="swish"), ValueError, "activation='swish'"),
     (lambda x, w: tilemm.linear(x, w.T), ValueError, "in_features"),

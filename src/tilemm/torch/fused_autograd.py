@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from tilemm.products import fused
 from tilemm.contract import numpy_rules as contract
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
-from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
+from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_residual, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
 from tilemm.torch import fused_transforms, linear_calls
 from tilemm.torch.compiled_transforms import outside_the_graph, transformed
@@ -52,13 +52,6 @@ def check_triton_dtype(name: str, dtype: torch.dtype) -> None:
         raise TypeError(f"{name}: the fused-epilogue program takes {', '.join(map(str, DTYPES))}, not {dtype}")
 
 
-def broadcasts_to(shape, target) -> bool:
-    try:
-        return torch.broadcast_shapes(shape, target) == target
-    except RuntimeError:
-        return False
-
-
 def recording(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
@@ -85,9 +78,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     check_tensors("linear", x=x, weight=weight, bias=bias, residual=residual)
     check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
     out_shape = x.shape[:-1] + weight.shape[:1]
-    if residual is not None and not broadcasts_to(residual.shape, out_shape):
-        raise ValueError(f"linear: residual of shape {tuple(residual.shape)} does not broadcast to the result's "
-                         f"shape {tuple(out_shape)}")
+    if residual is not None:
+        check_linear_residual(residual.shape, out_shape)
 
     def residual_rows():      # (a copy where the residual is broadcast: not for the library's route)
         return None if residual is None else residual.expand(out_shape).reshape(-1, weight.shape[0])
