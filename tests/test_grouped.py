@@ -270,6 +270,27 @@ def test_gradients_match_float64_autograd(name):
         assert torch.allclose(got.cpu().double(), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", list(LAYOUTS) + ["masked"])
+def test_batched_gradients_match_one_backward_each(name):
+    """autograd's batched dC (is_grads_batched=True, jacobian(vectorize=True)) has no memory the
+    program could read ("Cannot access storage of BatchedTensorImpl" before): each layout's
+    gradients are torch's products of the groups there, as one backward a copy gives them."""
+    a_shape, b_shape, cut = LAYOUTS.get(name, ((5, 6, 8), (5, 8, 7), [0, 1, 6, 3, 2]))
+    counted = name == "masked"
+    a = operand(a_shape, torch.float32, 13).requires_grad_()
+    b = operand(b_shape, torch.float32, 14).requires_grad_()
+    cut_t = torch.tensor(cut, dtype=torch.int32, device=a.device) if cut is not None else None
+
+    def grouped(a, b):
+        return tilemm.grouped_matmul(a, b, None if counted else cut_t, counts=cut_t if counted else None, **SMALL)
+    grads = operand((3, *grouped(a, b).shape), torch.float32, 15)
+    together = torch.autograd.grad(grouped(a, b), (a, b), grads, is_grads_batched=True)
+    for i, g in enumerate(grads):
+        alone = torch.autograd.grad(grouped(a, b), (a, b), g)
+        for j in range(2):
+            assert torch.allclose(together[j][i], alone[j], rtol=1e-4, atol=1e-4)
+
+
 F16 = torch.float16
 BAD = [
     ((torch.ones(6, 4, dtype=F16), torch.ones(2, 4, 3, dtype=F16), torch.tensor([4, 2], dtype=torch.int32)),

@@ -50,6 +50,28 @@ def test_linear_against_torch_forward_and_backward(activation):
     assert got[1].is_contiguous()        # the weight's gradient in the weight's layout
 
 
+@pytest.mark.parametrize("activation", ["identity", "gelu"])
+def test_batched_gradients_of_each_call_of_a_key(activation):
+    """is_grads_batched=True (jacobian(vectorize=True), hessian(vectorize=True)): torch's products
+    for autograd's batched dY at a key's first call (EpilogueFunction), its later ones (the key's
+    FusedRoute), a double backward's composite; each failed inside the launch before."""
+    from .test_epilogue import batched_against_one_by_one
+    g = torch.Generator().manual_seed(4)
+    x, w, b = (torch.randn(s, generator=g, dtype=torch.float64).to(DEVICE).requires_grad_()
+               for s in ((2, 3, 8), (5, 8), (5,)))
+
+    def f(x, w, b):
+        return tilemm.linear(x, w, b, activation, kernel="tensorcore")
+    for _ in range(3):
+        assert batched_against_one_by_one(f, (x, w, b)) <= 1e-12
+    x0 = x.detach()[0]
+    hessian = torch.autograd.functional.hessian(lambda x: f(x, w.detach(), b.detach()).pow(2).sum(), x0,
+                                                vectorize=True)
+    want = torch.autograd.functional.hessian(
+        lambda x: activate_torch(F.linear(x, w.detach(), b.detach()), activation).pow(2).sum(), x0)
+    assert relative(hessian, want) <= 1e-12
+
+
 def test_linear_bfloat16_against_float32_autograd():
     g = torch.Generator().manual_seed(2)
     x, w, b = (torch.randn(s, generator=g).bfloat16().to(DEVICE).requires_grad_() for s in ((40, 32), (24, 32), (24,)))

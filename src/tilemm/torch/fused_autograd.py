@@ -18,7 +18,7 @@ from tilemm.contract import numpy_rules as contract
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
 from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_residual, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
-from tilemm.torch import fused_transforms, linear_calls
+from tilemm.torch import batched_grads, fused_transforms, linear_calls
 from tilemm.torch.compiled_transforms import outside_the_graph, transformed
 from tilemm.torch.nn_routes import direct_apply
 
@@ -168,6 +168,9 @@ class EpilogueFunction(torch.autograd.Function):
     def backward(ctx, grad):
         a, b, saved, bias, c = ctx.saved_tensors
         bias_over_m, activation, alpha, beta, config = ctx.spec
+        if batched_grads.batched(grad):     # autograd's batched dY: torch's products (tilemm.torch.batched_grads)
+            return fused.grads(grad, saved, a, b, ctx.bias_shape, bias_over_m, *ctx.given, activation, alpha, beta,
+                               ctx.needs_input_grad[:5], batched_grads.product) + (None,)
         if torch.is_grad_enabled():     # create_graph=True: the composite's gradients, differentiable again
             def compose(a, b, bias, c):
                 return fused_transforms.matmul_epilogue(a, b, bias, bias_over_m, c, None, activation, alpha, beta,
