@@ -210,9 +210,10 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
             return c
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return grouped.problems(a, b, offs, counts, out_dtype, out, params, grouped_matmul)
-    if transformed or grouped.records_gradient(a, b, scale_a, scale_b):
+    records = grouped.records_gradient(a, b, scale_a, scale_b)
+    if transformed or records:
         offs, counts, lay = grouped.torch_layout(a, b, offs, counts, out_dtype)
-        grouped.check_differentiable(a, lay, out)
+        grouped.check_differentiable(a, lay, out, records)
         from tilemm.torch.grouped_autograd import differentiable
         return differentiable(a, b, offs, counts, lay, params)
     return grouped.grouped_matmul(a, b, offs, counts=counts, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,
