@@ -72,6 +72,27 @@ def test_batched_gradients_of_each_call_of_a_key(activation):
     assert relative(hessian, want) <= 1e-12
 
 
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_jit_trace_of_the_program_s_route_holds_its_op(requires_grad):
+    """torch.jit.trace of tilemm.linear and matmul_epilogue on the program's route: one tilemm::
+    node each (the launch under the tracer failed inside Triton's interpreter: 'invalid operands
+    of type pointer<int64> and triton.language.int32'), the pre-activation kept whether or not
+    the traced call recorded (its check trace differed: 'Graphs differed across invocations');
+    the trace's values and gradients on new inputs are torch's."""
+    g = torch.Generator().manual_seed(7)
+    x, w, b, r = (torch.randn(s, generator=g, dtype=torch.float64).to(DEVICE) for s in ((2, 3, 8), (6, 8), (6,), (6,)))
+    x.requires_grad_(requires_grad)
+    traced = torch.jit.trace(lambda x: tilemm.linear(x, w, b, "gelu", residual=r, kernel="tensorcore"), (x,))
+    epilogue = torch.jit.trace(lambda a: tilemm.matmul_epilogue(a, w.T, bias=b, activation="silu", alpha=2.0,
+                                                                kernel="tensorcore"), (x[0],))
+    assert [n.kind() for n in traced.graph.nodes() if "tilemm" in n.kind()] == ["tilemm::linear"]
+    x2 = torch.randn(x.shape, generator=g, dtype=torch.float64).to(DEVICE).requires_grad_()
+    y, want = traced(x2), F.gelu(F.linear(x2, w, b)) + r
+    assert relative(y, want) <= 1e-12
+    assert relative(torch.autograd.grad(y.sum(), x2)[0], torch.autograd.grad(want.sum(), x2)[0]) <= 1e-12
+    assert relative(epilogue(x2[0]), F.silu(2.0 * x2[0] @ w.T + b)) <= 1e-12
+
+
 def test_linear_bfloat16_against_float32_autograd():
     g = torch.Generator().manual_seed(2)
     x, w, b = (torch.randn(s, generator=g).bfloat16().to(DEVICE).requires_grad_() for s in ((40, 32), (24, 32), (24,)))

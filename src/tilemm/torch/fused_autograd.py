@@ -85,10 +85,13 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         return None if residual is None else residual.expand(out_shape).reshape(-1, weight.shape[0])
     if is_compiling() and transformed():      # inside torch.func's transforms: the eager call's rules
         return outside_the_graph(linear, x, weight, bias, activation, residual, kernel, params)
-    if is_compiling():
+    # (jit.trace of the program's route: the op, one node of the trace, as tilemm.matmul's; the
+    # library's route traces as torch's functions)
+    if is_compiling() or tracing() and fused.route(kernel, x, prod(x.shape[:-1]), *weight.shape) == fused.TRITON:
         rows = x.reshape(-1, x.shape[-1])       # one operator the compiled graph sees into (tilemm.torch.fused_ops)
         from tilemm.torch import fused_ops
-        save = recording(x, weight, bias, residual) and needs_aux(activation, residual is not None)
+        # (a trace keeps the pre-activation whether or not this call records: its later calls may)
+        save = (tracing() or recording(x, weight, bias, residual)) and needs_aux(activation, residual is not None)
         y, _ = torch.ops.tilemm.linear(rows, weight, bias, residual_rows(), activation, save, kernel,
                                        fused_ops.encode_config(params))
         return y.reshape(out_shape)
@@ -127,9 +130,9 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
     bias_1d = None if bias is None else bias.reshape(-1)
     if is_compiling() and transformed():      # inside torch.func's transforms: the eager call's rules
         return outside_the_graph(matmul_epilogue, a, b, bias, activation, alpha, beta, c, residual, kernel, params)
-    if is_compiling():
+    if is_compiling() or tracing() and fused.route(kernel, a, m, n, a.shape[1]) == fused.TRITON:
         from tilemm.torch import fused_ops
-        save = recording(a, b, bias, c, residual) and needs_aux(activation, residual is not None)
+        save = (tracing() or recording(a, b, bias, c, residual)) and needs_aux(activation, residual is not None)
         return torch.ops.tilemm.matmul_epilogue(a, b, bias_1d, c, residual, activation, alpha, beta, bias_over_m,
                                                 save, kernel, fused_ops.encode_config(params))[0]
     config = config_for(a.dtype, params)
