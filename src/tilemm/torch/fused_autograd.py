@@ -91,7 +91,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         rows = x.reshape(-1, x.shape[-1])       # one operator the compiled graph sees into (tilemm.torch.fused_ops)
         from tilemm.torch import fused_ops
         # (a trace keeps the pre-activation whether or not this call records: its later calls may)
-        save = (tracing() or recording(x, weight, bias, residual)) and needs_aux(activation, residual is not None)
+        save = ((recording(x, weight, bias, residual) or not is_compiling() and tracing())      # (Dynamo: no tracing())
+                and needs_aux(activation, residual is not None))
         y, _ = torch.ops.tilemm.linear(rows, weight, bias, residual_rows(), activation, save, kernel,
                                        fused_ops.encode_config(params))
         return y.reshape(out_shape)
@@ -132,7 +133,8 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
         return outside_the_graph(matmul_epilogue, a, b, bias, activation, alpha, beta, c, residual, kernel, params)
     if is_compiling() or tracing() and fused.route(kernel, a, m, n, a.shape[1]) == fused.TRITON:
         from tilemm.torch import fused_ops
-        save = (tracing() or recording(a, b, bias, c, residual)) and needs_aux(activation, residual is not None)
+        save = ((recording(a, b, bias, c, residual) or not is_compiling() and tracing())
+                and needs_aux(activation, residual is not None))
         return torch.ops.tilemm.matmul_epilogue(a, b, bias_1d, c, residual, activation, alpha, beta, bias_over_m,
                                                 save, kernel, fused_ops.encode_config(params))[0]
     config = config_for(a.dtype, params)
