@@ -100,6 +100,29 @@ def test_gradcheck_at_float64():
         (a, b, bias), fast_mode=True)
 
 
+def batched_against_one_by_one(f, inputs, copies: int = 3):
+    """The largest difference between autograd's batched gradients of f (is_grads_batched=True,
+    as jacobian(vectorize=True) and gradcheck's check_batched_grad ask) and a backward each."""
+    grads = torch.randn((copies, *f(*inputs).shape), dtype=inputs[0].dtype, device=inputs[0].device)
+    together = torch.autograd.grad(f(*inputs), inputs, grads, is_grads_batched=True)
+    alone = [torch.autograd.grad(f(*inputs), inputs, g) for g in grads]
+    return max(float((together[j][i] - alone[i][j]).abs().max()) for i in range(copies) for j in range(len(inputs)))
+
+
+@pytest.mark.parametrize("activation", ["identity", "relu", "silu"])
+def test_batched_gradients_as_torch_gives_them(activation):
+    """autograd's batched dY has no memory a launch could read: the program's gradients failed
+    (NotImplementedError, "Cannot access storage of BatchedTensorImpl"); they are torch's
+    products there, the same values as one backward a copy, and gradcheck's batched check holds."""
+    a, b, bias, _, c, residual = (t.requires_grad_() for t in operands(5, 3, 4, torch.float64))
+
+    def f(a, b, bias, c, residual):
+        return tilemm.matmul_epilogue(a, b, bias=bias, activation=activation, alpha=2.0, beta=0.5, c=c,
+                                      residual=residual, kernel="tensorcore")
+    assert batched_against_one_by_one(f, (a, b, bias, c, residual)) <= 1e-12
+    assert torch.autograd.gradcheck(f, (a, b, bias, c, residual), check_batched_grad=True, fast_mode=True)
+
+
 def test_bfloat16_gradients_against_float32_autograd():
     tensors = operands(24, 40, 32, torch.bfloat16, seed=3)
     a, b, bias = (t.detach().requires_grad_() for t in tensors[:3])

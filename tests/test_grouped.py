@@ -238,6 +238,17 @@ def test_numpy_operands_run_a_host_loop_of_the_same_meaning(name):
         assert np.array_equal(c.astype(np.int64), ref.long().numpy())     # small integers: exact either way
 
 
+@pytest.mark.parametrize("out_dtype", [np.float32, np.dtype(np.float32), "float32"])
+def test_numpy_operands_take_a_numpy_scalar_type_as_out_dtype(out_dtype):
+    """np.float32 (a class, whose .name is a descriptor) names float32 as np.dtype(np.float32) and
+    "float32" do (it was refused: "choose float16 or float32")."""
+    a, b = np.ones((4, 3), np.float16), np.ones((2, 3, 5), np.float16)
+    c = tilemm.grouped_matmul(a, b, np.array([1, 4], np.int32), out_dtype=out_dtype)
+    assert c.dtype == np.float32 and np.array_equal(c, np.full((4, 5), 3.0, np.float32))
+    with pytest.raises(TypeError, match="out_dtype=<class 'numpy.int32'> for float16 operands"):
+        tilemm.grouped_matmul(a, b, np.array([1, 4], np.int32), out_dtype=np.int32)
+
+
 @pytest.mark.parametrize("name", list(LAYOUTS) + ["masked"])
 def test_gradients_match_float64_autograd(name):
     a_shape, b_shape, cut = LAYOUTS.get(name, ((5, 6, 8), (5, 8, 7), [0, 1, 6, 3, 2]))
@@ -257,6 +268,27 @@ def test_gradients_match_float64_autograd(name):
     (ref * weights.cpu().double()).sum().backward()
     for got, want in ((a.grad, a64.grad), (b.grad, b64.grad)):
         assert torch.allclose(got.cpu().double(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS) + ["masked"])
+def test_batched_gradients_match_one_backward_each(name):
+    """autograd's batched dC (is_grads_batched=True, jacobian(vectorize=True)) has no memory the
+    program could read ("Cannot access storage of BatchedTensorImpl" before): each layout's
+    gradients are torch's products of the groups there, as one backward a copy gives them."""
+    a_shape, b_shape, cut = LAYOUTS.get(name, ((5, 6, 8), (5, 8, 7), [0, 1, 6, 3, 2]))
+    counted = name == "masked"
+    a = operand(a_shape, torch.float32, 13).requires_grad_()
+    b = operand(b_shape, torch.float32, 14).requires_grad_()
+    cut_t = torch.tensor(cut, dtype=torch.int32, device=a.device) if cut is not None else None
+
+    def grouped(a, b):
+        return tilemm.grouped_matmul(a, b, None if counted else cut_t, counts=cut_t if counted else None, **SMALL)
+    grads = operand((3, *grouped(a, b).shape), torch.float32, 15)
+    together = torch.autograd.grad(grouped(a, b), (a, b), grads, is_grads_batched=True)
+    for i, g in enumerate(grads):
+        alone = torch.autograd.grad(grouped(a, b), (a, b), g)
+        for j in range(2):
+            assert torch.allclose(together[j][i], alone[j], rtol=1e-4, atol=1e-4)
 
 
 F16 = torch.float16
@@ -280,6 +312,8 @@ BAD = [
      "dtype float64"),
     ((torch.ones(6, 4, dtype=F16), torch.ones(2, 4, 3, dtype=F16), [2, 6]), dict(out_dtype="int32"), TypeError,
      "out_dtype"),
+    ((torch.ones(6, 4, dtype=F16), torch.ones(2, 4, 3, dtype=F16), [2, 6]),
+     dict(scale_a=torch.ones(6, 1), scale_b=torch.ones(2, 1, 1)), TypeError, "block scales .* are for float8 operands"),
     ((torch.ones(1, 6, 4, 1, dtype=F16), torch.ones(2, 4, 3, dtype=F16)), {}, ValueError, "2-D or 3-D"),
     (([torch.ones(2, 3)], [torch.ones(3, 2), torch.ones(2, 2)]), {}, ValueError, "1 a's for 2 b's"),
     ((torch.ones(6, 4, dtype=F16), torch.ones(2, 4, 3, dtype=F16), [2, 6]), dict(block_q=3), TypeError,

@@ -6,6 +6,9 @@ empty group and a group of one row."""
 import pytest
 import torch
 
+import tilemm
+
+from .test_grouped import SMALL
 from .test_grouped_compile import LAYOUTS, arguments, forward_and_gradients, grouped
 
 TIGHT = dict(rtol=1e-6, atol=1e-6)     # the same programs on the same operands: float32 rounding only
@@ -39,6 +42,23 @@ def test_vmap_equals_a_loop(name, mapped):
     want = torch.stack([grouped(a2[i] if dims[0] == 0 else a2, b2[i] if dims[1] == 0 else b2, offs, counts)
                         for i in range(2)])
     assert got.shape == want.shape and torch.allclose(got, want, **TIGHT)
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+@pytest.mark.parametrize("dtype,out_dtype", [(torch.int8, None), (torch.float16, torch.float32)])
+def test_vmap_takes_what_the_eager_call_takes_where_no_gradient_is_recorded(name, dtype, out_dtype):
+    """vmap alone records no gradient: int8 operands and a widened out_dtype are taken, as the eager
+    call takes them (refused with 'gradients flow for floating operands' before); out=, which the
+    transforms' Function would not write, is a TypeError that names the transforms."""
+    a, b, offs, counts = arguments(name, dtype)
+
+    def product(x, **options):
+        return tilemm.grouped_matmul(x, b, offs, counts=counts, out_dtype=out_dtype, **SMALL, **options)
+    got = torch.func.vmap(product)(torch.stack([a, a]))
+    want = product(a)
+    assert got.dtype == want.dtype and torch.equal(got[0], want) and torch.equal(got[1], want)
+    with pytest.raises(TypeError, match="out= is not taken under torch.func's transforms"):
+        torch.func.vmap(lambda x: product(x, out=torch.empty_like(want)))(torch.stack([a, a]))
 
 
 @pytest.mark.parametrize("name", ["2d-3d", "masked", "3d-2d"])

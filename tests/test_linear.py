@@ -50,6 +50,49 @@ def test_linear_against_torch_forward_and_backward(activation):
     assert got[1].is_contiguous()        # the weight's gradient in the weight's layout
 
 
+@pytest.mark.parametrize("activation", ["identity", "gelu"])
+def test_batched_gradients_of_each_call_of_a_key(activation):
+    """is_grads_batched=True (jacobian(vectorize=True), hessian(vectorize=True)): torch's products
+    for autograd's batched dY at a key's first call (EpilogueFunction), its later ones (the key's
+    FusedRoute), a double backward's composite; each failed inside the launch before."""
+    from .test_epilogue import batched_against_one_by_one
+    g = torch.Generator().manual_seed(4)
+    x, w, b = (torch.randn(s, generator=g, dtype=torch.float64).to(DEVICE).requires_grad_()
+               for s in ((2, 3, 8), (5, 8), (5,)))
+
+    def f(x, w, b):
+        return tilemm.linear(x, w, b, activation, kernel="tensorcore")
+    for _ in range(3):
+        assert batched_against_one_by_one(f, (x, w, b)) <= 1e-12
+    x0 = x.detach()[0]
+    hessian = torch.autograd.functional.hessian(lambda x: f(x, w.detach(), b.detach()).pow(2).sum(), x0,
+                                                vectorize=True)
+    want = torch.autograd.functional.hessian(
+        lambda x: activate_torch(F.linear(x, w.detach(), b.detach()), activation).pow(2).sum(), x0)
+    assert relative(hessian, want) <= 1e-12
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_jit_trace_of_the_program_s_route_holds_its_op(requires_grad):
+    """torch.jit.trace of tilemm.linear and matmul_epilogue on the program's route: one tilemm::
+    node each (the launch under the tracer failed inside Triton's interpreter: 'invalid operands
+    of type pointer<int64> and triton.language.int32'), the pre-activation kept whether or not
+    the traced call recorded (its check trace differed: 'Graphs differed across invocations');
+    the trace's values and gradients on new inputs are torch's."""
+    g = torch.Generator().manual_seed(7)
+    x, w, b, r = (torch.randn(s, generator=g, dtype=torch.float64).to(DEVICE) for s in ((2, 3, 8), (6, 8), (6,), (6,)))
+    x.requires_grad_(requires_grad)
+    traced = torch.jit.trace(lambda x: tilemm.linear(x, w, b, "gelu", residual=r, kernel="tensorcore"), (x,))
+    epilogue = torch.jit.trace(lambda a: tilemm.matmul_epilogue(a, w.T, bias=b, activation="silu", alpha=2.0,
+                                                                kernel="tensorcore"), (x[0],))
+    assert [n.kind() for n in traced.graph.nodes() if "tilemm" in n.kind()] == ["tilemm::linear"]
+    x2 = torch.randn(x.shape, generator=g, dtype=torch.float64).to(DEVICE).requires_grad_()
+    y, want = traced(x2), F.gelu(F.linear(x2, w, b)) + r
+    assert relative(y, want) <= 1e-12
+    assert relative(torch.autograd.grad(y.sum(), x2)[0], torch.autograd.grad(want.sum(), x2)[0]) <= 1e-12
+    assert relative(epilogue(x2[0]), F.silu(2.0 * x2[0] @ w.T + b)) <= 1e-12
+
+
 def test_linear_bfloat16_against_float32_autograd():
     g = torch.Generator().manual_seed(2)
     x, w, b = (torch.randn(s, generator=g).bfloat16().to(DEVICE).requires_grad_() for s in ((40, 32), (24, 32), (24,)))
@@ -103,6 +146,18 @@ def test_linear_of_numpy_arrays():
     y = tilemm.linear(x, w, b, "gelu_tanh", residual=np.ones(3))
     ref = F.gelu(F.linear(*map(torch.from_numpy, (x, w, b))), approximate="tanh").numpy() + 1
     assert isinstance(y, np.ndarray) and y.shape == (2, 5, 3) and np.allclose(y, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("residual", [np.ones((4, 2, 3)), np.ones((2, 3, 3)), np.ones((5, 1, 1, 3))])
+def test_a_numpy_residual_that_would_widen_the_result_is_refused_as_a_tensor_is(residual):
+    """The result keeps x's leading shape: a residual that broadcasts only to a larger one is a
+    ValueError naming both shapes, for NumPy arrays as for torch tensors (NumPy's broadcasting
+    returned a (4, 2, 3) or (5, 2, 2, 3) result, or NumPy's own message)."""
+    x, w = np.ones((2, 8)), np.ones((3, 8))
+    for operands in ((x, w, residual), tuple(map(torch.from_numpy, (x, w, residual)))):
+        with pytest.raises(ValueError, match=r"linear: residual of shape .* does not broadcast to the result's "
+                                             r"shape \(2, 3\)"):
+            tilemm.linear(operands[0], operands[1], residual=operands[2])
 
 
 @pytest.mark.parametrize("call,error,words", [
@@ -160,6 +215,44 @@ def test_a_gated_mlp_of_transformers_fuses_its_gate():
     ref = copy.deepcopy(model)
     tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
     assert model.gate_proj.activation == "silu" and isinstance(model.act_fn, torch.nn.Identity)
+    x = torch.randn(3, 8, dtype=torch.float64, device=DEVICE)
+    assert relative(model(x), ref(x)) <= 1e-12
+
+
+class Branches(torch.nn.Sequential):
+    """A Sequential subclass whose forward is its own: the sum of its modules' outputs, no chain."""
+
+    def forward(self, x):
+        return sum(module(x) for module in self)
+
+
+class SharedLayer(torch.nn.Module):
+    """One Linear held twice: called alone, and first in a Sequential before a ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.seq = torch.nn.Sequential(self.fc, torch.nn.ReLU())
+
+    def forward(self, x):
+        return self.fc(x) + self.seq(x)
+
+
+def called_twice_in_the_chain():
+    fc = torch.nn.Linear(8, 8)
+    return torch.nn.Sequential(fc, torch.nn.GELU(), fc)
+
+
+@pytest.mark.parametrize("make", [SharedLayer, lambda: Branches(torch.nn.Linear(8, 8), torch.nn.ReLU()),
+                                  called_twice_in_the_chain], ids=["held-twice", "sequential-subclass", "called-twice"])
+def test_fuse_activations_leaves_a_linear_whose_output_is_read_without_the_activation(make):
+    """A Linear the model holds in two places, or in a Sequential subclass that is no chain, keeps
+    its activation module: fused, its other calls would return activation(x @ W.T + b)."""
+    torch.manual_seed(0)
+    model = make().to(DEVICE, torch.float64)
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    assert not [m for m in model.modules() if isinstance(m, torch.nn.Identity)]
     x = torch.randn(3, 8, dtype=torch.float64, device=DEVICE)
     assert relative(model(x), ref(x)) <= 1e-12
 

@@ -187,6 +187,22 @@ def test_linear_gradients_match_torch_s_and_its_output_takes_in_place_ops(kernel
     assert ours.products.known and pickle.loads(pickle.dumps(ours)).products.known == {}
 
 
+@pytest.mark.parametrize("kernel", [None, "cpu-tiled"])
+def test_batched_gradients_of_a_linear_are_torch_s(kernel):
+    """autograd's batched dY (is_grads_batched=True, jacobian(vectorize=True)) has no memory for
+    tilemm's products: the layer's routes take torch's there (they failed in tilemm.matmul's
+    checks: "Batching rule not implemented for aten::detach"), at its first and later calls."""
+    torch.manual_seed(0)
+    ours = Linear(5, 3, dtype=torch.float64, kernel=kernel)
+    theirs = torch.nn.Linear(5, 3, dtype=torch.float64)
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 4, 5, dtype=torch.float64)
+    want = torch.autograd.functional.jacobian(theirs, x)
+    for _ in range(3):
+        got = torch.autograd.functional.jacobian(ours, x, vectorize=True)
+        assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 4, 5), "strided"])
 @pytest.mark.parametrize("reduced", [False, True])
 def test_the_library_s_layouts_give_torch_s_values_and_gradients(shape, reduced, monkeypatch):

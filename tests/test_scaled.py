@@ -185,6 +185,23 @@ def test_products_whose_tiles_fill_half_the_sms_or_fewer_take_128_x_128_tiles():
     assert resolve({**DEFAULTS, "group_m": 4}, False, THIN_M + 1, 128, 1024)["block_m"] == 256
 
 
+def test_vmap_takes_one_product_an_element_and_refuses_what_it_cannot_batch():
+    """torch.func.vmap over the operands or a per-tensor scale: one product an element, as vmap
+    of torch._scaled_mm (its batched tensors have no memory: the launch failed inside, "Cannot
+    access data pointer of Tensor that doesn't have storage"); row-wise and block scales, out=
+    and stream= there are a TypeError that says so."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(2, 5, 32, generator=g).to(torch.float8_e4m3fn).to(WHERE)
+    b = torch.randn(32, 24, generator=g).to(torch.float8_e4m3fn).to(WHERE)
+    scales = torch.tensor([0.5, 2.0], device=WHERE)
+    c = torch.func.vmap(lambda a, s: tilemm.scaled_matmul(a, b, s, 1.0, out_dtype="float32", **SMALL))(a, scales)
+    want = (a.double() @ b.double()) * scales.double()[:, None, None]
+    assert c.shape == (2, 5, 24) and torch.allclose(c.double(), want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(TypeError, match="per-tensor scales and no out= or stream="):
+        torch.func.vmap(lambda a: tilemm.scaled_matmul(a, b, torch.ones(5, 1, device=WHERE),
+                                                       torch.ones(1, 24, device=WHERE)))(a)
+
+
 def test_number_scales_are_made_once_apart_for_a_and_b():
     """A number's scale tensor is kept (no copy to the GPU each call), one for scale_a and another
     for scale_b even at one value: a replay needs each input in memory of its own."""

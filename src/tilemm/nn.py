@@ -269,7 +269,9 @@ def swap_linears(model: torch.nn.Module, *, kernel: str | None = None, out_dtype
         Also replace a Linear followed by a known activation module (ReLU, GELU, SiLU, and the
         gate of transformers' Llama, Mistral and Qwen2 MLPs) by one layer whose product, bias and
         activation run in one pass (`tilemm.linear`); every swapped Linear then runs through
-        `tilemm.linear`, which torch.compile sees as the Triton program itself.
+        `tilemm.linear`, which torch.compile sees as the Triton program itself. A Linear held in
+        more than one place of the model, or in a Sequential subclass with a forward of its own,
+        keeps its activation module (the fused layer would change its other calls).
 
     Returns
     -------

@@ -116,6 +116,13 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     one custom op (``tilemm.torch.ops``).
     """
     records = scaled.records_gradient(a, b, scale_a, scale_b)
+    if scaled.under_transform(a, b, scale_a, scale_b):    # torch.func's vmap, grad, ...: operands without memory
+        if vector_scales(scale_a, scale_b) or out is not None or stream is not None:
+            raise TypeError("scaled_matmul: under torch.func's transforms (vmap, grad, jacrev, ...) it takes "
+                            "per-tensor scales and no out= or stream=")
+        from tilemm.torch import ops as torch_ops       # (its op: torch's vmap takes one product an element)
+        traced = params if library is None else {**params, "library": library}
+        return torch_ops.traced_scaled_matmul(a, b, scale_a, scale_b, out_dtype, fast_accum, out, stream, traced)
     if records or not vector_scales(scale_a, scale_b):     # (row-wise and block scales: no op of their own)
         if api.compiling():           # one op in the graph; Dynamo never sees the replays
             from tilemm.torch import ops as torch_ops
@@ -203,9 +210,10 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
             return c
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return grouped.problems(a, b, offs, counts, out_dtype, out, params, grouped_matmul)
-    if transformed or grouped.records_gradient(a, b, scale_a, scale_b):
+    records = grouped.records_gradient(a, b, scale_a, scale_b)
+    if transformed or records:
         offs, counts, lay = grouped.torch_layout(a, b, offs, counts, out_dtype)
-        grouped.check_differentiable(a, lay, out)
+        grouped.check_differentiable(a, lay, out, records)
         from tilemm.torch.grouped_autograd import differentiable
         return differentiable(a, b, offs, counts, lay, params)
     return grouped.grouped_matmul(a, b, offs, counts=counts, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,

@@ -35,3 +35,14 @@ def check_linear_shapes(x_shape: tuple, weight_shape: tuple, bias_shape) -> None
     if bias_shape is not None and tuple(bias_shape) != (weight_shape[0],):
         raise ValueError(f"linear: bias has shape {tuple(bias_shape)}; it must be (out_features,) = "
                          f"({weight_shape[0]},)")
+
+
+def check_linear_residual(residual_shape, out_shape) -> None:
+    """A residual broadcasts to the result's shape without widening it (NumPy's and torch's
+    broadcasting rules): ValueError naming both shapes otherwise."""
+    residual_shape, out_shape = tuple(residual_shape), tuple(out_shape)
+    fits = len(residual_shape) <= len(out_shape) and all(
+        r in (1, o) for r, o in zip(residual_shape[::-1], out_shape[::-1]))
+    if not fits:
+        raise ValueError(f"linear: residual of shape {residual_shape} does not broadcast to the result's shape "
+                         f"{out_shape}")

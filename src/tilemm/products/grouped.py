@@ -69,12 +69,15 @@ def torch_layout(a, b, offs, counts, out_dtype, scaled: bool = False):
     return offs, counts, layout(a, b, offs, counts, out_dtype, scaled)
 
 
-def check_differentiable(a, lay, out) -> None:
-    """Refuse a call that records a gradient where torch's grouped_mm would (out=, an integer or widened result)."""
+def check_differentiable(a, lay, out, records: bool = True) -> None:
+    """Refuse a call that records a gradient where torch's grouped_mm would (out=, an integer or
+    widened result); not recording (torch.func's vmap or jvp alone): out=, which the transforms'
+    Function does not write."""
     if out is not None:
         raise TypeError("grouped_matmul: functions with out=... arguments don't support automatic "
-                        "differentiation, but one of the arguments requires grad")
-    if lay.dtype.startswith("int") or lay.dtype != str(a.dtype).removeprefix("torch."):
+                        "differentiation, but one of the arguments requires grad" if records else
+                        "grouped_matmul: out= is not taken under torch.func's transforms (vmap, jvp, ...)")
+    if records and (lay.dtype.startswith("int") or lay.dtype != str(a.dtype).removeprefix("torch.")):
         raise TypeError(f"grouped_matmul: gradients flow for floating operands with the result in their dtype "
                         f"(here {lay.dtype} from {a.dtype}), as torch's grouped_mm")
 

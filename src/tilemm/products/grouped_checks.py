@@ -43,6 +43,9 @@ def layout(a, b, offs, counts, out_dtype, scaled: bool = False) -> Layout:
             if dtype_name(x) in FP8:
                 raise TypeError(f"grouped_matmul: operand {name} is {dtype_name(x)}; float8 groups take block "
                                 "scales, scale_a and scale_b")
+            if scaled and dtype_name(x) in DTYPES:
+                raise TypeError(f"grouped_matmul: block scales (scale_a, scale_b) are for float8 operands "
+                                f"({', '.join(FP8)}); operand {name} is {dtype_name(x)}: pass no scales")
             raise TypeError(f"grouped_matmul: operand {name} has dtype {dtype_name(x)}; it multiplies "
                             f"{', '.join(DTYPES)}" + (" (float8 with block scales: " + ", ".join(FP8) + ")") * scaled)
     if dtype_name(a) != dtype_name(b):
@@ -99,7 +102,9 @@ def result_dtype(operands: str, out_dtype) -> str:
     default = {"int8": "int32", **dict.fromkeys(FP8, "bfloat16")}.get(operands, operands)
     if out_dtype is None:
         return default
-    name = str(getattr(out_dtype, "name", out_dtype)).removeprefix("torch.")
+    # (a NumPy scalar type, np.float32, is a class: its name, not its dtype's descriptor)
+    name = out_dtype.__name__ if isinstance(out_dtype, type) else getattr(out_dtype, "name", out_dtype)
+    name = str(name).removeprefix("torch.")
     allowed = ((default,) if operands in ("int8", "float32") else ("bfloat16", "float16", "float32")
                if operands in FP8 else (operands, "float32"))
     if name not in allowed:

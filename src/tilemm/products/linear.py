@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilemm.numerics.epilogue_math import activate_numpy
-from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
+from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_residual, check_linear_shapes, check_matrices
 
 # ---------------------------------------------------------------- NumPy: the host's reference
 
@@ -45,12 +45,12 @@ def linear_numpy(x, weight, bias, activation, residual, kernel, params):
                         "operands are computed on the host")
     ops = host_arrays("linear", kernel, x=x, weight=weight, bias=bias, residual=residual)
     check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
+    if residual is not None:        # (as torch tensors': the result keeps x's leading shape)
+        check_linear_residual(residual.shape, x.shape[:-1] + weight.shape[:1])
     dtype = np.result_type(*(v for v in ops.values() if v is not None))
     z = np.matmul(x.astype(np.float64), weight.astype(np.float64).T)
     if bias is not None:
         z = z + bias.astype(np.float64)
-    if residual is not None:
-        np.broadcast_shapes(residual.shape, z.shape)       # (ValueError naming both where it can't)
     return finish_numpy(z, activation, residual, dtype)
 
 

@@ -101,6 +101,14 @@ def records_gradient(a, b, scale_a, scale_b) -> bool:
             and any(getattr(x, "requires_grad", False) for x in (a, b, scale_a, scale_b)))
 
 
+def under_transform(*tensors) -> bool:
+    """Whether torch.func's transforms (vmap, grad, jacrev, ...) are active and one of tensors is
+    a torch tensor: its batched or wrapped tensors have no memory a launch could read."""
+    torch = sys.modules.get("torch")
+    return (torch is not None and torch._C._are_functorch_transforms_active()
+            and any(isinstance(x, torch.Tensor) for x in tensors))
+
+
 # Repeated calls' launches (tilemm.engine.replay), by the call's key (scaled_common.replay_key)
 _REPLAYS: dict = {}
 

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from tilemm.products import fused
 from tilemm.contract import numpy_rules as contract
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
-from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_shapes, check_matrices
+from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_residual, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
-from tilemm.torch import fused_transforms, linear_calls
+from tilemm.torch import batched_grads, fused_transforms, linear_calls
 from tilemm.torch.compiled_transforms import outside_the_graph, transformed
 from tilemm.torch.nn_routes import direct_apply
 
@@ -52,13 +52,6 @@ def check_triton_dtype(name: str, dtype: torch.dtype) -> None:
         raise TypeError(f"{name}: the fused-epilogue program takes {', '.join(map(str, DTYPES))}, not {dtype}")
 
 
-def broadcasts_to(shape, target) -> bool:
-    try:
-        return torch.broadcast_shapes(shape, target) == target
-    except RuntimeError:
-        return False
-
-
 def recording(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
@@ -85,18 +78,21 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
     check_tensors("linear", x=x, weight=weight, bias=bias, residual=residual)
     check_linear_shapes(x.shape, weight.shape, None if bias is None else bias.shape)
     out_shape = x.shape[:-1] + weight.shape[:1]
-    if residual is not None and not broadcasts_to(residual.shape, out_shape):
-        raise ValueError(f"linear: residual of shape {tuple(residual.shape)} does not broadcast to the result's "
-                         f"shape {tuple(out_shape)}")
+    if residual is not None:
+        check_linear_residual(residual.shape, out_shape)
 
     def residual_rows():      # (a copy where the residual is broadcast: not for the library's route)
         return None if residual is None else residual.expand(out_shape).reshape(-1, weight.shape[0])
     if is_compiling() and transformed():      # inside torch.func's transforms: the eager call's rules
         return outside_the_graph(linear, x, weight, bias, activation, residual, kernel, params)
-    if is_compiling():
+    # (jit.trace of the program's route: the op, one node of the trace, as tilemm.matmul's; the
+    # library's route traces as torch's functions)
+    if is_compiling() or tracing() and fused.route(kernel, x, prod(x.shape[:-1]), *weight.shape) == fused.TRITON:
         rows = x.reshape(-1, x.shape[-1])       # one operator the compiled graph sees into (tilemm.torch.fused_ops)
         from tilemm.torch import fused_ops
-        save = recording(x, weight, bias, residual) and needs_aux(activation, residual is not None)
+        # (a trace keeps the pre-activation whether or not this call records: its later calls may)
+        save = ((recording(x, weight, bias, residual) or not is_compiling() and tracing())      # (Dynamo: no tracing())
+                and needs_aux(activation, residual is not None))
         y, _ = torch.ops.tilemm.linear(rows, weight, bias, residual_rows(), activation, save, kernel,
                                        fused_ops.encode_config(params))
         return y.reshape(out_shape)
@@ -135,9 +131,10 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
     bias_1d = None if bias is None else bias.reshape(-1)
     if is_compiling() and transformed():      # inside torch.func's transforms: the eager call's rules
         return outside_the_graph(matmul_epilogue, a, b, bias, activation, alpha, beta, c, residual, kernel, params)
-    if is_compiling():
+    if is_compiling() or tracing() and fused.route(kernel, a, m, n, a.shape[1]) == fused.TRITON:
         from tilemm.torch import fused_ops
-        save = recording(a, b, bias, c, residual) and needs_aux(activation, residual is not None)
+        save = ((recording(a, b, bias, c, residual) or not is_compiling() and tracing())
+                and needs_aux(activation, residual is not None))
         return torch.ops.tilemm.matmul_epilogue(a, b, bias_1d, c, residual, activation, alpha, beta, bias_over_m,
                                                 save, kernel, fused_ops.encode_config(params))[0]
     config = config_for(a.dtype, params)
@@ -176,6 +173,9 @@ class EpilogueFunction(torch.autograd.Function):
     def backward(ctx, grad):
         a, b, saved, bias, c = ctx.saved_tensors
         bias_over_m, activation, alpha, beta, config = ctx.spec
+        if batched_grads.batched(grad):     # autograd's batched dY: torch's products (tilemm.torch.batched_grads)
+            return fused.grads(grad, saved, a, b, ctx.bias_shape, bias_over_m, *ctx.given, activation, alpha, beta,
+                               ctx.needs_input_grad[:5], batched_grads.product) + (None,)
         if torch.is_grad_enabled():     # create_graph=True: the composite's gradients, differentiable again
             def compose(a, b, bias, c):
                 return fused_transforms.matmul_epilogue(a, b, bias, bias_over_m, c, None, activation, alpha, beta,

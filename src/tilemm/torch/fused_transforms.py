@@ -22,6 +22,7 @@ import torch
 from tilemm.contract.numpy_rules import torch_transformed
 from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.products import fused
+from tilemm.torch import batched_grads
 
 def active() -> bool:
     """Whether a call runs under a torch.func transform or inside a forward-mode AD dual level
@@ -51,8 +52,10 @@ class EpilogueProduct(torch.autograd.Function):
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad[:2]
-        da = product(grad, b.mT, ctx.alpha, ctx.config) if need_a else None
-        db = product(a.mT, grad, ctx.alpha, ctx.config) if need_b else None
+        # (autograd's batched dC, is_grads_batched: torch's products, tilemm.torch.batched_grads)
+        times = batched_grads.product if batched_grads.batched(grad) else product
+        da = times(grad, b.mT, ctx.alpha, ctx.config) if need_a else None
+        db = times(a.mT, grad, ctx.alpha, ctx.config) if need_b else None
         return da, db, None, None
 
     @staticmethod

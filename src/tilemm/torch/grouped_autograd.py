@@ -8,6 +8,7 @@ import torch
 
 from tilemm.products.grouped_launch import device_grouped
 from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_K, SPLIT_M, SPLIT_N, layout
+from tilemm.torch import batched_grads
 from tilemm.torch.ops import tangent
 
 
@@ -80,7 +81,9 @@ class GroupedMatmul(torch.autograd.Function):
     def backward(ctx, dc):
         a, b, *rest = ctx.saved_tensors
         cut = rest[0] if rest else None
-        da, db = gradients(a, b, cut, ctx.lay.split, dc.to(a.dtype), ctx.params, *ctx.needs_input_grad[:2])
+        # (autograd's batched dC, is_grads_batched: torch's products, tilemm.torch.batched_grads)
+        da, db = gradients(a, b, cut, ctx.lay.split, dc.to(a.dtype), ctx.params, *ctx.needs_input_grad[:2],
+                           batched_grads.grouped_product if batched_grads.batched(dc) else product)
         return da, db, None, None, None, None
 
     @staticmethod

@@ -4,13 +4,16 @@ A swapped Linear with ``activation`` set runs ``tilemm.linear`` (its bias, and t
 in the product's pass; one ``tilemm::linear`` operator that Inductor sees into under
 torch.compile). fuse_activations finds, in a swapped model:
 
-- in an ``nn.Sequential``, a Linear followed by a known activation module (nn.ReLU,
-  nn.GELU(approximate='none' or 'tanh'), nn.SiLU, and transformers' SiLUActivation,
-  GELUActivation and GELUTanh): the Linear takes the activation, an ``nn.Identity`` takes the module's place;
+- in an ``nn.Sequential`` (or a subclass that keeps its forward, the chain), a Linear followed by
+  a known activation module (nn.ReLU, nn.GELU(approximate='none' or 'tanh'), nn.SiLU, and
+  transformers' SiLUActivation, GELUActivation and GELUTanh): the Linear takes the activation, an
+  ``nn.Identity`` takes the module's place;
 - a gated MLP of transformers (LlamaMLP, MistralMLP, Qwen2MLP: ``down_proj(act_fn(gate_proj(x)) *
   up_proj(x))``): gate_proj takes act_fn, which becomes an nn.Identity;
 
-and every other swapped Linear runs tilemm.linear with no activation. ``restore_linears`` puts
+and every other swapped Linear runs tilemm.linear with no activation. A Linear the model holds
+in more than one place (one module called twice, or also outside the pair) is not fused: its
+other calls would take the activation too. ``restore_linears`` puts
 each activation module back. A forward hook on a fused Linear sees the activated output.
 """
 from __future__ import annotations
@@ -62,9 +65,12 @@ def fuse_activations(model: torch.nn.Module, Linear: type, kernel, out_dtype, pa
     if out_dtype is not None:
         raise TypeError("swap_linears: out_dtype is not taken with fuse_activations=True")
     fused = []
+    places = {}       # id of each module -> the places the model holds it in
+    for _, module in model.named_modules(remove_duplicate=False):
+        places[id(module)] = places.get(id(module), 0) + 1
     for name, module in list(model.named_modules()):
         pairs = []
-        if isinstance(module, torch.nn.Sequential):
+        if isinstance(module, torch.nn.Sequential) and type(module).forward is torch.nn.Sequential.forward:
             keys = list(module._modules)
             pairs = [(module, first, module, second) for first, second in zip(keys, keys[1:])]
         elif type(module).__name__ in GATED_MLPS and hasattr(module, "gate_proj") and hasattr(module, "act_fn"):
@@ -72,7 +78,8 @@ def fuse_activations(model: torch.nn.Module, Linear: type, kernel, out_dtype, pa
         for owner, linear_key, holder, activation_key in pairs:
             linear, act = owner._modules[linear_key], holder._modules.get(activation_key)
             activation = activation_of(act) if act is not None else None
-            if type(linear) is Linear and activation and linear.activation in (None, "identity"):
+            if (type(linear) is Linear and activation and linear.activation in (None, "identity")
+                    and places[id(linear)] == 1):
                 linear.configure(kernel=kernel, activation=activation, **params)
                 linear.fused_from = (holder, activation_key, act)
                 holder._modules[activation_key] = torch.nn.Identity()

@@ -38,7 +38,7 @@ from tilemm.engine import epilogue_launch, replay as replays
 from tilemm.engine.epilogue_repeats import repeated_call
 from tilemm.numerics.epilogue_math import activation_backward_of, needs_aux
 from tilemm.products import fused
-from tilemm.torch import fused_transforms
+from tilemm.torch import batched_grads, fused_transforms
 from tilemm.torch.nn_routes import direct_apply, matrix
 
 Tensor, Parameter = torch.Tensor, torch.nn.Parameter
@@ -155,11 +155,12 @@ class FusedRoute:
             d_bias = matrix(dz).sum(0)
         return d_input, d_weight, d_bias
 
-    def general_gradients(self, grad, input, weight, saved, needs: tuple) -> tuple:
+    def general_gradients(self, grad, input, weight, saved, needs: tuple, product=None) -> tuple:
         """(dX, dW, dBias) by tilemm.linear's rule (fused.grads on rows and weight.T), of the
-        shapes of input, weight and bias."""
-        def product(x, y, scale):
+        shapes of input, weight and bias; product(x, y, alpha): the program's, unless given."""
+        def program_product(x, y, scale):
             return fused.plain_product(x, y, scale, fused.TRITON, self.config)
+        product = product or program_product
         d_rows, d_weight_t, d_bias, _, _ = fused.grads(
             matrix(grad), None if saved is None else matrix(saved), matrix(input), weight.mT, self.bias_shape, False,
             False, False, self.activation, 1.0, 0.0, (*needs, False, False), product)
@@ -215,9 +216,12 @@ class FusedRoute:
 
 
 def gradients(ctx, grad) -> tuple:
-    """FusedLinear's backward: the route's gradients of input, weight and bias."""
+    """FusedLinear's backward: the route's gradients of input, weight and bias (autograd's
+    batched dY: by torch's products, tilemm.torch.batched_grads)."""
     input, weight, saved, _ = ctx.saved_tensors
     needs = ctx.needs_input_grad
+    if batched_grads.batched(grad):
+        return ctx.route.general_gradients(grad, input, weight, saved, needs[:3], batched_grads.product) + (None,)
     return ctx.route.gradients(grad, input, weight, saved, needs[0], needs[1], needs[2]) + (None,)
 
 
@@ -248,7 +252,8 @@ class FusedLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         # without create_graph (grad mode off) the route's products; with it, the composite's gradients
-        return differentiable_gradients(ctx, grad) if grad_enabled() else gradients(ctx, grad)
+        return differentiable_gradients(ctx, grad) if grad_enabled() and not batched_grads.batched(grad) else \
+            gradients(ctx, grad)
 
 
 record = direct_apply(FusedLinear)

@@ -23,6 +23,7 @@ import torch
 
 from tilemm.contract import numpy_rules as contract
 from tilemm.plans import calls
+from tilemm.torch.batched_grads import batched
 from tilemm.torch.ops import eager_product, operand_grads, tangent
 
 Tensor, Parameter = torch.Tensor, torch.nn.Parameter
@@ -138,9 +139,11 @@ class Route:
         """(d input, d weight) of input @ weight.T given dY = grad: dY @ weight and dY^T @ rows,
         each by its repeated call on a contiguous dY (a broadcast one, as ``y.sum()``'s, copied
         first: the products as recorded); under create_graph, and for a weight or rows not laid
-        out as usual, the general rule; d input in the input's shape."""
-        if not self.usual or grad_enabled():
-            product = functools.partial(eager_product, kernel=self.kernel, params=self.params)
+        out as usual, the general rule; d input in the input's shape (autograd's batched dY:
+        torch's products, tilemm.torch.batched_grads)."""
+        if not self.usual or grad_enabled() or batched(grad):
+            product = torch.matmul if batched(grad) else functools.partial(eager_product, kernel=self.kernel,
+                                                                            params=self.params)
             d_rows, d_weight_t = operand_grads(matrix(grad), matrix(input), weight.mT, need_input, need_weight,
                                                product)
             return self.as_input(d_rows, input), None if d_weight_t is None else d_weight_t.mT

@@ -30,6 +30,7 @@ from tilemm.contract import numpy_rules as contract, torch_rules as torch_contra
 from tilemm.numerics import dtypes
 from tilemm.plans import calls
 from tilemm.products import scaled
+from tilemm.torch.batched_grads import batched
 
 # ---------------------------------------------------------------- the gradients, for any product
 
@@ -164,12 +165,12 @@ class MatmulFunction(torch.autograd.Function):
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
         kernel, _, _, params, own = ctx.options
-        if own is not None and not torch.is_grad_enabled():
+        if own is not None and not torch.is_grad_enabled() and not batched(grad):
             grads = own.gradients(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
             if grads is not None:
                 return grads + (None,)
         # under create_graph=True each product records its own graph (double backward): eager_product
-        product = functools.partial(eager_product, kernel=kernel, params=params)
+        product = torch.matmul if batched(grad) else functools.partial(eager_product, kernel=kernel, params=params)
         grad_a, grad_b = operand_grads(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1], product)
         return grad_a, grad_b, None
 
