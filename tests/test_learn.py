@@ -76,6 +76,21 @@ def test_uncoalesced_where_coalesced_was_asked(tmp_path):
     assert first.title.startswith("uncoalesced accesses to") and "rung 5" in first.lesson
 
 
+def test_uncoalesced_tile_copy_is_caught_though_a_small_tile_hides_it(tmp_path):
+    # A's tile copied with threadIdx.x walking its rows: right answers, and at tile=4 (one warp a block)
+    # the same sectors as the rung's; a larger tile shows a warp reading 8 rows of A where it should read 4
+    path = write(tmp_path, "tiled", replace=[
+        ("            ka = uint32(phase + tx)\n            if row < m and ka < k:\n"
+         "                tile_a[ty, tx] = a[row, ka]",
+         "            ka = uint32(phase + ty)\n            ra = uint32(cuda.blockIdx.y * tile + tx)\n"
+         "            if ra < m and ka < k:\n                tile_a[tx, ty] = a[ra, ka]"),
+        ("                tile_a[ty, tx] = acc(0)", "                tile_a[tx, ty] = acc(0)")])
+    first, result = failed(path)
+    assert result.findings[0].ok                          # the answers are right
+    assert first.title == "uncoalesced accesses to A" and "16x16x16, tile=8" in first.detail
+    assert "a[row, phase + tx]" in first.lesson
+
+
 @pytest.mark.parametrize("which, replace, missing", [
     ("first", ("            cuda.syncthreads()\n            for j", "            for j"), "between copying the tiles"),
     ("second", ("            cuda.syncthreads()\n            phase", "            phase"), "after the products")])

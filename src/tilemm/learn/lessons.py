@@ -181,6 +181,12 @@ def judge_counts(exam: dict, exercise: Exercise) -> list[Finding]:
                                 "store each entry at every step p: rung 4"))
     findings += judge_shared(mine, rung, exercise)
     findings += judge_coalescing(mine, rung, exercise)
+    wide = exam.get("coalescing")
+    if wide and not any(f.title.startswith(("uncoalesced", "coalesced")) for f in findings):
+        where = "at {}, {}".format("x".join(map(str, wide["shape"])),
+                                   ", ".join(f"{k}={v}" for k, v in wide["params"].items()))
+        findings += judge_coalescing({"sectors_per_access": wide["yours"]},
+                                     {"sectors_per_access": wide["rung"]}, exercise, where)
     if all(f.ok for f in findings):
         read = sum(mine["loads"].values())
         findings.insert(0, Finding(True, "loads and stores as the rung's",
@@ -223,8 +229,11 @@ def judge_shared(mine: dict, rung: dict, exercise: Exercise) -> list[Finding]:
     return findings
 
 
-def judge_coalescing(mine: dict, rung: dict, exercise: Exercise) -> list[Finding]:
+def judge_coalescing(mine: dict, rung: dict, exercise: Exercise, where: str = "") -> list[Finding]:
+    """Findings where a warp's accesses touch more sectors than the rung's (or, in the uncoalesced
+    exercise, fewer); `where` names the shape and tiles when they are not the count's own."""
     findings = []
+    at = f" ({where})" if where else ""
     for name, want in rung["sectors_per_access"].items():
         got = mine["sectors_per_access"].get(name)
         if got is None:
@@ -232,12 +241,16 @@ def judge_coalescing(mine: dict, rung: dict, exercise: Exercise) -> list[Finding
         if got > COALESCING_SLACK * want:
             findings.append(Finding(False, f"uncoalesced accesses to {name}",
                                     f"a warp's access to {name} touches {got:.1f} 32-byte sectors on average, the "
-                                    f"rung's {want:.1f}",
+                                    f"rung's {want:.1f}{at}",
                                     "neighbouring threads (threadIdx.x) must touch neighbouring elements: "
-                                    "threadIdx.x walks the columns of C and of B (rung 3; rung 5 measures the cost)"))
+                                    + ("in the copies into shared memory too, threadIdx.x walks the columns: "
+                                       "a[row, phase + tx], b[phase + ty, col] (rung 6; rung 5 measures the cost)"
+                                       if exercise.uses_shared else
+                                       "threadIdx.x walks the columns of C and of B (rung 3; rung 5 measures the "
+                                       "cost)")))
         elif exercise.name == "uncoalesced" and got * COALESCING_SLACK < want:
             findings.append(Finding(False, f"coalesced accesses to {name}, where the exercise asks otherwise",
-                                    f"{got:.1f} sectors a warp's access, the rung's {want:.1f}",
+                                    f"{got:.1f} sectors a warp's access, the rung's {want:.1f}{at}",
                                     "this exercise is the slow layout on purpose: threadIdx.x walks the rows "
                                     "of C (rung 5)"))
     return findings
