@@ -137,8 +137,10 @@ def test_triton_load_without_mask(tmp_path):
 
 def test_infinite_loop_is_stopped(tmp_path):
     path = write(tmp_path, "naive", replace=[("                p = uint32(p + 1)\n", "")])
-    first, result = failed(path, timeout=6)
+    first, result = failed(path, timeout=10)
     assert first.title == "it never finished" and result.seconds < 30
+    assert "at M x N x K = 1x1x1, int32" in first.detail          # the case it hung on
+    assert "uint32" in first.lesson
 
 
 def test_learner_exception_shows_their_line(tmp_path):

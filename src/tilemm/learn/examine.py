@@ -146,7 +146,13 @@ def diagnose(c, a, b, dtype: str) -> dict:
     return out
 
 
-def examine(path: Path, exercise: Exercise) -> dict:
+def examine(path: Path, exercise: Exercise, running: Path | None = None) -> dict:
+    """What the learner's file does on each case; `running` (a file) is told the case under way, so
+    that a run stopped by the grader's timeout can say where it hung."""
+    def under_way(shape, dtype):
+        if running is not None:
+            running.write_text(f"M x N x K = {'x'.join(map(str, shape))}, {dtype}")
+
     out = {"exercise": exercise.name, "file": str(path), "cases": [], "fault": None, "counts": None,
            "races": [], "params": exercise.sim_params,
            "count_shape": list(COUNT_SHAPE)}
@@ -155,6 +161,7 @@ def examine(path: Path, exercise: Exercise) -> dict:
         out["fault"] = failed
         return out
     for shape, dtype in cases(exercise):
+        under_way(shape, dtype)
         c, tally, failed = run_case(exercise, module, path, shape, dtype)
         if failed:
             out["fault"] = failed
@@ -173,6 +180,7 @@ def examine(path: Path, exercise: Exercise) -> dict:
     out["reference"] = reference_counts(exercise)
     out["model"] = model(exercise, *COUNT_SHAPE)
     if exercise.coalescing_params:
+        under_way(COALESCING_SHAPE, "int32")
         out["coalescing"] = coalescing(exercise, module, path)
     return out
 
@@ -218,7 +226,7 @@ def main(argv: list[str]) -> int:
     path, name, result = Path(argv[0]).resolve(), argv[1], Path(argv[2])
     if compat.triton_interpreter():
         compat.mend_triton_interpreter()
-    result.write_text(json.dumps(examine(path, find(name))))
+    result.write_text(json.dumps(examine(path, find(name), result.with_suffix(".running"))))
     return 0
 
 

@@ -66,7 +66,9 @@ def child(module: str, path: Path, exercise: Exercise, env: dict, timeout: float
             res = subprocess.run([sys.executable, "-m", module, str(path), exercise.name, str(out)], env=env,
                                  capture_output=True, text=True, timeout=timeout, cwd=path.parent)
         except subprocess.TimeoutExpired:
-            return {"fault": {"kind": "timeout", "seconds": time.perf_counter() - start}}
+            running = out.with_suffix(".running")        # the examination's last word: the case it was on
+            return {"fault": {"kind": "timeout", "seconds": time.perf_counter() - start,
+                              "where": running.read_text() if running.exists() else ""}}
         if out.exists():
             return json.loads(out.read_text())
         return {"fault": crash(res, path)}

@@ -55,8 +55,11 @@ def judge_fault(fault: dict, exercise: Exercise, races: list, lines: list[str]) 
     if kind == "timeout":
         loop = ("every loop advances its counter (p = uint32(p + 1), phase = uint32(phase + tile))"
                 if exercise.backend == "numba-cuda" else "every loop advances its counter")
-        return [Finding(False, "it never finished", f"the run was stopped after {fault['seconds']:.0f} s: "
-                        "an infinite loop, most likely", f"check that {loop} and ends at K")]
+        at = f" at {fault['where']}" if fault.get("where") else ""
+        wraps = ("; a bound computed in uint32 wraps past zero to about 4 billion (k - tile where K < TILE)"
+                 if exercise.backend == "numba-cuda" else "")
+        return [Finding(False, "it never finished", f"the run was stopped after {fault['seconds']:.0f} s{at}: "
+                        "an infinite loop, most likely", f"check that {loop} and ends at K{wraps}")]
     if kind == "crash":
         return [Finding(False, "the process died", fault["message"],
                         "compiled code checks no bounds: an index past the edge of an array; " + bounds_lesson(exercise))]
