@@ -179,6 +179,14 @@ def test_grade_refuses_a_file_that_is_not_an_exercise(tmp_path, capsys):
     assert cli.main(["learn", "99"]) == 2
 
 
+def test_grade_refuses_an_exercise_flag_that_contradicts_the_file(tmp_path, capsys):
+    # graded as another rung, a tiled file would be judged by naive's launcher, counts and lessons
+    path = skeleton.write(exercises.find("tiled"), tmp_path)
+    assert cli.main(["grade", str(path), "--exercise", "naive"]) == 2
+    err = capsys.readouterr().err
+    assert "exercise 6 (tiled)" in err and "not naive" in err
+
+
 def test_cpu_rung_is_timed_beside_the_rung_and_numpy(tmp_path, monkeypatch):
     from tilemm.learn import speed
     monkeypatch.setitem(speed.SIZE, "numba", 48)

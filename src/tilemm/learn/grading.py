@@ -100,6 +100,15 @@ def grade(path: Path, exercise: str | None = None, timeout: float = 120.0, time_
     if not timeout > 0:
         raise ValueError(f"timeout {timeout}: give a number of seconds above 0")
     chosen = find(exercise or exercise_of(path))
+    if exercise:
+        try:
+            named = find(exercise_of(path))
+        except ValueError:        # no EXERCISE line, or one naming no exercise: --exercise decides
+            named = chosen
+        if named.name != chosen.name:   # its launcher and counts are another rung's: every finding would mislead
+            raise ValueError(f"{path.name} is exercise {named.rung} ({named.name}), by its EXERCISE line, not "
+                             f"{chosen.name}: leave out --exercise, or write exercise {chosen.name} with "
+                             f"`tilemm learn {chosen.name}`")
     start = time.perf_counter()
     exam = child("tilemm.learn.examine", path, chosen, SIMULATED, timeout)
     result = Grade(chosen, path, lessons.judge(exam, chosen), exam)
