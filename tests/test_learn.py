@@ -135,6 +135,15 @@ def test_triton_load_without_mask(tmp_path):
     assert first.title == "an index past the edge of an array" and "rung 9" in first.lesson and "line" in first.detail
 
 
+def test_triton_pointers_advanced_by_one_not_a_tile_point_to_the_k_step(tmp_path):
+    # right while K fits one tile (edges masked well), wrong past it: the K step, not the masks
+    path = write(tmp_path, "tensorcore-tutorial", replace=[
+        ("a_ptrs += BLOCK_SIZE_K * stride_ak", "a_ptrs += stride_ak")])
+    first, _ = failed(path)
+    assert first.title == "wrong wherever K takes more than one step" and "K <= 16" in first.detail
+    assert "BLOCK_SIZE_K * stride_ak" in first.lesson and "rung 9" in first.lesson
+
+
 def test_infinite_loop_is_stopped(tmp_path):
     path = write(tmp_path, "naive", replace=[("                p = uint32(p + 1)\n", "")])
     first, result = failed(path, timeout=10)

@@ -131,13 +131,22 @@ def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
                                 f"at {'x'.join(map(str, c['shape']))}, C holds the sums of the first "
                                 f"{c['partial_k']} of K = {c['shape'][2]} products",
                                 "walk all of K: ceil(K / TILE) phases, the last one partial, never derived "
-                                "from the grid (rung 6)" if exercise.uses_shared else "walk p over all of K"))
+                                "from the grid (rung 6)" if exercise.uses_shared else
+                                "walk all of K: tl.cdiv(K, BLOCK_SIZE_K) tiles, the last one masked (rung 9)"
+                                if exercise.backend == "triton" else "walk p over all of K"))
     if findings:
         return findings
     ints_ok = all(c["ok"] for c in cases if c["dtype"] == "int32")
     if ints_ok and any(c["dtype"] == "float32" for c in bad):
         return [Finding(False, "wrong in float32 only", f"{where}: {first['message']}",
                         "start the sum as acc(0) and keep it acc(...): the sum's type is C's")]
+    step = exercise.sim_params.get("block_k") or exercise.sim_params.get("tile")
+    one_step = [c for c in cases if step and c["shape"][2] <= step]
+    if one_step and all(c["ok"] for c in one_step) and all(c["shape"][2] > step for c in bad) \
+            and len(bad) == len(cases) - len(one_step):
+        return [Finding(False, "wrong wherever K takes more than one step",
+                        f"right where K <= {step}, wrong at {', '.join('x'.join(map(str, c['shape'])) for c in bad)}: "
+                        f"{first['message']}", step_lesson(exercise))]
     divided = [c for c in cases if c["shape"] == [8, 8, 8]]
     if divided and divided[0]["ok"] and exercise.backend != "numba":
         return [Finding(False, "wrong where the tile does not divide the shape",
@@ -146,6 +155,15 @@ def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
     return [Finding(False, f"wrong on {len(bad)} of {len(cases)} products",
                     f"first at {where}: {first['message']}",
                     "run the small test at the bottom of the file and compare with the TODO's description")]
+
+
+def step_lesson(exercise: Exercise) -> str:
+    """What goes wrong between one step along K and the next, in the exercise's own words."""
+    if exercise.backend == "triton":
+        return ("after each tile, advance a_ptrs by BLOCK_SIZE_K * stride_ak and b_ptrs by BLOCK_SIZE_K * "
+                "stride_bk, and mask k against what is left of K (K - k * BLOCK_SIZE_K): rung 9")
+    return ("the next step along K must read the next slice of A and B: advance the K index by the whole "
+            "step, and index A's columns and B's rows by it: " + bounds_lesson(exercise))
 
 
 def judge_counts(exam: dict, exercise: Exercise) -> list[Finding]:
