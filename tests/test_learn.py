@@ -87,7 +87,7 @@ def test_uncoalesced_tile_copy_is_caught_though_a_small_tile_hides_it(tmp_path):
         ("                tile_a[ty, tx] = acc(0)", "                tile_a[tx, ty] = acc(0)")])
     first, result = failed(path)
     assert result.findings[0].ok                          # the answers are right
-    assert first.title == "uncoalesced accesses to A" and "16x16x16, tile=8" in first.detail
+    assert first.title == "uncoalesced accesses to A" and "8x16x16, tile=8" in first.detail
     assert "a[row, phase + tx]" in first.lesson
 
 

@@ -32,7 +32,7 @@ from tilemm.learn.exercises import Exercise, find
 SHAPES = ((1, 1, 1), (7, 13, 11), (8, 8, 8), (3, 2, 41), (5, 9, 17))
 COUNT_SHAPE = (7, 13, 11)             # where loads are counted and compared with the rung's
 FLOAT_SHAPE = (3, 5, 7)               # one float32 product: the sum's type (acc) used as asked
-COALESCING_SHAPE = (16, 16, 16)       # rows of two sectors: a warp of 4 x 8 threads touches 4 or 8
+COALESCING_SHAPE = (8, 16, 16)        # rows of two sectors: a warp of 4 x 8 threads touches 4 or 8
 EXTRAS = {"numba_cuda": "cuda", "triton": "triton", "torch": "triton"}   # module -> the extra that brings it
 SENTINEL = {"int32": -1234567, "float32": np.nan, "float16": np.nan}
 
