@@ -1,5 +1,6 @@
 """Cases refused before their operands are made: too large for this machine's memory, or, for a
-CPU rung not yet measured at any size, at least longer than the budget a call (--skip-over).
+CPU rung not yet measured at any size, a call at least longer than the budget (--skip-over) and
+than MEASURED_ANYWAY_S.
 
 A rung's smaller sizes predict its larger ones (timeleft.py); its first size has nothing to be
 predicted from. On the CPU a lower bound is known all the same: no rung here beats NumPy's BLAS,
@@ -16,6 +17,7 @@ from tilemm.tools.bench.suites import Case
 from tilemm.tools.bench.timeleft import duration
 
 REFERENCE_BYTES = 8          # the check's float64 (or int64) copies of A, B and C
+MEASURED_ANYWAY_S = 1.0      # a first size this quick is run under any --skip-over: the rest are estimated from it
 
 
 def bytes_needed(case: Case) -> int:
@@ -43,7 +45,7 @@ def refusal(case: Case, device: str, measured: bool, skip_over_s: float) -> str 
         return None
     rate = max(host_roofs()["float32"], host_roofs()["float64"]) * 1e12      # FLOP/s
     least = 2.0 * case.m * case.n * case.k / rate
-    if least <= skip_over_s:
+    if least <= max(skip_over_s, MEASURED_ANYWAY_S):
         return None
     return (f"not run: at least ~{duration(least)} a call (its flops at NumPy's BLAS rate here, "
             f"{rate / 1e9:.0f} GFLOP/s, the most any CPU rung reaches), over the {skip_over_s:g} s budget "
