@@ -76,6 +76,21 @@ def test_uncoalesced_where_coalesced_was_asked(tmp_path):
     assert first.title.startswith("uncoalesced accesses to") and "rung 5" in first.lesson
 
 
+def test_uncoalesced_tile_copy_is_caught_though_a_small_tile_hides_it(tmp_path):
+    # A's tile copied with threadIdx.x walking its rows: right answers, and at tile=4 (one warp a block)
+    # the same sectors as the rung's; a larger tile shows a warp reading 8 rows of A where it should read 4
+    path = write(tmp_path, "tiled", replace=[
+        ("            ka = uint32(phase + tx)\n            if row < m and ka < k:\n"
+         "                tile_a[ty, tx] = a[row, ka]",
+         "            ka = uint32(phase + ty)\n            ra = uint32(cuda.blockIdx.y * tile + tx)\n"
+         "            if ra < m and ka < k:\n                tile_a[tx, ty] = a[ra, ka]"),
+        ("                tile_a[ty, tx] = acc(0)", "                tile_a[tx, ty] = acc(0)")])
+    first, result = failed(path)
+    assert result.findings[0].ok                          # the answers are right
+    assert first.title == "uncoalesced accesses to A" and "8x16x16, tile=8" in first.detail
+    assert "a[row, phase + tx]" in first.lesson
+
+
 @pytest.mark.parametrize("which, replace, missing", [
     ("first", ("            cuda.syncthreads()\n            for j", "            for j"), "between copying the tiles"),
     ("second", ("            cuda.syncthreads()\n            phase", "            phase"), "after the products")])
@@ -120,10 +135,21 @@ def test_triton_load_without_mask(tmp_path):
     assert first.title == "an index past the edge of an array" and "rung 9" in first.lesson and "line" in first.detail
 
 
+def test_triton_pointers_advanced_by_one_not_a_tile_point_to_the_k_step(tmp_path):
+    # right while K fits one tile (edges masked well), wrong past it: the K step, not the masks
+    path = write(tmp_path, "tensorcore-tutorial", replace=[
+        ("a_ptrs += BLOCK_SIZE_K * stride_ak", "a_ptrs += stride_ak")])
+    first, _ = failed(path)
+    assert first.title == "wrong wherever K takes more than one step" and "K <= 16" in first.detail
+    assert "BLOCK_SIZE_K * stride_ak" in first.lesson and "rung 9" in first.lesson
+
+
 def test_infinite_loop_is_stopped(tmp_path):
     path = write(tmp_path, "naive", replace=[("                p = uint32(p + 1)\n", "")])
-    first, result = failed(path, timeout=6)
+    first, result = failed(path, timeout=10)
     assert first.title == "it never finished" and result.seconds < 30
+    assert "at M x N x K = 1x1x1, int32" in first.detail          # the case it hung on
+    assert "uint32" in first.lesson
 
 
 def test_learner_exception_shows_their_line(tmp_path):
@@ -160,6 +186,14 @@ def test_grade_refuses_a_file_that_is_not_an_exercise(tmp_path, capsys):
     assert "names no exercise" in capsys.readouterr().err
     assert cli.main(["grade", str(tmp_path / "missing.py")]) == 2
     assert cli.main(["learn", "99"]) == 2
+
+
+def test_grade_refuses_an_exercise_flag_that_contradicts_the_file(tmp_path, capsys):
+    # graded as another rung, a tiled file would be judged by naive's launcher, counts and lessons
+    path = skeleton.write(exercises.find("tiled"), tmp_path)
+    assert cli.main(["grade", str(path), "--exercise", "naive"]) == 2
+    err = capsys.readouterr().err
+    assert "exercise 6 (tiled)" in err and "not naive" in err
 
 
 def test_cpu_rung_is_timed_beside_the_rung_and_numpy(tmp_path, monkeypatch):

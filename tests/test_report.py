@@ -103,6 +103,22 @@ def test_a_rung_that_cannot_run_here_is_skipped_with_its_reason(tmp_path):
     assert records[1]["status"] == "ok"
 
 
+def test_a_size_too_large_for_memory_or_hours_is_refused_before_its_operands_are_made(tmp_path, monkeypatch):
+    """A first size with nothing to predict it from: too big for memory, or at least longer than the
+    budget at the host's BLAS rate, is skipped up front with its reason, never a MemoryError or hours."""
+    from tilemm.tools.bench import upfront
+    monkeypatch.setattr(upfront, "host_roofs", lambda: {"float32": 0.001, "float64": 0.0005})   # TFLOP/s
+    monkeypatch.setattr(upfront, "memory_bytes", lambda: 8 * 2**30)
+    cases = [suites.Case("cpu-naive", "float32", 100000, 100000, 100000),
+             suites.Case("cpu-tiled", "float32", 8000, 8000, 8000), suites.Case("numpy", "float32", 8, 8, 8)]
+    records = runner.run_suite(cases, suite="test", budget_s=0.01, skip_over_s=60, results=tmp_path / "r.jsonl",
+                               progress=False)
+    by_kernel = {r["kernel"]: r for r in records}
+    assert by_kernel["cpu-naive"]["status"] == "skipped" and "GiB" in by_kernel["cpu-naive"]["reason"]
+    assert by_kernel["cpu-tiled"]["status"] == "skipped" and "at least ~17.1 min a call" in by_kernel["cpu-tiled"]["reason"]
+    assert by_kernel["numpy"]["status"] == "ok"
+
+
 def test_bench_params_go_to_the_kernels_that_have_them():
     from tilemm.tools.bench import selection
     from tilemm.tools.cli import parse_params

@@ -25,7 +25,8 @@ def add_parsers(sub) -> None:
                                    "rung's, name the lesson a fault or a count points to, and on a GPU time it "
                                    "beside the rung, the rung before and cuBLAS. Exit status 0: passed.")
     p.add_argument("file", type=Path, metavar="FILE", help="the exercise file `tilemm learn` wrote and you completed")
-    p.add_argument("--exercise", metavar="RUNG", help="the exercise, where the file has no EXERCISE line")
+    p.add_argument("--exercise", metavar="RUNG",
+                   help="the exercise, where the file has no EXERCISE line (one naming another is refused)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="stop the run after S seconds: an infinite loop is a finding (default 120)")
     p.add_argument("--html", type=Path, metavar="FILE", help="also save the grade as an HTML page")

@@ -32,6 +32,7 @@ from tilemm.learn.exercises import Exercise, find
 SHAPES = ((1, 1, 1), (7, 13, 11), (8, 8, 8), (3, 2, 41), (5, 9, 17))
 COUNT_SHAPE = (7, 13, 11)             # where loads are counted and compared with the rung's
 FLOAT_SHAPE = (3, 5, 7)               # one float32 product: the sum's type (acc) used as asked
+COALESCING_SHAPE = (8, 16, 16)        # rows of two sectors: a warp of 4 x 8 threads touches 4 or 8
 EXTRAS = {"numba_cuda": "cuda", "triton": "triton", "torch": "triton"}   # module -> the extra that brings it
 SENTINEL = {"int32": -1234567, "float32": np.nan, "float16": np.nan}
 
@@ -87,8 +88,9 @@ def cases(exercise: Exercise):
     return [(shape, "int32") for shape in SHAPES] + [(FLOAT_SHAPE, "float32")]
 
 
-def run_case(exercise: Exercise, module, path: Path, shape, dtype: str) -> tuple:
-    """(result as NumPy, the tally, a fault or None) of the learner's run at one shape."""
+def run_case(exercise: Exercise, module, path: Path, shape, dtype: str, params: dict | None = None) -> tuple:
+    """(result as NumPy, the tally, a fault or None) of the learner's run at one shape (params: the
+    launch parameters that override the file's PARAMS, for the SIMT rungs)."""
     m, n, k = shape
     a, b, c = arrays(exercise, m, n, k, dtype)
     tally = counting.Tally(learner_file=str(path))
@@ -98,7 +100,7 @@ def run_case(exercise: Exercise, module, path: Path, shape, dtype: str) -> tuple
             if exercise.backend == "numba-cuda":
                 with counting.instrumented(tally):
                     ca, cb, cc = (counting.global_array(x, name, tally) for x, name in ((a, "A"), (b, "B"), (c, "C")))
-                    module.run(ca, cb, cc)
+                    module.run(ca, cb, cc, **(params or {}))
             elif exercise.backend == "numba":
                 host_run(module, exercise, a, b, c, tally)
             else:
@@ -144,7 +146,13 @@ def diagnose(c, a, b, dtype: str) -> dict:
     return out
 
 
-def examine(path: Path, exercise: Exercise) -> dict:
+def examine(path: Path, exercise: Exercise, running: Path | None = None) -> dict:
+    """What the learner's file does on each case; `running` (a file) is told the case under way, so
+    that a run stopped by the grader's timeout can say where it hung."""
+    def under_way(shape, dtype):
+        if running is not None:
+            running.write_text(f"M x N x K = {'x'.join(map(str, shape))}, {dtype}")
+
     out = {"exercise": exercise.name, "file": str(path), "cases": [], "fault": None, "counts": None,
            "races": [], "params": exercise.sim_params,
            "count_shape": list(COUNT_SHAPE)}
@@ -153,6 +161,7 @@ def examine(path: Path, exercise: Exercise) -> dict:
         out["fault"] = failed
         return out
     for shape, dtype in cases(exercise):
+        under_way(shape, dtype)
         c, tally, failed = run_case(exercise, module, path, shape, dtype)
         if failed:
             out["fault"] = failed
@@ -170,18 +179,33 @@ def examine(path: Path, exercise: Exercise) -> dict:
             out["counts"] = tally.summary()
     out["reference"] = reference_counts(exercise)
     out["model"] = model(exercise, *COUNT_SHAPE)
+    if exercise.coalescing_params:
+        under_way(COALESCING_SHAPE, "int32")
+        out["coalescing"] = coalescing(exercise, module, path)
     return out
 
 
-def reference_counts(exercise: Exercise) -> dict:
-    """The rung's own counts at COUNT_SHAPE: its solution file, run the way the learner's is."""
+def coalescing(exercise: Exercise, module, path: Path) -> dict | None:
+    """The sectors a warp's access touches, the learner's and the rung's, at COALESCING_SHAPE with
+    the exercise's larger tiles; None where the learner's run fails there (its answers judge it)."""
+    shape, params = COALESCING_SHAPE, exercise.coalescing_params
+    _, tally, failed = run_case(exercise, module, path, shape, "int32", params)
+    if failed:
+        return None
+    return {"shape": list(shape), "params": params, "yours": tally.sectors_per_access(),
+            "rung": reference_counts(exercise, shape, params)["sectors_per_access"]}
+
+
+def reference_counts(exercise: Exercise, shape=COUNT_SHAPE, params: dict | None = None) -> dict:
+    """The rung's own counts at `shape` (with params over its PARAMS): its solution file, run the
+    way the learner's is."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "rung_solution.py"
         path.write_text(skeleton.file_text(exercise, path.name, solution=True))
         module, failed = load(path, "tilemm_rung_solution")
         if failed:
             raise RuntimeError(f"the rung's own solution failed to load: {failed}")
-        _, tally, failed = run_case(exercise, module, path, COUNT_SHAPE, cases(exercise)[0][1])
+        _, tally, failed = run_case(exercise, module, path, shape, cases(exercise)[0][1], params)
         if failed:
             raise RuntimeError(f"the rung's own solution failed: {failed}")
         return tally.summary()
@@ -202,7 +226,7 @@ def main(argv: list[str]) -> int:
     path, name, result = Path(argv[0]).resolve(), argv[1], Path(argv[2])
     if compat.triton_interpreter():
         compat.mend_triton_interpreter()
-    result.write_text(json.dumps(examine(path, find(name))))
+    result.write_text(json.dumps(examine(path, find(name), result.with_suffix(".running"))))
     return 0
 
 

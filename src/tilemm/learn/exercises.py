@@ -21,6 +21,9 @@ class Exercise:
     idea: str                 # one line: the lesson
     todo: tuple               # what to write in each exercise region, in order
     sim_params: dict = field(default_factory=dict)   # small tiles: quick in the simulator
+    # where sim_params' block is one warp of a square tile, which hides which thread axis walks the
+    # rows: larger tiles, for a second count of the sectors a warp's access touches
+    coalescing_params: dict = field(default_factory=dict)
     before: str = ""          # the rung before, timed beside it on a GPU
     uses_shared: bool = False
 
@@ -65,7 +68,7 @@ EXERCISES = (
          "then add the TILE products tile_a[ty, j] * tile_b[j, tx] to a sum in a register, and\n"
          "cuda.syncthreads() again before the next phase overwrites the tiles. Phases: ceil(K / TILE),\n"
          "never derived from the grid. At the end, store the sum where (row, col) lies inside C.",),
-        sim_params={"tile": 4}, before="uncoalesced", uses_shared=True),
+        sim_params={"tile": 4}, coalescing_params={"tile": 8}, before="uncoalesced", uses_shared=True),
     Exercise(
         "rect", 7, "tilemm.ladder.simt.r07_rect_kernel", "make_rect", "numba-cuda",
         "one A tile and F B tiles per phase: F outputs per thread, A read F times less",
@@ -75,7 +78,7 @@ EXERCISES = (
          "edges); cuda.syncthreads(); for each j read tile_a[ty, j] once and use it for the F products\n"
          "with tile_b[j, tx + i * TILE]; cuda.syncthreads(). At the end store each total[i] that lies\n"
          "inside C.",),
-        sim_params={"tile": 4, "f": 2}, before="tiled", uses_shared=True),
+        sim_params={"tile": 4, "f": 2}, coalescing_params={"tile": 8, "f": 2}, before="tiled", uses_shared=True),
     Exercise(
         "regblock", 8, "tilemm.ladder.simt.r08_regblock_kernel", "make_regblock", "numba-cuda",
         "register tiles: per K step a thread reads THREAD_M + THREAD_N values and does THREAD_M x "

@@ -66,7 +66,9 @@ def child(module: str, path: Path, exercise: Exercise, env: dict, timeout: float
             res = subprocess.run([sys.executable, "-m", module, str(path), exercise.name, str(out)], env=env,
                                  capture_output=True, text=True, timeout=timeout, cwd=path.parent)
         except subprocess.TimeoutExpired:
-            return {"fault": {"kind": "timeout", "seconds": time.perf_counter() - start}}
+            running = out.with_suffix(".running")        # the examination's last word: the case it was on
+            return {"fault": {"kind": "timeout", "seconds": time.perf_counter() - start,
+                              "where": running.read_text() if running.exists() else ""}}
         if out.exists():
             return json.loads(out.read_text())
         return {"fault": crash(res, path)}
@@ -98,6 +100,15 @@ def grade(path: Path, exercise: str | None = None, timeout: float = 120.0, time_
     if not timeout > 0:
         raise ValueError(f"timeout {timeout}: give a number of seconds above 0")
     chosen = find(exercise or exercise_of(path))
+    if exercise:
+        try:
+            named = find(exercise_of(path))
+        except ValueError:        # no EXERCISE line, or one naming no exercise: --exercise decides
+            named = chosen
+        if named.name != chosen.name:   # its launcher and counts are another rung's: every finding would mislead
+            raise ValueError(f"{path.name} is exercise {named.rung} ({named.name}), by its EXERCISE line, not "
+                             f"{chosen.name}: leave out --exercise, or write exercise {chosen.name} with "
+                             f"`tilemm learn {chosen.name}`")
     start = time.perf_counter()
     exam = child("tilemm.learn.examine", path, chosen, SIMULATED, timeout)
     result = Grade(chosen, path, lessons.judge(exam, chosen), exam)

@@ -55,8 +55,11 @@ def judge_fault(fault: dict, exercise: Exercise, races: list, lines: list[str]) 
     if kind == "timeout":
         loop = ("every loop advances its counter (p = uint32(p + 1), phase = uint32(phase + tile))"
                 if exercise.backend == "numba-cuda" else "every loop advances its counter")
-        return [Finding(False, "it never finished", f"the run was stopped after {fault['seconds']:.0f} s: "
-                        "an infinite loop, most likely", f"check that {loop} and ends at K")]
+        at = f" at {fault['where']}" if fault.get("where") else ""
+        wraps = ("; a bound computed in uint32 wraps past zero to about 4 billion (k - tile where K < TILE)"
+                 if exercise.backend == "numba-cuda" else "")
+        return [Finding(False, "it never finished", f"the run was stopped after {fault['seconds']:.0f} s{at}: "
+                        "an infinite loop, most likely", f"check that {loop} and ends at K{wraps}")]
     if kind == "crash":
         return [Finding(False, "the process died", fault["message"],
                         "compiled code checks no bounds: an index past the edge of an array; " + bounds_lesson(exercise))]
@@ -128,13 +131,22 @@ def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
                                 f"at {'x'.join(map(str, c['shape']))}, C holds the sums of the first "
                                 f"{c['partial_k']} of K = {c['shape'][2]} products",
                                 "walk all of K: ceil(K / TILE) phases, the last one partial, never derived "
-                                "from the grid (rung 6)" if exercise.uses_shared else "walk p over all of K"))
+                                "from the grid (rung 6)" if exercise.uses_shared else
+                                "walk all of K: tl.cdiv(K, BLOCK_SIZE_K) tiles, the last one masked (rung 9)"
+                                if exercise.backend == "triton" else "walk p over all of K"))
     if findings:
         return findings
     ints_ok = all(c["ok"] for c in cases if c["dtype"] == "int32")
     if ints_ok and any(c["dtype"] == "float32" for c in bad):
         return [Finding(False, "wrong in float32 only", f"{where}: {first['message']}",
                         "start the sum as acc(0) and keep it acc(...): the sum's type is C's")]
+    step = exercise.sim_params.get("block_k") or exercise.sim_params.get("tile")
+    one_step = [c for c in cases if step and c["shape"][2] <= step]
+    if one_step and all(c["ok"] for c in one_step) and all(c["shape"][2] > step for c in bad) \
+            and len(bad) == len(cases) - len(one_step):
+        return [Finding(False, "wrong wherever K takes more than one step",
+                        f"right where K <= {step}, wrong at {', '.join('x'.join(map(str, c['shape'])) for c in bad)}: "
+                        f"{first['message']}", step_lesson(exercise))]
     divided = [c for c in cases if c["shape"] == [8, 8, 8]]
     if divided and divided[0]["ok"] and exercise.backend != "numba":
         return [Finding(False, "wrong where the tile does not divide the shape",
@@ -143,6 +155,15 @@ def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
     return [Finding(False, f"wrong on {len(bad)} of {len(cases)} products",
                     f"first at {where}: {first['message']}",
                     "run the small test at the bottom of the file and compare with the TODO's description")]
+
+
+def step_lesson(exercise: Exercise) -> str:
+    """What goes wrong between one step along K and the next, in the exercise's own words."""
+    if exercise.backend == "triton":
+        return ("after each tile, advance a_ptrs by BLOCK_SIZE_K * stride_ak and b_ptrs by BLOCK_SIZE_K * "
+                "stride_bk, and mask k against what is left of K (K - k * BLOCK_SIZE_K): rung 9")
+    return ("the next step along K must read the next slice of A and B: advance the K index by the whole "
+            "step, and index A's columns and B's rows by it: " + bounds_lesson(exercise))
 
 
 def judge_counts(exam: dict, exercise: Exercise) -> list[Finding]:
@@ -181,6 +202,12 @@ def judge_counts(exam: dict, exercise: Exercise) -> list[Finding]:
                                 "store each entry at every step p: rung 4"))
     findings += judge_shared(mine, rung, exercise)
     findings += judge_coalescing(mine, rung, exercise)
+    wide = exam.get("coalescing")
+    if wide and not any(f.title.startswith(("uncoalesced", "coalesced")) for f in findings):
+        where = "at {}, {}".format("x".join(map(str, wide["shape"])),
+                                   ", ".join(f"{k}={v}" for k, v in wide["params"].items()))
+        findings += judge_coalescing({"sectors_per_access": wide["yours"]},
+                                     {"sectors_per_access": wide["rung"]}, exercise, where)
     if all(f.ok for f in findings):
         read = sum(mine["loads"].values())
         findings.insert(0, Finding(True, "loads and stores as the rung's",
@@ -223,8 +250,11 @@ def judge_shared(mine: dict, rung: dict, exercise: Exercise) -> list[Finding]:
     return findings
 
 
-def judge_coalescing(mine: dict, rung: dict, exercise: Exercise) -> list[Finding]:
+def judge_coalescing(mine: dict, rung: dict, exercise: Exercise, where: str = "") -> list[Finding]:
+    """Findings where a warp's accesses touch more sectors than the rung's (or, in the uncoalesced
+    exercise, fewer); `where` names the shape and tiles when they are not the count's own."""
     findings = []
+    at = f" ({where})" if where else ""
     for name, want in rung["sectors_per_access"].items():
         got = mine["sectors_per_access"].get(name)
         if got is None:
@@ -232,12 +262,16 @@ def judge_coalescing(mine: dict, rung: dict, exercise: Exercise) -> list[Finding
         if got > COALESCING_SLACK * want:
             findings.append(Finding(False, f"uncoalesced accesses to {name}",
                                     f"a warp's access to {name} touches {got:.1f} 32-byte sectors on average, the "
-                                    f"rung's {want:.1f}",
+                                    f"rung's {want:.1f}{at}",
                                     "neighbouring threads (threadIdx.x) must touch neighbouring elements: "
-                                    "threadIdx.x walks the columns of C and of B (rung 3; rung 5 measures the cost)"))
+                                    + ("in the copies into shared memory too, threadIdx.x walks the columns: "
+                                       "a[row, phase + tx], b[phase + ty, col] (rung 6; rung 5 measures the cost)"
+                                       if exercise.uses_shared else
+                                       "threadIdx.x walks the columns of C and of B (rung 3; rung 5 measures the "
+                                       "cost)")))
         elif exercise.name == "uncoalesced" and got * COALESCING_SLACK < want:
             findings.append(Finding(False, f"coalesced accesses to {name}, where the exercise asks otherwise",
-                                    f"{got:.1f} sectors a warp's access, the rung's {want:.1f}",
+                                    f"{got:.1f} sectors a warp's access, the rung's {want:.1f}{at}",
                                     "this exercise is the slow layout on purpose: threadIdx.x walks the rows "
                                     "of C (rung 5)"))
     return findings

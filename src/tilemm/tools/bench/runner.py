@@ -20,6 +20,7 @@ from tilemm.ladder import registry
 from tilemm.numerics.accuracy import compare_on_device
 from tilemm.numerics.data import operands
 from tilemm.system.machine import gpu
+from tilemm.tools.bench import upfront
 from tilemm.tools.bench.load import LoadWatch
 from tilemm.tools.bench.roofs import host_roofs
 from tilemm.tools.bench.seeds import published
@@ -161,6 +162,9 @@ def measure_case(case: Case, budget_s: float, skip_over_s: float, costs: CaseCos
                 "reason": f"not run: ~{duration(predicted)} a call predicted from the measured n = "
                           f"{', '.join(map(str, sizes[-2:]))} (time scaled by the flops), over the {skip_over_s:g} s "
                           f"budget (--skip-over); a cache cliff past n = {sizes[-1]} would make it slower"}
+    refused = upfront.refusal(case, kernel.device, bool(sizes), skip_over_s)
+    if refused:              # before the operands: they might not fit, or take hours
+        return {"status": "skipped", "reason": refused}
     a, b = operands(hash((case.m, case.n, case.k)) % 2**31, case.m, case.n, case.k, case.dtype, case.layout)
     on_gpu = kernel.device == "cuda" and not case.host_inputs and not compat.emulated(kernel.backend)
     try:
