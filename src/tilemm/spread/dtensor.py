@@ -32,6 +32,14 @@ from tilemm.torch import ops as torch_ops
 _REGISTERED = []
 
 
+class MixedOperands(TypeError, RuntimeError):
+    """A DTensor times a plain tensor: torch.matmul raises RuntimeError."""
+
+
+class OtherMeshes(ValueError, RuntimeError):
+    """DTensors on two meshes: torch.matmul raises RuntimeError."""
+
+
 def register() -> None:
     """Register the sharding rule of ``torch.ops.tilemm.matmul`` with DTensor (once)."""
     if _REGISTERED:
@@ -70,11 +78,12 @@ def matmul(a, b, out=None, *, kernel: str | None = None, out_dtype=None, stream=
     ``params`` as tilemm.matmul takes them), returned as a DTensor with the placement torch.matmul
     gives (the module's table). placements: redistribute C to these afterwards, e.g. ``[Shard(0)]``
     after ``Shard(1)`` x ``Shard(0)``: one reduce-scatter instead of the Partial sums."""
-    if not (isinstance(a, DTensor) and isinstance(b, DTensor)):
-        raise TypeError(f"tilemm.matmul on DTensors takes two DTensors on one mesh; got {type(a).__name__} and "
-                        f"{type(b).__name__} (DTensor.from_local or distribute_tensor makes one)")
+    if not (isinstance(a, DTensor) and isinstance(b, DTensor)):     # torch's RuntimeError (a TypeError too)
+        raise MixedOperands(f"tilemm.matmul got mixed torch.Tensor and DTensor ({type(a).__name__} and "
+                            f"{type(b).__name__}), need to convert all torch.Tensor to DTensor before calling "
+                            "distributed operators (DTensor.from_local or distribute_tensor makes one)")
     if a.device_mesh != b.device_mesh:
-        raise ValueError(f"tilemm.matmul on DTensors: the operands lie on different meshes ({a.device_mesh} and "
+        raise OtherMeshes(f"tilemm.matmul on DTensors: the operands lie on different meshes ({a.device_mesh} and "
                          f"{b.device_mesh})")
     if out is not None or stream is not None:
         raise TypeError("tilemm.matmul on DTensors takes neither out= nor stream= (each rank's product runs on "

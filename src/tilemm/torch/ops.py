@@ -40,9 +40,10 @@ def operand_grads(grad, a, b, need_a: bool, need_b: bool, product):
     each summed back to its operand's shape and cast to its dtype (None where not needed); zeros
     where a dimension is empty (an empty sum). ``product(x, y)`` multiplies two tensors (tilemm
     with the forward's kernel and parameters)."""
-    if not (grad.numel() and a.numel() and b.numel()):     # M, N, K or the stack empty: no product to make
-        return (torch.zeros(a.shape, dtype=a.dtype, device=a.device) if need_a else None,
-                torch.zeros(b.shape, dtype=b.dtype, device=b.device) if need_b else None)
+    if not (grad.numel() and a.numel() and b.numel()):     # M, N, K or the stack empty: no product to make;
+        # zeros of dC's kind (a DTensor's gradient is a DTensor, placed as DTensor places new tensors)
+        return (grad.new_zeros(a.shape, dtype=a.dtype) if need_a else None,
+                grad.new_zeros(b.shape, dtype=b.dtype) if need_b else None)
     common = torch.promote_types(grad.dtype, a.dtype)    # dC's dtype where out_dtype widened C: the products'
     a2 = (a.unsqueeze(0) if a.dim() == 1 else a).to(common)          # (m=1, k)
     b2 = (b.unsqueeze(1) if b.dim() == 1 else b).to(common)          # (k, n=1)
