@@ -130,7 +130,49 @@ def _dtensor_checks(rank, failures):
             failures.append(f"rank {rank}: a bad DTensor call was not refused")
         except kind:
             pass
+    _dtensor_edge_checks(rank, failures, mesh, grid)
     dist.barrier()
+
+
+def _dtensor_edge_checks(rank, failures, mesh, grid):
+    """What torch.matmul gives on DTensors at the edges: gradients of products with an empty dimension
+    (DTensors placed as torch's, not plain zeros), and its RuntimeError for a plain tensor or another mesh."""
+    import torch
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    import tilemm
+    for sa, sb, pa, pb in (((0, 7), (7, 3), Shard(0), Replicate()), ((5, 0), (0, 3), Shard(1), Shard(0)),
+                           ((0, 7), (7, 3), Replicate(), Shard(1))):
+        grads = []
+        for product in (torch.matmul, tilemm.matmul):
+            a, b = (distribute_tensor(torch.randn(s), mesh, [p]).requires_grad_() for s, p in ((sa, pa), (sb, pb)))
+            product(a, b).sum().backward()
+            grads.append([(type(g).__name__, getattr(g, "placements", None), tuple(g.shape)) for g in (a.grad, b.grad)])
+        if grads[0] != grads[1]:
+            failures.append(f"rank {rank}: {sa} {pa} x {sb} {pb}: gradients {grads[1]}, torch's {grads[0]}")
+    # stacks and vectors: placed as torch places them (each stack dimension, K, rows, columns)
+    for sa, sb, pa, pb in (((4, 5, 7), (4, 7, 4), Shard(0), Shard(0)), ((3, 5, 7), (3, 7, 4), Replicate(), Shard(2)),
+                           ((3, 5, 7), (3, 7, 4), Shard(2), Shard(1)), ((5, 7), (7,), Shard(0), Replicate()),
+                           ((7,), (7,), Shard(0), Shard(0)), ((7,), (7, 5), Replicate(), Shard(1)),
+                           ((4, 5, 7), (7, 4), Shard(0), Replicate())):
+        g = torch.Generator().manual_seed(len(sa) + len(sb))        # every rank draws the same A and B
+        whole_a, whole_b = (torch.randn(s, generator=g, dtype=torch.float64) for s in (sa, sb))
+        a, b = distribute_tensor(whole_a, mesh, [pa]), distribute_tensor(whole_b, mesh, [pb])
+        ours, theirs = tilemm.matmul(a, b), torch.matmul(a, b)
+        if ours.placements != theirs.placements or not torch.allclose(ours.full_tensor(), whole_a @ whole_b):
+            failures.append(f"rank {rank}: {sa} {pa} x {sb} {pb}: {ours.placements}, torch's {theirs.placements} "
+                            f"(values {'right' if torch.allclose(ours.full_tensor(), whole_a @ whole_b) else 'wrong'})")
+    da = distribute_tensor(torch.randn(4, 4), mesh, [Shard(0)])
+    other = distribute_tensor(torch.randn(4, 4), grid, [Replicate(), Replicate()])
+    for x, y in ((da, torch.ones(4, 4)), (torch.ones(4, 4), da), (da, other)):
+        for product in (torch.matmul, tilemm.matmul):
+            try:
+                product(x, y)
+                failures.append(f"rank {rank}: {product.__module__} took {type(x).__name__} x {type(y).__name__}")
+            except RuntimeError:
+                pass
+            except Exception as e:
+                failures.append(f"rank {rank}: {product.__module__} raised {type(e).__name__}, not RuntimeError: {e}")
 
 
 def _dtensor_steps(call) -> list:

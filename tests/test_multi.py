@@ -133,3 +133,14 @@ def test_host_operands_out_of_core_on_every_gpu():
                      memory_limit=48 << 20)                 # each GPU's block in several steps
     assert c.device.type == "cpu"
     assert_close(c, a, b, torch.bfloat16)
+
+
+def test_torch_tensors_of_two_dtypes_get_torch_s_error():
+    """torch's contract, as tilemm.matmul keeps it without devices=: torch.matmul refuses int32 x float32
+    (RuntimeError); NumPy arrays of two dtypes still promote."""
+    a, b = torch.ones(3, 4, dtype=torch.int32), torch.ones(4, 2)
+    for call in (lambda: multi.matmul(a, b, devices=["cpu", "cpu"]),
+                 lambda: tilemm.matmul(a, b, devices=["cpu", "cpu"], out_of_core=True)):
+        with pytest.raises(RuntimeError, match="same dtype"):
+            call()
+    assert multi.matmul(a.numpy(), b.numpy(), devices=["cpu", "cpu"]).dtype == np.float64

@@ -96,3 +96,21 @@ def test_matmul_on_host_matrices_past_the_gpu_goes_out_of_core(monkeypatch):
     small = random_operand(rng, (10, 10), "float32")
     assert not tilemm.plan(small, small, kernel="cublas").out_of_core
     assert not tilemm.plan(a, b, kernel="numpy").out_of_core          # a host rung: never
+
+
+@pytest.mark.parametrize("which", ["a", "b", "a view of a"])
+def test_an_out_that_is_an_operand_gets_the_product(which):
+    """out holding an operand's memory: the blocks written early would be read back as later panels
+    (a silent wrong answer); the product goes to a buffer of its own, then into out."""
+    import torch
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((40, 40)), rng.standard_normal((40, 40))
+    want = a @ b
+    if which == "a view of a":
+        whole = torch.from_numpy(np.concatenate([a, np.zeros((40, 40))], axis=1))
+        a_in, out = whole[:, :40], whole[:, 20:60]
+    else:
+        a_in, b_in = a.copy(), b.copy()
+        out = a_in if which == "a" else b_in
+    c = ooc.matmul(a_in, b if which == "a view of a" else b_in, out=out, memory_limit=8000, device="cpu")
+    assert c is out and np.allclose(np.asarray(c), want, atol=1e-12)

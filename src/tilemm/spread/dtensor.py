@@ -18,7 +18,11 @@ time, so the result's placement is the one ``torch.matmul`` gives on the same op
 and on a 2-D mesh any pair of these, one per mesh dimension: ``(Shard(0), Replicate())`` x
 ``(Replicate(), Shard(1))`` gives ``(Shard(0), Shard(1))``, C's 2-D blocks. Operands that match no
 row (``Shard(0)`` x ``Shard(0)``) are redistributed first, as torch does (here: B all-gathered).
-Products of stacks and vectors run replicated.
+Stacks and vectors likewise, a dimension of C at a time: a stack dimension sharded where the
+operands that hold it are (``Shard(0)`` x ``Shard(0)`` of two stacks gives ``Shard(0)``), K
+(partial sums), C's rows, C's columns. Where torch's own matmul must first fold a stack into rows
+(a stack times a matrix, sharded unevenly or along its rows; a matrix times a stack) its
+placement can differ from this rule's, which moves no more; the values are the same.
 
 Importing this module registers the rule (tilemm's package does it on first use of a DTensor).
 """
@@ -30,6 +34,14 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from tilemm.torch import ops as torch_ops
 
 _REGISTERED = []
+
+
+class MixedOperands(TypeError, RuntimeError):
+    """A DTensor times a plain tensor: torch.matmul raises RuntimeError."""
+
+
+class OtherMeshes(ValueError, RuntimeError):
+    """DTensors on two meshes: torch.matmul raises RuntimeError."""
 
 
 def register() -> None:
@@ -47,7 +59,8 @@ def register() -> None:
 
 def matmul_sharding(a, b, kernel, params, out_dtype):
     """The acceptable (output placements, input placements) of one mesh dimension, torch's order for
-    mm: DTensor expands them over the mesh and picks the one that costs least to reach."""
+    mm: DTensor expands them over the mesh and picks the one that costs least to reach. Stacks and
+    vectors the same way, one dimension of C at a time (stack_strategies)."""
     extra = [None, None, None]                  # kernel, params, out_dtype: not tensors
     strategies = [([Replicate()], [Replicate(), Replicate()] + extra)]
     if len(a.shape) == 2 and len(b.shape) == 2:
@@ -58,7 +71,39 @@ def matmul_sharding(a, b, kernel, params, out_dtype):
             ([Partial()], [Partial(), Replicate()] + extra),
             ([Partial()], [Replicate(), Partial()] + extra),
         ]
+    elif len(a.shape) and len(b.shape):
+        strategies += [([c], [pa, pb] + extra) for c, pa, pb in stack_strategies(tuple(a.shape), tuple(b.shape))]
     return strategies
+
+
+def stack_strategies(sa: tuple, sb: tuple) -> list:
+    """(C, A, B) placements of one mesh dimension for numpy.matmul's stacks and vectors: each stack
+    dimension of C sharded with the operands' own (an operand that broadcasts it, or lacks it,
+    replicated), then K (partial sums), C's rows (A's), C's columns (B's), and a Partial operand
+    times a replicated one. A vector has no rows or columns: C lacks that dimension."""
+    ra, rb = len(sa), len(sb)
+    stack = max(ra, rb, 2) - 2
+    rows, cols = (stack if ra > 1 else None), (stack + (ra > 1) if rb > 1 else None)
+    found = []
+    for d in range(stack):
+        pa = _stack_place(sa, d - stack + max(ra - 2, 0), ra)
+        pb = _stack_place(sb, d - stack + max(rb - 2, 0), rb)
+        if isinstance(pa, Shard) or isinstance(pb, Shard):
+            found.append((Shard(d), pa, pb))
+    found.append((Partial(), Shard(ra - 1), Shard(rb - 2 if rb > 1 else 0)))        # K: partial sums
+    if rows is not None:
+        found.append((Shard(rows), Shard(ra - 2), Replicate()))
+    if cols is not None:
+        found.append((Shard(cols), Replicate(), Shard(rb - 1)))
+    return found + [(Partial(), Partial(), Replicate()), (Partial(), Replicate(), Partial())]
+
+
+def _stack_place(shape: tuple, d: int, rank: int):
+    """An operand's placement for C's stack dimension d (counted in the operand's own stack, from its
+    front: negative where the operand lacks it): Shard where it holds it whole, else Replicate."""
+    if rank <= 2 or d < 0 or shape[d] == 1:
+        return Replicate()
+    return Shard(d)
 
 
 def is_dtensor(x) -> bool:
@@ -70,11 +115,12 @@ def matmul(a, b, out=None, *, kernel: str | None = None, out_dtype=None, stream=
     ``params`` as tilemm.matmul takes them), returned as a DTensor with the placement torch.matmul
     gives (the module's table). placements: redistribute C to these afterwards, e.g. ``[Shard(0)]``
     after ``Shard(1)`` x ``Shard(0)``: one reduce-scatter instead of the Partial sums."""
-    if not (isinstance(a, DTensor) and isinstance(b, DTensor)):
-        raise TypeError(f"tilemm.matmul on DTensors takes two DTensors on one mesh; got {type(a).__name__} and "
-                        f"{type(b).__name__} (DTensor.from_local or distribute_tensor makes one)")
+    if not (isinstance(a, DTensor) and isinstance(b, DTensor)):     # torch's RuntimeError (a TypeError too)
+        raise MixedOperands(f"tilemm.matmul got mixed torch.Tensor and DTensor ({type(a).__name__} and "
+                            f"{type(b).__name__}), need to convert all torch.Tensor to DTensor before calling "
+                            "distributed operators (DTensor.from_local or distribute_tensor makes one)")
     if a.device_mesh != b.device_mesh:
-        raise ValueError(f"tilemm.matmul on DTensors: the operands lie on different meshes ({a.device_mesh} and "
+        raise OtherMeshes(f"tilemm.matmul on DTensors: the operands lie on different meshes ({a.device_mesh} and "
                          f"{b.device_mesh})")
     if out is not None or stream is not None:
         raise TypeError("tilemm.matmul on DTensors takes neither out= nor stream= (each rank's product runs on "

@@ -29,6 +29,7 @@ import threading
 
 import numpy as np
 
+from tilemm.contract import torch_rules
 from tilemm.spread import outofcore
 from tilemm.numerics.dtypes import dtype_name, result_dtype
 from tilemm.spread.outofcore_args import checked_limit
@@ -145,6 +146,7 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
 def _checked_operands(a, b):
     """(a, b, their device) as torch tensors: both on one GPU, or both in host memory."""
     import torch
+    both_torch = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, (np.ndarray, torch.Tensor)) and isinstance(b, (np.ndarray, torch.Tensor))):
             raise TypeError(f"tilemm.multi: operands are a {type(a).__name__} and a {type(b).__name__}")
@@ -160,6 +162,10 @@ def _checked_operands(a, b):
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"tilemm.multi: shapes {tuple(a.shape)} and {tuple(b.shape)} do not line up "
                          f"(core dimensions {a.shape[1]} and {b.shape[0]})")
+    refused = both_torch and torch_rules.refusal(tuple(a.shape), tuple(b.shape), dtype_name(a.dtype),
+                                                 dtype_name(b.dtype))
+    if refused:                 # torch tensors of two dtypes: torch's error, as tilemm.matmul gives it
+        raise refused
     for name, x in (("0", a), ("1", b)):
         if dtype_name(x.dtype) not in outofcore.DTYPES:
             raise TypeError(f"tilemm.multi: operand {name} has dtype {x.dtype}; it takes {', '.join(outofcore.DTYPES)}")

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilemm.numerics.dtypes import dtype_name, result_dtype
-from tilemm.spread.outofcore_args import DTYPES, checked_device, checked_limit, checked_out, host_tensor  # noqa: F401
+from tilemm.spread.outofcore_args import (DTYPES, checked_device, checked_limit, checked_out, host_tensor,  # noqa: F401
+                                         may_overlap)
 from tilemm.spread.panels import SIXTEEN_BIT, accumulate, product
 
 SMALLEST_BLOCK = 16
@@ -146,7 +147,9 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
         memory_limit = free_device_bytes(dev) if dev.type == "cuda" else 8 << 30
     itemsize = torch.empty((), dtype=getattr(torch, result)).element_size()
     plan = plan_blocks(m, n, k, itemsize, 4 if sums == "float32" else itemsize, itemsize, memory_limit)
-    c_t = torch.from_numpy(c) if isinstance(c, np.ndarray) else c
+    target = c_t = torch.from_numpy(c) if isinstance(c, np.ndarray) else c
+    if m and n and k and (may_overlap(c_t, a_t) or may_overlap(c_t, b_t)):   # out is (a view of) an operand:
+        c_t = torch.empty((m, n), dtype=c_t.dtype)          # its blocks would overwrite panels not yet read
     if m and n:
         if k == 0:
             c_t.zero_()
@@ -155,6 +158,8 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
                 _run(a_t.to(getattr(torch, result)) if dtype_name(a_t.dtype) != result else a_t,
                      b_t.to(getattr(torch, result)) if dtype_name(b_t.dtype) != result else b_t,
                      c_t, plan, dev, sums, progress)
+    if c_t is not target:
+        target.copy_(c_t)
     return c
 
 

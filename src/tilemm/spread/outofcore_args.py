@@ -80,3 +80,16 @@ def checked_limit(memory_limit):
     if not isinstance(memory_limit, numbers.Real) or isinstance(memory_limit, (bool, np.bool_)):
         raise TypeError(f"tilemm.outofcore: memory_limit={memory_limit!r}; give a number of bytes (e.g. 8 << 30)")
     return int(memory_limit)
+
+
+def may_overlap(x, y) -> bool:
+    """Whether two torch CPU tensors' memory may overlap: their byte ranges meet (an out that is an
+    operand, or a view of one, would be written while later panels still read it)."""
+    def span(t):
+        if t.numel() == 0:
+            return 0, 0
+        start = t.data_ptr()
+        last = sum((size - 1) * step for size, step in zip(t.shape, t.stride()) if size) * t.element_size()
+        return start, start + last + t.element_size()
+    (x0, x1), (y0, y1) = span(x), span(y)
+    return x0 < y1 and y0 < x1

@@ -39,9 +39,10 @@ def operand_grads(grad, a, b, need_a: bool, need_b: bool, product):
     """(dA, dB) of C = A @ B (numpy.matmul's rules: 1-D operands, broadcast stacks) given dC, as
     torch gives them: dA = dC @ B^H, dB = A^H @ dC (conjugate transposes, for complex operands),
     each summed back to its operand's shape and cast to its dtype (None where not needed); zeros
-    where a dimension is empty (an empty sum). ``product(x, y)`` multiplies two tensors (tilemm
+    where a dimension is empty (an empty sum; DTensors' by the products, placed as torch's are). ``product(x, y)`` multiplies two tensors (tilemm
     with the forward's kernel and parameters)."""
-    if not (grad.numel() and a.numel() and b.numel()):     # M, N, K or the stack empty: no product to make
+    if not (grad.numel() and a.numel() and b.numel()) and type(grad).__name__ != "DTensor":
+        # M, N, K or the stack empty: no product to make (a DTensor's makes one, placed as torch's mm places it)
         return (torch.zeros(a.shape, dtype=a.dtype, device=a.device) if need_a else None,
                 torch.zeros(b.shape, dtype=b.dtype, device=b.device) if need_b else None)
     common = torch.promote_types(grad.dtype, a.dtype)    # dC's dtype where out_dtype widened C: the products'
