@@ -144,3 +144,11 @@ def test_torch_tensors_of_two_dtypes_get_torch_s_error():
         with pytest.raises(RuntimeError, match="same dtype"):
             call()
     assert multi.matmul(a.numpy(), b.numpy(), devices=["cpu", "cpu"]).dtype == np.float64
+
+
+def test_numpy_views_of_negative_strides_are_multiplied():
+    """a[::-1], which torch can't view (torch.from_numpy refused it): multiplied from a copy."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((9, 7)), rng.standard_normal((7, 5))
+    c = tilemm.matmul(a[::-1], b[:, ::-1], devices=["cpu", "cpu"])
+    np.testing.assert_allclose(c, a[::-1] @ b[:, ::-1], atol=1e-12)

@@ -114,3 +114,22 @@ def test_an_out_that_is_an_operand_gets_the_product(which):
         out = a_in if which == "a" else b_in
     c = ooc.matmul(a_in, b if which == "a view of a" else b_in, out=out, memory_limit=8000, device="cpu")
     assert c is out and np.allclose(np.asarray(c), want, atol=1e-12)
+
+
+@pytest.mark.parametrize("limit", [float("nan"), float("inf")])
+def test_a_memory_limit_that_is_no_number_of_bytes_is_named(limit):
+    with pytest.raises(ValueError, match="memory_limit=.*finite number of bytes"):
+        ooc.matmul(np.ones((3, 4)), np.ones((4, 2)), memory_limit=limit, device="cpu")
+
+
+@pytest.mark.parametrize("which", ["a", "b", "out", "out over a"])
+def test_negative_strides_are_read_and_written(which):
+    """NumPy views torch can't represent (a[::-1]): operands copied, an out written through a buffer."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((40, 40)), rng.standard_normal((40, 40))
+    x = a[::-1] if which == "a" else a
+    y = b[:, ::-1] if which == "b" else b
+    want = x @ y
+    out = {"out": np.full((40, 40), np.nan)[::-1], "out over a": a[::-1]}.get(which)
+    c = ooc.matmul(x, y, out=out, memory_limit=8000, device="cpu")
+    assert (out is None or c is out) and np.allclose(c, want, atol=1e-12)

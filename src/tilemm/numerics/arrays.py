@@ -297,6 +297,13 @@ def to_device(x: np.ndarray, dtype: str | None = None):
         return torch.from_numpy(np.ascontiguousarray(x)).cuda()
 
 
+def host_torch(x: np.ndarray):
+    """A CPU torch tensor viewing NumPy array x, or of a copy of x where its strides are negative
+    (a[::-1]), which torch can't represent (torch.from_numpy refuses them)."""
+    import torch
+    return torch.from_numpy(x if min(x.strides, default=0) >= 0 else x.copy())
+
+
 def torch_readable(x: np.ndarray) -> np.ndarray:
     """x as torch.from_numpy takes it: NumPy's unsigned long long ('Q', uint64 by another char than
     np.uint64's, which torch refuses) viewed as np.uint64; anything else as it is."""

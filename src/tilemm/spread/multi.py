@@ -31,6 +31,7 @@ import numpy as np
 
 from tilemm.contract import torch_rules
 from tilemm.spread import outofcore
+from tilemm.numerics import arrays
 from tilemm.numerics.dtypes import dtype_name, result_dtype
 from tilemm.spread.outofcore_args import checked_limit
 from tilemm.spread.panels import SIXTEEN_BIT, accumulate, block, product
@@ -150,7 +151,7 @@ def _checked_operands(a, b):
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, (np.ndarray, torch.Tensor)) and isinstance(b, (np.ndarray, torch.Tensor))):
             raise TypeError(f"tilemm.multi: operands are a {type(a).__name__} and a {type(b).__name__}")
-        a, b = (torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in (a, b))
+        a, b = (arrays.host_torch(x) if isinstance(x, np.ndarray) else x for x in (a, b))
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise TypeError(f"tilemm.multi: operands are a {type(a).__name__} and a {type(b).__name__}; it takes "
                         "torch tensors or NumPy arrays")

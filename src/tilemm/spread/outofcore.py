@@ -147,9 +147,12 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
         memory_limit = free_device_bytes(dev) if dev.type == "cuda" else 8 << 30
     itemsize = torch.empty((), dtype=getattr(torch, result)).element_size()
     plan = plan_blocks(m, n, k, itemsize, 4 if sums == "float32" else itemsize, itemsize, memory_limit)
-    target = c_t = torch.from_numpy(c) if isinstance(c, np.ndarray) else c
-    if m and n and k and (may_overlap(c_t, a_t) or may_overlap(c_t, b_t)):   # out is (a view of) an operand:
-        c_t = torch.empty((m, n), dtype=c_t.dtype)          # its blocks would overwrite panels not yet read
+    if isinstance(c, np.ndarray) and min(c.strides, default=0) < 0:   # an out torch can't view (out=c[::-1]):
+        target, c_t = None, torch.empty((m, n), dtype=getattr(torch, result))   # a buffer, then NumPy's copy
+    else:
+        target = c_t = torch.from_numpy(c) if isinstance(c, np.ndarray) else c
+        if m and n and k and (may_overlap(c_t, a_t) or may_overlap(c_t, b_t)):   # out is (a view of) an operand:
+            c_t = torch.empty((m, n), dtype=c_t.dtype)          # its blocks would overwrite panels not yet read
     if m and n:
         if k == 0:
             c_t.zero_()
@@ -158,7 +161,9 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
                 _run(a_t.to(getattr(torch, result)) if dtype_name(a_t.dtype) != result else a_t,
                      b_t.to(getattr(torch, result)) if dtype_name(b_t.dtype) != result else b_t,
                      c_t, plan, dev, sums, progress)
-    if c_t is not target:
+    if target is None:
+        np.copyto(c, c_t.numpy())
+    elif c_t is not target:
         target.copy_(c_t)
     return c
 

@@ -3,11 +3,12 @@ it takes, an out it can write, a device and a memory limit it can plan for (Type
 or KernelUnavailable naming the problem)."""
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 
-from tilemm.numerics.arrays import elements_share_memory
+from tilemm.numerics.arrays import elements_share_memory, host_torch
 from tilemm.numerics.dtypes import dtype_name
 from tilemm.plans.plan import KernelUnavailable
 
@@ -20,7 +21,7 @@ def host_tensor(x, operand: str):
     if isinstance(x, np.ndarray):
         if dtype_name(x.dtype) not in DTYPES:
             raise TypeError(f"tilemm.outofcore: operand {operand} has dtype {x.dtype}; it takes {', '.join(DTYPES)}")
-        x = torch.from_numpy(x)
+        x = host_torch(x)
     elif not isinstance(x, torch.Tensor):
         raise TypeError(f"tilemm.outofcore: operand {operand} is a {type(x).__name__}; pass a NumPy array or a torch "
                         "CPU tensor (device arrays fit the GPU already: use tilemm.matmul)")
@@ -79,6 +80,9 @@ def checked_limit(memory_limit):
         return None
     if not isinstance(memory_limit, numbers.Real) or isinstance(memory_limit, (bool, np.bool_)):
         raise TypeError(f"tilemm.outofcore: memory_limit={memory_limit!r}; give a number of bytes (e.g. 8 << 30)")
+    if not math.isfinite(memory_limit):    # (int() of it raised Python's own words)
+        raise ValueError(f"tilemm.outofcore: memory_limit={memory_limit!r}; give a finite number of bytes "
+                         "(None: what the device has free)")
     return int(memory_limit)
 
 
