@@ -54,7 +54,7 @@ TILES = ((16, (16, 128, 256, 4, 3, 1)),
 # (N, K) of benchmarks/int8_words_probe.py (H200, kernel alone against torch._int_mm given B
 # column-major; M 32: 1.05x, 33-64: 1.16x, 65-256: 1.07x, where the byte-turning tiles before them
 # gave 0.59x over all); up to 16 rows the tiles --tune --layouts row of benchmarks/int8_small_m.py
-# chose (record benchmarks/results/h200/int8_small_m_row.jsonl), bytes turned over on chip.
+# chose (record benchmarks/results/h200/int8_small_m_row.jsonl.gz), bytes turned over on chip.
 ROW_TILES = ((16, (16, 128, 64, 4, 6, 1)),
              (32, (32, 64, 128, 4, 4, 1, "int8-words")),
              (64, (64, 64, 128, 4, 4, 1, "int8-words")),
