@@ -86,6 +86,35 @@ def test_compiled_results_and_gradients_equal_eager_ones():
             assert torch.allclose(eager, traced, rtol=1e-12)
 
 
+@pytest.mark.parametrize("sa,sb", [((1, 3, 5), (2, 5, 4)), ((2, 3, 5), (1, 5, 4))])
+def test_dynamic_shapes_gradients_of_a_stack_times_a_stack_of_one(sa, sb):
+    """With dynamic=True the stack of one is a constant and the other a symbol: comparing the two
+    SymBool-wise failed the backward's trace ("BooleanAtom not allowed in this context")."""
+    torch._dynamo.reset()
+    a, b = torch.randn(sa, dtype=torch.float64), torch.randn(sb, dtype=torch.float64)
+    compiled = torch.compile(lambda x, y: tilemm.matmul(x.exp(), y, kernel="cpu-tiled") * 2, fullgraph=True,
+                             backend="aot_eager", dynamic=True)
+    grads = []
+    for fn in (compiled, lambda x, y: torch.matmul(x.exp(), y) * 2):
+        ar, br = a.clone().requires_grad_(), b.clone().requires_grad_()
+        grads.append(torch.autograd.grad(fn(ar, br).sum(), (ar, br)))
+    for ours, torchs in zip(*grads):
+        assert torch.allclose(ours, torchs, rtol=1e-12)
+
+
+def test_dynamic_float_alpha_and_beta_of_matmul_epilogue_compile_whole():
+    """dynamic=True makes Python floats symbolic: alpha and beta's check met them with hasattr, a
+    graph break (fullgraph=True refused); each call's values, not the first's, are used."""
+    torch._dynamo.reset()
+
+    def f(a, b, c, alpha, beta):
+        return tilemm.matmul_epilogue(a, b, alpha=alpha, beta=beta, c=c) * 3
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=True)
+    a, b, c = (torch.randn(s, dtype=torch.float64) for s in ((3, 5), (5, 4), (3, 4)))
+    for alpha, beta in ((2.0, 0.5), (-1.0, 0.25)):
+        assert torch.allclose(compiled(a, b, c, alpha, beta), (alpha * (a @ b) + beta * c) * 3, rtol=1e-12)
+
+
 # torch.func's transforms of a function that calls tilemm, inside torch.compile: (transform, ...)
 TRANSFORMS = {
     "jvp": lambda f, x, t: torch.func.jvp(f, (x,), (t,))[1],

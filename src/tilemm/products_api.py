@@ -282,6 +282,8 @@ def real_number(name: str, value) -> float:
     """matmul_epilogue's alpha or beta as a float: a real number or a one-element tensor or array of
     one (TypeError for a str, a bool, None or a complex, which float() took or named without the
     argument; ValueError for several elements)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        return float(value)         # first: under torch.compile(dynamic=True) a float is symbolic, and has no hasattr
     if hasattr(value, "shape") and not isinstance(value, numbers.Number):
         if int(np.prod(value.shape)) != 1:
             raise ValueError(f"matmul_epilogue: {name} has shape {tuple(value.shape)}; it is one real number")

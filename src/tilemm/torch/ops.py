@@ -48,7 +48,7 @@ def operand_grads(grad, a, b, need_a: bool, need_b: bool, product):
     common = torch.promote_types(grad.dtype, a.dtype)    # dC's dtype where out_dtype widened C: the products'
     a2 = (a.unsqueeze(0) if a.dim() == 1 else a).to(common)          # (m=1, k)
     b2 = (b.unsqueeze(1) if b.dim() == 1 else b).to(common)          # (k, n=1)
-    if a.dim() == 3 and b.dim() == 3 and (a.shape[0] == 1) != (b.shape[0] == 1):
+    if a.dim() == 3 and b.dim() == 3 and bool(a.shape[0] == 1) != bool(b.shape[0] == 1):    # (SymBools: bool())
         # torch multiplies a stack by a stack of one as by one matrix, and so sums that one's
         # gradient over the stack in one product, rounded once: the same here
         a2, b2 = (a2[0], b2) if a.shape[0] == 1 else (a2, b2[0])
