@@ -115,6 +115,23 @@ def test_dynamic_float_alpha_and_beta_of_matmul_epilogue_compile_whole():
         assert torch.allclose(compiled(a, b, c, alpha, beta), (alpha * (a @ b) + beta * c) * 3, rtol=1e-12)
 
 
+def test_autocast_around_compiled_calls_casts_as_torch_does():
+    """The custom ops have no autocast rule: under CPU bf16 autocast a compiled tilemm.matmul,
+    tilemm.nn.Linear and matmul_epilogue gave float32 where eager calls and torch's give bfloat16."""
+    torch._dynamo.reset()
+    x, w, bias = torch.randn(8, 16), torch.randn(4, 16), torch.randn(4)
+    layer = tilemm.nn.Linear(16, 4)
+    calls = {"matmul": (lambda x: tilemm.matmul(x, w.T) + 1, lambda x: x @ w.T + 1),
+             "Linear": (layer, lambda x: torch.nn.functional.linear(x, layer.weight, layer.bias)),
+             "matmul_epilogue": (lambda x: tilemm.matmul_epilogue(x, w.T, bias=bias, activation="relu"),
+                                 lambda x: torch.relu(torch.addmm(bias, x, w.T)))}
+    for name, (ours, torchs) in calls.items():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, eager, want = torch.compile(ours, fullgraph=True, backend="aot_eager")(x), ours(x), torchs(x)
+        assert got.dtype == eager.dtype == want.dtype == torch.bfloat16, (name, got.dtype, eager.dtype, want.dtype)
+        assert torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2), name
+
+
 # torch.func's transforms of a function that calls tilemm, inside torch.compile: (transform, ...)
 TRANSFORMS = {
     "jvp": lambda f, x, t: torch.func.jvp(f, (x,), (t,))[1],

@@ -127,6 +127,8 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
         if compiled_transforms.transformed():   # inside autograd's torch.func transforms: the eager call's rules
             return compiled_transforms.outside_the_graph(matmul, a, b, out=out, kernel=kernel, out_dtype=out_dtype,
                                                          stream=stream, **params)
+        cast = contract.autocast_operands(a, b, out)    # autocast's casts, as eager (the op has no autocast rule)
+        a, b = (a, b) if cast is None else cast
         return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
     if out is None and not params and type(a) is type(b):   # the usual call: its key and plan in one frame
         key, known = cache.USUAL.get(type(a), cache.usual_lookup)(a, b, kernel, out_dtype)

@@ -111,7 +111,7 @@ class Linear(torch.nn.Linear):
                 if y is not None:
                     return y
             return self.fused_forward(input)
-        if autocast() and torch.is_autocast_enabled(input.device.type) and not is_compiling():
+        if autocast() and torch.is_autocast_enabled(input.device.type):    # (compiled too: the op has no autocast rule)
             return self.autocast_forward(input)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             products, layout_of = self.products, (input.shape, input.stride(), input.dtype)

@@ -123,6 +123,13 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
 
 
 def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, residual, kernel, params: dict):
+    if isinstance(a, torch.Tensor) and a.device.type != "meta" and torch.is_autocast_enabled(a.device.type):
+        # as torch.addmm under autocast (the compiled op has no autocast rule): a, b, bias and c in
+        # autocast's dtype (floating point but float64); a residual of another dtype added after
+        dtype = torch.get_autocast_dtype(a.device.type)
+        a, b, bias, c = (contract.autocast_cast(torch, t, dtype) for t in (a, b, bias, c))
+        if residual is not None and residual.dtype != a.dtype:
+            return matmul_epilogue(a, b, bias, activation, alpha, beta, c, None, kernel, params) + residual
     check_tensors("matmul_epilogue", a=a, b=b, bias=bias, c=c, residual=residual)
     check_matrices(tuple(a.shape), tuple(b.shape), None if c is None else c.shape,
                    None if residual is None else residual.shape)
