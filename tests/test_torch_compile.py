@@ -195,6 +195,23 @@ def test_tiny_transformer_with_tilemm_linears_compiles_whole_and_trains_as_eager
 
 
 @pytest.mark.gpu
+def test_gpu_autocast_matmul_epilogue_eager_and_compiled_as_torchs():
+    """Under CUDA bf16 autocast matmul_epilogue casts a, b, bias and c as torch.addmm does (the
+    Triton route of bfloat16 operands), eager and compiled."""
+    torch._dynamo.reset()
+    a, b, bias, c = (torch.randn(s, device="cuda") for s in ((64, 96), (96, 80), (80,), (64, 80)))
+
+    def f(a):
+        return tilemm.matmul_epilogue(a, b, bias=bias, c=c, beta=0.5, activation="gelu")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        want = torch.nn.functional.gelu(torch.addmm(bias, a, b) + 0.5 * c.bfloat16())
+        got = [f(a), torch.compile(f, fullgraph=True)(a)]
+    for y in got:
+        assert y.dtype == want.dtype == torch.bfloat16
+        assert torch.allclose(y.float(), want.float(), rtol=3e-2, atol=6e-2)
+
+
+@pytest.mark.gpu
 def test_gpu_inductor_linear_stack_matches_eager():
     """bf16 on the GPU under inductor: no graph break, the same result as eager within bf16."""
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512))
