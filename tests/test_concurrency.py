@@ -225,3 +225,32 @@ def test_threads_keep_their_own_call_stream():
         seen[i] = streams.current()
     run_in_threads(work)
     assert seen == {i: streams.LEGACY_DEFAULT for i in range(8)}
+
+
+@pytest.mark.parametrize("call", ["first", "recorded"])
+def test_a_fused_epilogue_launch_waits_for_another_thread_s_jit_launch(call):
+    """The fused epilogue's launches through Triton (a key's first call, and the launch its second
+    call binds and records) wait while another thread holds the JIT lock, as a plan's do:
+    Triton's interpreter patches module-wide state while it runs a program (threads calling
+    tilemm.linear and tilemm.grouped_matmul at once raised "x >= grid_dim[0]"), and a GPU's
+    first launch loads the program into the context. Forced here: the lock held by this thread
+    while another calls tilemm.linear; the call may end only once it is released."""
+    torch = pytest.importorskip("torch")
+    from tilemm.engine.jit_lock import JIT_LOCK
+    from tilemm.engine import epilogue_repeats
+    from tilemm.torch import linear_calls
+    linear_calls.release()
+    epilogue_repeats.release()
+    g = torch.Generator().manual_seed(3)
+    x, w, b = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((5, 8), (6, 8), (6,)))
+    tilemm.linear(x[:4], w, b, kernel="tensorcore-f64")      # (the program's first run: another key)
+    if call == "recorded":
+        tilemm.linear(x, w, b, kernel="tensorcore-f64")
+    done = []
+    worker = threading.Thread(target=lambda: done.append(tilemm.linear(x, w, b, kernel="tensorcore-f64")))
+    with JIT_LOCK:
+        worker.start()
+        worker.join(timeout=2.0)
+        assert not done, "a fused epilogue launched while another thread held the JIT lock"
+    worker.join()
+    assert torch.allclose(done[0], x @ w.T + b, rtol=1e-12, atol=1e-12)

@@ -230,3 +230,34 @@ def test_on_the_gpu_a_replayed_call_gives_the_first_call_s_bits(rows):
                           for name in ("forward_aux_fast", "input_fast", "weight_fast"))
     want = F.silu(F.linear(x.float(), w.float(), b.float()))
     assert close(first[0], want.double(), torch.bfloat16)
+
+
+def test_a_negative_view_is_multiplied_by_its_values(c_launches):
+    """torch._neg_view (what x.conj().imag gives): its memory holds the values before the
+    negation. A key replayed, then each operand of tilemm.linear and tilemm.matmul_epilogue as
+    a negative view of the same layout, with and without a gradient: float64's answer, never the
+    product of the memory as it is."""
+    dtype = torch.float32
+    x, w, b = randn(9, 24, seed=1), randn(40, 24, seed=2), randn(40, seed=3)
+    with torch.no_grad():
+        for _ in range(3):
+            assert close(linear(x, w, b, "relu"), expected(x, w, b, "relu"), dtype)
+        for i in range(3):
+            views = [x, w, b]
+            views[i] = torch._neg_view(-views[i])        # the same values, its negative bit set
+            assert close(linear(*views, "relu"), expected(x, w, b, "relu"), dtype)
+    wg = torch._neg_view(-w).requires_grad_()
+    y = linear(x, wg, b, "identity")
+    assert close(y.detach(), expected(x, w, b, "identity"), dtype)
+    y.sum().backward()
+    assert close(wg.grad, torch.ones(9, 40, dtype=torch.float64).T @ x.double(), dtype)
+    a, bm, c, r = randn(9, 24, seed=4), randn(24, 40, seed=5), randn(9, 40, seed=6), randn(9, 40, seed=7)
+    want = 2 * (a.double() @ bm.double()) + 0.5 * c.double() + b.double() + r.double()
+    operands = dict(a=a, b=bm, bias=b, c=c, residual=r)
+    for name in (None, *operands):
+        given = dict(operands)
+        if name is not None:
+            given[name] = torch._neg_view(-given[name])
+        y = tilemm.matmul_epilogue(given.pop("a"), given.pop("b"), alpha=2.0, beta=0.5, kernel="tensorcore",
+                                   **given, **POINTERS)
+        assert close(y, want, dtype), name

@@ -208,3 +208,21 @@ def test_the_every_check_path_is_the_key_paths_first_call():
     for _ in range(2):
         check(grouped.grouped_matmul(a, b, cut, **SMALL), a, b, cut)
     assert not grouped_calls.CALLS
+
+
+@pytest.mark.parametrize("name", ["2d-3d tma", "3d-3d"])
+def test_a_negative_view_is_multiplied_by_its_values(monkeypatch, name):
+    """torch._neg_view (what x.conj().imag gives) holds the values before the negation in its
+    memory: a key's first call and its replayed calls on a negative view of the same values
+    give the plain operands' bits, not the product of the memory as it is."""
+    if not ON_GPU:
+        replayed_on_the_host(monkeypatch)
+    a, b, cut, counted = operands(name, torch.float32, 0)
+    want = first_call(a, b, cut, **SMALL)
+    check(want, a, b, cut)
+    negative_a, negative_b = torch._neg_view(-a), torch._neg_view(-b)
+    assert torch.equal(first_call(negative_a, b, cut, **SMALL), want)
+    for _ in range(3):           # the key's first, recorded and replayed calls
+        assert torch.equal(call(a, b, cut, counted), want)
+    assert torch.equal(call(negative_a, b, cut, counted), want)
+    assert torch.equal(call(a, negative_b, cut, counted), want)

@@ -278,3 +278,22 @@ def test_an_input_aligned_otherwise_is_launched_as_tilemm_linear_launches_it(mon
         shifted = torch.randn(5 * 24 + 1, device=DEVICE, dtype=dtype)[1:].view(5, 24)
         assert same([layer(shifted)], [today(layer, shifted)])
     assert replayed == 1 and len(c_launches) == 1
+
+
+def test_a_negative_view_input_is_multiplied_by_its_values(monkeypatch):
+    """torch._neg_view (what x.conj().imag gives) holds the values before the negation: a
+    layout's route learned and replayed, then an input of that layout as a negative view of the
+    same values (with and without a gradient) gives the plain input's answer, as does its
+    first call."""
+    replayed_on_the_host(monkeypatch)
+    dtype, params = PROGRAMS["pointers"]
+    layer = fused_linear(24, 40, "relu", dtype, params)
+    x = torch.randn(5, 24, device=DEVICE, dtype=dtype)
+    negative = torch._neg_view(-x)
+    want = today(layer, x)
+    assert torch.equal(fused_linear(24, 40, "relu", dtype, params)(negative).detach(), want)   # a first call
+    for _ in range(3):
+        assert torch.equal(layer(x).detach(), want)
+    assert torch.equal(layer(negative).detach(), want)
+    with torch.no_grad():
+        assert torch.equal(layer(negative), want)

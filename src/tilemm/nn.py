@@ -197,6 +197,8 @@ class Linear(torch.nn.Linear):
         weight, bias = params.get("weight", ABSENT), params.get("bias", ABSENT)
         if weight is ABSENT or bias is ABSENT:
             weight, bias = self.weight, self.bias
+        if input.is_neg() or weight.is_neg() or bias is not None and bias.is_neg():
+            return None             # (a negative view: its memory holds the values before the negation; tilemm.linear's)
         route = products.routes.get((input.shape, input.stride(), input.dtype), ABSENT)
         if route is None:           # a layout with none (tilemm.linear's library route, a dtype, ...)
             return None

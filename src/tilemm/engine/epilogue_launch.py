@@ -18,12 +18,14 @@ Triton has tl.make_tensor_descriptor and an allocator for their scratch; else th
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
 
 from tilemm.system import compat
 from tilemm.engine import availability
+from tilemm.engine.jit_lock import JIT_LOCK
 from tilemm.engine.tensorcore_launch import default_tiles, takes_tma as large_enough
 from tilemm.engine.tile_model import EAGER_LAUNCH_US, sliver_rows
 from tilemm.numerics.keys import typed_items
@@ -109,9 +111,10 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
             return launch_epilogue(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config)
     if a.shape[0] == 0 or b.shape[1] == 0:
         return
-    for program, grid, args, options in parts_arguments(a, b, y, aux, bias, bias_over_m, c, residual, activation,
-                                                        alpha, beta, config, wrap, eager=wrap is None):
-        program[grid](*args, **options)
+    with JIT_LOCK if wrap is None else contextlib.nullcontext():     # (a compiled graph's launch: its own)
+        for program, grid, args, options in parts_arguments(a, b, y, aux, bias, bias_over_m, c, residual, activation,
+                                                            alpha, beta, config, wrap, eager=wrap is None):
+            program[grid](*args, **options)
 
 
 def bound_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from tilemm.engine import epilogue_launch, replay as replays
+from tilemm.engine.jit_lock import JIT_LOCK
 
 Tensor, Parameter = torch.Tensor, torch.nn.Parameter
 
@@ -114,7 +115,8 @@ def recorded_call(arguments: tuple, inputs: tuple, y):
     bound = epilogue_launch.bound_epilogue(*arguments)
     if bound is None:            # an empty product: nothing to launch
         return declined
-    bound()
+    with JIT_LOCK:               # (its first launch is Triton's JIT's)
+        bound()
     return repeated_call(replays.recorded(bound, (*inputs, y))) or declined
 
 

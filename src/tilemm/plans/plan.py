@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from tilemm.contract import numpy_layout
 from tilemm.numerics import arrays
-from tilemm.engine import backends, streams
+from tilemm.engine import backends, jit_lock, streams
 from tilemm.ladder import registry
 from tilemm.numerics.dtypes import dtype_name, is_exact, is_integer
 from tilemm.ladder.registry import Problem
@@ -25,11 +24,8 @@ class KernelUnavailable(ValueError):
 
 
 
-# Numba-cuda and Triton load a compiled program into the context on its first launch, and neither
-# does that safely from two threads at once (numba-cuda: "key already in dictionary: <CUlibrary>").
-# Their plans are prepared and launched under this lock: held for the microseconds of a launch,
-# and for the compile on a first one.
-JIT_LOCK = threading.RLock()
+# (plans are prepared and launched under the engine's JIT_LOCK: tilemm.engine.jit_lock)
+JIT_LOCK = jit_lock.JIT_LOCK
 
 
 @dataclass

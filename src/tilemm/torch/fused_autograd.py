@@ -52,11 +52,27 @@ def check_triton_dtype(name: str, dtype: torch.dtype) -> None:
         raise TypeError(f"{name}: the fused-epilogue program takes {', '.join(map(str, DTYPES))}, not {dtype}")
 
 
+def negative_views(*tensors) -> bool:
+    """Whether a tensor among them is a negative view (torch._neg_view, x.conj().imag: its memory holds
+    the values before the negation, which the program's launches and replays would read as they are)."""
+    try:
+        return any(t is not None and t.is_neg() for t in tensors)
+    except AttributeError:    # (not a tensor: check_tensors names it)
+        return False
+
+
+def values(*tensors) -> tuple:
+    """The tensors, a negative view as a copy holding its values (differentiable: resolve_neg)."""
+    return tuple(t.resolve_neg() if t is not None else None for t in tensors)
+
+
 def recording(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
+    if not is_compiling() and negative_views(x, weight, bias, residual):     # (a compiled graph: its own rule)
+        x, weight, bias, residual = values(x, weight, bias, residual)
     key = None
     if residual is None and not (is_compiling() or autocast_on() or tracing() or fused_transforms.active()):
         key = linear_calls.call_key(x, weight, bias, activation, kernel, params)
@@ -123,6 +139,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
 
 
 def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, residual, kernel, params: dict):
+    if not is_compiling() and negative_views(a, b, bias, c, residual):
+        a, b, bias, c, residual = values(a, b, bias, c, residual)
     if isinstance(a, torch.Tensor) and a.device.type != "meta" and torch.is_autocast_enabled(a.device.type):
         # as torch.addmm under autocast (the compiled op has no autocast rule): a, b, bias and c in
         # autocast's dtype (floating point but float64); a residual of another dtype added after

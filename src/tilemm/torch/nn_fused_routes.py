@@ -36,6 +36,7 @@ import torch
 
 from tilemm.engine import epilogue_launch, replay as replays
 from tilemm.engine.epilogue_repeats import repeated_call
+from tilemm.engine.jit_lock import JIT_LOCK
 from tilemm.numerics.epilogue_math import activation_backward_of, needs_aux
 from tilemm.products import fused
 from tilemm.torch import batched_grads, fused_transforms
@@ -208,7 +209,8 @@ class FusedRoute:
         if bound is None:
             epilogue_launch.launch_epilogue(*args)
         else:
-            bound()
+            with JIT_LOCK:           # (its first launch is Triton's JIT's)
+                bound()
         if bound is not None:        # (not recorded with another GPU current: tried again at the next call)
             replay = replays.recorded(bound, (*operands, c))
             setattr(self, name, repeated_call(replay) or self.declined)
