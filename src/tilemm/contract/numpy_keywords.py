@@ -346,7 +346,7 @@ def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
     if axes is None:
         return value
     moved = move(value, last(len(axes[2])), axes[2])
-    return numpy_layout.owned(moved) if moved is not value else value
+    return arrays.owned(moved) if moved is not value else value
 
 
 def plan_arguments(a, b, out, out_dtype, params: dict) -> tuple:

@@ -77,16 +77,6 @@ def laid_out(c, order: str, operands: tuple, stacked: tuple = None):
     return c if c.strides == wanted or c.size == 0 else c.copy(order="F" if fortran else "C")
 
 
-def owned(x):
-    """A NumPy view x (a result with its core axes placed by axes=) as NumPy allocates such a
-    result: an array of x's strides that owns its data; anything else as it is."""
-    if not isinstance(x, np.ndarray) or x.flags.owndata:
-        return x
-    own = np.empty_like(x, order="K")
-    np.copyto(own, x)
-    return own
-
-
 def fortran_contiguous(x) -> bool:
     """Whether x (NumPy, torch or CuPy) is laid out in Fortran order (NumPy's flag; 1-D: always)."""
     if arrays.device_kind(x) == "torch":

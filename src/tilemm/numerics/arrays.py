@@ -143,10 +143,11 @@ def describe(x, operand: str) -> Operand:
                     "pass a NumPy array, a PyTorch tensor or a CuPy array (np.asarray(x) for lists)")
 
 
-def owned(x) -> np.ndarray:
+def owned(x):
     """A NumPy result that owns its data, as NumPy's own do (ndarray.resize works on it): x, or a
-    copy of a view (a promoted 1-D operand's dimension taken off, a torch tensor's memory)."""
-    return x if x.flags.owndata else x.copy(order="K")
+    copy of a view in x's layout (a promoted 1-D operand's dimension taken off, a torch tensor's
+    memory, core axes placed by axes=); anything but a NumPy array as it is."""
+    return x if not isinstance(x, np.ndarray) or x.flags.owndata else x.copy(order="K")
 
 
 def host_copy(t) -> np.ndarray:

@@ -24,6 +24,7 @@ from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.products import fused
 from tilemm.torch import batched_grads
 
+
 def active() -> bool:
     """Whether a call runs under a torch.func transform or inside a forward-mode AD dual level
     (where a tensor may carry a tangent): two reads, no tensor inspected."""

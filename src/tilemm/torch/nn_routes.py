@@ -141,9 +141,10 @@ class Route:
         first: the products as recorded); under create_graph, and for a weight or rows not laid
         out as usual, the general rule; d input in the input's shape (autograd's batched dY:
         torch's products, tilemm.torch.batched_grads)."""
-        if not self.usual or grad_enabled() or batched(grad):
-            product = torch.matmul if batched(grad) else functools.partial(eager_product, kernel=self.kernel,
-                                                                            params=self.params)
+        batched_grad = batched(grad)
+        if not self.usual or grad_enabled() or batched_grad:
+            product = torch.matmul if batched_grad else functools.partial(eager_product, kernel=self.kernel,
+                                                                           params=self.params)
             d_rows, d_weight_t = operand_grads(matrix(grad), matrix(input), weight.mT, need_input, need_weight,
                                                product)
             return self.as_input(d_rows, input), None if d_weight_t is None else d_weight_t.mT

@@ -39,8 +39,8 @@ def operand_grads(grad, a, b, need_a: bool, need_b: bool, product):
     """(dA, dB) of C = A @ B (numpy.matmul's rules: 1-D operands, broadcast stacks) given dC, as
     torch gives them: dA = dC @ B^H, dB = A^H @ dC (conjugate transposes, for complex operands),
     each summed back to its operand's shape and cast to its dtype (None where not needed); zeros
-    where a dimension is empty (an empty sum; DTensors' by the products, placed as torch's are). ``product(x, y)`` multiplies two tensors (tilemm
-    with the forward's kernel and parameters)."""
+    where a dimension is empty (an empty sum; DTensors' by the products, placed as torch's are).
+    ``product(x, y)`` multiplies two tensors (tilemm with the forward's kernel and parameters)."""
     if not (grad.numel() and a.numel() and b.numel()) and type(grad).__name__ != "DTensor":
         # M, N, K or the stack empty: no product to make (a DTensor's makes one, placed as torch's mm places it)
         return (torch.zeros(a.shape, dtype=a.dtype, device=a.device) if need_a else None,
@@ -166,12 +166,13 @@ class MatmulFunction(torch.autograd.Function):
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
         kernel, _, _, params, own = ctx.options
-        if own is not None and not torch.is_grad_enabled() and not batched(grad):
+        batched_grad = batched(grad)
+        if own is not None and not torch.is_grad_enabled() and not batched_grad:
             grads = own.gradients(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
             if grads is not None:
                 return grads + (None,)
         # under create_graph=True each product records its own graph (double backward): eager_product
-        product = torch.matmul if batched(grad) else functools.partial(eager_product, kernel=kernel, params=params)
+        product = torch.matmul if batched_grad else functools.partial(eager_product, kernel=kernel, params=params)
         grad_a, grad_b = operand_grads(grad, a, b, ctx.needs_input_grad[0], ctx.needs_input_grad[1], product)
         return grad_a, grad_b, None
 
