@@ -18,6 +18,7 @@ from tilemm.system import tuning
 from tilemm.numerics.accuracy import compare
 
 from .cases import operands
+from .conftest import ON_GPU
 
 SIMT = ["naive", "naive-global", "uncoalesced", "tiled", "rect", "regblock"]
 TRITON = [("tensorcore", "float16"), ("tensorcore-int", "int32"), ("tensorcore-f32", "float32"),
@@ -242,7 +243,8 @@ def test_a_fused_epilogue_launch_waits_for_another_thread_s_jit_launch(call):
     linear_calls.release()
     epilogue_repeats.release()
     g = torch.Generator().manual_seed(3)
-    x, w, b = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((5, 8), (6, 8), (6,)))
+    device = "cuda" if ON_GPU else "cpu"         # (a host tensor on a GPU's machine takes torch's route)
+    x, w, b = (torch.randn(*shape, generator=g, dtype=torch.float64).to(device) for shape in ((5, 8), (6, 8), (6,)))
     tilemm.linear(x[:4], w, b, kernel="tensorcore-f64")      # (the program's first run: another key)
     if call == "recorded":
         tilemm.linear(x, w, b, kernel="tensorcore-f64")

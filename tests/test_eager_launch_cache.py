@@ -250,7 +250,7 @@ def test_a_negative_view_is_multiplied_by_its_values(c_launches):
     y = linear(x, wg, b, "identity")
     assert close(y.detach(), expected(x, w, b, "identity"), dtype)
     y.sum().backward()
-    assert close(wg.grad, torch.ones(9, 40, dtype=torch.float64).T @ x.double(), dtype)
+    assert close(wg.grad, torch.ones(9, 40, dtype=torch.float64, device=DEVICE).T @ x.double(), dtype)
     a, bm, c, r = randn(9, 24, seed=4), randn(24, 40, seed=5), randn(9, 40, seed=6), randn(9, 40, seed=7)
     want = 2 * (a.double() @ bm.double()) + 0.5 * c.double() + b.double() + r.double()
     operands = dict(a=a, b=bm, bias=b, c=c, residual=r)
