@@ -228,14 +228,14 @@ def test_gpu_inductor_linear_stack_matches_eager():
 @pytest.mark.gpu
 @pytest.mark.parametrize("transform", ["jvp", "grad", "vmap"])
 def test_gpu_transforms_of_tilemms_own_kernels_inside_compile(transform):
-    """float32 on the GPU with tilemm's Triton programs (tensorcore, the fused epilogue, the grouped
+    """float32 on the GPU with tilemm's Triton programs (tensorcore-f32, the fused epilogue, the grouped
     rung) under torch.func inside torch.compile: torch's answers (the CPU tier's interpreter
     can't run these: Dynamo traces its frames)."""
     torch._dynamo.reset()
     w, bias = torch.randn(64, 32, device="cuda"), torch.randn(64, device="cuda")
     stacked, offs = torch.stack([w.T, 2 * w.T]), torch.tensor([16, 48], device="cuda", dtype=torch.int32)
     x, t = torch.randn(48, 32, device="cuda"), torch.randn(48, 32, device="cuda")
-    calls = [(lambda x: tilemm.matmul(x, w.T, kernel="tensorcore"), lambda x: x @ w.T),
+    calls = [(lambda x: tilemm.matmul(x, w.T, kernel="tensorcore-f32"), lambda x: x @ w.T),
              (lambda x: tilemm.linear(x, w, bias, "gelu", kernel="tensorcore"),
               lambda x: torch.nn.functional.gelu(x @ w.T + bias))]
     if transform != "vmap":        # (its offsets cut each batch element's rows)

@@ -55,6 +55,12 @@ def dtype_name(dtype) -> str:
         return str(dtype).removeprefix("torch.")
 
 
+def torch_dtype_name(dtype) -> str:
+    """A torch dtype's name, made afresh: what a traced call asks (Dynamo can't look up NAMES,
+    whose keys may be NumPy's DType classes)."""
+    return str(dtype).removeprefix("torch.")
+
+
 def is_integer(name: str) -> bool:
     return name in INTS
 

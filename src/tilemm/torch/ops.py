@@ -230,8 +230,8 @@ def recorded_as_op(a, b) -> bool:
 def copied_into(out, c, a, b):
     """c, the product of a and b, written into out by torch's rule for outs (tilemm.contract.torch_rules:
     refused of another dtype, resized to c's shape)."""
-    torch_contract.check_out_dtype(out, tuple(a.shape), tuple(b.shape), dtypes.dtype_name(c.dtype),
-                                   dtypes.dtype_name(out.dtype), tuple(c.shape))
+    torch_contract.check_out_dtype(out, tuple(a.shape), tuple(b.shape), dtypes.torch_dtype_name(c.dtype),
+                                   dtypes.torch_dtype_name(out.dtype), tuple(c.shape))
     torch_contract.resize_out(out, tuple(c.shape), tuple(a.shape), tuple(b.shape))
     return out.copy_(c)
 
@@ -264,8 +264,9 @@ def matmul_op(a: torch.Tensor, b: torch.Tensor, kernel: Optional[str], params: s
 
 @matmul_op.register_fake
 def _matmul_fake(a, b, kernel, params, out_dtype):
-    torch_contract.check(tuple(a.shape), tuple(b.shape), dtypes.dtype_name(a.dtype), dtypes.dtype_name(b.dtype))
-    name = out_dtype or dtypes.dtype_name(a.dtype)
+    name_a, name_b = dtypes.torch_dtype_name(a.dtype), dtypes.torch_dtype_name(b.dtype)
+    torch_contract.check(tuple(a.shape), tuple(b.shape), name_a, name_b)
+    name = out_dtype or name_a
     return a.new_empty(result_shape(tuple(a.shape), tuple(b.shape)), dtype=getattr(torch, name))
 
 
