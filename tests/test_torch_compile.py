@@ -225,12 +225,29 @@ def test_gpu_inductor_linear_stack_matches_eager():
     assert float((eager.float() - traced.float()).abs().max()) <= 2**-6 * float(eager.float().abs().max())
 
 
+@pytest.mark.parametrize("transform", ["jvp", "grad"])
+def test_transforms_of_tilemms_own_programs_inside_compile(transform):
+    """tilemm's Triton programs (tensorcore-f32; the fused epilogue's) under jvp and grad inside
+    torch.compile: where Dynamo can't trace the transform it runs it eagerly and may start
+    compiling at a frame under it; the autograd Functions' steps are never traced (Dynamo traced
+    Triton's launch: on the GPU the program's kernel read as None; in the interpreter a fake
+    tensor of uint64 failed). torch's answers."""
+    torch._dynamo.reset()
+    w, x, t = torch.randn(24, 16), torch.randn(12, 16), torch.randn(12, 16)
+    tiles = dict(block_m=16, block_n=32, block_k=16)
+    calls = [(lambda x: tilemm.matmul(x, w.T, kernel="tensorcore-f32", **tiles), lambda x: x @ w.T),
+             (lambda x: tilemm.linear(x, w, None, "gelu", kernel="tensorcore", **tiles),
+              lambda x: torch.nn.functional.gelu(x @ w.T))]
+    for ours, theirs in calls:
+        got = torch.compile(lambda x, t: TRANSFORMS[transform](ours, x, t), backend="aot_eager")(x, t)
+        assert torch.allclose(got, TRANSFORMS[transform](theirs, x, t), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("transform", ["jvp", "grad", "vmap"])
 def test_gpu_transforms_of_tilemms_own_kernels_inside_compile(transform):
     """float32 on the GPU with tilemm's Triton programs (tensorcore-f32, the fused epilogue, the grouped
-    rung) under torch.func inside torch.compile: torch's answers (the CPU tier's interpreter
-    can't run these: Dynamo traces its frames)."""
+    rung) under torch.func inside torch.compile (Inductor): torch's answers."""
     torch._dynamo.reset()
     w, bias = torch.randn(64, 32, device="cuda"), torch.randn(64, device="cuda")
     stacked, offs = torch.stack([w.T, 2 * w.T]), torch.tensor([16, 48], device="cuda", dtype=torch.int32)

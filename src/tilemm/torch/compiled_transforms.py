@@ -28,3 +28,16 @@ def run(function, *args, **kwargs):
 # here, once: a graph break where a traced call reaches it): there tilemm's call takes its
 # autograd Function, which has every transform's rule
 outside_the_graph = torch.compiler.disable(run, recursive=True)
+
+
+def eager_only(function_class):
+    """function_class, a torch.autograd.Function, with its forward, backward and jvp never traced
+    by Dynamo. Where torch.compile can't trace a torch.func transform, it runs the transform
+    eagerly and may start compiling at any Python frame under it, such as a forward that launches
+    a Triton program: Dynamo would trace Triton's launch itself (a program's kernel then reads as
+    None). An eager call pays the guard's microsecond a step."""
+    for name in ("forward", "backward", "jvp"):
+        step = function_class.__dict__.get(name)
+        if step is not None:
+            setattr(function_class, name, staticmethod(torch.compiler.disable(step.__func__, recursive=True)))
+    return function_class

@@ -19,7 +19,7 @@ from tilemm.numerics.epilogue_math import activate_torch, needs_aux
 from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_residual, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
 from tilemm.torch import batched_grads, fused_transforms, linear_calls
-from tilemm.torch.compiled_transforms import outside_the_graph, transformed
+from tilemm.torch.compiled_transforms import eager_only, outside_the_graph, transformed
 from tilemm.torch.nn_routes import direct_apply
 
 is_compiling = torch.compiler.is_compiling
@@ -177,6 +177,7 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
                          fused.TRITON, config, False)[0]
 
 
+@eager_only
 class EpilogueFunction(torch.autograd.Function):
     """The Triton route's product with autograd, eager: the forward saves what the activation's
     backward reads (Z, or Y for relu without a residual); the backward's products run the same

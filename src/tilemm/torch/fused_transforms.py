@@ -23,6 +23,7 @@ from tilemm.contract.numpy_rules import torch_transformed
 from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.products import fused
 from tilemm.torch import batched_grads
+from tilemm.torch.compiled_transforms import eager_only
 
 
 def active() -> bool:
@@ -31,6 +32,7 @@ def active() -> bool:
     return torch_transformed(torch)
 
 
+@eager_only
 class EpilogueProduct(torch.autograd.Function):
     """alpha * a @ b of 2-D tensors by the fused-epilogue program (tilemm.products.fused.plain_product).
     dA = alpha * dC @ B^T, dB = alpha * A^T @ dC and the tangent alpha * (dA @ B + A @ dB) are

@@ -9,6 +9,7 @@ import torch
 from tilemm.products.grouped_launch import device_grouped
 from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_K, SPLIT_M, SPLIT_N, layout
 from tilemm.torch import batched_grads
+from tilemm.torch.compiled_transforms import eager_only
 from tilemm.torch.ops import tangent
 
 
@@ -62,6 +63,7 @@ def gradients(a, b, cut, split, dc, params, need_a: bool, need_b: bool, product=
     return da, db
 
 
+@eager_only
 class GroupedMatmul(torch.autograd.Function):
     """The grouped product for autograd and torch.func's transforms (grad, vjp, jacrev, vmap,
     jvp), as tilemm.torch.ops' MatmulFunction is the plain product's."""

@@ -40,6 +40,7 @@ from tilemm.engine.jit_lock import JIT_LOCK
 from tilemm.numerics.epilogue_math import activation_backward_of, needs_aux
 from tilemm.products import fused
 from tilemm.torch import batched_grads, fused_transforms
+from tilemm.torch.compiled_transforms import eager_only
 from tilemm.torch.nn_routes import direct_apply, matrix
 
 Tensor, Parameter = torch.Tensor, torch.nn.Parameter
@@ -238,6 +239,7 @@ def differentiable_gradients(ctx, grad) -> tuple:
     return fused_transforms.double_backward(grad, (input, weight, bias), ctx.needs_input_grad[:3], compose) + (None,)
 
 
+@eager_only
 class FusedLinear(torch.autograd.Function):
     """activation(input @ weight.T + bias) by a FusedRoute, with its gradients (FusedRoute.gradients);
     a node of its own name in the graph, on the Linear's own input, weight and bias. forward takes

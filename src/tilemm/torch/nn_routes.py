@@ -24,6 +24,7 @@ import torch
 from tilemm.contract import numpy_rules as contract
 from tilemm.plans import calls
 from tilemm.torch.batched_grads import batched
+from tilemm.torch.compiled_transforms import eager_only
 from tilemm.torch.ops import eager_product, operand_grads, tangent
 
 Tensor, Parameter = torch.Tensor, torch.nn.Parameter
@@ -204,6 +205,7 @@ class Route:
         return product(*self.planned(name, x, y))
 
 
+@eager_only
 class KernelLinear(torch.autograd.Function):
     """input @ weight.T (+ bias) by a Route (of the output's shape, or of rows where the plan's own
     path made it), with its gradients (Route.gradients; d bias dY summed over the rows) and

@@ -13,11 +13,9 @@
   so that a graph or a trace holds one node a product and the shapes come from the fake. The
   kernel name and its parameters travel in the op's schema: ``kernel: str?`` and the parameters
   as one string, ``"block_m=64;tma=True"``.
-- A plain call (no gradient recorded, no transform, not tracing or compiling) touches none of
-  this: it costs what it did.
+- A plain call (no gradient recorded, no transform, not tracing or compiling) touches none of this.
 
-Importing this module registers the ops (``torch.export``-ed programs and saved TorchScript
-modules that hold them need it).
+Importing this module registers the ops (``torch.export``-ed programs and saved TorchScript modules need it).
 """
 import ast
 import functools
@@ -31,6 +29,7 @@ from tilemm.numerics import dtypes
 from tilemm.plans import calls
 from tilemm.products import scaled
 from tilemm.torch.batched_grads import batched
+from tilemm.torch.compiled_transforms import eager_only
 
 # ---------------------------------------------------------------- the gradients, for any product
 
@@ -140,6 +139,7 @@ def vmapped(product, a, b, a_dim, b_dim):
 # ---------------------------------------------------------------- eager: torch.autograd.Function
 
 
+@eager_only
 class MatmulFunction(torch.autograd.Function):
     """tilemm.matmul with autograd and torch.func's transforms, for eager calls; options =
     (kernel, out_dtype, stream, params, own). own: None, or a layer's own products for its
