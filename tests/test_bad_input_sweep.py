@@ -221,6 +221,16 @@ def test_epilogue_operand_none(call, which):
 
 
 @pytest.mark.parametrize("call", ["linear", "matmul_epilogue"])
+@pytest.mark.parametrize("name", ["bias", "residual"])
+def test_epilogue_operand_not_a_tensor_beside_a_negative_view(call, name):
+    """(beside torch._neg_view(x): an AttributeError, "'list' object has no attribute 'resolve_neg'")"""
+    x = torch._neg_view(torch.randn(4, 8))
+    operand = [0.0] * 6 if name == "bias" else [[0.0] * 6] * 4
+    with pytest.raises(TypeError, match=f"{name} is list"):
+        getattr(tilemm, call)(x, torch.randn(6, 8) if call == "linear" else torch.randn(8, 6), **{name: operand})
+
+
+@pytest.mark.parametrize("call", ["linear", "matmul_epilogue"])
 def test_epilogue_kernel_that_is_not_a_name(call):
     """(kernel=["tensorcore"]: "unhashable type: 'list'")"""
     x = torch.randn(4, 8)

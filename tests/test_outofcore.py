@@ -133,3 +133,15 @@ def test_negative_strides_are_read_and_written(which):
     out = {"out": np.full((40, 40), np.nan)[::-1], "out over a": a[::-1]}.get(which)
     c = ooc.matmul(x, y, out=out, memory_limit=8000, device="cpu")
     assert (out is None or c is out) and np.allclose(c, want, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_a_read_only_operand_is_viewed_not_copied():
+    """A read-only NumPy operand (np.load(mmap_mode="r"), say) may be larger than the GPU's memory:
+    viewed where it lies, as a writable one is (torch warns, and takes it), and multiplied."""
+    from tilemm.spread.outofcore_args import host_tensor
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((40, 30)), rng.standard_normal((30, 20))
+    a.flags.writeable = False
+    assert host_tensor(a, "0").data_ptr() == a.ctypes.data
+    assert np.allclose(ooc.matmul(a, b, memory_limit=8000, device="cpu"), a @ b, atol=1e-12)

@@ -194,7 +194,7 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
     if torch is not None and isinstance(a, torch.Tensor):
         if not api.compiling() and (a.is_neg() or isinstance(b, torch.Tensor) and b.is_neg()):
             # a negative view (x.conj().imag): a copy of its values (the launches read its memory as it is)
-            a, b = arrays.native_order(a), arrays.native_order(b)
+            a, b = arrays.resolved_view(a), arrays.resolved_view(b)
         transformed = scale_a is None and scale_b is None and numpy_rules.torch_transformed(torch)
         if api.compiling() and transformed:
             from tilemm.torch import compiled_transforms

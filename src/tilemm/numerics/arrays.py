@@ -57,11 +57,17 @@ def cupy_if_imported():
 
 def native_order(x):
     """NumPy data stored in the other byte order (read from a file, say) as a copy in this
-    machine's order, which the kernels read; a torch tensor with its conjugate or negative bit
-    set (x.conj(), x.conj().imag: a view whose memory holds the values before that operation) as
-    a copy holding its values, which the kernels read as they are; anything else as it is."""
+    machine's order, which the kernels read; a torch conjugate or negative view as a copy holding
+    its values (resolved_view), as the kernels read memory as it is; anything else as it is."""
     if isinstance(x, np.ndarray):
         return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+    return resolved_view(x)
+
+
+def resolved_view(x):
+    """A torch tensor with its conjugate or negative bit set (x.conj(), x.conj().imag: a view whose
+    memory holds the values before that operation) as a copy holding its values, differentiable
+    under autograd and torch.func alike (resolve_conj, resolve_neg); anything else as it is."""
     torch = torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor) and (x.is_conj() or x.is_neg()):
         return x.resolve_conj().resolve_neg()
@@ -212,11 +218,20 @@ def convert(c, like: Operand, dtype):
     return device_cast(c, dtype, copy=False)
 
 
+def torch_needs_copy(x, copy_read_only: bool = False) -> bool:
+    """Whether torch must be given a copy of NumPy or CuPy array x: its strides are negative
+    (a[::-1]), which torch can't represent (torch.from_numpy refuses them; torch.as_tensor of a
+    CuPy array ends the process instead of raising), or, with ``copy_read_only``, it is a read-only
+    NumPy array, on which torch.from_numpy warns (a caller whose operand may be larger than the
+    GPU's memory views it instead). Each caller makes its copy in the layout it wants."""
+    return min(x.strides, default=0) < 0 or (copy_read_only and not x.flags.writeable)
+
+
 def torch_view(x):
-    """A torch tensor on the GPU viewing CuPy array x (no copy), or a copy of x where its strides are
-    negative (a[::-1]), which torch can't represent: it ends the process on them instead of raising."""
+    """A torch tensor on the GPU viewing CuPy array x (no copy), or a copy of x where torch can't
+    view it (torch_needs_copy)."""
     torch = torch_if_imported()
-    return torch.as_tensor(x if min(x.strides, default=0) >= 0 else x.copy(), device=f"cuda:{x.device.id}")
+    return torch.as_tensor(x.copy() if torch_needs_copy(x) else x, device=f"cuda:{x.device.id}")
 
 
 def device_cast(x, dtype: str, copy: bool):
@@ -300,9 +315,9 @@ def to_device(x: np.ndarray, dtype: str | None = None):
 
 def host_torch(x: np.ndarray):
     """A CPU torch tensor viewing NumPy array x, or of a copy of x where its strides are negative
-    (a[::-1]), which torch can't represent (torch.from_numpy refuses them)."""
+    (torch_needs_copy); a read-only x is viewed, not copied: it may be larger than the GPU's memory."""
     import torch
-    return torch.from_numpy(x if min(x.strides, default=0) >= 0 else x.copy())
+    return torch.from_numpy(x.copy() if torch_needs_copy(x) else x)
 
 
 def torch_readable(x: np.ndarray) -> np.ndarray:

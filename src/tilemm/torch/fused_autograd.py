@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from tilemm.products import fused
 from tilemm.contract import numpy_rules as contract
+from tilemm.numerics import arrays
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
 from tilemm.numerics.epilogue_shapes import bias_layout, check_linear_residual, check_linear_shapes, check_matrices
 from tilemm.engine.epilogue_launch import DTYPES, config_for
@@ -62,8 +63,9 @@ def negative_views(*tensors) -> bool:
 
 
 def values(*tensors) -> tuple:
-    """The tensors, a negative view as a copy holding its values (differentiable: resolve_neg)."""
-    return tuple(t.resolve_neg() if t is not None else None for t in tensors)
+    """The tensors, a negative view as a copy holding its values (differentiable: arrays.resolved_view;
+    a real tensor has no conjugate bit, and check_tensors refuses a complex one)."""
+    return tuple(arrays.resolved_view(t) for t in tensors)
 
 
 def recording(*tensors) -> bool:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
-from tilemm.numerics import dtypes
+from tilemm.numerics import arrays, dtypes
 from tilemm.plans import calls
 from tilemm.products import scaled
 from tilemm.torch.batched_grads import batched
@@ -212,7 +212,7 @@ def differentiable_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
     recorded, as torch.matmul refuses it). Conjugate and negative views are resolved first (the
     kernels read their values from a copy anyway): forward-mode AD over a backward that views a
     negative view trips an internal assert of torch's (hessian of a 1-D product)."""
-    a, b = a.resolve_conj().resolve_neg(), b.resolve_conj().resolve_neg()
+    a, b = arrays.resolved_view(a), arrays.resolved_view(b)
     if out is not None:
         torch_contract.check_out_gradient(a, b, out)      # (torch.matmul's words)
         return copied_into(out, MatmulFunction.apply(a, b, (kernel, out_dtype, stream, params, None)), a, b)

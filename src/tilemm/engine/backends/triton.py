@@ -31,9 +31,9 @@ def prepare(plan, a, b, poison: bool, copy: bool, where: str | None = None):
         if isinstance(x, torch.Tensor) and x.dtype == dtype and x.is_cuda == on_gpu:
             return x.clone() if copy else x            # as it is: the usual call, and the cheapest
         if isinstance(x, np.ndarray):
-            # torch takes no negative strides (a[::-1]) and warns on a read-only array: a copy of those
+            # a copy (in x's layout) where torch can't view x, and of a read-only x, on which it warns
             x = torch.from_numpy(arrays.torch_readable(
-                x if x.flags.writeable and min(x.strides, default=0) >= 0 else np.array(x)))
+                np.array(x) if arrays.torch_needs_copy(x, copy_read_only=True) else x))
         elif not isinstance(x, torch.Tensor):
             x = arrays.torch_view(x)
         narrow = (plan.kernel.narrow_operands and not x.dtype.is_floating_point and x.is_signed()
