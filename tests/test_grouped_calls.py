@@ -226,3 +226,13 @@ def test_a_negative_view_is_multiplied_by_its_values(monkeypatch, name):
         assert torch.equal(call(a, b, cut, counted), want)
     assert torch.equal(call(negative_a, b, cut, counted), want)
     assert torch.equal(call(a, negative_b, cut, counted), want)
+
+
+@pytest.mark.gpu
+def test_gpu_cupy_out_of_negative_strides_is_written():
+    """A CuPy out that torch can't view (negative strides: its view is a copy) gets the product."""
+    cupy = pytest.importorskip("cupy")
+    a, b = cupy.arange(12, dtype=cupy.float32).reshape(4, 3), cupy.ones((2, 3, 5), cupy.float32)
+    out = cupy.zeros((4, 5), cupy.float32)[::-1]
+    assert tilemm.grouped_matmul(a, b, cupy.asarray([2, 4], cupy.int32), out=out) is out
+    assert bool((out == (a @ b[0])).all())

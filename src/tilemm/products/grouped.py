@@ -33,6 +33,8 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
         offs, counts = (cut, None) if counts is None else (None, cut)
         c = grouped_matmul(arrays.torch_view(a), arrays.torch_view(b), offs, counts=counts, scale_a=scale_a,
                            scale_b=scale_b, out_dtype=out_dtype, out=view, **params)
+        if out is not None and arrays.torch_needs_copy(out):     # (its view was a copy: the result written back)
+            out[...] = cupy.asarray(view)
         return out if out is not None else cupy.asarray(c)
     if torch is None or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise TypeError(f"grouped_matmul: operands are {type(a).__name__} and {type(b).__name__}; pass two NumPy "
