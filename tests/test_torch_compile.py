@@ -12,6 +12,7 @@ import tilemm
 from tilemm import api
 from tilemm.torch import ops as torch_ops
 
+from .conftest import ON_GPU
 from .test_nn import tiny_model, train
 from .test_torch_autograd import FP8, FP8_DEVICE, float8
 
@@ -233,7 +234,7 @@ def test_transforms_of_tilemms_own_programs_inside_compile(transform):
     Triton's launch: on the GPU the program's kernel read as None; in the interpreter a fake
     tensor of uint64 failed). torch's answers."""
     torch._dynamo.reset()
-    w, x, t = torch.randn(24, 16), torch.randn(12, 16), torch.randn(12, 16)
+    w, x, t = (torch.randn(*shape, device="cuda" if ON_GPU else "cpu") for shape in ((24, 16), (12, 16), (12, 16)))
     tiles = dict(block_m=16, block_n=32, block_k=16)
     calls = [(lambda x: tilemm.matmul(x, w.T, kernel="tensorcore-f32", **tiles), lambda x: x @ w.T),
              (lambda x: tilemm.linear(x, w, None, "gelu", kernel="tensorcore", **tiles),
