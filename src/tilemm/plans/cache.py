@@ -160,7 +160,7 @@ def torch_key_functions(torch, kind) -> tuple:
                 return None, None
             key = (kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
                    (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed(),
-                   kernel, out_dtype, getattr(out_dtype, "char", None))
+                   kernel, out_dtype, None if out_dtype is None else getattr(out_dtype, "char", None))
             return key, PLANS.get(key)
         except (TypeError, AttributeError, RuntimeError):   # (an unhashable kernel or dtype, a sparse or nested
             return None, None                              # tensor's strides: no key; the checks name it)
