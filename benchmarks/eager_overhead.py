@@ -3,12 +3,14 @@ checkout of an earlier version), in interleaved rounds: each round runs one proc
 turn, so a noisy shared machine moves both alike. A process times blocks of calls and keeps its
 fastest block; the figure to quote is the median over rounds and the ratio of the medians.
 
-On CPU torch tensors (--device cpu, the default), float32 --n cubed; a call that records a
-gradient (autograd) is timed too, in trees that take one. On CUDA tensors (--device cuda), the
+On CPU torch tensors (--device cpu, the default), float32 --n cubed, beside torch.matmul, and the
+same product on NumPy arrays beside numpy.matmul; a call that records a gradient (autograd) is
+timed too, in trees that take one. On CUDA tensors (--device cuda), the
 whole calls of CUDA_CASES beside torch.matmul's on the same operands, each answer checked first
 against a float64 reference, one synchronization at the end of each block.
 
     python3 benchmarks/eager_overhead.py --trees src /path/to/other/checkout/src --rounds 9
+    python3 benchmarks/eager_overhead.py --trees src OTHER/src --n 8      # a small call's host overhead
     PYTHONPATH=src python3 benchmarks/eager_overhead.py --device cuda --trees src OTHER/src --out DIR
 """
 import argparse
@@ -22,7 +24,7 @@ import harness
 
 CHILD = r"""
 import json, sys, time
-import torch, tilemm
+import numpy as np, torch, tilemm
 torch.set_num_threads(1)
 n, calls, blocks = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 a, b = torch.randn(n, n), torch.randn(n, n)
@@ -39,6 +41,8 @@ def fastest(call):
     return best * 1e6
 
 result = {"tilemm": fastest(lambda: tilemm.matmul(a, b)), "torch": fastest(lambda: torch.matmul(a, b))}
+x, y = a.numpy().copy(), b.numpy().copy()         # the same product on NumPy arrays
+result["tilemm, numpy"], result["numpy"] = fastest(lambda: tilemm.matmul(x, y)), fastest(lambda: np.matmul(x, y))
 try:
     result["tilemm, grad"] = fastest(lambda: tilemm.matmul(a, w))
 except TypeError:
@@ -149,7 +153,9 @@ def main():
         record = {"n": args.n, "dtype": "float32", "device": "cpu", "rounds": args.rounds,
                   "median_us": medians,
                   "tilemm_ratio": medians[first]["tilemm"] / medians[second]["tilemm"],
-                  "torch_ratio": medians[first]["torch"] / medians[second]["torch"]}
+                  "torch_ratio": medians[first]["torch"] / medians[second]["torch"],
+                  "tilemm_numpy_ratio": medians[first]["tilemm, numpy"] / medians[second]["tilemm, numpy"],
+                  "numpy_ratio": medians[first]["numpy"] / medians[second]["numpy"]}
     print(json.dumps(record, indent=1))
     if args.out:
         write(args.out, record, args)

@@ -8,7 +8,9 @@ a call that would record a gradient, under forward-mode AD, autocast or torch.fu
 route. The launch is on the caller's stream, with that stream's workspace. The replays here are
 made as on GPU 0, their C launcher run under Triton's interpreter on the addresses it is given
 (tests/interpreted_replays.py): a stale or wrong address gives a wrong answer; every answer is
-checked exactly (integers) or against float64."""
+checked exactly (integers) or against float64. On the host, a kept plan's repeats on CPU tensors
+take the host backend's one step (tilemm.engine.backends.host.repeated_product) where it gives
+the plan's own result bit for bit, and the plan's path elsewhere."""
 import types
 
 import pytest
@@ -284,3 +286,51 @@ def test_gpu_int8_repeated_calls_and_their_guards():
         torch.cuda.synchronize()
         assert same(c, a2, y)
     assert same(int8_matmul(a, b), a, b)
+
+
+# (a's shape, b's shape, dtype, the call's keywords, whether the host's one step takes the repeats);
+# the others are left to the plan's path: a cast, a reshape or an empty result's strides
+HOST_CASES = [((8, 8), (8, 8), torch.float32, {}, True), ((5, 3), (3, 7), torch.float64, {}, True),
+              ((5, 3), (3, 7), torch.float64, {"kernel": "cpu-tiled", "block_m": 8}, True),
+              ((4, 5, 3), (3, 6), torch.float32, {}, True), ((2, 1, 5, 3), (4, 3, 6), torch.int32, {}, True),
+              ((5, 3), (3, 7), torch.complex64, {}, True), ((5, 3), (3, 7), torch.bool, {}, True),
+              ((5, 0), (0, 7), torch.float32, {}, True), ((5, 3), (3, 0), torch.float32, {}, False),
+              ((3,), (3, 7), torch.float32, {}, False), ((5, 3), (3,), torch.float32, {}, False),
+              ((5, 3), (3, 7), torch.float32, {"out_dtype": torch.float64}, False),
+              ((5, 3), (3, 7), torch.float16, {}, False),
+              ((5, 3), (3, 7), torch.int8, {"out_dtype": torch.int32}, False)]
+
+
+def host_operands(sa, sb, dtype, seed):
+    """a and b (b a transposed view), of dtype, their values drawn from seed."""
+    g = torch.Generator().manual_seed(seed)
+    a, b = (torch.randint(-9, 9, s, generator=g) if not dtype.is_floating_point and not dtype.is_complex
+            else torch.randn(s, generator=g) for s in (sa, sb[:-2] + sb[::-1][:2] if len(sb) > 1 else sb))
+    b = b.transpose(-1, -2) if len(sb) > 1 else b
+    return a.to(dtype), b.to(dtype)
+
+
+@pytest.mark.parametrize("sa, sb, dtype, keywords, one_step", HOST_CASES)
+def test_a_repeated_host_call_gives_the_plans_own_result(sa, sb, dtype, keywords, one_step):
+    """A repeated call on CPU tensors (the host's rungs) gives what the plan's own path gives on
+    the new operands, bit for bit: dtype, shape, strides, a result of its own each call (NumPy's
+    memory, as the plan's path gives it), for tensors that require grad under no_grad too."""
+    a, b = host_operands(sa, sb, dtype, 0)
+    tilemm.matmul(a, b, **keywords)                        # the first call: its plan kept
+    params = {k: v for k, v in keywords.items() if k not in ("kernel", "out_dtype")}
+    kept = cache.PLANS[cache.call_key(a, b, keywords.get("kernel"), None, keywords.get("out_dtype"), params)]
+    assert (kept.fast is not None) == one_step and (kept.repeat is kept.fast) == one_step
+    results = []
+    for seed in (1, 2):
+        a2, b2 = host_operands(sa, sb, dtype, seed)
+        want = tilemm.plan(a2, b2, **keywords).execute()
+        with torch.no_grad():
+            grad = dtype.is_floating_point or dtype.is_complex
+            c = tilemm.matmul(a2.requires_grad_(grad), b2, **keywords)
+        results.append((c, want))
+    for c, want in results:                                 # (the second call wrote no result of the first)
+        assert c.dtype == want.dtype and c.shape == want.shape and c.stride() == want.stride()
+        assert torch.equal(c, want) and not c.requires_grad
+        assert c.untyped_storage().resizable() == want.untyped_storage().resizable()
+    if results[0][0].numel():
+        assert results[0][0].data_ptr() != results[1][0].data_ptr()

@@ -167,6 +167,8 @@ def host_copy(t) -> np.ndarray:
 
 def to_host(x, dtype: str) -> np.ndarray:
     """A NumPy array of ``dtype`` holding x's values (bfloat16 comes out as float32, exactly)."""
+    if isinstance(x, np.ndarray):      # (NumPy's own: no look for torch or CuPy)
+        return x.astype(np.float32 if dtype == "bfloat16" else dtype, copy=False)
     torch, cupy = torch_if_imported(), cupy_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly

@@ -114,10 +114,7 @@ def _new_key_functions(x) -> tuple:
     if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
         return _no_key, _no_plan  # a subclass (np.matrix): its result through its own wrap, uncached
     if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
-        return ((lambda x: (np.ndarray, x.dtype, x.dtype.char, x.shape, x.strides)),
-                _looked_up(lambda a, b, kernel, out_dtype: (
-                    np.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, b.dtype, b.dtype.char, b.shape, b.strides,
-                    kernel, out_dtype, getattr(out_dtype, "char", None))))
+        return (lambda x: (np.ndarray, x.dtype, x.dtype.char, x.shape, x.strides)), numpy_lookup
     torch = arrays.torch_if_imported()
     if torch is not None and isinstance(x, torch.Tensor):
         if contract.torch_function_subclass(torch, x):
@@ -130,6 +127,18 @@ def _new_key_functions(x) -> tuple:
                     cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype, b.dtype.char,
                     b.shape, b.strides, b.device.id, kernel, out_dtype, getattr(out_dtype, "char", None))))
     raise TypeError("not an array tilemm takes")
+
+
+def numpy_lookup(a, b, kernel, out_dtype) -> tuple:
+    """The usual call's (key, plan) for ndarrays: the whole key and its plan in this one frame
+    (the key _looked_up would make of the operands' parts, each dtype read once)."""
+    try:
+        da, db = a.dtype, b.dtype
+        key = (np.ndarray, da, da.char, a.shape, a.strides, db, db.char, b.shape, b.strides, kernel, out_dtype,
+               None if out_dtype is None else getattr(out_dtype, "char", None))
+        return key, PLANS.get(key)
+    except (TypeError, AttributeError, RuntimeError):   # (an unhashable kernel or dtype: no key, and
+        return None, None                              # plan() names what is wrong)
 
 
 def torch_key_functions(torch, kind) -> tuple:
@@ -151,7 +160,7 @@ def torch_key_functions(torch, kind) -> tuple:
                 return None, None
             key = (kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
                    (a.requires_grad or b.requires_grad) and grad_enabled(), tracing() or transformed(),
-                   kernel, out_dtype, getattr(out_dtype, "char", None))
+                   kernel, out_dtype, None if out_dtype is None else getattr(out_dtype, "char", None))
             return key, PLANS.get(key)
         except (TypeError, AttributeError, RuntimeError):   # (an unhashable kernel or dtype, a sparse or nested
             return None, None                              # tensor's strides: no key; the checks name it)

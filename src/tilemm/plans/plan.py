@@ -10,6 +10,7 @@ import numpy as np
 from tilemm.contract import numpy_layout
 from tilemm.numerics import arrays
 from tilemm.engine import backends, jit_lock, streams
+from tilemm.engine.backends import host as host_backend
 from tilemm.ladder import registry
 from tilemm.numerics.dtypes import dtype_name, is_exact, is_integer
 from tilemm.ladder.registry import Problem
@@ -46,7 +47,8 @@ class Plan:
     fast: object = None          # a repeated call with no out or stream, in the fewest steps: fast(a, b) gives C,
                                  # or None where it can't (then the plan's path): the library on torch CUDA
                                  # float matrices or stacks of the compute dtype, library.torch_product(dtype); one
-                                 # program's replay, Replay.quick
+                                 # program's replay, Replay.quick; a host rung on CPU torch tensors, the host
+                                 # backend's repeated_product (which never gives None)
     replay: object = None        # a Triton or numba-cuda rung on such tensors: the first call's launches, which
                                  # a repeated call with no out or stream replays (ladder/replay.py, simt/direct.py)
     out_of_core: bool = False    # a GPU rung on host matrices past the GPU's free memory: an OutOfCorePlan
@@ -149,6 +151,8 @@ class Plan:
             replay = None                                              # repeated calls take the usual path
         kept = dataclasses.replace(self, a=None, b=None, out=None, replay=replay,
                                    fast=self.fast or getattr(replay, "quick", None))
+        if kept.fast is None and self.kernel.device == "cpu":   # a host rung on CPU torch tensors: in one step
+            kept.fast = host_backend.repeated_product(kept, self.a.dtype, self.b.dtype)
         kept.repeat = kept.repeated_call()
         return kept
 
@@ -160,6 +164,8 @@ class Plan:
         if self.direct:
             return np.matmul
         declined, fast, replay = self.run_planned, self.fast, self.replay
+        if fast is not None and self.kernel.device == "cpu":   # the host's product, which never declines
+            return fast
         if fast is not None and fast is getattr(replay, "quick", None) and hasattr(replay, "quick_call"):
             repeat = replay.quick_call(declined=declined)
             if repeat is not None:

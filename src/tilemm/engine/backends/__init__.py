@@ -8,7 +8,13 @@ import importlib
 MODULES = {"cpu": "tilemm.engine.backends.host", "cuda": "tilemm.engine.backends.numba_cuda",
            "triton": "tilemm.engine.backends.triton", "library": "tilemm.engine.backends.library"}
 
+# (backend, device) -> its prepare(), found once: a repeated call looks it up in this dictionary alone
+PREPARES: dict = {}
+
 
 def prepare_for(backend: str, device: str):
     """The prepare() of a kernel of this backend (else of this device)."""
-    return importlib.import_module(MODULES.get(backend) or MODULES[device]).prepare
+    prepare = PREPARES.get((backend, device))
+    if prepare is None:
+        prepare = PREPARES[backend, device] = importlib.import_module(MODULES.get(backend) or MODULES[device]).prepare
+    return prepare
