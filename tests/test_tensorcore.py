@@ -709,9 +709,15 @@ def test_numpy_float16_in_numpy_out():
 
 
 def test_float32_is_not_claimed():
+    """Refused before any work, with the rungs of its device that compute the dtype named (a
+    GPU rung's refusal named the host's NumPy)."""
     a = np.ones((4, 4), np.float32)
-    with pytest.raises(TypeError, match="does not compute float32"):
+    with pytest.raises(TypeError, match="does not compute float32 .*try kernel='cublas' or 'tensorcore-f32'"):
         tilemm.plan(a, a, kernel="tensorcore")
+    with pytest.raises(TypeError, match="does not compute complex64 .*try kernel='cublas' or 'tensorcore-complex'"):
+        tilemm.plan(a.astype(np.complex64), a.astype(np.complex64), kernel="tensorcore-f32")
+    with pytest.raises(TypeError, match=r"float128 .*try kernel='numpy', or no kernel"):
+        tilemm.plan(a.astype(np.longdouble), a.astype(np.longdouble), kernel="cublas")
 
 
 def test_shared_memory_refused_before_compiling():

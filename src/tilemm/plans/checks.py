@@ -112,7 +112,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     if compute is None:
         host_only = " (longdouble: NumPy's own, on the host)" if result in HOST_ONLY else ""
         raise TypeError(f"matmul: kernel {chosen.name!r} does not compute {result}{host_only} "
-                        f"(it computes {', '.join(chosen.dtypes)}); try kernel='numpy'")
+                        f"(it computes {', '.join(chosen.dtypes)}); {kernels_computing(result, chosen.device)}")
     if result == "bool" and k >= 2**31 and int_width(compute) < 64:   # the count of true pairs must fit
         compute = chosen.compute_dtype("int64")
         if compute is None:
@@ -133,3 +133,11 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         fast = chosen.fast_product(a, b, da.dtype, result, compute)
     return Plan(a, b, da, chosen, resolved, problem, batch, shape, result, out, queue, direct, fast,
                 exact=exact, repeatable=not once)
+
+
+def kernels_computing(result: str, device: str) -> str:
+    """A refusal's hint: the highest rungs that compute result on the refusing kernel's device
+    ("cpu" or "cuda"; the host for NumPy's own types), and the default."""
+    where = "cpu" if result in HOST_ONLY else device
+    names = [k.name for k in reversed(registry.kernels(where)) if k.compute_dtype(result)][:3]
+    return f"try kernel={' or '.join(repr(name) for name in names)}, or no kernel (the default)"
