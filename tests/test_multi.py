@@ -98,6 +98,23 @@ def test_bad_operands_are_refused():
         multi.matmul(a, b, devices=["cpu", "cpu"], panel_k=0)
 
 
+def test_operands_it_cannot_multiply_are_refused_before_any_thread(monkeypatch):
+    """Operands on the meta device, operands that require grad (no autograd graph is recorded: an
+    error, not a result that silently drops the gradient) and an out_of_core that is not a bool,
+    each refused in the caller's thread before any device's thread starts."""
+    monkeypatch.setattr(multi, "_run_threads", lambda *args: pytest.fail("a device's thread started"))
+    a, b = operands(4, 4, 4, torch.float32)
+    with pytest.raises(ValueError, match="meta"):
+        tilemm.matmul(a.to("meta"), b.to("meta"), devices=["cpu", "cpu"])
+    with pytest.raises(TypeError, match="operand 1 requires grad"):
+        tilemm.matmul(a, b.requires_grad_(), devices=["cpu", "cpu"])
+    with pytest.raises(ValueError, match="out_of_core"):
+        multi.matmul(a, b.detach(), devices=["cpu", "cpu"], out_of_core="yes")
+    monkeypatch.undo()
+    with torch.no_grad():           # no graph wanted: the product
+        assert_close(multi.matmul(a, b, devices=["cpu", "cpu"]), a, b.detach(), torch.float32)
+
+
 def test_an_error_in_one_thread_reaches_the_caller(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a device failed")

@@ -102,6 +102,8 @@ def matmul(a, b, *, devices, panel_k: int | None = None, memory_limit: int | Non
         raise ValueError(f"tilemm.multi: the operands are on {home}, the devices are CPUs")
     if panel_k is not None and (isinstance(panel_k, bool) or not isinstance(panel_k, int) or panel_k < 1):
         raise ValueError(f"tilemm.multi: panel_k={panel_k!r}; a positive int")
+    if out_of_core is not None and not isinstance(out_of_core, bool):
+        raise ValueError(f"tilemm.multi: out_of_core={out_of_core!r}; True, False or None")
     memory_limit = checked_limit(memory_limit)     # (a str was taken where no panel went out of core)
     (m, k), n = a_t.shape, b_t.shape[1]
     result = result_dtype(dtype_name(a_t.dtype), dtype_name(b_t.dtype))
@@ -155,9 +157,12 @@ def _checked_operands(a, b):
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise TypeError(f"tilemm.multi: operands are a {type(a).__name__} and a {type(b).__name__}; it takes "
                         "torch tensors or NumPy arrays")
-    if a.device != b.device:
+    if a.device != b.device or a.device.type not in ("cpu", "cuda"):
         raise ValueError(f"tilemm.multi: the operands are on {a.device} and {b.device}; put both on one GPU "
                          "or both in host memory")
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        raise TypeError(f"tilemm.multi: operand {0 if a.requires_grad else 1} requires grad, and devices= records "
+                        "no autograd graph; detach it, or call under torch.no_grad()")
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"tilemm.multi: shapes {tuple(a.shape)} and {tuple(b.shape)}; it takes matrices (2-D)")
     if a.shape[1] != b.shape[0]:
@@ -170,7 +175,8 @@ def _checked_operands(a, b):
     for name, x in (("0", a), ("1", b)):
         if dtype_name(x.dtype) not in outofcore.DTYPES:
             raise TypeError(f"tilemm.multi: operand {name} has dtype {x.dtype}; it takes {', '.join(outofcore.DTYPES)}")
-    return a, b, a.device
+    # (grad mode is thread-local: the devices' threads would record, or refuse, what this one does not)
+    return a.detach(), b.detach(), a.device
 
 
 def _run_threads(work, shares) -> None:
