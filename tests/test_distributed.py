@@ -12,7 +12,7 @@ import pytest
 
 from tilemm.spread import summa
 from tilemm.spread.distributed import Grid, _panels
-from tilemm.spread.panels import block, blocks
+from tilemm.spread.panels import accumulate, block, blocks
 
 SHAPES = [(13, 11, 7), (5, 3, 9), (2, 9, 3), (16, 16, 16), (7, 5, 0), (1, 1, 1)]
 DTYPES = ["float32", "float64", "int32", "int64", "int8", "bfloat16"]
@@ -44,6 +44,26 @@ def reference(a, b, dtype):
     if dtype.startswith("int"):
         return np.matmul(a, b)                  # NumPy's wrap
     return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def test_a_running_sum_wider_than_the_operands_takes_products_in_its_own_dtype():
+    """out_dtype="int64" of int32 blocks: each panel's product exact in int64 (not wrapped in int32,
+    then widened); float32 blocks summed in float64: products in float64."""
+    import torch
+    a, b = torch.full((2, 3), 60000, dtype=torch.int32), torch.full((3, 2), 60000, dtype=torch.int32)
+    acc = torch.empty((2, 2), dtype=torch.int64)
+    accumulate(acc, a, b, "int64", first=True)
+    accumulate(acc, a, b, "int64", first=False)
+    assert torch.equal(acc, torch.full((2, 2), 6 * 60000 ** 2))
+    x = torch.full((1, 3), 1 + 2 ** -20)
+    acc = torch.empty((1, 1), dtype=torch.float64)
+    accumulate(acc, x, x.t(), "float64", first=True)
+    assert acc.item() == 3 * (1 + 2 ** -20) ** 2          # exact in float64; float32 rounds the square
+
+
+def test_a_grid_of_no_ints_is_refused():
+    with pytest.raises(TypeError, match="ints"):
+        Grid(2.0, 1)
 
 
 def test_a_panel_is_wide_enough_for_its_launch_and_grows_with_the_block():
@@ -124,7 +144,10 @@ def _dtensor_checks(rank, failures):
         failures.append(f"rank {rank}: int32 with out_dtype=int64 gave {ci.dtype}")
     for bad, kind in ((lambda: tilemm.spread.distributed.matmul(da, a), TypeError),
                       (lambda: tilemm.spread.distributed.matmul(da, db, tilemm.spread.distributed.Grid(1, 4)), ValueError),
-                      (lambda: tilemm.spread.distributed.matmul(da, db, placements=[Shard(0), Shard(1)]), ValueError)):
+                      (lambda: tilemm.spread.distributed.matmul(da, db, placements=[Shard(0), Shard(1)]), ValueError),
+                      (lambda: tilemm.spread.distributed.matmul(da, db, placements=[Shard(2)]), ValueError),
+                      (lambda: tilemm.spread.distributed.matmul(da, db, depth=1), TypeError),
+                      (lambda: tilemm.matmul(da, db, devices=["cpu", "cpu"]), TypeError)):
         try:
             bad()
             failures.append(f"rank {rank}: a bad DTensor call was not refused")
@@ -233,6 +256,51 @@ def _pipeline_checks(rank, failures):
         pass
 
 
+def _grid_edge_checks(rank, failures):
+    """An out_dtype that widens the sums, on every grid of 4 (int32 products past 2^31: exact in
+    int64, as tilemm.matmul's out_dtype gives); blocks no product takes, refused on every rank alike
+    before any transfer (one rank's alone too: the others must not wait for it)."""
+    import torch
+
+    from tilemm.spread import distributed
+    a = torch.arange(60000, 60035, dtype=torch.int32).reshape(5, 7)
+    b = torch.arange(50000, 50042, dtype=torch.int32).reshape(7, 6)
+    for rows, cols in GRIDS:
+        grid = Grid(rows, cols)
+        mine = distributed.matmul(distributed.shard(a, grid, rank, "A").contiguous(),
+                                  distributed.shard(b, grid, rank, "B").contiguous(), grid, out_dtype="int64")
+        if mine.dtype != torch.int64 or not torch.equal(mine, distributed.shard(a.long() @ b.long(), grid, rank, "C")):
+            failures.append(f"rank {rank} grid {rows}x{cols}: int32 blocks with out_dtype=int64 gave {mine.dtype} "
+                            "values other than the exact ones")
+    grid = Grid(1, 4)
+
+    def blocks(dtype=torch.float32, device="cpu"):          # the 1 x 4 layout of a (2 x 8) @ (8 x 8) product
+        return torch.ones((2, 2), dtype=dtype, device=device), torch.ones((8, 2), dtype=dtype, device=device)
+    one_grad = blocks()[0].requires_grad_(rank == 1), blocks()[1]
+    one_mixed = blocks()[0], blocks(torch.float64 if rank == 2 else torch.float32)[1]
+    for name, call, kind, words in (
+            ("a rank's block that requires grad", lambda: distributed.matmul(*one_grad, grid), ValueError, "rank 1: "),
+            ("meta blocks", lambda: distributed.matmul(*blocks(device="meta"), grid), ValueError, "meta"),
+            ("a rank's blocks of two dtypes", lambda: distributed.matmul(*one_mixed, grid), ValueError, "rank 2: "),
+            ("uint16 blocks", lambda: distributed.matmul(*blocks(torch.uint16), grid), ValueError, "uint16"),
+            ("a rank's own out_dtype", lambda: distributed.matmul(*blocks(), grid, out_dtype="float64" if rank == 3
+                                                                   else None), ValueError, "out_dtype"),
+            ("out_dtype=uint16", lambda: distributed.matmul(*blocks(torch.uint8), grid, out_dtype="uint16"),
+             TypeError, "out_dtype"),
+            ("a rank's own depth=0", lambda: distributed.matmul(*blocks(), grid, depth=0 if rank == 1 else 2),
+             ValueError, "rank 1: depth=0"),
+            ("a rank's grid of 2", lambda: distributed.matmul(*blocks(), Grid(1, 2) if rank == 0 else grid),
+             ValueError, "rank 0: a 1 x 2 grid is 2 ranks"),
+            ("a rank's own grid of 4", lambda: distributed.matmul(*blocks(), Grid(2, 2) if rank == 0 else grid),
+             ValueError, "differ")):
+        try:
+            call()
+            failures.append(f"rank {rank}: {name} was taken")
+        except kind as e:
+            if words not in str(e):
+                failures.append(f"rank {rank}: {name}: {e}")
+
+
 def _worker(rank, world, path, failures):
     import torch
     import torch.distributed as dist
@@ -270,6 +338,7 @@ def _worker(rank, world, path, failures):
             if "rank 3" not in str(e):
                 failures.append(f"rank {rank}: {e}")
         _pipeline_checks(rank, failures)
+        _grid_edge_checks(rank, failures)
         _dtensor_checks(rank, failures)
     finally:
         dist.destroy_process_group()

@@ -33,6 +33,9 @@ from tilemm.spread import summa
 from tilemm.numerics.dtypes import dtype_name, result_dtype
 from tilemm.spread.panels import SIXTEEN_BIT, block, blocks
 
+# what a rank's running sum can hold (torch has no sum of uint16, uint32 or uint64 tensors on the CPU)
+DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int8", "int16", "int32", "int64",
+          "uint8", "bool")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class Grid:
 
     Raises
     ------
+    TypeError
+        rows or cols not an int.
     ValueError
         rows or cols under 1.
     """
@@ -55,6 +60,8 @@ class Grid:
     cols: int
 
     def __post_init__(self):
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (self.rows, self.cols)):
+            raise TypeError(f"tilemm.distributed: a grid of {self.rows!r} x {self.cols!r} ranks; both must be ints")
         if self.rows < 1 or self.cols < 1:
             raise ValueError(f"tilemm.distributed: a grid of {self.rows} x {self.cols} ranks; both must be >= 1")
 
@@ -142,16 +149,24 @@ def matmul(a, b, grid: Grid | None = None, group=None, out_dtype=None, *, depth:
     ------
     RuntimeError
         torch.distributed is not initialized.
+    TypeError
+        DTensors with a pipeline knob (depth, panel, both_ways, link_ctas); an out_dtype the sums
+        do not take (``DTYPES``).
     ValueError
-        A grid whose size is not the group's; or, on every rank alike, before any product (all
-        blocks are checked together with one all-gather): a block that does not fit the layout,
-        dtypes or devices that differ, knobs that differ between ranks.
+        A grid whose size is not the group's, a rank outside the group; or, on every rank alike,
+        before any product (all blocks are checked together with one all-gather): blocks that are
+        not torch matrices of one dtype (``DTYPES``) on the CPU or one CUDA GPU, blocks that
+        require grad (no autograd graph is recorded), a block that does not fit the layout,
+        dtypes or devices that differ, knobs or out_dtype that differ between ranks.
     """
     import torch
     import torch.distributed as dist
     if _is_dtensor(a) or _is_dtensor(b):
         if grid is not None or group is not None:
             raise ValueError("tilemm.distributed.matmul: DTensors carry their mesh; pass no grid or group")
+        if (depth, panel, both_ways, link_ctas) != (summa.DEPTH, None, True, None):
+            raise TypeError("tilemm.distributed.matmul: depth=, panel=, both_ways= and link_ctas= set a grid's "
+                            "pipeline; DTensors move their data by DTensor's own collectives")
         from tilemm.spread import dtensor
         return dtensor.matmul(a, b, kernel=kernel, out_dtype=out_dtype, placements=placements, **params)
     if grid is None:
@@ -164,13 +179,16 @@ def matmul(a, b, grid: Grid | None = None, group=None, out_dtype=None, *, depth:
         raise TypeError(f"tilemm.distributed.matmul: grid={grid!r}; give a tilemm.distributed.Grid(rows, cols)")
     if not dist.is_initialized():
         raise RuntimeError("tilemm.distributed.matmul: call torch.distributed.init_process_group first")
-    knobs = _checked_knobs(depth, panel, both_ways, link_ctas)
+    try:
+        knobs, problem = _checked_knobs(depth, panel, both_ways, link_ctas), None
+    except ValueError as e:          # raised after the gather, on every rank: none waits for this one
+        knobs, problem = (depth, panel, both_ways, link_ctas), str(e).removeprefix("tilemm.distributed.matmul: ")
     # the blocks' GPU current for the whole product (a rank that never called torch.cuda.set_device,
     # LOCAL_RANK's tensors on cuda:1 with cuda:0 current): NCCL's collectives of Python objects and
     # every allocation follow the current device
     on_gpu = isinstance(a, torch.Tensor) and a.is_cuda
     with torch.cuda.device(a.device) if on_gpu else contextlib.nullcontext():
-        return _matmul(a, b, grid, group, out_dtype, knobs)
+        return _matmul(a, b, grid, group, out_dtype, knobs, problem)
 
 
 def _is_dtensor(x) -> bool:
@@ -193,21 +211,24 @@ def _checked_knobs(depth, panel, both_ways, link_ctas) -> tuple:
     return depth, panel, both_ways, link_ctas
 
 
-def _matmul(a, b, grid: Grid, group, out_dtype, knobs: tuple):
+def _matmul(a, b, grid: Grid, group, out_dtype, knobs: tuple, problem: str | None):
     import torch
     import torch.distributed as dist
     world = dist.get_world_size(group)
-    if grid.size != world:
-        raise ValueError(f"tilemm.distributed.matmul: a {grid.rows} x {grid.cols} grid is {grid.size} ranks; "
-                         f"the group has {world}")
     me = dist.get_rank(group)
-    m, n, k = _checked_layout(a, b, grid, group, me, knobs)
+    if me < 0:
+        raise ValueError("tilemm.distributed.matmul: this rank is not in the group")
+    if grid.size != world:
+        problem = problem or f"a {grid.rows} x {grid.cols} grid is {grid.size} ranks; the group has {world}"
+    m, n, k = _checked_layout(a, b, grid, group, me, knobs + (str(out_dtype), (grid.rows, grid.cols)), problem)
     depth, panel, both_ways, link_ctas = knobs
     i, j = grid.position(me)
     rows_i, cols_j = block(m, grid.rows, i), block(n, grid.cols, j)
     result = result_dtype(dtype_name(a.dtype), dtype_name(b.dtype))
-    if out_dtype is not None:
+    if out_dtype is not None:        # (the same on every rank, as the gathered knobs showed: the same error)
         result = contract.checked_out_dtype(out_dtype, result)
+        if result not in DTYPES:
+            raise TypeError(f"tilemm.distributed.matmul: out_dtype={out_dtype!r}; the sums take {', '.join(DTYPES)}")
     sums = "float32" if result in SIXTEEN_BIT else result
     acc = torch.empty((rows_i.stop - rows_i.start, cols_j.stop - cols_j.start), dtype=getattr(torch, sums),
                       device=a.device)
@@ -298,29 +319,30 @@ def _global(rank: int, group) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
-def _checked_layout(a, b, grid: Grid, group, me: int, knobs: tuple = ()) -> tuple[int, int, int]:
+def _checked_layout(a, b, grid: Grid, group, me: int, knobs: tuple = (), problem: str | None = None
+                    ) -> tuple[int, int, int]:
     """(M, N, K) from every rank's blocks, gathered once; the same ValueError on every rank if they
-    do not form the layout."""
-    import torch
+    do not form the layout, or if any rank has a problem (its arguments' or its blocks', in words)."""
     import torch.distributed as dist
-    mine = None
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        mine = ("not torch tensors", f"{type(a).__name__}, {type(b).__name__}")
-    elif a.ndim != 2 or b.ndim != 2:
-        mine = ("not matrices", f"{tuple(a.shape)}, {tuple(b.shape)}")
+    problem = problem or _block_problem(a, b)
+    if problem:
+        mine = ("problem", problem)
     else:
         mine = (tuple(a.shape), tuple(b.shape), str(a.dtype), str(b.dtype), a.device.type, b.device.type, knobs)
-    every = [None] * grid.size
+    every = [None] * dist.get_world_size(group)
     dist.all_gather_object(every, mine, group=group)
-    problems = [f"rank {r}: blocks {s[1]} are {s[0]}" for r, s in enumerate(every) if len(s) == 2]
+    problems = [(r, s[1]) for r, s in enumerate(every) if len(s) == 2]
+    if len(problems) == len(every) and len({text for _, text in problems}) == 1:
+        raise ValueError(f"tilemm.distributed.matmul: {problems[0][1]} (every rank)")
     if problems:
-        raise ValueError("tilemm.distributed.matmul: " + "; ".join(problems))
+        raise ValueError("tilemm.distributed.matmul: " + "; ".join(f"rank {r}: {text}" for r, text in problems))
     kinds = {s[2:6] for s in every}
     if len(kinds) > 1:
         raise ValueError(f"tilemm.distributed.matmul: the ranks' blocks differ in dtype or device: {sorted(kinds)}")
     settings = {s[6] for s in every}
     if len(settings) > 1:
-        raise ValueError("tilemm.distributed.matmul: the ranks' knobs (depth, panel, both_ways, link_ctas) differ: "
+        raise ValueError("tilemm.distributed.matmul: the ranks' knobs (depth, panel, both_ways, link_ctas, out_dtype, "
+                         "grid) differ: "
                          f"{sorted(settings, key=repr)}")
     # the global sizes: A's rows down grid column 0, A's columns along grid row 0, B's columns along row 0
     m = sum(every[grid.rank(i, 0)][0][0] for i in range(grid.rows))
@@ -338,6 +360,26 @@ def _checked_layout(a, b, grid: Grid, group, me: int, knobs: tuple = ()) -> tupl
         raise ValueError(f"tilemm.distributed.matmul: the blocks do not form the {grid.rows} x {grid.cols} block "
                          f"layout of a ({m} x {k}) @ ({k} x {n}) product: " + "; ".join(bad))
     return m, n, k
+
+
+def _block_problem(a, b) -> str | None:
+    """What makes this rank's blocks unfit for any product, in words (None: nothing): gathered with
+    the other ranks' so that every rank raises, before any transfer."""
+    import torch
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return f"blocks {type(a).__name__}, {type(b).__name__} are not torch tensors"
+    if a.ndim != 2 or b.ndim != 2:
+        return f"blocks {tuple(a.shape)}, {tuple(b.shape)} are not matrices"
+    if a.device != b.device or a.device.type not in ("cpu", "cuda"):
+        return f"blocks on {a.device} and {b.device}: both on the CPU (gloo) or both on the rank's CUDA GPU (NCCL)"
+    if a.dtype != b.dtype:
+        return f"blocks of {a.dtype} and {b.dtype}: torch tensors of one dtype, as torch.matmul takes"
+    if dtype_name(a.dtype) not in DTYPES:
+        return f"blocks of {a.dtype}: the sums take {', '.join(DTYPES)}"
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return ("blocks that require grad: tilemm.distributed.matmul records no autograd graph (detach them, or "
+                "call it under torch.no_grad())")
+    return None
 
 
 def _length(s: slice) -> int:

@@ -126,7 +126,7 @@ def matmul(a, b, out=None, *, kernel: str | None = None, out_dtype=None, stream=
         raise TypeError("tilemm.matmul on DTensors takes neither out= nor stream= (each rank's product runs on "
                         "its current stream; DTensor allocates the result)")
     if placements is not None:
-        placements = _checked_placements(placements, a.device_mesh.ndim)
+        placements = _checked_placements(placements, a.device_mesh.ndim, _result_dims(a.ndim, b.ndim))
     register()
     c = torch.ops.tilemm.matmul(a, b, kernel, torch_ops.encode_params(params), torch_ops.dtype_text(out_dtype))
     if placements is not None and tuple(placements) != tuple(c.placements):
@@ -134,9 +134,24 @@ def matmul(a, b, out=None, *, kernel: str | None = None, out_dtype=None, stream=
     return c
 
 
-def _checked_placements(placements, mesh_dims: int) -> list:
+def _checked_placements(placements, mesh_dims: int, result_dims: int | None) -> list:
+    """placements as a list, or a ValueError before the product: one a mesh dimension, each Shard of
+    a dimension C has (result_dims; None: not known, an operand is 0-d and the product refuses it)."""
     placements = list(placements)
     if len(placements) != mesh_dims or not all(isinstance(p, (Shard, Replicate, Partial)) for p in placements):
         raise ValueError(f"tilemm.matmul on DTensors: placements={placements!r}; one Shard, Replicate or Partial "
                          f"for each of the mesh's {mesh_dims} dimensions")
+    outside = [p for p in placements if isinstance(p, Shard) and result_dims is not None
+               and not -result_dims <= p.dim < result_dims]
+    if outside:
+        raise ValueError(f"tilemm.matmul on DTensors: placements={placements!r}; C has {result_dims} dimensions, "
+                         f"so {outside[0]} shards none of them")
     return placements
+
+
+def _result_dims(ra: int, rb: int) -> int | None:
+    """The dimensions of numpy.matmul's result for operands of ra and rb dimensions (a 1-D operand's
+    own dimension leaves); None where an operand is 0-d."""
+    if not ra or not rb:
+        return None
+    return max(ra, rb) - (ra == 1) - (rb == 1) if ra == 1 or rb == 1 else max(ra, rb)

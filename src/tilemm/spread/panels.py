@@ -25,7 +25,9 @@ def accumulate(acc, a, b, sums: str, first: bool) -> None:
     """acc += a @ b (first: acc = a @ b, so acc needs no zeros) with sums of dtype `sums`. 16-bit
     floats on the GPU: the library (cuBLAS through torch's mm / addmm with float32 C) where torch has
     it, else the tensorcore rung adding into float32 acc in its epilogue; no float32 copies of the
-    operands, no partial product to add either way. Everything else by tilemm's default rung."""
+    operands, no partial product to add either way. Everything else by tilemm's default rung, in
+    the dtype of the sums where it is not the operands' (an out_dtype that widens: int32 operands
+    summed in int64 multiply in int64, as tilemm.matmul's out_dtype does, not in int32 that wraps)."""
     if dtype_name(a.dtype) in SIXTEEN_BIT and sums == "float32" and a.is_cuda:
         if _library_adds_into_float32(a):
             import torch
@@ -36,7 +38,7 @@ def accumulate(acc, a, b, sums: str, first: bool) -> None:
             return
         registry.get("tensorcore").accumulate(a, b, acc, first)
         return
-    product = planning.check(a, b, out_dtype=sums if dtype_name(a.dtype) in SIXTEEN_BIT else None).execute()
+    product = planning.check(a, b, out_dtype=sums if dtype_name(a.dtype) != sums else None).execute()
     if first:
         acc.copy_(product)
     else:

@@ -14,6 +14,9 @@ def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
         if others or given:
             raise TypeError(f"matmul: devices= splits the product with tilemm's default rungs and takes "
                             f"{', '.join(MULTI_OPTIONS)}; not {', '.join(given + others)}")
+        if "DTensor" in (type(a).__name__, type(b).__name__):
+            raise TypeError("matmul: devices= splits a product of tensors or arrays from one process; DTensors are "
+                            "spread over their DeviceMesh already (call without devices=)")
         from tilemm.spread import multi
         return multi.matmul(a, b, **params)
     from tilemm.spread import dtensor
