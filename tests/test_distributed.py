@@ -61,6 +61,16 @@ def test_a_running_sum_wider_than_the_operands_takes_products_in_its_own_dtype()
     assert acc.item() == 3 * (1 + 2 ** -20) ** 2          # exact in float64; float32 rounds the square
 
 
+def test_importing_the_dtensor_module_registers_the_rule():
+    """As its docstring says (a program's first product of DTensors may be one torch.compile traces,
+    which never calls tilemm.spread.dtensor.matmul)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    import tilemm.dtensor  # noqa: F401
+    assert torch.ops.tilemm.matmul.default in DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
+
+
 def test_a_grid_of_no_ints_is_refused():
     with pytest.raises(TypeError, match="ints"):
         Grid(2.0, 1)
@@ -98,15 +108,24 @@ def _dtensor_checks(rank, failures):
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Partial, Shard
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 
     import tilemm
     one_d, two_d = _mesh_cases()
     g = torch.Generator().manual_seed(5)
     a, b = torch.randn(9, 7, generator=g), torch.randn(7, 6, generator=g)   # no mesh divides them evenly
     want = a.double() @ b.double()
+    # the process's first product of DTensors traced by torch.compile (no eager call has registered the
+    # rule), then the op itself, as a DTensor program calls it
+    line = init_device_mesh("cpu", (4,))
+    da, db = distribute_tensor(a, line, [Shard(0)]), distribute_tensor(b, line, [Replicate()])
+    for how, product in (("compiled", torch.compile(tilemm.matmul, backend="eager", fullgraph=True)),
+                         ("the op", lambda x, y: torch.ops.tilemm.matmul(x, y, None, "", None))):
+        c = product(da, db)
+        if c.placements != (Shard(0),) or not torch.allclose(c.full_tensor().double(), want, atol=1e-4):
+            failures.append(f"rank {rank}: {how} on DTensors gave {c.placements}")
     grid = init_device_mesh("cpu", (2, 2), mesh_dim_names=("rows", "cols"))
-    meshes = [(init_device_mesh("cpu", (4,)), one_d), (grid, two_d), (grid["cols"], one_d[:3])]
+    meshes = [(line, one_d), (grid, two_d), (grid["cols"], one_d[:3])]
     for mesh, cases in meshes:
         for number, (pa, pb) in enumerate(cases):
             da, db = _distributed(a, mesh, pa, a), _distributed(b, mesh, pb, b)

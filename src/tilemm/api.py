@@ -129,6 +129,8 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
                                                          stream=stream, **params)
         cast = contract.autocast_operands(a, b, out)    # autocast's casts, as eager (the op has no autocast rule)
         a, b = (a, b) if cast is None else cast
+        if "DTensor" in (type(a).__name__, type(b).__name__):   # the op's sharding rule, registered on import
+            from tilemm.spread import dtensor  # noqa: F401
         return torch_ops.traced_matmul(a, b, kernel, out, out_dtype, stream, params)
     if out is None and not params and type(a) is type(b):   # the usual call: its key and plan in one frame
         key, known = cache.USUAL.get(type(a), cache.usual_lookup)(a, b, kernel, out_dtype)

@@ -20,9 +20,10 @@ and on a 2-D mesh any pair of these, one per mesh dimension: ``(Shard(0), Replic
 row (``Shard(0)`` x ``Shard(0)``) are redistributed first, as torch does (here: B all-gathered).
 Stacks and vectors likewise, a dimension of C at a time: a stack dimension sharded where the
 operands that hold it are (``Shard(0)`` x ``Shard(0)`` of two stacks gives ``Shard(0)``), K
-(partial sums), C's rows, C's columns. Where torch's own matmul must first fold a stack into rows
-(a stack times a matrix, sharded unevenly or along its rows; a matrix times a stack) its
-placement can differ from this rule's, which moves no more; the values are the same.
+(partial sums), C's rows, C's columns. Where torch's own matmul must first fold or expand a stack
+(a stack times a matrix or a vector, a matrix or a vector times a stack, a stack of one times a
+stack, stacks that broadcast) its placement can differ from this rule's, which runs no more
+collectives; the values are the same.
 
 Importing this module registers the rule (tilemm's package does it on first use of a DTensor).
 """
@@ -155,3 +156,6 @@ def _result_dims(ra: int, rb: int) -> int | None:
     if not ra or not rb:
         return None
     return max(ra, rb) - (ra == 1) - (rb == 1) if ra == 1 or rb == 1 else max(ra, rb)
+
+
+register()      # on import, as the docstring says: a first product traced by torch.compile never calls matmul()
