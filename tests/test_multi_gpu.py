@@ -227,3 +227,58 @@ def test_distributed_with_local_rank_and_no_set_device(tmp_path):
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
     assert all(f"rank {r} ok" in outputs[r] for r in range(2))
+
+
+WIDE_SUMS = textwrap.dedent(r"""
+    import os
+    import torch, torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    import tilemm, tilemm.spread.distributed as td
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", rank=local, world_size=2)
+    # the first product of DTensors is one torch.compile traces: the rule is registered by it
+    mesh = init_device_mesh("cuda", (2,))
+    torch.manual_seed(0)                                          # the same A and B on both ranks
+    x, y = torch.randn(301, 203, device="cuda"), torch.randn(203, 157, device="cuda")
+    c = torch.compile(tilemm.matmul, backend="eager", fullgraph=True)(distribute_tensor(x, mesh, [Shard(0)]),
+                                                                       distribute_tensor(y, mesh, [Replicate()]))
+    assert c.placements == (Shard(0),) and torch.allclose(c.full_tensor(), x @ y, atol=1e-2, rtol=1e-3)
+    # out_dtype that widens the sums: int32 products past 2^31 exact in int64, float32 ones in float64
+    a = torch.arange(60000, 60000 + 301 * 203, dtype=torch.int64).reshape(301, 203) % 70000
+    b = torch.arange(50000, 50000 + 203 * 157, dtype=torch.int64).reshape(203, 157) % 70000
+    af, bf = torch.rand(301, 203, dtype=torch.float64) + 1, torch.rand(203, 157, dtype=torch.float64) + 1
+    for rows, cols in ((1, 2), (2, 1)):
+        grid = td.Grid(rows, cols)
+        for x, y, dtype, wide in ((a, b, torch.int32, "int64"), (af, bf, torch.float32, "float64")):
+            x, y = x.to(dtype), y.to(dtype)
+            mine = td.matmul(td.shard(x, grid, local, "A").contiguous().cuda(),
+                             td.shard(y, grid, local, "B").contiguous().cuda(), grid, out_dtype=wide)
+            want = td.shard(x.to(getattr(torch, wide)) @ y.to(getattr(torch, wide)), grid, local, "C")
+            assert mine.dtype == getattr(torch, wide), mine.dtype
+            if dtype == torch.int32:
+                assert torch.equal(mine.cpu(), want), (rows, cols)
+            else:
+                assert torch.allclose(mine.cpu(), want, rtol=1e-12, atol=0), (rows, cols)
+    # one rank's block that requires grad: the same ValueError on both ranks, no transfer waiting
+    grid = td.Grid(1, 2)
+    try:
+        td.matmul(torch.ones(4, 2, device="cuda", requires_grad=local == 1), torch.ones(4, 3, device="cuda"), grid)
+        raise SystemExit("a block that requires grad was taken")
+    except ValueError as e:
+        assert "rank 1: " in str(e), e
+    dist.destroy_process_group()
+    print("rank", local, "ok")
+""")
+
+
+def test_distributed_wide_sums_bad_blocks_and_a_compiled_first_dtensor_product(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(WIDE_SUMS)
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29518")
+    procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
+    assert all(f"rank {r} ok" in outputs[r] for r in range(2))
