@@ -169,3 +169,13 @@ def test_numpy_views_of_negative_strides_are_multiplied():
     a, b = rng.standard_normal((9, 7)), rng.standard_normal((7, 5))
     c = tilemm.matmul(a[::-1], b[:, ::-1], devices=["cpu", "cpu"])
     np.testing.assert_allclose(c, a[::-1] @ b[:, ::-1], atol=1e-12)
+
+
+def test_an_ndarray_subclass_comes_back_as_numpy_matmul_gives_it():
+    """np.matrix operands: np.matrix back, as numpy.matmul and tilemm.matmul without devices= give."""
+    a = np.matrix(np.arange(12.0).reshape(3, 4))
+    b = np.matrix(np.ones((4, 2)))
+    for x, y in ((a, b), (np.asarray(a), b)):
+        c = tilemm.matmul(x, y, devices=["cpu", "cpu"])
+        assert type(c) is type(np.matmul(x, y)) is np.matrix
+        np.testing.assert_array_equal(c, np.matmul(x, y))

@@ -17,7 +17,11 @@ def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
         if "DTensor" in (type(a).__name__, type(b).__name__):
             raise TypeError("matmul: devices= splits a product of tensors or arrays from one process; DTensors are "
                             "spread over their DeviceMesh already (call without devices=)")
+        from tilemm.contract import numpy_subclasses
         from tilemm.spread import multi
+        wrap = numpy_subclasses.subclass_wrap(a, b)
+        if wrap is not None:    # np.matrix and other ndarray subclasses: their data, then their wrap, as without devices=
+            return wrap(multi.matmul(numpy_subclasses.plain(a), numpy_subclasses.plain(b), **params))
         return multi.matmul(a, b, **params)
     from tilemm.spread import dtensor
     return dtensor.matmul(a, b, out, kernel=kernel, out_dtype=out_dtype, stream=stream, **params)
