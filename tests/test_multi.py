@@ -179,3 +179,13 @@ def test_an_ndarray_subclass_comes_back_as_numpy_matmul_gives_it():
         c = tilemm.matmul(x, y, devices=["cpu", "cpu"])
         assert type(c) is type(np.matmul(x, y)) is np.matrix
         np.testing.assert_array_equal(c, np.matmul(x, y))
+
+
+def test_operands_tilemm_matmul_refuses_are_refused_with_devices_too():
+    """A NumPy array beside a torch tensor, a sparse tensor: tilemm.matmul's errors, not an answer or
+    torch's NotImplementedError from inside a device's thread."""
+    a, b = operands(4, 4, 4, torch.float32)
+    with pytest.raises(TypeError, match="same kind"):
+        tilemm.matmul(a.numpy(), b, devices=["cpu", "cpu"])
+    with pytest.raises(TypeError, match="sparse"):
+        tilemm.matmul(a.to_sparse(), b, devices=["cpu", "cpu"])

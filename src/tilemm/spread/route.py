@@ -14,14 +14,25 @@ def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
         if others or given:
             raise TypeError(f"matmul: devices= splits the product with tilemm's default rungs and takes "
                             f"{', '.join(MULTI_OPTIONS)}; not {', '.join(given + others)}")
-        if "DTensor" in (type(a).__name__, type(b).__name__):
-            raise TypeError("matmul: devices= splits a product of tensors or arrays from one process; DTensors are "
-                            "spread over their DeviceMesh already (call without devices=)")
-        from tilemm.contract import numpy_subclasses
-        from tilemm.spread import multi
-        wrap = numpy_subclasses.subclass_wrap(a, b)
-        if wrap is not None:    # np.matrix and other ndarray subclasses: their data, then their wrap, as without devices=
-            return wrap(multi.matmul(numpy_subclasses.plain(a), numpy_subclasses.plain(b), **params))
-        return multi.matmul(a, b, **params)
+        return over_devices(a, b, params)
     from tilemm.spread import dtensor
     return dtensor.matmul(a, b, out, kernel=kernel, out_dtype=out_dtype, stream=stream, **params)
+
+
+def over_devices(a, b, params: dict):
+    """tilemm.multi's product of operands tilemm.matmul takes: one kind of array (not DTensors, sparse
+    or nested tensors), an ndarray subclass's result through its wrap, as without devices=."""
+    from tilemm.contract import numpy_subclasses
+    from tilemm.numerics import arrays
+    from tilemm.spread import multi
+    if "DTensor" in (type(a).__name__, type(b).__name__):
+        raise TypeError("matmul: devices= splits a product of tensors or arrays from one process; DTensors are "
+                        "spread over their DeviceMesh already (call without devices=)")
+    kinds = [arrays.describe(x, str(i)).kind for i, x in enumerate((a, b))]     # (sparse, nested: refused)
+    if kinds[0] != kinds[1]:
+        raise TypeError(f"matmul: operand 0 is a {kinds[0]} array and operand 1 a {kinds[1]} array; pass both "
+                        "as the same kind")
+    wrap = numpy_subclasses.subclass_wrap(a, b)
+    if wrap is not None:
+        return wrap(multi.matmul(numpy_subclasses.plain(a), numpy_subclasses.plain(b), **params))
+    return multi.matmul(a, b, **params)
