@@ -118,7 +118,8 @@ def test_operands_on_two_gpus_or_out_on_another_are_refused_before_any_work(rest
 
 def test_an_out_on_another_gpu_meets_torchs_own_refusal(restore_device):
     """An out on another GPU than the operands', of their shape or another, or of another dtype:
-    tilemm.matmul raises what torch.matmul raises, in its words, and leaves the out alone."""
+    tilemm.matmul raises what torch.matmul raises, in its words, with its warnings (a product with
+    a stack resizes the out before it is refused, as torch's does)."""
     from .test_numpy_conformance import torch_outcome
     for sa, sb in (((5, 3), (3, 2)), ((3,), (3,)), ((5, 3), (3,)), ((3,), (3, 2)), ((2, 5, 3), (3, 2)),
                    ((2, 5, 3), (2, 3, 2)), ((2, 5, 3), (3,)), ((5, 3), (2, 3, 2))):

@@ -178,13 +178,20 @@ def out_device_refusal(sa: tuple, sb: tuple, out_shape: tuple, device: str, out_
                           f"wrapper_CUDA_{op}_out_out)")
 
 
+def resized_first(sa: tuple, sb: tuple) -> bool:
+    """Whether torch.matmul resizes its out to the result's shape before the product it picks
+    reads it, and so before that product's checks of the out's dtype and device: a product with a
+    stack (its bmm, or the one mm or mv of a folded stack)."""
+    return max(len(sa), len(sb)) >= 3
+
+
 def check_out_dtype(out, sa: tuple, sb: tuple, result: str, given: str, shape: tuple) -> None:
     """Raise out_refusal's error, if any; where torch resizes its out before it reads the dtype
     (torch.dot, and a stack folded into one product), after out is resized to the result's shape."""
     error = out_refusal(sa, sb, result, given, tuple(out.shape))
     if error is None:
         return
-    if len(sa) == len(sb) == 1 or max(len(sa), len(sb)) >= 3:
+    if len(sa) == len(sb) == 1 or resized_first(sa, sb):       # (torch.dot resizes before its dtype check)
         resize_out(out, shape, sa, sb)
     raise error
 

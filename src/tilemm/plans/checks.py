@@ -57,13 +57,17 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
             raise TypeError(f"matmul: out_dtype={result} needs NumPy arrays: {da.kind} has no {result} "
                             "to return the result in")
     torch_rule = out is not None and da.kind == "torch" and torch_out    # torch's rule for this out
+    elsewhere = None                  # torch's refusal of an out on another device than CUDA operands'
     if out is not None:               # its kind and dtype before the shapes, as NumPy
         described = arrays.describe(out, "out")
         if torch_rule:                # (its dtype once the result's shape is known)
             if described.kind == "torch" and described.device != da.device and da.device.startswith("cuda"):
-                raise torch_contract.out_device_refusal(da.shape, db.shape, tuple(out.shape), da.device,
-                                                        described.device)
-            contract.check_out_place(described, da, torch_contract.TorchTypeError)
+                elsewhere = torch_contract.out_device_refusal(da.shape, db.shape, tuple(out.shape), da.device,
+                                                              described.device)
+                if not torch_contract.resized_first(da.shape, db.shape):
+                    raise elsewhere
+            else:
+                contract.check_out_place(described, da, torch_contract.TorchTypeError)
         else:
             contract.check_out_dtype(out, described, da, result, casting)
     exact = None
@@ -79,6 +83,9 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     batch = contract.broadcast_batch(da.shape[:-2], db.shape[:-2], da.shape, db.shape)
     core = ((m,) if len(da.shape) > 1 else ()) + ((n,) if len(db.shape) > 1 else ())
     shape = batch + core
+    if elsewhere is not None:         # a product with a stack: torch resizes the out before it is refused
+        torch_contract.resize_out(out, shape, da.shape, db.shape)
+        raise elsewhere
     if torch_rule:                    # the result's dtype exactly
         torch_contract.check_out_dtype(out, da.shape, db.shape, result, dtype_name(out.dtype), shape)
     resized = torch_rule and tuple(out.shape) != shape
