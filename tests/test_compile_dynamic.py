@@ -168,3 +168,23 @@ def test_gpu_mark_dynamic_rows_of_linear_on_torchs_route_stay_dynamic():
         y.sum().backward()
         torch.testing.assert_close(y, torch.nn.functional.gelu(x @ w.T + bias), rtol=1e-3, atol=1e-3)
     assert counter.frame_count == 1
+
+
+def test_jit_script_refuses_a_forward_calling_tilemm_matmul_and_takes_the_op():
+    """What the guide says: TorchScript refuses tilemm.matmul's **params with its own error, and
+    scripts the op called with the parameters' string."""
+    class Calls(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 3))
+
+        def forward(self, x):
+            return tilemm.matmul(x, self.w)
+
+    class CallsTheOp(Calls):
+        def forward(self, x):
+            return torch.ops.tilemm.matmul(x, self.w, "cpu-tiled", "block_m=16", None)
+    with pytest.raises(torch.jit.frontend.NotSupportedError, match="variable number of arguments"):
+        torch.jit.script(Calls())
+    scripted, x = torch.jit.script(CallsTheOp()), torch.randn(5, 4)
+    torch.testing.assert_close(scripted(x), x @ scripted.w)
