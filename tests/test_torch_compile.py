@@ -295,3 +295,15 @@ def test_compiled_shape_errors_are_the_eager_call_s(sa, sb):
     with pytest.raises(torch._dynamo.exc.Unsupported) as whole:
         torch.compile(lambda x, y: tilemm.matmul(x, y) * 2, backend="aot_eager", fullgraph=True)(a, b)
     assert str(eager.value) in str(whole.value)
+
+
+def test_compiled_out_of_elements_sharing_memory_is_refused_as_eager():
+    """An expanded out (a zero stride): eager refuses it with OverlappingOutError (a ValueError);
+    compiled, torch's copy_ into it raised its own RuntimeError."""
+    torch._dynamo.reset()
+    x, w, out = torch.randn(5, 4), torch.randn(4, 3), torch.empty(1, 3).expand(5, 3)
+    with pytest.raises(ValueError) as eager:
+        tilemm.matmul(x, w, out=out)
+    with pytest.raises(ValueError) as compiled:
+        torch.compile(lambda x, w, o: tilemm.matmul(x, w, out=o), backend="aot_eager")(x, w, out)
+    assert type(compiled.value) is type(eager.value)

@@ -229,7 +229,8 @@ def recorded_as_op(a, b) -> bool:
 
 def copied_into(out, c, a, b):
     """c, the product of a and b, written into out by torch's rule for outs (tilemm.contract.torch_rules:
-    refused of another dtype, resized to c's shape)."""
+    refused of another dtype, its elements sharing memory, resized to c's shape)."""
+    contract.check_out_elements(tuple(out.shape), out.stride())   # (compiled: copy_ raised torch's RuntimeError)
     torch_contract.check_out_dtype(out, tuple(a.shape), tuple(b.shape), dtypes.torch_dtype_name(c.dtype),
                                    dtypes.torch_dtype_name(out.dtype), tuple(c.shape))
     torch_contract.resize_out(out, tuple(c.shape), tuple(a.shape), tuple(b.shape))
