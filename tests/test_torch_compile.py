@@ -284,7 +284,7 @@ def test_export_keeps_the_op(strict):
 def test_compiled_shape_errors_are_the_eager_call_s(sa, sb):
     """A product of shapes that do not line up raised Dynamo's TorchRuntimeError from the op's
     fake (not a ValueError, which tilemm documents); checked while tracing, the frame runs eagerly
-    and raises the eager error (fullgraph=True: Dynamo's Unsupported, the eager error its cause)."""
+    and raises the eager error (fullgraph=True: Dynamo's Unsupported, whose message names it)."""
     torch._dynamo.reset()
     a, b = torch.randn(sa, requires_grad=True), torch.randn(sb)
     with pytest.raises(ValueError) as eager:
