@@ -278,3 +278,32 @@ def test_export_keeps_the_op(strict):
     targets = [n.target for n in exported.graph.nodes if n.op == "call_function"]
     assert targets.count(torch.ops.tilemm.matmul.default) == 1
     assert torch.allclose(exported.module()(x, w), eager)
+
+
+@pytest.mark.parametrize("sa,sb", [((5, 1, 6), (3, 6, 4)), ((4, 6), (5, 3)), ((6,), (5,))])
+def test_compiled_shape_errors_are_the_eager_call_s(sa, sb):
+    """A product of shapes that do not line up raised Dynamo's TorchRuntimeError from the op's
+    fake (not a ValueError, which tilemm documents); checked while tracing, the frame runs eagerly
+    and raises the eager error (fullgraph=True: Dynamo's Unsupported, whose message names it)."""
+    torch._dynamo.reset()
+    a, b = torch.randn(sa, requires_grad=True), torch.randn(sb)
+    with pytest.raises(ValueError) as eager:
+        tilemm.matmul(a, b)
+    with pytest.raises(ValueError) as compiled:
+        torch.compile(lambda x, y: tilemm.matmul(x, y) * 2, backend="aot_eager")(a, b)
+    assert type(compiled.value) is type(eager.value) and str(compiled.value) == str(eager.value)
+    with pytest.raises(torch._dynamo.exc.Unsupported) as whole:
+        torch.compile(lambda x, y: tilemm.matmul(x, y) * 2, backend="aot_eager", fullgraph=True)(a, b)
+    assert str(eager.value) in str(whole.value)
+
+
+def test_compiled_out_of_elements_sharing_memory_is_refused_as_eager():
+    """An expanded out (a zero stride): eager refuses it with OverlappingOutError (a ValueError);
+    compiled, torch's copy_ into it raised its own RuntimeError."""
+    torch._dynamo.reset()
+    x, w, out = torch.randn(5, 4), torch.randn(4, 3), torch.empty(1, 3).expand(5, 3)
+    with pytest.raises(ValueError) as eager:
+        tilemm.matmul(x, w, out=out)
+    with pytest.raises(ValueError) as compiled:
+        torch.compile(lambda x, w, o: tilemm.matmul(x, w, out=o), backend="aot_eager")(x, w, out)
+    assert type(compiled.value) is type(eager.value)

@@ -19,6 +19,7 @@ from tilemm.contract import numpy_rules as contract
 from tilemm import products_api
 from tilemm.torch import fused_transforms, nn_fuse
 from tilemm.ladder import registry
+from tilemm.numerics.arrays import as_rows
 from tilemm.torch.ops import dtype_text, encode_params
 from tilemm.torch.nn_products import LinearProduct, Products, layout_key
 
@@ -162,7 +163,7 @@ class Linear(torch.nn.Linear):
         if not recording:
             y = products.rows_product(input, weight, layout).reshape(input.shape[:-1] + (self.out_features,))
         else:          # tilemm.matmul's autograd, with this layout's own products (F.linear's takes any input)
-            a = input if layout.linear is not None else input.reshape(-1, input.shape[-1])
+            a = input if layout.linear is not None else as_rows(input)
             y = LinearProduct.apply(a, weight.T, (self.kernel, None, None, self.params, layout))
             if y.dim() != input.dim():     # a product of rows (a custom Function must not return a view)
                 y = y.reshape(input.shape[:-1] + (self.out_features,))
@@ -175,7 +176,7 @@ class Linear(torch.nn.Linear):
         dtype = torch.get_autocast_dtype(input.device.type)
         x, weight, bias = (contract.autocast_cast(torch, t, dtype) for t in (input, self.weight, self.bias))
         with torch.autocast(input.device.type, enabled=False):
-            y = api.matmul(x.reshape(-1, self.in_features), weight.T, kernel=self.kernel, out_dtype=self.out_dtype,
+            y = api.matmul(as_rows(x, self.in_features), weight.T, kernel=self.kernel, out_dtype=self.out_dtype,
                            **self.params)
             y = y.reshape(x.shape[:-1] + (self.out_features,))
             return y if bias is None else y + checked_bias(bias, weight, self.out_dtype)
@@ -184,7 +185,7 @@ class Linear(torch.nn.Linear):
         """input @ weight.T through tilemm.matmul's general rules: its autograd (tilemm.torch.ops)
         for an out_dtype, torch's error for mixed dtypes, torch.func's transforms, the custom op
         under torch.compile and torch.jit.trace and for meta tensors, a conjugate view's values."""
-        rows = input.reshape(-1, self.in_features)     # a stack of rows is one product, as F.linear's
+        rows = as_rows(input, self.in_features)     # a stack of rows is one product, as F.linear's
         y = api.matmul(rows, self.weight.T, kernel=self.kernel, out_dtype=self.out_dtype, **self.params)
         return y.reshape(input.shape[:-1] + (self.out_features,))
 
@@ -221,7 +222,10 @@ class Linear(torch.nn.Linear):
         layer's kernel, parameters and out_dtype (a saved module needs ``import tilemm.torch.ops``
         where it is loaded, which registers the op)."""
         kernel, params, out_dtype, activation = self.op_options
-        rows = input.reshape(-1, self.in_features)
+        count = 1                     # (TorchScript has no math.prod; reshape(-1, 0) fails on no element)
+        for size in input.shape[:-1]:
+            count *= size
+        rows = input.reshape(count, self.in_features)
         y = torch.ops.tilemm.matmul(rows, self.weight.t(), None if kernel == "" else kernel, params,
                                     None if out_dtype == "" else out_dtype)
         y = y.reshape(list(input.shape[:-1]) + [self.out_features])

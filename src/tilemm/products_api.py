@@ -312,6 +312,9 @@ def grouped_calls():
 
 def fused_autograd():
     """tilemm.torch.fused_autograd."""
+    if api.compiling():   # (an import statement: Dynamo's guard on IMPORTED's key recompiled the first traced call)
+        from tilemm.torch import fused_autograd as module
+        return module
     if "fused_autograd" not in IMPORTED:
         from tilemm.torch import fused_autograd as module
         IMPORTED["fused_autograd"] = module

@@ -187,6 +187,16 @@ class OverlappingOutError(ValueError, RuntimeError):
     RuntimeError; a ValueError too, as tilemm's other refusals of a bad out."""
 
 
+def check_out_elements(shape: tuple, strides: tuple) -> None:
+    """OverlappingOutError for a torch out of this shape and these strides whose elements share
+    memory (expand, a zero stride): torch.matmul's error, raised before the product rather than
+    from the copy into out after it (NumPy writes such an out)."""
+    if elements_share_memory(shape, strides):
+        raise OverlappingOutError("unsupported operation: more than one element of the written-to tensor refers "
+                                  "to a single memory location. Please clone() the tensor before performing the "
+                                  "operation.")
+
+
 def check_out_shape(out, batch: tuple, core: tuple) -> None:
     """Refuse an ``out`` that numpy.matmul would refuse, before any work: read-only, or of a shape
     other than the result's core dimensions after loop dimensions that the stack ``batch``
@@ -194,13 +204,7 @@ def check_out_shape(out, batch: tuple, core: tuple) -> None:
     sharing memory (OverlappingOutError)."""
     check_out_writeable(out)
     shape = tuple(out.shape)
-    strides = out.stride() if callable(getattr(out, "stride", None)) else ()
-    if elements_share_memory(shape, strides):
-        # a torch out whose elements share memory (expand, a zero stride): torch.matmul's error, raised
-        # before the product rather than from the copy into out after it (NumPy writes such an out)
-        raise OverlappingOutError("unsupported operation: more than one element of the written-to tensor refers "
-                                  "to a single memory location. Please clone() the tensor before performing the "
-                                  "operation.")
+    check_out_elements(shape, out.stride() if callable(getattr(out, "stride", None)) else ())
     loops = shape[:len(shape) - len(core)]
     if len(shape) >= len(core):
         for i, (have, want) in enumerate(zip(shape[len(loops):], core)):

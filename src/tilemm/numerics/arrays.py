@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from math import prod
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +63,13 @@ def native_order(x):
     if isinstance(x, np.ndarray):
         return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
     return resolved_view(x)
+
+
+def as_rows(x, width=None):
+    """x (..., width) as one matrix of rows, (the leading dimensions' product, width), as F.linear
+    reads it: reshape(-1, width) is refused where x has no element (a size -1 could be anything),
+    a Linear of no input or output features' case."""
+    return x.reshape(prod(x.shape[:-1]), x.shape[-1] if width is None else width)
 
 
 def resolved_view(x):

@@ -6,7 +6,9 @@ from __future__ import annotations
 def bias_layout(bias_shape: tuple, m: int, n: int, name: str = "matmul_epilogue") -> bool:
     """Whether a bias of this shape lies over M (a column, (M, 1)) rather than over N ((N,) or
     (1, N)); ValueError for any other shape."""
-    if bias_shape in ((n,), (1, n)):
+    # (==, not `in`: under torch.compile's dynamic shapes `in` answered False for sizes equal only
+    # by a guard, where == adds the guard and answers True)
+    if bias_shape == (n,) or bias_shape == (1, n):
         return False
     if bias_shape == (m, 1):
         return True

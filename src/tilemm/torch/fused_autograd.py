@@ -100,13 +100,13 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         check_linear_residual(residual.shape, out_shape)
 
     def residual_rows():      # (a copy where the residual is broadcast: not for the library's route)
-        return None if residual is None else residual.expand(out_shape).reshape(-1, weight.shape[0])
+        return None if residual is None else arrays.as_rows(residual.expand(out_shape))
     if is_compiling() and transformed():      # inside torch.func's transforms: the eager call's rules
         return outside_the_graph(linear, x, weight, bias, activation, residual, kernel, params)
     # (jit.trace of the program's route: the op, one node of the trace, as tilemm.matmul's; the
     # library's route traces as torch's functions)
     if is_compiling() or tracing() and fused.route(kernel, x, prod(x.shape[:-1]), *weight.shape) == fused.TRITON:
-        rows = x.reshape(-1, x.shape[-1])       # one operator the compiled graph sees into (tilemm.torch.fused_ops)
+        rows = arrays.as_rows(x)       # one operator the compiled graph sees into (tilemm.torch.fused_ops)
         from tilemm.torch import fused_ops
         # (a trace keeps the pre-activation whether or not this call records: its later calls may)
         save = ((recording(x, weight, bias, residual) or not is_compiling() and tracing())      # (Dynamo: no tracing())
@@ -129,7 +129,7 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         y = call(x, weight, bias)
         linear_calls.keep(key, call)
         return y
-    rows = x.reshape(-1, x.shape[-1])
+    rows = arrays.as_rows(x)
     if recording(x, weight, bias, residual):
         y = EpilogueFunction.apply(rows, weight.mT, bias, None, residual_rows(), (False, activation, 1.0, 0.0, config))
     else:

@@ -22,12 +22,13 @@ from tilemm.system import compat
 from tilemm.products import fused
 from tilemm.numerics.epilogue_math import needs_aux
 from tilemm.engine.epilogue_launch import config_for
+from tilemm.torch.op_args import specialized
 
 
 def encode_config(params: dict) -> str:
     """The programs' parameters (ints, and tma's bool) as the operators' string argument:
     "block_m=64;num_warps=4;tma=1" (a None left out: the default)."""
-    return ";".join(f"{name}={int(value)}" for name, value in sorted(params.items()) if value is not None)
+    return ";".join(f"{name}={int(specialized(params[name]))}" for name in sorted(params) if params[name] is not None)
 
 
 def decode_config(text: str) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from tilemm.contract.numpy_rules import torch_transformed
+from tilemm.numerics.arrays import as_rows
 from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.products import fused
 from tilemm.torch import batched_grads
@@ -74,7 +75,7 @@ class EpilogueProduct(torch.autograd.Function):
         a_dim, b_dim = in_dims[0], in_dims[1]
         if b_dim is None:              # (V, M, K) @ (K, N): the stack's rows, one product
             a = a.movedim(a_dim, 0)
-            c = product(a.reshape(-1, a.shape[-1]), b, alpha, config)
+            c = product(as_rows(a), b, alpha, config)
             return c.reshape(a.shape[0], a.shape[1], c.shape[-1]), 0
         if a_dim is None:              # (M, K) @ (V, K, N): the stack's columns, (K, V * N)
             b = b.movedim(b_dim, 1)
@@ -91,7 +92,7 @@ def product(a, b, alpha: float, config: dict):
 
 def linear(x, weight, bias, activation: str, residual, config: dict):
     """activation(x @ weight.T + bias) + residual as the composite (the module's docstring)."""
-    z = product(x.reshape(-1, x.shape[-1]), weight.mT, 1.0, config)
+    z = product(as_rows(x), weight.mT, 1.0, config)
     if bias is not None:
         z = z + bias
     y = activate_torch(z, activation).reshape(x.shape[:-1] + weight.shape[:1])

@@ -28,10 +28,13 @@ way to the general launch, which takes the same program.
 """
 from __future__ import annotations
 
+from math import prod
+
 import torch
 import torch.nn.functional as F
 
 from tilemm.engine import epilogue_repeats
+from tilemm.numerics.arrays import as_rows
 from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.products import fused
 from tilemm.system import compat
@@ -100,7 +103,7 @@ class LinearCall:
             if route is None:        # (each product's first launch not recorded: a key met once pays none)
                 route = self.route = nn_fused_routes.FusedRoute(x, weight, bias, self.activation, self.config, False)
                 return record(x, weight, bias, route)
-            rows = x if self.two_d else x.reshape(-1, self.in_features)
+            rows = x if self.two_d else as_rows(x, self.in_features)
             y = self.apply(rows, weight.mT, bias, None, None, self.spec)
             return y if self.two_d else y.reshape(self.out_shape)
         y = self.forward(x, weight) if bias is None else self.forward(x, weight, bias)
@@ -115,7 +118,8 @@ class LinearCall:
         if x.is_cuda and x.get_device() != torch.cuda.current_device():
             return None
         y = empty(self.out_shape, dtype=x.dtype, device=x.device)
-        rows, rows_y = (x, y) if self.two_d else (x.reshape(-1, self.in_features), y.view(-1, self.out_features))
+        rows, rows_y = (x, y) if self.two_d else (as_rows(x, self.in_features),
+                                                                  y.view(prod(y.shape[:-1]), self.out_features))
         arguments = (rows, weight.mT, rows_y, None, inputs[2] if len(inputs) == 3 else None, False, None, None,
                      self.activation, 1.0, 0.0, self.config)
         self.forward = epilogue_repeats.recorded_call(arguments, inputs, y)
@@ -123,16 +127,16 @@ class LinearCall:
 
     def launched(self, x, weight, bias):
         """Y by the general path's launch (tilemm.products.fused.forward on the rows and weight.T)."""
-        rows = x if self.two_d else x.reshape(-1, self.in_features)
+        rows = x if self.two_d else as_rows(x, self.in_features)
         y = fused.forward(rows, weight.mT, bias, False, None, None, self.activation, 1.0, 0.0, fused.TRITON,
                           self.config, False)[0]
         return y if self.two_d else y.reshape(self.out_shape)
 
 
 def rows_are_a_view(x) -> bool:
-    """Whether x's matrix of rows (x.reshape(-1, in_features)) is a view of x, not a copy."""
+    """Whether x's matrix of rows (as_rows(x)) is a view of x, not a copy."""
     try:
-        x.view(-1, x.shape[-1])
+        x.view(prod(x.shape[:-1]), x.shape[-1])
     except RuntimeError:
         return False
     return True

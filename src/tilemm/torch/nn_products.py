@@ -8,6 +8,7 @@ import torch
 from torch.nn.functional import linear
 
 from tilemm.contract.torch_rules import TorchShapeError
+from tilemm.numerics.arrays import as_rows
 from tilemm.plans import calls, checks
 from tilemm.torch.linear_flags import linear_with_exact_backward, same_with_flag
 from tilemm.torch import nn_fused_routes
@@ -83,7 +84,7 @@ class Products:
         if input.dim() == 0:      # (an IndexError from its last dimension below)
             raise TorchShapeError(f"both arguments to linear need to be at least 1D, but they are 0D and "
                                   f"{weight.dim()}D")
-        rows = input.reshape(-1, input.shape[-1])
+        rows = as_rows(input)
         layout = Layout(self.fast_product(rows, weight.T), input.dtype, self)
         if layout.linear is not None and layout.get is not None and layout.get()[0]:
             state = layout.get()
@@ -93,7 +94,7 @@ class Products:
 
     def rows_product(self, input: torch.Tensor, weight: torch.Tensor, layout: Layout) -> torch.Tensor:
         """input's rows @ weight.T, (rows, in) @ (in, out)."""
-        rows = input.reshape(-1, input.shape[-1])
+        rows = as_rows(input)
         y = layout.fast(rows, weight.T) if layout.fast is not None else None
         return y if y is not None else calls.matmul(rows, weight.T, kernel=self.kernel, **self.params)
 
@@ -104,9 +105,9 @@ class Products:
         where torch's flag allows reduced-precision sums now, whether its backward takes them for
         this layout (same_with_flag: if not, layout.sums_seen keeps the flag's state; a bias
         changes no product of the backward)."""
-        grad_rows = grad.reshape(-1, grad.shape[-1])
+        grad_rows = as_rows(grad)
         library = (self.fast_product(grad_rows, weight) is not None
-                   and self.fast_product(grad_rows.mT, input.reshape(-1, input.shape[-1])) is not None)
+                   and self.fast_product(grad_rows.mT, as_rows(input)) is not None)
         layout.grads = library and layout.linear is not None and library_linear_grads(input.dtype)
         if layout.grads and layout.get is not None and layout.get()[0]:
             state = layout.get()
@@ -201,7 +202,7 @@ def torch_linear_grads(grad, input, weight, need_input: bool, need_weight: bool)
     """(d input, d weight) of F.linear(input, weight), as torch's own Linear backward multiplies
     them: dY @ conj(weight) (a stack of rows as one GEMM), and dY^T @ conj(input's rows)."""
     return (torch.matmul(grad, conjugate(weight)) if need_input else None,
-            grad.reshape(-1, grad.shape[-1]).mT.matmul(conjugate(input.reshape(-1, input.shape[-1])))
+            as_rows(grad).mT.matmul(conjugate(as_rows(input)))
             if need_weight else None)
 
 

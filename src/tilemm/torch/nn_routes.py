@@ -22,6 +22,7 @@ import functools
 import torch
 
 from tilemm.contract import numpy_rules as contract
+from tilemm.numerics.arrays import as_rows
 from tilemm.plans import calls
 from tilemm.torch.batched_grads import batched
 from tilemm.torch.compiled_transforms import eager_only
@@ -44,7 +45,7 @@ def views_of(a, b, x, y) -> bool:
 
 def matrix(x):
     """x as a matrix of rows: x itself where it is 2-D."""
-    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+    return x if x.dim() == 2 else as_rows(x)
 
 
 class Route:

@@ -17,11 +17,9 @@
 
 Importing this module registers the ops (``torch.export``-ed programs and saved TorchScript modules need it).
 """
-import ast
 import functools
 from typing import Optional
 
-import numpy as np
 import torch
 
 from tilemm.contract import numpy_rules as contract, torch_rules as torch_contract
@@ -30,6 +28,8 @@ from tilemm.plans import calls
 from tilemm.products import scaled
 from tilemm.torch.batched_grads import batched
 from tilemm.torch.compiled_transforms import eager_only
+# (the ops' arguments as text; tilemm.torch_ops' public names too)
+from tilemm.torch.op_args import TORCH_DTYPES, decode_params, dtype_text, encode_params, specialized  # noqa: F401
 
 # ---------------------------------------------------------------- the gradients, for any product
 
@@ -229,7 +229,8 @@ def recorded_as_op(a, b) -> bool:
 
 def copied_into(out, c, a, b):
     """c, the product of a and b, written into out by torch's rule for outs (tilemm.contract.torch_rules:
-    refused of another dtype, resized to c's shape)."""
+    refused of another dtype, its elements sharing memory, resized to c's shape)."""
+    contract.check_out_elements(tuple(out.shape), out.stride())   # (compiled: copy_ raised torch's RuntimeError)
     torch_contract.check_out_dtype(out, tuple(a.shape), tuple(b.shape), dtypes.torch_dtype_name(c.dtype),
                                    dtypes.torch_dtype_name(out.dtype), tuple(c.shape))
     torch_contract.resize_out(out, tuple(c.shape), tuple(a.shape), tuple(b.shape))
@@ -237,21 +238,6 @@ def copied_into(out, c, a, b):
 
 
 # ---------------------------------------------------------------- torch.compile: the custom ops
-
-
-def encode_params(params: dict) -> str:
-    """A kernel's parameters as the op's string argument: "name=repr(value)" joined by ";", sorted.
-    (Dynamo folds this to a constant: the values are Python constants.)"""
-    return ";".join(f"{name}={value!r}" for name, value in sorted(params.items()))
-
-
-@functools.lru_cache(maxsize=256)
-def decode_params(text: str) -> dict:
-    """encode_params' inverse (the values are Python literals: ints, bools, None, strings)."""
-    if not text:
-        return {}
-    pairs = (item.split("=", 1) for item in text.split(";"))
-    return {name: ast.literal_eval(value) for name, value in pairs}
 
 
 @torch.library.custom_op("tilemm::matmul", mutates_args=())
@@ -316,30 +302,12 @@ def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
                         "torch's current stream (use torch.cuda.stream(...) around the compiled call)")
     if out is not None:
         torch_contract.check_out_gradient(a, b, out)
+    # the fake's check, here too: traced, its error is the eager call's (Dynamo runs the frame
+    # eagerly; fullgraph=True: its cause), not Dynamo's TorchRuntimeError from the fake
+    torch_contract.check(tuple(a.shape), tuple(b.shape), dtypes.torch_dtype_name(a.dtype),
+                         dtypes.torch_dtype_name(b.dtype))
     c = torch.ops.tilemm.matmul(a, b, kernel, encode_params(params), dtype_text(out_dtype))
     return c if out is None else copied_into(out, c, a, b)
-
-
-def dtype_text(dtype) -> Optional[str]:
-    """out_dtype as the op's string: None, "float32", ... (torch dtypes, names, NumPy dtypes); a
-    TypeError naming it where it is no dtype tilemm returns torch tensors in (the op's fake once
-    failed on getattr(torch, "bogus"), and meta tensors took float8)."""
-    if dtype is None:
-        return None
-    if isinstance(dtype, torch.dtype) or dtype in TORCH_DTYPES:
-        name = str(dtype).removeprefix("torch.")
-    else:                                # NumPy's spellings: "f4", ">f4", np.float32
-        try:
-            name = np.dtype(dtype).name
-        except TypeError:                # (NumPy's "Cannot interpret '5' as a data type")
-            name = None
-    if name not in TORCH_DTYPES:
-        raise TypeError(f"out_dtype={dtype!r} is not a dtype tilemm computes for torch tensors; choose one of "
-                        f"{', '.join(TORCH_DTYPES)}")
-    return name
-
-
-TORCH_DTYPES = tuple(name for name in dtypes.NUMERIC if name not in dtypes.HOST_ONLY)
 
 
 # ---------------------------------------------------------------- scaled_matmul: no derivative
