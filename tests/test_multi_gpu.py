@@ -219,15 +219,20 @@ DISTRIBUTED = textwrap.dedent(r"""
 """)
 
 
-def test_distributed_with_local_rank_and_no_set_device(tmp_path):
+def run_two_ranks(tmp_path, source: str, port: str) -> None:
+    """source run as two processes, LOCAL_RANK 0 and 1 (NCCL on two GPUs): each must end well and say so."""
     script = tmp_path / "rank.py"
-    script.write_text(DISTRIBUTED)
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
+    script.write_text(source)
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
     assert all(f"rank {r} ok" in outputs[r] for r in range(2))
+
+
+def test_distributed_with_local_rank_and_no_set_device(tmp_path):
+    run_two_ranks(tmp_path, DISTRIBUTED, "29517")
 
 
 WIDE_SUMS = textwrap.dedent(r"""
@@ -275,11 +280,4 @@ WIDE_SUMS = textwrap.dedent(r"""
 
 
 def test_distributed_wide_sums_bad_blocks_and_a_compiled_first_dtensor_product(tmp_path):
-    script = tmp_path / "rank.py"
-    script.write_text(WIDE_SUMS)
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29518")
-    procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
-    assert all(f"rank {r} ok" in outputs[r] for r in range(2))
+    run_two_ranks(tmp_path, WIDE_SUMS, "29518")
