@@ -97,3 +97,24 @@ def test_an_out_keeps_its_strides(sa, sb, order):
         np.matmul(an, bn, out=want_n)
         assert tilemm.matmul(an, bn, out=out_n, **kw) is out_n and out_n.strides == want_n.strides
         np.testing.assert_allclose(out_n, want_n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sa,sb", SHAPES)
+@pytest.mark.parametrize("how", ["plain", "transposed", "expanded", "sliced"])
+@pytest.mark.parametrize("kw", [{}, {"kernel": "tensorcore-f32"}, {"kernel": "tiled"}])
+def test_gpu_torch_results_have_torch_s_strides_and_repeats_the_first_s(sa, sb, how, kw):
+    """CUDA tensors: torch.matmul's strides on every dimension of more than one element, and a
+    repeated call (a replay, the library's product) lays its result out as the first did."""
+    a = operand(sa, how, torch.float32, 0).cuda()
+    b = operand(sb, "plain", torch.float32, 1).cuda()
+    want = torch.matmul(a, b)
+    results = [tilemm.matmul(a, b, **kw) for _ in range(3)]
+    first = results[0]
+    assert first.shape == want.shape and first.dtype == want.dtype and first.is_cuda
+    assert first.is_contiguous() == want.is_contiguous()
+    assert same_on_dims_of_many(want.shape, want.stride(), first.stride()), (want.stride(), first.stride())
+    for c in results[1:]:
+        assert c.stride() == first.stride(), (first.stride(), c.stride())
+        torch.testing.assert_close(c, first, rtol=0, atol=0)
+    torch.testing.assert_close(first, want, rtol=1e-2, atol=1e-2)    # (tf32 where torch's flags allow it)
