@@ -55,3 +55,11 @@ def test_regblock_step_swapped_fails_with_uneven_tiles(tmp_path):
     # at the exercise's square tiles a_step == b_step and a thread's values are one run: invisible there
     first = first_failure(mutant(tmp_path, "regblock", "(j // vec_n) * b_step", "(j // vec_n) * a_step"))
     assert "block_m" in first.detail and "a_step == b_step" in first.lesson
+
+
+def test_wrong_at_the_exercise_tiles_is_reported_as_such_before_a_fault_at_uneven_ones(tmp_path):
+    # wrong with the square tiles already: the uneven tiles' fault must not name square tiles as the cause
+    path = mutant(tmp_path, "regblock", "b_step + b_base + j", "b_step + a_base + j")
+    result = grading.grade(path, timeout=120, time_it=False)
+    failures = [f for f in result.findings if not f.ok]
+    assert failures[0].title.startswith("wrong") and "a_step == b_step" not in failures[0].lesson

@@ -318,7 +318,11 @@ def judge(exam: dict, exercise: Exercise) -> list[Finding]:
     """The findings of one examination, the failures first where they explain the rest: a barrier
     some threads skip, else a race, explains wrong answers."""
     if exam.get("fault"):
-        return judge_fault(exam["fault"], exercise, exam.get("races") or [], file_lines(exam))
+        found = judge_fault(exam["fault"], exercise, exam.get("races") or [], file_lines(exam))
+        variant = any(s in str(exam["fault"].get("where")) for s in ("column-major", ", with {"))
+        if variant and any(not c["ok"] for c in exam["cases"]):   # wrong before the layout or tiles changed
+            return judge_cases(exam["cases"], exercise) + found
+        return found
     lead = []
     if exam.get("divergent_barriers"):
         lead.append(divergent_finding(exam["divergent_barriers"]))
