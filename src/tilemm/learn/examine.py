@@ -35,6 +35,12 @@ FLOAT_SHAPE = (3, 5, 7)               # one float32 product: the sum's type (acc
 COALESCING_SHAPE = (8, 16, 16)        # rows of two sectors: a warp of 4 x 8 threads touches 4 or 8
 EXTRAS = {"numba_cuda": "cuda", "triton": "triton", "torch": "triton"}   # module -> the extra that brings it
 SENTINEL = {"int32": -1234567, "float32": np.nan, "float16": np.nan}
+# A Triton kernel is handed its operands' strides: one case with A and B as transposed views (column-
+# major), where a pointer stepped by an element count that only row-major holds (BLOCK_SIZE_K for
+# stride_ak, BLOCK_SIZE_K * N for stride_bk) reads the wrong elements. K > BLOCK_SIZE_K: it steps.
+STRIDED_CASE = ((5, 9, 17), "float16", "tt")
+LAYOUTS = {"nn": "row-major", "tt": "A and B column-major (transposed views)"}
+UNEVEN_SHAPE = (37, 19, 9)            # with an exercise's uneven_params: ragged in M, N and K, two blocks each way
 
 
 def load(path: Path, name: str = "tilemm_learner"):
@@ -74,25 +80,31 @@ def fault(e: BaseException, path: Path, where: str) -> dict:
             "line": line, "code": linecache.getline(str(path), line).split("  #")[0].strip() if line else ""}
 
 
-def arrays(exercise: Exercise, m: int, n: int, k: int, dtype: str):
-    """Operands (random, full range for integers) and a C filled with a sentinel, as the backend takes them."""
-    a, b = operands(m * 10007 + n * 101 + k, m, n, k, dtype)
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+def arrays(exercise: Exercise, m: int, n: int, k: int, dtype: str, layout: str = "nn"):
+    """Operands (random, full range for integers; row-major, or with layout "tt" transposed views)
+    and a C filled with a sentinel, as the backend takes them."""
+    a, b = operands(m * 10007 + n * 101 + k, m, n, k, dtype, layout)
+    if layout == "nn":
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     c = np.full((m, n), SENTINEL[dtype], dtype)
     return a, b, c
 
 
 def cases(exercise: Exercise):
+    """(shape, dtype, layout, params) of each product the learner's kernel is checked on; params
+    (None: the file's PARAMS) override the launch parameters."""
     if exercise.backend == "triton":
-        return [(shape, "float16") for shape in SHAPES]
-    return [(shape, "int32") for shape in SHAPES] + [(FLOAT_SHAPE, "float32")]
+        return [(shape, "float16", "nn", None) for shape in SHAPES] + [STRIDED_CASE + (None,)]
+    uneven = [(UNEVEN_SHAPE, "int32", "nn", exercise.uneven_params)] if exercise.uneven_params else []
+    return [(shape, "int32", "nn", None) for shape in SHAPES] + [(FLOAT_SHAPE, "float32", "nn", None)] + uneven
 
 
-def run_case(exercise: Exercise, module, path: Path, shape, dtype: str, params: dict | None = None) -> tuple:
+def run_case(exercise: Exercise, module, path: Path, shape, dtype: str, params: dict | None = None,
+             layout: str = "nn") -> tuple:
     """(result as NumPy, the tally, a fault or None) of the learner's run at one shape (params: the
     launch parameters that override the file's PARAMS, for the SIMT rungs)."""
     m, n, k = shape
-    a, b, c = arrays(exercise, m, n, k, dtype)
+    a, b, c = arrays(exercise, m, n, k, dtype, layout)
     tally = counting.Tally(learner_file=str(path))
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
@@ -106,7 +118,9 @@ def run_case(exercise: Exercise, module, path: Path, shape, dtype: str, params: 
             else:
                 c = triton_run(module, a, b, c, tally)
     except Exception as e:  # noqa: BLE001
-        return c, tally, fault(e, path, f"{m} x {k} @ {k} x {n}, {dtype}")
+        return c, tally, fault(e, path, f"{m} x {k} @ {k} x {n}, {dtype}"
+                                     + ("" if layout == "nn" else f", {LAYOUTS[layout]}")
+                                     + (f", with {params}" if params else ""))
     return c, tally, None
 
 
@@ -160,22 +174,23 @@ def examine(path: Path, exercise: Exercise, running: Path | None = None) -> dict
     if failed:
         out["fault"] = failed
         return out
-    for shape, dtype in cases(exercise):
+    for shape, dtype, layout, params in cases(exercise):
         under_way(shape, dtype)
-        c, tally, failed = run_case(exercise, module, path, shape, dtype)
+        c, tally, failed = run_case(exercise, module, path, shape, dtype, params, layout)
         if failed:
             out["fault"] = failed
             out["races"] = tally.races
             return out
-        a, b, _ = arrays(exercise, *shape, dtype)
+        a, b, _ = arrays(exercise, *shape, dtype, layout)
         verdict = accuracy.compare(c, a, b, dtype)
-        case = {"shape": list(shape), "dtype": dtype, "ok": verdict.ok, "message": verdict.message}
+        case = {"shape": list(shape), "dtype": dtype, "layout": layout, "params": params, "ok": verdict.ok,
+                "message": verdict.message}
         if not verdict.ok:
             case.update(diagnose(c, a, b, dtype))
         out["cases"].append(case)
         out["races"] = out["races"] or tally.races
         out["divergent_barriers"] = out.get("divergent_barriers") or tally.divergent_barriers()
-        if shape == COUNT_SHAPE and dtype == cases(exercise)[0][1]:
+        if shape == COUNT_SHAPE and dtype == cases(exercise)[0][1] and layout == "nn":
             out["counts"] = tally.summary()
     out["reference"] = reference_counts(exercise)
     out["model"] = model(exercise, *COUNT_SHAPE)

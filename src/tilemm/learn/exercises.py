@@ -24,6 +24,9 @@ class Exercise:
     # where sim_params' block is one warp of a square tile, which hides which thread axis walks the
     # rows: larger tiles, for a second count of the sectors a warp's access touches
     coalescing_params: dict = field(default_factory=dict)
+    # where sim_params are symmetric (block_m == block_n, one run of vec_m values a thread), which makes
+    # a_step and b_step equal or unused: uneven tiles, for one more ragged product that tells them apart
+    uneven_params: dict = field(default_factory=dict)
     before: str = ""          # the rung before, timed beside it on a GPU
     uses_shared: bool = False
 
@@ -91,6 +94,7 @@ EXERCISES = (
          "a_v[i] * b_v[j] to c_r[i, j] (as acc(...)). Each value read from shared memory feeds\n"
          "THREAD_N (or THREAD_M) products: that reuse is the lesson."),
         sim_params={"block_m": 16, "block_n": 16, "block_k": 4, "thread_m": 4, "thread_n": 4},
+        uneven_params={"block_m": 32, "block_n": 16, "block_k": 4, "thread_m": 8, "thread_n": 8},
         before="rect", uses_shared=True),
     Exercise(
         "tensorcore-tutorial", 9, "tilemm.ladder.tensorcore.r09_tutorial_kernel", "matmul_kernel", "triton",

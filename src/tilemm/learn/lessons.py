@@ -64,9 +64,13 @@ def judge_fault(fault: dict, exercise: Exercise, races: list, lines: list[str]) 
         return [Finding(False, "the process died", fault["message"],
                         "compiled code checks no bounds: an index past the edge of an array; " + bounds_lesson(exercise))]
     if kind == "index":
+        lesson = bounds_lesson(exercise)
+        if "column-major" in str(fault.get("where")):     # right on row-major operands, past an edge here
+            lesson = STRIDE_LESSON + "; and " + lesson
+        elif ", with {" in str(fault.get("where")):       # right with the file's tiles, past an edge with others
+            lesson = UNEVEN_LESSON
         return [Finding(False, "an index past the edge of an array",
-                        f"{fault['type']}{at_line(fault)} ({fault['message']}), on {fault['where']}",
-                        bounds_lesson(exercise))]
+                        f"{fault['type']}{at_line(fault)} ({fault['message']}), on {fault['where']}", lesson)]
     if fault.get("where") == "import":
         return [Finding(False, "importing the file failed", f"{fault['type']}{at_line(fault)}: {fault['message']}",
                         "the code outside the exercise region is given: compare it with a fresh "
@@ -103,7 +107,9 @@ def race_finding(race: dict, lines: list[str]) -> Finding:
 
 def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
     bad = [c for c in cases if not c["ok"]]
-    shapes = ", ".join(f"{m}x{n}x{k}" for m, n, k in (c["shape"] for c in cases))
+    shapes = ", ".join("x".join(map(str, c["shape"])) + (" column-major" if c.get("layout", "nn") != "nn" else "")
+                       + (" with " + ", ".join(f"{k}={v}" for k, v in c["params"].items()) if c.get("params") else "")
+                       for c in cases)
     if not bad:
         return [Finding(True, f"correct on all {len(cases)} products",
                         f"M x N x K = {shapes}: integers bit-exact, floats within the bound")]
@@ -140,6 +146,14 @@ def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
     if ints_ok and any(c["dtype"] == "float32" for c in bad):
         return [Finding(False, "wrong in float32 only", f"{where}: {first['message']}",
                         "start the sum as acc(0) and keep it acc(...): the sum's type is C's")]
+    if all(c.get("params") for c in bad):
+        return [Finding(False, "wrong with other tile sizes",
+                        f"right with the file's PARAMS, wrong at {where} with {first['params']}: {first['message']}",
+                        UNEVEN_LESSON)]
+    if all(c.get("layout", "nn") != "nn" for c in bad):
+        return [Finding(False, "wrong when A and B are not row-major",
+                        f"right on row-major operands, wrong at {where} with A and B column-major: "
+                        f"{first['message']}", STRIDE_LESSON)]
     step = exercise.sim_params.get("block_k") or exercise.sim_params.get("tile")
     one_step = [c for c in cases if step and c["shape"][2] <= step]
     if one_step and all(c["ok"] for c in one_step) and all(c["shape"][2] > step for c in bad) \
@@ -155,6 +169,12 @@ def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
     return [Finding(False, f"wrong on {len(bad)} of {len(cases)} products",
                     f"first at {where}: {first['message']}",
                     "run the small test at the bottom of the file and compare with the TODO's description")]
+
+
+UNEVEN_LESSON = ("an index that holds only while the tiles are square and a thread's values are one run "
+                 "(there a_step == b_step, and i // vec_m is 0): follow the TODO's formula term by term")
+STRIDE_LESSON = ("step a pointer by its stride, never by an element count that holds only for row-major "
+                 "operands: a_ptrs += BLOCK_SIZE_K * stride_ak, b_ptrs += BLOCK_SIZE_K * stride_bk (rung 9)")
 
 
 def step_lesson(exercise: Exercise) -> str:
@@ -298,7 +318,11 @@ def judge(exam: dict, exercise: Exercise) -> list[Finding]:
     """The findings of one examination, the failures first where they explain the rest: a barrier
     some threads skip, else a race, explains wrong answers."""
     if exam.get("fault"):
-        return judge_fault(exam["fault"], exercise, exam.get("races") or [], file_lines(exam))
+        found = judge_fault(exam["fault"], exercise, exam.get("races") or [], file_lines(exam))
+        variant = any(s in str(exam["fault"].get("where")) for s in ("column-major", ", with {"))
+        if variant and any(not c["ok"] for c in exam["cases"]):   # wrong before the layout or tiles changed
+            return judge_cases(exam["cases"], exercise) + found
+        return found
     lead = []
     if exam.get("divergent_barriers"):
         lead.append(divergent_finding(exam["divergent_barriers"]))
