@@ -164,6 +164,13 @@ def check_operand_dtypes(first, second, into=None) -> None:
         check_supported(dtype_name(dtype.newbyteorder("=") if isinstance(dtype, np.dtype) else dtype), str(i))
 
 
+def check_one_kind(kind_a: str, kind_b: str) -> None:
+    """Refuse operands of two kinds of array (a NumPy array beside a torch tensor): TypeError."""
+    if kind_a != kind_b:
+        raise TypeError(f"matmul: operand 0 is a {kind_a} array and operand 1 a {kind_b} array; "
+                        "pass both as the same kind")
+
+
 def check_out_place(given: Operand, operand: Operand, error=TypeError) -> None:
     """Refuse an ``out`` (described as ``given``) of another kind or device than the operands (a
     TypeError; ``error``, a subclass, for torch's: a RuntimeError as well)."""

@@ -35,9 +35,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     if stream is not None:
         streams.handle_of(stream)      # a bad stream= is refused before anything else
     contract.check_operand_dtypes(a.dtype, b.dtype, out_dtype)
-    if da.kind != db.kind:
-        raise TypeError(f"matmul: operand 0 is a {da.kind} array and operand 1 a {db.kind} array; "
-                        "pass both as the same kind")
+    contract.check_one_kind(da.kind, db.kind)
     if da.device != db.device:
         raise ValueError(f"matmul: operand 0 is on {da.device} and operand 1 on {db.device}; "
                          "move them to one device")

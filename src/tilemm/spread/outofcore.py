@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilemm.numerics.arrays import torch_needs_copy
 from tilemm.numerics.dtypes import dtype_name, result_dtype
 from tilemm.spread.outofcore_args import (DTYPES, checked_device, checked_limit, checked_out, host_tensor,  # noqa: F401
                                          may_overlap)
@@ -147,7 +148,7 @@ def matmul(a, b, out=None, *, memory_limit: int | None = None, device=None, prog
         memory_limit = free_device_bytes(dev) if dev.type == "cuda" else 8 << 30
     itemsize = torch.empty((), dtype=getattr(torch, result)).element_size()
     plan = plan_blocks(m, n, k, itemsize, 4 if sums == "float32" else itemsize, itemsize, memory_limit)
-    if isinstance(c, np.ndarray) and min(c.strides, default=0) < 0:   # an out torch can't view (out=c[::-1]):
+    if isinstance(c, np.ndarray) and torch_needs_copy(c):   # an out torch can't view (out=c[::-1]):
         target, c_t = None, torch.empty((m, n), dtype=getattr(torch, result))   # a buffer, then NumPy's copy
     else:
         target = c_t = torch.from_numpy(c) if isinstance(c, np.ndarray) else c

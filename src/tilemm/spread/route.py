@@ -22,16 +22,14 @@ def matmul(a, b, out, kernel, out_dtype, stream, params: dict):
 def over_devices(a, b, params: dict):
     """tilemm.multi's product of operands tilemm.matmul takes: one kind of array (not DTensors, sparse
     or nested tensors), an ndarray subclass's result through its wrap, as without devices=."""
-    from tilemm.contract import numpy_subclasses
+    from tilemm.contract import numpy_rules, numpy_subclasses
     from tilemm.numerics import arrays
     from tilemm.spread import multi
     if "DTensor" in (type(a).__name__, type(b).__name__):
         raise TypeError("matmul: devices= splits a product of tensors or arrays from one process; DTensors are "
                         "spread over their DeviceMesh already (call without devices=)")
-    kinds = [arrays.describe(x, str(i)).kind for i, x in enumerate((a, b))]     # (sparse, nested: refused)
-    if kinds[0] != kinds[1]:
-        raise TypeError(f"matmul: operand 0 is a {kinds[0]} array and operand 1 a {kinds[1]} array; pass both "
-                        "as the same kind")
+    kinds = (arrays.describe(x, str(i)).kind for i, x in enumerate((a, b)))     # (sparse, nested: refused)
+    numpy_rules.check_one_kind(*kinds)
     wrap = numpy_subclasses.subclass_wrap(a, b)
     if wrap is not None:
         return wrap(multi.matmul(numpy_subclasses.plain(a), numpy_subclasses.plain(b), **params))
