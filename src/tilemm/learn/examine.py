@@ -118,9 +118,9 @@ def run_case(exercise: Exercise, module, path: Path, shape, dtype: str, params: 
             else:
                 c = triton_run(module, a, b, c, tally)
     except Exception as e:  # noqa: BLE001
-        return c, tally, fault(e, path, f"{m} x {k} @ {k} x {n}, {dtype}"
-                                     + ("" if layout == "nn" else f", {LAYOUTS[layout]}")
-                                     + (f", with {params}" if params else ""))
+        failed = fault(e, path, f"{m} x {k} @ {k} x {n}, {dtype}" + ("" if layout == "nn" else f", {LAYOUTS[layout]}")
+                       + (f", with {params}" if params else ""))
+        return c, tally, {**failed, "layout": layout, "params": params}   # (the lesson tells the cases apart by these)
     return c, tally, None
 
 

@@ -65,9 +65,9 @@ def judge_fault(fault: dict, exercise: Exercise, races: list, lines: list[str]) 
                         "compiled code checks no bounds: an index past the edge of an array; " + bounds_lesson(exercise))]
     if kind == "index":
         lesson = bounds_lesson(exercise)
-        if "column-major" in str(fault.get("where")):     # right on row-major operands, past an edge here
+        if fault.get("layout", "nn") != "nn":     # right on row-major operands, past an edge here
             lesson = STRIDE_LESSON + "; and " + lesson
-        elif ", with {" in str(fault.get("where")):       # right with the file's tiles, past an edge with others
+        elif fault.get("params"):                  # right with the file's tiles, past an edge with others
             lesson = UNEVEN_LESSON
         return [Finding(False, "an index past the edge of an array",
                         f"{fault['type']}{at_line(fault)} ({fault['message']}), on {fault['where']}", lesson)]
@@ -319,7 +319,7 @@ def judge(exam: dict, exercise: Exercise) -> list[Finding]:
     some threads skip, else a race, explains wrong answers."""
     if exam.get("fault"):
         found = judge_fault(exam["fault"], exercise, exam.get("races") or [], file_lines(exam))
-        variant = any(s in str(exam["fault"].get("where")) for s in ("column-major", ", with {"))
+        variant = exam["fault"].get("layout", "nn") != "nn" or bool(exam["fault"].get("params"))
         if variant and any(not c["ok"] for c in exam["cases"]):   # wrong before the layout or tiles changed
             return judge_cases(exam["cases"], exercise) + found
         return found
