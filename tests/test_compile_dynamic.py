@@ -14,7 +14,10 @@ import tilemm
 import tilemm.nn
 from tilemm import products_api
 
+from .conftest import ON_GPU
+
 TILES = dict(block_n=32, block_k=16)
+WHERE = "cuda" if ON_GPU else "cpu"     # kernel="tensorcore": a GPU's tensors, or the interpreter's host ones
 SOURCE = Path(__file__).resolve().parent.parent / "src"
 
 
@@ -30,7 +33,8 @@ def test_tile_parameters_passed_as_arguments_compile_under_dynamic_shapes(call):
     """dynamic=True makes an int argument symbolic (Dynamo shows it as an int): the op's parameter
     string sorted (name, SymInt) pairs and formatted the SymInt, a graph break in tilemm's code
     that fullgraph=True refused. Each value is its own graph, with the value's tiles."""
-    x, w = torch.randn(8, 7), torch.randn(13, 7)
+    where = WHERE if call == "linear" else "cpu"
+    x, w = torch.randn(8, 7, device=where), torch.randn(13, 7, device=where)
     if call == "matmul":
         def f(x, w, block_m):
             return tilemm.matmul(x, w.T, kernel="cpu-tiled", block_m=block_m)
@@ -97,9 +101,11 @@ def test_a_linear_of_no_input_or_output_features_is_torchs(name, compiled):
     output the bias) raised, eager and compiled; F.linear takes it."""
     make, features = ZERO_FEATURES[name]
     layer = make()
+    where = WHERE if layer.kernel == "tensorcore" else "cpu"
+    layer = layer.to(where)
     with torch.no_grad():
         layer.bias.copy_(torch.randn(layer.bias.shape))
-    x = torch.randn(2, 5, features, requires_grad=True)
+    x = torch.randn(2, 5, features, requires_grad=True, device=where)
     y = (counted(layer)[0] if compiled else layer)(x)
     xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, layer.weight, layer.bias))
     want = torch.nn.functional.linear(xr, wr, br)
@@ -114,11 +120,12 @@ def test_a_linear_of_no_input_or_output_features_is_torchs(name, compiled):
 @pytest.mark.parametrize("kernel", [None, "tensorcore"])
 def test_linear_of_no_input_features_and_a_residual_of_no_output_features(kernel):
     tiles = TILES if kernel else {}
-    x, w, bias = torch.randn(2, 5, 0), torch.randn(3, 0), torch.randn(3)
+    where = WHERE if kernel else "cpu"
+    x, w, bias = (torch.randn(shape, device=where) for shape in ((2, 5, 0), (3, 0), (3,)))
     torch.testing.assert_close(tilemm.linear(x, w, bias, "silu", kernel=kernel, **tiles),
                                torch.nn.functional.silu(bias).expand(2, 5, 3))
-    y = tilemm.linear(torch.randn(2, 5, 4), torch.randn(0, 4), None, "relu", residual=torch.randn(2, 5, 0),
-                      kernel=kernel, **tiles)
+    y = tilemm.linear(torch.randn(2, 5, 4, device=where), torch.randn(0, 4, device=where), None, "relu",
+                      residual=torch.randn(2, 5, 0, device=where), kernel=kernel, **tiles)
     assert y.shape == (2, 5, 0)
 
 

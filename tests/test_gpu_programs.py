@@ -587,3 +587,28 @@ def test_matmul_on_host_matrices_past_free_memory_goes_out_of_core(monkeypatch):
     assert tilemm.plan(a, b, kernel="cublas").out_of_core
     c = tilemm.matmul(a, b, kernel="cublas")
     assert isinstance(c, np.ndarray) and compare(c, a, b, "float32").ok
+
+
+
+@pytest.mark.parametrize("kernel,dtype,params", [c for c in CASES if c[0] is None or c[0] in SIMT or
+                                                 c[2] == {} and c[1] in ("bfloat16", "int8", "float64")])
+@pytest.mark.parametrize("kind", ["torch", "cupy"])
+def test_stacks_of_transposed_matrices(kernel, dtype, params, kind):
+    """Stacks whose matrices are F-ordered (a stack's .mT), times a stack, a matrix and a vector,
+    torch and CuPy: numba-cuda's own index of such a stack gave its matrices C-ordered strides, and
+    the SIMT rungs read every element from the wrong place."""
+    import torch
+    if kind == "cupy" and dtype == "bfloat16":
+        pytest.skip("CuPy has no bfloat16")
+    cupy = pytest.importorskip("cupy") if kind == "cupy" else None
+    to = ((lambda x: arrays.host_bfloat16(x).cuda()) if dtype == "bfloat16" else
+          (lambda x: torch.from_numpy(x).cuda()) if kind == "torch" else cupy.asarray)
+    rng = np.random.default_rng(11)
+    a = random_operand(rng, (3, 37, 21), dtype)                 # its .mT: (3, 21, 37), F-ordered
+    b = random_operand(rng, (3, 29, 37), dtype)
+    a_d, b_d = to(a).mT if kind == "torch" else to(a).transpose(0, 2, 1), to(b)
+    b_d = b_d.mT if kind == "torch" else b_d.transpose(0, 2, 1)
+    a, b = a.transpose(0, 2, 1), b.transpose(0, 2, 1)
+    for b_h, b_x in ((b, b_d), (b[0], b_d[0]), (b[0, :, 0], b_d[0, :, 0])):
+        c = tilemm.matmul(a_d, b_x, kernel=kernel, out_dtype=result_dtype(kernel, dtype), **params)
+        check(c, a, b_h, dtype, f"{kernel} {kind}: (3, 21, 37).mT-ordered @ {b_h.shape}")

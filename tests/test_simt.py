@@ -183,3 +183,23 @@ def test_regblock_vector_loads(dtype, shape, pads):
     tilemm.kernel("regblock").run(a_d, b_d, c_d, **params)
     verdict = compare(c_d.copy_to_host(), a, b, dtype)
     assert verdict.ok, verdict.message
+
+
+def test_a_stack_is_cut_into_matrices_before_the_kernel_s_view_of_each():
+    """On the GPU the SIMT rungs get numba-cuda views of torch or CuPy memory. numba-cuda's own
+    index of a stack of F-ordered matrices (a stack's .mT) gives them C-ordered strides, so the
+    backend cuts the stack with the operands' own library and views each matrix apart."""
+    from types import SimpleNamespace
+    from tilemm.engine.backends.common import run_over_stack
+    runs = []
+    plan = SimpleNamespace(batch=(3,), params={"tile": 8},
+                           kernel=SimpleNamespace(run_stack=None, run=lambda a, b, c, **p: runs.append((a, b, c, p))))
+    a = np.arange(3 * 5 * 4, dtype=np.float32).reshape(3, 5, 4).transpose(0, 2, 1)     # (3, 4, 5), F-ordered
+    b = np.ones((5, 2), np.float32)
+    c = np.empty((3, 4, 2), np.float32)
+    run_over_stack(plan, a, b, c, view=lambda x: ("viewed", x))
+    assert len(runs) == 3
+    for i, (a_i, b_i, c_i, params) in enumerate(runs):
+        assert a_i[0] == b_i[0] == c_i[0] == "viewed" and params == {"tile": 8}
+        assert a_i[1].strides == a.strides[1:] and np.array_equal(a_i[1], a[i]) and np.array_equal(b_i[1], b)
+        assert np.shares_memory(c_i[1], c[i]) and c_i[1].shape == (4, 2)

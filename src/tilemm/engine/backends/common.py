@@ -13,14 +13,18 @@ def poisoned(shape, dtype, poison: bool) -> np.ndarray:
 
 
 
-def run_over_stack(plan, a, b, c):
+def run_over_stack(plan, a, b, c, view=None):
     """c = a @ b over the plan's stack: in one call where the rung's library takes stacks, else a
-    matrix a call."""
+    matrix a call. view, given, makes the kernel's view of each matrix after a, b and c's own
+    library has cut it out of the stack (numba-cuda cuts a stack of F-ordered matrices wrongly)."""
     if plan.batch and plan.kernel.run_stack:
         plan.kernel.run_stack(a, b, c)
         return
     for idx, a_i, b_i in arrays.matrices(plan.batch, a, b):
-        plan.kernel.run(a_i, b_i, c[idx] if idx else c, **plan.params)
+        c_i = c[idx] if idx else c
+        if view is not None:
+            a_i, b_i, c_i = view(a_i), view(b_i), view(c_i)
+        plan.kernel.run(a_i, b_i, c_i, **plan.params)
 
 
 def replayable(plan, copy: bool, poison: bool, a, b, used_a, used_b) -> bool:

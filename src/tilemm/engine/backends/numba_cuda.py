@@ -28,10 +28,7 @@ def prepare(plan, a, b, poison: bool, copy: bool):
         a, b = arrays.native_order(a), arrays.native_order(b)
         keep = (arrays.device_cast(a, p.dtype, copy), arrays.device_cast(b, p.dtype, copy),
                 arrays.device_empty(plan.operand, plan.batch + (p.m, p.n), p.dtype, poison))
-        # a torch tensor that requires grad (a replayed plan's operands under no_grad) is viewed detached:
-        # numba reads no tensor that requires grad
-        a_d, b_d, c_d = (cuda.as_cuda_array(x.detach() if getattr(x, "requires_grad", False) else x, sync=False)
-                         for x in keep)
+        a_d, b_d, c_d = keep          # viewed by numba a matrix at a time (numba_view)
 
     record = None          # for a repeated call's replay
     if plan.kernel.replay and not host and p.m and p.n and p.k and replayable(plan, copy, poison, a, b, *keep[:2]):
@@ -39,7 +36,7 @@ def prepare(plan, a, b, poison: bool, copy: bool):
 
     def launch():
         if p.m and p.n and p.k:
-            run_over_stack(plan, a_d, b_d, c_d)
+            run_over_stack(plan, a_d, b_d, c_d, view=None if host else numba_view)
         elif p.m and p.n:  # K = 0: an empty sum, zeros with no launch (a zero-size operand
             if host:       # can't even be sliced on the device)
                 c_d.copy_to_device(np.zeros(c_d.shape, c_d.dtype), stream=streams.numba_stream())
@@ -55,3 +52,13 @@ def prepare(plan, a, b, poison: bool, copy: bool):
             stream.synchronize()
         return c_h
     return launch, result, record
+
+
+def numba_view(x):
+    """numba-cuda's view of a torch or CuPy matrix, no copy. The stack is cut into matrices by
+    torch or CuPy first: numba-cuda 0.30's integer index of a stack whose matrices are F-ordered
+    (a stack's .mT) gives them C-ordered strides, every element read from the wrong place. A torch
+    tensor that requires grad (a replayed plan's operands under no_grad) is viewed detached:
+    numba reads no tensor that requires grad."""
+    from numba import cuda
+    return cuda.as_cuda_array(x.detach() if getattr(x, "requires_grad", False) else x, sync=False)
