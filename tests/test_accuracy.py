@@ -69,3 +69,17 @@ def test_float16_results_in_the_subnormal_range_pass_and_wrong_ones_fail():
     c = ref.astype(np.float16)
     assert compare(c, a, b, "float16").ok
     assert not compare(c + np.float16(2.0 ** -20), a, b, "float16").ok
+
+
+def test_stacks_and_vectors_are_held_to_the_bound_of_their_own_k():
+    """K is a's last dimension: for a stack (2, 1, 8, 300) the second dimension (1) gave a bound
+    300 times too tight, and a vector raised IndexError."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 1, 8, 300)).astype(np.float32), rng.standard_normal((300, 5)).astype(np.float32)
+    c = np.matmul(a, b)                          # NumPy's own float32 sums: inside the bound
+    assert compare(c, a, b, "float32").ok
+    c_off = c.astype(np.float64) + 300 * 4 * 2.0 ** -24 * np.matmul(np.abs(a), np.abs(b))
+    assert not compare(c_off.astype(np.float32), a, b, "float32").ok
+    v = a[0, 0, 0]
+    assert compare(np.matmul(v, b), v, b, "float32").ok
+    assert compare(np.matmul(b.T, v[:300]), b.T, v, "float32").ok

@@ -107,7 +107,8 @@ def compare(c, a, b, result: str) -> Verdict:
     c : numpy.ndarray or cupy.ndarray
         The result, of dtype ``result`` (float32 for bfloat16).
     a, b : numpy.ndarray or cupy.ndarray
-        The operands, of c's kind.
+        The operands, of c's kind: matrices, stacks or vectors, as numpy.matmul takes them (K,
+        the sum's length, is a's last dimension).
     result : str
         The result's dtype name, e.g. ``"float32"``.
 
@@ -132,10 +133,10 @@ def compare(c, a, b, result: str) -> Verdict:
     with _quiet(np):
         scale = np.matmul(np.abs(a.astype(wide)), np.abs(b.astype(wide)))     # moduli for complex operands
     if not is_complex(result):
-        return _within(np, np.asarray(c, dtype=wide), ref, scale, result, a.shape[1], "")
+        return _within(np, np.asarray(c, dtype=wide), ref, scale, result, a.shape[-1], "")
     c = np.asarray(c, dtype=wide)
-    parts = [_within(np, c.real, ref.real, scale, result, a.shape[1], "real part: "),
-             _within(np, c.imag, ref.imag, scale, result, a.shape[1], "imaginary part: ")]
+    parts = [_within(np, c.real, ref.real, scale, result, a.shape[-1], "real part: "),
+             _within(np, c.imag, ref.imag, scale, result, a.shape[-1], "imaginary part: ")]
     failed = [v for v in parts if not v.ok]
     return failed[0] if failed else max(parts, key=lambda v: v.worst)
 
