@@ -203,3 +203,39 @@ def test_a_stack_is_cut_into_matrices_before_the_kernel_s_view_of_each():
         assert a_i[0] == b_i[0] == c_i[0] == "viewed" and params == {"tile": 8}
         assert a_i[1].strides == a.strides[1:] and np.array_equal(a_i[1], a[i]) and np.array_equal(b_i[1], b)
         assert np.shares_memory(c_i[1], c[i]) and c_i[1].shape == (4, 2)
+
+
+def test_numba_s_clean_up_at_exit_is_deferred_on_every_context_and_stays_so(monkeypatch):
+    """The exit hook (tilemm.engine.numba_exit) leaves numba-cuda's pending module unloads to the
+    driver: every context numba holds gets defer_cleanup entered, and it stays entered (a dropped
+    context manager of contextlib is closed when collected, and undid itself before the
+    finalizers ran)."""
+    import contextlib
+    import gc
+    import sys
+    from types import ModuleType, SimpleNamespace
+    from tilemm.engine import numba_exit
+
+    class Deallocations:
+        count = 0
+
+        @contextlib.contextmanager
+        def disable(self):
+            self.count += 1
+            try:
+                yield
+            finally:
+                self.count -= 1
+
+    contexts = [SimpleNamespace(deallocations=Deallocations()) for _ in range(2)]
+    devices = [SimpleNamespace(primary_context=contexts[0]), SimpleNamespace(primary_context=None),
+               SimpleNamespace(primary_context=contexts[1])]
+    fake = ModuleType("numba.cuda.cudadrv.driver")
+    fake.driver = SimpleNamespace(list_devices=lambda: devices)
+    monkeypatch.setitem(sys.modules, "numba.cuda.cudadrv.driver", fake)
+    monkeypatch.setattr(numba_exit, "_deferred", [])
+    numba_exit.defer_cleanup_everywhere()
+    gc.collect()
+    assert [c.deallocations.count for c in contexts] == [1, 1]
+    fake.driver = None                       # a driver gone at exit: nothing raises
+    numba_exit.defer_cleanup_everywhere()

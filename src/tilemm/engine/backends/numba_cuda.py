@@ -6,7 +6,8 @@ import functools
 import numpy as np
 
 from tilemm.numerics import arrays
-from tilemm.engine import streams
+from tilemm.system import compat
+from tilemm.engine import numba_exit, streams
 from tilemm.engine.backends.common import poisoned, replayable, run_over_stack
 
 
@@ -15,6 +16,8 @@ def prepare(plan, a, b, poison: bool, copy: bool):
     numba-cuda sees torch and CuPy memory through __cuda_array_interface__, with no copy. Returns
     (launch, result, record): record() gives the launches as a Replay, where they can be replayed."""
     from numba import cuda     # (numba.cuda loads on first use)
+    if not compat.cuda_simulator():
+        numba_exit.keep_modules_at_exit()
     p = plan.problem
     host = plan.operand.device == "cpu"  # NumPy arrays or CPU tensors: copy in and out
     stream = streams.numba_stream()
