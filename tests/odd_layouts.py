@@ -19,7 +19,6 @@ RUNGS = {None: ["int8", "int32", "int64", "float16", "bfloat16", "float32", "flo
          "tensorcore": ["float16", "bfloat16"], "tensorcore-int": ["int8", "int16", "int32", "int64"],
          "tensorcore-f64": ["float64"], "tensorcore-f32": ["float32"], "tensorcore-complex": ["complex64", "complex128"],
          "cublas": ["int32", "float16", "bfloat16", "float32", "float64", "complex64"]}
-SIMT = ["naive", "naive-global", "uncoalesced", "tiled", "rect", "regblock"]
 LAYOUTS = ["plain", "mT", "sliced", "expanded", "offset", "negative", "conj"]
 
 
