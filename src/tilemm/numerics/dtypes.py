@@ -49,15 +49,15 @@ def dtype_name(dtype) -> str:
     try:
         return NAMES[dtype]
     except KeyError:
-        name = NAMES[dtype] = str(dtype).removeprefix("torch.")
+        name = NAMES[dtype] = torch_dtype_name(dtype)
         return name
     except TypeError:                 # not hashable: named afresh
-        return str(dtype).removeprefix("torch.")
+        return torch_dtype_name(dtype)
 
 
 def torch_dtype_name(dtype) -> str:
-    """A torch dtype's name, made afresh: what a traced call asks (Dynamo can't look up NAMES,
-    whose keys may be NumPy's DType classes)."""
+    """A torch dtype's name (any dtype's, from its text), made afresh: what a traced call asks
+    (Dynamo can't look up NAMES, whose keys may be NumPy's DType classes)."""
     return str(dtype).removeprefix("torch.")
 
 

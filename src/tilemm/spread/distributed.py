@@ -164,7 +164,8 @@ def matmul(a, b, grid: Grid | None = None, group=None, out_dtype=None, *, depth:
     if _is_dtensor(a) or _is_dtensor(b):
         if grid is not None or group is not None:
             raise ValueError("tilemm.distributed.matmul: DTensors carry their mesh; pass no grid or group")
-        if (depth, panel, both_ways, link_ctas) != (summa.DEPTH, None, True, None):
+        knobs = {"depth": depth, "panel": panel, "both_ways": both_ways, "link_ctas": link_ctas}
+        if any(value != matmul.__kwdefaults__[name] for name, value in knobs.items()):    # (the signature's)
             raise TypeError("tilemm.distributed.matmul: depth=, panel=, both_ways= and link_ctas= set a grid's "
                             "pipeline; DTensors move their data by DTensor's own collectives")
         from tilemm.spread import dtensor
