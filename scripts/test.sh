@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# Two worker processes (pytest-xdist): the suite takes about 11 minutes on 2 cores.
+# Two worker processes (pytest-xdist): the suite takes 8 to 12 minutes on 2 cores.
 # TILEMM_TEST_WORKERS=1 runs it in this process.
 workers=${TILEMM_TEST_WORKERS:-2}
 if [ "$workers" = 1 ]; then
