@@ -1,6 +1,7 @@
 """Every CUDA rung on operands in odd layouts, on the current GPU and on another (tests/odd_layouts.py):
 stacks, vectors, .mT, slices, expanded and offset operands, negative strides, conjugate views,
-out= of either order, and each call repeated on fresh values. On the GPU machine only."""
+out= of either order, and each call repeated on fresh values; gradients and fused Linears on odd
+layouts (tests/odd_gradients.py). On the GPU machine only."""
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from .odd_gradients import linear_case, matmul_case
 from .odd_layouts import cases, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +31,20 @@ def test_every_rung_on_odd_layouts_on_the_gpu_that_is_not_current(seed):
         pytest.skip("one GPU")
     torch.cuda.set_device(0)
     wrong = [w for i, case in enumerate(cases(seed, 60)) for w in run(case, seed * 100_003 + i, gpu=1)]
+    assert not wrong, "\n".join(wrong[:10])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gpu", [0, 1])
+def test_gradients_and_fused_linears_on_odd_layouts(gpu):
+    """tilemm.matmul's gradients on 7 rungs and tilemm.linear's (bias, activations, residual,
+    backward), on odd layouts, against torch's float64 autograd; on GPU 1 too where there is one,
+    GPU 0 current."""
+    import torch
+    if gpu >= torch.cuda.device_count():
+        pytest.skip("one GPU")
+    torch.cuda.set_device(0)
+    wrong = [w for seed in range(80) for w in matmul_case(seed, f"cuda:{gpu}") + linear_case(seed, f"cuda:{gpu}")]
     assert not wrong, "\n".join(wrong[:10])
 
 
