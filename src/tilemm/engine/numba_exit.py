@@ -3,10 +3,10 @@
 At the interpreter's exit numba-cuda unloads the modules of its kernels from weakref finalizers.
 A process that ran a few hundred SIMT products on a GPU that was not the current one, with torch
 and CuPy alongside (the second of two H200s), crashed there, in cuLibraryUnload, after all its
-work was done: a segmentation fault or glibc's "double free". The
-driver frees a process's modules when it ends, so tilemm has numba-cuda defer that clean-up for
-every context it holds, from an atexit hook that runs before the finalizers (hooks run last
-registered first, and the finalizers' was registered when numba-cuda made its first one)."""
+work was done: a segmentation fault or glibc's "double free". The driver frees a process's
+modules when it ends, so tilemm has numba-cuda defer that clean-up for every context it holds,
+from an atexit hook that runs before the finalizers (hooks run last registered first, and the
+finalizers' was registered when numba-cuda made its first one)."""
 from __future__ import annotations
 
 import atexit
