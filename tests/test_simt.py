@@ -239,3 +239,24 @@ def test_numba_s_clean_up_at_exit_is_deferred_on_every_context_and_stays_so(monk
     assert [c.deallocations.count for c in contexts] == [1, 1]
     fake.driver = None                       # a driver gone at exit: nothing raises
     numba_exit.defer_cleanup_everywhere()
+
+
+def test_the_exit_hook_runs_before_every_weakref_finalizer_in_a_fresh_process():
+    """A process whose first finalizer comes after tilemm's hook (numba-cuda makes its own on its
+    first kernel): the hook must still run first, or numba's unloads are not deferred."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = ("import weakref\n"
+              "from tilemm.engine import numba_exit\n"
+              "numba_exit.defer_cleanup_everywhere = lambda: print('hook', flush=True)\n"
+              "numba_exit.keep_modules_at_exit()\n"
+              "class Module: pass\n"
+              "module = Module()\n"
+              "weakref.finalize(module, print, 'finalizer')\n")
+    src = Path(__file__).resolve().parent.parent / "src"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(src)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["hook", "finalizer"], done.stdout

@@ -5,11 +5,13 @@ A process that ran a few hundred SIMT products on a GPU that was not the current
 and CuPy alongside (the second of two H200s), crashed there, in cuLibraryUnload, after all its
 work was done: a segmentation fault or glibc's "double free". The driver frees a process's
 modules when it ends, so tilemm has numba-cuda defer that clean-up for every context it holds,
-from an atexit hook that runs before the finalizers (hooks run last registered first, and the
-finalizers' was registered when numba-cuda made its first one)."""
+from an atexit hook that runs before the finalizers: atexit runs its hooks last registered first,
+and weakref registers the finalizers' hook with the first finalizer the process makes, so one is
+made (on this module's function, which lives as long as the process) before tilemm's hook is."""
 from __future__ import annotations
 
 import atexit
+import weakref
 
 _hooked = False
 _deferred = []      # the entered defer_cleanup()s, held: a dropped one is closed and undoes itself
@@ -20,6 +22,7 @@ def keep_modules_at_exit() -> None:
     global _hooked
     if not _hooked:
         _hooked = True
+        weakref.finalize(defer_cleanup_everywhere, int)    # the finalizers' hook registered first
         atexit.register(defer_cleanup_everywhere)
 
 
