@@ -2,7 +2,7 @@
 test_gpu_layouts.py (and, run as a script, a process of its own: python -m tests.odd_layouts
 SEED CASES GPU). Stacks with broadcast dimensions, vectors, a stack's .mT, every other element,
 an expanded (stride 0) dimension, a storage offset, negative strides (CuPy) and conjugate views
-(torch); torch tensors and CuPy arrays; out= of either order; each case run twice, the second
+(torch); torch tensors and CuPy arrays; out= C- or F-ordered or sliced; each case run twice, the second
 time on fresh values in the same layout (a repeated call's replay). Answers against float64 or
 exact references (tilemm.numerics.accuracy.compare)."""
 from __future__ import annotations
@@ -94,13 +94,19 @@ def cases(seed: int, count: int, rungs=None):
         sb = (k,) if pick.random() < 0.1 else batch_b + (k, n)
         out_dtype = "int32" if kernel == "tensorcore-int" and dtype == "int8" and pick.random() < 0.5 else None
         out = pick.choice("CF") if pick.random() < 0.25 else None
+        if out and random.Random(f"{seed}-{len(found)}").random() < 1 / 3:   # (drawn apart: pick's
+            out = "sliced"                                                    # draws stay as they were)
         found.append((kernel, dtype, kind, sa, sb, pick.choice(LAYOUTS), pick.choice(LAYOUTS), out, out_dtype))
     return found
 
 
 def empty_out(shape, dtype, kind, order, gpu):
-    """An out of shape filled with 7s, C- or F-ordered."""
+    """An out of shape filled with 7s: C- or F-ordered, or "sliced" (every other element of its
+    last dimension, neither)."""
     import torch
+    if order == "sliced":
+        wide = shape[:-1] + (2 * shape[-1],)
+        return empty_out(wide, dtype, kind, "C", gpu)[..., ::2]
     if kind == "cupy":
         import cupy
         with cupy.cuda.Device(gpu):
