@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
+from .odd_layouts import laid_out
+
 TOLERANCE = {"bfloat16": 3e-2, "float16": 5e-3, "float32": 1e-4, "float64": 1e-10, "complex64": 1e-4,
              "complex128": 1e-10}
 MATMUL_RUNGS = {None: ["float32", "float64", "bfloat16", "complex64"], "tensorcore": ["bfloat16", "float16"],
@@ -17,19 +21,9 @@ LAYOUTS = ["plain", "mT", "sliced", "expanded", "conj"]
 ACTIVATIONS = [None, "relu", "gelu", "gelu_tanh", "silu"]
 
 
-def operand(pick, shape, dtype, how, device):
-    import torch
-    dtype = getattr(torch, dtype)
-    if how == "mT" and len(shape) >= 2:
-        return torch.randn(shape[:-2] + shape[:-3:-1], dtype=dtype, device=device).mT
-    if how == "sliced":
-        return torch.randn(tuple(2 * s for s in shape), dtype=dtype, device=device)[tuple(slice(None, None, 2)
-                                                                                         for _ in shape)]
-    if how == "expanded" and len(shape) >= 2:
-        return torch.randn((1,) + shape[1:], dtype=dtype, device=device).expand(shape)
-    if how == "conj" and dtype.is_complex:
-        return torch.randn(shape, dtype=dtype, device=device).conj()
-    return torch.randn(shape, dtype=dtype, device=device)
+def operand(rng, shape, dtype, how, gpu):
+    """A torch operand of shape laid out as how says (odd_layouts.laid_out), on GPU gpu (None: the host)."""
+    return laid_out(rng, shape, dtype, "torch", how, gpu)[1]
 
 
 def relative(x, ref) -> float:
@@ -43,12 +37,13 @@ def dim(pick):
     return pick.choice([1, 2, 3, 5, 16, 17, 33, 64, 65, 129])
 
 
-def matmul_case(seed: int, device: str) -> list:
+def matmul_case(seed: int, gpu) -> list:
     """One seeded tilemm.matmul with A (and B, mostly) requiring grad: what went wrong, or []."""
     import torch
     import tilemm
-    pick = random.Random(seed)
+    pick, rng = random.Random(seed), np.random.default_rng(seed)
     torch.manual_seed(seed)
+    device = "cpu" if gpu is None else f"cuda:{gpu}"
     kernel = pick.choice(list(MATMUL_RUNGS))
     dtype = pick.choice(MATMUL_RUNGS[kernel])
     m, n, k = dim(pick), dim(pick), dim(pick)
@@ -56,8 +51,8 @@ def matmul_case(seed: int, device: str) -> list:
     sa = (k,) if pick.random() < 0.1 else batch + (m, k)
     sb = (k,) if pick.random() < 0.1 else batch[len(batch) - pick.choice(range(len(batch) + 1)):] + (k, n)
     how_a, how_b = pick.choice(LAYOUTS), pick.choice(LAYOUTS)
-    a = operand(pick, sa, dtype, how_a, device).requires_grad_()
-    b = operand(pick, sb, dtype, how_b, device).requires_grad_(pick.random() < 0.7)
+    a = operand(rng, sa, dtype, how_a, gpu).requires_grad_()
+    b = operand(rng, sb, dtype, how_b, gpu).requires_grad_(pick.random() < 0.7)
     wide = torch.complex128 if a.is_complex() else torch.float64
     a64, b64 = a.detach().to(wide).requires_grad_(), b.detach().to(wide).requires_grad_(b.requires_grad)
     y, y64 = tilemm.matmul(a, b, kernel=kernel), torch.matmul(a64, b64)
@@ -73,23 +68,24 @@ def matmul_case(seed: int, device: str) -> list:
             f"B.grad={b.requires_grad}: errors {errors}, shapes {shapes}, {y.dtype}"]
 
 
-def linear_case(seed: int, device: str) -> list:
+def linear_case(seed: int, gpu) -> list:
     """One seeded tilemm.linear (bias, activation, residual) and, half the time, its backward."""
     import torch
     import tilemm
     functional = torch.nn.functional
-    pick = random.Random(seed)
+    pick, rng = random.Random(seed), np.random.default_rng(seed)
     torch.manual_seed(seed)
+    device = "cpu" if gpu is None else f"cuda:{gpu}"
     kernel = pick.choice(list(LINEAR_RUNGS))
     dtype = pick.choice(LINEAR_RUNGS[kernel])
     m, n, k = dim(pick), dim(pick), dim(pick)
     lead = tuple(pick.choice([1, 2, 3]) for _ in range(pick.choice([0, 1, 2])))
     activation = pick.choice(ACTIVATIONS)
     how_x, how_w = pick.choice(LAYOUTS[:4]), pick.choice(LAYOUTS[:4])
-    x = (operand(pick, lead + (m, k), dtype, how_x, device) * 0.5).detach()
-    w = (operand(pick, (n, k), dtype, how_w, device) / k ** 0.5).detach()
-    bias = operand(pick, (n,), dtype, pick.choice(["plain", "sliced"]), device) if pick.random() < 0.7 else None
-    residual = operand(pick, lead + (m, n), dtype, pick.choice(LAYOUTS[:4]), device) if pick.random() < 0.3 else None
+    x = (operand(rng, lead + (m, k), dtype, how_x, gpu) * 0.5).detach()
+    w = (operand(rng, (n, k), dtype, how_w, gpu) / k ** 0.5).detach()
+    bias = operand(rng, (n,), dtype, pick.choice(["plain", "sliced"]), gpu) if pick.random() < 0.7 else None
+    residual = operand(rng, lead + (m, n), dtype, pick.choice(LAYOUTS[:4]), gpu) if pick.random() < 0.3 else None
     grad = pick.random() < 0.5
     x.requires_grad_(grad), w.requires_grad_(grad)
     if bias is not None:

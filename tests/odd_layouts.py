@@ -37,12 +37,13 @@ def values(rng, shape, dtype):
 
 
 def on_device(x, dtype, kind, gpu):
+    """x as a torch tensor on GPU gpu (None: the host's, for torch) or a CuPy array there."""
     import torch
     if kind == "cupy":
         import cupy
         with cupy.cuda.Device(gpu):
             return cupy.asarray(x)
-    t = torch.from_numpy(np.ascontiguousarray(x)).to(f"cuda:{gpu}")
+    t = torch.from_numpy(np.ascontiguousarray(x)).to("cpu" if gpu is None else f"cuda:{gpu}")
     return t.to(torch.bfloat16) if dtype == "bfloat16" else t
 
 

@@ -44,7 +44,7 @@ def test_gradients_and_fused_linears_on_odd_layouts(gpu):
     if gpu >= torch.cuda.device_count():
         pytest.skip("one GPU")
     torch.cuda.set_device(0)
-    wrong = [w for seed in range(80) for w in matmul_case(seed, f"cuda:{gpu}") + linear_case(seed, f"cuda:{gpu}")]
+    wrong = [w for seed in range(80) for w in matmul_case(seed, gpu) + linear_case(seed, gpu)]
     assert not wrong, "\n".join(wrong[:10])
 
 
