@@ -46,7 +46,7 @@ def dtype_text(dtype) -> Optional[str]:
     if dtype is None:
         return None
     if isinstance(dtype, torch.dtype) or dtype in TORCH_DTYPES:
-        name = str(dtype).removeprefix("torch.")
+        name = dtypes.torch_dtype_name(dtype)
     else:                                # NumPy's spellings: "f4", ">f4", np.float32
         try:
             name = np.dtype(dtype).name
