@@ -65,7 +65,7 @@ def judge_fault(fault: dict, exercise: Exercise, races: list, lines: list[str]) 
                         "compiled code checks no bounds: an index past the edge of an array; " + bounds_lesson(exercise))]
     if kind == "index":
         lesson = bounds_lesson(exercise)
-        if fault.get("layout", "nn") != "nn":     # right on row-major operands, past an edge here
+        if column_major(fault):                   # right on row-major operands, past an edge here
             lesson = STRIDE_LESSON + "; and " + lesson
         elif fault.get("params"):                  # right with the file's tiles, past an edge with others
             lesson = UNEVEN_LESSON
@@ -107,7 +107,7 @@ def race_finding(race: dict, lines: list[str]) -> Finding:
 
 def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
     bad = [c for c in cases if not c["ok"]]
-    shapes = ", ".join("x".join(map(str, c["shape"])) + (" column-major" if c.get("layout", "nn") != "nn" else "")
+    shapes = ", ".join("x".join(map(str, c["shape"])) + (" column-major" if column_major(c) else "")
                        + (" with " + ", ".join(f"{k}={v}" for k, v in c["params"].items()) if c.get("params") else "")
                        for c in cases)
     if not bad:
@@ -150,7 +150,7 @@ def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
         return [Finding(False, "wrong with other tile sizes",
                         f"right with the file's PARAMS, wrong at {where} with {first['params']}: {first['message']}",
                         UNEVEN_LESSON)]
-    if all(c.get("layout", "nn") != "nn" for c in bad):
+    if all(column_major(c) for c in bad):
         return [Finding(False, "wrong when A and B are not row-major",
                         f"right on row-major operands, wrong at {where} with A and B column-major: "
                         f"{first['message']}", STRIDE_LESSON)]
@@ -169,6 +169,12 @@ def judge_cases(cases: list, exercise: Exercise) -> list[Finding]:
     return [Finding(False, f"wrong on {len(bad)} of {len(cases)} products",
                     f"first at {where}: {first['message']}",
                     "run the small test at the bottom of the file and compare with the TODO's description")]
+
+
+def column_major(record: dict) -> bool:
+    """Whether a case (or the fault of one) ran on transposed operands, not row-major ones
+    (tilemm.learn.examine's layouts: "nn" row-major, the default of records without one)."""
+    return record.get("layout", "nn") != "nn"
 
 
 UNEVEN_LESSON = ("an index that holds only while the tiles are square and a thread's values are one run "
@@ -319,7 +325,7 @@ def judge(exam: dict, exercise: Exercise) -> list[Finding]:
     some threads skip, else a race, explains wrong answers."""
     if exam.get("fault"):
         found = judge_fault(exam["fault"], exercise, exam.get("races") or [], file_lines(exam))
-        variant = exam["fault"].get("layout", "nn") != "nn" or bool(exam["fault"].get("params"))
+        variant = column_major(exam["fault"]) or bool(exam["fault"].get("params"))
         if variant and any(not c["ok"] for c in exam["cases"]):   # wrong before the layout or tiles changed
             return judge_cases(exam["cases"], exercise) + found
         return found
