@@ -37,16 +37,23 @@ def dim(pick):
     return pick.choice([1, 2, 3, 5, 16, 17, 33, 64, 65, 129])
 
 
+def drawn(seed: int, gpu, rungs: dict) -> tuple:
+    """A case's draws, from seed: (the picker, NumPy's generator, the device, a rung of rungs, one
+    of its dtypes, (M, N, K)); torch's generator seeded too."""
+    import torch
+    pick, rng = random.Random(seed), np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    kernel = pick.choice(list(rungs))
+    dtype = pick.choice(rungs[kernel])
+    return (pick, rng, "cpu" if gpu is None else f"cuda:{gpu}", kernel, dtype,
+            (dim(pick), dim(pick), dim(pick)))
+
+
 def matmul_case(seed: int, gpu) -> list:
     """One seeded tilemm.matmul with A (and B, mostly) requiring grad: what went wrong, or []."""
     import torch
     import tilemm
-    pick, rng = random.Random(seed), np.random.default_rng(seed)
-    torch.manual_seed(seed)
-    device = "cpu" if gpu is None else f"cuda:{gpu}"
-    kernel = pick.choice(list(MATMUL_RUNGS))
-    dtype = pick.choice(MATMUL_RUNGS[kernel])
-    m, n, k = dim(pick), dim(pick), dim(pick)
+    pick, rng, device, kernel, dtype, (m, n, k) = drawn(seed, gpu, MATMUL_RUNGS)
     batch = tuple(pick.choice([1, 2]) for _ in range(pick.choice([0, 0, 1, 2])))
     sa = (k,) if pick.random() < 0.1 else batch + (m, k)
     sb = (k,) if pick.random() < 0.1 else batch[len(batch) - pick.choice(range(len(batch) + 1)):] + (k, n)
@@ -73,12 +80,7 @@ def linear_case(seed: int, gpu) -> list:
     import torch
     import tilemm
     functional = torch.nn.functional
-    pick, rng = random.Random(seed), np.random.default_rng(seed)
-    torch.manual_seed(seed)
-    device = "cpu" if gpu is None else f"cuda:{gpu}"
-    kernel = pick.choice(list(LINEAR_RUNGS))
-    dtype = pick.choice(LINEAR_RUNGS[kernel])
-    m, n, k = dim(pick), dim(pick), dim(pick)
+    pick, rng, device, kernel, dtype, (m, n, k) = drawn(seed, gpu, LINEAR_RUNGS)
     lead = tuple(pick.choice([1, 2, 3]) for _ in range(pick.choice([0, 1, 2])))
     activation = pick.choice(ACTIVATIONS)
     how_x, how_w = pick.choice(LAYOUTS[:4]), pick.choice(LAYOUTS[:4])
