@@ -307,3 +307,43 @@ def test_compiled_out_of_elements_sharing_memory_is_refused_as_eager():
     with pytest.raises(ValueError) as compiled:
         torch.compile(lambda x, w, o: tilemm.matmul(x, w, out=o), backend="aot_eager")(x, w, out)
     assert type(compiled.value) is type(eager.value)
+
+
+def test_compiling_while_another_thread_imports(monkeypatch):
+    """Dynamo wraps a dict that traced code reads as a whole: tilemm's traced checks read
+    sys.modules, so a compile failed with 'dictionary changed size during iteration' when another
+    thread imported a module meanwhile. The traced calls read no sys.modules now, in either order
+    of import (torch_compiling is the check where tilemm was imported before torch: an eager call
+    makes torch's own check tilemm's)."""
+    import sys
+    import threading
+    import types
+    monkeypatch.setattr(api, "compiling", api.torch_compiling)
+    tilemm.matmul(torch.ones(2, 2), torch.ones(2, 2))
+    assert api.compiling is torch.compiler.is_compiling
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)          # the threads take turns often: the race, made likely
+    stop, w, layer = threading.Event(), torch.randn(4, 16), tilemm.nn.Linear(16, 4)
+    stacked, offs = torch.randn(2, 16, 4), torch.tensor([3, 8], dtype=torch.int32)
+
+    def importing():                     # a module in and out of sys.modules, as a thread's imports are
+        while not stop.is_set():
+            sys.modules["tilemm_test_importing"] = types.ModuleType("tilemm_test_importing")
+            stop.is_set()                # (a Python call: where the thread may hand over, the module in)
+            sys.modules.pop("tilemm_test_importing", None)
+
+    thread = threading.Thread(target=importing, daemon=True)
+    thread.start()
+    try:
+        for _ in range(3):
+            torch._dynamo.reset()
+            x = torch.randn(8, 16)
+            for ours, torchs in ((lambda x: tilemm.matmul(x, w.T), lambda x: x @ w.T),
+                                 (layer, lambda x: torch.nn.functional.linear(x, layer.weight, layer.bias)),
+                                 (lambda x: tilemm.grouped_matmul(x, stacked, offs=offs),
+                                  lambda x: torch.cat([x[:3] @ stacked[0], x[3:] @ stacked[1]]))):
+                torch.testing.assert_close(torch.compile(ours, fullgraph=True, backend="aot_eager")(x), torchs(x))
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)

@@ -167,9 +167,15 @@ def matmul(a, b, /, out=None, *, kernel: str | None = None, out_dtype=None, stre
 def torch_compiling() -> bool:
     """Whether torch.compile or torch.export is tracing this call (Dynamo reads
     torch.compiler.is_compiling as True; torch.export without Dynamo sets what it returns).
-    False where torch is not imported: nothing can be compiling."""
+    False where torch is not imported: nothing can be compiling. Once torch is found, ``compiling``
+    is torch's own check: a trace reads sys.modules at most once (Dynamo wraps it whole, and another
+    thread's import may change it meanwhile)."""
+    global compiling
     compiler = getattr(sys.modules.get("torch"), "compiler", None)    # (None while torch is still importing)
-    return compiler is not None and compiler.is_compiling()
+    if compiler is None:
+        return False
+    compiling = compiler.is_compiling
+    return compiler.is_compiling()
 
 
 # torch imported before tilemm (as torch programs do): torch's own check, one call fewer a call;

@@ -189,9 +189,9 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
     ``torch.ops.tilemm.grouped_matmul`` (tilemm.torch.grouped_ops), with these gradients (a list
     of problems: an op a problem); its shapes, dtypes and parameters are checked while tracing.
     """
-    torch = arrays.torch_if_imported()
+    torch = arrays.torch_of(a)        # (traced under torch.compile: no sys.modules)
     transformed = False               # under torch.func's transforms: the autograd Function's rules
-    if torch is not None and isinstance(a, torch.Tensor):
+    if torch is not None:
         if not api.compiling() and (a.is_neg() or isinstance(b, torch.Tensor) and b.is_neg()):
             # a negative view (x.conj().imag): a copy of its values (the launches read its memory as it is)
             a, b = arrays.resolved_view(a), arrays.resolved_view(b)

@@ -22,7 +22,7 @@ import importlib
 
 import numpy as np
 
-from tilemm.numerics.arrays import Operand, elements_share_memory, torch_if_imported
+from tilemm.numerics.arrays import Operand, elements_share_memory, torch_if_imported, torch_of
 from tilemm.numerics.dtypes import HOST_ONLY, SUPPORTED, check_supported, dtype_name
 
 SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
@@ -256,8 +256,8 @@ def autocast_operands(a, b, out):
     """(a, b) as torch's autocast would multiply them, or None where it would not cast them: torch
     tensors on a device whose autocast is on, without an out= (torch does not autocast those), each
     floating-point one but float64 in autocast's dtype (as F.linear's and matmul's operands)."""
-    torch = torch_if_imported()
-    if (torch is None or out is not None or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor)
+    torch = torch_of(a)                  # (traced under torch.compile: no sys.modules)
+    if (torch is None or out is not None or not isinstance(b, torch.Tensor)
             or not torch._C._is_any_autocast_enabled() or not torch.is_autocast_enabled(a.device.type)):
         return None
     dtype = torch.get_autocast_dtype(a.device.type)

@@ -48,6 +48,16 @@ def torch_if_imported():
     return torch
 
 
+def torch_of(x):
+    """torch where x is a torch tensor, else None. Known from x's type, not sys.modules: code that
+    torch.compile traces reads no sys.modules, which Dynamo wraps whole (while another thread's
+    import may be changing it)."""
+    if not hasattr(type(x), "__torch_function__"):     # (torch's tensors and torch-like objects)
+        return None
+    import torch
+    return torch if isinstance(x, torch.Tensor) else None
+
+
 def cupy_if_imported():
     """cupy if the program has imported it, else None (see torch_if_imported)."""
     if "cupy" not in sys.modules:

@@ -58,9 +58,9 @@ def torch_plan(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params) -> 
 
 def records_gradient(a, b, scale_a, scale_b) -> bool:
     """Whether autograd records a call: torch tensors (no block scales), one requiring grad, grad mode on."""
-    torch = arrays.torch_if_imported()
-    return (torch is not None and scale_a is None and scale_b is None and isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor) and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
+    torch = arrays.torch_of(a)        # (traced under torch.compile: no sys.modules)
+    return (torch is not None and scale_a is None and scale_b is None and isinstance(b, torch.Tensor)
+            and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
 
 
 def torch_layout(a, b, offs, counts, out_dtype, scaled: bool = False):
