@@ -349,3 +349,18 @@ def test_compiling_while_another_thread_imports(monkeypatch):
         stop.set()
         thread.join()
         sys.setswitchinterval(interval)
+
+
+def test_numpy_operands_under_compile():
+    """NumPy arrays inside a compiled function: Dynamo gives the frame back to Python, where the
+    call is the eager one; with fullgraph=True, tilemm's TypeError inside Dynamo's own error, not
+    Dynamo's complaint about a check it cannot trace."""
+    import numpy as np
+    torch._dynamo.reset()
+    a, b = np.arange(12, dtype=np.float32).reshape(4, 3), np.arange(6, dtype=np.float32).reshape(3, 2)
+    got = torch.compile(lambda a, b: tilemm.matmul(a, b) + 1, backend="aot_eager")(a, b)
+    assert type(got) is np.ndarray
+    np.testing.assert_array_equal(got, a @ b + 1)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="tilemm multiplies torch tensors"):
+        torch.compile(lambda a, b: tilemm.matmul(a, b) + 1, backend="aot_eager", fullgraph=True)(a, b)

@@ -52,8 +52,8 @@ def torch_of(x):
     """torch where x is a torch tensor, else None. Known from x's type, not sys.modules: code that
     torch.compile traces reads no sys.modules, which Dynamo wraps whole (while another thread's
     import may be changing it)."""
-    if not hasattr(type(x), "__torch_function__"):     # (torch's tensors and torch-like objects)
-        return None
+    if isinstance(x, np.ndarray) or not hasattr(type(x), "__torch_function__"):   # (NumPy's first: Dynamo
+        return None                                  # traces isinstance on its arrays, not hasattr on their type)
     import torch
     return torch if isinstance(x, torch.Tensor) else None
 

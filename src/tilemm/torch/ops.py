@@ -296,7 +296,8 @@ def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
     """tilemm.matmul as the custom op: while torch.compile, torch.export or torch.jit.trace traces
     it, and on tensors that hold no memory (meta, FakeTensor)."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        raise TypeError("matmul: under torch.compile tilemm multiplies torch tensors")
+        raise TypeError("matmul: under torch.compile tilemm multiplies torch tensors; call it on NumPy arrays "
+                        "outside the compiled function, or on torch tensors (torch.from_numpy) inside it")
     if stream is not None:
         raise TypeError("matmul: stream= is not taken under torch.compile or torch.jit.trace: the graph runs on "
                         "torch's current stream (use torch.cuda.stream(...) around the compiled call)")
