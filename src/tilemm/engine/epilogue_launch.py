@@ -29,6 +29,7 @@ from tilemm.engine.jit_lock import JIT_LOCK
 from tilemm.engine.tensorcore_launch import default_tiles, takes_tma as large_enough
 from tilemm.engine.tile_model import EAGER_LAUNCH_US, sliver_rows
 from tilemm.numerics.keys import typed_items
+from tilemm.numerics.dtypes import torch_dtype_name
 
 ACTIVATION_CODES = {None: 0, "identity": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
@@ -54,7 +55,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def dtype_group(dtype: torch.dtype) -> str:
-    return "16-bit" if dtype in (torch.float16, torch.bfloat16) else str(dtype).removeprefix("torch.")
+    return "16-bit" if dtype in (torch.float16, torch.bfloat16) else torch_dtype_name(dtype)
 
 
 def config_for(dtype: torch.dtype, params: dict | None = None) -> dict:

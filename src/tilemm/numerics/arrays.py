@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilemm.numerics.dtypes import dtype_name
+from tilemm.numerics.dtypes import dtype_name, torch_dtype_name
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ def host_copy(t) -> np.ndarray:
     """A NumPy copy of torch tensor t (on the host or a GPU) that owns its data, copied straight
     into NumPy's memory (t.cpu().numpy() views torch's)."""
     import torch      # (only torch tensors come here: imported already)
-    host = np.empty(tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."))
+    host = np.empty(tuple(t.shape), dtype=torch_dtype_name(t.dtype))
     torch.from_numpy(host).copy_(t)
     return host
 

@@ -17,6 +17,7 @@ from tilemm.engine import streams
 from tilemm.engine import availability
 from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
+from tilemm.numerics.dtypes import torch_dtype_name
 
 PROGRAM = registry.program("block-scaled")    # rung 16: its checks and its launch (Triton loads at the launch)
 
@@ -48,7 +49,7 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
     n = b.shape[1]
     if scale_kind(scale_a, scale_b, a.device, m, n, k, torch) != "block":
         raise ValueError("scaled_matmul: row-wise scales run on tilemm.products.scaled's program")
-    name = str(out_dtype).removeprefix("torch.")
+    name = torch_dtype_name(out_dtype)
     if name not in OUT_DTYPES:
         raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     result_dtype = getattr(torch, name)

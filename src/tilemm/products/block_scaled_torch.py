@@ -35,6 +35,7 @@ import sys
 from tilemm.engine import streams
 from tilemm.products import scaled_common as scaled_out
 from tilemm.system import compat
+from tilemm.numerics.dtypes import torch_dtype_name
 
 MIN_TORCH = (2, 9)         # ScaledBlas.cpp's 1x128 / 128x128 kinds in _scaled_mm
 MIN_CUDA = (12, 9)         # cuBLASLt's VEC128_32F / BLK128x128_32F scale modes
@@ -98,7 +99,7 @@ def call_refusal(a, b, out_dtype: str, fast_accum: bool, params: dict) -> str | 
         return "fast_accum=True: cuBLASLt's block scaling has no fast accumulation (torch refuses it)"
     if out_dtype != OUT_DTYPE:
         return f"out_dtype={out_dtype}: the route runs bfloat16 results"
-    dtypes = {str(x.dtype).removeprefix("torch.") for x in (a, b)}
+    dtypes = {torch_dtype_name(x.dtype) for x in (a, b)}
     if dtypes != {OPERANDS}:
         return f"operands of {' and '.join(sorted(dtypes))}: the route runs {OPERANDS} operands"
     m, k = a.shape

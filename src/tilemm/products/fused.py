@@ -24,6 +24,7 @@ from tilemm.engine import epilogue_repeats
 from tilemm.system import compat
 from tilemm.ladder import registry
 from tilemm.numerics.epilogue_math import activate_torch, activation_backward
+from tilemm.numerics.dtypes import torch_dtype_name
 
 LIBRARY, TRITON = "library", "triton"
 
@@ -51,7 +52,7 @@ def route_of(kernel: str | None, device: str, dtype: torch.dtype, m: int, n: int
     if kernel in (None, "auto"):
         if device != "cuda":
             return LIBRARY
-        preferred = choice.preferred(str(dtype).removeprefix("torch."), m, n, k)
+        preferred = choice.preferred(torch_dtype_name(dtype), m, n, k)
         return TRITON if preferred and registry.get(preferred).backend == "triton" else LIBRARY
     rung = registry.get(kernel)
     if rung.backend in ("library", "numpy"):

@@ -11,6 +11,7 @@ import numpy as np
 from tilemm.numerics import arrays
 from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_M, SPLIT_K, check_scales, check_values, layout
 from tilemm.products.grouped_launch import as_array, host_values, resolve, run
+from tilemm.numerics.dtypes import torch_dtype_name
 
 
 def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, out_dtype=None, out=None, **params):
@@ -79,7 +80,7 @@ def check_differentiable(a, lay, out, records: bool = True) -> None:
         raise TypeError("grouped_matmul: functions with out=... arguments don't support automatic "
                         "differentiation, but one of the arguments requires grad" if records else
                         "grouped_matmul: out= is not taken under torch.func's transforms (vmap, jvp, ...)")
-    if records and (lay.dtype.startswith("int") or lay.dtype != str(a.dtype).removeprefix("torch.")):
+    if records and (lay.dtype.startswith("int") or lay.dtype != torch_dtype_name(a.dtype)):
         raise TypeError(f"grouped_matmul: gradients flow for floating operands with the result in their dtype "
                         f"(here {lay.dtype} from {a.dtype}), as torch's grouped_mm")
 

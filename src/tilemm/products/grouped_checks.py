@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilemm.products.scaled_common import FP8        # (with block scales only)
+from tilemm.numerics.dtypes import torch_dtype_name
 
 DTYPES = ("float16", "bfloat16", "float32", "int8")
 SCALE_BLOCK = 128
@@ -30,7 +31,7 @@ class Layout:
 
 
 def dtype_name(x) -> str:
-    return str(x.dtype).removeprefix("torch.")
+    return torch_dtype_name(x.dtype)
 
 
 def layout(a, b, offs, counts, out_dtype, scaled: bool = False) -> Layout:
@@ -104,7 +105,7 @@ def result_dtype(operands: str, out_dtype) -> str:
         return default
     # (a NumPy scalar type, np.float32, is a class: its name, not its dtype's descriptor)
     name = out_dtype.__name__ if isinstance(out_dtype, type) else getattr(out_dtype, "name", out_dtype)
-    name = str(name).removeprefix("torch.")
+    name = torch_dtype_name(name)
     allowed = ((default,) if operands in ("int8", "float32") else ("bfloat16", "float16", "float32")
                if operands in FP8 else (operands, "float32"))
     if name not in allowed:

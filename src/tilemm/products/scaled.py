@@ -15,6 +15,7 @@ from tilemm.engine import streams
 from tilemm.engine import availability
 from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
+from tilemm.numerics.dtypes import torch_dtype_name
 
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -125,7 +126,7 @@ def replay_key(a, b, out_dtype, fast_accum, params):
 
 
 def _out_dtype(out_dtype, torch):
-    name = str(out_dtype).removeprefix("torch.")
+    name = torch_dtype_name(out_dtype)
     if name not in OUT_DTYPES:
         raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     return getattr(torch, name)

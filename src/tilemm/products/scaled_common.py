@@ -10,6 +10,7 @@ from tilemm.engine import streams
 from tilemm.numerics.arrays import check_torch_out_memory
 from tilemm.numerics.keys import typed_items
 from tilemm.plans.cache import operand_key
+from tilemm.numerics.dtypes import torch_dtype_name
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 
@@ -20,7 +21,7 @@ def check_operands(a, b, torch) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"scaled_matmul: operand {name} is {type(x).__name__}; float8 data comes as torch "
                             f"tensors (NumPy has no float8 dtype)")
-        dtype = str(x.dtype).removeprefix("torch.")
+        dtype = torch_dtype_name(x.dtype)
         if dtype not in FP8:
             raise TypeError(f"scaled_matmul: operand {name} has dtype {dtype}; it multiplies {' and '.join(FP8)} "
                             f"(tilemm.matmul takes the other dtypes)")

@@ -14,6 +14,7 @@ from tilemm.torch.linear_flags import linear_with_exact_backward, same_with_flag
 from tilemm.torch import nn_fused_routes
 from tilemm.torch.nn_routes import Route
 from tilemm.torch.ops import MatmulFunction, conjugate
+from tilemm.numerics.dtypes import torch_dtype_name
 
 
 class Products:
@@ -150,7 +151,7 @@ class Layout:
         from tilemm.engine import torch_flags      # (the library rung's float32-sum flags)
         self.fast, self.grads, self.plain_seen, self.sums_seen = fast, None, None, None
         self.products = products
-        name = str(dtype).removeprefix("torch.")
+        name = torch_dtype_name(dtype)
         self.get, self.put = get, put = torch_flags.exact_sums_flag(name)
         self.linear = self.exact_linear = None
         if fast is not None:
@@ -208,7 +209,7 @@ def torch_linear_grads(grad, input, weight, need_input: bool, need_weight: bool)
 
 def library_linear_grads(dtype: torch.dtype):
     from tilemm.engine import torch_flags      # (the library rung's float32-sum flags)
-    return torch_flags.with_exact_sums(str(dtype).removeprefix("torch."), torch_linear_grads)
+    return torch_flags.with_exact_sums(torch_dtype_name(dtype), torch_linear_grads)
 
 
 class LinearProduct(MatmulFunction):

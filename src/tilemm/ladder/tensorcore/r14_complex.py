@@ -46,6 +46,7 @@ from tilemm.ladder import registry
 from tilemm.ladder.record import Kernel, Param, Problem, Traffic, register
 from tilemm.ladder.tensorcore.tile_params import tile_params
 from tilemm.engine import availability
+from tilemm.numerics.dtypes import torch_dtype_name
 
 REAL = {"complex64": ("float32", "tensorcore-f32"), "complex128": ("float64", "tensorcore-f64")}
 TILES = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
@@ -124,7 +125,7 @@ def bind(a, b, c, products=4, **params):
     n = b.shape[1]
     if k == 0:
         return c.zero_
-    rung, real_params, real_dtype = real_rung(str(c.dtype).removeprefix("torch."), params, m, n, k)
+    rung, real_params, real_dtype = real_rung(torch_dtype_name(c.dtype), params, m, n, k)
     real = getattr(torch, real_dtype)
     if takes_gauss(k, products):
         return gauss_bind(a, b, c, rung, real_params, real)
