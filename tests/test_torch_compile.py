@@ -312,7 +312,8 @@ def test_compiled_out_of_elements_sharing_memory_is_refused_as_eager():
 def test_compiling_while_another_thread_imports(monkeypatch):
     """Dynamo wraps a dict that traced code reads as a whole: tilemm's traced checks read
     sys.modules, so a compile failed with 'dictionary changed size during iteration' when another
-    thread imported a module meanwhile. The traced calls read no sys.modules now, in either order
+    thread imported a module meanwhile (scaled_matmul's, which Dynamo traces before it gives the
+    call back, too). The traced calls read no sys.modules now, in either order
     of import (torch_compiling is the check where tilemm was imported before torch: an eager call
     makes torch's own check tilemm's)."""
     import sys
@@ -326,6 +327,7 @@ def test_compiling_while_another_thread_imports(monkeypatch):
     where = "cuda" if ON_GPU else "cpu"          # (grouped_matmul: the GPU, or Triton's interpreter on the host)
     stop, w, layer = threading.Event(), torch.randn(4, 16, device=where), tilemm.nn.Linear(16, 4).to(where)
     stacked, offs = torch.randn(2, 16, 4, device=where), torch.tensor([3, 8], dtype=torch.int32, device=where)
+    eights = torch.randint(-4, 5, (16, 32), device=where).to(torch.float8_e4m3fn)    # (exact: small whole numbers)
 
     def importing():                     # a module in and out of sys.modules, as a thread's imports are
         while not stop.is_set():
@@ -345,6 +347,9 @@ def test_compiling_while_another_thread_imports(monkeypatch):
                                   lambda x: torch.cat([x[:3] @ stacked[0], x[3:] @ stacked[1]]))):
                 got = torch.compile(ours, fullgraph=True, backend="aot_eager")(x)
                 torch.testing.assert_close(got, torchs(x), rtol=1e-3, atol=1e-3)   # (float32 on the GPU: TF32 sums)
+            # scaled_matmul is no op in the graph: Dynamo traces its checks, then gives the call back
+            got = torch.compile(lambda a, b: tilemm.scaled_matmul(a, b, 2.0, 0.5), backend="aot_eager")(eights, eights.T)
+            torch.testing.assert_close(got.float(), (eights.float() @ eights.float().T).bfloat16().float())
     finally:
         stop.set()
         thread.join()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 
 from tilemm.engine import streams
 from tilemm.products import scaled_common as scaled_out
@@ -156,7 +155,7 @@ def product(a, b, scale_a, scale_b, out=None, stream=None):
 
 
 def _scaled_mm(a, b, scale_a, scale_b, out):
-    torch = sys.modules["torch"]          # (the operands are torch tensors: imported; a look-up, no import)
+    import torch                          # (the operands are torch tensors: imported already)
     scale_a, scale_b = torch_scales(scale_a, scale_b, torch)
     if out is not None and out.is_contiguous():     # written where it is
         return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=out)

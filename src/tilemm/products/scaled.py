@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import numbers
-import sys
 
 from tilemm.products import block_scaled, scaled_common as scaled_out
 from tilemm.system import compat
@@ -15,6 +14,7 @@ from tilemm.engine import streams
 from tilemm.engine import availability
 from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
+from tilemm.numerics import arrays
 from tilemm.numerics.dtypes import torch_dtype_name
 
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -97,7 +97,7 @@ def row_wise_shapes(a, b, scale_a, scale_b) -> bool:
 def records_gradient(a, b, scale_a, scale_b) -> bool:
     """Whether autograd records this call: an input requires grad, grad mode on (its node's backward
     then raises, as torch._scaled_mm's: tilemm.torch.ops.not_differentiable)."""
-    torch = sys.modules.get("torch")
+    torch = next(filter(None, map(arrays.torch_of, (a, b, scale_a, scale_b))), None)   # (traced: no sys.modules)
     return (torch is not None and torch.is_grad_enabled()
             and any(getattr(x, "requires_grad", False) for x in (a, b, scale_a, scale_b)))
 
@@ -105,9 +105,8 @@ def records_gradient(a, b, scale_a, scale_b) -> bool:
 def under_transform(*tensors) -> bool:
     """Whether torch.func's transforms (vmap, grad, jacrev, ...) are active and one of tensors is
     a torch tensor: its batched or wrapped tensors have no memory a launch could read."""
-    torch = sys.modules.get("torch")
-    return (torch is not None and torch._C._are_functorch_transforms_active()
-            and any(isinstance(x, torch.Tensor) for x in tensors))
+    torch = next(filter(None, map(arrays.torch_of, tensors)), None)      # (traced: no sys.modules)
+    return torch is not None and torch._C._are_functorch_transforms_active()
 
 
 # Repeated calls' launches (tilemm.engine.replay), by the call's key (scaled_common.replay_key)

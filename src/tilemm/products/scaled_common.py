@@ -4,10 +4,9 @@ keys and keeping of their repeated calls' replays."""
 from __future__ import annotations
 
 import contextlib
-import sys
 
 from tilemm.engine import streams
-from tilemm.numerics.arrays import check_torch_out_memory
+from tilemm.numerics.arrays import check_torch_out_memory, torch_of
 from tilemm.numerics.keys import typed_items
 from tilemm.plans.cache import operand_key
 from tilemm.numerics.dtypes import torch_dtype_name
@@ -63,7 +62,7 @@ REPLAY_CACHE_SIZE = 512
 def replay_key(tensors: tuple, out_dtype, fast_accum, params: dict):
     """What a call's launches depend on, for CUDA torch tensors (tilemm.api's operand keys of the
     operands, and of the scales where they are tensors); else None (no replay)."""
-    torch = sys.modules.get("torch")
+    torch = torch_of(tensors[0])                  # (traced: no sys.modules)
     if torch is None or any(type(x) is not torch.Tensor for x in tensors) or not tensors[0].is_cuda:
         return None
     try:
