@@ -369,3 +369,23 @@ def test_numpy_operands_under_compile():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="tilemm multiplies torch tensors"):
         torch.compile(lambda a, b: tilemm.matmul(a, b) + 1, backend="aot_eager", fullgraph=True)(a, b)
+
+
+def test_torch_of_knows_torch_tensors_by_their_type():
+    """arrays.torch_of, which the traced checks ask instead of sys.modules: torch for a torch
+    tensor (a subclass's and a parameter's too), None for anything else, an object that takes part
+    in __torch_function__ without being a tensor among them."""
+    from tilemm.numerics import arrays
+    import numpy as np
+
+    class Tagged(torch.Tensor):
+        pass
+
+    class Protocol:
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return NotImplemented
+    for x in (torch.ones(2), torch.ones(2).as_subclass(Tagged), torch.nn.Parameter(torch.ones(2))):
+        assert arrays.torch_of(x) is torch
+    for x in (np.ones(2), 1.0, None, [torch.ones(2)], Protocol()):
+        assert arrays.torch_of(x) is None

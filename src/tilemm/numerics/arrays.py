@@ -52,10 +52,20 @@ def torch_of(x):
     """torch where x is a torch tensor, else None. Known from x's type, not sys.modules: code that
     torch.compile traces reads no sys.modules, which Dynamo wraps whole (while another thread's
     import may be changing it)."""
+    global TORCH
+    if TORCH is not None and isinstance(x, TORCH.Tensor):    # (the usual answer, in a few steps)
+        return TORCH
     if isinstance(x, np.ndarray) or not hasattr(type(x), "__torch_function__"):   # (NumPy's first: Dynamo
         return None                                  # traces isinstance on its arrays, not hasattr on their type)
     import torch
-    return torch if isinstance(x, torch.Tensor) else None
+    if not isinstance(x, torch.Tensor):
+        return None
+    TORCH = torch
+    return torch
+
+
+# torch, once torch_of has met a torch tensor (a module, which Dynamo reads as it is)
+TORCH = None
 
 
 def cupy_if_imported():
