@@ -3,8 +3,12 @@ each product as one node with no graph break (fullgraph=True, torch._dynamo.expl
 and its parameters travel in the op's arguments, and compiled results and gradients equal eager
 ones. On the CPU with backend="aot_eager" (AOTAutograd's graphs, run eagerly): inductor's C++
 compile takes tens of seconds here, and the GPU test runs inductor."""
+import sys
+import threading
+import types
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -312,13 +316,9 @@ def test_compiled_out_of_elements_sharing_memory_is_refused_as_eager():
 def test_compiling_while_another_thread_imports(monkeypatch):
     """Dynamo wraps a dict that traced code reads as a whole: tilemm's traced checks read
     sys.modules, so a compile failed with 'dictionary changed size during iteration' when another
-    thread imported a module meanwhile (scaled_matmul's, which Dynamo traces before it gives the
-    call back, too). The traced calls read no sys.modules now, in either order
+    thread imported a module meanwhile. The traced calls read no sys.modules now, in either order
     of import (torch_compiling is the check where tilemm was imported before torch: an eager call
     makes torch's own check tilemm's)."""
-    import sys
-    import threading
-    import types
     monkeypatch.setattr(api, "compiling", api.torch_compiling)
     tilemm.matmul(torch.ones(2, 2), torch.ones(2, 2))
     assert api.compiling is torch.compiler.is_compiling
@@ -347,8 +347,9 @@ def test_compiling_while_another_thread_imports(monkeypatch):
                                   lambda x: torch.cat([x[:3] @ stacked[0], x[3:] @ stacked[1]]))):
                 got = torch.compile(ours, fullgraph=True, backend="aot_eager")(x)
                 torch.testing.assert_close(got, torchs(x), rtol=1e-3, atol=1e-3)   # (float32 on the GPU: TF32 sums)
-            # scaled_matmul is no op in the graph: Dynamo traces its checks, then gives the call back
-            got = torch.compile(lambda a, b: tilemm.scaled_matmul(a, b, 2.0, 0.5), backend="aot_eager")(eights, eights.T)
+            # scaled_matmul (per-tensor scales: one op, its checks traced before it)
+            got = torch.compile(lambda a, b: tilemm.scaled_matmul(a, b, 2.0, 0.5, **FP8), fullgraph=True,
+                                backend="aot_eager")(eights, eights.T)
             torch.testing.assert_close(got.float(), (eights.float() @ eights.float().T).bfloat16().float())
     finally:
         stop.set()
@@ -360,7 +361,6 @@ def test_numpy_operands_under_compile():
     """NumPy arrays inside a compiled function: Dynamo gives the frame back to Python, where the
     call is the eager one; with fullgraph=True, tilemm's TypeError inside Dynamo's own error, not
     Dynamo's complaint about a check it cannot trace."""
-    import numpy as np
     torch._dynamo.reset()
     a, b = np.arange(12, dtype=np.float32).reshape(4, 3), np.arange(6, dtype=np.float32).reshape(3, 2)
     got = torch.compile(lambda a, b: tilemm.matmul(a, b) + 1, backend="aot_eager")(a, b)
@@ -376,7 +376,6 @@ def test_torch_of_knows_torch_tensors_by_their_type():
     tensor (a subclass's and a parameter's too), None for anything else, an object that takes part
     in __torch_function__ without being a tensor among them."""
     from tilemm.numerics import arrays
-    import numpy as np
 
     class Tagged(torch.Tensor):
         pass
