@@ -246,6 +246,27 @@ def test_the_tma_program_makes_its_descriptors_inside_a_compiled_graph(monkeypat
     assert relative(y, ref_y) <= 1e-2 and relative(aux, ref_z) <= 1e-2
 
 
+def test_an_activation_of_many_instructions_over_a_short_k_takes_two_programs_an_sm():
+    """Where the default tiles are the big ones, an activation of many instructions (gelu,
+    gelu_tanh, silu) up to OVERLAPPED_UP_TO_K takes OVERLAPPED_TILES, two programs an SM (one's
+    epilogue beside the other's products); relu, a longer K, small products and named tiles keep
+    theirs."""
+    from tilemm.engine import epilogue_launch as el
+    big = el.tma_tiles(8192, 8192, 1024, ())
+    assert big["block_m"] * big["block_n"] == 128 * 256
+    assert el.tma_tiles(8192, 8192, 1024, (), True) == {**el.OVERLAPPED_TILES, "group_m": 8}
+    assert el.tma_tiles(8192, 8192, el.OVERLAPPED_UP_TO_K + 64, (), True) == big
+    assert el.tma_tiles(300, 600, 512, (), True) == el.tma_tiles(300, 600, 512, ())
+    assert el.tma_tiles(8192, 8192, 1024, (("block_n", 64),), True)["block_n"] == 64
+    assert el.tma_tiles(8192, 8192, 1024, (("block_n", 64),), True)["block_m"] == big["block_m"]
+    a, w = torch.empty(8192, 1024, dtype=torch.bfloat16), torch.empty(4096, 1024, dtype=torch.bfloat16)
+    y = torch.empty(8192, 4096, dtype=torch.bfloat16)
+    for activation, taken in (("gelu", 2), ("silu", 2), ("gelu_tanh", 2), ("relu", 1), (None, 1)):
+        options = el.epilogue_arguments(a, w.T, y, None, None, False, None, None, activation, 1.0, 0.0,
+                                        config_for(torch.bfloat16, dict(tma=True)))[3]
+        assert (options["BLOCK_N"], options["num_stages"]) == ((128, 3) if taken == 2 else (256, 4)), activation
+
+
 def test_which_program_a_product_takes():
     """The TMA program for 16-bit operands whose rows TMA reads (a large product, or tma=True);
     the pointer program for float32, rows not 16-byte aligned, K = 0, tma=False, small products."""
@@ -320,3 +341,24 @@ def test_a_refused_parameter_value_is_refused_after_an_equal_accepted_one():
     assert config_for(torch.bfloat16, {"tma": True})["tma"] is True
     with pytest.raises(ValueError, match="tma=1"):
         config_for(torch.bfloat16, {"tma": 1})
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu"])
+def test_float32_activations_hold_their_accuracy_element_by_element(activation):
+    """The float32 activations (on the GPU through the special-function units' 2^x and 1/x, here
+    the same formulas with tl.exp2 and a division) against float64 element by element over
+    -12..12, where gelu's tail is tiny: each value within 2e-5 of itself (gelu by erfc: no
+    cancellation in 1 + erf past z = -5), or for gelu_tanh, whose 1 + tanh cancels as torch's
+    does, within its rounding (half an ulp of 1 times |z|)."""
+    z = torch.cat([torch.linspace(-12, 12, 4001), torch.tensor([0.0, -1e-30, 1e-30, -5.5, -9.75])])
+    a = z.to(DEVICE, torch.float32)[:, None]
+    one = torch.ones(1, 1, device=DEVICE, dtype=torch.float32)
+    y = tilemm.matmul_epilogue(a, one, activation=activation, kernel="tensorcore")[:, 0].double().cpu()
+    zd = z.double()
+    if activation == "gelu":
+        want = zd * 0.5 * torch.special.erfc(-zd / 2**0.5)
+    else:
+        want = activate_torch(zd, activation)
+    error = (y - want).abs()
+    bound = 2e-5 * want.abs() + 1e-37 + (2**-24 * zd.abs() if activation == "gelu_tanh" else 0.0)
+    assert bool((error <= bound).all()), float((error / bound).max())

@@ -48,6 +48,16 @@ TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=
                   for bm, bn, bk, w, s, p in ((128, 256, 64, 8, 4, 1), (128, 256, 64, 8, 3, 1), (256, 128, 64, 8, 4, 1),
                                               (128, 128, 64, 4, 4, 1), (128, 128, 64, 4, 3, 2), (128, 128, 64, 8, 3, 2),
                                               (64, 256, 32, 4, 4, 2), (128, 128, 32, 4, 5, 2))]
+# An activation's instructions (gelu, gelu_tanh, silu: relu is one) are a larger share of a tile's
+# time the shorter K is, and the program's warps that run them leave the tensor cores idle. Up
+# to OVERLAPPED_UP_TO_K, where the default tiles are the big ones, two programs an SM of
+# OVERLAPPED_TILES take their place: one's epilogue runs while the other's products do. Timed on an
+# H200 (bf16 8192 x 8192 x K with bias, gelu and AUX, K 512-4096; fused_linear.py's tuning shapes
+# are 8192 x 8192 x 1024 and 8192 x 14336 x 4096): 1.06-1.17x the default tiles at K 512-1536, level
+# at 2048, 0.95-0.98x from 3072.
+OVERLAPPED_UP_TO_K = 1536
+OVERLAPPED_TILES = TMA_CANDIDATES[5]
+HEAVY_ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
 THIN_ROWS = 64      # a product of this many rows or fewer takes thin tiles (thin_config)
 TILE_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 CONFIG_KEYS = TILE_KEYS + ("programs_per_sm", "tma")
@@ -212,18 +222,24 @@ def epilogue_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activ
         from tilemm.engine import epilogue_tma_launch     # (Triton loads on first use)
         sliver = config.get("sliver")        # (row_parts': the whole tiles are those of the rows before it)
         rows = int(a.shape[0]) - (sliver["rows"] if sliver else 0)
-        tiles = tma_tiles(rows, int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()))
+        tiles = tma_tiles(rows, int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()),
+                          activation in HEAVY_ACTIVATIONS)
         return epilogue_tma_launch.arguments(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
                                              alpha, beta, tiles, wrap, sliver=sliver)
     return pointer_arguments(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config, wrap)
 
 
 @functools.lru_cache(maxsize=1024)
-def tma_tiles(m: int, n: int, k: int, given: tuple) -> dict:
+def tma_tiles(m: int, n: int, k: int, given: tuple, heavy: bool = False) -> dict:
     """The TMA program's tiles for this shape: those given (EPILOGUE_CONFIGS["16-bit TMA"] and the
-    caller's), the rest rung 10's for the shape and group_m 8 (remembered: a model asks again and
-    again). The dict is shared: read it only."""
-    return {**default_tiles(m, n, k), "group_m": 8, **dict(given)}
+    caller's), the rest rung 10's for the shape and group_m 8; where none is given, an activation
+    of many instructions (heavy) and a short K, OVERLAPPED_TILES in place of the big tiles
+    (remembered: a model asks again and again). The dict is shared: read it only."""
+    tiles = {**default_tiles(m, n, k), "group_m": 8}
+    if heavy and k <= OVERLAPPED_UP_TO_K and tiles["block_m"] * tiles["block_n"] >= 128 * 256 and not any(
+            key in dict(given) for key in TILE_KEYS):
+        tiles = dict(OVERLAPPED_TILES)
+    return {**tiles, **dict(given)}
 
 
 def takes_tma(a, b, y, aux, tma, traced: bool = False):
