@@ -8,6 +8,7 @@ it is timed; the variants are timed in interleaved rounds.
     PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --set tuning --quick
     PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --set held-out --quick
     PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --sweep --candidates 0 1 2 3   # TMA tiles
+    PYTHONPATH=src python3 benchmarks/fused_linear.py --out OUT --overlap --rounds 3 --per-round 0.1
 
 --quick: fewer and shorter rounds, and no compiled tilemm variant (each finishes in about 2
 minutes on an H200, compiles included). --sweep times the persistent TMA program's candidate
@@ -15,7 +16,10 @@ configurations (epilogue_launch.TMA_CANDIDATES, or those numbered by --candidate
 three compiles) on the tuning shapes' three products (forward with
 bias + GELU and its AUX, dX, dW: the layouts a Linear's backward gives) next to the pointer
 program's configuration and cuBLAS's mm, and prints the winner as EPILOGUE_CONFIGS' entry.
-Records: OUT/fused_linear.jsonl, each with the machine's stamp.
+--overlap times the forward (bias, each activation, AUX) at 8192 x 8192 x K in the default's
+big tiles and in the two programs an SM of epilogue_launch.OVERLAPPED_TILES (the tiles an
+activation of many instructions takes over a short K). Records: OUT/fused_linear.jsonl
+(--overlap: OUT/fused_overlap.jsonl), each with the machine's stamp.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import torch.nn.functional as F
 import tilemm
 import tilemm.nn
 from tilemm.engine import epilogue_launch
+from tilemm.numerics import epilogue_math
 from tilemm.system.timing import interleaved_rounds
 
 import harness
@@ -202,8 +207,48 @@ def sweep(args, stamp, path):
     print(f'EPILOGUE_CONFIGS["16-bit TMA"] = {configs[best]["tma_tiles"]}', flush=True)
 
 
+OVERLAP_KS = (512, 1024, 1536, 2048, 3072, 4096)
+OVERLAP_ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "relu")
+
+
+def overlap(args, stamp, path):
+    """--overlap: the forward's product with bias, each activation and AUX at 8192 x 8192 x K
+    (the tuning set's first shape's family), in the default's big tiles and in
+    epilogue_launch.OVERLAPPED_TILES (two programs an SM), interleaved, answers checked: where
+    the overlapped tiles pay (the rule's OVERLAPPED_UP_TO_K and HEAVY_ACTIVATIONS)."""
+    from tilemm.engine.tensorcore_launch import default_tiles
+    m = n = 8192
+    for k in OVERLAP_KS:
+        x, w, b, _ = operands(m, n, k)
+        z_ref = F.linear(x.float(), w.float(), b.float())
+        y, aux = torch.empty(m, n, device="cuda", dtype=x.dtype), torch.empty(m, n, device="cuda", dtype=x.dtype)
+        tiles = {"default": {**default_tiles(m, n, k), "group_m": 8}, "overlapped": epilogue_launch.OVERLAPPED_TILES}
+        for activation in OVERLAP_ACTIVATIONS:
+            want = epilogue_math.activate_torch(z_ref, activation)
+            launchers = {}
+            for label, chosen in tiles.items():
+                def launch(chosen=chosen):
+                    epilogue_launch.launch_epilogue(x, w.mT, y, aux, b, False, None, None, activation, 1.0, 0.0,
+                                                    {"tma": True, "tma_tiles": chosen})
+                y.fill_(float("nan"))
+                launch()
+                error = max(relative(y, want), relative(aux, z_ref))
+                if error > TOLERANCE:
+                    raise SystemExit(f"{label} tiles, {activation}, K = {k}: wrong ({error:.2e})")
+                launchers[label] = launch
+            med = {label: statistics.median(ts) for label, ts in
+                   interleaved_rounds(launchers, args.rounds, args.per_round).items()}
+            record = {"overlap": True, "m": m, "n": n, "k": k, "activation": activation,
+                      "default_ms": med["default"], "overlapped_ms": med["overlapped"],
+                      "overlapped_vs_default": med["default"] / med["overlapped"],
+                      "tiles": {label: dict(chosen) for label, chosen in tiles.items()}, **stamp}
+            harness.append(path, [record])
+            print(f"K = {k:5} {activation:9}: default {med['default']:.3f} ms, overlapped {med['overlapped']:.3f} ms "
+                  f"({record['overlapped_vs_default']:.3f}x)", flush=True)
+
+
 def main():
-    args = harness.arguments(set="tuning", rounds=5, per_round=0.3, prewarm=5.0, quick=False, sweep=False,
+    args = harness.arguments(set="tuning", rounds=5, per_round=0.3, prewarm=5.0, quick=False, sweep=False, overlap=False,
                              candidates=list(range(len(epilogue_launch.TMA_CANDIDATES))))
     if args.set not in SETS:
         raise SystemExit(f"--set: {', '.join(SETS)}, not {args.set!r}")
@@ -214,6 +259,8 @@ def main():
     path = args.out / "fused_linear.jsonl"
     if args.sweep:
         sweep(args, stamp, path)
+    elif args.overlap:
+        overlap(args, stamp, args.out / "fused_overlap.jsonl")
     else:
         compare(args, stamp, args.set, path)
 

@@ -51,14 +51,15 @@ TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=
 # An activation's instructions are a larger share of a tile's time the shorter K is, and the
 # program's warps that run them leave the tensor cores idle. Up to OVERLAPPED_UP_TO_K, where the
 # default tiles are the big ones, two programs an SM of OVERLAPPED_TILES take their place for the
-# activations of many instructions (HEAVY_ACTIVATIONS): one's epilogue runs while the other's
-# products do. Timed on an H200 (bf16 8192 x 8192 x K with bias, the activation and AUX, K 512-4096;
-# fused_linear.py's tuning shapes are 8192 x 8192 x 1024 and 8192 x 14336 x 4096): gelu 1.06-1.17x
-# the default tiles at K 512-1536, level at 2048, 0.95-0.98x from 3072; gelu_tanh 0.99-1.03x;
-# silu (a 2^x and a 1/x) 0.99-1.02x and relu 0.97-1.00x, which keep the default tiles.
-OVERLAPPED_UP_TO_K = 1536
+# activations of several instructions (HEAVY_ACTIVATIONS): one's epilogue runs while the other's
+# products do. Timed on an H200 (benchmarks/fused_linear.py --overlap, record
+# benchmarks/results/h200/fused_overlap.jsonl: bf16 8192 x 8192 x K with bias, the activation and
+# AUX): at K 512 and 1024 gelu 1.17x / 1.04x the default tiles, gelu_tanh 1.14x / 1.03x, silu
+# 1.09x / 1.04x, relu 1.01x / 1.00x; from 1536 on level or slower (0.94-1.02x; an earlier run gave
+# gelu 1.06x at 1536, within the runs' spread).
+OVERLAPPED_UP_TO_K = 1024
 OVERLAPPED_TILES = TMA_CANDIDATES[5]
-HEAVY_ACTIVATIONS = ("gelu", "gelu_tanh")
+HEAVY_ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
 THIN_ROWS = 64      # a product of this many rows or fewer takes thin tiles (thin_config)
 TILE_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 CONFIG_KEYS = TILE_KEYS + ("programs_per_sm", "tma")
