@@ -77,7 +77,7 @@ def activate(z, ACTIVATION: tl.constexpr):
     libdevice's erf, exp and division."""
     if ACTIVATION == 1:                                  # relu
         z = tl.where(z > 0, z, 0.0)
-    elif ACTIVATION == 2:                                # gelu, torch's default: z * Phi(z), by erf
+    elif ACTIVATION == 2:                                # gelu, torch's default: z * Phi(z)
         if z.dtype == tl.float64:
             z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
         else:

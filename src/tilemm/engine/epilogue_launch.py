@@ -234,8 +234,8 @@ def epilogue_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activ
 @functools.lru_cache(maxsize=1024)
 def tma_tiles(m: int, n: int, k: int, given: tuple, heavy: bool = False) -> dict:
     """The TMA program's tiles for this shape: those given (EPILOGUE_CONFIGS["16-bit TMA"] and the
-    caller's), the rest rung 10's for the shape and group_m 8; where none is given, an activation
-    of many instructions (heavy) and a short K, OVERLAPPED_TILES in place of the big tiles
+    caller's), the rest rung 10's for the shape and group_m 8; where no tile is given, with an
+    activation of several instructions (heavy) over a short K, OVERLAPPED_TILES in place of the big ones
     (remembered: a model asks again and again). The dict is shared: read it only."""
     tiles = {**default_tiles(m, n, k), "group_m": 8}
     if heavy and k <= OVERLAPPED_UP_TO_K and tiles["block_m"] * tiles["block_n"] >= 128 * 256 and not any(
