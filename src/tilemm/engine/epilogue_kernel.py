@@ -51,8 +51,9 @@ def reciprocal_f32(x):
 def normal_cdf_f32(z):
     """Phi(z) = erfc(-z / sqrt(2)) / 2 of float32 z, within 2e-6 of itself from z = -5 up and 2e-5
     below (the rounding of z^2 in exp's argument), where 1 + erf(z / sqrt(2)) cancels to nothing
-    (torch's float32 gelu is 0 past z = -5.9): one 2^x, one 1/x and a dozen multiply-adds, half
-    the instructions of libdevice's erf, and an epilogue's time is its instructions."""
+    (torch's float32 gelu is 0 past z = -5.9): one 2^x, one 1/x and a dozen multiply-adds; gelu
+    takes 21 instructions an element on sm_90 against 33 by libdevice's erf, and an epilogue's
+    time is its instructions."""
     # erfc(x) = t exp(-x^2 + P(t)), t = 1 / (1 + x / 2), x >= 0: Numerical Recipes' erfcc, a
     # fractional error under 1.2e-7 for every x; P's coefficients by Horner, highest power first
     x = tl.abs(z) * 0.7071067811865476
