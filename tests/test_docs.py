@@ -5,6 +5,7 @@ import importlib.util
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -121,9 +122,14 @@ def test_docs_block_runs(block, capsys, monkeypatch):
         for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
             monkeypatch.setenv(name, value)
+    # a module of its own in sys.modules, as a script's __main__ is (torch.compile imports the
+    # module of the functions it traces)
+    module = types.ModuleType("__docs__")
+    sys.modules["__docs__"] = module
     try:
-        exec(compile(block, "<docs>", "exec"), {"__name__": "__docs__"})
+        exec(compile(block, "<docs>", "exec"), module.__dict__)
     finally:
+        sys.modules.pop("__docs__", None)
         if torchrun:
             import torch.distributed as dist
             if dist.is_initialized():
