@@ -53,7 +53,7 @@ TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=
 # default tiles are the big ones, two programs an SM of OVERLAPPED_TILES take their place for the
 # activations of several instructions (HEAVY_ACTIVATIONS): one's epilogue runs while the other's
 # products do. Timed on an H200 (benchmarks/fused_linear.py --overlap, record
-# benchmarks/results/h200/fused_overlap.jsonl: bf16 8192 x 8192 x K with bias, the activation and
+# benchmarks/results/h200/fused_overlap.jsonl.gz: bf16 8192 x 8192 x K with bias, the activation and
 # AUX): at K 512 and 1024 gelu 1.17x / 1.04x the default tiles, gelu_tanh 1.14x / 1.03x, silu
 # 1.09x / 1.04x, relu 1.01x / 1.00x; from 1536 on level or slower (0.94-1.02x; an earlier run gave
 # gelu 1.06x at 1536, within the runs' spread).
