@@ -255,7 +255,7 @@ def generated_tables() -> dict:
     files["fp8_h200.md"] = fp8_table("h200/fp8_vs_scaled_mm.jsonl")
     files["int_h100.md"] = int_table("h100/int_vs_baselines.jsonl")
     files["complex_h200.md"] = complex_table("h200/complex_vs_library.jsonl.gz")
-    files["compile_times_h200.md"] = compile_times_table("h200/compile_times.jsonl")
+    files["compile_times_h200.md"] = compile_times_table("h200/compile_times.jsonl.gz")
     files["several_gpus_h200.md"] = several_gpus_table("h200/several_gpus.jsonl")
     return files
 
