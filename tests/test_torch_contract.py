@@ -15,6 +15,8 @@ from tilemm.plans import cache as plan_cache
 from tilemm.contract import torch_rules as torch_contract
 from tilemm.nn import Linear
 
+from .conftest import ON_GPU
+
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")   # (torch 2.13 deprecates torch.jit)
 
 
@@ -434,3 +436,19 @@ def test_an_out_on_another_device_is_refused_in_torchs_words(sa, sb, out_shape, 
     dot = torch_contract.out_device_refusal((3,), (3,), out_shape, "cuda:0", out_device)
     assert str(dot) == ("dot: Expected the output and input tensors to be on the same device, but got the output "
                         f"tensor on {out_device}, the 'input' tensor on cuda:0, and the 'other' tensor on cuda:0")
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if ON_GPU else []))
+@pytest.mark.parametrize("da", ["bool", "uint8", "int32", "uint16", "uint32", "uint64", "float16"])
+@pytest.mark.parametrize("sa, sb", [((2, 3, 2), (2, 2, 4)), ((2,), (3, 2, 4)), ((1, 3, 2), (4, 2, 1))])
+def test_a_stack_of_two_dtypes_gets_torch_s_error_on_each_device(device, da, sa, sb):
+    """torch's bmm picks its kernel by A's dtype before it reads B as of that dtype: A of a dtype
+    its kernels on this device do not take, B of another, gives its NotImplementedError, else its
+    dtype error; tilemm's error is torch's class with torch's words."""
+    a = torch.ones(sa, dtype=getattr(torch, da), device=device)
+    b = torch.ones(sb, dtype=torch.float64, device=device)
+    with pytest.raises(RuntimeError) as want:
+        torch.matmul(a, b)
+    with pytest.raises(RuntimeError) as got:
+        tilemm.matmul(a, b)
+    assert isinstance(got.value, type(want.value)) and str(got.value) == str(want.value)

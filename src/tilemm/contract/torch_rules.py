@@ -46,11 +46,20 @@ SCALAR_NAMES = {"float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "
                 "uint32": "UInt32", "uint64": "UInt64"}
 
 
-def refusal(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False) -> Exception | None:
+# torch's bmm picks its kernel by A's dtype before it reads B as of that dtype: A of a dtype with
+# no kernel gives NotImplementedError where B's is another. The CPU's kernels take every dtype but
+# these (measured, torch 2.13); CUDA's (ATen's cuda/Blas.cpp: AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES_AND2,
+# "baddbmm_cuda") only these. (Where both are of one, tilemm gives NumPy's answer.)
+CPU_BMM_LACKS = ("bool", "uint16", "uint32", "uint64")
+CUDA_BMM_TAKES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+
+
+def refusal(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False, device: str = "cpu") -> Exception | None:
     """The error torch.matmul raises for operands of shapes sa, sb and dtype names da, db, in the
     order torch checks (shapes before dtypes, but for two vectors), or None where it multiplies them.
     a_grad: A requires grad and there is no out (torch then folds B's stack, as it does for one
-    that is empty, or a vector times a stack of one-row matrices)."""
+    that is empty, or a vector times a stack of one-row matrices). device: the operands' ("cpu",
+    "cuda:0", ...), whose bmm kernels differ."""
     ra, rb = len(sa), len(sb)
     if ra == 0 or rb == 0:
         return TorchShapeError(f"both arguments to matmul need to be at least 1D, but they are {ra}D and {rb}D")
@@ -91,8 +100,17 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False) -> Exc
         return TorchShapeError(f"Expected size for first two dimensions of batch2 tensor to be: [{count}, {k}] but "
                                f"got: [{count}, {k2}].")
     if da != db:
-        return TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
+        mismatch = TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
+        return no_bmm_kernel(da, device) or mismatch
     return None
+
+
+def no_bmm_kernel(da: str, device: str) -> Exception | None:
+    """torch's NotImplementedError where its bmm on this device has no kernel for A's dtype, else None."""
+    if device.startswith("cuda"):
+        return None if da in CUDA_BMM_TAKES else NotImplementedError(
+            f"\"baddbmm_cuda\" not implemented for '{_scalar(da)}'")
+    return NotImplementedError(f"\"bmm\" not implemented for '{_scalar(da)}'") if da in CPU_BMM_LACKS else None
 
 
 def _folded_b(sa: tuple, sb: tuple, da: str, db: str) -> Exception | None:
@@ -212,9 +230,9 @@ def resize_out(out, shape: tuple, sa: tuple = (), sb: tuple = ()) -> None:
         out.resize_(shape)
 
 
-def check(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False) -> None:
+def check(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False, device: str = "cpu") -> None:
     """Raise torch.matmul's error for these operands (see refusal), if it has one."""
-    error = refusal(tuple(sa), tuple(sb), da, db, a_grad)
+    error = refusal(tuple(sa), tuple(sb), da, db, a_grad, device)
     if error is not None:
         raise error
 

@@ -169,7 +169,7 @@ def _checked_operands(a, b):
         raise ValueError(f"tilemm.multi: shapes {tuple(a.shape)} and {tuple(b.shape)} do not line up "
                          f"(core dimensions {a.shape[1]} and {b.shape[0]})")
     refused = both_torch and torch_rules.refusal(tuple(a.shape), tuple(b.shape), dtype_name(a.dtype),
-                                                 dtype_name(b.dtype))
+                                                 dtype_name(b.dtype), device=a.device.type)
     if refused:                 # torch tensors of two dtypes: torch's error, as tilemm.matmul gives it
         raise refused
     for name, x in (("0", a), ("1", b)):
