@@ -158,7 +158,8 @@ def test_random_calls_as_numpy(kernel, dtypes, out_dtype, kind, batches, vectors
     numpy_type, want = type(want), np.asarray(want)       # a NumPy scalar for 1-D @ 1-D
     wrap = (lambda x: torch.from_numpy(np.asarray(x))) if kind == "torch" else (lambda x: x)
     if kind == "torch" and dtypes[0] != dtypes[1]:        # torch's rule for its tensors: one dtype
-        with pytest.raises(torch_contract.TorchTypeError):
+        # (its TypeError, or torch's NotImplementedError where its bmm has no kernel for A's dtype)
+        with pytest.raises((torch_contract.TorchTypeError, NotImplementedError)):
             tilemm.matmul(wrap(a), wrap(b), kernel=kernel, out_dtype=out_dtype)
         return
     out = wrap(np.full(want.shape, 7, want.dtype)) if into_out else None

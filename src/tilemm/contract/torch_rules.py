@@ -101,6 +101,8 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False, device
                                f"got: [{count}, {k2}].")
     if da != db:
         mismatch = TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
+        if k == 0 or 0 in batch or (ra > 1 and sa[-2] == 0) or sb[-1] == 0:
+            return mismatch       # (torch's bmm returns before its kernel: the stricter refusal, tilemm's)
         return no_bmm_kernel(da, device) or mismatch
     return None
 
