@@ -18,7 +18,7 @@ bias + GELU and its AUX, dX, dW: the layouts a Linear's backward gives) next to 
 program's configuration and cuBLAS's mm, and prints the winner as EPILOGUE_CONFIGS' entry.
 --overlap times the forward (bias, each activation, AUX) at 8192 x 8192 x K in the default's
 big tiles and in the two programs an SM of epilogue_launch.OVERLAPPED_TILES (the tiles an
-activation of many instructions takes over a short K). Records: OUT/fused_linear.jsonl
+activation of several instructions takes over a short K). Records: OUT/fused_linear.jsonl
 (--overlap: OUT/fused_overlap.jsonl), each with the machine's stamp.
 """
 from __future__ import annotations

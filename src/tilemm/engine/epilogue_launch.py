@@ -237,11 +237,12 @@ def tma_tiles(m: int, n: int, k: int, given: tuple, heavy: bool = False) -> dict
     caller's), the rest rung 10's for the shape and group_m 8; where no tile is given, with an
     activation of several instructions (heavy) over a short K, OVERLAPPED_TILES in place of the big ones
     (remembered: a model asks again and again). The dict is shared: read it only."""
+    given = dict(given)
     tiles = {**default_tiles(m, n, k), "group_m": 8}
-    if heavy and k <= OVERLAPPED_UP_TO_K and tiles["block_m"] * tiles["block_n"] >= 128 * 256 and not any(
-            key in dict(given) for key in TILE_KEYS):
+    if (heavy and k <= OVERLAPPED_UP_TO_K and tiles["block_m"] * tiles["block_n"] >= 128 * 256
+            and given.keys().isdisjoint(TILE_KEYS)):
         tiles = dict(OVERLAPPED_TILES)
-    return {**tiles, **dict(given)}
+    return {**tiles, **given}
 
 
 def takes_tma(a, b, y, aux, tma, traced: bool = False):
