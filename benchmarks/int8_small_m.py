@@ -2,13 +2,15 @@
 against torch._int_mm given B as (N, K).T (its fast layout): the bar is 1.0x or better on every
 problem of the held-out set. And --tune: the small-M program's tiles for each layout.
 
-    PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|all] [--layouts col row]
+    PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR [--set fit|held-out|held-out-2|all]
+        [--layouts col row]
     PYTHONPATH=src python3 benchmarks/int8_small_m.py --out DIR --tune [--layouts row] [--then-sweep --set held-out]
         [--products int8 fp16 fp16-swap]
 
 Problems: M in --ms times (N, K) of a set: `fit`, the layers the tiles and the default's rule
 were set on (--tune times only these), and `held-out`, other layers', never looked at while
-setting them. A is (M, K) row-major; B is the weight as torch.nn.Linear keeps it, (N, K), given as
+setting them; `held-out-2`, layers of other models still, added after the split's rule
+(r11_int8_small_m.split_cost) was fit on the first two (`all`: fit and held-out). A is (M, K) row-major; B is the weight as torch.nn.Linear keeps it, (N, K), given as
 its .T ("col"), or the same values as a row-major (K, N) array ("row"). Variants, each a whole
 call as a user makes it:
 
@@ -58,7 +60,9 @@ import harness
 # (N, K) of layers: Llama-3 8B / 70B, Mistral, Qwen, Gemma
 FIT = [(3072, 8192), (14336, 4096), (2048, 2048), (28672, 8192), (3584, 18944), (8192, 6144)]
 HELD_OUT = [(5376, 3584), (4096, 4096), (4096, 14336), (11008, 4096), (5120, 5120), (1024, 4096)]
-SETS = {"fit": FIT, "held-out": HELD_OUT}
+# Phi-3, Falcon, Gemma-2, DeepSeek-V2-Lite, Qwen2.5-3B
+HELD_OUT_2 = [(9216, 3072), (4544, 4544), (18176, 4544), (14336, 3584), (10944, 2048), (2048, 11008)]
+SETS = {"fit": FIT, "held-out": HELD_OUT, "held-out-2": HELD_OUT_2}
 MS = [1, 8, 16, 32, 64, 100, 128, 200, 256]
 BAR = 1.0
 PADDED_ROWS = harness.INT_MM_PADDED_ROWS
@@ -330,8 +334,8 @@ def main():
     args = harness.arguments(set="all", layouts=["col", "row"], ms=list(MS), rounds=5, per_round=8, block=20,
                              prewarm=5.0, tune=False, tune_block=20, jobs=8, then_sweep=False,
                              products=list(small_m.PRODUCTS))
-    if args.set not in ("fit", "held-out", "all"):
-        raise SystemExit(f"--set: fit, held-out or all, not {args.set!r}")
+    if args.set not in (*SETS, "all"):
+        raise SystemExit(f"--set: {', '.join(SETS)} or all, not {args.set!r}")
     if not args.layouts or set(args.layouts) - {"col", "row"}:
         raise SystemExit(f"--layouts: col and/or row, not {args.layouts!r}")
     if not args.products or set(args.products) - set(small_m.PRODUCTS):

@@ -104,19 +104,27 @@ def test_interpreter_through_the_rung(m, runs):
     assert counts_at_zero()
 
 
-def test_runs_fill_the_sms_and_none_is_short_or_empty():
-    # M = 1, N = 3584, K = 18944: 28 tiles of 16 x 128, 74 K steps of 256: 5 runs (132 programs
-    # an SM wanted), of 15 steps (the last 14)
-    assert small_m.runs_of_k(1, 3584, 18944, H200_SMS) == 5
-    # tiles enough to fill the SMs: one run each
+def test_k_is_split_where_the_model_finds_it_pays_and_no_run_is_short_or_empty():
+    # M = 1, N = 3584, K = 18944: 28 tiles of 16 x 128, 74 K steps of 256; a hand-over costs
+    # 40 x (16 x 128 x 4 bytes) / (144 x 256 bytes a step) = 8.9 steps: 8 runs of 10 steps, one wave
+    assert small_m.runs_of_k(1, 3584, 18944, H200_SMS) == 8
+    # 17 rows: 56 tiles of 32 x 64, 148 steps of 128, a hand-over 26.7 steps: 4 runs of 37 (224
+    # programs, one wave, two an SM) against 5 runs of 30 in two waves
+    assert small_m.runs_of_k(17, 3584, 18944, H200_SMS) == 4
+    # 224 tiles and 16 steps: two runs would take two waves of 8 steps and a hand-over
     assert small_m.runs_of_k(1, 28672, 4096, H200_SMS) == 1
-    # short K: no run under LEAST_RUN steps (2048 / 256 = 8 steps: 2 runs)
-    assert small_m.runs_of_k(1, 2048, 2048, H200_SMS) == 2
-    for m, n, k in [(1, 2048, 2048), (33, 3584, 18944), (100, 8192, 6144), (7, 300, 1000), (1, 8, 8)]:
+    # 100 rows of a 4096 x 4096 weight: 64 tiles of 64 x 128, 32 steps; a hand-over of 32 KiB of
+    # sums costs 53 steps: no split (the split before, 3 runs, took 16.6 us against 12.8)
+    assert small_m.runs_of_k(100, 4096, 4096, H200_SMS) == 1
+    # the words products fill the SMs: 100 rows of 128 x 64 words tiles, 4096 x 4096: 64 tiles, 3 runs
+    assert small_m.tiles_for(100, True)[6] == "int8-words"
+    assert small_m.runs_of_k(100, 4096, 4096, H200_SMS, small_m.tiles_for(100, True)) == 3
+    for m, n, k in [(1, 2048, 2048), (33, 3584, 18944), (100, 8192, 6144), (7, 300, 1000), (1, 8, 8), (1, 64, 2**20)]:
         runs = small_m.runs_of_k(m, n, k, H200_SMS)
         steps = -(-k // small_m.tiles_for(m)[2])
         per_run = -(-steps // runs)
-        assert runs >= 1 and (runs - 1) * per_run < steps and (runs == 1 or per_run >= small_m.LEAST_RUN)
+        assert 1 <= runs <= small_m.MOST_RUNS and (runs - 1) * per_run < steps
+        assert runs == 1 or per_run >= small_m.LEAST_RUN
 
 
 def test_the_rung_takes_it_where_its_tiles_leave_sms_idle():
@@ -376,7 +384,7 @@ def test_tiles_name_a_product_and_its_chunk():
     with pytest.raises(ValueError, match="BLOCK_K must divide"):
         small_m.product_of((16, 32, 64, 1, 2, 1, "fp16"), chunk_k=1024)         # past 2^23 a sum
     assert small_m.product_of((16, 32, 64, 1, 2, 1, "fp16"), chunk_k=128) == "fp16"
-    assert small_m.runs_of_k(1, 3584, 18944, H200_SMS, (16, 128, 256, 4, 3, 1, "fp16-swap")) == 5
+    assert small_m.runs_of_k(1, 3584, 18944, H200_SMS, (16, 128, 256, 4, 3, 1, "fp16-swap")) == 8
 
 
 def test_the_benchmarks_try_only_tiles_the_program_takes():

@@ -1,13 +1,15 @@
-"""tensorcore-int at small M: int8 x int8 -> int32 in small tiles, K split to fill the GPU.
+"""tensorcore-int at small M: int8 x int8 -> int32 in small tiles, K split where that pays.
 
 Why: a few rows of activations times a layer's weight (M up to a few hundred, N and K in the
 thousands) reads the weight once and does little arithmetic on each byte: its time is the weight's
 bytes over the bandwidth the launch keeps busy. The rung's 128 x 256 tiles, a program an SM, give
 such a product a few dozen programs (M = 16, N = 3584: 14 of the H200's 132 SMs reading), and
 each walks all of K alone. Here C is cut into BLOCK_M x BLOCK_N tiles sized to M (16 rows for a
-vector), and where those tiles are fewer than the programs that fill the GPU (one or two an
-SM: TILES), each tile's K steps are split into runs, a program each, that many more programs
-reading the weight at once (split K). The runs' int32 partial sums are exact, so the order they meet in
+vector), and where those tiles are few beside K's steps, each tile's K steps are split into runs, a
+program each, that many more programs reading the weight at once (split K). How many runs is a
+measured model's (split_cost): a split shortens the steps each program walks, but its programs
+may take more waves of the SMs, and each run hands a tile of partial sums over, which cost as much
+as dozens of steps in the measurements. The runs' int32 partial sums are exact, so the order they meet in
 changes no bit: the last run of a tile adds the others' (hand_over_int, in the same launch: no
 zeroed C, no second launch). Where one run a tile fills the GPU, each program stores its tile.
 
@@ -42,9 +44,9 @@ from tilemm.engine import availability
 from tilemm.system import compat
 
 # Tiles by M: (up to this many rows, (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an
-# SM the split aims at)). B as (N, K).T: measured kernel alone over 7 layers' N x K (2048-28672):
-# one set of tiles for each M class, chosen among 5-8 tried, comes close to the best for each shape,
-# and one program an SM (what the split aims at) beat two to six but for 17-32 rows.
+# SM that the words products' split fills (runs_to_fill; the others split by split_cost))). B as
+# (N, K).T: measured kernel alone over 7 layers' N x K (2048-28672): one set of tiles for each M
+# class, chosen among 5-8 tried, comes close to the best for each shape.
 TILES = ((16, (16, 128, 256, 4, 3, 1)),
          (32, (32, 64, 128, 4, 4, 2)),
          (64, (64, 64, 128, 4, 4, 1)),
@@ -62,10 +64,14 @@ ROW_TILES = ((16, (16, 128, 64, 4, 6, 1)),
 WGMMA_ROWS = 64         # BLOCK_M from which Triton multiplies with wgmma on Hopper (a warpgroup's rows)
 ROW_MAJOR_ROWS = 256    # rows up to which a row-major B takes this program wherever its tiles fit
 LEAST_RUN = 4           # K steps a run takes at least (a run's hand-over is a tile's store and reads)
+MOST_RUNS = 8           # runs a tile is split into at most (the most the split's rule was measured at)
+SHARE_AN_SM = 2         # programs an SM the split's rule counts as running side by side (split_cost)
+HAND_OVER = 40          # a split's hand-over in K steps, a byte of partial sums a byte a step loads
 RUNG_TILE = (128, 256)  # the rung's own tiles (its Gluon and persistent programs)
 FILL = 1.0              # rung tiles per SM below which this program is the rung's choice
 PRODUCTS = ("int8", "int8-words", "int8-words-ahead", "fp16", "fp16-swap")   # a table row's seventh item
 INT8_PRODUCTS = PRODUCTS[:3]                # small_m_matmul's (the others: small_m_f16_matmul's)
+WORDS_PRODUCTS = PRODUCTS[1:3]              # a row-major B turned over in registers a word at a time
 CHUNK_K = 512           # K of a float32 sum of int8 products that stays exact: 512 x 2^14 = 2^23 < 2^24
 
 
@@ -79,12 +85,38 @@ def tiles_for(m: int, b_rows: bool = False) -> tuple:
 
 
 def runs_of_k(m: int, n: int, k: int, multiprocessors: int, tiles: tuple | None = None) -> int:
-    """Into how many runs of K steps each tile is split: enough that tiles x runs reach the
-    programs an SM that the tiles aim at, none shorter than LEAST_RUN steps, none empty."""
-    block_m, block_n, block_k, _, _, per_sm = (tiles or tiles_for(m))[:6]
+    """Into how many runs of K steps each tile is split (none shorter than LEAST_RUN steps, none
+    empty, at most MOST_RUNS): the words products as many as fill the programs an SM their tiles
+    aim at (runs_to_fill); the others the count split_cost finds cheapest."""
+    tiles = tiles or tiles_for(m)
+    block_m, block_n, block_k, _, _, per_sm = tiles[:6]
     tiles_of_c = -(-m // block_m) * -(-n // block_n)
     k_steps = -(-k // block_k)
-    wanted = max(1, min(-(-per_sm * multiprocessors // tiles_of_c), k_steps // LEAST_RUN))
+    if product_of(tiles) in WORDS_PRODUCTS:
+        return runs_to_fill(tiles_of_c, k_steps, per_sm * multiprocessors)
+    most = max(1, min(MOST_RUNS, k_steps // LEAST_RUN))
+    counts = sorted({-(-k_steps // -(-k_steps // wanted)) for wanted in range(1, most + 1)})   # (no empty run)
+    return min(counts, key=lambda runs: split_cost(runs, tiles_of_c, k_steps, multiprocessors, tiles))
+
+
+def split_cost(runs: int, tiles_of_c: int, k_steps: int, multiprocessors: int, tiles: tuple) -> float:
+    """A launch's time in K steps of one program, as a model: the steps a run walks, times the
+    waves its programs take, SHARE_AN_SM an SM at a time (two programs of these tiles on an SM
+    took as long as one: both wait on memory); and where K is split, the hand-over of a tile's
+    partial sums (written, then read by the last run: HAND_OVER steps for each byte of them per
+    byte a step loads). Measured (benchmarks: the program at 1-8 runs, kernel alone, H200), the
+    rule came within 3-4% of the best count on the layers it was fit on and two held-out sets,
+    where filling the SMs was 7-14% behind: a split only pays where K is long beside the tiles."""
+    block_m, block_n, block_k = tiles[:3]
+    per_run = -(-k_steps // runs)
+    waves = -(-tiles_of_c * runs // (SHARE_AN_SM * multiprocessors))
+    hand_over = HAND_OVER * block_m * block_n * 4 / ((block_m + block_n) * block_k) if runs > 1 else 0
+    return per_run * waves + hand_over
+
+
+def runs_to_fill(tiles_of_c: int, k_steps: int, programs: int) -> int:
+    """Enough runs that the tiles' programs reach `programs`, none shorter than LEAST_RUN steps."""
+    wanted = max(1, min(-(-programs // tiles_of_c), k_steps // LEAST_RUN))
     per_run = -(-k_steps // wanted)
     return -(-k_steps // per_run)
 
