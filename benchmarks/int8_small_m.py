@@ -19,7 +19,8 @@ call as a user makes it:
   M rows): the padding counted;
 - _int_mm-row: the same given B row-major, for information (cuBLAS reads it slowly);
 - col, row: tilemm.matmul(a, b, out_dtype="int32") given B in that layout (the default, its plan
-  cached after the first call).
+  cached after the first call); with --rung also col-rung, row-rung: the same naming
+  kernel="tensorcore-int" (where the default takes the library, the rung's own call).
 
 Every answer, the anchor's too (so each equals the anchor's), is checked exactly against a float64
 product on the GPU (exact: |sums| <= K * 2^14 < 2^53) before anything is timed; a wrong one is
@@ -114,13 +115,16 @@ def activations(m: int, n: int, k: int):
     return torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=gen)
 
 
-def variants(a, bs: dict, layouts: list) -> dict:
-    """label -> a whole call giving A @ B in int32."""
+def variants(a, bs: dict, layouts: list, rung: bool = False) -> dict:
+    """label -> a whole call giving A @ B in int32 (rung: also `<layout>-rung`, tensorcore-int named)."""
     calls = {"_int_mm": harness.int_mm_call(a, bs["col"])}
     if "row" in layouts:
         calls["_int_mm-row"] = harness.int_mm_call(a, bs["row"])
     for layout in layouts:
         calls[layout] = (lambda b: lambda: tilemm.matmul(a, b, out_dtype="int32"))(bs[layout])
+        if rung:
+            calls[f"{layout}-rung"] = (lambda b: lambda: tilemm.matmul(a, b, out_dtype="int32",
+                                                                      kernel="tensorcore-int"))(bs[layout])
     return calls
 
 
@@ -154,7 +158,7 @@ def program(a, b) -> str:
 def problem(set_name, m, n, k, bs, b64, args, stamp) -> dict:
     a = activations(m, n, k)
     reference = a.double() @ b64
-    calls, wrong, failed = variants(a, bs, args.layouts), [], {}
+    calls, wrong, failed = variants(a, bs, args.layouts, args.rung), [], {}
     for label, call in calls.items():          # every answer checked (and compiled) before any timing
         try:
             if not exact(call(), reference):
@@ -332,7 +336,7 @@ def tune(args, stamp) -> dict:
 
 def main():
     args = harness.arguments(set="all", layouts=["col", "row"], ms=list(MS), rounds=5, per_round=8, block=20,
-                             prewarm=5.0, tune=False, tune_block=20, jobs=8, then_sweep=False,
+                             prewarm=5.0, tune=False, tune_block=20, jobs=8, then_sweep=False, rung=False,
                              products=list(small_m.PRODUCTS))
     if args.set not in (*SETS, "all"):
         raise SystemExit(f"--set: {', '.join(SETS)} or all, not {args.set!r}")

@@ -1,8 +1,7 @@
-"""int8 x int8 -> int32 through torch._int_mm (tilemm.ladder.int_mm) in the library rung, and the
-default's rule for it (tilemm.choose.by_shape.int8_library_wins): the rule as a pure function of the sizes
-and the SM count; the default takes the library only on a GPU, in _int_mm's fast layout, where
-_int_mm takes the sizes, and nothing changes for other dtypes; the library's products are exact
-(on the CPU through torch's own _int_mm, which takes the same sizes)."""
+"""int8 x int8 -> int32 through torch._int_mm (tilemm.ladder.int_mm) in the library rung: the default
+keeps tensorcore-int for int8 products into int32 in every layout (its small-M program's kernel
+and call measured no slower than the library's), and nothing changes for other dtypes; the
+library's products are exact (on the CPU through torch's own _int_mm, which takes the same sizes)."""
 import dataclasses
 
 import pytest
@@ -16,21 +15,6 @@ from tilemm.ladder import int_mm
 torch = pytest.importorskip("torch")
 
 H200_SMS = 132
-
-
-@pytest.mark.parametrize("m, n, k, sms, expected", [
-    (1, 3584, 18944, H200_SMS, False),          # up to 16 rows: the rung's small-M program, any weight
-    (16, 2048, 2048, H200_SMS, False),
-    (17, 2048, 2048, H200_SMS, True),           # from 17 rows on a weight of 8 MiB or less: the library
-    (512, 2048, 2048, H200_SMS, True),
-    (512, 1024, 8192, H200_SMS, True),
-    (768, 2048, 2048, H200_SMS, False),         # ... up to 512 rows
-    (17, 2048, 4104, H200_SMS, False),          # a larger weight: the rung
-    (64, 28672, 4096, H200_SMS, False),
-    (256, 4096, 2048, 16, False),               # the rung's own tiles fill a GPU of 16 SMs
-])
-def test_the_rule_is_a_function_of_the_sizes_and_the_sms(m, n, k, sms, expected):
-    assert choice.int8_library_wins(m, n, k, sms) is expected
 
 
 @pytest.fixture
@@ -49,25 +33,26 @@ def hopper_with_library(monkeypatch):
 def test_no_cuda_no_library(hopper_with_library):
     """Here torch has no CUDA: _int_mm can't run, and the default keeps tensorcore-int."""
     assert int_mm.why_not(64, 4096, 4096) is not None
-    assert dispatch.default_kernel("cuda:0", "int32", 64, 4096, 4096, "int8", k_major=True).name == "tensorcore-int"
+    assert dispatch.default_kernel("cuda:0", "int32", 64, 4096, 4096, "int8").name == "tensorcore-int"
 
 
-def test_the_default_takes_the_library_where_the_rule_says(hopper_with_library, monkeypatch):
+def test_the_default_keeps_the_rung_for_int8_into_int32(hopper_with_library, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
 
-    def default(m, n, k, result="int32", operands="int8", k_major=True, stacked=False):
-        return dispatch.default_kernel("cuda:0", result, m, n, k, operands, stacked=stacked, k_major=k_major).name
-    assert default(64, 2048, 2048) == "cublas"
+    def default(m, n, k, result="int32", operands="int8", stacked=False, b_rows=False):
+        return dispatch.default_kernel("cuda:0", result, m, n, k, operands, stacked=stacked, b_rows=b_rows).name
+    for m in (17, 64, 512):
+        assert default(m, 2048, 2048) == "tensorcore-int"              # a small weight too
     assert default(1, 3584, 18944) == "tensorcore-int"
     assert default(100, 28672, 4096) == "tensorcore-int"
     assert default(1, 2048, 2048) == "tensorcore-int"
-    assert default(64, 2048, 2048, k_major=False) == "tensorcore-int"       # a copy of B would be needed
-    assert default(64, 2040, 2048) == "cublas"
+    assert default(64, 2048, 2048, b_rows=True) == "tensorcore-int"
+    assert default(64, 2040, 2048) == "tensorcore-int"
     assert default(64, 2044, 2048) == "tensorcore-int"                      # N not a multiple of 8
     assert default(64, 2048, 2044) == "tensorcore-int"                      # nor K
-    assert default(64, 2048, 2048, result="int64") == default(64, 2048, 2048, result="int64", k_major=False)
+    assert default(64, 2048, 2048, result="int64") == "tensorcore-int"
     assert default(64, 2048, 2048, result="int8") == "tensorcore-int"       # int8 results keep the rung
-    assert default(64, 2048, 2048, operands="int16") == default(64, 2048, 2048, operands="int16", k_major=False)
+    assert default(64, 2048, 2048, operands="int16") == "tensorcore-int"
     assert default(4096, 4096, 4096, stacked=True) == "tensorcore-int"      # a stack: the rule for stacks
     monkeypatch.setitem(kernel_record.LADDER, "cublas", dataclasses.replace(
         registry.get("cublas"), limits=lambda problem: "no CuPy"))
@@ -78,7 +63,7 @@ def test_the_default_takes_the_library_where_the_rule_says(hopper_with_library, 
 def test_other_dtypes_choose_as_before(hopper_with_library, monkeypatch, dtype):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for shape in [(64, 4096, 4096), (1, 3584, 18944), (6175, 3136, 3462)]:
-        assert (dispatch.default_kernel("cuda:0", dtype, *shape, dtype, k_major=True).name
+        assert (dispatch.default_kernel("cuda:0", dtype, *shape, dtype, b_rows=True).name
                 == dispatch.default_kernel("cuda:0", dtype, *shape, dtype).name)
 
 
@@ -89,18 +74,17 @@ def test_host_operands_keep_their_kernels():
     checked = tilemm.plan(a, b, out_dtype="int32")
     assert checked.kernel.name in ("numpy", "cpu-tiled") and checked.fast is None
     # (numpy, or cpu-tiled once this process has compiled it: the host's rule, not int8's)
-    assert (dispatch.default_kernel("cpu", "int32", 64, 96, 256, "int8", k_major=True).name
+    assert (dispatch.default_kernel("cpu", "int32", 64, 96, 256, "int8", b_rows=True).name
             == dispatch.default_kernel("cpu", "int32", 64, 96, 256).name)
 
 
 def test_k_major_is_rows_of_a_and_columns_of_b():
     a = torch.empty(40, 64, dtype=torch.int8)
     bt = torch.empty(48, 64, dtype=torch.int8)
-    assert dispatch.k_major(a, bt.T)
-    assert not dispatch.k_major(a, bt.T.contiguous())                    # B row-major
-    assert not dispatch.k_major(a.T.contiguous().T, bt.T)                # A column-major
-    assert not dispatch.k_major(torch.empty(40, 68, dtype=torch.int8)[:, :64], bt.T)   # rows of 68: not whole 8s
-    assert not dispatch.k_major(torch.empty(64, dtype=torch.int8), bt.T)              # a vector
+    assert int_mm.k_major(a, bt.T)
+    assert not int_mm.k_major(a, bt.T.contiguous())                    # B row-major
+    assert not int_mm.k_major(a.T.contiguous().T, bt.T)                # A column-major
+    assert not int_mm.k_major(torch.empty(40, 68, dtype=torch.int8)[:, :64], bt.T)   # rows of 68: not whole 8s
 
 
 def test_takes_only_int8_cuda_matrices_into_int32(monkeypatch):

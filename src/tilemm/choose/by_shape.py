@@ -92,33 +92,6 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# int8 -> int32 on torch tensors: tensorcore-int against the library rung (torch._int_mm), both whole
-# tilemm calls (H200, CUDA events, the GPU idle before each call; benchmarks/int8_small_m.py --set
-# fit: 7 layers' N x K, 2048-28672, M 1-1024, B given as (N, K).T; record
-# benchmarks/results/h200/int8_small_m.jsonl.gz). Where its 128 x 256 tiles would leave SMs idle the
-# rung runs its small-M program (r11_int8_small_m: small tiles, K split to fill the GPU), which
-# keeps more of the weight's reads in flight than _int_mm:
-# - up to 16 rows (A padded to 17 for _int_mm) it won every shape;
-# - from 17 rows on weights of 8 MiB or less (2048 x 2048) the call is bound by its CPU time,
-#   where _int_mm's own call is the cheapest: there the library's lost least (the rung's tiles of
-#   64 rows read the weight twice from 100 rows), up to 512 rows (from 768 the rung won);
-# - on larger weights from 17 to 128 rows neither side won everywhere (the library's call costs
-#   only tilemm's Python more than _int_mm's), and from 200 rows the rung won.
-INT8_SMALL_WEIGHT = 2**23       # N x K (bytes of the weight) up to which the call is bound by its CPU time
-INT8_LIBRARY_ROWS = (17, 512)   # rows where the library took those (from 17: _int_mm needs no padding)
-
-
-def int8_library_wins(m: int, n: int, k: int, multiprocessors: int) -> bool:
-    """Whether an int8 x int8 -> int32 product of M x N x K on torch CUDA tensors takes the library
-    (torch._int_mm) rather than tensorcore-int, on a GPU of this many SMs: where the rung would
-    run its small-M program (its own tiles fewer than the SMs) on a small weight, from 17 rows to
-    512 (see the figures above)."""
-    if not (INT8_LIBRARY_ROWS[0] <= m <= INT8_LIBRARY_ROWS[1] and n * k <= INT8_SMALL_WEIGHT):
-        return False
-    from tilemm.ladder import registry                          # (the rung's condition, not a copy of it)
-    return registry.get("tensorcore-int").prefers("int8", m, n, k, multiprocessors, None)
-
-
 def measured(records: list[dict], rung: str = "tensorcore") -> frozenset:
     """The shape classes benchmark records measured `rung` on (how MEASURED_CLASSES is made)."""
     return frozenset(record_class(r) for r in records

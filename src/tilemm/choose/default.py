@@ -45,8 +45,8 @@ SERVED_BEFORE_TRITON: set = set()
 
 
 def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: str | None = None,
-                    lds: tuple | None = None, stacked: bool = False, k_major: bool = False,
-                    b_rows: bool = False, first_call: bool = True) -> registry.Kernel:
+                    lds: tuple | None = None, stacked: bool = False, b_rows: bool = False,
+                    first_call: bool = True) -> registry.Kernel:
     """Host arrays: NumPy, or cpu-tiled for integer products past HOST_INTEGER_TILED_FROM (or
     HOST_INTEGER_TILED_WHEN_COMPILED_FROM where this process has compiled it). Device arrays: the rung
     tilemm.choose.by_shape lists for this shape class (lds: the operands' leading dimensions) on this GPU,
@@ -55,10 +55,9 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
     matrices of STACK_PER_MATRIX_FROM multiply-adds and more. Integer results up to
     LIBRARY_BEFORE_TRITON_UP_TO multiply-adds in a process that has not loaded Triton: the library
     where it can (library_before_triton). Complex results: tensorcore-complex
-    where its record's prefers() measured it faster, else the library. int8 torch matrices in
-    _int_mm's fast layout (k_major) into int32: the library where int8_library_wins says; with B
-    row-major (b_rows: its rows contiguous), tensorcore-int wherever its small-M program takes the
-    sizes (int8_rows_take_the_rung)."""
+    where its record's prefers() measured it faster, else the library. int8 torch matrices into
+    int32 with B row-major (b_rows: its rows contiguous): tensorcore-int wherever its small-M
+    program takes the sizes (int8_rows_take_the_rung)."""
     if device != "cpu":
         if is_complex(result):        # the complex rung's own rule (the library where it has not measured faster)
             gpu = machine.gpu()
@@ -70,8 +69,6 @@ def default_kernel(device: str, result: str, m: int, n: int, k: int, operands: s
         if stacked and m * n * k < STACK_PER_MATRIX_FROM:
             preferred = "cublas"
         elif first_call and library_before_triton(result, m, n, k):
-            preferred = "cublas"
-        elif preferred == "tensorcore-int" and not stacked and k_major and int8_library_wins(result, m, n, k, operands):
             preferred = "cublas"
         elif not stacked and b_rows and int8_rows_take_the_rung(result, m, n, k, operands):
             preferred = "tensorcore-int"
@@ -145,12 +142,6 @@ def leading_dim(x, cols: int) -> int:
     return strides[-1] if strides[-2] == 1 else cols
 
 
-def k_major(a, b) -> bool:
-    """Whether torch matrices a and b are in torch._int_mm's fast layout: A's rows and B's columns
-    contiguous (the library rung's int8_gemm.k_major)."""
-    return len(a.shape) >= 2 and len(b.shape) >= 2 and registry.get("cublas").int8_gemm.k_major(a, b)
-
-
 def b_rows(a, b) -> bool:
     """Whether torch matrices a and b have A's rows and B's rows contiguous (B row-major, (K, N)):
     tensorcore-int's small-M program reads such a B as it lies (its b_rows)."""
@@ -168,16 +159,3 @@ def int8_rows_take_the_rung(result: str, m: int, n: int, k: int, operands: str |
     gpu = machine.gpu()
     return gpu is not None and registry.get("tensorcore-int").prefers("int8", m, n, k, gpu.sms, gpu.compute_capability,
                                                                  b_rows=True)
-
-
-def int8_library_wins(result: str, m: int, n: int, k: int, operands: str | None) -> bool:
-    """Whether an int8 product into int32 on this GPU takes the library (torch._int_mm) rather than
-    tensorcore-int: choice.int8_library_wins for its SMs, where _int_mm takes the sizes and the
-    library rung runs here."""
-    if operands != "int8" or result != "int32":
-        return False
-    gpu = machine.gpu()
-    if gpu is None or not choice.int8_library_wins(m, n, k, gpu.sms):
-        return False
-    library = registry.get("cublas")
-    return library.int8_gemm.why_not(m, n, k) is None and library.why_not(Problem(m, n, k, "int32"), {}) is None

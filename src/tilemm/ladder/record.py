@@ -120,7 +120,7 @@ class Kernel:
         tensors shaped as a and b, for a plan's repeated calls, or None where it has none.
     int8_gemm : module or None
         The rung's int8 x int8 -> int32 GEMM (`tilemm.ladder.int_mm`): ``why_not(m, n, k)``,
-        ``k_major(a, b)`` (its fast layout); the default weighs it against tensorcore-int.
+        ``k_major(a, b)`` (its fast layout).
     prefers : callable or None
         ``prefers(dtype, m, n, k, sms, capability)``: the rung's own rule for whether the default
         takes it for this product on a GPU of this many SMs and this compute capability (None:

@@ -110,8 +110,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         first, stacked = (result, m, n, k) not in dispatch.SERVED_BEFORE_TRITON, math.prod(batch) > 1
         chosen = dispatch.default_kernel(da.device, result, m, n, k, da.dtype if da.dtype == db.dtype else None,
                                          dispatch.leading_dims(a, b, k, n) if da.device != "cpu" else None,
-                                         stacked, da.kind == "torch" and dispatch.k_major(a, b),
-                                         da.kind == "torch" and dispatch.b_rows(a, b), first)
+                                         stacked, da.kind == "torch" and dispatch.b_rows(a, b), first)
         once = first and chosen.name == "cublas" and dispatch.library_for_first_call_only(result, m, n, k, stacked)
     resolved = chosen.resolve(params)
     compute = chosen.compute_dtype(result)
