@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tilemm
-from tilemm.products.grouped import slices
+from tilemm.products.grouped_host import slices
 from tilemm.products.grouped_checks import layout
 from tilemm.ladder.tensorcore import r15_grouped_kernel
 
@@ -29,7 +29,7 @@ def operand(shape, dtype, seed):
 
 
 def reference(a, b, cut, counted=False):
-    """The groups' products in float64 (int64), by plain slicing (tilemm.products.grouped.slices)."""
+    """The groups' products in float64 (int64), by plain slicing (tilemm.products.grouped_host.slices)."""
     lay = layout(a, b, None if counted else cut, cut if counted else None, None)
     wide = torch.int64 if a.dtype == torch.int8 else torch.float64
     ref = torch.zeros(lay.shape, dtype=wide)

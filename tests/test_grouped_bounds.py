@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tilemm
-from tilemm.products.grouped import slices
+from tilemm.products.grouped_host import slices
 from tilemm.products.grouped_checks import layout
 from tilemm.ladder.tensorcore import r15_grouped_kernel, r15_grouped_tma_kernel
 

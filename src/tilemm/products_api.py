@@ -175,7 +175,8 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
         Sums are float32 (int32 for int8), rounded once.
     out: an array of the result's shape and dtype, on the operands' device, to write into.
     params: the rung's parameters (block_m, block_n, block_k, group_m, num_warps, num_stages,
-        programs: see ``tilemm.kernel("tensorcore-grouped")``); GPU operands only.
+        programs: see ``tilemm.kernel("tensorcore-grouped")``); GPU operands only (NumPy arrays
+        and torch CPU tensors run a loop of products on the host).
 
     Rows (or columns) that no group covers, past offs[-1] or past a group's count, are not written:
     in a new result they are 0 (offs on a GPU: unspecified, as torch's). Gradients flow for torch

@@ -1,6 +1,7 @@
 """tilemm.grouped_matmul's products: many matrix products in one call, the grouped GEMM of a
 mixture of experts, with torch._grouped_mm's arguments; on the `tensorcore-grouped` rung for torch
-and CuPy arrays on a GPU, a loop of products on the host for NumPy's. Gradients are
+and CuPy arrays on a GPU, a loop of products on the host for NumPy's and for torch CPU tensors
+(tilemm.products.grouped_host; under Triton's interpreter CPU tensors run the rung). Gradients are
 tilemm.torch.grouped_autograd's, where the public function (tilemm.products_api) sends them; a
 repeated call on torch tensors starts from its key's plan (torch_plan's, kept by
 tilemm.products.grouped_calls), this path being its first call's."""
@@ -9,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from tilemm.numerics import arrays
-from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_M, SPLIT_K, check_scales, check_values, layout
+from tilemm.products.grouped_checks import check_scales, check_values, layout
+from tilemm.products import grouped_host
 from tilemm.products.grouped_launch import as_array, host_values, resolve, run
 from tilemm.numerics.dtypes import torch_dtype_name
 
@@ -118,28 +120,6 @@ def host_grouped(a, b, offs, counts, out_dtype, out):
         raise ValueError(f"grouped_matmul: out must be a NumPy array {lay.shape} of {lay.dtype}")
     if out is not None and not out.flags.writeable:     # (NumPy's error at the first group's write)
         raise ValueError("grouped_matmul: out is read-only")
-    wide = np.int64 if lay.dtype == "int32" else np.float32
     c = np.zeros(lay.shape, lay.dtype) if out is None else out
-    for g, (rows, a_g, b_g, c_at) in enumerate(slices(a, b, values, lay)):
-        c[c_at] = (a_g[rows].astype(wide) @ b_g.astype(wide)).astype(lay.dtype)
+    grouped_host.numpy_products(a, b, c, values, lay)
     return c
-
-
-def slices(a, b, values, lay):
-    """(rows of A_g, A_g, B_g, where C_g lies in C) for each group: the layouts' meaning, written
-    as plain slicing (the host loop, and the reference the program is tested against)."""
-    start = 0
-    for g in range(lay.groups):
-        end = values[g] if values is not None else 0
-        everything = slice(None)
-        if lay.split == BATCHED:
-            yield everything, a[g], b[g], g
-        elif lay.split == COUNTED_M:
-            yield slice(0, end), a[g], b[g], (g, slice(0, end))
-        elif lay.split == SPLIT_M:
-            yield slice(start, end), a, b[g], slice(start, end)
-        elif lay.split == SPLIT_K:
-            yield everything, a[:, start:end], b[start:end], g
-        else:
-            yield everything, a[g], b[:, start:end], (everything, slice(start, end))
-        start = end if lay.split != COUNTED_M else 0

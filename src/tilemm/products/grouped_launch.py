@@ -12,6 +12,7 @@ import numpy as np
 
 from tilemm.numerics import arrays
 from tilemm.system import compat
+from tilemm.products import grouped_host
 from tilemm.products.grouped_checks import COUNTED_M, SPLIT_M, SPLIT_N, Layout, check_values
 from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
@@ -56,7 +57,7 @@ class GroupedPlan(NamedTuple):
     """What a call's checks resolve from what its key holds (kinds, dtypes, shapes, strides,
     devices, parameters), none of it from the operands' memory or values: a repeated call of the
     key (tilemm.products.grouped_calls) starts from it."""
-    rung: object              # the `tensorcore-grouped` rung's module (launch, bound_launch)
+    rung: object              # the `tensorcore-grouped` rung's module (launch, bound_launch); None: the host's loop
     lay: Layout
     config: dict              # the rung's parameters, `programs` apart (read only)
     programs: int             # the persistent grid (0: nothing to launch)
@@ -76,15 +77,17 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
     its key alone (a ValueError, TypeError or KernelUnavailable naming the problem)."""
     import torch
     from tilemm.engine import availability
+    if a.device.type == "cpu" and not compat.triton_interpreter():
+        return host_plan(a, cut, lay, out, params, zero_uncovered, scales)
     r15_grouped = registry.program("tensorcore-grouped")
     config = r15_grouped.KERNEL.resolve(params)
     reason = availability.available()
     if reason:
         raise KernelUnavailable(f"grouped_matmul {reason.partition(', or a CPU rung')[0]}")
-    if compat.triton_interpreter() != (a.device.type == "cpu"):
+    if a.device.type != ("cpu" if compat.triton_interpreter() else "cuda"):
         raise ValueError(f"grouped_matmul: the operands are on {a.device}; "
                          + ("under TRITON_INTERPRET=1 they must be CPU tensors" if compat.triton_interpreter()
-                            else "NumPy arrays are multiplied on the host, torch tensors on a CUDA GPU"))
+                            else "torch tensors are multiplied on a CUDA GPU or on the host"))
     if cut is not None:
         cut = as_array(cut)
         if not on_host(cut) and not (isinstance(cut, torch.Tensor) and cut.device == a.device):
@@ -112,6 +115,22 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
     tiles = tiles_bound(a, b, lay, config["block_m"], config["block_n"])
     programs = r15_grouped.programs_for(tiles, config.pop("programs"))
     return GroupedPlan(r15_grouped, lay, config, programs, dtype, zero_uncovered)
+
+
+def host_plan(a, cut, lay, out, params, zero_uncovered: bool, scales) -> GroupedPlan:
+    """The GroupedPlan of a call on torch CPU tensors outside Triton's interpreter: a loop of
+    products on the host (grouped_host.torch_products; rung None), its checks first."""
+    import torch
+    if params:
+        raise TypeError(f"grouped_matmul: parameter(s) {', '.join(sorted(params))} are the GPU program's; CPU "
+                        "tensors are multiplied on the host")
+    if scales is not None:
+        raise TypeError("grouped_matmul: float8 operands with block scales are multiplied on a CUDA GPU")
+    if cut is not None and not on_host(as_array(cut)):
+        raise ValueError(f"grouped_matmul: offs or counts on {cut.device}; put them on the operands' device "
+                         f"({a.device}) or the host")
+    check_out(out, lay, a.device)
+    return GroupedPlan(None, lay, {}, 0, getattr(torch, lay.dtype), zero_uncovered)
 
 
 def check_out(out, lay: Layout, device) -> None:
@@ -143,10 +162,13 @@ def fitted_to_shared_memory(r15_grouped, config: dict, params: dict, itemsize: i
 
 def run(plan: GroupedPlan, a, b, cut, out, scales=None):
     """C of a call of plan: its offsets or counts made ready (cut_ready), out or a new result
-    (new_result), and the launch."""
+    (new_result), and the launch (a plan of the host, rung None: the host's loop)."""
     cut, values = cut_ready(plan, a, cut)
     c = out if out is not None else new_result(plan, a, values)
-    launch(plan, a, b, c, cut, scales)
+    if plan.rung is None:
+        grouped_host.torch_products(a, b, c, values, plan.lay)
+    else:
+        launch(plan, a, b, c, cut, scales)
     return c
 
 
