@@ -104,9 +104,11 @@ def split_cost(runs: int, tiles_of_c: int, k_steps: int, multiprocessors: int, t
     waves its programs take, SHARE_AN_SM an SM at a time (two programs of these tiles on an SM
     took as long as one: both wait on memory); and where K is split, the hand-over of a tile's
     partial sums (written, then read by the last run: HAND_OVER steps for each byte of them per
-    byte a step loads). Measured (benchmarks: the program at 1-8 runs, kernel alone, H200), the
-    rule came within 3-4% of the best count on the layers it was fit on and two held-out sets,
-    where filling the SMs was 7-14% behind: a split only pays where K is long beside the tiles."""
+    byte a step loads: (BLOCK_M + BLOCK_N) x BLOCK_K). Kernels alone at every count of 1-8 runs
+    (H200, benchmarks/results/h200/int8_split_runs.jsonl.gz, B as (N, K).T), the rule's count took
+    1.035x / 1.076x / 1.031x the best count's time (geomean: the layers it was fit on, then two
+    held-out sets), filling the SMs 1.077x / 1.217x / 1.114x: a split pays where K is long beside
+    the tiles."""
     block_m, block_n, block_k = tiles[:3]
     per_run = -(-k_steps // runs)
     waves = -(-tiles_of_c * runs // (SHARE_AN_SM * multiprocessors))
