@@ -116,6 +116,10 @@ def test_k_is_split_where_the_model_finds_it_pays_and_no_run_is_short_or_empty()
     # 100 rows of a 4096 x 4096 weight: 64 tiles of 64 x 128, 32 steps; a hand-over of 32 KiB of
     # sums costs 53 steps: no split (the split before, 3 runs, took 16.6 us against 12.8)
     assert small_m.runs_of_k(100, 4096, 4096, H200_SMS) == 1
+    # 768 rows of 3072 x 8192: 288 tiles, 64 steps, a second wave of 24 tiles; 8 runs would take 9
+    # waves, each program with its hand-over (the model before, which counted one hand-over a
+    # launch, took 8 runs: 158 us against 64)
+    assert small_m.runs_of_k(768, 3072, 8192, H200_SMS) == 1
     # the words products fill the SMs: 100 rows of 128 x 64 words tiles, 4096 x 4096: 64 tiles, 3 runs
     assert small_m.tiles_for(100, True)[6] == "int8-words"
     assert small_m.runs_of_k(100, 4096, 4096, H200_SMS, small_m.tiles_for(100, True)) == 3

@@ -100,20 +100,20 @@ def runs_of_k(m: int, n: int, k: int, multiprocessors: int, tiles: tuple | None 
 
 
 def split_cost(runs: int, tiles_of_c: int, k_steps: int, multiprocessors: int, tiles: tuple) -> float:
-    """A launch's time in K steps of one program, as a model: the steps a run walks, times the
-    waves its programs take, SHARE_AN_SM an SM at a time (two programs of these tiles on an SM
-    took as long as one: both wait on memory); and where K is split, the hand-over of a tile's
-    partial sums (written, then read by the last run: HAND_OVER steps for each byte of them per
-    byte a step loads: (BLOCK_M + BLOCK_N) x BLOCK_K). Kernels alone at every count of 1-8 runs
-    (H200, benchmarks/results/h200/int8_split_runs.jsonl.gz, B as (N, K).T), the rule's count took
-    1.035x / 1.076x / 1.031x the best count's time (geomean: the layers it was fit on, then two
-    held-out sets), filling the SMs 1.077x / 1.217x / 1.114x: a split pays where K is long beside
-    the tiles."""
+    """A launch's time in K steps of one program, as a model: the waves its programs take,
+    SHARE_AN_SM an SM at a time (two programs of these tiles on an SM took as long as one: both
+    wait on memory), times what each program does: the steps of its run and, where K is split,
+    the hand-over of its tile's partial sums (written, then read by the last run: HAND_OVER steps
+    for each byte of them per byte a step loads: (BLOCK_M + BLOCK_N) x BLOCK_K). Kernels alone at
+    every count of 1-8 runs (H200, benchmarks/results/h200/int8_split_runs.jsonl.gz, B as
+    (N, K).T), the rule's count took 1.02-1.06x the best count's time (geomean over the layers it
+    was fit on, then two other sets), filling the SMs 1.08-1.22x: a split pays where K is long
+    beside the tiles."""
     block_m, block_n, block_k = tiles[:3]
     per_run = -(-k_steps // runs)
     waves = -(-tiles_of_c * runs // (SHARE_AN_SM * multiprocessors))
     hand_over = HAND_OVER * block_m * block_n * 4 / ((block_m + block_n) * block_k) if runs > 1 else 0
-    return per_run * waves + hand_over
+    return waves * (per_run + hand_over)
 
 
 def runs_to_fill(tiles_of_c: int, k_steps: int, programs: int) -> int:
