@@ -106,8 +106,8 @@ def split_cost(runs: int, tiles_of_c: int, k_steps: int, multiprocessors: int, t
     the hand-over of its tile's partial sums (written, then read by the last run: HAND_OVER steps
     for each byte of them per byte a step loads: (BLOCK_M + BLOCK_N) x BLOCK_K). Kernels alone at
     every count of 1-8 runs (H200, benchmarks/results/h200/int8_split_runs.jsonl.gz, B as
-    (N, K).T), the rule's count took 1.02-1.06x the best count's time (geomean over the layers it
-    was fit on, then two other sets), filling the SMs 1.08-1.22x: a split pays where K is long
+    (N, K).T), the rule's count took 1.02-1.04x the best count's time (geomean over the layers it
+    was fit on, then two other sets), filling the SMs 1.08-1.13x: a split pays where K is long
     beside the tiles."""
     block_m, block_n, block_k = tiles[:3]
     per_run = -(-k_steps // runs)
