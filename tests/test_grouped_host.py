@@ -1,6 +1,6 @@
 """tilemm.grouped_matmul on torch CPU tensors outside Triton's interpreter (a CPU-only user, or CPU
-tensors on a GPU machine): a loop of products on the host, in every layout, against float64; its
-gradients; a repeated call; and what it refuses."""
+tensors on a GPU machine): a loop of products on the host, in every layout, against float64 and
+against torch._grouped_mm on the CPU; its gradients; a repeated call; and what it refuses."""
 import pytest
 import torch
 
@@ -57,3 +57,27 @@ def test_the_host_refuses_the_gpu_program_s_parameters_and_block_scales():
         tilemm.grouped_matmul(a, b, offs, block_m=64)
     with pytest.raises(ValueError, match="sorted|offs"):
         tilemm.grouped_matmul(a, b, torch.tensor([3, 1], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_host_gives_torch_s_grouped_mm(seed):
+    """Against torch._grouped_mm on the CPU (where torch has it): random groups, empty ones
+    included, weights (G, K, N) or (G, N, K) transposed, bf16 and float32."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(0, 12, (1 + seed % 5,), generator=g)
+    offs = sizes.cumsum(0).to(torch.int32)
+    k, n = 8 * (1 + seed % 4), 16
+    dtype = (torch.bfloat16, torch.float32)[seed % 2]
+    a = torch.randn(int(offs[-1]), k, generator=g).to(dtype)
+    if seed % 3:
+        b = torch.randn(len(sizes), n, k, generator=g).to(dtype).mT       # (G, N, K) transposed, as MoE layers hold it
+    else:
+        b = torch.randn(len(sizes), k, n, generator=g).to(dtype)
+    try:
+        expected = torch._grouped_mm(a, b, offs)
+    except (RuntimeError, AttributeError) as e:
+        pytest.skip(f"torch._grouped_mm on the CPU: {e}")
+    got = tilemm.grouped_matmul(a, b, offs)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    tolerance = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    assert torch.allclose(got.float(), expected.float(), rtol=tolerance, atol=tolerance)
