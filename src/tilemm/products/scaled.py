@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import numbers
 
-from tilemm.products import block_scaled, scaled_common as scaled_out
+from tilemm.products import block_scaled, scaled_common as scaled_out, scaled_host
 from tilemm.system import compat
 from tilemm.engine import streams
 from tilemm.engine import availability
@@ -27,6 +27,8 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     if fast_accum is not True and fast_accum is not False:    # (1, "yes", None: once taken as bool(fast_accum))
         raise TypeError(f"scaled_matmul: fast_accum must be True or False, as torch._scaled_mm's use_fast_accum; "
                         f"got {type(fast_accum).__name__} {fast_accum!r}")
+    if scaled_host.takes(a, b):        # torch CPU tensors, no interpreter: the host's product
+        return scaled_host.scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, stream, library, params)
     vector = block_scaled.vector_scales(scale_a, scale_b)
     if vector and not row_wise_shapes(a, b, scale_a, scale_b):     # block scales (or wrong ones): their rung
         return block_scaled.block_scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, fast_accum=fast_accum,
@@ -54,7 +56,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     scaled_out.check_operands(a, b, torch)
     if row_wise:      # float32 tensors on the operands' device (the shapes are row-wise_shapes')
         block_scaled.scale_kind(scale_a, scale_b, a.device, a.shape[0], b.shape[1], a.shape[1], torch)
-    result_dtype = _out_dtype(out_dtype, torch)
+    result_dtype = result_dtype_of(out_dtype, torch)
     queue = streams.handle_of(stream) if stream is not None else None
     scaled_fp8 = registry.program("scaled-fp8")
     config = scaled_fp8.resolve(_config(params), bool(fast_accum), a.shape[0], b.shape[1], a.shape[1])
@@ -124,7 +126,8 @@ def replay_key(a, b, out_dtype, fast_accum, params):
     return scaled_out.replay_key((a, b), out_dtype, fast_accum, params)
 
 
-def _out_dtype(out_dtype, torch):
+def result_dtype_of(out_dtype, torch):
+    """out_dtype as the torch dtype of the ones scaled_matmul gives (TypeError otherwise)."""
     name = torch_dtype_name(out_dtype)
     if name not in OUT_DTYPES:
         raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
