@@ -1,7 +1,7 @@
 """tilemm.scaled_matmul on torch CPU tensors outside Triton's interpreter (a CPU-only user, or CPU
-tensors on a GPU machine): torch._scaled_mm's CPU answer bit for bit with per-tensor and row-wise
-scales, block scales against the float64 product of the scaled operands, out=, torch.compile, and
-what it refuses."""
+tensors on a GPU machine): torch._scaled_mm's CPU answer with per-tensor and row-wise scales (to
+the rounding of float32 sums, whose order torch's CPU kernels choose), block scales against the
+float64 product of the scaled operands, out=, torch.compile, and what it refuses."""
 import pytest
 import torch
 
@@ -9,6 +9,7 @@ import tilemm
 
 M, K, N = 24, 300, 136           # K and N past a 128-wide block, not multiples of it
 E4M3 = torch.float8_e4m3fn
+ROUNDING = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
 
 
 @pytest.fixture(autouse=True)
@@ -24,9 +25,17 @@ def operands(seed, b_dtype=E4M3):
     return a, b, g
 
 
+def within_float32_sums(got, expected, a, b, scale_a, scale_b) -> bool:
+    """got and expected (one dtype) apart by no more than two float32 sums' rounding of the scaled
+    products, 2K u sum |a_i b_i|, and a rounding each to their dtype."""
+    size = (a.double().abs() * scale_a.double()) @ (b.double().abs() * scale_b.double())
+    bound = 2 * a.shape[1] * 2.0**-24 * size + 2 * ROUNDING[got.dtype] * expected.double().abs() + 1e-30
+    return bool(torch.all((got.double() - expected.double()).abs() <= bound))
+
+
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("kind", ["numbers", "tensors", "row-wise"])
-def test_torch_s_scaled_mm_bit_for_bit(kind, out_dtype):
+def test_torch_s_scaled_mm(kind, out_dtype):
     a, b, g = operands(1)
     if kind == "row-wise":
         scale_a, scale_b = torch.rand(M, 1, generator=g) + 0.5, torch.rand(1, N, generator=g) + 0.5
@@ -38,7 +47,8 @@ def test_torch_s_scaled_mm_bit_for_bit(kind, out_dtype):
     except (RuntimeError, NotImplementedError) as e:
         pytest.skip(f"torch._scaled_mm on the CPU: {e}")
     got = tilemm.scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype)
-    assert got.dtype == out_dtype and torch.equal(got, expected)
+    assert got.dtype == out_dtype and got.shape == expected.shape
+    assert within_float32_sums(got, expected, a, b, torch.as_tensor(scale_a), torch.as_tensor(scale_b))
 
 
 def test_block_scales_against_float64():

@@ -38,8 +38,8 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
         (M, K), float8_e4m3fn or float8_e5m2, on a CUDA device (a CPU tensor under Triton's
         interpreter), any strides. A row-major a is read as it is; another layout is first copied.
         CPU tensors outside the interpreter are multiplied on the host as torch._scaled_mm
-        multiplies them there (tilemm.products.scaled_host): per-tensor and row-wise scales give
-        its answer bit for bit; no parameters, library or stream there.
+        multiplies them there (tilemm.products.scaled_host): each operand times its scales, then
+        their float32 product; no parameters, library or stream there.
     b : torch.Tensor
         (K, N), of a's kind and device. A b given as (N, K).T (its columns contiguous) is read as
         it is; another layout is first copied.

@@ -1,7 +1,8 @@
 """tilemm.scaled_matmul on torch CPU tensors outside Triton's interpreter (a CPU-only user, or CPU
 tensors on a GPU machine): the product on the host, as torch._scaled_mm computes it on the CPU:
 each operand in float32 times its per-tensor or row-wise scales, then their float32 product,
-rounded once to out_dtype (equal to torch's, bit for bit). Block scales (1 x 128 of A, 128 x 128 of
+rounded once to out_dtype (torch's answer, to the order of the float32 sums, which torch's CPU
+kernels choose by shape). Block scales (1 x 128 of A, 128 x 128 of
 B), which torch's CPU _scaled_mm does not take, scale each block of the operands the same way.
 fast_accum changes nothing here."""
 from __future__ import annotations
