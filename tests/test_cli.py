@@ -184,13 +184,14 @@ def test_two_report_runs_in_a_row_show_each_case_once(capsys, tmp_path):
 
 
 @pytest.mark.skipif(ON_GPU, reason="needs a machine without a GPU")
-def test_scaled_matmul_on_a_cpu_suggests_no_kernel_it_does_not_take():
+def test_scaled_matmul_on_a_cpu_multiplies_on_the_host_and_suggests_no_kernel():
     pytest.importorskip("torch")
     code, out, err = run_on_a_cpu_machine(code=(
         "import torch, tilemm\n"
-        "a = torch.zeros(4, 4).to(torch.float8_e4m3fn)\n"
-        "try:\n    tilemm.scaled_matmul(a, a)\nexcept Exception as e:\n    print(e)\n"))
-    assert code == 0 and "scaled_matmul needs a CUDA GPU" in out and "kernel=" not in out
+        "a = torch.ones(4, 4).to(torch.float8_e4m3fn)\n"
+        "print(tilemm.scaled_matmul(a, a, 0.5, 2.0).tolist()[0])\n"
+        "try:\n    tilemm.scaled_matmul(a, a, block_m=64)\nexcept Exception as e:\n    print(e)\n"))
+    assert code == 0 and "[4.0, 4.0, 4.0, 4.0]" in out and "GPU program's" in out and "kernel=" not in out
 
 
 @pytest.mark.parametrize("error,code,says", [

@@ -205,13 +205,14 @@ def test_vmap_takes_one_product_an_element_and_refuses_what_it_cannot_batch():
 def test_number_scales_are_made_once_apart_for_a_and_b():
     """A number's scale tensor is kept (no copy to the GPU each call), one for scale_a and another
     for scale_b even at one value: a replay needs each input in memory of its own."""
-    from tilemm.products import scaled
+    from tilemm.products import scaled_common
     device = torch.device(WHERE)
-    sa, sb = scaled.scale_tensor(1.0, "scale_a", device, torch), scaled.scale_tensor(1.0, "scale_b", device, torch)
-    assert sa is scaled.scale_tensor(1.0, "scale_a", device, torch) and sa.item() == sb.item() == 1.0
+    sa, sb = scaled_common.scale_tensor(1.0, "scale_a", device, torch), scaled_common.scale_tensor(1.0, "scale_b",
+                                                                                                   device, torch)
+    assert sa is scaled_common.scale_tensor(1.0, "scale_a", device, torch) and sa.item() == sb.item() == 1.0
     assert sa.untyped_storage().data_ptr() != sb.untyped_storage().data_ptr()
     given = torch.tensor(3.0, device=WHERE)                 # a tensor is the caller's: read where it is
-    assert scaled.scale_tensor(given, "scale_a", device, torch).data_ptr() == given.data_ptr()
+    assert scaled_common.scale_tensor(given, "scale_a", device, torch).data_ptr() == given.data_ptr()
 
 
 @pytest.mark.gpu

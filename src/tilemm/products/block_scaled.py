@@ -21,7 +21,6 @@ from tilemm.numerics.dtypes import torch_dtype_name
 
 PROGRAM = registry.program("block-scaled")    # rung 16: its checks and its launch (Triton loads at the launch)
 
-OUT_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def vector_scales(scale_a, scale_b) -> bool:
@@ -49,10 +48,8 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
     n = b.shape[1]
     if scale_kind(scale_a, scale_b, a.device, m, n, k, torch) != "block":
         raise ValueError("scaled_matmul: row-wise scales run on tilemm.products.scaled's program")
-    name = torch_dtype_name(out_dtype)
-    if name not in OUT_DTYPES:
-        raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
-    result_dtype = getattr(torch, name)
+    result_dtype = scaled_out.result_dtype_of(out_dtype, torch)
+    name = torch_dtype_name(result_dtype)
     if library is not False:
         if params:                   # unknown or bad ones named first, as rung 16's program names them
             PROGRAM.resolve(params, m, n)

@@ -17,9 +17,6 @@ from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
 from tilemm.numerics import arrays
 from tilemm.numerics.dtypes import torch_dtype_name
 
-OUT_DTYPES = ("bfloat16", "float16", "float32")
-
-
 def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
                   stream=None, library=None, **params):
     """tilemm.scaled_matmul's product (its docstring: tilemm.products_api), recording no gradient
@@ -56,7 +53,7 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     scaled_out.check_operands(a, b, torch)
     if row_wise:      # float32 tensors on the operands' device (the shapes are row-wise_shapes')
         block_scaled.scale_kind(scale_a, scale_b, a.device, a.shape[0], b.shape[1], a.shape[1], torch)
-    result_dtype = result_dtype_of(out_dtype, torch)
+    result_dtype = scaled_out.result_dtype_of(out_dtype, torch)
     queue = streams.handle_of(stream) if stream is not None else None
     scaled_fp8 = registry.program("scaled-fp8")
     config = scaled_fp8.resolve(_config(params), bool(fast_accum), a.shape[0], b.shape[1], a.shape[1])
@@ -126,14 +123,6 @@ def replay_key(a, b, out_dtype, fast_accum, params):
     return scaled_out.replay_key((a, b), out_dtype, fast_accum, params)
 
 
-def result_dtype_of(out_dtype, torch):
-    """out_dtype as the torch dtype of the ones scaled_matmul gives (TypeError otherwise)."""
-    name = torch_dtype_name(out_dtype)
-    if name not in OUT_DTYPES:
-        raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
-    return getattr(torch, name)
-
-
 def _config(params: dict) -> dict:
     DEFAULTS = registry.program("scaled-fp8").DEFAULTS
     unknown = set(params) - set(DEFAULTS)
@@ -187,32 +176,5 @@ def _device_problem(kind: str, index, interpreter: bool):
 
 def _scales(scale_a, scale_b, device, torch) -> tuple:
     """(scale_a, scale_b) as _scale makes each."""
-    return scale_tensor(scale_a, "scale_a", device, torch), scale_tensor(scale_b, "scale_b", device, torch)
-
-
-def scale_tensor(s, name: str, device, torch):
-    """A one-element float32 tensor on the operands' device. A number's tensor is made once (a
-    copy to the GPU costs more than the rest of a small call) and kept apart for scale_a and
-    scale_b: a replay needs its inputs in memory of their own. Kept ones are never freed (a
-    launch on another stream may still read one), so past SCALE_CACHE_SIZE numbers each call
-    makes its own."""
-    if isinstance(s, numbers.Real) and not isinstance(s, bool):
-        key = (name, float(s), device)
-        tensor = _SCALES.get(key)
-        if tensor is None:
-            tensor = torch.tensor([float(s)], dtype=torch.float32, device=device)
-            if len(_SCALES) < SCALE_CACHE_SIZE:
-                _SCALES[key] = tensor
-        return tensor
-    if isinstance(s, torch.Tensor) and s.numel() == 1 and s.dtype.is_floating_point:
-        if s.device.type == "meta":       # (its copy to the operands' device failed: no data to copy)
-            raise ValueError(f"scaled_matmul: {name} is a meta tensor; a scale needs a value, on the operands' device")
-        if s.dtype == torch.float32 and s.device == device:
-            return s           # read where it is (the program loads its one element): no view, no cast
-        return s.reshape(1).to(device=device, dtype=torch.float32)
-    raise ValueError(f"scaled_matmul: {name} must be a number or a one-element float tensor (per-tensor scales); "
-                     f"got {type(s).__name__}{' of shape ' + str(tuple(s.shape)) if hasattr(s, 'shape') else ''}")
-
-
-SCALE_CACHE_SIZE = 64
-_SCALES: dict = {}         # (scale_a or scale_b, value, device) -> its one-element float32 tensor
+    return (scaled_out.scale_tensor(scale_a, "scale_a", device, torch),
+            scaled_out.scale_tensor(scale_b, "scale_b", device, torch))

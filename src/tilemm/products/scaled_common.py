@@ -4,6 +4,7 @@ keys and keeping of their repeated calls' replays."""
 from __future__ import annotations
 
 import contextlib
+import numbers
 
 from tilemm.engine import streams
 from tilemm.numerics.arrays import check_torch_out_memory, torch_of
@@ -12,6 +13,7 @@ from tilemm.plans.cache import operand_key
 from tilemm.numerics.dtypes import torch_dtype_name
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
+OUT_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def check_operands(a, b, torch) -> None:
@@ -81,3 +83,39 @@ def remember_replay(replays: dict, key, launched, operands: tuple) -> None:
         if len(replays) >= REPLAY_CACHE_SIZE:
             replays.clear()
         replays[key] = replay
+
+
+def result_dtype_of(out_dtype, torch):
+    """out_dtype as the torch dtype of the ones scaled_matmul gives (TypeError otherwise)."""
+    name = torch_dtype_name(out_dtype)
+    if name not in OUT_DTYPES:
+        raise TypeError(f"scaled_matmul: out_dtype={out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
+    return getattr(torch, name)
+
+
+def scale_tensor(s, name: str, device, torch):
+    """A one-element float32 tensor on the operands' device. A number's tensor is made once (a
+    copy to the GPU costs more than the rest of a small call) and kept apart for scale_a and
+    scale_b: a replay needs its inputs in memory of their own. Kept ones are never freed (a
+    launch on another stream may still read one), so past SCALE_CACHE_SIZE numbers each call
+    makes its own."""
+    if isinstance(s, numbers.Real) and not isinstance(s, bool):
+        key = (name, float(s), device)
+        tensor = _SCALES.get(key)
+        if tensor is None:
+            tensor = torch.tensor([float(s)], dtype=torch.float32, device=device)
+            if len(_SCALES) < SCALE_CACHE_SIZE:
+                _SCALES[key] = tensor
+        return tensor
+    if isinstance(s, torch.Tensor) and s.numel() == 1 and s.dtype.is_floating_point:
+        if s.device.type == "meta":       # (its copy to the operands' device failed: no data to copy)
+            raise ValueError(f"scaled_matmul: {name} is a meta tensor; a scale needs a value, on the operands' device")
+        if s.dtype == torch.float32 and s.device == device:
+            return s           # read where it is (the program loads its one element): no view, no cast
+        return s.reshape(1).to(device=device, dtype=torch.float32)
+    raise ValueError(f"scaled_matmul: {name} must be a number or a one-element float tensor (per-tensor scales); "
+                     f"got {type(s).__name__}{' of shape ' + str(tuple(s.shape)) if hasattr(s, 'shape') else ''}")
+
+
+SCALE_CACHE_SIZE = 64
+_SCALES: dict = {}         # (scale_a or scale_b, value, device) -> its one-element float32 tensor

@@ -22,7 +22,6 @@ def takes(a, b) -> bool:
 def scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, stream, library, params: dict):
     """``scaled_matmul``'s product on the host (the public function's arguments), checks first."""
     import torch
-    from tilemm.products.scaled import result_dtype_of, scale_tensor       # (scaled imports this module)
     if params:
         raise TypeError(f"scaled_matmul: parameter(s) {', '.join(sorted(params))} are the GPU program's; CPU "
                         "tensors are multiplied on the host")
@@ -34,13 +33,13 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, stream, library, param
     scaled_out.check_operands(a, b, torch)
     m, k = a.shape
     n = b.shape[1]
-    result_dtype = result_dtype_of(out_dtype, torch)
+    result_dtype = scaled_out.result_dtype_of(out_dtype, torch)
     kind = "per-tensor"
     if block_scaled.vector_scales(scale_a, scale_b):
         kind = block_scaled.scale_kind(scale_a, scale_b, a.device, m, n, k, torch)
     else:
-        scale_a, scale_b = scale_tensor(scale_a, "scale_a", a.device, torch), scale_tensor(scale_b, "scale_b",
-                                                                                          a.device, torch)
+        scale_a = scaled_out.scale_tensor(scale_a, "scale_a", a.device, torch)
+        scale_b = scaled_out.scale_tensor(scale_b, "scale_b", a.device, torch)
     scaled_out.check_out(out, m, n, result_dtype, a.device)
     if kind == "block":          # each block's scale over its elements
         block = block_scaled.PROGRAM.SCALE_BLOCK
