@@ -22,7 +22,6 @@ from tilemm.numerics.dtypes import torch_dtype_name
 PROGRAM = registry.program("block-scaled")    # rung 16: its checks and its launch (Triton loads at the launch)
 
 
-
 def vector_scales(scale_a, scale_b) -> bool:
     """Whether a call's scales are row-wise or block scales (a tensor of more than one element)."""
     return any(hasattr(s, "numel") and hasattr(s, "shape") and s.numel() != 1 for s in (scale_a, scale_b))

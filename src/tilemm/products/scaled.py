@@ -15,7 +15,6 @@ from tilemm.engine import availability
 from tilemm.ladder import registry
 from tilemm.plans.plan import JIT_LOCK, KernelUnavailable
 from tilemm.numerics import arrays
-from tilemm.numerics.dtypes import torch_dtype_name
 
 def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_accum: bool = False, out=None,
                   stream=None, library=None, **params):

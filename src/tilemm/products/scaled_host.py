@@ -2,9 +2,9 @@
 tensors on a GPU machine): the product on the host, as torch._scaled_mm computes it on the CPU:
 each operand in float32 times its per-tensor or row-wise scales, then their float32 product,
 rounded once to out_dtype (torch's answer, to the order of the float32 sums, which torch's CPU
-kernels choose by shape). Block scales (1 x 128 of A, 128 x 128 of
-B), which torch's CPU _scaled_mm does not take, scale each block of the operands the same way.
-fast_accum changes nothing here."""
+kernels choose by shape). Block scales (1 x 128 of A, 128 x 128 of B), which torch's CPU
+_scaled_mm does not take, scale each block of the operands the same way. fast_accum changes
+nothing here."""
 from __future__ import annotations
 
 from tilemm.numerics import arrays
@@ -49,4 +49,3 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, stream, library, param
     if out is None:
         return product.to(result_dtype)
     return out.copy_(product)
-
