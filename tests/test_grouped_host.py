@@ -1,12 +1,16 @@
 """tilemm.grouped_matmul on torch CPU tensors outside Triton's interpreter (a CPU-only user, or CPU
 tensors on a GPU machine): a loop of products on the host, in every layout, against float64 and
-against torch._grouped_mm on the CPU; its gradients; a repeated call; and what it refuses."""
+against torch._grouped_mm on the CPU; its gradients; float8 groups with block scales; a repeated
+call; and what it refuses."""
 import pytest
 import torch
 
 import tilemm
 
-from .test_grouped import LAYOUTS, check, operand
+from tilemm.products.grouped_checks import layout
+from tilemm.products.grouped_host import slices
+
+from .test_grouped import LAYOUTS, ROUNDING, check, dequantized, operand, scales_like
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +54,30 @@ def test_gradients_on_the_host_as_float64_autograd():
     assert torch.allclose(b.grad.double(), b64.grad, rtol=1e-4, atol=1e-4)
 
 
-def test_the_host_refuses_the_gpu_program_s_parameters_and_block_scales():
+@pytest.mark.parametrize("counted", [False, True])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_float8_groups_with_block_scales_on_the_host(counted, out_dtype):
+    """Each block of the operands times its scale, then the groups' float32 products, against the
+    float64 product of the dequantized operands (K and N past one 128-block); a second call too."""
+    e4m3, k, n = torch.float8_e4m3fn, 144, 130
+    b = (torch.randn(3, n, k) * 3).to(e4m3).mT
+    a = (torch.randn((3, 9, k) if counted else (20, k)) * 3).to(e4m3)
+    scale_a, scale_b = scales_like(a.shape[:-1] + (2,), 23), scales_like((3, 2, 2), 22)
+    cut = torch.tensor([9, 0, 4] if counted else [0, 7, 20], dtype=torch.int32)
+    offs, counts = (None, cut) if counted else (cut, None)
+    a64, b64 = dequantized(a, scale_a, 1), dequantized(b.mT, scale_b.mT, 128).mT
+    lay = layout(a.float(), b.float(), offs, counts, None)
+    ref, size = torch.zeros(lay.shape, dtype=torch.float64), torch.zeros(lay.shape, dtype=torch.float64)
+    for (rows, a_g, b_g, at), (_, x, y, _) in zip(slices(a64, b64, cut.tolist(), lay),
+                                                  slices(a64.abs(), b64.abs(), cut.tolist(), lay)):
+        ref[at], size[at] = a_g[rows] @ b_g, x[rows] @ y
+    for _ in range(2):
+        c = tilemm.grouped_matmul(a, b, offs, counts=counts, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
+        assert c.dtype == out_dtype
+        assert torch.all((c.double() - ref).abs() <= ROUNDING[out_dtype] * ref.abs() + 2 * k * 2.0**-24 * size + 1e-30)
+
+
+def test_the_host_refuses_the_gpu_program_s_parameters():
     a, b = torch.ones(4, 32, dtype=torch.bfloat16), torch.ones(2, 32, 16, dtype=torch.bfloat16)
     offs = torch.tensor([1, 4], dtype=torch.int32)
     with pytest.raises(TypeError, match="GPU program's"):

@@ -73,7 +73,7 @@ def call(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params):
         return c
     plan = entry.plan
     if plan.rung is None:          # (torch CPU tensors: the host's loop, nothing to replay)
-        return run(plan, a, b, offs if counts is None else counts, out)
+        return run(plan, a, b, offs if counts is None else counts, out, None if scale_a is None else (scale_a, scale_b))
     cut, values = offs if counts is None else counts, None
     if cut is not None and not (type(cut) in SERVED_TYPES and cut.is_cuda):
         cut, values = cut_ready(plan, a, cut)      # (on the host: its values checked; copied to a GPU)

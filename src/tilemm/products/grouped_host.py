@@ -1,11 +1,12 @@
 """tilemm.grouped_matmul on the host: a loop of products, one a group, for NumPy arrays and for
 torch CPU tensors outside Triton's interpreter (under it, CPU tensors run the rung's program).
-Sums are float32 (int64 for int8, exact, wrapped to int32), rounded once to C's dtype."""
+Sums are float32 (int64 for int8, exact, wrapped to int32), rounded once to C's dtype; float8
+groups' block scales multiply the operands' blocks first (as scaled_matmul's host product does)."""
 from __future__ import annotations
 
 import numpy as np
 
-from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SPLIT_K, SPLIT_M
+from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SCALE_BLOCK, SPLIT_K, SPLIT_M
 
 
 def slices(a, b, values, lay):
@@ -35,9 +36,21 @@ def numpy_products(a, b, c, values, lay) -> None:
         c[c_at] = (a_g[rows].astype(wide) @ b_g.astype(wide)).astype(lay.dtype)
 
 
-def torch_products(a, b, c, values, lay) -> None:
-    """C's groups of torch CPU tensors written into c, as numpy_products does."""
+def torch_products(a, b, c, values, lay, scales=None) -> None:
+    """C's groups of torch CPU tensors written into c, as numpy_products does; scales: float8
+    groups' block scales (scale_a, scale_b), checked (grouped_checks.check_scales)."""
     import torch
     wide = torch.int64 if lay.dtype == "int32" else torch.float32
+    if scales is not None:
+        a, b = scaled_blocks(a, b, *scales)
     for rows, a_g, b_g, c_at in slices(a, b, values, lay):
         c[c_at] = (a_g[rows].to(wide) @ b_g.to(wide)).to(c.dtype)
+
+
+def scaled_blocks(a, b, scale_a, scale_b) -> tuple:
+    """a and b in float32, each block times its scale: scale_a one a 1 x 128 block of a row of A
+    (a.shape[:-1] + (K/128,)), scale_b one a 128 x 128 block of a group's B ((G, K/128, N/128))."""
+    k, n = b.shape[-2], b.shape[-1]
+    a_scales = scale_a.repeat_interleave(SCALE_BLOCK, -1)[..., :k]
+    b_scales = scale_b.repeat_interleave(SCALE_BLOCK, -2)[..., :k, :].repeat_interleave(SCALE_BLOCK, -1)[..., :n]
+    return a.float() * a_scales, b.float() * b_scales

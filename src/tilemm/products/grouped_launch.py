@@ -78,7 +78,7 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
     import torch
     from tilemm.engine import availability
     if a.device.type == "cpu" and not compat.triton_interpreter():
-        return host_plan(a, cut, lay, out, params, zero_uncovered, scales)
+        return host_plan(a, cut, lay, out, params, zero_uncovered)
     r15_grouped = registry.program("tensorcore-grouped")
     config = r15_grouped.KERNEL.resolve(params)
     reason = availability.available()
@@ -117,15 +117,14 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
     return GroupedPlan(r15_grouped, lay, config, programs, dtype, zero_uncovered)
 
 
-def host_plan(a, cut, lay, out, params, zero_uncovered: bool, scales) -> GroupedPlan:
+def host_plan(a, cut, lay, out, params, zero_uncovered: bool) -> GroupedPlan:
     """The GroupedPlan of a call on torch CPU tensors outside Triton's interpreter: a loop of
-    products on the host (grouped_host.torch_products; rung None), its checks first."""
+    products on the host (grouped_host.torch_products; rung None), its checks first (float8
+    groups' block scales were checked before: grouped_checks.check_scales)."""
     import torch
     if params:
         raise TypeError(f"grouped_matmul: parameter(s) {', '.join(sorted(params))} are the GPU program's; CPU "
                         "tensors are multiplied on the host")
-    if scales is not None:
-        raise TypeError("grouped_matmul: float8 operands with block scales are multiplied on a CUDA GPU")
     if cut is not None and not on_host(as_array(cut)):
         raise ValueError(f"grouped_matmul: offs or counts on {cut.device}; put them on the operands' device "
                          f"({a.device}) or the host")
@@ -166,7 +165,7 @@ def run(plan: GroupedPlan, a, b, cut, out, scales=None):
     cut, values = cut_ready(plan, a, cut)
     c = out if out is not None else new_result(plan, a, values)
     if plan.rung is None:
-        grouped_host.torch_products(a, b, c, values, plan.lay)
+        grouped_host.torch_products(a, b, c, values, plan.lay, scales)
     else:
         launch(plan, a, b, c, cut, scales)
     return c
