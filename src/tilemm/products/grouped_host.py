@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilemm.products import scaled_common as scaled_out
 from tilemm.products.grouped_checks import BATCHED, COUNTED_M, SCALE_BLOCK, SPLIT_K, SPLIT_M
 
 
@@ -42,15 +43,6 @@ def torch_products(a, b, c, values, lay, scales=None) -> None:
     import torch
     wide = torch.int64 if lay.dtype == "int32" else torch.float32
     if scales is not None:
-        a, b = scaled_blocks(a, b, *scales)
+        a, b = scaled_out.scaled_blocks(a, b, *scales, SCALE_BLOCK)
     for rows, a_g, b_g, c_at in slices(a, b, values, lay):
         c[c_at] = (a_g[rows].to(wide) @ b_g.to(wide)).to(c.dtype)
-
-
-def scaled_blocks(a, b, scale_a, scale_b) -> tuple:
-    """a and b in float32, each block times its scale: scale_a one a 1 x 128 block of a row of A
-    (a.shape[:-1] + (K/128,)), scale_b one a 128 x 128 block of a group's B ((G, K/128, N/128))."""
-    k, n = b.shape[-2], b.shape[-1]
-    a_scales = scale_a.repeat_interleave(SCALE_BLOCK, -1)[..., :k]
-    b_scales = scale_b.repeat_interleave(SCALE_BLOCK, -2)[..., :k, :].repeat_interleave(SCALE_BLOCK, -1)[..., :n]
-    return a.float() * a_scales, b.float() * b_scales

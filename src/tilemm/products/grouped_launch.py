@@ -88,11 +88,7 @@ def resolve(a, b, cut, lay, out, params, zero_uncovered: bool = False, scales=No
         raise ValueError(f"grouped_matmul: the operands are on {a.device}; "
                          + ("under TRITON_INTERPRET=1 they must be CPU tensors" if compat.triton_interpreter()
                             else "torch tensors are multiplied on a CUDA GPU or on the host"))
-    if cut is not None:
-        cut = as_array(cut)
-        if not on_host(cut) and not (isinstance(cut, torch.Tensor) and cut.device == a.device):
-            raise ValueError(f"grouped_matmul: offs or counts on {getattr(cut, 'device', '?')}; put them on the "
-                             f"operands' device ({a.device}) or the host")
+    check_cut_device(cut, a.device)
     dtype = getattr(torch, lay.dtype)
     check_out(out, lay, a.device)
     # (block scales: every block_k the rung takes, 16 to 128, divides the scales' 128-wide blocks)
@@ -125,11 +121,20 @@ def host_plan(a, cut, lay, out, params, zero_uncovered: bool) -> GroupedPlan:
     if params:
         raise TypeError(f"grouped_matmul: parameter(s) {', '.join(sorted(params))} are the GPU program's; CPU "
                         "tensors are multiplied on the host")
-    if cut is not None and not on_host(as_array(cut)):
-        raise ValueError(f"grouped_matmul: offs or counts on {cut.device}; put them on the operands' device "
-                         f"({a.device}) or the host")
+    check_cut_device(cut, a.device)
     check_out(out, lay, a.device)
     return GroupedPlan(None, lay, {}, 0, getattr(torch, lay.dtype), zero_uncovered)
+
+
+def check_cut_device(cut, device) -> None:
+    """offs or counts (None: none given) on the host or on the operands' device (ValueError otherwise)."""
+    import torch
+    if cut is None:
+        return
+    cut = as_array(cut)
+    if not on_host(cut) and not (isinstance(cut, torch.Tensor) and cut.device == device):
+        raise ValueError(f"grouped_matmul: offs or counts on {getattr(cut, 'device', '?')}; put them on the "
+                         f"operands' device ({device}) or the host")
 
 
 def check_out(out, lay: Layout, device) -> None:

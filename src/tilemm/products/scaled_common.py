@@ -119,3 +119,13 @@ def scale_tensor(s, name: str, device, torch):
 
 SCALE_CACHE_SIZE = 64
 _SCALES: dict = {}         # (scale_a or scale_b, value, device) -> its one-element float32 tensor
+
+
+def scaled_blocks(a, b, scale_a, scale_b, block: int) -> tuple:
+    """a and b (float8, either of them stacked) in float32, each block times its scale: scale_a one
+    a 1 x block run of a row of A (a.shape[:-1] + (K/block,)), scale_b one a block x block tile of
+    B (b.shape[:-2] + (K/block, N/block)), K/block and N/block rounded up: the host's products."""
+    k, n = b.shape[-2], b.shape[-1]
+    a_scales = scale_a.repeat_interleave(block, -1)[..., :k]
+    b_scales = scale_b.repeat_interleave(block, -2)[..., :k, :].repeat_interleave(block, -1)[..., :n]
+    return a.float() * a_scales, b.float() * b_scales

@@ -42,10 +42,10 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, stream, library, param
         scale_b = scaled_out.scale_tensor(scale_b, "scale_b", a.device, torch)
     scaled_out.check_out(out, m, n, result_dtype, a.device)
     if kind == "block":          # each block's scale over its elements
-        block = block_scaled.PROGRAM.SCALE_BLOCK
-        scale_a = scale_a.repeat_interleave(block, 1)[:, :k]
-        scale_b = scale_b.repeat_interleave(block, 0)[:k].repeat_interleave(block, 1)[:, :n]
-    product = (a.float() * scale_a) @ (b.float() * scale_b)     # as torch's CPU _scaled_mm: scaled, then multiplied
+        a_scaled, b_scaled = scaled_out.scaled_blocks(a, b, scale_a, scale_b, block_scaled.PROGRAM.SCALE_BLOCK)
+    else:
+        a_scaled, b_scaled = a.float() * scale_a, b.float() * scale_b
+    product = a_scaled @ b_scaled     # as torch's CPU _scaled_mm: scaled, then multiplied
     if out is None:
         return product.to(result_dtype)
     return out.copy_(product)
