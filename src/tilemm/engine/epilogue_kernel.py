@@ -143,51 +143,109 @@ def matmul_epilogue_kernel(a_ptr, b_ptr, y_ptr, aux_ptr, bias_ptr, c_ptr, res_pt
                            alpha, beta,
                            BIAS_OVER_M: tl.constexpr, ACTIVATION: tl.constexpr, WIDE: tl.constexpr,
                            UPCAST: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
-                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                           SPLIT: tl.constexpr):
     """Y = activation(alpha * A @ B + beta * C + bias) + residual, one BLOCK_M x BLOCK_N tile a
     program. aux_ptr, bias_ptr, c_ptr, res_ptr: None where not given (Triton compiles a program
     without them). WIDE: 0 float32 products of 16-bit inputs on tensor cores, 1 float32 IEEE
     products, 2 float64. UPCAST: 16-bit tiles widened to float32 first (Triton's interpreter,
     whose bfloat16 tl.dot is wrong; a 16-bit product is exact in float32: the same sums).
-    EVEN_K: BLOCK_K divides K, and the tiles load with no mask at all."""
+    EVEN_K: BLOCK_K divides K, and the tiles load with no mask at all. SPLIT (thin tiles of 16-bit
+    operands; 0: none): each K step's sums in SPLIT parts (split_sums)."""
     # Which tile: groups of GROUP_M block rows walk one block column before the next (rung 9's order)
     off_m, off_n = tile_position(tl.program_id(axis=0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     # 64-bit row and column numbers: offsets past 2^31 elements are right (once a tile: free)
     offs_m = (off_m + tl.arange(0, BLOCK_M)).to(tl.int64)
     offs_n = (off_n + tl.arange(0, BLOCK_N)).to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
     # rows of A and columns of B past M and N wrap around to ones inside (Triton's tutorial): the
     # loads need no mask there, and what those rows and columns give is never stored
     rows_a, cols_b = offs_m % M, offs_n % N
-    a_ptrs = a_ptr + rows_a[:, None] * stride_am + offs_k[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols_b[None, :] * stride_bn    # (BLOCK_K, BLOCK_N)
-
-    if WIDE == 2:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
+    if SPLIT > 0:
+        acc = split_sums(a_ptr, b_ptr, rows_a, cols_b, K, stride_am, stride_ak, stride_bk, stride_bn, UPCAST, BLOCK_K,
+                         SPLIT)
     else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:                                             # K's edge loads zeros: any K
-            k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
+        a_ptrs = a_ptr + rows_a[:, None] * stride_am + offs_k[None, :] * stride_ak    # (BLOCK_M, BLOCK_K)
+        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols_b[None, :] * stride_bn    # (BLOCK_K, BLOCK_N)
+
         if WIDE == 2:
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)
-        elif WIDE == 1:
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
-        elif UPCAST:
-            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee", out_dtype=tl.float32)
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
         else:
-            acc = tl.dot(a, b, acc, out_dtype=tl.float32)   # tensor cores, float32 sums
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            if EVEN_K:
+                a = tl.load(a_ptrs)
+                b = tl.load(b_ptrs)
+            else:                                             # K's edge loads zeros: any K
+                k_left = K - k * BLOCK_K
+                a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            if WIDE == 2:
+                acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float64)
+            elif WIDE == 1:
+                acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
+            elif UPCAST:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee", out_dtype=tl.float32)
+            else:
+                acc = tl.dot(a, b, acc, out_dtype=tl.float32)   # tensor cores, float32 sums
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
 
     # The epilogue, on the sums in registers: each extra operand read once, a tile at a time
     finish(acc, off_m, off_n, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, N, stride_ym,
            stride_yn, stride_xm, stride_xn, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta,
            BIAS_OVER_M, ACTIVATION)
 # --8<-- [end:kernel]
+
+
+@triton.jit
+def split_sums(a_ptr, b_ptr, rows, cols, K, stride_am, stride_ak, stride_bk, stride_bn, UPCAST: tl.constexpr,
+               BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
+    """The float32 sums of A[rows, :] @ B[:, cols] (int64 numbers of rows and columns inside A and
+    B) of 16-bit operands, BLOCK_K of K a step, each step's K cut into SPLIT parts summed apart (a
+    batched dot) and the parts folded in a fixed order at the end. A thin tile's sums are a few
+    chains of mma.sync along K, each instruction waiting on the last: SPLIT times as many chains, a
+    SPLIT-th as long, keep more warps and the tensor cores busy (epilogue_launch.THIN_PARTS). Whole
+    steps load with no mask, a last part step zeros past K."""
+    PART: tl.constexpr = BLOCK_K // SPLIT
+    parts = tl.arange(0, SPLIT).to(tl.int64)
+    within = tl.arange(0, PART).to(tl.int64)
+    k_a = parts[:, None, None] * PART + within[None, None, :]            # (SPLIT, 1, PART)
+    k_b = parts[:, None, None] * PART + within[None, :, None]            # (SPLIT, PART, 1)
+    a_ptrs = a_ptr + rows[None, :, None] * stride_am + k_a * stride_ak    # (SPLIT, BLOCK_M, PART)
+    b_ptrs = b_ptr + k_b * stride_bk + cols[None, None, :] * stride_bn    # (SPLIT, PART, BLOCK_N)
+    acc = tl.zeros((SPLIT, rows.shape[0], cols.shape[0]), dtype=tl.float32)
+    for step in range(0, K // BLOCK_K):
+        acc = step_sum(tl.load(a_ptrs), tl.load(b_ptrs), acc, UPCAST)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    k_left = K % BLOCK_K
+    if k_left > 0:
+        a = tl.load(a_ptrs, mask=k_a < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=k_b < k_left, other=0.0)
+        acc = step_sum(a, b, acc, UPCAST)
+    if SPLIT >= 8:
+        acc = fold(acc)
+    if SPLIT >= 4:
+        acc = fold(acc)
+    if SPLIT >= 2:
+        acc = fold(acc)
+    return tl.reshape(acc, (rows.shape[0], cols.shape[0]))
+
+
+@triton.jit
+def fold(x):
+    """(2S, M, N) -> (S, M, N): x's first S parts plus its last S, part by part."""
+    S: tl.constexpr = x.shape[0] // 2
+    first, last = tl.split(tl.permute(tl.reshape(x, (2, S, x.shape[1], x.shape[2])), (1, 2, 3, 0)))
+    return first + last
+
+
+@triton.jit
+def step_sum(a, b, acc, UPCAST: tl.constexpr):
+    """acc + a @ b in float32: on tensor cores, or with UPCAST (Triton's interpreter, whose
+    bfloat16 tl.dot is wrong) in float32 products, exact for 16-bit operands."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)

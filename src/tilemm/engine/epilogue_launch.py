@@ -192,10 +192,23 @@ def thin_config(config: dict, rows: int, n: int) -> dict:
     caller named no tile, where they fill the SMs (thin_fills): sliver_config's thin tiles, 64
     rows tall past 32 (one row of tiles: B read once). The default 128 x 256 tiles leave all but
     N / 256 SMs idle there (1 to 64 rows x 2048 x 2048: 8 programs, 34-36 µs a call on an H200,
-    7-9 µs in thin tiles; x 2048 x 5632: 82-85 against 13-19 µs)."""
+    7-9 µs in thin tiles; x 2048 x 5632: 82-85 against 13-19 µs). Tiles of 16 rows and 16 or 32
+    columns sum each 512-long K step in 8 parts (split_sums, THIN_PARTS)."""
     thin = sliver_config(config, rows, n)
-    # (64 rows: three stages of 256-long K steps fit shared memory with 64 columns, four do not)
-    return thin if rows <= 32 else {**thin, "block_m": 64, "num_stages": 3}
+    if rows > 16:
+        # (64 rows: three stages of 256-long K steps fit shared memory with 64 columns, four do not)
+        return thin if rows <= 32 else {**thin, "block_m": 64, "num_stages": 3}
+    if thin["block_n"] > 32:
+        return thin
+    return {**thin, **THIN_PARTS}
+
+
+# A thin tile of 16 rows and 16 or 32 columns: its sums are two or four chains of mma.sync along
+# K, each waiting on the last, in one warp; 512-long K steps cut into 8 parts (split_sums) give 8
+# warps a chain each. An H200, bf16, whole products of 1-16 rows x 896-4096 x 2048-8960 (the pointer
+# program, GPU time): 1.12-1.63x the time of one chain (bench: benchmarks/thin_parts.py). Wider or
+# taller tiles in parts spilled registers in the pointer program, and were slower.
+THIN_PARTS = dict(block_k=512, split=8, num_warps=8, num_stages=3)
 
 
 def thin_fills(n: int) -> bool:
@@ -209,11 +222,12 @@ def sliver_config(config: dict, rows: int, n: int) -> dict:
     """The pointer program's thin tiles for a sliver of rows: 16 or 32 rows, 256-long K steps
     (loads in flight enough to read B at speed), the narrowest columns of 16, 32 or 64 that give
     the SMs one program each at most (timed on an H200: 4 x 2048 x 5632 in 10.9 µs where 16 x 16
-    x 128 tiles took 14.8; N = 5632 fastest in 64 columns, 88 programs)."""
+    x 128 tiles took 14.8; N = 5632 fastest in 64 columns, 88 programs). Each K step one chain
+    of sums, as the TMA program's tiles: a sliver's rows get the bits the whole tiles give them."""
     sms = availability.multiprocessors()
     block_n = next((width for width in (16, 32) if -(-n // width) <= sms), 64)
-    return {**config, "block_m": 16 if rows <= 16 else 32, "block_n": block_n, "block_k": 256, "group_m": 1,
-            "num_warps": 4, "num_stages": 4, "tma": False}
+    return {**config, "block_m": 16 if rows <= 16 else 32, "block_n": block_n, "block_k": 256, "split": 0,
+            "group_m": 1, "num_warps": 4, "num_stages": 4, "tma": False}
 
 
 def epilogue_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activation, alpha: float, beta: float,
@@ -330,5 +344,6 @@ def pointer_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activa
     options = dict(BIAS_OVER_M=bool(bias_over_m), ACTIVATION=ACTIVATION_CODES[activation], WIDE=wide,
                    UPCAST=compat.triton_interpreter() and wide == 0, EVEN_K=bool(k % config["block_k"] == 0),
                    BLOCK_M=config["block_m"], BLOCK_N=config["block_n"], BLOCK_K=config["block_k"],
-                   GROUP_M=config["group_m"], num_warps=config["num_warps"], num_stages=config["num_stages"])
+                   GROUP_M=config["group_m"], SPLIT=config.get("split", 0) if wide == 0 else 0,
+                   num_warps=config["num_warps"], num_stages=config["num_stages"])
     return program, grid, args, options
