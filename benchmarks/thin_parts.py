@@ -1,5 +1,5 @@
 """Thin tiles with each K step summed in parts (epilogue_launch.THIN_PARTS, split_sums) against
-the same tiles summing it in one chain, on the products a decoding model runs: a few rows (1-16)
+the same tiles summing it in one chain, on the products a decoding model runs: a few rows (1-32)
 times a Linear's weight, bf16, B the weight's transpose.
 
     PYTHONPATH=src:benchmarks python3 benchmarks/thin_parts.py --out DIR [--sets fit held-out]
@@ -27,12 +27,13 @@ import harness
 import tilemm
 
 ENV = "PYTHONPATH=src:benchmarks"
-# (M, N, K): rows times a Linear's (out, in), N up to 32 columns x 132 SMs (the tiles in parts).
-# fit: the shapes the parts were chosen on; held-out: other layers and row counts, first timed here
+# (M, N, K): rows times a Linear's (out, in) where the thin tiles take parts (THIN_PARTS_UP_TO: up
+# to 16 rows, N up to 32 columns x 132 SMs; 17-32 rows, 16 columns). fit: the shapes the parts were
+# chosen on; held-out: other layers and row counts, first timed here
 SETS = {"fit": [(4, 2048, 2048), (4, 2048, 5632), (16, 4096, 4096), (1, 4096, 4096), (1, 3072, 3072),
-                (12, 1536, 8960), (3, 896, 4864), (1, 2048, 8192)],
+                (12, 1536, 8960), (3, 896, 4864), (1, 2048, 8192), (24, 2048, 2048), (28, 1536, 8960)],
         "held-out": [(8, 4096, 14336), (2, 3584, 3584), (16, 2560, 6912), (6, 1024, 4096), (1, 1536, 1536),
-                     (4, 3072, 8192)]}
+                     (4, 3072, 8192), (20, 1536, 4096), (32, 2048, 8192), (18, 896, 4864)]}
 
 
 def pointer_launch(a, b, y, config: dict):

@@ -69,8 +69,8 @@ def test_the_tma_program_stays_inside(case, in_program):
 
 
 # products of 64 rows or fewer, no tile named: the pointer program in thin tiles (16, 32 or 64 rows,
-# 16, 32 or 64 columns; K steps of 512 in 8 parts in tiles of 16 rows and up to 32 columns, else of
-# 256 in one: K = 300 a part step alone, or one step and a part, K = 256 one step unmasked)
+# 16, 32 or 64 columns; K steps of 512 in 8 parts in tiles of 512 elements or fewer, else of 256 in
+# one: K = 300 a part step alone, or one step and a part, K = 256 one step unmasked)
 THIN_CASES = [(1, 1, 1, "silu", True, "n", "t", torch.bfloat16),
               (16, 50, 700, "gelu", False, "n", "t", torch.bfloat16),
               (5, 33, 512, "identity", True, "t", "n", torch.float16),
@@ -83,7 +83,7 @@ THIN_CASES = [(1, 1, 1, "silu", True, "n", "t", torch.bfloat16),
 def test_the_pointer_program_in_thin_tiles_stays_inside(case):
     (program, _, _, options), = assert_inside_and_right(*case, params=None)
     assert program.__name__ == "matmul_epilogue_kernel"
-    parts = case[0] <= 16 and options["BLOCK_N"] <= 32
+    parts = options["BLOCK_M"] * options["BLOCK_N"] <= 512
     assert (options["BLOCK_K"], options["SPLIT"]) == ((512, 8) if parts else (256, 0))
     assert options["EVEN_K"] is (case[2] % options["BLOCK_K"] == 0)
 

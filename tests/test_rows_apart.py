@@ -204,12 +204,13 @@ def test_on_the_gpu_a_ragged_linear_runs_its_last_rows_apart(activation, monkeyp
 
 
 @pytest.mark.parametrize("rows, block_m, block_n, block_k, split", [
-    (1, 16, 16, 512, 8), (16, 16, 16, 512, 8), (17, 32, 16, 256, 0), (64, 64, 16, 256, 0)])
+    (1, 16, 16, 512, 8), (16, 16, 16, 512, 8), (17, 32, 16, 512, 8), (64, 64, 16, 256, 0)])
 def test_a_few_rows_take_thin_tiles_that_spread_b_over_the_sms(rows, block_m, block_n, block_k, split, h200):
     """A 16-bit product of 64 rows or fewer (the pointer program's) whose caller named no tile:
     one launch in thin tiles, one row of them (B read once), as many columns as fill the SMs
     (2048 / 16 = 128 programs), where 64 columns a program fill them, each K step in 8 parts in
-    tiles of 16 rows (THIN_PARTS); with a tile parameter named, the configuration as given."""
+    tiles of 512 elements or fewer (THIN_PARTS); with a tile parameter named, the configuration as
+    given."""
     a, b = torch.ones(rows, 64, dtype=torch.float16), torch.ones(64, 2048, dtype=torch.float16)
     y = torch.empty(rows, 2048, dtype=torch.float16)
     (part,) = epilogue_launch.row_parts(a, b, y, None, None, False, None, None, config_for(torch.float16))

@@ -192,22 +192,24 @@ def thin_config(config: dict, rows: int, n: int) -> dict:
     caller named no tile, where they fill the SMs (thin_fills): sliver_config's thin tiles, 64
     rows tall past 32 (one row of tiles: B read once). The default 128 x 256 tiles leave all but
     N / 256 SMs idle there (1 to 64 rows x 2048 x 2048: 8 programs, 34-36 µs a call on an H200,
-    7-9 µs in thin tiles; x 2048 x 5632: 82-85 against 13-19 µs). Tiles of 16 rows and 16 or 32
-    columns sum each 512-long K step in 8 parts (split_sums, THIN_PARTS)."""
+    7-9 µs in thin tiles; x 2048 x 5632: 82-85 against 13-19 µs). Tiles of THIN_PARTS_UP_TO
+    elements or fewer sum each K step in parts (THIN_PARTS)."""
     thin = sliver_config(config, rows, n)
-    if rows > 16:
+    if rows > 32:
         # (64 rows: three stages of 256-long K steps fit shared memory with 64 columns, four do not)
-        return thin if rows <= 32 else {**thin, "block_m": 64, "num_stages": 3}
-    if thin["block_n"] > 32:
+        return {**thin, "block_m": 64, "num_stages": 3}
+    if thin["block_m"] * thin["block_n"] > THIN_PARTS_UP_TO:
         return thin
     return {**thin, **THIN_PARTS}
 
 
-# A thin tile of 16 rows and 16 or 32 columns: its sums are two or four chains of mma.sync along
-# K, each waiting on the last, in one warp; 512-long K steps cut into 8 parts (split_sums) give 8
-# warps a chain each. An H200, bf16, whole products of 1-16 rows x 896-4096 x 2048-8960 (the pointer
-# program, GPU time): 1.12-1.63x the time of one chain (bench: benchmarks/thin_parts.py). Wider or
-# taller tiles in parts spilled registers in the pointer program, and were slower.
+# A thin tile of 16 x 16, 16 x 32 or 32 x 16: its sums are a few chains of mma.sync along K, each
+# instruction waiting on the last, in one warp; 512-long K steps cut into 8 parts (split_sums) give
+# 8 warps a chain each. An H200, bf16, whole products of 1-32 rows x 896-4096 x 1536-14336 (the
+# pointer program, GPU time): 1.15-1.63x the speed of one chain on the layers this was chosen on,
+# 1.09-1.57x on held-out ones (benchmarks/thin_parts.py). Larger tiles were slower in parts (32 x 32
+# and 16 x 64: 0.86-0.93x at their best; more parts spilled registers).
+THIN_PARTS_UP_TO = 512
 THIN_PARTS = dict(block_k=512, split=8, num_warps=8, num_stages=3)
 
 
