@@ -31,7 +31,7 @@ powers of two of 16 or more, BLOCK_N a multiple of 64 (quarters of 16 or more).
 import triton
 import triton.language as tl
 
-from tilemm.engine.epilogue_kernel import finish
+from tilemm.engine.epilogue_kernel import finish, step_sum
 from tilemm.engine.programs import halves, step_tiles, tile_position
 
 
@@ -154,12 +154,3 @@ def sliver_sums(a_ptr, b_ptr, off_m, off_n, M, N, K, stride_a, stride_b, A_T: tl
         b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         acc = step_sum(a, b, acc, UPCAST)
     return acc
-
-
-@triton.jit
-def step_sum(a, b, acc, UPCAST: tl.constexpr):
-    """acc + a @ b in float32: on tensor cores, or with UPCAST (Triton's interpreter, whose
-    bfloat16 tl.dot is wrong) in float32 products, exact for 16-bit operands."""
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    return tl.dot(a, b, acc)
