@@ -347,6 +347,10 @@ def test_compiling_while_another_thread_imports(monkeypatch):
                                   lambda x: torch.cat([x[:3] @ stacked[0], x[3:] @ stacked[1]]))):
                 got = torch.compile(ours, fullgraph=True, backend="aot_eager")(x)
                 torch.testing.assert_close(got, torchs(x), rtol=1e-3, atol=1e-3)   # (float32 on the GPU: TF32 sums)
+            # shapes that do not line up, an operand recording a gradient: the frame runs eagerly,
+            # and Dynamo traces tilemm.matmul's own frame (its route's checks) before the ValueError
+            with pytest.raises(ValueError):
+                torch.compile(lambda x, y: tilemm.matmul(x, y) * 2, backend="aot_eager")(x.clone().requires_grad_(), w)
             # scaled_matmul (per-tensor scales: one op, its checks traced before it)
             got = torch.compile(lambda a, b: tilemm.scaled_matmul(a, b, 2.0, 0.5, **FP8), fullgraph=True,
                                 backend="aot_eager")(eights, eights.T)

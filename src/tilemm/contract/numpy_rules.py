@@ -22,7 +22,7 @@ import importlib
 
 import numpy as np
 
-from tilemm.numerics.arrays import Operand, elements_share_memory, torch_if_imported, torch_of
+from tilemm.numerics.arrays import Operand, elements_share_memory, torch_of
 from tilemm.numerics.dtypes import HOST_ONLY, SUPPORTED, check_supported, dtype_name
 
 SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
@@ -237,8 +237,8 @@ def torch_routed(a, b) -> bool:
     """Whether torch.matmul(a, b) does what a plan can't: torch tensors that record a gradient,
     or (torch_unplanned) under a torch.func transform or torch.jit.trace, or holding no memory.
     tilemm.torch.ops takes those calls."""
-    torch = torch_if_imported()
-    if torch is None or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+    torch = torch_of(a)                  # (traced under torch.compile: no sys.modules)
+    if torch is None or not isinstance(b, torch.Tensor):
         return False
     return ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled()) or torch_unplanned(torch, a, b)
 
@@ -296,7 +296,7 @@ def handled_by_subclass(a, b) -> bool:
     """Whether tilemm.matmul(a, b) goes to a tensor subclass's ``__torch_function__`` first, as
     torch.matmul(a, b) would (torch.overrides' protocol; False inside that call, where torch
     disables it for the subclass)."""
-    torch = torch_if_imported()
+    torch = torch_of(a) or torch_of(b)   # (traced under torch.compile: no sys.modules)
     return (torch is not None and (torch_function_subclass(torch, a) or torch_function_subclass(torch, b))
             and torch.overrides.has_torch_function((a, b)))
 

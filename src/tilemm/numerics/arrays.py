@@ -41,10 +41,15 @@ def check_torch_out_memory(name: str, out) -> None:
 def torch_if_imported():
     """torch if the program has imported it, else None. The import statement, not sys.modules
     alone: while another thread is still importing it, sys.modules holds it half made, and the
-    statement waits for that import to finish."""
+    statement waits for that import to finish. Once torch is found, the module kept (TORCH) and
+    no sys.modules read: code that torch.compile traces reads none (see torch_of)."""
+    global TORCH
+    if TORCH is not None:
+        return TORCH
     if "torch" not in sys.modules:
         return None
     import torch
+    TORCH = torch
     return torch
 
 
@@ -64,7 +69,7 @@ def torch_of(x):
     return torch
 
 
-# torch, once torch_of has met a torch tensor (a module, which Dynamo reads as it is)
+# torch, once torch_of has met a torch tensor or torch_if_imported found it (a module, which Dynamo reads as it is)
 TORCH = None
 
 
