@@ -351,6 +351,10 @@ def test_compiling_while_another_thread_imports(monkeypatch):
             # and Dynamo traces tilemm.matmul's own frame (its route's checks) before the ValueError
             with pytest.raises(ValueError):
                 torch.compile(lambda x, y: tilemm.matmul(x, y) * 2, backend="aot_eager")(x.clone().requires_grad_(), w)
+            # NumPy operands: the frame is given back to Python, and tilemm.matmul's own frame traced
+            a, b = np.ones((3, 4), dtype=np.float32), np.ones((4, 2), dtype=np.float32)
+            got = torch.compile(lambda a, b: tilemm.matmul(a, b) + 1, backend="aot_eager")(a, b)
+            np.testing.assert_array_equal(got, a @ b + 1)
             # scaled_matmul (per-tensor scales: one op, its checks traced before it)
             got = torch.compile(lambda a, b: tilemm.scaled_matmul(a, b, 2.0, 0.5, **FP8), fullgraph=True,
                                 backend="aot_eager")(eights, eights.T)

@@ -74,11 +74,32 @@ TORCH = None
 
 
 def cupy_if_imported():
-    """cupy if the program has imported it, else None (see torch_if_imported)."""
+    """cupy if the program has imported it, else None (see torch_if_imported; kept once found)."""
+    global CUPY
+    if CUPY is not None:
+        return CUPY
     if "cupy" not in sys.modules:
         return None
     import cupy
+    CUPY = cupy
     return cupy
+
+
+def cupy_of(x):
+    """cupy where x is a CuPy array (or of a subclass), else None. Known from x's type, not
+    sys.modules (see torch_of)."""
+    global CUPY
+    if isinstance(x, np.ndarray) or not any(kind.__module__.startswith("cupy") for kind in type(x).__mro__):
+        return None
+    import cupy
+    if not isinstance(x, cupy.ndarray):
+        return None
+    CUPY = cupy
+    return cupy
+
+
+# cupy, once found (as TORCH)
+CUPY = None
 
 
 def native_order(x):
@@ -146,10 +167,9 @@ def check_no_ufunc_override(i: int, x) -> None:
 
 def device_kind(x) -> str | None:
     """"torch" for a torch tensor, "cupy" for a CuPy array, else None."""
-    torch, cupy = torch_if_imported(), cupy_if_imported()
-    if torch is not None and isinstance(x, torch.Tensor):
+    if torch_of(x) is not None:
         return "torch"
-    if cupy is not None and isinstance(x, cupy.ndarray):
+    if cupy_of(x) is not None:
         return "cupy"
     return None
 
@@ -163,8 +183,8 @@ def cast(x, dtype):
 
 
 def describe(x, operand: str) -> Operand:
-    torch, cupy = torch_if_imported(), cupy_if_imported()
-    if torch is not None and isinstance(x, torch.Tensor):
+    torch = torch_of(x)                 # (from x's type: a traced frame reads no sys.modules)
+    if torch is not None:
         if x.device.type not in ("cpu", "cuda"):
             raise ValueError(f"matmul: operand {operand} is on torch device {x.device}; tilemm multiplies "
                              "tensors on the CPU or a CUDA GPU")
@@ -174,7 +194,8 @@ def describe(x, operand: str) -> Operand:
                             "tensors: torch.matmul takes this one, or x.to_dense() (x.to_padded_tensor for nested)")
         dev = "cpu" if x.device.type == "cpu" else f"cuda:{x.device.index or 0}"
         return Operand("torch", dev, dtype_name(x.dtype), tuple(x.shape))
-    if cupy is not None and isinstance(x, cupy.ndarray):
+    cupy = cupy_of(x)
+    if cupy is not None:
         return Operand("cupy", f"cuda:{x.device.id}", dtype_name(x.dtype), x.shape)
     if isinstance(x, np.ndarray):
         return Operand("numpy", "cpu", dtype_name(x.dtype), x.shape)
@@ -202,13 +223,13 @@ def to_host(x, dtype: str) -> np.ndarray:
     """A NumPy array of ``dtype`` holding x's values (bfloat16 comes out as float32, exactly)."""
     if isinstance(x, np.ndarray):      # (NumPy's own: no look for torch or CuPy)
         return x.astype(np.float32 if dtype == "bfloat16" else dtype, copy=False)
-    torch, cupy = torch_if_imported(), cupy_if_imported()
-    if torch is not None and isinstance(x, torch.Tensor):
+    torch = torch_of(x)
+    if torch is not None:
         if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
             x = x.detach().cpu().float()
         x = x.numpy(force=True)        # detached, on the host, a conjugate or negative view's own values
-    elif cupy is not None and isinstance(x, cupy.ndarray):
-        x = cupy.asnumpy(x)
+    elif cupy_of(x) is not None:       # (a CuPy array: CUPY is cupy)
+        x = CUPY.asnumpy(x)
     return x.astype(np.float32 if dtype == "bfloat16" else dtype, copy=False)
 
 
@@ -319,11 +340,12 @@ def device_empty(like: Operand, shape: tuple, dtype: str, poisoned: bool):
 def synchronize(x) -> None:
     """Wait for the work queued on the current stream of x's device (torch or CuPy); nothing for
     host arrays."""
-    torch, cupy = torch_if_imported(), cupy_if_imported()
-    if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
-        torch.cuda.current_stream(x.device).synchronize()
-    elif cupy is not None and isinstance(x, cupy.ndarray):
-        cupy.cuda.get_current_stream().synchronize()
+    torch = torch_of(x)
+    if torch is not None:
+        if x.is_cuda:
+            torch.cuda.current_stream(x.device).synchronize()
+    elif cupy_of(x) is not None:       # (a CuPy array: CUPY is cupy)
+        CUPY.cuda.get_current_stream().synchronize()
 
 
 def assign(out, value) -> None:

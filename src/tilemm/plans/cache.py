@@ -115,13 +115,13 @@ def _new_key_functions(x) -> tuple:
         return _no_key, _no_plan  # a subclass (np.matrix): its result through its own wrap, uncached
     if isinstance(x, np.ndarray):      # the char too: np.dtype('l') == np.dtype('q'), NumPy returns either
         return (lambda x: (np.ndarray, x.dtype, x.dtype.char, x.shape, x.strides)), numpy_lookup
-    torch = arrays.torch_if_imported()
-    if torch is not None and isinstance(x, torch.Tensor):
+    torch = arrays.torch_of(x)          # (from x's type: a traced frame reads no sys.modules)
+    if torch is not None:
         if contract.torch_function_subclass(torch, x):
             return _no_key, _no_plan  # a subclass whose __torch_function__ takes the call (tilemm.api)
         return torch_key_functions(torch, type(x))
-    cupy = arrays.cupy_if_imported()
-    if cupy is not None and isinstance(x, cupy.ndarray):
+    cupy = arrays.cupy_of(x)
+    if cupy is not None:
         return ((lambda x: (cupy.ndarray, x.dtype, x.dtype.char, x.shape, x.strides, x.device.id)),
                 _looked_up(lambda a, b, kernel, out_dtype: (
                     cupy.ndarray, a.dtype, a.dtype.char, a.shape, a.strides, a.device.id, b.dtype, b.dtype.char,
