@@ -355,6 +355,11 @@ def test_compiling_while_another_thread_imports(monkeypatch):
             a, b = np.ones((3, 4), dtype=np.float32), np.ones((4, 2), dtype=np.float32)
             got = torch.compile(lambda a, b: tilemm.matmul(a, b) + 1, backend="aot_eager")(a, b)
             np.testing.assert_array_equal(got, a @ b + 1)
+            got = torch.compile(lambda a, b: tilemm.linear(a, b.T, activation="relu") + 1, backend="aot_eager")(a, b)
+            np.testing.assert_array_equal(got, a @ b + 1)
+            got = torch.compile(lambda a, b: tilemm.grouped_matmul(a, np.stack([b, b]), offs=np.array([1, 3], dtype=np.int32)) + 1,
+                                backend="aot_eager")(a, b)
+            np.testing.assert_array_equal(got, a @ b + 1)
             # scaled_matmul (per-tensor scales: one op, its checks traced before it)
             got = torch.compile(lambda a, b: tilemm.scaled_matmul(a, b, 2.0, 0.5, **FP8), fullgraph=True,
                                 backend="aot_eager")(eights, eights.T)

@@ -21,7 +21,6 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
     (tilemm.products_api sends those to tilemm.torch.grouped_autograd first)."""
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return problems(a, b, offs, counts, out_dtype, out, params, grouped_matmul)
-    torch, cupy = arrays.torch_if_imported(), arrays.cupy_if_imported()
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         if scale_a is not None or scale_b is not None:
             raise TypeError("grouped_matmul: block scales are for float8 torch tensors (NumPy has no float8)")
@@ -29,7 +28,8 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
             raise TypeError(f"grouped_matmul: parameter(s) {', '.join(sorted(params))} are the GPU program's; "
                             "NumPy operands are multiplied on the host")
         return host_grouped(a, b, offs, counts, out_dtype, out)
-    if cupy is not None and isinstance(a, cupy.ndarray) and isinstance(b, cupy.ndarray):
+    cupy = arrays.cupy_of(a)             # (from a's type: a traced frame reads no sys.modules)
+    if cupy is not None and isinstance(b, cupy.ndarray):
         cut = counts if counts is not None else offs
         cut = arrays.torch_view(cut) if isinstance(cut, cupy.ndarray) else cut
         view = arrays.torch_view(out) if out is not None else None
@@ -39,7 +39,8 @@ def grouped_matmul(a, b, offs=None, *, counts=None, scale_a=None, scale_b=None, 
         if out is not None and arrays.torch_needs_copy(out):     # (its view was a copy: the result written back)
             out[...] = cupy.asarray(view)
         return out if out is not None else cupy.asarray(c)
-    if torch is None or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+    torch = arrays.torch_of(a)
+    if torch is None or not isinstance(b, torch.Tensor):
         raise TypeError(f"grouped_matmul: operands are {type(a).__name__} and {type(b).__name__}; pass two NumPy "
                         "arrays, two CuPy arrays or two torch tensors (or two lists of them)")
     plan, cut, scales = torch_plan(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params)
