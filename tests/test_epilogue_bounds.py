@@ -97,3 +97,42 @@ def test_on_the_gpu_the_tma_program_stays_inside_at_its_own_tiles(in_program):
                                        params=dict(tma=True), wrap=(lambda program: program) if in_program else None)
     (program, _, _, options), = launches
     assert program.__name__ == "matmul_epilogue_persistent" and options["MAKE_DESCRIPTORS"] is in_program
+
+
+THIN_PARTS_COMPILE = r"""
+import inspect, json, triton
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+from tests.compiled import resource_usage
+from tilemm.engine.epilogue_kernel import matmul_epilogue_kernel as program
+from tilemm.engine.epilogue_launch import THIN_PARTS, THIN_PARTS_UP_TO
+names = list(inspect.signature(program.fn).parameters)
+
+def compiled(block_m, block_n):
+    # bias and SiLU, B a Linear's weight, as a decoding model's product takes them
+    const = dict(aux_ptr=None, c_ptr=None, res_ptr=None, BIAS_OVER_M=False, ACTIVATION=4, WIDE=0, UPCAST=False,
+                 EVEN_K=True, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=THIN_PARTS["block_k"], GROUP_M=1,
+                 SPLIT=THIN_PARTS["split"], stride_ak=1, stride_bk=1, stride_yn=1)
+    sig = {n: "i32" for n in names}
+    sig.update(a_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16", bias_ptr="*bf16", alpha="fp32", beta="fp32")
+    sig.update({n: "constexpr" for n in const})
+    divisible = ["a_ptr", "b_ptr", "y_ptr", "bias_ptr", "N", "K", "stride_am", "stride_bn", "stride_ym"]
+    attrs = {(list(sig).index(n),): [["tt.divisibility", 16]] for n in divisible}
+    k = triton.compile(ASTSource(fn=program, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 128),
+                       options=dict(num_warps=THIN_PARTS["num_warps"], num_stages=THIN_PARTS["num_stages"]))
+    return dict(shared=k.metadata.shared, **resource_usage(k.asm["cubin"]))
+
+print(json.dumps({f"{m}x{n}": compiled(m, n) for m, n in ((16, 16), (16, 32), (32, 16)) if m * n <= THIN_PARTS_UP_TO}))
+"""
+
+
+def test_thin_tiles_in_parts_fit_hopper_without_spilling():
+    """The pointer program's thin tiles that sum each K step in parts (THIN_PARTS: 16 x 16, 16 x 32,
+    32 x 16), compiled for sm_90 with bias and SiLU: within an SM's 227 KB and no stack (a spill
+    made wider tiles in parts several times slower on the GPU)."""
+    from .compiled import run_program
+    info = run_program(THIN_PARTS_COMPILE, fp_fusion=True)
+    assert set(info) == {"16x16", "16x32", "32x16"}, info
+    for form in info.values():
+        assert form["shared"] <= 227 * 1024 and form["stack"] == 0, info
