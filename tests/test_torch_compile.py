@@ -3,6 +3,7 @@ each product as one node with no graph break (fullgraph=True, torch._dynamo.expl
 and its parameters travel in the op's arguments, and compiled results and gradients equal eager
 ones. On the CPU with backend="aot_eager" (AOTAutograd's graphs, run eagerly): inductor's C++
 compile takes tens of seconds here, and the GPU test runs inductor."""
+import contextlib
 import sys
 import threading
 import types
@@ -313,6 +314,30 @@ def test_compiled_out_of_elements_sharing_memory_is_refused_as_eager():
     assert type(compiled.value) is type(eager.value)
 
 
+@contextlib.contextmanager
+def another_thread_importing():
+    """A thread that puts a module into sys.modules and takes it out again and again, as a
+    thread's imports do, the threads taking turns often: the race, made likely."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    stop = threading.Event()
+
+    def importing():
+        while not stop.is_set():
+            sys.modules["tilemm_test_importing"] = types.ModuleType("tilemm_test_importing")
+            stop.is_set()                # (a Python call: where the thread may hand over, the module in)
+            sys.modules.pop("tilemm_test_importing", None)
+
+    thread = threading.Thread(target=importing, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+
+
 def test_compiling_while_another_thread_imports(monkeypatch):
     """Dynamo wraps a dict that traced code reads as a whole: tilemm's traced checks read
     sys.modules, so a compile failed with 'dictionary changed size during iteration' when another
@@ -322,22 +347,11 @@ def test_compiling_while_another_thread_imports(monkeypatch):
     monkeypatch.setattr(api, "compiling", api.torch_compiling)
     tilemm.matmul(torch.ones(2, 2), torch.ones(2, 2))
     assert api.compiling is torch.compiler.is_compiling
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)          # the threads take turns often: the race, made likely
     where = "cuda" if ON_GPU else "cpu"          # (grouped_matmul: the GPU, or Triton's interpreter on the host)
-    stop, w, layer = threading.Event(), torch.randn(4, 16, device=where), tilemm.nn.Linear(16, 4).to(where)
+    w, layer = torch.randn(4, 16, device=where), tilemm.nn.Linear(16, 4).to(where)
     stacked, offs = torch.randn(2, 16, 4, device=where), torch.tensor([3, 8], dtype=torch.int32, device=where)
     eights = torch.randint(-4, 5, (16, 32), device=where).to(torch.float8_e4m3fn)    # (exact: small whole numbers)
-
-    def importing():                     # a module in and out of sys.modules, as a thread's imports are
-        while not stop.is_set():
-            sys.modules["tilemm_test_importing"] = types.ModuleType("tilemm_test_importing")
-            stop.is_set()                # (a Python call: where the thread may hand over, the module in)
-            sys.modules.pop("tilemm_test_importing", None)
-
-    thread = threading.Thread(target=importing, daemon=True)
-    thread.start()
-    try:
+    with another_thread_importing():
         for _ in range(3):
             torch._dynamo.reset()
             x = torch.randn(8, 16, device=where)
@@ -347,27 +361,35 @@ def test_compiling_while_another_thread_imports(monkeypatch):
                                   lambda x: torch.cat([x[:3] @ stacked[0], x[3:] @ stacked[1]]))):
                 got = torch.compile(ours, fullgraph=True, backend="aot_eager")(x)
                 torch.testing.assert_close(got, torchs(x), rtol=1e-3, atol=1e-3)   # (float32 on the GPU: TF32 sums)
-            # shapes that do not line up, an operand recording a gradient: the frame runs eagerly,
-            # and Dynamo traces tilemm.matmul's own frame (its route's checks) before the ValueError
-            with pytest.raises(ValueError):
-                torch.compile(lambda x, y: tilemm.matmul(x, y) * 2, backend="aot_eager")(x.clone().requires_grad_(), w)
-            # NumPy operands: the frame is given back to Python, and tilemm.matmul's own frame traced
-            a, b = np.ones((3, 4), dtype=np.float32), np.ones((4, 2), dtype=np.float32)
-            got = torch.compile(lambda a, b: tilemm.matmul(a, b) + 1, backend="aot_eager")(a, b)
-            np.testing.assert_array_equal(got, a @ b + 1)
-            got = torch.compile(lambda a, b: tilemm.linear(a, b.T, activation="relu") + 1, backend="aot_eager")(a, b)
-            np.testing.assert_array_equal(got, a @ b + 1)
-            got = torch.compile(lambda a, b: tilemm.grouped_matmul(a, np.stack([b, b]), offs=np.array([1, 3], dtype=np.int32)) + 1,
-                                backend="aot_eager")(a, b)
-            np.testing.assert_array_equal(got, a @ b + 1)
             # scaled_matmul (per-tensor scales: one op, its checks traced before it)
             got = torch.compile(lambda a, b: tilemm.scaled_matmul(a, b, 2.0, 0.5, **FP8), fullgraph=True,
                                 backend="aot_eager")(eights, eights.T)
             torch.testing.assert_close(got.float(), (eights.float() @ eights.float().T).bfloat16().float())
-    finally:
-        stop.set()
-        thread.join()
-        sys.setswitchinterval(interval)
+
+
+def test_compiling_a_frame_python_runs_while_another_thread_imports(monkeypatch):
+    """The same race where a compiled function's frame is run by Python after all and Dynamo then
+    traces tilemm's own frames, the eager checks: shapes that do not line up with an operand that
+    records a gradient, NumPy operands (matmul, with NumPy's keywords, lists, linear,
+    grouped_matmul). Their checks know torch and CuPy from the operands' types (arrays.torch_of,
+    cupy_of), not from sys.modules, also in a program whose first tilemm calls these are (no
+    module kept yet)."""
+    from tilemm.numerics import arrays
+    w = torch.randn(4, 16)
+    a, b = np.ones((3, 4), dtype=np.float32), np.ones((4, 2), dtype=np.float32)
+    calls = [lambda a, b: tilemm.matmul(a, b), lambda a, b: tilemm.matmul(a, b, dtype=np.float64),
+             lambda a, b: tilemm.matmul(a.tolist(), b.tolist()), lambda a, b: tilemm.linear(a, b.T, activation="relu"),
+             lambda a, b: tilemm.grouped_matmul(a, np.stack([b, b]), offs=np.array([1, 3], dtype=np.int32))]
+    with another_thread_importing():
+        for call in calls:
+            for name in ("TORCH", "CUPY"):
+                monkeypatch.setattr(arrays, name, None)
+            torch._dynamo.reset()
+            np.testing.assert_array_equal(torch.compile(lambda a, b: call(a, b) + 1, backend="aot_eager")(a, b), a @ b + 1)
+        monkeypatch.setattr(arrays, "TORCH", None)
+        with pytest.raises(ValueError):
+            torch.compile(lambda x, y: tilemm.matmul(x, y) * 2, backend="aot_eager")(torch.randn(8, 16,
+                                                                                                requires_grad=True), w)
 
 
 def test_numpy_operands_under_compile():
@@ -378,6 +400,12 @@ def test_numpy_operands_under_compile():
     a, b = np.arange(12, dtype=np.float32).reshape(4, 3), np.arange(6, dtype=np.float32).reshape(3, 2)
     got = torch.compile(lambda a, b: tilemm.matmul(a, b) + 1, backend="aot_eager")(a, b)
     assert type(got) is np.ndarray
+    np.testing.assert_array_equal(got, a @ b + 1)
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:      # (NumPy's keywords read a kept set of names)
+        warnings.simplefilter("always")
+        got = torch.compile(lambda a, b: tilemm.matmul(a, b, dtype=np.float64) + 1, backend="aot_eager")(a, b)
+    assert got.dtype == np.float64 and not [w for w in caught if "lru_cache" in str(w.message)]
     np.testing.assert_array_equal(got, a @ b + 1)
     torch._dynamo.reset()
     with pytest.raises(Exception, match="tilemm multiplies torch tensors"):
@@ -401,3 +429,18 @@ def test_torch_of_knows_torch_tensors_by_their_type():
         assert arrays.torch_of(x) is torch
     for x in (np.ones(2), 1.0, None, [torch.ones(2)], Protocol()):
         assert arrays.torch_of(x) is None
+
+
+def test_cupy_of_knows_cupy_arrays_by_their_type():
+    """arrays.cupy_of, as torch_of for CuPy: None for NumPy arrays, torch tensors and a class of
+    another module whose name starts as CuPy's (no import of cupy tried)."""
+    from tilemm.numerics import arrays
+    Lookalike = type("Lookalike", (), {"__module__": "cupyish"})
+    for x in (np.ones(2), torch.ones(2), 1.0, None, [np.ones(2)], Lookalike()):
+        assert arrays.cupy_of(x) is None
+
+
+def test_gpu_cupy_of_a_cupy_array_is_cupy():
+    cupy = pytest.importorskip("cupy")
+    from tilemm.numerics import arrays
+    assert arrays.cupy_of(cupy.ones(2)) is cupy and arrays.cupy_of(cupy.ones(2)[::2]) is cupy

@@ -27,7 +27,6 @@ none of these keywords never comes here.
 """
 from __future__ import annotations
 
-import functools
 import operator
 from dataclasses import dataclass
 
@@ -101,11 +100,17 @@ def split(params: dict, out_dtype, out=None) -> tuple[Keywords, dict]:
                      unnamed), kernel_params)
 
 
-@functools.lru_cache(maxsize=1)
 def parameter_names() -> frozenset:
-    """Every parameter name of a kernel of the ladder (tilemm's own keywords beside NumPy's)."""
-    from tilemm.ladder import registry
-    return frozenset(p.name for kernel in registry.kernels() for p in kernel.params)
+    """Every parameter name of a kernel of the ladder (tilemm's own keywords beside NumPy's), kept
+    once made (in a list, not functools.lru_cache, which torch.compile warns of wherever a traced
+    call reaches it)."""
+    if not PARAMETER_NAMES:
+        from tilemm.ladder import registry
+        PARAMETER_NAMES.append(frozenset(p.name for kernel in registry.kernels() for p in kernel.params))
+    return PARAMETER_NAMES[0]
+
+
+PARAMETER_NAMES: list = []
 
 
 def checked_choice(name: str, value, choices: tuple, upper: bool = False) -> str:
@@ -299,7 +304,7 @@ def move(x, source: tuple, destination: tuple):
         return x
     if arrays.device_kind(x) == "torch":
         return x.movedim(source, destination)
-    return (arrays.cupy_if_imported() if arrays.device_kind(x) == "cupy" else np).moveaxis(x, source, destination)
+    return (arrays.cupy_of(x) or np).moveaxis(x, source, destination)
 
 
 def last(count: int) -> tuple:
@@ -327,9 +332,7 @@ def matmul(product, plan, a, b, out, kernel, out_dtype, stream, params: dict):
         a, b = move(a, axes[0], last(len(axes[0]))), move(b, axes[1], last(len(axes[1])))
     into = out if out is None or axes is None else move(out, axes[2], last(len(axes[2])))
     # a torch out under NumPy's keywords takes NumPy's rules (a plain call's is torch's): planned with them too
-    torch = arrays.torch_if_imported()
-    numpy_out = (out is not None and torch is not None and isinstance(out, torch.Tensor)
-                 and not contract.torch_routed(a, b))
+    numpy_out = out is not None and arrays.torch_of(out) is not None and not contract.torch_routed(a, b)
     if beyond_same_kind or numpy_out:   # casting="unsafe" past what the plain call's checks let by: planned with the rule
         if contract.torch_routed(a, b):
             raise TypeError("matmul: a cast that only casting='unsafe' allows records no autograd graph; cast the "

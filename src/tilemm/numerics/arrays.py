@@ -89,7 +89,8 @@ def cupy_of(x):
     """cupy where x is a CuPy array (or of a subclass), else None. Known from x's type, not
     sys.modules (see torch_of)."""
     global CUPY
-    if isinstance(x, np.ndarray) or not any(kind.__module__.startswith("cupy") for kind in type(x).__mro__):
+    if isinstance(x, np.ndarray) or not any(kind.__module__ == "cupy" or kind.__module__.startswith("cupy.")
+                                            for kind in type(x).__mro__):
         return None
     import cupy
     if not isinstance(x, cupy.ndarray):
@@ -122,8 +123,7 @@ def resolved_view(x):
     """A torch tensor with its conjugate or negative bit set (x.conj(), x.conj().imag: a view whose
     memory holds the values before that operation) as a copy holding its values, differentiable
     under autograd and torch.func alike (resolve_conj, resolve_neg); anything else as it is."""
-    torch = torch_if_imported()
-    if torch is not None and isinstance(x, torch.Tensor) and (x.is_conj() or x.is_neg()):
+    if torch_of(x) is not None and (x.is_conj() or x.is_neg()):
         return x.resolve_conj().resolve_neg()
     return x
 

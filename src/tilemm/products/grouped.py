@@ -54,7 +54,7 @@ def torch_plan(a, b, offs, counts, scale_a, scale_b, out_dtype, out, params) -> 
     offs, counts, lay = torch_layout(a, b, offs, counts, out_dtype, scaled)
     scales = None
     if scaled:
-        check_scales(scale_a, scale_b, a, b, lay, arrays.torch_if_imported())
+        check_scales(scale_a, scale_b, a, b, lay, arrays.torch_of(a))
         scales = (scale_a, scale_b)
     cut = offs if counts is None else counts
     return resolve(a, b, cut, lay, out, params, scales=scales), cut, scales

@@ -25,8 +25,7 @@ def host_values(cut) -> list | None:
 
 def on_host(cut) -> bool:
     """Whether offsets or counts (as_array's) are on the host: a NumPy array or a CPU tensor."""
-    torch = arrays.torch_if_imported()
-    if torch is not None and isinstance(cut, torch.Tensor):
+    if arrays.torch_of(cut) is not None:
         return cut.device.type == "cpu"
     return isinstance(cut, np.ndarray)
 
