@@ -302,7 +302,7 @@ def move(x, source: tuple, destination: tuple):
     """A view of x (NumPy, torch or CuPy) with axes ``source`` moved to ``destination``."""
     if not source or tuple(d % x.ndim for d in source) == tuple(d % x.ndim for d in destination):
         return x
-    if arrays.device_kind(x) == "torch":
+    if arrays.torch_of(x) is not None:
         return x.movedim(source, destination)
     return (arrays.cupy_of(x) or np).moveaxis(x, source, destination)
 
