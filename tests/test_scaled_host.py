@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tilemm
+from tilemm.system import compat
 
 M, K, N = 24, 300, 136           # K and N past a 128-wide block, not multiples of it
 E4M3 = torch.float8_e4m3fn
@@ -15,7 +16,9 @@ ROUNDING = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0
 @pytest.fixture(autouse=True)
 def no_interpreter(monkeypatch):
     """As a process without TRITON_INTERPRET sees CPU tensors (conftest sets it for the rungs)."""
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    # (tilemm's own check, not the environment: Triton, imported meanwhile by torch.compile, would
+    # make its language's functions for compiled programs, and later tests' interpreted ones fail)
+    monkeypatch.setattr(compat, "triton_interpreter", lambda: False)
 
 
 def operands(seed, b_dtype=E4M3):
