@@ -326,6 +326,35 @@ def test_torch_s_errors_and_words():
         assert got.shape == want.shape and got.dtype == want.dtype
 
 
+def stack_out_of_order(shape, dtype):
+    """A tensor of this shape (3 dimensions or more) whose first two dimensions are swapped in
+    memory: its stack's rows do not lie one after another, so torch multiplies it by bmm."""
+    return torch.zeros((shape[1], shape[0], *shape[2:]), dtype=dtype).transpose(0, 1)
+
+
+@pytest.mark.parametrize("make_a, make_b, a_grad", [
+    (lambda: stack_out_of_order((2, 3, 4), torch.float32), lambda: torch.zeros(4, dtype=torch.float64), False),
+    (lambda: stack_out_of_order((2, 3, 4), torch.float32), lambda: torch.zeros(5, dtype=torch.float32), False),
+    (lambda: stack_out_of_order((2, 3, 4), torch.bool), lambda: torch.zeros(4, 2, dtype=torch.int8), False),
+    (lambda: stack_out_of_order((2, 3, 4), torch.bool), lambda: torch.zeros(4, dtype=torch.int8), False),
+    (lambda: stack_out_of_order((2, 3, 4), torch.float32), lambda: torch.zeros(5, 2), False),
+    (lambda: torch.zeros(2, 3, 4, dtype=torch.bool), lambda: torch.zeros(4, 2, dtype=torch.int8), False),
+    (lambda: torch.zeros(3, 4), lambda: torch.zeros(2, 4, 5, dtype=torch.float64), True),
+    (lambda: torch.zeros(3, 4), lambda: torch.zeros(2, 5, 5), True),
+    (lambda: torch.zeros(4), lambda: torch.zeros(2, 3, 4).mT.to(torch.float64), False),
+    (lambda: torch.zeros(4, dtype=torch.bool), lambda: torch.zeros(2, 4, 3, dtype=torch.int8), False)])
+def test_torch_s_errors_where_its_stacks_are_laid_out_otherwise(make_a, make_b, a_grad):
+    """torch multiplies a stack by mm or mv of its rows where they lie one after another in memory,
+    or where the other operand records a gradient, and by bmm otherwise, and each refuses in its
+    own class and words (a bool stack by bmm: NotImplementedError): tilemm's error is torch's."""
+    a, b = make_a().requires_grad_(a_grad), make_b()
+    with pytest.raises(Exception) as theirs:
+        torch.matmul(a, b)
+    with pytest.raises(type(theirs.value)) as ours:
+        tilemm.matmul(a, b)
+    assert str(ours.value) == str(theirs.value)
+
+
 @pytest.mark.skipif(torch_contract.torch_before(2, 13), reason="torch 2.13's words (mv's out read on 2.13 only)")
 @pytest.mark.parametrize("sa,sb", [((33, 7), (7,)), ((1, 1), (1,)), ((0, 7), (7,)), ((3, 0), (0,))])
 @pytest.mark.parametrize("out_shape", ["result", (5,), (0,)])

@@ -12,8 +12,8 @@ resized to the result's shape where it has another (with torch's warning where i
 The errors for torch tensors are of a class that is both NumPy's (ValueError for shapes,
 TypeError for dtypes) and torch's (RuntimeError), with torch's words, so that code written
 against either catches them: ``mat1 and mat2 shapes cannot be multiplied (10x9 and 8x25)``. The
-words are torch's on the CPU for operands whose stacks are contiguous (torch picks among mm,
-mv, dot and bmm by the operands' strides and whether they require grad; each says it its way).
+words are torch's on the CPU: torch picks among mm, mv, dot and bmm by the operands' ranks,
+strides and whether they require grad (``folds``), and each says it its way.
 
 Nothing here imports torch: the rules read shapes and dtype names (and the version of the torch
 already imported, where its words changed).
@@ -54,13 +54,57 @@ CPU_BMM_LACKS = ("bool", "uint16", "uint32", "uint64")
 CUDA_BMM_TAKES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
 
 
-def refusal(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False, device: str = "cpu") -> Exception | None:
+def folds(sa: tuple, strides_a: tuple, sb: tuple, strides_b: tuple, a_grad: bool = False, b_grad: bool = False,
+          has_out: bool = False) -> bool:
+    """Whether torch.matmul folds the stack of its operand of more dimensions into the rows of one
+    matrix (mm, or mv for a vector) rather than multiplying the stacks by bmm (ATen's should_fold).
+    Only where that operand has 3 dimensions or more and the other 2 or fewer; then always where the
+    other records a gradient and there is no out; never for a matrix A times a stack; else where
+    the stack is empty or its leading dimensions lie one after another in memory (rows it views
+    without a copy). A stack of B is folded as B^T's."""
+    a_larger = len(sa) >= len(sb)
+    if not (max(len(sa), len(sb)) >= 3 and min(len(sa), len(sb)) <= 2):
+        return False
+    if a_larger:
+        shape, strides, other_grad = sa, strides_a, b_grad
+    else:              # B^T's stack: B's last two dimensions swapped
+        shape, strides = (*sb[:-2], sb[-1], sb[-2]), (*strides_b[:-2], strides_b[-1], strides_b[-2])
+        other_grad = a_grad
+    if other_grad and not has_out:
+        return True
+    if len(sa) == 2:
+        return False
+    if math.prod(shape) == 0:
+        return True
+    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
+
+
+def folds_of(a, b, has_out: bool = False) -> bool:
+    """folds for torch tensors a and b (their shapes, strides and whether they require grad)."""
+    return folds(tuple(a.shape), tuple(a.stride()), tuple(b.shape), tuple(b.stride()), a.requires_grad,
+                 b.requires_grad, has_out)
+
+
+def contiguous_strides(shape: tuple) -> tuple:
+    """A contiguous tensor's strides for this shape (torch's: a dimension of one element takes
+    the stride of the one after it)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None,
+            device: str = "cpu") -> Exception | None:
     """The error torch.matmul raises for operands of shapes sa, sb and dtype names da, db, in the
     order torch checks (shapes before dtypes, but for two vectors), or None where it multiplies them.
-    a_grad: A requires grad and there is no out (torch then folds B's stack, as it does for one
-    that is empty, or a vector times a stack of one-row matrices). device: the operands' ("cpu",
-    "cuda:0", ...), whose bmm kernels differ."""
+    fold: whether torch folds the larger operand's stack (``folds`` of the operands' strides,
+    gradients and out; None: as for contiguous operands that record no gradient). device: the
+    operands' ("cpu", "cuda:0", ...), whose bmm kernels differ."""
     ra, rb = len(sa), len(sb)
+    if fold is None:
+        fold = folds(sa, contiguous_strides(sa), sb, contiguous_strides(sb))
     if ra == 0 or rb == 0:
         return TorchShapeError(f"both arguments to matmul need to be at least 1D, but they are {ra}D and {rb}D")
     if ra == 1 and rb == 1:                                 # torch.dot
@@ -71,7 +115,7 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False, device
             return TorchShapeError(f"inconsistent tensor size, expected tensor [{sa[0]}] and src [{sb[0]}] to have "
                                    f"the same number of elements, but got {sa[0]} and {sb[0]} elements respectively")
         return None
-    if ra >= 2 and rb == 1:                                 # torch.mv of A's rows (a stack folded into them)
+    if ra >= 2 and rb == 1 and (ra == 2 or fold):          # torch.mv of A's rows (a stack folded into them)
         rows = math.prod(sa[:-1])
         if sa[-1] != sb[0]:
             return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{sa[-1]}), vec ({sb[0]})")
@@ -81,7 +125,7 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False, device
             return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(db)}, "
                                   f"{_scalar(da)}, and {_scalar(db)}")
         return None
-    if rb == 2:                                             # torch.mm of A's rows (a vector as one row)
+    if rb == 2 and (ra <= 2 or fold):                       # torch.mm of A's rows (a vector as one row)
         rows = math.prod(sa[:-1])
         if sa[-1] != sb[0]:
             return TorchShapeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{sa[-1]} and "
@@ -89,19 +133,19 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False, device
         if da != db:
             return TorchTypeError(f"expected m1 and m2 to have the same dtype, but got: {_cpp(da)} != {_cpp(db)}")
         return None
-    if ra <= 2 and (a_grad or ra == 1 and (math.prod(sb) == 0 or sb[-2] == 1)):
+    if ra <= 2 and fold:
         return _folded_b(sa, sb, da, db)
     batch = _broadcast(sa[:-2], sb[:-2])                    # torch.bmm of the broadcast stacks
     if isinstance(batch, Exception):
         return batch
-    k, k2 = sa[-1], sb[-2]
+    k, k2 = sa[-1], sb[-2] if rb > 1 else sb[0]
     if k != k2:
         count = math.prod(batch)
         return TorchShapeError(f"Expected size for first two dimensions of batch2 tensor to be: [{count}, {k}] but "
                                f"got: [{count}, {k2}].")
     if da != db:
         mismatch = TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
-        if k == 0 or 0 in batch or (ra > 1 and sa[-2] == 0) or sb[-1] == 0:
+        if k == 0 or 0 in batch or (ra > 1 and sa[-2] == 0) or (rb > 1 and sb[-1] == 0):
             return mismatch       # (torch's bmm returns before its kernel: the stricter refusal, tilemm's)
         return no_bmm_kernel(da, device) or mismatch
     return None
@@ -232,9 +276,9 @@ def resize_out(out, shape: tuple, sa: tuple = (), sb: tuple = ()) -> None:
         out.resize_(shape)
 
 
-def check(sa: tuple, sb: tuple, da: str, db: str, a_grad: bool = False, device: str = "cpu") -> None:
+def check(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, device: str = "cpu") -> None:
     """Raise torch.matmul's error for these operands (see refusal), if it has one."""
-    error = refusal(tuple(sa), tuple(sb), da, db, a_grad, device)
+    error = refusal(tuple(sa), tuple(sb), da, db, fold, device)
     if error is not None:
         raise error
 
