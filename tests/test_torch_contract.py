@@ -332,22 +332,26 @@ def stack_out_of_order(shape, dtype):
     return torch.zeros((shape[1], shape[0], *shape[2:]), dtype=dtype).transpose(0, 1)
 
 
-@pytest.mark.parametrize("make_a, make_b, a_grad", [
-    (lambda: stack_out_of_order((2, 3, 4), torch.float32), lambda: torch.zeros(4, dtype=torch.float64), False),
-    (lambda: stack_out_of_order((2, 3, 4), torch.float32), lambda: torch.zeros(5, dtype=torch.float32), False),
-    (lambda: stack_out_of_order((2, 3, 4), torch.bool), lambda: torch.zeros(4, 2, dtype=torch.int8), False),
-    (lambda: stack_out_of_order((2, 3, 4), torch.bool), lambda: torch.zeros(4, dtype=torch.int8), False),
-    (lambda: stack_out_of_order((2, 3, 4), torch.float32), lambda: torch.zeros(5, 2), False),
-    (lambda: torch.zeros(2, 3, 4, dtype=torch.bool), lambda: torch.zeros(4, 2, dtype=torch.int8), False),
-    (lambda: torch.zeros(3, 4), lambda: torch.zeros(2, 4, 5, dtype=torch.float64), True),
-    (lambda: torch.zeros(3, 4), lambda: torch.zeros(2, 5, 5), True),
-    (lambda: torch.zeros(4), lambda: torch.zeros(2, 3, 4).mT.to(torch.float64), False),
-    (lambda: torch.zeros(4, dtype=torch.bool), lambda: torch.zeros(2, 4, 3, dtype=torch.int8), False)])
-def test_torch_s_errors_where_its_stacks_are_laid_out_otherwise(make_a, make_b, a_grad):
+@pytest.mark.parametrize("make_a, make_b, grads", [
+    (lambda: stack_out_of_order((2, 3, 4), torch.float32), lambda: torch.zeros(4, dtype=torch.float64), (False, False)),
+    (lambda: stack_out_of_order((2, 3, 4), torch.float32), lambda: torch.zeros(5, dtype=torch.float32), (False, False)),
+    (lambda: stack_out_of_order((2, 3, 4), torch.bool), lambda: torch.zeros(4, 2, dtype=torch.int8), (False, False)),
+    (lambda: stack_out_of_order((2, 3, 4), torch.bool), lambda: torch.zeros(4, dtype=torch.int8), (False, False)),
+    (lambda: stack_out_of_order((2, 3, 4), torch.float32), lambda: torch.zeros(5, 2), (False, False)),
+    (lambda: torch.zeros(2, 3, 4, dtype=torch.bool), lambda: torch.zeros(4, 2, dtype=torch.int8), (False, False)),
+    (lambda: torch.zeros(3, 4), lambda: torch.zeros(2, 4, 5, dtype=torch.float64), (True, False)),
+    (lambda: torch.zeros(3, 4), lambda: torch.zeros(2, 5, 5), (True, False)),
+    (lambda: torch.zeros(4), lambda: torch.zeros(2, 3, 4).mT.to(torch.float64), (False, False)),
+    (lambda: torch.zeros(4, dtype=torch.bool), lambda: torch.zeros(2, 4, 3, dtype=torch.int8), (False, False)),
+    (lambda: torch.zeros(1, 3, 2), lambda: torch.zeros(3, 2, 4, dtype=torch.int64), (True, False)),
+    (lambda: torch.zeros(3, 1, 2, dtype=torch.float64), lambda: torch.zeros(1, 0, 0), (False, True)),
+    (lambda: torch.zeros(3, 1, 2, dtype=torch.float64), lambda: torch.zeros(1, 0, 0), (False, False))])
+def test_torch_s_errors_where_its_stacks_are_laid_out_otherwise(make_a, make_b, grads):
     """torch multiplies a stack by mm or mv of its rows where they lie one after another in memory,
-    or where the other operand records a gradient, and by bmm otherwise, and each refuses in its
-    own class and words (a bool stack by bmm: NotImplementedError): tilemm's error is torch's."""
-    a, b = make_a().requires_grad_(a_grad), make_b()
+    or where the other operand records a gradient, and by bmm otherwise; a stack of one matrix
+    that requires grad beside a stack of another count as that matrix. Each refuses in its own
+    class and words (a bool stack by bmm: NotImplementedError): tilemm's error is torch's."""
+    a, b = make_a().requires_grad_(grads[0]), make_b().requires_grad_(grads[1])
     with pytest.raises(Exception) as theirs:
         torch.matmul(a, b)
     with pytest.raises(type(theirs.value)) as ours:

@@ -79,12 +79,6 @@ def folds(sa: tuple, strides_a: tuple, sb: tuple, strides_b: tuple, a_grad: bool
     return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
 
 
-def folds_of(a, b, has_out: bool = False) -> bool:
-    """folds for torch tensors a and b (their shapes, strides and whether they require grad)."""
-    return folds(tuple(a.shape), tuple(a.stride()), tuple(b.shape), tuple(b.stride()), a.requires_grad,
-                 b.requires_grad, has_out)
-
-
 def contiguous_strides(shape: tuple) -> tuple:
     """A contiguous tensor's strides for this shape (torch's: a dimension of one element takes
     the stride of the one after it)."""
@@ -281,6 +275,19 @@ def check(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, devi
     error = refusal(tuple(sa), tuple(sb), da, db, fold, device)
     if error is not None:
         raise error
+
+
+def check_tensors(a, b, da: str, db: str, has_out: bool = False, device: str = "cpu") -> None:
+    """check for torch tensors a and b (dtype names da, db) as torch.matmul reads them: a stack of
+    one matrix that requires grad beside a stack of another count is multiplied as that matrix
+    (ATen's _matmul_impl), and a stack folded or not as folds says of the strides."""
+    sa, sb, strides_a, strides_b = tuple(a.shape), tuple(b.shape), tuple(a.stride()), tuple(b.stride())
+    if len(sa) == len(sb) == 3 and sa[0] != sb[0]:
+        if sa[0] == 1 and a.requires_grad:
+            sa, strides_a = sa[1:], strides_a[1:]
+        elif sb[0] == 1 and b.requires_grad:
+            sb, strides_b = sb[1:], strides_b[1:]
+    check(sa, sb, da, db, folds(sa, strides_a, sb, strides_b, a.requires_grad, b.requires_grad, has_out), device)
 
 
 def _broadcast(sa: tuple, sb: tuple):
