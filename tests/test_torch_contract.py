@@ -359,6 +359,22 @@ def test_torch_s_errors_where_its_stacks_are_laid_out_otherwise(make_a, make_b, 
     assert str(ours.value) == str(theirs.value)
 
 
+def test_the_refusals_of_cuda_s_kernels():
+    """On CUDA, torch's mm words a mismatch as "mat1 and mat2" (the CPU's: "m1 and m2"), and its mv
+    picks a kernel by the matrix's dtype before it reads the vector's: a matrix of an integer or
+    bool dtype is NotImplementedError there (the classes and words a GPU run of torch 2.11 gave)."""
+    mm = torch_contract.refusal((3, 4), (4, 2), "float32", "bfloat16", device="cuda:0")
+    assert isinstance(mm, torch_contract.TorchTypeError)
+    assert str(mm) == "expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16"
+    assert "m1 and m2" in str(torch_contract.refusal((3, 4), (4, 2), "float32", "bfloat16"))
+    mv = torch_contract.refusal((3, 4), (4,), "int64", "float16", device="cuda:0")
+    assert type(mv) is NotImplementedError and str(mv) == "\"addmv_impl_cuda\" not implemented for 'Long'"
+    folded = torch_contract.refusal((1,), (2, 1, 3), "float16", "bool", device="cuda:0")   # mv of B^T's rows
+    assert type(folded) is NotImplementedError and "'Bool'" in str(folded)
+    assert isinstance(torch_contract.refusal((3, 4), (4,), "float32", "int8", device="cuda:0"),
+                      torch_contract.TorchTypeError)
+
+
 @pytest.mark.skipif(torch_contract.torch_before(2, 13), reason="torch 2.13's words (mv's out read on 2.13 only)")
 @pytest.mark.parametrize("sa,sb", [((33, 7), (7,)), ((1, 1), (1,)), ((0, 7), (7,)), ((3, 0), (0,))])
 @pytest.mark.parametrize("out_shape", ["result", (5,), (0,)])

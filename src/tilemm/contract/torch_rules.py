@@ -12,8 +12,9 @@ resized to the result's shape where it has another (with torch's warning where i
 The errors for torch tensors are of a class that is both NumPy's (ValueError for shapes,
 TypeError for dtypes) and torch's (RuntimeError), with torch's words, so that code written
 against either catches them: ``mat1 and mat2 shapes cannot be multiplied (10x9 and 8x25)``. The
-words are torch's on the CPU: torch picks among mm, mv, dot and bmm by the operands' ranks,
-strides and whether they require grad (``folds``), and each says it its way.
+words are torch's: torch picks among mm, mv, dot and bmm by the operands' ranks, strides and
+whether they require grad (``folds``), and each says it its way, on CUDA in its kernels' own
+words where they differ (mm's, and mv's of an integer matrix).
 
 Nothing here imports torch: the rules read shapes and dtype names (and the version of the torch
 already imported, where its words changed).
@@ -113,22 +114,15 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None,
         rows = math.prod(sa[:-1])
         if sa[-1] != sb[0]:
             return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{sa[-1]}), vec ({sb[0]})")
-        if da != db:
-            if torch_before(2, 13):     # (torch 2.11's mv said it as bmm does; 2.12 not read)
-                return TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
-            return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(db)}, "
-                                  f"{_scalar(da)}, and {_scalar(db)}")
-        return None
+        return mv_mismatch(da, db, device) if da != db else None
     if rb == 2 and (ra <= 2 or fold):                       # torch.mm of A's rows (a vector as one row)
         rows = math.prod(sa[:-1])
         if sa[-1] != sb[0]:
             return TorchShapeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{sa[-1]} and "
                                    f"{sb[0]}x{sb[1]})")
-        if da != db:
-            return TorchTypeError(f"expected m1 and m2 to have the same dtype, but got: {_cpp(da)} != {_cpp(db)}")
-        return None
+        return mm_mismatch(da, db, device) if da != db else None
     if ra <= 2 and fold:
-        return _folded_b(sa, sb, da, db)
+        return _folded_b(sa, sb, da, db, device)
     batch = _broadcast(sa[:-2], sb[:-2])                    # torch.bmm of the broadcast stacks
     if isinstance(batch, Exception):
         return batch
@@ -153,24 +147,35 @@ def no_bmm_kernel(da: str, device: str) -> Exception | None:
     return NotImplementedError(f"\"bmm\" not implemented for '{_scalar(da)}'") if da in CPU_BMM_LACKS else None
 
 
-def _folded_b(sa: tuple, sb: tuple, da: str, db: str) -> Exception | None:
+def _folded_b(sa: tuple, sb: tuple, da: str, db: str, device: str) -> Exception | None:
     """refusal's error where torch folds B's stack into the rows of B^T (a stack that is contiguous)
     and multiplies them by A on the right: mm with A^T for a matrix A, mv for a vector."""
     rows, k2, k = math.prod(sb[:-2]) * sb[-1], sb[-2], sa[-1]
     if len(sa) == 1:
         if k2 != k:
             return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{k2}), vec ({k})")
-        if da != db and torch_before(2, 13):
-            return TorchTypeError(f"expected scalar type {_scalar(db)} but found {_scalar(da)}")
-        if da != db:
-            return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(da)}, "
-                                  f"{_scalar(db)}, and {_scalar(da)}")
-        return None
+        return mv_mismatch(db, da, device) if da != db else None
     if k2 != k:
         return TorchShapeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k2} and {k}x{sa[0]})")
-    if da != db:
-        return TorchTypeError(f"expected m1 and m2 to have the same dtype, but got: {_cpp(db)} != {_cpp(da)}")
-    return None
+    return mm_mismatch(db, da, device) if da != db else None
+
+
+def mv_mismatch(mat: str, vec: str, device: str) -> Exception:
+    """torch.mv's refusal of a matrix and a vector of two dtypes: on CUDA, a matrix of a dtype
+    its kernels lack in their words (they pick the kernel first); else addmv's words (torch
+    2.11's mv said it as bmm does; 2.12 not read)."""
+    if device.startswith("cuda") and mat not in CUDA_BMM_TAKES:
+        return NotImplementedError(f"\"addmv_impl_cuda\" not implemented for '{_scalar(mat)}'")
+    if torch_before(2, 13):
+        return TorchTypeError(f"expected scalar type {_scalar(mat)} but found {_scalar(vec)}")
+    return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(vec)}, {_scalar(mat)}, "
+                          f"and {_scalar(vec)}")
+
+
+def mm_mismatch(first: str, second: str, device: str) -> Exception:
+    """torch.mm's refusal of two dtypes, in the words of the device's kernels."""
+    names = "mat1 and mat2" if device.startswith("cuda") else "m1 and m2"
+    return TorchTypeError(f"expected {names} to have the same dtype, but got: {_cpp(first)} != {_cpp(second)}")
 
 
 def torch_before(major: int, minor: int) -> bool:
