@@ -282,7 +282,7 @@ def check(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, devi
         raise error
 
 
-def check_tensors(a, b, da: str, db: str, has_out: bool = False, device: str = "cpu") -> None:
+def check_operands(a, b, da: str, db: str, has_out: bool = False, device: str = "cpu") -> None:
     """check for torch tensors a and b (dtype names da, db) as torch.matmul reads them: a stack of
     one matrix that requires grad beside a stack of another count is multiplied as that matrix
     (ATen's _matmul_impl), and a stack folded or not as folds says of the strides."""

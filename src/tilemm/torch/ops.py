@@ -251,7 +251,7 @@ def matmul_op(a: torch.Tensor, b: torch.Tensor, kernel: Optional[str], params: s
 @matmul_op.register_fake
 def _matmul_fake(a, b, kernel, params, out_dtype):
     name_a, name_b = dtypes.torch_dtype_name(a.dtype), dtypes.torch_dtype_name(b.dtype)
-    torch_contract.check_tensors(a, b, name_a, name_b, device=a.device.type)
+    torch_contract.check_operands(a, b, name_a, name_b, device=a.device.type)
     name = out_dtype or name_a
     return a.new_empty(result_shape(tuple(a.shape), tuple(b.shape)), dtype=getattr(torch, name))
 
@@ -305,7 +305,7 @@ def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
         torch_contract.check_out_gradient(a, b, out)
     # the fake's check, here too: traced, its error is the eager call's (Dynamo runs the frame
     # eagerly; fullgraph=True: its cause), not Dynamo's TorchRuntimeError from the fake
-    torch_contract.check_tensors(a, b, dtypes.torch_dtype_name(a.dtype), dtypes.torch_dtype_name(b.dtype),
+    torch_contract.check_operands(a, b, dtypes.torch_dtype_name(a.dtype), dtypes.torch_dtype_name(b.dtype),
                                  out is not None, a.device.type)
     c = torch.ops.tilemm.matmul(a, b, kernel, encode_params(params), dtype_text(out_dtype))
     return c if out is None else copied_into(out, c, a, b)
