@@ -25,6 +25,8 @@ import math
 import sys
 import warnings
 
+from tilemm.numerics.dtypes import torch_dtype_name
+
 
 class TorchShapeError(ValueError, RuntimeError):
     """torch tensors whose shapes torch.matmul refuses (torch raises RuntimeError; NumPy's
@@ -90,19 +92,24 @@ def contiguous_strides(shape: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
-def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None,
-            device: str = "cpu") -> Exception | None:
+def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, device: str = "cpu",
+            out: tuple | None = None) -> Exception | None:
     """The error torch.matmul raises for operands of shapes sa, sb and dtype names da, db, in the
     order torch checks (shapes before dtypes, but for two vectors), or None where it multiplies them.
     fold: whether torch folds the larger operand's stack (``folds`` of the operands' strides,
     gradients and out; None: as for contiguous operands that record no gradient). device: the
-    operands' ("cpu", "cuda:0", ...), whose bmm kernels differ."""
+    operands' ("cpu", "cuda:0", ...), whose bmm kernels differ. out: (shape, dtype name) of an
+    ``out=``, whose dtype the product torch picks reads before the operands' (mm, bmm, dot) or
+    names among addmv's (mv), or None."""
     ra, rb = len(sa), len(sb)
+    out_dtype = out[1] if out is not None else None
     if fold is None:
         fold = folds(sa, contiguous_strides(sa), sb, contiguous_strides(sb))
     if ra == 0 or rb == 0:
         return TorchShapeError(f"both arguments to matmul need to be at least 1D, but they are {ra}D and {rb}D")
     if ra == 1 and rb == 1:                                 # torch.dot
+        if da != db and out_dtype not in (None, da):
+            return TorchTypeError(f"result dtype {_scalar(out_dtype)} does not match input dtype {_scalar(da)}")
         if da != db:
             return TorchTypeError(f"dot : expected both vectors to have same dtype, but found {_scalar(da)} and "
                                   f"{_scalar(db)}")
@@ -114,15 +121,22 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None,
         rows = math.prod(sa[:-1])
         if sa[-1] != sb[0]:
             return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{sa[-1]}), vec ({sb[0]})")
-        return mv_mismatch(da, db, device) if da != db else None
+        if da == db:
+            return None
+        # mv's out is addmv's `self` where it is a vector of the rows' length or of one element (a
+        # folded stack's out is made the rows' length first); otherwise `self` is made like the vector
+        out_is_self = out is not None and (ra > 2 or len(out[0]) == 1 and math.prod(out[0]) in (rows, 1))
+        return mv_mismatch(da, db, device, out_dtype if out_is_self else db)
     if rb == 2 and (ra <= 2 or fold):                       # torch.mm of A's rows (a vector as one row)
         rows = math.prod(sa[:-1])
         if sa[-1] != sb[0]:
             return TorchShapeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{sa[-1]} and "
                                    f"{sb[0]}x{sb[1]})")
+        if da != db and out_dtype not in (None, da):
+            return out_dtype_refusal(da, out_dtype)
         return mm_mismatch(da, db, device) if da != db else None
     if ra <= 2 and fold:
-        return _folded_b(sa, sb, da, db, device)
+        return _folded_b(sa, sb, da, db, device, out_dtype)
     batch = _broadcast(sa[:-2], sb[:-2])                    # torch.bmm of the broadcast stacks
     if isinstance(batch, Exception):
         return batch
@@ -131,6 +145,8 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None,
         count = math.prod(batch)
         return TorchShapeError(f"Expected size for first two dimensions of batch2 tensor to be: [{count}, {k}] but "
                                f"got: [{count}, {k2}].")
+    if da != db and out_dtype not in (None, db):
+        return out_dtype_refusal(db, out_dtype)
     if da != db:
         mismatch = TorchTypeError(f"expected scalar type {_scalar(da)} but found {_scalar(db)}")
         if k == 0 or 0 in batch or (ra > 1 and sa[-2] == 0) or (rb > 1 and sb[-1] == 0):
@@ -147,29 +163,38 @@ def no_bmm_kernel(da: str, device: str) -> Exception | None:
     return NotImplementedError(f"\"bmm\" not implemented for '{_scalar(da)}'") if da in CPU_BMM_LACKS else None
 
 
-def _folded_b(sa: tuple, sb: tuple, da: str, db: str, device: str) -> Exception | None:
+def _folded_b(sa: tuple, sb: tuple, da: str, db: str, device: str, out_dtype: str | None = None
+              ) -> Exception | None:
     """refusal's error where torch folds B's stack into the rows of B^T (a stack that is contiguous)
-    and multiplies them by A on the right: mm with A^T for a matrix A, mv for a vector."""
+    and multiplies them by A on the right: mm with A^T for a matrix A, mv for a vector (an out,
+    made the rows' length first, addmv's `self`)."""
     rows, k2, k = math.prod(sb[:-2]) * sb[-1], sb[-2], sa[-1]
     if len(sa) == 1:
         if k2 != k:
             return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{k2}), vec ({k})")
-        return mv_mismatch(db, da, device) if da != db else None
+        return mv_mismatch(db, da, device, out_dtype or da) if da != db else None
     if k2 != k:
         return TorchShapeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k2} and {k}x{sa[0]})")
     return mm_mismatch(db, da, device) if da != db else None
 
 
-def mv_mismatch(mat: str, vec: str, device: str) -> Exception:
+def mv_mismatch(mat: str, vec: str, device: str, addmv_self: str | None = None) -> Exception:
     """torch.mv's refusal of a matrix and a vector of two dtypes: on CUDA, a matrix of a dtype
-    its kernels lack in their words (they pick the kernel first); else addmv's words (torch
-    2.11's mv said it as bmm does; 2.12 not read)."""
+    its kernels lack in their words (they pick the kernel first); else addmv's words, which name
+    its `self` (an empty vector like the vector, or the out: addmv_self) first (torch 2.11's mv
+    said it as bmm does; 2.12 not read)."""
     if device.startswith("cuda") and mat not in CUDA_BMM_TAKES:
         return NotImplementedError(f"\"addmv_impl_cuda\" not implemented for '{_scalar(mat)}'")
     if torch_before(2, 13):
         return TorchTypeError(f"expected scalar type {_scalar(mat)} but found {_scalar(vec)}")
-    return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(vec)}, {_scalar(mat)}, "
-                          f"and {_scalar(vec)}")
+    return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(addmv_self or vec)}, "
+                          f"{_scalar(mat)}, and {_scalar(vec)}")
+
+
+def out_dtype_refusal(expected: str, given: str) -> Exception:
+    """A product's refusal of an out of dtype ``given`` where it makes ``expected`` (mm's and bmm's
+    words; they read it before their operands' dtypes)."""
+    return TorchTypeError(f"Expected out tensor to have dtype {_cpp(expected)}, but got {_cpp(given)} instead")
 
 
 def mm_mismatch(first: str, second: str, device: str) -> Exception:
@@ -220,7 +245,7 @@ def out_refusal(sa: tuple, sb: tuple, result: str, given: str, out_shape: tuple 
     if len(sb) == 1 and mv_self and not torch_before(2, 13):   # a stack folded into mv's rows, or mv's own out
         return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(given)}, "
                               f"{_scalar(result)}, and {_scalar(result)}")
-    return TorchTypeError(f"Expected out tensor to have dtype {_cpp(result)}, but got {_cpp(given)} instead")
+    return out_dtype_refusal(result, given)
 
 
 def out_device_refusal(sa: tuple, sb: tuple, out_shape: tuple, device: str, out_device: str) -> Exception:
@@ -275,24 +300,28 @@ def resize_out(out, shape: tuple, sa: tuple = (), sb: tuple = ()) -> None:
         out.resize_(shape)
 
 
-def check(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, device: str = "cpu") -> None:
+def check(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, device: str = "cpu",
+          out: tuple | None = None) -> None:
     """Raise torch.matmul's error for these operands (see refusal), if it has one."""
-    error = refusal(tuple(sa), tuple(sb), da, db, fold, device)
+    error = refusal(tuple(sa), tuple(sb), da, db, fold, device, out)
     if error is not None:
         raise error
 
 
-def check_operands(a, b, da: str, db: str, has_out: bool = False, device: str = "cpu") -> None:
-    """check for torch tensors a and b (dtype names da, db) as torch.matmul reads them: a stack of
-    one matrix that requires grad beside a stack of another count is multiplied as that matrix
-    (ATen's _matmul_impl), and a stack folded or not as folds says of the strides."""
+def check_operands(a, b, da: str, db: str, out=None, device: str = "cpu") -> None:
+    """check for torch tensors a and b (dtype names da, db) and a torch ``out`` (or None) as
+    torch.matmul reads them: a stack of one matrix that requires grad beside a stack of another
+    count is multiplied as that matrix (ATen's _matmul_impl), and a stack folded or not as folds
+    says of the strides."""
     sa, sb, strides_a, strides_b = tuple(a.shape), tuple(b.shape), tuple(a.stride()), tuple(b.stride())
     if len(sa) == len(sb) == 3 and sa[0] != sb[0]:
         if sa[0] == 1 and a.requires_grad:
             sa, strides_a = sa[1:], strides_a[1:]
         elif sb[0] == 1 and b.requires_grad:
             sb, strides_b = sb[1:], strides_b[1:]
-    check(sa, sb, da, db, folds(sa, strides_a, sb, strides_b, a.requires_grad, b.requires_grad, has_out), device)
+    fold = folds(sa, strides_a, sb, strides_b, a.requires_grad, b.requires_grad, out is not None)
+    given = (tuple(out.shape), torch_dtype_name(out.dtype)) if hasattr(out, "dtype") else None
+    check(sa, sb, da, db, fold, device, given)
 
 
 def _broadcast(sa: tuple, sb: tuple):

@@ -305,8 +305,8 @@ def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
         torch_contract.check_out_gradient(a, b, out)
     # the fake's check, here too: traced, its error is the eager call's (Dynamo runs the frame
     # eagerly; fullgraph=True: its cause), not Dynamo's TorchRuntimeError from the fake
-    torch_contract.check_operands(a, b, dtypes.torch_dtype_name(a.dtype), dtypes.torch_dtype_name(b.dtype),
-                                 out is not None, a.device.type)
+    torch_contract.check_operands(a, b, dtypes.torch_dtype_name(a.dtype), dtypes.torch_dtype_name(b.dtype), out,
+                                 a.device.type)
     c = torch.ops.tilemm.matmul(a, b, kernel, encode_params(params), dtype_text(out_dtype))
     return c if out is None else copied_into(out, c, a, b)
 
