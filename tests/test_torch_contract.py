@@ -359,6 +359,31 @@ def test_torch_s_errors_where_its_stacks_are_laid_out_otherwise(make_a, make_b, 
     assert str(ours.value) == str(theirs.value)
 
 
+@pytest.mark.parametrize("sa, sb, da, db, out_dtype, out_shape", [
+    ((3,), (3,), torch.float32, torch.float64, torch.float64, (0,)),       # dot: the out's dtype first
+    ((1,), (3,), torch.bool, torch.bool, torch.float32, (0,)),             # ... before the sizes
+    ((2, 3), (3,), torch.float32, torch.float64, torch.int8, (2,)),        # mv: the out is addmv's self
+    ((2, 3), (3,), torch.float32, torch.float64, torch.int8, (1,)),
+    ((2, 3), (3,), torch.float32, torch.float64, torch.int8, (0,)),        # ... else one like the vector
+    ((2, 2, 3), (3,), torch.float32, torch.float64, torch.int8, (0,)),     # a folded stack's out: self
+    ((2, 3), (3, 4), torch.float32, torch.float64, torch.float64, (0,)),   # mm: A's dtype expected
+    ((3,), (3, 2), torch.float32, torch.float64, torch.int8, (0,)),
+    ((2, 2, 3), (2, 3, 4), torch.float32, torch.float64, torch.float32, (0,)),   # bmm: B's dtype expected
+    ((3,), (2, 3, 4), torch.float32, torch.float64, torch.int8, (0,)),
+    ((1,), (2, 1, 3), torch.float32, torch.float32, torch.float64, (0,)),  # a vector times a folded stack: mv
+    ((3, 2), (2,), torch.float32, torch.float32, torch.float64, (1,))])
+def test_torch_s_errors_for_an_out_of_another_dtype(sa, sb, da, db, out_dtype, out_shape):
+    """An out of another dtype than the product's, beside operands of one dtype or two: each
+    product torch picks reads it in its own order and words (dot and mm before the operands'
+    dtypes, mv naming it as addmv's self where it is one): tilemm's error is torch's."""
+    a, b = torch.zeros(sa, dtype=da), torch.zeros(sb, dtype=db)
+    with pytest.raises(Exception) as theirs:
+        torch.matmul(a, b, out=torch.zeros(out_shape, dtype=out_dtype))
+    with pytest.raises(type(theirs.value)) as ours:
+        tilemm.matmul(a, b, out=torch.zeros(out_shape, dtype=out_dtype))
+    assert str(ours.value) == str(theirs.value)
+
+
 def test_the_refusals_of_cuda_s_kernels():
     """On CUDA, torch's mm words a mismatch as "mat1 and mat2" (the CPU's: "m1 and m2"), and its mv
     picks a kernel by the matrix's dtype before it reads the vector's: a matrix of an integer or

@@ -232,17 +232,22 @@ RESIZED = ("An output with one or more elements was resized since it had shape {
            "inplace, to zero elements with t.resize_(0).")
 
 
-def out_refusal(sa: tuple, sb: tuple, result: str, given: str, out_shape: tuple = None) -> Exception | None:
+def out_refusal(sa: tuple, sb: tuple, result: str, given: str, out_shape: tuple = None,
+                fold: bool | None = None) -> Exception | None:
     """torch.matmul's error for an ``out`` of dtype name ``given`` (and shape ``out_shape``) where
     the result is ``result`` (torch takes an out of the result's dtype alone, and says so as the op
-    it picks does: mv as addmv, whose `self` an out of the result's shape is; torch 2.11 said it for
-    a stack folded into mv as for any other product), or None."""
+    it picks does: mv as addmv, whose `self` the out is where it is a vector of the rows' length or
+    of one element, or a folded stack's; torch 2.11 said it for a stack folded into mv as for any
+    other product), or None. fold: as refusal's (None: contiguous operands)."""
     if given == result:
         return None
     if len(sa) == 1 and len(sb) == 1:                       # torch.dot
         return TorchTypeError(f"result dtype {_scalar(given)} does not match input dtype {_scalar(result)}")
-    mv_self = len(sa) >= 3 or (out_shape is not None and tuple(out_shape) == tuple(sa[:1]))
-    if len(sb) == 1 and mv_self and not torch_before(2, 13):   # a stack folded into mv's rows, or mv's own out
+    if fold is None:
+        fold = folds(sa, contiguous_strides(sa), sb, contiguous_strides(sb), has_out=True)
+    mv_self = (len(sb) == 1 and (len(sa) >= 3 and fold or len(sa) == 2 and out_shape is not None and len(out_shape) == 1
+                                 and math.prod(out_shape) in (sa[0], 1))) or (len(sa) == 1 and len(sb) >= 3 and fold)
+    if mv_self and not torch_before(2, 13):                 # a stack folded into mv's rows, or mv's own out
         return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(given)}, "
                               f"{_scalar(result)}, and {_scalar(result)}")
     return out_dtype_refusal(result, given)
@@ -273,10 +278,11 @@ def resized_first(sa: tuple, sb: tuple) -> bool:
     return max(len(sa), len(sb)) >= 3
 
 
-def check_out_dtype(out, sa: tuple, sb: tuple, result: str, given: str, shape: tuple) -> None:
+def check_out_dtype(out, sa: tuple, sb: tuple, result: str, given: str, shape: tuple,
+                    fold: bool | None = None) -> None:
     """Raise out_refusal's error, if any; where torch resizes its out before it reads the dtype
     (torch.dot, and a stack folded into one product), after out is resized to the result's shape."""
-    error = out_refusal(sa, sb, result, given, tuple(out.shape))
+    error = out_refusal(sa, sb, result, given, tuple(out.shape), fold)
     if error is None:
         return
     if len(sa) == len(sb) == 1 or resized_first(sa, sb):       # (torch.dot resizes before its dtype check)
@@ -308,11 +314,12 @@ def check(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, devi
         raise error
 
 
-def check_operands(a, b, da: str, db: str, out=None, device: str = "cpu") -> None:
+def check_operands(a, b, da: str, db: str, out=None, device: str = "cpu", torch_out: bool = True) -> None:
     """check for torch tensors a and b (dtype names da, db) and a torch ``out`` (or None) as
     torch.matmul reads them: a stack of one matrix that requires grad beside a stack of another
     count is multiplied as that matrix (ATen's _matmul_impl), and a stack folded or not as folds
-    says of the strides."""
+    says of the strides. torch_out: the out's dtype is torch's to read (not where tilemm's
+    out_dtype= names the result's dtype)."""
     sa, sb, strides_a, strides_b = tuple(a.shape), tuple(b.shape), tuple(a.stride()), tuple(b.stride())
     if len(sa) == len(sb) == 3 and sa[0] != sb[0]:
         if sa[0] == 1 and a.requires_grad:
@@ -320,8 +327,17 @@ def check_operands(a, b, da: str, db: str, out=None, device: str = "cpu") -> Non
         elif sb[0] == 1 and b.requires_grad:
             sb, strides_b = sb[1:], strides_b[1:]
     fold = folds(sa, strides_a, sb, strides_b, a.requires_grad, b.requires_grad, out is not None)
-    given = (tuple(out.shape), torch_dtype_name(out.dtype)) if hasattr(out, "dtype") else None
+    given = (tuple(out.shape), torch_dtype_name(out.dtype)) if torch_out and hasattr(out, "dtype") else None
+    if given is not None and len(sa) == len(sb) == 1 and given[1] != da:
+        resize_out(out, (), sa, sb)          # (torch.dot resizes its out, then reads its dtype first)
+        raise TorchTypeError(f"result dtype {_scalar(given[1])} does not match input dtype {_scalar(da)}")
     check(sa, sb, da, db, fold, device, given)
+
+
+def folds_of(a, b, has_out: bool) -> bool:
+    """folds for torch tensors a and b (their shapes, strides and whether they require grad)."""
+    return folds(tuple(a.shape), tuple(a.stride()), tuple(b.shape), tuple(b.stride()), a.requires_grad,
+                 b.requires_grad, has_out)
 
 
 def _broadcast(sa: tuple, sb: tuple):

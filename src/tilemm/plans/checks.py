@@ -42,7 +42,7 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
     if da.kind == "torch":            # torch's rules and errors for its tensors: one dtype (tilemm.contract.torch_rules)
         if out is not None:           # (torch's first check: no out= where a gradient could be recorded)
             torch_contract.check_out_gradient(a, b, out)
-        torch_contract.check_operands(a, b, da.dtype, db.dtype, out, da.device)
+        torch_contract.check_operands(a, b, da.dtype, db.dtype, out, da.device, torch_out=out_dtype is None)
         contract.check_no_gradient(a, b)
         a, b = a.detach(), b.detach()     # grad mode is off: numba-cuda cannot view a tensor that requires grad
     result = result_dtype(da.dtype, db.dtype) if out_dtype is None else None
@@ -85,7 +85,8 @@ def check(a, b, *, kernel: str | None = None, out=None, out_dtype=None, stream=N
         torch_contract.resize_out(out, shape, da.shape, db.shape)
         raise elsewhere
     if torch_rule:                    # the result's dtype exactly
-        torch_contract.check_out_dtype(out, da.shape, db.shape, result, dtype_name(out.dtype), shape)
+        torch_contract.check_out_dtype(out, da.shape, db.shape, result, dtype_name(out.dtype), shape,
+                                       torch_contract.folds_of(a, b, True))
     resized = torch_rule and tuple(out.shape) != shape
     if out is not None and not resized:   # NumPy's rules for out, before any kernel is looked at
         contract.check_out_shape(out, batch, core)

@@ -232,7 +232,8 @@ def copied_into(out, c, a, b):
     refused of another dtype, its elements sharing memory, resized to c's shape)."""
     contract.check_out_elements(tuple(out.shape), out.stride())   # (compiled: copy_ raised torch's RuntimeError)
     torch_contract.check_out_dtype(out, tuple(a.shape), tuple(b.shape), dtypes.torch_dtype_name(c.dtype),
-                                   dtypes.torch_dtype_name(out.dtype), tuple(c.shape))
+                                   dtypes.torch_dtype_name(out.dtype), tuple(c.shape),
+                                   torch_contract.folds_of(a, b, True))
     torch_contract.resize_out(out, tuple(c.shape), tuple(a.shape), tuple(b.shape))
     return out.copy_(c)
 
@@ -306,7 +307,7 @@ def traced_matmul(a, b, kernel, out, out_dtype, stream, params: dict):
     # the fake's check, here too: traced, its error is the eager call's (Dynamo runs the frame
     # eagerly; fullgraph=True: its cause), not Dynamo's TorchRuntimeError from the fake
     torch_contract.check_operands(a, b, dtypes.torch_dtype_name(a.dtype), dtypes.torch_dtype_name(b.dtype), out,
-                                 a.device.type)
+                                 a.device.type, torch_out=out_dtype is None)
     c = torch.ops.tilemm.matmul(a, b, kernel, encode_params(params), dtype_text(out_dtype))
     return c if out is None else copied_into(out, c, a, b)
 
