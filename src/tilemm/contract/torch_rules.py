@@ -123,9 +123,7 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, de
             return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{sa[-1]}), vec ({sb[0]})")
         if da == db:
             return None
-        # mv's out is addmv's `self` where it is a vector of the rows' length or of one element (a
-        # folded stack's out is made the rows' length first); otherwise `self` is made like the vector
-        out_is_self = out is not None and (ra > 2 or len(out[0]) == 1 and math.prod(out[0]) in (rows, 1))
+        out_is_self = out is not None and addmv_self_is_out(sa, sb, out[0], fold)
         return mv_mismatch(da, db, device, out_dtype if out_is_self else db)
     if rb == 2 and (ra <= 2 or fold):                       # torch.mm of A's rows (a vector as one row)
         rows = math.prod(sa[:-1])
@@ -191,6 +189,15 @@ def mv_mismatch(mat: str, vec: str, device: str, addmv_self: str | None = None) 
                           f"{_scalar(mat)}, and {_scalar(vec)}")
 
 
+def addmv_self_is_out(sa: tuple, sb: tuple, out_shape: tuple | None, fold: bool) -> bool:
+    """Whether torch's mv takes the out as addmv's `self` (its mv_out): a vector of the rows'
+    length or of one element, for a matrix times a vector; the out of a folded stack's mv, which
+    torch makes the rows' length first (else `self` is a new vector like the vector)."""
+    if len(sa) == 2 and len(sb) == 1:
+        return out_shape is not None and len(out_shape) == 1 and math.prod(out_shape) in (sa[0], 1)
+    return fold and (len(sa) >= 3 and len(sb) == 1 or len(sa) == 1 and len(sb) >= 3)
+
+
 def out_dtype_refusal(expected: str, given: str) -> Exception:
     """A product's refusal of an out of dtype ``given`` where it makes ``expected`` (mm's and bmm's
     words; they read it before their operands' dtypes)."""
@@ -245,9 +252,7 @@ def out_refusal(sa: tuple, sb: tuple, result: str, given: str, out_shape: tuple 
         return TorchTypeError(f"result dtype {_scalar(given)} does not match input dtype {_scalar(result)}")
     if fold is None:
         fold = folds(sa, contiguous_strides(sa), sb, contiguous_strides(sb), has_out=True)
-    mv_self = (len(sb) == 1 and (len(sa) >= 3 and fold or len(sa) == 2 and out_shape is not None and len(out_shape) == 1
-                                 and math.prod(out_shape) in (sa[0], 1))) or (len(sa) == 1 and len(sb) >= 3 and fold)
-    if mv_self and not torch_before(2, 13):                 # a stack folded into mv's rows, or mv's own out
+    if addmv_self_is_out(sa, sb, out_shape, fold) and not torch_before(2, 13):   # mv's words
         return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(given)}, "
                               f"{_scalar(result)}, and {_scalar(result)}")
     return out_dtype_refusal(result, given)
