@@ -384,14 +384,19 @@ def test_torch_s_errors_for_an_out_of_another_dtype(sa, sb, da, db, out_dtype, o
     assert str(ours.value) == str(theirs.value)
 
 
-def test_the_refusals_of_cuda_s_kernels():
-    """On CUDA, torch's mm words a mismatch as "mat1 and mat2" (the CPU's: "m1 and m2"), and its mv
-    picks a kernel by the matrix's dtype before it reads the vector's: a matrix of an integer or
-    bool dtype is NotImplementedError there (the classes and words a GPU run of torch 2.11 gave)."""
+def test_the_refusals_of_cuda_s_kernels(monkeypatch):
+    """On CUDA, torch's mm words a mismatch as "mat1 and mat2" (the CPU's: "m1 and m2"), and torch
+    2.11's mv picks a kernel by the matrix's dtype before it reads the vector's: a matrix of an
+    integer or bool dtype is NotImplementedError there (the classes and words a GPU run of torch
+    2.11 gave; 2.13 reads the dtypes first, on the CPU in addmv's words)."""
     mm = torch_contract.refusal((3, 4), (4, 2), "float32", "bfloat16", device="cuda:0")
     assert isinstance(mm, torch_contract.TorchTypeError)
     assert str(mm) == "expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16"
     assert "m1 and m2" in str(torch_contract.refusal((3, 4), (4, 2), "float32", "bfloat16"))
+    if not torch_contract.torch_before(2, 13):
+        assert str(torch_contract.refusal((3, 4), (4,), "int64", "float16", device="cuda:0")) == (
+            "addmv input tensors must have the same dtype, but got Half, Long, and Half")
+    monkeypatch.setattr(torch_contract, "torch_before", lambda major, minor: (major, minor) > (2, 11))   # torch 2.11
     mv = torch_contract.refusal((3, 4), (4,), "int64", "float16", device="cuda:0")
     assert type(mv) is NotImplementedError and str(mv) == "\"addmv_impl_cuda\" not implemented for 'Long'"
     folded = torch_contract.refusal((1,), (2, 1, 3), "float16", "bool", device="cuda:0")   # mv of B^T's rows

@@ -14,7 +14,7 @@ TypeError for dtypes) and torch's (RuntimeError), with torch's words, so that co
 against either catches them: ``mat1 and mat2 shapes cannot be multiplied (10x9 and 8x25)``. The
 words are torch's: torch picks among mm, mv, dot and bmm by the operands' ranks, strides and
 whether they require grad (``folds``), and each says it its way, on CUDA in its kernels' own
-words where they differ (mm's, and mv's of an integer matrix).
+words where they differ (mm's; torch 2.11's mv of an integer matrix).
 
 Nothing here imports torch: the rules read shapes and dtype names (and the version of the torch
 already imported, where its words changed).
@@ -177,13 +177,13 @@ def _folded_b(sa: tuple, sb: tuple, da: str, db: str, device: str, out_dtype: st
 
 
 def mv_mismatch(mat: str, vec: str, device: str, addmv_self: str | None = None) -> Exception:
-    """torch.mv's refusal of a matrix and a vector of two dtypes: on CUDA, a matrix of a dtype
-    its kernels lack in their words (they pick the kernel first); else addmv's words, which name
-    its `self` (an empty vector like the vector, or the out: addmv_self) first (torch 2.11's mv
-    said it as bmm does; 2.12 not read)."""
-    if device.startswith("cuda") and mat not in CUDA_BMM_TAKES:
-        return NotImplementedError(f"\"addmv_impl_cuda\" not implemented for '{_scalar(mat)}'")
+    """torch.mv's refusal of a matrix and a vector of two dtypes: addmv's words, which name its
+    `self` (an empty vector like the vector, or the out: addmv_self) first. torch 2.11 read no
+    dtypes before its kernels (2.12 not read): its mv said it as bmm does, and on CUDA a matrix
+    of a dtype the kernels lack was refused in their words first."""
     if torch_before(2, 13):
+        if device.startswith("cuda") and mat not in CUDA_BMM_TAKES:
+            return NotImplementedError(f"\"addmv_impl_cuda\" not implemented for '{_scalar(mat)}'")
         return TorchTypeError(f"expected scalar type {_scalar(mat)} but found {_scalar(vec)}")
     return TorchTypeError(f"addmv input tensors must have the same dtype, but got {_scalar(addmv_self or vec)}, "
                           f"{_scalar(mat)}, and {_scalar(vec)}")
