@@ -108,8 +108,8 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, de
     if ra == 0 or rb == 0:
         return TorchShapeError(f"both arguments to matmul need to be at least 1D, but they are {ra}D and {rb}D")
     if ra == 1 and rb == 1:                                 # torch.dot
-        if da != db and out_dtype not in (None, da):
-            return TorchTypeError(f"result dtype {_scalar(out_dtype)} does not match input dtype {_scalar(da)}")
+        if out_dtype not in (None, da):                     # (its out's dtype first, before sizes)
+            return out_refusal(sa, sb, da, out_dtype)
         if da != db:
             return TorchTypeError(f"dot : expected both vectors to have same dtype, but found {_scalar(da)} and "
                                   f"{_scalar(db)}")
@@ -334,8 +334,7 @@ def check_operands(a, b, da: str, db: str, out=None, device: str = "cpu", torch_
     fold = folds(sa, strides_a, sb, strides_b, a.requires_grad, b.requires_grad, out is not None)
     given = (tuple(out.shape), torch_dtype_name(out.dtype)) if torch_out and hasattr(out, "dtype") else None
     if given is not None and len(sa) == len(sb) == 1 and given[1] != da:
-        resize_out(out, (), sa, sb)          # (torch.dot resizes its out, then reads its dtype first)
-        raise TorchTypeError(f"result dtype {_scalar(given[1])} does not match input dtype {_scalar(da)}")
+        resize_out(out, (), sa, sb)          # (torch.dot resizes its out before refusing its dtype)
     check(sa, sb, da, db, fold, device, given)
 
 
