@@ -228,8 +228,8 @@ def to_host(x, dtype: str) -> np.ndarray:
         if x.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
             x = x.detach().cpu().float()
         x = x.numpy(force=True)        # detached, on the host, a conjugate or negative view's own values
-    elif cupy_of(x) is not None:       # (a CuPy array: CUPY is cupy)
-        x = CUPY.asnumpy(x)
+    elif (cupy := cupy_of(x)) is not None:
+        x = cupy.asnumpy(x)
     return x.astype(np.float32 if dtype == "bfloat16" else dtype, copy=False)
 
 
@@ -344,8 +344,8 @@ def synchronize(x) -> None:
     if torch is not None:
         if x.is_cuda:
             torch.cuda.current_stream(x.device).synchronize()
-    elif cupy_of(x) is not None:       # (a CuPy array: CUPY is cupy)
-        CUPY.cuda.get_current_stream().synchronize()
+    elif (cupy := cupy_of(x)) is not None:
+        cupy.cuda.get_current_stream().synchronize()
 
 
 def assign(out, value) -> None:
