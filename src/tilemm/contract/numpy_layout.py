@@ -68,13 +68,18 @@ def laid_out(c, order: str, operands: tuple, stacked: tuple = None):
     stacked = operands if stacked is None else stacked
     if order == "K" and isinstance(c, np.ndarray) and stack_axes(stacked) > 1 and c.size:
         return stack_ordered(c, stacked)
-    sizes = c.shape[::-1] if not fortran else c.shape
-    strides, step = [], c.itemsize
-    for size in sizes:
+    wanted = contiguous_strides(c.shape[::-1], c.itemsize)[::-1] if fortran else contiguous_strides(c.shape, c.itemsize)
+    return c if c.strides == wanted or c.size == 0 else c.copy(order="F" if fortran else "C")
+
+
+def contiguous_strides(shape: tuple, itemsize: int = 1) -> tuple:
+    """The strides of a C-contiguous array of this shape, in units of itemsize (NumPy's and torch's:
+    a dimension of one element, or none, takes the stride of the one after it times one)."""
+    strides, step = [], itemsize
+    for size in reversed(shape):
         strides.append(step)
         step *= max(size, 1)
-    wanted = tuple(strides[::-1] if not fortran else strides)
-    return c if c.strides == wanted or c.size == 0 else c.copy(order="F" if fortran else "C")
+    return tuple(reversed(strides))
 
 
 def fortran_contiguous(x) -> bool:

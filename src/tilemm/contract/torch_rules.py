@@ -25,6 +25,7 @@ import math
 import sys
 import warnings
 
+from tilemm.contract.numpy_layout import contiguous_strides
 from tilemm.numerics.dtypes import torch_dtype_name
 
 
@@ -80,16 +81,6 @@ def folds(sa: tuple, strides_a: tuple, sb: tuple, strides_b: tuple, a_grad: bool
     if math.prod(shape) == 0:
         return True
     return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
-
-
-def contiguous_strides(shape: tuple) -> tuple:
-    """A contiguous tensor's strides for this shape (torch's: a dimension of one element takes
-    the stride of the one after it)."""
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, device: str = "cpu",
