@@ -58,7 +58,7 @@ def compiled_phases(model, compiled, tokens, args) -> dict:
 
     def train_step():
         model.train()
-        loss = compiled(input_ids=tokens, labels=tokens).loss
+        loss = compiled(input_ids=tokens[:, :args.train_tokens], labels=tokens[:, :args.train_tokens]).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -123,7 +123,8 @@ def main(argv=None):
     args = parse_args(argv)
     out = harness.out_folder(args.out)
     stamp = {**tilemm.system.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)), "tiny": args.tiny,
-             "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel, "fuse_activations": True}
+             "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel, "fuse_activations": True,
+             "model": args.model, "batch": args.batch, "seq": args.seq, "train_tokens": args.train_tokens}
     import transformers
     stamp["versions"] = {**stamp["versions"], "transformers": transformers.__version__}
 

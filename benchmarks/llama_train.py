@@ -86,7 +86,8 @@ def curves(args, emit):
 def child_argv(args) -> list:
     argv = ["--steps", str(args.steps), "--every", str(args.every), "--layers", str(args.layers),
             "--intermediate", str(args.intermediate), "--batch", str(args.batch), "--seq", str(args.seq),
-            "--lr", str(args.lr), "--seed", str(args.seed)]
+            "--train-tokens", str(args.train_tokens), "--model", args.model, "--lr", str(args.lr),
+            "--seed", str(args.seed)]
     argv += ["--kernel", args.kernel] if args.kernel else []
     argv += ["--fuse-activations"] if args.fuse_activations else []
     argv += ["--float32-sums"] if args.float32_sums else []
@@ -144,10 +145,11 @@ def throughput(args, emit):
     medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
     best = {mode: {p: min(v) for p, v in per.items()} for mode, per in times.items()}
     paired = {p: statistics.median(t / o for t, o in zip(times["torch"][p], times["tilemm"][p])) for p in names}
-    tokens_of = {"train_step": args.batch * args.seq, "prefill": args.batch * args.seq,
+    tokens_of = {"train_step": args.batch * args.train_tokens, "prefill": args.batch * args.seq,
                  "decode": args.batch * args.decode}
     emit({"part": "throughput", "summary": True, "rounds": args.rounds, "reps": args.reps, "batch": args.batch,
-          "seq": args.seq, "decode_tokens": args.decode, "median_s": medians, "best_s": best, "times_s": times,
+          "seq": args.seq, "train_tokens": args.train_tokens, "decode_tokens": args.decode, "median_s": medians,
+          "best_s": best, "times_s": times,
           "tokens_per_s": {m: {p: tokens_of[p] / t for p, t in per.items()} for m, per in medians.items()},
           "ratio_tilemm_over_torch": {p: medians["torch"][p] / medians["tilemm"][p] for p in names},
           "paired_ratio_median": paired,

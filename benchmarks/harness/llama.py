@@ -28,6 +28,13 @@ def parser(parts: list, description: str | None = None) -> argparse.ArgumentPars
     ap.add_argument("--intermediate", type=int, default=5632)
     ap.add_argument("--batch", type=int, default=4, help="sequences per training step and per prefill")
     ap.add_argument("--seq", type=int, default=512, help="tokens per sequence")
+    ap.add_argument("--train-tokens", type=int, default=None,
+                    help="tokens per sequence in a training step (default --seq + 1: a sequence and its next "
+                         "token, so 4 x 513 = 2052 rows for the products)")
+    ap.add_argument("--model", choices=["llama", "qwen2"], default="llama",
+                    help="llama: LlamaForCausalLM (hidden 2048, 16 heads, 4 KV heads, vocabulary 32000); qwen2: "
+                         "Qwen2ForCausalLM as Qwen2.5-3B is made (hidden 2048, q/k/v with bias, 16 heads, 2 KV "
+                         "heads, vocabulary 151936), --layers and --intermediate as given")
     ap.add_argument("--decode", type=int, default=64, help="tokens decoded with the KV cache")
     ap.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate (3e-4 set this bf16 model's loss oscillating from step 40, where runs that differ in rounding part ways)")
     ap.add_argument("--seed", type=int, default=0)
@@ -53,9 +60,11 @@ def parser(parts: list, description: str | None = None) -> argparse.ArgumentPars
 def parsed(ap: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     """The arguments; --tiny sets the model's size and the runs' lengths for the CPU."""
     args = ap.parse_args(argv)
+    if args.train_tokens is None:
+        args.train_tokens = args.seq + 1
     if args.tiny:
         args.layers, args.intermediate, args.batch, args.seq, args.decode = 2, 128, 2, 32, 8
-        args.lr = 1e-3
+        args.lr, args.train_tokens = 1e-3, args.seq + 1
     return args
 
 
@@ -64,13 +73,19 @@ def device_and_dtype(args):
 
 
 def build_model(args):
-    """LlamaForCausalLM with random weights from args.seed, made on the device in its dtype."""
+    """args.model's causal LM (LlamaForCausalLM, or Qwen2ForCausalLM) with random weights from
+    args.seed, made on the device in its dtype."""
     import transformers
     chosen = {"attn_implementation": args.attention} if args.attention else {}
     if args.tiny:
         config = transformers.LlamaConfig(hidden_size=64, intermediate_size=args.intermediate,
                                           num_hidden_layers=args.layers, num_attention_heads=4,
                                           num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256, **chosen)
+    elif args.model == "qwen2":
+        config = transformers.Qwen2Config(hidden_size=2048, intermediate_size=args.intermediate,
+                                          num_hidden_layers=args.layers, num_attention_heads=16,
+                                          num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096,
+                                          tie_word_embeddings=False, **chosen)
     else:
         config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=args.intermediate,
                                           num_hidden_layers=args.layers, num_attention_heads=16,
@@ -78,8 +93,10 @@ def build_model(args):
                                           **chosen)
     device, dtype = device_and_dtype(args)
     torch.manual_seed(args.seed)
+    made = transformers.Qwen2ForCausalLM if isinstance(config, transformers.Qwen2Config) else \
+        transformers.LlamaForCausalLM
     with torch.device(device):
-        model = transformers.LlamaForCausalLM(config)
+        model = made(config)
     return model.to(dtype)
 
 
@@ -87,7 +104,7 @@ def token_stream(args, vocab: int):
     """The batches of a fixed synthetic stream: sequences drawn (by a seeded generator) from 64 fixed
     random documents, so that the model has something to learn and the loss falls."""
     g = torch.Generator().manual_seed(args.seed + 1)
-    documents = torch.randint(0, vocab, (64, args.seq + 1), generator=g)
+    documents = torch.randint(0, vocab, (64, max(args.seq, args.train_tokens)), generator=g)
     device, _ = device_and_dtype(args)
     while True:
         yield documents[torch.randint(0, 64, (args.batch,), generator=g)].to(device)
@@ -100,7 +117,7 @@ def train_losses(model, args, steps: int, step_model=None, every: int = 1) -> li
     stream = token_stream(args, model.config.vocab_size)
     losses = []
     for step in range(steps):
-        tokens = next(stream)
+        tokens = next(stream)[:, :args.train_tokens]
         loss = forward(input_ids=tokens, labels=tokens).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -154,7 +171,7 @@ def decode(model, prompt, tokens: int):
 def model_phases(model, optimizer, tokens, args) -> dict:
     """{phase: a call}: a training step, a prefill of the tokens and a decode of args.decode tokens
     from an 8-token prompt (its time is the decode's steps)."""
-    prompt, short = tokens[:, :args.seq], tokens[:, :8]
+    prompt, short, tokens = tokens[:, :args.seq], tokens[:, :8], tokens[:, :args.train_tokens]
 
     def train_step():
         model.train()

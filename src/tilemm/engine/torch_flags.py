@@ -77,3 +77,13 @@ def exact_sums_flag(dtype: str) -> tuple:
         get, put = (lambda: getattr(settings, flag)), (lambda value: setattr(settings, flag, value))
     # the reductions' flags read (allowed, split-K allowed) in newer torch: the state is a tuple
     return (get if isinstance(get(), tuple) else (lambda: (get(),))), put
+
+
+def torch_product_into(dtype: str):
+    """into(a, b, out): torch.matmul(a, b, out=out) as torch_product computes it (float32 sums, no
+    TF32, the caller's flag put back): a repeated call's product written straight into its out."""
+    matmul = arrays.torch_if_imported().matmul
+
+    def into(a, b, out):
+        matmul(a, b, out=out)
+    return with_exact_sums(dtype, into)

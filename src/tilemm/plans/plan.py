@@ -11,6 +11,7 @@ from tilemm.contract import numpy_layout
 from tilemm.numerics import arrays
 from tilemm.engine import backends, jit_lock, streams
 from tilemm.engine.backends import host as host_backend
+from tilemm.plans import out_writes
 from tilemm.ladder import registry
 from tilemm.numerics.dtypes import dtype_name, is_exact, is_integer
 from tilemm.ladder.registry import Problem
@@ -60,6 +61,10 @@ class Plan:
     repeat: object = dataclasses.field(default=None, repr=False, compare=False)
                                  # a kept plan's repeated call with no out or stream: repeat(a, b) gives what
                                  # run_again(a, b) gives, in the fewest steps (for_repeats: repeated_call)
+    into: object = dataclasses.field(default=None, repr=False, compare=False)
+                                 # a kept plan's repeated call with an out and no stream: into(a, b, out) writes
+                                 # the product straight into out (True), or declines (False); None: never
+                                 # (tilemm.plans.out_writes)
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
@@ -98,6 +103,8 @@ class Plan:
             streams.handle_of(stream)      # the caller's checked as a first call checks it (stream=1.5 once ran)
         if self.direct:                    # the numpy rung on NumPy operands of the result's dtype
             return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+        if out is not None and stream is None and self.into is not None and self.into(a, b, out):
+            return out
         if out is None and stream is None:     # on torch's current stream, the caller's
             fast = self.fast
             if fast is not None:
@@ -154,6 +161,7 @@ class Plan:
         if kept.fast is None and self.kernel.device == "cpu":   # a host rung on CPU torch tensors: in one step
             kept.fast = host_backend.repeated_product(kept, self.a.dtype, self.b.dtype)
         kept.repeat = kept.repeated_call()
+        kept.into = out_writes.out_writer(kept, self.out)
         return kept
 
     def repeated_call(self):
