@@ -15,6 +15,10 @@ of calls (the result allocated by the call, one synchronization at the block's e
 sized to ~--block-ms, interleaved rounds (which goes first alternates), the median over rounds;
 ratio = torch_us / tilemm_us (above 1: tilemm is faster). One extra line: tensorcore-f32 at 512^3
 per call against torch.matmul, whose bar is at most 1.5x torch's time.
+
+--outs: both calls write into an out made once a problem (tilemm.matmul(a, b, out=y) against
+torch.matmul(a, b, out=y)), a loop that keeps its buffers; the out is filled with NaN before the
+answers are checked. Records carry "outs": true.
 """
 from __future__ import annotations
 
@@ -120,12 +124,24 @@ def time_rounds(calls: dict, rounds: int, block_ms: float) -> tuple[dict, int]:
     return harness.rounds(calls, rounds, lambda call: harness.wall_us(call, count)), count
 
 
-def measure(a, b, dtype: str, kernel, rounds: int, block_ms: float) -> dict:
-    """One problem's fields: both answers checked, then both timed if tilemm's is right."""
-    tilemm_call = (lambda: tilemm.matmul(a, b)) if kernel is None else (lambda: tilemm.matmul(a, b, kernel=kernel))
-    torch_call = lambda: torch.matmul(a, b)                # noqa: E731
-    ok, message = checked(tilemm_call, a, b, dtype)
-    torch_ok, torch_message = checked(torch_call, a, b, dtype)
+def measure(a, b, dtype: str, kernel, rounds: int, block_ms: float, outs: bool = False) -> dict:
+    """One problem's fields: both answers checked, then both timed if tilemm's is right; with
+    outs, both calls writing into one out (poisoned with NaN before each check)."""
+    params = {} if kernel is None else {"kernel": kernel}
+    if outs:
+        y = torch.matmul(a, b)
+        tilemm_call = lambda: tilemm.matmul(a, b, out=y, **params)     # noqa: E731
+        torch_call = lambda: torch.matmul(a, b, out=y)                 # noqa: E731
+        for _ in range(2):                 # the first call's path, then a repeated call's (the one timed)
+            ok, message = checked(lambda: (y.fill_(float("nan")), tilemm_call())[1], a, b, dtype)
+            if not ok:
+                break
+        torch_ok, torch_message = checked(lambda: (y.fill_(float("nan")), torch_call())[1], a, b, dtype)
+    else:
+        tilemm_call = lambda: tilemm.matmul(a, b, **params)             # noqa: E731
+        torch_call = lambda: torch.matmul(a, b)                        # noqa: E731
+        ok, message = checked(tilemm_call, a, b, dtype)
+        torch_ok, torch_message = checked(torch_call, a, b, dtype)
     rec = {"kernel": planned(a, b, kernel), "answer_ok": ok, "torch_answer_ok": torch_ok}
     if not torch_ok:
         rec["torch_check"] = torch_message
@@ -169,7 +185,7 @@ def problem_line(rec: dict) -> str:
 
 def main():
     args = harness.arguments(n=0, seed=2029, count=40, dtypes=list(DTYPES), half="all", rounds=5, block_ms=10.0,
-                                max_flops=1e10, prewarm=3.0)
+                                max_flops=1e10, prewarm=3.0, outs=False)
     if args.half not in HALVES:
         raise SystemExit(f"--half: one of {', '.join(HALVES)}")
     stamp = harness.stamp("small_calls.py", args)
@@ -182,8 +198,8 @@ def main():
     with open(args.out / "small_calls.jsonl", "a") as f:
         for p in problems:
             a, b = operands(p, args.seed)
-            rec = {"case": "sweep", **p._asdict(), **measure(a, b, p.dtype, None, args.rounds, args.block_ms),
-                   "rounds": args.rounds, "seed": args.seed, **stamp}
+            rec = {"case": "sweep", **p._asdict(),
+                   **measure(a, b, p.dtype, None, args.rounds, args.block_ms, args.outs), "rounds": args.rounds, "seed": args.seed, "outs": args.outs, **stamp}
             del a, b
             records.append(rec)
             f.write(json.dumps(rec) + "\n")
@@ -191,8 +207,8 @@ def main():
         kernel, dtype, size, bar = EXTRA
         a, b = operands(Problem(dtype, size, size, size, "nn", "extra"), args.seed)
         extra = {"case": "per-call", "dtype": dtype, "m": size, "n": size, "k": size, "layout": "nn", "half": "extra",
-                 **measure(a, b, dtype, kernel, args.rounds, args.block_ms), "rounds": args.rounds, "bar": bar,
-                 **stamp}
+                 **measure(a, b, dtype, kernel, args.rounds, args.block_ms, args.outs), "rounds": args.rounds,
+                 "bar": bar, "outs": args.outs, **stamp}
         if extra["ratio"] is not None:
             extra["within_bar"] = extra["tilemm_us"] <= bar * extra["torch_us"]
         f.write(json.dumps(extra) + "\n")
