@@ -98,3 +98,16 @@ def test_autograd_sees_the_write(kernel):
     tilemm.matmul(a, b, out=out, **params)
     with pytest.raises(RuntimeError, match="inplace"):
         loss.backward()
+
+
+def test_a_repeated_out_call_finds_its_plan_by_the_outs_layout():
+    a, b = torch.randn(5, 3), torch.randn(3, 4)
+    out = torch.empty(5, 4)
+    tilemm.matmul(a, b, out=out)
+    assert cache.lookup(a, b, None, out, None, {})[1] is not None
+    other = torch.empty(4, 5).T                            # the result's shape, laid out by columns
+    assert cache.lookup(a, b, None, other, None, {})[1] is None
+    for target in (out, other, out):
+        a = torch.randn(5, 3)
+        assert tilemm.matmul(a, b, out=target) is target
+        torch.testing.assert_close(target, a @ b)

@@ -21,6 +21,15 @@ def lookup(a, b, kernel, out, out_dtype, params) -> tuple:
     """(key, the plan kept for it or None); key None for a call that is never kept."""
     if out is None and not params and type(a) is type(b):   # the usual call: usual_lookup's
         return USUAL.get(type(a), usual_lookup)(a, b, kernel, out_dtype)
+    if not params and type(a) is type(b) is type(out):      # a loop that keeps its out (torch tensors)
+        if type(a) not in _KEY_OF:
+            try:
+                _key_functions(type(a), a)
+            except TypeError:
+                pass
+        with_out = WITH_OUT.get(type(a))
+        if with_out is not None:
+            return with_out(a, b, kernel, out, out_dtype)
     key = call_key(a, b, kernel, out, out_dtype, params)
     if key is None:
         return None, None
@@ -76,14 +85,19 @@ def _key_functions(kind, x) -> tuple:
     The lookup is kept in USUAL too."""
     known = _KEY_OF.get(kind)
     if known is None:
-        known = _KEY_OF[kind] = _new_key_functions(x)
+        made = _new_key_functions(x)
+        if len(made) > 2:
+            WITH_OUT[kind] = made[2]
+        known = _KEY_OF[kind] = made[:2]
         USUAL[kind] = known[1]
     return known
 
 
-# array type -> _key_functions' pair for it; array type -> the usual call's lookup (the pair's second)
+# array type -> _key_functions' pair for it; array type -> the usual call's lookup (the pair's second);
+# array type -> the lookup of a call with an out of that type too and no parameters (torch tensors)
 _KEY_OF: dict = {}
 USUAL: dict = {}
+WITH_OUT: dict = {}
 
 
 def _no_key(*operands):
@@ -164,7 +178,21 @@ def torch_key_functions(torch, kind) -> tuple:
             return key, PLANS.get(key)
         except (TypeError, AttributeError, RuntimeError):   # (an unhashable kernel or dtype, a sparse or nested
             return None, None                              # tensor's strides: no key; the checks name it)
+
+    def out_lookup(a, b, kernel, out, out_dtype) -> tuple:
+        # lookup's key and out's layout after it, in one frame: a loop that keeps its out
+        try:
+            if forward_ad._current_level >= 0 or autocast():
+                return None, None
+            grad = grad_enabled()
+            key = (kind, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+                   (a.requires_grad or b.requires_grad) and grad, tracing() or transformed(),
+                   kernel, out_dtype, None if out_dtype is None else getattr(out_dtype, "char", None),
+                   out.dtype, out.shape, out.stride(), out.device, out.requires_grad and grad)
+            return key, PLANS.get(key)
+        except (TypeError, AttributeError, RuntimeError):
+            return None, None
     return ((lambda x: None if forward_ad._current_level >= 0 or autocast() else (
                 kind, x.dtype, x.shape, x.stride(), x.device, x.requires_grad and grad_enabled(),
                 tracing() or transformed())),
-            lookup)
+            lookup, out_lookup)
