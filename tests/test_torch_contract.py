@@ -366,6 +366,9 @@ def test_torch_s_errors_where_its_stacks_are_laid_out_otherwise(make_a, make_b, 
     ((2, 3), (3,), torch.float32, torch.float64, torch.int8, (1,)),
     ((2, 3), (3,), torch.float32, torch.float64, torch.int8, (0,)),        # ... else one like the vector
     ((2, 2, 3), (3,), torch.float32, torch.float64, torch.int8, (0,)),     # a folded stack's out: self
+    ((2, 3), (3,), torch.float32, torch.float64, torch.float16, (2,)),     # (torch 2.11: the vector's dtype
+    ((2, 3), (3,), torch.float64, torch.float32, torch.int8, (2,)),        # expected of the out, first)
+    ((2, 3), (3,), torch.int8, torch.float64, torch.float32, (2,)),
     ((2, 3), (3, 4), torch.float32, torch.float64, torch.float64, (0,)),   # mm: A's dtype expected
     ((3,), (3, 2), torch.float32, torch.float64, torch.int8, (0,)),
     ((2, 2, 3), (2, 3, 4), torch.float32, torch.float64, torch.float32, (0,)),   # bmm: B's dtype expected

@@ -114,6 +114,8 @@ def refusal(sa: tuple, sb: tuple, da: str, db: str, fold: bool | None = None, de
             return TorchShapeError(f"size mismatch, got input ({rows}), mat ({rows}x{sa[-1]}), vec ({sb[0]})")
         if da == db:
             return None
+        if out_dtype not in (None, db) and torch_before(2, 13):   # 2.11's mv read its out's dtype first
+            return out_dtype_refusal(db, out_dtype)
         out_is_self = out is not None and addmv_self_is_out(sa, sb, out[0], fold)
         return mv_mismatch(da, db, device, out_dtype if out_is_self else db)
     if rb == 2 and (ra <= 2 or fold):                       # torch.mm of A's rows (a vector as one row)
