@@ -93,8 +93,9 @@ class Plan:
     def run_again(self, a, b, out=None, stream=None):
         """This plan's product on new operands of the same kinds, dtypes, shapes and strides (a
         repeated call, tilemm.plans.calls): in the fewest steps where it has them, numpy.matmul
-        (direct), the library's product (fast) or the first call's launches replayed (replay);
-        else run through the backend again, on the caller's stream. A plan that keeps its own
+        (direct), the library's product (fast) or the first call's launches replayed (replay), or
+        for an out of the result's own layout either written straight into it (into); else run
+        through the backend again, on the caller's stream. A plan that keeps its own
         operands (tilemm.plan's) refuses others of another layout, and an out of another, before
         any work (ValueError); a repeated call's kept plan has none: its key matched them."""
         if self.a is not None:
