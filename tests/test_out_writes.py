@@ -1,6 +1,7 @@
-"""Repeated calls with out= written straight into the out (tilemm.plans.out_writes): the same
-bits as a call without out, the out returned, autograd told of the write, and the plan's path
-where the out shares the operands' memory or is not aligned. The GPU cases run on the GPU machine."""
+"""Repeated calls with out= on torch tensors written by the repeated call's short path
+(tilemm.plans.out_writes): the same bits as a call without out, the out returned, autograd told of
+the write; straight into a contiguous CUDA out, copied in where the out shares the operands'
+memory or is not aligned. The GPU cases run on the GPU machine."""
 import numpy as np
 import pytest
 import torch
@@ -17,14 +18,34 @@ def kept_plan(a, b, out, **params):
     return plan
 
 
-def test_host_outs_take_the_plans_path():
+def test_host_outs_are_written_by_the_repeated_calls_path():
     a, b = torch.randn(5, 3), torch.randn(3, 4)
     out = torch.empty(5, 4)
-    plan = kept_plan(a, b, out)
-    assert plan.into is None and out_writes.out_writer(plan, out) is None
-    a2 = torch.randn(5, 3)
-    assert tilemm.matmul(a2, b, out=out) is out
-    torch.testing.assert_close(out, a2 @ b)
+    assert kept_plan(a, b, out).into is not None
+    for _ in range(3):
+        a2 = torch.randn(5, 3)
+        version = out._version
+        assert tilemm.matmul(a2, b, out=out) is out
+        assert out._version > version
+        torch.testing.assert_close(out, a2 @ b)
+
+
+def test_a_host_out_in_an_operands_memory_gets_the_operands_product():
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    kept_plan(a, b, torch.empty(4, 4))
+    want = a @ b
+    assert tilemm.matmul(a, b, out=a) is a
+    torch.testing.assert_close(a, want)
+
+
+def test_outs_that_record_a_gradient_or_of_another_shape_take_the_plans_path():
+    a, b = torch.randn(2, 3), torch.randn(3, 2)
+    with torch.no_grad():
+        assert kept_plan(a, b, torch.empty(2, 2, requires_grad=True)).into is None
+    wide = torch.empty(3, 5)                               # resized, as torch resizes it: never kept
+    with pytest.warns(UserWarning):
+        tilemm.matmul(a, b, out=wide)
+    assert wide.shape == (2, 2) and cache.lookup(a, b, None, torch.empty(3, 5), None, {})[1] is None
 
 
 def test_numpy_outs_take_the_plans_path():
@@ -67,7 +88,7 @@ def test_repeated_outs_hold_a_call_without_outs_bits(dtype, kernel, shape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", [None, "tensorcore"])
-def test_an_out_in_an_operands_memory_takes_the_plans_path(kernel):
+def test_an_out_in_an_operands_memory_is_copied_in(kernel):
     params = {} if kernel is None else {"kernel": kernel}
     a, b = operands("bfloat16", (256, 256, 256), 5)
     kept_plan(a, b, torch.empty(256, 256, device="cuda", dtype=a.dtype), **params)
@@ -77,7 +98,7 @@ def test_an_out_in_an_operands_memory_takes_the_plans_path(kernel):
 
 
 @pytest.mark.gpu
-def test_an_out_not_16_byte_aligned_takes_the_plans_path():
+def test_an_out_not_16_byte_aligned_is_copied_in():
     a, b = operands("bfloat16", (128, 64, 128), 6)
     kept_plan(a, b, torch.empty(128, 128, device="cuda", dtype=a.dtype), kernel="tensorcore")
     room = torch.empty(128 * 128 + 1, device="cuda", dtype=a.dtype)

@@ -1,8 +1,9 @@
-"""A kept plan's repeated calls with an out (Plan.into): the product written straight into the
-caller's out, where the plan's path computes C into a buffer of its own and copies it (for torch
-CUDA tensors, a loop of ``matmul(a, b, out=y)`` then costs the CPU what a call without out does).
-The library's product by torch.matmul(out=); a Triton rung's recorded launches with out as C
-(tilemm.engine.replay_into)."""
+"""A kept plan's repeated calls with an out (Plan.into) on torch tensors: the product written into
+the caller's out by the repeated call's own short path, where the plan's path would check and
+plan the call again. On the GPU, an out of the result's own layout is written straight (the
+library's product by torch.matmul(out=); a Triton rung's recorded launches with out as C,
+tilemm.engine.replay_into); else the repeated call's product is copied in, as the plan's path
+copies its own."""
 from __future__ import annotations
 
 from tilemm.numerics import arrays
@@ -10,19 +11,41 @@ from tilemm.numerics.dtypes import dtype_name, is_exact
 
 
 def out_writer(plan, out):
-    """into(a, b, out) -> bool for the repeated calls of plan, kept from a first call with this
-    out, or None where they can't write into one: True once the product is launched into out on
-    torch's current stream, False where this call must take the plan's path. A repeated call's
+    """into(a, b, out) -> True, writing the product into out, for the repeated calls of plan,
+    kept from a first call with this out; None where they take the plan's path. A repeated call's
     key holds out's layout (kind, dtype, shape, strides, device, whether it records a gradient),
-    so this first call's out says what every repeat's is: a torch CUDA tensor of the result's
-    dtype and shape, contiguous. At each call, an out in the memory of a or b is declined (the
-    plan's path reads the operands before it writes), as the replay's guard declines operands."""
-    if out is None or plan.operand.kind != "torch" or plan.exact is not None:
+    so this first call's out says what every repeat's is: here a torch tensor of the result's
+    dtype and shape that records no gradient. Written straight where it can be (see straight),
+    else computed by the repeated call's path (plan.repeat) and copied in: an out in the memory
+    of a or b then gets the product of the operands as they were, as from the plan's path."""
+    if out is None or plan.operand.kind != "torch" or plan.exact is not None or plan.repeat is None:
         return None
     torch = arrays.torch_of(out)
-    if (torch is None or type(out) is not torch.Tensor or out.device.type != "cuda" or out.requires_grad
-            or dtype_name(out.dtype) != plan.result or tuple(out.shape) != tuple(plan.shape)
-            or not out.is_contiguous()):
+    if (torch is None or type(out) is not torch.Tensor or out.requires_grad
+            or dtype_name(out.dtype) != plan.result or tuple(out.shape) != tuple(plan.shape)):
+        return None
+    product, copy = plan.repeat, torch.Tensor.copy_
+
+    def copied(a, b, out) -> bool:
+        copy(out, product(a, b))
+        return True
+    write = straight(plan, out, torch)
+    if write is None:
+        return copied
+    storage = torch.Tensor.untyped_storage
+
+    def into(a, b, out) -> bool:
+        held = storage(out).data_ptr()
+        if held != storage(a).data_ptr() and held != storage(b).data_ptr() and write(a, b, out):
+            return True
+        return copied(a, b, out)
+    return into
+
+
+def straight(plan, out, torch):
+    """write(a, b, out) -> bool, the product written straight into out (False where this call
+    can't: the replay's guard), for a contiguous CUDA out; None where no call can."""
+    if out.device.type != "cuda" or not out.is_contiguous():
         return None
     from tilemm.engine import replay_into, torch_flags      # (loaded by then: a GPU call has run)
     if plan.kernel.backend == "library":
@@ -30,22 +53,18 @@ def out_writer(plan, out):
             return None
         product = torch_flags.torch_product_into(plan.result)
 
-        def write(a, b, out) -> bool:
+        def by_torch(a, b, out) -> bool:
             product(a, b, out)
             return True
-        written_by_torch = True
-    else:
-        write = replay_into.out_writer(plan.replay, plan.shape) if plan.problem.dtype == plan.result else None
-        written_by_torch = False
-        if write is None:
-            return None
-    storage, touched = torch.Tensor.untyped_storage, torch.autograd.graph.increment_version
+        return by_torch
+    launch = replay_into.out_writer(plan.replay, plan.shape) if plan.problem.dtype == plan.result else None
+    if launch is None:
+        return None
+    touched = torch.autograd.graph.increment_version
 
-    def into(a, b, out) -> bool:
-        held = storage(out).data_ptr()
-        if held == storage(a).data_ptr() or held == storage(b).data_ptr() or not write(a, b, out):
+    def replayed(a, b, out) -> bool:
+        if not launch(a, b, out):
             return False
-        if not written_by_torch:        # an in-place write, as out.copy_ counts one (autograd's check)
-            touched(out)
+        touched(out)            # an in-place write, as out.copy_ counts one (autograd's check)
         return True
-    return into
+    return replayed

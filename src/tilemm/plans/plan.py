@@ -62,9 +62,9 @@ class Plan:
                                  # a kept plan's repeated call with no out or stream: repeat(a, b) gives what
                                  # run_again(a, b) gives, in the fewest steps (for_repeats: repeated_call)
     into: object = dataclasses.field(default=None, repr=False, compare=False)
-                                 # a kept plan's repeated call with an out and no stream: into(a, b, out) writes
-                                 # the product straight into out (True), or declines (False); None: never
-                                 # (tilemm.plans.out_writes)
+                                 # a kept plan's repeated call with a torch out and no stream: into(a, b, out)
+                                 # writes the product into out by the repeated call's short path (True); None:
+                                 # the plan's path (tilemm.plans.out_writes)
 
     def execute(self, poison: bool = False):
         """Run the kernel and return the result as matmul does. ``poison`` fills the output
@@ -93,9 +93,9 @@ class Plan:
     def run_again(self, a, b, out=None, stream=None):
         """This plan's product on new operands of the same kinds, dtypes, shapes and strides (a
         repeated call, tilemm.plans.calls): in the fewest steps where it has them, numpy.matmul
-        (direct), the library's product (fast) or the first call's launches replayed (replay), or
-        for an out of the result's own layout either written straight into it (into); else run
-        through the backend again, on the caller's stream. A plan that keeps its own
+        (direct), the library's product (fast) or the first call's launches replayed (replay), and
+        for a torch out written into it (into); else run through the backend again, on the
+        caller's stream. A plan that keeps its own
         operands (tilemm.plan's) refuses others of another layout, and an out of another, before
         any work (ValueError); a repeated call's kept plan has none: its key matched them."""
         if self.a is not None:
