@@ -47,13 +47,16 @@ def straight(plan, out, torch):
     can't: the replay's guard), for a contiguous CUDA out; None where no call can."""
     if out.device.type != "cuda" or not out.is_contiguous():
         return None
-    from tilemm.engine import replay_into, torch_flags      # (loaded by then: a GPU call has run)
+    from tilemm.engine import replay_guard, replay_into, torch_flags     # (a GPU call has loaded what they import)
     if plan.kernel.backend == "library":
         if plan.fast is None or is_exact(plan.result):     # (integers: the digits' or _int_mm's own buffers)
             return None
         product = torch_flags.torch_product_into(plan.result)
+        lazy = replay_guard.lazy
 
         def by_torch(a, b, out) -> bool:
+            if lazy(out):           # a conjugate or negative view: its memory is not its values
+                return False
             product(a, b, out)
             return True
         return by_torch
