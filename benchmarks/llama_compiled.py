@@ -35,6 +35,9 @@ from harness import llama
 def parse_args(argv=None):
     ap = llama.parser(["throughput", "losses"], description=__doc__.split("\n\n")[0])
     ap.set_defaults(steps=50)
+    ap.add_argument("--unfused-too", action="store_true",
+                    help="throughput: a third model, tilemm's without fused activations (swap_linears(kernel=...)): "
+                         "the MLP's SiLU then left to Inductor, which fuses it into the product's consumer")
     args = llama.parsed(ap, argv)
     if args.kernel is None and not args.tiny:      # (--tiny on the host: tilemm's default, the library)
         args.kernel = "tensorcore"
@@ -42,12 +45,13 @@ def parse_args(argv=None):
 
 
 def models(args) -> dict:
-    """{mode: (model, compiled model)} from one seed, tilemm's swapped with fused activations."""
+    """{mode: (model, compiled model)} from one seed, tilemm's swapped with fused activations
+    ("tilemm") and, with --unfused-too, without ("tilemm-unfused")."""
     out = {}
-    for mode in ("torch", "tilemm"):
+    for mode in ("torch", "tilemm", "tilemm-unfused")[:3 if args.unfused_too else 2]:
         model = llama.build_model(args)
-        if mode == "tilemm":
-            tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=True)
+        if mode != "torch":
+            tilemm.nn.swap_linears(model, kernel=args.kernel, fuse_activations=mode == "tilemm")
         out[mode] = (model, torch.compile(model))
     return out
 
@@ -74,7 +78,7 @@ def throughput(args, emit):
     built = models(args)
     tokens = next(llama.token_stream(args, built["torch"][0].config.vocab_size))
     phases = {mode: compiled_phases(model, compiled, tokens, args) for mode, (model, compiled) in built.items()}
-    modes, names = ("torch", "tilemm"), list(phases["torch"])
+    modes, names = tuple(built), list(phases["torch"])
     for mode in modes:                       # untimed: compiled (both phases), planned, allocated
         for _ in range(2):
             for call in phases[mode].values():
@@ -82,11 +86,13 @@ def throughput(args, emit):
         llama.progress(f"throughput: {mode} compiled")
     times = llama.interleaved_times(args, phases, modes, names)
     medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
-    emit({"part": "throughput", "summary": True, "compiled": True, "rounds": args.rounds, "reps": args.reps,
-          "median_s": medians, "times_s": times,
-          "ratio_tilemm_over_torch": {p: medians["torch"][p] / medians["tilemm"][p] for p in names},
-          "paired_ratio_median": {p: statistics.median(t / o for t, o in zip(times["torch"][p], times["tilemm"][p]))
-                                  for p in names}})
+    record = {"part": "throughput", "summary": True, "compiled": True, "rounds": args.rounds, "reps": args.reps,
+              "median_s": medians, "times_s": times}
+    for mode in modes[1:]:          # "ratio_tilemm_over_torch", "ratio_tilemm-unfused_over_torch", ...
+        record[f"ratio_{mode}_over_torch"] = {p: medians["torch"][p] / medians[mode][p] for p in names}
+        record["paired_ratio_median" + ("" if mode == "tilemm" else f"_{mode}")] = {
+            p: statistics.median(t / o for t, o in zip(times["torch"][p], times[mode][p])) for p in names}
+    emit(record)
 
 
 def losses(args, emit):
@@ -123,7 +129,7 @@ def main(argv=None):
     args = parse_args(argv)
     out = harness.out_folder(args.out)
     stamp = {**tilemm.system.machine.stamp("PYTHONPATH=src python3 " + " ".join(sys.argv)), "tiny": args.tiny,
-             "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel, "fuse_activations": True,
+             "layers": args.layers, "intermediate": args.intermediate, "kernel": args.kernel, "fuse_activations": True, "unfused_too": args.unfused_too,
              "model": args.model, "batch": args.batch, "seq": args.seq, "train_tokens": args.train_tokens}
     import transformers
     stamp["versions"] = {**stamp["versions"], "transformers": transformers.__version__}

@@ -201,22 +201,48 @@ def test_swap_linears_fuses_activations_and_restores_them():
     assert torch.equal(model(x), ref(x))
 
 
+class LlamaMLP(torch.nn.Module):        # transformers' form: down(act(gate(x)) * up(x))
+    def __init__(self):
+        super().__init__()
+        self.gate_proj, self.up_proj = torch.nn.Linear(8, 16, bias=False), torch.nn.Linear(8, 16, bias=False)
+        self.down_proj, self.act_fn = torch.nn.Linear(16, 8, bias=False), torch.nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
 def test_a_gated_mlp_of_transformers_fuses_its_gate():
-    class LlamaMLP(torch.nn.Module):        # transformers' form: down(act(gate(x)) * up(x))
-        def __init__(self):
-            super().__init__()
-            self.gate_proj, self.up_proj = torch.nn.Linear(8, 16, bias=False), torch.nn.Linear(8, 16, bias=False)
-            self.down_proj, self.act_fn = torch.nn.Linear(16, 8, bias=False), torch.nn.SiLU()
-
-        def forward(self, x):
-            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-
     model = LlamaMLP().to(DEVICE, torch.float64)
     ref = copy.deepcopy(model)
     tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
     assert model.gate_proj.activation == "silu" and isinstance(model.act_fn, torch.nn.Identity)
     x = torch.randn(3, 8, dtype=torch.float64, device=DEVICE)
     assert relative(model(x), ref(x)) <= 1e-12
+
+
+def test_a_compiled_gated_mlp_leaves_the_gate_s_activation_to_the_compiler():
+    """Under torch.compile the gate's product is a tilemm::linear node with no activation and
+    the SiLU torch's own (Inductor fuses it into the product with up_proj); values and
+    gradients as eager's, and as torch's module's."""
+    torch.manual_seed(0)
+    model = LlamaMLP().to(DEVICE, torch.float64)
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    x = torch.randn(5, 8, dtype=torch.float64, device=DEVICE)
+    explained = torch._dynamo.explain(model)(x)
+    nodes = [n for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"]
+    linears = [n for n in nodes if n.target in (torch.ops.tilemm.linear, torch.ops.tilemm.linear.default)]
+    assert explained.graph_break_count == 0 and len(linears) == 3
+    assert {n.args[4] for n in linears} == {"identity"}
+    assert any(n.target is F.silu for n in nodes)
+    y = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    y.sum().backward()
+    y_ref = ref(x)
+    y_ref.sum().backward()
+    assert relative(y, y_ref) <= 1e-12
+    assert all(relative(p.grad, q.grad) <= 1e-12 for p, q in zip(model.parameters(), ref.parameters()))
+    tilemm.nn.restore_linears(model)
+    assert type(model.act_fn) is torch.nn.SiLU
 
 
 class Branches(torch.nn.Sequential):

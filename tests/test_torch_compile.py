@@ -200,6 +200,30 @@ def test_tiny_transformer_with_tilemm_linears_compiles_whole_and_trains_as_eager
     assert train(model, 3, step_fn=compiled) == pytest.approx(eager, rel=1e-10)
 
 
+@pytest.mark.skipif(ON_GPU, reason="the host's tensors: the interpreter's route (llama_compiled.py runs the programs)")
+@pytest.mark.parametrize("dtype, kernel, op", [(torch.bfloat16, "tensorcore", "linear"),
+                                               (torch.bfloat16, "tensorcore-tutorial", "linear"),
+                                               (torch.float32, "tensorcore-f32", "matmul"),
+                                               (torch.bfloat16, None, "matmul")])
+def test_swapped_linears_of_a_triton_rung_compile_to_the_program_s_op(dtype, kernel, op):
+    """Without fuse_activations, a Linear of a Triton rung's 16-bit product is a tilemm::linear
+    node in the compiled graph (the fused-epilogue program, its bias in the epilogue), as with
+    fuse_activations; float32 rungs and tilemm's default keep tilemm::matmul. The compiled
+    model trains as the eager one (the interpreter's traced calls sum by torch)."""
+    torch._dynamo.reset()
+    model = tiny_model(dtype)
+    tilemm.nn.swap_linears(model, kernel=kernel)
+    tokens = torch.randint(0, 50, (2, 9))
+    explained = torch._dynamo.explain(model)(tokens)
+    assert explained.graph_break_count == 0 and len(product_nodes(explained, op)) == 2 * 6 + 1
+    assert not product_nodes(explained, "matmul" if op == "linear" else "linear")
+    eager = train(model, 2)
+    model = tiny_model(dtype)
+    tilemm.nn.swap_linears(model, kernel=kernel)
+    compiled = train(model, 2, step_fn=torch.compile(model, fullgraph=True, backend="aot_eager"))
+    assert compiled == pytest.approx(eager, rel=2e-2 if dtype != torch.float32 else 1e-4)
+
+
 @pytest.mark.gpu
 def test_gpu_autocast_matmul_epilogue_eager_and_compiled_as_torchs():
     """Under CUDA bf16 autocast matmul_epilogue casts a, b, bias and c as torch.addmm does (the

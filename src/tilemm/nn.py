@@ -20,10 +20,11 @@ from tilemm import products_api
 from tilemm.torch import fused_transforms, nn_fuse
 from tilemm.ladder import registry
 from tilemm.numerics.arrays import as_rows
+from tilemm.numerics.epilogue_math import activate_torch
 from tilemm.torch.ops import dtype_text, encode_params
 from tilemm.torch.nn_products import LinearProduct, Products, layout_key
 
-OPTIONS = ("kernel", "out_dtype", "params", "products", "op_options", "activation", "fused_from")
+OPTIONS = ("kernel", "out_dtype", "params", "products", "op_options", "activation", "fused_from", "compiled_program")
 ABSENT = object()      # a parameter not in a module's own record of them
 TENSOR = torch.Tensor
 
@@ -97,6 +98,7 @@ class Linear(torch.nn.Linear):
         # the same as the op's strings, "" for None (a tuple of str: TorchScript types it itself)
         self.op_options = (kernel or "", encode_params(self.params), dtype_text(out_dtype) or "", activation or "")
         self.products = Products(kernel, self.params)
+        self.compiled_program = nn_fuse.compiled_program(kernel, out_dtype, self.params)
         return self
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -111,9 +113,19 @@ class Linear(torch.nn.Linear):
                 y = self.fused_route_call(input)
                 if y is not None:
                     return y
+            elif is_compiling() and self.__dict__.get("fused_from", nn_fuse.NOT_FUSED)[3]:
+                # a gated MLP's gate: Inductor fuses the activation into the gate's product with up_proj,
+                # where the epilogue would cost the product's tiles its instructions and write the
+                # pre-activation again for the backward (nn_fuse.fuse_activations)
+                return activate_torch(products_api.linear(input, self.weight, self.bias, None, kernel=self.kernel,
+                                                          **self.params), self.activation)
             return self.fused_forward(input)
         if autocast() and torch.is_autocast_enabled(input.device.type):    # (compiled too: the op has no autocast rule)
             return self.autocast_forward(input)
+        if is_compiling() and self.compiled_program and input.dtype in self.compiled_program:
+            # a Triton rung's 16-bit product in a compiled graph: tilemm::linear, the program itself, which
+            # Inductor schedules, and the bias in its epilogue (not the opaque tilemm::matmul op)
+            return products_api.linear(input, self.weight, self.bias, None, kernel=self.kernel, **self.params)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             products, layout_of = self.products, (input.shape, input.stride(), input.dtype)
             # (the library's layouts: none where tilemm's own programs run)
