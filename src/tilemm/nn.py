@@ -124,8 +124,11 @@ class Linear(torch.nn.Linear):
             return self.autocast_forward(input)
         if is_compiling() and self.compiled_program and input.dtype in self.compiled_program:
             # a Triton rung's 16-bit product in a compiled graph: tilemm::linear, the program itself, which
-            # Inductor schedules, and the bias in its epilogue (not the opaque tilemm::matmul op)
-            return products_api.linear(input, self.weight, self.bias, None, kernel=self.kernel, **self.params)
+            # Inductor schedules, and the bias in its epilogue (not the opaque tilemm::matmul op); mixed
+            # dtypes take the usual path, to torch's error
+            weight, bias = self.weight, self.bias
+            if weight.dtype == input.dtype and (bias is None or bias.dtype == input.dtype):
+                return products_api.linear(input, weight, bias, None, kernel=self.kernel, **self.params)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             products, layout_of = self.products, (input.shape, input.stride(), input.dtype)
             # (the library's layouts: none where tilemm's own programs run)
