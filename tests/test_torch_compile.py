@@ -15,6 +15,7 @@ import torch
 
 import tilemm
 from tilemm import api
+from tilemm.contract import numpy_keywords
 from tilemm.torch import ops as torch_ops
 
 from .conftest import ON_GPU
@@ -419,7 +420,9 @@ def test_compiling_a_frame_python_runs_while_another_thread_imports(monkeypatch)
 def test_numpy_operands_under_compile():
     """NumPy arrays inside a compiled function: Dynamo gives the frame back to Python, where the
     call is the eager one; with fullgraph=True, tilemm's TypeError inside Dynamo's own error, not
-    Dynamo's complaint about a check it cannot trace."""
+    Dynamo's complaint about a check it cannot trace. The kernels' parameter names are read first,
+    as after any earlier call (torch 2.11's Dynamo then traced the keywords' check and failed)."""
+    numpy_keywords.parameter_names()
     torch._dynamo.reset()
     a, b = np.arange(12, dtype=np.float32).reshape(4, 3), np.arange(6, dtype=np.float32).reshape(3, 2)
     got = torch.compile(lambda a, b: tilemm.matmul(a, b) + 1, backend="aot_eager")(a, b)

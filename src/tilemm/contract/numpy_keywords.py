@@ -69,7 +69,9 @@ def split(params: dict, out_dtype, out=None) -> tuple[Keywords, dict]:
             raise TypeError(f"matmul() got an unexpected keyword argument {name!r}: numpy.matmul takes no {name}={why}")
     given = {name: params[name] for name in NAMES if name in params}
     kernel_params = {name: value for name, value in params.items() if name not in given}
-    unknown = sorted(kernel_params.keys() - parameter_names())
+    known = parameter_names()
+    # (a loop, not keys() - known: torch 2.11's Dynamo, tracing this, fails on a dict's keys minus a frozenset)
+    unknown = sorted(name for name in kernel_params if name not in known)
     if unknown:       # (before the keywords' values, as numpy.matmul's argument parsing: parrot=True with bad axes)
         raise TypeError(f"matmul() got an unexpected keyword argument {unknown[0]!r}")
     if "dtype" in given and "signature" in given:
