@@ -117,8 +117,7 @@ class Linear(torch.nn.Linear):
                 # a gated MLP's gate: Inductor fuses the activation into the gate's product with up_proj,
                 # where the epilogue would cost the product's tiles its instructions and write the
                 # pre-activation again for the backward (nn_fuse.fuse_activations)
-                return activate_torch(products_api.linear(input, self.weight, self.bias, None, kernel=self.kernel,
-                                                          **self.params), self.activation)
+                return activate_torch(self.program_forward(input), self.activation)
             return self.fused_forward(input)
         if autocast() and torch.is_autocast_enabled(input.device.type):    # (compiled too: the op has no autocast rule)
             return self.autocast_forward(input)
@@ -128,7 +127,7 @@ class Linear(torch.nn.Linear):
             # dtypes take the usual path, to torch's error
             weight, bias = self.weight, self.bias
             if weight.dtype == input.dtype and (bias is None or bias.dtype == input.dtype):
-                return products_api.linear(input, weight, bias, None, kernel=self.kernel, **self.params)
+                return self.program_forward(input)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             products, layout_of = self.products, (input.shape, input.stride(), input.dtype)
             # (the library's layouts: none where tilemm's own programs run)
@@ -226,6 +225,12 @@ class Linear(torch.nn.Linear):
         # the module's back is learned again; autocast, a subclass or mixed devices are not kept)
         route = products.fused_route(input, weight, bias, self.activation)
         return None if route is None else route(input, weight, bias)
+
+    @torch.jit.unused
+    def program_forward(self, input: torch.Tensor) -> torch.Tensor:
+        """input @ weight.T + bias in one pass (tilemm.linear with no activation): under
+        torch.compile the tilemm::linear program."""
+        return products_api.linear(input, self.weight, self.bias, None, kernel=self.kernel, **self.params)
 
     @torch.jit.unused
     def fused_forward(self, input: torch.Tensor) -> torch.Tensor:
