@@ -6,6 +6,10 @@ triton_op that Inductor sees into, the MLP's SiLU in gate_proj's epilogue), both
               paired rounds (the order alternating rep to rep), after untimed calls that compile
               them; tilemm's / torch's as the ratio of the medians and the median of the pairs'
               ratios.
+  gpu_time    the GPU's time a training step and a prefill of each compiled model (torch.profiler,
+              --reps calls each, --rounds times), split into the products' kernels and the rest:
+              a measure that the host's speed does not move (a step's wall clock is bound by the
+              CPU that queues it about as much as by the GPU, and moved by 3% from run to run).
   losses      --steps AdamW steps (50 or more) from one seed of four runs: torch eager, torch
               compiled, tilemm eager, tilemm compiled; torch compiled's gap from torch eager is
               the spread to stay within (or 1% of the loss), step by step.
@@ -33,10 +37,10 @@ from harness import llama
 
 
 def parse_args(argv=None):
-    ap = llama.parser(["throughput", "losses"], description=__doc__.split("\n\n")[0])
+    ap = llama.parser(["throughput", "gpu_time", "losses"], description=__doc__.split("\n\n")[0])
     ap.set_defaults(steps=50)
     ap.add_argument("--unfused-too", action="store_true",
-                    help="throughput: a third model, tilemm's without fused activations (swap_linears(kernel=...)): "
+                    help="throughput and gpu_time: a third model, tilemm's without fused activations (swap_linears(kernel=...)): "
                          "the MLP's SiLU then left to Inductor, which fuses it into the product's consumer")
     args = llama.parsed(ap, argv)
     if args.kernel is None and not args.tiny:      # (--tiny on the host: tilemm's default, the library)
@@ -95,6 +99,50 @@ def throughput(args, emit):
     emit(record)
 
 
+# the products' kernels by name: tilemm's fused-epilogue program, cuBLAS's (nvjet, cutlass, gemm)
+PRODUCT_KERNELS = ("matmul_epilogue", "nvjet", "cutlass", "gemm")
+
+
+def gpu_time(args, emit):
+    if args.tiny:
+        llama.progress("gpu_time: the GPU's kernels only (--tiny runs on the host): skipped")
+        return
+    from torch.profiler import ProfilerActivity, profile
+    built = models(args)
+    tokens = next(llama.token_stream(args, built["torch"][0].config.vocab_size))
+    phases = {mode: compiled_phases(model, compiled, tokens, args) for mode, (model, compiled) in built.items()}
+    for calls in phases.values():            # untimed: compiled, planned, allocated
+        for _ in range(2):
+            for call in calls.values():
+                call()
+    torch.cuda.synchronize()
+    times = {mode: {phase: {"products": [], "rest": []} for phase in calls} for mode, calls in phases.items()}
+    for _ in range(args.rounds):
+        for phase in ("train_step", "prefill"):
+            for mode, calls in phases.items():
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(args.reps):
+                        calls[phase]()
+                    torch.cuda.synchronize()
+                split = {"products": 0.0, "rest": 0.0}
+                for event in prof.events():
+                    if event.device_type.name == "CUDA":
+                        kind = "products" if any(name in event.name for name in PRODUCT_KERNELS) else "rest"
+                        split[kind] += event.device_time_total / 1e6 / args.reps       # seconds a call
+                for kind, seconds in split.items():
+                    times[mode][phase][kind].append(seconds)
+    medians = {mode: {phase: {kind: statistics.median(v) for kind, v in kinds.items()} for phase, kinds in per.items()}
+               for mode, per in times.items()}
+    record = {"part": "gpu_time", "summary": True, "compiled": True, "rounds": args.rounds, "reps": args.reps,
+              "median_gpu_s": medians, "gpu_s": times}
+    for mode in list(phases)[1:]:        # torch's GPU time over the mode's, whole and of the products
+        record[f"gpu_ratio_{mode}_over_torch"] = {
+            phase: {"total": sum(medians["torch"][phase].values()) / sum(medians[mode][phase].values()),
+                    "products": medians["torch"][phase]["products"] / medians[mode][phase]["products"]}
+            for phase in medians[mode]}
+    emit(record)
+
+
 def losses(args, emit):
     runs = {}
     for mode in ("torch", "tilemm"):
@@ -136,7 +184,7 @@ def main(argv=None):
 
     emit = harness.emitter(out / "llama_compiled.jsonl", stamp, show=600)
     for part in args.parts:
-        {"throughput": throughput, "losses": losses}[part](args, emit)
+        {"throughput": throughput, "gpu_time": gpu_time, "losses": losses}[part](args, emit)
 
 
 if __name__ == "__main__":

@@ -94,13 +94,12 @@ def fuse_activations(model: torch.nn.Module, Linear: type, kernel, out_dtype, pa
     for _, module in model.named_modules(remove_duplicate=False):
         places[id(module)] = places.get(id(module), 0) + 1
     for name, module in list(model.named_modules()):
-        pairs = []
+        pairs, gated = [], False
         if isinstance(module, torch.nn.Sequential) and type(module).forward is torch.nn.Sequential.forward:
             keys = list(module._modules)
             pairs = [(module, first, module, second) for first, second in zip(keys, keys[1:])]
         elif type(module).__name__ in GATED_MLPS and hasattr(module, "gate_proj") and hasattr(module, "act_fn"):
-            pairs = [(module, "gate_proj", module, "act_fn")]
-        gated = bool(pairs) and not isinstance(module, torch.nn.Sequential)
+            pairs, gated = [(module, "gate_proj", module, "act_fn")], True
         for owner, linear_key, holder, activation_key in pairs:
             linear, act = owner._modules[linear_key], holder._modules.get(activation_key)
             activation = activation_of(act) if act is not None else None
