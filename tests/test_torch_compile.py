@@ -4,6 +4,7 @@ and its parameters travel in the op's arguments, and compiled results and gradie
 ones. On the CPU with backend="aot_eager" (AOTAutograd's graphs, run eagerly): inductor's C++
 compile takes tens of seconds here, and the GPU test runs inductor."""
 import contextlib
+import copy
 import sys
 import threading
 import types
@@ -223,6 +224,40 @@ def test_swapped_linears_of_a_triton_rung_compile_to_the_program_s_op(dtype, ker
     tilemm.nn.swap_linears(model, kernel=kernel)
     compiled = train(model, 2, step_fn=torch.compile(model, fullgraph=True, backend="aot_eager"))
     assert compiled == pytest.approx(eager, rel=2e-2 if dtype != torch.float32 else 1e-4)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_fused_ops_of_symbolic_rows_multiply_by_the_matmul_op(fuse):
+    """Sizes marked dynamic stay symbolic through tilemm::linear of tilemm's program: its tiles
+    would read M (a guard that specializes it, refused for marked sizes), so the op's body is
+    then tilemm::matmul's product and torch's epilogue. One graph for every row count, values
+    and gradients as torch's (within bf16)."""
+    torch._dynamo.reset()
+    from torch._dynamo.backends.common import aot_autograd
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).bfloat16()
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=fuse)
+    counter = torch._dynamo.testing.CompileCounterWithBackend(aot_autograd(fw_compiler=keep, bw_compiler=keep))
+    compiled = torch.compile(model, fullgraph=True, backend=counter)
+    for rows in (5, 9, 12):
+        x = torch.randn(rows, 16, dtype=torch.bfloat16, requires_grad=True)
+        torch._dynamo.mark_dynamic(x, 0)
+        y = compiled(x)
+        y.float().sum().backward()
+        x_ref = x.detach().clone().requires_grad_()
+        y_ref = ref(x_ref)
+        y_ref.float().sum().backward()
+        torch.testing.assert_close(y.float(), y_ref.float(), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(x.grad.float(), x_ref.grad.float(), rtol=2e-2, atol=5e-2)
+    assert counter.frame_count == 1
+    targets = {str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"}
+    assert "tilemm.matmul.default" in targets and not any("triton" in t for t in targets)
 
 
 @pytest.mark.gpu

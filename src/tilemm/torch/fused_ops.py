@@ -20,8 +20,9 @@ from torch._subclasses.fake_tensor import is_fake
 
 from tilemm.system import compat
 from tilemm.products import fused
-from tilemm.numerics.epilogue_math import needs_aux
+from tilemm.numerics.epilogue_math import activate_torch, needs_aux
 from tilemm.engine.epilogue_launch import config_for
+from tilemm.numerics.dtypes import torch_dtype_name
 from tilemm.torch.op_args import specialized
 
 
@@ -40,6 +41,8 @@ def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, s
     """The operators' body: the route for this shape, then the product (the Triton program
     through wrap_triton, or torch's operators)."""
     way = fused.route(kernel, a, a.shape[0], b.shape[1], a.shape[1])
+    if way == fused.TRITON and not all(type(size) is int for size in (*a.shape, b.shape[1])) and computes(kernel, a):
+        return symbolic_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, save_aux, kernel)
     if way == fused.TRITON and compat.triton_interpreter() and (is_fake(a) or a.device.type == "meta"):
         way = fused.LIBRARY          # the interpreter cannot trace a kernel: the same sums by torch
     y, aux = fused.forward(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, way,
@@ -47,6 +50,35 @@ def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, s
     if aux is None:
         return y, y.new_empty(0)
     return y, aux if aux is not y else aux.clone()
+
+
+def computes(kernel, a) -> bool:
+    """Whether the rung named computes a's dtype as tilemm.matmul (the epilogue program takes
+    every float dtype for any Triton rung: `tensorcore` float32 too, which tilemm.matmul refuses)."""
+    from tilemm.ladder import registry
+    return kernel not in (None, "auto") and torch_dtype_name(a.dtype) in registry.get(kernel).dtypes
+
+
+def symbolic_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, save_aux, kernel):
+    """The body where sizes are symbolic (dynamic shapes) and the route is tilemm's program, whose
+    tiles would read them: a guard that specializes the graph to each size, refused for sizes
+    marked dynamic. The product is the rung's own, as the op tilemm::matmul (whose sizes stay
+    symbolic), and the epilogue torch's operators after it (Inductor fuses them into one pass;
+    the product rounded to its dtype before them)."""
+    import tilemm.torch.ops        # noqa: F401  (registers tilemm::matmul, where nothing has yet)
+    z = torch.ops.tilemm.matmul(a, b, kernel, "", None)
+    if alpha != 1:
+        z = z * alpha
+    if c is not None and beta != 0:
+        z = z + c * beta
+    if bias is not None:
+        z = z + (bias[:, None] if bias_over_m else bias)
+    y = activate_torch(z, activation)
+    if residual is not None:
+        y = y + residual
+    if not save_aux:
+        return y, y.new_empty(0)
+    return y, z if z is not y else z.clone()        # (an operator's outputs may not alias each other)
 
 
 @triton_op("tilemm::matmul_epilogue", mutates_args=())
