@@ -226,6 +226,23 @@ def test_swapped_linears_of_a_triton_rung_compile_to_the_program_s_op(dtype, ker
     assert compiled == pytest.approx(eager, rel=2e-2 if dtype != torch.float32 else 1e-4)
 
 
+def test_a_compiled_vmap_of_swapped_linears_keeps_the_matmul_op():
+    """Under torch.func's vmap in a compiled function a swapped Linear keeps tilemm::matmul, whose
+    vmap rule makes one product (tilemm::linear has none: torch's fallback multiplies each
+    example apart, with a warning); the values are torch's."""
+    from tilemm.torch import fused_ops  # noqa: F401  (registers tilemm::linear, which the check names)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 4)).bfloat16()
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore")
+    x = torch.randn(3, 5, 8, dtype=torch.bfloat16)
+    explained = torch._dynamo.explain(torch.vmap(model))(x)
+    assert product_nodes(explained, "matmul") and not product_nodes(explained, "linear")
+    got = torch.compile(torch.vmap(model), backend="aot_eager")(x)
+    torch.testing.assert_close(got.float(), torch.vmap(ref)(x).float(), rtol=3e-2, atol=3e-2)
+
+
 @pytest.mark.parametrize("fuse", [False, True])
 def test_fused_ops_of_symbolic_rows_multiply_by_the_matmul_op(fuse):
     """Sizes marked dynamic stay symbolic through tilemm::linear of tilemm's program: its tiles

@@ -121,9 +121,11 @@ class Linear(torch.nn.Linear):
             return self.fused_forward(input)
         if autocast() and torch.is_autocast_enabled(input.device.type):    # (compiled too: the op has no autocast rule)
             return self.autocast_forward(input)
-        if is_compiling() and self.compiled_program and input.dtype in self.compiled_program:
+        if (is_compiling() and self.compiled_program and input.dtype in self.compiled_program
+                and not fused_transforms.active()):
             # a Triton rung's 16-bit product in a compiled graph: tilemm::linear, the program itself, which
-            # Inductor schedules, and the bias in its epilogue (not the opaque tilemm::matmul op); mixed
+            # Inductor schedules, and the bias in its epilogue (not the opaque tilemm::matmul op); not under
+            # a torch.func transform (vmap: the op has no batching rule, tilemm::matmul has), and mixed
             # dtypes take the usual path, to torch's error
             weight, bias = self.weight, self.bias
             if weight.dtype == input.dtype and (bias is None or bias.dtype == input.dtype):
