@@ -113,7 +113,7 @@ class Linear(torch.nn.Linear):
                 y = self.fused_route_call(input)
                 if y is not None:
                     return y
-            elif is_compiling() and self.__dict__.get("fused_from", nn_fuse.NOT_FUSED)[3]:
+            elif is_compiling() and self.__dict__.get("fused_from", nn_fuse.NOT_FUSED)[-1] is True:
                 # a gated MLP's gate: Inductor fuses the activation into the gate's product with up_proj,
                 # where the epilogue would cost the product's tiles its instructions and write the
                 # pre-activation again for the backward (nn_fuse.fuse_activations)
@@ -121,7 +121,7 @@ class Linear(torch.nn.Linear):
             return self.fused_forward(input)
         if autocast() and torch.is_autocast_enabled(input.device.type):    # (compiled too: the op has no autocast rule)
             return self.autocast_forward(input)
-        if (is_compiling() and self.compiled_program and input.dtype in self.compiled_program
+        if (is_compiling() and self.__dict__.get("compiled_program") and input.dtype in self.compiled_program
                 and not fused_transforms.active()):
             # a Triton rung's 16-bit product in a compiled graph: tilemm::linear, the program itself, which
             # Inductor schedules, and the bias in its epilogue (not the opaque tilemm::matmul op); not under

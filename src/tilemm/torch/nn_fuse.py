@@ -33,7 +33,8 @@ TRANSFORMERS_ACTIVATIONS = {"SiLUActivation": "silu", "GELUActivation": "gelu", 
                             "PytorchGELUTanh": "gelu_tanh"}
 # transformers' MLPs whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x))
 GATED_MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP")
-# a Linear's fused_from where it took no activation module: (holder, key, module, gated)
+# a Linear's fused_from where it took no activation module: (holder, key, module, gated); a layer
+# pickled by an earlier tilemm holds the first three (its gate then keeps the epilogue)
 NOT_FUSED = (None, None, None, False)
 
 
@@ -117,6 +118,6 @@ def fuse_activations(model: torch.nn.Module, Linear: type, kernel, out_dtype, pa
 
 def unfuse(linear: torch.nn.Module) -> None:
     """Put a fused Linear's activation module back in its place (restore_linears)."""
-    holder, key, act, _ = linear.__dict__.pop("fused_from", NOT_FUSED)
+    holder, key, act = linear.__dict__.pop("fused_from", NOT_FUSED)[:3]     # (a layer pickled before `gated`: three)
     if holder is not None and isinstance(holder._modules.get(key), torch.nn.Identity):
         holder._modules[key] = act
