@@ -121,15 +121,6 @@ class Linear(torch.nn.Linear):
             return self.fused_forward(input)
         if autocast() and torch.is_autocast_enabled(input.device.type):    # (compiled too: the op has no autocast rule)
             return self.autocast_forward(input)
-        if (is_compiling() and self.__dict__.get("compiled_program") and input.dtype in self.compiled_program
-                and not fused_transforms.active()):
-            # a Triton rung's 16-bit product in a compiled graph: tilemm::linear, the program itself, which
-            # Inductor schedules, and the bias in its epilogue (not the opaque tilemm::matmul op); not under
-            # a torch.func transform (vmap: the op has no batching rule, tilemm::matmul has), and mixed
-            # dtypes take the usual path, to torch's error
-            weight, bias = self.weight, self.bias
-            if weight.dtype == input.dtype and (bias is None or bias.dtype == input.dtype):
-                return self.program_forward(input)
         if not is_compiling():     # the usual call in fewest steps (a model pays each ~100 times a forward)
             products, layout_of = self.products, (input.shape, input.stride(), input.dtype)
             # (the library's layouts: none where tilemm's own programs run)
@@ -151,6 +142,15 @@ class Linear(torch.nn.Linear):
                 y = route(input, weight, bias)
                 if y is not None:
                     return y
+        elif (self.__dict__.get("compiled_program") and input.dtype in self.compiled_program
+                and not fused_transforms.active()):
+            # a Triton rung's 16-bit product in a compiled graph: tilemm::linear, the program itself, which
+            # Inductor schedules, and the bias in its epilogue (not the opaque tilemm::matmul op); not under
+            # a torch.func transform (vmap: the op has no batching rule, tilemm::matmul has), and mixed
+            # dtypes take the usual path, to torch's error
+            weight, bias = self.weight, self.bias
+            if weight.dtype == input.dtype and (bias is None or bias.dtype == input.dtype):
+                return self.program_forward(input)
         weight, bias = self.weight, self.bias
         # tilemm.matmul's general rules where a layout's product can't serve: a jit trace or a torch.func
         # transform running, an input with no memory (meta; a FakeTensor). (A conjugate or negative view

@@ -20,7 +20,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from tilemm.system import compat
 from tilemm.products import fused
-from tilemm.numerics.epilogue_math import activate_torch, needs_aux
+from tilemm.numerics.epilogue_math import needs_aux
 from tilemm.engine.epilogue_launch import config_for
 from tilemm.numerics.dtypes import torch_dtype_name
 from tilemm.torch.op_args import specialized
@@ -67,15 +67,7 @@ def symbolic_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta,
     the product rounded to its dtype before them)."""
     import tilemm.torch.ops        # noqa: F401  (registers tilemm::matmul, where nothing has yet)
     z = torch.ops.tilemm.matmul(a, b, kernel, "", None)
-    if alpha != 1:
-        z = z * alpha
-    if c is not None and beta != 0:
-        z = z + c * beta
-    if bias is not None:
-        z = z + (bias[:, None] if bias_over_m else bias)
-    y = activate_torch(z, activation)
-    if residual is not None:
-        y = y + residual
+    y, z = fused.torch_epilogue(z if alpha == 1 else z * alpha, bias, bias_over_m, c, residual, activation, beta)
     if not save_aux:
         return y, y.new_empty(0)
     return y, z if z is not y else z.clone()        # (an operator's outputs may not alias each other)

@@ -103,13 +103,7 @@ def matmul_epilogue(a, b, bias, bias_over_m: bool, c, residual, activation: str,
                     config: dict):
     """activation(alpha * a @ b + beta * c + bias) + residual as the composite; bias 1-D (over
     M's rows where bias_over_m, else over N's columns)."""
-    z = product(a, b, alpha, config)
-    if c is not None and beta != 0:
-        z = z + c * beta
-    if bias is not None:
-        z = z + (bias[:, None] if bias_over_m else bias)
-    y = activate_torch(z, activation)
-    return y if residual is None else y + residual
+    return fused.torch_epilogue(product(a, b, alpha, config), bias, bias_over_m, c, residual, activation, beta)[0]
 
 
 def double_backward(grad, inputs: tuple, needs, compose) -> tuple:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from tilemm.numerics.dtypes import torch_dtype_name
 from tilemm.numerics.epilogue_math import check_activation
 from tilemm.engine.epilogue_launch import config_for
 
@@ -63,13 +64,13 @@ def compiled_program(kernel, out_dtype, params: dict) -> tuple:
         return ()
     from tilemm.ladder import registry
     rung = registry.get(kernel)
+    if rung.backend != "triton":
+        return ()
     try:
         config_for(torch.float16, params)
     except (TypeError, ValueError):
         return ()
-    if rung.backend != "triton":
-        return ()
-    return tuple(dtype for dtype in (torch.float16, torch.bfloat16) if str(dtype).removeprefix("torch.") in rung.dtypes)
+    return tuple(dtype for dtype in (torch.float16, torch.bfloat16) if torch_dtype_name(dtype) in rung.dtypes)
 
 
 def activation_of(module: torch.nn.Module) -> str | None:
