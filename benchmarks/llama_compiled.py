@@ -78,16 +78,23 @@ def compiled_phases(model, compiled, tokens, args) -> dict:
     return {"train_step": train_step, "prefill": prefill}
 
 
-def throughput(args, emit):
+def warm_phases(args, part: str) -> dict:
+    """{mode: {phase: a call}} of each compiled model (models), each call made twice untimed:
+    compiled (both phases), planned, allocated."""
     built = models(args)
     tokens = next(llama.token_stream(args, built["torch"][0].config.vocab_size))
     phases = {mode: compiled_phases(model, compiled, tokens, args) for mode, (model, compiled) in built.items()}
-    modes, names = tuple(built), list(phases["torch"])
-    for mode in modes:                       # untimed: compiled (both phases), planned, allocated
+    for mode, calls in phases.items():
         for _ in range(2):
-            for call in phases[mode].values():
+            for call in calls.values():
                 call()
-        llama.progress(f"throughput: {mode} compiled")
+        llama.progress(f"{part}: {mode} compiled")
+    return phases
+
+
+def throughput(args, emit):
+    phases = warm_phases(args, "throughput")
+    modes, names = tuple(phases), list(phases["torch"])
     times = llama.interleaved_times(args, phases, modes, names)
     medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
     record = {"part": "throughput", "summary": True, "compiled": True, "rounds": args.rounds, "reps": args.reps,
@@ -108,13 +115,7 @@ def gpu_time(args, emit):
         llama.progress("gpu_time: the GPU's kernels only (--tiny runs on the host): skipped")
         return
     from torch.profiler import ProfilerActivity, profile
-    built = models(args)
-    tokens = next(llama.token_stream(args, built["torch"][0].config.vocab_size))
-    phases = {mode: compiled_phases(model, compiled, tokens, args) for mode, (model, compiled) in built.items()}
-    for calls in phases.values():            # untimed: compiled, planned, allocated
-        for _ in range(2):
-            for call in calls.values():
-                call()
+    phases = warm_phases(args, "gpu_time")
     torch.cuda.synchronize()
     times = {mode: {phase: {"products": [], "rest": []} for phase in calls} for mode, calls in phases.items()}
     for _ in range(args.rounds):
