@@ -11,9 +11,11 @@
             training step's): where a product's CPU time goes.
   tune      (--tune) the forward products at 2048 rows with other tiles of rung 10 (TUNE_TILES)
             against its default's and torch's, kernel alone.
-  epilogue  (--parts epilogue) the products of a compiled training step (2052 rows) by the fused-
-            epilogue TMA program as a compiled graph launches it, its default tiles and each
-            candidate's, against cuBLAS, GPU time alone: the step's products in total by each.
+  epilogue  (--parts epilogue) the products of a compiled training step (--rows, 2052 by default)
+            by the fused-epilogue TMA program as a compiled graph launches it, its default tiles
+            and each candidate's, against cuBLAS, GPU time alone, the operands cycled through
+            --copies sets (more than L2 holds, as a model's come): the step's products in total
+            by each, and what the rows past the last multiple of 128 cost each.
   model     a training step, a prefill and a short decode of the Llama model (benchmarks/llama_train.py's)
             per mode: wall time, the time until the call returns to Python (before the device
             synchronizes: near the wall time, the step is bound by the CPU), and the GPU's kernel
@@ -31,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import itertools
 import statistics
 import sys
 import time
@@ -262,37 +266,42 @@ def tune(emit):
 STEP_COUNTS = {"q/o": 8, "k/v": 8, "gate/up": 8, "down": 4, "lm_head": 1}
 
 
-def epilogue(emit, rows: int = 2052):
-    """The products of a compiled training step of the Llama's Linears (4 x 513 tokens: forward,
-    d(input), d(weight)) by the fused-epilogue TMA program as a compiled graph launches it (its
-    descriptors made in the program, the rows past the last multiple of 128 summed in the same
-    launch), with its default tiles and each of epilogue_launch.TMA_CANDIDATES, against cuBLAS
-    (torch.mm): the GPU's time alone (a CUDA graph of 10 launches), each answer checked first.
-    A record per product, and one of the step's total (STEP_COUNTS) by cuBLAS, by the default
+def epilogue(emit, rows: int = 2052, copies: int = 6):
+    """The products of a compiled training step of the Llama's Linears (`rows` tokens, 4 x 513 by
+    default: forward, d(input), d(weight)) by the fused-epilogue TMA program as a compiled graph
+    launches it (its descriptors made in the program, the rows past the last multiple of 128 summed
+    in the same launch), with its default tiles and each of epilogue_launch.TMA_CANDIDATES, against
+    cuBLAS (torch.mm): the GPU's time alone (a CUDA graph of 2 x `copies` launches, each on the next
+    of `copies` sets of operands, so that they come from memory as a model's do, not from an L2 that
+    holds one set: 1, the same operands each launch), each answer checked first. A record per
+    product (with the default's and cuBLAS's time at the rows before the last multiple of 128:
+    what the rows past it cost), and one of the step's total (STEP_COUNTS) by cuBLAS, by the default
     tiles and by the best tiles of each product (what a tile choice per shape could reach)."""
     from tilemm.engine import epilogue_launch, epilogue_tma_launch
     from tilemm.engine.tile_model import sliver_rows
     g = torch.Generator(device="cuda").manual_seed(0)
     totals = {"cublas": 0.0, "default": 0.0, "best": 0.0}
     for name, (k, n) in SHAPES.items():
-        x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g)
-        w = (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(torch.bfloat16)
-        dy = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=g)
-        for op, (a, b) in {"forward": (x, w.T), "d_input": (dy, w), "d_weight": (dy.T, x)}.items():
+        layers = [(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g),
+                   (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(torch.bfloat16),
+                   torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=g)) for _ in range(copies)]
+        for op in ("forward", "d_input", "d_weight"):
+            sets = [{"forward": (x, w.T), "d_input": (dy, w), "d_weight": (dy.T, x)}[op] for x, w, dy in layers]
+            outs = [torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16) for a, b in sets]
+            (a, b), y = sets[0], outs[0]
             m, nn, kk = a.shape[0], b.shape[1], a.shape[1]
-            y, mm = torch.empty(m, nn, device="cuda", dtype=torch.bfloat16), torch.empty(m, nn, device="cuda",
-                                                                                    dtype=torch.bfloat16)
             expected = a.float() @ b.float()
             rest = sliver_rows(m, nn, kk)
             whole = epilogue_launch.tma_tiles(m - rest, nn, kk, ())
             row = {"part": "epilogue", "shape": name, "op": op, "mnk": [m, nn, kk], "sliver_rows": rest,
-                   "default_tiles": whole, "us": {}}
+                   "copies": copies, "default_tiles": whole, "us": {}}
             for label, tiles in [("default", whole)] + [(encode(t), {**whole, **t})
                                                         for t in epilogue_launch.TMA_CANDIDATES]:
-                launch = traced_launch(a, b, y, tiles, rest, epilogue_launch, epilogue_tma_launch)
                 try:
+                    launches = [traced_launch(a_, b_, y_, tiles, rest, epilogue_launch, epilogue_tma_launch)
+                                for (a_, b_), y_ in zip(sets, outs)]
                     y.fill_(float("nan"))
-                    launch()
+                    launches[0]()
                     torch.cuda.synchronize()
                 except Exception as error:            # over the shared memory, or refused
                     row["us"][label] = f"{type(error).__name__}: {str(error)[:80]}"
@@ -300,8 +309,15 @@ def epilogue(emit, rows: int = 2052):
                 if not torch.allclose(y.float(), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item()):
                     row["us"][label] = "wrong answer"
                     continue
-                row["us"][label] = harness.graph_us(launch, 10)
-            row["cublas_us"] = harness.graph_us(lambda: torch.mm(a, b, out=mm), 10)
+                row["us"][label] = cycled_us(launches)
+            row["cublas_us"] = cycled_us([functools.partial(torch.mm, a_, b_, out=y_) for (a_, b_), y_ in zip(sets, outs)])
+            if m % 128:          # the rows before the last multiple of 128 alone
+                cut = m - m % 128
+                row["rows_before_us"] = {
+                    "default": cycled_us([traced_launch(a_[:cut], b_, y_[:cut], whole, 0, epilogue_launch,
+                                                        epilogue_tma_launch) for (a_, b_), y_ in zip(sets, outs)]),
+                    "cublas": cycled_us([functools.partial(torch.mm, a_[:cut], b_, out=y_[:cut])
+                                         for (a_, b_), y_ in zip(sets, outs)])}
             timed = {label: us for label, us in row["us"].items() if isinstance(us, float)}
             row["best"] = min(timed, key=timed.get)
             row["default_vs_cublas"] = row["cublas_us"] / timed["default"]
@@ -313,9 +329,15 @@ def epilogue(emit, rows: int = 2052):
             emit(row)
             print(f"{name:8} {op:9} {m:5} x {nn:5} x {kk:5}  cuBLAS {row['cublas_us']:7.1f} µs  default "
                   f"{timed['default']:7.1f} ({row['default_vs_cublas']:.3f})  best {row['best_vs_cublas']:.3f} "
-                  f"{row['best']}", file=sys.stderr, flush=True)
-    emit({"part": "epilogue", "step_us": totals, "default_vs_cublas": totals["cublas"] / totals["default"],
-          "best_vs_cublas": totals["cublas"] / totals["best"]})
+                  f"{row['best']}  {row.get('rows_before_us', '')}", file=sys.stderr, flush=True)
+    emit({"part": "epilogue", "rows": rows, "copies": copies, "step_us": totals,
+          "default_vs_cublas": totals["cublas"] / totals["default"], "best_vs_cublas": totals["cublas"] / totals["best"]})
+
+
+def cycled_us(launches: list) -> float:
+    """Microseconds a launch of a CUDA graph that makes each of `launches` twice, in turn."""
+    turn = itertools.cycle(launches)
+    return harness.graph_us(lambda: next(turn)(), 2 * len(launches))
 
 
 def traced_launch(a, b, y, tiles: dict, rest: int, epilogue_launch, epilogue_tma_launch):
@@ -410,6 +432,9 @@ def main(argv=None):
                     choices=["torch", "torch-noreduce", "tilemm", "tilemm-general"], help="model: the modes")
     ap.add_argument("--kernel", default=None, help="tilemm's kernel for its products and Linears (default: its choice)")
     ap.add_argument("--tune", action="store_true", help="also time TUNE_TILES on the forward products at 2048 rows")
+    ap.add_argument("--rows", type=int, default=2052, help="epilogue: the step's tokens (4 x 513 by default)")
+    ap.add_argument("--copies", type=int, default=6,
+                    help="epilogue: sets of operands each launch cycles through (6: more than L2 holds; 1: one set)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.tiny, args.layers, args.intermediate, args.batch, args.seq, args.seed, args.lr, args.attention = \
@@ -424,7 +449,7 @@ def main(argv=None):
         print(f"[linear_profile] {part}", file=sys.stderr, flush=True)
         {"products": lambda e: products(e, args.kernel), "calls": lambda e: calls(e, args.kernel),
          "stages": lambda e: stages(e, args.kernel), "tune": tune, "model": lambda e: model_phases(args, e),
-         "epilogue": epilogue}[part](emit)
+         "epilogue": lambda e: epilogue(e, args.rows, args.copies)}[part](emit)
 
 
 if __name__ == "__main__":
