@@ -22,7 +22,7 @@ from tilemm import api
 from tilemm.contract import numpy_rules
 from tilemm.numerics import arrays
 from tilemm.numerics.epilogue_math import check_activation
-from tilemm.products import grouped, linear as host_epilogues, scaled
+from tilemm.products import block_scaled, grouped, linear as host_epilogues, scaled
 from tilemm.products.block_scaled import vector_scales
 
 __all__ = ["scaled_matmul", "grouped_matmul", "linear", "matmul_epilogue"]
@@ -118,6 +118,12 @@ def scaled_matmul(a, b, scale_a=1.0, scale_b=1.0, *, out_dtype="bfloat16", fast_
     whose backward pass raises (no derivative is implemented). Under ``torch.compile`` a call is
     one custom op (``tilemm.torch.ops``).
     """
+    if out is None and stream is None and not api.compiling():
+        # a repeated call of block scales: its replay straight away (its key says that no gradient
+        # is recorded and no transform is active, as at its first call)
+        c = block_scaled.repeated_call(a, b, scale_a, scale_b, out_dtype, fast_accum, library, params)
+        if c is not None:
+            return c
     records = scaled.records_gradient(a, b, scale_a, scale_b)
     if scaled.under_transform(a, b, scale_a, scale_b):    # torch.func's vmap, grad, ...: operands without memory
         if vector_scales(scale_a, scale_b) or out is not None or stream is not None:

@@ -78,6 +78,17 @@ def operand_key(x):
     return _key_functions(type(x), x)[0](x)
 
 
+def torch_tensors_key(torch, tensors: tuple):
+    """One key of several plain torch tensors (the caller checks their type): what operand_key's
+    of each would say, the global parts read once; None, as operand_key, while a forward-mode AD
+    level is open or torch's autocast is on (the operands are then no part of a key)."""
+    if torch.autograd.forward_ad._current_level >= 0 or torch._C._is_any_autocast_enabled():
+        return None
+    grad = torch.is_grad_enabled()
+    return (grad, torch._C._is_tracing() or torch._C._are_functorch_transforms_active(),
+            *[(x.dtype, x.shape, x.stride(), x.device, x.requires_grad) for x in tensors])
+
+
 def _key_functions(kind, x) -> tuple:
     """(one operand's part of the key, the usual call's lookup: (key, plan) of a, b, kernel and
     out_dtype): by the exact type, one look-up (a repeated call's key costs about half of an

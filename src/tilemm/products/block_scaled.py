@@ -99,6 +99,18 @@ def release_replays() -> None:
     _REPLAYS.clear()
 
 
+def repeated_call(a, b, scale_a, scale_b, out_dtype, fast_accum, library, params: dict):
+    """The product of a call that repeats an earlier one with block scales (replay_key's key: the
+    same shapes, strides, dtypes, device, parameters and library, no gradient recorded, no
+    transform), by its replay or torch's product at once, with none of the checks and choices
+    made again; else None. (For a call with no out and no stream, outside torch.compile.)"""
+    if not _REPLAYS:
+        return None
+    key = replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params, library)
+    replay = _REPLAYS.get(key) if key is not None else None
+    return None if replay is None else replay(a, b, scale_a, scale_b)
+
+
 def replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params, library=None):
     """What a call's launches (or torch's product) depend on, for CUDA torch tensors (operands
     and scales); else None."""

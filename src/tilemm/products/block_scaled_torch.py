@@ -127,21 +127,28 @@ def torch_scales(scale_a, scale_b, torch) -> tuple:
     m, blocks = scale_a.shape
     columns = scale_b.shape[1]
     width = -(-blocks // K_BLOCKS_MULTIPLE) * K_BLOCKS_MULTIPLE
-    if not laid_out(scale_a, (1, m)):
-        scale_a = scale_a.T.contiguous().T
-    if laid_out(scale_b, (1, width)):
+    if not laid_out(scale_a, 1, m):
+        scale_a = copied(scale_a, (1, m), torch)
+    if laid_out(scale_b, 1, width):
         return scale_a, scale_b
     if width == blocks:                   # (every call the route takes: one copy, no padding)
-        return scale_a, scale_b.T.contiguous().T
+        return scale_a, copied(scale_b, (1, blocks), torch)
     rows = torch.zeros((columns, width), dtype=torch.float32, device=scale_b.device)[:, :blocks]
     rows.copy_(scale_b.T)                 # (the padding: never read, but defined)
     return scale_a, rows.T
 
 
-def laid_out(scale, strides: tuple) -> bool:
-    """Whether scale has these strides, a dimension of one element's stride aside (torch's
-    check_size_stride ignores those)."""
-    return all(size <= 1 or have == want for size, have, want in zip(scale.shape, scale.stride(), strides))
+def laid_out(scale, row_stride: int, column_stride: int) -> bool:
+    """Whether a matrix of scales has these strides, a dimension of one element's stride aside
+    (torch's check_size_stride ignores those)."""
+    (rows, columns), (have_rows, have_columns) = scale.shape, scale.stride()
+    return (rows <= 1 or have_rows == row_stride) and (columns <= 1 or have_columns == column_stride)
+
+
+def copied(scale, strides: tuple, torch):
+    """A copy of a matrix of scales with these strides (one allocation and one copy: a call's CPU
+    time counts beside a product of a few rows)."""
+    return torch.empty_strided(scale.shape, strides, dtype=scale.dtype, device=scale.device).copy_(scale)
 
 
 def product(a, b, scale_a, scale_b, out=None, stream=None):

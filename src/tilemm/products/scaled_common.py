@@ -9,7 +9,7 @@ import numbers
 from tilemm.engine import streams
 from tilemm.numerics.arrays import check_torch_out_memory, torch_of
 from tilemm.numerics.keys import typed_items
-from tilemm.plans.cache import operand_key
+from tilemm.plans.cache import torch_tensors_key
 from tilemm.numerics.dtypes import torch_dtype_name
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -62,13 +62,17 @@ REPLAY_CACHE_SIZE = 512
 
 
 def replay_key(tensors: tuple, out_dtype, fast_accum, params: dict):
-    """What a call's launches depend on, for CUDA torch tensors (tilemm.api's operand keys of the
-    operands, and of the scales where they are tensors); else None (no replay)."""
+    """What a call's launches depend on, for CUDA torch tensors (the operands, and the scales where
+    they are tensors: tilemm.plans.cache.torch_tensors_key); else None (no replay), as while torch's
+    autocast is on or a forward-mode AD level is open."""
     torch = torch_of(tensors[0])                  # (traced: no sys.modules)
     if torch is None or any(type(x) is not torch.Tensor for x in tensors) or not tensors[0].is_cuda:
         return None
+    operands = torch_tensors_key(torch, tensors)
+    if operands is None:
+        return None
     try:
-        key = (*map(operand_key, tensors), str(out_dtype), bool(fast_accum), typed_items(params))
+        key = (operands, str(out_dtype), bool(fast_accum), typed_items(params))
         hash(key)
     except TypeError:                      # a parameter of an unhashable value: checked on the usual path
         return None
