@@ -19,7 +19,7 @@ triton_op that Inductor sees into, the MLP's SiLU in gate_proj's epilogue), both
     PYTHONPATH=src python3 benchmarks/llama_compiled.py --tiny --parts throughput losses  # CPU check
 
 Options as llama.py's (--layers, --batch, --seq, --kernel, ...); --kernel defaults to
-"tensorcore" here (tilemm's own program, not the library's). Records: llama_compiled.jsonl in
+"tensorcore" here (tilemm's own program, not the library's); "default" is tilemm's default. Records: llama_compiled.jsonl in
 $OUT (else --out, else ./out), each with the machine's stamp.
 """
 from __future__ import annotations
@@ -43,7 +43,9 @@ def parse_args(argv=None):
                     help="throughput and gpu_time: a third model, tilemm's without fused activations (swap_linears(kernel=...)): "
                          "the MLP's SiLU then left to Inductor, which fuses it into the product's consumer")
     args = llama.parsed(ap, argv)
-    if args.kernel is None and not args.tiny:      # (--tiny on the host: tilemm's default, the library)
+    if args.kernel == "default":                   # tilemm's default: its table's choice, shape by shape
+        args.kernel = None
+    elif args.kernel is None and not args.tiny:    # (--tiny on the host: tilemm's default, the library)
         args.kernel = "tensorcore"
     return args
 

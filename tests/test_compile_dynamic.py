@@ -160,12 +160,14 @@ def test_exported_fused_products_load_in_a_fresh_process_after_import_tilemm_tor
 
 
 @pytest.mark.gpu
-def test_gpu_mark_dynamic_rows_of_linear_on_torchs_route_stay_dynamic():
-    """kernel="cublas": the route does not read the rows, so marked rows stay symbolic (Inductor)."""
+@pytest.mark.parametrize("kernel", ["cublas", None])
+def test_gpu_mark_dynamic_rows_of_linear_on_torchs_route_stay_dynamic(kernel):
+    """kernel="cublas", and tilemm's default where a size is symbolic: the route does not read the
+    rows, so marked rows stay symbolic (Inductor)."""
     torch._dynamo.reset()
     w, bias = torch.randn(64, 32, device="cuda"), torch.randn(64, device="cuda")
     counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
-    compiled = torch.compile(lambda x: tilemm.linear(x, w, bias, "gelu", kernel="cublas"), fullgraph=True,
+    compiled = torch.compile(lambda x: tilemm.linear(x, w, bias, "gelu", kernel=kernel), fullgraph=True,
                              backend=counter)
     for rows in (48, 80, 200):
         x = torch.randn(rows, 32, device="cuda", requires_grad=True)

@@ -35,11 +35,12 @@ def route(kernel: str | None, a: torch.Tensor, m: int, n: int, k: int) -> str:
     interpreter = device != "cuda" and compat.triton_interpreter()
     if type(m) is int and type(n) is int and type(k) is int:
         return route_of(kernel, device, a.dtype, m, n, k, interpreter)
-    if kernel not in (None, "auto") or device != "cuda":
-        # symbolic sizes (torch.compile's dynamic shapes, mark_dynamic) are read only where the route
-        # depends on them: int() guards on a size, specializing the graph to it (mark_dynamic: an error)
-        return route_of(kernel, device, a.dtype, 0, 0, 0, interpreter)
-    return route_of.__wrapped__(kernel, device, a.dtype, int(m), int(n), int(k), interpreter)
+    # symbolic sizes (torch.compile's dynamic shapes, mark_dynamic) are never read: int() would guard on
+    # a size, specializing the graph to it (mark_dynamic: an error). The default's table reads them, so
+    # there the default takes the library, whose torch operators keep them symbolic.
+    if kernel in (None, "auto") and device == "cuda":
+        return LIBRARY
+    return route_of(kernel, device, a.dtype, 0, 0, 0, interpreter)
 
 
 @functools.lru_cache(maxsize=4096)

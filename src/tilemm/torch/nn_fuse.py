@@ -57,11 +57,15 @@ def check_fused(kernel, out_dtype, activation, params: dict) -> None:
 
 def compiled_program(kernel, out_dtype, params: dict) -> tuple:
     """The input dtypes for which a Linear of these options runs tilemm::linear under torch.compile
-    (the fused-epilogue program, which the compiled graph holds and Inductor schedules): float16
-    and bfloat16 where the kernel is a Triton rung that takes them and its parameters are the
-    program's tiles, with no out_dtype; () otherwise (the layer's usual op, tilemm::matmul)."""
-    if out_dtype is not None or kernel in (None, "auto"):
+    (the fused-epilogue program, which the compiled graph holds and Inductor schedules, or torch's
+    operators, which Inductor compiles as torch's own Linear): float16 and bfloat16 where the
+    kernel is a Triton rung that takes them and its parameters are the program's tiles, or where it
+    is tilemm's default (the route by the default's table, shape by shape) with no parameters; with
+    no out_dtype; () otherwise (the layer's usual op, tilemm::matmul)."""
+    if out_dtype is not None:
         return ()
+    if kernel in (None, "auto"):
+        return () if params else (torch.float16, torch.bfloat16)
     from tilemm.ladder import registry
     rung = registry.get(kernel)
     if rung.backend != "triton":
