@@ -459,6 +459,25 @@ def test_a_plan_refuses_operands_or_an_out_of_another_layout_before_any_work():
     assert checked.run_again(a2, b, out) is out and torch.allclose(out, a2 @ b)
 
 
+@pytest.mark.parametrize("mode", ["autocast", "forward_ad"])
+def test_a_plan_refuses_operands_of_another_layout_under_torch_s_modes(mode):
+    """Under autocast or a forward-mode AD level a torch tensor's key holds nothing (its operands
+    are no part of a repeated call's key there): the layout is read from the tensors, and operands
+    of another shape are still refused, not multiplied with the plan's."""
+    torch = pytest.importorskip("torch")
+    import contextlib
+    import torch.autograd.forward_ad as fwAD
+    a, b = torch.randn(4, 3), torch.randn(3, 5)
+    checked = tilemm.plan(a, b, kernel="numpy")
+    with torch.autocast("cpu") if mode == "autocast" else fwAD.dual_level() if mode == "forward_ad" \
+            else contextlib.nullcontext():
+        for x, y in [(torch.randn(5, 3), b), (torch.randn(3, 4).T, b)]:
+            with pytest.raises(ValueError, match="is not laid out as the plan's"):
+                checked.run_again(x, y)
+        with pytest.raises(ValueError, match="out is not laid out as the plan's"):
+            checked.run_again(a, b, torch.empty(4, 5, dtype=torch.float64))
+
+
 def test_a_plan_runs_again_on_new_operands_without_its_checks(monkeypatch):
     """Plan.run_again: the checked plan's product on new operands of its layout (what a repeated
     tilemm.matmul call runs), with no check made again; into out where one is given."""

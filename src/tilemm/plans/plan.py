@@ -122,15 +122,14 @@ class Plan:
         """ValueError where a, b or out differ from the plan's own (their kind, dtype, shape,
         strides and device: what a repeated call's key holds); an out where the plan has none:
         of the operands' kind and device, the result's dtype and shape."""
-        from tilemm.plans import cache      # (the keys' own functions)
         for name, new, own in (("a", a, self.a), ("b", b, self.b)):
-            if type(new) is not type(own) or cache.operand_key(new) != cache.operand_key(own):
+            if not same_layout(new, own):
                 raise ValueError(f"run_again: operand {name} is not laid out as the plan's (its kind, dtype, shape, "
                                  f"strides and device); plan it with tilemm.plan")
         if out is None:
             return
         if self.out is not None:
-            fits = type(out) is type(self.out) and cache.operand_key(out) == cache.operand_key(self.out)
+            fits = same_layout(out, self.out)
         else:
             given = arrays.describe(out, "out")
             fits = ((given.kind, given.device, given.dtype, tuple(given.shape))
@@ -241,3 +240,16 @@ class Plan:
         if self.result == self.problem.dtype or is_exact(self.result) or dtype_name(x.dtype) == self.result:
             return x
         return arrays.convert(x, self.operand, self.result)
+
+
+def same_layout(new, own) -> bool:
+    """Whether new is laid out as own: its kind, dtype, shape, strides and device (what a repeated
+    call's key holds), whatever torch's modes: under autocast or a forward-mode AD level a torch
+    tensor's key holds none of them, so they are read from the tensors themselves there."""
+    from tilemm.plans import cache      # (the keys' own functions)
+    if type(new) is not type(own):
+        return False
+    key_new, key_own = cache.operand_key(new), cache.operand_key(own)
+    if key_new is None or key_own is None:
+        return (new.dtype, new.shape, new.stride(), new.device) == (own.dtype, own.shape, own.stride(), own.device)
+    return key_new == key_own
