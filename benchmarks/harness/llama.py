@@ -143,7 +143,7 @@ def timed_once(args, call) -> float:
 
 def interleaved_times(args, phases: dict, modes, names) -> dict:
     """{mode: {phase: [seconds]}}: args.rounds rounds, each phase args.reps times a round, the modes
-    taking turns first; a line of each round's medians (torch / tilemm)."""
+    taking turns first; a line of each round's medians (each mode's, in the order of modes)."""
     times = {mode: {phase: [] for phase in names} for mode in modes}
     rep = 0
     for r in range(args.rounds):
@@ -153,8 +153,8 @@ def interleaved_times(args, phases: dict, modes, names) -> dict:
                     times[mode][phase].append(timed_once(args, phases[mode][phase]))
                 rep += 1
         progress(f"throughput: round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{p} {statistics.median(times['torch'][p][-args.reps:]) * 1e3:.1f} / "
-            f"{statistics.median(times['tilemm'][p][-args.reps:]) * 1e3:.1f} ms" for p in names))
+            f"{p} " + " / ".join(f"{statistics.median(times[mode][p][-args.reps:]) * 1e3:.1f}" for mode in modes)
+            + " ms" for p in names))
     return times
 
 
