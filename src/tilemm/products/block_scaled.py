@@ -35,11 +35,9 @@ def block_scaled_matmul(a, b, scale_a, scale_b, *, out_dtype="bfloat16", fast_ac
     program; True: torch's or an error saying why not; False: rung 16's program."""
     key = (replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params, library)
            if out is None and stream is None else None)
-    replay = _REPLAYS.get(key) if key is not None else None
-    if replay is not None:
-        c = replay(a, b, scale_a, scale_b)
-        if c is not None:
-            return c
+    c = replayed(key, a, b, scale_a, scale_b)
+    if c is not None:
+        return c
     import torch
     check_library(library)
     scaled_out.check_operands(a, b, torch)
@@ -106,7 +104,12 @@ def repeated_call(a, b, scale_a, scale_b, out_dtype, fast_accum, library, params
     made again; else None. (For a call with no out and no stream, outside torch.compile.)"""
     if not _REPLAYS:
         return None
-    key = replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params, library)
+    return replayed(replay_key(a, b, scale_a, scale_b, out_dtype, fast_accum, params, library), a, b, scale_a, scale_b)
+
+
+def replayed(key, a, b, scale_a, scale_b):
+    """The product of key's replay (or torch's product) on these operands, or None: no key, no
+    replay kept for it, or a replay that declines them (the usual path then decides)."""
     replay = _REPLAYS.get(key) if key is not None else None
     return None if replay is None else replay(a, b, scale_a, scale_b)
 
