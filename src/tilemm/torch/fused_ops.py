@@ -22,7 +22,6 @@ from tilemm.system import compat
 from tilemm.products import fused
 from tilemm.numerics.epilogue_math import needs_aux
 from tilemm.engine.epilogue_launch import config_for
-from tilemm.numerics.dtypes import torch_dtype_name
 from tilemm.torch.op_args import specialized
 
 
@@ -41,8 +40,9 @@ def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, s
     """The operators' body: the route for this shape, then the product (the Triton program
     through wrap_triton, or torch's operators)."""
     way = fused.route(kernel, a, a.shape[0], b.shape[1], a.shape[1])
-    if way == fused.TRITON and not all(type(size) is int for size in (*a.shape, b.shape[1])) and computes(kernel, a):
-        return symbolic_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, save_aux, kernel)
+    if way == fused.TRITON and not all(type(size) is int for size in (*a.shape, b.shape[1])):
+        return torch.ops.tilemm.epilogue_at_run(a, b, bias, c, residual, activation, alpha, beta, bias_over_m,
+                                                save_aux, params)
     if way == fused.TRITON and compat.triton_interpreter() and (is_fake(a) or a.device.type == "meta"):
         way = fused.LIBRARY          # the interpreter cannot trace a kernel: the same sums by torch
     y, aux = fused.forward(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, way,
@@ -52,25 +52,24 @@ def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, s
     return y, aux if aux is not y else aux.clone()
 
 
-def computes(kernel, a) -> bool:
-    """Whether the rung named computes a's dtype as tilemm.matmul (the epilogue program takes
-    every float dtype for any Triton rung: `tensorcore` float32 too, which tilemm.matmul refuses)."""
-    from tilemm.ladder import registry
-    return kernel not in (None, "auto") and torch_dtype_name(a.dtype) in registry.get(kernel).dtypes
+@torch.library.custom_op("tilemm::epilogue_at_run", mutates_args=())
+def epilogue_at_run(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], c: Optional[torch.Tensor],
+                    residual: Optional[torch.Tensor], activation: str, alpha: float, beta: float, bias_over_m: bool,
+                    save_aux: bool, params: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The operators' body where a size is symbolic (dynamic shapes) and the route is tilemm's
+    program, whose tiles read the sizes: tracing them would specialize the graph to each size (a
+    guard, refused for sizes marked dynamic). This operator is opaque to the compiler, so its
+    sizes stay symbolic; the graph launches the program with the sizes of each run, as an eager
+    call does, to the bit."""
+    y, aux = fused.forward(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, fused.TRITON,
+                           config_for(a.dtype, decode_config(params)), save_aux)
+    return y, (aux if aux is not None else y.new_empty(0))
 
 
-def symbolic_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, save_aux, kernel):
-    """The body where sizes are symbolic (dynamic shapes) and the route is tilemm's program, whose
-    tiles would read them: a guard that specializes the graph to each size, refused for sizes
-    marked dynamic. The product is the rung's own, as the op tilemm::matmul (whose sizes stay
-    symbolic), and the epilogue torch's operators after it (Inductor fuses them into one pass;
-    the product rounded to its dtype before them)."""
-    import tilemm.torch.ops        # noqa: F401  (registers tilemm::matmul, where nothing has yet)
-    z = torch.ops.tilemm.matmul(a, b, kernel, "", None)
-    y, z = fused.torch_epilogue(z if alpha == 1 else z * alpha, bias, bias_over_m, c, residual, activation, beta)
-    if not save_aux:
-        return y, y.new_empty(0)
-    return y, z if z is not y else z.clone()        # (an operator's outputs may not alias each other)
+@epilogue_at_run.register_fake
+def epilogue_at_run_fake(a, b, bias, c, residual, activation, alpha, beta, bias_over_m, save_aux, params):
+    rows, columns = a.shape[0], b.shape[1]
+    return a.new_empty((rows, columns)), a.new_empty((rows, columns) if save_aux else (0,))
 
 
 @triton_op("tilemm::matmul_epilogue", mutates_args=())
