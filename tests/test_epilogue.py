@@ -136,6 +136,29 @@ def test_bfloat16_gradients_against_float32_autograd():
     assert all(g.dtype == torch.bfloat16 and relative(g, w) <= 2e-2 for g, w in zip(got, want))
 
 
+def test_the_default_s_route_reads_the_operands_leading_dimensions(monkeypatch):
+    """A backward's dW = dY.T @ X over 2052 rows: K = 2052 is no multiple of 8, but dY.T's columns
+    are dY's rows, 2048 apart, and X's rows 512 apart: the aligned class of the default's table,
+    whose choice there is the library. The route hands the table the operands' leading dimensions
+    (it had read row-major operands K = 2052 apart: the unaligned class, tilemm's program)."""
+    from tilemm.choose.default import leading_dims
+    def preferred(dtype, m, n, k, operands=None, lds=None):
+        return "tensorcore" if lds is None or any(ld % 8 for ld in lds) else None
+    monkeypatch.setattr(fused.choice, "preferred", preferred)
+    fused.route_of.cache_clear()
+    try:
+        dy, x = torch.empty(2052, 2048), torch.empty(2052, 512)
+        lds = leading_dims(dy.T, x, 2052, 512)
+        assert lds == (2048, 512)
+        assert fused.route_of(None, "cuda", torch.bfloat16, 2048, 512, 2052, False, lds) == fused.LIBRARY
+        assert fused.route_of(None, "cuda", torch.bfloat16, 2048, 512, 2052, False, None) == fused.TRITON
+        rows, weight = torch.empty(3, 10, 2052), torch.empty(512, 2052)
+        for w in (weight, weight.T.contiguous().T):
+            assert fused.linear_leading_dims(rows, w) == leading_dims(rows, w.mT, 2052, 512)
+    finally:
+        fused.route_of.cache_clear()
+
+
 @pytest.mark.skipif(ON_GPU, reason="the host's route")
 def test_the_library_route_is_torch_s_own_operators():
     """kernel None on the host: torch's addmm and activation, recording torch's own graph."""

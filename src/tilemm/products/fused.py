@@ -20,6 +20,7 @@ import functools
 import torch
 
 from tilemm.choose import by_shape as choice
+from tilemm.choose.default import leading_dim
 from tilemm.engine import epilogue_repeats
 from tilemm.system import compat
 from tilemm.ladder import registry
@@ -29,12 +30,14 @@ from tilemm.numerics.dtypes import torch_dtype_name
 LIBRARY, TRITON = "library", "triton"
 
 
-def route(kernel: str | None, a: torch.Tensor, m: int, n: int, k: int) -> str:
-    """route_of for a's device and dtype (remembered by shape: a model asks again and again)."""
+def route(kernel: str | None, a: torch.Tensor, m: int, n: int, k: int, lds: tuple | None = None) -> str:
+    """route_of for a's device and dtype (remembered by shape: a model asks again and again). lds:
+    A's and B's leading dimensions (tilemm.choose.default.leading_dims; None: K and N), which the
+    default's table reads: a transposed view (a backward's dY.T) is as aligned as its rows."""
     device = a.device.type
     interpreter = device != "cuda" and compat.triton_interpreter()
     if type(m) is int and type(n) is int and type(k) is int:
-        return route_of(kernel, device, a.dtype, m, n, k, interpreter)
+        return route_of(kernel, device, a.dtype, m, n, k, interpreter, lds)
     # symbolic sizes (torch.compile's dynamic shapes, mark_dynamic) are never read: int() would guard on
     # a size, specializing the graph to it (mark_dynamic: an error). The default's table reads them, so
     # there the default takes the library, whose torch operators keep them symbolic.
@@ -43,8 +46,16 @@ def route(kernel: str | None, a: torch.Tensor, m: int, n: int, k: int) -> str:
     return route_of(kernel, device, a.dtype, 0, 0, 0, interpreter)
 
 
+def linear_leading_dims(x: torch.Tensor, weight: torch.Tensor) -> tuple:
+    """route's lds of a Linear's product x @ weight.T (without making the view)."""
+    along_rows, along_columns = weight.stride()
+    b_ld = along_columns if along_rows == 1 else along_rows if along_columns == 1 else weight.shape[0]
+    return leading_dim(x, weight.shape[1]), b_ld
+
+
 @functools.lru_cache(maxsize=4096)
-def route_of(kernel: str | None, device: str, dtype: torch.dtype, m: int, n: int, k: int, interpreter: bool) -> str:
+def route_of(kernel: str | None, device: str, dtype: torch.dtype, m: int, n: int, k: int, interpreter: bool,
+             lds: tuple | None = None) -> str:
     """Which route a fused product of this shape takes. kernel None: tilemm's default for the
     product (tilemm.choose.by_shape's table on a GPU: the epilogue program where it names a Triton rung,
     the library otherwise; the library on the host). A Triton rung named: the epilogue program
@@ -53,7 +64,7 @@ def route_of(kernel: str | None, device: str, dtype: torch.dtype, m: int, n: int
     if kernel in (None, "auto"):
         if device != "cuda":
             return LIBRARY
-        preferred = choice.preferred(torch_dtype_name(dtype), m, n, k)
+        preferred = choice.preferred(torch_dtype_name(dtype), m, n, k, lds=lds)
         return TRITON if preferred and registry.get(preferred).backend == "triton" else LIBRARY
     rung = registry.get(kernel)
     if rung.backend in ("library", "numpy"):

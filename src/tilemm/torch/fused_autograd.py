@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tilemm.products import fused
+from tilemm.choose.default import leading_dims
 from tilemm.contract import numpy_rules as contract
 from tilemm.numerics import arrays
 from tilemm.numerics.epilogue_math import activate_torch, needs_aux
@@ -105,7 +106,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
         return outside_the_graph(linear, x, weight, bias, activation, residual, kernel, params)
     # (jit.trace of the program's route: the op, one node of the trace, as tilemm.matmul's; the
     # library's route traces as torch's functions)
-    if is_compiling() or tracing() and fused.route(kernel, x, prod(x.shape[:-1]), *weight.shape) == fused.TRITON:
+    if is_compiling() or tracing() and fused.route(kernel, x, prod(x.shape[:-1]), *weight.shape,
+                                                   fused.linear_leading_dims(x, weight)) == fused.TRITON:
         rows = arrays.as_rows(x)       # one operator the compiled graph sees into (tilemm.torch.fused_ops)
         from tilemm.torch import fused_ops
         # (a trace keeps the pre-activation whether or not this call records: its later calls may)
@@ -115,7 +117,7 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
                                        fused_ops.encode_config(params))
         return y.reshape(out_shape)
     config = config_for(x.dtype, params)      # (under compile the operator's body checks them)
-    way = fused.route(kernel, x, prod(x.shape[:-1]), weight.shape[0], weight.shape[1])
+    way = fused.route(kernel, x, prod(x.shape[:-1]), weight.shape[0], weight.shape[1], fused.linear_leading_dims(x, weight))
     if way == fused.LIBRARY:    # torch's own functions, its own graph
         y = activate_torch(F.linear(x, weight, bias), activation)
         if key is not None:
@@ -158,14 +160,14 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
     bias_1d = None if bias is None else bias.reshape(-1)
     if is_compiling() and transformed():      # inside torch.func's transforms: the eager call's rules
         return outside_the_graph(matmul_epilogue, a, b, bias, activation, alpha, beta, c, residual, kernel, params)
-    if is_compiling() or tracing() and fused.route(kernel, a, m, n, a.shape[1]) == fused.TRITON:
+    if is_compiling() or tracing() and fused.route(kernel, a, m, n, a.shape[1], leading_dims(a, b, a.shape[1], n)) == fused.TRITON:
         from tilemm.torch import fused_ops
         save = ((recording(a, b, bias, c, residual) or not is_compiling() and tracing())
                 and needs_aux(activation, residual is not None))
         return torch.ops.tilemm.matmul_epilogue(a, b, bias_1d, c, residual, activation, alpha, beta, bias_over_m,
                                                 save, kernel, fused_ops.encode_config(params))[0]
     config = config_for(a.dtype, params)
-    way = fused.route(kernel, a, m, n, a.shape[1])
+    way = fused.route(kernel, a, m, n, a.shape[1], leading_dims(a, b, a.shape[1], n))
     if way == fused.LIBRARY:    # torch's operators record their own graph
         return fused.forward(a, b, bias_1d, bias_over_m, c, residual, activation, alpha, beta, way, config, False)[0]
     check_triton_dtype("matmul_epilogue", a.dtype)

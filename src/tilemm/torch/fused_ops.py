@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from tilemm.system import compat
 from tilemm.products import fused
+from tilemm.choose.default import leading_dims
 from tilemm.numerics.epilogue_math import needs_aux
 from tilemm.engine.epilogue_launch import config_for
 from tilemm.torch.op_args import specialized
@@ -39,8 +40,10 @@ def decode_config(text: str) -> dict:
 def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, save_aux, kernel, params):
     """The operators' body: the route for this shape, then the product (the Triton program
     through wrap_triton, or torch's operators)."""
-    way = fused.route(kernel, a, a.shape[0], b.shape[1], a.shape[1])
-    if way == fused.TRITON and not all(type(size) is int for size in (*a.shape, b.shape[1])):
+    static = all(type(size) is int for size in (*a.shape, b.shape[1]))
+    way = fused.route(kernel, a, a.shape[0], b.shape[1], a.shape[1],
+                      leading_dims(a, b, a.shape[1], b.shape[1]) if static else None)
+    if way == fused.TRITON and not static:
         return torch.ops.tilemm.epilogue_at_run(a, b, bias, c, residual, activation, alpha, beta, bias_over_m,
                                                 save_aux, params)
     if way == fused.TRITON and compat.triton_interpreter() and (is_fake(a) or a.device.type == "meta"):

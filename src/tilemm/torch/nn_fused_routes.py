@@ -64,7 +64,8 @@ def learn(input, weight, bias, activation: str, kernel, params: dict) -> tuple:
         return None, True
     try:
         config = epilogue_launch.config_for(input.dtype, params)
-        way = fused.route(kernel, input, prod(input.shape[:-1]), weight.shape[0], weight.shape[1])
+        way = fused.route(kernel, input, prod(input.shape[:-1]), weight.shape[0], weight.shape[1],
+                          fused.linear_leading_dims(input, weight))
     except (TypeError, ValueError):
         return None, True
     return (FusedRoute(input, weight, bias, activation, config) if way == fused.TRITON else None), True
