@@ -60,6 +60,12 @@ TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=
 OVERLAPPED_UP_TO_K = 1024
 OVERLAPPED_TILES = TMA_CANDIDATES[5]
 HEAVY_ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
+# Where rung 10 gives a shape 64 x 128 tiles (a narrow product: a GQA layer's k/v, few tiles of
+# one warpgroup each), the TMA program sums K steps of DEEP_STEP in place of 64: twice the loads in
+# flight a stage. H200, bf16, cold operands as a compiled graph launches them: 1.05-1.13x on the
+# 3 products of a 2052 x 512 x 2048 layer it was chosen on (3 stages), 1.07-1.17x (3 stages) and
+# 1.10-1.28x (4 stages) on 7 others (256-1536 wide, K 1000-5120).
+DEEP_STEP = 128
 THIN_ROWS = 64      # a product of this many rows or fewer takes thin tiles (thin_config)
 TILE_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
 CONFIG_KEYS = TILE_KEYS + ("programs_per_sm", "tma")
@@ -250,11 +256,14 @@ def epilogue_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activ
 @functools.lru_cache(maxsize=1024)
 def tma_tiles(m: int, n: int, k: int, given: tuple, heavy: bool = False) -> dict:
     """The TMA program's tiles for this shape: those given (EPILOGUE_CONFIGS["16-bit TMA"] and the
-    caller's), the rest rung 10's for the shape and group_m 8; where no tile is given, with an
+    caller's), the rest rung 10's for the shape (K steps of DEEP_STEP in its 64 x 128 tiles) and
+    group_m 8; where no tile is given, with an
     activation of several instructions (heavy) over a short K, OVERLAPPED_TILES in place of the big ones
     (remembered: a model asks again and again). The dict is shared: read it only."""
     given = dict(given)
     tiles = {**default_tiles(m, n, k), "group_m": 8}
+    if (tiles["block_m"], tiles["block_n"], tiles["block_k"]) == (64, 128, 64):
+        tiles["block_k"] = DEEP_STEP
     if (heavy and k <= OVERLAPPED_UP_TO_K and tiles["block_m"] * tiles["block_n"] >= 128 * 256
             and given.keys().isdisjoint(TILE_KEYS)):
         tiles = dict(OVERLAPPED_TILES)
