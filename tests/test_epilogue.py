@@ -269,6 +269,23 @@ def test_the_tma_program_makes_its_descriptors_inside_a_compiled_graph(monkeypat
     assert relative(y, ref_y) <= 1e-2 and relative(aux, ref_z) <= 1e-2
 
 
+def test_narrow_products_take_deeper_k_steps(monkeypatch):
+    """Where rung 10 gives a shape 64 x 128 tiles (a narrow product on a GPU of 132 SMs), the TMA
+    program takes K steps of DEEP_STEP; other tiles, and a block_k the caller names, keep theirs."""
+    from tilemm.engine import availability, epilogue_launch as el
+    from tilemm.engine.tensorcore_launch import default_tiles
+    monkeypatch.setattr(availability, "multiprocessors", lambda: 132)
+    el.tma_tiles.cache_clear()
+    try:
+        for m, n, k in ((2048, 512, 2048), (800, 1024, 8192), (256, 1536, 2304)):
+            assert (default_tiles(m, n, k)["block_m"], default_tiles(m, n, k)["block_n"]) == (64, 128)
+            assert el.tma_tiles(m, n, k, ())["block_k"] == el.DEEP_STEP == 128
+            assert el.tma_tiles(m, n, k, (("block_k", 64),))["block_k"] == 64
+        assert el.tma_tiles(8192, 8192, 4096, ())["block_k"] == default_tiles(8192, 8192, 4096)["block_k"] == 64
+    finally:
+        el.tma_tiles.cache_clear()
+
+
 def test_an_activation_of_many_instructions_over_a_short_k_takes_two_programs_an_sm():
     """Where the default tiles are the big ones, an activation of several instructions (gelu,
     gelu_tanh, silu) up to OVERLAPPED_UP_TO_K takes OVERLAPPED_TILES, two programs an SM (one's
