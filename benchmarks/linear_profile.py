@@ -16,6 +16,9 @@
             and each candidate's, against cuBLAS, GPU time alone, the operands cycled through
             --copies sets (more than L2 holds, as a model's come): the step's products in total
             by each, and what the rows past the last multiple of 128 cost each.
+  narrow    (--parts narrow --sets ...) the epilogue part over narrow layers (a GQA layer's k/v)
+            with other candidate tiles (NARROW_SETS): what the TMA program's deeper K steps in
+            64 x 128 tiles were chosen on and checked on.
   model     a training step, a prefill and a short decode of the Llama model (benchmarks/llama_train.py's)
             per mode: wall time, the time until the call returns to Python (before the device
             synchronizes: near the wall time, the step is bound by the CPU), and the GPU's kernel
@@ -335,6 +338,44 @@ def epilogue(emit, rows: int = 2052, copies: int = 6):
           "default_vs_cublas": totals["cublas"] / totals["default"], "best_vs_cublas": totals["cublas"] / totals["best"]})
 
 
+# The narrow part's sets: (rows, {layer: (in, out)}) of each set's layers, and its candidate tiles
+# (block_m, block_n, block_k, num_warps, num_stages, programs_per_sm) beside the default's
+NARROW_SETS = {
+    "fit": ([(2052, {"k/v": (2048, 512)})],
+            [(64, 64, 64, 4, 4, 2), (64, 64, 128, 4, 3, 2), (64, 128, 64, 4, 4, 2), (64, 128, 64, 4, 3, 2),
+             (128, 64, 64, 8, 4, 1), (128, 64, 64, 4, 4, 2), (64, 256, 32, 4, 4, 2), (128, 128, 64, 8, 3, 2),
+             (64, 64, 64, 4, 4, 3), (64, 128, 128, 4, 3, 1)]),
+    "held-out": ([(1024, {"h1": (4096, 1024)}), (4100, {"h2": (4096, 256)}), (1500, {"h3": (5120, 640)}),
+                  (1000, {"h4": (2048, 512)}), (2560, {"h5": (3072, 384)})],
+                 [(64, 128, 128, 4, 3, 1), (64, 128, 128, 4, 4, 1)]),
+    "held-out-2": ([(800, {"c1": (8192, 1024)}), (2000, {"c2": (8192, 256)}), (700, {"c3": (4096, 1536)}),
+                    (1800, {"c4": (2560, 512)}), (2304, {"c5": (1536, 256)}), (640, {"c6": (7168, 1024)})],
+                   [(64, 128, 64, 4, 4, 1), (64, 128, 128, 4, 3, 1)]),
+}
+
+
+def narrow(emit, sets):
+    """The epilogue part over narrow layers (a GQA layer's k/v projections) with other candidates:
+    fit, a 2052 x 512 x 2048 layer against ten tiles (what epilogue_launch.DEEP_STEP was chosen on);
+    held-out, 5 layers, K steps of 128 in 3 and 4 stages; held-out-2, 6 layers, the default as it
+    ships against the 64-deep steps it replaced. A record per product, with its set."""
+    global SHAPES, STEP_COUNTS
+    from tilemm.engine import epilogue_launch
+    kept = SHAPES, STEP_COUNTS, epilogue_launch.TMA_CANDIDATES
+    harness.prewarm(8.0)
+    try:
+        for name in sets:
+            layers, candidates = NARROW_SETS[name]
+            epilogue_launch.TMA_CANDIDATES = [dict(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=w,
+                                                   num_stages=st, programs_per_sm=p)
+                                              for bm, bn, bk, w, st, p in candidates]
+            for rows, shapes in layers:
+                SHAPES, STEP_COUNTS = shapes, {layer: 1 for layer in shapes}
+                epilogue(lambda row: emit({"set": name, "rows": rows, **row}) if "us" in row else None, rows, 6)
+    finally:
+        SHAPES, STEP_COUNTS, epilogue_launch.TMA_CANDIDATES = kept
+
+
 def cycled_us(launches: list) -> float:
     """Microseconds a launch of a CUDA graph that makes each of `launches` twice, in turn."""
     turn = itertools.cycle(launches)
@@ -426,7 +467,7 @@ def profiled(call) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["products", "calls", "model"],
-                    choices=["products", "calls", "stages", "model", "epilogue"])
+                    choices=["products", "calls", "stages", "model", "epilogue", "narrow"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--decode", type=int, default=16)
     ap.add_argument("--modes", nargs="+", default=["torch", "torch-noreduce", "tilemm", "tilemm-general"],
@@ -436,6 +477,8 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=2052, help="epilogue: the step's tokens (4 x 513 by default)")
     ap.add_argument("--copies", type=int, default=6,
                     help="epilogue: sets of operands each launch cycles through (6: more than L2 holds; 1: one set)")
+    ap.add_argument("--sets", nargs="+", default=list(NARROW_SETS), choices=list(NARROW_SETS),
+                    help="narrow: the sets of layers (NARROW_SETS)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.tiny, args.layers, args.intermediate, args.batch, args.seq, args.seed, args.lr, args.attention = \
@@ -450,7 +493,7 @@ def main(argv=None):
         print(f"[linear_profile] {part}", file=sys.stderr, flush=True)
         {"products": lambda e: products(e, args.kernel), "calls": lambda e: calls(e, args.kernel),
          "stages": lambda e: stages(e, args.kernel), "tune": tune, "model": lambda e: model_phases(args, e),
-         "epilogue": lambda e: epilogue(e, args.rows, args.copies)}[part](emit)
+         "epilogue": lambda e: epilogue(e, args.rows, args.copies), "narrow": lambda e: narrow(e, args.sets)}[part](emit)
 
 
 if __name__ == "__main__":

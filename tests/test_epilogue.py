@@ -346,6 +346,16 @@ def test_opcheck_matmul_epilogue_by_the_tma_program():
                            "block_m=16;block_n=64;block_k=16;tma=1"), **({"test_utils": checks} if checks else {}))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_opcheck_epilogue_at_run(dtype):
+    """The operator a graph of symbolic sizes launches the program through: its schema, fake
+    tensors (with and without the pre-activation) and AOTDispatcher's trace, eager to the bit."""
+    a, b, bias, _, c, residual = operands(9, 24, 16, dtype, seed=3)
+    for save_aux in (True, False):
+        torch.library.opcheck(torch.ops.tilemm.epilogue_at_run,
+                              (a, b, bias, c, residual, "gelu", 1.5, 0.5, False, save_aux, "block_m=16"))
+
+
 INDUCTOR_SIGNATURE = r"""
 import inspect, json, re, triton
 from triton.compiler import ASTSource

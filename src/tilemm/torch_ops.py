@@ -1,6 +1,6 @@
 """The public name of tilemm's torch operators, which live in tilemm.torch.ops (and
 ``tilemm::grouped_matmul`` in tilemm.torch.grouped_ops, ``tilemm::linear`` and
-``tilemm::matmul_epilogue`` in tilemm.torch.fused_ops): ``import tilemm.torch_ops`` registers
+``tilemm::matmul_epilogue`` and ``tilemm::epilogue_at_run`` in tilemm.torch.fused_ops): ``import tilemm.torch_ops`` registers
 them all (a program exported, or a TorchScript module saved, with them needs it where it is loaded)."""
 import sys
 
