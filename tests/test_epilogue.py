@@ -286,6 +286,33 @@ def test_narrow_products_take_deeper_k_steps(monkeypatch):
         el.tma_tiles.cache_clear()
 
 
+DEEP_STEP_COMPILES = r"""
+import inspect, json, triton
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+from tilemm.engine.epilogue_launch import DEEP_STEP
+from tilemm.engine.epilogue_tma_kernel import matmul_epilogue_persistent as program
+names = list(inspect.signature(program.fn).parameters)
+const = dict(A_T=False, B_T=True, BIAS_OVER_M=False, ACTIVATION=2, UPCAST=False, MAKE_DESCRIPTORS=True, Y_ALIGN=8,
+             BLOCK_M=64, BLOCK_N=128, BLOCK_K=DEEP_STEP, GROUP_M=8, PROGRAMS=132, FLATTEN=True, SLIVER_PAST=128,
+             SLIVER_M=16, SLIVER_N=16, SLIVER_K=256, sliver_a=None, sliver_b=None)
+sig = {n: "i32" for n in names}
+sig.update(a_in="*bf16", b_in="*bf16", y_ptr="*bf16", aux_ptr="*bf16", bias_ptr="*bf16", c_ptr="*bf16",
+           res_ptr="*bf16", alpha="fp64", beta="fp64")
+sig.update({n: "constexpr" for n in const})
+k = triton.compile(ASTSource(fn=program, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 128),
+                   options=dict(num_warps=4, num_stages=4))
+print(json.dumps({"shared": k.metadata.shared}))
+"""
+
+
+def test_deeper_k_steps_fit_hopper_s_shared_memory():
+    """The TMA program in 64 x 128 tiles with K steps of DEEP_STEP, 4 stages, every extra operand,
+    GELU and a sliver, as a compiled graph launches it, compiled for sm_90: within an SM's 227 KB."""
+    from .compiled import run_program
+    assert run_program(DEEP_STEP_COMPILES, fp_fusion=True)["shared"] <= 227 * 1024
+
+
 def test_an_activation_of_many_instructions_over_a_short_k_takes_two_programs_an_sm():
     """Where the default tiles are the big ones, an activation of several instructions (gelu,
     gelu_tanh, silu) up to OVERLAPPED_UP_TO_K takes OVERLAPPED_TILES, two programs an SM (one's
