@@ -101,15 +101,15 @@ def forward(a, b, bias, bias_over_m: bool, c, residual, activation: str, alpha: 
 
 
 def torch_epilogue(z, bias, bias_over_m: bool, c, residual, activation: str, beta: float):
-    """(Y, Z) of the epilogue after a product z (alpha applied) with torch's operators:
-    Z = z + beta * c + bias (bias 1-D, over M's rows where bias_over_m, else over N's columns),
-    Y = activation(Z) + residual."""
+    """Y of the epilogue after a product z (alpha applied) with torch's operators:
+    Y = activation(z + beta * c + bias) + residual (bias 1-D, over M's rows where bias_over_m,
+    else over N's columns)."""
     if c is not None and beta != 0:
         z = z + c * beta
     if bias is not None:
         z = z + (bias[:, None] if bias_over_m else bias)
     y = activate_torch(z, activation)
-    return (y if residual is None else y + residual), z
+    return y if residual is None else y + residual
 
 
 def library_preactivation(a, b, bias, bias_over_m: bool, c, alpha: float, beta: float):

@@ -103,7 +103,7 @@ def matmul_epilogue(a, b, bias, bias_over_m: bool, c, residual, activation: str,
                     config: dict):
     """activation(alpha * a @ b + beta * c + bias) + residual as the composite; bias 1-D (over
     M's rows where bias_over_m, else over N's columns)."""
-    return fused.torch_epilogue(product(a, b, alpha, config), bias, bias_over_m, c, residual, activation, beta)[0]
+    return fused.torch_epilogue(product(a, b, alpha, config), bias, bias_over_m, c, residual, activation, beta)
 
 
 def double_backward(grad, inputs: tuple, needs, compose) -> tuple:
