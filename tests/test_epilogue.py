@@ -295,7 +295,7 @@ from tilemm.engine.epilogue_tma_kernel import matmul_epilogue_persistent as prog
 names = list(inspect.signature(program.fn).parameters)
 const = dict(A_T=False, B_T=True, BIAS_OVER_M=False, ACTIVATION=2, UPCAST=False, MAKE_DESCRIPTORS=True, Y_ALIGN=8,
              BLOCK_M=64, BLOCK_N=128, BLOCK_K=DEEP_STEP, GROUP_M=8, PROGRAMS=132, FLATTEN=True, SLIVER_PAST=128,
-             SLIVER_M=16, SLIVER_N=16, SLIVER_K=256, sliver_a=None, sliver_b=None)
+             SLIVER_M=16, SLIVER_N=16, SLIVER_K=256, sliver_a=None, sliver_b=None, SHORT_M=0)
 sig = {n: "i32" for n in names}
 sig.update(a_in="*bf16", b_in="*bf16", y_ptr="*bf16", aux_ptr="*bf16", bias_ptr="*bf16", c_ptr="*bf16",
            res_ptr="*bf16", alpha="fp64", beta="fp64")
@@ -392,7 +392,7 @@ names = list(inspect.signature(program.fn).parameters)
 const = dict(aux_ptr=None, bias_ptr=None, c_ptr=None, res_ptr=None, A_T=False, B_T=True, BIAS_OVER_M=False,
              ACTIVATION=4, UPCAST=False, MAKE_DESCRIPTORS=True, Y_ALIGN=8, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
              GROUP_M=8, PROGRAMS=132, FLATTEN=True, sliver_a=None, sliver_b=None, SLIVER_M=0, SLIVER_N=16, SLIVER_K=256,
-             SLIVER_PAST=128)
+             SLIVER_PAST=128, SHORT_M=0)
 sig = {n: "i32" for n in names}
 sig.update(a_in="*bf16", b_in="*bf16", y_ptr="*bf16", alpha="fp64", beta="fp64")   # Inductor's: floats as fp64
 sig.update({n: "constexpr" for n in const})

@@ -45,7 +45,8 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
                                Y_ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr,
                                FLATTEN: tl.constexpr, SLIVER_M: tl.constexpr = 0, SLIVER_N: tl.constexpr = 16,
-                               SLIVER_K: tl.constexpr = 256, SLIVER_PAST: tl.constexpr = 128):
+                               SLIVER_K: tl.constexpr = 256, SLIVER_PAST: tl.constexpr = 128,
+                               SHORT_M: tl.constexpr = 0):
     """Y = activation(alpha * A @ B + beta * C + bias) + residual (and Z into AUX), PROGRAMS
     programs walking the BLOCK_M x BLOCK_N tiles. a_in / b_in: TMA descriptors of A (or A^T when
     A_T) and B (or B^T when B_T), or with MAKE_DESCRIPTORS those tensors' pointers, whose row
@@ -56,9 +57,12 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
     multiple of SLIVER_PAST (a descriptor made here stops there), and the rows past it, no more
     than SLIVER_M, are summed in SLIVER_M x SLIVER_N tiles SLIVER_K of K a step from sliver_a and
     sliver_b (A's rows and B's rows; None without a sliver, and with MAKE_DESCRIPTORS, where a_in and
-    b_in are those rows)."""
+    b_in are those rows). SHORT_M (0: none; with SLIVER_M 0): those rows in SHORT_M x BLOCK_N
+    tiles by TMA and tensor cores instead, on the programs the whole tiles leave a tile short
+    (short_tiles); sliver_a is then their descriptor of A (or A^T), None with MAKE_DESCRIPTORS."""
     N = N // Y_ALIGN * Y_ALIGN                   # no-ops that say Y_ALIGN divides them
     stride_ym, stride_xm = stride_ym // Y_ALIGN * Y_ALIGN, stride_xm // Y_ALIGN * Y_ALIGN
+    rows = M                                     # Y's rows (M becomes the whole tiles' with a sliver)
     if SLIVER_M > 0:
         # the sliver first: nothing of it is live through the tiles' loop, whose registers are
         # near full (195-255 a thread in 128 x 256 tiles; placed after that loop, it spills).
@@ -68,7 +72,6 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
             # tensor as two arguments stores it twice (Inductor fixes each argument's layout by
             # a copy of its own where its producer is fused into it)
             sliver_a, sliver_b = a_in, b_in
-        rows = M
         M = M - M % SLIVER_PAST                  # the tiles' rows
         tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
         for thin in range((tl.program_id(0) + PROGRAMS - tiles % PROGRAMS) % PROGRAMS, tl.cdiv(N, SLIVER_N), PROGRAMS):
@@ -77,6 +80,8 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
             finish(acc, M, thin * SLIVER_N, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, rows, N, stride_ym, 1,
                    stride_xm, 1, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M,
                    ACTIVATION)
+    if SHORT_M > 0:
+        M = M - M % SLIVER_PAST                  # the whole tiles' rows
     if MAKE_DESCRIPTORS:                         # (rows, columns) of what each descriptor reads
         if A_T:
             a_desc = tl.make_tensor_descriptor(a_in, [K, M], [stride_a, 1], [BLOCK_K, BLOCK_M])
@@ -86,9 +91,20 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
             b_desc = tl.make_tensor_descriptor(b_in, [N, K], [stride_b, 1], [BLOCK_N, BLOCK_K])
         else:
             b_desc = tl.make_tensor_descriptor(b_in, [K, N], [stride_b, 1], [BLOCK_K, BLOCK_N])
+        if SHORT_M > 0:
+            if A_T:
+                s_desc = tl.make_tensor_descriptor(a_in, [K, rows], [stride_a, 1], [BLOCK_K, SHORT_M])
+            else:
+                s_desc = tl.make_tensor_descriptor(a_in, [rows, K], [stride_a, 1], [SHORT_M, BLOCK_K])
     else:
         a_desc = a_in
         b_desc = b_in
+        s_desc = sliver_a
+    if SHORT_M > 0:
+        # before the whole tiles, as the sliver (nothing of it live through their loop)
+        short_tiles(s_desc, b_desc, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, rows, N, K, stride_ym, stride_xm,
+                    stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, A_T, B_T, BIAS_OVER_M,
+                    ACTIVATION, UPCAST, SHORT_M, BLOCK_M, BLOCK_N, BLOCK_K, PROGRAMS)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
     QUARTER: tl.constexpr = BLOCK_N // 4
@@ -117,6 +133,32 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
                stride_xm, 1, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M,
                ACTIVATION)
 # --8<-- [end:kernel]
+
+
+@triton.jit
+def short_tiles(s_desc, b_desc, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, rows, N, K, stride_ym, stride_xm,
+                stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, A_T: tl.constexpr,
+                B_T: tl.constexpr, BIAS_OVER_M: tl.constexpr, ACTIVATION: tl.constexpr, UPCAST: tl.constexpr,
+                SHORT_M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                PROGRAMS: tl.constexpr):
+    """Y's rows M to rows (fewer than SHORT_M) in SHORT_M x BLOCK_N tiles, by TMA (s_desc: A's
+    rows, or A^T's, up to `rows`: zeros past them) and tensor cores, as the whole tiles' K loop
+    (each element the same chain of sums). Taken by the programs the whole tiles leave a tile
+    short, in turn (the launcher takes short tiles where those programs take two each at most: two
+    of half a tile's rows, about one whole tile's time)."""
+    first = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) % PROGRAMS     # the first program a tile short
+    if tl.program_id(0) >= first:
+        for short in range(tl.program_id(0) - first, tl.cdiv(N, BLOCK_N), PROGRAMS - first):
+            off_n = short * BLOCK_N
+            acc = tl.zeros((SHORT_M, BLOCK_N), dtype=tl.float32)
+            for step in range(0, tl.cdiv(K, BLOCK_K)):
+                a, b = step_tiles(s_desc, b_desc, M, off_n, step * BLOCK_K, A_T, B_T)
+                if UPCAST:
+                    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+                else:
+                    acc = tl.dot(a, b, acc)
+            finish(acc, M, off_n, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, rows, N, stride_ym, 1, stride_xm, 1,
+                   stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M, ACTIVATION)
 
 
 @triton.jit
