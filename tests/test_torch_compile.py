@@ -285,6 +285,44 @@ def test_fused_ops_of_symbolic_rows_launch_the_program_at_run(fuse):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fuse", [False, True])
+def test_gpu_symbolic_rows_keep_the_program_in_the_graph(fuse):
+    """On a GPU, rows marked dynamic go into the graph with tilemm's program (its tiles chosen
+    for the rows seen when traced, each run's rows an argument): one frame for 2052, 2048, 100
+    and 3000 rows, no tilemm::epilogue_at_run (an opaque call's Python at each run), values and
+    gradients as torch's within bf16."""
+    import torch._dynamo.testing
+    torch._dynamo.reset()
+    from torch._dynamo.backends.common import aot_autograd
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    model = model.cuda().bfloat16()
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=fuse)
+    counter = torch._dynamo.testing.CompileCounterWithBackend(aot_autograd(fw_compiler=keep, bw_compiler=keep))
+    compiled = torch.compile(model, fullgraph=True, backend=counter)
+    for rows in (2052, 2048, 100, 3000):
+        x = torch.randn(rows, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        torch._dynamo.mark_dynamic(x, 0)
+        y = compiled(x)
+        y.float().sum().backward()
+        x_ref = x.detach().clone().requires_grad_()
+        y_ref = ref(x_ref)
+        y_ref.float().sum().backward()
+        torch.testing.assert_close(y.float(), y_ref.float(), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(x.grad.float(), x_ref.grad.float(), rtol=2e-2, atol=5e-2)
+    assert counter.frame_count == 1
+    targets = {str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"}
+    assert "tilemm.epilogue_at_run.default" not in targets and "tilemm.matmul.default" not in targets, targets
+    assert any("triton_kernel_wrapper" in t for t in targets), targets
+
+
+@pytest.mark.gpu
 def test_gpu_autocast_matmul_epilogue_eager_and_compiled_as_torchs():
     """Under CUDA bf16 autocast matmul_epilogue casts a, b, bias and c as torch.addmm does (the
     Triton route of bfloat16 operands), eager and compiled."""

@@ -168,6 +168,8 @@ def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, 
     triton_op's body) never cut: the whole, its config's "sliver" ({"rows", "block_m", "block_n",
     "block_k"}: the thin tiles) saying that the TMA program sums those rows in its own launch.
     eager: launched through Triton's JIT, not replayed (a second launch's CPU time counts)."""
+    if not all(type(size) is int for size in (*a.shape, b.shape[1])):
+        return [(a, y, aux, bias, c, residual, config)]      # symbolic sizes (a traced call): never cut
     m, k = int(a.shape[0]), int(a.shape[1])
     if (m <= THIN_ROWS and a.element_size() == 2 and config.get("tma") is not True and not any(
             key in config["tma_tiles"] for key in TILE_KEYS) and thin_fills(int(b.shape[1]))):
@@ -245,8 +247,8 @@ def epilogue_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activ
     if read is not None:
         from tilemm.engine import epilogue_tma_launch     # (Triton loads on first use)
         sliver = config.get("sliver")        # (row_parts': the whole tiles are those of the rows before it)
-        rows = int(a.shape[0]) - (sliver["rows"] if sliver else 0)
-        tiles = tma_tiles(rows, int(b.shape[1]), int(a.shape[1]), tuple(config["tma_tiles"].items()),
+        rows = size_hint(a.shape[0]) - (sliver["rows"] if sliver else 0)
+        tiles = tma_tiles(rows, size_hint(b.shape[1]), size_hint(a.shape[1]), tuple(config["tma_tiles"].items()),
                           activation in HEAVY_ACTIVATIONS)
         return epilogue_tma_launch.arguments(*read, y, aux, bias, bias_over_m, c, residual, ACTIVATION_CODES[activation],
                                              alpha, beta, tiles, wrap, sliver=sliver)
@@ -280,14 +282,26 @@ def takes_tma(a, b, y, aux, tma, traced: bool = False):
         return None
     if not tma_here() or traced and not device_descriptors():
         return None
-    m, n = int(a.shape[0]), int(b.shape[1])
-    if tma is None and (min(m, n) <= 64 or not large_enough(m, n, int(a.shape[1]))):
+    m, n = size_hint(a.shape[0]), size_hint(b.shape[1])
+    if tma is None and (min(m, n) <= 64 or not large_enough(m, n, size_hint(a.shape[1]))):
         return None
     a_rows = tma_rows(a, prefer_transpose=False)
     b_rows = tma_rows(b, prefer_transpose=True)   # B^T's rows: K-major, as a Linear's weight
     if a_rows is None or b_rows is None:
         return None
     return (*a_rows, *b_rows)
+
+
+def size_hint(size) -> int:
+    """A size as an int: itself, or where it is symbolic (a traced call's under dynamic shapes)
+    the value it had when traced, read without a guard: the program and its tiles are chosen for
+    that value and serve every other (the persistent program takes any M, N and K)."""
+    if type(size) is int:
+        return size
+    hint = getattr(getattr(size, "node", None), "hint", None)
+    if type(hint) is not int:
+        raise ValueError("tilemm: a symbolic size with no value seen")
+    return hint
 
 
 def tma_rows(x, prefer_transpose: bool):

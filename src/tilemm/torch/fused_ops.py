@@ -43,7 +43,7 @@ def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, s
     static = all(type(size) is int for size in (*a.shape, b.shape[1]))
     way = fused.route(kernel, a, a.shape[0], b.shape[1], a.shape[1],
                       leading_dims(a, b, a.shape[1], b.shape[1]) if static else None)
-    if way == fused.TRITON and not static:
+    if way == fused.TRITON and not static and not sizes_traced(a, b):
         return torch.ops.tilemm.epilogue_at_run(a, b, bias, c, residual, activation, alpha, beta, bias_over_m,
                                                 save_aux, params)
     if way == fused.TRITON and compat.triton_interpreter() and (is_fake(a) or a.device.type == "meta"):
@@ -55,15 +55,26 @@ def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, s
     return y, aux if aux is not y else aux.clone()
 
 
+def sizes_traced(a, b) -> bool:
+    """Whether symbolic sizes go into the graph with the program: each with the value it had when
+    traced (the program and its tiles are chosen for those; the persistent program takes any
+    sizes), on a GPU (Triton's interpreter runs kernels on real data only). Inductor then launches
+    the program as it does where every size is static, each run's sizes its arguments."""
+    if compat.triton_interpreter():
+        return False
+    return all(type(size) is int or type(getattr(getattr(size, "node", None), "hint", None)) is int
+               for size in (*a.shape, b.shape[1]))
+
+
 @torch.library.custom_op("tilemm::epilogue_at_run", mutates_args=())
 def epilogue_at_run(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], c: Optional[torch.Tensor],
                     residual: Optional[torch.Tensor], activation: str, alpha: float, beta: float, bias_over_m: bool,
                     save_aux: bool, params: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The operators' body where a size is symbolic (dynamic shapes) and the route is tilemm's
-    program, whose tiles read the sizes: tracing them would specialize the graph to each size (a
-    guard, refused for sizes marked dynamic). This operator is opaque to the compiler, so its
-    sizes stay symbolic; the graph launches the program with the sizes of each run, as an eager
-    call does, to the bit."""
+    """The operators' body where a size is symbolic (dynamic shapes), the route is tilemm's
+    program and sizes_traced declines (under Triton's interpreter; a size with no value seen):
+    tracing the tiles' choice would specialize the graph to each size (a guard, refused for
+    sizes marked dynamic). This operator is opaque to the compiler, so its sizes stay symbolic; the graph launches the program with the sizes of each run, as an eager call does,
+    to the bit (a call's Python in each run: about 50 µs of CPU a Linear on an H200's host)."""
     y, aux = fused.forward(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, fused.TRITON,
                            config_for(a.dtype, decode_config(params)), save_aux)
     return y, (aux if aux is not None else y.new_empty(0))
