@@ -19,6 +19,10 @@
   narrow    (--parts narrow --sets ...) the epilogue part over narrow layers (a GQA layer's k/v)
             with other candidate tiles (NARROW_SETS): what the TMA program's deeper K steps in
             64 x 128 tiles were chosen on and checked on.
+  sliver    (--parts sliver) the forward and d(input) products of a compiled step at --rows (2052)
+            by the TMA program with the rows past the last multiple of 128 in its launch, in thin
+            tiles and in short ones (epilogue_tma_launch.short_tiles_fit), against the rows before
+            them alone and cuBLAS, cycled through --copies sets; whether the two give the same bits.
   model     a training step, a prefill and a short decode of the Llama model (benchmarks/llama_train.py's)
             per mode: wall time, the time until the call returns to Python (before the device
             synchronizes: near the wall time, the step is bound by the CPU), and the GPU's kernel
@@ -376,6 +380,56 @@ def narrow(emit, sets):
         SHAPES, STEP_COUNTS, epilogue_launch.TMA_CANDIDATES = kept
 
 
+def sliver(emit, rows: int = 2052, copies: int = 6):
+    """The rows past the last multiple of 128 in the TMA program's own launch, in the pointer
+    program's thin tiles (on every program, in turn) and in 64-row short tiles (on the programs the
+    whole tiles leave short, where they fit): a record per product (forward and d(input) of each
+    layer of SHAPES), the answers checked against float32's and against each other's bits."""
+    from tilemm.engine import epilogue_launch, epilogue_tma_launch
+    from tilemm.engine.tile_model import sliver_rows
+    harness.prewarm(8.0)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    fit = epilogue_tma_launch.short_tiles_fit
+    rest = rows % 128
+    try:
+        for name, (k, n) in SHAPES.items():
+            layers = [(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g),
+                       (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(torch.bfloat16),
+                       torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=g)) for _ in range(copies)]
+            for op in ("forward", "d_input"):
+                sets = [(a_, b_, torch.empty(rows, b_.shape[1], device="cuda", dtype=torch.bfloat16)) for a_, b_ in
+                        ({"forward": (x, w.T), "d_input": (dy, w)}[op] for x, w, dy in layers)]
+                a, b, y = sets[0]
+                whole = epilogue_launch.tma_tiles(rows - rest, b.shape[1], a.shape[1], ())
+                expected = a.float() @ b.float()
+                row = {"part": "sliver", "shape": name, "op": op, "mnk": [rows, b.shape[1], a.shape[1]],
+                       "rows_past": rest, "sliver_taken": sliver_rows(rows, b.shape[1], a.shape[1]) > 0,
+                       "tiles": whole, "copies": copies, "us": {}, "answers": {}}
+                for form in ("thin", "short"):
+                    epilogue_tma_launch.short_tiles_fit = fit if form == "short" else (lambda *counts: False)
+                    launches = [traced_launch(a_, b_, y_, whole, rest, epilogue_launch, epilogue_tma_launch)
+                                for a_, b_, y_ in sets]
+                    y.fill_(float("nan"))
+                    launches[0]()
+                    torch.cuda.synchronize()
+                    row["answers"][form] = y.clone()
+                    if not torch.allclose(y.float(), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item()):
+                        row["us"][form] = "wrong answer"
+                        continue
+                    row["us"][form] = cycled_us(launches)
+                epilogue_tma_launch.short_tiles_fit = fit
+                row["same_bits"] = bool(torch.equal(*row.pop("answers").values()))
+                row["us"]["rows_before"] = cycled_us([traced_launch(a_[:rows - rest], b_, y_[:rows - rest], whole, 0,
+                                                                    epilogue_launch, epilogue_tma_launch)
+                                                      for a_, b_, y_ in sets])
+                row["us"]["cublas"] = cycled_us([functools.partial(torch.mm, a_, b_, out=y_) for a_, b_, y_ in sets])
+                emit(row)
+                print(f"{name:8} {op:8} {row['mnk']} {row['us']} same bits {row['same_bits']}", file=sys.stderr,
+                      flush=True)
+    finally:
+        epilogue_tma_launch.short_tiles_fit = fit
+
+
 def cycled_us(launches: list) -> float:
     """Microseconds a launch of a CUDA graph that makes each of `launches` twice, in turn."""
     turn = itertools.cycle(launches)
@@ -467,14 +521,14 @@ def profiled(call) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["products", "calls", "model"],
-                    choices=["products", "calls", "stages", "model", "epilogue", "narrow"])
+                    choices=["products", "calls", "stages", "model", "epilogue", "narrow", "sliver"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--decode", type=int, default=16)
     ap.add_argument("--modes", nargs="+", default=["torch", "torch-noreduce", "tilemm", "tilemm-general"],
                     choices=["torch", "torch-noreduce", "tilemm", "tilemm-general"], help="model: the modes")
     ap.add_argument("--kernel", default=None, help="tilemm's kernel for its products and Linears (default: its choice)")
     ap.add_argument("--tune", action="store_true", help="also time TUNE_TILES on the forward products at 2048 rows")
-    ap.add_argument("--rows", type=int, default=2052, help="epilogue: the step's tokens (4 x 513 by default)")
+    ap.add_argument("--rows", type=int, default=2052, help="epilogue, sliver: the step's tokens (4 x 513 by default)")
     ap.add_argument("--copies", type=int, default=6,
                     help="epilogue: sets of operands each launch cycles through (6: more than L2 holds; 1: one set)")
     ap.add_argument("--sets", nargs="+", default=list(NARROW_SETS), choices=list(NARROW_SETS),
@@ -493,7 +547,8 @@ def main(argv=None):
         print(f"[linear_profile] {part}", file=sys.stderr, flush=True)
         {"products": lambda e: products(e, args.kernel), "calls": lambda e: calls(e, args.kernel),
          "stages": lambda e: stages(e, args.kernel), "tune": tune, "model": lambda e: model_phases(args, e),
-         "epilogue": lambda e: epilogue(e, args.rows, args.copies), "narrow": lambda e: narrow(e, args.sets)}[part](emit)
+         "epilogue": lambda e: epilogue(e, args.rows, args.copies), "narrow": lambda e: narrow(e, args.sets),
+         "sliver": lambda e: sliver(e, args.rows, args.copies)}[part](emit)
 
 
 if __name__ == "__main__":

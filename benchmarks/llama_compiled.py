@@ -5,7 +5,8 @@ triton_op that Inductor sees into, the MLP's SiLU in gate_proj's epilogue), both
   throughput  a training step and a prefill of each compiled model, timed back to back in
               paired rounds (the order alternating rep to rep), after untimed calls that compile
               them; tilemm's / torch's as the ratio of the medians and the median of the pairs'
-              ratios.
+              ratios; then torch's weights copied into the others and each compiled graph's
+              prefill logits checked against torch's (logits_gap, wrong).
   gpu_time    the GPU's time a training step and a prefill of each compiled model (torch.profiler,
               --reps calls each, --rounds times), split into the products' kernels and the rest:
               a measure that the host's speed does not move (a step's wall clock is bound by the
@@ -80,10 +81,10 @@ def compiled_phases(model, compiled, tokens, args) -> dict:
     return {"train_step": train_step, "prefill": prefill}
 
 
-def warm_phases(args, part: str) -> dict:
-    """{mode: {phase: a call}} of each compiled model (models), each call made twice untimed:
-    compiled (both phases), planned, allocated."""
-    built = models(args)
+def warm_phases(args, part: str, built: dict | None = None) -> dict:
+    """{mode: {phase: a call}} of each compiled model (models, or those built), each call made
+    twice untimed: compiled (both phases), planned, allocated."""
+    built = built or models(args)
     tokens = next(llama.token_stream(args, built["torch"][0].config.vocab_size))
     phases = {mode: compiled_phases(model, compiled, tokens, args) for mode, (model, compiled) in built.items()}
     for mode, calls in phases.items():
@@ -94,8 +95,27 @@ def warm_phases(args, part: str) -> dict:
     return phases
 
 
+def compiled_logits_gap(args, built: dict) -> dict:
+    """After the timed calls: torch's weights copied into each other model (their training steps
+    have moved them apart), then a prefill of each compiled graph as timed on the same tokens:
+    {mode: the largest gap of its logits from torch's, over torch's largest}."""
+    model, compiled = built["torch"]
+    tokens = next(llama.token_stream(args, model.config.vocab_size))[:, :args.seq]
+    with torch.no_grad():
+        model.eval()
+        theirs = compiled(input_ids=tokens).logits.float()
+        gaps = {}
+        for mode, (other, other_compiled) in list(built.items())[1:]:
+            other.load_state_dict(model.state_dict())
+            other.eval()
+            ours = other_compiled(input_ids=tokens).logits.float()
+            gaps[mode] = float((ours - theirs).abs().max() / theirs.abs().max())
+    return gaps
+
+
 def throughput(args, emit):
-    phases = warm_phases(args, "throughput")
+    built = models(args)
+    phases = warm_phases(args, "throughput", built)
     modes, names = tuple(phases), list(phases["torch"])
     times = llama.interleaved_times(args, phases, modes, names)
     medians = {mode: {p: statistics.median(v) for p, v in per.items()} for mode, per in times.items()}
@@ -105,8 +125,15 @@ def throughput(args, emit):
         record[f"ratio_{mode}_over_torch"] = {p: medians["torch"][p] / medians[mode][p] for p in names}
         record["paired_ratio_median" + ("" if mode == "tilemm" else f"_{mode}")] = {
             p: statistics.median(t / o for t, o in zip(times["torch"][p], times[mode][p])) for p in names}
+    # (the answers: bf16 logits of one weights' compiled graphs, torch's and each mode's)
+    record["logits_gap"] = compiled_logits_gap(args, built)
+    record["wrong"] = [mode for mode, gap in record["logits_gap"].items() if not gap <= LOGITS_GAP_BOUND]
     emit(record)
 
+
+# The largest gap of a mode's compiled logits from torch's (over torch's largest) that passes:
+# bf16 products summed in other orders through a few layers move logits by well under this
+LOGITS_GAP_BOUND = 0.05
 
 # the products' kernels by name: tilemm's fused-epilogue program, cuBLAS's (nvjet, cutlass, gemm)
 PRODUCT_KERNELS = ("matmul_epilogue", "nvjet", "cutlass", "gemm")

@@ -292,16 +292,15 @@ def takes_tma(a, b, y, aux, tma, traced: bool = False):
     return (*a_rows, *b_rows)
 
 
-def size_hint(size) -> int:
+def size_hint(size) -> int | None:
     """A size as an int: itself, or where it is symbolic (a traced call's under dynamic shapes)
     the value it had when traced, read without a guard: the program and its tiles are chosen for
-    that value and serve every other (the persistent program takes any M, N and K)."""
+    that value and serve every other (the persistent program takes any M, N and K). None where a
+    symbolic size has no such value (the caller then keeps its sizes out of the trace)."""
     if type(size) is int:
         return size
     hint = getattr(getattr(size, "node", None), "hint", None)
-    if type(hint) is not int:
-        raise ValueError("tilemm: a symbolic size with no value seen")
-    return hint
+    return hint if type(hint) is int else None
 
 
 def tma_rows(x, prefer_transpose: bool):

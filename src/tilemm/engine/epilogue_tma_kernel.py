@@ -22,7 +22,10 @@ out of the tiles; before its tiles, each program takes its share of the sliver's
 SLIVER_M x SLIVER_N tiles (the tile numbering continued, so the programs with fewer tiles take
 them), read by pointers (sliver_a, sliver_b: A's and B's rows as the descriptors', any K,
 B read once) and finished by the same epilogue: the pointer program's answer for those rows, in
-one launch where a second would cost a compiled graph's CPU its launch.
+one launch where a second would cost a compiled graph's CPU its launch. Or (SHORT_M) those rows
+in tiles SHORT_M rows tall and as wide as the whole ones, by TMA and tensor cores, on the
+programs the whole tiles leave a tile short: they take them while the others finish their last
+whole tile (thin tiles on every program lengthen every program's walk); the same bits.
 
 Constraints: float16 / bfloat16 operands (float32 sums); A and B each with rows, or columns,
 contiguous and 16-byte aligned (A_T / B_T: the descriptor is of the transpose); K >= 1; tiles

@@ -22,7 +22,7 @@ from tilemm.system import compat
 from tilemm.products import fused
 from tilemm.choose.default import leading_dims
 from tilemm.numerics.epilogue_math import needs_aux
-from tilemm.engine.epilogue_launch import config_for
+from tilemm.engine.epilogue_launch import config_for, size_hint
 from tilemm.torch.op_args import specialized
 
 
@@ -60,10 +60,7 @@ def sizes_traced(a, b) -> bool:
     traced (the program and its tiles are chosen for those; the persistent program takes any
     sizes), on a GPU (Triton's interpreter runs kernels on real data only). Inductor then launches
     the program as it does where every size is static, each run's sizes its arguments."""
-    if compat.triton_interpreter():
-        return False
-    return all(type(size) is int or type(getattr(getattr(size, "node", None), "hint", None)) is int
-               for size in (*a.shape, b.shape[1]))
+    return not compat.triton_interpreter() and all(size_hint(size) is not None for size in (*a.shape, b.shape[1]))
 
 
 @torch.library.custom_op("tilemm::epilogue_at_run", mutates_args=())
@@ -73,8 +70,9 @@ def epilogue_at_run(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tenso
     """The operators' body where a size is symbolic (dynamic shapes), the route is tilemm's
     program and sizes_traced declines (under Triton's interpreter; a size with no value seen):
     tracing the tiles' choice would specialize the graph to each size (a guard, refused for
-    sizes marked dynamic). This operator is opaque to the compiler, so its sizes stay symbolic; the graph launches the program with the sizes of each run, as an eager call does,
-    to the bit (a call's Python in each run: about 50 µs of CPU a Linear on an H200's host)."""
+    sizes marked dynamic). This operator is opaque to the compiler, so its sizes stay symbolic;
+    the graph launches the program with the sizes of each run, as an eager call does, to the bit
+    (a call's Python in each run: about 50 µs of CPU a Linear on an H200's host)."""
     y, aux = fused.forward(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, fused.TRITON,
                            config_for(a.dtype, decode_config(params)), save_aux)
     return y, (aux if aux is not None else y.new_empty(0))
