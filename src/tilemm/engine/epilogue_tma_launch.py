@@ -1,7 +1,8 @@
 """The launch of the persistent TMA epilogue program (epilogue_tma_kernel.py): its descriptors
 (made on the host, or in the program inside a compiled graph), its grid of one program an SM,
 and the allocator Triton asks for the scratch of descriptors made in the program; and a sliver of
-rows in the same launch (the program's thin tiles past its whole ones). Which products take it is
+rows in the same launch (the program's thin tiles, or its short ones on the programs its whole
+tiles leave short: short_tiles_fit). Which products take it is
 epilogue_launch.takes_tma's rule."""
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
     launches, or what a BoundLaunch (tilemm.engine.launches) launches and a replay records.
     sliver: None, or the rows past the last multiple of SLIVER_PAST summed in the same launch in
     thin tiles ({"rows": how many, "block_m", "block_n", "block_k": the thin tiles}; tiles are
-    then the whole tiles' of the rows before them)."""
+    then the whole tiles' of the rows before them), or in short tiles where short_tiles_fit."""
     from tilemm.engine.epilogue_tma_kernel import matmul_epilogue_persistent   # Triton loads on first use
     m, n = y.shape
     k = a_rows.shape[0] if a_t else a_rows.shape[1]
