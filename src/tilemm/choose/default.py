@@ -137,9 +137,14 @@ def leading_dim(x, cols: int) -> int:
     if len(x.shape) < 2:
         return cols
     strides = x.stride() if callable(getattr(x, "stride", None)) else tuple(s // x.itemsize for s in x.strides)
-    if strides[-1] == 1:
-        return strides[-2]
-    return strides[-1] if strides[-2] == 1 else cols
+    return strides_leading_dim(strides[-2], strides[-1], cols)
+
+
+def strides_leading_dim(row_stride: int, column_stride: int, cols: int) -> int:
+    """leading_dim of a matrix of these strides (in elements) and `cols` columns."""
+    if column_stride == 1:
+        return row_stride
+    return column_stride if row_stride == 1 else cols
 
 
 def b_rows(a, b) -> bool:

@@ -20,7 +20,7 @@ import functools
 import torch
 
 from tilemm.choose import by_shape as choice
-from tilemm.choose.default import leading_dim
+from tilemm.choose.default import leading_dim, strides_leading_dim
 from tilemm.engine import epilogue_repeats
 from tilemm.system import compat
 from tilemm.ladder import registry
@@ -48,9 +48,8 @@ def route(kernel: str | None, a: torch.Tensor, m: int, n: int, k: int, lds: tupl
 
 def linear_leading_dims(x: torch.Tensor, weight: torch.Tensor) -> tuple:
     """route's lds of a Linear's product x @ weight.T (without making the view)."""
-    along_rows, along_columns = weight.stride()
-    b_ld = along_columns if along_rows == 1 else along_rows if along_columns == 1 else weight.shape[0]
-    return leading_dim(x, weight.shape[1]), b_ld
+    along_rows, along_columns = weight.stride()          # (weight.T's: the other way round)
+    return leading_dim(x, weight.shape[1]), strides_leading_dim(along_columns, along_rows, weight.shape[0])
 
 
 @functools.lru_cache(maxsize=4096)
