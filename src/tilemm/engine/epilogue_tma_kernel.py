@@ -65,7 +65,9 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
     (short_tiles); sliver_a is then their descriptor of A (or A^T), None with MAKE_DESCRIPTORS."""
     N = N // Y_ALIGN * Y_ALIGN                   # no-ops that say Y_ALIGN divides them
     stride_ym, stride_xm = stride_ym // Y_ALIGN * Y_ALIGN, stride_xm // Y_ALIGN * Y_ALIGN
-    rows = M                                     # Y's rows (M becomes the whole tiles' with a sliver)
+    rows = M                                     # Y's rows
+    if SLIVER_M > 0 or SHORT_M > 0:
+        M = M - M % SLIVER_PAST                  # the whole tiles' rows
     if SLIVER_M > 0:
         # the sliver first: nothing of it is live through the tiles' loop, whose registers are
         # near full (195-255 a thread in 128 x 256 tiles; placed after that loop, it spills).
@@ -75,7 +77,6 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
             # tensor as two arguments stores it twice (Inductor fixes each argument's layout by
             # a copy of its own where its producer is fused into it)
             sliver_a, sliver_b = a_in, b_in
-        M = M - M % SLIVER_PAST                  # the tiles' rows
         tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
         for thin in range((tl.program_id(0) + PROGRAMS - tiles % PROGRAMS) % PROGRAMS, tl.cdiv(N, SLIVER_N), PROGRAMS):
             acc = sliver_sums(sliver_a, sliver_b, M, thin * SLIVER_N, rows, N, K, stride_a, stride_b, A_T, B_T,
@@ -83,8 +84,6 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
             finish(acc, M, thin * SLIVER_N, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, rows, N, stride_ym, 1,
                    stride_xm, 1, stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M,
                    ACTIVATION)
-    if SHORT_M > 0:
-        M = M - M % SLIVER_PAST                  # the whole tiles' rows
     if MAKE_DESCRIPTORS:                         # (rows, columns) of what each descriptor reads
         if A_T:
             a_desc = tl.make_tensor_descriptor(a_in, [K, M], [stride_a, 1], [BLOCK_K, BLOCK_M])
@@ -116,10 +115,7 @@ def matmul_epilogue_persistent(a_in, b_in, y_ptr, aux_ptr, bias_ptr, c_ptr, res_
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for step in range(0, k_steps):
             a, b = step_tiles(a_desc, b_desc, off_m, off_n, step * BLOCK_K, A_T, B_T)  # (BM, BK), (BK, BN)
-            if UPCAST:     # a 16-bit product is exact in float32: the same sums
-                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(a, b, acc)              # tensor cores, float32 sums
+            acc = step_sum(a, b, acc, UPCAST)        # tensor cores, float32 sums
         # the epilogue a quarter of the columns at a time: the next tile's stages still hold
         # shared memory, and each quarter's layout change gets a quarter of the space
         left, right = halves(acc)
@@ -156,10 +152,7 @@ def short_tiles(s_desc, b_desc, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, M, row
             acc = tl.zeros((SHORT_M, BLOCK_N), dtype=tl.float32)
             for step in range(0, tl.cdiv(K, BLOCK_K)):
                 a, b = step_tiles(s_desc, b_desc, M, off_n, step * BLOCK_K, A_T, B_T)
-                if UPCAST:
-                    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-                else:
-                    acc = tl.dot(a, b, acc)
+                acc = step_sum(a, b, acc, UPCAST)
             finish(acc, M, off_n, y_ptr, aux_ptr, bias_ptr, c_ptr, res_ptr, rows, N, stride_ym, 1, stride_xm, 1,
                    stride_bias, stride_cm, stride_cn, stride_rm, stride_rn, alpha, beta, BIAS_OVER_M, ACTIVATION)
 

@@ -40,7 +40,7 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
     k = a_rows.shape[0] if a_t else a_rows.shape[1]
     block_m, block_n, block_k = tiles["block_m"], tiles["block_n"], tiles["block_k"]
     slots = availability.multiprocessors() * tiles.get("programs_per_sm", 1)     # programs the SMs hold at once
-    whole_rows, thin_tiles, short = m, 0, False
+    whole_rows, thin_tiles = m, 0
     if sliver is not None:
         whole_rows, thin_tiles = m - sliver["rows"], -(-n // sliver["block_n"])
         if whole_rows % SLIVER_PAST or not 0 < sliver["rows"] <= sliver["block_m"] or whole_rows < 1:
@@ -60,12 +60,11 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
         a_in, b_in = a_rows, b_rows
         programs = slots        # a traced shape may be symbolic: every slot, those past the tiles end at once
         program = wrap(matmul_epilogue_persistent)
-    sliver_in = (None, None) if sliver is None or wrap is not None else (a_rows, b_rows)
-    if sliver is not None and short_tiles_fit(whole_tiles, -(-n // block_n), programs):
-        short = True
-        if wrap is None:
-            sliver_in = (TensorDescriptor.from_tensor(a_rows, [block_k, SHORT_ROWS] if a_t else [SHORT_ROWS, block_k]),
-                         None)
+    short = sliver is not None and short_tiles_fit(whole_tiles, -(-n // block_n), programs)
+    sliver_in = (None, None)               # (in the program: its descriptors' pointers)
+    if sliver is not None and wrap is None:
+        sliver_in = ((TensorDescriptor.from_tensor(a_rows, [block_k, SHORT_ROWS] if a_t else [SHORT_ROWS, block_k]),
+                      None) if short else (a_rows, b_rows))
     args = (a_in, b_in, y, aux, bias, c, residual, m, n, k, a_rows.stride(0), b_rows.stride(0), y.stride(0),
             aux.stride(0) if aux is not None else 0, bias.stride(0) if bias is not None else 0,
             *(c.stride() if c is not None else (0, 0)), *(residual.stride() if residual is not None else (0, 0)),
@@ -76,7 +75,7 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
                    FLATTEN=True, num_warps=tiles["num_warps"], num_stages=tiles["num_stages"])
     # named even where there is no sliver (SLIVER_M=0: the tiles' code alone): Inductor's launch of a
     # wrapped program passes no constexpr's default
-    sliver_tiles = sliver if sliver and not short else dict(block_m=0, block_n=16, block_k=256)
+    sliver_tiles = dict(block_m=0, block_n=16, block_k=256) if sliver is None or short else sliver
     options.update(SLIVER_M=sliver_tiles["block_m"], SLIVER_N=sliver_tiles["block_n"],
                    SLIVER_K=sliver_tiles["block_k"], SLIVER_PAST=SLIVER_PAST, SHORT_M=SHORT_ROWS if short else 0)
     return program, (programs,), args, options
