@@ -289,13 +289,9 @@ def epilogue(emit, rows: int = 2052, copies: int = 6):
     g = torch.Generator(device="cuda").manual_seed(0)
     totals = {"cublas": 0.0, "default": 0.0, "best": 0.0}
     for name, (k, n) in SHAPES.items():
-        layers = [(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g),
-                   (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(torch.bfloat16),
-                   torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=g)) for _ in range(copies)]
+        layers = layer_copies(g, rows, k, n, copies)
         for op in ("forward", "d_input", "d_weight"):
-            operands = [{"forward": (x, w.T), "d_input": (dy, w), "d_weight": (dy.T, x)}[op] for x, w, dy in layers]
-            sets = [(a_, b_, torch.empty(a_.shape[0], b_.shape[1], device="cuda", dtype=torch.bfloat16))
-                    for a_, b_ in operands]            # (A, B, Y) a set
+            sets = product_sets(layers, op)
             a, b, y = sets[0]
             m, nn, kk = a.shape[0], b.shape[1], a.shape[1]
             expected = a.float() @ b.float()
@@ -393,12 +389,9 @@ def sliver(emit, rows: int = 2052, copies: int = 6):
     rest = rows % 128
     try:
         for name, (k, n) in SHAPES.items():
-            layers = [(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g),
-                       (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(torch.bfloat16),
-                       torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=g)) for _ in range(copies)]
+            layers = layer_copies(g, rows, k, n, copies)
             for op in ("forward", "d_input"):
-                sets = [(a_, b_, torch.empty(rows, b_.shape[1], device="cuda", dtype=torch.bfloat16)) for a_, b_ in
-                        ({"forward": (x, w.T), "d_input": (dy, w)}[op] for x, w, dy in layers)]
+                sets = product_sets(layers, op)
                 a, b, y = sets[0]
                 whole = epilogue_launch.tma_tiles(rows - rest, b.shape[1], a.shape[1], ())
                 expected = a.float() @ b.float()
@@ -428,6 +421,19 @@ def sliver(emit, rows: int = 2052, copies: int = 6):
                       flush=True)
     finally:
         epilogue_tma_launch.short_tiles_fit = fit
+
+
+def layer_copies(g, rows: int, k: int, n: int, copies: int) -> list:
+    """`copies` sets of a Linear's operands (X, W, dY): bf16 on the GPU, W scaled by 1/sqrt(K)."""
+    return [(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g),
+             (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(torch.bfloat16),
+             torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=g)) for _ in range(copies)]
+
+
+def product_sets(layers: list, op: str) -> list:
+    """(A, B, Y) of each copy's product `op` (forward X @ W.T, d_input dY @ W, d_weight dY.T @ X)."""
+    operands = [{"forward": (x, w.T), "d_input": (dy, w), "d_weight": (dy.T, x)}[op] for x, w, dy in layers]
+    return [(a, b, torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16)) for a, b in operands]
 
 
 def cycled_us(launches: list) -> float:

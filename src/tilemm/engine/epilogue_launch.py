@@ -168,7 +168,7 @@ def row_parts(a, b, y, aux, bias, bias_over_m: bool, c, residual, config: dict, 
     triton_op's body) never cut: the whole, its config's "sliver" ({"rows", "block_m", "block_n",
     "block_k"}: the thin tiles) saying that the TMA program sums those rows in its own launch.
     eager: launched through Triton's JIT, not replayed (a second launch's CPU time counts)."""
-    if not all(type(size) is int for size in (*a.shape, b.shape[1])):
+    if not static_sizes(a, b):
         return [(a, y, aux, bias, c, residual, config)]      # symbolic sizes (a traced call): never cut
     m, k = int(a.shape[0]), int(a.shape[1])
     if (m <= THIN_ROWS and a.element_size() == 2 and config.get("tma") is not True and not any(
@@ -290,6 +290,11 @@ def takes_tma(a, b, y, aux, tma, traced: bool = False):
     if a_rows is None or b_rows is None:
         return None
     return (*a_rows, *b_rows)
+
+
+def static_sizes(a, b) -> bool:
+    """Whether the product's M, K and N are ints (none symbolic: a traced call's under dynamic shapes)."""
+    return all(type(size) is int for size in (*a.shape, b.shape[1]))
 
 
 def size_hint(size) -> int | None:

@@ -22,7 +22,7 @@ from tilemm.system import compat
 from tilemm.products import fused
 from tilemm.choose.default import leading_dims
 from tilemm.numerics.epilogue_math import needs_aux
-from tilemm.engine.epilogue_launch import config_for, size_hint
+from tilemm.engine.epilogue_launch import config_for, size_hint, static_sizes
 from tilemm.torch.op_args import specialized
 
 
@@ -40,7 +40,7 @@ def decode_config(text: str) -> dict:
 def traced_body(a, b, bias, bias_over_m, c, residual, activation, alpha, beta, save_aux, kernel, params):
     """The operators' body: the route for this shape, then the product (the Triton program
     through wrap_triton, or torch's operators)."""
-    static = all(type(size) is int for size in (*a.shape, b.shape[1]))
+    static = static_sizes(a, b)
     way = fused.route(kernel, a, a.shape[0], b.shape[1], a.shape[1],
                       leading_dims(a, b, a.shape[1], b.shape[1]) if static else None)
     if way == fused.TRITON and not static and not sizes_traced(a, b):
