@@ -322,6 +322,38 @@ def test_gpu_symbolic_rows_keep_the_program_in_the_graph(fuse, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_gpu_compiled_backward_and_calls_from_another_thread(backend, dynamic):
+    """The TMA program makes its descriptors in the program in a compiled graph, and their
+    scratch comes from Triton's allocator, which Triton keeps per thread: a backward (autograd's
+    device thread) and a call from a worker thread run, under a backend that sets no allocator
+    (aot_eager) and under Inductor; gradients as torch's within bf16."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    model = model.cuda().bfloat16()
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    compiled = torch.compile(model, fullgraph=True, backend=backend, dynamic=dynamic)
+    answers = []
+
+    def step(rows):
+        x = torch.randn(rows, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        compiled(x).float().sum().backward()
+        x_ref = x.detach().clone().requires_grad_()
+        ref(x_ref).float().sum().backward()
+        answers.append((x.grad.float(), x_ref.grad.float()))
+    step(2052)
+    worker = threading.Thread(target=step, args=(2048,))
+    worker.start()
+    worker.join()
+    assert len(answers) == 2
+    for got, want in answers:
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
 def test_gpu_autocast_matmul_epilogue_eager_and_compiled_as_torchs():
     """Under CUDA bf16 autocast matmul_epilogue casts a, b, bias and c as torch.addmm does (the
     Triton route of bfloat16 operands), eager and compiled."""

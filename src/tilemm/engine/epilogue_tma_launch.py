@@ -56,7 +56,7 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
         programs = min(slots, whole_tiles + thin_tiles)
         program = matmul_epilogue_persistent
     else:
-        ensure_allocator()
+        allocate_in_every_thread(matmul_epilogue_persistent)
         a_in, b_in = a_rows, b_rows
         programs = slots        # a traced shape may be symbolic: every slot, those past the tiles end at once
         program = wrap(matmul_epilogue_persistent)
@@ -85,9 +85,9 @@ def short_tiles_fit(whole_tiles: int, short_tiles: int, programs: int) -> bool:
     """Whether a sliver's rows go in SHORT_ROWS-row tiles as wide as the whole ones (the
     program's short_tiles) in place of thin ones: where the whole tiles leave programs a tile
     short and those take two short tiles each at most (about a whole tile's time). H200, bf16, as
-    a compiled graph launches them, 2052 rows: 2052 x 2048 x 2048 33.7 -> 30.1 µs (the 2048 rows
-    alone 26.6), x 2048 x 5632 77.2 -> 72.1, x 2048 x 32000 422 -> 382, x 512 x 2048
-    16.4 -> 13.2; the same bits."""
+    a compiled graph launches them, 2052 rows: 2052 x 2048 x 2048 33.8 -> 30.5 µs (the 2048 rows
+    alone 27.0), x 2048 x 5632 79.2 -> 69.9, x 2048 x 32000 421 -> 379, x 512 x 2048
+    16.2 -> 13.5; the same bits."""
     first_short = whole_tiles % programs
     return first_short > 0 and short_tiles <= 2 * (programs - first_short)
 
@@ -101,10 +101,30 @@ def store_alignment(y, aux) -> int:
     return min(c_alignment(t) for t in given)
 
 
+def allocate_in_every_thread(program) -> None:
+    """Descriptors made in a program need global scratch, which Triton asks its allocator for at
+    each launch. Triton keeps the allocator per thread (a ContextVar), and a compiled graph's
+    launches may run in another thread than its tracing: the backward in autograd's device
+    thread, a server's calls in its workers. So the program also sets one in whichever thread
+    launches it, just before the launch (a pre-run hook; Inductor's own launcher sets its
+    allocator and calls none)."""
+    ensure_allocator()
+    hooks = getattr(program, "pre_run_hooks", None)      # (absent under Triton's interpreter)
+    if hooks is not None and allocator_hook not in hooks:
+        program.add_pre_run_hook(allocator_hook)
+
+
+def allocator_hook(*args, MAKE_DESCRIPTORS=True, **kwargs) -> None:
+    """Before a launch of the program (its arguments): an allocator in this thread where it
+    makes its descriptors."""
+    if MAKE_DESCRIPTORS:
+        ensure_allocator()
+
+
 def ensure_allocator() -> None:
     """Descriptors made in a program need global scratch, which Triton asks its allocator for at
-    each launch: torch's caching allocator where none is set (one set by the caller, or by
-    Inductor, is kept)."""
+    each launch: torch's caching allocator where none is set in this thread (one set by the
+    caller, or by Inductor, is kept)."""
     import triton
     from triton.runtime import _allocation
     current = getattr(_allocation, "_allocator", None)
