@@ -173,7 +173,7 @@ def grouped(shape, seed, args, base, out_file):
         g = torch.Generator().manual_seed(seed)
         weights = torch.ones(groups, dtype=torch.float64) if kind == "balanced" else torch.rand(groups, generator=g,
                                                                                                  dtype=torch.float64)**4
-        counts = torch.distributions.Multinomial(rows, probs=weights / weights.sum()).sample().long()
+        counts = harness.routed_rows(weights, rows, g)
         ends = counts.cumsum(0).tolist()
         offs = torch.tensor(ends, dtype=torch.int32, device="cuda")
         a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)

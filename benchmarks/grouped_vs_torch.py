@@ -62,7 +62,7 @@ def routing(experts: int, rows: int, kind: str, seed: int) -> torch.Tensor:
         weights = weights**6
     else:
         weights = (torch.randperm(experts, generator=g) + 1.0).double() ** -1.2
-    return torch.distributions.Multinomial(rows, probs=weights / weights.sum()).sample().long()
+    return harness.routed_rows(weights, rows, g)
 
 
 def problem(experts, rows, k, n, kind, seed):

@@ -325,6 +325,15 @@ def operand(rows: int, cols: int, how: str = "n", dtype: str = "float32", genera
     return x.T if how == "t" else x
 
 
+def routed_rows(weights, rows: int, generator):
+    """Rows per expert (int64): `rows` draws of an expert by `weights` (a multinomial), all from
+    `generator`, so that its seed fixes the routing (torch.distributions.Multinomial draws from
+    torch's global generator, which every earlier draw moves)."""
+    import torch
+    picks = torch.multinomial(weights / weights.sum(), rows, replacement=True, generator=generator)
+    return torch.bincount(picks, minlength=len(weights)).long()
+
+
 # ---------------------------------------------------------------- records
 
 def append(path, records) -> None:
