@@ -106,6 +106,37 @@ def test_auto_on_a_gpu_that_is_not_current(restore_device, tmp_path, monkeypatch
     assert_right(c, a, b, "float16")
 
 
+@pytest.mark.parametrize("how", ["jit.trace", "inductor", "aot_eager"])
+def test_fused_linears_on_a_gpu_that_is_not_current(how, restore_device):
+    """tilemm's fused program (swapped Linears, kernel="tensorcore") on cuda:1 with cuda:0 current:
+    under torch.jit.trace and Inductor the operands' GPU, as eager; a backend that sets no device
+    for its launches (aot_eager) gets the program's clear refusal, never a read across devices."""
+    import copy
+    torch.cuda.set_device(0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    model = model.to("cuda:1", torch.bfloat16)
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    x = torch.randn(2048, 512, device="cuda:1", dtype=torch.bfloat16)
+    want = ref(x).float()
+    if how == "jit.trace":
+        with torch.no_grad():
+            run = torch.jit.trace(model, (x,), check_trace=False)
+    else:
+        torch._dynamo.reset()
+        run = torch.compile(model, backend=how, fullgraph=True)
+    if how == "aot_eager":
+        with pytest.raises(ValueError, match="current GPU is cuda:0"):
+            run(x)
+        with torch.cuda.device(1):
+            got = run(x).float()
+    else:
+        got = run(x).float()
+    assert torch.cuda.current_device() == 0
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
 def test_operands_on_two_gpus_or_out_on_another_are_refused_before_any_work(restore_device):
     a, b, a_t, b_t = tensors("float32", "cuda:0")
     with pytest.raises(ValueError, match="cuda:0.*cuda:1"):

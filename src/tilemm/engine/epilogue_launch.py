@@ -24,7 +24,7 @@ import functools
 import torch
 
 from tilemm.system import compat
-from tilemm.engine import availability
+from tilemm.engine import availability, launch_hooks
 from tilemm.engine.jit_lock import JIT_LOCK
 from tilemm.engine.tensorcore_launch import default_tiles, takes_tma as large_enough
 from tilemm.engine.tile_model import EAGER_LAUNCH_US, sliver_rows
@@ -125,9 +125,12 @@ def launch_epilogue(a, b, y, aux, bias, bias_over_m: bool, c, residual, activati
     columns, or its rows where bias_over_m), aux, bias, c, residual None where absent. config:
     config_for's. wrap: torch.library.wrap_triton inside a triton_op (the compiled graph then
     holds the program), None to launch it directly (eager). The program: see takes_tma."""
-    if wrap is None and a.is_cuda and a.device.index != torch.cuda.current_device():
-        with torch.cuda.device(a.device):      # Triton launches on the current GPU: the operands' for the call
-            return launch_epilogue(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config)
+    if a.is_cuda and a.device.index != torch.cuda.current_device():
+        # Triton launches on the current GPU: the operands' for the call (a triton_op's body run
+        # eagerly, as under torch.jit.trace, launches through wrap as well)
+        with torch.cuda.device(a.device):
+            return launch_epilogue(a, b, y, aux, bias, bias_over_m, c, residual, activation, alpha, beta, config,
+                                   wrap)
     if a.shape[0] == 0 or b.shape[1] == 0:
         return
     with JIT_LOCK if wrap is None else contextlib.nullcontext():     # (a compiled graph's launch: its own)
@@ -363,7 +366,10 @@ def pointer_arguments(a, b, y, aux, bias, bias_over_m: bool, c, residual, activa
     n = b.shape[1]
     grid = (-(-m // config["block_m"]) * -(-n // config["block_n"]),)
     wide = {torch.float32: 1, torch.float64: 2}.get(a.dtype, 0)
-    program = matmul_epilogue_kernel if wrap is None else wrap(matmul_epilogue_kernel)
+    program = matmul_epilogue_kernel
+    if wrap is not None:
+        launch_hooks.hook(program, launch_hooks.device_hook)
+        program = wrap(program)
 
     def strides(x):
         return (x.stride(0), x.stride(1)) if x is not None else (0, 0)

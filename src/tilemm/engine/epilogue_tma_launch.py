@@ -1,13 +1,13 @@
 """The launch of the persistent TMA epilogue program (epilogue_tma_kernel.py): its descriptors
 (made on the host, or in the program inside a compiled graph), its grid of one program an SM,
-and the allocator Triton asks for the scratch of descriptors made in the program; and a sliver of
+and the hook that readies a thread for descriptors made in the program (launch_hooks); and a sliver of
 rows in the same launch (the program's thin tiles, or its short ones on the programs its whole
 tiles leave short: short_tiles_fit). Which products take it is
 epilogue_launch.takes_tma's rule."""
 from __future__ import annotations
 
 from tilemm.system import compat
-from tilemm.engine import availability
+from tilemm.engine import availability, launch_hooks
 from tilemm.engine.operand_copies import c_alignment
 from tilemm.engine.tile_model import SLIVER_PAST
 
@@ -56,7 +56,7 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
         programs = min(slots, whole_tiles + thin_tiles)
         program = matmul_epilogue_persistent
     else:
-        allocate_in_every_thread(matmul_epilogue_persistent)
+        launch_hooks.hook(matmul_epilogue_persistent, launch_hooks.descriptors_hook)
         a_in, b_in = a_rows, b_rows
         programs = slots        # a traced shape may be symbolic: every slot, those past the tiles end at once
         program = wrap(matmul_epilogue_persistent)
@@ -99,40 +99,3 @@ def store_alignment(y, aux) -> int:
     if not all(type(t.shape[1]) is int and type(t.stride(0)) is int for t in given):
         return 1
     return min(c_alignment(t) for t in given)
-
-
-def allocate_in_every_thread(program) -> None:
-    """Descriptors made in a program need global scratch, which Triton asks its allocator for at
-    each launch. Triton keeps the allocator per thread (a ContextVar), and a compiled graph's
-    launches may run in another thread than its tracing: the backward in autograd's device
-    thread, a server's calls in its workers. So the program also sets one in whichever thread
-    launches it, just before the launch (a pre-run hook; Inductor's own launcher sets its
-    allocator and calls none)."""
-    ensure_allocator()
-    hooks = getattr(program, "pre_run_hooks", None)      # (absent under Triton's interpreter)
-    if hooks is not None and allocator_hook not in hooks:
-        program.add_pre_run_hook(allocator_hook)
-
-
-def allocator_hook(*args, MAKE_DESCRIPTORS=True, **kwargs) -> None:
-    """Before a launch of the program (its arguments): an allocator in this thread where it
-    makes its descriptors."""
-    if MAKE_DESCRIPTORS:
-        ensure_allocator()
-
-
-def ensure_allocator() -> None:
-    """Descriptors made in a program need global scratch, which Triton asks its allocator for at
-    each launch: torch's caching allocator where none is set in this thread (one set by the
-    caller, or by Inductor, is kept)."""
-    import triton
-    from triton.runtime import _allocation
-    current = getattr(_allocation, "_allocator", None)
-    current = current.get() if hasattr(current, "get") else current
-    if current is None or type(current).__name__ == "NullAllocator":
-        triton.set_allocator(torch_scratch)
-
-
-def torch_scratch(size: int, alignment: int, stream):
-    import torch
-    return torch.empty(size, dtype=torch.int8, device="cuda")
