@@ -284,6 +284,17 @@ def test_fused_ops_of_symbolic_rows_launch_the_program_at_run(fuse):
     assert not any("triton" in t for t in targets)
 
 
+def swapped_gelu_mlp(fuse: bool):
+    """A bf16 Linear(512, 1024), GELU, Linear(1024, 256) on the GPU with its Linears swapped to
+    tilemm's program (kernel="tensorcore", the GELU fused where fuse), and an untouched copy of it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    model = model.cuda().bfloat16()
+    ref = copy.deepcopy(model)
+    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=fuse)
+    return model, ref
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fuse", [False, True])
 def test_gpu_symbolic_rows_keep_the_program_in_the_graph(fuse, monkeypatch):
@@ -295,11 +306,7 @@ def test_gpu_symbolic_rows_keep_the_program_in_the_graph(fuse, monkeypatch):
     import torch._dynamo.testing
     from tilemm.products import fused
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
-    model = model.cuda().bfloat16()
-    ref = copy.deepcopy(model)
-    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=fuse)
+    model, ref = swapped_gelu_mlp(fuse)
     counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
     compiled = torch.compile(model, fullgraph=True, backend=counter)
     forward, launched_at_run = fused.forward, []
@@ -330,11 +337,7 @@ def test_gpu_compiled_backward_and_calls_from_another_thread(backend, dynamic):
     device thread) and a call from a worker thread run, under a backend that sets no allocator
     (aot_eager) and under Inductor; gradients as torch's within bf16."""
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
-    model = model.cuda().bfloat16()
-    ref = copy.deepcopy(model)
-    tilemm.nn.swap_linears(model, kernel="tensorcore", fuse_activations=True)
+    model, ref = swapped_gelu_mlp(fuse=True)
     compiled = torch.compile(model, fullgraph=True, backend=backend, dynamic=dynamic)
     answers = []
 
