@@ -63,3 +63,16 @@ def test_options_take_their_defaults_form_and_the_out_folder_is_made(tmp_path):
                              n=0, sizes=[64], quick=False, per_round=0.3)
     assert args.sizes == [3, 5] and args.quick is True and args.per_round == 0.3 and args.n == 0
     assert (tmp_path / "new").is_dir()
+
+
+def test_a_routing_is_fixed_by_its_seed_whatever_was_drawn_before():
+    """harness.routed_rows draws from the generator it is given alone (a seeded routing is the
+    same problem in every run): the rows per expert sum to the rows, in a slot each."""
+    torch = pytest.importorskip("torch")
+    weights = torch.tensor([1.0, 4.0, 0.0, 2.0], dtype=torch.float64)
+    first = harness.routed_rows(weights, 1000, torch.Generator().manual_seed(7))
+    torch.rand(100)                                   # (the global generator moved)
+    again = harness.routed_rows(weights, 1000, torch.Generator().manual_seed(7))
+    assert torch.equal(first, again) and first.dtype == torch.int64
+    assert first.shape == (4,) and int(first.sum()) == 1000 and int(first[2]) == 0
+    assert not torch.equal(first, harness.routed_rows(weights, 1000, torch.Generator().manual_seed(8)))
