@@ -56,7 +56,9 @@ def arguments(a_rows, a_t: bool, b_rows, b_t: bool, y, aux, bias, bias_over_m: b
         programs = min(slots, whole_tiles + thin_tiles)
         program = matmul_epilogue_persistent
     else:
-        launch_hooks.ensure_allocator()       # (this thread's, and at each launch in the launching one)
+        # the tracing thread's allocator too: where this Triton has no pre-run hooks, the hook below
+        # is not added and this is the only one set
+        launch_hooks.ensure_allocator()
         launch_hooks.hook(matmul_epilogue_persistent, launch_hooks.descriptors_hook)
         a_in, b_in = a_rows, b_rows
         programs = slots        # a traced shape may be symbolic: every slot, those past the tiles end at once

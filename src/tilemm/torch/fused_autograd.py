@@ -117,7 +117,8 @@ def linear(x, weight, bias, activation: str, residual, kernel, params: dict):
                                        fused_ops.encode_config(params))
         return y.reshape(out_shape)
     config = config_for(x.dtype, params)      # (under compile the operator's body checks them)
-    way = fused.route(kernel, x, prod(x.shape[:-1]), weight.shape[0], weight.shape[1], fused.linear_leading_dims(x, weight))
+    way = fused.route(kernel, x, prod(x.shape[:-1]), weight.shape[0], weight.shape[1],
+                      fused.linear_leading_dims(x, weight))
     if way == fused.LIBRARY:    # torch's own functions, its own graph
         y = activate_torch(F.linear(x, weight, bias), activation)
         if key is not None:
@@ -160,7 +161,8 @@ def matmul_epilogue(a, b, bias, activation: str, alpha: float, beta: float, c, r
     bias_1d = None if bias is None else bias.reshape(-1)
     if is_compiling() and transformed():      # inside torch.func's transforms: the eager call's rules
         return outside_the_graph(matmul_epilogue, a, b, bias, activation, alpha, beta, c, residual, kernel, params)
-    if is_compiling() or tracing() and fused.route(kernel, a, m, n, a.shape[1], leading_dims(a, b, a.shape[1], n)) == fused.TRITON:
+    if is_compiling() or tracing() and fused.route(kernel, a, m, n, a.shape[1],
+                                                   leading_dims(a, b, a.shape[1], n)) == fused.TRITON:
         from tilemm.torch import fused_ops
         save = ((recording(a, b, bias, c, residual) or not is_compiling() and tracing())
                 and needs_aux(activation, residual is not None))
