@@ -147,12 +147,13 @@ def measure(calls: dict, rounds: int, per_round: int, block: int) -> tuple:
 
 def program(a, b) -> str:
     """What the default runs: its kernel, and for tensorcore-int whether its small-M program (and on
-    which tensor cores: its tiles' product)."""
+    which tensor cores: its tiles' product, and the tiles' BLOCK_M x BLOCK_N)."""
     kernel = tilemm.plan(a, b, out_dtype="int32").kernel.name
     c = torch.empty(a.shape[0], b.shape[1], dtype=torch.int32, device=a.device)
     if kernel != "tensorcore-int" or not small_m.takes(a, b, c):
         return kernel
-    return f"{kernel} small-m {small_m.product_of(small_m.tiles_for(a.shape[0], small_m.b_rows(b)))}"
+    tiles = small_m.tiles_for(a.shape[0], small_m.b_rows(b), b.shape[1])
+    return f"{kernel} small-m {small_m.product_of(tiles)} {tiles[0]}x{tiles[1]}"
 
 
 def problem(set_name, m, n, k, bs, b64, args, stamp) -> dict:
@@ -210,7 +211,8 @@ def tables() -> dict:
 def sweep(args, stamp) -> None:
     path = args.out / "int8_small_m.jsonl"
     names = ["fit", "held-out"] if args.set == "all" else [args.set]
-    stamp = {**stamp, "tiles": {layout: tables()[layout] for layout in args.layouts}}
+    stamp = {**stamp, "tiles": {layout: tables()[layout] for layout in args.layouts},
+             "few_tiles": {"col": small_m.FEW_TILES, "row": small_m.FEW_ROW_TILES}}
     warm_in_parallel([(layout, tiles, [shape for name in names for shape in SETS[name]],
                        [m for m in args.ms if class_of(m) == rows]) for layout in args.layouts
                       for rows, tiles in tables()[layout]], args.jobs)

@@ -175,6 +175,37 @@ def test_the_default_gives_a_row_major_b_to_the_rung(monkeypatch):
     assert dispatch.b_rows(a, b.contiguous()) and not dispatch.b_rows(a, b)
 
 
+def test_past_64_rows_few_tiles_take_64_by_64():
+    # B as (N, K).T: 100 x 4096 in the table's 64 x 128 tiles is 64 tiles, under 132 SMs
+    assert small_m.tiles_for(100, False, 4096, H200_SMS) == small_m.FEW_TILES
+    assert small_m.tiles_for(100, False, 4096, H200_SMS) != small_m.tiles_for(100)
+    # 128 x 14336: 224 such tiles fill the SMs; 512 x 2048: 128 tiles, still short
+    assert small_m.tiles_for(128, False, 14336, H200_SMS) == small_m.TILES[-1][1]
+    assert small_m.tiles_for(512, False, 2048, H200_SMS) == small_m.FEW_TILES
+    # B row-major: 100 x 2048 in 128 x 64 words tiles is 32 tiles, half the SMs or fewer
+    assert small_m.tiles_for(100, True, 2048, H200_SMS) == small_m.FEW_ROW_TILES
+    assert small_m.tiles_for(200, True, 3072, H200_SMS) == small_m.ROW_TILES[-1][1]       # 96 tiles
+    assert small_m.product_of(small_m.FEW_ROW_TILES) in small_m.WORDS_PRODUCTS
+    # up to 64 rows the table's rows, whatever N
+    for m in (1, 16, 17, 64):
+        for b_rows in (False, True):
+            assert small_m.tiles_for(m, b_rows, 512, H200_SMS) == small_m.tiles_for(m, b_rows)
+    # the count of runs follows the tiles the shape gets: 128 tiles of 64 x 64, 32 steps, no split
+    assert small_m.runs_of_k(100, 4096, 4096, H200_SMS) == 1
+
+
+@pytest.mark.parametrize("layout", ["col", "row"])
+def test_interpreter_few_tiles_exact(layout):
+    """Past 64 rows with few tiles (FEW_TILES, FEW_ROW_TILES), K split and not, under the interpreter."""
+    a, b = operands(70, 40, 300, 5, layout=layout)
+    assert small_m.tiles_for(70, layout == "row", 40) in (small_m.FEW_TILES, small_m.FEW_ROW_TILES)
+    for runs in (None, 2):
+        c = torch.full((70, 40), -5, dtype=torch.int32)
+        small_m.launcher(a, b, c, runs)()
+        assert np.array_equal(c.numpy(), int64_product(a, b))
+    assert counts_at_zero()
+
+
 def test_tiles_of_each_layout():
     for b_rows in (False, True):
         table = small_m.ROW_TILES if b_rows else small_m.TILES
@@ -210,10 +241,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from tilemm.ladder.tensorcore.r11_int8_small_m_kernel import small_m_matmul
 from tilemm.ladder.tensorcore.r11_int8_f16_kernel import small_m_f16_matmul
-from tilemm.ladder.tensorcore.r11_int8_small_m import CHUNK_K, INT8_PRODUCTS, ROW_TILES, TILES, WGMMA_ROWS, product_of
+from tilemm.ladder.tensorcore.r11_int8_small_m import (CHUNK_K, FEW_ROW_TILES, FEW_TILES, INT8_PRODUCTS, ROW_TILES,
+                                                       TILES, WGMMA_ROWS, product_of)
 from tilemm.engine.availability import H100_SHARED_OPTIN
 from tests.compiled import resource_usage
-TABLES = ((False, TILES), (True, ROW_TILES))
+TABLES = ((False, TILES + (("few", FEW_TILES),)), (True, ROW_TILES + (("few", FEW_ROW_TILES),)))
 F16_TILES = [(16, 64, 128, 4, 4, 1, "fp16-swap"), (64, 128, 128, 8, 4, 1, "fp16-swap"), (128, 128, 64, 8, 4, 1, "fp16-swap"),
              (128, 128, 64, 8, 4, 1, "fp16")]
 
@@ -266,12 +298,12 @@ print(json.dumps(out))
 
 @pytest.mark.skipif(ON_GPU, reason="compile-only tier: the GPU runs the programs")
 def test_compiles_for_sm90_at_every_tile_class():
-    """Each row of TILES and ROW_TILES compiled for sm_90 as a launch specializes it (split K:
-    the hand-over compiled too), outside the interpreter: its shared memory fits, the loads are
+    """Each row of TILES and ROW_TILES, and each layout's FEW_TILES, compiled for sm_90 as a
+    launch specializes it (split K: the hand-over compiled too), outside the interpreter: its shared memory fits, the loads are
     pipelined (cp.async: A's at least), none loads a byte at a time (B row-major's columns keep
     their contiguity), and 64 rows and more take wgmma."""
     out = run_program(COMPILE)
-    assert len(out) == len(small_m.TILES) + len(small_m.ROW_TILES)
+    assert len(out) == len(small_m.TILES) + len(small_m.ROW_TILES) + 2
     for name, k in out.items():
         assert 0 < k["shared"] <= k["limit"] and k["pipelined"] and k["cubin"] > 0, (name, k)
         assert not k["byte_loads"], (name, k)

@@ -19,8 +19,9 @@ or row-major (K, N) (B's rows contiguous). A row-major tile is loaded as it lies
 warp's lines (B_ROWS), and Triton turns it K-major on chip, between registers, shared memory and
 the tensor cores: the weight's bytes are read once, coalesced, and the turn costs shared-memory
 accesses, not passes over the weight (a copy of B into K-major planes, which the rung's other
-programs make, reads and writes all of it at every call). The two layouts have tiles of their own (TILES, ROW_TILES). Other layouts, and
-A not row-major, take the rung's programs.
+programs make, reads and writes all of it at every call). The two layouts have tiles of their
+own (TILES, ROW_TILES; past 64 rows, 64 x 64 tiles where the table's are few beside the SMs:
+FEW_TILES). Other layouts, and A not row-major, take the rung's programs.
 
 The program (r11_int8_small_m_kernel.py) loads through pointers, no descriptors: a launch passes
 three pointers and integers, the cheapest call a repeated product can replay (tilemm.engine.replay),
@@ -61,6 +62,14 @@ ROW_TILES = ((16, (16, 128, 64, 4, 6, 1)),
              (32, (32, 64, 128, 4, 4, 1, "int8-words")),
              (64, (64, 64, 128, 4, 4, 1, "int8-words")),
              (None, (128, 64, 128, 4, 4, 1, "int8-words")))
+# Past 64 rows, where the table's tiles are few beside the SMs, 64 x 64 tiles (twice the programs
+# reading B): B as (N, K).T where its 64 x 128 tiles number fewer than the SMs, B row-major where its
+# 128 x 64 ones number half the SMs or fewer. H200, kernels alone in CUDA graphs (.T: 64 x 128 tiles
+# 0.99-1.52x the time of 64 x 64 ones where fewer than the SMs, 0.72-0.97x where not; row-major:
+# 128 x 64 words tiles 1.30-1.36x the time of 64 x 64 ones where half the SMs or fewer, 0.92-1.04x
+# past that), M 100-512 times the six layers of benchmarks/int8_small_m.py's fit set.
+FEW_TILES = (64, 64, 128, 4, 4, 1)
+FEW_ROW_TILES = (64, 64, 128, 4, 4, 1, "int8-words")
 WGMMA_ROWS = 64         # BLOCK_M from which Triton multiplies with wgmma on Hopper (a warpgroup's rows)
 ROW_MAJOR_ROWS = 256    # rows up to which a row-major B takes this program wherever its tiles fit
 LEAST_RUN = 4           # K steps a run takes at least (a run's hand-over is a tile's store and reads)
@@ -75,20 +84,31 @@ WORDS_PRODUCTS = PRODUCTS[1:3]              # a row-major B turned over in regis
 CHUNK_K = 512           # K of a float32 sum of int8 products that stays exact: 512 x 2^14 = 2^23 < 2^24
 
 
-def tiles_for(m: int, b_rows: bool = False) -> tuple:
+def tiles_for(m: int, b_rows: bool = False, n: int | None = None, multiprocessors: int | None = None) -> tuple:
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an SM[, product]) for M rows, B
-    row-major (b_rows) or as (N, K).T."""
+    row-major (b_rows) or as (N, K).T: the table's for M, or where N is given and the table's last
+    row's tiles are few beside the SMs (multiprocessors; None: this GPU's), FEW_TILES."""
     for rows, tiles in (ROW_TILES if b_rows else TILES):
         if rows is None or m <= rows:
+            if rows is None and n is not None and few_tiles(m, n, tiles, b_rows, multiprocessors):
+                return FEW_ROW_TILES if b_rows else FEW_TILES
             return tiles
     raise AssertionError("the tiles end with a row of any M")
+
+
+def few_tiles(m: int, n: int, tiles: tuple, b_rows: bool, multiprocessors: int | None = None) -> bool:
+    """Whether M x N in these tiles leaves the SMs short (see FEW_TILES): fewer tiles than SMs, B as
+    (N, K).T; B row-major, half the SMs or fewer."""
+    count = -(-m // tiles[0]) * -(-n // tiles[1])
+    sms = multiprocessors or availability.multiprocessors()
+    return 2 * count <= sms if b_rows else count < sms
 
 
 def runs_of_k(m: int, n: int, k: int, multiprocessors: int, tiles: tuple | None = None) -> int:
     """Into how many runs of K steps each tile is split (none shorter than LEAST_RUN steps, none
     empty, at most MOST_RUNS): the words products as many as fill the programs an SM their tiles
     aim at (runs_to_fill); the others the count split_cost finds cheapest."""
-    tiles = tiles or tiles_for(m)
+    tiles = tiles or tiles_for(m, n=n, multiprocessors=multiprocessors)
     block_m, block_n, block_k, _, _, per_sm = tiles[:6]
     tiles_of_c = -(-m // block_m) * -(-n // block_n)
     k_steps = -(-k // block_k)
@@ -182,15 +202,15 @@ def words_fit(b, block_n: int) -> bool:
 
 def launcher(a, b, c, split_k=None, tiles: tuple | None = None, chunk_k: int = CHUNK_K):
     """c = a @ b (int8 into int32, K >= 1) as a launcher without arguments: one launch, of
-    split_k runs of K a tile (None: runs_of_k), tiles as tiles_for gives them (None: M's for B's
-    layout). On the int8 tensor cores B row-major (b_rows) is loaded row by row (B_ROWS; from
+    split_k runs of K a tile (None: runs_of_k), tiles as tiles_for gives them (None: the shape's
+    for B's layout). On the int8 tensor cores B row-major (b_rows) is loaded row by row (B_ROWS; from
     WGMMA_ROWS rows a tile, a step ahead: B_AHEAD), or for the words products where words_fit, as
     int32 words (B_WORDS; -ahead: B_AHEAD), any other B as (N, K).T; on the 16-bit ones
     (the tiles' product) both as they lie, float32 sums flushed into int32 every chunk_k of K."""
     m, k = a.shape
     n = b.shape[1]
     rows = b_rows(b)
-    tiles = tiles or tiles_for(m, rows)
+    tiles = tiles or tiles_for(m, rows, n)
     product = product_of(tiles, chunk_k)
     block_m, block_n, block_k, num_warps, num_stages, _ = tiles[:6]
     tiles_of_c = -(-m // block_m) * -(-n // block_n)
