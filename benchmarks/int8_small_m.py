@@ -38,7 +38,9 @@ the 16-bit ones, "fp16" and "fp16-swap", are exact in float32 chunks; "int8-word
 "int8-words-ahead", a row-major B turned over a word at a time, tried for --layouts row only: the
 module's PRODUCTS), and the table in force's row besides (so the tuned table loses to none of it), run alone (the
 program's launcher, no tilemm call around it) on the fit set's problems of that class, in
-interleaved rounds, a block of --tune-block launches between CUDA events; a candidate's score is the geometric mean over the problems of the best candidate's time
+interleaved rounds, a CUDA graph of --tune-block launches (the GPU's pace: launched back to back
+from Python, kernels of a few microseconds are paced by the host, and tiles a third apart on the
+GPU time alike); a candidate's score is the geometric mean over the problems of the best candidate's time
 over its own. Prints the winning table in the module's form (TILES, ROW_TILES).
 
 --tune --then-sweep: then the sweep of --set with the tables just tuned (set on the module for
@@ -313,7 +315,7 @@ def tune(args, stamp) -> dict:
                         else:
                             print(f"WRONG {layout} {m} x {n} x {k} {tiles}", flush=True)
                     times = harness.medians(harness.rounds(launches, args.rounds,
-                                                           lambda launch: harness.block_us(launch, args.tune_block)))
+                                                           lambda launch: harness.graph_us(launch, args.tune_block)))
                     best = min(times.values())
                     for tiles, t in times.items():
                         scores[tiles].append(best / t)

@@ -105,9 +105,10 @@ def test_interpreter_through_the_rung(m, runs):
 
 
 def test_k_is_split_where_the_model_finds_it_pays_and_no_run_is_short_or_empty():
-    # M = 1, N = 3584, K = 18944: 28 tiles of 16 x 128, 74 K steps of 256; a hand-over costs
-    # 40 x (16 x 128 x 4 bytes) / (144 x 256 bytes a step) = 8.9 steps: 8 runs of 10 steps, one wave
-    assert small_m.runs_of_k(1, 3584, 18944, H200_SMS) == 8
+    # M = 1, N = 3584, K = 18944: 56 tiles of 16 x 64, 74 K steps of 256; a hand-over costs
+    # 40 x (16 x 64 x 4 bytes) / (80 x 256 bytes a step) = 8 steps: 4 runs of 19 steps (224
+    # programs, one wave, two an SM) against 5 runs of 15 in two waves
+    assert small_m.runs_of_k(1, 3584, 18944, H200_SMS) == 4
     # 17 rows: 56 tiles of 32 x 64, 148 steps of 128, a hand-over 26.7 steps: 4 runs of 37 (224
     # programs, one wave, two an SM) against 5 runs of 30 in two waves
     assert small_m.runs_of_k(17, 3584, 18944, H200_SMS) == 4

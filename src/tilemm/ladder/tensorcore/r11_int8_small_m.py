@@ -46,11 +46,13 @@ from tilemm.system import compat
 
 # Tiles by M: (up to this many rows, (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, programs an
 # SM that the words products' split fills (runs_to_fill; the others split by split_cost))). B as
-# (N, K).T: measured kernel alone over 7 layers' N x K (2048-28672): one set of tiles for each M
-# class, chosen among 5-8 tried, comes close to the best for each shape.
-TILES = ((16, (16, 128, 256, 4, 3, 1)),
+# (N, K).T: kernels alone over the fit set's 6 layers' N x K (2048-28672), one set of tiles for
+# each M class; up to 16 and 33-64 rows the best geomean of 11-18 candidates timed in CUDA graphs
+# (benchmarks/int8_small_m.py --tune: 16 x 64 x 256 1.02-1.33x the 16 x 128 x 256 tiles before on 5
+# of the 6 layers, 0.97x on the sixth; 64 x 64 x 256 1.00-1.23x 64 x 64 x 128 on all 6).
+TILES = ((16, (16, 64, 256, 4, 3, 1)),
          (32, (32, 64, 128, 4, 4, 2)),
-         (64, (64, 64, 128, 4, 4, 1)),
+         (64, (64, 64, 256, 4, 3, 1)),
          (None, (64, 128, 128, 4, 4, 1)))
 # B row-major: from 17 rows the words products (B turned over in registers 32 bits at a time, a
 # word a shared-memory store), one set of tiles for each M class: the best geomean over the five
