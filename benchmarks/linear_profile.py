@@ -23,6 +23,10 @@
             by the TMA program with the rows past the last multiple of 128 in its launch, in thin
             tiles and in short ones (epilogue_tma_launch.short_tiles_fit), against the rows before
             them alone and cuBLAS, cycled through --copies sets; whether the two give the same bits.
+  descriptors (--parts descriptors) the products of a compiled step at --rows (2048) by the TMA
+            program with its descriptors made in the program (as a compiled graph launches it)
+            and made on the host (as an eager call does), the same tiles, cuBLAS beside, cycled
+            through --copies sets in interleaved rounds: what making them in the program costs.
   model     a training step, a prefill and a short decode of the Llama model (benchmarks/llama_train.py's)
             per mode: wall time, the time until the call returns to Python (before the device
             synchronizes: near the wall time, the step is bound by the CPU), and the GPU's kernel
@@ -423,6 +427,48 @@ def sliver(emit, rows: int = 2052, copies: int = 6):
         epilogue_tma_launch.short_tiles_fit = fit
 
 
+def descriptors(emit, rows: int = 2048, copies: int = 6, rounds: int = 3):
+    """descriptors part: a record per product (forward, d(input), d(weight) of each layer of
+    SHAPES), each launch's median over `rounds` interleaved rounds, and one of the step's total
+    (STEP_COUNTS)."""
+    from tilemm.engine import epilogue_launch, epilogue_tma_launch
+    harness.prewarm(8.0)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    totals = {"device": 0.0, "host": 0.0, "cublas": 0.0}
+
+    def host_made(a, b, y, tiles):
+        read = epilogue_launch.takes_tma(a, b, y, None, True, traced=False)
+        program, grid, args, options = epilogue_tma_launch.arguments(*read, y, None, None, False, None, None, 0, 1.0,
+                                                                     0.0, tiles, None)
+        return lambda: program[grid](*args, **options)
+    for name, (k, n) in SHAPES.items():
+        layers = layer_copies(g, rows, k, n, copies)
+        for op in ("forward", "d_input", "d_weight"):
+            sets = product_sets(layers, op)
+            a, b, y = sets[0]
+            expected = a.float() @ b.float()
+            tiles = epilogue_launch.tma_tiles(a.shape[0], b.shape[1], a.shape[1], ())
+            forms = {"device": [traced_launch(*s, tiles, 0, epilogue_launch, epilogue_tma_launch) for s in sets],
+                     "host": [host_made(*s, tiles) for s in sets],
+                     "cublas": [functools.partial(torch.mm, *s[:2], out=s[2]) for s in sets]}
+            row = {"part": "descriptors", "shape": name, "op": op, "mnk": [a.shape[0], b.shape[1], a.shape[1]],
+                   "tiles": tiles, "copies": copies, "rounds": rounds, "wrong": []}
+            for form, launches in forms.items():
+                y.fill_(float("nan"))
+                launches[0]()
+                torch.cuda.synchronize()
+                if not torch.allclose(y.float(), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item()):
+                    row["wrong"].append(form)
+            timed = harness.rounds(forms, rounds, cycled_us)
+            row["us"] = {form: statistics.median(times) for form, times in timed.items()}
+            row["device_minus_host_us"] = row["us"]["device"] - row["us"]["host"]
+            for form, us in row["us"].items():
+                totals[form] += STEP_COUNTS[name] * us
+            emit(row)
+            print(f"{name:8} {op:9} {row['mnk']}  {row['us']}", file=sys.stderr, flush=True)
+    emit({"part": "descriptors", "rows": rows, "step_us": totals, "device_minus_host_us": totals["device"] - totals["host"]})
+
+
 def layer_copies(g, rows: int, k: int, n: int, copies: int) -> list:
     """`copies` sets of a Linear's operands (X, W, dY): bf16 on the GPU, W scaled by 1/sqrt(K)."""
     return [(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g),
@@ -527,14 +573,14 @@ def profiled(call) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["products", "calls", "model"],
-                    choices=["products", "calls", "stages", "model", "epilogue", "narrow", "sliver"])
+                    choices=["products", "calls", "stages", "model", "epilogue", "narrow", "sliver", "descriptors"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--decode", type=int, default=16)
     ap.add_argument("--modes", nargs="+", default=["torch", "torch-noreduce", "tilemm", "tilemm-general"],
                     choices=["torch", "torch-noreduce", "tilemm", "tilemm-general"], help="model: the modes")
     ap.add_argument("--kernel", default=None, help="tilemm's kernel for its products and Linears (default: its choice)")
     ap.add_argument("--tune", action="store_true", help="also time TUNE_TILES on the forward products at 2048 rows")
-    ap.add_argument("--rows", type=int, default=2052, help="epilogue, sliver: the step's tokens (4 x 513 by default)")
+    ap.add_argument("--rows", type=int, default=2052, help="epilogue, sliver, descriptors: the step's tokens (4 x 513 by default)")
     ap.add_argument("--copies", type=int, default=6,
                     help="epilogue: sets of operands each launch cycles through (6: more than L2 holds; 1: one set)")
     ap.add_argument("--sets", nargs="+", default=list(NARROW_SETS), choices=list(NARROW_SETS),
@@ -554,7 +600,8 @@ def main(argv=None):
         {"products": lambda e: products(e, args.kernel), "calls": lambda e: calls(e, args.kernel),
          "stages": lambda e: stages(e, args.kernel), "tune": tune, "model": lambda e: model_phases(args, e),
          "epilogue": lambda e: epilogue(e, args.rows, args.copies), "narrow": lambda e: narrow(e, args.sets),
-         "sliver": lambda e: sliver(e, args.rows, args.copies)}[part](emit)
+         "sliver": lambda e: sliver(e, args.rows, args.copies),
+         "descriptors": lambda e: descriptors(e, args.rows, args.copies)}[part](emit)
 
 
 if __name__ == "__main__":
