@@ -11,8 +11,10 @@ count and the count that fills the SMs (runs_to_fill, the rule before split_cost
 a launch of the program with no tilemm call around it. Every answer is checked exactly against
 torch._int_mm's (B as (N, K).T; A padded to 32 rows where M <= 16) before anything is timed; a
 wrong count is recorded and not timed. Timing: --rounds interleaved rounds, the order rotated,
-each a block of --block launches back to back between CUDA events, after --prewarm seconds of
-products; the median a launch. `_int_mm` is timed in the same rounds, for information.
+each a block of --block launches back to back between CUDA events (with --graphs, a CUDA graph of
+them: launches back to back are paced by the host where a kernel takes under 20 µs or so; the
+record was timed without), after --prewarm seconds of products; the median a launch. `_int_mm`
+is timed in the same rounds, for information.
 
 One JSON line a problem (`us`: microseconds a launch by count of runs; `rule`, `fill`, `best`:
 those counts; `rule_over_best`, `fill_over_best`: their times over the best count's, 1.0 at
@@ -57,7 +59,8 @@ def problem(set_name: str, m: int, n: int, k: int, layout: str, args) -> dict:
             calls[str(runs)] = launch
         else:
             wrong.append(runs)
-    us = harness.medians(harness.rounds(calls, args.rounds, lambda call: harness.block_us(call, args.block)))
+    us = harness.medians(harness.rounds(calls, args.rounds,
+                                        lambda call: harness.launch_us(call, args.block, args.graphs)))
     counts = {int(label): t for label, t in us.items() if label != "_int_mm"}
     best = min(counts, key=counts.get)
     return {"set": set_name, "m": m, "n": n, "k": k, "layout": layout, "tiles": list(tiles), "tiles_of_c": tiles_of_c,
@@ -79,7 +82,7 @@ def summary(set_name: str, layout: str, records: list) -> dict:
 
 def main():
     args = harness.arguments(sets=list(SETS), layouts=["col", "row"], ms=list(MS), most=8, rounds=5, block=40,
-                             prewarm=5.0)
+                             prewarm=5.0, graphs=False)
     if set(args.sets) - set(SETS) or set(args.layouts) - {"col", "row"}:
         raise SystemExit(f"--sets: some of {list(SETS)}; --layouts: col and/or row")
     emit = harness.emitter(args.out / "int8_split_runs.jsonl", harness.stamp("int8_split_runs.py", args, ENV))

@@ -12,11 +12,12 @@ row-major B: what tilemm runs now), and each of WORDS_TILES for M's class on bot
 with the runs of split K the launch picks (`auto`) and, where that is more than one, with none
 (`1`). Every answer is checked exactly against torch._int_mm's int32 product before anything is
 timed; a wrong or failing one is reported and not timed. Timing: --rounds interleaved rounds (the
-order rotated), each a block of --block launches back to back between CUDA events (after
---prewarm seconds of products); the median a launch. The programs are compiled first in --jobs
-processes (Triton's disk cache serves this one after). One line a problem: the times, and the best
-words variant with its ratio to `_int_mm` and to `rows` (above 1 is faster); a JSON line a
-problem appended to --out, and a summary line.
+order rotated), each a block of --block launches back to back between CUDA events (with --graphs,
+a CUDA graph of them: launches back to back are paced by the host where a kernel takes under 20 µs
+or so; the record was timed without), after --prewarm seconds of products; the median a launch.
+The programs are compiled first in --jobs processes (Triton's disk cache serves this one after).
+One line a problem: the times, and the best words variant with its ratio to `_int_mm` and to
+`rows` (above 1 is faster); a JSON line a problem appended to --out, and a summary line.
 """
 from __future__ import annotations
 
@@ -128,7 +129,8 @@ def problem(m: int, n: int, k: int, args, stamp: dict) -> dict:
                 wrong.append(label)
         except Exception as e:  # noqa: BLE001 - a candidate past the shared memory, say: left out
             failed[label] = f"{type(e).__name__}: {e}"[:200]
-    us = harness.medians(harness.rounds(calls, args.rounds, lambda call: harness.block_us(call, args.block)))
+    us = harness.medians(harness.rounds(calls, args.rounds,
+                                        lambda call: harness.launch_us(call, args.block, args.graphs)))
     base, rows = us["_int_mm"], us.get("rows", float("nan"))
     words = {label: t for label, t in us.items() if label.startswith("int8-words")}
     best = min(words, key=words.get, default=None)
@@ -146,7 +148,7 @@ def problem(m: int, n: int, k: int, args, stamp: dict) -> dict:
 
 def main():
     ap = harness.parser(__doc__.splitlines()[0], out_required=True, ms=list(MS), rounds=5, block=20, jobs=14,
-                        prewarm=2.0)
+                        prewarm=2.0, graphs=False)
     args = ap.parse_args()             # --out is a file here (JSON lines appended), not a folder
     if any(m < 1 for m in args.ms):
         raise SystemExit(f"--ms: positive row counts, not {args.ms!r}")

@@ -158,6 +158,13 @@ def graph_us(call, calls: int, replays: int = 5) -> float:
     return times[len(times) // 2]
 
 
+def launch_us(call, calls: int, graphs: bool) -> float:
+    """Microseconds a launch: in a CUDA graph of `calls` launches (graphs: the GPU's pace alone),
+    or `calls` launches back to back between CUDA events, which the host paces where a kernel
+    takes under 20 µs or so."""
+    return graph_us(call, calls) if graphs else block_us(call, calls)
+
+
 def queued_ms(call, calls: int = 20, reps: int = 15) -> float:
     """Median milliseconds a call of `calls` calls queued back to back between two CUDA events:
     the GPU's time where each call's CPU time hides behind the previous call's kernels."""
