@@ -435,12 +435,6 @@ def descriptors(emit, rows: int = 2048, copies: int = 6, rounds: int = 3):
     harness.prewarm(8.0)
     g = torch.Generator(device="cuda").manual_seed(0)
     totals = {"device": 0.0, "host": 0.0, "cublas": 0.0}
-
-    def host_made(a, b, y, tiles):
-        read = epilogue_launch.takes_tma(a, b, y, None, True, traced=False)
-        program, grid, args, options = epilogue_tma_launch.arguments(*read, y, None, None, False, None, None, 0, 1.0,
-                                                                     0.0, tiles, None)
-        return lambda: program[grid](*args, **options)
     for name, (k, n) in SHAPES.items():
         layers = layer_copies(g, rows, k, n, copies)
         for op in ("forward", "d_input", "d_weight"):
@@ -449,7 +443,8 @@ def descriptors(emit, rows: int = 2048, copies: int = 6, rounds: int = 3):
             expected = a.float() @ b.float()
             tiles = epilogue_launch.tma_tiles(a.shape[0], b.shape[1], a.shape[1], ())
             forms = {"device": [traced_launch(*s, tiles, 0, epilogue_launch, epilogue_tma_launch) for s in sets],
-                     "host": [host_made(*s, tiles) for s in sets],
+                     "host": [traced_launch(*s, tiles, 0, epilogue_launch, epilogue_tma_launch, in_program=False)
+                              for s in sets],
                      "cublas": [functools.partial(torch.mm, *s[:2], out=s[2]) for s in sets]}
             row = {"part": "descriptors", "shape": name, "op": op, "mnk": [a.shape[0], b.shape[1], a.shape[1]],
                    "tiles": tiles, "copies": copies, "rounds": rounds, "wrong": []}
@@ -466,7 +461,8 @@ def descriptors(emit, rows: int = 2048, copies: int = 6, rounds: int = 3):
                 totals[form] += STEP_COUNTS[name] * us
             emit(row)
             print(f"{name:8} {op:9} {row['mnk']}  {row['us']}", file=sys.stderr, flush=True)
-    emit({"part": "descriptors", "rows": rows, "step_us": totals, "device_minus_host_us": totals["device"] - totals["host"]})
+    emit({"part": "descriptors", "rows": rows, "step_us": totals,
+          "device_minus_host_us": totals["device"] - totals["host"]})
 
 
 def layer_copies(g, rows: int, k: int, n: int, copies: int) -> list:
@@ -488,16 +484,18 @@ def cycled_us(launches: list) -> float:
     return harness.graph_us(lambda: next(turn)(), 2 * len(launches))
 
 
-def traced_launch(a, b, y, tiles: dict, rest: int, epilogue_launch, epilogue_tma_launch):
+def traced_launch(a, b, y, tiles: dict, rest: int, epilogue_launch, epilogue_tma_launch, in_program: bool = True):
     """A launch of the TMA program as a compiled graph makes it (wrap: the program itself, so its
-    descriptors are made in it), the sliver of `rest` rows in the same launch."""
+    descriptors are made in it), the sliver of `rest` rows in the same launch; in_program False:
+    as an eager call makes it, its descriptors made on the host."""
     sliver = None
     if rest:
         thin = epilogue_launch.sliver_config({}, rest, int(b.shape[1]))
         sliver = {key: thin[key] for key in ("block_m", "block_n", "block_k")} | {"rows": rest}
-    read = epilogue_launch.takes_tma(a, b, y, None, True, traced=True)
+    read = epilogue_launch.takes_tma(a, b, y, None, True, traced=in_program)
     program, grid, args, options = epilogue_tma_launch.arguments(*read, y, None, None, False, None, None, 0, 1.0, 0.0,
-                                                                 tiles, lambda kernel: kernel, sliver=sliver)
+                                                                 tiles, (lambda kernel: kernel) if in_program else None,
+                                                                 sliver=sliver)
     return lambda: program[grid](*args, **options)
 
 
@@ -580,7 +578,8 @@ def main(argv=None):
                     choices=["torch", "torch-noreduce", "tilemm", "tilemm-general"], help="model: the modes")
     ap.add_argument("--kernel", default=None, help="tilemm's kernel for its products and Linears (default: its choice)")
     ap.add_argument("--tune", action="store_true", help="also time TUNE_TILES on the forward products at 2048 rows")
-    ap.add_argument("--rows", type=int, default=2052, help="epilogue, sliver, descriptors: the step's tokens (4 x 513 by default)")
+    ap.add_argument("--rows", type=int, default=2052,
+                    help="epilogue, sliver, descriptors: the step's tokens (4 x 513 by default)")
     ap.add_argument("--copies", type=int, default=6,
                     help="epilogue: sets of operands each launch cycles through (6: more than L2 holds; 1: one set)")
     ap.add_argument("--sets", nargs="+", default=list(NARROW_SETS), choices=list(NARROW_SETS),

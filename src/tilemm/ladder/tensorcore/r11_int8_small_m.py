@@ -212,12 +212,13 @@ def launcher(a, b, c, split_k=None, tiles: tuple | None = None, chunk_k: int = C
     m, k = a.shape
     n = b.shape[1]
     rows = b_rows(b)
-    tiles = tiles or tiles_for(m, rows, n)
+    sms = availability.multiprocessors()
+    tiles = tiles or tiles_for(m, rows, n, sms)
     product = product_of(tiles, chunk_k)
     block_m, block_n, block_k, num_warps, num_stages, _ = tiles[:6]
     tiles_of_c = -(-m // block_m) * -(-n // block_n)
     k_steps = -(-k // block_k)
-    runs = split_k or runs_of_k(m, n, k, availability.multiprocessors(), tiles)
+    runs = split_k or runs_of_k(m, n, k, sms, tiles)
     slots = (2**31 - 1) // (tiles_of_c * block_m * block_n)      # partials addressed by 32-bit offsets
     per_run = -(-k_steps // max(1, min(runs, k_steps, slots)))
     runs = -(-k_steps // per_run)                                # no empty run
