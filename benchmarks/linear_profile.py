@@ -290,52 +290,47 @@ def epilogue(emit, rows: int = 2052, copies: int = 6):
     tiles and by the best tiles of each product (what a tile choice per shape could reach)."""
     from tilemm.engine import epilogue_launch, epilogue_tma_launch
     from tilemm.engine.tile_model import sliver_rows
-    g = torch.Generator(device="cuda").manual_seed(0)
     totals = {"cublas": 0.0, "default": 0.0, "best": 0.0}
-    for name, (k, n) in SHAPES.items():
-        layers = layer_copies(g, rows, k, n, copies)
-        for op in ("forward", "d_input", "d_weight"):
-            sets = product_sets(layers, op)
-            a, b, y = sets[0]
-            m, nn, kk = a.shape[0], b.shape[1], a.shape[1]
-            expected = a.float() @ b.float()
-            rest = sliver_rows(m, nn, kk)
-            whole = epilogue_launch.tma_tiles(m - rest, nn, kk, ())
-            row = {"part": "epilogue", "shape": name, "op": op, "mnk": [m, nn, kk], "sliver_rows": rest,
-                   "copies": copies, "default_tiles": whole, "us": {}}
-            for label, tiles in [("default", whole)] + [(encode(t), {**whole, **t})
-                                                        for t in epilogue_launch.TMA_CANDIDATES]:
-                try:
-                    launches = [traced_launch(a_, b_, y_, tiles, rest, epilogue_launch, epilogue_tma_launch)
-                                for a_, b_, y_ in sets]
-                    first_launch(launches, y)
-                except Exception as error:            # over the shared memory, or refused
-                    row["us"][label] = f"{type(error).__name__}: {str(error)[:80]}"
-                    continue
-                if not near(y, expected):
-                    row["us"][label] = "wrong answer"
-                    continue
-                row["us"][label] = cycled_us(launches)
-            row["cublas_us"] = cycled_us([functools.partial(torch.mm, a_, b_, out=y_) for a_, b_, y_ in sets])
-            if m % 128:          # the rows before the last multiple of 128 alone
-                cut = m - m % 128
-                row["rows_before_us"] = {
-                    "default": cycled_us([traced_launch(a_[:cut], b_, y_[:cut], whole, 0, epilogue_launch,
-                                                        epilogue_tma_launch) for a_, b_, y_ in sets]),
-                    "cublas": cycled_us([functools.partial(torch.mm, a_[:cut], b_, out=y_[:cut])
-                                         for a_, b_, y_ in sets])}
-            timed = {label: us for label, us in row["us"].items() if isinstance(us, float)}
-            row["best"] = min(timed, key=timed.get)
-            row["default_vs_cublas"] = row["cublas_us"] / timed["default"]
-            row["best_vs_cublas"] = row["cublas_us"] / timed[row["best"]]
-            count = STEP_COUNTS[name]
-            totals["cublas"] += count * row["cublas_us"]
-            totals["default"] += count * timed["default"]
-            totals["best"] += count * timed[row["best"]]
-            emit(row)
-            print(f"{name:8} {op:9} {m:5} x {nn:5} x {kk:5}  cuBLAS {row['cublas_us']:7.1f} µs  default "
-                  f"{timed['default']:7.1f} ({row['default_vs_cublas']:.3f})  best {row['best_vs_cublas']:.3f} "
-                  f"{row['best']}  {row.get('rows_before_us', '')}", file=sys.stderr, flush=True)
+    for name, op, sets, expected in step_products(rows, copies):
+        a, b, y = sets[0]
+        m, nn, kk = a.shape[0], b.shape[1], a.shape[1]
+        rest = sliver_rows(m, nn, kk)
+        whole = epilogue_launch.tma_tiles(m - rest, nn, kk, ())
+        row = {"part": "epilogue", "shape": name, "op": op, "mnk": [m, nn, kk], "sliver_rows": rest,
+               "copies": copies, "default_tiles": whole, "us": {}}
+        for label, tiles in [("default", whole)] + [(encode(t), {**whole, **t})
+                                                    for t in epilogue_launch.TMA_CANDIDATES]:
+            try:
+                launches = [traced_launch(a_, b_, y_, tiles, rest, epilogue_launch, epilogue_tma_launch)
+                            for a_, b_, y_ in sets]
+                first_launch(launches, y)
+            except Exception as error:            # over the shared memory, or refused
+                row["us"][label] = f"{type(error).__name__}: {str(error)[:80]}"
+                continue
+            if not near(y, expected):
+                row["us"][label] = "wrong answer"
+                continue
+            row["us"][label] = cycled_us(launches)
+        row["cublas_us"] = cycled_us([functools.partial(torch.mm, a_, b_, out=y_) for a_, b_, y_ in sets])
+        if m % 128:          # the rows before the last multiple of 128 alone
+            cut = m - m % 128
+            row["rows_before_us"] = {
+                "default": cycled_us([traced_launch(a_[:cut], b_, y_[:cut], whole, 0, epilogue_launch,
+                                                    epilogue_tma_launch) for a_, b_, y_ in sets]),
+                "cublas": cycled_us([functools.partial(torch.mm, a_[:cut], b_, out=y_[:cut])
+                                     for a_, b_, y_ in sets])}
+        timed = {label: us for label, us in row["us"].items() if isinstance(us, float)}
+        row["best"] = min(timed, key=timed.get)
+        row["default_vs_cublas"] = row["cublas_us"] / timed["default"]
+        row["best_vs_cublas"] = row["cublas_us"] / timed[row["best"]]
+        count = STEP_COUNTS[name]
+        totals["cublas"] += count * row["cublas_us"]
+        totals["default"] += count * timed["default"]
+        totals["best"] += count * timed[row["best"]]
+        emit(row)
+        print(f"{name:8} {op:9} {m:5} x {nn:5} x {kk:5}  cuBLAS {row['cublas_us']:7.1f} µs  default "
+              f"{timed['default']:7.1f} ({row['default_vs_cublas']:.3f})  best {row['best_vs_cublas']:.3f} "
+              f"{row['best']}  {row.get('rows_before_us', '')}", file=sys.stderr, flush=True)
     emit({"part": "epilogue", "rows": rows, "copies": copies, "step_us": totals,
           "default_vs_cublas": totals["cublas"] / totals["default"], "best_vs_cublas": totals["cublas"] / totals["best"]})
 
@@ -386,39 +381,34 @@ def sliver(emit, rows: int = 2052, copies: int = 6):
     from tilemm.engine import epilogue_launch, epilogue_tma_launch
     from tilemm.engine.tile_model import sliver_rows
     harness.prewarm(8.0)
-    g = torch.Generator(device="cuda").manual_seed(0)
     fit = epilogue_tma_launch.short_tiles_fit
     rest = rows % 128
     try:
-        for name, (k, n) in SHAPES.items():
-            layers = layer_copies(g, rows, k, n, copies)
-            for op in ("forward", "d_input"):
-                sets = product_sets(layers, op)
-                a, b, y = sets[0]
-                whole = epilogue_launch.tma_tiles(rows - rest, b.shape[1], a.shape[1], ())
-                expected = a.float() @ b.float()
-                row = {"part": "sliver", "shape": name, "op": op, "mnk": [rows, b.shape[1], a.shape[1]],
-                       "rows_past": rest, "sliver_taken": sliver_rows(rows, b.shape[1], a.shape[1]) > 0,
-                       "tiles": whole, "copies": copies, "us": {}, "answers": {}}
-                for form in ("thin", "short"):
-                    epilogue_tma_launch.short_tiles_fit = fit if form == "short" else (lambda *counts: False)
-                    launches = [traced_launch(a_, b_, y_, whole, rest, epilogue_launch, epilogue_tma_launch)
-                                for a_, b_, y_ in sets]
-                    first_launch(launches, y)
-                    row["answers"][form] = y.clone()
-                    if not near(y, expected):
-                        row["us"][form] = "wrong answer"
-                        continue
-                    row["us"][form] = cycled_us(launches)
-                epilogue_tma_launch.short_tiles_fit = fit
-                row["same_bits"] = bool(torch.equal(*row.pop("answers").values()))
-                row["us"]["rows_before"] = cycled_us([traced_launch(a_[:rows - rest], b_, y_[:rows - rest], whole, 0,
-                                                                    epilogue_launch, epilogue_tma_launch)
-                                                      for a_, b_, y_ in sets])
-                row["us"]["cublas"] = cycled_us([functools.partial(torch.mm, a_, b_, out=y_) for a_, b_, y_ in sets])
-                emit(row)
-                print(f"{name:8} {op:8} {row['mnk']} {row['us']} same bits {row['same_bits']}", file=sys.stderr,
-                      flush=True)
+        for name, op, sets, expected in step_products(rows, copies, ("forward", "d_input")):
+            a, b, y = sets[0]
+            whole = epilogue_launch.tma_tiles(rows - rest, b.shape[1], a.shape[1], ())
+            row = {"part": "sliver", "shape": name, "op": op, "mnk": [rows, b.shape[1], a.shape[1]],
+                   "rows_past": rest, "sliver_taken": sliver_rows(rows, b.shape[1], a.shape[1]) > 0,
+                   "tiles": whole, "copies": copies, "us": {}, "answers": {}}
+            for form in ("thin", "short"):
+                epilogue_tma_launch.short_tiles_fit = fit if form == "short" else (lambda *counts: False)
+                launches = [traced_launch(a_, b_, y_, whole, rest, epilogue_launch, epilogue_tma_launch)
+                            for a_, b_, y_ in sets]
+                first_launch(launches, y)
+                row["answers"][form] = y.clone()
+                if not near(y, expected):
+                    row["us"][form] = "wrong answer"
+                    continue
+                row["us"][form] = cycled_us(launches)
+            epilogue_tma_launch.short_tiles_fit = fit
+            row["same_bits"] = bool(torch.equal(*row.pop("answers").values()))
+            row["us"]["rows_before"] = cycled_us([traced_launch(a_[:rows - rest], b_, y_[:rows - rest], whole, 0,
+                                                                epilogue_launch, epilogue_tma_launch)
+                                                  for a_, b_, y_ in sets])
+            row["us"]["cublas"] = cycled_us([functools.partial(torch.mm, a_, b_, out=y_) for a_, b_, y_ in sets])
+            emit(row)
+            print(f"{name:8} {op:8} {row['mnk']} {row['us']} same bits {row['same_bits']}", file=sys.stderr,
+                  flush=True)
     finally:
         epilogue_tma_launch.short_tiles_fit = fit
 
@@ -429,34 +419,41 @@ def descriptors(emit, rows: int = 2048, copies: int = 6, rounds: int = 3):
     (STEP_COUNTS)."""
     from tilemm.engine import epilogue_launch, epilogue_tma_launch
     harness.prewarm(8.0)
-    g = torch.Generator(device="cuda").manual_seed(0)
     totals = {"device": 0.0, "host": 0.0, "cublas": 0.0}
-    for name, (k, n) in SHAPES.items():
-        layers = layer_copies(g, rows, k, n, copies)
-        for op in ("forward", "d_input", "d_weight"):
-            sets = product_sets(layers, op)
-            a, b, y = sets[0]
-            expected = a.float() @ b.float()
-            tiles = epilogue_launch.tma_tiles(a.shape[0], b.shape[1], a.shape[1], ())
-            forms = {"device": [traced_launch(*s, tiles, 0, epilogue_launch, epilogue_tma_launch) for s in sets],
-                     "host": [traced_launch(*s, tiles, 0, epilogue_launch, epilogue_tma_launch, in_program=False)
-                              for s in sets],
-                     "cublas": [functools.partial(torch.mm, *s[:2], out=s[2]) for s in sets]}
-            row = {"part": "descriptors", "shape": name, "op": op, "mnk": [a.shape[0], b.shape[1], a.shape[1]],
-                   "tiles": tiles, "copies": copies, "rounds": rounds, "wrong": []}
-            for form, launches in forms.items():
-                first_launch(launches, y)
-                if not near(y, expected):
-                    row["wrong"].append(form)
-            timed = harness.rounds(forms, rounds, cycled_us)
-            row["us"] = {form: statistics.median(times) for form, times in timed.items()}
-            row["device_minus_host_us"] = row["us"]["device"] - row["us"]["host"]
-            for form, us in row["us"].items():
-                totals[form] += STEP_COUNTS[name] * us
-            emit(row)
-            print(f"{name:8} {op:9} {row['mnk']}  {row['us']}", file=sys.stderr, flush=True)
+    for name, op, sets, expected in step_products(rows, copies):
+        a, b, y = sets[0]
+        tiles = epilogue_launch.tma_tiles(a.shape[0], b.shape[1], a.shape[1], ())
+        forms = {"device": [traced_launch(*s, tiles, 0, epilogue_launch, epilogue_tma_launch) for s in sets],
+                 "host": [traced_launch(*s, tiles, 0, epilogue_launch, epilogue_tma_launch, in_program=False)
+                          for s in sets],
+                 "cublas": [functools.partial(torch.mm, *s[:2], out=s[2]) for s in sets]}
+        row = {"part": "descriptors", "shape": name, "op": op, "mnk": [a.shape[0], b.shape[1], a.shape[1]],
+               "tiles": tiles, "copies": copies, "rounds": rounds, "wrong": []}
+        for form, launches in forms.items():
+            first_launch(launches, y)
+            if not near(y, expected):
+                row["wrong"].append(form)
+        timed = harness.rounds(forms, rounds, cycled_us)
+        row["us"] = {form: statistics.median(times) for form, times in timed.items()}
+        row["device_minus_host_us"] = row["us"]["device"] - row["us"]["host"]
+        for form, us in row["us"].items():
+            totals[form] += STEP_COUNTS[name] * us
+        emit(row)
+        print(f"{name:8} {op:9} {row['mnk']}  {row['us']}", file=sys.stderr, flush=True)
     emit({"part": "descriptors", "rows": rows, "step_us": totals,
           "device_minus_host_us": totals["device"] - totals["host"]})
+
+
+def step_products(rows: int, copies: int, ops=("forward", "d_input", "d_weight")):
+    """(layer, op, its (A, B, Y) of each copy, the first copy's float32 product) for each op of each
+    layer of SHAPES, a Linear's operands drawn from one seed, a layer's copies at a time."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for name, (k, n) in SHAPES.items():
+        layers = layer_copies(g, rows, k, n, copies)
+        for op in ops:
+            sets = product_sets(layers, op)
+            a, b, _ = sets[0]
+            yield name, op, sets, a.float() @ b.float()
 
 
 def layer_copies(g, rows: int, k: int, n: int, copies: int) -> list:
